@@ -1,0 +1,57 @@
+"""The ``paradiag`` command line.
+
+Subcommands live next to what they drive and are imported only when used, so ``paradiag --help`` stays fast and
+each area (simulator, app, snapshot) owns its command.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import click
+
+from paradiag import __version__
+
+# name -> "module:attribute" of a click command; imported on first use.
+COMMANDS: dict[str, str] = {
+    "info": "paradiag.commands:info",
+    "ingest": "paradiag.commands:ingest",
+    "analyze": "paradiag.commands:analyze",
+    "simulate": "paradiag.simulator.cli:simulate",
+    "serve": "paradiag.app.cli:serve",
+    "snapshot": "paradiag.snapshot:snapshot",
+    "compare": "paradiag.snapshot:compare",
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported when invoked; those not built yet are not listed."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [name for name in COMMANDS if self._load(name) is not None]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return self._load(cmd_name)
+
+    @staticmethod
+    def _load(name: str) -> click.Command | None:
+        target = COMMANDS.get(name)
+        if target is None:
+            return None
+        module_name, attribute = target.split(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and module_name.startswith(exc.name):
+                return None  # that area is not part of this build
+            raise
+        command: Any = getattr(module, attribute, None)
+        return command if isinstance(command, click.Command) else None
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(__version__, prog_name="paradiag")
+def main() -> None:
+    """Diagnose the parallel performance of distributed DNN training jobs from per-device timeline traces
+    (PyTorch profiler / Kineto JSON from GPU jobs, Ascend profiler output from NPU jobs)."""

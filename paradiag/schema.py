@@ -1,0 +1,165 @@
+"""The canonical tables every parser fills (documented for users in docs/schema.md).
+
+A distributed training job is four Arrow tables:
+
+* ``events``: one row per interval on a rank's timeline (GPU/NPU kernels, memory copies, host operators,
+  runtime calls, annotations, collectives), times in integer nanoseconds on the job's aligned clock.
+* ``ranks``: one row per rank: where it ran, its parallel coordinates, the clock offset applied to it.
+* ``steps``: one row per (rank, profiler step): the host span of the step and the device span of the work
+  launched in it.
+* ``groups``: one row per communication group (process group / HCCL group): its id and member ranks.
+
+Columns are narrow integers and dictionary-encoded strings so that an event costs about 60 bytes in memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+
+# Event kinds: what the interval is, independent of the source format.
+COMPUTE = "compute"  # a kernel doing math on the device
+COMMUNICATION = "communication"  # a collective or p2p transfer on the device
+MEMORY = "memory"  # memcpy / memset on the device
+SYNC = "sync"  # the device waiting on an event or stream (cudaStreamWaitEvent, Event Sync, ...)
+HOST = "host"  # host-side operator, runtime/driver call, Python function
+ANNOTATION = "annotation"  # user ranges (ProfilerStep#N, record_function), on host or device
+KINDS: tuple[str, ...] = (COMPUTE, COMMUNICATION, MEMORY, SYNC, HOST, ANNOTATION)
+DEVICE_KINDS: tuple[str, ...] = (COMPUTE, COMMUNICATION, MEMORY, SYNC)
+
+# Collective vocabulary (the same for NCCL, RCCL, HCCL, gloo).
+COLLECTIVES: tuple[str, ...] = (
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "all_to_all",
+    "broadcast",
+    "reduce",
+    "gather",
+    "scatter",
+    "barrier",
+    "send",
+    "recv",
+    "send_recv",
+    "other",
+)
+P2P_COLLECTIVES = frozenset({"send", "recv", "send_recv"})
+
+DICT8 = pa.dictionary(pa.int8(), pa.string())
+DICT16 = pa.dictionary(pa.int16(), pa.string())
+DICT32 = pa.dictionary(pa.int32(), pa.string())
+
+EVENTS = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("device", pa.int16(), nullable=False),  # device index on its host; -1 for host events
+        pa.field("track", pa.int32(), nullable=False),  # stream id on the device, thread id on the host
+        pa.field("kind", DICT8, nullable=False),
+        pa.field("category", DICT8, nullable=False),  # the source's own category (kernel, cpu_op, ...)
+        pa.field("name", DICT32, nullable=False),
+        pa.field("start_ns", pa.int64(), nullable=False),
+        pa.field("dur_ns", pa.int64(), nullable=False),
+        pa.field("step", pa.int32(), nullable=False),  # profiler step the work was launched in, -1 if none
+        pa.field("correlation", pa.int32(), nullable=False),  # launch <-> device link, -1 if none
+        pa.field("external_id", pa.int32(), nullable=False),  # device work <-> host operator, -1 if none
+        # Communication (null for other events).
+        pa.field("collective", DICT8),
+        pa.field("group", DICT16),  # process group id as the job names it ("0", "hccl_world_group", ...)
+        pa.field("group_ranks", DICT16),  # the group's global ranks, "0,1,2,3"
+        pa.field("peer", pa.int32()),  # the other rank of a send/recv
+        pa.field("bytes", pa.int64()),  # payload of this rank's part of the collective / copy
+        pa.field("seq", pa.int32()),  # per (group[, peer]) order on this rank: matches instances across ranks
+    ],
+    metadata={"paradiag.schema_version": str(SCHEMA_VERSION), "paradiag.table": "events"},
+)
+
+RANKS = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("host", pa.string()),
+        pa.field("device", pa.int16()),
+        pa.field("device_type", DICT8, nullable=False),  # gpu, npu or cpu (a rank with no device work)
+        pa.field("world_size", pa.int32()),
+        pa.field("dp", pa.int16()),
+        pa.field("tp", pa.int16()),
+        pa.field("pp", pa.int16()),
+        pa.field("ep", pa.int16()),
+        pa.field("clock_offset_ns", pa.int64(), nullable=False),  # added to the rank's own timestamps
+        pa.field("clock_uncertainty_ns", pa.int64()),  # residual spread of the estimate, null if not estimated
+        pa.field("format", DICT8, nullable=False),  # kineto, ascend_text, ascend_db, msprof, simulator ...
+        pa.field("source", pa.string(), nullable=False),  # file or folder, relative to the job folder
+        pa.field("num_events", pa.int64(), nullable=False),
+    ],
+    metadata={"paradiag.schema_version": str(SCHEMA_VERSION), "paradiag.table": "ranks"},
+)
+
+STEPS = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("step", pa.int32(), nullable=False),
+        pa.field("start_ns", pa.int64(), nullable=False),  # host span of the step
+        pa.field("end_ns", pa.int64(), nullable=False),
+        pa.field("device_start_ns", pa.int64()),  # first device event of work launched in the step
+        pa.field("device_end_ns", pa.int64()),  # last device event end of that work
+    ],
+    metadata={"paradiag.schema_version": str(SCHEMA_VERSION), "paradiag.table": "steps"},
+)
+
+GROUPS = pa.schema(
+    [
+        pa.field("group", pa.string(), nullable=False),
+        pa.field("description", pa.string()),  # pg_desc ("default_pg", "undefined", ...) or HCCL group name
+        pa.field("backend", pa.string()),
+        pa.field("ranks", pa.list_(pa.int32()), nullable=False),
+    ],
+    metadata={"paradiag.schema_version": str(SCHEMA_VERSION), "paradiag.table": "groups"},
+)
+
+TABLES: dict[str, pa.Schema] = {"events": EVENTS, "ranks": RANKS, "steps": STEPS, "groups": GROUPS}
+
+
+def _dictionary(values: Sequence[str] | np.ndarray | pa.Array, index_type: pa.DataType) -> pa.DictionaryArray:
+    arr = values if isinstance(values, pa.Array) else pa.array(values, type=pa.string())
+    encoded = arr if isinstance(arr, pa.DictionaryArray) else arr.dictionary_encode()
+    return pa.DictionaryArray.from_arrays(encoded.indices.cast(index_type), encoded.dictionary)
+
+
+def column(field: pa.Field, values: Any) -> pa.Array:
+    """Build one column of a canonical table from a Python or numpy sequence."""
+    if pa.types.is_dictionary(field.type):
+        return _dictionary(values, field.type.index_type)
+    if isinstance(values, pa.Array):
+        return values.cast(field.type)
+    if isinstance(values, np.ndarray) and values.dtype.kind in "iuf" and not pa.types.is_list(field.type):
+        return pa.array(values.astype(field.type.to_pandas_dtype(), copy=False))
+    return pa.array(values, type=field.type)
+
+
+def build(schema: pa.Schema, columns: Mapping[str, Any], length: int | None = None) -> pa.Table:
+    """Assemble a table of ``schema`` from column values; absent nullable columns become all-null."""
+    if length is None:
+        length = next((len(v) for v in columns.values()), 0)
+    arrays = []
+    for field in schema:
+        if field.name in columns and columns[field.name] is not None:
+            arrays.append(column(field, columns[field.name]))
+        elif field.nullable:
+            arrays.append(pa.nulls(length, type=field.type))
+        else:
+            raise ValueError(f"column {field.name!r} of table {schema.metadata[b'paradiag.table'].decode()} is required")
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def empty(schema: pa.Schema) -> pa.Table:
+    """A table of ``schema`` with no rows."""
+    return schema.empty_table()
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Cast ``table`` to ``schema`` (column order, types, dictionary index widths), checking required columns."""
+    return build(schema, {name: table.column(name).combine_chunks() for name in table.column_names}, table.num_rows)
