@@ -1,0 +1,131 @@
+"""Per-step time breakdown of one device, with the definitions Ascend users know from ``step_trace_time.csv``
+(torch_npu / CANN Overlap Analysis), computed from canonical events.
+
+For the device work launched in a step:
+
+* ``computing`` = length of the union of compute events;
+* ``communication`` = length of the union of communication events (HCCL ops);
+* ``communication_not_overlapped`` = communication minus its overlap with computing;
+* ``overlapped`` = communication - communication_not_overlapped;
+* ``free`` = the span from the first to the last compute/communication event, minus the union of both;
+* ``bubble`` = total duration of receive collectives (pipeline waits); ``stage`` = span - bubble;
+* ``preparing`` = first compute/communication start - the step's host start (ProfilerStep#N).
+
+All values are integer nanoseconds. Memory copies and sync tasks do not count, as in the producer's own numbers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+COLUMNS = (
+    "computing_ns",
+    "communication_not_overlapped_ns",
+    "overlapped_ns",
+    "communication_ns",
+    "free_ns",
+    "stage_ns",
+    "bubble_ns",
+    "communication_not_overlapped_exclude_receive_ns",
+    "preparing_ns",
+)
+BREAKDOWN = pa.schema([("rank", pa.int32()), ("step", pa.int32()), *[(c, pa.int64()) for c in COLUMNS]])
+
+
+def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Merge intervals into disjoint sorted segments."""
+    if len(starts) == 0:
+        return starts, ends
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    reach = np.maximum.accumulate(e)
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = s[1:] > reach[:-1]
+    seg_start = s[new]
+    last = np.flatnonzero(new)
+    seg_end = reach[np.append(last[1:] - 1, len(s) - 1)]
+    return seg_start, seg_end
+
+
+def covered(starts: np.ndarray, ends: np.ndarray) -> int:
+    s, e = union(starts, ends)
+    return int((e - s).sum())
+
+
+def intersection(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> int:
+    """Total length of the overlap of two sets of disjoint sorted segments."""
+    (a0, a1), (b0, b1) = a, b
+    total, i, j = 0, 0, 0
+    while i < len(a0) and j < len(b0):
+        lo, hi = max(a0[i], b0[j]), min(a1[i], b1[j])
+        if hi > lo:
+            total += int(hi - lo)
+        if a1[i] < b1[j]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def step_row(
+    compute: tuple[np.ndarray, np.ndarray],
+    comm: tuple[np.ndarray, np.ndarray],
+    receive_ns: int,
+    host_start: int | None,
+) -> dict[str, Any]:
+    """One step's breakdown from its compute and communication intervals (start, end arrays)."""
+    cu, co = union(*compute), union(*comm)
+    computing = int((cu[1] - cu[0]).sum())
+    communication = int((co[1] - co[0]).sum())
+    overlapped = intersection(cu, co)
+    firsts = [x[0].min() for x in (cu, co) if len(x[0])]
+    lasts = [x[1].max() for x in (cu, co) if len(x[1])]
+    span = int(max(lasts) - min(firsts)) if firsts else 0
+    busy = computing + communication - overlapped
+    not_overlapped = communication - overlapped
+    return {
+        "computing_ns": computing,
+        "communication_not_overlapped_ns": not_overlapped,
+        "overlapped_ns": overlapped,
+        "communication_ns": communication,
+        "free_ns": span - busy,
+        "stage_ns": span - receive_ns,
+        "bubble_ns": receive_ns,
+        "communication_not_overlapped_exclude_receive_ns": max(not_overlapped - receive_ns, 0),
+        "preparing_ns": int(min(firsts) - host_start) if firsts and host_start is not None else None,
+    }
+
+
+def step_breakdown(events: pa.Table, steps: pa.Table) -> pa.Table:
+    """The breakdown per (rank, step) of the device events, one row per row of ``steps``."""
+    kind = events.column("kind").combine_chunks().cast(pa.string())
+    device = pc.greater_equal(events.column("device"), 0)
+    rows: dict[str, list[Any]] = {f.name: [] for f in BREAKDOWN}
+    is_compute = pc.and_(device, pc.equal(kind, "compute")).to_numpy(zero_copy_only=False)
+    is_comm = pc.and_(device, pc.equal(kind, "communication")).to_numpy(zero_copy_only=False)
+    collective = events.column("collective").combine_chunks().cast(pa.string()).fill_null("")
+    is_recv = is_comm & pc.equal(collective, "recv").to_numpy(zero_copy_only=False)
+    rank = events.column("rank").to_numpy()
+    step = events.column("step").to_numpy()
+    start = events.column("start_ns").to_numpy()
+    end = start + events.column("dur_ns").to_numpy()
+    for r, s, host_start in zip(
+        steps.column("rank").to_pylist(),
+        steps.column("step").to_pylist(),
+        steps.column("start_ns").to_pylist(),
+        strict=True,
+    ):
+        mine = (rank == r) & (step == s)
+        c, m = mine & is_compute, mine & is_comm
+        row = step_row(
+            (start[c], end[c]), (start[m], end[m]), int((end - start)[mine & is_recv].sum()), host_start
+        )
+        rows["rank"].append(r)
+        rows["step"].append(s)
+        for col in COLUMNS:
+            rows[col].append(row[col])
+    return pa.Table.from_pydict(rows, schema=BREAKDOWN)

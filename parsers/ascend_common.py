@@ -1,0 +1,467 @@
+"""What the Ascend readers share: the rank folder's metadata, task-type -> kind, the event columns they fill,
+step attribution, and the documented extra tables (docs/ascend.md).
+
+The text export (trace_view.json + CSV/JSON) and the db export (SQLite) describe the same things in different
+spellings; both readers fill an :class:`EventColumns` and call :func:`finish`, so that the canonical tables
+they return have the same rules for kinds, tracks, steps and groups.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from paradiag import schema
+from paradiag.parsers.base import Group, ParsedRank, TraceError, sequence_numbers, step_of
+
+OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
+STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+# Folder names: {worker}_{YYYYmmddHHMMSSfff}_ascend_pt, default worker = {hostname}_{pid}.
+FOLDER_NAME = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)_(?P<ts>\d{17})_ascend_(pt|ms)$")
+NO_RANK = 4294967295  # uint32 -1: "no rank" in HCCL task args
+
+# Device task types as the text export (hardware names) and the db export (runtime names) spell them.
+COMPUTE_TASKS = frozenset(
+    {
+        "AI_CORE", "AI_VECTOR_CORE", "AI_CPU", "MIX_AIC", "MIX_AIV", "DSA_SQE", "FFTS_PLUS", "STARS_COMMON",
+        "KERNEL_AICORE", "KERNEL_AIVEC", "KERNEL_AICPU", "KERNEL_MIX_AIC", "KERNEL_MIX_AIV", "AIC_SQE", "AIV_SQE",
+        "AICPU_SQE", "FFTS_PLUS_SQE",
+    }
+)  # fmt: skip
+MEMORY_TASKS = frozenset(
+    {
+        "PCIE_DMA_SQE",
+        "SDMA_SQE",
+        "MEMCPY_ASYNC",
+        "MEMCPY",
+        "SDMA",
+        "ASYNC_MEMCPY",
+        "MEMSET",
+        "PCIE_DMA",
+        "ASYNCDMA_SQE",
+    }
+)
+ANNOTATION_TASKS = frozenset({"PLACE_HOLDER_SQE", "PROFILING_ENABLE", "PROFILING_DISABLE"})
+# Everything else on a stream (event record/wait, notify, write value, ...) is the device waiting or signalling.
+
+# Bytes per element of HCCL data types (text: "FP32", db: ENUM_HCCL_DATA_TYPE names).
+HCCL_DTYPE_BYTES = {
+    "INT8": 1, "UINT8": 1, "INT16": 2, "UINT16": 2, "FP16": 2, "BFP16": 2, "BF16": 2, "INT32": 4, "UINT32": 4,
+    "FP32": 4, "INT64": 8, "UINT64": 8, "FP64": 8, "INT128": 16, "HIF8": 1, "FP8E4M3": 1, "FP8E5M2": 1,
+}  # fmt: skip
+
+LEVEL1_ANALYSES = (
+    "communication time breakdown (transit / wait / synchronization / idle per collective)",
+    "bandwidth per link type and the link matrix",
+    "slow-link detection",
+)
+
+
+def task_kind(task_type: str, name: str) -> str:
+    """The canonical kind of a device task of this type; a task of an unknown type is compute when it carries a
+    kernel name of its own (runtime tasks are named after their type)."""
+    if task_type in COMPUTE_TASKS:
+        return schema.COMPUTE
+    if task_type in MEMORY_TASKS:
+        return schema.MEMORY
+    if task_type in ANNOTATION_TASKS:
+        return schema.ANNOTATION
+    if name and name != task_type and task_type not in ("", "N/A") and "EVENT" not in task_type.upper():
+        return schema.COMPUTE
+    return schema.SYNC
+
+
+def group_hash(name: str) -> str:
+    """The id the text export (communication*.json) gives an HCCL group: two 32-bit polynomial hashes of the
+    group name (multipliers 29 and 131), high and low word. The db export keeps the name itself; hashing it
+    gives both exports the same group ids."""
+    high = low = 0
+    for ch in name:
+        high = (high * 29 + ord(ch)) & 0xFFFFFFFF
+        low = (low * 131 + ord(ch)) & 0xFFFFFFFF
+    return str(high << 32 | low)
+
+
+def read_json_file(path: Path, shown: Path) -> Any:
+    """A small JSON file (metadata, communication*.json) as Python values; TraceError when truncated."""
+    try:
+        return json.loads(path.read_bytes())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceError(shown, f"cannot read the file ({exc})") from exc
+    except json.JSONDecodeError as exc:
+        raise TraceError(shown, f"truncated or invalid JSON ({exc.msg} at line {exc.lineno})") from exc
+
+
+@dataclass
+class FolderInfo:
+    """What a rank folder says about itself, outside the traces."""
+
+    rank: int | None = None
+    rank_from: str = "metadata"
+    host: str | None = None
+    world_size: int | None = None
+    level: str | None = None
+    export_type: str | None = None
+    parallel: dict[str, int] = field(default_factory=dict)
+    groups: dict[str, Group] = field(default_factory=dict)  # by group id (hash)
+    group_sizes: dict[str, int] = field(default_factory=dict)  # implied by group-local ranks in the matrix
+    run_id: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def folder_info(path: Path, root: Path | None) -> FolderInfo:
+    """Rank, host, profiler level, parallel layout and run id from profiler_info_*.json / profiler_metadata.json."""
+    info = FolderInfo()
+    infos = sorted(path.glob("profiler_info*.json"))
+    config: dict[str, Any] = {}
+    if infos:
+        data = read_json_file(infos[0], shown_path(infos[0], root))
+        rank = data.get("rank_id") if isinstance(data, dict) else None
+        if isinstance(rank, int) and rank >= 0:
+            info.rank = rank
+        config = data if isinstance(data, dict) else {}
+        experimental = (config.get("config") or {}).get("experimental_config") or {}
+        info.level = experimental.get("_profiler_level")
+        export = experimental.get("_export_type")
+        info.export_type = ",".join(export) if isinstance(export, list) else export
+    if info.rank is None and infos:
+        match = re.search(r"profiler_info_(\d+)\.json$", infos[0].name)
+        if match:
+            info.rank, info.rank_from = int(match.group(1)), "file name"
+    name = FOLDER_NAME.match(path.name)
+    info.host = name.group("host") if name else None
+    meta_path = path / "profiler_metadata.json"
+    if meta_path.is_file():
+        apply_metadata(info, read_json_file(meta_path, shown_path(meta_path, root)))
+    info.run_id = _run_id(config)
+    return info
+
+
+def apply_metadata(info: FolderInfo, meta: Any) -> None:
+    """Parallel layout from ``distributed_args`` and groups from ``parallel_group_info``."""
+    if not isinstance(meta, dict):
+        return
+    args = meta.get("distributed_args")
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except json.JSONDecodeError:
+            args = None
+    for key, value in (meta.get("parallel_group_info") or {}).items():
+        if not isinstance(value, dict) or not isinstance(value.get("global_ranks"), list):
+            continue
+        gid = group_hash(str(key))
+        info.groups[gid] = Group(
+            gid, [int(r) for r in value["global_ranks"]], value.get("group_name") or str(key), "hccl"
+        )
+    if isinstance(args, dict):
+        if info.rank is None and isinstance(args.get("rank"), int):
+            info.rank = args["rank"]
+        if isinstance(args.get("world_size"), int):
+            info.world_size = args["world_size"]
+        if info.rank is not None:
+            info.parallel = parallel_coordinates(args, info.rank)
+    by_name = {g.description: g for g in info.groups.values() if g.description}
+    for axis, names in (("dp", ("dp", "dp_cp")), ("tp", ("tp",)), ("pp", ("pp",)), ("ep", ("ep", "exp"))):
+        group = next((by_name[n] for n in names if n in by_name), None)
+        if group is not None and info.rank in group.ranks and len(group.ranks) > 1:
+            info.parallel.setdefault(axis, group.ranks.index(info.rank))
+
+
+def parallel_coordinates(args: dict[str, Any], rank: int) -> dict[str, int]:
+    """dp/tp/pp/ep coordinates of ``rank`` from Megatron sizes, in Megatron's default order (tp fastest, then
+    cp, then dp, then pp; ep splits the data-parallel ranks)."""
+
+    def size(key: str) -> int:
+        value = args.get(key)
+        return value if isinstance(value, int) and value > 0 else 1
+
+    tp, cp, pp = (
+        size("tensor_model_parallel_size"),
+        size("context_parallel_size"),
+        size("pipeline_model_parallel_size"),
+    )
+    ep = size("expert_model_parallel_size")
+    dp = args.get("data_parallel_size")
+    world = args.get("world_size")
+    if not isinstance(dp, int) or dp <= 0:
+        dp = world // (tp * cp * pp) if isinstance(world, int) and world >= tp * cp * pp else 1
+    coords = {"tp": rank % tp, "dp": (rank // (tp * cp)) % dp, "pp": rank // (tp * cp * dp)}
+    coords["ep"] = coords["dp"] % ep
+    return coords
+
+
+def _run_id(config: dict[str, Any]) -> str | None:
+    """Ranks of one profiling run share the profiler configuration and the session's wall-clock hour; a folder
+    mixing a Level0 and a Level1 run, or a text and a db run, differs here."""
+    if not config:
+        return None
+    settings = json.dumps(config.get("config") or {}, sort_keys=True).encode()
+    end = ((config.get("end_info") or {}).get("collectionTimeEnd")) or 0
+    hour = int(end) // 3_600_000_000_000 if isinstance(end, int | float | str) and str(end).isdigit() else 0
+    return f"{hashlib.sha1(settings).hexdigest()[:12]}@{hour}"
+
+
+def shown_path(path: Path, root: Path | None) -> Path:
+    return path.relative_to(root) if root is not None and path.is_relative_to(root) else path
+
+
+class EventColumns:
+    """Event columns filled block by block (host APIs, device tasks, collectives), concatenated at the end.
+
+    ``launch_ns`` is the host time the device work was launched (-1 when unknown): steps are attributed
+    through it, as Kineto attributes GPU work to the step of its launch."""
+
+    NUMERIC = ("device", "track", "start_ns", "dur_ns", "correlation", "launch_ns")
+    TEXT = ("kind", "category", "name")
+    COMM = ("collective", "group", "group_ranks", "peer", "bytes")
+
+    def __init__(self) -> None:
+        self.blocks: list[dict[str, Any]] = []
+
+    def add(self, **columns: Any) -> None:
+        n = len(columns["start_ns"])
+        if n == 0:
+            return
+        block = {k: columns.get(k) for k in (*self.NUMERIC, *self.TEXT, *self.COMM)}
+        for key in ("kind", "category"):
+            if isinstance(block[key], str):
+                block[key] = [block[key]] * n
+        for key in ("correlation", "launch_ns"):
+            if block[key] is None:
+                block[key] = np.full(n, -1, dtype=np.int64)
+        for key in ("device", "track"):
+            if isinstance(block[key], int):
+                block[key] = np.full(n, block[key], dtype=np.int64)
+        for key in self.COMM:
+            if block[key] is None:
+                block[key] = [None] * n
+        self.blocks.append(block)
+
+    def column(self, key: str) -> Any:
+        if key in self.NUMERIC:
+            parts = [np.asarray(b[key], dtype=np.int64) for b in self.blocks]
+            return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        return [v for b in self.blocks for v in b[key]]
+
+
+def finish(
+    cols: EventColumns, rank: int | None, spans: list[tuple[int, int, int]] | None = None
+) -> tuple[pa.Table, pa.Table]:
+    """The canonical events (steps and seq filled) and steps tables of one rank. Steps come from the
+    ProfilerStep#N annotations, or from ``spans`` (step, start, end) where the source has none (CANN msprof)."""
+    start = cols.column("start_ns")
+    dur = cols.column("dur_ns")
+    device = cols.column("device")
+    launch = cols.column("launch_ns")
+    names = cols.column("name")
+    kinds = cols.column("kind")
+    n = len(start)
+    step_rows = np.array(
+        [i for i, v in enumerate(names) if device[i] < 0 and v.startswith("ProfilerStep#")], dtype=np.int64
+    )
+    step_ids = np.array(
+        [int(m.group(1)) if (m := STEP_NAME.match(names[i])) else -1 for i in step_rows], dtype=np.int64
+    )
+    keep = step_ids >= 0
+    step_rows, step_ids = step_rows[keep], step_ids[keep]
+    order = np.argsort(start[step_rows], kind="stable")
+    step_rows, step_ids = step_rows[order], step_ids[order]
+    s_start, s_end = start[step_rows], start[step_rows] + dur[step_rows]
+    if spans and not len(step_rows):
+        spans = sorted(spans, key=lambda x: x[1])
+        step_ids = np.array([s[0] for s in spans], dtype=np.int64)
+        s_start = np.array([s[1] for s in spans], dtype=np.int64)
+        s_end = np.array([s[2] for s in spans], dtype=np.int64)
+    when = np.where((device >= 0) & (launch >= 0), launch, start)
+    step = step_of(when, s_start, s_end, step_ids)
+    if len(step_rows) == len(step_ids):
+        step[step_rows] = step_ids
+    rank_id = -1 if rank is None else rank
+    columns = {
+        "rank": np.full(n, rank_id, dtype=np.int32),
+        "device": device,
+        "track": np.clip(cols.column("track"), -(2**31), 2**31 - 1),
+        "kind": kinds,
+        "category": cols.column("category"),
+        "name": names,
+        "start_ns": start,
+        "dur_ns": dur,
+        "step": step,
+        "correlation": np.where(np.abs(c := cols.column("correlation")) < 2**31, c, -1),
+        "external_id": np.full(n, -1, dtype=np.int32),
+        **{k: cols.column(k) for k in EventColumns.COMM},
+    }
+    table = schema.build(schema.EVENTS, columns, n)
+    table = table.set_column(table.schema.get_field_index("seq"), "seq", sequence_numbers(table))
+    device_work = (device >= 0) & np.isin(np.asarray(kinds, dtype=object), schema.DEVICE_KINDS)
+    return table, _steps(rank_id, step, step_ids, s_start, s_end, start, start + dur, device_work)
+
+
+def _steps(
+    rank: int,
+    step: np.ndarray,
+    step_ids: np.ndarray,
+    s_start: np.ndarray,
+    s_end: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    device_work: np.ndarray,
+) -> pa.Table:
+    rows: dict[str, list[Any]] = {
+        k: [] for k in ("rank", "step", "start_ns", "end_ns", "device_start_ns", "device_end_ns")
+    }
+    for sid, a, b in zip(step_ids.tolist(), s_start.tolist(), s_end.tolist(), strict=True):
+        mine = device_work & (step == sid)
+        rows["rank"].append(rank)
+        rows["step"].append(sid)
+        rows["start_ns"].append(a)
+        rows["end_ns"].append(b)
+        rows["device_start_ns"].append(int(start[mine].min()) if mine.any() else None)
+        rows["device_end_ns"].append(int(end[mine].max()) if mine.any() else None)
+    return schema.build(schema.STEPS, rows, len(step_ids))
+
+
+def collective_bytes(count: Any, dtype: Any) -> int | None:
+    """Payload of an HCCL op: element count times the element size of its data type."""
+    if not isinstance(count, int | float) or not isinstance(dtype, str):
+        return None
+    size = HCCL_DTYPE_BYTES.get(dtype.upper())
+    return int(count) * size if size else None
+
+
+def level0_note(level: str | None) -> str:
+    return (
+        f"profiler level {level or 'Level0'}: no communication.json / communication_matrix.json and no HCCL plane "
+        f"tasks, so these analyses need Level1 or higher: {'; '.join(LEVEL1_ANALYSES)}"
+    )
+
+
+# Extra tables (ParsedRank.extra); columns documented in docs/ascend.md. Times in integer ns.
+_I32, _I64, _F64, _STR = pa.int32(), pa.int64(), pa.float64(), pa.string()
+EXTRA_SCHEMAS: dict[str, pa.Schema] = {
+    "comm_ops": pa.schema(
+        [("rank", _I32), ("step", _I32), ("op_name", _STR), ("group", _STR), ("p2p", pa.bool_()), ("start_ns", _I64),
+         ("elapse_ns", _I64), ("transit_ns", _I64), ("wait_ns", _I64), ("synchronization_ns", _I64), ("idle_ns", _I64),
+         ("wait_ratio", _F64), ("synchronization_ratio", _F64)]
+    ),
+    "comm_bandwidth": pa.schema(
+        [("rank", _I32), ("step", _I32), ("op_name", _STR), ("group", _STR), ("link_type", _STR),
+         ("transit_bytes", _I64), ("transit_ns", _I64), ("bandwidth_gbps", _F64), ("large_packet_ratio", _F64)]
+    ),
+    "links": pa.schema(
+        [("rank", _I32), ("step", _I32), ("group", _STR), ("op_type", _STR), ("instance", _STR), ("op_name", _STR),
+         ("src_rank", _I32), ("dst_rank", _I32), ("src_global", _I32), ("dst_global", _I32), ("transport", _STR),
+         ("bytes", _I64), ("transit_ns", _I64), ("bandwidth_gbps", _F64)]
+    ),
+    "comm_tasks": pa.schema(
+        [("rank", _I32), ("device", pa.int16()), ("group", _STR), ("op_name", _STR), ("plane", pa.int16()),
+         ("name", _STR), ("start_ns", _I64), ("dur_ns", _I64), ("src_rank", _I32), ("dst_rank", _I32),
+         ("transport", _STR), ("link_type", _STR), ("bytes", _I64), ("bandwidth_gbps", _F64)]
+    ),
+    "step_trace": pa.schema(
+        [("rank", _I32), ("step", _I32), ("computing_ns", _I64), ("communication_not_overlapped_ns", _I64),
+         ("overlapped_ns", _I64), ("communication_ns", _I64), ("free_ns", _I64), ("stage_ns", _I64), ("bubble_ns", _I64),
+         ("communication_not_overlapped_exclude_receive_ns", _I64), ("preparing_ns", _I64)]
+    ),
+    "kernels": pa.schema(
+        [("rank", _I32), ("step", _I32), ("stream", _I32), ("task_id", _I64), ("name", _STR), ("op_type", _STR),
+         ("accelerator_core", _STR), ("start_ns", _I64), ("dur_ns", _I64), ("wait_ns", _I64), ("block_dim", _I64),
+         ("input_shapes", _STR), ("input_dtypes", _STR), ("output_shapes", _STR), ("output_dtypes", _STR)]
+    ),
+    "op_statistic": pa.schema(
+        [("rank", _I32), ("op_type", _STR), ("core_type", _STR), ("count", _I64), ("total_ns", _I64), ("min_ns", _I64),
+         ("avg_ns", _I64), ("max_ns", _I64), ("ratio", _F64)]
+    ),
+}  # fmt: skip
+
+STEP_TRACE_COLUMNS = {
+    "Computing": "computing_ns",
+    "Communication(Not Overlapped)": "communication_not_overlapped_ns",
+    "Overlapped": "overlapped_ns",
+    "Communication": "communication_ns",
+    "Free": "free_ns",
+    "Stage": "stage_ns",
+    "Bubble": "bubble_ns",
+    "Communication(Not Overlapped and Exclude Receive)": "communication_not_overlapped_exclude_receive_ns",
+    "Preparing": "preparing_ns",
+}
+
+
+def extra_table(name: str, rows: dict[str, list[Any]]) -> pa.Table:
+    """An extra table from column lists (missing columns are null)."""
+    sch = EXTRA_SCHEMAS[name]
+    n = max((len(v) for v in rows.values()), default=0)
+    arrays = [pa.array(rows[f.name], type=f.type) if f.name in rows else pa.nulls(n, f.type) for f in sch]
+    return pa.Table.from_arrays(arrays, schema=sch)
+
+
+def ms_to_ns(value: Any) -> int | None:
+    return round(float(value) * 1e6) if isinstance(value, int | float) else None
+
+
+def us_to_ns_value(value: Any) -> int | None:
+    return round(float(value) * 1e3) if isinstance(value, int | float) else None
+
+
+def step_number(key: Any) -> int:
+    """``"step50"`` / ``"50"`` -> 50; ``"step"`` (no steps) -> -1."""
+    digits = re.sub(r"\D", "", str(key))
+    return int(digits) if digits else -1
+
+
+def global_rank(group: Group | None, local: int | None) -> int | None:
+    if group is None or local is None or not 0 <= local < len(group.ranks):
+        return None
+    return group.ranks[local]
+
+
+def parsed_rank(
+    shown: Path,
+    fmt: str,
+    events: pa.Table,
+    steps: pa.Table,
+    info: FolderInfo,
+    device: int | None,
+    warnings: list[str],
+    extra: dict[str, pa.Table],
+) -> ParsedRank:
+    """The ParsedRank of an Ascend rank; groups seen on collectives but not listed in profiler_metadata.json are
+    reported with no members (HCCL records only group-local ranks): discovery completes them from the ranks
+    that report the same group id."""
+    warnings = [*info.warnings, *warnings]
+    if info.rank is None:
+        warnings.append(
+            "no rank_id in profiler_info_*.json and no distributed_args: rank assigned by folder order"
+        )
+    groups = dict(info.groups)
+    seen = events.column("group").combine_chunks().cast(pa.string()).drop_null().unique().to_pylist()
+    for gid in seen:
+        if gid not in groups:
+            size = info.group_sizes.get(gid)
+            note = f"HCCL group of {size} ranks" if size else "HCCL group"
+            groups[gid] = Group(gid, [], f"{note}; members not recorded", "hccl")
+    return ParsedRank(
+        source=str(shown),
+        format=fmt,
+        events=events,
+        steps=steps,
+        rank=info.rank,
+        rank_from=info.rank_from if info.rank is not None else "assigned",
+        device_type="npu",
+        host=info.host,
+        device=device,
+        world_size=info.world_size,
+        parallel=info.parallel,
+        groups=list(groups.values()),
+        warnings=warnings,
+        extra=extra,
+        run_id=info.run_id,
+    )

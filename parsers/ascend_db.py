@@ -1,0 +1,447 @@
+"""Ascend PyTorch Profiler db export (``ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_{rank}.db`` +
+``analysis.db``, SQLite, integer ns; strings interned in ``STRING_IDS``) -> canonical tables.
+
+The rules are those of the text reader (see :mod:`ascend_common`), so both exports of a job give the same
+canonical tables. Differences of the db itself: the TASK table also holds the runtime's wrapper task of a kernel
+(same connection id, no COMPUTE_TASK_INFO row) and the HCCL op's own task; both are left out, as the text export
+leaves them out. Format notes: ../shared/formats/ascend.md section 1.10.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from paradiag import schema
+from paradiag.parsers import ascend_common as common
+from paradiag.parsers.base import ParsedRank, TraceError, collective_from_kernel_name
+
+FORMAT = "ascend_db"
+DB_GLOBS = ("ascend_pytorch_profiler*.db", "ascend_mindspore_profiler*.db")
+_PYTORCH_CATEGORY = {50001: "cpu_op", 50003: "python_function", 50004: "mstx"}
+
+
+def find_db(path: Path) -> Path | None:
+    output = path / common.OUTPUT_DIR
+    for pattern in DB_GLOBS:
+        found = sorted(output.glob(pattern))
+        if found:
+            return found[0]
+    return None
+
+
+def detect(path: Path) -> bool:
+    """A rank folder whose db export is present."""
+    return find_db(path) is not None
+
+
+@contextmanager
+def connect(path: Path, shown: Path) -> Iterator[sqlite3.Connection]:
+    """A read-only connection (the source folder is never modified); TraceError when it is not a database."""
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        conn.execute("select count(*) from sqlite_master").fetchone()
+    except sqlite3.DatabaseError as exc:
+        raise TraceError(shown, f"not a readable SQLite database ({exc})") from exc
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def tables(conn: sqlite3.Connection) -> set[str]:
+    return {r[0] for r in conn.execute("select name from sqlite_master where type='table'")}
+
+
+def query(conn: sqlite3.Connection, shown: Path, sql: str) -> list[tuple[Any, ...]]:
+    try:
+        return conn.execute(sql).fetchall()
+    except sqlite3.DatabaseError as exc:
+        raise TraceError(shown, f"cannot read the database ({exc})") from exc
+
+
+def parse(path: Path, root: Path | None = None, fmt: str = FORMAT) -> ParsedRank:
+    """One rank folder of the db export -> canonical tables."""
+    shown = common.shown_path(path, root)
+    db = find_db(path)
+    if db is None:
+        raise TraceError(shown, f"no {common.OUTPUT_DIR}/ascend_pytorch_profiler_*.db")
+    info = common.folder_info(path, root)
+    db_shown = common.shown_path(db, root)
+    warnings: list[str] = []
+    with connect(db, db_shown) as conn:
+        names = tables(conn)
+        strings = (
+            dict(query(conn, db_shown, "select id, value from STRING_IDS")) if "STRING_IDS" in names else {}
+        )
+        device = _rank_info(conn, db_shown, names, info)
+        cols = common.EventColumns()
+        launch = _add_host(conn, db_shown, names, strings, cols)
+        op_connections, op_stream = _add_tasks(conn, db_shown, names, strings, cols, device, launch)
+        ops = _add_ops(conn, db_shown, names, strings, cols, device, op_stream, launch, info)
+        comm_tasks = _comm_tasks(conn, db_shown, names, strings, ops, info.rank, device)
+        kernels = _kernels(conn, db_shown, names, strings, info.rank)
+    del op_connections
+    extra = _analysis(path / common.OUTPUT_DIR / "analysis.db", root, info, warnings)
+    if comm_tasks.num_rows:
+        extra["comm_tasks"] = comm_tasks
+    if kernels.num_rows:
+        extra["kernels"] = kernels
+    table, steps = common.finish(cols, info.rank)
+    return common.parsed_rank(shown, fmt, table, steps, info, device, warnings, extra)
+
+
+def _rank_info(conn: sqlite3.Connection, shown: Path, names: set[str], info: common.FolderInfo) -> int:
+    """Rank, device, host and the parallel layout the database records."""
+    device = 0
+    if "RANK_DEVICE_MAP" in names:
+        rows = query(conn, shown, "select rankId, deviceId from RANK_DEVICE_MAP")
+        if rows:
+            rank, device = rows[0]
+            if info.rank is None and isinstance(rank, int) and rank >= 0:
+                info.rank = rank
+    if "HOST_INFO" in names:
+        rows = query(conn, shown, "select hostName from HOST_INFO")
+        if rows and rows[0][0]:
+            info.host = info.host or str(rows[0][0])
+    if "META_DATA" in names:
+        meta: dict[str, Any] = {}
+        for name, value in query(conn, shown, "select name, value from META_DATA"):
+            if name in ("distributed_args", "parallel_group_info"):
+                try:
+                    meta[name] = json.loads(value)
+                except (TypeError, json.JSONDecodeError):
+                    continue
+        common.apply_metadata(info, meta)
+    return int(device or 0)
+
+
+def _enum(conn: sqlite3.Connection, shown: Path, names: set[str], table: str) -> dict[int, str]:
+    return dict(query(conn, shown, f"select id, name from {table}")) if table in names else {}
+
+
+def _add_host(
+    conn: sqlite3.Connection, shown: Path, names: set[str], strings: dict[int, str], cols: common.EventColumns
+) -> dict[int, int]:
+    """PYTORCH_API (times stored as TEXT) and CANN_API rows; returns connection id -> launch time."""
+    api_type = _enum(conn, shown, names, "ENUM_API_TYPE")
+    if "PYTORCH_API" in names:
+        rows = query(conn, shown, "select startNs, endNs, globalTid, name, type from PYTORCH_API")
+        start, dur, track, kind, cat, name = [], [], [], [], [], []
+        for s, e, tid, n, t in rows:
+            text = strings.get(n, "")
+            s, e = int(s), int(e)
+            start.append(s)
+            dur.append(max(e - s, 0))
+            track.append(int(tid) & 0xFFFFFFFF)
+            name.append(text)
+            kind.append(schema.ANNOTATION if common.STEP_NAME.match(text) else schema.HOST)
+            if t == 50002:  # the task queue: Enqueue / Dequeue@...
+                cat.append("dequeue" if text.startswith("Dequeue") else "enqueue")
+            else:
+                cat.append(_PYTORCH_CATEGORY.get(t) or api_type.get(t, "python"))
+        cols.add(device=-1, track=track, kind=kind, category=cat, name=name, start_ns=start, dur_ns=dur)
+    launch: dict[int, int] = {}
+    if "CANN_API" in names:
+        rows = query(conn, shown, "select startNs, endNs, type, globalTid, connectionId, name from CANN_API")
+        cat = [api_type.get(r[2], "cann") for r in rows]
+        cols.add(
+            device=-1, track=[int(r[3]) & 0xFFFFFFFF for r in rows], kind=schema.HOST, category=cat,
+            name=[strings.get(r[5], "") for r in rows], start_ns=[r[0] for r in rows],
+            dur_ns=[max(r[1] - r[0], 0) for r in rows], correlation=[r[4] for r in rows],
+        )  # fmt: skip
+        launch = {r[4]: r[0] for r in rows if r[4] is not None}
+    return launch
+
+
+def _add_tasks(
+    conn: sqlite3.Connection,
+    shown: Path,
+    names: set[str],
+    strings: dict[int, str],
+    cols: common.EventColumns,
+    device: int,
+    launch: dict[int, int],
+) -> tuple[set[int], dict[int, int]]:
+    """Device tasks, without HCCL ops' tasks and without the wrapper task of a kernel that has a named one."""
+    if "TASK" not in names:
+        return set(), {}
+    has_compute = "COMPUTE_TASK_INFO" in names
+    info_join = "left join COMPUTE_TASK_INFO c on c.globalTaskId = t.globalTaskId" if has_compute else ""
+    info_cols = "c.name, c.taskType" if has_compute else "null, null"
+    rows = query(
+        conn,
+        shown,
+        f"select t.startNs, t.endNs, t.streamId, t.connectionId, t.taskType, {info_cols} from TASK t {info_join}",
+    )
+    op_connections: set[int] = set()
+    if "COMMUNICATION_OP" in names:
+        op_connections = {r[0] for r in query(conn, shown, "select connectionId from COMMUNICATION_OP")}
+    named = {r[3] for r in rows if r[5] is not None}
+    start, dur, track, kind, cat, name, corr, when = [], [], [], [], [], [], [], []
+    op_stream: dict[int, int] = {}
+    for s, e, stream, cid, ttype, cname, ctype in rows:
+        if cid in op_connections:
+            op_stream.setdefault(cid, stream)
+            continue
+        if cname is None and cid in named:
+            continue
+        task_type = strings.get(ctype if ctype is not None else ttype, "")
+        label = strings.get(cname, "") if cname is not None else task_type
+        start.append(s)
+        dur.append(max(e - s, 0))
+        track.append(stream)
+        kind.append(schema.COMPUTE if cname is not None else common.task_kind(task_type, label))
+        cat.append(task_type or "task")
+        name.append(label)
+        corr.append(cid if cid is not None else -1)
+        when.append(launch.get(cid, -1))
+    cols.add(
+        device=device,
+        track=track,
+        kind=kind,
+        category=cat,
+        name=name,
+        start_ns=start,
+        dur_ns=dur,
+        correlation=corr,
+        launch_ns=when,
+    )
+    return op_connections, op_stream
+
+
+def _add_ops(
+    conn: sqlite3.Connection,
+    shown: Path,
+    names: set[str],
+    strings: dict[int, str],
+    cols: common.EventColumns,
+    device: int,
+    op_stream: dict[int, int],
+    launch: dict[int, int],
+    info: common.FolderInfo,
+) -> dict[int, tuple[str, str]]:
+    """HCCL ops (group id = the text export's hash of the group name); returns opId -> (op name, group id)."""
+    if "COMMUNICATION_OP" not in names:
+        return {}
+    dtype = _enum(conn, shown, names, "ENUM_HCCL_DATA_TYPE")
+    rows = query(
+        conn,
+        shown,
+        "select opName, startNs, endNs, connectionId, groupName, opId, dataType, count from COMMUNICATION_OP",
+    )
+    ops: dict[int, tuple[str, str]] = {}
+    start, dur, track, name, corr, when, coll, group, ranks, nbytes = [], [], [], [], [], [], [], [], [], []
+    for op, s, e, cid, gname, op_id, dt, count in rows:
+        text = strings.get(op, "")
+        gid = common.group_hash(strings.get(gname, str(gname)))
+        ops[op_id] = (text, gid)
+        start.append(s)
+        dur.append(max(e - s, 0))
+        track.append(op_stream.get(cid, -1))
+        name.append(text)
+        corr.append(cid if cid is not None else -1)
+        when.append(launch.get(cid, -1))
+        coll.append(collective_from_kernel_name(text))
+        group.append(gid)
+        ranks.append(",".join(map(str, info.groups[gid].ranks)) if gid in info.groups else None)
+        nbytes.append(common.collective_bytes(count, dtype.get(dt)))
+    cols.add(
+        device=device, track=track, kind=schema.COMMUNICATION, category="hccl_op", name=name, start_ns=start,
+        dur_ns=dur, correlation=corr, launch_ns=when, collective=coll, group=group, group_ranks=ranks, bytes=nbytes,
+    )  # fmt: skip
+    return ops
+
+
+def _comm_tasks(
+    conn: sqlite3.Connection,
+    shown: Path,
+    names: set[str],
+    strings: dict[int, str],
+    ops: dict[int, tuple[str, str]],
+    rank: int | None,
+    device: int,
+) -> pa.Table:
+    out: dict[str, list[Any]] = {f.name: [] for f in common.EXTRA_SCHEMAS["comm_tasks"]}
+    if "COMMUNICATION_TASK_INFO" not in names or "TASK" not in names:
+        return common.extra_table("comm_tasks", out)
+    transport = _enum(conn, shown, names, "ENUM_HCCL_TRANSPORT_TYPE")
+    link = _enum(conn, shown, names, "ENUM_HCCL_LINK_TYPE")
+    rows = query(
+        conn,
+        shown,
+        "select i.opId, i.planeId, i.name, t.startNs, t.endNs, i.srcRank, i.dstRank, i.transportType, i.linkType,"
+        " i.size from COMMUNICATION_TASK_INFO i join TASK t on t.globalTaskId = i.globalTaskId order by t.startNs",
+    )
+    for op_id, plane, n, s, e, src, dst, tr, lk, size in rows:
+        op_name, gid = ops.get(op_id, (None, None))
+        d = max(e - s, 0)
+        row = {
+            "rank": -1 if rank is None else rank, "device": device, "group": gid, "op_name": op_name, "plane": plane,
+            "name": strings.get(n, ""), "start_ns": s, "dur_ns": d, "src_rank": _rank(src), "dst_rank": _rank(dst),
+            "transport": transport.get(tr), "link_type": link.get(lk), "bytes": size,
+            "bandwidth_gbps": size / d if size and d else 0.0,
+        }  # fmt: skip
+        for col in out:
+            out[col].append(row[col])
+    return common.extra_table("comm_tasks", out)
+
+
+_KERNEL_INFO = (
+    "name", "opType", "taskType", "waitNs", "blockDim", "inputShapes", "inputDataTypes", "outputShapes", "outputDataTypes",
+)  # fmt: skip
+
+
+def columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    """The columns a table has in this schema version (they come and go between torch_npu releases)."""
+    return {r[1] for r in conn.execute(f"pragma table_info({table})")}
+
+
+def _rank(value: Any) -> int | None:
+    return value if isinstance(value, int) and 0 <= value < common.NO_RANK else None
+
+
+def _kernels(
+    conn: sqlite3.Connection, shown: Path, names: set[str], strings: dict[int, str], rank: int | None
+) -> pa.Table:
+    """COMPUTE_TASK_INFO joined to TASK: the db's kernel_details."""
+    out: dict[str, list[Any]] = {f.name: [] for f in common.EXTRA_SCHEMAS["kernels"]}
+    if "COMPUTE_TASK_INFO" not in names or "TASK" not in names:
+        return common.extra_table("kernels", out)
+    have = columns(conn, "COMPUTE_TASK_INFO")
+    picked = ", ".join(f"c.{c}" if c in have else "null" for c in _KERNEL_INFO)
+    rows = query(
+        conn,
+        shown,
+        f"select t.streamId, t.taskId, t.startNs, t.endNs, {picked}"
+        " from COMPUTE_TASK_INFO c join TASK t on t.globalTaskId = c.globalTaskId order by t.startNs",
+    )
+    for stream, task, s, e, n, op, core, wait, block, ish, idt, osh, odt in rows:
+        row = {
+            "rank": -1 if rank is None else rank, "stream": stream, "task_id": task, "name": strings.get(n),
+            "op_type": strings.get(op), "accelerator_core": strings.get(core), "start_ns": s, "dur_ns": e - s,
+            "wait_ns": wait, "block_dim": block, "input_shapes": strings.get(ish), "input_dtypes": strings.get(idt),
+            "output_shapes": strings.get(osh), "output_dtypes": strings.get(odt),
+        }  # fmt: skip
+        for col in out:
+            out[col].append(row.get(col))
+    return common.extra_table("kernels", out)
+
+
+def _analysis(
+    path: Path, root: Path | None, info: common.FolderInfo, warnings: list[str]
+) -> dict[str, pa.Table]:
+    """analysis.db: the producer's step breakdown and communication analysis (times in ms / us there)."""
+    extra: dict[str, pa.Table] = {}
+    if not path.is_file():
+        warnings.append(common.level0_note(info.level))
+        return extra
+    shown = common.shown_path(path, root)
+    rank = -1 if info.rank is None else info.rank
+    try:
+        with connect(path, shown) as conn:
+            names = tables(conn)
+            if "StepTraceTime" in names:
+                extra["step_trace"] = _step_trace(conn, shown, rank)
+            if "CommAnalyzerTime" in names:
+                extra["comm_ops"] = _comm_ops(conn, shown, rank)
+            if "CommAnalyzerBandwidth" in names:
+                extra["comm_bandwidth"] = _bandwidth(conn, shown, rank)
+            if "CommAnalyzerMatrix" in names:
+                extra["links"] = _links(conn, shown, rank, info)
+    except TraceError as exc:
+        warnings.append(str(exc))
+    if "comm_ops" not in extra:
+        warnings.append(common.level0_note(info.level))
+    return extra
+
+
+def _step_trace(conn: sqlite3.Connection, shown: Path, rank: int) -> pa.Table:
+    cols = list(common.STEP_TRACE_COLUMNS.values())
+    sql_cols = ", ".join(c.removesuffix("_ns").replace("_exclude_", "_and_exclude_") for c in cols)
+    out: dict[str, list[Any]] = {"rank": [], "step": [], **{c: [] for c in cols}}
+    for row in query(conn, shown, f"select step, {sql_cols} from StepTraceTime"):
+        out["rank"].append(rank)
+        out["step"].append(common.step_number(row[0]))
+        for col, value in zip(cols, row[1:], strict=True):
+            out[col].append(common.us_to_ns_value(value))
+    return common.extra_table("step_trace", out)
+
+
+def _comm_ops(conn: sqlite3.Connection, shown: Path, rank: int) -> pa.Table:
+    out: dict[str, list[Any]] = {f.name: [] for f in common.EXTRA_SCHEMAS["comm_ops"]}
+    sql = (
+        "select hccl_op_name, group_name, start_timestamp, elapse_time, transit_time, wait_time, synchronization_time,"
+        " idle_time, step, type from CommAnalyzerTime"
+    )
+    for op, group, start, *times, step, kind in query(conn, shown, sql):
+        if str(op).startswith("Total Op Info"):
+            continue
+        elapse, transit, wait, sync, idle = (common.ms_to_ns(t) for t in times)
+        row = {
+            "rank": rank, "step": common.step_number(step), "op_name": op, "group": str(group), "p2p": kind == "p2p",
+            "start_ns": common.us_to_ns_value(start), "elapse_ns": elapse, "transit_ns": transit, "wait_ns": wait,
+            "synchronization_ns": sync, "idle_ns": idle, "wait_ratio": _ratio(wait, transit),
+            "synchronization_ratio": _ratio(sync, transit),
+        }  # fmt: skip
+        for col in out:
+            out[col].append(row[col])
+    return common.extra_table("comm_ops", out)
+
+
+def _ratio(part: int | None, transit: int | None) -> float | None:
+    """Wait (or synchronization) / (itself + transit), 4 dp, as communication.json writes it."""
+    if part is None or transit is None or part + transit == 0:
+        return 0.0 if part is not None and transit is not None else None
+    return round(part / (part + transit), 4)
+
+
+def _bandwidth(conn: sqlite3.Connection, shown: Path, rank: int) -> pa.Table:
+    """One row per (op, link type): the table repeats the totals once per packet size."""
+    out: dict[str, list[Any]] = {f.name: [] for f in common.EXTRA_SCHEMAS["comm_bandwidth"]}
+    sql = (
+        "select hccl_op_name, group_name, transport_type, transit_size, transit_time, bandwidth, large_packet_ratio,"
+        " step from CommAnalyzerBandwidth"
+    )
+    seen: set[tuple[Any, ...]] = set()
+    for op, group, link, size, ttime, bw, large, step in query(conn, shown, sql):
+        key = (op, group, link, step)
+        if key in seen or not size or str(op).startswith("Total Op Info"):
+            continue
+        seen.add(key)
+        row = {
+            "rank": rank, "step": common.step_number(step), "op_name": op, "group": str(group), "link_type": link,
+            "transit_bytes": round(float(size) * 1e6), "transit_ns": common.ms_to_ns(ttime), "bandwidth_gbps": bw,
+            "large_packet_ratio": large,
+        }  # fmt: skip
+        for col in out:
+            out[col].append(row[col])
+    return common.extra_table("comm_bandwidth", out)
+
+
+def _links(conn: sqlite3.Connection, shown: Path, rank: int, info: common.FolderInfo) -> pa.Table:
+    out: dict[str, list[Any]] = {f.name: [] for f in common.EXTRA_SCHEMAS["links"]}
+    sql = (
+        "select hccl_op_name, group_name, src_rank, dst_rank, transport_type, transit_size, transit_time, bandwidth,"
+        " step, op_name from CommAnalyzerMatrix"
+    )
+    for head, group, src, dst, transport, size, ttime, bw, step, op_name in query(conn, shown, sql):
+        op_type, _, instance = str(head).rpartition("-")
+        g = info.groups.get(str(group))
+        s, d = int(src), int(dst)
+        info.group_sizes[str(group)] = max(info.group_sizes.get(str(group), 0), s + 1, d + 1)
+        row = {
+            "rank": rank, "step": common.step_number(step), "group": str(group), "op_type": op_type or head,
+            "instance": instance, "op_name": op_name, "src_rank": s, "dst_rank": d,
+            "src_global": common.global_rank(g, s), "dst_global": common.global_rank(g, d), "transport": transport,
+            "bytes": round(float(size or 0) * 1e6), "transit_ns": common.ms_to_ns(ttime), "bandwidth_gbps": bw,
+        }  # fmt: skip
+        for col in out:
+            out[col].append(row[col])
+    return common.extra_table("links", out)

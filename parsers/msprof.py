@@ -1,0 +1,112 @@
+"""CANN msprof output folders ``PROF_{seq}_{timestamp}_{random}/`` (command-line msprof, offline inference, TF):
+``mindstudio_profiler_output/msprof_*.json`` (the trace_view process model without the Python layer, possibly
+sliced as ``msprof_slice_{i}_*.json``), ``op_summary_*.csv`` (kernels) and ``step_trace_*.csv`` (iterations).
+
+Built from the format notes (../shared/formats/ascend.md section 3); no real msprof sample is shared, so the tests
+use a folder made from a real torch_npu trace_view with its Python process removed. The old per-device layout
+(CANN <= 6.3, ``device_{id}/timeline/*.json``) is not read.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pyarrow as pa
+
+from paradiag.parsers import ascend_common as common
+from paradiag.parsers import ascend_text as text
+from paradiag.parsers.base import ParsedRank, TraceError
+
+FORMAT = "msprof"
+OUTPUT = "mindstudio_profiler_output"
+_OP_SUMMARY = {
+    "Op Name": "Name", "OP Type": "Type", "Task Type": "Accelerator Core", "Task Start Time(us)": "Start Time(us)",
+    "Task Duration(us)": "Duration(us)", "Task Wait Time(us)": "Wait Time(us)",
+}  # fmt: skip
+
+
+def detect(path: Path) -> bool:
+    """A ``PROF_*`` folder with msprof's exported output, not the raw data inside a torch_npu/MindSpore folder."""
+    if not (path.is_dir() and path.name.startswith("PROF_")):
+        return False
+    if path.parent.name.endswith(("_ascend_pt", "_ascend_ms")):
+        return False
+    return (path / OUTPUT).is_dir()
+
+
+def trace_files(output: Path) -> list[Path]:
+    return sorted(
+        p for p in output.glob("msprof_*.json") if re.match(r"msprof_(slice_\d+_)?\d+\.json$", p.name)
+    )
+
+
+def parse(path: Path, root: Path | None = None) -> ParsedRank:
+    shown = common.shown_path(path, root)
+    output = path / OUTPUT
+    files = trace_files(output)
+    if not files:
+        raise TraceError(shown / OUTPUT, "no msprof_*.json timeline")
+    events: list[text.Event] = []
+    for f in files:  # slices share one process/thread naming; their events concatenate
+        events.extend(text.decode_trace(f, common.shown_path(f, root)))
+    info = common.FolderInfo(rank_from="assigned")
+    layout = text.Layout(events)
+    device = layout.device if layout.device is not None else _device_from_folders(path)
+    cols, plane_rows, warnings = text.read_events(events, device or 0)
+    del events
+    extra = _tables(output, shown / OUTPUT, warnings)
+    if plane_rows:
+        extra["comm_tasks"] = text.comm_tasks_table(plane_rows, -1, device or 0, {})
+    spans = _iterations(output, shown / OUTPUT, warnings)
+    table, steps = common.finish(cols, None, spans)
+    warnings.append("msprof output names no rank: rank assigned by discovery order")
+    info.run_id = path.name
+    parsed = common.parsed_rank(shown, FORMAT, table, steps, info, device, warnings, extra)
+    parsed.warnings = [w for w in parsed.warnings if "profiler_info" not in w]
+    return parsed
+
+
+def _device_from_folders(path: Path) -> int | None:
+    found = sorted(
+        int(m.group(1)) for d in path.glob("device_*") if (m := re.match(r"device_(\d+)$", d.name))
+    )
+    return found[0] if found else None
+
+
+def _first(output: Path, pattern: str) -> Path | None:
+    found = sorted(output.glob(pattern))
+    return found[0] if found else None
+
+
+def _tables(output: Path, shown: Path, warnings: list[str]) -> dict[str, pa.Table]:
+    extra: dict[str, pa.Table] = {}
+    summary = _first(output, "op_summary_*.csv")
+    if summary is not None:
+        rows = text.read_csv(summary, shown / summary.name, warnings)
+        renamed = [{_OP_SUMMARY.get(k, k): v for k, v in row.items()} for row in rows]
+        if renamed:
+            extra["kernels"] = text.kernels_table(renamed, -1)
+    stats = _first(output, "op_statistic_*.csv")
+    if stats is not None:
+        rows = text.read_csv(stats, shown / stats.name, warnings)
+        if rows:
+            extra["op_statistic"] = text.op_statistic_table(rows, -1)
+    return extra
+
+
+def _iterations(output: Path, shown: Path, warnings: list[str]) -> list[tuple[int, int, int]]:
+    """Step spans from step_trace_*.csv: an iteration ends at ``Iteration End`` and lasts ``Iteration Time``."""
+    path = _first(output, "step_trace_*.csv")
+    if path is None:
+        return []
+    spans = []
+    for row in text.read_csv(path, shown / path.name, warnings):
+        step, end, length = (
+            row.get("Iteration ID"),
+            text.us_text_ns(row.get("Iteration End(us)")),
+            text.num(row.get("Iteration Time(us)")),
+        )
+        if step and step.isdigit() and end is not None and length is not None:
+            spans.append((int(step), end - round(length * 1000), end))
+    return spans
