@@ -14,11 +14,12 @@ if TYPE_CHECKING:
     from paradiag.dataset import Job
 
 
-def open(path: Any, **options: Any) -> Job:  # noqa: A001 - the public entry point is named like the builtin
-    """Open a trace folder, a single trace file or a paradiag cache; parse (and cache) only what changed."""
+def open(path: Any, cache_dir: Any = None, **options: Any) -> Job:
+    """Open a trace folder, a single trace file or a paradiag cache folder; parse and cache when the cache
+    is missing or stale. Options: ``strict``, ``workers``, ``refresh``, ``progress`` (see ``open_job``)."""
     from paradiag.dataset import open_job
 
-    return open_job(path, **options)
+    return open_job(path, cache_dir, **options)
 
 
 __all__ = ["__version__", "open"]

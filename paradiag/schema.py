@@ -9,7 +9,8 @@ A distributed training job is four Arrow tables:
   launched in it.
 * ``groups``: one row per communication group (process group / HCCL group): its id and member ranks.
 
-Columns are narrow integers and dictionary-encoded strings so that an event costs about 60 bytes in memory.
+Columns are narrow integers and dictionary-encoded strings so that an event costs under 64 bytes in memory
+(HTA's DataFrame: about 200).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ DICT32 = pa.dictionary(pa.int32(), pa.string())
 EVENTS = pa.schema(
     [
         pa.field("rank", pa.int32(), nullable=False),
-        pa.field("device", pa.int16(), nullable=False),  # device index on its host; -1 for host events
+        pa.field("device", pa.int8(), nullable=False),  # device index on its host (0..127); -1 for host events
         pa.field("track", pa.int32(), nullable=False),  # stream id on the device, thread id on the host
         pa.field("kind", DICT8, nullable=False),
         pa.field("category", DICT8, nullable=False),  # the source's own category (kernel, cpu_op, ...)
@@ -73,7 +74,7 @@ EVENTS = pa.schema(
         pa.field("group_ranks", DICT16),  # the group's global ranks, "0,1,2,3"
         pa.field("peer", pa.int32()),  # the other rank of a send/recv
         pa.field("bytes", pa.int64()),  # payload of this rank's part of the collective / copy
-        pa.field("seq", pa.int32()),  # per (group[, peer]) order on this rank: matches instances across ranks
+        pa.field("seq", pa.int16()),  # per (group[, peer], step) order on this rank: matches instances across ranks
     ],
     metadata={"paradiag.schema_version": str(SCHEMA_VERSION), "paradiag.table": "events"},
 )

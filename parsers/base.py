@@ -216,4 +216,4 @@ def sequence_numbers(events: pa.Table) -> pa.Array:
             key = (group[j], peer[j] if coll[j] in schema.P2P_COLLECTIVES else None, int(step[idx[j]]))
             counters[key] = counters.get(key, -1) + 1
             seq[idx[j]] = counters[key]
-    return pa.array(seq, type=pa.int32(), mask=seq < 0)
+    return pa.array(np.minimum(seq, 2**15 - 1), type=pa.int16(), mask=seq < 0)

@@ -11,8 +11,8 @@ import gzip
 import re
 import zlib
 from collections import Counter
-from pathlib import Path
 from operator import attrgetter
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -90,11 +90,11 @@ class DistributedInfo(msgspec.Struct, gc=False):
 
 
 class Trace(msgspec.Struct, gc=False):
-    traceEvents: list[Event] | None = None  # noqa: N815 (the format's own key)
-    distributedInfo: DistributedInfo | None = None  # noqa: N815
-    baseTimeNanoseconds: int | None = None  # noqa: N815
+    traceEvents: list[Event] | None = None
+    distributedInfo: DistributedInfo | None = None
+    baseTimeNanoseconds: int | None = None
     host_name: str | None = None
-    deviceProperties: list[Any] | None = None  # noqa: N815
+    deviceProperties: list[Any] | None = None
 
 
 # Loose variants: a trace whose args have unexpected types (a string stream id, a float correlation) still
@@ -126,15 +126,15 @@ class LooseEvent(msgspec.Struct, gc=False):
     tid: Any = None
     ts: Any = None
     dur: Any = None
-    args: LooseArgs | Any = None
+    args: LooseArgs | None = None
 
 
 class LooseTrace(msgspec.Struct, gc=False):
-    traceEvents: Any = None  # noqa: N815
-    distributedInfo: Any = None  # noqa: N815
-    baseTimeNanoseconds: Any = None  # noqa: N815
+    traceEvents: list[LooseEvent] | None = None
+    distributedInfo: Any = None
+    baseTimeNanoseconds: Any = None
     host_name: Any = None
-    deviceProperties: Any = None  # noqa: N815
+    deviceProperties: Any = None
 
 
 _DECODER = msgspec.json.Decoder(Trace)
@@ -198,7 +198,7 @@ EPOCH_US_THRESHOLD = 1e14  # timestamps below this (about 1973 in epoch microsec
 def detect(path: Path) -> bool:
     """Whether ``path`` looks like a Kineto trace file (by name; the content is checked when parsed)."""
     name = path.name
-    return path.is_file() and (name.endswith(".json") or name.endswith(".json.gz"))
+    return path.is_file() and (name.endswith((".json", ".json.gz")))
 
 
 def read_bytes(path: Path) -> bytes:
@@ -235,7 +235,7 @@ def decode(path: Path, data: bytes) -> tuple[Trace | LooseTrace, list[str]]:
     try:
         return _LOOSE_DECODER.decode(data), warnings
     except msgspec.ValidationError as exc:
-        raise TraceError(path, f"not a PyTorch profiler trace: the top level is not a JSON object ({exc})") from exc
+        raise TraceError(path, f"not a PyTorch profiler trace ({exc})") from exc
     except msgspec.DecodeError as exc:  # pragma: no cover - the strict decoder saw the same text
         raise TraceError(path, f"invalid JSON ({exc})") from exc
 
@@ -290,9 +290,9 @@ def parse(path: Path, root: Path | None = None) -> ParsedRank:
     if strict:
         events: list[Any] = raw_events
     else:
-        events = [e for e in raw_events if isinstance(e, LooseEvent)]
+        events = raw_events
         for e in events:
-            if not isinstance(e.args, LooseArgs):
+            if e.args is None:
                 e.args = LooseArgs()
 
     complete = [e for e in events if e.ph == "X" and e.cat not in _SKIPPED_CATEGORIES]
@@ -370,7 +370,7 @@ def _events_table(complete: list[Any], trace: Trace | LooseTrace) -> tuple[pa.Ta
     tid_int = _int_column(tid).to_numpy(zero_copy_only=False)
     stream_arg = _int_column(list(map(_get_stream, args))).to_numpy(zero_copy_only=False)
     device = np.where(on_device, np.where(np.isnan(device_arg), pid_int, device_arg), -1)
-    device = np.nan_to_num(device, nan=0).astype(np.int64)
+    device = np.clip(np.nan_to_num(device, nan=0), -1, 127).astype(np.int64)
     track = np.where(on_device & ~np.isnan(stream_arg), stream_arg, tid_int)
     track = np.nan_to_num(track, nan=-1).astype(np.int64)
 
@@ -451,7 +451,7 @@ def _communication(
 
     host_meta: dict[int, int] = {}
     param_code = names.index("record_param_comms") if "record_param_comms" in names else -1
-    for i in np.flatnonzero((name_codes == param_code) & ~on_device):
+    for i in np.flatnonzero((name_codes == param_code) & ~on_device).tolist():
         args = complete[i].args
         ext = _int_or_none(args.external_id)
         if ext is not None:
@@ -461,7 +461,7 @@ def _communication(
     comm_name = np.array([bool(_COMM_KERNEL.match(v)) for v in names], dtype=bool)
     with_collective_arg = np.array([a.collective is not None for a in map(_get_args, complete)], dtype=bool)
     comm_kernel = np.flatnonzero(on_device & (comm_name[name_codes] | with_collective_arg))
-    for i in comm_kernel:
+    for i in comm_kernel.tolist():
         kinds[i] = schema.COMMUNICATION
         args = complete[i].args
         if not args.collective:

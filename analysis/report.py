@@ -1,0 +1,107 @@
+"""The ``paradiag.report/1`` document: the stable machine interface of ``paradiag analyze --json``.
+
+Documented in docs/report.md; the snapshot and CI gating read it. Fields are only ever added.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from paradiag.analysis.breakdown import rank_breakdown, rank_steps, step_breakdowns
+
+if TYPE_CHECKING:
+    from paradiag.dataset import Job
+
+REPORT_SCHEMA = "paradiag.report/1"
+
+
+def job_facts(job: Job) -> dict[str, Any]:
+    ranks = job.ranks
+    world = [w for w in ranks.column("world_size").to_pylist() if w is not None]
+    device_types = sorted(set(ranks.column("device_type").cast(pa.string()).to_pylist()))
+    steps = sorted(set(job.steps.column("step").to_pylist()))
+    layout = {axis: _single(ranks.column(axis).to_pylist()) for axis in ("dp", "tp", "pp", "ep")}
+    return {
+        "source": job.source,
+        "content_hash": job.content_hash,
+        "ranks": job.rank_ids,
+        "num_ranks": ranks.num_rows,
+        "world_size": max(world) if world else ranks.num_rows,
+        "device_type": device_types[0] if len(device_types) == 1 else "mixed",
+        "device_types": device_types,
+        "formats": job.formats(),
+        "parallel_layout": {**layout, "found_by": "metadata" if any(v is not None for v in layout.values()) else None},
+        "steps": steps,
+        "num_events": int(sum(ranks.column("num_events").to_pylist())),
+        "clock_alignment": {
+            "instances": job.manifest.get("alignment", {}).get("instances", 0),
+            "offsets_ns": dict(zip(map(str, job.rank_ids), ranks.column("clock_offset_ns").to_pylist(), strict=True)),
+            "uncertainty_ns": dict(zip(map(str, job.rank_ids), ranks.column("clock_uncertainty_ns").to_pylist(), strict=True)),
+        },
+        "problems": [p.__dict__ for p in job.problems],
+    }
+
+
+def _single(values: list[Any]) -> Any:
+    present = {v for v in values if v is not None}
+    return present.pop() if len(present) == 1 else None
+
+
+def rank_entries(job: Job) -> list[dict[str, Any]]:
+    """Per rank: identity, the breakdown over all profiled steps, and per-step figures."""
+    out = []
+    for row in job.ranks.to_pylist():
+        rank = row["rank"]
+        events = job.events(ranks=[rank])
+        steps = rank_steps(job.steps, rank)
+        step_ids = steps.column("step").to_pylist()
+        total = rank_breakdown(events, step_ids)
+        per_step = step_breakdowns(events, steps)
+        times = [s["step_time_ns"] for s in per_step]
+        out.append(
+            {
+                "rank": rank,
+                "host": row["host"],
+                "device": row["device"],
+                "device_type": row["device_type"],
+                "format": row["format"],
+                "source": row["source"],
+                "num_events": row["num_events"],
+                "breakdown": total.as_dict() if total else None,
+                "step_time_ns": {"median": statistics.median(times), "max": max(times), "min": min(times)} if times else None,
+                "steps": per_step,
+            }
+        )
+    return out
+
+
+def build_report(job: Job) -> dict[str, Any]:
+    ranks = rank_entries(job)
+    return {
+        "schema": REPORT_SCHEMA,
+        "job": job_facts(job),
+        "ranks": ranks,
+        "findings": [],
+        "metrics": job_metrics(ranks),
+    }
+
+
+def job_metrics(ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    """Job-level summary over the ranks with device work."""
+    with_device = [r for r in ranks if r["breakdown"]]
+    step_medians = [r["step_time_ns"]["median"] for r in ranks if r["step_time_ns"]]
+    metrics: dict[str, Any] = {
+        "step_time_ns": {
+            "median": statistics.median(step_medians) if step_medians else None,
+            "max_rank_median": max(step_medians) if step_medians else None,
+        }
+    }
+    for key in ("compute_pct", "comm_exposed_pct", "memory_exposed_pct", "sync_exposed_pct", "idle_pct"):
+        values = [r["breakdown"][key] for r in with_device]
+        metrics[key] = {"mean": round(statistics.fmean(values), 3), "min": min(values), "max": max(values)} if values else None
+    overlaps = [r["breakdown"]["overlap_ratio"] for r in with_device if r["breakdown"]["overlap_ratio"] is not None]
+    metrics["overlap_ratio"] = round(statistics.fmean(overlaps), 4) if overlaps else None
+    return metrics

@@ -1,0 +1,1 @@
+"""Static files served by the dashboard (CSS, JS); data files, not code."""

@@ -1,0 +1,204 @@
+"""``paradiag info``, ``paradiag ingest`` and ``paradiag analyze``."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from paradiag.dataset import Job, JobError, ProgressCallback, open_job
+
+# Wide enough for the tables when the output is a file or a pipe (rich would assume 80 columns).
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+out = Console(width=None if sys.stdout.isatty() else 160)
+
+path_argument = click.argument("path", type=click.Path(exists=True, path_type=Path))
+cache_option = click.option(
+    "-o",
+    "--cache",
+    "cache",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Cache folder (default: $PARADIAG_CACHE_DIR or ~/.cache/paradiag/<folder>-<hash>; never inside PATH).",
+)
+strict_option = click.option("--strict", is_flag=True, help="Fail on any problem with any source instead of skipping it.")
+workers_option = click.option("--workers", type=click.IntRange(1), default=None, help="Parser processes (default: one per core).")
+
+
+@contextmanager
+def _progress(enabled: bool) -> Iterator[ProgressCallback | None]:
+    if not enabled:
+        yield None
+        return
+    with Progress(
+        TextColumn("parsing"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("", total=None)
+
+        def update(done: int, total: int, source: str) -> None:
+            bar.update(task, completed=done, total=total, description=source)
+
+        yield update
+
+
+def _open(path: Path, cache: Path | None, strict: bool, workers: int | None, refresh: bool = False) -> Job:
+    try:
+        with _progress(sys.stderr.isatty()) as progress:
+            return open_job(path, cache, strict=strict, workers=workers, refresh=refresh, progress=progress)
+    except JobError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _print_problems(job: Job) -> None:
+    for p in job.problems:
+        colour = "red" if p.severity == "error" else "yellow"
+        err.print(f"[{colour}]{p.severity}[/]: {p.source}: {p.message}", highlight=False, soft_wrap=True)
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
+
+
+@click.command()
+@path_argument
+@cache_option
+@strict_option
+@workers_option
+def ingest(path: Path, cache: Path | None, strict: bool, workers: int | None) -> None:
+    """Parse every trace under PATH and write the Parquet cache (rebuilt even when current)."""
+    t0 = time.perf_counter()
+    job = _open(path, cache, strict, workers, refresh=True)
+    elapsed = time.perf_counter() - t0
+    size = sum(f["size"] for f in job.manifest["files"])
+    events = sum(job.ranks.column("num_events").to_pylist())
+    _print_problems(job)
+    out.print(
+        f"{job.ranks.num_rows} ranks, {events:,} events from {_size(size)} in {elapsed:.2f} s "
+        f"({size / 1e6 / elapsed:.0f} MB/s) -> {job.cache_dir}",
+        highlight=False,
+    )
+
+
+@click.command()
+@path_argument
+@cache_option
+@strict_option
+@workers_option
+@click.option("--json", "as_json", is_flag=True, help="Print what was found as JSON.")
+def info(path: Path, cache: Path | None, strict: bool, workers: int | None, as_json: bool) -> None:
+    """What PATH holds: ranks, formats, sizes, steps, and every problem found (parses and caches if needed)."""
+    job = _open(path, cache, strict, workers)
+    sizes = {f["path"]: f["size"] for f in job.manifest["files"]}
+    rows = []
+    for s in job.manifest["sources"]:
+        size = sum(v for k, v in sizes.items() if k == s["source"] or k.startswith(s["source"].rstrip("/") + "/"))
+        steps = job.steps.filter(job.steps.column("rank").to_numpy() == s["rank"]).column("step").to_pylist()
+        rows.append({**s, "size": size, "steps": steps})
+    ranks = {r["rank"]: r for r in job.ranks.to_pylist()}
+    if as_json:
+        doc = {
+            "source": job.source,
+            "cache": str(job.cache_dir),
+            "ranks": [{**ranks[r["rank"]], **r} for r in rows],
+            "problems": [p.__dict__ for p in job.problems],
+        }
+        out.print_json(json.dumps(doc, default=str))
+        return
+    table = Table(title=f"{job.source}: {len(rows)} ranks", title_justify="left")
+    for col in ("rank", "source", "format", "device", "events", "size", "steps", "clock offset"):
+        table.add_column(col, justify="right" if col in ("rank", "events", "size", "clock offset") else "left")
+    for r in rows:
+        meta = ranks[r["rank"]]
+        device = meta["device_type"] + (f" {meta['device']}" if meta["device"] is not None else "")
+        steps = f"{r['steps'][0]}..{r['steps'][-1]} ({len(r['steps'])})" if r["steps"] else "-"
+        offset = f"{meta['clock_offset_ns'] / 1e3:+.1f} us"
+        table.add_row(str(r["rank"]), r["source"], r["format"], device, f"{r['num_events']:,}", _size(r["size"]), steps, offset)
+    out.print(table)
+    _print_problems(job)
+
+
+@click.command()
+@path_argument
+@cache_option
+@strict_option
+@workers_option
+@click.option("--json", "as_json", is_flag=True, help="Print the paradiag.report/1 JSON document.")
+@click.option("-w", "--write", "write", type=click.Path(path_type=Path), default=None, help="Also write the JSON report to this file.")
+def analyze(path: Path, cache: Path | None, strict: bool, workers: int | None, as_json: bool, write: Path | None) -> None:
+    """Per-rank time breakdown over the profiled steps, step times and the job summary."""
+    from paradiag.analysis.report import build_report
+
+    job = _open(path, cache, strict, workers)
+    report = build_report(job)
+    text = json.dumps(report, indent=1, default=_json_default)
+    if write is not None:
+        write.write_text(text)
+    if as_json:
+        click.echo(text)
+        return
+    _print_problems(job)
+    _print_report(report)
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")
+
+
+def _ms(ns: float | None) -> str:
+    return "-" if ns is None else f"{ns / 1e6:.2f}"
+
+
+def _print_report(report: dict[str, Any]) -> None:
+    job = report["job"]
+    layout = job["parallel_layout"]
+    layout_text = " x ".join(f"{k}{v}" for k, v in layout.items() if k != "found_by" and v) or "unknown"
+    out.print(
+        f"[bold]{job['source']}[/]: {job['num_ranks']} ranks of {job['world_size']}, {job['device_type']}, "
+        f"formats {', '.join(job['formats'])}, layout {layout_text}, steps {job['steps'][:1]}..{job['steps'][-1:]}",
+        highlight=False,
+    )
+    table = Table(title="Time breakdown over the profiled steps (% of the device window)", title_justify="left")
+    for col in ("rank", "window ms", "compute", "comm exposed", "comm overlapped", "memory", "sync", "idle", "step ms (median)"):
+        table.add_column(col, justify="right")
+    for r in report["ranks"]:
+        b = r["breakdown"]
+        step = r["step_time_ns"]["median"] if r["step_time_ns"] else None
+        if b is None:
+            table.add_row(str(r["rank"]), "-", "-", "-", "-", "-", "-", "-", _ms(step))
+            continue
+        overlapped = 100 * b["comm_overlapped_ns"] / b["window_ns"] if b["window_ns"] else 0
+        table.add_row(
+            str(r["rank"]),
+            _ms(b["window_ns"]),
+            f"{b['compute_pct']:.1f}%",
+            f"{b['comm_exposed_pct']:.1f}%",
+            f"{overlapped:.1f}%",
+            f"{b['memory_exposed_pct']:.1f}%",
+            f"{b['sync_exposed_pct']:.1f}%",
+            f"{b['idle_pct']:.1f}%",
+            _ms(step),
+        )
+    out.print(table)
+    m = report["metrics"]
+    out.print(f"median step time {_ms(m['step_time_ns']['median'])} ms; findings: {len(report['findings'])}", highlight=False)

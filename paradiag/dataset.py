@@ -1,0 +1,477 @@
+"""A job: the canonical tables of a trace folder, parsed once and cached as Parquet.
+
+Cache layout (one folder per job)::
+
+    manifest.json             written last: source files (size, mtime, hash), versions, sources, problems
+    ranks.parquet             one row per rank, with the clock offset applied on load
+    steps.parquet             per rank and step, on the aligned clock
+    groups.parquet            communication groups
+    events/part-NNNNN.parquet one file per rank, rows sorted by start time (rank's own clock)
+    extra/<table>/part-NNNNN.parquet   format-specific tables (e.g. NPU link traffic)
+
+A cache is built in a temporary sibling folder and renamed into place, so a killed ingest never leaves a
+folder that opens as a valid cache. Nothing is ever written inside the source folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import xxhash
+
+from paradiag import __version__, align, schema
+from paradiag.discover import Source, SourceResult, discover, group_table, parse_source
+from paradiag.parsers.base import ParsedRank
+
+CACHE_FORMAT = "paradiag.cache/1"
+PARSER_VERSION = 1  # bump when a parser changes what it writes: every cache is then rebuilt
+MANIFEST = "manifest.json"
+IN_PROCESS_BYTES = 16 * 1024 * 1024  # below this much input, parsing in worker processes costs more than it saves
+
+
+class JobError(Exception):
+    """A job that cannot be opened at all (no readable trace, or --strict and a problem)."""
+
+
+@dataclass
+class Problem:
+    """Something wrong with one source: ``error`` means it was skipped, ``warning`` that it loaded anyway."""
+
+    source: str
+    severity: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.severity}: {self.source}: {self.message}"
+
+
+def default_cache_root() -> Path:
+    env = os.environ.get("PARADIAG_CACHE_DIR")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "paradiag"
+
+
+def cache_dir_for(source: Path, cache_root: Path | None = None) -> Path:
+    """Where the cache of a source folder lives by default: outside the folder, keyed by its absolute path."""
+    resolved = source.resolve()
+    digest = hashlib.sha256(str(resolved).encode()).hexdigest()[:16]
+    return (cache_root or default_cache_root()) / f"{resolved.name}-{digest}"
+
+
+def is_cache(path: Path) -> bool:
+    manifest = path / MANIFEST
+    if not manifest.is_file():
+        return False
+    try:
+        return json.loads(manifest.read_text()).get("format") == CACHE_FORMAT
+    except (OSError, ValueError):
+        return False
+
+
+def file_hash(path: Path) -> str:
+    h = xxhash.xxh3_128()
+    with open(path, "rb") as f:
+        while chunk := f.read(8 * 1024 * 1024):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _stat_entry(path: Path, root: Path) -> dict[str, Any]:
+    st = path.stat()
+    rel = str(path.relative_to(root)) if path != root else path.name
+    return {"path": rel, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _source_files(root: Path, sources: Sequence[Source], others: Sequence[Path]) -> list[Path]:
+    files = {f for s in sources for f in s.files} | set(others)
+    return sorted(files)
+
+
+def _is_current(manifest: dict[str, Any], root: Path) -> bool:
+    """Whether the cached source files are exactly those in ``root`` now (hashing only when stat differs)."""
+    if manifest.get("format") != CACHE_FORMAT or manifest.get("parser_version") != PARSER_VERSION:
+        return False
+    if manifest.get("schema_version") != schema.SCHEMA_VERSION:
+        return False
+    sources, others = discover(root)
+    now = _source_files(root, sources, others)
+    cached = {f["path"]: f for f in manifest.get("files", [])}
+    if len(now) != len(cached):
+        return False
+    base = root if root.is_dir() else root.parent
+    for path in now:
+        entry = _stat_entry(path, base)
+        old = cached.get(entry["path"])
+        if old is None or old["size"] != entry["size"]:
+            return False
+        if old["mtime_ns"] != entry["mtime_ns"] and old["hash"] != file_hash(path):
+            return False
+    return True
+
+
+@dataclass
+class Job:
+    """A parsed job. Tables are Arrow; ``events()`` reads the per-rank Parquet parts lazily."""
+
+    cache_dir: Path
+    manifest: dict[str, Any]
+    ranks: pa.Table
+    steps: pa.Table
+    groups: pa.Table
+    problems: list[Problem] = field(default_factory=list)
+    _events: pa.Table | None = field(default=None, repr=False)
+
+    @property
+    def source(self) -> str:
+        return str(self.manifest.get("source", ""))
+
+    @property
+    def content_hash(self) -> str:
+        """Identifies the job's content (the source files' hashes): equal folders share cached work."""
+        return str(self.manifest["content_hash"])
+
+    @property
+    def rank_ids(self) -> list[int]:
+        return [int(r) for r in self.ranks.column("rank").to_pylist()]
+
+    def _parts(self) -> dict[int, tuple[str, int, int]]:
+        """rank -> (events file, clock offset, longest event) from the manifest."""
+        offsets = dict(zip(self.ranks.column("rank").to_pylist(), self.ranks.column("clock_offset_ns").to_pylist(), strict=True))
+        return {
+            s["rank"]: (s["events_file"], int(offsets.get(s["rank"], 0)), int(s["max_dur_ns"]))
+            for s in self.manifest["sources"]
+            if s.get("rank") is not None and s.get("events_file")
+        }
+
+    def events(
+        self,
+        ranks: Iterable[int] | None = None,
+        start_ns: int | None = None,
+        end_ns: int | None = None,
+        columns: Sequence[str] | None = None,
+    ) -> pa.Table:
+        """Events of ``ranks`` (all by default) overlapping [start_ns, end_ns) on the aligned clock."""
+        if ranks is None and start_ns is None and end_ns is None and columns is None and self._events is not None:
+            return self._events
+        parts = self._parts()
+        wanted = sorted(parts) if ranks is None else [r for r in ranks if r in parts]
+        tables = [self._read_part(r, *parts[r], start_ns, end_ns, columns) for r in wanted]
+        table = pa.concat_tables(tables) if tables else schema.empty(schema.EVENTS)
+        if columns is not None and not tables:
+            table = table.select(list(columns))
+        if ranks is None and start_ns is None and end_ns is None and columns is None:
+            self._events = table
+        return table
+
+    def _read_part(
+        self,
+        rank: int,
+        file: str,
+        offset: int,
+        max_dur: int,
+        start_ns: int | None,
+        end_ns: int | None,
+        columns: Sequence[str] | None,
+    ) -> pa.Table:
+        filters: list[tuple[str, str, int]] = []
+        if start_ns is not None:
+            filters.append(("start_ns", ">=", start_ns - offset - max_dur))
+        if end_ns is not None:
+            filters.append(("start_ns", "<", end_ns - offset))
+        read_cols = None if columns is None else sorted(set(columns) | {"start_ns", "dur_ns"})
+        table = pq.read_table(self.cache_dir / file, columns=read_cols, filters=filters or None)
+        start = pc.add(table.column("start_ns"), pa.scalar(offset, pa.int64()))
+        table = table.set_column(table.schema.get_field_index("start_ns"), "start_ns", start)
+        if "rank" in table.column_names:
+            table = table.set_column(table.schema.get_field_index("rank"), "rank", pa.array(np.full(table.num_rows, rank, dtype=np.int32)))
+        if start_ns is not None:
+            table = table.filter(pc.greater(pc.add(table.column("start_ns"), table.column("dur_ns")), pa.scalar(start_ns)))
+        if columns is not None:
+            table = table.select(list(columns))
+        return table
+
+    def extra(self, name: str) -> pa.Table | None:
+        """A format-specific table (e.g. ``links`` from NPU communication matrices), all ranks concatenated."""
+        files = [(s["rank"], s["extra_files"][name]) for s in self.manifest["sources"] if name in s.get("extra_files", {})]
+        if not files:
+            return None
+        tables = [pq.read_table(self.cache_dir / f) for _, f in files]
+        return pa.concat_tables(tables, promote_options="permissive")
+
+    def formats(self) -> list[str]:
+        return sorted(set(self.ranks.column("format").cast(pa.string()).to_pylist()))
+
+
+def _load(cache_dir: Path) -> Job:
+    manifest = json.loads((cache_dir / MANIFEST).read_text())
+    problems = [Problem(**p) for p in manifest.get("problems", [])]
+    return Job(
+        cache_dir=cache_dir,
+        manifest=manifest,
+        ranks=pq.read_table(cache_dir / "ranks.parquet"),
+        steps=pq.read_table(cache_dir / "steps.parquet"),
+        groups=pq.read_table(cache_dir / "groups.parquet"),
+        problems=problems,
+    )
+
+
+ProgressCallback = Callable[[int, int, str], None]  # (done, total, source just finished)
+
+
+def open_job(
+    path: str | os.PathLike[str],
+    cache_dir: str | os.PathLike[str] | None = None,
+    *,
+    strict: bool = False,
+    workers: int | None = None,
+    refresh: bool = False,
+    progress: ProgressCallback | None = None,
+) -> Job:
+    """Open a trace folder (or one trace file, or a cache folder): read the cache when it is current,
+    otherwise parse and cache. ``strict`` turns any problem with a source into a :class:`JobError`."""
+    target = Path(path)
+    if not target.exists():
+        raise JobError(f"{target}: no such file or folder")
+    if target.is_dir() and is_cache(target):
+        job = _load(target)
+        origin = Path(job.source)
+        if refresh or (origin.exists() and not _is_current(job.manifest, origin)):
+            return ingest(origin, target, strict=strict, workers=workers, progress=progress)
+        return _check_strict(job, strict)
+    cache = Path(cache_dir) if cache_dir is not None else cache_dir_for(target)
+    if not refresh and is_cache(cache):
+        job = _load(cache)
+        if Path(job.source) == target.resolve() and _is_current(job.manifest, target):
+            return _check_strict(job, strict)
+    return ingest(target, cache, strict=strict, workers=workers, progress=progress)
+
+
+def _check_strict(job: Job, strict: bool) -> Job:
+    if strict and job.problems:
+        raise JobError("; ".join(str(p) for p in job.problems))
+    return job
+
+
+def _parse_all(
+    sources: list[Source], root: Path, tmp: Path, workers: int | None, progress: ProgressCallback | None
+) -> list[SourceResult]:
+    total_bytes = sum(s.size() for s in sources)
+    n_workers = workers if workers is not None else min(os.cpu_count() or 1, len(sources))
+    results: list[SourceResult | None] = [None] * len(sources)
+    if n_workers <= 1 or len(sources) == 1 or total_bytes < IN_PROCESS_BYTES:
+        for i, src in enumerate(sources):
+            results[i] = parse_source(src, root, tmp, i)
+            if progress:
+                progress(i + 1, len(sources), results[i].source)  # type: ignore[union-attr]
+        return [r for r in results if r is not None]
+    # forkserver: safe from a threaded parent (the web app), and workers start with paradiag imported once.
+    ctx = get_context("forkserver")
+    ctx.set_forkserver_preload(["paradiag.discover"])
+    with ProcessPoolExecutor(max_workers=n_workers, mp_context=ctx) as pool:
+        # Largest first, so that one big rank does not finish alone at the end.
+        order = sorted(range(len(sources)), key=lambda i: -sources[i].size())
+        futures = {pool.submit(parse_source, sources[i], root, tmp, i): i for i in order}
+        for done, future in enumerate(as_completed(futures), start=1):
+            i = futures[future]
+            results[i] = future.result()
+            if progress:
+                progress(done, len(sources), results[i].source)  # type: ignore[union-attr]
+    return [r for r in results if r is not None]
+
+
+def ingest(
+    path: str | os.PathLike[str],
+    cache_dir: str | os.PathLike[str] | None = None,
+    *,
+    strict: bool = False,
+    workers: int | None = None,
+    progress: ProgressCallback | None = None,
+) -> Job:
+    """Parse every source under ``path`` and write the cache atomically; return the job."""
+    root = Path(path).resolve()
+    cache = Path(cache_dir) if cache_dir is not None else cache_dir_for(root)
+    if cache.resolve() == root or root in cache.resolve().parents:
+        raise JobError(f"{cache}: the cache must not be inside the source folder (it is never modified)")
+    sources, others = discover(root)
+    base = root if root.is_dir() else root.parent
+    problems: list[Problem] = []
+    if not sources:
+        raise JobError(f"{root}: no trace found (looked for PyTorch profiler *.json[.gz] files and Ascend *_ascend_pt folders)")
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache.parent / f".{cache.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        results = _parse_all(sources, root, tmp, workers, progress)
+        problems.extend(Problem(r.source, "error", r.error) for r in results if r.error)
+        if strict and problems:
+            raise JobError("; ".join(str(p) for p in problems))
+        job = _finish(root, base, tmp, sources, others, results, problems)
+        if strict and job.problems:
+            raise JobError("; ".join(str(p) for p in job.problems))
+        _replace(tmp, cache)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return _load(cache)
+
+
+def _replace(tmp: Path, cache: Path) -> None:
+    """Move the finished cache into place; the old one (if any) is removed only after the new one is there."""
+    old = None
+    if cache.exists():
+        old = cache.parent / f".{cache.name}.old-{uuid.uuid4().hex[:8]}"
+        cache.rename(old)
+    tmp.rename(cache)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+@dataclass
+class _Kept:
+    """A parsed source that made it into the job, with its final rank id."""
+
+    result: SourceResult
+    parsed: ParsedRank
+    rank: int
+
+
+def _assign_ranks(results: list[SourceResult], problems: list[Problem]) -> list[_Kept]:
+    """Keep one source per rank (duplicates are errors naming both), give unnamed sources free rank ids."""
+    kept: list[_Kept] = []
+    owner: dict[int, str] = {}
+    unnamed: list[tuple[SourceResult, ParsedRank]] = []
+    for r in results:
+        if r.parsed is None:
+            continue
+        if r.parsed.rank is None:
+            unnamed.append((r, r.parsed))
+            continue
+        rank = r.parsed.rank
+        if rank in owner:
+            problems.append(Problem(r.source, "error", f"rank {rank} is also claimed by {owner[rank]}; this source was skipped"))
+            continue
+        owner[rank] = r.source
+        kept.append(_Kept(r, r.parsed, rank))
+    free = (i for i in range(10**9) if i not in owner)
+    for r, parsed in unnamed:
+        parsed.rank = next(free)
+        parsed.rank_from = "assigned"
+        owner[parsed.rank] = r.source
+        kept.append(_Kept(r, parsed, parsed.rank))
+    for k in kept:
+        problems.extend(Problem(k.result.source, "warning", w) for w in k.parsed.warnings)
+    runs = {k.parsed.run_id for k in kept if k.parsed.run_id}
+    if len(runs) > 1:
+        problems.append(Problem(".", "warning", f"the folder mixes {len(runs)} profiling runs ({', '.join(sorted(runs)[:4])})"))
+    return sorted(kept, key=lambda k: k.rank)
+
+
+def _finish(
+    root: Path,
+    base: Path,
+    tmp: Path,
+    sources: list[Source],
+    others: list[Path],
+    results: list[SourceResult],
+    problems: list[Problem],
+) -> Job:
+    kept = _assign_ranks(results, problems)
+    if not kept:
+        raise JobError(f"{root}: no trace could be read: " + "; ".join(str(p) for p in problems))
+    domain: dict[int, object] = {k.rank: (k.parsed.host or f"rank{k.rank}") for k in kept}
+    comm = {k.rank: k.result.comm for k in kept if k.result.comm is not None}
+    alignment = align.estimate(comm, domain)
+    ranks = _ranks_table(kept, alignment)
+    steps = _steps_table(kept, alignment)
+    groups = group_table([g for k in kept for g in k.parsed.groups])
+    pq.write_table(ranks, tmp / "ranks.parquet")
+    pq.write_table(steps, tmp / "steps.parquet")
+    pq.write_table(groups, tmp / "groups.parquet")
+    kept_names = {k.result.source for k in kept}
+    for r in results:  # parts of skipped duplicates are not part of the cache
+        if r.events_file and r.source not in kept_names:
+            (tmp / r.events_file).unlink(missing_ok=True)
+    files = [dict(_stat_entry(f, base), hash=file_hash(f)) for f in _source_files(root, sources, others)]
+    content = hashlib.sha256(json.dumps([(f["path"], f["hash"]) for f in files]).encode()).hexdigest()
+    manifest = {
+        "format": CACHE_FORMAT,
+        "schema_version": schema.SCHEMA_VERSION,
+        "parser_version": PARSER_VERSION,
+        "paradiag_version": __version__,
+        "source": str(root),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "content_hash": content,
+        "files": files,
+        "sources": [_source_entry(k) for k in kept],
+        "alignment": {"instances": alignment.instances},
+        "problems": [p.__dict__ for p in problems],
+    }
+    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    return Job(tmp, manifest, ranks, steps, groups, problems)
+
+
+def _source_entry(k: _Kept) -> dict[str, Any]:
+    r = k.result
+    return {
+        "source": r.source,
+        "format": k.parsed.format,
+        "rank": k.rank,
+        "rank_from": k.parsed.rank_from,
+        "events_file": r.events_file,
+        "extra_files": r.extra_files,
+        "num_events": r.num_events,
+        "min_start_ns": r.min_start_ns,
+        "max_end_ns": r.max_end_ns,
+        "max_dur_ns": r.max_dur_ns,
+    }
+
+
+def _ranks_table(kept: list[_Kept], alignment: align.Alignment) -> pa.Table:
+    rows: dict[str, list[Any]] = {f.name: [] for f in schema.RANKS}
+    for k in kept:
+        p = k.parsed
+        rows["rank"].append(k.rank)
+        rows["host"].append(p.host)
+        rows["device"].append(p.device)
+        rows["device_type"].append(p.device_type)
+        rows["world_size"].append(p.world_size)
+        for axis in ("dp", "tp", "pp", "ep"):
+            rows[axis].append(p.parallel.get(axis))
+        rows["clock_offset_ns"].append(alignment.offset_ns.get(k.rank, 0))
+        rows["clock_uncertainty_ns"].append(alignment.uncertainty_ns.get(k.rank))
+        rows["format"].append(p.format)
+        rows["source"].append(k.result.source)
+        rows["num_events"].append(k.result.num_events)
+    return schema.build(schema.RANKS, rows, len(kept))
+
+
+def _steps_table(kept: list[_Kept], alignment: align.Alignment) -> pa.Table:
+    tables = []
+    for k in kept:
+        steps = k.parsed.steps
+        if steps.num_rows == 0:
+            continue
+        offset = pa.scalar(alignment.offset_ns.get(k.rank, 0), pa.int64())
+        cols = {name: steps.column(name) for name in steps.column_names}
+        cols["rank"] = pa.array(np.full(steps.num_rows, k.rank, dtype=np.int32))
+        for name in ("start_ns", "end_ns", "device_start_ns", "device_end_ns"):
+            cols[name] = pc.add(cols[name], offset)
+        tables.append(schema.build(schema.STEPS, cols, steps.num_rows))
+    return pa.concat_tables(tables) if tables else schema.empty(schema.STEPS)

@@ -1,0 +1,187 @@
+"""Finding the per-rank sources in a job folder and parsing each one (in a worker process)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from paradiag import schema
+from paradiag.parsers.base import Group, ParsedRank, TraceError
+
+# Parser modules, most specific first: folder formats are tried before single-file ones.
+PARSER_MODULES = (
+    "paradiag.parsers.ascend",
+    "paradiag.parsers.msprof",
+    "paradiag.parsers.mindspore",
+    "paradiag.parsers.kineto",
+)
+# Files in a job folder that are not traces of a rank.
+NOT_TRACES = frozenset({"ground_truth.json", "manifest.json", "README.md"})
+ROW_GROUP_ROWS = 128 * 1024
+
+
+def parsers() -> list[ModuleType]:
+    """The parser modules of this build (a missing optional one is skipped)."""
+    found = []
+    for name in PARSER_MODULES:
+        try:
+            found.append(importlib.import_module(name))
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+    return found
+
+
+@dataclass(frozen=True)
+class Source:
+    """One rank's trace: a file or a folder, and the parser that reads it."""
+
+    path: Path
+    parser: str  # module name
+    files: tuple[Path, ...]  # every file that belongs to the source (for the cache manifest)
+
+    def size(self) -> int:
+        return sum(f.stat().st_size for f in self.files)
+
+
+def _is_hidden(path: Path) -> bool:
+    return path.name.startswith(".")
+
+
+def discover(root: Path) -> tuple[list[Source], list[Path]]:
+    """Sources under ``root`` (a folder or one trace file), and the other files found (not traces)."""
+    modules = parsers()
+    if root.is_file():
+        for module in modules:
+            if module.detect(root):
+                return [Source(root, module.__name__, (root,))], []
+        return [], [root]
+    sources: list[Source] = []
+    others: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        dirnames[:] = sorted(d for d in dirnames if not _is_hidden(Path(d)))
+        kept = []
+        for d in dirnames:
+            sub = here / d
+            owner = next((m for m in modules if m.detect(sub)), None)
+            if owner is None:
+                kept.append(d)
+            else:
+                files = tuple(sorted(p for p in sub.rglob("*") if p.is_file()))
+                sources.append(Source(sub, owner.__name__, files))
+        dirnames[:] = kept
+        for name in sorted(filenames):
+            path = here / name
+            if _is_hidden(path):
+                continue
+            owner = None
+            if name not in NOT_TRACES:
+                owner = next((m for m in modules if m.detect(path)), None)
+            if owner is None:
+                others.append(path)
+            else:
+                sources.append(Source(path, owner.__name__, (path,)))
+    return sources, others
+
+
+@dataclass
+class SourceResult:
+    """What a worker sends back: everything but the events, which it wrote to Parquet."""
+
+    source: str
+    parser: str
+    error: str | None = None
+    parsed: ParsedRank | None = None  # events replaced by an empty table
+    events_file: str | None = None
+    num_events: int = 0
+    min_start_ns: int | None = None
+    max_end_ns: int | None = None
+    max_dur_ns: int = 0
+    comm: pa.Table | None = None  # device collectives, for clock alignment
+    extra_files: dict[str, str] = field(default_factory=dict)
+
+
+COMM_COLUMNS = ("collective", "group", "group_ranks", "peer", "step", "seq", "start_ns", "dur_ns")
+
+
+def parse_source(source: Source, root: Path, out_dir: Path, index: int) -> SourceResult:
+    """Parse one source and write its events (sorted by start time) to ``out_dir``; never raises."""
+    shown = str(source.path.relative_to(root)) if source.path != root else source.path.name
+    result = SourceResult(source=shown, parser=source.parser)
+    try:
+        module = importlib.import_module(source.parser)
+        parsed: ParsedRank = module.parse(source.path, root if root.is_dir() else root.parent)
+    except TraceError as exc:
+        result.error = exc.problem
+        return result
+    except MemoryError:
+        result.error = "out of memory while parsing"
+        return result
+    except Exception as exc:  # a parser bug must not take the rest of the folder down
+        result.error = f"internal error while parsing ({type(exc).__name__}: {exc}); please report it"
+        result.error += "\n" + traceback.format_exc(limit=3)
+        return result
+    events = parsed.events
+    order = pc.sort_indices(events, sort_keys=[("start_ns", "ascending")])
+    events = events.take(order)
+    name = f"part-{index:05d}.parquet"
+    (out_dir / "events").mkdir(parents=True, exist_ok=True)
+    pq.write_table(events, out_dir / "events" / name, row_group_size=ROW_GROUP_ROWS, compression="zstd")
+    for key, table in parsed.extra.items():
+        (out_dir / "extra" / key).mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, out_dir / "extra" / key / name, compression="zstd")
+        result.extra_files[key] = f"extra/{key}/{name}"
+    result.events_file = f"events/{name}"
+    result.num_events = events.num_rows
+    if events.num_rows:
+        start = events.column("start_ns").to_numpy()
+        dur = events.column("dur_ns").to_numpy()
+        result.min_start_ns = int(start.min())
+        result.max_end_ns = int((start + dur).max())
+        result.max_dur_ns = int(dur.max())
+    is_comm = pc.and_(
+        pc.equal(events.column("kind").cast(pa.string()), schema.COMMUNICATION),
+        pc.greater_equal(events.column("device"), 0),
+    )
+    result.comm = events.filter(is_comm).select(list(COMM_COLUMNS))
+    parsed.events = events.schema.empty_table()
+    parsed.extra = {}
+    result.parsed = parsed
+    return result
+
+
+def group_table(groups: list[Group]) -> pa.Table:
+    """The ``groups`` table from the groups every rank reported (first description wins)."""
+    merged: dict[str, Group] = {}
+    for g in groups:
+        known = merged.get(g.group)
+        if known is None:
+            merged[g.group] = Group(g.group, list(g.ranks), g.description, g.backend)
+        elif len(g.ranks) > len(known.ranks):
+            known.ranks = list(g.ranks)
+    rows = sorted(merged.values(), key=lambda g: (len(g.ranks), g.group))
+    return schema.build(
+        schema.GROUPS,
+        {
+            "group": [g.group for g in rows],
+            "description": [g.description for g in rows],
+            "backend": [g.backend for g in rows],
+            "ranks": [g.ranks for g in rows],
+        },
+        len(rows),
+    )
+
+
+def as_int_list(values: Any) -> list[int]:
+    return [int(v) for v in np.asarray(values).tolist()]

@@ -1,0 +1,88 @@
+"""Clock alignment across ranks from shared collectives."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import paradiag
+from paradiag import align
+from tests.conftest import shared_path
+
+SHIFT_NS = 1_700_000_000  # +1.7 s
+
+
+def shifted_copy(src: Path, dst: Path, shift_us: int) -> None:
+    """The same trace with every timestamp moved by ``shift_us`` (as if its host clock ran ahead)."""
+    doc = json.loads(gzip.decompress(src.read_bytes()))
+    for e in doc["traceEvents"]:
+        if isinstance(e.get("ts"), int | float):
+            e["ts"] += shift_us
+    dst.write_bytes(gzip.compress(json.dumps(doc).encode()))
+
+
+@pytest.mark.real
+def test_recovers_a_known_shift_on_a_real_pair(tmp_path: Path) -> None:
+    folder = shared_path("gpu", "hta_sampled_128rank_job")
+    shutil.copy(folder / "sampled_rank-0.json.gz", tmp_path / "sampled_rank-0.json.gz")
+    shifted_copy(folder / "sampled_rank-1.json.gz", tmp_path / "sampled_rank-1.json.gz", SHIFT_NS // 1000)
+    original = paradiag.open(folder).ranks.column("clock_offset_ns").to_pylist()
+    shifted = paradiag.open(tmp_path).ranks.column("clock_offset_ns").to_pylist()
+    assert shifted[0] == original[0] == 0  # rank 0 is the reference clock
+    recovered = original[1] - shifted[1]
+    assert abs(recovered - SHIFT_NS) < 50_000  # within 50 us
+    # Aligned, the two ranks' steps start together again.
+    job = paradiag.open(tmp_path)
+    starts = job.steps.filter(pa.compute.equal(job.steps.column("step"), 551)).column("start_ns").to_pylist()
+    assert abs(starts[0] - starts[1]) < 1_000_000
+
+
+def comm_table(ends: list[int], group: str = "dp0") -> pa.Table:
+    n = len(ends)
+    return pa.table(
+        {
+            "collective": ["all_reduce"] * n,
+            "group": [group] * n,
+            "group_ranks": ["0,1,2,3"] * n,
+            "peer": pa.nulls(n, pa.int32()),
+            "step": [1] * n,
+            "seq": list(range(n)),
+            "start_ns": [e - 1000 for e in ends],
+            "dur_ns": [1000] * n,
+        }
+    )
+
+
+def test_estimates_offsets_of_four_ranks_with_noise() -> None:
+    rng = np.random.default_rng(7)
+    truth = {0: 0, 1: 1_700_000_000, 2: -250_000, 3: 42_000}  # each rank's clock ahead of rank 0's by this
+    exits = np.cumsum(rng.integers(1_000_000, 5_000_000, size=40)) + 10**18
+    comm = {
+        r: comm_table([int(t + off + rng.normal(0, 3000)) for t in exits]) for r, off in truth.items()
+    }
+    result = align.estimate(comm)
+    for r, off in truth.items():
+        assert abs(result.offset_ns[r] + off) < 10_000  # the offset to add undoes the clock's lead
+    assert result.instances == 40
+    assert all(u is not None and u < 10_000 for u in result.uncertainty_ns.values())
+
+
+def test_ranks_sharing_a_host_share_one_offset() -> None:
+    exits = [10**18 + i * 1_000_000 for i in range(10)]
+    comm = {0: comm_table(exits), 1: comm_table([e + 500 for e in exits]), 2: comm_table([e + 900_000 for e in exits])}
+    result = align.estimate(comm, {0: "hostA", 1: "hostA", 2: "hostB"})
+    assert result.offset_ns[0] == result.offset_ns[1] == 0
+    assert abs(result.offset_ns[2] + 900_000) < 1_000
+
+
+def test_no_shared_collective_means_no_offset() -> None:
+    result = align.estimate({0: comm_table([1, 2], "a"), 1: comm_table([5, 6], "b")})
+    assert result.offset_ns == {0: 0, 1: 0}
+    assert result.uncertainty_ns == {0: None, 1: None}
+    assert result.instances == 0

@@ -1,0 +1,97 @@
+"""Bad input: each problem names the file and says what is wrong; the rest of the folder still loads."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import paradiag
+from paradiag.cli import main
+from paradiag.dataset import JobError
+from tests.helpers import kineto_trace, write_job, write_trace
+
+BAD_FILES = {
+    "truncated.json.gz": (lambda: gzip.compress(json.dumps(kineto_trace(5)).encode())[:300], "truncated or corrupt gzip"),
+    "invalid.json": (lambda: b'{"traceEvents": [{"ph": "X", "ts": 1,', "invalid JSON"),
+    "notatrace.json": (lambda: b'{"model": "resnet50", "lr": 0.1}', "not a PyTorch profiler trace: no 'traceEvents' list"),
+    "array.json": (lambda: b"[1, 2, 3]", "not a PyTorch profiler trace"),
+    "empty.json": (lambda: b"", "the file is empty"),
+    "no_events.json": (lambda: b'{"traceEvents": []}', "no complete ('X') events"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_FILES))
+def test_each_bad_file_is_reported_and_the_rest_loads(tmp_path: Path, name: str) -> None:
+    folder = write_job(tmp_path / "job", ranks=2)
+    content, message = BAD_FILES[name]
+    (folder / name).write_bytes(content())
+    job = paradiag.open(folder)
+    assert job.rank_ids == [0, 1]
+    errors = [p for p in job.problems if p.severity == "error"]
+    assert len(errors) == 1
+    assert errors[0].source == name
+    assert message in errors[0].message
+    assert name in str(errors[0])
+
+
+def test_strict_fails_instead(tmp_path: Path) -> None:
+    folder = write_job(tmp_path / "job", ranks=2)
+    (folder / "empty.json").write_bytes(b"")
+    with pytest.raises(JobError, match=r"empty\.json: the file is empty"):
+        paradiag.open(folder, strict=True)
+    result = CliRunner().invoke(main, ["info", "--strict", str(folder)])
+    assert result.exit_code == 1
+    assert "empty.json: the file is empty" in result.output
+
+
+def test_events_with_missing_or_negative_times_are_skipped_with_a_warning(tmp_path: Path) -> None:
+    doc = kineto_trace(0, world=1)
+    good = sum(1 for e in doc["traceEvents"] if e["ph"] == "X")
+    doc["traceEvents"].append({"ph": "X", "cat": "kernel", "name": "no_ts", "pid": 0, "tid": 7, "dur": 5})
+    doc["traceEvents"].append({"ph": "X", "cat": "kernel", "name": "negative", "pid": 0, "tid": 7, "ts": -5, "dur": 5})
+    doc["traceEvents"].append({"ph": "X", "cat": "kernel", "name": "neg_dur", "pid": 0, "tid": 7, "ts": 5, "dur": -1})
+    doc["traceEvents"].append({"ph": "X", "cat": "kernel", "name": "str_ts", "pid": 0, "tid": 7, "ts": "soon", "dur": 1})
+    (tmp_path / "job").mkdir()
+    write_trace(tmp_path / "job" / "rank0.json", doc)
+    job = paradiag.open(tmp_path / "job")
+    assert job.events().num_rows == good
+    warnings = [str(p) for p in job.problems if p.severity == "warning"]
+    assert any("rank0.json" in w and "4 events with a missing or negative timestamp" in w for w in warnings)
+
+
+def test_two_files_claiming_the_same_rank(tmp_path: Path) -> None:
+    folder = write_job(tmp_path / "job", ranks=2)
+    write_trace(folder / "copy_of_rank1.json", kineto_trace(1))
+    job = paradiag.open(folder)
+    assert job.rank_ids == [0, 1]
+    errors = [p for p in job.problems if p.severity == "error"]
+    assert len(errors) == 1
+    # Both files are named: the one skipped and the one that keeps the rank.
+    assert errors[0].source == "rank1.pt.trace.json.gz"
+    assert "rank 1 is also claimed by copy_of_rank1.json" in errors[0].message
+
+
+def test_a_folder_with_nothing_readable(tmp_path: Path) -> None:
+    (tmp_path / "a.json").write_bytes(b"{")
+    with pytest.raises(JobError, match=r"no trace could be read.*a\.json: invalid JSON"):
+        paradiag.open(tmp_path)
+    (tmp_path / "a.json").unlink()
+    with pytest.raises(JobError, match="no trace found"):
+        paradiag.open(tmp_path)
+
+
+def test_unexpected_value_types_are_read_leniently(tmp_path: Path) -> None:
+    doc = kineto_trace(0, world=1)
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "kernel":
+            e["args"]["stream"] = str(e["args"]["stream"])  # a string where an int belongs
+    (tmp_path / "job").mkdir()
+    write_trace(tmp_path / "job" / "rank0.json", doc)
+    job = paradiag.open(tmp_path / "job")
+    kernels = job.events().filter(job.events().column("device").to_numpy() >= 0)
+    assert set(kernels.column("track").to_pylist()) == {7, 20}
+    assert any("read leniently" in str(p) for p in job.problems)
