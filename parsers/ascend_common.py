@@ -122,7 +122,11 @@ def folder_info(path: Path, root: Path | None) -> FolderInfo:
     infos = sorted(path.glob("profiler_info*.json"))
     config: dict[str, Any] = {}
     if infos:
-        data = read_json_file(infos[0], shown_path(infos[0], root))
+        try:
+            data = read_json_file(infos[0], shown_path(infos[0], root))
+        except TraceError as exc:  # the timeline is still readable; the rank comes from the file name
+            info.warnings.append(str(exc))
+            data = {}
         rank = data.get("rank_id") if isinstance(data, dict) else None
         if isinstance(rank, int) and rank >= 0:
             info.rank = rank
@@ -139,7 +143,10 @@ def folder_info(path: Path, root: Path | None) -> FolderInfo:
     info.host = name.group("host") if name else None
     meta_path = path / "profiler_metadata.json"
     if meta_path.is_file():
-        apply_metadata(info, read_json_file(meta_path, shown_path(meta_path, root)))
+        try:
+            apply_metadata(info, read_json_file(meta_path, shown_path(meta_path, root)))
+        except TraceError as exc:
+            info.warnings.append(str(exc))
     info.run_id = _run_id(config)
     return info
 

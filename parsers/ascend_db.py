@@ -43,9 +43,14 @@ def detect(path: Path) -> bool:
 
 @contextmanager
 def connect(path: Path, shown: Path) -> Iterator[sqlite3.Connection]:
-    """A read-only connection (the source folder is never modified); TraceError when it is not a database."""
+    """A read-only connection; TraceError when it is not a database. The exports are in WAL mode, where even a
+    read-only open creates ``-shm``/``-wal`` files next to the database (or fails in a read-only folder):
+    ``immutable=1`` reads the file as it is and never writes beside it, unless a non-empty ``-wal`` holds
+    data not yet copied into the database."""
+    wal = path.with_name(path.name + "-wal")
+    pending = wal.is_file() and wal.stat().st_size > 0
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        conn = sqlite3.connect(f"file:{path}?mode=ro{'' if pending else '&immutable=1'}", uri=True)
         conn.execute("select count(*) from sqlite_master").fetchone()
     except sqlite3.DatabaseError as exc:
         raise TraceError(shown, f"not a readable SQLite database ({exc})") from exc

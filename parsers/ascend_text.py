@@ -350,10 +350,11 @@ def _plane_rows(
         t, d = ts_ns(e.ts), dur_ns(e.dur)
         if t is None or d is None:
             continue
-        stream = as_int(e.args.stream)
+        arg_stream = as_int(e.args.stream)
+        stream = -1 if arg_stream is None else arg_stream
         op = None
-        cands = spans.get(stream if stream is not None else -1) or []
-        i = bisect.bisect_right(starts.get(stream if stream is not None else -1, []), t) - 1
+        cands = spans.get(stream) or []
+        i = bisect.bisect_right(starts.get(stream, []), t) - 1
         if i >= 0 and t <= cands[i][1]:
             op = cands[i][2]
         plane = _PLANE_THREAD.match(layout.threads.get((e.pid, e.tid), ""))

@@ -1,0 +1,129 @@
+"""Broken Ascend folders: each problem is reported against the file that has it, and what is intact still loads.
+
+The cases are made by copying a real rank folder to a temporary directory and damaging the copy."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from paradiag.parsers import ascend
+from paradiag.parsers.base import TraceError
+
+NPU = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "npu"
+TEXT = NPU / "msinsight_alexnet_dp8_text_level1" / "rank0_ascend_pt"
+DB = NPU / "msinsight_alexnet_dp8_db_level1" / "rank0_ascend_pt"
+
+pytestmark = [
+    pytest.mark.real,
+    pytest.mark.skipif(not NPU.is_dir(), reason=f"shared NPU traces not found at {NPU}"),
+]
+OUT = "ASCEND_PROFILER_OUTPUT"
+
+
+def copy(src: Path, job: Path, name: str = "host_123_20250101000000000_ascend_pt") -> Path:
+    dst = job / name
+    shutil.copytree(src, dst)
+    for path in dst.rglob("*"):  # the shared files are read-only
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return dst
+
+
+def truncate(path: Path, keep: float) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])
+
+
+def test_missing_output_folder(tmp_path: Path) -> None:
+    rank = copy(TEXT, tmp_path)
+    shutil.rmtree(rank / OUT)
+    with pytest.raises(TraceError) as err:
+        ascend.parse(rank, tmp_path)
+    assert err.value.source == rank.name and OUT in err.value.problem
+
+
+def test_truncated_trace_view(tmp_path: Path) -> None:
+    rank = copy(TEXT, tmp_path)
+    truncate(rank / OUT / "trace_view.json", 0.6)
+    with pytest.raises(TraceError) as err:
+        ascend.parse(rank, tmp_path)
+    assert err.value.source == f"{rank.name}/{OUT}/trace_view.json"
+    assert "truncated" in err.value.problem
+
+
+def test_empty_trace_view(tmp_path: Path) -> None:
+    rank = copy(TEXT, tmp_path)
+    (rank / OUT / "trace_view.json").write_bytes(b"")
+    with pytest.raises(TraceError, match="trace_view.json: the file is empty"):
+        ascend.parse(rank, tmp_path)
+
+
+def test_truncated_csv_drops_the_broken_row_with_a_warning(tmp_path: Path) -> None:
+    rank = copy(TEXT, tmp_path)
+    path = rank / OUT / "kernel_details.csv"
+    text = path.read_text()
+    path.write_text(text[: text.rindex("\n", 0, len(text) - 2) + 40])  # cut inside the last row
+    parsed = ascend.parse(rank, tmp_path)
+    assert parsed.extra["kernels"].num_rows == 190  # 191 rows, the cut one skipped
+    assert any("kernel_details.csv" in w and "truncated" in w for w in parsed.warnings)
+    assert parsed.events.num_rows > 3000
+
+
+def test_truncated_communication_json_costs_only_its_tables(tmp_path: Path) -> None:
+    rank = copy(TEXT, tmp_path)
+    truncate(rank / OUT / "communication.json", 0.5)
+    parsed = ascend.parse(rank, tmp_path)
+    assert "comm_ops" not in parsed.extra and "links" in parsed.extra
+    assert any(
+        w.startswith(f"{rank.name}/{OUT}/communication.json: truncated or invalid JSON")
+        for w in parsed.warnings
+    )
+    assert parsed.steps.num_rows == 1
+
+
+def test_truncated_profiler_info_falls_back_to_the_file_name(tmp_path: Path) -> None:
+    rank = copy(TEXT, tmp_path)
+    truncate(rank / "profiler_info_0.json", 0.5)
+    parsed = ascend.parse(rank, tmp_path)
+    assert parsed.rank == 0 and parsed.rank_from == "file name"
+    assert any("profiler_info_0.json" in w for w in parsed.warnings)
+
+
+def test_corrupt_database(tmp_path: Path) -> None:
+    rank = copy(DB, tmp_path)
+    db = rank / OUT / "ascend_pytorch_profiler_0.db"
+    db.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(TraceError) as err:
+        ascend.parse(rank, tmp_path)
+    assert err.value.source.endswith("ascend_pytorch_profiler_0.db")
+
+
+def test_database_missing_tables_still_loads_what_is_there(tmp_path: Path) -> None:
+    rank = copy(DB, tmp_path)
+    with sqlite3.connect(rank / OUT / "ascend_pytorch_profiler_0.db") as conn:
+        conn.execute("drop table COMMUNICATION_TASK_INFO")
+    (rank / OUT / "analysis.db").unlink()
+    parsed = ascend.parse(rank, tmp_path)
+    assert "comm_tasks" not in parsed.extra and parsed.steps.num_rows == 1
+    assert any("Level1" in w for w in parsed.warnings)
+
+
+def test_source_folder_is_not_modified(tmp_path: Path) -> None:
+    rank = copy(DB, tmp_path)
+    before = {p: p.stat().st_mtime_ns for p in rank.rglob("*")}
+    ascend.parse(rank, tmp_path)
+    assert {p: p.stat().st_mtime_ns for p in rank.rglob("*")} == before
+
+
+def test_duplicate_ranks_and_mixed_runs_are_visible_to_discovery(tmp_path: Path) -> None:
+    """Discovery raises the job-level error / warning; the parser gives it the rank and run of each folder."""
+    a = ascend.parse(copy(TEXT, tmp_path, "a_1_20250101000000000_ascend_pt"), tmp_path)
+    b = ascend.parse(copy(TEXT, tmp_path, "b_2_20250101000000000_ascend_pt"), tmp_path)
+    level0 = NPU / "msinsight_alexnet_dp8_text_level0" / "rank1_ascend_pt"
+    c = ascend.parse(copy(level0, tmp_path, "c_3_20250101000000000_ascend_pt"), tmp_path)
+    assert a.rank == b.rank == 0 and a.source != b.source
+    assert a.host == "a" and b.host == "b"  # {hostname}_{pid}_{timestamp}_ascend_pt
+    assert a.run_id == b.run_id != c.run_id

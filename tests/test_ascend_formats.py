@@ -1,0 +1,93 @@
+"""CANN msprof ``PROF_*`` and MindSpore ``*_ascend_ms`` folders. No real samples of either are shared: the
+folders are made from a real torch_npu rank (format notes: ../shared/formats/ascend.md sections 2 and 3)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from paradiag import schema
+from paradiag.parsers import ascend, mindspore, msprof
+
+NPU = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "npu"
+RANK = NPU / "msinsight_alexnet_dp8_text_level1" / "rank0_ascend_pt"
+OUT = RANK / "ASCEND_PROFILER_OUTPUT"
+
+pytestmark = [
+    pytest.mark.real,
+    pytest.mark.skipif(not NPU.is_dir(), reason=f"shared NPU traces not found at {NPU}"),
+]
+
+
+def make_prof(job: Path) -> Path:
+    """A PROF_ folder: the timeline without the Python process (msprof has no framework layer), op_summary
+    with msprof's column names, one step_trace iteration."""
+    prof = job / "PROF_000001_20250109155803704_ABCDEFGH"
+    output = prof / msprof.OUTPUT
+    output.mkdir(parents=True)
+    (prof / "device_0").mkdir()
+    events = json.loads((OUT / "trace_view.json").read_bytes())
+    python = {e["pid"] for e in events if e.get("ph") == "M" and e.get("args", {}).get("name") == "Python"}
+    events = [e for e in events if e.get("pid") not in python]
+    half = len(events) // 2  # sliced timeline: msprof_slice_0_*, msprof_slice_1_*
+    (output / "msprof_slice_0_20250109160000.json").write_text(json.dumps(events[:half]))
+    (output / "msprof_slice_1_20250109160000.json").write_text(json.dumps(events[half:]))
+    with (
+        open(OUT / "kernel_details.csv", newline="") as src,
+        open(output / "op_summary_20250109160000.csv", "w", newline="") as dst,
+    ):
+        rename = {"Name": "Op Name", "Type": "OP Type", "Accelerator Core": "Task Type", "Start Time(us)": "Task Start Time(us)",
+                  "Duration(us)": "Task Duration(us)", "Wait Time(us)": "Task Wait Time(us)", "Block Dim": "Block Num"}  # fmt: skip
+        rows = list(csv.reader(src))
+        writer = csv.writer(dst)
+        writer.writerow(["Device_id", *(rename.get(h, h) for h in rows[0])])
+        writer.writerows([["0", *r] for r in rows[1:]])
+    end_us = "1736408883842726.510"
+    (output / "step_trace_20250109160000.csv").write_text(
+        "Device_id,Iteration ID,FP Start(us),BP End(us),Iteration End(us),Iteration Time(us)\n"
+        f"0,50,N/A,N/A,{end_us},155985.8\n"
+    )
+    return prof
+
+
+def test_msprof_folder(tmp_path: Path) -> None:
+    prof = make_prof(tmp_path)
+    assert msprof.detect(prof) and not ascend.detect(prof) and not mindspore.detect(prof)
+    parsed = msprof.parse(prof, tmp_path)
+    assert parsed.format == "msprof" and parsed.source == prof.name and parsed.rank is None
+    kinds = Counter(parsed.events.column("kind").cast(pa.string()).to_pylist())
+    assert kinds[schema.COMPUTE] == 187 and kinds[schema.COMMUNICATION] == 4
+    assert kinds[schema.ANNOTATION] == 4  # no ProfilerStep: the step comes from step_trace
+    assert parsed.steps.column("step").to_pylist() == [50]
+    compute = parsed.events.filter(pc.equal(parsed.events.column("kind").cast(pa.string()), "compute"))
+    assert set(compute.column("step").to_pylist()) == {50}
+    assert (
+        parsed.extra["kernels"].num_rows == 191
+        and parsed.extra["kernels"].column("block_dim").null_count == 0
+    )
+    assert parsed.extra["comm_tasks"].num_rows == 296
+    assert any("rank assigned" in w for w in parsed.warnings)
+
+
+def test_prof_folder_inside_a_torch_npu_rank_is_not_a_source(tmp_path: Path) -> None:
+    rank = tmp_path / "host_1_20250101000000000_ascend_pt"
+    rank.mkdir()
+    assert not msprof.detect(make_prof(rank))
+
+
+def test_mindspore_folder_reads_like_torch_npu(tmp_path: Path) -> None:
+    folder = tmp_path / "worker_77_20250101000000000_ascend_ms"
+    shutil.copytree(RANK, folder)
+    assert mindspore.detect(folder) and not ascend.detect(folder)
+    parsed = mindspore.parse(folder, tmp_path)
+    reference = ascend.parse(RANK, RANK.parent)
+    assert parsed.format == "mindspore_ascend_text" and parsed.host == "worker"
+    assert parsed.events.num_rows == reference.events.num_rows
+    assert parsed.events.column("start_ns").equals(reference.events.column("start_ns"))
