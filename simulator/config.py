@@ -1,0 +1,105 @@
+"""The simulated job's options, and the checks that refuse impossible combinations."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from paradiag.simulator import devices
+from paradiag.simulator.faults import Fault
+
+DEVICES_PER_NODE = 8
+MODELS = ("llm", "resnet50")
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+FORMATS = ("kineto", "ascend")
+
+
+class ConfigError(ValueError):
+    """Options that describe no possible job; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Everything that defines one simulated job; the same config and seed give byte-identical output."""
+
+    output: Path = Path("simulated_job")
+    model: str = "llm"
+    device: str = "h100"
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    schedule: str = "1f1b"
+    virtual_stages: int = 1
+    microbatches: int | None = None  # default: 2 x pp (1 without pipeline)
+    steps: int = 4
+    layers: int = 24
+    hidden: int = 2048
+    heads: int = 16
+    seq_len: int = 2048
+    micro_batch_size: int = 1
+    experts: int = 0  # MoE experts per MoE layer (0: dense; default 2 x ep when ep > 1)
+    moe_every: int = 2  # every n-th layer is an MoE layer
+    vocab: int = 50304
+    image_batch: int = 32  # ResNet-50 images per micro-batch
+    faults: tuple[Fault, ...] = ()
+    format: str = "kineto"
+    gzip: bool = False
+    jitter: float = 0.03
+    seed: int = 0
+    devices_per_node: int = DEVICES_PER_NODE
+    first_step: int = 0
+    name: str = field(default="")
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.tp * self.pp
+
+    @property
+    def num_microbatches(self) -> int:
+        return self.microbatches if self.microbatches is not None else (2 * self.pp if self.pp > 1 else 1)
+
+    @property
+    def num_experts(self) -> int:
+        return self.experts or (2 * self.ep if self.ep > 1 else 0)
+
+    @property
+    def nodes(self) -> int:
+        return -(-self.world_size // self.devices_per_node)
+
+    def with_defaults(self) -> SimConfig:
+        """The config as simulated: defaults made explicit, the device's format chosen."""
+        return replace(self, microbatches=self.num_microbatches, experts=self.num_experts)
+
+
+def _check(condition: bool, message: str) -> None:
+    if not condition:
+        raise ConfigError(message)
+
+
+def validate(cfg: SimConfig) -> None:
+    """Raise ConfigError with a clear message when the options describe no possible job."""
+    _check(cfg.model in MODELS, f"--model must be one of {', '.join(MODELS)}")
+    devices.get(cfg.device)
+    _check(cfg.schedule in SCHEDULES, f"--schedule must be one of {', '.join(SCHEDULES)}")
+    _check(cfg.format in FORMATS, f"--format must be one of {', '.join(FORMATS)}")
+    for name in ("dp", "tp", "pp", "ep", "steps", "virtual_stages", "layers", "num_microbatches"):
+        _check(getattr(cfg, name) >= 1, f"--{name.replace('_', '-')} must be at least 1")
+    _check(0.0 <= cfg.jitter <= 0.5, "--jitter must be between 0 and 0.5")
+    _check(cfg.tp <= cfg.devices_per_node, f"--tp {cfg.tp} is larger than a node ({cfg.devices_per_node} devices): tensor parallelism stays inside a node")
+    if cfg.model == "resnet50":
+        _check(cfg.tp == 1 and cfg.pp == 1 and cfg.ep == 1, "--model resnet50 is data parallel only: use --tp 1 --pp 1 --ep 1")
+        return
+    _check(cfg.hidden % cfg.tp == 0 and cfg.heads % cfg.tp == 0, f"--tp {cfg.tp} must divide the hidden size {cfg.hidden} and the {cfg.heads} attention heads")
+    _check(cfg.dp % cfg.ep == 0, f"--ep {cfg.ep} must divide --dp {cfg.dp} (expert parallelism splits the data-parallel ranks)")
+    if cfg.ep > 1 or cfg.experts:
+        _check(cfg.num_experts % cfg.ep == 0, f"{cfg.num_experts} experts cannot be split over --ep {cfg.ep} ranks")
+    _check(cfg.schedule != "gpipe" or cfg.virtual_stages == 1, "--virtual-stages needs --schedule interleaved")
+    _check(cfg.schedule != "1f1b" or cfg.virtual_stages == 1, "--virtual-stages needs --schedule interleaved")
+    if cfg.schedule == "interleaved":
+        _check(cfg.pp > 1 and cfg.virtual_stages > 1, "--schedule interleaved needs --pp > 1 and --virtual-stages > 1")
+        _check(cfg.num_microbatches % cfg.pp == 0, f"--schedule interleaved needs --microbatches ({cfg.num_microbatches}) divisible by --pp ({cfg.pp})")
+    chunks = cfg.pp * cfg.virtual_stages
+    _check(cfg.layers >= chunks, f"the mesh is larger than the model allows: {cfg.layers} layers cannot fill {cfg.pp} stages x {cfg.virtual_stages} virtual stages")
+    if not any(f.kind == "stage_imbalance" for f in cfg.faults):
+        _check(cfg.layers % chunks == 0, f"--layers {cfg.layers} must be divisible by pp x virtual stages = {chunks}")

@@ -1,0 +1,128 @@
+"""Faults injected on purpose: parsing ``--inject KIND:key=val,...`` and the factors the engine applies.
+
+The kind names are the analysis's vocabulary: a finding and the fault that caused it carry the same name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+KINDS = (
+    "slow_device",
+    "slow_link",
+    "stage_imbalance",
+    "host_stall",
+    "operator_hotspot",
+    "clock_skew",
+    "expert_imbalance",
+)
+
+# kind -> {parameter: (type, default)}; types: ranks (a list), pair, steps, float, int, str, layers.
+PARAMS: dict[str, dict[str, tuple[str, Any]]] = {
+    "slow_device": {"ranks": ("ranks", None), "factor": ("float", 1.5), "steps": ("steps", None)},
+    "slow_link": {"ranks": ("pair", None), "nodes": ("pair", None), "factor": ("float", 4.0), "steps": ("steps", None)},
+    "stage_imbalance": {"layers": ("layers", None), "stage": ("int", None), "extra": ("int", 2)},
+    "host_stall": {"ranks": ("ranks", None), "steps": ("steps", None), "ms": ("float", 40.0)},
+    "operator_hotspot": {"ranks": ("ranks", None), "operator": ("str", "flash_attention"), "factor": ("float", 3.0), "steps": ("steps", None)},
+    "clock_skew": {"nodes": ("ranks", [1]), "ms": ("float", 3.0)},
+    "expert_imbalance": {"ep_rank": ("int", 0), "factor": ("float", 2.5), "steps": ("steps", None)},
+}
+ALIASES = {"rank": "ranks", "node": "nodes", "step": "steps", "op": "operator", "host": "nodes", "hosts": "nodes"}
+HELP = (
+    "slow_device:ranks=5,factor=1.3[,steps=1-2]  slow_link:ranks=8-16|nodes=0-1,factor=4  "
+    "stage_imbalance:layers=8/6/5/5 | stage=1,extra=2  host_stall:ranks=3,steps=2,ms=40  "
+    "operator_hotspot:ranks=2,operator=flash_attention,factor=3  clock_skew:nodes=1,ms=3  "
+    "expert_imbalance:ep_rank=0,factor=2.5. Lists: 1+3+5 or 4-7 (inclusive range)."
+)
+
+
+class FaultError(ValueError):
+    """An --inject value that cannot be understood."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One injected fault: its kind and its parameters (rank lists expanded, defaults filled)."""
+
+    kind: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, **{k: v for k, v in self.params.items() if v is not None}}
+
+
+def _int_list(text: str, key: str) -> list[int]:
+    out: list[int] = []
+    for part in text.split("+"):
+        lo, sep, hi = part.partition("-") if not part.startswith("-") else (part, "", "")
+        try:
+            out.extend(range(int(lo), int(hi) + 1) if sep else [int(lo)])
+        except ValueError:
+            raise FaultError(f"{key}={text!r}: expected integers like 5, 1+3+5 or 4-7") from None
+    return sorted(set(out))
+
+
+def _value(kind_of: str, key: str, text: str) -> Any:
+    try:
+        if kind_of in ("ranks", "steps"):
+            return _int_list(text, key)
+        if kind_of == "pair":
+            a, sep, b = text.partition("-")
+            if not sep:
+                raise FaultError(f"{key}={text!r}: expected a pair like 8-16")
+            return [int(a), int(b)]
+        if kind_of == "layers":
+            return [int(v) for v in text.replace("+", "/").split("/")]
+        if kind_of == "float":
+            return float(text)
+        if kind_of == "int":
+            return int(text)
+    except ValueError:
+        raise FaultError(f"{key}={text!r} is not a valid {kind_of} value") from None
+    return text
+
+
+def parse(spec: str) -> Fault:
+    """``KIND:key=val,key=val`` -> Fault (defaults filled in)."""
+    kind, _, rest = spec.strip().partition(":")
+    kind = kind.strip()
+    if kind not in PARAMS:
+        raise FaultError(f"unknown fault kind {kind!r}; known kinds: {', '.join(KINDS)}")
+    schema = PARAMS[kind]
+    params: dict[str, Any] = {k: default for k, (_, default) in schema.items()}
+    for item in filter(None, (p.strip() for p in rest.split(","))):
+        key, eq, text = item.partition("=")
+        key = ALIASES.get(key.strip(), key.strip())
+        if not eq or key not in schema:
+            raise FaultError(f"{kind}: unknown parameter {item!r}; parameters: {', '.join(schema)}")
+        params[key] = _value(schema[key][0], key, text.strip())
+    return Fault(kind, params)
+
+
+def in_steps(fault: Fault, step: int) -> bool:
+    steps = fault.params.get("steps")
+    return steps is None or step in steps
+
+
+def check(fault: Fault, world: int, nodes: int, steps: range, ep: int, moe: bool) -> None:
+    """Refuse a fault that names ranks, nodes or steps the job does not have."""
+    p = fault.params
+    for key, limit, what in (("ranks", world, "rank"), ("nodes", nodes, "node")):
+        values = p.get(key)
+        if fault.kind in ("slow_device", "host_stall", "operator_hotspot") and key == "ranks" and not values:
+            raise FaultError(f"{fault.kind}: ranks= is required (e.g. {fault.kind}:ranks=3)")
+        bad = [v for v in values or [] if not 0 <= v < limit]
+        if bad:
+            raise FaultError(f"{fault.kind}: {what} {bad[0]} is out of range (the job has {limit} {what}s: 0..{limit - 1})")
+    bad_steps = [s for s in p.get("steps") or [] if s not in steps]
+    if bad_steps:
+        raise FaultError(f"{fault.kind}: step {bad_steps[0]} is out of range (steps {steps.start}..{steps.stop - 1})")
+    if fault.kind == "slow_link" and not (p.get("ranks") or p.get("nodes")):
+        raise FaultError("slow_link: give ranks=A-B (a pair of ranks) or nodes=A-B (a pair of nodes)")
+    if fault.kind == "slow_link" and len(set(p.get("ranks") or p.get("nodes") or ())) != 2:
+        raise FaultError("slow_link: the pair must name two different ranks or nodes")
+    if fault.kind == "expert_imbalance" and (not moe or ep < 2 or not 0 <= int(p["ep_rank"]) < ep):
+        raise FaultError(f"expert_imbalance needs an MoE model with --ep > 1 and ep_rank in 0..{max(ep - 1, 0)}")
+    if "factor" in p and float(p["factor"]) <= 0:
+        raise FaultError(f"{fault.kind}: factor must be positive")

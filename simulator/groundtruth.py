@@ -1,0 +1,90 @@
+"""``ground_truth.json``: the layout, schedule, model and every injected fault of a simulated job.
+
+Schema ``paradiag.ground_truth/1`` (documented in docs/simulator.md). paradiag's trace discovery skips this file.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from paradiag.simulator.faults import Fault
+from paradiag.simulator.job import Job
+
+SCHEMA = "paradiag.ground_truth/1"
+FILE_NAME = "ground_truth.json"
+
+
+def _fault(job: Job, fault: Fault) -> dict[str, Any]:
+    """The fault as injected, plus what it resolves to in this job (ranks, layers, offsets)."""
+    out = fault.to_json()
+    mesh = job.mesh
+    if fault.kind == "stage_imbalance":
+        out["layers"] = list(job.stage_layers)
+        heavy = max(range(len(job.stage_layers)), key=lambda s: job.stage_layers[s])
+        out["stage"] = heavy
+        out["ranks"] = [r for r in range(mesh.world) if mesh.stage(r) == heavy]
+    elif fault.kind == "clock_skew":
+        out["ranks"] = [r for r in range(mesh.world) if mesh.node(r) in fault.params["nodes"]]
+        out["offset_us"] = float(fault.params["ms"]) * 1e3
+    elif fault.kind == "expert_imbalance":
+        out["ranks"] = [r for r in range(mesh.world) if mesh.ep_index(r) == int(fault.params["ep_rank"])]
+    elif fault.kind == "slow_link" and fault.params.get("nodes"):
+        out["ranks"] = [r for r in range(mesh.world) if mesh.node(r) in fault.params["nodes"]]
+    return out
+
+
+def build(job: Job, files: dict[int, str], step_us: dict[int, list[float]]) -> dict[str, Any]:
+    cfg, mesh = job.cfg, job.mesh
+    model: dict[str, Any] = {"kind": cfg.model}
+    if cfg.model == "llm":
+        model.update(
+            layers=cfg.layers, hidden=cfg.hidden, heads=cfg.heads, seq_len=cfg.seq_len, micro_batch_size=cfg.micro_batch_size,
+            vocab=cfg.vocab, experts=cfg.num_experts, moe_every=cfg.moe_every if cfg.num_experts else None,
+            moe_layers=[layer for layer in range(cfg.layers) if job.is_moe(layer)],
+        )
+    else:
+        model.update(image_batch=cfg.image_batch)
+    layout = {
+        "dp": cfg.dp, "tp": cfg.tp, "pp": cfg.pp, "ep": cfg.ep, "world_size": mesh.world, "nodes": mesh.nodes,
+        "devices_per_node": mesh.devices_per_node, "rank_order": "tp-dp-pp",
+        "stages": [mesh.stage(r) for r in range(mesh.world)],
+        "coords": [dict(zip(("pp", "dp", "tp"), mesh.coords(r), strict=True)) | {"ep": mesh.ep_index(r)} for r in range(mesh.world)],
+        "node_of_rank": [mesh.node(r) for r in range(mesh.world)],
+        "layers_per_stage": job.stage_layers if cfg.model == "llm" else None,
+        "groups": [{"name": g.name, "role": g.role, "description": g.description, "ranks": list(g.ranks)} for g in mesh.groups],
+    }
+    return {
+        "schema": SCHEMA,
+        "generator": "paradiag.simulator",
+        "seed": cfg.seed,
+        "format": cfg.format,
+        "device": {"key": job.spec.key, **{k: v for k, v in asdict(job.spec).items() if k in ("name", "kind", "peak_tflops", "hbm_gbps", "intra_gbps", "inter_gbps")}},
+        "model": model,
+        "layout": layout,
+        "schedule": {
+            "kind": cfg.schedule if cfg.pp > 1 else "none", "microbatches": cfg.num_microbatches,
+            "virtual_stages": cfg.virtual_stages, "steps": list(range(cfg.first_step, cfg.first_step + cfg.steps)),
+        },
+        "jitter": cfg.jitter,
+        "faults": [_fault(job, f) for f in cfg.faults],
+        "files": {str(r): files[r] for r in sorted(files)},
+        "step_time_us": {str(r): [round(v, 3) for v in step_us[r]] for r in sorted(step_us)},
+    }
+
+
+def write(job: Job, out: Path, files: dict[int, str], step_us: dict[int, list[float]]) -> Path:
+    path = out / FILE_NAME
+    path.write_text(json.dumps(build(job, files, step_us), indent=1) + "\n")
+    return path
+
+
+def read(path: Path) -> dict[str, Any]:
+    """Load a ground truth (a job folder or the file itself)."""
+    path = path / FILE_NAME if path.is_dir() else path
+    data: dict[str, Any] = json.loads(path.read_text())
+    if data.get("schema") != SCHEMA:
+        raise ValueError(f"{path}: not a paradiag ground truth (schema {data.get('schema')!r})")
+    return data

@@ -1,0 +1,154 @@
+"""The per-rank, per-step program: what the host thread launches, in order.
+
+Instructions are tuples (cheap to build by the hundred thousand):
+
+* ``("K", op)``: a compute kernel (an :class:`~paradiag.simulator.model.Op`) on the compute stream
+* ``("C", coll, sync)``: a collective of the rank's ``coll.role`` group; ``sync``: compute waits for it
+* ``("S", peer, nelems, tag)`` / ``("R", peer, nelems, tag)``: pipeline send / receive (tag matches the pair)
+* ``("H", name, category, us)``: host-only work (data loading, ...)
+* ``("M", nbytes)``: host-to-device copy of the batch
+* ``("Y", role)``: the host waits for the device (role None: every stream)
+* ``("W", role)``: the compute stream waits for the ``role`` communication stream
+* ``("A", name)`` / ``("Z",)``: a host annotation range opens / closes
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from paradiag.simulator import model, resnet, schedule
+from paradiag.simulator.job import Job
+from paradiag.simulator.model import Coll, Dims, Item, Op
+
+Instr = tuple[Any, ...]
+DATA_LOADER = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
+OPTIMIZER = "Optimizer.step#FusedAdam.step"
+BUCKET_PARAMS = 40_000_000  # Megatron's default gradient bucket
+DDP_BUCKET_PARAMS = 25 * 1024 * 1024 // 4  # DDP's 25 MB of fp32 gradients
+
+
+def _kernels(items: list[Item]) -> list[Instr]:
+    return [("K", i) if isinstance(i, Op) else ("C", i, True) for i in items]
+
+
+def _optimizer(params: int) -> list[Instr]:
+    per_kernel = params * 16 / 4
+    return [("A", OPTIMIZER), *[("K", Op("aten::_fused_adamw_", "optimizer", params / 4 * 10, per_kernel)) for _ in range(4)], ("Z",)]
+
+
+@lru_cache(maxsize=64)
+def _dense_layer(d: Dims) -> tuple[list[Item], list[Item]]:
+    forward = model.attention_block(d) + model.mlp_block(d)
+    return forward, model.backward(forward)
+
+
+def _layer(job: Job, d: Dims, layer: int, rank: int, step: int) -> tuple[list[Item], list[Item]]:
+    if not job.is_moe(layer):
+        return _dense_layer(d)
+    sent, received = job.expert_tokens(rank, step, d.tokens)
+    forward = model.attention_block(d) + model.moe_block(d, job.cfg.num_experts, sent, received)
+    return forward, model.backward(forward)
+
+
+def _dims(job: Job) -> Dims:
+    c = job.cfg
+    return Dims(c.micro_batch_size * c.seq_len, c.seq_len, c.micro_batch_size, c.hidden, c.tp, c.vocab)
+
+
+def _chunk(job: Job, d: Dims, g: int, rank: int, step: int) -> tuple[list[Item], list[list[Item]], list[int]]:
+    """Forward items of global chunk ``g``, backward items per layer (backward order), params per layer."""
+    layers = job.chunk_layers[g]
+    forward: list[Item] = model.embedding(d) if g == 0 else []
+    backward_layers: list[list[Item]] = []
+    params: list[int] = []
+    for layer in layers:
+        f, b = _layer(job, d, layer, rank, step)
+        forward += f
+        backward_layers.append(b)
+        params.append(model.layer_params(d.hidden, d.tp))
+    if g == job.chunks - 1:
+        forward += model.head(d)
+        backward_layers.append(model.backward(model.head(d)))
+        params.append(d.vocab * d.hidden // d.tp)
+    backward_layers.reverse()
+    params.reverse()
+    if g == 0:
+        backward_layers.append(model.backward(model.embedding(d)))
+        params.append(d.vocab * d.hidden // d.tp)
+    return forward, backward_layers, params
+
+
+def _backward_with_buckets(layers: list[list[Item]], params: list[int], reduce: bool, bucket: int = BUCKET_PARAMS) -> list[Instr]:
+    """Backward kernels, with a data-parallel gradient all-reduce launched as each bucket of gradients is ready
+    (it overlaps the rest of the backward pass, as DDP and Megatron do)."""
+    out: list[Instr] = []
+    pending = 0
+    for i, (items, n) in enumerate(zip(layers, params, strict=True)):
+        out += _kernels(items)
+        pending += n
+        if reduce and pending and (pending >= bucket or i == len(layers) - 1):
+            out.append(("C", Coll("allreduce", "dp", pending, pending, "Float"), False))
+            pending = 0
+    return out
+
+
+def llm(job: Job, rank: int, step: int) -> list[Instr]:
+    """One training step of a transformer LLM on ``rank``: data, the pipeline schedule, gradients, optimizer."""
+    cfg, mesh, d = job.cfg, job.mesh, _dims(job)
+    stage, pp, m, last = mesh.stage(rank), cfg.pp, cfg.num_microbatches, job.chunks - 1
+    act = d.tokens * d.hidden // d.tp
+    prog: list[Instr] = [("H", DATA_LOADER, "user_annotation", 250.0)]
+    if stage in (0, pp - 1):
+        if cfg.tp > 1:
+            prog.append(("C", Coll("broadcast", "tp", d.tokens * 2, d.tokens * 2, "Long"), True))
+        prog.append(("M", d.tokens * 8 * 2))
+    chunks: dict[int, Any] = {}
+    total_params = 0
+    for c in range(cfg.virtual_stages):
+        g = c * pp + stage
+        chunks[g] = _chunk(job, d, g, rank, step)
+        total_params += sum(chunks[g][2])
+    for phase, mb, c in schedule.order(cfg.schedule, pp, stage, m, cfg.virtual_stages):
+        g = c * pp + stage
+        forward, backward_layers, params = chunks[g]
+        if phase == "F":
+            if g > 0:
+                prog += [("R", mesh.stage_rank(rank, (g - 1) % pp), act, (0, mb, g)), ("Y", "pp")]
+            prog += _kernels(forward)
+            if g < last:
+                prog.append(("S", mesh.stage_rank(rank, (g + 1) % pp), act, (0, mb, g + 1)))
+        else:
+            if g < last:
+                prog += [("R", mesh.stage_rank(rank, (g + 1) % pp), act, (1, mb, g)), ("Y", "pp")]
+            prog += _backward_with_buckets(backward_layers, params, cfg.dp > 1 and mb == m - 1)
+            if g > 0:
+                prog.append(("S", mesh.stage_rank(rank, (g - 1) % pp), act, (1, mb, g - 1)))
+    if cfg.dp > 1:
+        prog.append(("W", "dp"))
+    return [*prog, *_optimizer(total_params), ("Y", None)]
+
+
+@lru_cache(maxsize=4)
+def _resnet_ops(batch: int) -> tuple[list[Item], list[list[Item]], list[int]]:
+    pairs = resnet.forward(batch)
+    forward = [op for op, _ in pairs]
+    backward_layers = [model.backward([op]) for op, _ in reversed(pairs)]
+    return forward, backward_layers, [n for _, n in reversed(pairs)]
+
+
+def cnn(job: Job, rank: int, step: int) -> list[Instr]:
+    """One data-parallel step of ResNet-50: load, copy, forward, backward with DDP buckets, optimizer."""
+    batch = job.cfg.image_batch
+    forward, backward_layers, params = _resnet_ops(batch)
+    prog: list[Instr] = [("H", DATA_LOADER, "user_annotation", 1800.0), ("M", batch * 3 * 224 * 224 * 2)]
+    prog += _kernels(forward)
+    reduce = job.cfg.dp > 1
+    prog += _backward_with_buckets(backward_layers, params, reduce, DDP_BUCKET_PARAMS)
+    if reduce:
+        prog.append(("W", "dp"))
+    return [*prog, *_optimizer(sum(params)), ("Y", None)]
+
+
+def build(job: Job, rank: int, step: int) -> list[Instr]:
+    return llm(job, rank, step) if job.cfg.model == "llm" else cnn(job, rank, step)
