@@ -57,7 +57,7 @@ def test_truncated_trace_view(tmp_path: Path) -> None:
 def test_empty_trace_view(tmp_path: Path) -> None:
     rank = copy(TEXT, tmp_path)
     (rank / OUT / "trace_view.json").write_bytes(b"")
-    with pytest.raises(TraceError, match="trace_view.json: the file is empty"):
+    with pytest.raises(TraceError, match=r"trace_view\.json: the file is empty"):
         ascend.parse(rank, tmp_path)
 
 
