@@ -19,7 +19,9 @@ from paradiag.simulator import collectives, devices, program
 from paradiag.simulator.job import Job
 from paradiag.simulator.model import Op
 
-# Record fields: [code, name, host_ts, host_dur, launch_ts, launch_dur, dev_ts, dev_dur, stream, info]
+# Record fields: [code, name, host_ts, host_dur, launch_ts, launch_dur, dev_ts, dev_dur, stream, info].
+# info: K -> Op; C -> (Coll, group, algorithm, transfer us); S/R -> (peer, nelems, group, transfer us);
+# M -> bytes; P -> step; H -> category. Times in us on the job's true clock (no clock skew).
 CODE, NAME, HTS, HDUR, LTS, LDUR, DTS, DDUR, STREAM, INFO = range(10)
 COMPUTE = "compute"
 HOST_OP_US = {"K": 9.0, "C": 16.0, "S": 14.0, "R": 14.0, "M": 12.0}
@@ -248,7 +250,7 @@ class Engine:
         arrival = max(lts + ldur * 0.6, st.tail[role], st.tail[COMPUTE])
         st.seq[group.index] += 1
         key = (0, step, group.index, st.seq[group.index])
-        record = ["C", coll.collective, hts, hdur, lts, ldur, arrival, None, role, (coll, group, "RING")]
+        record = ["C", coll.collective, hts, hdur, lts, ldur, arrival, None, role, (coll, group, "RING", 0.0)]
         st.records.append(record)
         st.gate[role] = key
         if ins[2]:
@@ -280,12 +282,13 @@ class Engine:
 
     def _resolve(self, key: tuple[int, ...], step: int) -> None:
         _count, last_arrival, nbytes, records = self.pending.pop(key)
-        coll, group, _ = records[0][INFO]
+        coll, group = records[0][INFO][:2]
         base, algorithm = self._coll_time(group, coll.collective, nbytes, step)
-        end = last_arrival + base * max(0.5, 1.0 + self.cfg.jitter * _mix(self.cfg.seed, *key))
+        transfer = base * max(0.5, 1.0 + self.cfg.jitter * _mix(self.cfg.seed, *key))
+        end = last_arrival + transfer
         for record in records:
             record[DDUR] = end - record[DTS]
-            record[INFO] = (record[INFO][0], group, algorithm)
+            record[INFO] = (record[INFO][0], group, algorithm, transfer)
         self.resolved[key] = end
         self._wake(key)
 
@@ -310,7 +313,7 @@ class Engine:
         arrival = max(lts + ldur * 0.6, st.tail["pp"], st.tail[COMPUTE])
         dur = self._p2p_us(st.rank, peer, nelems * 2, step) * self._jitter(st)
         st.tail["pp"] = arrival + dur
-        st.records.append(["S", "send", hts, hdur, lts, ldur, arrival, dur, "pp", (peer, nelems, group)])
+        st.records.append(["S", "send", hts, hdur, lts, ldur, arrival, dur, "pp", (peer, nelems, group, dur)])
         key = (1, step, group.index, *tag)
         self.sends[key] = (arrival, dur)
         waiting = self.recvs.pop(key, None)
@@ -326,7 +329,7 @@ class Engine:
         group = self._pp_group(st.rank)
         hts, hdur, lts, ldur = self._launch(st, HOST_OP_US["R"])
         arrival = max(lts + ldur * 0.6, st.tail["pp"])
-        record = ["R", "recv", hts, hdur, lts, ldur, arrival, None, "pp", (peer, nelems, group)]
+        record = ["R", "recv", hts, hdur, lts, ldur, arrival, None, "pp", (peer, nelems, group, 0.0)]
         st.records.append(record)
         key = (1, step, group.index, *tag)
         st.gate["pp"] = key
@@ -341,5 +344,6 @@ class Engine:
         send_arrival, transfer = self.sends[key]
         end = max(record[DTS] + collectives.STARTUP_US, send_arrival + transfer)
         record[DDUR] = end - record[DTS]
+        record[INFO] = (*record[INFO][:3], min(transfer, end - record[DTS]))
         self.resolved[key] = end
         self._wake(key)

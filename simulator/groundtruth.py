@@ -36,7 +36,8 @@ def _fault(job: Job, fault: Fault) -> dict[str, Any]:
     return out
 
 
-def build(job: Job, files: dict[int, str], step_us: dict[int, list[float]]) -> dict[str, Any]:
+def build(job: Job, files: dict[int, str], timings: dict[str, dict[int, list[float]]]) -> dict[str, Any]:
+    """The ground truth document; ``timings`` holds per-rank, per-step figures (host step span, busy compute)."""
     cfg, mesh = job.cfg, job.mesh
     model: dict[str, Any] = {"kind": cfg.model}
     if cfg.model == "llm":
@@ -71,13 +72,13 @@ def build(job: Job, files: dict[int, str], step_us: dict[int, list[float]]) -> d
         "jitter": cfg.jitter,
         "faults": [_fault(job, f) for f in cfg.faults],
         "files": {str(r): files[r] for r in sorted(files)},
-        "step_time_us": {str(r): [round(v, 3) for v in step_us[r]] for r in sorted(step_us)},
+        **{name: {str(r): [round(v, 3) for v in values[r]] for r in sorted(values)} for name, values in timings.items()},
     }
 
 
-def write(job: Job, out: Path, files: dict[int, str], step_us: dict[int, list[float]]) -> Path:
+def write(job: Job, out: Path, files: dict[int, str], timings: dict[str, dict[int, list[float]]]) -> Path:
     path = out / FILE_NAME
-    path.write_text(json.dumps(build(job, files, step_us), indent=1) + "\n")
+    path.write_text(json.dumps(build(job, files, timings), indent=1) + "\n")
     return path
 
 

@@ -59,11 +59,13 @@ def simulate(config: SimConfig, progress: Progress | None = None) -> Path:
         writer.begin(rank)
     engine = Engine(job)
     step_us: dict[int, list[float]] = {r: [] for r in range(world)}
+    compute_us: dict[int, list[float]] = {r: [] for r in range(world)}
     for i in range(cfg.steps):
         step = cfg.first_step + i
         records = engine.run_step(step)
         for rank in range(world):
             step_us[rank].append(records[rank][0][3])
+            compute_us[rank].append(sum(rec[7] for rec in records[rank] if rec[0] == "K"))
             writer.write_step(rank, step, records[rank])
         del records
         if progress:
@@ -73,5 +75,5 @@ def simulate(config: SimConfig, progress: Progress | None = None) -> Path:
         files[rank] = writer.finish(rank).relative_to(out).as_posix()
         if progress:
             progress("write", rank + 1, world)
-    groundtruth.write(job, out, files, step_us)
+    groundtruth.write(job, out, files, {"step_time_us": step_us, "compute_us": compute_us})
     return out

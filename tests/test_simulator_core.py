@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -28,8 +29,13 @@ def _trace_files(job: Path) -> dict[int, Path]:
     return {int(r): job / f for r, f in truth["files"].items()}
 
 
+def _load(path: Path) -> dict[str, Any]:
+    raw = path.read_bytes()
+    return json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+
+
 def _raw_events(path: Path) -> list[dict[str, Any]]:
-    return json.loads(kineto.read_bytes(path))["traceEvents"]
+    return _load(path)["traceEvents"]
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +82,7 @@ def _collective_ends(path: Path) -> dict[tuple[str, int], float]:
     """End time (us after the shared base time) of each collective kernel, by (process group, order in it)."""
     counters: dict[str, int] = defaultdict(int)
     out = {}
-    data = json.loads(kineto.read_bytes(path))
+    data = _load(path)
     for e in sorted((e for e in data["traceEvents"] if e.get("cat") == "kernel" and "Collective name" in e["args"]), key=lambda e: e["ts"]):
         if e["args"]["Collective name"] in ("send", "recv"):
             continue

@@ -206,10 +206,10 @@ def comm_args(rec: Record, rank: int) -> tuple[str, str]:
     """The collective args PyTorch records (on ``record_param_comms`` and, NCCL >= 2.19, on the kernel)
     and the NCCL kernel name."""
     if rec[0] == "C":
-        coll, group, algorithm = rec[9]
+        coll, group, algorithm = rec[9][:3]
         name, n_in, n_out, dtype, index = coll.collective, coll.in_nelems, coll.out_nelems, coll.dtype, group.ranks.index(rank)
     else:
-        peer, nelems, group = rec[9]
+        peer, nelems, group = rec[9][:3]
         name, n_in, n_out, dtype, algorithm = rec[1], nelems, nelems, "BFloat16", "RING"
         index = group.ranks.index(peer)
     nbytes = max(n_in, n_out) * DTYPE_BYTES.get(dtype, 4)
