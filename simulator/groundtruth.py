@@ -22,17 +22,18 @@ def _fault(job: Job, fault: Fault) -> dict[str, Any]:
     out = fault.to_json()
     mesh = job.mesh
     if fault.kind == "stage_imbalance":
-        out["layers"] = list(job.stage_layers)
         heavy = max(range(len(job.stage_layers)), key=lambda s: job.stage_layers[s])
-        out["stage"] = heavy
-        out["ranks"] = [r for r in range(mesh.world) if mesh.stage(r) == heavy]
+        ranks = [r for r in range(mesh.world) if mesh.stage(r) == heavy]
+        out = {"kind": fault.kind, "layers": list(job.stage_layers), "stage": heavy, "ranks": ranks}
     elif fault.kind == "clock_skew":
         out["ranks"] = [r for r in range(mesh.world) if mesh.node(r) in fault.params["nodes"]]
         out["offset_us"] = float(fault.params["ms"]) * 1e3
     elif fault.kind == "expert_imbalance":
         out["ranks"] = [r for r in range(mesh.world) if mesh.ep_index(r) == int(fault.params["ep_rank"])]
-    elif fault.kind == "slow_link" and fault.params.get("nodes"):
-        out["ranks"] = [r for r in range(mesh.world) if mesh.node(r) in fault.params["nodes"]]
+    elif fault.kind == "slow_link":
+        out["link"] = {"ranks" if fault.params.get("ranks") else "nodes": fault.params.get("ranks") or fault.params["nodes"]}
+        if fault.params.get("nodes"):
+            out["ranks"] = [r for r in range(mesh.world) if mesh.node(r) in fault.params["nodes"]]
     return out
 
 

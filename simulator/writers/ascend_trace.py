@@ -4,9 +4,10 @@ summaries (overlap, step trace, communication) the writer assembles at the end."
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from paradiag.simulator import kernels
 from paradiag.simulator.engine import DTYPE_BYTES, Record
@@ -97,7 +98,7 @@ class RankState:
             csv.writer(f, lineterminator="\n").writerows(r.kernel_rows)
         for parts, name, data in ((self.comm_parts, "communication", r.comm), (self.matrix_parts, "communication_matrix", r.matrix)):
             part = self.output / f".{name}.step{step}.part"
-            part.write_text(f'"step{step}": ' + json.dumps(data, indent=1))
+            part.write_bytes(f'"step{step}": '.encode() + msgspec.json.format(msgspec.json.encode(data), indent=1))
             parts.append(part)
 
 
