@@ -28,6 +28,7 @@ PARSER_MODULES = (
 # Files in a job folder that are not traces of a rank.
 NOT_TRACES = frozenset({"ground_truth.json", "manifest.json", "README.md"})
 ROW_GROUP_ROWS = 128 * 1024
+PARQUET_COMPRESSION = "lz4"  # decodes ~1.5x faster than zstd for ~40% more disk: the cache is read far more than written
 
 
 def parsers() -> list[ModuleType]:
@@ -137,10 +138,10 @@ def parse_source(source: Source, root: Path, out_dir: Path, index: int) -> Sourc
     events = events.take(order)
     name = f"part-{index:05d}.parquet"
     (out_dir / "events").mkdir(parents=True, exist_ok=True)
-    pq.write_table(events, out_dir / "events" / name, row_group_size=ROW_GROUP_ROWS, compression="zstd")
+    pq.write_table(events, out_dir / "events" / name, row_group_size=ROW_GROUP_ROWS, compression=PARQUET_COMPRESSION)
     for key, table in parsed.extra.items():
         (out_dir / "extra" / key).mkdir(parents=True, exist_ok=True)
-        pq.write_table(table, out_dir / "extra" / key / name, compression="zstd")
+        pq.write_table(table, out_dir / "extra" / key / name, compression=PARQUET_COMPRESSION)
         result.extra_files[key] = f"extra/{key}/{name}"
     result.events_file = f"events/{name}"
     result.num_events = events.num_rows

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 SCHEMA_VERSION = 1
 
@@ -154,6 +155,25 @@ def build(schema: pa.Schema, columns: Mapping[str, Any], length: int | None = No
         else:
             raise ValueError(f"column {field.name!r} of table {schema.metadata[b'paradiag.table'].decode()} is required")
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def in_values(column: pa.Array | pa.ChunkedArray, values: Any) -> np.ndarray:
+    """Boolean mask of the rows of a dictionary (or string) column whose value is in ``values``, computed on
+    the dictionary codes: no Python string per row."""
+    values = set(values)
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    if not pa.types.is_dictionary(column.type):
+        return np.asarray(pc.is_in(column, pa.array(sorted(values), type=column.type)).fill_null(False).to_numpy(zero_copy_only=False))
+    wanted = [i for i, v in enumerate(column.dictionary.to_pylist()) if v in values]
+    codes = column.indices.to_numpy(zero_copy_only=False)
+    return np.isin(codes, np.array(wanted, dtype=codes.dtype)) if wanted else np.zeros(len(column), dtype=bool)
+
+
+def dictionary_array(codes: np.ndarray, dictionary: Sequence[str], index_type: pa.DataType, mask: np.ndarray | None = None) -> pa.DictionaryArray:
+    """A dictionary column from integer codes into ``dictionary`` (rows where ``mask`` is True are null)."""
+    indices = pa.array(codes.astype(index_type.to_pandas_dtype(), copy=False), mask=mask)
+    return pa.DictionaryArray.from_arrays(indices, pa.array(list(dictionary), type=pa.string()))
 
 
 def empty(schema: pa.Schema) -> pa.Table:

@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from paradiag import schema
 
@@ -161,7 +160,7 @@ def parse_rank_list(text: str | list[int] | None) -> list[int] | None:
     if text is None:
         return None
     if isinstance(text, list):
-        return [int(r) for r in text]
+        return [int(r) for r in text if isinstance(r, int | float | str) and str(r).lstrip("-").isdigit()]
     digits = re.findall(r"-?\d+", text)
     return [int(d) for d in digits] if digits else None
 
@@ -198,8 +197,7 @@ def sequence_numbers(events: pa.Table) -> pa.Array:
     group (and peer, for p2p) within the same step (work outside any step counts as one more step, -1);
     null for other events."""
     n = events.num_rows
-    kind = events.column("kind").combine_chunks()
-    is_comm = pc.equal(kind.cast(pa.string()), schema.COMMUNICATION).to_numpy(zero_copy_only=False)
+    is_comm = schema.in_values(events.column("kind"), [schema.COMMUNICATION])
     device = events.column("device").to_numpy()
     step = events.column("step").to_numpy()
     mask = is_comm & (device >= 0)

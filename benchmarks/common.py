@@ -1,0 +1,86 @@
+"""Shared by the benchmark scripts: run a command and measure its wall time and the peak memory of its whole
+process tree (the proportional set size, PSS, of the process and all its children, summed and sampled every
+20 ms), the same way for every tool."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+
+
+@dataclass
+class Run:
+    label: str
+    seconds: float
+    peak_pss_mb: float
+    returncode: int
+    output: str
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                found.extend(int(c) for c in f.read().split())
+    except OSError:
+        pass
+    return found
+
+
+def _tree_pss_kb(pid: int) -> int:
+    """Proportional set size of a process and its descendants: pages shared between forked workers (libraries,
+    the parent's heap) count once in total, so a tool that forks is not charged twice for what it shares."""
+    total = 0
+    stack = [pid]
+    while stack:
+        p = stack.pop()
+        try:
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1])
+                        break
+        except OSError:
+            continue
+        stack.extend(_children(p))
+    return total
+
+
+def measure(label: str, cmd: list[str], env: dict[str, str] | None = None, interval: float = 0.02) -> Run:
+    """Run ``cmd`` to completion; wall time and peak process-tree PSS (sampled every ``interval`` s)."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})})
+    peak = 0
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, _tree_pss_kb(proc.pid))
+            time.sleep(interval)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    output, _ = proc.communicate()
+    seconds = time.perf_counter() - t0
+    done.set()
+    sampler.join()
+    return Run(label, seconds, peak / 1024, proc.returncode, output)
+
+
+def hta_python() -> str:
+    default = Path.home() / ".cache" / "paradiag-peers" / "hta" / "bin" / "python"
+    return os.environ.get("PARADIAG_HTA_PYTHON", str(default))
+
+
+def table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.rjust(w) if j else c.ljust(w) for j, (c, w) in enumerate(zip(r, widths, strict=True))) for r in rows)
