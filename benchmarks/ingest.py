@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import SHARED, hta_python, measure, table  # noqa: E402
+from common import SHARED, hta_python, measure, table
 
 REAL_RANK = SHARED / "traces" / "gpu" / "hta_16rank_job_rank0" / "rank0.json.gz"
 

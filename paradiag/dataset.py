@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from multiprocessing import get_context
+from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any
 
@@ -303,6 +304,7 @@ def _parse_all(
         return [r for r in results if r is not None]
     # fork shares the parent's imported modules with the workers (no extra process, least memory); from a
     # threaded parent (the web app) forking is unsafe, so a forkserver starts the workers there.
+    ctx: BaseContext
     if threading.active_count() == 1:
         ctx = get_context("fork")
     else:

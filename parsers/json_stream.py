@@ -16,7 +16,7 @@ import gzip
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, BinaryIO, cast
 
 import msgspec
 
@@ -28,7 +28,7 @@ WHITESPACE = b" \t\r\n"
 GZIP_MAGIC = b"\x1f\x8b"
 
 
-def open_text(path: Path, shown: Path | str) -> IO[bytes]:
+def open_text(path: Path, shown: Path | str) -> BinaryIO:
     """A binary reader of the file's text, decompressing gzip on the fly (ISA-L when available)."""
     with open(path, "rb") as f:
         head = f.read(2)
@@ -39,9 +39,9 @@ def open_text(path: Path, shown: Path | str) -> IO[bytes]:
     try:
         from isal import igzip
 
-        return igzip.open(path, "rb")  # type: ignore[return-value]
+        return cast(BinaryIO, igzip.open(path, "rb"))
     except ImportError:  # pragma: no cover - isal is a dependency
-        return gzip.open(path, "rb")
+        return cast(BinaryIO, gzip.open(path, "rb"))
 
 
 class ArrayStream:
