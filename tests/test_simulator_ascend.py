@@ -110,3 +110,19 @@ def test_gpu_and_npu_output_give_the_same_timeline(tmp_path: Path) -> None:
             assert len(a) == len(b) > 0, kind
             assert max(abs(x[0] - y[0]) for x, y in zip(a, b, strict=True)) <= 2
             assert max(abs(x[1] - y[1]) for x, y in zip(a, b, strict=True)) <= 2
+
+
+def test_slow_link_shows_in_the_link_matrix(tmp_path: Path) -> None:
+    cfg = SimConfig(output=tmp_path / "job", device="910b", format="ascend", dp=4, steps=1, layers=2, hidden=1024, seq_len=512,
+                    jitter=0.0, faults=(parse_fault("slow_link:ranks=1-2,factor=6"),))
+    job = simulate(cfg)
+    truth = read_truth(job)
+
+    def total_links(rank: int) -> dict[str, float]:
+        matrix = json.loads((job / truth["files"][str(rank)] / "ASCEND_PROFILER_OUTPUT" / "communication_matrix.json").read_text())
+        ops = matrix["step0"]["collective"]
+        key = next(k for k in ops if k.startswith("allreduce-total@"))
+        return {pair: v["Bandwidth(GB/s)"] for pair, v in ops[key].items() if v["Transport Type"] != "LOCAL"}
+
+    slow, fast = total_links(1)["1-2"], total_links(0)["0-1"]
+    assert slow == pytest.approx(fast / 6, rel=0.05)

@@ -40,6 +40,16 @@ def render_comm(r: _StepRender, rec: Record) -> None:
     inter = len({s.job.mesh.node(x) for x in group.ranks}) > 1
     link, transport = ("RDMA", "RDMA") if inter else ("HCCS", "SDMA")
 
+    me = group.ranks.index(s.rank)
+    dst = group.ranks.index(peer) if peer is not None else (me + 1) % group.size
+    src, dst = (dst, me) if collective == "recv" else (me, dst)
+    moved = size * MOVED.get(collective, lambda n: 1.0)(group.size)
+    if collective not in ("send", "recv"):
+        # this rank's own link carries its share at that link's speed; the rest of the ring time is waiting
+        bw, lat = s.job.link(group.ranks[src], group.ranks[dst], r.step)
+        transfer = min(transfer, moved / (bw * 1e3) + lat)
+        wait = dur - transfer
+
     r._cpu(HOST_COMM[collective], rec[2], rec[3])
     cid = r._launch(rec, f"HCCL@{hcom}")
     stream = STREAMS[rec[8]]
@@ -48,10 +58,6 @@ def render_comm(r: _StepRender, rec: Record) -> None:
     r._task(rec, "RDMASend" if inter else "SDMA", "RDMA" if inter else "SDMA", cid, start + wait, transfer, stream)
     count = size // (2 if dtype == "BF16" else 4 if dtype == "FP32" else 8)
     r._x(name, HCCL, s.group_tid[group.index], start, dur, f'"connection_id": {cid}, "model id": 4294967295, "data_type": "{dtype}", "alg_type": "{"MESH-RING" if not inter else "RING-HD"}", "count": {count}')
-    me = group.ranks.index(s.rank)
-    dst = group.ranks.index(peer) if peer is not None else (me + 1) % group.size
-    src, dst = (dst, me) if collective == "recv" else (me, dst)
-    moved = size * MOVED.get(collective, lambda n: 1.0)(group.size)
     plane = f'"stream id": {stream}, "task id": {s.task_ids.get(stream, 0)}, "context id": 0, "model id": 4294967295'
     if wait > 0.001:
         r._x("Notify_Wait", HCCL, 1, start, wait, f'"notify_id": "0", "duration estimated(us)": 1, {plane}, "task type": "Notify_Wait", "src rank": {src}, "dst rank": {dst}, "transport type": "{transport}", "size(Byte)": 0, "data type": "INVALID_TYPE", "link type": "INVALID_TYPE", "bandwidth(GB/s)": 0.0')
