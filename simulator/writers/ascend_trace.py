@@ -51,6 +51,8 @@ class RankState:
             f.write("[\n" + ",\n".join(self._metadata()))
         with open(self.output / "kernel_details.csv", "w", newline="") as f:
             csv.writer(f, lineterminator="\n").writerow(KERNEL_HEADER)
+        with open(self.output / "npu_module_mem.csv", "w", newline="") as f:
+            f.write("Component,Timestamp(us),Total Reserved(MB),Device\n")
 
     def close_files(self) -> None:
         with open(self.output / "trace_view.json", "a") as f:
@@ -96,6 +98,8 @@ class RankState:
             f.write(",\n" + ",\n".join(r.events))
         with open(self.output / "kernel_details.csv", "a", newline="") as f:
             csv.writer(f, lineterminator="\n").writerows(r.kernel_rows)
+        with open(self.output / "npu_module_mem.csv", "a") as f:  # where readers find the NPU id ("NPU:3")
+            f.write(f"APP,{self.ts(records[0][2])[1:-1]}\t,{18432.0 + 64 * step:.1f},NPU:{self.job.mesh.local_device(self.rank)}\n")
         for parts, name, data in ((self.comm_parts, "communication", r.comm), (self.matrix_parts, "communication_matrix", r.matrix)):
             part = self.output / f".{name}.step{step}.part"
             part.write_bytes(f'"step{step}": '.encode() + msgspec.json.format(msgspec.json.encode(data), indent=1))
