@@ -178,7 +178,8 @@ class Job:
         parts = self._parts()
         wanted = sorted(parts) if ranks is None else [r for r in ranks if r in parts]
         tables = [self._read_part(r, *parts[r], start_ns, end_ns, columns) for r in wanted]
-        table = pa.concat_tables(tables) if tables else schema.empty(schema.EVENTS)
+        # One dictionary per column across ranks, so that group_by / filters on names work on the whole table.
+        table = pa.concat_tables(tables).unify_dictionaries() if tables else schema.empty(schema.EVENTS)
         if columns is not None and not tables:
             table = table.select(list(columns))
         if ranks is None and start_ns is None and end_ns is None and columns is None:

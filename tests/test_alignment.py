@@ -86,3 +86,23 @@ def test_no_shared_collective_means_no_offset() -> None:
     assert result.offset_ns == {0: 0, 1: 0}
     assert result.uncertainty_ns == {0: None, 1: None}
     assert result.instances == 0
+
+
+@pytest.mark.parametrize("fmt", ["kineto"])
+def test_recovers_the_simulators_clock_skew_across_nodes(tmp_path: Path, fmt: str) -> None:
+    """Two nodes, pipeline stages across them: only send/recv pairs cross the nodes, and they suffice."""
+    from click.testing import CliRunner
+
+    from paradiag.simulator.cli import simulate
+
+    args = ["--dp", "2", "--tp", "4", "--pp", "2", "--steps", "2", "--layers", "4", "--hidden", "1024", "--seq-len", "512"]
+    args += ["--inject", "clock_skew:nodes=1,ms=1700", "--format", fmt, "--seed", "5", "--quiet", "-o", str(tmp_path / "job")]
+    result = CliRunner().invoke(simulate, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    truth = json.loads((tmp_path / "job" / "ground_truth.json").read_text())
+    skewed = set(truth["faults"][0]["ranks"])
+    job = paradiag.open(tmp_path / "job")
+    offsets = dict(zip(job.rank_ids, job.ranks.column("clock_offset_ns").to_pylist(), strict=True))
+    for rank, offset in offsets.items():
+        expected = -SHIFT_NS if rank in skewed else 0
+        assert abs(offset - expected) < 50_000, (rank, offset)
