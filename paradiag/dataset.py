@@ -427,7 +427,7 @@ def _finish(
     alignment = align.estimate(comm, domain)
     ranks = _ranks_table(kept, alignment)
     steps = _steps_table(kept, alignment)
-    groups = group_table([g for k in kept for g in k.parsed.groups])
+    groups = group_table({k.rank: k.parsed.groups for k in kept})
     pq.write_table(ranks, tmp / "ranks.parquet")
     pq.write_table(steps, tmp / "steps.parquet")
     pq.write_table(groups, tmp / "groups.parquet")

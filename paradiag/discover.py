@@ -162,15 +162,22 @@ def parse_source(source: Source, root: Path, out_dir: Path, index: int) -> Sourc
     return result
 
 
-def group_table(groups: list[Group]) -> pa.Table:
-    """The ``groups`` table from the groups every rank reported (first description wins)."""
+def group_table(reported: dict[int, list[Group]]) -> pa.Table:
+    """The ``groups`` table from the groups every rank reported (rank -> its groups; first description wins).
+    A group whose members no trace lists (HCCL without metadata) gets the ranks that reported it."""
     merged: dict[str, Group] = {}
-    for g in groups:
-        known = merged.get(g.group)
-        if known is None:
-            merged[g.group] = Group(g.group, list(g.ranks), g.description, g.backend)
-        elif len(g.ranks) > len(known.ranks):
-            known.ranks = list(g.ranks)
+    reporters: dict[str, set[int]] = {}
+    for rank, groups in reported.items():
+        for g in groups:
+            reporters.setdefault(g.group, set()).add(rank)
+            known = merged.get(g.group)
+            if known is None:
+                merged[g.group] = Group(g.group, list(g.ranks), g.description, g.backend)
+            elif len(g.ranks) > len(known.ranks):
+                known.ranks = list(g.ranks)
+    for name, g in merged.items():
+        if not g.ranks:
+            g.ranks = sorted(reporters[name])
     rows = sorted(merged.values(), key=lambda g: (len(g.ranks), g.group))
     return schema.build(
         schema.GROUPS,

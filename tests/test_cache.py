@@ -123,3 +123,20 @@ def test_time_window_and_rank_selection(tmp_path: Path) -> None:
     ends = [s + d for s, d in zip(window.column("start_ns").to_pylist(), window.column("dur_ns").to_pylist(), strict=True)]
     assert min(ends) > step1["start_ns"]
     assert max(window.column("start_ns").to_pylist()) < step1["end_ns"]
+
+
+def test_groups_without_listed_members_get_the_ranks_that_report_them() -> None:
+    from paradiag.discover import group_table
+    from paradiag.parsers.base import Group
+
+    table = group_table(
+        {
+            0: [Group("hccl_1", [], "HCCL group; members not recorded"), Group("dp", [0, 1])],
+            1: [Group("hccl_1", []), Group("dp", [0, 1])],
+            3: [Group("hccl_1", [])],
+        }
+    )
+    rows = {r["group"]: r for r in table.to_pylist()}
+    assert rows["hccl_1"]["ranks"] == [0, 1, 3]
+    assert rows["hccl_1"]["description"] == "HCCL group; members not recorded"
+    assert rows["dp"]["ranks"] == [0, 1]
