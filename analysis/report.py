@@ -10,7 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from paradiag.analysis import comm
 from paradiag.analysis.breakdown import rank_breakdown, rank_steps, step_breakdowns
+from paradiag.analysis.diagnose import Diagnosis, diagnose
+from paradiag.analysis.findings import MIN_IMPACT_PCT
 
 if TYPE_CHECKING:
     from paradiag.dataset import Job
@@ -18,12 +21,13 @@ if TYPE_CHECKING:
 REPORT_SCHEMA = "paradiag.report/1"
 
 
-def job_facts(job: Job) -> dict[str, Any]:
+def job_facts(job: Job, diagnosis: Diagnosis | None = None) -> dict[str, Any]:
     ranks = job.ranks
     world = [w for w in ranks.column("world_size").to_pylist() if w is not None]
     device_types = sorted(set(ranks.column("device_type").cast(pa.string()).to_pylist()))
     steps = sorted(set(job.steps.column("step").to_pylist()))
     layout = {axis: _single(ranks.column(axis).to_pylist()) for axis in ("dp", "tp", "pp", "ep")}
+    stated = {**layout, "found_by": "metadata" if any(v is not None for v in layout.values()) else None}
     return {
         "source": job.source,
         "content_hash": job.content_hash,
@@ -33,7 +37,7 @@ def job_facts(job: Job) -> dict[str, Any]:
         "device_type": device_types[0] if len(device_types) == 1 else "mixed",
         "device_types": device_types,
         "formats": job.formats(),
-        "parallel_layout": {**layout, "found_by": "metadata" if any(v is not None for v in layout.values()) else None},
+        "parallel_layout": diagnosis.layout.as_dict() if diagnosis else stated,
         "steps": steps,
         "num_events": int(sum(ranks.column("num_events").to_pylist())),
         "clock_alignment": {
@@ -79,13 +83,51 @@ def rank_entries(job: Job) -> list[dict[str, Any]]:
 
 
 def build_report(job: Job) -> dict[str, Any]:
+    diagnosis = diagnose(job)
     ranks = rank_entries(job)
+    for entry in ranks:
+        mine = [w for (r, _), w in diagnosis.waits.items() if r == entry["rank"]]
+        entry["wait_ns"] = sum(w["wait_ns"] for w in mine)
+        entry["caused_wait_ns"] = sum(w["caused_ns"] for w in mine)
     return {
         "schema": REPORT_SCHEMA,
-        "job": job_facts(job),
+        "job": job_facts(job, diagnosis),
         "ranks": ranks,
-        "findings": [],
-        "metrics": job_metrics(ranks),
+        "findings": diagnosis.findings,
+        "metrics": {**job_metrics(ranks), **analysis_metrics(job, diagnosis)},
+    }
+
+
+def analysis_metrics(job: Job, d: Diagnosis) -> dict[str, Any]:
+    """The pipeline, communication and operator figures behind the findings."""
+    members = {g: list(m) for g, m in zip(job.groups.column("group").to_pylist(), job.groups.column("ranks").to_pylist(), strict=True)}
+    host_of = dict(zip(job.ranks.column("rank").to_pylist(), job.ranks.column("host").to_pylist(), strict=True))
+    return {
+        "pipeline": d.stage_metrics or None,
+        "communication": communication_summary(d),
+        "communication_matrix": comm.comm_matrix(d.instances, d.p2p, members, host_of),
+        "operator_imbalance": d.operators[:10],
+        "finding_threshold_pct": MIN_IMPACT_PCT,
+    }
+
+
+def communication_summary(d: Diagnosis) -> dict[str, Any]:
+    """Arrival skew over the collective instances, and bus bandwidth per collective kind (medians)."""
+    inst = d.instances.to_pydict()
+    skew = sorted(inst["skew_ns"])
+    by_kind: dict[str, list[float]] = {}
+    for kind, bw in zip(inst["collective"], inst["busbw_gbps"], strict=True):
+        if bw == bw:  # not NaN
+            by_kind.setdefault(kind, []).append(bw)
+    late: dict[int, int] = {}
+    for rank, wait in zip(inst["late_rank"], inst["total_wait_ns"], strict=True):
+        late[rank] = late.get(rank, 0) + wait
+    return {
+        "collective_instances": len(skew),
+        "p2p_transfers": d.p2p.num_rows,
+        "arrival_skew_ns": {"median": statistics.median(skew), "p95": skew[int(0.95 * (len(skew) - 1))], "max": skew[-1]} if skew else None,
+        "busbw_gbps_median": {k: round(statistics.median(v), 3) for k, v in sorted(by_kind.items())},
+        "caused_wait_ns_top": [{"rank": r, "caused_wait_ns": w} for r, w in sorted(late.items(), key=lambda kv: -kv[1])[:5]],
     }
 
 

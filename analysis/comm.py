@@ -1,0 +1,213 @@
+"""Communication imbalance: who waits for whom in each collective instance, and how fast each link moves data.
+
+A collective instance is the same ``(group, step, seq)`` on every member. On each member the collective kernel
+starts when that member arrives and ends when the data has moved, which cannot happen before the last member has
+arrived. So, per instance:
+
+* ``arrival skew`` = last arrival - first arrival;
+* a member's ``wait`` = the time its kernel ran before the last member arrived: min(last arrival, its end) - its
+  start;
+* ``transfer`` = the latest end - the last arrival: the time the data took once everyone was there;
+* ``bus bandwidth`` = bytes x factor / transfer, with nccl-tests' factors (all-reduce 2(n-1)/n, all-gather,
+  reduce-scatter and all-to-all (n-1)/n, broadcast and reduce 1): on a ring every link carries that much.
+
+Send/recv pairs match by order per (group, step, sender, receiver); a receive that started before its send waited for
+the sender (``wait``), and ``transfer`` = receive end - the later of the two starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pyarrow as pa
+
+from paradiag.analysis.frame import Frame, group_bounds
+
+P2P = ("send", "recv", "send_recv")
+BUS_FACTOR = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+}
+
+
+def _collectives(frame: Frame) -> Frame:
+    comm = frame.of_kind("communication")
+    p2p = np.isin(comm.collective, comm.codes("collectives", P2P))
+    return comm.take(~p2p & (comm.group >= 0) & (comm.seq >= 0))
+
+
+def collective_participation(frame: Frame) -> pa.Table:
+    """One row per (rank, collective instance) with the instance's arrival figures and this rank's wait."""
+    c = _collectives(frame)
+    order, firsts = group_bounds(c.seq, c.step, c.group)
+    instance = np.zeros(len(order), dtype=np.int64)
+    if len(order):
+        instance[firsts[1:]] = 1
+        instance = np.cumsum(instance)
+    start, end, rank = c.start[order], c.end[order], c.rank[order]
+    last = np.maximum.reduceat(start, firsts) if len(order) else start
+    first = np.minimum.reduceat(start, firsts) if len(order) else start
+    latest_end = np.maximum.reduceat(end, firsts) if len(order) else end
+    members = np.diff(np.append(firsts, len(order)))
+    # The late rank: the member whose arrival is the last one (the first such member in rank order on a tie).
+    is_last = start == last[instance]
+    late = np.full(len(firsts), -1, dtype=np.int32)
+    late[instance[is_last][::-1]] = rank[is_last][::-1]
+    wait = np.clip(np.minimum(last[instance], end) - start, 0, None)
+    return pa.table(
+        {
+            "rank": rank,
+            "step": c.step[order],
+            "group": pa.array([c.groups[g] for g in c.group[order]], pa.string()),
+            "seq": c.seq[order],
+            "collective": pa.array([c.collectives[k] for k in c.collective[order]], pa.string()),
+            "bytes": c.bytes[order],
+            "start_ns": start,
+            "end_ns": end,
+            "instance": instance,
+            "members": members[instance],
+            "first_arrival_ns": first[instance],
+            "last_arrival_ns": last[instance],
+            "late_rank": late[instance],
+            "wait_ns": wait,
+            "transfer_ns": (latest_end - last)[instance],
+        }
+    )
+
+
+def collective_instances(participation: pa.Table) -> pa.Table:
+    """One row per collective instance: skew, the late rank, transfer time and bus bandwidth (GB/s)."""
+    p = {k: participation.column(k).to_numpy(zero_copy_only=False) for k in participation.column_names}
+    _, firsts = np.unique(p["instance"], return_index=True)
+    wait_sum = np.bincount(p["instance"], weights=p["wait_ns"]).astype(np.int64) if len(firsts) else np.zeros(0, np.int64)
+    n = p["members"][firsts]
+    factor = np.array([BUS_FACTOR.get(k, lambda m: 0.0)(m) for k, m in zip(p["collective"][firsts], n, strict=True)])
+    transfer = p["transfer_ns"][firsts]
+    busbw = np.where(transfer > 0, p["bytes"][firsts] * factor / np.maximum(transfer, 1), np.nan)
+    return pa.table(
+        {
+            "instance": p["instance"][firsts],
+            "group": p["group"][firsts],
+            "step": p["step"][firsts],
+            "seq": p["seq"][firsts],
+            "collective": p["collective"][firsts],
+            "bytes": p["bytes"][firsts],
+            "members": n,
+            "skew_ns": (p["last_arrival_ns"] - p["first_arrival_ns"])[firsts],
+            "late_rank": p["late_rank"][firsts],
+            "total_wait_ns": wait_sum,
+            "transfer_ns": transfer,
+            "busbw_gbps": busbw,
+        }
+    )
+
+
+def p2p_transfers(frame: Frame) -> pa.Table:
+    """One row per matched send/recv pair: src, dst, bytes, the receiver's wait for the sender, transfer time.
+    The k-th send from a to b in a step matches the k-th receive on b from a (NCCL keeps that order per pair;
+    the combined per-peer ``seq`` does not, as the two sides interleave their sends and receives differently)."""
+    comm = frame.of_kind("communication")
+    send, recv = comm.code("collectives", "send"), comm.code("collectives", "recv")
+    p = comm.take(np.isin(comm.collective, comm.codes("collectives", ("send", "recv"))) & (comm.peer >= 0))
+    src = np.where(p.collective == send, p.rank, p.peer)
+    dst = np.where(p.collective == send, p.peer, p.rank)
+    order, firsts = group_bounds(p.collective, dst, src, p.step, p.group, within=p.start)
+    run = np.zeros(len(order), dtype=np.int64)
+    if len(order):
+        run[firsts[1:]] = 1
+        run = np.cumsum(run)
+    # Rows are sorted by (group, step, src, dst, collective, start): the ordinal is the position in the run.
+    ordinal = np.empty(len(order), dtype=np.int64)
+    ordinal[order] = np.arange(len(order)) - firsts[run] if len(order) else 0
+    sends = dict(zip(_keys(p, src, dst, ordinal, p.collective == send), np.flatnonzero(p.collective == send).tolist(), strict=True))
+    recvs = np.flatnonzero(p.collective == recv)
+    rows = [(sends[k], i) for k, i in zip(_keys(p, src, dst, ordinal, p.collective == recv), recvs.tolist(), strict=True) if k in sends]
+    s = np.array([r[0] for r in rows], dtype=np.int64)
+    r = np.array([r[1] for r in rows], dtype=np.int64)
+    return pa.table(
+        {
+            "src": p.rank[s],
+            "dst": p.rank[r],
+            "step": p.step[r],
+            "ordinal": ordinal[r],
+            "bytes": np.maximum(p.bytes[s], p.bytes[r]),
+            "send_start_ns": p.start[s],
+            "recv_start_ns": p.start[r],
+            "recv_end_ns": p.end[r],
+            "wait_ns": np.clip(p.start[s] - p.start[r], 0, None),
+            "transfer_ns": p.end[r] - np.maximum(p.start[s], p.start[r]),
+        }
+    )
+
+
+def _keys(p: Frame, src: np.ndarray, dst: np.ndarray, ordinal: np.ndarray, rows: np.ndarray) -> list[tuple[int, ...]]:
+    return list(zip(p.group[rows].tolist(), p.step[rows].tolist(), src[rows].tolist(), dst[rows].tolist(), ordinal[rows].tolist(), strict=True))
+
+
+def rank_waits(participation: pa.Table, p2p: pa.Table) -> dict[tuple[int, int], dict[str, int]]:
+    """Per (rank, step): ``wait_ns`` the rank spent waiting for others, ``caused_ns`` the waiting others did for it
+    (the late rank of a collective, the sender of a receive that waited)."""
+    out: dict[tuple[int, int], dict[str, int]] = {}
+
+    def add(rank: int, step: int, key: str, value: int) -> None:
+        entry = out.setdefault((rank, step), {"wait_ns": 0, "caused_ns": 0})
+        entry[key] += value
+
+    cols = participation.select(["rank", "step", "wait_ns", "late_rank"]).to_pydict()
+    for rank, step, wait, late in zip(cols["rank"], cols["step"], cols["wait_ns"], cols["late_rank"], strict=True):
+        if wait:
+            add(rank, step, "wait_ns", wait)
+            add(late, step, "caused_ns", wait)
+    cols = p2p.select(["src", "dst", "step", "wait_ns"]).to_pydict()
+    for src, dst, step, wait in zip(cols["src"], cols["dst"], cols["step"], cols["wait_ns"], strict=True):
+        if wait:
+            add(dst, step, "wait_ns", wait)
+            add(src, step, "caused_ns", wait)
+    return out
+
+
+def link_type(a: int, b: int, host_of: Mapping[int, str | None]) -> str:
+    """``intra`` when both ranks are on one host (NVLink/HCCS), ``inter`` otherwise (IB/RoCE); unknown hosts count
+    as separate."""
+    ha, hb = host_of.get(a), host_of.get(b)
+    return "intra" if ha is not None and ha == hb else "inter"
+
+
+def comm_matrix(instances: pa.Table, p2p: pa.Table, members: Mapping[str, list[int]], host_of: Mapping[int, str | None]) -> list[dict]:
+    """The src x dst matrix: bytes, busy time and effective bandwidth per directed link. A collective's ring
+    sends bytes x bus factor over each link from a member to the next one (in group order) during its transfer."""
+    acc: dict[tuple[int, int], list[float]] = {}
+    inst = instances.select(["group", "collective", "bytes", "members", "transfer_ns"]).to_pydict()
+    for group, collective, size, n, transfer in zip(*inst.values(), strict=True):
+        ring = members.get(group, [])
+        if n < 2 or len(ring) != n or transfer <= 0:
+            continue
+        moved = size * BUS_FACTOR.get(collective, lambda m: 0.0)(n)
+        for a, b in zip(ring, ring[1:] + ring[:1], strict=True):
+            entry = acc.setdefault((a, b), [0.0, 0.0, 0.0])
+            entry[0] += moved
+            entry[1] += transfer
+            entry[2] += 1
+    pairs = p2p.select(["src", "dst", "bytes", "transfer_ns"]).to_pydict()
+    for src, dst, size, transfer in zip(*pairs.values(), strict=True):
+        entry = acc.setdefault((src, dst), [0.0, 0.0, 0.0])
+        entry[0] += size
+        entry[1] += max(transfer, 0)
+        entry[2] += 1
+    return [
+        {
+            "src": a,
+            "dst": b,
+            "link_type": link_type(a, b, host_of),
+            "bytes": int(v[0]),
+            "time_ns": int(v[1]),
+            "instances": int(v[2]),
+            "bandwidth_gbps": round(v[0] / v[1], 3) if v[1] > 0 else None,
+        }
+        for (a, b), v in sorted(acc.items())
+    ]

@@ -1,0 +1,322 @@
+"""Findings: what slows the job down, who causes it, and what fixing it would save.
+
+Root cause follows the waits. Ranks that should do the same work (the replicas and shards of one pipeline stage)
+are compared step by step with the median of the *other* peers (leave-one-out, so that two peers can be
+compared): a rank that spends longer on its own compute, or whose host starts its device later (a data loader
+stall), arrives late and is the culprit; its peers, who only wait inside collectives and receives, are victims (their
+compute and idle time are normal, their communication time is not). Transfers that are slow once everybody has
+arrived point at a link, not a rank. Whole stages that compute longer per micro-batch are a stage imbalance.
+
+Kinds are the simulator's vocabulary. ``impact_pct`` estimates the step-time reduction if the cause were
+fixed; findings below ``MIN_IMPACT_PCT`` are not reported, except a slow link (a hardware fault, reported once its
+transfers take SLOW_LINK_RATIO x those of comparable links, however much of it the job hides) and clock skew (a
+data problem that paradiag corrects, reported with impact 0 once larger than ``CLOCK_SKEW_NS``).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from paradiag.analysis.frame import Frame
+from paradiag.analysis.intervals import union_length
+from paradiag.analysis.operators import concentration, operator_time, rank_operator_excess, short_name
+
+MIN_IMPACT_PCT = 2.0  # below this a difference is within what jitter and launch noise produce
+MIN_RATIO = 1.05  # a culprit's own time must also be 5 % above its peers'
+NOISE_MADS = 4.0  # ... and stand NOISE_MADS robust deviations above theirs (launch delays vary by a few 100 us)
+STAGE_IMBALANCE = 1.15  # max / mean compute per micro-batch across stages
+SLOW_LINK_RATIO = 1.6  # transfer time against comparable transfers elsewhere
+HOTSPOT_REST = 1.05  # the rest of a hotspot rank's operators run within 5 % of its peers
+CLOCK_SKEW_NS = 100_000
+
+
+def severity(impact_pct: float) -> str:
+    return "high" if impact_pct >= 10 else "medium" if impact_pct >= 4 else "low"
+
+
+def finding(kind: str, culprit: dict[str, Any], steps: list[int], impact_pct: float, evidence: str) -> dict[str, Any]:
+    return {
+        "kind": kind,
+        "culprit": culprit,
+        "steps": steps,
+        "impact_pct": round(impact_pct, 2),
+        "severity": "info" if kind == "clock_skew" else severity(impact_pct),
+        "evidence": evidence,
+    }
+
+
+def rank_step_figures(frame: Frame, steps: pa.Table) -> dict[tuple[int, int], dict[str, int]]:
+    """Per (rank, step): ``compute_ns`` (union of compute), ``launch_delay_ns`` (from the step's host start to its
+    first device work: the data loader and anything else the host does before it feeds the device), ``idle_ns``
+    (no device work between the step's host start and its last device work) and ``step_ns`` (host span)."""
+    out = {}
+    compute_code = frame.code("kinds", "compute")
+    by_rank = frame.by_rank()
+    for row in steps.to_pylist():
+        f = by_rank.get(row["rank"])
+        if f is None or row["device_end_ns"] is None:
+            continue
+        mine = f.step == row["step"]
+        c = mine & (f.kind == compute_code)
+        busy = union_length(np.maximum(f.start[mine], row["start_ns"]), f.end[mine])
+        window = max(row["device_end_ns"], row["end_ns"]) - row["start_ns"]
+        out[(row["rank"], row["step"])] = {
+            "compute_ns": union_length(f.start[c], f.end[c]),
+            "launch_delay_ns": max(row["device_start_ns"] - row["start_ns"], 0),
+            "idle_ns": max(window - busy, 0),
+            "step_ns": row["end_ns"] - row["start_ns"],
+        }
+    return out
+
+
+def _spread(values: dict[int, int], rank: int) -> float:
+    """1.4826 x MAD of the other peers' values: how much peers differ without a fault."""
+    others = np.array([v for r, v in values.items() if r != rank], dtype=float)
+    return 1.4826 * float(np.median(np.abs(others - np.median(others)))) if len(others) else 0.0
+
+
+def _leave_one_out(values: dict[int, int], rank: int) -> float | None:
+    others = [v for r, v in values.items() if r != rank]
+    return statistics.median(others) if others else None
+
+
+def rank_excess(figures: Mapping[tuple[int, int], Mapping[str, int]], peer_sets: list[list[int]], step_ns: float) -> list[dict[str, Any]]:
+    """Per (rank, step) where a rank's own time stands out from its peers': which part (compute or idle) and by
+    how much (ns, and ratio to the peers)."""
+    out = []
+    for step in sorted({s for _, s in figures}):
+        for peers in peer_sets:
+            for part in ("compute_ns", "launch_delay_ns"):
+                values = {r: figures[(r, step)][part] for r in peers if (r, step) in figures}
+                for rank, value in values.items():
+                    ref = _leave_one_out(values, rank)
+                    if ref is None:
+                        continue
+                    excess = value - ref
+                    if excess >= max(MIN_IMPACT_PCT / 100 * step_ns, NOISE_MADS * _spread(values, rank)) and value >= MIN_RATIO * ref:
+                        out.append({"rank": rank, "step": step, "part": part, "excess_ns": excess, "value_ns": value, "peer_ns": ref})
+    return out
+
+
+def _op_code(frame: Frame) -> Frame:
+    """The frame with each kernel named by the host operator that launched it, where known: an operator is what
+    the user wrote (``aten::_flash_attention_forward``), the kernels are how the library ran it."""
+    named = frame.take(slice(None))
+    named.name = np.where(frame.op >= 0, frame.op, frame.name)
+    return named
+
+
+def classify_compute(frame: Frame, rank: int, peers: list[int], ep_of: Mapping[int, int], is_moe: bool) -> tuple[str, str | None]:
+    """slow_device, operator_hotspot (the extra time sits in a few operators, the rest runs normally) or
+    expert_imbalance (a MoE job, decided by the caller from the EP coordinates)."""
+    named = _op_code(frame.take(np.isin(frame.rank, peers)))
+    times = operator_time(named)
+    excess = rank_operator_excess(times, rank, peers)
+    own = {n: float(np.median(t)) for (r, n), t in times.items() if r == rank}
+    hot, rest_ratio = concentration(excess, own)
+    if hot and rest_ratio < HOTSPOT_REST and sum(own[n] for n in hot) < 0.6 * sum(own.values()):
+        return "operator_hotspot", " + ".join(short_name(named.names[n]) for n in hot[:3])
+    return "slow_device", None
+
+
+def rank_findings(
+    frame: Frame,
+    figures: Mapping[tuple[int, int], Mapping[str, int]],
+    peer_sets: list[list[int]],
+    ep_of: Mapping[int, int],
+    waits: Mapping[tuple[int, int], Mapping[str, int]],
+    step_ns: float,
+) -> list[dict[str, Any]]:
+    """Culprit ranks: host_stall when the extra own time is the host starting the device late, else a compute
+    kind."""
+    excess = rank_excess(figures, peer_sets, step_ns)
+    steps_total = len({s for _, s in figures}) or 1
+    by_rank: dict[int, dict[str, list[dict[str, Any]]]] = {}
+    for e in excess:
+        by_rank.setdefault(e["rank"], {}).setdefault(e["part"], []).append(e)
+    is_moe = "all_to_all" in frame.collectives
+    raw = []
+    for rank, parts in by_rank.items():
+        part = max(parts, key=lambda p: sum(e["excess_ns"] for e in parts[p]))
+        rows = parts[part]
+        peers = next(p for p in peer_sets if rank in p)
+        if part == "launch_delay_ns":
+            kind, operator = "host_stall", None
+        else:
+            kind, operator = classify_compute(frame, rank, peers, ep_of, is_moe)
+        raw.append({"rank": rank, "kind": kind, "operator": operator, "rows": rows, "peers": peers})
+    return _merge_ranks(_expert(raw, peer_sets, ep_of, is_moe), waits, steps_total, step_ns)
+
+
+def _expert(raw: list[dict[str, Any]], peer_sets: list[list[int]], ep_of: Mapping[int, int], is_moe: bool) -> list[dict[str, Any]]:
+    """In a MoE job, compute culprits that are exactly the ranks of one expert-parallel index of their stage
+    received more tokens: expert_imbalance."""
+    if not is_moe:
+        return raw
+    compute = [r for r in raw if r["kind"] != "host_stall"]
+    for ep in {ep_of.get(r["rank"]) for r in compute}:
+        mine = [r for r in compute if ep_of.get(r["rank"]) == ep]
+        expected = {x for r in mine for x in r["peers"] if ep_of.get(x) == ep}
+        if mine and {r["rank"] for r in mine} == expected:
+            for r in mine:
+                r["kind"], r["operator"] = "expert_imbalance", None
+    return raw
+
+
+def _merge_ranks(raw: list[dict[str, Any]], waits: Mapping[tuple[int, int], Mapping[str, int]], steps_total: int, step_ns: float) -> list[dict[str, Any]]:
+    merged: dict[tuple[str, str | None], list[dict[str, Any]]] = {}
+    for r in raw:
+        merged.setdefault((r["kind"], r["operator"]), []).append(r)
+    out = []
+    for (kind, operator), items in merged.items():
+        ranks = sorted(r["rank"] for r in items)
+        rows = [row for r in items for row in r["rows"]]
+        steps = sorted({row["step"] for row in rows})
+        per_step: dict[int, int] = {}
+        for row in rows:  # several culprits in one step delay it once: the largest excess counts
+            per_step[row["step"]] = max(per_step.get(row["step"], 0), row["excess_ns"])
+        impact = 100 * sum(per_step.values()) / steps_total / step_ns
+        caused = sum(waits.get((r, s), {}).get("caused_ns", 0) for r in ranks for s in steps)
+        worst = max(rows, key=lambda row: row["excess_ns"])
+        what = "first device work after" if kind == "host_stall" else "compute"
+        culprit: dict[str, Any] = {"ranks": ranks}
+        if operator:
+            culprit["operator"] = operator
+        evidence = (
+            f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}: {what} {worst['value_ns'] / 1e6:.2f} ms vs "
+            f"{worst['peer_ns'] / 1e6:.2f} ms on peers in step {worst['step']} (+{worst['excess_ns'] / 1e6:.2f} ms)"
+            + (f" in {operator}" if operator else "")
+            + f"; peers waited {caused / 1e6:.2f} ms for {'them' if len(ranks) > 1 else 'it'} in collectives and receives"
+        )
+        out.append(finding(kind, culprit, steps, impact, evidence))
+    return out
+
+
+def stage_findings(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """stage_imbalance when the heaviest stage computes STAGE_IMBALANCE x the mean per micro-batch."""
+    if not metrics or metrics.get("num_stages", 1) < 2 or (metrics.get("imbalance") or 0) < STAGE_IMBALANCE:
+        return []
+    step = metrics["step_time_ns"]
+    impact = 100 * (step - metrics["balanced_step_time_ns"]) / step if step else 0.0
+    if impact < MIN_IMPACT_PCT:
+        return []
+    stage = metrics["bottleneck_stage"]
+    row = next(s for s in metrics["stages"] if s["stage"] == stage)
+    mean = statistics.fmean(s["compute_per_micro_batch_ns"] for s in metrics["stages"])
+    evidence = (
+        f"stage {stage} computes {row['compute_per_micro_batch_ns'] / 1e6:.2f} ms per micro-batch vs {mean / 1e6:.2f} ms "
+        f"on average (imbalance {metrics['imbalance']:.2f}); a balanced split would take the step from "
+        f"{step / 1e6:.1f} to {metrics['balanced_step_time_ns'] / 1e6:.1f} ms"
+    )
+    return [finding("stage_imbalance", {"stage": stage, "ranks": row["ranks"]}, [], impact, evidence)]
+
+
+def clock_findings(ranks: pa.Table) -> list[dict[str, Any]]:
+    """clock_skew when ranks' clocks had to be shifted by more than CLOCK_SKEW_NS to line their collectives up."""
+    rows = ranks.select(["rank", "host", "clock_offset_ns"]).to_pylist()
+    skewed = [r for r in rows if abs(r["clock_offset_ns"]) > CLOCK_SKEW_NS]
+    if not skewed:
+        return []
+    worst = max(skewed, key=lambda r: abs(r["clock_offset_ns"]))
+    hosts = sorted({str(r["host"]) for r in skewed})
+    evidence = (
+        f"{len(skewed)} rank(s) on {', '.join(hosts)} ran on a clock {worst['clock_offset_ns'] / 1e6:+.3f} ms off "
+        "(estimated from collectives and corrected before analysis)"
+    )
+    return [finding("clock_skew", {"ranks": sorted(r["rank"] for r in skewed), "hosts": hosts}, [], 0.0, evidence)]
+
+
+def ranked(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Largest impact first; clock skew (impact 0) after the performance findings."""
+    return sorted(findings, key=lambda f: (-f["impact_pct"], f["kind"]))
+
+
+def _slow_units(keys: list[tuple[Any, ...]], units: list[tuple[int, ...]], transfer: np.ndarray, step: np.ndarray) -> list[dict[str, Any]]:
+    """Units (a group's ranks or a rank pair) whose median transfer time is SLOW_LINK_RATIO x that of comparable
+    units (same key: collective, size, group size, link type) elsewhere; with their extra time per step."""
+    per_unit: dict[tuple[Any, ...], dict[tuple[int, ...], list[int]]] = {}
+    for i, (key, unit) in enumerate(zip(keys, units, strict=True)):
+        per_unit.setdefault(key, {}).setdefault(unit, []).append(i)
+    out = []
+    for key, by_unit in per_unit.items():
+        medians = {u: float(np.median(transfer[rows])) for u, rows in by_unit.items()}
+        for unit, rows in by_unit.items():
+            others = [m for u, m in medians.items() if u != unit]
+            if not others:
+                continue
+            ref = statistics.median(others)
+            if ref > 0 and len(rows) >= 2 and medians[unit] >= SLOW_LINK_RATIO * ref:
+                extra = np.clip(transfer[rows] - ref, 0, None)
+                out.append({"unit": unit, "key": key, "ratio": medians[unit] / ref, "extra_ns": float(extra.sum()), "steps": sorted(set(step[rows].tolist())), "ref_ns": ref, "median_ns": medians[unit]})
+    return out
+
+
+def _slow_npu_links(links: pa.Table) -> list[dict[str, Any]]:
+    """Slow units from the Ascend per-link traffic (``job.extra("links")``): time per byte on each link against
+    the other links of the same transport (HCCS, RDMA, PCIE); the LOCAL self-links are copies, not links."""
+    link = links.filter(pc.and_(pc.not_equal(links.column("transport"), "LOCAL"), pc.greater(links.column("bytes"), 0))).to_pydict()
+    keys = [("link", t, 1) for t in link["transport"]]
+    units = [tuple(sorted((a, b))) for a, b in zip(link["src_global"], link["dst_global"], strict=True)]
+    per_byte = np.asarray(link["transit_ns"], dtype=float) / np.asarray(link["bytes"], dtype=float)
+    slow = _slow_units(keys, units, per_byte, np.asarray(link["step"]))
+    for s, size in zip(slow, [float(np.median(link["bytes"]))] * len(slow), strict=True):
+        s["extra_ns"] *= size  # the excess per byte, over a typical transfer
+        s["median_ns"] *= size
+        s["ref_ns"] *= size
+        s["key"] = (f"{s['key'][1]} transfer", size, 1)
+    return slow
+
+
+def link_findings(
+    instances: pa.Table,
+    p2p: pa.Table,
+    members: Mapping[str, list[int]],
+    host_of: Mapping[int, str | None],
+    step_ns: float,
+    steps_total: int,
+    links: pa.Table | None = None,
+) -> list[dict[str, Any]]:
+    """slow_link: collective groups, send/recv pairs or (Ascend) links whose transfers, once every member has
+    arrived, are slow against comparable ones; the link is the rank pair every slow unit shares, else the
+    slowest unit's ranks."""
+    from paradiag.analysis.comm import link_type
+
+    i = instances.to_pydict()
+    keys: list[tuple[Any, ...]] = []
+    units: list[tuple[int, ...]] = []
+    for group, collective, size, n in zip(i["group"], i["collective"], i["bytes"], i["members"], strict=True):
+        ranks = tuple(members.get(group, ()))
+        span = "intra" if len({host_of.get(r) for r in ranks}) == 1 else "inter"
+        keys.append((collective, size, n, span))
+        units.append(ranks)
+    slow = _slow_units(keys, units, np.asarray(i["transfer_ns"], dtype=np.int64), np.asarray(i["step"]))
+    # A send completes eagerly: only where the receiver was already waiting does the pair time the link itself.
+    p = p2p.filter(pc.greater(p2p.column("wait_ns"), 0)).to_pydict()
+    pair_keys = [("p2p", size, link_type(a, b, host_of)) for a, b, size in zip(p["src"], p["dst"], p["bytes"], strict=True)]
+    pair_units = [tuple(sorted((a, b))) for a, b in zip(p["src"], p["dst"], strict=True)]
+    slow += _slow_units(pair_keys, pair_units, np.asarray(p["transfer_ns"], dtype=np.int64), np.asarray(p["step"]))
+    if links is not None:
+        slow += _slow_npu_links(links)
+    if not slow:
+        return []
+    common = set.intersection(*(set(s["unit"]) for s in slow))
+    worst = max(slow, key=lambda s: s["extra_ns"])
+    link = sorted(common) if len(common) == 2 else list(worst["unit"])
+    involved = [s for s in slow if set(link) <= set(s["unit"])]
+    # A link at a fraction of its speed is a hardware fault worth reporting even where the job hides most of it:
+    # it needs SLOW_LINK_RATIO on the median of its transfers, not MIN_IMPACT_PCT.
+    impact = 100 * sum(s["extra_ns"] for s in involved) / steps_total / step_ns
+    what = f"{worst['key'][0]} of {worst['key'][1] / 1e6:.1f} MB"
+    evidence = (
+        f"link {link[0]}-{link[1]}{'…' if len(link) > 2 else ''} ({link_type(link[0], link[-1], host_of)}-node): {what} takes "
+        f"{worst['median_ns'] / 1e6:.2f} ms once every rank is there vs {worst['ref_ns'] / 1e6:.2f} ms on comparable "
+        f"links ({worst['ratio']:.1f}x); {len(involved)} group(s)/pair(s)/link(s) affected"
+    )
+    steps = sorted({s for u in involved for s in u["steps"]})
+    return [finding("slow_link", {"link": {"ranks": link}, "ranks": link}, steps, impact, evidence)]

@@ -1,0 +1,183 @@
+"""The device events of a job as numpy columns, read once and shared by every analysis.
+
+String columns become integer codes into one job-wide list (per-rank Parquet parts carry their own dictionaries,
+so the codes are unified here); the analyses then group and sort integers only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from paradiag import schema
+
+if TYPE_CHECKING:
+    from paradiag.dataset import Job
+
+NUMERIC = ("rank", "kind", "name", "op", "start", "end", "step", "collective", "group", "peer", "bytes", "seq")
+VOCABULARY_OF = {"kind": "kinds", "name": "names", "op": "names", "collective": "collectives", "group": "groups"}
+VOCABULARIES = ("kinds", "names", "collectives", "groups")
+COLUMNS = ("rank", "device", "kind", "category", "name", "start_ns", "dur_ns", "step", "external_id", "collective", "group", "peer", "bytes", "seq")
+HOST_OPERATOR_CATEGORIES = ("cpu_op", "Operator")
+
+
+@dataclass
+class Frame:
+    """Device events (compute, communication, memory, sync), one numpy array per column, sorted by rank and start.
+
+    ``kind``, ``name``, ``collective`` and ``group`` are codes into ``kinds``, ``names``, ``collectives`` and
+    ``groups`` (-1 where the event has none); ``op`` is the code (in ``names``) of the host operator that launched
+    the kernel (Kineto ``External id``), -1 if unknown; ``peer``, ``bytes`` and ``seq`` are -1 where absent."""
+
+    rank: np.ndarray
+    kind: np.ndarray
+    name: np.ndarray
+    op: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    step: np.ndarray
+    collective: np.ndarray
+    group: np.ndarray
+    peer: np.ndarray
+    bytes: np.ndarray
+    seq: np.ndarray
+    kinds: list[str]
+    names: list[str]
+    collectives: list[str]
+    groups: list[str]
+
+    def __len__(self) -> int:
+        return len(self.rank)
+
+    def code(self, vocabulary: str, value: str) -> int:
+        """The code of ``value`` in one of the string lists, -1 when the job never uses it."""
+        values: list[str] = getattr(self, vocabulary)
+        return values.index(value) if value in values else -1
+
+    def codes(self, vocabulary: str, values: tuple[str, ...] | list[str]) -> list[int]:
+        """The codes of those of ``values`` the job uses."""
+        return [c for c in (self.code(vocabulary, v) for v in values) if c >= 0]
+
+    def take(self, mask: np.ndarray | slice) -> Frame:
+        """The rows where ``mask`` holds (the string lists are shared, not copied)."""
+        arrays = {k: getattr(self, k)[mask] for k in NUMERIC}
+        return Frame(**arrays, kinds=self.kinds, names=self.names, collectives=self.collectives, groups=self.groups)
+
+    def by_rank(self) -> dict[int, Frame]:
+        """One frame per rank (slices: rows are sorted by rank, so nothing is copied)."""
+        ranks, firsts = np.unique(self.rank, return_index=True)
+        bounds = np.append(firsts, len(self.rank))
+        return {int(r): self.take(slice(int(bounds[i]), int(bounds[i + 1]))) for i, r in enumerate(ranks)}
+
+    def of_kind(self, kind: str) -> Frame:
+        return self.take(self.kind == self.code("kinds", kind))
+
+
+def _codes(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[str]]:
+    """Integer codes (-1 for null) and the distinct strings of a string or dictionary column."""
+    strings = column.cast(pa.string()) if pa.types.is_dictionary(column.type) else column
+    encoded = pc.dictionary_encode(strings.combine_chunks() if isinstance(strings, pa.ChunkedArray) else strings)
+    codes = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int32)
+    return codes, [str(v) for v in encoded.dictionary.to_pylist()]
+
+
+def _ints(column: pa.ChunkedArray, dtype: type = np.int64) -> np.ndarray:
+    return np.asarray(column.fill_null(-1).to_numpy(), dtype=dtype)
+
+
+def _host_operator(events: pa.Table, name: np.ndarray, kind: np.ndarray, kinds: list[str]) -> np.ndarray:
+    """Per event, the name code of the host operator with the same external id (-1 when none): the ATen op that
+    launched a kernel. Meaningful within one rank (external ids are per process)."""
+    external = _ints(events.column("external_id"))
+    category, categories = _codes(events.column("category"))
+    is_op = np.isin(category, [i for i, c in enumerate(categories) if c in HOST_OPERATOR_CATEGORIES])
+    is_op &= (kind == (kinds.index(schema.HOST) if schema.HOST in kinds else -2)) & (external >= 0)
+    ids, first = np.unique(external[is_op], return_index=True)
+    op_name = name[is_op][first]
+    pos = np.clip(np.searchsorted(ids, external), 0, max(len(ids) - 1, 0))
+    found = (len(ids) > 0) & (external >= 0) & (ids[pos] == external) if len(ids) else np.zeros(len(external), bool)
+    return np.where(found, op_name[pos] if len(ids) else -1, -1).astype(np.int32)
+
+
+def device_frame(events: pa.Table) -> Frame:
+    """The device events of ``events`` (one rank, or ranks whose external ids do not collide) as a
+    :class:`Frame`."""
+    kind, kinds = _codes(events.column("kind"))
+    name, names = _codes(events.column("name"))
+    op = _host_operator(events, name, kind, kinds) if "external_id" in events.column_names else np.full(len(kind), -1, np.int32)
+    device_kinds = [i for i, k in enumerate(kinds) if k in schema.DEVICE_KINDS]
+    keep = np.isin(kind, device_kinds) & (_ints(events.column("device"), np.int32) >= 0)
+    collective, collectives = _codes(events.column("collective"))
+    group, groups = _codes(events.column("group"))
+    start = _ints(events.column("start_ns"))
+    rank = _ints(events.column("rank"), np.int32)
+    order = np.lexsort((start[keep], rank[keep]))
+    idx = np.flatnonzero(keep)[order]
+    return Frame(
+        rank=rank[idx],
+        kind=kind[idx],
+        name=name[idx],
+        op=op[idx],
+        start=start[idx],
+        end=start[idx] + _ints(events.column("dur_ns"))[idx],
+        step=_ints(events.column("step"), np.int32)[idx],
+        collective=collective[idx],
+        group=group[idx],
+        peer=_ints(events.column("peer"), np.int32)[idx],
+        bytes=_ints(events.column("bytes"))[idx],
+        seq=_ints(events.column("seq"), np.int32)[idx],
+        kinds=kinds,
+        names=names,
+        collectives=collectives,
+        groups=groups,
+    )
+
+
+def job_frame(job: Job) -> Frame:
+    """The device events of every rank of ``job``, read rank by rank (a rank's Parquet part carries its own
+    dictionaries) and merged on one vocabulary."""
+    return concat([device_frame(job.events(ranks=[r], columns=COLUMNS)) for r in job.rank_ids])
+
+
+def concat(frames: list[Frame]) -> Frame:
+    """Frames of different ranks as one, their string codes mapped onto shared lists."""
+    vocab: dict[str, dict[str, int]] = {v: {} for v in VOCABULARIES}
+    arrays: dict[str, list[np.ndarray]] = {k: [] for k in NUMERIC}
+    for f in frames:
+        for k in NUMERIC:
+            values = getattr(f, k)
+            if k in VOCABULARY_OF:
+                words = getattr(f, VOCABULARY_OF[k])
+                seen = vocab[VOCABULARY_OF[k]]
+                remap = np.array([seen.setdefault(w, len(seen)) for w in words] + [-1], dtype=np.int32)
+                values = remap[values]  # -1 (absent) indexes the trailing -1
+            arrays[k].append(values)
+    merged: dict[str, Any] = {k: np.concatenate(v) if v else np.empty(0, np.int64) for k, v in arrays.items()}
+    merged.update({v: list(vocab[v]) for v in VOCABULARIES})
+    return Frame(**merged)
+
+
+def group_bounds(*keys: np.ndarray, within: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Sort rows by ``keys`` (the last key is the primary one, as in ``np.lexsort``; ``within`` orders rows
+    inside a run) and return the order and the start index of each run of equal keys."""
+    order = np.lexsort(keys if within is None else (within, *keys))
+    if len(order) == 0:
+        return order, np.empty(0, dtype=np.int64)
+    changed = np.zeros(len(order), dtype=bool)
+    changed[0] = True
+    for key in keys:
+        k = key[order]
+        changed[1:] |= k[1:] != k[:-1]
+    return order, np.flatnonzero(changed)
+
+
+def robust_z(values: np.ndarray, floor_ratio: float = 0.01) -> np.ndarray:
+    """(x - median) / (1.4826 x MAD). The spread is floored at ``floor_ratio`` x |median| so that identical peers
+    (a MAD of zero) do not turn a 0.1 % difference into a huge score."""
+    med = float(np.median(values))
+    spread = max(1.4826 * float(np.median(np.abs(values - med))), floor_ratio * abs(med), 1e-9)
+    return (values - med) / spread

@@ -1,0 +1,180 @@
+"""The parallel layout of a job: each rank's pipeline stage and data/tensor/expert parallel coordinates.
+
+Taken, in this order of trust, from the ranks' own coordinates (Ascend ``distributed_args``), from the process
+group names (Kineto ``pg_config``: ``TENSOR_MODEL_PARALLEL_GROUP``, ...; Ascend ``parallel_group_info``: ``tp``,
+...), or inferred from who talks to whom (send/recv chains give the pipeline order; among the collective groups,
+the one with the most instances per step is tensor parallel, all-to-all groups are expert parallel, the rest data
+parallel). ``found_by`` says which.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from paradiag.analysis.frame import Frame
+
+AXES = ("dp", "tp", "pp", "ep")
+# Expert first: Megatron's EXPERT_DATA_PARALLEL_GROUP is an expert group, not the data-parallel one.
+ROLE_WORDS = {
+    "ep": ("expert", "ep"),
+    "tp": ("tensor_model", "tp"),
+    "dp": ("data_parallel", "dp"),
+    "pp": ("pipeline", "pp"),
+}
+P2P = ("send", "recv", "send_recv")
+
+
+@dataclass
+class Layout:
+    """``stage_of`` rank -> pipeline stage; ``coords`` rank -> {dp, tp, pp, ep}; ``roles`` group id -> dp/tp/pp/ep/
+    world; ``size`` the degree of each axis; ``found_by`` metadata:coordinates | metadata:group_names |
+    inferred:communication | assumed:data_parallel."""
+
+    coords: dict[int, dict[str, int]]
+    roles: dict[str, str]
+    found_by: str
+    size: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for axis in AXES:
+            self.size.setdefault(axis, len({c[axis] for c in self.coords.values()}) or 1)
+
+    @property
+    def stage_of(self) -> dict[int, int]:
+        return {r: c["pp"] for r, c in self.coords.items()}
+
+    @property
+    def stages(self) -> list[list[int]]:
+        """The ranks of each stage, stage 0 first."""
+        return [sorted(r for r, c in self.coords.items() if c["pp"] == s) for s in range(self.size["pp"])]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            **{axis: self.size[axis] for axis in AXES},
+            "found_by": self.found_by,
+            "stages": self.stages,
+            "coords": {str(r): c for r, c in sorted(self.coords.items())},
+            "group_roles": dict(sorted(self.roles.items())),
+        }
+
+
+def role_from_description(description: str | None, size: int, world: int) -> str | None:
+    """dp/tp/pp/ep/world from a process group's name, None when the name says nothing."""
+    text = (description or "").lower()
+    if text in ("default_pg", "default_group", "hccl_world_group") or (size == world and "default" in text):
+        return "world"
+    for role, words in ROLE_WORDS.items():
+        if any(text == w or text.startswith(w + "_group") or (len(w) > 2 and w in text) for w in words):
+            return role
+    return None
+
+
+def _coords_from_groups(ranks: list[int], members: dict[str, list[int]], roles: dict[str, str]) -> dict[int, dict[str, int]]:
+    """A rank's coordinate on an axis is its position in its group of that role (Megatron lists the pipeline
+    group's stages in order); without a group on an axis it is 0."""
+    coords = {r: dict.fromkeys(AXES, 0) for r in ranks}
+    for group, role in roles.items():
+        if role in AXES:
+            for position, rank in enumerate(members.get(group, [])):
+                if rank in coords:
+                    coords[rank][role] = position
+    return coords
+
+
+def layout_from_metadata(ranks: pa.Table, groups: pa.Table) -> Layout | None:
+    """The layout the traces state: the ranks' coordinates, or else the process group names."""
+    rank_ids = ranks.column("rank").to_pylist()
+    members = {g: list(m) for g, m in zip(groups.column("group").to_pylist(), groups.column("ranks").to_pylist(), strict=True)}
+    world = len(rank_ids)
+    roles = {}
+    for g, d in zip(groups.column("group").to_pylist(), groups.column("description").to_pylist(), strict=True):
+        role = role_from_description(d, len(members[g]), world)
+        if role is not None:
+            roles[g] = role
+    stated = {a: ranks.column(a).to_pylist() for a in AXES}
+    if all(v is not None for a in ("dp", "tp", "pp") for v in stated[a]):
+        coords = {r: {a: int(stated[a][i] or 0) for a in AXES} for i, r in enumerate(rank_ids)}
+        return Layout(coords, roles, "metadata:coordinates")
+    if any(role in AXES for role in roles.values()):
+        return Layout(_coords_from_groups(rank_ids, members, roles), roles, "metadata:group_names")
+    return None
+
+
+def infer_roles(frame: Frame, members: dict[str, list[int]], world: int) -> dict[str, str]:
+    """Group roles from the traffic: p2p -> pp, all-to-all -> ep, the whole world -> world; among the other
+    collective groups the busiest (instances per step and rank) are tp when a second, quieter family exists
+    or when they gather/scatter activations, otherwise dp."""
+    comm = frame.of_kind("communication")
+    roles: dict[str, str] = {}
+    busy: dict[str, float] = {}
+    for code, group in enumerate(comm.groups):
+        mine = comm.group == code
+        used = Counter(comm.collectives[c] for c in comm.collective[mine])
+        if any(p in used for p in P2P):
+            roles[group] = "pp"
+        elif "all_to_all" in used:
+            roles[group] = "ep"
+        elif len(members.get(group, ())) == world and world > 1 and len(members) > 1:
+            roles[group] = "world"
+        else:
+            per = len(np.unique(comm.step[mine])) * max(len(np.unique(comm.rank[mine])), 1)
+            busy[group] = int(mine.sum()) / max(per, 1)
+    if busy:
+        top = max(busy.values())
+        quiet = [g for g, b in busy.items() if b < top / 4]
+        for g, b in busy.items():
+            activations = any(comm.collectives[c] in ("all_gather", "reduce_scatter") for c in comm.collective[comm.group == comm.groups.index(g)])
+            roles[g] = "tp" if b >= top / 4 and (quiet or activations) else "dp"
+    return roles
+
+
+def pipeline_order(frame: Frame, members: dict[str, list[int]], roles: dict[str, str]) -> dict[str, list[int]]:
+    """Each pipeline group's ranks in stage order: the chain of send/recv pairs, starting from the end whose first
+    p2p operation of the first step is a send (stage 0 sends activations before it receives anything)."""
+    comm = frame.of_kind("communication")
+    ordered = {}
+    for group, role in roles.items():
+        if role != "pp":
+            continue
+        mine = (comm.group == comm.groups.index(group)) & (comm.peer >= 0)
+        edges = {tuple(sorted((int(a), int(b)))) for a, b in zip(comm.rank[mine], comm.peer[mine], strict=True)}
+        neighbours: dict[int, set[int]] = {}
+        for a, b in edges:
+            neighbours.setdefault(a, set()).add(b)
+            neighbours.setdefault(b, set()).add(a)
+        ends = [r for r, n in neighbours.items() if len(n) == 1]
+        if len(ends) != 2:
+            ordered[group] = members.get(group, sorted(neighbours))
+            continue
+        first_step = int(comm.step[mine].min())
+
+        def sends_first(rank: int, mine: np.ndarray = mine, first_step: int = first_step) -> bool:
+            rows = np.flatnonzero(mine & (comm.rank == rank) & (comm.step == first_step))
+            return len(rows) > 0 and comm.collectives[comm.collective[rows[0]]] == "send"
+
+        chain = [next((e for e in ends if sends_first(e)), min(ends))]
+        while len(chain) < len(neighbours):
+            chain.append(next(iter(neighbours[chain[-1]] - set(chain))))
+        ordered[group] = chain
+    return ordered
+
+
+def parallel_layout(ranks: pa.Table, groups: pa.Table, frame: Frame | None = None) -> Layout:
+    """The job's layout, from metadata when the traces state it, else inferred from ``frame``'s traffic."""
+    stated = layout_from_metadata(ranks, groups)
+    if stated is not None:
+        return stated
+    rank_ids = [int(r) for r in ranks.column("rank").to_pylist()]
+    members = {g: list(m) for g, m in zip(groups.column("group").to_pylist(), groups.column("ranks").to_pylist(), strict=True)}
+    if frame is not None:
+        roles = infer_roles(frame, members, len(rank_ids))
+        if any(role in AXES for role in roles.values()):
+            ordered = {**members, **pipeline_order(frame, members, roles)}
+            return Layout(_coords_from_groups(rank_ids, ordered, roles), roles, "inferred:communication")
+    coords = {r: {"dp": i, "tp": 0, "pp": 0, "ep": 0} for i, r in enumerate(rank_ids)}
+    return Layout(coords, {}, "assumed:data_parallel")

@@ -1,0 +1,235 @@
+"""Pipeline stages: each rank's forward and backward passes per micro-batch, stage imbalance and the bubble.
+
+A *pass* is the compute a rank does for one micro-batch in one direction. Pipeline send/recv operations bound
+the passes (a stage receives activations, computes, sends them on); where a forward pass runs straight into a
+backward one (the last stage in 1F1B), the switch is at the last forward-only kernel before the first
+backward kernel (names with backward/bwd/grad). Optimizer kernels are not part of any pass. The k-th forward
+pass of a step on a rank is micro-batch k (for interleaved schedules, the k-th pass is mapped to its model chunk
+and micro-batch as Megatron orders them).
+
+Theoretical bubble ratio (Narayanan et al. 2021): (p - 1) / (m + p - 1) for GPipe and 1F1B with p stages and m
+micro-batches; (p - 1) / (v m + p - 1) with v virtual stages per rank (interleaved 1F1B). The measured bubble of
+a rank is 1 - (the summed span of its passes) / (its pipeline span: first pass start to last pass end): the
+time between passes, waiting for other stages.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from paradiag.analysis.frame import Frame
+from paradiag.analysis.intervals import union_length
+
+BACKWARD = re.compile(r"backward|bwd|grad|dgrad|wgrad", re.IGNORECASE)
+OPTIMIZER = re.compile(r"adam|multi_tensor|foreach|sgd|lamb|optimizer|apply_?gradient", re.IGNORECASE)
+AMBIGUOUS = re.compile(r"gemm|matmul|mm_|xmma|cutlass|cublas|sgemm|elementwise", re.IGNORECASE)
+P2P = ("send", "recv", "send_recv")
+
+
+def name_classes(names: list[str]) -> np.ndarray:
+    """Per name code: 1 backward, -1 forward-only, 0 either (GEMMs and elementwise kernels run in both), 2
+    optimizer."""
+    out = np.zeros(len(names), dtype=np.int8)
+    for i, n in enumerate(names):
+        out[i] = 2 if OPTIMIZER.search(n) else 1 if BACKWARD.search(n) else 0 if AMBIGUOUS.search(n) else -1
+    return out
+
+
+def split_passes(classes: np.ndarray, segment: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For kernels in time order with their class and p2p-bounded segment id: the pass id of each kernel and
+    whether that pass is backward. A segment holding backward kernels after forward-only ones is cut just after
+    the last forward-only kernel that precedes its first backward kernel."""
+    pass_id = np.zeros(len(classes), dtype=np.int64)
+    backward = []
+    current = -1
+    for seg in np.unique(segment):
+        rows = np.flatnonzero(segment == seg)
+        cls = classes[rows]
+        first_b = np.flatnonzero(cls == 1)
+        forward_before = np.flatnonzero(cls[: first_b[0]] == -1) if len(first_b) else np.empty(0, np.int64)
+        if len(first_b) and len(forward_before):
+            cut = forward_before[-1] + 1
+            current += 1
+            pass_id[rows[:cut]] = current
+            backward.append(False)
+            current += 1
+            pass_id[rows[cut:]] = current
+            backward.append(True)
+        else:
+            current += 1
+            pass_id[rows] = current
+            backward.append(bool(len(first_b)))
+    return pass_id, np.array(backward, dtype=bool)
+
+
+def rank_passes(frame: Frame, rank: int, step: int, classes: np.ndarray) -> list[dict[str, Any]]:
+    """The passes of one rank in one step, in time order: direction, start, end, compute time."""
+    mine = (frame.rank == rank) & (frame.step == step)
+    compute = mine & (frame.kind == frame.code("kinds", "compute"))
+    compute &= classes[frame.name] != 2
+    p2p = mine & np.isin(frame.collective, frame.codes("collectives", P2P))
+    if not compute.any():
+        return []
+    starts, ends, names = frame.start[compute], frame.end[compute], frame.name[compute]
+    segment = np.searchsorted(np.sort(frame.start[p2p]), starts, side="right")
+    pass_id, backward = split_passes(classes[names], segment)
+    out = []
+    for p in range(len(backward)):
+        rows = pass_id == p
+        out.append(
+            {
+                "direction": "backward" if backward[p] else "forward",
+                "start_ns": int(starts[rows].min()),
+                "end_ns": int(ends[rows].max()),
+                "compute_ns": union_length(starts[rows], ends[rows]),
+            }
+        )
+    return out
+
+
+def chunk_and_micro_batch(k: int, stages: int, virtual: int, backward: bool) -> tuple[int, int]:
+    """Megatron's interleaved order: passes go through the model chunks in groups of ``stages`` micro-batches
+    (backward passes visit the chunks last to first)."""
+    if virtual <= 1:
+        return 0, k
+    group, within = divmod(k, stages * virtual)
+    chunk = within // stages
+    return (virtual - 1 - chunk if backward else chunk), group * stages + within % stages
+
+
+def all_passes(frame: Frame, stage_of: dict[int, int], virtual: int, stages: int) -> pa.Table:
+    """Every pass of every rank and step: rank, stage, step, micro_batch, chunk, direction, start, end, compute."""
+    classes = name_classes(frame.names)
+    rows: dict[str, list[Any]] = {k: [] for k in ("rank", "stage", "step", "micro_batch", "chunk", "direction", "start_ns", "end_ns", "compute_ns")}
+    for rank, mine in frame.by_rank().items():
+        for step in np.unique(mine.step[mine.step >= 0]).tolist():
+            counters = {"forward": 0, "backward": 0}
+            for p in rank_passes(mine, rank, step, classes):
+                k = counters[p["direction"]]
+                counters[p["direction"]] += 1
+                chunk, mb = chunk_and_micro_batch(k, stages, virtual, p["direction"] == "backward")
+                for key, value in (("rank", rank), ("stage", stage_of.get(rank, 0)), ("step", step), ("micro_batch", mb), ("chunk", chunk)):
+                    rows[key].append(value)
+                for key in ("direction", "start_ns", "end_ns", "compute_ns"):
+                    rows[key].append(p[key])
+    return pa.table(rows, schema=pa.schema([(k, pa.string() if k == "direction" else pa.int64()) for k in rows]))
+
+
+def virtual_stages(frame: Frame, stage0_ranks: list[int], stages: int) -> int:
+    """Model chunks per rank. In interleaved 1F1B, stage 0 also receives activations (from the last stage, for
+    its later chunks): with m x v forward passes of which m (v - 1) start after a receive, v = F / (F - R)."""
+    if stages <= 1 or not stage0_ranks:
+        return 1
+    classes = name_classes(frame.names)
+    rank = stage0_ranks[0]
+    frame = frame.take(frame.rank == rank)
+    steps = np.unique(frame.step[(frame.rank == rank) & (frame.step >= 0)])
+    if len(steps) == 0:
+        return 1
+    step = int(steps[0])
+    passes = rank_passes(frame, rank, step, classes)
+    forward = [p for p in passes if p["direction"] == "forward"]
+    recv = frame.code("collectives", "recv")
+    recv_ends = np.sort(frame.end[(frame.rank == rank) & (frame.step == step) & (frame.collective == recv)])
+    # A forward pass fed by a receive: some receive ended between the previous pass's end and this pass's start.
+    fed, previous_end = 0, -1
+    for p in passes:
+        if p["direction"] == "forward" and np.any((recv_ends > previous_end) & (recv_ends <= p["start_ns"])):
+            fed += 1
+        previous_end = p["end_ns"]
+    f = len(forward)
+    return max(1, round(f / (f - fed))) if f > fed else 1
+
+
+def theoretical_bubble(stages: int, micro_batches: int, virtual: int = 1) -> float:
+    """(p - 1) / (v m + p - 1); 0 without a pipeline."""
+    if stages <= 1 or micro_batches <= 0:
+        return 0.0
+    return (stages - 1) / (virtual * micro_batches + stages - 1)
+
+
+def schedule_kind(passes: pa.Table, stages: int, virtual: int) -> str:
+    """gpipe when every forward pass of a rank precedes all its backward passes, else 1f1b; interleaved with
+    virtual stages; none without a pipeline."""
+    if stages <= 1:
+        return "none"
+    if virtual > 1:
+        return "interleaved"
+    cols = passes.select(["rank", "step", "direction", "start_ns"]).to_pydict()
+    last_forward: dict[tuple[int, int], int] = {}
+    first_backward: dict[tuple[int, int], int] = {}
+    for rank, step, direction, start in zip(*cols.values(), strict=True):
+        key = (rank, step)
+        if direction == "forward":
+            last_forward[key] = max(last_forward.get(key, start), start)
+        else:
+            first_backward[key] = min(first_backward.get(key, start), start)
+    gpipe = all(last_forward[k] < first_backward[k] for k in first_backward if k in last_forward)
+    return "gpipe" if gpipe else "1f1b"
+
+
+def stage_metrics(passes: pa.Table, stages: list[list[int]], virtual: int, step_time_ns: float) -> dict[str, Any]:
+    """Per stage: compute per micro-batch (median over steps, the least loaded of its ranks, so that one slow rank
+    does not make its stage look heavy), the measured bubble; imbalance = max / mean; the bottleneck stage; the
+    step time a balanced split would give, estimating the pipeline as (m + (p - 1) / v) slots of the slowest
+    stage's per-micro-batch time."""
+    cols = passes.to_pydict()
+    per_rank_step: dict[tuple[int, int], list[int]] = {}
+    spans: dict[tuple[int, int], list[int]] = {}
+    forward_count: dict[tuple[int, int], int] = {}
+    for rank, step, direction, start, end, compute in zip(cols["rank"], cols["step"], cols["direction"], cols["start_ns"], cols["end_ns"], cols["compute_ns"], strict=True):
+        per_rank_step.setdefault((rank, step), []).append(compute)
+        span = spans.setdefault((rank, step), [start, end, 0])
+        span[0], span[1] = min(span[0], start), max(span[1], end)
+        span[2] += end - start
+        forward_count[(rank, step)] = forward_count.get((rank, step), 0) + (direction == "forward")
+    if not per_rank_step:
+        return {}
+    passes_per_step = statistics.median(forward_count.values())
+    micro_batches = max(1, round(passes_per_step / max(virtual, 1)))
+    out_stages = []
+    for s, ranks in enumerate(stages):
+        per_rank = []
+        bubbles = []
+        for r in ranks:
+            keys = [k for k in per_rank_step if k[0] == r]
+            if keys:
+                per_rank.append(statistics.median(sum(per_rank_step[k]) for k in keys) / micro_batches)
+                bubbles.append(statistics.median(1 - spans[k][2] / max(spans[k][1] - spans[k][0], 1) for k in keys))
+        if per_rank:
+            out_stages.append(
+                {
+                    "stage": s,
+                    "ranks": ranks,
+                    "compute_per_micro_batch_ns": int(min(per_rank)),
+                    "compute_per_micro_batch_median_ns": int(statistics.median(per_rank)),
+                    "bubble_ratio": round(statistics.median(bubbles), 4),
+                }
+            )
+    return _stage_summary(out_stages, micro_batches, virtual, step_time_ns)
+
+
+def _stage_summary(stages: list[dict[str, Any]], micro_batches: int, virtual: int, step_time_ns: float) -> dict[str, Any]:
+    p = len(stages)
+    times = [s["compute_per_micro_batch_ns"] for s in stages]
+    mean = statistics.fmean(times) if times else 0.0
+    worst = max(range(p), key=lambda i: times[i]) if times else None
+    slots = micro_batches + (p - 1) / max(virtual, 1)
+    saved = slots * (max(times) - mean) if times else 0.0
+    return {
+        "stages": stages,
+        "num_stages": p,
+        "micro_batches": micro_batches,
+        "virtual_stages": virtual,
+        "imbalance": round(max(times) / mean, 4) if mean else None,
+        "bottleneck_stage": stages[worst]["stage"] if worst is not None else None,
+        "bubble_ratio_measured": round(statistics.median(s["bubble_ratio"] for s in stages), 4) if stages else None,
+        "bubble_ratio_theoretical": round(theoretical_bubble(p, micro_batches, virtual), 4),
+        "step_time_ns": int(step_time_ns),
+        "balanced_step_time_ns": int(max(step_time_ns - saved, 0)) if p > 1 else int(step_time_ns),
+    }
