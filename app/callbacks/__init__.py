@@ -1,0 +1,12 @@
+"""Callbacks, one module per area. Each module's functions are plain (tests call them); ``register`` wires them."""
+
+from __future__ import annotations
+
+from dash import Dash
+
+
+def register(app: Dash) -> None:
+    from paradiag.app.callbacks import details, header, overview, pipeline, selection, timeline, upload
+
+    for module in (selection, header, overview, timeline, details, pipeline, upload):
+        module.register(app)

@@ -1,0 +1,82 @@
+"""Header, page switch, summary facts and findings: everything that follows the selection's job."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dash import Dash, Input, Output, dcc, html, no_update
+
+from paradiag.app import context, ids, jobs, palette
+from paradiag.app import selection as sel_mod
+from paradiag.app.data.findings import findings_of
+from paradiag.app.data.overview import report
+
+SHOWN, HIDDEN = {"display": "block"}, {"display": "none"}
+
+
+def page(sel: dict[str, Any] | None) -> tuple[Any, ...]:
+    """(start page style, job page style, selection text)."""
+    sel = sel or {}
+    if not sel.get("job"):
+        return SHOWN, HIDDEN, "open a job"
+    return HIDDEN, SHOWN, sel_mod.describe(sel)
+
+
+def summary(sel: dict[str, Any] | None) -> tuple[Any, Any]:
+    if not sel or not sel.get("job"):
+        return no_update, no_update
+    job = context.job(sel["job"])
+    facts = report(job)["job"]
+    median = report(job)["metrics"]["step_time_ns"]["median"]
+    layout = facts["parallel_layout"]
+    from paradiag.app.data.mesh import mesh_of
+
+    mesh = mesh_of(job)
+    axes = " × ".join(f"{a.upper()}{v}" for a, v in layout.items() if a in ("dp", "tp", "pp", "ep") and v) or f"{len(mesh.stages)} stage(s), found by {mesh.found_by}"
+    items = [
+        ("job", sel["job"].partition(":")[2] or job.source.rsplit("/", 1)[-1]),
+        ("ranks", str(facts["num_ranks"])),
+        ("device", facts["device_type"]),
+        ("layout", axes),
+        ("steps", str(len(facts["steps"]))),
+        ("median step", f"{median / 1e6:.2f} ms" if median else "–"),
+        ("events", f"{facts['num_events']:,}"),
+    ]
+    facts_div = [html.Span([html.B(k + " "), v], className="pd-fact") for k, v in items]
+    return facts_div, findings_list(findings_of(job))
+
+
+def findings_list(found: list[dict[str, Any]]) -> list[Any]:
+    if not found:
+        return [html.Li("no finding above threshold", className="pd-finding pd-none")]
+    out = []
+    for i, f in enumerate(found[:8]):
+        color = palette.SEVERITY.get(str(f.get("severity")), palette.SEVERITY["low"])
+        culprit = f"ranks {', '.join(map(str, f.get('ranks') or []))}" if f.get("ranks") else ""
+        out.append(
+            html.Li(
+                html.Button(
+                    [html.Span(f.get("kind", "?"), className="pd-kind", style={"background": color}), f" {culprit} · ~{f.get('impact_pct', 0)}% · ", f.get("evidence", "")],
+                    id={"type": ids.FINDING_BUTTON, "index": i},
+                    className="pd-finding",
+                    n_clicks=0,
+                )
+            )
+        )
+    return out
+
+
+def sample_links(_: Any) -> list[Any]:
+    cfg = context.config()
+    return [html.Li(dcc.Link(name, href=f"/?job=sample:{name}")) for name in jobs.samples(cfg)]
+
+
+def register(app: Dash) -> None:
+    app.callback(
+        Output(ids.START_PAGE, "style"),
+        Output(ids.JOB_PAGE, "style"),
+        Output(ids.SELECTION_TEXT, "children"),
+        Input(ids.SELECTION, "data"),
+    )(page)
+    app.callback(Output(ids.SUMMARY_FACTS, "children"), Output(ids.FINDINGS, "children"), Input(ids.SELECTION, "data"))(summary)
+    app.callback(Output(ids.SAMPLE_LIST, "children"), Input(ids.URL, "pathname"))(sample_links)

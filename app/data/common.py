@@ -1,0 +1,43 @@
+"""Small facts about a job that several views share: its time origin, steps and step spans."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from paradiag.dataset import Job
+
+DEVICE_KINDS = ("compute", "communication", "memory", "sync")
+
+
+def origin_ns(job: Job) -> int:
+    """The job's time zero: the earliest step start (x axes show ms since then)."""
+    value = pc.min(job.steps.column("start_ns")).as_py()
+    return int(value) if value is not None else 0
+
+
+def steps_of(job: Job) -> list[int]:
+    return sorted(set(job.steps.column("step").to_pylist()))
+
+
+def step_span(job: Job, step: int, ranks: list[int] | None = None) -> tuple[int, int]:
+    """[first start, last end] of a step over ``ranks`` (host span and device span together)."""
+    steps = job.steps.filter(pc.equal(job.steps.column("step"), step))
+    if ranks:
+        steps = steps.filter(pc.is_in(steps.column("rank"), value_set=pa.array(ranks, pa.int32())))
+    starts = [v for v in steps.column("start_ns").to_pylist() + steps.column("device_start_ns").to_pylist() if v is not None]
+    ends = [v for v in steps.column("end_ns").to_pylist() + steps.column("device_end_ns").to_pylist() if v is not None]
+    if not starts:
+        return origin_ns(job), origin_ns(job) + 1
+    return min(starts), max(ends)
+
+
+def slowest_step(job: Job) -> int | None:
+    """The step with the longest median step time: the default one to look at."""
+    steps = job.steps
+    if steps.num_rows == 0:
+        return None
+    dur = pc.subtract(steps.column("end_ns"), steps.column("start_ns"))
+    table = steps.select(["step"]).append_column("dur", dur).group_by("step").aggregate([("dur", "approximate_median")])
+    best = max(zip(table.column("dur_approximate_median").to_pylist(), table.column("step").to_pylist(), strict=True))
+    return int(best[1])

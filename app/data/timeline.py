@@ -1,0 +1,177 @@
+"""The Gantt timeline's data for a set of ranks and a time window, at screen resolution.
+
+Up to ``max_primitives`` intervals are returned one by one; beyond that, each (row, kind) is reduced to the union
+of its intervals rounded out to whole pixel columns, so the drawing never exceeds rows x kinds x pixels.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from paradiag.app.data import collectives
+from paradiag.app.data.common import DEVICE_KINDS, origin_ns
+from paradiag.app.data.mesh import mesh_of
+from paradiag.dataset import Job
+
+COLUMNS = ["rank", "device", "track", "kind", "name", "start_ns", "dur_ns", "collective", "peer", "bytes"]
+MAX_LINKS = 3000
+
+
+def timeline_data(job: Job, ranks: list[int], window: tuple[int, int], pixels: int = 1600, max_primitives: int = 50_000) -> dict[str, Any]:
+    """Rows (rank, stream), intervals per kind (ms since the job origin), collective links and waits."""
+    lo, hi = window
+    order = {r: i for i, r in enumerate(mesh_of(job).ranks)}
+    ranks = sorted(set(ranks), key=lambda r: order.get(r, r))
+    events = job.events(ranks=ranks, start_ns=lo, end_ns=hi, columns=COLUMNS)
+    kind = events.column("kind").cast(pa.string())
+    events = events.filter(pc.and_(pc.greater_equal(events.column("device"), 0), pc.is_in(kind, pa.array(DEVICE_KINDS))))
+    rows, row_of = _rows(events, ranks)
+    t0 = origin_ns(job)
+    aggregated = events.num_rows > max_primitives
+    out: dict[str, Any] = {
+        "rows": rows,
+        "origin_ns": t0,
+        "window_ms": [(lo - t0) / 1e6, (hi - t0) / 1e6],
+        "aggregated": aggregated,
+        "num_events": events.num_rows,
+    }
+    if aggregated:
+        out["kinds"] = _aggregate(events, row_of, lo, hi, pixels, t0)
+    else:
+        out["kinds"] = _individual(events, row_of, t0)
+    out["links"], out["waits"] = _links_and_waits(job, ranks, row_of, lo, hi, t0, allow=not aggregated)
+    return out
+
+
+def _row_keys(events: pa.Table) -> np.ndarray:
+    return events.column("rank").to_numpy().astype(np.int64) * 1_000_000_000 + events.column("track").to_numpy()
+
+
+def _rows(events: pa.Table, ranks: list[int]) -> tuple[list[dict[str, Any]], dict[int, int]]:
+    keys = np.unique(_row_keys(events)) if events.num_rows else np.array([], dtype=np.int64)
+    by_rank: dict[int, list[int]] = {r: [] for r in ranks}
+    for k in keys.tolist():
+        by_rank.setdefault(k // 1_000_000_000, []).append(k % 1_000_000_000)
+    rows: list[dict[str, Any]] = []
+    row_of: dict[int, int] = {}
+    for rank in ranks:
+        for track in sorted(by_rank.get(rank, [])):
+            row_of[rank * 1_000_000_000 + track] = len(rows)
+            rows.append({"rank": rank, "track": track, "label": f"r{rank} · s{track}"})
+    return rows, row_of
+
+
+def _row_index(events: pa.Table, row_of: dict[int, int]) -> np.ndarray:
+    known = np.array(sorted(row_of), dtype=np.int64)
+    index = np.array([row_of[k] for k in known.tolist()], dtype=np.int64)
+    return index[np.searchsorted(known, _row_keys(events))]
+
+
+def _individual(events: pa.Table, row_of: dict[int, int], t0: int) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    kinds = events.column("kind").cast(pa.string())
+    for kind in DEVICE_KINDS:
+        part = events.filter(pc.equal(kinds, kind))
+        if part.num_rows == 0:
+            continue
+        start = part.column("start_ns").to_numpy()
+        dur = part.column("dur_ns").to_numpy()
+        out[kind] = {
+            "x0": ((start - t0) / 1e6).round(6).tolist(),
+            "x1": ((start + dur - t0) / 1e6).round(6).tolist(),
+            "row": _row_index(part, row_of).tolist(),
+            "hover": _hover(part),
+        }
+    return out
+
+
+def _hover(part: pa.Table) -> list[str]:
+    names = part.column("name").cast(pa.string()).to_pylist()
+    durs = part.column("dur_ns").to_pylist()
+    colls = part.column("collective").cast(pa.string()).to_pylist()
+    nbytes = part.column("bytes").to_pylist()
+    peers = part.column("peer").to_pylist()
+    out = []
+    for name, dur, coll, b, peer in zip(names, durs, colls, nbytes, peers, strict=True):
+        text = f"{name[:80]}<br>{dur / 1e3:.1f} µs"
+        if coll:
+            text += f"<br>{coll}" + (f" · {b / 2**20:.2f} MiB" if b else "") + (f" · peer {peer}" if peer is not None else "")
+        out.append(text)
+    return out
+
+
+def _aggregate(events: pa.Table, row_of: dict[int, int], lo: int, hi: int, pixels: int, t0: int) -> dict[str, dict[str, Any]]:
+    width = max(1, (hi - lo) // max(pixels, 1))
+    out: dict[str, dict[str, Any]] = {}
+    kinds = events.column("kind").cast(pa.string())
+    for kind in DEVICE_KINDS:
+        part = events.filter(pc.equal(kinds, kind))
+        if part.num_rows == 0:
+            continue
+        start = part.column("start_ns").to_numpy()
+        row = _row_index(part, row_of)
+        b0 = (start - lo) // width
+        b1 = -((lo - start - part.column("dur_ns").to_numpy()) // width)  # ceil
+        r, s, e, n = _merge_bins(row, b0, np.maximum(b1, b0 + 1))
+        out[kind] = {
+            "x0": ((lo + s * width - t0) / 1e6).round(6).tolist(),
+            "x1": ((lo + e * width - t0) / 1e6).round(6).tolist(),
+            "row": r.tolist(),
+            "hover": [f"{kind}: {c} intervals merged at this zoom" for c in n.tolist()],
+        }
+    return out
+
+
+def _merge_bins(row: np.ndarray, b0: np.ndarray, b1: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Union of [b0, b1) per row; returns (row, start, end, count) of the merged runs."""
+    order = np.lexsort((b0, row))
+    row, b0, b1 = row[order], b0[order], b1[order]
+    reach = _running_max_per_row(row, b1)
+    new_run = np.r_[True, (row[1:] != row[:-1]) | (b0[1:] > reach[:-1])]
+    run = np.cumsum(new_run) - 1
+    starts = b0[new_run]
+    ends = np.zeros(run[-1] + 1, dtype=np.int64)
+    np.maximum.at(ends, run, b1)
+    counts = np.bincount(run)
+    return row[new_run], starts, ends, counts
+
+
+def _running_max_per_row(row: np.ndarray, values: np.ndarray) -> np.ndarray:
+    out = values.copy()
+    boundaries = np.flatnonzero(np.r_[True, row[1:] != row[:-1]])
+    for a, b in zip(boundaries, np.r_[boundaries[1:], len(row)], strict=True):
+        out[a:b] = np.maximum.accumulate(values[a:b])
+    return out
+
+
+def _links_and_waits(job: Job, ranks: list[int], row_of: dict[int, int], lo: int, hi: int, t0: int, allow: bool) -> tuple[list[Any], dict[str, Any]]:
+    """Each collective instance in view as a polyline through its members' start points (its slant is the
+    arrival skew), and each member's wait (start to the last arrival) as a segment."""
+    table = collectives.instances(job)
+    if table.num_rows == 0:
+        return [], {"x0": [], "x1": [], "row": [], "hover": []}
+    start = table.column("start_ns")
+    keep = pc.and_(pc.is_in(table.column("rank"), value_set=pa.array(ranks, pa.int32())), pc.and_(pc.less(start, hi), pc.greater(pc.add(start, table.column("dur_ns")), lo)))
+    part = table.filter(keep)
+    rows = _row_index(part, row_of) if part.num_rows else np.array([], dtype=np.int64)
+    inst = part.column("instance").to_numpy()
+    st = (part.column("start_ns").to_numpy() - t0) / 1e6
+    wait = part.column("wait_ns").to_numpy()
+    waited = wait > 0
+    waits = {
+        "x0": st[waited].round(6).tolist(),
+        "x1": (st[waited] + wait[waited] / 1e6).round(6).tolist(),
+        "row": rows[waited].tolist(),
+        "hover": [f"waited {w / 1e3:.1f} µs for the last member" for w in wait[waited].tolist()],
+    }
+    links: list[Any] = []
+    if allow and len(np.unique(inst)) <= MAX_LINKS:
+        order = np.lexsort((rows, inst))
+        for i in np.split(order, np.flatnonzero(np.diff(inst[order])) + 1):
+            if len(i) > 1:
+                links.append({"x": st[i].round(6).tolist(), "row": rows[i].tolist()})
+    return links, waits

@@ -1,0 +1,74 @@
+"""The Gantt timeline: one row per rank and stream, intervals coloured by kind, collectives linked across ranks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import plotly.graph_objects as go
+
+from paradiag.app import palette
+from paradiag.app.figures.common import base_figure, empty_figure, segments
+
+ROW_PX = 22
+
+
+def timeline_figure(data: dict[str, Any], uirevision: Any = None) -> go.Figure:
+    """``data`` as ``timeline_data`` returns it. One WebGL trace per kind (None-separated segments), one
+    invisible marker trace per kind for hover and click, one trace of waits, one of collective links."""
+    rows = data["rows"]
+    if not rows:
+        return empty_figure("no device events for these ranks in this window", height=220)
+    height = 70 + ROW_PX * len(rows)
+    width = max(3.0, min(16.0, ROW_PX * 0.7))
+    fig = base_figure(uirevision=uirevision, height=height)
+    for kind, seg in data["kinds"].items():
+        _add_intervals(fig, kind, seg, palette.KIND[kind], width)
+    waits = data["waits"]
+    if waits["x0"]:
+        _add_intervals(fig, "wait", waits, palette.WAIT, width * 0.45)
+    if data["links"]:
+        xs: list[float | None] = []
+        ys: list[float | None] = []
+        for link in data["links"]:
+            xs += [*link["x"], None]
+            ys += [*link["row"], None]
+        fig.add_trace(go.Scattergl(x=xs, y=ys, mode="lines", line={"color": "rgba(60,60,60,0.45)", "width": 1}, name="collective instance", hoverinfo="skip"))
+    _axes(fig, rows, data["window_ms"])
+    if data.get("aggregated"):
+        fig.add_annotation(text=f"{data['num_events']:,} events merged to screen resolution: zoom in for single kernels", xref="paper", yref="paper", x=0, y=1.0, yanchor="bottom", xanchor="left", showarrow=False, font={"size": 10, "color": "#666"})
+    return fig
+
+
+def _add_intervals(fig: go.Figure, name: str, seg: dict[str, Any], color: str, width: float) -> None:
+    xs, ys = segments(seg["x0"], seg["x1"], seg["row"])
+    fig.add_trace(go.Scattergl(x=xs, y=ys, mode="lines", line={"color": color, "width": width}, name=name, hoverinfo="skip", legendgroup=name))
+    mid = [(a + b) / 2 for a, b in zip(seg["x0"], seg["x1"], strict=True)]
+    fig.add_trace(
+        go.Scattergl(
+            x=mid,
+            y=seg["row"],
+            mode="markers",
+            marker={"size": max(4.0, width), "color": color, "opacity": 0},
+            text=seg["hover"],
+            hovertemplate="%{text}<br>%{x:.3f} ms<extra>" + name + "</extra>",
+            showlegend=False,
+            legendgroup=name,
+            name=name,
+        )
+    )
+
+
+def _axes(fig: go.Figure, rows: list[dict[str, Any]], window: list[float]) -> None:
+    fig.update_yaxes(
+        tickvals=list(range(len(rows))),
+        ticktext=[r["label"] for r in rows],
+        range=[len(rows) - 0.5, -0.5],
+        showgrid=False,
+        zeroline=False,
+        fixedrange=True,
+    )
+    fig.update_xaxes(title="time since job start (ms)", range=window, showgrid=True, zeroline=False)
+    for i in range(1, len(rows)):
+        if rows[i]["rank"] != rows[i - 1]["rank"]:
+            fig.add_hline(y=i - 0.5, line={"color": "#999", "width": 1})
+    fig.update_layout(margin={"l": 70}, dragmode="zoom", hovermode="closest")

@@ -1,0 +1,49 @@
+"""Every component id of the dashboard, in one place (layouts and callbacks import them from here)."""
+
+URL = "url"
+SELECTION = "selection"
+ZOOM_STACK = "marey-zoom-stack"
+EXPANDED = "expanded-stages"
+
+START_PAGE = "start-page"
+JOB_PAGE = "job-page"
+
+SUMMARY_FACTS = "summary-facts"
+FINDINGS = "findings"
+FINDING_BUTTON = "finding-button"  # pattern-matching: {"type": FINDING_BUTTON, "index": i}
+
+HEATMAP = "heatmap"
+HEATMAP_METRIC = "heatmap-metric"
+HEATMAP_EXPAND = "heatmap-expand"
+
+TIMELINE = "timeline"
+TIMELINE_INFO = "timeline-info"
+
+DETAIL_TITLE = "detail-title"
+DETAIL_OPERATORS = "detail-operators"
+DETAIL_BREAKDOWN = "detail-breakdown"
+DETAIL_DISTRIBUTION = "detail-distribution"
+DETAIL_COLLECTIVES = "detail-collectives"
+
+MAREY = "marey"
+MAREY_BACK = "marey-back"
+MAREY_EXPAND = "marey-expand"
+
+FLOW = "flow"
+FLOW_COLOR = "flow-color"
+
+COMM_MATRIX = "comm-matrix"
+COMM_METRIC = "comm-metric"
+COMM_INSTANCES = "comm-instances"
+
+STEP_PICKER = "step-picker"
+CLEAR_SELECTION = "clear-selection"
+SELECTION_TEXT = "selection-text"
+
+SAMPLE_LIST = "sample-list"
+UPLOAD_FOLDER = "upload-folder"
+UPLOAD_FILES = "upload-files"
+UPLOAD_STATE = "upload-state"
+UPLOAD_PROGRESS = "upload-progress"
+UPLOAD_MESSAGE = "upload-message"
+UPLOAD_POLL = "upload-poll"

@@ -1,0 +1,84 @@
+"""The job page: summary and findings, then the linked views."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dash import dcc, html
+
+from paradiag.app import ids
+from paradiag.app.data.overview import METRICS
+
+GRAPH_CONFIG: dict[str, Any] = {"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "select2d", "autoScale2d"]}
+
+
+def panel(title: str, *children: Any, class_name: str = "", help_text: str = "") -> html.Section:
+    head = [html.H3(title)] + ([html.Span(help_text, className="pd-help")] if help_text else [])
+    return html.Section(className=f"pd-panel {class_name}", children=[html.Div(head, className="pd-panel-head"), *children])
+
+
+def graph(graph_id: str, modebar: bool = True) -> dcc.Loading:
+    config = GRAPH_CONFIG if modebar else {**GRAPH_CONFIG, "displayModeBar": False}
+    return dcc.Loading(dcc.Graph(id=graph_id, config=config), type="dot", delay_show=400)  # type: ignore[arg-type]
+
+
+def layout() -> html.Div:
+    return html.Div(
+        className="pd-job",
+        children=[
+            html.Div(className="pd-summary", children=[html.Div(id=ids.SUMMARY_FACTS, className="pd-facts"), html.Ol(id=ids.FINDINGS, className="pd-findings")]),
+            html.Div(
+                className="pd-row",
+                children=[
+                    panel(
+                        "Overview",
+                        dcc.Dropdown(id=ids.HEATMAP_METRIC, options=[{"label": v, "value": k} for k, v in METRICS.items()], value="step_ms", clearable=False),
+                        dcc.Store(id=ids.HEATMAP_EXPAND, data=[]),
+                        graph(ids.HEATMAP),
+                        class_name="pd-overview",
+                        help_text="ranks × steps, grouped by stage; click a cell",
+                    ),
+                    panel(
+                        "Marey's graph",
+                        html.Div(
+                            className="pd-toolbar",
+                            children=[
+                                html.Button("◀ back", id=ids.MAREY_BACK, className="pd-button"),
+                                dcc.Checklist(id=ids.MAREY_EXPAND, options=[{"label": " devices", "value": "devices"}], value=["devices"], inline=True),
+                            ],
+                        ),
+                        dcc.Store(id=ids.ZOOM_STACK, data=[]),
+                        graph(ids.MAREY),
+                        class_name="pd-marey",
+                        help_text="stages top to bottom, time across; drag to zoom",
+                    ),
+                ],
+            ),
+            panel("Timeline", html.Div(id=ids.TIMELINE_INFO, className="pd-help"), graph(ids.TIMELINE), class_name="pd-timeline"),
+            html.Div(
+                className="pd-row",
+                children=[
+                    panel(
+                        "Device detail",
+                        html.Div(id=ids.DETAIL_TITLE, className="pd-help"),
+                        html.Div(className="pd-detail-grid", children=[graph(g, modebar=False) for g in (ids.DETAIL_OPERATORS, ids.DETAIL_BREAKDOWN, ids.DETAIL_DISTRIBUTION, ids.DETAIL_COLLECTIVES)]),
+                        class_name="pd-detail",
+                    ),
+                    panel(
+                        "Communication matrix",
+                        dcc.RadioItems(id=ids.COMM_METRIC, options=[{"label": f" {m}", "value": m} for m in ("bandwidth", "bytes", "time")], value="bandwidth", inline=True),
+                        graph(ids.COMM_MATRIX),
+                        html.Div(id=ids.COMM_INSTANCES, className="pd-instances"),
+                        class_name="pd-comm",
+                    ),
+                ],
+            ),
+            panel(
+                "Execution flow",
+                dcc.RadioItems(id=ids.FLOW_COLOR, options=[{"label": " measured time", "value": "time"}, {"label": " imbalance", "value": "imbalance"}], value="time", inline=True),
+                graph(ids.FLOW),
+                class_name="pd-flow",
+                help_text="operators in execution order per stage; repeated layers collapsed; click a node",
+            ),
+        ],
+    )

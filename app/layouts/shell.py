@@ -1,0 +1,29 @@
+"""The page every URL gets: header, the selection store, and both the start page and the job page."""
+
+from __future__ import annotations
+
+from dash import dcc, html
+
+from paradiag.app import ids
+from paradiag.app.layouts import job_page, start_page
+
+
+def layout() -> html.Div:
+    return html.Div(
+        className="pd-root",
+        children=[
+            dcc.Location(id=ids.URL, refresh=False),
+            dcc.Store(id=ids.SELECTION, storage_type="memory"),
+            html.Header(
+                className="pd-header",
+                children=[
+                    html.A("paradiag", href="/", className="pd-brand"),
+                    html.Span(id=ids.SELECTION_TEXT, className="pd-selection"),
+                    dcc.Dropdown(id=ids.STEP_PICKER, placeholder="step", clearable=False, className="pd-step-picker"),
+                    html.Button("clear selection", id=ids.CLEAR_SELECTION, className="pd-button"),
+                ],
+            ),
+            html.Div(start_page.layout(), id=ids.START_PAGE),
+            html.Div(job_page.layout(), id=ids.JOB_PAGE, style={"display": "none"}),
+        ],
+    )

@@ -1,0 +1,49 @@
+"""Computed aggregates, shared by every worker through Flask-Caching (filesystem), keyed by the job's content hash."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from flask import Flask
+from flask_caching import Cache
+
+from paradiag.app.config import Config
+
+T = TypeVar("T")
+cache = Cache()
+_bound: list[Flask] = []
+
+
+def init_cache(server: Flask, config: Config) -> None:
+    config.app_cache_dir.mkdir(parents=True, exist_ok=True)
+    cache.init_app(
+        server,
+        config={
+            "CACHE_TYPE": "FileSystemCache",
+            "CACHE_DIR": str(config.app_cache_dir / "aggregates"),
+            "CACHE_DEFAULT_TIMEOUT": config.cache_timeout_s,
+            "CACHE_THRESHOLD": 2000,
+        },
+    )
+    cache.app = server
+    _bound[:] = [server]
+
+
+def key_of(kind: str, content_hash: str, params: Any) -> str:
+    blob = json.dumps(params, sort_keys=True, default=str)
+    return f"paradiag:{kind}:{content_hash}:{hashlib.sha256(blob.encode()).hexdigest()[:24]}"
+
+
+def memo(kind: str, content_hash: str, params: Any, compute: Callable[[], T]) -> T:
+    """``compute()`` once per (kind, job content, params) for all workers; computed directly without an app."""
+    if not _bound:
+        return compute()
+    key = key_of(kind, content_hash, params)
+    value = cache.get(key)
+    if value is None:
+        value = compute()
+        cache.set(key, value)
+    return value

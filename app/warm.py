@@ -1,0 +1,18 @@
+"""Compute a job's aggregates before the first page asks for them (``paradiag serve PATH`` does this)."""
+
+from __future__ import annotations
+
+from dash import Dash
+
+from paradiag.app import context
+from paradiag.app.data.collectives import instances
+from paradiag.app.data.findings import findings_of
+from paradiag.app.data.overview import overview
+
+
+def warm(app: Dash, token: str) -> None:
+    with app.server.app_context():
+        job = context.job(token)
+        overview(job)
+        instances(job)
+        findings_of(job)

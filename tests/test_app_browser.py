@@ -1,0 +1,65 @@
+"""The dashboard in real headless Chromium on a bundled sample job: every view renders with data, the views are
+linked, and the browser console stays clean. Screenshots of each view land in test-output/app/."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.test_app_support import click_data_point, composite, screenshot, severe_logs, wait_plot
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.slow,
+    # selenium 4.2 calls a urllib3 method that urllib3 2.x deprecates
+    pytest.mark.filterwarnings("ignore:HTTPResponse.getheader:DeprecationWarning"),
+]
+SAMPLE = "gpu_llm_slow_rank"
+
+
+@pytest.fixture(scope="module")
+def duo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from paradiag.app.config import Config
+    from paradiag.app.factory import create_app
+
+    root = tmp_path_factory.mktemp("app")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("PARADIAG_CACHE_DIR", str(root / "cache"))
+    config = Config.from_env(upload_dir=root / "uploads", app_cache_dir=root / "app-cache")
+    yield from composite(create_app(config))
+    mp.undo()
+
+
+def open_job(duo: Any, query: str) -> None:
+    duo.driver.get(duo.server_url + "/" + query)
+    wait_plot(duo, "heatmap")
+    wait_plot(duo, "timeline")
+
+
+def current_search(duo: Any) -> str:
+    return str(duo.driver.execute_script("return window.location.search"))
+
+
+def test_every_view_renders(duo: Any) -> None:
+    open_job(duo, f"?job=sample:{SAMPLE}")
+    for graph_id in ("heatmap", "timeline", "marey", "detail-operators", "detail-breakdown", "detail-collectives", "comm-matrix", "flow"):
+        wait_plot(duo, graph_id)
+    time.sleep(1.0)
+    screenshot(duo, "job_page")
+    for element in ("heatmap", "timeline", "marey", "flow", "comm-matrix"):
+        screenshot(duo, element, element)
+    assert "step=" in current_search(duo)
+    assert severe_logs(duo) == []
+
+
+def test_heatmap_click_updates_timeline_and_detail(duo: Any) -> None:
+    open_job(duo, f"?job=sample:{SAMPLE}&step=1")
+    click_data_point(duo, "heatmap", 2, 5)  # step 2, the row of rank 5
+    duo.wait_for_contains_text("#detail-title", "rank 5, step 2", timeout=20)
+    duo.wait_for_contains_text("#timeline-info", "ranks 5", timeout=20)
+    assert "ranks=5" in current_search(duo) and "step=2" in current_search(duo)
+    screenshot(duo, "after_heatmap_click")
+    assert severe_logs(duo) == []

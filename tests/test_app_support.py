@@ -1,0 +1,92 @@
+"""Helpers for the dashboard's browser tests: start one app server and one headless Chromium per module,
+click on a plot at data coordinates, read what a plot holds, save screenshots under test-output/."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "test-output" / "app"
+
+
+def need_chromium() -> None:
+    if not shutil.which("chromedriver") or not (os.environ.get("DASH_TEST_CHROMEPATH") or shutil.which("chromium")):
+        pytest.skip("chromium and chromedriver are not installed (apt-get install chromium chromium-driver)")
+
+
+def composite(app: Any) -> Iterator[Any]:
+    """A started Dash app and a headless Chromium driving it (dash.testing's DashComposite)."""
+    need_chromium()
+    os.environ.setdefault("DASH_TEST_CHROMEPATH", shutil.which("chromium") or "/usr/bin/chromium")
+    from dash.testing.application_runners import ThreadedRunner
+    from dash.testing.composite import DashComposite
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    with ThreadedRunner() as runner, DashComposite(runner, browser="chrome", headless=True, options=None, percy_run=False, wait_timeout=30) as duo:
+        duo.driver.set_window_size(1600, 2400)
+        duo.start_server(app)
+        yield duo
+
+
+def plot_state(duo: Any, graph_id: str) -> dict[str, Any]:
+    """How many traces and points the plot in ``graph_id`` holds."""
+    return duo.driver.execute_script(
+        """const gd = document.querySelector('#' + arguments[0] + ' .js-plotly-plot');
+        if (!gd || !gd.data) return {traces: 0, points: 0, title: null};
+        let points = 0;
+        for (const t of gd.data) { const v = t.x || t.z || t.y || []; points += v.length || 0; }
+        const ann = (gd.layout.annotations || []).map(a => a.text);
+        return {traces: gd.data.length, points: points, annotations: ann};""",
+        graph_id,
+    )
+
+
+def wait_plot(duo: Any, graph_id: str, timeout: float = 30, min_points: int = 1) -> dict[str, Any]:
+    end = time.time() + timeout
+    state: dict[str, Any] = {}
+    while time.time() < end:
+        state = plot_state(duo, graph_id)
+        if state["points"] >= min_points:
+            return state
+        time.sleep(0.2)
+    raise AssertionError(f"{graph_id} never showed data: {state}")
+
+
+def click_data_point(duo: Any, graph_id: str, x: float, y: float) -> None:
+    """A real mouse click where data coordinates (x, y) are drawn in the plot ``graph_id``."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    pos = duo.driver.execute_script(
+        """const gd = document.querySelector('#' + arguments[0] + ' .js-plotly-plot');
+        gd.scrollIntoView({block: 'center'});
+        const fl = gd._fullLayout, xa = fl.xaxis, ya = fl.yaxis, box = gd.getBoundingClientRect();
+        const xv = xa.type === 'category' ? xa.d2l(String(arguments[1])) : arguments[1];
+        return [box.left + xa._offset + xa.l2p(xv), box.top + ya._offset + ya.l2p(arguments[2])];""",
+        graph_id,
+        x,
+        y,
+    )
+    actions = ActionChains(duo.driver)
+    actions.w3c_actions.pointer_action.move_to_location(int(pos[0]), int(pos[1]))
+    actions.w3c_actions.pointer_action.click()
+    actions.perform()
+
+
+def screenshot(duo: Any, name: str, element_id: str | None = None) -> Path:
+    path = OUT / f"{name}.png"
+    if element_id:
+        duo.driver.find_element("id", element_id).screenshot(str(path))
+    else:
+        duo.driver.save_screenshot(str(path))
+    return path
+
+
+def severe_logs(duo: Any) -> list[dict[str, Any]]:
+    return [entry for entry in duo.get_logs() or [] if entry.get("level") == "SEVERE"]
