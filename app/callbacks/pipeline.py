@@ -1,17 +1,30 @@
-"""Marey's graph, the execution-flow graph and the communication matrix."""
+"""Marey's graph, the execution-flow graph and the communication matrix follow the selection."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from dash import Dash, Input, Output
+import plotly.graph_objects as go
+from dash import Dash, Input, Output, no_update
 
-from paradiag.app import ids
+from paradiag.app import context, ids
+from paradiag.app.data.common import origin_ns
+from paradiag.app.data.marey import marey_data
 from paradiag.app.figures.common import empty_figure
+from paradiag.app.figures.marey import marey_figure
 
 
-def render_marey(sel: dict[str, Any] | None, expand: list[str] | None) -> Any:
-    return empty_figure("Marey's graph: coming")
+def render_marey(sel: dict[str, Any] | None, expand: list[str] | None) -> go.Figure:
+    if not sel or not sel.get("job") or sel.get("step") is None:
+        return no_update
+    job = context.job(sel["job"])
+    window = None
+    if sel.get("window"):
+        t0 = origin_ns(job)
+        window = (t0 + int(sel["window"][0] * 1e6), t0 + int(sel["window"][1] * 1e6))
+    data = marey_data(job, sel["step"], window)
+    expanded = bool(expand) and "devices" in expand
+    return marey_figure(data, expanded=expanded, selected_op=sel.get("op"), uirevision=f"{sel['job']}|{sel['step']}|{expanded}")
 
 
 def register(app: Dash) -> None:

@@ -15,22 +15,26 @@ from paradiag.app.data.common import slowest_step, steps_of
 from paradiag.app.data.findings import findings_of
 from paradiag.app.jobs import JobNotFound
 
-INPUTS = {
-    ids.URL: "search",
-    ids.HEATMAP: "clickData",
-    ids.TIMELINE: "relayoutData",
-    ids.MAREY: "clickData",
-    ids.DETAIL_OPERATORS: "clickData",
-    ids.COMM_MATRIX: "clickData",
-    ids.FLOW: "clickData",
-    ids.STEP_PICKER: "value",
-    ids.CLEAR_SELECTION: "n_clicks",
-}
+INPUTS = [
+    (ids.URL, "search"),
+    (ids.HEATMAP, "clickData"),
+    (ids.TIMELINE, "relayoutData"),
+    (ids.MAREY, "clickData"),
+    (ids.MAREY, "relayoutData"),
+    (ids.MAREY_BACK, "n_clicks"),
+    (ids.DETAIL_OPERATORS, "clickData"),
+    (ids.COMM_MATRIX, "clickData"),
+    (ids.FLOW, "clickData"),
+    (ids.STEP_PICKER, "value"),
+    (ids.CLEAR_SELECTION, "n_clicks"),
+]
+ZOOMS = ((ids.TIMELINE, "relayoutData"), (ids.MAREY, "relayoutData"))
 
 
 def select(trigger: Any, value: Any, sel: dict[str, Any] | None, search: str | None) -> dict[str, Any]:
-    """The new selection after ``trigger`` (a component id) delivered ``value``."""
-    if trigger in (None, ids.URL) or not sel:
+    """The new selection after ``trigger`` (a (component id, property) pair, or a finding button's id)
+    delivered ``value``."""
+    if trigger in (None, (ids.URL, "search")) or not sel:
         new = sel_mod.from_query(search)
         if not new["job"] and context.config().job:
             new["job"] = "served"
@@ -48,6 +52,20 @@ def _with_defaults(sel: dict[str, Any]) -> dict[str, Any]:
         except JobNotFound:
             return sel_mod.update(None)
     return sel
+
+
+def zoom_stack(trigger: Any, old: dict[str, Any] | None, new: dict[str, Any], stack: list[Any] | None) -> list[Any]:
+    """Windows to go back to: a zoom pushes the window it left, ◀ back pops (see ``_back``)."""
+    stack = list(stack or [])
+    if trigger in ZOOMS and old and new.get("window") != old.get("window"):
+        stack.append(old.get("window"))
+    elif trigger == (ids.MAREY_BACK, "n_clicks") and stack:
+        stack.pop()
+    return stack[-20:]
+
+
+def _back(sel: dict[str, Any], stack: list[Any]) -> dict[str, Any]:
+    return sel_mod.update(sel, window=stack[-1] if stack else None)
 
 
 def _heatmap(sel: dict[str, Any], click: dict[str, Any]) -> dict[str, Any]:
@@ -105,14 +123,15 @@ def _finding(sel: dict[str, Any], index: int) -> dict[str, Any]:
 
 
 _HANDLERS = {
-    ids.HEATMAP: _heatmap,
-    ids.TIMELINE: _timeline_zoom,
-    ids.MAREY: _marey_click,
-    ids.DETAIL_OPERATORS: _operator_click,
-    ids.COMM_MATRIX: _comm_click,
-    ids.FLOW: _flow_click,
-    ids.STEP_PICKER: lambda sel, step: sel_mod.update(sel, step=int(step), window=None, collective=None),
-    ids.CLEAR_SELECTION: lambda sel, _: sel_mod.update(None, job=sel.get("job"), step=sel.get("step")),
+    (ids.HEATMAP, "clickData"): _heatmap,
+    (ids.TIMELINE, "relayoutData"): _timeline_zoom,
+    (ids.MAREY, "clickData"): _marey_click,
+    (ids.MAREY, "relayoutData"): _timeline_zoom,
+    (ids.DETAIL_OPERATORS, "clickData"): _operator_click,
+    (ids.COMM_MATRIX, "clickData"): _comm_click,
+    (ids.FLOW, "clickData"): _flow_click,
+    (ids.STEP_PICKER, "value"): lambda sel, step: sel_mod.update(sel, step=int(step), window=None, collective=None),
+    (ids.CLEAR_SELECTION, "n_clicks"): lambda sel, _: sel_mod.update(None, job=sel.get("job"), step=sel.get("step")),
 }
 
 
@@ -128,20 +147,36 @@ def register(app: Dash) -> None:
         Output(ids.URL, "search"),
         Output(ids.STEP_PICKER, "value"),
         Output(ids.STEP_PICKER, "options"),
-        *[Input(cid, prop) for cid, prop in INPUTS.items()],
+        Output(ids.ZOOM_STACK, "data"),
+        *[Input(cid, prop) for cid, prop in INPUTS],
         Input({"type": ids.FINDING_BUTTON, "index": ALL}, "n_clicks"),
         State(ids.SELECTION, "data"),
+        State(ids.ZOOM_STACK, "data"),
     )
     def on_change(*args: Any) -> tuple[Any, ...]:
-        sel, search = args[-1], args[0]
-        trigger = ctx.triggered_id
-        if isinstance(trigger, dict) and not any(args[len(INPUTS)] or []):
-            return no_update, no_update, no_update, no_update  # finding buttons appearing, not clicked
-        value = args[list(INPUTS).index(trigger)] if trigger in INPUTS else None
-        new = select(trigger, value, sel, search)
+        values, finding_clicks, sel, stack = args[: len(INPUTS)], args[len(INPUTS)], args[-2], args[-1]
+        search = values[0]
+        trigger = _trigger()
+        if isinstance(trigger, dict) and not any(finding_clicks or []):
+            return (no_update,) * 5  # finding buttons appearing, not clicked
+        if trigger == (ids.MAREY_BACK, "n_clicks"):
+            new = _back(sel or {}, stack or [])
+        else:
+            new = select(trigger, values[INPUTS.index(trigger)] if trigger in INPUTS else None, sel, search)
         if new == sel:
-            return no_update, no_update, no_update, no_update
+            return (no_update,) * 5
         query = sel_mod.to_query(new)
-        step = new.get("step") if new.get("step") != args[list(INPUTS).index(ids.STEP_PICKER)] else no_update
+        picker = values[INPUTS.index((ids.STEP_PICKER, "value"))]
+        step = new.get("step") if new.get("step") != picker else no_update
         options = step_options(new) if (sel or {}).get("job") != new.get("job") else no_update
-        return new, (query if query != (search or "") else no_update), step, options
+        return new, (query if query != (search or "") else no_update), step, options, zoom_stack(trigger, sel, new, stack)
+
+
+def _trigger() -> Any:
+    """(component id, property) of what fired, a finding button's id, or None on the first call."""
+    if not ctx.triggered_id:
+        return None
+    if isinstance(ctx.triggered_id, dict):
+        return ctx.triggered_id
+    prop = ctx.triggered[0]["prop_id"].rsplit(".", 1)[-1]
+    return (ctx.triggered_id, prop)
