@@ -259,9 +259,13 @@ def _slow_units(keys: list[tuple[Any, ...]], units: list[tuple[int, ...]], trans
 
 def _slow_npu_links(links: pa.Table) -> list[dict[str, Any]]:
     """Slow units from the Ascend per-link traffic (``job.extra("links")``): time per byte on each link against
-    the other links of the same transport (HCCS, RDMA, PCIE); the LOCAL self-links are copies, not links."""
-    link = links.filter(pc.and_(pc.not_equal(links.column("transport"), "LOCAL"), pc.greater(links.column("bytes"), 0))).to_pydict()
-    keys = [("link", t, 1) for t in link["transport"]]
+    the other links of the same transport (HCCS, RDMA, PCIE), collective kind and size; the LOCAL self-links are
+    copies, not links."""
+    # Send/receive transit on these links includes the wait for the peer; only collectives time the link alone.
+    collective = pc.invert(pc.is_in(links.column("op_type"), pa.array(["send", "receive", "recv"])))
+    keep = pc.and_(pc.and_(pc.not_equal(links.column("transport"), "LOCAL"), pc.greater(links.column("bytes"), 0)), collective)
+    link = links.filter(keep).to_pydict()
+    keys = [("link", t, op, size) for t, op, size in zip(link["transport"], link["op_type"], link["bytes"], strict=True)]
     units = [tuple(sorted((a, b))) for a, b in zip(link["src_global"], link["dst_global"], strict=True)]
     per_byte = np.asarray(link["transit_ns"], dtype=float) / np.asarray(link["bytes"], dtype=float)
     slow = _slow_units(keys, units, per_byte, np.asarray(link["step"]))
