@@ -31,6 +31,7 @@ MAREY_EXPAND = "marey-expand"
 
 FLOW = "flow"
 FLOW_COLOR = "flow-color"
+FLOW_EXPAND = "flow-expand"
 
 COMM_MATRIX = "comm-matrix"
 COMM_METRIC = "comm-metric"

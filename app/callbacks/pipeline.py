@@ -5,12 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 import plotly.graph_objects as go
-from dash import Dash, Input, Output, no_update
+from dash import Dash, Input, Output, State, html, no_update
 
 from paradiag.app import context, ids
+from paradiag.app.data.comm import as_grid, link_instances, matrix
 from paradiag.app.data.common import origin_ns
+from paradiag.app.data.flow import flow_data
 from paradiag.app.data.marey import marey_data
-from paradiag.app.figures.common import empty_figure
+from paradiag.app.figures.comm import comm_figure
+from paradiag.app.figures.flow import flow_figure
 from paradiag.app.figures.marey import marey_figure
 
 
@@ -23,11 +26,43 @@ def render_marey(sel: dict[str, Any] | None, expand: list[str] | None) -> go.Fig
         t0 = origin_ns(job)
         window = (t0 + int(sel["window"][0] * 1e6), t0 + int(sel["window"][1] * 1e6))
     data = marey_data(job, sel["step"], window)
-    expanded = bool(expand) and "devices" in expand
+    expanded = "devices" in (expand or [])
     return marey_figure(data, expanded=expanded, selected_op=sel.get("op"), uirevision=f"{sel['job']}|{sel['step']}|{expanded}")
+
+
+def render_flow(sel: dict[str, Any] | None, color_by: str, expand: list[str] | None) -> go.Figure:
+    if not sel or not sel.get("job") or sel.get("step") is None:
+        return no_update
+    job = context.job(sel["job"])
+    data = flow_data(job, sel["step"], expand="repeats" in (expand or []))
+    selected = (sel["op"], sel.get("stage")) if sel.get("op") else None
+    return flow_figure(data, color_by, marey_data(job, sel["step"], None)["p2p"], selected)
+
+
+def render_comm(sel: dict[str, Any] | None, metric: str) -> go.Figure:
+    if not sel or not sel.get("job"):
+        return no_update
+    data = matrix(context.job(sel["job"]))
+    ranks, z, hover = as_grid(data, metric)
+    selected = sel.get("ranks") if sel.get("collective") else None
+    return comm_figure(ranks, z, hover, metric, data["source"], selected)
+
+
+def comm_instances(click: dict[str, Any] | None, sel: dict[str, Any] | None) -> Any:
+    if not click or not sel or not sel.get("job"):
+        return no_update
+    point = click["points"][0]
+    src, dst = int(point["y"]), int(point["x"])
+    rows = link_instances(context.job(sel["job"]), src, dst)
+    if not rows:
+        return html.P(f"no collective instance shared by ranks {src} and {dst}", className="pd-help")
+    head = html.Tr([html.Th(h) for h in ("collective", "group", "step", "transfer ms", "wait ms", "MiB")])
+    body = [html.Tr([html.Td(r["collective"]), html.Td(r["group"][:12]), html.Td(r["step"]), html.Td(f"{r['transfer_ms']:.3f}"), html.Td(f"{r['wait_ms']:.3f}"), html.Td(f"{(r['bytes'] or 0) / 2**20:.1f}")]) for r in rows]
+    return [html.P(f"link {src} → {dst}: slowest instances first (the slowest is selected in the timeline)", className="pd-help"), html.Table([head, *body])]
 
 
 def register(app: Dash) -> None:
     app.callback(Output(ids.MAREY, "figure"), Input(ids.SELECTION, "data"), Input(ids.MAREY_EXPAND, "value"))(render_marey)
-    app.callback(Output(ids.FLOW, "figure"), Input(ids.SELECTION, "data"))(lambda sel: empty_figure("flow: coming"))
-    app.callback(Output(ids.COMM_MATRIX, "figure"), Input(ids.SELECTION, "data"))(lambda sel: empty_figure("comm: coming"))
+    app.callback(Output(ids.FLOW, "figure"), Input(ids.SELECTION, "data"), Input(ids.FLOW_COLOR, "value"), Input(ids.FLOW_EXPAND, "value"))(render_flow)
+    app.callback(Output(ids.COMM_MATRIX, "figure"), Input(ids.SELECTION, "data"), Input(ids.COMM_METRIC, "value"))(render_comm)
+    app.callback(Output(ids.COMM_INSTANCES, "children"), Input(ids.COMM_MATRIX, "clickData"), State(ids.SELECTION, "data"))(comm_instances)

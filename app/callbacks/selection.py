@@ -11,6 +11,7 @@ from dash import ALL, Dash, Input, Output, State, ctx, no_update
 
 from paradiag.app import context, ids
 from paradiag.app import selection as sel_mod
+from paradiag.app.data.comm import link_instances
 from paradiag.app.data.common import slowest_step, steps_of
 from paradiag.app.data.findings import findings_of
 from paradiag.app.jobs import JobNotFound
@@ -95,11 +96,14 @@ def _operator_click(sel: dict[str, Any], click: dict[str, Any]) -> dict[str, Any
 
 
 def _comm_click(sel: dict[str, Any], click: dict[str, Any]) -> dict[str, Any]:
-    custom = click["points"][0].get("customdata")
-    if not custom or not custom[0]:
+    """A link: its slowest collective instance is selected (its ranks, step and a window around it)."""
+    point = click["points"][0]
+    found = link_instances(context.job(sel["job"]), int(point["y"]), int(point["x"]), top=1)
+    if not found:
         return sel
-    slowest = custom[0]
-    return sel_mod.update(sel, ranks=slowest["ranks"], collective=slowest["collective"], step=slowest["step"], window=slowest["window"])
+    slowest = found[0]
+    name = f"{slowest['collective']}/group {slowest['group']}/#{slowest['instance']}"
+    return sel_mod.update(sel, ranks=slowest["ranks"], collective=name, step=slowest["step"], window=slowest["window"])
 
 
 def _flow_click(sel: dict[str, Any], click: dict[str, Any]) -> dict[str, Any]:

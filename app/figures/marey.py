@@ -60,7 +60,7 @@ def marey_figure(data: dict[str, Any], expanded: bool = True, selected_op: str |
         _highlight(fig, data, stage_y, rank_y, expanded, selected_op)
     fig.update_yaxes(tickvals=[t[0] for t in ticks], ticktext=[t[1] for t in ticks], autorange="reversed", showgrid=False, zeroline=False, fixedrange=True)
     fig.update_xaxes(title=f"time since job start (ms) · step {data['step']}", range=data["window_ms"], showgrid=True)
-    fig.update_layout(dragmode="zoom", hovermode="closest", margin={"l": 80})
+    fig.update_layout(dragmode="zoom", hovermode="closest", margin={"l": 80, "t": 40}, legend={"font": {"size": 10}, "y": 1.0, "yanchor": "bottom"})
     return fig
 
 

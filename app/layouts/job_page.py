@@ -75,7 +75,13 @@ def layout() -> html.Div:
             ),
             panel(
                 "Execution flow",
-                dcc.RadioItems(id=ids.FLOW_COLOR, options=[{"label": " measured time", "value": "time"}, {"label": " imbalance", "value": "imbalance"}], value="time", inline=True),
+                html.Div(
+                    className="pd-toolbar",
+                    children=[
+                        dcc.RadioItems(id=ids.FLOW_COLOR, options=[{"label": " measured time", "value": "time"}, {"label": " imbalance", "value": "imbalance"}], value="time", inline=True),
+                        dcc.Checklist(id=ids.FLOW_EXPAND, options=[{"label": " expand repeated blocks", "value": "repeats"}], value=[], inline=True),
+                    ],
+                ),
                 graph(ids.FLOW),
                 class_name="pd-flow",
                 help_text="operators in execution order per stage; repeated layers collapsed; click a node",

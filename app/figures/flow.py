@@ -1,0 +1,106 @@
+"""The execution-flow graph: one row per stage, nodes in execution order, coloured by measured time or imbalance;
+communication nodes drawn by role, send/recv pairs joining the stages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import plotly.graph_objects as go
+
+from paradiag.app import palette
+from paradiag.app.figures.common import base_figure, empty_figure, short_name
+
+SYMBOL = {"compute": "circle", "collective": "diamond", "send": "triangle-right", "recv": "triangle-left", "memory": "circle", "block": "square"}
+
+
+def flow_figure(data: dict[str, Any], color_by: str = "time", p2p: list[dict[str, Any]] | None = None, selected: tuple[str, int] | None = None) -> go.Figure:
+    if not data["stages"] or not any(st["nodes"] for st in data["stages"]):
+        return empty_figure("no operators in this step", height=240)
+    fig = base_figure(height=120 + 90 * len(data["stages"]), uirevision=f"flow|{data['step']}")
+    pos: dict[tuple[int, int], tuple[float, float]] = {}
+    xs, ys, colors, sizes, symbols, text, custom, labels = [], [], [], [], [], [], [], []
+    ex: list[Any] = []
+    ey: list[Any] = []
+    for st in data["stages"]:
+        y = st["stage"]
+        worst = sorted(range(len(st["nodes"])), key=lambda k: -st["nodes"][k]["imbalance"])[:3]
+        for i, n in enumerate(st["nodes"]):
+            pos[(y, i)] = (i, y)
+            if i:
+                ex += [i - 1, i, None]
+                ey += [y, y, None]
+            xs.append(i)
+            ys.append(y)
+            colors.append(n["time_ms"] if color_by == "time" else n["imbalance"])
+            sizes.append(10 + min(22, 5 * n["time_ms"] ** 0.5) + (6 if n["kind"] == "block" else 0))
+            symbols.append(SYMBOL.get(n["kind"], "circle"))
+            text.append(_hover(n, st))
+            custom.append([n["operators"][0], y, n["span_ms"]])
+            labels.append(n["label"] if n["kind"] == "block" or (i in worst and n["imbalance"] > 1.25) else "")
+    fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", line={"color": "#b0bec5", "width": 1}, hoverinfo="skip", showlegend=False))
+    _p2p_edges(fig, data, p2p or [])
+    fig.add_trace(
+        go.Scatter(
+            x=xs,
+            y=ys,
+            mode="markers+text",
+            text=labels,
+            textposition="bottom center",
+            textfont={"size": 9},
+            marker={"color": colors, "size": sizes, "symbol": symbols, "colorscale": palette.HEAT_SCALE, "line": {"width": 0.6, "color": "#555"}, "colorbar": {"title": {"text": "ms" if color_by == "time" else "max/median", "side": "right"}, "thickness": 10}},
+            customdata=custom,
+            hovertext=text,
+            hovertemplate="%{hovertext}<extra></extra>",
+            showlegend=False,
+            name="operators",
+        )
+    )
+    if selected:
+        _highlight(fig, data, selected)
+    fig.update_yaxes(tickvals=[st["stage"] for st in data["stages"]], ticktext=[f"stage {st['stage']}" for st in data["stages"]], autorange="reversed", range=None, zeroline=False, showgrid=False)
+    fig.update_xaxes(title="execution order (repeated layers collapsed)", showgrid=False, zeroline=False)
+    fig.update_layout(margin={"l": 70}, hovermode="closest")
+    return fig
+
+
+def _hover(n: dict[str, Any], st: dict[str, Any]) -> str:
+    shards = f"stage {st['stage']} · ranks {', '.join(map(str, st['ranks'][:8]))}" + (f" (TP {st['tp']} × DP {st['dp']})" if len(st["ranks"]) > 1 else "")
+    ops = "<br>".join(short_name(o, 60) for o in dict.fromkeys(n["operators"][:6]))
+    return f"<b>{n['label']}</b> ({n['kind']})<br>{n['time_ms']:.3f} ms median · imbalance {n['imbalance']:.2f} (slowest rank {n['slowest_rank']})<br>{shards}<br>{ops}"
+
+
+def _p2p_edges(fig: go.Figure, data: dict[str, Any], p2p: list[dict[str, Any]]) -> None:
+    """A send/recv pair joins the node holding the send on one stage to the node holding the receive."""
+    stage_of = {r: st["stage"] for st in data["stages"] for r in st["ranks"]}
+    ex: list[Any] = []
+    ey: list[Any] = []
+    for p in p2p:
+        a = _node_at(data, stage_of.get(p["src"]), p["send_ms"])
+        b = _node_at(data, stage_of.get(p["dst"]), p["recv_ms"])
+        if a is not None and b is not None:
+            ex += [a, b, None]
+            ey += [stage_of[p["src"]], stage_of[p["dst"]], None]
+    if ex:
+        fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", line={"color": palette.CATEGORY["send"], "width": 1, "dash": "dot"}, name="send → recv", hoverinfo="skip"))
+
+
+def _node_at(data: dict[str, Any], stage: int | None, t: float) -> int | None:
+    for st in data["stages"]:
+        if st["stage"] == stage:
+            for i, n in enumerate(st["nodes"]):
+                if n["span_ms"][0] <= t <= n["span_ms"][1] and n["kind"] in ("send", "recv", "block"):
+                    return i
+    return None
+
+
+def _highlight(fig: go.Figure, data: dict[str, Any], selected: tuple[str, int]) -> None:
+    op, stage = selected
+    xs, ys = [], []
+    for st in data["stages"]:
+        if stage is None or st["stage"] == stage:
+            for i, n in enumerate(st["nodes"]):
+                if op in n["operators"]:
+                    xs.append(i)
+                    ys.append(st["stage"])
+    if xs:
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", marker={"size": 30, "symbol": "circle-open", "color": palette.HIGHLIGHT, "line": {"width": 3}}, name="selected", hoverinfo="skip"))
