@@ -1,0 +1,282 @@
+"""Unit tests of the analysis functions on small hand-built tables, with exact expected values."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from paradiag import schema
+from paradiag.analysis import comm, findings, stages
+from paradiag.analysis.cluster_csv import read_cluster_step_trace_time, slow_rank
+from paradiag.analysis.frame import device_frame, robust_z
+from paradiag.analysis.layout import parallel_layout, role_from_description
+from paradiag.analysis.marey import marey_bands, marey_spans
+from paradiag.analysis.operators import concentration, operator_imbalance, short_name
+
+
+def events(rows: list[dict[str, Any]]) -> pa.Table:
+    """An events table from a few rows; unspecified columns take neutral values."""
+    defaults = {"device": 0, "track": 7, "kind": "compute", "category": "kernel", "step": 0, "correlation": -1, "external_id": -1}
+    full = [{**defaults, **r} for r in rows]
+    names = [f.name for f in schema.EVENTS]
+    return schema.build(schema.EVENTS, {n: [r.get(n) for r in full] for n in names})
+
+
+def coll(rank: int, start: int, end: int, group: str = "g", seq: int = 0, kind: str = "all_reduce", **kw: Any) -> dict[str, Any]:
+    return {"rank": rank, "kind": "communication", "name": kind, "start_ns": start, "dur_ns": end - start, "collective": kind, "group": group, "seq": seq, "bytes": 1000, **kw}
+
+
+def kernel(rank: int, name: str, start: int, end: int, step: int = 0) -> dict[str, Any]:
+    return {"rank": rank, "name": name, "start_ns": start, "dur_ns": end - start, "step": step}
+
+
+def ranks_table(n: int, hosts: list[str] | None = None, **coords: list[int | None]) -> pa.Table:
+    cols: dict[str, Any] = {
+        "rank": list(range(n)),
+        "host": hosts or ["h0"] * n,
+        "device": list(range(n)),
+        "device_type": ["gpu"] * n,
+        "clock_offset_ns": [0] * n,
+        "format": ["kineto"] * n,
+        "source": [f"r{i}" for i in range(n)],
+        "num_events": [0] * n,
+    }
+    cols.update(coords)
+    return schema.build(schema.RANKS, cols)
+
+
+def groups_table(groups: dict[str, tuple[str | None, list[int]]]) -> pa.Table:
+    return schema.build(schema.GROUPS, {"group": list(groups), "description": [d for d, _ in groups.values()], "ranks": [m for _, m in groups.values()]})
+
+
+# ---- layout ----
+
+
+def test_layout_from_rank_coordinates() -> None:
+    ranks = ranks_table(4, dp=[0, 1, 0, 1], tp=[0, 0, 0, 0], pp=[0, 0, 1, 1])
+    layout = parallel_layout(ranks, groups_table({}))
+    assert layout.found_by == "metadata:coordinates"
+    assert layout.stages == [[0, 1], [2, 3]]
+    assert layout.size == {"dp": 2, "tp": 1, "pp": 2, "ep": 1}
+
+
+def test_layout_from_group_names() -> None:
+    groups = groups_table(
+        {
+            "0": ("default_pg", [0, 1, 2, 3]),
+            "1": ("TENSOR_MODEL_PARALLEL_GROUP", [0, 1]),
+            "2": ("TENSOR_MODEL_PARALLEL_GROUP", [2, 3]),
+            "3": ("PIPELINE_MODEL_PARALLEL_GROUP", [0, 2]),
+            "4": ("PIPELINE_MODEL_PARALLEL_GROUP", [1, 3]),
+        }
+    )
+    layout = parallel_layout(ranks_table(4), groups)
+    assert layout.found_by == "metadata:group_names"
+    assert layout.stages == [[0, 1], [2, 3]]
+    assert layout.coords[3] == {"dp": 0, "tp": 1, "pp": 1, "ep": 0}
+    assert layout.roles == {"0": "world", "1": "tp", "2": "tp", "3": "pp", "4": "pp"}
+
+
+def test_role_from_description() -> None:
+    assert role_from_description("EXPERT_MODEL_PARALLEL_GROUP", 4, 8) == "ep"
+    assert role_from_description("dp", 2, 8) == "dp"
+    assert role_from_description("dp_cp", 2, 8) is None
+    assert role_from_description("hccl_world_group", 8, 8) == "world"
+
+
+def test_layout_inferred_from_traffic() -> None:
+    """No coordinates, no names: stage 1 = {2, 3} because ranks 0 and 1 send to them first; the busy group is TP."""
+    rows = [
+        {**coll(0, 0, 10, group="p0", kind="send"), "peer": 2},
+        {**coll(2, 0, 10, group="p0", kind="recv"), "peer": 0},
+        {**coll(1, 0, 10, group="p1", kind="send"), "peer": 3},
+        {**coll(3, 0, 10, group="p1", kind="recv"), "peer": 1},
+    ]
+    for seq in range(6):
+        for r, g in ((0, "t0"), (1, "t0"), (2, "t1"), (3, "t1")):
+            rows.append(coll(r, 20 + seq, 21 + seq, group=g, seq=seq, kind="all_gather"))
+    groups = groups_table({"p0": (None, [2, 0]), "p1": (None, [1, 3]), "t0": (None, [0, 1]), "t1": (None, [2, 3])})
+    layout = parallel_layout(ranks_table(4), groups, device_frame(events(rows)))
+    assert layout.found_by == "inferred:communication"
+    assert layout.roles == {"p0": "pp", "p1": "pp", "t0": "tp", "t1": "tp"}
+    assert layout.stages == [[0, 1], [2, 3]]
+
+
+# ---- communication ----
+
+
+def test_collective_instance_wait_skew_transfer() -> None:
+    frame = device_frame(events([coll(0, 0, 50), coll(1, 10, 50), coll(2, 30, 52)]))
+    part = comm.collective_participation(frame)
+    assert part.column("wait_ns").to_pylist() == [30, 20, 0]
+    inst = comm.collective_instances(part).to_pylist()[0]
+    assert (inst["skew_ns"], inst["late_rank"], inst["transfer_ns"], inst["total_wait_ns"]) == (30, 2, 22, 50)
+    assert inst["busbw_gbps"] == pytest.approx(1000 * (2 * 2 / 3) / 22)
+
+
+def test_p2p_matching_and_wait() -> None:
+    rows = [
+        {**coll(0, 100, 105, group="p", kind="send"), "peer": 1},
+        {**coll(1, 50, 130, group="p", kind="recv"), "peer": 0},
+        {**coll(0, 200, 205, group="p", kind="send", seq=1), "peer": 1},
+        {**coll(1, 210, 240, group="p", kind="recv", seq=1), "peer": 0},
+    ]
+    p2p = comm.p2p_transfers(device_frame(events(rows))).to_pylist()
+    assert [(r["src"], r["dst"], r["wait_ns"], r["transfer_ns"]) for r in p2p] == [(0, 1, 50, 30), (0, 1, 0, 30)]
+    waits = comm.rank_waits(comm.collective_participation(device_frame(events(rows))), pa.Table.from_pylist(p2p))
+    assert waits == {(1, 0): {"wait_ns": 50, "caused_ns": 0}, (0, 0): {"wait_ns": 0, "caused_ns": 50}}
+
+
+def test_comm_matrix_ring_links() -> None:
+    part = comm.collective_participation(device_frame(events([coll(0, 0, 10), coll(1, 0, 10)])))
+    matrix = comm.comm_matrix(comm.collective_instances(part), comm.p2p_transfers(device_frame(events([]))), {"g": [0, 1]}, {0: "a", 1: "b"})
+    assert matrix == [
+        {"src": 0, "dst": 1, "link_type": "inter", "bytes": 1000, "time_ns": 10, "instances": 1, "bandwidth_gbps": 100.0},
+        {"src": 1, "dst": 0, "link_type": "inter", "bytes": 1000, "time_ns": 10, "instances": 1, "bandwidth_gbps": 100.0},
+    ]
+
+
+# ---- stages ----
+
+
+def test_split_passes_cuts_at_last_forward_kernel() -> None:
+    # classes: -1 forward-only, 0 either (GEMM), 1 backward; one p2p-bounded segment then another
+    classes = np.array([-1, 0, -1, 0, 1, 0, -1, 0])
+    segment = np.array([0, 0, 0, 0, 0, 0, 1, 1])
+    pass_id, backward = stages.split_passes(classes, segment)
+    assert pass_id.tolist() == [0, 0, 0, 1, 1, 1, 2, 2]
+    assert backward.tolist() == [False, True, False]
+
+
+def test_theoretical_bubble_and_interleaved_order() -> None:
+    assert stages.theoretical_bubble(4, 8) == pytest.approx(3 / 11)
+    assert stages.theoretical_bubble(4, 8, 2) == pytest.approx(3 / 19)
+    assert stages.theoretical_bubble(1, 8) == 0.0
+    # p=2, v=2: forward passes go mb 0,1 on chunk 0, then mb 0,1 on chunk 1, then mb 2,3 on chunk 0 ...
+    assert [stages.chunk_and_micro_batch(k, 2, 2, False) for k in range(6)] == [(0, 0), (0, 1), (1, 0), (1, 1), (0, 2), (0, 3)]
+    assert stages.chunk_and_micro_batch(0, 2, 2, True) == (1, 0)
+
+
+def test_pipeline_passes_and_stage_metrics() -> None:
+    """Two stages, two micro-batches: stage 1 computes twice as long per micro-batch."""
+    rows = []
+    for mb in range(2):
+        t = mb * 100
+        rows += [kernel(0, "layer_norm_fwd", t, t + 10), {**coll(0, t + 10, t + 11, group="p", kind="send", seq=mb), "peer": 1}]
+        rows += [{**coll(1, t + 10, t + 12, group="p", kind="recv", seq=mb), "peer": 0}, kernel(1, "layer_norm_fwd", t + 12, t + 32)]
+    rows += [kernel(0, "layer_norm_grad", 300, 310), kernel(1, "layer_norm_grad", 250, 270)]
+    frame = device_frame(events(rows))
+    passes = stages.all_passes(frame, {0: 0, 1: 1}, 1, 2)
+    rank1 = [(p["direction"], p["micro_batch"], p["start_ns"], p["end_ns"]) for p in passes.to_pylist() if p["rank"] == 1]
+    assert rank1 == [("forward", 0, 12, 32), ("forward", 1, 112, 132), ("backward", 0, 250, 270)]
+    metrics = stages.stage_metrics(passes, [[0], [1]], 1, 1000)
+    assert [s["compute_per_micro_batch_ns"] for s in metrics["stages"]] == [15, 30]
+    assert metrics["imbalance"] == pytest.approx(30 / 22.5, abs=1e-4)
+    assert metrics["bottleneck_stage"] == 1
+    assert metrics["balanced_step_time_ns"] == int(1000 - (2 + 1) * (30 - 22.5))
+    assert stages.schedule_kind(passes, 2, 1) == "gpipe"
+
+
+# ---- operators ----
+
+
+def test_robust_z_and_short_name() -> None:
+    z = robust_z(np.array([10.0, 10.0, 11.0, 9.0, 20.0]))
+    assert z[-1] == pytest.approx(10 / 1.4826)
+    assert short_name("void flash_fwd_kernel<Traits<128>>(Params)") == "flash_fwd_kernel"
+
+
+def test_operator_imbalance_names_rank_and_excess() -> None:
+    rows = [kernel(r, "gemm", 0, 100) for r in range(3)] + [kernel(r, "attn", 100, 150 if r != 2 else 250) for r in range(3)]
+    top = operator_imbalance(device_frame(events(rows)), [[0, 1, 2]])[0]
+    assert (top["operator"], top["rank"], top["time_ns"], top["peer_median_ns"], top["excess_ns"], top["ratio"]) == ("attn", 2, 150, 50, 100, 3.0)
+
+
+def test_concentration() -> None:
+    hot, rest = concentration({1: 90.0, 2: 5.0, 3: 5.0}, {1: 180.0, 2: 100.0, 3: 100.0})
+    assert hot == [1]
+    assert rest == pytest.approx(200 / 190)
+
+
+# ---- findings ----
+
+
+def test_rank_excess_leave_one_out() -> None:
+    figures = {(r, 0): {"compute_ns": c, "launch_delay_ns": 10, "idle_ns": 0, "step_ns": 1000} for r, c in enumerate([500, 510, 600])}
+    rows = findings.rank_excess(figures, [[0, 1, 2]], 1000)
+    assert rows == [{"rank": 2, "step": 0, "part": "compute_ns", "excess_ns": 95, "value_ns": 600, "peer_ns": 505}]
+
+
+def test_stage_and_clock_findings() -> None:
+    metrics = {
+        "num_stages": 2,
+        "imbalance": 1.5,
+        "step_time_ns": 1000,
+        "balanced_step_time_ns": 800,
+        "bottleneck_stage": 1,
+        "stages": [{"stage": 0, "ranks": [0], "compute_per_micro_batch_ns": 50}, {"stage": 1, "ranks": [1], "compute_per_micro_batch_ns": 150}],
+    }
+    (f,) = findings.stage_findings(metrics)
+    assert (f["kind"], f["culprit"], f["impact_pct"], f["severity"]) == ("stage_imbalance", {"stage": 1, "ranks": [1]}, 20.0, "high")
+    ranks = ranks_table(2, hosts=["a", "b"]).set_column(9, "clock_offset_ns", pa.array([0, -3_000_000]))
+    (c,) = findings.clock_findings(ranks)
+    assert (c["kind"], c["culprit"], c["impact_pct"]) == ("clock_skew", {"ranks": [1], "hosts": ["b"]}, 0.0)
+
+
+def test_slow_link_from_collective_groups() -> None:
+    """Four TP pairs run the same all-gather; pair (2, 3) takes 4x longer once both have arrived."""
+    rows = []
+    for g, (a, b) in enumerate([(0, 1), (2, 3), (4, 5), (6, 7)]):
+        for seq in range(3):
+            t = seq * 1000
+            dur = 400 if g == 1 else 100
+            rows += [coll(a, t, t + dur, group=str(g), seq=seq, kind="all_gather"), coll(b, t, t + dur, group=str(g), seq=seq, kind="all_gather")]
+    frame = device_frame(events(rows))
+    inst = comm.collective_instances(comm.collective_participation(frame))
+    members = {str(g): [2 * g, 2 * g + 1] for g in range(4)}
+    (f,) = findings.link_findings(inst, comm.p2p_transfers(frame), members, dict.fromkeys(range(8), "h"), 10_000, 1)
+    assert f["kind"] == "slow_link"
+    assert f["culprit"]["link"] == {"ranks": [2, 3]}
+    assert f["impact_pct"] == pytest.approx(100 * 3 * 300 / 10_000)
+
+
+# ---- marey ----
+
+
+def test_marey_bands_median_and_outlier() -> None:
+    passes = pa.table(
+        {
+            "rank": [0, 1, 2, 3],
+            "stage": [0, 0, 0, 0],
+            "step": [0, 0, 0, 0],
+            "micro_batch": [0, 0, 0, 0],
+            "chunk": [0, 0, 0, 0],
+            "direction": ["forward"] * 4,
+            "start_ns": [110, 110, 110, 110],
+            "end_ns": [200, 202, 204, 400],
+            "compute_ns": [90, 92, 94, 290],
+        }
+    )
+    steps = pa.table({"rank": [0, 1], "step": [0, 0], "start_ns": [100, 105]})
+    (band,) = marey_bands(marey_spans(passes, steps), step_ns=1000)
+    assert band["start_ns"]["median"] == 10
+    assert band["end_ns"]["median"] == 103
+    assert band["outliers"] == [{"rank": 3, "step": 0, "start_ns": 10, "end_ns": 300}]
+
+
+# ---- aggregated Ascend cluster step times ----
+
+
+def test_cluster_csv_slow_rank(tmp_path: Any) -> None:
+    header = "Step,Type,Index,Computing,Communication(Not Overlapped),Overlapped,Communication,Free,Stage,Bubble,Communication(Not Overlapped and Exclude Receive)\n"
+    lines = [f"1,rank,{r},{100 if r != 2 else 100},{50 if r != 2 else 30},0,0,{10 if r != 2 else 30},0,0,0\n" for r in range(4)]
+    lines.append('1,stage,"(0, 1, 2, 3)",100,50,0,0,30,0,0,0\n')
+    (tmp_path / "cluster_step_trace_time.csv").write_text(header + "".join(lines))
+    table, stages_listed = read_cluster_step_trace_time(tmp_path)
+    assert stages_listed == [[0, 1, 2, 3]]
+    assert table.column("free_ns").to_pylist() == [10_000, 10_000, 30_000, 10_000]
+    found = slow_rank(table, stages_listed)
+    assert found is not None and (found["rank"], found["kind"], found["own_ns"]) == (2, "host_stall", 130_000)
