@@ -272,7 +272,7 @@ def test_marey_bands_median_and_outlier() -> None:
 
 def test_cluster_csv_slow_rank(tmp_path: Any) -> None:
     header = "Step,Type,Index,Computing,Communication(Not Overlapped),Overlapped,Communication,Free,Stage,Bubble,Communication(Not Overlapped and Exclude Receive)\n"
-    lines = [f"1,rank,{r},{100 if r != 2 else 100},{50 if r != 2 else 30},0,0,{10 if r != 2 else 30},0,0,0\n" for r in range(4)]
+    lines = [f"1,rank,{r},100,{50 if r != 2 else 30},0,0,{10 if r != 2 else 30},0,0,0\n" for r in range(4)]
     lines.append('1,stage,"(0, 1, 2, 3)",100,50,0,0,30,0,0,0\n')
     (tmp_path / "cluster_step_trace_time.csv").write_text(header + "".join(lines))
     table, stages_listed = read_cluster_step_trace_time(tmp_path)
