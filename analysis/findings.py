@@ -264,7 +264,10 @@ def _slow_npu_links(links: pa.Table) -> list[dict[str, Any]]:
     # Send/receive transit on these links includes the wait for the peer; only collectives time the link alone.
     collective = pc.invert(pc.is_in(links.column("op_type"), pa.array(["send", "receive", "recv"])))
     keep = pc.and_(pc.and_(pc.not_equal(links.column("transport"), "LOCAL"), pc.greater(links.column("bytes"), 0)), collective)
+    keep = pc.and_(keep, pc.and_(pc.is_valid(links.column("src_global")), pc.is_valid(links.column("dst_global"))))
     link = links.filter(keep).to_pydict()
+    if not link["bytes"]:
+        return []
     keys = [("link", t, op, size) for t, op, size in zip(link["transport"], link["op_type"], link["bytes"], strict=True)]
     units = [tuple(sorted((a, b))) for a, b in zip(link["src_global"], link["dst_global"], strict=True)]
     per_byte = np.asarray(link["transit_ns"], dtype=float) / np.asarray(link["bytes"], dtype=float)
