@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from paradiag import schema
 from paradiag.parsers.base import Group, ParsedRank, TraceError, sequence_numbers, step_of
@@ -223,12 +224,14 @@ def shown_path(path: Path, root: Path | None) -> Path:
 class EventColumns:
     """Event columns filled block by block (host APIs, device tasks, collectives), concatenated at the end.
 
+    Text columns may be Python lists or Arrow arrays; a single string stands for the whole block.
     ``launch_ns`` is the host time the device work was launched (-1 when unknown): steps are attributed
     through it, as Kineto attributes GPU work to the step of its launch."""
 
-    NUMERIC = ("device", "track", "start_ns", "dur_ns", "correlation", "launch_ns")
+    NUMERIC = ("device", "track", "start_ns", "dur_ns", "correlation", "launch_ns", "external_id")
     TEXT = ("kind", "category", "name")
     COMM = ("collective", "group", "group_ranks", "peer", "bytes")
+    INTEGER = ("peer", "bytes")
 
     def __init__(self) -> None:
         self.blocks: list[dict[str, Any]] = []
@@ -240,8 +243,8 @@ class EventColumns:
         block = {k: columns.get(k) for k in (*self.NUMERIC, *self.TEXT, *self.COMM)}
         for key in ("kind", "category"):
             if isinstance(block[key], str):
-                block[key] = [block[key]] * n
-        for key in ("correlation", "launch_ns"):
+                block[key] = pa.repeat(pa.scalar(block[key], pa.string()), n)
+        for key in ("correlation", "launch_ns", "external_id"):
             if block[key] is None:
                 block[key] = np.full(n, -1, dtype=np.int64)
         for key in ("device", "track"):
@@ -249,14 +252,18 @@ class EventColumns:
                 block[key] = np.full(n, block[key], dtype=np.int64)
         for key in self.COMM:
             if block[key] is None:
-                block[key] = [None] * n
+                block[key] = pa.nulls(n, pa.int64() if key in self.INTEGER else pa.string())
         self.blocks.append(block)
 
     def column(self, key: str) -> Any:
+        """A numeric column as an int64 numpy array; a text or communication column as an Arrow array."""
         if key in self.NUMERIC:
             parts = [np.asarray(b[key], dtype=np.int64) for b in self.blocks]
             return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-        return [v for b in self.blocks for v in b[key]]
+        kind = pa.int64() if key in self.INTEGER else pa.string()
+        arrays = [b[key] if isinstance(b[key], pa.Array) else pa.array(b[key], type=kind) for b in self.blocks]
+        arrays = [a if a.type == kind else a.cast(kind) for a in arrays]
+        return pa.concat_arrays(arrays) if arrays else pa.array([], type=kind)
 
 
 def finish(
@@ -267,18 +274,10 @@ def finish(
     start = cols.column("start_ns")
     dur = cols.column("dur_ns")
     device = cols.column("device")
-    launch = cols.column("launch_ns")
     names = cols.column("name")
     kinds = cols.column("kind")
     n = len(start)
-    step_rows = np.array(
-        [i for i, v in enumerate(names) if device[i] < 0 and v.startswith("ProfilerStep#")], dtype=np.int64
-    )
-    step_ids = np.array(
-        [int(m.group(1)) if (m := STEP_NAME.match(names[i])) else -1 for i in step_rows], dtype=np.int64
-    )
-    keep = step_ids >= 0
-    step_rows, step_ids = step_rows[keep], step_ids[keep]
+    step_rows, step_ids = _step_rows(names, device)
     order = np.argsort(start[step_rows], kind="stable")
     step_rows, step_ids = step_rows[order], step_ids[order]
     s_start, s_end = start[step_rows], start[step_rows] + dur[step_rows]
@@ -287,8 +286,9 @@ def finish(
         step_ids = np.array([s[0] for s in spans], dtype=np.int64)
         s_start = np.array([s[1] for s in spans], dtype=np.int64)
         s_end = np.array([s[2] for s in spans], dtype=np.int64)
-    when = np.where((device >= 0) & (launch >= 0), launch, start)
-    step = step_of(when, s_start, s_end, step_ids)
+    launch = cols.column("launch_ns")
+    step = step_of(np.where((device >= 0) & (launch >= 0), launch, start), s_start, s_end, step_ids)
+    del launch
     if len(step_rows) == len(step_ids):
         step[step_rows] = step_ids
     rank_id = -1 if rank is None else rank
@@ -302,14 +302,26 @@ def finish(
         "start_ns": start,
         "dur_ns": dur,
         "step": step,
-        "correlation": np.where(np.abs(c := cols.column("correlation")) < 2**31, c, -1),
-        "external_id": np.full(n, -1, dtype=np.int32),
+        "correlation": _int32_or_none(cols.column("correlation")),
+        "external_id": _int32_or_none(cols.column("external_id")),
         **{k: cols.column(k) for k in EventColumns.COMM},
     }
     table = schema.build(schema.EVENTS, columns, n)
     table = table.set_column(table.schema.get_field_index("seq"), "seq", sequence_numbers(table))
-    device_work = (device >= 0) & np.isin(np.asarray(kinds, dtype=object), schema.DEVICE_KINDS)
+    device_work = (device >= 0) & pc.is_in(kinds, pa.array(schema.DEVICE_KINDS)).to_numpy(zero_copy_only=False)
     return table, _steps(rank_id, step, step_ids, s_start, s_end, start, start + dur, device_work)
+
+
+def _int32_or_none(values: np.ndarray) -> np.ndarray:
+    return np.where(np.abs(values) < 2**31, values, -1)
+
+
+def _step_rows(names: pa.Array, device: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of the host's ``ProfilerStep#N`` annotations and their step numbers."""
+    is_step = pc.match_substring_regex(names, STEP_NAME.pattern).fill_null(False).to_numpy(zero_copy_only=False)
+    rows = np.flatnonzero(is_step & (device < 0))
+    ids = [int(m.group(1)) if (m := STEP_NAME.match(v or "")) else -1 for v in names.take(pa.array(rows)).to_pylist()]
+    return rows, np.array(ids, dtype=np.int64)
 
 
 def _steps(
@@ -472,3 +484,42 @@ def parsed_rank(
         extra=extra,
         run_id=info.run_id,
     )
+
+
+def p2p_peers(
+    names: list[str], collectives: list[str], groups: list[str | None], tasks: pa.Table, rank: int | None,
+    members: dict[str, Group],
+) -> list[int | None]:
+    """The other rank of each send/recv op, from its HCCL plane tasks (``tasks``: op_name, src_rank, dst_rank,
+    bytes; group-local ranks). The transfer tasks (bytes > 0) are preferred. When this rank's place in the group
+    is known, the peer is the task end that is not this rank; otherwise a send's destination and a receive's
+    source. Global when the group's members are known (profiler_metadata.json), group-local otherwise, as the
+    Kineto parser reports a peer without a member list."""
+    wanted = {n for n, c in zip(names, collectives, strict=True) if c in schema.P2P_COLLECTIVES}
+    if not wanted or not tasks.num_rows:
+        return [None] * len(names)
+    mine = tasks.filter(pc.is_in(tasks.column("op_name"), pa.array(sorted(wanted), type=pa.string())))
+    ends: dict[str, list[tuple[bool, int, int]]] = {}
+    for op, src, dst, size in zip(*(mine.column(k).to_pylist() for k in ("op_name", "src_rank", "dst_rank", "bytes")), strict=True):
+        if src is not None and dst is not None:
+            ends.setdefault(op, []).append((bool(size), src, dst))
+    out: list[int | None] = []
+    for name, coll, gid in zip(names, collectives, groups, strict=True):
+        group = members.get(gid) if gid is not None else None
+        me = group.ranks.index(rank) if group is not None and rank in group.ranks else None
+        out.append(_peer(ends.get(name, []) if coll in schema.P2P_COLLECTIVES else [], coll, me, group))
+    return out
+
+
+def _peer(ends: list[tuple[bool, int, int]], collective: str, me: int | None, group: Group | None) -> int | None:
+    if not ends:
+        return None
+    transfers = [e for e in ends if e[0]] or ends
+    if me is not None:
+        others = [d if s == me else s for _, s, d in transfers if me in (s, d) and s != d]
+    else:
+        others = [s if collective == "recv" else d for _, s, d in transfers]
+    if not others:
+        return None
+    local = max(set(others), key=others.count)
+    return global_rank(group, local) if group is not None else local

@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from paradiag.parsers import ascend_common as common
 from paradiag.parsers import ascend_text as text
+from paradiag.parsers import ascend_timeline, ascend_trace
 from paradiag.parsers.base import ParsedRank, TraceError
 
 FORMAT = "msprof"
@@ -47,17 +48,17 @@ def parse(path: Path, root: Path | None = None) -> ParsedRank:
     files = trace_files(output)
     if not files:
         raise TraceError(shown / OUTPUT, "no msprof_*.json timeline")
-    events: list[text.Event] = []
+    columns = ascend_trace.TraceColumns()
     for f in files:  # slices share one process/thread naming; their events concatenate
-        events.extend(text.decode_trace(f, common.shown_path(f, root)))
+        ascend_trace.read_trace(f, common.shown_path(f, root), columns)
     info = common.FolderInfo(rank_from="assigned")
-    layout = text.Layout(events)
+    layout = columns.layout
     device = layout.device if layout.device is not None else _device_from_folders(path)
-    cols, plane_rows, warnings = text.read_events(events, device or 0)
-    del events
+    cols, plane, warnings = ascend_timeline.build(columns, device or 0, {}, {}, None)
+    del columns
     extra = _tables(output, shown / OUTPUT, warnings)
-    if plane_rows:
-        extra["comm_tasks"] = text.comm_tasks_table(plane_rows, -1, device or 0, {})
+    if plane.num_rows:
+        extra["comm_tasks"] = text.comm_tasks_table(plane, -1, device or 0, {})
     spans = _iterations(output, shown / OUTPUT, warnings)
     table, steps = common.finish(cols, None, spans)
     warnings.append("msprof output names no rank: rank assigned by discovery order")
@@ -83,15 +84,15 @@ def _tables(output: Path, shown: Path, warnings: list[str]) -> dict[str, pa.Tabl
     extra: dict[str, pa.Table] = {}
     summary = _first(output, "op_summary_*.csv")
     if summary is not None:
-        rows = text.read_csv(summary, shown / summary.name, warnings)
-        renamed = [{_OP_SUMMARY.get(k, k): v for k, v in row.items()} for row in rows]
-        if renamed:
-            extra["kernels"] = text.kernels_table(renamed, -1)
+        table = text.read_csv_table(summary, shown / summary.name, warnings)
+        if table is not None and table.num_rows:
+            table = table.rename_columns([_OP_SUMMARY.get(k, k) for k in table.column_names])
+            extra["kernels"] = text.kernels_table(table, -1)
     stats = _first(output, "op_statistic_*.csv")
     if stats is not None:
-        rows = text.read_csv(stats, shown / stats.name, warnings)
-        if rows:
-            extra["op_statistic"] = text.op_statistic_table(rows, -1)
+        table = text.read_csv_table(stats, shown / stats.name, warnings)
+        if table is not None and table.num_rows:
+            extra["op_statistic"] = text.op_statistic_table(table, -1)
     return extra
 
 
