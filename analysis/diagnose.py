@@ -44,8 +44,9 @@ def peer_sets(layout: Layout) -> list[list[int]]:
     return [s for s in layout.stages if s]
 
 
-def diagnose(job: Job) -> Diagnosis:
-    frame = job_frame(job)
+def diagnose(job: Job, events_by_rank: dict[int, pa.Table] | None = None) -> Diagnosis:
+    """Everything about ``job``; ``events_by_rank`` (rank -> its events) avoids reading them again."""
+    frame = job_frame(job, events_by_rank)
     layout = parallel_layout(job.ranks, job.groups, frame)
     members = {g: list(m) for g, m in zip(job.groups.column("group").to_pylist(), job.groups.column("ranks").to_pylist(), strict=True)}
     host_of = dict(zip(job.ranks.column("rank").to_pylist(), job.ranks.column("host").to_pylist(), strict=True))

@@ -6,6 +6,7 @@ so the codes are unified here); the analyses then group and sort integers only.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -137,10 +138,11 @@ def device_frame(events: pa.Table) -> Frame:
     )
 
 
-def job_frame(job: Job) -> Frame:
+def job_frame(job: Job, events_by_rank: Mapping[int, pa.Table] | None = None) -> Frame:
     """The device events of every rank of ``job``, read rank by rank (a rank's Parquet part carries its own
-    dictionaries) and merged on one vocabulary."""
-    return concat([device_frame(job.events(ranks=[r], columns=COLUMNS)) for r in job.rank_ids])
+    dictionaries) and merged on one vocabulary; ``events_by_rank`` reuses tables already read."""
+    tables = events_by_rank or {r: job.events(ranks=[r], columns=COLUMNS) for r in job.rank_ids}
+    return concat([device_frame(tables[r]) for r in job.rank_ids if r in tables])
 
 
 def concat(frames: list[Frame]) -> Frame:

@@ -54,12 +54,12 @@ def _single(values: list[Any]) -> Any:
     return present.pop() if len(present) == 1 else None
 
 
-def rank_entries(job: Job) -> list[dict[str, Any]]:
+def rank_entries(job: Job, events_by_rank: dict[int, pa.Table] | None = None) -> list[dict[str, Any]]:
     """Per rank: identity, the breakdown over all profiled steps, and per-step figures."""
     out = []
     for row in job.ranks.to_pylist():
         rank = row["rank"]
-        events = job.events(ranks=[rank])
+        events = events_by_rank[rank] if events_by_rank and rank in events_by_rank else job.events(ranks=[rank])
         steps = rank_steps(job.steps, rank)
         step_ids = steps.column("step").to_pylist()
         total = rank_breakdown(events, step_ids)
@@ -83,8 +83,10 @@ def rank_entries(job: Job) -> list[dict[str, Any]]:
 
 
 def build_report(job: Job) -> dict[str, Any]:
-    diagnosis = diagnose(job)
-    ranks = rank_entries(job)
+    # Each rank's events are read once and serve both the breakdown and the diagnosis.
+    events_by_rank = {r: job.events(ranks=[r]) for r in job.rank_ids}
+    diagnosis = diagnose(job, events_by_rank)
+    ranks = rank_entries(job, events_by_rank)
     for entry in ranks:
         mine = [w for (r, _), w in diagnosis.waits.items() if r == entry["rank"]]
         entry["wait_ns"] = sum(w["wait_ns"] for w in mine)

@@ -172,7 +172,9 @@ def _ms(ns: float | None) -> str:
 def _print_report(report: dict[str, Any]) -> None:
     job = report["job"]
     layout = job["parallel_layout"]
-    layout_text = " x ".join(f"{k}{v}" for k, v in layout.items() if k != "found_by" and v) or "unknown"
+    layout_text = " x ".join(f"{k}{layout[k]}" for k in ("dp", "tp", "pp", "ep") if layout.get(k)) or "unknown"
+    if layout.get("found_by"):
+        layout_text += f" ({layout['found_by']})"
     out.print(
         f"[bold]{job['source']}[/]: {job['num_ranks']} ranks of {job['world_size']}, {job['device_type']}, "
         f"formats {', '.join(job['formats'])}, layout {layout_text}, steps {job['steps'][:1]}..{job['steps'][-1:]}",
@@ -202,3 +204,5 @@ def _print_report(report: dict[str, Any]) -> None:
     out.print(table)
     m = report["metrics"]
     out.print(f"median step time {_ms(m['step_time_ns']['median'])} ms; findings: {len(report['findings'])}", highlight=False)
+    for i, f in enumerate(report["findings"], start=1):
+        out.print(f"{i}. [bold]{f['kind']}[/] ({f['severity']}, ~{f['impact_pct']:.1f}% of the step): {f['evidence']}", highlight=False)
