@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import secrets
+
 from flask import current_app, has_request_context, session
 from flask_login import current_user
 
@@ -35,8 +37,6 @@ def user_id() -> str:
         return str(current_user.get_id())
     uid = session.get("uid")
     if not uid:
-        import secrets
-
         uid = session["uid"] = "anon-" + secrets.token_hex(8)
     return str(uid)
 

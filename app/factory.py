@@ -6,6 +6,7 @@ from pathlib import Path
 
 from dash import Dash
 
+from paradiag.app import context
 from paradiag.app.auth import setup_login
 from paradiag.app.config import Config
 from paradiag.app.layouts import shell
@@ -34,6 +35,12 @@ def create_app(config: Config | None = None) -> Dash:
     from paradiag.app.callbacks import register
 
     uploads.register_routes(server)
+    # The page request fixes the browser's anonymous id, so its callbacks and uploads all see the same user.
+    server.before_request(_fix_user)
     app.layout = shell.layout
     register(app)
     return app
+
+
+def _fix_user() -> None:
+    context.user_id()

@@ -16,7 +16,7 @@ import paradiag
 from paradiag.app.config import Config
 from paradiag.dataset import Job
 
-_SAFE = re.compile(r"^[A-Za-z0-9_.-]+$")
+SAFE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _OPEN: OrderedDict[str, Job] = OrderedDict()
 _LOCK = threading.Lock()
 _KEEP = 8
@@ -35,7 +35,7 @@ def samples(config: Config) -> list[str]:
 
 
 def user_upload_root(config: Config, user: str) -> Path:
-    if not _SAFE.match(user):
+    if not SAFE_NAME.match(user):
         raise JobNotFound(f"bad user id {user!r}")
     return config.upload_dir / user
 
@@ -45,9 +45,9 @@ def path_of(token: str, config: Config, user: str) -> Path:
     kind, _, name = token.partition(":")
     if kind == "served" and config.job:
         return Path(config.job)
-    if kind == "sample" and _SAFE.match(name) and name in samples(config):
+    if kind == "sample" and SAFE_NAME.match(name) and name in samples(config):
         return config.samples_dir / name
-    if kind == "upload" and _SAFE.match(name):
+    if kind == "upload" and SAFE_NAME.match(name):
         folder = user_upload_root(config, user) / name / "files"
         if folder.is_dir():
             return folder

@@ -63,3 +63,54 @@ def test_heatmap_click_updates_timeline_and_detail(duo: Any) -> None:
     assert "ranks=5" in current_search(duo) and "step=2" in current_search(duo)
     screenshot(duo, "after_heatmap_click")
     assert severe_logs(duo) == []
+
+
+def test_finding_click_focuses_its_culprit(duo: Any) -> None:
+    open_job(duo, f"?job=sample:{SAMPLE}")
+    duo.wait_for_element("button.pd-finding", timeout=20)
+    duo.find_elements("button.pd-finding")[0].click()  # the top finding: rank 5 computes slowly
+    duo.wait_for_contains_text("#detail-title", "rank 5,", timeout=20)
+    assert "ranks=5" in current_search(duo)
+    assert severe_logs(duo) == []
+
+
+def test_marey_band_click_selects_the_flow_node(duo: Any) -> None:
+    open_job(duo, f"?job=sample:{SAMPLE}&step=1")
+    wait_plot(duo, "marey")
+    wait_plot(duo, "flow")
+    x, y = duo.driver.execute_script(
+        """const gd = document.querySelector('#marey .js-plotly-plot');
+        const t = gd.data.find(d => d.name === 'operator');
+        const i = t.customdata.findIndex(c => c[0].includes('gemm'));
+        return [t.x[i], t.y[i]];"""
+    )
+    click_data_point(duo, "marey", x, y)
+    deadline = time.time() + 20
+    names: list[str] = []
+    while time.time() < deadline:
+        names = duo.driver.execute_script("return document.querySelector('#flow .js-plotly-plot').data.map(d => d.name)")
+        if "selected" in names:
+            break
+        time.sleep(0.3)
+    assert "selected" in names, names
+    assert "op=" in current_search(duo)
+    screenshot(duo, "flow_selected", "flow")
+    screenshot(duo, "marey_selected", "marey")
+    assert severe_logs(duo) == []
+
+
+def test_upload_of_a_sample_folder_parses_and_opens(duo: Any) -> None:
+    from paradiag.app.config import SAMPLES_DIR
+
+    duo.driver.get(duo.server_url + "/")
+    duo.wait_for_element("#upload-files", timeout=20)
+    files = sorted(str(p) for p in (SAMPLES_DIR / "gpu_moe_expert_imbalance").glob("*.json.gz"))
+    duo.find_element("#upload-files").send_keys("\n".join(files))
+    deadline = time.time() + 60
+    while time.time() < deadline and "job=upload" not in current_search(duo):
+        time.sleep(0.3)
+    assert "job=upload" in current_search(duo), duo.find_element("#upload-message").text
+    wait_plot(duo, "heatmap")
+    wait_plot(duo, "timeline")
+    screenshot(duo, "after_upload")
+    assert severe_logs(duo) == []

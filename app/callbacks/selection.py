@@ -6,6 +6,7 @@ One callback owns both the selection store and the URL, so the two never disagre
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from dash import ALL, Dash, Input, Output, State, ctx, no_update
 
@@ -18,6 +19,7 @@ from paradiag.app.jobs import JobNotFound
 
 INPUTS = [
     (ids.URL, "search"),
+    (ids.URL, "href"),
     (ids.HEATMAP, "clickData"),
     (ids.TIMELINE, "relayoutData"),
     (ids.MAREY, "clickData"),
@@ -35,7 +37,7 @@ ZOOMS = ((ids.TIMELINE, "relayoutData"), (ids.MAREY, "relayoutData"))
 def select(trigger: Any, value: Any, sel: dict[str, Any] | None, search: str | None) -> dict[str, Any]:
     """The new selection after ``trigger`` (a (component id, property) pair, or a finding button's id)
     delivered ``value``."""
-    if trigger in (None, (ids.URL, "search")) or not sel:
+    if trigger in (None, (ids.URL, "search"), (ids.URL, "href")) or not sel:
         new = sel_mod.from_query(search)
         if not new["job"] and context.config().job:
             new["job"] = "served"
@@ -159,7 +161,8 @@ def register(app: Dash) -> None:
     )
     def on_change(*args: Any) -> tuple[Any, ...]:
         values, finding_clicks, sel, stack = args[: len(INPUTS)], args[len(INPUTS)], args[-2], args[-1]
-        search = values[0]
+        # A callback that sets the href (an upload that finished) may reach us before the search is updated.
+        search = "?" + urlsplit(values[1]).query if values[1] and urlsplit(values[1]).query else values[0]
         trigger = _trigger()
         if isinstance(trigger, dict) and not any(finding_clicks or []):
             return (no_update,) * 5  # finding buttons appearing, not clicked

@@ -1,9 +1,41 @@
-"""Upload progress on the start page."""
+"""Upload progress on the start page: assets/upload.js sends the files and fills the upload state; this polls
+the parse status (from disk, so any worker can answer) and opens the job when it is ready."""
 
 from __future__ import annotations
 
-from dash import Dash
+from typing import Any
+
+from dash import Dash, Input, Output, State, no_update
+
+from paradiag.app import context, ids, jobs
+from paradiag.app.uploads import read_status
+
+
+def poll(_: int | None, state: dict[str, Any] | None) -> tuple[Any, Any, Any, Any]:
+    """(progress value, message, polling disabled, URL to open)."""
+    if not state or not state.get("id"):
+        return no_update, no_update, True, no_update
+    upload_id = str(state["id"])
+    if not jobs.SAFE_NAME.match(upload_id):
+        return 0, "bad upload id", True, no_update
+    status = read_status(jobs.user_upload_root(context.config(), context.user_id()) / upload_id)
+    if status.get("state") == "done":
+        return 100, f"parsed {status.get('ranks', '?')} ranks: opening", True, f"/?job=upload:{upload_id}"
+    if status.get("state") == "error":
+        return 0, f"could not parse the upload: {status.get('message')}", True, no_update
+    done, total = status.get("done", 0), status.get("total", 0)
+    value = 50 + int(50 * done / total) if total else 50
+    return value, f"parsing: {done} of {total or '?'} sources", False, no_update
 
 
 def register(app: Dash) -> None:
-    return None
+    app.callback(
+        Output(ids.UPLOAD_PROGRESS, "value"),
+        Output(ids.UPLOAD_MESSAGE, "children"),
+        Output(ids.UPLOAD_POLL, "disabled"),
+        Output(ids.URL, "href"),
+        Input(ids.UPLOAD_POLL, "n_intervals"),
+        Input(ids.UPLOAD_STATE, "data"),
+        State(ids.UPLOAD_STATE, "data"),
+        prevent_initial_call=True,
+    )(lambda n, _state, state: poll(n, state))

@@ -36,7 +36,7 @@ def marey_figure(data: dict[str, Any], expanded: bool = True, selected_op: str |
     if not data["stages"] or not any(st["start"] for st in data["stages"]):
         return empty_figure("no device work in this step", height=300)
     stage_y, rank_y, ticks = rows_of(data, expanded)
-    fig = base_figure(uirevision=uirevision, height=int(90 + 34 * (max(stage_y.values(), default=0) + 1 + (len(rank_y) if expanded else 0) * 0.1)))
+    fig = base_figure(uirevision=uirevision, height=int(110 + 24 * (max(ticks)[0] + 1)))
     _bubbles(fig, data, stage_y, rank_y, expanded)
     polys: dict[str, tuple[list[Any], list[Any]]] = {c: ([], []) for c in palette.CATEGORY}
     spread: tuple[list[Any], list[Any]] = ([], [])
