@@ -152,22 +152,21 @@ def _keys(p: Frame, src: np.ndarray, dst: np.ndarray, ordinal: np.ndarray, rows:
 def rank_waits(participation: pa.Table, p2p: pa.Table) -> dict[tuple[int, int], dict[str, int]]:
     """Per (rank, step): ``wait_ns`` the rank spent waiting for others, ``caused_ns`` the waiting others did for it
     (the late rank of a collective, the sender of a receive that waited)."""
+    def col(table: pa.Table, name: str) -> np.ndarray:
+        return np.asarray(table.column(name).to_numpy(), dtype=np.int64)
+
+    step = np.concatenate([col(participation, "step"), col(p2p, "step")])
+    wait = np.concatenate([col(participation, "wait_ns"), col(p2p, "wait_ns")])
+    waiter = np.concatenate([col(participation, "rank"), col(p2p, "dst")])
+    blamed = np.concatenate([col(participation, "late_rank"), col(p2p, "src")])
     out: dict[tuple[int, int], dict[str, int]] = {}
-
-    def add(rank: int, step: int, key: str, value: int) -> None:
-        entry = out.setdefault((rank, step), {"wait_ns": 0, "caused_ns": 0})
-        entry[key] += value
-
-    cols = participation.select(["rank", "step", "wait_ns", "late_rank"]).to_pydict()
-    for rank, step, wait, late in zip(cols["rank"], cols["step"], cols["wait_ns"], cols["late_rank"], strict=True):
-        if wait:
-            add(rank, step, "wait_ns", wait)
-            add(late, step, "caused_ns", wait)
-    cols = p2p.select(["src", "dst", "step", "wait_ns"]).to_pydict()
-    for src, dst, step, wait in zip(cols["src"], cols["dst"], cols["step"], cols["wait_ns"], strict=True):
-        if wait:
-            add(dst, step, "wait_ns", wait)
-            add(src, step, "caused_ns", wait)
+    for who, key in ((waiter, "wait_ns"), (blamed, "caused_ns")):
+        keep = wait > 0
+        combined = who[keep] * (1 << 32) + step[keep]  # one integer per (rank, step): np.unique stays 1-D
+        keys, inverse = np.unique(combined, return_inverse=True)
+        sums = np.bincount(inverse, weights=wait[keep]) if keep.any() else np.zeros(0)
+        for k, total in zip(keys.tolist(), sums.tolist(), strict=True):
+            out.setdefault((k >> 32, k & 0xFFFFFFFF), {"wait_ns": 0, "caused_ns": 0})[key] = int(total)
     return out
 
 
@@ -182,23 +181,29 @@ def comm_matrix(instances: pa.Table, p2p: pa.Table, members: Mapping[str, list[i
     """The src x dst matrix: bytes, busy time and effective bandwidth per directed link. A collective's ring
     sends bytes x bus factor over each link from a member to the next one (in group order) during its transfer."""
     acc: dict[tuple[int, int], list[float]] = {}
+
+    def add(a: int, b: int, size: float, time: float, count: float) -> None:
+        entry = acc.setdefault((a, b), [0.0, 0.0, 0.0])
+        entry[0] += size
+        entry[1] += time
+        entry[2] += count
+
+    # Totals per group first: every instance of a group loads the same ring links.
+    per_group: dict[str, list[float]] = {}
     inst = instances.select(["group", "collective", "bytes", "members", "transfer_ns"]).to_pydict()
     for group, collective, size, n, transfer in zip(*inst.values(), strict=True):
-        ring = members.get(group, [])
-        if n < 2 or len(ring) != n or transfer <= 0:
-            continue
-        moved = size * BUS_FACTOR.get(collective, lambda m: 0.0)(n)
+        if n >= 2 and len(members.get(group, ())) == n and transfer > 0:
+            total = per_group.setdefault(group, [0.0, 0.0, 0.0])
+            total[0] += size * BUS_FACTOR.get(collective, lambda m: 0.0)(n)
+            total[1] += transfer
+            total[2] += 1
+    for group, (moved, time, count) in per_group.items():
+        ring = members[group]
         for a, b in zip(ring, ring[1:] + ring[:1], strict=True):
-            entry = acc.setdefault((a, b), [0.0, 0.0, 0.0])
-            entry[0] += moved
-            entry[1] += transfer
-            entry[2] += 1
+            add(a, b, moved, time, count)
     pairs = p2p.select(["src", "dst", "bytes", "transfer_ns"]).to_pydict()
     for src, dst, size, transfer in zip(*pairs.values(), strict=True):
-        entry = acc.setdefault((src, dst), [0.0, 0.0, 0.0])
-        entry[0] += size
-        entry[1] += max(transfer, 0)
-        entry[2] += 1
+        add(src, dst, size, max(transfer, 0), 1)
     return [
         {
             "src": a,

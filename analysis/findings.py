@@ -297,11 +297,10 @@ def link_findings(
     i = instances.to_pydict()
     keys: list[tuple[Any, ...]] = []
     units: list[tuple[int, ...]] = []
+    span = {g: "intra" if len({host_of.get(r) for r in m}) == 1 else "inter" for g, m in members.items()}
     for group, collective, size, n in zip(i["group"], i["collective"], i["bytes"], i["members"], strict=True):
-        ranks = tuple(members.get(group, ()))
-        span = "intra" if len({host_of.get(r) for r in ranks}) == 1 else "inter"
-        keys.append((collective, size, n, span))
-        units.append(ranks)
+        keys.append((collective, size, n, span.get(group, "inter")))
+        units.append(tuple(members.get(group, ())))
     slow = _slow_units(keys, units, np.asarray(i["transfer_ns"], dtype=np.int64), np.asarray(i["step"]))
     # A send completes eagerly: only where the receiver was already waiting does the pair time the link itself.
     p = p2p.filter(pc.greater(p2p.column("wait_ns"), 0)).to_pydict()

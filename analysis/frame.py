@@ -79,11 +79,17 @@ class Frame:
 
 
 def _codes(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[str]]:
-    """Integer codes (-1 for null) and the distinct strings of a string or dictionary column."""
-    strings = column.cast(pa.string()) if pa.types.is_dictionary(column.type) else column
-    encoded = pc.dictionary_encode(strings.combine_chunks() if isinstance(strings, pa.ChunkedArray) else strings)
-    codes = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int32)
-    return codes, [str(v) for v in encoded.dictionary.to_pylist()]
+    """Integer codes (-1 for null) and the distinct strings of a string or dictionary column. A dictionary
+    column keeps its codes (no string per row is built); duplicate dictionary entries (one per Parquet row group)
+    are folded onto one code."""
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if not pa.types.is_dictionary(arr.type):
+        arr = pc.dictionary_encode(arr)
+    words = [str(v) for v in arr.dictionary.to_pylist()]
+    distinct, remap = np.unique(np.array(words, dtype=object), return_inverse=True) if words else (np.array([]), np.array([], np.int64))
+    indices = arr.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    codes = np.append(remap, -1).astype(np.int32)[indices]  # -1 (null) indexes the trailing -1
+    return codes, [str(w) for w in distinct]
 
 
 def _ints(column: pa.ChunkedArray, dtype: type = np.int64) -> np.ndarray:

@@ -9,16 +9,19 @@ import statistics
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from paradiag.analysis import comm
-from paradiag.analysis.breakdown import rank_breakdown, rank_steps, step_breakdowns
+from paradiag.analysis.breakdown import BREAKDOWN_COLUMNS, rank_breakdown, rank_steps, step_breakdowns
 from paradiag.analysis.diagnose import Diagnosis, diagnose
+from paradiag.analysis.frame import COLUMNS as FRAME_COLUMNS
 from paradiag.analysis.findings import MIN_IMPACT_PCT
 
 if TYPE_CHECKING:
     from paradiag.dataset import Job
 
 REPORT_SCHEMA = "paradiag.report/1"
+EVENT_COLUMNS = tuple(dict.fromkeys((*FRAME_COLUMNS, *BREAKDOWN_COLUMNS)))
 
 
 def job_facts(job: Job, diagnosis: Diagnosis | None = None) -> dict[str, Any]:
@@ -60,6 +63,8 @@ def rank_entries(job: Job, events_by_rank: dict[int, pa.Table] | None = None) ->
     for row in job.ranks.to_pylist():
         rank = row["rank"]
         events = events_by_rank[rank] if events_by_rank and rank in events_by_rank else job.events(ranks=[rank])
+        # The breakdown looks at device events only: dropping host rows first halves its work.
+        events = events.filter(pc.greater_equal(events.column("device"), 0))
         steps = rank_steps(job.steps, rank)
         step_ids = steps.column("step").to_pylist()
         total = rank_breakdown(events, step_ids)
@@ -84,7 +89,7 @@ def rank_entries(job: Job, events_by_rank: dict[int, pa.Table] | None = None) ->
 
 def build_report(job: Job) -> dict[str, Any]:
     # Each rank's events are read once and serve both the breakdown and the diagnosis.
-    events_by_rank = {r: job.events(ranks=[r]) for r in job.rank_ids}
+    events_by_rank = {r: job.events(ranks=[r], columns=EVENT_COLUMNS) for r in job.rank_ids}
     diagnosis = diagnose(job, events_by_rank)
     ranks = rank_entries(job, events_by_rank)
     for entry in ranks:
