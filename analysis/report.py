@@ -14,8 +14,8 @@ import pyarrow.compute as pc
 from paradiag.analysis import comm
 from paradiag.analysis.breakdown import BREAKDOWN_COLUMNS, rank_breakdown, rank_steps, step_breakdowns
 from paradiag.analysis.diagnose import Diagnosis, diagnose
-from paradiag.analysis.frame import COLUMNS as FRAME_COLUMNS
 from paradiag.analysis.findings import MIN_IMPACT_PCT
+from paradiag.analysis.frame import COLUMNS as FRAME_COLUMNS
 
 if TYPE_CHECKING:
     from paradiag.dataset import Job
