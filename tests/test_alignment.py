@@ -88,7 +88,7 @@ def test_no_shared_collective_means_no_offset() -> None:
     assert result.instances == 0
 
 
-@pytest.mark.parametrize("fmt", ["kineto"])
+@pytest.mark.parametrize("fmt", ["kineto", "ascend"])
 def test_recovers_the_simulators_clock_skew_across_nodes(tmp_path: Path, fmt: str) -> None:
     """Two nodes, pipeline stages across them: only send/recv pairs cross the nodes, and they suffice."""
     from click.testing import CliRunner
