@@ -73,10 +73,10 @@ def unpack(archive: Path, into: Path) -> None:
             if rel is None or not member.isfile():
                 continue
             (into / rel).parent.mkdir(parents=True, exist_ok=True)
-            src = t.extractfile(member)
-            if src is not None:
-                with src, open(into / rel, "wb") as dst:
-                    dst.write(src.read())
+            data = t.extractfile(member)
+            if data is not None:
+                with data, open(into / rel, "wb") as dst:
+                    dst.write(data.read())
 
 
 def write_status(upload: Path, status: dict[str, Any]) -> None:

@@ -54,6 +54,8 @@ def link_instances(job: Job, src: int, dst: int, top: int = 10) -> list[dict[str
     if not shared:
         return []
     rows = table.filter(pc.is_in(table.column("instance"), value_set=pa.array(shared, pa.int64())))
+    for name in ("collective", "group"):
+        rows = rows.set_column(rows.schema.get_field_index(name), name, rows.column(name).cast(pa.string()))
     grouped = rows.group_by("instance").aggregate([("transfer_ns", "max"), ("wait_ns", "max"), ("start_ns", "min"), ("dur_ns", "max"), ("step", "min"), ("collective", "min"), ("group", "min"), ("bytes", "max")])
     grouped = grouped.sort_by([("transfer_ns_max", "descending")]).slice(0, top)
     t0 = origin_ns(job)

@@ -13,7 +13,7 @@ from paradiag.app.figures.common import base_figure, empty_figure, short_name
 SYMBOL = {"compute": "circle", "collective": "diamond", "send": "triangle-right", "recv": "triangle-left", "memory": "circle", "block": "square"}
 
 
-def flow_figure(data: dict[str, Any], color_by: str = "time", p2p: list[dict[str, Any]] | None = None, selected: tuple[str, int] | None = None) -> go.Figure:
+def flow_figure(data: dict[str, Any], color_by: str = "time", p2p: list[dict[str, Any]] | None = None, selected: tuple[str, int | None] | None = None) -> go.Figure:
     if not data["stages"] or not any(st["nodes"] for st in data["stages"]):
         return empty_figure("no operators in this step", height=240)
     fig = base_figure(height=120 + 90 * len(data["stages"]), uirevision=f"flow|{data['step']}")
@@ -93,7 +93,7 @@ def _node_at(data: dict[str, Any], stage: int | None, t: float) -> int | None:
     return None
 
 
-def _highlight(fig: go.Figure, data: dict[str, Any], selected: tuple[str, int]) -> None:
+def _highlight(fig: go.Figure, data: dict[str, Any], selected: tuple[str, int | None]) -> None:
     op, stage = selected
     xs, ys = [], []
     for st in data["stages"]:
