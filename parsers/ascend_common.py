@@ -262,8 +262,22 @@ class EventColumns:
             return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
         kind = pa.int64() if key in self.INTEGER else pa.string()
         arrays = [b[key] if isinstance(b[key], pa.Array) else pa.array(b[key], type=kind) for b in self.blocks]
-        arrays = [a if a.type == kind else a.cast(kind) for a in arrays]
-        return pa.concat_arrays(arrays) if arrays else pa.array([], type=kind)
+        if key in self.INTEGER or not arrays:
+            arrays = [a if a.type == kind else a.cast(kind) for a in arrays]
+            return pa.concat_arrays(arrays) if arrays else pa.array([], type=kind)
+        encoded = [a if isinstance(a, pa.DictionaryArray) else a.cast(pa.string()).dictionary_encode() for a in arrays]
+        return compact(pa.chunked_array(encoded).unify_dictionaries().combine_chunks())
+
+
+def compact(column: pa.DictionaryArray) -> pa.DictionaryArray:
+    """The dictionary column with only the values its rows use (int32 indices)."""
+    codes = column.indices.to_numpy(zero_copy_only=False)
+    valid = column.indices.is_valid().to_numpy(zero_copy_only=False)
+    used = np.unique(codes[valid]).astype(np.int64)
+    remap = np.zeros(len(column.dictionary) + 1, dtype=np.int32)
+    remap[used] = np.arange(len(used), dtype=np.int32)
+    indices = pa.array(remap[np.where(valid, codes, 0).astype(np.int64)], type=pa.int32(), mask=~valid)
+    return pa.DictionaryArray.from_arrays(indices, column.dictionary.take(pa.array(used)))
 
 
 def finish(
@@ -308,7 +322,7 @@ def finish(
     }
     table = schema.build(schema.EVENTS, columns, n)
     table = table.set_column(table.schema.get_field_index("seq"), "seq", sequence_numbers(table))
-    device_work = (device >= 0) & pc.is_in(kinds, pa.array(schema.DEVICE_KINDS)).to_numpy(zero_copy_only=False)
+    device_work = (device >= 0) & schema.in_values(kinds, schema.DEVICE_KINDS)
     return table, _steps(rank_id, step, step_ids, s_start, s_end, start, start + dur, device_work)
 
 
@@ -316,12 +330,13 @@ def _int32_or_none(values: np.ndarray) -> np.ndarray:
     return np.where(np.abs(values) < 2**31, values, -1)
 
 
-def _step_rows(names: pa.Array, device: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Rows of the host's ``ProfilerStep#N`` annotations and their step numbers."""
-    is_step = pc.match_substring_regex(names, STEP_NAME.pattern).fill_null(False).to_numpy(zero_copy_only=False)
-    rows = np.flatnonzero(is_step & (device < 0))
-    ids = [int(m.group(1)) if (m := STEP_NAME.match(v or "")) else -1 for v in names.take(pa.array(rows)).to_pylist()]
-    return rows, np.array(ids, dtype=np.int64)
+def _step_rows(names: pa.DictionaryArray, device: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of the host's ``ProfilerStep#N`` annotations and their step numbers (matched once per distinct name)."""
+    ids = [int(m.group(1)) if (m := STEP_NAME.match(v or "")) else -1 for v in names.dictionary.to_pylist()]
+    codes = names.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+    step = np.array([*ids, -1], dtype=np.int64)[codes]
+    rows = np.flatnonzero((step >= 0) & (device < 0))
+    return rows, step[rows]
 
 
 def _steps(

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from paradiag import schema
 from paradiag.parsers import ascend_common as common
-from paradiag.parsers.ascend_trace import TraceColumns
+from paradiag.parsers.ascend_trace import Text, TraceColumns
 from paradiag.parsers.base import Group, collective_from_kernel_name
 
 GROUP_THREAD = re.compile(r"^Group (\S+) Communication$")
@@ -76,16 +76,20 @@ def rows_of(trace: TraceColumns) -> Rows:
     ts = ts_arr.fill_null(-1).to_numpy(zero_copy_only=False)
     dur = dur_arr.fill_null(-1).to_numpy(zero_copy_only=False)
     pid = col("pid").fill_null(-1).to_numpy(zero_copy_only=False)
+    tid = col("tid").fill_null(-1).to_numpy(zero_copy_only=False)
+    conn = col("connection").fill_null(-1).to_numpy(zero_copy_only=False)
     layout = trace.layout
+    for key in ("ts", "dur", "pid", "tid", "connection"):  # copied into numpy above: drop the Arrow originals
+        trace.x.pop(key, None)
     return Rows(
         pid=pid,
-        tid=col("tid").fill_null(-1).to_numpy(zero_copy_only=False),
+        tid=tid,
         ts=ts,
         dur=dur,
         valid_ts=valid_ts,
         valid_dur=valid_dur,
         valid=valid_ts & valid_dur & (ts >= 0) & (dur >= 0),
-        conn=col("connection").fill_null(-1).to_numpy(zero_copy_only=False),
+        conn=conn,
         python=np.isin(pid, layout.pids("Python")),
         cann=np.isin(pid, layout.pids("CANN")),
         hardware=np.isin(pid, layout.pids("Ascend Hardware")),
@@ -120,8 +124,8 @@ def connection_launch(trace: TraceColumns, r: Rows) -> tuple[np.ndarray, np.ndar
     rows = np.flatnonzero(r.cann & (r.conn >= 0) & r.valid_ts)
     if not len(rows):
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    level = trace.column("level").take(pa.array(rows))
-    node = pc.equal(level, "node").fill_null(False).to_numpy(zero_copy_only=False)
+    level = trace.strings("level").take(rows)
+    node = np.array([v == "node" for v in level.values] + [False], dtype=bool)[level.codes]
     order = np.lexsort((rows, node, r.conn[rows]))  # by id; within one: APIs, then node APIs, in file order
     cid, node_sorted, ts = r.conn[rows][order], node[order], r.ts[rows][order]
     uniq, first = np.unique(cid, return_index=True)
@@ -241,35 +245,30 @@ def add_host(trace: TraceColumns, r: Rows, cols: common.EventColumns) -> None:
     """Python ops (category = their cat; ProfilerStep#N is an annotation) and CANN APIs (category = level,
     name without the ``AscendCL@`` / ``Node@`` prefix, as the db export spells it)."""
     python = np.flatnonzero(r.python & r.valid)
-    take = pa.array(python)
-    names = trace.column("name").take(take)
-    is_step = pc.match_substring_regex(names, common.STEP_NAME.pattern)
+    names = trace.strings("name").take(python)
+    kind = names.map(lambda n: schema.ANNOTATION if common.STEP_NAME.match(n) else schema.HOST)
     cols.add(
-        device=-1, track=_track(r, python), kind=pc.if_else(is_step, schema.ANNOTATION, schema.HOST),
-        category=trace.column("cat").take(take).fill_null("python"), name=names, start_ns=r.ts[python],
-        dur_ns=r.dur[python], external_id=r.external[python],
+        device=-1, track=_track(r, python), kind=kind.arrow(), category=trace.strings("cat").take(python).fill("python").arrow(),
+        name=names.arrow(), start_ns=r.ts[python], dur_ns=r.dur[python], external_id=r.external[python],
     )  # fmt: skip
     cann = np.flatnonzero(r.cann & r.valid)
-    take = pa.array(cann)
     cols.add(
-        device=-1, track=_track(r, cann), kind=schema.HOST,
-        category=trace.column("level").take(take).fill_null("cann"),
-        name=map_text(trace.column("name").take(take), lambda n: n.partition("@")[2] or n),
+        device=-1, track=_track(r, cann), kind=schema.HOST, category=trace.strings("level").take(cann).fill("cann").arrow(),
+        name=trace.strings("name").take(cann).map(lambda n: n.partition("@")[2] or n).arrow(),
         start_ns=r.ts[cann], dur_ns=r.dur[cann], correlation=r.conn[cann],
     )  # fmt: skip
 
 
-def task_kinds(task_type: pa.Array, names: pa.Array) -> pa.Array:
+def task_kinds(task_type: Text, names: Text) -> pa.Array:
     """common.task_kind of each (task type, name), computed once per distinct pair."""
-    tt = task_type.dictionary_encode()
-    nm = names.dictionary_encode()
-    tt_codes = tt.indices.to_numpy(zero_copy_only=False)
-    nm_codes = nm.indices.to_numpy(zero_copy_only=False)
-    pair = codes(tt_codes, nm_codes)
+    if not len(names.codes):
+        return pa.array([], type=pa.string())
+    pair = codes(task_type.codes, names.codes)
     uniq, first = np.unique(pair, return_index=True)
-    tt_values, nm_values = tt.dictionary.to_pylist(), nm.dictionary.to_pylist()
-    kinds = [common.task_kind(tt_values[tt_codes[i]], nm_values[nm_codes[i]]) for i in first.tolist()]
-    return pa.array(kinds, type=pa.string()).take(pa.array(np.searchsorted(uniq, pair)))
+    kinds = [common.task_kind(task_type.values[task_type.codes[i]], names.values[names.codes[i]]) for i in first.tolist()]
+    dictionary = sorted(set(kinds))
+    table = np.array([dictionary.index(k) for k in kinds], dtype=np.int32)
+    return Text(table[np.searchsorted(uniq, pair)], dictionary).arrow()
 
 
 def add_tasks(trace: TraceColumns, r: Rows, cols: common.EventColumns, op_rows: np.ndarray, device: int) -> tuple[np.ndarray, np.ndarray, int]:
@@ -284,12 +283,11 @@ def add_tasks(trace: TraceColumns, r: Rows, cols: common.EventColumns, op_rows: 
     tasks = hardware[~of_op]
     bad = int((~r.valid[tasks]).sum())
     tasks = tasks[r.valid[tasks]]
-    take = pa.array(tasks)
-    task_type = trace.column("task_type").take(take).fill_null("")
-    names = trace.column("name").take(take)
+    task_type = trace.strings("task_type").take(tasks).fill("")
+    names = trace.strings("name").take(tasks)
     cols.add(
         device=device, track=_track(r, tasks), kind=task_kinds(task_type, names),
-        category=pc.if_else(pc.equal(task_type, ""), "task", task_type), name=names, start_ns=r.ts[tasks],
+        category=task_type.map(lambda t: t or "task").arrow(), name=names.arrow(), start_ns=r.ts[tasks],
         dur_ns=r.dur[tasks], correlation=r.conn[tasks], launch_ns=launch_times(trace, r, tasks),
         external_id=r.external[tasks],
     )  # fmt: skip
@@ -312,11 +310,11 @@ def plane_table(trace: TraceColumns, r: Rows, plane: np.ndarray, op_rows: np.nda
         i = np.searchsorted(r.ts[mine], start[here], side="right") - 1
         inside = (i >= 0) & (start[here] <= (r.ts[mine] + r.dur[mine])[np.maximum(i, 0)])
         op_of[here[inside]] = mine[i[inside]]
-    names = trace.column("name")
-    op_name = names.take(pa.array(op_of, mask=op_of < 0))
+    names = trace.strings("name")
+    op_name = pa.array(Text(np.where(op_of < 0, -1, names.codes[np.maximum(op_of, 0)]), names.values).tolist(), type=pa.string())
     ranks = {k: rare[k].to_numpy(zero_copy_only=False) for k in ("src_rank", "dst_rank")}
     return pa.table({
-        "op_name": op_name, "plane": pa.array(plane[rows], type=pa.int16()), "name": names.take(pa.array(rows)),
+        "op_name": op_name, "plane": pa.array(plane[rows], type=pa.int16()), "name": pa.array(names.take(rows).tolist(), type=pa.string()),
         "start_ns": start, "dur_ns": r.dur[rows],
         **{k: pa.array(np.nan_to_num(v, nan=-1).astype(np.int64), mask=~((v >= 0) & (v < common.NO_RANK))) for k, v in ranks.items()},
         "transport": rare["transport"], "link_type": rare["link_type"], "bytes": rare["size"],
@@ -343,16 +341,16 @@ def add_ops(trace: TraceColumns, r: Rows, cols: common.EventColumns, ops: Ops) -
     keep = r.valid[ops.rows]
     rows = ops.rows[keep]
     labels = [g for g, k in zip(ops.labels, keep.tolist(), strict=True) if k]
-    names = trace.column("name").take(pa.array(rows))
-    name_list = names.to_pylist()
+    names = trace.strings("name").take(rows)
+    name_list = [n or "" for n in names.tolist()]
     group = [ops.op_group.get(n, g) for n, g in zip(name_list, labels, strict=True)]
-    collective = map_text(names, collective_from_kernel_name).to_pylist()
+    collective = [c or "" for c in names.map(collective_from_kernel_name).tolist()]
     rare = rare_values(trace, rows)
     nbytes = [common.collective_bytes(c, d) for c, d in zip(rare["count"].to_pylist(), rare["data_type"].to_pylist(), strict=True)]
     streams = ops.streams[keep]
     cols.add(
         device=ops.device, track=np.where(streams >= 0, streams, _track(r, rows)), kind=schema.COMMUNICATION,
-        category="hccl_op", name=names, start_ns=r.ts[rows], dur_ns=r.dur[rows], correlation=r.conn[rows],
+        category="hccl_op", name=names.arrow(), start_ns=r.ts[rows], dur_ns=r.dur[rows], correlation=r.conn[rows],
         launch_ns=launch_times(trace, r, rows), external_id=r.external[rows], collective=collective, group=group,
         group_ranks=[",".join(map(str, ops.groups[g].ranks)) if g in ops.groups else None for g in group],
         peer=common.p2p_peers(name_list, collective, group, ops.plane, ops.rank, ops.groups), bytes=nbytes,

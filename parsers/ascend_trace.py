@@ -186,6 +186,57 @@ def optional_text(values: list[Any]) -> pa.Array:
 
 
 @dataclass
+class Dictionary:
+    """The distinct strings of a text column, shared by all slices: the column itself is int32 codes (-1 = null),
+    4 bytes an event instead of a string each."""
+
+    values: list[str] = field(default_factory=list)
+    index: dict[str, int] = field(default_factory=dict)
+
+    def code(self, value: str) -> int:
+        found = self.index.get(value)
+        if found is None:
+            found = self.index[value] = len(self.values)
+            self.values.append(value)
+        return found
+
+    def encode(self, text: pa.Array) -> np.ndarray:
+        """Codes of a slice's strings: Arrow finds the slice's distinct values, Python maps only those."""
+        local = text.dictionary_encode()
+        mapping = np.array([self.code(v) for v in local.dictionary.to_pylist()] + [-1], dtype=np.int32)
+        return mapping[local.indices.fill_null(-1).to_numpy(zero_copy_only=False)]
+
+
+@dataclass
+class Text:
+    """A text column as codes into a dictionary (-1 = null); row selection and per-value functions stay codes."""
+
+    codes: np.ndarray
+    values: list[str]
+
+    def take(self, rows: np.ndarray) -> Text:
+        return Text(self.codes[rows], self.values)
+
+    def map(self, fn: Any) -> Text:
+        """``fn`` applied once per distinct value (None maps to null)."""
+        mapped = [fn(v) for v in self.values]
+        dictionary = Dictionary()
+        table = np.array([dictionary.code(v) if v is not None else -1 for v in mapped] + [-1], dtype=np.int32)
+        return Text(table[self.codes], dictionary.values)
+
+    def fill(self, default: str) -> Text:
+        values = [*self.values, default]
+        return Text(np.where(self.codes < 0, len(self.values), self.codes).astype(np.int32), values)
+
+    def arrow(self) -> pa.DictionaryArray:
+        indices = pa.array(self.codes, type=pa.int32(), mask=self.codes < 0)
+        return pa.DictionaryArray.from_arrays(indices, pa.array(self.values, type=pa.string()))
+
+    def tolist(self) -> list[str | None]:
+        return [self.values[c] if c >= 0 else None for c in self.codes.tolist()]
+
+
+@dataclass
 class Layout:
     """Which pid is which process, and the name of each thread (from the ``M`` metadata events)."""
 
@@ -235,6 +286,7 @@ class TraceColumns:
 
     layout: Layout = field(default_factory=Layout)
     x: dict[str, list[pa.Array]] = field(default_factory=dict)
+    text: dict[str, Dictionary] = field(default_factory=dict)  # name, cat, level, task_type: codes in x
     rare: list[pa.RecordBatch] = field(default_factory=list)
     flows: dict[str, list[pa.Array]] = field(default_factory=dict)
     n: int = 0
@@ -252,6 +304,15 @@ class TraceColumns:
     def _put(self, parts: dict[str, list[pa.Array]], key: str, array: pa.Array) -> None:
         parts.setdefault(key, []).append(array)
 
+    def _put_text(self, key: str, text: pa.Array) -> None:
+        codes = self.text.setdefault(key, Dictionary()).encode(text)
+        self._put(self.x, key, pa.array(codes, type=pa.int32()))
+
+    def strings(self, key: str) -> Text:
+        """A text column of the complete events, as codes into its dictionary."""
+        codes = self.column(key).to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
+        return Text(codes, self.text.setdefault(key, Dictionary()).values)
+
     def _add_complete(self, complete: list[Any]) -> None:
         x = self.x
         pid = int_column(list(map(_get["pid"], complete)))
@@ -260,12 +321,12 @@ class TraceColumns:
         self._put(x, "tid", int_column(list(map(_get["tid"], complete))))
         self._put(x, "ts", ts_column(list(map(_get["ts"], complete))))
         self._put(x, "dur", dur_column(list(map(_get["dur"], complete))))
-        self._put(x, "name", text_column(list(map(_get["name"], complete))))
-        self._put(x, "cat", cat)
+        self._put_text("name", text_column(list(map(_get["name"], complete))))
+        self._put_text("cat", cat)
         args = list(map(_get["args"], complete))
         self._put(x, "connection", int_column(list(map(_get_arg["connection_id"], args))))
-        self._put(x, "level", optional_text(list(map(_get_arg["level"], args))))
-        self._put(x, "task_type", optional_text(list(map(_get_arg["task_type"], args))))
+        self._put_text("level", optional_text(list(map(_get_arg["level"], args))))
+        self._put_text("task_type", optional_text(list(map(_get_arg["task_type"], args))))
         self._add_rare(args, pid, cat)
         self.n += len(complete)
 
