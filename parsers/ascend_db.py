@@ -89,8 +89,12 @@ def parse(path: Path, root: Path | None = None, fmt: str = FORMAT) -> ParsedRank
         cols = common.EventColumns()
         launch = _add_host(conn, db_shown, names, strings, cols)
         op_connections, op_stream = _add_tasks(conn, db_shown, names, strings, cols, device, launch)
+        ops_block = len(cols.blocks)
         ops = _add_ops(conn, db_shown, names, strings, cols, device, op_stream, launch, info)
         comm_tasks = _comm_tasks(conn, db_shown, names, strings, ops, info.rank, device)
+        if len(cols.blocks) > ops_block:  # send/recv peers from their link-level tasks
+            block = cols.blocks[ops_block]
+            block["peer"] = common.p2p_peers(block["name"], block["collective"], block["group"], comm_tasks, info.rank, info.groups)
         kernels = _kernels(conn, db_shown, names, strings, info.rank)
     del op_connections
     extra = _analysis(path / common.OUTPUT_DIR / "analysis.db", root, info, warnings)
