@@ -11,7 +11,7 @@ export PARADIAG_MSPROF ?= $(PEERS)/msprof/bin/msprof-analyze
 ## Install paradiag and open a bundled sample job.
 demo:
 	$(PYTHON) -m pip install --quiet .
-	paradiag analyze $(SAMPLE)
+	paradiag serve sample_traces/gpu_llm_slow_rank
 
 ## Install everything the tests need (dev dependencies, Debian chromium + chromium-driver, peer tools)
 ## and run the whole suite: lint, types, tests.

@@ -21,7 +21,7 @@ class Config:
     upload_dir: Path = Path("uploads")
     app_cache_dir: Path = Path("app-cache")
     cache_timeout_s: int = 7 * 24 * 3600
-    max_primitives: int = 50_000
+    max_primitives: int = 20_000
     max_upload_mb: int = 4096
     users_file: Path | None = None
     secret_key: str = ""
@@ -37,7 +37,7 @@ class Config:
             "upload_dir": Path(env.get("PARADIAG_UPLOAD_DIR") or root / "uploads"),
             "app_cache_dir": app_cache,
             "cache_timeout_s": int(env.get("PARADIAG_CACHE_TIMEOUT", 7 * 24 * 3600)),
-            "max_primitives": int(env.get("PARADIAG_MAX_PRIMITIVES", 50_000)),
+            "max_primitives": int(env.get("PARADIAG_MAX_PRIMITIVES", 20_000)),
             "max_upload_mb": int(env.get("PARADIAG_MAX_UPLOAD_MB", 4096)),
             "users_file": Path(env["PARADIAG_USERS"]) if env.get("PARADIAG_USERS") else None,
             "secret_key": env.get("PARADIAG_SECRET_KEY") or "",

@@ -6,7 +6,9 @@ from dash import Dash
 
 from paradiag.app import context
 from paradiag.app.data.collectives import instances
+from paradiag.app.data.common import slowest_step
 from paradiag.app.data.findings import findings_of
+from paradiag.app.data.marey import p2p_pairs, step_bands
 from paradiag.app.data.overview import overview
 
 
@@ -16,3 +18,7 @@ def warm(app: Dash, token: str) -> None:
         overview(job)
         instances(job)
         findings_of(job)
+        step = slowest_step(job)
+        if step is not None:
+            step_bands(job, step)
+            p2p_pairs(job, step)

@@ -11,7 +11,7 @@ from paradiag.app import context, ids
 from paradiag.app.data.comm import as_grid, link_instances, matrix
 from paradiag.app.data.common import origin_ns
 from paradiag.app.data.flow import flow_data
-from paradiag.app.data.marey import marey_data
+from paradiag.app.data.marey import marey_data, p2p_pairs
 from paradiag.app.figures.comm import comm_figure
 from paradiag.app.figures.flow import flow_figure
 from paradiag.app.figures.marey import marey_figure
@@ -36,7 +36,7 @@ def render_flow(sel: dict[str, Any] | None, color_by: str, expand: list[str] | N
     job = context.job(sel["job"])
     data = flow_data(job, sel["step"], expand="repeats" in (expand or []))
     selected = (sel["op"], sel.get("stage")) if sel.get("op") else None
-    return flow_figure(data, color_by, marey_data(job, sel["step"], None)["p2p"], selected)
+    return flow_figure(data, color_by, p2p_pairs(job, sel["step"]), selected)
 
 
 def render_comm(sel: dict[str, Any] | None, metric: str) -> go.Figure:

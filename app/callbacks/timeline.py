@@ -14,7 +14,7 @@ from paradiag.app.data.timeline import timeline_data
 from paradiag.app.figures.timeline import timeline_figure
 from paradiag.dataset import Job
 
-MAX_RANKS = 8
+MAX_RANKS = 6
 
 
 def shown_ranks(job: Job, selected: list[int] | None) -> list[int]:
@@ -45,7 +45,7 @@ def render_timeline(sel: dict[str, Any] | None) -> tuple[go.Figure, str] | tuple
         return no_update, no_update
     job = context.job(sel["job"])
     ranks = shown_ranks(job, sel.get("ranks"))
-    data = timeline_data(job, ranks, window_ns(job, sel, ranks), max_primitives=context.config().max_primitives)
+    data = timeline_data(job, ranks, window_ns(job, sel, ranks), pixels=800, max_primitives=context.config().max_primitives)
     fig = timeline_figure(data, uirevision=f"{sel['job']}|{sel.get('step')}|{','.join(map(str, ranks))}")
     mode = "merged to screen resolution" if data["aggregated"] else "every interval drawn"
     info = f"ranks {', '.join(map(str, ranks))} · {data['num_events']:,} device events in view ({mode}) · black lines join the members of one collective; red: waiting for the last member"

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from paradiag.app import store
+from paradiag.app.data.common import read_events
 from paradiag.dataset import Job
 
 COLUMNS = ["rank", "device", "track", "kind", "name", "start_ns", "dur_ns", "step", "collective", "group", "seq", "peer", "bytes"]
@@ -23,7 +24,7 @@ def instances(job: Job) -> pa.Table:
 
 
 def _instances(job: Job) -> pa.Table:
-    events = job.events(columns=COLUMNS)
+    events = read_events(job, columns=COLUMNS)
     keep = pc.and_(pc.equal(events.column("kind").cast(pa.string()), "communication"), pc.greater_equal(events.column("device"), 0))
     comm = events.filter(keep).drop_columns(["kind", "device"])
     comm = comm.filter(pc.is_valid(comm.column("seq")))

@@ -41,3 +41,13 @@ def slowest_step(job: Job) -> int | None:
     table = steps.select(["step"]).append_column("dur", dur).group_by("step").aggregate([("dur", "approximate_median")])
     best = max(zip(table.column("dur_approximate_median").to_pylist(), table.column("step").to_pylist(), strict=True))
     return int(best[1])
+
+
+def read_events(job: Job, ranks: list[int] | None = None, start_ns: int | None = None, end_ns: int | None = None, columns: list[str] | None = None) -> pa.Table:
+    """``job.events`` for the views. Parts of ranks with and without a clock offset can differ in the nullability
+    of ``start_ns`` and then fail to concatenate; those are read one rank at a time and promoted."""
+    try:
+        return job.events(ranks=ranks, start_ns=start_ns, end_ns=end_ns, columns=columns)
+    except pa.ArrowInvalid:
+        parts = [job.events(ranks=[r], start_ns=start_ns, end_ns=end_ns, columns=columns) for r in (ranks if ranks is not None else job.rank_ids)]
+        return pa.concat_tables(parts, promote_options="permissive").unify_dictionaries()

@@ -10,6 +10,7 @@ import pyarrow.compute as pc
 
 from paradiag.app import store
 from paradiag.app.data import collectives
+from paradiag.app.data.common import read_events
 from paradiag.app.data.mesh import mesh_of
 from paradiag.app.data.overview import report
 from paradiag.dataset import Job
@@ -28,7 +29,7 @@ def peers_of(job: Job, rank: int) -> list[int]:
 
 
 def _device_ops(job: Job, ranks: list[int], step: int) -> pa.Table:
-    events = job.events(ranks=ranks, columns=["rank", "device", "kind", "name", "dur_ns", "step"])
+    events = read_events(job, ranks=ranks, columns=["rank", "device", "kind", "name", "dur_ns", "step"])
     kind = events.column("kind").cast(pa.string())
     keep = pc.and_(pc.equal(events.column("step"), step), pc.and_(pc.greater_equal(events.column("device"), 0), pc.is_in(kind, pa.array(["compute", "communication", "memory"]))))
     return events.filter(keep)

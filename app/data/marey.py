@@ -16,12 +16,14 @@ import pyarrow.compute as pc
 
 from paradiag.app import palette, store
 from paradiag.app.data import collectives
-from paradiag.app.data.common import origin_ns
+from paradiag.app.data.common import origin_ns, read_events
 from paradiag.app.data.mesh import mesh_of
 from paradiag.dataset import Job
 
 COLUMNS = ["rank", "device", "kind", "name", "start_ns", "dur_ns", "step", "collective"]
 BUBBLE_FRAC = 0.01
+MAX_BANDS = 300  # per stage and view; beyond it, neighbours merge whatever their category (dominant colour kept)
+MAX_DEVICES = 8  # devices drawn per stage; the stage row still shows the spread over all of them
 
 
 def step_bands(job: Job, step: int) -> dict[str, Any]:
@@ -31,13 +33,13 @@ def step_bands(job: Job, step: int) -> dict[str, Any]:
 
 def _step_bands(job: Job, step: int) -> dict[str, Any]:
     mesh = mesh_of(job)
-    events = job.events(columns=COLUMNS)
+    events = read_events(job, columns=COLUMNS)
     kind = events.column("kind").cast(pa.string())
     keep = pc.and_(pc.equal(events.column("step"), step), pc.and_(pc.greater_equal(events.column("device"), 0), pc.is_in(kind, pa.array(["compute", "communication", "memory"]))))
     events = events.filter(keep)
     stages = []
     for stage in mesh.stages:
-        ranks = mesh.ranks_of_stage(stage)
+        ranks = mesh.ranks_of_stage(stage)[:MAX_DEVICES]
         stages.append({"stage": stage, "ranks": ranks, **_stage_table(events, ranks)})
     return {"step": step, "stages": stages}
 
@@ -90,6 +92,14 @@ def merge_bands(stage: dict[str, Any], lo: int, hi: int, merge_frac: float) -> d
     m_ed = np.zeros((n, st.shape[1]), dtype=np.int64)
     np.minimum.at(m_st, group, st)
     np.maximum.at(m_ed, group, ed)
+    if n > MAX_BANDS:  # still too many to read or ship: merge runs of neighbours, the longest category names them
+        group = group * MAX_BANDS // n
+        n = int(group[-1]) + 1
+        m_st = np.full((n, st.shape[1]), np.iinfo(np.int64).max, dtype=np.int64)
+        m_ed = np.zeros((n, st.shape[1]), dtype=np.int64)
+        np.minimum.at(m_st, group, st)
+        np.maximum.at(m_ed, group, ed)
+        cats = _dominant(cats, (ed - st).sum(axis=1), group, n)
     first = np.r_[0, np.flatnonzero(np.diff(group)) + 1]
     count = np.bincount(group)
     names = [stage["names"][i] for i in visible]
@@ -101,6 +111,17 @@ def merge_bands(stage: dict[str, Any], lo: int, hi: int, merge_frac: float) -> d
         "first": [names[i] for i in first.tolist()],
         "count": count.tolist(),
     }
+
+
+def _dominant(cats: np.ndarray, dur: np.ndarray, group: np.ndarray, n: int) -> np.ndarray:
+    """Each band's category replaced by the category holding most time in its merged group."""
+    best: dict[int, tuple[float, str]] = {}
+    totals: dict[tuple[int, str], float] = {}
+    for g, c, d in zip(group.tolist(), cats.tolist(), dur.tolist(), strict=True):
+        totals[(g, c)] = totals.get((g, c), 0.0) + d
+        if totals[(g, c)] > best.get(g, (-1.0, ""))[0]:
+            best[g] = (totals[(g, c)], c)
+    return np.array([best[g][1] for g in group.tolist()], dtype=object)
 
 
 def marey_data(job: Job, step: int, window: tuple[int, int] | None, merge_frac: float = 0.005) -> dict[str, Any]:
@@ -123,7 +144,11 @@ def marey_data(job: Job, step: int, window: tuple[int, int] | None, merge_frac: 
                 "bubbles": _bubbles(stage, lo, hi, t0),
             }
         )
-    return {"step": step, "window_ms": [(lo - t0) / 1e6, (hi - t0) / 1e6], "stages": stages, "p2p": _p2p(job, step, t0)}
+    return {"step": step, "window_ms": [(lo - t0) / 1e6, (hi - t0) / 1e6], "stages": stages, "p2p": p2p_pairs(job, step)}
+
+
+def p2p_pairs(job: Job, step: int) -> list[dict[str, Any]]:
+    return store.memo("marey-p2p", job.content_hash, step, lambda: _p2p(job, step, origin_ns(job)))
 
 
 def _span(bands: dict[str, Any]) -> tuple[int, int]:

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from paradiag.app.data import collectives
-from paradiag.app.data.common import DEVICE_KINDS, origin_ns
+from paradiag.app.data.common import DEVICE_KINDS, origin_ns, read_events
 from paradiag.app.data.mesh import mesh_of
 from paradiag.dataset import Job
 
@@ -26,7 +26,7 @@ def timeline_data(job: Job, ranks: list[int], window: tuple[int, int], pixels: i
     lo, hi = window
     order = {r: i for i, r in enumerate(mesh_of(job).ranks)}
     ranks = sorted(set(ranks), key=lambda r: order.get(r, r))
-    events = job.events(ranks=ranks, start_ns=lo, end_ns=hi, columns=COLUMNS)
+    events = read_events(job, ranks=ranks, start_ns=lo, end_ns=hi, columns=COLUMNS)
     kind = events.column("kind").cast(pa.string())
     events = events.filter(pc.and_(pc.greater_equal(events.column("device"), 0), pc.is_in(kind, pa.array(DEVICE_KINDS))))
     rows, row_of = _rows(events, ranks)
@@ -81,8 +81,8 @@ def _individual(events: pa.Table, row_of: dict[int, int], t0: int) -> dict[str, 
         start = part.column("start_ns").to_numpy()
         dur = part.column("dur_ns").to_numpy()
         out[kind] = {
-            "x0": ((start - t0) / 1e6).round(6).tolist(),
-            "x1": ((start + dur - t0) / 1e6).round(6).tolist(),
+            "x0": ((start - t0) / 1e6).round(4).tolist(),
+            "x1": ((start + dur - t0) / 1e6).round(4).tolist(),
             "row": _row_index(part, row_of).tolist(),
             "hover": _hover(part),
         }
@@ -97,7 +97,7 @@ def _hover(part: pa.Table) -> list[str]:
     peers = part.column("peer").to_pylist()
     out = []
     for name, dur, coll, b, peer in zip(names, durs, colls, nbytes, peers, strict=True):
-        text = f"{name[:80]}<br>{dur / 1e3:.1f} µs"
+        text = f"{name[:48]}<br>{dur / 1e3:.1f} µs"
         if coll:
             text += f"<br>{coll}" + (f" · {b / 2**20:.2f} MiB" if b else "") + (f" · peer {peer}" if peer is not None else "")
         out.append(text)
@@ -118,8 +118,8 @@ def _aggregate(events: pa.Table, row_of: dict[int, int], lo: int, hi: int, pixel
         b1 = -((lo - start - part.column("dur_ns").to_numpy()) // width)  # ceil
         r, s, e, n = _merge_bins(row, b0, np.maximum(b1, b0 + 1))
         out[kind] = {
-            "x0": ((lo + s * width - t0) / 1e6).round(6).tolist(),
-            "x1": ((lo + e * width - t0) / 1e6).round(6).tolist(),
+            "x0": ((lo + s * width - t0) / 1e6).round(4).tolist(),
+            "x1": ((lo + e * width - t0) / 1e6).round(4).tolist(),
             "row": r.tolist(),
             "hover": [f"{kind}: {c} intervals merged at this zoom" for c in n.tolist()],
         }
@@ -163,8 +163,8 @@ def _links_and_waits(job: Job, ranks: list[int], row_of: dict[int, int], lo: int
     wait = part.column("wait_ns").to_numpy()
     waited = wait > 0
     waits = {
-        "x0": st[waited].round(6).tolist(),
-        "x1": (st[waited] + wait[waited] / 1e6).round(6).tolist(),
+        "x0": st[waited].round(4).tolist(),
+        "x1": (st[waited] + wait[waited] / 1e6).round(4).tolist(),
         "row": rows[waited].tolist(),
         "hover": [f"waited {w / 1e3:.1f} µs for the last member" for w in wait[waited].tolist()],
     }
@@ -173,5 +173,5 @@ def _links_and_waits(job: Job, ranks: list[int], row_of: dict[int, int], lo: int
         order = np.lexsort((rows, inst))
         for i in np.split(order, np.flatnonzero(np.diff(inst[order])) + 1):
             if len(i) > 1:
-                links.append({"x": st[i].round(6).tolist(), "row": rows[i].tolist()})
+                links.append({"x": st[i].round(4).tolist(), "row": rows[i].tolist()})
     return links, waits

@@ -1,0 +1,141 @@
+"""Benchmark: the dashboard's first page and each callback, through the real app (Flask test client, the same
+JSON requests the browser sends), on a simulated 64-rank, 8-step job of >= 3M events.
+
+    python benchmarks/app.py [--job DIR] [--keep-cache]
+
+Without --job it simulates one (dp4 tp4 pp4, 1F1B, 12 micro-batches, 24 layers, 8 steps: 3.4M events) and
+ingests it. Targets (issue 6): first page <= 2 s of server time, every callback <= 300 ms and <= 2 MB.
+The aggregates are computed once per job content (``paradiag serve`` does it before it listens); that one-off
+cost is printed apart, then the first page and the callbacks are timed as a user meets them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+JOB = "--dp 4 --tp 4 --pp 4 --schedule 1f1b --microbatches 12 --steps 8 --layers 24 --hidden 2048 --seq-len 2048 --inject slow_device:ranks=21,factor=1.3 --seed 11"
+BUDGET_MS, BUDGET_BYTES, FIRST_PAGE_MS = 300.0, 2 * 1024 * 1024, 2000.0
+
+
+class Browser:
+    """Keeps the props the server returned, and calls callbacks the way dash-renderer does."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.client = app.server.test_client()
+        self.props: dict[tuple[str, str], Any] = {}
+        self.rows: list[tuple[str, float, int]] = []
+
+    def get(self, path: str) -> float:
+        t = time.perf_counter()
+        reply = self.client.get(path)
+        ms = (time.perf_counter() - t) * 1000
+        self.rows.append((f"GET {path}", ms, len(reply.data)))
+        return ms
+
+    def call(self, label: str, output_key: str, changed: list[tuple[str, str]]) -> float:
+        spec = self.app.callback_map[output_key]
+        outputs = [dict(zip(("id", "property"), part.rsplit(".", 1), strict=True)) for part in output_key.strip(".").split("...")]
+        body = {
+            "output": output_key,
+            "outputs": outputs if len(outputs) > 1 else outputs[0],
+            "inputs": [self._value(d) for d in spec["inputs"]],
+            "state": [self._value(d) for d in spec["state"]],
+            "changedPropIds": [f"{i}.{p}" for i, p in changed],
+        }
+        t = time.perf_counter()
+        reply = self.client.post("/_dash-update-component", json=body)
+        ms = (time.perf_counter() - t) * 1000
+        if reply.status_code == 200:
+            for cid, values in reply.get_json()["response"].items():
+                for prop, value in values.items():
+                    self.props[(cid, prop)] = value
+        self.rows.append((label, ms, len(reply.data)))
+        return ms
+
+    def _value(self, dep: dict[str, Any]) -> Any:
+        if isinstance(dep["id"], dict) or dep["id"].startswith("{"):
+            return []  # pattern-matching input with no component yet (finding buttons)
+        return {"id": dep["id"], "property": dep["property"], "value": self.props.get((dep["id"], dep["property"]))}
+
+
+def key_for(app: Any, first_output: str) -> str:
+    return next(k for k in app.callback_map if k.strip(".").startswith(first_output))
+
+
+VIEWS = ["start-page.style", "summary-facts.children", "heatmap.figure", "timeline.figure", "detail-title.children", "marey.figure", "flow.figure", "comm-matrix.figure"]
+
+
+def views(b: Browser, app: Any, suffix: str) -> float:
+    return sum(b.call(f"{v.split('.')[0]} {suffix}", key_for(app, v), [("selection", "data")]) for v in VIEWS)
+
+
+def run(job: Path) -> list[tuple[str, float, int]]:
+    from paradiag.app.config import Config
+    from paradiag.app.factory import create_app
+    from paradiag.app.warm import warm
+
+    app = create_app(Config.from_env(job=str(job), app_cache_dir=Path(tempfile.mkdtemp(prefix="paradiag-bench-app-"))))
+    t = time.perf_counter()
+    warm(app, "served")
+    print(f"aggregates computed once per job (paradiag serve does it before listening): {time.perf_counter() - t:.2f} s")
+    b = Browser(app)
+    b.props.update({("heatmap-metric", "value"): "step_ms", ("heatmap-expand", "data"): [], ("marey-expand", "value"): ["devices"], ("flow-color", "value"): "time", ("flow-expand", "value"): [], ("comm-metric", "value"): "bandwidth", ("url", "search"): "", ("url", "pathname"): "/", ("marey-zoom-stack", "data"): []})
+    reducer = key_for(app, "selection.data")
+    first = b.get("/") + b.get("/_dash-layout") + b.get("/_dash-dependencies")
+    first += b.call("selection (open the job)", reducer, [("url", "search")])
+    first += views(b, app, "(first page)")
+    b.rows.append(("FIRST PAGE total", first, 0))
+    sel = b.props[("selection", "data")]
+    heat = b.props[("heatmap", "figure")]
+    rows = heat["data"][0]["customdata"]
+    row = next(i for i, r in enumerate(rows) if "21" in r[0].split(","))  # the group (or row) of rank 21
+    b.props[("heatmap", "clickData")] = {"points": [{"x": str(sel["step"]), "y": row, "customdata": rows[row][0]}]}
+    b.call("click a heatmap cell", reducer, [("heatmap", "clickData")])
+    views(b, app, "after the click")
+    lo = b.props[("timeline", "figure")]["layout"]["xaxis"]["range"]
+    b.props[("timeline", "relayoutData")] = {"xaxis.range[0]": lo[0], "xaxis.range[1]": lo[0] + (lo[1] - lo[0]) / 10}
+    b.call("zoom the timeline", reducer, [("timeline", "relayoutData")])
+    b.call("timeline re-query (zoomed)", key_for(app, "timeline.figure"), [("selection", "data")])
+    b.call("marey re-merge (zoomed)", key_for(app, "marey.figure"), [("selection", "data")])
+    b.props[("comm-matrix", "clickData")] = {"points": [{"x": "1", "y": "0"}]}
+    b.call("click a link", reducer, [("comm-matrix", "clickData")])
+    b.call("link instances", key_for(app, "comm-instances.children"), [("comm-matrix", "clickData")])
+    return b.rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--job", type=Path, default=None)
+    args = parser.parse_args()
+    job = args.job
+    if job is None:
+        job = Path(tempfile.mkdtemp(prefix="paradiag-bench-job-"))
+        os.system(f"paradiag simulate {JOB} -o {job} > /dev/null")
+    import paradiag
+
+    t = time.perf_counter()
+    opened = paradiag.open(job)
+    events = int(sum(opened.ranks.column("num_events").to_pylist()))
+    print(f"job: {job} · {len(opened.rank_ids)} ranks · {events:,} events · open/ingest {time.perf_counter() - t:.1f} s")
+    rows = run(job)
+    print(f"{'request':<42} {'server ms':>10} {'payload KB':>11}  verdict")
+    for label, ms, size in rows:
+        if label.startswith("GET"):
+            verdict = ""
+        elif label.startswith("FIRST"):
+            verdict = "ok" if ms <= FIRST_PAGE_MS else f"OVER {FIRST_PAGE_MS:.0f} ms"
+        else:
+            verdict = "ok" if ms <= BUDGET_MS and size <= BUDGET_BYTES else "OVER"
+        print(f"{label:<42} {ms:>10.1f} {size / 1024:>11.1f}  {verdict}")
+    print(json.dumps({"max_callback_ms": max(ms for label, ms, _ in rows if not label.startswith(("GET", "FIRST"))), "max_payload_kb": max(s for _, _, s in rows) / 1024}))
+
+
+if __name__ == "__main__":
+    main()
