@@ -204,8 +204,9 @@ class Job:
         read_cols = None if columns is None else sorted(set(columns) | {"start_ns", "dur_ns"})
         table = pq.read_table(self.cache_dir / file, columns=read_cols, filters=filters or None, memory_map=True)
         if offset:
+            index = table.schema.get_field_index("start_ns")
             start = pc.add(table.column("start_ns"), pa.scalar(offset, pa.int64()))
-            table = table.set_column(table.schema.get_field_index("start_ns"), "start_ns", start)
+            table = table.set_column(index, table.schema.field(index), start)  # keeps the field's not-null flag
         if "rank" in table.column_names:
             table = table.set_column(table.schema.get_field_index("rank"), "rank", pa.array(np.full(table.num_rows, rank, dtype=np.int32)))
         if start_ns is not None:

@@ -35,6 +35,7 @@ def _parse_faults(values: tuple[str, ...]) -> tuple[faults.Fault, ...]:
 @click.option("--layers", type=click.IntRange(min=1), default=24, show_default=True, help="Transformer layers (LLM).")
 @click.option("--hidden", type=click.IntRange(min=64), default=2048, show_default=True, help="Hidden size (LLM).")
 @click.option("--seq-len", type=click.IntRange(min=16), default=2048, show_default=True, help="Sequence length (LLM).")
+@click.option("--vocab", type=click.IntRange(min=256), default=50304, show_default=True, help="Vocabulary size (LLM): sets the embedding and LM-head cost of the first and last stage.")
 @click.option("--experts", type=click.IntRange(min=0), default=0, show_default=True, help="Experts per MoE layer (0: 2 x ep when --ep > 1, else dense).")
 @click.option("--inject", "injects", multiple=True, metavar="KIND:key=val,...", help=f"Inject a fault (repeatable). Kinds: {', '.join(faults.KINDS)}. Examples: {faults.HELP}")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default=None, help="Output format  [default: ascend for 910b, kineto for GPUs]")
@@ -44,7 +45,7 @@ def _parse_faults(values: tuple[str, ...]) -> tuple[faults.Fault, ...]:
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), required=True, help="Job folder to write (created; earlier simulator output in it is replaced).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def simulate(model: str, device: str, dp: int, tp: int, pp: int, ep: int, schedule: str, virtual_stages: int, microbatches: int | None,
-             steps: int, layers: int, hidden: int, seq_len: int, experts: int, injects: tuple[str, ...], fmt: str | None, gzip_: bool,
+             steps: int, layers: int, hidden: int, seq_len: int, vocab: int, experts: int, injects: tuple[str, ...], fmt: str | None, gzip_: bool,
              jitter: float, seed: int, output: Path, quiet: bool) -> None:
     """Simulate a distributed training job and write one trace per rank plus ground_truth.json.
 
@@ -53,7 +54,7 @@ def simulate(model: str, device: str, dp: int, tp: int, pp: int, ep: int, schedu
     """
     config = SimConfig(
         output=output, model=model, device=device, dp=dp, tp=tp, pp=pp, ep=ep, schedule=schedule, virtual_stages=virtual_stages,
-        microbatches=microbatches, steps=steps, layers=layers, hidden=hidden, seq_len=seq_len, experts=experts,
+        microbatches=microbatches, steps=steps, layers=layers, hidden=hidden, seq_len=seq_len, vocab=vocab, experts=experts,
         faults=_parse_faults(injects), format=fmt or ("ascend" if device == "910b" else "kineto"), gzip=gzip_, jitter=jitter, seed=seed,
     )
     try:

@@ -24,7 +24,7 @@ SAMPLES: dict[str, tuple[str, str]] = {
     "npu_pangu_pipeline_stage_imbalance": (
         "NPU (Ascend 910B) PanGu-like pipeline, PP4: stage 0 holds 4 of 8 layers, the others wait for it",
         "--model llm --device 910b --pp 4 --schedule 1f1b --microbatches 4 --steps 2 --layers 8 --hidden 1024 --seq-len 512 "
-        "--inject stage_imbalance:layers=4/2/1/1 --format ascend --seed 2",
+        "--vocab 8192 --inject stage_imbalance:layers=4/2/1/1 --format ascend --seed 2",
     ),
     "npu_slow_link": (
         "NPU (Ascend 910B) LLM, DP4: the link between ranks 1 and 2 runs 6x slower, slowing every gradient all-reduce",
@@ -38,7 +38,7 @@ SAMPLES: dict[str, tuple[str, str]] = {
     "gpu_llm_fault_free": (
         "GPU (H100) LLM, DP2 x TP2 x PP2, interleaved 1F1B with 2 virtual stages; no fault (jitter only)",
         "--model llm --device h100 --dp 2 --tp 2 --pp 2 --schedule interleaved --virtual-stages 2 --microbatches 4 --steps 2 "
-        "--layers 8 --hidden 1024 --seq-len 1024 --gzip --seed 5",
+        "--layers 8 --hidden 1024 --seq-len 1024 --vocab 8192 --gzip --seed 5",
     ),
     "gpu_moe_expert_imbalance": (
         "GPU (H100) MoE LLM, DP4 x EP4 x TP2: expert-parallel rank 0 receives 3x its share of tokens",

@@ -106,3 +106,15 @@ def test_recovers_the_simulators_clock_skew_across_nodes(tmp_path: Path, fmt: st
     for rank, offset in offsets.items():
         expected = -SHIFT_NS if rank in skewed else 0
         assert abs(offset - expected) < 50_000, (rank, offset)
+
+
+@pytest.mark.real
+def test_events_of_all_ranks_load_when_offsets_were_applied(tmp_path: Path) -> None:
+    folder = shared_path("gpu", "hta_sampled_128rank_job")
+    shutil.copy(folder / "sampled_rank-0.json.gz", tmp_path / "sampled_rank-0.json.gz")
+    shifted_copy(folder / "sampled_rank-1.json.gz", tmp_path / "sampled_rank-1.json.gz", SHIFT_NS // 1000)
+    job = paradiag.open(tmp_path)
+    assert job.ranks.column("clock_offset_ns")[1].as_py() != 0
+    events = job.events()
+    assert events.num_rows == sum(job.ranks.column("num_events").to_pylist())
+    assert events.schema == job.events(ranks=[0]).schema
