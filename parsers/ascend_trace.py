@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Union
 
 import msgspec
 import numpy as np
@@ -51,16 +51,43 @@ class Args(msgspec.Struct, gc=False, frozen=True):
     link_type: str | None = msgspec.field(default=None, name="link type")
 
 
-class Event(msgspec.Struct, gc=False):
-    ph: str = ""
+class Complete(msgspec.Struct, gc=False, tag="X", tag_field="ph"):
+    """A complete (``X``) event. The decoder picks the Struct by ``ph``: each kind decodes only what it needs,
+    and the counters (``C``, often half the file) decode to empty objects."""
+
     name: str = ""
     cat: str | None = None
     pid: Value = None
     tid: Value = None
     ts: Value = None
     dur: Value = None
-    id: Value = None
     args: Args = Args()
+
+
+class FlowStart(msgspec.Struct, gc=False, tag="s", tag_field="ph"):
+    cat: str | None = None
+    pid: Value = None
+    tid: Value = None
+    ts: Value = None
+    id: Value = None
+    start: ClassVar[bool] = True
+
+
+class FlowEnd(FlowStart, tag="f"):
+    start: ClassVar[bool] = False
+
+
+class Metadata(msgspec.Struct, gc=False, tag="M", tag_field="ph"):
+    name: str = ""
+    pid: Value = None
+    tid: Value = None
+    args: Args = Args()
+
+
+# Every other Chrome-trace phase: decoded to an empty object. An unknown phase (or none) fails validation and
+# the slice is read with the loose decoder, which keeps ``ph`` as a field.
+_SKIPPED = tuple(msgspec.defstruct(f"Skipped{ord(t)}", [], tag=t, tag_field="ph", gc=False) for t in "BEiICbnetPONDVvRc()")
+Event = Union[Complete, FlowStart, FlowEnd, Metadata, *_SKIPPED]  # type: ignore[valid-type]
 
 
 class LooseArgs(msgspec.Struct, gc=False, frozen=True):
@@ -93,7 +120,7 @@ class LooseEvent(msgspec.Struct, gc=False):
     args: LooseArgs = LooseArgs()
 
 
-DECODER = msgspec.json.Decoder(list[Event])
+DECODER: msgspec.json.Decoder[Any] = msgspec.json.Decoder(list[Event])
 LOOSE_DECODER = msgspec.json.Decoder(list[LooseEvent])
 _NPU_LABEL = re.compile(r"^NPU\s*(\d+)$")
 _US_TEXT = r"^\s*(?P<sign>-?)(?P<whole>\d+)(?:\.(?P<frac>\d*))?\s*$"
@@ -293,13 +320,20 @@ class TraceColumns:
     warnings: list[str] = field(default_factory=list)
 
     def add(self, events: list[Any]) -> None:
-        self.layout.update(e for e in events if e.ph == "M")
-        complete = [e for e in events if e.ph == "X"]
+        if events and type(events[0]) is LooseEvent:  # a slice read leniently: its events carry ``ph``
+            self.layout.update(e for e in events if e.ph == "M")
+            complete = [e for e in events if e.ph == "X"]
+            flows = [e for e in events if e.ph == "s" or e.ph == "f"]
+            starts = [e.ph == "s" for e in flows]
+        else:
+            self.layout.update(e for e in events if type(e) is Metadata)
+            complete = [e for e in events if type(e) is Complete]
+            flows = [e for e in events if type(e) is FlowStart or type(e) is FlowEnd]
+            starts = [e.start for e in flows]
         if complete:
             self._add_complete(complete)
-        flows = [e for e in events if e.ph == "s" or e.ph == "f"]
         if flows:
-            self._add_flows(flows)
+            self._add_flows(flows, starts)
 
     def _put(self, parts: dict[str, list[pa.Array]], key: str, array: pa.Array) -> None:
         parts.setdefault(key, []).append(array)
@@ -353,9 +387,9 @@ class TraceColumns:
             present = pc.or_(present, pc.is_valid(batch.column(key)))
         self.rare.append(batch.filter(present))
 
-    def _add_flows(self, flows: list[Any]) -> None:
+    def _add_flows(self, flows: list[Any], starts: list[bool]) -> None:
         f = self.flows
-        self._put(f, "start", pa.array([e.ph == "s" for e in flows], type=pa.bool_()))
+        self._put(f, "start", pa.array(starts, type=pa.bool_()))
         self._put(f, "cat", optional_text(list(map(_get["cat"], flows))))
         self._put(f, "id", pa.array([_id_text(e.id) for e in flows], type=pa.string()))
         self._put(f, "pid", int_column(list(map(_get["pid"], flows))))
