@@ -31,7 +31,8 @@ def _instance_key(rank: int, coll: str, group: str, step: int, seq: int, peer: i
     if coll in ("send", "recv"):
         if peer is None:
             return None
-        return ("p2p", group, step, min(rank, peer), max(rank, peer), seq)
+        src, dst = (rank, peer) if coll == "send" else (peer, rank)
+        return ("p2p", group, step, src, dst, seq)
     return (group, coll, step, seq)
 
 

@@ -75,7 +75,7 @@ EVENTS = pa.schema(
         pa.field("group_ranks", DICT16),  # the group's global ranks, "0,1,2,3"
         pa.field("peer", pa.int32()),  # the other rank of a send/recv
         pa.field("bytes", pa.int64()),  # payload of this rank's part of the collective / copy
-        pa.field("seq", pa.int16()),  # per (group[, peer], step) order on this rank: matches instances across ranks
+        pa.field("seq", pa.int16()),  # order per (group, step) on this rank; send/recv: per (peer, direction)
     ],
     metadata={"paradiag.schema_version": str(SCHEMA_VERSION), "paradiag.table": "events"},
 )

@@ -194,7 +194,8 @@ def step_of(times_ns: np.ndarray, step_starts: np.ndarray, step_ends: np.ndarray
 
 def sequence_numbers(events: pa.Table) -> pa.Array:
     """The ``seq`` column: each device-side communication event's order among the rank's events of the same
-    group (and peer, for p2p) within the same step (work outside any step counts as one more step, -1);
+    group within the same step; for send/recv, among the sends to (receives from) the same peer, so that the
+    k-th send from a to b is the k-th receive at b from a (work outside any step counts as one more step, -1);
     null for other events."""
     n = events.num_rows
     is_comm = schema.in_values(events.column("kind"), [schema.COMMUNICATION])
@@ -211,7 +212,8 @@ def sequence_numbers(events: pa.Table) -> pa.Array:
         order = np.lexsort((starts, step[idx]))
         counters: dict[tuple[Any, ...], int] = {}
         for j in order:
-            key = (group[j], peer[j] if coll[j] in schema.P2P_COLLECTIVES else None, int(step[idx[j]]))
+            p2p = coll[j] in schema.P2P_COLLECTIVES
+            key = (group[j], peer[j] if p2p else None, coll[j] if p2p else None, int(step[idx[j]]))
             counters[key] = counters.get(key, -1) + 1
             seq[idx[j]] = counters[key]
     return pa.array(np.minimum(seq, 2**15 - 1), type=pa.int16(), mask=seq < 0)
