@@ -1,0 +1,215 @@
+"""Comparing two runs: what got slower or faster, where, and which findings appeared or disappeared.
+
+Pure functions over two ``paradiag.report/1`` documents and the two jobs' per-operator figures. Ranks are matched
+by rank id, stages by index, operators by name (and, across formats, where names cannot match, by category).
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from paradiag import schema
+
+if TYPE_CHECKING:
+    from paradiag.analysis.frame import Frame
+
+COMPARE_SCHEMA = "paradiag.compare/1"
+TOP = 10
+NOISE_PCT = 2.0  # changes smaller than this are jitter, not a change
+
+# Operator categories, to compare GPU kernels with NPU kernels of the same model (first match wins).
+CATEGORIES = (
+    ("attention", re.compile(r"attention|flash|fmha|softmax|sdpa", re.I)),
+    ("matmul", re.compile(r"gemm|matmul|\bmm\b|aten::mm|aten::bmm|aten::addmm|cublas|cutlass|sm\d+_xmma|MatMul|BatchMatMul|conv", re.I)),
+    ("norm", re.compile(r"norm", re.I)),
+    ("embedding", re.compile(r"embedding|gather", re.I)),
+    ("optimizer", re.compile(r"adam|sgd|optimizer|multi_tensor", re.I)),
+    ("elementwise", re.compile(r"elementwise|add|mul|gelu|silu|relu|dropout|cast|copy|fill|vectorized", re.I)),
+)
+
+
+def category_of(name: str) -> str:
+    """A coarse operator category that means the same on GPU and NPU."""
+    for category, pattern in CATEGORIES:
+        if pattern.search(name):
+            return category
+    return "other compute"
+
+
+def operator_times(frame: Frame, steps: int) -> dict[str, dict[str, Any]]:
+    """Per compute kernel name: device time per step summed over ranks, calls per step, its category and its
+    position (median order of first appearance within a step)."""
+    compute = frame.of_kind(schema.COMPUTE)
+    if len(compute) == 0:
+        return {}
+    dur = compute.end - compute.start
+    per_name = np.bincount(compute.name, weights=dur, minlength=len(frame.names))
+    calls = np.bincount(compute.name, minlength=len(frame.names))
+    order = np.lexsort((compute.start, compute.step, compute.rank))
+    first_seen: dict[int, int] = {}
+    for position, code in enumerate(compute.name[order][: 20000].tolist()):
+        first_seen.setdefault(code, position)
+    steps = max(steps, 1)
+    return {
+        frame.names[code]: {
+            "time_ns_per_step": float(per_name[code]) / steps,
+            "calls_per_step": float(calls[code]) / steps,
+            "category": category_of(frame.names[code]),
+            "position": first_seen.get(code),
+        }
+        for code in np.flatnonzero(calls).tolist()
+    }
+
+
+def by_category(ops: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for op in ops.values():
+        entry = out.setdefault(op["category"], {"time_ns_per_step": 0.0, "calls_per_step": 0.0, "category": op["category"], "position": None})
+        entry["time_ns_per_step"] += op["time_ns_per_step"]
+        entry["calls_per_step"] += op["calls_per_step"]
+    return out
+
+
+def delta(base: float | None, cand: float | None) -> dict[str, Any]:
+    """Both values and the relative change (percent of the baseline)."""
+    pct = None if not base or cand is None else round(100.0 * (cand - base) / base, 2)
+    return {"baseline": base, "candidate": cand, "delta_pct": pct}
+
+
+def _median_step(report: dict[str, Any]) -> float | None:
+    value = report["metrics"].get("step_time_ns", {}).get("median")
+    return float(value) if value is not None else None
+
+
+def rank_deltas(base: dict[str, Any], cand: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per rank present in both runs: step time and breakdown changes."""
+    cand_by_rank = {r["rank"]: r for r in cand["ranks"]}
+    out = []
+    for b in base["ranks"]:
+        c = cand_by_rank.get(b["rank"])
+        if c is None:
+            continue
+        row: dict[str, Any] = {"rank": b["rank"]}
+        row["step_time_ns"] = delta(_get(b, "step_time_ns", "median"), _get(c, "step_time_ns", "median"))
+        for key in ("compute_ns", "comm_exposed_ns", "idle_ns", "window_ns"):
+            row[key] = delta(_get(b, "breakdown", key), _get(c, "breakdown", key))
+        out.append(row)
+    return out
+
+
+def _get(entry: dict[str, Any], section: str, key: str) -> float | None:
+    part = entry.get(section)
+    value = part.get(key) if isinstance(part, dict) else None
+    return float(value) if value is not None else None
+
+
+def stage_deltas(base: dict[str, Any], cand: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per pipeline stage present in both runs: compute per micro-batch."""
+    b_stages = (base["metrics"].get("pipeline") or {}).get("stages") or []
+    c_stages = {s["stage"]: s for s in (cand["metrics"].get("pipeline") or {}).get("stages") or []}
+    return [
+        {
+            "stage": s["stage"],
+            "ranks": s.get("ranks"),
+            "compute_per_micro_batch_ns": delta(s.get("compute_per_micro_batch_ns"), c_stages[s["stage"]].get("compute_per_micro_batch_ns")),
+        }
+        for s in b_stages
+        if s["stage"] in c_stages
+    ]
+
+
+def operator_deltas(base_ops: dict[str, dict[str, Any]], cand_ops: dict[str, dict[str, Any]], same_format: bool) -> dict[str, Any]:
+    """Operators that got slower or faster, by name within a format, by category across formats."""
+    if not same_format or not set(base_ops) & set(cand_ops):
+        base_ops, cand_ops, matched_by = by_category(base_ops), by_category(cand_ops), "category"
+    else:
+        matched_by = "name"
+    rows: list[dict[str, Any]] = []
+    for name in set(base_ops) | set(cand_ops):
+        b, c = base_ops.get(name), cand_ops.get(name)
+        b_time = b["time_ns_per_step"] if b else 0.0
+        c_time = c["time_ns_per_step"] if c else 0.0
+        rows.append(
+            {
+                "operator": name,
+                "category": (b or c or {}).get("category"),
+                "position": (b or c or {}).get("position"),
+                "time_ns_per_step": delta(b_time, c_time),
+                "change_ns_per_step": c_time - b_time,
+                "only_in": None if b and c else ("candidate" if c else "baseline"),
+            }
+        )
+    rows.sort(key=lambda r: -abs(r["change_ns_per_step"]))
+    return {
+        "matched_by": matched_by,
+        "slower": [r for r in rows if r["change_ns_per_step"] > 0][:TOP],
+        "faster": [r for r in rows if r["change_ns_per_step"] < 0][:TOP],
+    }
+
+
+def _finding_key(f: dict[str, Any]) -> tuple[str, str]:
+    culprit = f.get("culprit") or {}
+    return f["kind"], repr(sorted((k, repr(v)) for k, v in culprit.items()))
+
+
+def finding_changes(base: dict[str, Any], cand: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    b_keys = {_finding_key(f): f for f in base["findings"]}
+    c_keys = {_finding_key(f): f for f in cand["findings"]}
+    return {
+        "appeared": [f for k, f in c_keys.items() if k not in b_keys],
+        "disappeared": [f for k, f in b_keys.items() if k not in c_keys],
+        "persisting": [f for k, f in c_keys.items() if k in b_keys],
+    }
+
+
+def top_change(step: dict[str, Any], ranks: list[dict[str, Any]], findings: dict[str, list[dict[str, Any]]], operators: dict[str, Any]) -> dict[str, Any]:
+    """The one change to look at first: a finding that appeared, else the rank that slowed most, else the
+    operator that slowed most; ``None`` kind when nothing moved beyond noise."""
+    if findings["appeared"]:
+        f = max(findings["appeared"], key=lambda x: x.get("impact_pct", 0))
+        return {"kind": f["kind"], "culprit": f.get("culprit"), "evidence": f"new finding: {f.get('evidence', f['kind'])}"}
+    if findings["disappeared"] and (step["delta_pct"] or 0) < -NOISE_PCT:
+        f = max(findings["disappeared"], key=lambda x: x.get("impact_pct", 0))
+        return {"kind": f["kind"], "culprit": f.get("culprit"), "evidence": f"fixed: {f.get('evidence', f['kind'])}"}
+    slowed = [r for r in ranks if (r["compute_ns"]["delta_pct"] or 0) > NOISE_PCT]
+    if slowed:
+        r = max(slowed, key=lambda x: x["compute_ns"]["delta_pct"])
+        return {"kind": "rank_slower", "culprit": {"ranks": [r["rank"]]}, "evidence": f"rank {r['rank']} computes {r['compute_ns']['delta_pct']:+.1f}% more"}
+    if operators["slower"]:
+        op = operators["slower"][0]
+        pct = op["time_ns_per_step"]["delta_pct"]
+        if pct is None or pct > NOISE_PCT:
+            return {"kind": "operator_slower", "culprit": {"operator": op["operator"]}, "evidence": f"{op['operator']} takes {op['change_ns_per_step'] / 1e6:+.2f} ms per step"}
+    return {"kind": None, "culprit": None, "evidence": "no change beyond noise"}
+
+
+def _facts(report: dict[str, Any]) -> dict[str, Any]:
+    job = report["job"]
+    return {k: job.get(k) for k in ("source", "content_hash", "formats", "device_type", "num_ranks", "world_size")}
+
+
+def compare(base: dict[str, Any], cand: dict[str, Any], base_ops: dict[str, dict[str, Any]], cand_ops: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The ``paradiag.compare/1`` document for a baseline and a candidate run."""
+    same_format = base["job"].get("device_type") == cand["job"].get("device_type")
+    step = delta(_median_step(base), _median_step(cand))
+    ranks = rank_deltas(base, cand)
+    findings = finding_changes(base, cand)
+    operators = operator_deltas(base_ops, cand_ops, same_format)
+    compute_b = [r["compute_ns"]["baseline"] for r in ranks if r["compute_ns"]["baseline"] is not None]
+    compute_c = [r["compute_ns"]["candidate"] for r in ranks if r["compute_ns"]["candidate"] is not None]
+    return {
+        "schema": COMPARE_SCHEMA,
+        "baseline": _facts(base),
+        "candidate": _facts(cand),
+        "step_time_ns": step,
+        "compute_ns_median_rank": delta(statistics.median(compute_b) if compute_b else None, statistics.median(compute_c) if compute_c else None),
+        "ranks": ranks,
+        "stages": stage_deltas(base, cand),
+        "operators": operators,
+        "findings": findings,
+        "top_change": top_change(step, ranks, findings, operators),
+    }

@@ -1,0 +1,118 @@
+"""``paradiag snapshot`` (one self-contained HTML report plus a JSON verdict, for CI) and ``paradiag compare``.
+
+The snapshot draws the dashboard's own figures (``paradiag.app.figures``, fed by ``paradiag.app.data``), so a
+static page and the live app never disagree; plotly.js is embedded once and the page needs no network.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from paradiag import gate
+from paradiag.commands import path_argument, strict_option, workers_option
+from paradiag.dataset import Job, JobError, open_job
+
+
+def _open(path: Path, cache: Path | None, strict: bool, workers: int | None) -> Job:
+    try:
+        return open_job(path, cache, strict=strict, workers=workers)
+    except JobError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(gate.EXIT_ERROR)
+
+
+def _json(doc: Any) -> str:
+    return json.dumps(doc, indent=1, default=lambda v: v.item() if hasattr(v, "item") else str(v))
+
+
+@click.command()
+@path_argument
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=Path("report.html"), show_default=True, help="The HTML report to write.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the paradiag.report/1 verdict JSON here.")
+@click.option("--fail-on", "fail_on", default=None, metavar="EXPR", help="Exit 3 when a condition holds, e.g. 'stage_imbalance>1.15,bubble_ratio>0.3,finding:slow_link'. Names: " + ", ".join(gate.ALIASES) + ", or a dotted path into the report; finding:KIND[>=low|medium|high]; finding:any.")
+@click.option("--cache", type=click.Path(path_type=Path), default=None, help="Cache folder (default: $PARADIAG_CACHE_DIR or ~/.cache/paradiag/...).")
+@strict_option
+@workers_option
+def snapshot(path: Path, output: Path, json_path: Path | None, fail_on: str | None, cache: Path | None, strict: bool, workers: int | None) -> None:
+    """Write a self-contained HTML report of PATH (works offline) and, with --json, the verdict JSON.
+
+    Exit codes: 0 all good, 1 the job could not be read, 2 bad usage or --fail-on expression,
+    3 a --fail-on condition was crossed (the reasons are printed)."""
+    from paradiag.analysis.report import build_report
+    from paradiag.static import render_snapshot
+
+    if fail_on is not None:
+        try:
+            gate.parse(fail_on)
+        except gate.GateError as exc:
+            raise click.UsageError(str(exc)) from exc
+    job = _open(path, cache, strict, workers)
+    report = build_report(job)
+    outcomes = gate.evaluate(report, fail_on) if fail_on else []
+    report["verdict"] = {
+        "fail_on": fail_on,
+        "passed": not any(o.crossed for o in outcomes),
+        "conditions": [o.__dict__ for o in outcomes],
+    }
+    output.write_text(render_snapshot(job, report), encoding="utf-8")
+    if json_path is not None:
+        json_path.write_text(_json(report), encoding="utf-8")
+    click.echo(f"wrote {output} ({output.stat().st_size / 1e6:.1f} MB)" + (f" and {json_path}" if json_path else ""))
+    for o in outcomes:
+        click.echo(f"{'FAIL' if o.crossed else 'ok  '} {o.condition}: {o.reason}")
+    if not report["verdict"]["passed"]:
+        sys.exit(gate.EXIT_GATE)
+
+
+@click.command()
+@click.argument("baseline", type=click.Path(exists=True, path_type=Path))
+@click.argument("candidate", type=click.Path(exists=True, path_type=Path))
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write an HTML diff report here.")
+@click.option("--json", "as_json", is_flag=True, help="Print the paradiag.compare/1 JSON document.")
+@strict_option
+def compare(baseline: Path, candidate: Path, output: Path | None, as_json: bool, strict: bool) -> None:
+    """Compare two runs: step time and breakdown per rank and stage, operators that got slower or faster,
+    findings that appeared or disappeared, and the top change. Works across GPU and NPU runs of one model
+    (operators are then matched by category)."""
+    from paradiag.analysis.compare import compare as compare_reports
+    from paradiag.analysis.compare import operator_times
+    from paradiag.analysis.frame import job_frame
+    from paradiag.analysis.report import build_report
+
+    docs = []
+    for path in (baseline, candidate):
+        job = _open(path, None, strict, None)
+        steps = len(set(job.steps.column("step").to_pylist()))
+        docs.append((build_report(job), operator_times(job_frame(job), steps)))
+    result = compare_reports(docs[0][0], docs[1][0], docs[0][1], docs[1][1])
+    if output is not None:
+        from paradiag.static import render_compare
+
+        output.write_text(render_compare(result), encoding="utf-8")
+    if as_json:
+        click.echo(_json(result))
+        return
+    top = result["top_change"]
+    step = result["step_time_ns"]
+    click.echo(f"step time {_ms(step['baseline'])} -> {_ms(step['candidate'])} ms ({_pct(step['delta_pct'])})")
+    click.echo(f"top change: {top['evidence']}" + (f" [{top['kind']}: {top['culprit']}]" if top["kind"] else ""))
+    for f in result["findings"]["appeared"]:
+        click.echo(f"+ {f['kind']}: {f.get('evidence', '')}")
+    for f in result["findings"]["disappeared"]:
+        click.echo(f"- {f['kind']}: {f.get('evidence', '')}")
+    for op in result["operators"]["slower"][:5]:
+        click.echo(f"slower {html.unescape(op['operator'])[:60]}: {op['change_ns_per_step'] / 1e6:+.3f} ms/step")
+
+
+def _ms(ns: float | None) -> str:
+    return "-" if ns is None else f"{ns / 1e6:.2f}"
+
+
+def _pct(p: float | None) -> str:
+    return "-" if p is None else f"{p:+.1f}%"

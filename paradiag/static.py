@@ -1,0 +1,202 @@
+"""Static, self-contained HTML pages: the CI snapshot of one job and the diff of two runs.
+
+Figures come from the dashboard's own builders and data functions; this module only lays them out. plotly.js is
+embedded once in a ``<script>`` tag, so a page opens from disk with no server and no network.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import TYPE_CHECKING, Any
+
+import plotly.graph_objects as go
+import plotly.io as pio
+from plotly.offline import get_plotlyjs
+
+if TYPE_CHECKING:
+    from paradiag.dataset import Job
+
+# The snapshot of a 64-rank job must stay under 10 MB: figures are aggregated to screen resolution.
+TIMELINE_PIXELS = 1400
+TIMELINE_MAX_PRIMITIVES = 12_000
+TIMELINE_MAX_RANKS = 16
+MAREY_MERGE_FRAC = 0.01  # neighbouring bands closer than 1% of the step merge (the live view refines on zoom)
+FIGURE_CONFIG = {"displaylogo": False, "responsive": True}
+
+STYLE = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#222;background:#fafafa}
+header{background:#1f2a44;color:#fff;padding:14px 24px}
+header h1{margin:0;font-size:20px} header p{margin:4px 0 0;opacity:.85;font-size:13px}
+main{padding:12px 24px;max-width:1400px}
+section{background:#fff;border:1px solid #e3e3e3;border-radius:6px;padding:10px 16px;margin:14px 0}
+h2{font-size:16px;margin:4px 0 8px}
+table{border-collapse:collapse;font-size:12px} td,th{border-bottom:1px solid #eee;padding:3px 8px;text-align:right}
+th{background:#f3f3f3} td:first-child,th:first-child{text-align:left}
+.high{color:#b30000;font-weight:600}.medium{color:#b36b00;font-weight:600}.low{color:#555}
+.pass{color:#1a7f37;font-weight:700}.fail{color:#b30000;font-weight:700}
+li{margin:3px 0;font-size:13px}
+"""
+
+
+def _figure(fig: go.Figure) -> str:
+    return pio.to_html(fig, full_html=False, include_plotlyjs=False, config=FIGURE_CONFIG)
+
+
+def _page(title: str, subtitle: str, sections: list[tuple[str, str]]) -> str:
+    body = "".join(f"<section><h2>{html.escape(name)}</h2>{content}</section>" for name, content in sections)
+    return (
+        "<!DOCTYPE html><html><head><meta charset='utf-8'>"
+        f"<title>{html.escape(title)}</title><style>{STYLE}</style>"
+        f"<script type='text/javascript'>{get_plotlyjs()}</script></head><body>"
+        f"<header><h1>{html.escape(title)}</h1><p>{html.escape(subtitle)}</p></header><main>{body}</main></body></html>"
+    )
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _ms(ns: float | None) -> str:
+    return "-" if ns is None else f"{ns / 1e6:.2f}"
+
+
+def _findings(report: dict[str, Any]) -> str:
+    if not report["findings"]:
+        return "<p>No finding above the threshold.</p>"
+    items = "".join(
+        f"<li><span class='{html.escape(str(f.get('severity', 'low')))}'>{html.escape(f['kind'])}</span> "
+        f"(~{f.get('impact_pct', 0):.1f}% of the step): {html.escape(str(f.get('evidence', '')))}</li>"
+        for f in report["findings"]
+    )
+    return f"<ol>{items}</ol>"
+
+
+def _verdict(report: dict[str, Any]) -> str:
+    verdict = report.get("verdict") or {}
+    if not verdict.get("fail_on"):
+        return ""
+    status = "<span class='pass'>PASSED</span>" if verdict["passed"] else "<span class='fail'>FAILED</span>"
+    items = "".join(f"<li>{'FAIL' if c['crossed'] else 'ok'}: <code>{html.escape(c['condition'])}</code> {html.escape(c['reason'])}</li>" for c in verdict["conditions"])
+    return f"<p>{status} <code>--fail-on {html.escape(verdict['fail_on'])}</code></p><ul>{items}</ul>"
+
+
+def _rank_table(report: dict[str, Any]) -> str:
+    rows = []
+    for r in report["ranks"]:
+        b = r.get("breakdown") or {}
+        st = r.get("step_time_ns") or {}
+        rows.append(
+            [r["rank"], _ms(st.get("median")), _ms(b.get("compute_ns")), _ms(b.get("comm_exposed_ns")), _ms(b.get("idle_ns")), _ms(r.get("wait_ns")), _ms(r.get("caused_wait_ns"))]
+        )
+    return _table(["rank", "step ms (median)", "compute ms", "exposed comm ms", "idle ms", "waited ms", "made others wait ms"], rows)
+
+
+def _stage_table(report: dict[str, Any]) -> str:
+    pipeline = report["metrics"].get("pipeline") or {}
+    stages = pipeline.get("stages") or []
+    if not stages:
+        return "<p>No pipeline stages in this job.</p>"
+    rows = [[s["stage"], ", ".join(map(str, s.get("ranks", []))), _ms(s.get("compute_per_micro_batch_ns")), s.get("bubble_ratio")] for s in stages]
+    summary = (
+        f"<p>imbalance {pipeline.get('imbalance')}, bottleneck stage {pipeline.get('bottleneck_stage')}, bubble ratio measured "
+        f"{pipeline.get('bubble_ratio_measured')} vs theoretical {pipeline.get('bubble_ratio_theoretical')} ({html.escape(str(pipeline.get('schedule')))})</p>"
+    )
+    return summary + _table(["stage", "ranks", "compute per micro-batch ms", "bubble ratio"], rows)
+
+
+def _job_subtitle(report: dict[str, Any]) -> str:
+    job = report["job"]
+    layout = job.get("parallel_layout") or {}
+    mesh = " x ".join(f"{k}{v}" for k, v in layout.items() if k in ("dp", "tp", "pp", "ep") and v)
+    median = report["metrics"].get("step_time_ns", {}).get("median")
+    return (
+        f"{job['num_ranks']} ranks of {job['world_size']} · {job['device_type']} · {', '.join(job['formats'])} · layout {mesh or 'unknown'} "
+        f"· steps {len(job['steps'])} · median step {_ms(median)} ms · {len(report['findings'])} findings"
+    )
+
+
+def render_snapshot(job: Job, report: dict[str, Any]) -> str:
+    """The snapshot page of one job: summary, findings, heatmap, Marey graph and timeline of the slowest step,
+    stage and rank tables, communication matrix."""
+    from paradiag.app.data.comm import as_grid, matrix
+    from paradiag.app.data.common import slowest_step, step_span
+    from paradiag.app.data.marey import marey_data
+    from paradiag.app.data.overview import METRICS, heatmap_rows, overview
+    from paradiag.app.data.timeline import timeline_data
+    from paradiag.app.figures.comm import comm_figure
+    from paradiag.app.figures.heatmap import heatmap_figure
+    from paradiag.app.figures.marey import marey_figure
+    from paradiag.app.figures.timeline import timeline_figure
+
+    ov = overview(job)
+    sections = [("Verdict", _verdict(report))] if report.get("verdict", {}).get("fail_on") else []
+    sections.append(("Findings", _findings(report)))
+    sections.append(("Overview: step time per rank and step", _figure(heatmap_figure(heatmap_rows(ov, "step_ms"), ov["steps"], "step_ms", METRICS["step_ms"]))))
+    step = slowest_step(job)
+    if step is not None:
+        sections.append((f"Marey's graph of the slowest step ({step})", _figure(marey_figure(marey_data(job, step, None, merge_frac=MAREY_MERGE_FRAC)))))
+        ranks = _timeline_ranks(job, report)
+        window = step_span(job, step, ranks)
+        data = timeline_data(job, ranks, window, pixels=TIMELINE_PIXELS, max_primitives=TIMELINE_MAX_PRIMITIVES)
+        sections.append((f"Timeline of step {step} (ranks {_rank_list(ranks)})", _figure(timeline_figure(data))))
+    sections.append(("Pipeline stages", _stage_table(report)))
+    sections.append(("Ranks", _rank_table(report)))
+    comm = matrix(job)
+    grid = as_grid(comm, "bandwidth")
+    sections.append(("Communication matrix (bandwidth)", _figure(comm_figure(*grid, "bandwidth", comm["source"]))))
+    return _page(f"paradiag: {report['job']['source']}", _job_subtitle(report), sections)
+
+
+def _timeline_ranks(job: Job, report: dict[str, Any]) -> list[int]:
+    """All ranks when few; else the culprits of the findings first, then the others up to the limit."""
+    ranks = job.rank_ids
+    if len(ranks) <= TIMELINE_MAX_RANKS:
+        return ranks
+    culprits = [r for f in report["findings"] for r in (f.get("culprit") or {}).get("ranks", [])]
+    chosen = list(dict.fromkeys(culprits + ranks))[:TIMELINE_MAX_RANKS]
+    return sorted(chosen)
+
+
+def _rank_list(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks[:12])) + (" ..." if len(ranks) > 12 else "")
+
+
+def render_compare(doc: dict[str, Any]) -> str:
+    """The diff page of two runs: top change, findings that came and went, per-rank and operator changes."""
+    top = doc["top_change"]
+    step = doc["step_time_ns"]
+    findings = doc["findings"]
+    sections = [
+        ("Top change", f"<p><b>{html.escape(str(top['kind']))}</b> {html.escape(str(top.get('culprit')))}: {html.escape(top['evidence'])}</p>"),
+        (
+            "Findings",
+            "<ul>"
+            + "".join(f"<li>appeared: {html.escape(f['kind'])}: {html.escape(str(f.get('evidence', '')))}</li>" for f in findings["appeared"])
+            + "".join(f"<li>disappeared: {html.escape(f['kind'])}: {html.escape(str(f.get('evidence', '')))}</li>" for f in findings["disappeared"])
+            + "</ul>",
+        ),
+        ("Per rank", _compare_ranks(doc)),
+        ("Operators (matched by " + doc["operators"]["matched_by"] + ")", _compare_operators(doc)),
+    ]
+    subtitle = f"median step {_ms(step['baseline'])} -> {_ms(step['candidate'])} ms ({step['delta_pct']}%)"
+    return _page(f"paradiag compare: {doc['baseline']['source']} -> {doc['candidate']['source']}", subtitle, sections)
+
+
+def _compare_ranks(doc: dict[str, Any]) -> str:
+    ranks = doc["ranks"]
+    fig = go.Figure()
+    fig.add_bar(x=[str(r["rank"]) for r in ranks], y=[r["step_time_ns"]["delta_pct"] for r in ranks], name="step time")
+    fig.add_bar(x=[str(r["rank"]) for r in ranks], y=[r["compute_ns"]["delta_pct"] for r in ranks], name="compute")
+    fig.update_layout(barmode="group", height=320, yaxis_title="change (%)", xaxis_title="rank", margin={"t": 20})
+    rows = [[r["rank"], _ms(r["step_time_ns"]["baseline"]), _ms(r["step_time_ns"]["candidate"]), r["compute_ns"]["delta_pct"], r["idle_ns"]["delta_pct"]] for r in ranks]
+    return _figure(fig) + _table(["rank", "step ms before", "step ms after", "compute change %", "idle change %"], rows)
+
+
+def _compare_operators(doc: dict[str, Any]) -> str:
+    rows = [
+        [op["operator"][:80], op["category"], _ms(op["time_ns_per_step"]["baseline"]), _ms(op["time_ns_per_step"]["candidate"]), f"{op['change_ns_per_step'] / 1e6:+.3f}"]
+        for op in doc["operators"]["slower"] + doc["operators"]["faster"]
+    ]
+    return _table(["operator", "category", "ms/step before", "ms/step after", "change ms/step"], rows)
