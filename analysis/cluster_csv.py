@@ -23,18 +23,9 @@ import numpy as np
 import pyarrow as pa
 
 from paradiag.analysis.frame import robust_z
+from paradiag.parsers.ascend_common import STEP_TRACE_COLUMNS
 
-COLUMNS = {
-    "Computing": "computing_ns",
-    "Communication(Not Overlapped)": "communication_not_overlapped_ns",
-    "Overlapped": "overlapped_ns",
-    "Communication": "communication_ns",
-    "Free": "free_ns",
-    "Stage": "stage_ns",
-    "Bubble": "bubble_ns",
-    "Communication(Not Overlapped and Exclude Receive)": "communication_not_overlapped_exclude_receive_ns",
-    "Preparing": "preparing_ns",
-}
+COLUMNS = STEP_TRACE_COLUMNS  # the same columns as each rank's step_trace_time.csv
 
 
 def read_cluster_step_trace_time(path: str | Path) -> tuple[pa.Table, list[list[int]]]:

@@ -22,6 +22,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from paradiag.analysis.intervals import merge, union_length
+
 COLUMNS = (
     "computing_ns",
     "communication_not_overlapped_ns",
@@ -36,41 +38,6 @@ COLUMNS = (
 BREAKDOWN = pa.schema([("rank", pa.int32()), ("step", pa.int32()), *[(c, pa.int64()) for c in COLUMNS]])
 
 
-def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Merge intervals into disjoint sorted segments."""
-    if len(starts) == 0:
-        return starts, ends
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
-    reach = np.maximum.accumulate(e)
-    new = np.ones(len(s), dtype=bool)
-    new[1:] = s[1:] > reach[:-1]
-    seg_start = s[new]
-    last = np.flatnonzero(new)
-    seg_end = reach[np.append(last[1:] - 1, len(s) - 1)]
-    return seg_start, seg_end
-
-
-def covered(starts: np.ndarray, ends: np.ndarray) -> int:
-    s, e = union(starts, ends)
-    return int((e - s).sum())
-
-
-def intersection(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> int:
-    """Total length of the overlap of two sets of disjoint sorted segments."""
-    (a0, a1), (b0, b1) = a, b
-    total, i, j = 0, 0, 0
-    while i < len(a0) and j < len(b0):
-        lo, hi = max(a0[i], b0[j]), min(a1[i], b1[j])
-        if hi > lo:
-            total += int(hi - lo)
-        if a1[i] < b1[j]:
-            i += 1
-        else:
-            j += 1
-    return total
-
-
 def step_row(
     compute: tuple[np.ndarray, np.ndarray],
     comm: tuple[np.ndarray, np.ndarray],
@@ -78,10 +45,11 @@ def step_row(
     host_start: int | None,
 ) -> dict[str, Any]:
     """One step's breakdown from its compute and communication intervals (start, end arrays)."""
-    cu, co = union(*compute), union(*comm)
+    cu, co = merge(*compute), merge(*comm)
     computing = int((cu[1] - cu[0]).sum())
     communication = int((co[1] - co[0]).sum())
-    overlapped = intersection(cu, co)
+    # |C ∩ M| = |C| + |M| - |C ∪ M|
+    overlapped = computing + communication - union_length(np.concatenate((cu[0], co[0])), np.concatenate((cu[1], co[1])))
     firsts = [x[0].min() for x in (cu, co) if len(x[0])]
     lasts = [x[1].max() for x in (cu, co) if len(x[1])]
     span = int(max(lasts) - min(firsts)) if firsts else 0
