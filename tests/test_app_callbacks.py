@@ -68,7 +68,7 @@ def test_heatmap_click_selects_rank_and_step_and_views_follow(sel: dict[str, Any
     fig, info = render_timeline(new)
     assert info.startswith("ranks 5, 4, 6, 7")  # the rank, then its stage peers
     assert {r for t in fig.data if t.mode == "markers" for r in t.y} >= {0}
-    title, operators, breakdown, distribution, coll = render_detail(new)
+    title, operators, _breakdown, _distribution, coll = render_detail(new)
     assert title.startswith("rank 5, step 2")
     assert len(operators.data) == 2 and len(coll.data) == 2
 
@@ -77,7 +77,7 @@ def test_finding_click_selects_the_culprit(sel: dict[str, Any]) -> None:
     from paradiag.app.callbacks.header import summary
     from paradiag.app.callbacks.selection import select
 
-    facts, findings = summary(sel)
+    _facts, findings = summary(sel)
     assert findings and "slow_device" in str(findings[0])
     new = select({"type": ids.FINDING_BUTTON, "index": 0}, None, sel, "")
     assert new["ranks"] == [5]
