@@ -237,36 +237,48 @@ class EventColumns:
         self.blocks: list[dict[str, Any]] = []
 
     def add(self, **columns: Any) -> None:
+        """A block of events; a scalar (or None, for -1 / null) stands for the whole column of the block and is
+        expanded only when the column is built."""
         n = len(columns["start_ns"])
         if n == 0:
             return
         block = {k: columns.get(k) for k in (*self.NUMERIC, *self.TEXT, *self.COMM)}
-        for key in ("kind", "category"):
-            if isinstance(block[key], str):
-                block[key] = pa.repeat(pa.scalar(block[key], pa.string()), n)
-        for key in ("correlation", "launch_ns", "external_id"):
-            if block[key] is None:
-                block[key] = np.full(n, -1, dtype=np.int64)
-        for key in ("device", "track"):
-            if isinstance(block[key], int):
-                block[key] = np.full(n, block[key], dtype=np.int64)
-        for key in self.COMM:
-            if block[key] is None:
-                block[key] = pa.nulls(n, pa.int64() if key in self.INTEGER else pa.string())
+        block["n"] = n
         self.blocks.append(block)
+
+    def take(self, key: str) -> Any:
+        """:meth:`column`, handing the blocks' parts of it over (they are freed as the whole is built)."""
+        whole = self.column(key)
+        for block in self.blocks:
+            block[key] = None
+        return whole
 
     def column(self, key: str) -> Any:
         """A numeric column as an int64 numpy array; a text or communication column as an Arrow array."""
         if key in self.NUMERIC:
-            parts = [np.asarray(b[key], dtype=np.int64) for b in self.blocks]
+            parts = [self._numbers(b[key], b["n"]) for b in self.blocks]
             return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
         kind = pa.int64() if key in self.INTEGER else pa.string()
-        arrays = [b[key] if isinstance(b[key], pa.Array) else pa.array(b[key], type=kind) for b in self.blocks]
+        arrays = [self._values(b[key], b["n"], kind) for b in self.blocks]
         if key in self.INTEGER or not arrays:
             arrays = [a if a.type == kind else a.cast(kind) for a in arrays]
             return pa.concat_arrays(arrays) if arrays else pa.array([], type=kind)
         encoded = [a if isinstance(a, pa.DictionaryArray) else a.cast(pa.string()).dictionary_encode() for a in arrays]
         return compact(pa.chunked_array(encoded).unify_dictionaries().combine_chunks())
+
+    @staticmethod
+    def _numbers(values: Any, n: int) -> np.ndarray:
+        if values is None or isinstance(values, int):
+            return np.full(n, -1 if values is None else values, dtype=np.int64)
+        return np.asarray(values, dtype=np.int64)
+
+    @staticmethod
+    def _values(values: Any, n: int, kind: pa.DataType) -> pa.Array:
+        if values is None:
+            return pa.nulls(n, kind)
+        if isinstance(values, str):
+            return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int32)), pa.array([values]))
+        return values if isinstance(values, pa.Array) else pa.array(values, type=kind)
 
 
 def compact(column: pa.DictionaryArray) -> pa.DictionaryArray:
@@ -285,11 +297,11 @@ def finish(
 ) -> tuple[pa.Table, pa.Table]:
     """The canonical events (steps and seq filled) and steps tables of one rank. Steps come from the
     ProfilerStep#N annotations, or from ``spans`` (step, start, end) where the source has none (CANN msprof)."""
-    start = cols.column("start_ns")
-    dur = cols.column("dur_ns")
-    device = cols.column("device")
-    names = cols.column("name")
-    kinds = cols.column("kind")
+    start = cols.take("start_ns")
+    dur = cols.take("dur_ns")
+    device = cols.take("device")
+    names = cols.take("name")
+    kinds = cols.take("kind")
     n = len(start)
     step_rows, step_ids = _step_rows(names, device)
     order = np.argsort(start[step_rows], kind="stable")
@@ -300,7 +312,7 @@ def finish(
         step_ids = np.array([s[0] for s in spans], dtype=np.int64)
         s_start = np.array([s[1] for s in spans], dtype=np.int64)
         s_end = np.array([s[2] for s in spans], dtype=np.int64)
-    launch = cols.column("launch_ns")
+    launch = cols.take("launch_ns")
     step = step_of(np.where((device >= 0) & (launch >= 0), launch, start), s_start, s_end, step_ids)
     del launch
     if len(step_rows) == len(step_ids):
@@ -309,16 +321,16 @@ def finish(
     columns = {
         "rank": np.full(n, rank_id, dtype=np.int32),
         "device": device,
-        "track": np.clip(cols.column("track"), -(2**31), 2**31 - 1),
+        "track": np.clip(cols.take("track"), -(2**31), 2**31 - 1),
         "kind": kinds,
-        "category": cols.column("category"),
+        "category": cols.take("category"),
         "name": names,
         "start_ns": start,
         "dur_ns": dur,
         "step": step,
-        "correlation": _int32_or_none(cols.column("correlation")),
-        "external_id": _int32_or_none(cols.column("external_id")),
-        **{k: cols.column(k) for k in EventColumns.COMM},
+        "correlation": _int32_or_none(cols.take("correlation")),
+        "external_id": _int32_or_none(cols.take("external_id")),
+        **{k: cols.take(k) for k in EventColumns.COMM},
     }
     table = schema.build(schema.EVENTS, columns, n)
     table = table.set_column(table.schema.get_field_index("seq"), "seq", sequence_numbers(table))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +33,11 @@ __all__ = ["FORMAT", "detect", "parse", "read_csv", "read_csv_table", "ts_ns"]
 # ---- CSV and JSON deliverables -------------------------------------------------------------------------------
 
 
-def read_csv_table(path: Path, shown: Path, warnings: list[str]) -> pa.Table | None:
+def read_csv_table(path: Path, shown: Path, warnings: list[str], columns: Iterable[str] | None = None) -> pa.Table | None:
     """The CSV as a table of string columns named by their (stripped) headers, cells stripped of the tabs
     torch_npu appends for Excel; a truncated or malformed row is dropped with a warning. Arrow's reader, with
-    the Python one as the fallback for what it refuses (a quote left open, invalid UTF-8, duplicate headers)."""
+    the Python one as the fallback for what it refuses (a quote left open, invalid UTF-8, duplicate headers).
+    ``columns``: read only these (those present), e.g. 15 of kernel_details.csv's 46."""
     try:
         with open(path, encoding="utf-8-sig", errors="replace") as f:
             header = next(csv.reader([f.readline()]), [])
@@ -53,19 +55,22 @@ def read_csv_table(path: Path, shown: Path, warnings: list[str]) -> pa.Table | N
         return "skip"
 
     names = [h.strip() for h in header]
+    wanted = [n for n in names if columns is None or n in set(columns)]
     try:
         table = pacsv.read_csv(
             path,
             read_options=pacsv.ReadOptions(use_threads=False, column_names=names, skip_rows=1),
             parse_options=pacsv.ParseOptions(invalid_row_handler=skip),
-            convert_options=pacsv.ConvertOptions(column_types=dict.fromkeys(names, pa.string()), strings_can_be_null=False),
+            convert_options=pacsv.ConvertOptions(
+                column_types=dict.fromkeys(names, pa.string()), strings_can_be_null=False, include_columns=wanted
+            ),
         )
     except (pa.ArrowInvalid, pa.ArrowKeyError, ValueError):
         return _python_csv(path, shown, warnings)
     if len(set(names)) != len(names):
         return _python_csv(path, shown, warnings)
     warnings.extend(skipped)
-    return pa.table({n: pc.utf8_trim(table.column(n), " \t\r\n") for n in names})
+    return pa.table({n: pc.utf8_trim(table.column(n), " \t\r\n") for n in wanted})
 
 
 def _python_csv(path: Path, shown: Path, warnings: list[str]) -> pa.Table | None:
@@ -337,7 +342,7 @@ def _deliverables(
             ("op_statistic.csv", "op_statistic", op_statistic_table))  # fmt: skip
     for file, key, build in csvs:
         if (output / file).is_file():
-            table = read_csv_table(output / file, shown / file, warnings)
+            table = read_csv_table(output / file, shown / file, warnings, _KERNEL_COLUMNS if key == "kernels" else None)
             if table is not None and table.num_rows:
                 extra[key] = build(table, rank)
     op_group: dict[str, str] = {}
