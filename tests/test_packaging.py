@@ -37,7 +37,8 @@ def test_wheel_holds_one_top_level_package(wheel: Path) -> None:
     assert not any(n.startswith(("app/", "parsers/", "analysis/")) for n in names)
 
 
-def test_installed_cli_runs_from_another_directory(wheel: Path, tmp_path: Path) -> None:
+def test_installed_cli_runs_from_another_directory(wheel: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYTHONPATH", raising=False)  # the installed wheel, not a checkout on the path, must answer
     env_dir = tmp_path / "venv"
     # The venv sees the dependencies already installed here; paradiag itself comes from the wheel.
     venv.create(env_dir, with_pip=True, system_site_packages=True)
