@@ -5,6 +5,7 @@ process tree (the proportional set size, PSS, of the process and all its childre
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import threading
 import time
@@ -22,6 +23,7 @@ class Run:
     peak_pss_mb: float
     returncode: int
     output: str
+    cpu_seconds: float = 0.0  # user + system time of the whole process tree (steadier than wall time on a busy machine)
 
 
 def _children(pid: int) -> list[int]:
@@ -56,6 +58,7 @@ def _tree_pss_kb(pid: int) -> int:
 
 def measure(label: str, cmd: list[str], env: dict[str, str] | None = None, interval: float = 0.02) -> Run:
     """Run ``cmd`` to completion; wall time and peak process-tree PSS (sampled every ``interval`` s)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})})
     peak = 0
@@ -73,7 +76,9 @@ def measure(label: str, cmd: list[str], env: dict[str, str] | None = None, inter
     seconds = time.perf_counter() - t0
     done.set()
     sampler.join()
-    return Run(label, seconds, peak / 1024, proc.returncode, output)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return Run(label, seconds, peak / 1024, proc.returncode, output, cpu)
 
 
 def hta_python() -> str:

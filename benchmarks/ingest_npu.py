@@ -168,6 +168,7 @@ def run_job(job: Path, msprof: Path | None, repeat: int) -> None:
     print(f"\n{job.name}: {len(ranks)} ranks, {mb:.1f} MB, {elements:,} timeline events")
     best: dict[str, Run] = {}
     spread: dict[str, tuple[list[float], list[float]]] = {}
+    cpu: dict[str, list[float]] = {}
     for label, cmd in tools(job, msprof, PLACEHOLDER):
         for _ in range(repeat):
             out = Path(tempfile.mkdtemp(prefix="ingest-npu-"))
@@ -181,20 +182,24 @@ def run_job(job: Path, msprof: Path | None, repeat: int) -> None:
             seconds, pss = spread.setdefault(label, ([], []))
             seconds.append(run.seconds)
             pss.append(run.peak_pss_mb)
+            cpu.setdefault(label, []).append(run.cpu_seconds)
             if label not in best or run.seconds < best[label].seconds:
                 best[label] = run
-    rows = [["tool", "best s", "s range", "MB/s", "events/s", "peak PSS MB", "PSS range"]]
+    rows = [["tool", "best s", "s range", "MB/s", "events/s", "CPU s", "MB/CPU-s", "peak PSS MB", "PSS range"]]
     for label, run in best.items():
         seconds, pss = spread[label]
+        cpu_s = min(cpu[label])
         rows.append([label, f"{run.seconds:.2f}", f"{min(seconds):.2f}-{max(seconds):.2f}", f"{mb / run.seconds:.1f}",
-                     f"{elements / run.seconds:,.0f}", f"{min(pss):.0f}", f"{min(pss):.0f}-{max(pss):.0f}"])  # fmt: skip
+                     f"{elements / run.seconds:,.0f}", f"{cpu_s:.2f}", f"{mb / cpu_s:.1f}" if cpu_s else "-",
+                     f"{min(pss):.0f}", f"{min(pss):.0f}-{max(pss):.0f}"])  # fmt: skip
     print(table(rows))
     ours = best.get("paradiag ingest")
     for label, peer in best.items():
         if ours is not None and label.startswith("msprof"):
             peer_pss = min(spread[label][1])
             ours_pss = min(spread["paradiag ingest"][1])
-            print(f"  paradiag ingest vs {label}: {peer.seconds / ours.seconds:.1f}x the throughput at "
+            print(f"  paradiag ingest vs {label}: {peer.seconds / ours.seconds:.1f}x the throughput "
+                  f"({min(cpu[label]) / min(cpu['paradiag ingest']):.1f}x per CPU-second) at "
                   f"{ours_pss / peer_pss:.2f}x the peak memory (median s: {statistics.median(spread['paradiag ingest'][0]):.2f} "
                   f"vs {statistics.median(spread[label][0]):.2f})")  # fmt: skip
 
