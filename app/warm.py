@@ -8,7 +8,8 @@ from paradiag.app import context
 from paradiag.app.data.collectives import instances
 from paradiag.app.data.common import slowest_step
 from paradiag.app.data.findings import findings_of
-from paradiag.app.data.marey import p2p_pairs, step_bands
+from paradiag.app.data.flow import flow_data
+from paradiag.app.data.marey import marey_data, p2p_pairs, step_bands
 from paradiag.app.data.overview import overview
 
 
@@ -22,3 +23,5 @@ def warm(app: Dash, token: str) -> None:
         if step is not None:
             step_bands(job, step)
             p2p_pairs(job, step)
+            marey_data(job, step, None)
+            flow_data(job, step)

@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 
 from paradiag.app import store
 from paradiag.app.data import collectives
-from paradiag.app.data.common import read_events
+from paradiag.app.data.common import read_events, step_span
 from paradiag.app.data.mesh import mesh_of
 from paradiag.app.data.overview import report
 from paradiag.dataset import Job
@@ -29,7 +29,8 @@ def peers_of(job: Job, rank: int) -> list[int]:
 
 
 def _device_ops(job: Job, ranks: list[int], step: int) -> pa.Table:
-    events = read_events(job, ranks=ranks, columns=["rank", "device", "kind", "name", "dur_ns", "step"])
+    lo, hi = step_span(job, step, ranks)  # only the row groups of this step are read
+    events = read_events(job, ranks=ranks, start_ns=lo, end_ns=hi, columns=["rank", "device", "kind", "name", "dur_ns", "step"])
     kind = events.column("kind").cast(pa.string())
     keep = pc.and_(pc.equal(events.column("step"), step), pc.and_(pc.greater_equal(events.column("device"), 0), pc.is_in(kind, pa.array(["compute", "communication", "memory"]))))
     return events.filter(keep)

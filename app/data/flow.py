@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from paradiag.app import store
 from paradiag.app.data.common import origin_ns
 from paradiag.app.data.marey import step_bands
 from paradiag.app.data.mesh import mesh_of
@@ -24,6 +25,11 @@ _NUMBERED = re.compile(r"[_\d]+$")  # hcom_send__951_4_1 and hcom_send__951_5_1 
 
 
 def flow_data(job: Job, step: int, expand: bool = False) -> dict[str, Any]:
+    """Per stage, the nodes (or collapsed blocks) in execution order; computed once per job, step and expansion."""
+    return store.memo("flow", job.content_hash, [step, expand], lambda: _flow_data(job, step, expand))
+
+
+def _flow_data(job: Job, step: int, expand: bool) -> dict[str, Any]:
     bands = step_bands(job, step)
     mesh = mesh_of(job)
     t0 = origin_ns(job)
@@ -41,23 +47,29 @@ def _segments(st: dict[str, Any]) -> list[dict[str, Any]]:
     """Runs of compute bands end at each communication band; every communication band is a node of its own."""
     nodes: list[dict[str, Any]] = []
     run: list[int] = []
+    mean_dur = (st["end"] - st["start"]).mean(axis=1).tolist() if len(st["start"]) else []
     for i, cat in enumerate(st["category"]):
         if cat in ("compute", "memory"):
             run.append(i)
             continue
         if run:
-            nodes.append(_node(st, run, "compute"))
+            nodes.append(_node(st, run, "compute", mean_dur))
             run = []
-        nodes.append(_node(st, [i], cat))
+        nodes.append(_node(st, [i], cat, mean_dur))
     if run:
-        nodes.append(_node(st, run, "compute"))
+        nodes.append(_node(st, run, "compute", mean_dur))
     return nodes
 
 
-def _node(st: dict[str, Any], idx: list[int], kind: str) -> dict[str, Any]:
+def _node(st: dict[str, Any], idx: list[int], kind: str, mean_dur: list[float]) -> dict[str, Any]:
+    """A node of the bands ``idx``; it is named after the operator holding most of its time (``mean_dur``: each
+    band's mean time over the devices)."""
     per_rank = (st["end"][idx] - st["start"][idx]).sum(axis=0)
     names = [st["names"][i] for i in idx]
-    main = max(set(names), key=lambda n: float(sum(st["end"][i].mean() - st["start"][i].mean() for i in idx if st["names"][i] == n)))
+    time_of: dict[str, float] = {}
+    for i, name in zip(idx, names, strict=True):
+        time_of[name] = time_of.get(name, 0.0) + mean_dur[i]
+    main = max(time_of, key=time_of.__getitem__)
     median = statistics.median(per_rank.tolist())
     return {
         "kind": kind,

@@ -125,7 +125,14 @@ def _dominant(cats: np.ndarray, dur: np.ndarray, group: np.ndarray, n: int) -> n
 
 
 def marey_data(job: Job, step: int, window: tuple[int, int] | None, merge_frac: float = 0.005) -> dict[str, Any]:
-    """Everything the Marey figure draws for a step (ms since the job origin), merged for the window."""
+    """Everything the Marey figure draws for a step (ms since the job origin), merged for the window. The whole
+    step, the view every step opens with, is computed once per job."""
+    if window is None:
+        return store.memo("marey-step", job.content_hash, [step, merge_frac], lambda: _marey_data(job, step, None, merge_frac))
+    return _marey_data(job, step, window, merge_frac)
+
+
+def _marey_data(job: Job, step: int, window: tuple[int, int] | None, merge_frac: float) -> dict[str, Any]:
     bands = step_bands(job, step)
     t0 = origin_ns(job)
     lo, hi = window or _span(bands)

@@ -15,10 +15,12 @@ import pyarrow.compute as pc
 from paradiag.app.data import collectives
 from paradiag.app.data.common import DEVICE_KINDS, origin_ns, read_events
 from paradiag.app.data.mesh import mesh_of
+from paradiag.app.figures.common import short_name
 from paradiag.dataset import Job
 
 COLUMNS = ["rank", "device", "track", "kind", "name", "start_ns", "dur_ns", "collective", "peer", "bytes"]
 MAX_LINKS = 3000
+HOVER_NAME = 36  # characters of an interval's name on hover: the payload grows with every interval drawn
 
 
 def timeline_data(job: Job, ranks: list[int], window: tuple[int, int], pixels: int = 1600, max_primitives: int = 50_000) -> dict[str, Any]:
@@ -85,21 +87,24 @@ def _individual(events: pa.Table, row_of: dict[int, int], t0: int) -> dict[str, 
             "x1": ((start + dur - t0) / 1e6).round(4).tolist(),
             "row": _row_index(part, row_of).tolist(),
             "hover": _hover(part),
+            "dur_us": (dur / 1e3).round(1).tolist(),
         }
     return out
 
 
 def _hover(part: pa.Table) -> list[str]:
+    """One line per interval: its short name and, for communication, collective, MiB and peer (the duration
+    travels apart as numbers, ``dur_us``)."""
     names = part.column("name").cast(pa.string()).to_pylist()
-    durs = part.column("dur_ns").to_pylist()
     colls = part.column("collective").cast(pa.string()).to_pylist()
     nbytes = part.column("bytes").to_pylist()
     peers = part.column("peer").to_pylist()
+    short: dict[str, str] = {}
     out = []
-    for name, dur, coll, b, peer in zip(names, durs, colls, nbytes, peers, strict=True):
-        text = f"{name[:48]}<br>{dur / 1e3:.1f} µs"
+    for name, coll, b, peer in zip(names, colls, nbytes, peers, strict=True):
+        text = short.get(name) or short.setdefault(name, short_name(name, HOVER_NAME))
         if coll:
-            text += f"<br>{coll}" + (f" · {b / 2**20:.2f} MiB" if b else "") + (f" · peer {peer}" if peer is not None else "")
+            text += f" · {coll}" + (f" · {b / 2**20:.2f} MiB" if b else "") + (f" · peer {peer}" if peer is not None else "")
         out.append(text)
     return out
 
@@ -121,7 +126,7 @@ def _aggregate(events: pa.Table, row_of: dict[int, int], lo: int, hi: int, pixel
             "x0": ((lo + s * width - t0) / 1e6).round(4).tolist(),
             "x1": ((lo + e * width - t0) / 1e6).round(4).tolist(),
             "row": r.tolist(),
-            "hover": [f"{kind}: {c} intervals merged at this zoom" for c in n.tolist()],
+            "count": n.tolist(),
         }
     return out
 

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import plotly.graph_objects as go
 
-FONT = {"family": "Inter, system-ui, sans-serif", "size": 11}
+FONT = {"family": "Inter, system-ui, sans-serif", "size": 11, "color": "#2a3f5f"}
+_AXIS = {"gridcolor": "#EBF0F8", "linecolor": "#EBF0F8", "zerolinecolor": "#EBF0F8", "zerolinewidth": 2, "ticks": "", "automargin": True, "title": {"standoff": 15}}
+# What the figures take from plotly_white (every colour of data is set by the builders). Naming "plotly_white"
+# costs ~25 ms of validation and ~6 KB of payload per figure; this template costs ~1 ms and 0.3 KB.
+TEMPLATE = go.layout.Template(layout={"paper_bgcolor": "white", "plot_bgcolor": "white", "xaxis": _AXIS, "yaxis": _AXIS, "hoverlabel": {"align": "left"}})
 
 
 def base_figure(title: str = "", uirevision: Any = None, height: int | None = None) -> go.Figure:
     fig = go.Figure()
     fig.update_layout(
-        template="plotly_white",
+        template=TEMPLATE,
         font=FONT,
         title={"text": title, "x": 0.01, "font": {"size": 13}} if title else None,
         margin={"l": 60, "r": 16, "t": 32 if title else 8, "b": 36},
@@ -32,14 +37,28 @@ def empty_figure(message: str, height: int | None = None) -> go.Figure:
     return fig
 
 
-def segments(x0: list[float], x1: list[float], y: list[float]) -> tuple[list[float | None], list[float | None]]:
-    """Horizontal segments as one None-separated polyline (one trace draws them all)."""
-    xs: list[float | None] = []
-    ys: list[float | None] = []
-    for a, b, row in zip(x0, x1, y, strict=True):
-        xs += [a, b, None]
-        ys += [row, row, None]
-    return xs, ys
+def compact(values: Any) -> np.ndarray:
+    """Coordinates as float32 (half the payload) when that is finer than 1/20,000 of their extent, the width of
+    a pixel on any screen; float64 otherwise (a few microseconds seen hours into a run)."""
+    out = np.asarray(values, dtype=np.float64)
+    finite = out[np.isfinite(out)]
+    if not len(finite):
+        return out
+    extent = float(finite.max() - finite.min())
+    if np.spacing(np.float32(np.abs(finite).max())) * 20_000 <= extent:
+        return out.astype(np.float32)
+    return out
+
+
+def segments(x0: Any, x1: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Horizontal segments as one NaN-separated polyline (one trace draws them all). Numpy arrays travel to the
+    browser as typed arrays (base64), far smaller and faster to validate and encode than lists."""
+    x0, x1 = np.asarray(x0, dtype=np.float64), np.asarray(x1, dtype=np.float64)
+    row = np.asarray(y, dtype=np.float32)
+    gap = np.full(len(x0), np.nan)
+    xs = np.column_stack([x0, x1, gap]).ravel()
+    ys = np.column_stack([row, row, gap.astype(np.float32)]).ravel()
+    return compact(xs), ys
 
 
 def short_name(name: str, width: int = 44) -> str:

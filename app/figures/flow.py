@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import plotly.graph_objects as go
 
 from paradiag.app import palette
@@ -37,19 +38,19 @@ def flow_figure(data: dict[str, Any], color_by: str = "time", p2p: list[dict[str
             text.append(_hover(n, st))
             custom.append([n["operators"][0], y, n["span_ms"]])
             labels.append(n["label"] if n["kind"] == "block" or (i in worst and n["imbalance"] > 1.25) else "")
-    fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", line={"color": "#b0bec5", "width": 1}, hoverinfo="skip", showlegend=False))
+    fig.add_trace(go.Scatter(x=np.array(ex, dtype=np.float64), y=np.array(ey, dtype=np.float64), mode="lines", line={"color": "#b0bec5", "width": 1}, hoverinfo="skip", showlegend=False))
     _p2p_edges(fig, data, p2p or [])
     fig.add_trace(
         go.Scatter(
-            x=xs,
-            y=ys,
+            x=np.array(xs, dtype=np.int32),
+            y=np.array(ys, dtype=np.int32),
             mode="markers+text",
-            text=labels,
+            text=np.array(labels, dtype=object),
             textposition="bottom center",
             textfont={"size": 9},
             marker={"color": colors, "size": sizes, "symbol": symbols, "colorscale": palette.HEAT_SCALE, "line": {"width": 0.6, "color": "#555"}, "colorbar": {"title": {"text": "ms" if color_by == "time" else "max/median", "side": "right"}, "thickness": 10}},
-            customdata=custom,
-            hovertext=text,
+            customdata=np.array(custom, dtype=object),
+            hovertext=np.array(text, dtype=object),
             hovertemplate="%{hovertext}<extra></extra>",
             showlegend=False,
             name="operators",
@@ -72,25 +73,36 @@ def _hover(n: dict[str, Any], st: dict[str, Any]) -> str:
 def _p2p_edges(fig: go.Figure, data: dict[str, Any], p2p: list[dict[str, Any]]) -> None:
     """A send/recv pair joins the node holding the send on one stage to the node holding the receive."""
     stage_of = {r: st["stage"] for st in data["stages"] for r in st["ranks"]}
+    spans = {st["stage"]: _comm_spans(st) for st in data["stages"]}
     ex: list[Any] = []
     ey: list[Any] = []
     for p in p2p:
-        a = _node_at(data, stage_of.get(p["src"]), p["send_ms"])
-        b = _node_at(data, stage_of.get(p["dst"]), p["recv_ms"])
+        src, dst = stage_of.get(p["src"]), stage_of.get(p["dst"])
+        a = _node_at(spans.get(src), p["send_ms"])
+        b = _node_at(spans.get(dst), p["recv_ms"])
         if a is not None and b is not None:
             ex += [a, b, None]
-            ey += [stage_of[p["src"]], stage_of[p["dst"]], None]
+            ey += [src, dst, None]
     if ex:
         fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", line={"color": palette.CATEGORY["send"], "width": 1, "dash": "dot"}, name="send → recv", hoverinfo="skip"))
 
 
-def _node_at(data: dict[str, Any], stage: int | None, t: float) -> int | None:
-    for st in data["stages"]:
-        if st["stage"] == stage:
-            for i, n in enumerate(st["nodes"]):
-                if n["span_ms"][0] <= t <= n["span_ms"][1] and n["kind"] in ("send", "recv", "block"):
-                    return i
-    return None
+def _comm_spans(st: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(index, start, end) of the stage's nodes that can hold a send or receive, in start order."""
+    idx = [i for i, n in enumerate(st["nodes"]) if n["kind"] in ("send", "recv", "block")]
+    lo = np.array([st["nodes"][i]["span_ms"][0] for i in idx], dtype=np.float64)
+    hi = np.array([st["nodes"][i]["span_ms"][1] for i in idx], dtype=np.float64)
+    order = np.argsort(lo, kind="stable")
+    return np.array(idx, dtype=np.int64)[order], lo[order], hi[order]
+
+
+def _node_at(spans: tuple[np.ndarray, np.ndarray, np.ndarray] | None, t: float) -> int | None:
+    """The first node (in execution order) whose span holds ``t``."""
+    if spans is None:
+        return None
+    idx, lo, hi = spans
+    holding = np.flatnonzero((lo[: np.searchsorted(lo, t, side="right")] <= t) & (hi[: np.searchsorted(lo, t, side="right")] >= t))
+    return int(idx[holding].min()) if len(holding) else None
 
 
 def _highlight(fig: go.Figure, data: dict[str, Any], selected: tuple[str, int | None]) -> None:

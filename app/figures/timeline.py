@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import plotly.graph_objects as go
 
 from paradiag.app import palette
-from paradiag.app.figures.common import base_figure, empty_figure, segments
+from paradiag.app.figures.common import base_figure, compact, empty_figure, segments
 
 ROW_PX = 22
 
 
 def timeline_figure(data: dict[str, Any], uirevision: Any = None) -> go.Figure:
-    """``data`` as ``timeline_data`` returns it. One WebGL trace per kind (None-separated segments), one
+    """``data`` as ``timeline_data`` returns it. One WebGL trace per kind (NaN-separated segments), one
     invisible marker trace per kind for hover and click, one trace of waits, one of collective links."""
     rows = data["rows"]
     if not rows:
@@ -27,11 +28,7 @@ def timeline_figure(data: dict[str, Any], uirevision: Any = None) -> go.Figure:
     if waits["x0"]:
         _add_intervals(fig, "wait", waits, palette.WAIT, width * 0.45)
     if data["links"]:
-        xs: list[float | None] = []
-        ys: list[float | None] = []
-        for link in data["links"]:
-            xs += [*link["x"], None]
-            ys += [*link["row"], None]
+        xs, ys = _polylines(data["links"])
         fig.add_trace(go.Scattergl(x=xs, y=ys, mode="lines", line={"color": "rgba(60,60,60,0.45)", "width": 1}, name="collective instance", hoverinfo="skip"))
     _axes(fig, rows, data["window_ms"])
     if data.get("aggregated"):
@@ -42,20 +39,33 @@ def timeline_figure(data: dict[str, Any], uirevision: Any = None) -> go.Figure:
 def _add_intervals(fig: go.Figure, name: str, seg: dict[str, Any], color: str, width: float) -> None:
     xs, ys = segments(seg["x0"], seg["x1"], seg["row"])
     fig.add_trace(go.Scattergl(x=xs, y=ys, mode="lines", line={"color": color, "width": width}, name=name, hoverinfo="skip", legendgroup=name))
-    mid = [(a + b) / 2 for a, b in zip(seg["x0"], seg["x1"], strict=True)]
+    mid = (np.asarray(seg["x0"], dtype=np.float64) + np.asarray(seg["x1"], dtype=np.float64)) / 2
+    if "dur_us" in seg:
+        custom = np.asarray(seg["dur_us"], dtype=np.float32)
+        hover: dict[str, Any] = {"text": np.array(seg["hover"], dtype=object), "customdata": custom, "hovertemplate": "%{text}<br>%{customdata:.1f} µs · at %{x:.3f} ms<extra>" + name + "</extra>"}
+    elif "hover" in seg:
+        hover = {"text": np.array(seg["hover"], dtype=object), "hovertemplate": "%{text}<br>%{x:.3f} ms<extra>" + name + "</extra>"}
+    else:  # merged columns: the count of intervals travels as numbers, the sentence is the template
+        hover = {"customdata": np.asarray(seg["count"], dtype=np.int32), "hovertemplate": f"{name}: %{{customdata}} intervals merged at this zoom<br>%{{x:.3f}} ms<extra></extra>"}
     fig.add_trace(
         go.Scattergl(
-            x=mid,
-            y=seg["row"],
+            x=compact(mid),
+            y=np.asarray(seg["row"], dtype=np.int16),
             mode="markers",
             marker={"size": max(4.0, width), "color": color, "opacity": 0},
-            text=seg["hover"],
-            hovertemplate="%{text}<br>%{x:.3f} ms<extra>" + name + "</extra>",
+            **hover,
             showlegend=False,
             legendgroup=name,
             name=name,
         )
     )
+
+
+def _polylines(links: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+    """Collective instances as one NaN-separated polyline each through its members' start points."""
+    xs = np.concatenate([np.r_[np.asarray(link["x"], dtype=np.float64), np.nan] for link in links])
+    ys = np.concatenate([np.r_[np.asarray(link["row"], dtype=np.float32), np.nan] for link in links])
+    return compact(xs), ys
 
 
 def _axes(fig: go.Figure, rows: list[dict[str, Any]], window: list[float]) -> None:
