@@ -37,6 +37,11 @@ COMM_MATRIX = "comm-matrix"
 COMM_METRIC = "comm-metric"
 COMM_INSTANCES = "comm-instances"
 
+BASELINE_PICKER = "baseline-picker"
+COMPARE_SUMMARY = "compare-summary"
+COMPARE_RANKS = "compare-ranks"
+COMPARE_OPERATORS = "compare-operators"
+
 STEP_PICKER = "step-picker"
 CLEAR_SELECTION = "clear-selection"
 SELECTION_TEXT = "selection-text"

@@ -1,7 +1,8 @@
 """The one selection state every view reads and writes, and its form in the URL's query string.
 
 ``{"job", "step", "ranks", "stage", "op", "collective", "window"}``: ``window`` is ``[t0, t1]`` in ms since the
-job origin; ``collective`` is ``"group/step/seq"``; ``op`` an operator name. Nothing else is shared.
+job origin; ``collective`` is ``"group/step/seq"``; ``op`` an operator name; ``base`` the token of the baseline
+job the compare panel measures against. Nothing else is shared.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
-FIELDS = ("job", "step", "ranks", "stage", "op", "collective", "window")
+FIELDS = ("job", "step", "ranks", "stage", "op", "collective", "window", "base")
 EMPTY: dict[str, Any] = dict.fromkeys(FIELDS)
 
 
@@ -24,6 +25,7 @@ def from_query(search: str | None) -> dict[str, Any]:
     sel["op"] = q.get("op") or None
     sel["collective"] = q.get("coll") or None
     window = [_float(x) for x in q.get("t", "").split(",")]
+    sel["base"] = q.get("base") or None
     sel["window"] = window if len(window) == 2 and None not in window and window[0] < window[1] else None  # type: ignore[operator]
     return sel
 
@@ -42,6 +44,8 @@ def to_query(sel: dict[str, Any]) -> str:
         q["op"] = sel["op"]
     if sel.get("collective"):
         q["coll"] = sel["collective"]
+    if sel.get("base"):
+        q["base"] = sel["base"]
     if sel.get("window"):
         q["t"] = ",".join(f"{v:.6g}" for v in sel["window"])
     return "?" + urlencode(q) if q else ""

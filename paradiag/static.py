@@ -185,18 +185,19 @@ def render_compare(doc: dict[str, Any]) -> str:
 
 
 def _compare_ranks(doc: dict[str, Any]) -> str:
+    from paradiag.app.figures.compare import rank_changes_figure
+
     ranks = doc["ranks"]
-    fig = go.Figure()
-    fig.add_bar(x=[str(r["rank"]) for r in ranks], y=[r["step_time_ns"]["delta_pct"] for r in ranks], name="step time")
-    fig.add_bar(x=[str(r["rank"]) for r in ranks], y=[r["compute_ns"]["delta_pct"] for r in ranks], name="compute")
-    fig.update_layout(barmode="group", height=320, yaxis_title="change (%)", xaxis_title="rank", margin={"t": 20})
+    fig = rank_changes_figure(doc)
     rows = [[r["rank"], _ms(r["step_time_ns"]["baseline"]), _ms(r["step_time_ns"]["candidate"]), r["compute_ns"]["delta_pct"], r["idle_ns"]["delta_pct"]] for r in ranks]
     return _figure(fig) + _table(["rank", "step ms before", "step ms after", "compute change %", "idle change %"], rows)
 
 
 def _compare_operators(doc: dict[str, Any]) -> str:
+    from paradiag.app.figures.compare import operator_changes_figure
+
     rows = [
         [op["operator"][:80], op["category"], _ms(op["time_ns_per_step"]["baseline"]), _ms(op["time_ns_per_step"]["candidate"]), f"{op['change_ns_per_step'] / 1e6:+.3f}"]
         for op in doc["operators"]["slower"] + doc["operators"]["faster"]
     ]
-    return _table(["operator", "category", "ms/step before", "ms/step after", "change ms/step"], rows)
+    return _figure(operator_changes_figure(doc)) + _table(["operator", "category", "ms/step before", "ms/step after", "change ms/step"], rows)

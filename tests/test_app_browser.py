@@ -80,7 +80,7 @@ def test_marey_band_click_selects_the_flow_node(duo: Any) -> None:
     wait_plot(duo, "flow")
     x, y = duo.driver.execute_script(
         """const gd = document.querySelector('#marey .js-plotly-plot');
-        const t = gd.data.find(d => d.name === 'operator');
+        const t = gd._fullData.find(d => d.name === 'operator');  // typed arrays decoded
         const i = t.customdata.findIndex(c => c[0].includes('gemm'));
         return [t.x[i], t.y[i]];"""
     )

@@ -41,7 +41,8 @@ def plot_state(duo: Any, graph_id: str) -> dict[str, Any]:
         """const gd = document.querySelector('#' + arguments[0] + ' .js-plotly-plot');
         if (!gd || !gd.data) return {traces: 0, points: 0, title: null};
         let points = 0;
-        for (const t of gd.data) { const v = t.x || t.z || t.y || []; points += v.length || 0; }
+        // _fullData: typed arrays sent as {dtype, bdata} are decoded there
+        for (const t of (gd._fullData || gd.data)) { const v = t.x || t.z || t.y || []; points += v.length || 0; }
         const ann = (gd.layout.annotations || []).map(a => a.text);
         return {traces: gd.data.length, points: points, annotations: ann};""",
         graph_id,

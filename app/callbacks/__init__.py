@@ -6,7 +6,16 @@ from dash import Dash
 
 
 def register(app: Dash) -> None:
-    from paradiag.app.callbacks import details, header, overview, pipeline, selection, timeline, upload
+    from paradiag.app.callbacks import (
+        compare,
+        details,
+        header,
+        overview,
+        pipeline,
+        selection,
+        timeline,
+        upload,
+    )
 
-    for module in (selection, header, overview, timeline, details, pipeline, upload):
+    for module in (selection, header, overview, timeline, details, pipeline, compare, upload):
         module.register(app)

@@ -12,6 +12,7 @@ from dash import ALL, Dash, Input, Output, State, ctx, no_update
 
 from paradiag.app import context, ids
 from paradiag.app import selection as sel_mod
+from paradiag.app.callbacks.compare import baseline_options
 from paradiag.app.data.comm import link_instances
 from paradiag.app.data.common import slowest_step, steps_of
 from paradiag.app.data.findings import findings_of
@@ -30,7 +31,9 @@ INPUTS = [
     (ids.FLOW, "clickData"),
     (ids.STEP_PICKER, "value"),
     (ids.CLEAR_SELECTION, "n_clicks"),
+    (ids.BASELINE_PICKER, "value"),
 ]
+OUTPUTS = 7
 ZOOMS = ((ids.TIMELINE, "relayoutData"), (ids.MAREY, "relayoutData"))
 
 
@@ -137,7 +140,8 @@ _HANDLERS = {
     (ids.COMM_MATRIX, "clickData"): _comm_click,
     (ids.FLOW, "clickData"): _flow_click,
     (ids.STEP_PICKER, "value"): lambda sel, step: sel_mod.update(sel, step=int(step), window=None, collective=None),
-    (ids.CLEAR_SELECTION, "n_clicks"): lambda sel, _: sel_mod.update(None, job=sel.get("job"), step=sel.get("step")),
+    (ids.CLEAR_SELECTION, "n_clicks"): lambda sel, _: sel_mod.update(None, job=sel.get("job"), step=sel.get("step"), base=sel.get("base")),
+    (ids.BASELINE_PICKER, "value"): lambda sel, base: sel_mod.update(sel, base=base or None),
 }
 
 
@@ -154,6 +158,8 @@ def register(app: Dash) -> None:
         Output(ids.STEP_PICKER, "value"),
         Output(ids.STEP_PICKER, "options"),
         Output(ids.ZOOM_STACK, "data"),
+        Output(ids.BASELINE_PICKER, "value"),
+        Output(ids.BASELINE_PICKER, "options"),
         *[Input(cid, prop) for cid, prop in INPUTS],
         Input({"type": ids.FINDING_BUTTON, "index": ALL}, "n_clicks"),
         State(ids.SELECTION, "data"),
@@ -165,18 +171,21 @@ def register(app: Dash) -> None:
         search = "?" + urlsplit(values[1]).query if values[1] and urlsplit(values[1]).query else values[0]
         trigger = _trigger()
         if isinstance(trigger, dict) and not any(finding_clicks or []):
-            return (no_update,) * 5  # finding buttons appearing, not clicked
+            return (no_update,) * OUTPUTS  # finding buttons appearing, not clicked
         if trigger == (ids.MAREY_BACK, "n_clicks"):
             new = _back(sel or {}, stack or [])
         else:
             new = select(trigger, values[INPUTS.index(trigger)] if trigger in INPUTS else None, sel, search)
         if new == sel:
-            return (no_update,) * 5
+            return (no_update,) * OUTPUTS
         query = sel_mod.to_query(new)
         picker = values[INPUTS.index((ids.STEP_PICKER, "value"))]
         step = new.get("step") if new.get("step") != picker else no_update
-        options = step_options(new) if (sel or {}).get("job") != new.get("job") else no_update
-        return new, (query if query != (search or "") else no_update), step, options, zoom_stack(trigger, sel, new, stack)
+        new_job = (sel or {}).get("job") != new.get("job")
+        options = step_options(new) if new_job else no_update
+        base = (new.get("base") or "") if (new.get("base") or "") != (values[INPUTS.index((ids.BASELINE_PICKER, "value"))] or "") else no_update
+        base_options = baseline_options(new) if new_job else no_update
+        return new, (query if query != (search or "") else no_update), step, options, zoom_stack(trigger, sel, new, stack), base, base_options
 
 
 def _trigger() -> Any:

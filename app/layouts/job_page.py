@@ -74,6 +74,14 @@ def layout() -> html.Div:
                 ],
             ),
             panel(
+                "Compare with a baseline",
+                dcc.Dropdown(id=ids.BASELINE_PICKER, options=[], value="", clearable=False, placeholder="baseline job", className="pd-baseline-picker"),
+                html.Div(id=ids.COMPARE_SUMMARY, className="pd-compare-summary"),
+                html.Div(className="pd-row", children=[graph(ids.COMPARE_RANKS, modebar=False), graph(ids.COMPARE_OPERATORS, modebar=False)]),
+                class_name="pd-compare",
+                help_text="paradiag compare: this job against a sample, one of your uploads or the served job",
+            ),
+            panel(
                 "Execution flow",
                 html.Div(
                     className="pd-toolbar",
