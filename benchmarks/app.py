@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 JOB = "--dp 4 --tp 4 --pp 4 --schedule 1f1b --microbatches 12 --steps 8 --layers 24 --hidden 2048 --seq-len 2048 --inject slow_device:ranks=21,factor=1.3 --seed 11"
+BASELINE = "sample:gpu_llm_fault_free"
 BUDGET_MS, BUDGET_BYTES, FIRST_PAGE_MS = 300.0, 2 * 1024 * 1024, 2000.0
 
 
@@ -86,7 +87,7 @@ def run(job: Path) -> list[tuple[str, float, int]]:
     warm(app, "served")
     print(f"aggregates computed once per job (paradiag serve does it before listening): {time.perf_counter() - t:.2f} s")
     b = Browser(app)
-    b.props.update({("heatmap-metric", "value"): "step_ms", ("heatmap-expand", "data"): [], ("marey-expand", "value"): ["devices"], ("flow-color", "value"): "time", ("flow-expand", "value"): [], ("comm-metric", "value"): "bandwidth", ("url", "search"): "", ("url", "pathname"): "/", ("marey-zoom-stack", "data"): []})
+    b.props.update({("heatmap-metric", "value"): "step_ms", ("heatmap-expand", "data"): [], ("marey-expand", "value"): ["devices"], ("flow-color", "value"): "time", ("flow-expand", "value"): [], ("comm-metric", "value"): "bandwidth", ("url", "search"): "", ("url", "pathname"): "/", ("marey-zoom-stack", "data"): [], ("baseline-picker", "value"): ""})
     reducer = key_for(app, "selection.data")
     first = b.get("/") + b.get("/_dash-layout") + b.get("/_dash-dependencies")
     first += b.call("selection (open the job)", reducer, [("url", "search")])
@@ -107,6 +108,10 @@ def run(job: Path) -> list[tuple[str, float, int]]:
     b.props[("comm-matrix", "clickData")] = {"points": [{"x": "1", "y": "0"}]}
     b.call("click a link", reducer, [("comm-matrix", "clickData")])
     b.call("link instances", key_for(app, "comm-instances.children"), [("comm-matrix", "clickData")])
+    b.props[("baseline-picker", "value")] = BASELINE
+    b.call(f"pick a baseline ({BASELINE})", reducer, [("baseline-picker", "value")])
+    b.call("compare panel (first time for the pair)", key_for(app, "compare-summary.children"), [("selection", "data")])
+    b.call("compare panel (again)", key_for(app, "compare-summary.children"), [("selection", "data")])
     return b.rows
 
 

@@ -71,7 +71,24 @@ def test_finding_click_focuses_its_culprit(duo: Any) -> None:
     duo.find_elements("button.pd-finding")[0].click()  # the top finding: rank 5 computes slowly
     duo.wait_for_contains_text("#detail-title", "rank 5,", timeout=20)
     assert "ranks=5" in current_search(duo)
+    pick_baseline(duo, "gpu_llm_fault_free")
+    duo.wait_for_contains_text("#compare-summary", "ranks 5", timeout=30)  # against the fault-free run, rank 5 is the top change
+    wait_plot(duo, "compare-ranks")
+    assert "base=sample%3Agpu_llm_fault_free" in current_search(duo)
+    screenshot(duo, "compare", "compare-summary")
+    screenshot(duo, "compare_panel", "compare-ranks")
     assert severe_logs(duo) == []
+
+
+def pick_baseline(duo: Any, name: str) -> None:
+    """Open the baseline dropdown, type part of the job's name and take the match."""
+    from selenium.webdriver.common.keys import Keys
+
+    duo.find_element("#baseline-picker").click()
+    search = duo.wait_for_element("#baseline-picker input, .dash-dropdown-search, input[type=search]", timeout=10)
+    search.send_keys(name)
+    time.sleep(0.3)
+    search.send_keys(Keys.ENTER)
 
 
 def test_marey_band_click_selects_the_flow_node(duo: Any) -> None:

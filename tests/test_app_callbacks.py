@@ -36,7 +36,7 @@ def sel(app_ctx: Any) -> dict[str, Any]:
 
 
 def test_url_round_trips_the_selection() -> None:
-    s = sel_mod.update(None, job="sample:x", step=2, ranks=[5, 6], stage=1, op="gemm", collective="all_reduce/g/#3", window=[1.5, 2.25])
+    s = sel_mod.update(None, job="sample:x", step=2, ranks=[5, 6], stage=1, op="gemm", collective="all_reduce/g/#3", window=[1.5, 2.25], base="sample:y")
     assert sel_mod.from_query(sel_mod.to_query(s)) == s
     assert sel_mod.from_query("?step=oops&t=3,1")["step"] is None and sel_mod.from_query("?t=3,1")["window"] is None
 
@@ -149,3 +149,21 @@ def test_upload_saves_privately_and_never_overwrites(app_ctx: Any, tmp_path: Pat
     assert (folder / "job" / "rank0.json").read_bytes() == b"{}"
     assert not list(tmp_path.rglob("evil.json"))
     assert sorted(p.name for p in (tmp_path / "alice" / second / "files" / "a").iterdir()) == ["_b.json", "b.json"]
+
+
+def test_picking_a_baseline_compares_and_names_the_culprit(sel: dict[str, Any]) -> None:
+    from paradiag.app.callbacks.compare import baseline_options, render_compare
+    from paradiag.app.callbacks.selection import select
+
+    choices = [o["value"] for o in baseline_options(sel)]
+    assert "sample:gpu_llm_fault_free" in choices and sel["job"] not in choices and choices[0] == ""
+    assert "Pick a baseline" in str(render_compare(sel)[0])
+    new = select((ids.BASELINE_PICKER, "value"), "sample:gpu_llm_fault_free", sel, "")
+    assert new["base"] == "sample:gpu_llm_fault_free" and "base=sample" in sel_mod.to_query(new)
+    summary, ranks, operators = render_compare(new)
+    text = str(summary)
+    assert "slow_device" in text and "ranks 5" in text  # the injected slow rank is the top change
+    step_change = dict(zip(ranks.data[0].x, ranks.data[0].y, strict=True))
+    assert step_change["5"] == max(step_change.values(), key=lambda v: v or 0)
+    assert operators.data and operators.data[0].orientation == "h"
+    assert select((ids.BASELINE_PICKER, "value"), "", new, "")["base"] is None
