@@ -172,11 +172,14 @@ def _bubbles(stage: dict[str, Any], lo: int, hi: int, t0: int) -> list[list[list
     compute = np.array([c == "compute" for c in stage["category"]])
     step_lo, step_hi = int(st.min()), int(ed.max())
     out = []
+    threshold = BUBBLE_FRAC * (step_hi - step_lo)
     for j in range(st.shape[1]):
-        s, e = np.sort(st[compute, j]), ed[compute, j][np.argsort(st[compute, j])]
-        reach = np.maximum.accumulate(e) if len(e) else e
-        gaps = [(int(a), int(b)) for a, b in zip(np.r_[step_lo, reach], np.r_[s, step_hi], strict=True) if b - a > BUBBLE_FRAC * (step_hi - step_lo)]
-        out.append([[(a - t0) / 1e6, (b - t0) / 1e6] for a, b in gaps if b > lo and a < hi])
+        order = np.argsort(st[compute, j], kind="stable")
+        s, e = st[compute, j][order], ed[compute, j][order]
+        a = np.r_[step_lo, np.maximum.accumulate(e) if len(e) else e]
+        b = np.r_[s, step_hi]
+        keep = (b - a > threshold) & (b > lo) & (a < hi)
+        out.append(np.column_stack([(a[keep] - t0) / 1e6, (b[keep] - t0) / 1e6]).tolist())
     return out
 
 

@@ -63,9 +63,12 @@ def _add_intervals(fig: go.Figure, name: str, seg: dict[str, Any], color: str, w
 
 def _polylines(links: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
     """Collective instances as one NaN-separated polyline each through its members' start points."""
-    xs = np.concatenate([np.r_[np.asarray(link["x"], dtype=np.float64), np.nan] for link in links])
-    ys = np.concatenate([np.r_[np.asarray(link["row"], dtype=np.float32), np.nan] for link in links])
-    return compact(xs), ys
+    xs: list[float] = []
+    ys: list[float] = []
+    for link in links:
+        xs += [*link["x"], np.nan]
+        ys += [*link["row"], np.nan]
+    return compact(xs), np.array(ys, dtype=np.float32)
 
 
 def _axes(fig: go.Figure, rows: list[dict[str, Any]], window: list[float]) -> None:
