@@ -1,7 +1,7 @@
 """The one selection state every view reads and writes, and its form in the URL's query string.
 
 ``{"job", "step", "ranks", "stage", "op", "collective", "window"}``: ``window`` is ``[t0, t1]`` in ms since the
-job origin; ``collective`` is ``"group/step/seq"``; ``op`` an operator name; ``base`` the token of the baseline
+job origin; ``collective`` is ``"group/step/seq"``; ``op`` an operator name and ``at`` (ms) which of its instances, when one was clicked; ``base`` the token of the baseline
 job the compare panel measures against. Nothing else is shared.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
-FIELDS = ("job", "step", "ranks", "stage", "op", "collective", "window", "base")
+FIELDS = ("job", "step", "ranks", "stage", "op", "at", "collective", "window", "base")
 EMPTY: dict[str, Any] = dict.fromkeys(FIELDS)
 
 
@@ -23,6 +23,7 @@ def from_query(search: str | None) -> dict[str, Any]:
     sel["stage"] = _int(q.get("stage"))
     sel["ranks"] = [r for r in (_int(x) for x in q.get("ranks", "").split(",")) if r is not None] or None
     sel["op"] = q.get("op") or None
+    sel["at"] = _float(q.get("at"))
     sel["collective"] = q.get("coll") or None
     window = [_float(x) for x in q.get("t", "").split(",")]
     sel["base"] = q.get("base") or None
@@ -42,6 +43,8 @@ def to_query(sel: dict[str, Any]) -> str:
         q["stage"] = str(sel["stage"])
     if sel.get("op"):
         q["op"] = sel["op"]
+    if sel.get("at") is not None:
+        q["at"] = f"{sel['at']:.6g}"
     if sel.get("collective"):
         q["coll"] = sel["collective"]
     if sel.get("base"):

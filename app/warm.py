@@ -8,6 +8,7 @@ from paradiag.app import context
 from paradiag.app.data.collectives import instances
 from paradiag.app.data.common import slowest_step
 from paradiag.app.data.compare import operators_of
+from paradiag.app.data.detail import operator_totals
 from paradiag.app.data.findings import findings_of
 from paradiag.app.data.flow import flow_data
 from paradiag.app.data.marey import marey_data, p2p_pairs, step_bands
@@ -21,6 +22,7 @@ def warm(app: Dash, token: str) -> None:
         instances(job)
         findings_of(job)
         operators_of(job)  # the compare panel's side of this job
+        operator_totals(job)
         step = slowest_step(job)
         if step is not None:
             step_bands(job, step)

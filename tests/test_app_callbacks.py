@@ -100,10 +100,14 @@ def test_marey_click_selects_operator_and_flow_rings_it(sel: dict[str, Any]) -> 
 
     marey = render_marey(sel, ["devices"])
     markers = next(t for t in marey.data if t.name == "operator")
-    custom = next(c for c in markers.customdata if "gemm" in c[0])
-    new = select((ids.MAREY, "clickData"), {"points": [{"customdata": list(custom)}]}, sel, "")
-    assert new["op"] == custom[0] and new["stage"] == custom[1]
-    assert "selected" in [t.name for t in render_flow(new, "time", []).data]
+    i = next(i for i, c in enumerate(markers.customdata) if "gemm" in c[0])
+    custom, x = markers.customdata[i], float(markers.x[i])
+    everywhere = select((ids.MAREY, "clickData"), {"points": [{"customdata": list(custom)}]}, sel, "")
+    new = select((ids.MAREY, "clickData"), {"points": [{"customdata": list(custom), "x": x}]}, sel, "")
+    assert new["op"] == custom[0] and new["stage"] == custom[1] and new["at"] == x
+    rings = next(t for t in render_flow(everywhere, "time", []).data if t.name == "selected")
+    ring = next(t for t in render_flow(new, "time", []).data if t.name == "selected")
+    assert len(ring.x) == 1 and len(rings.x) >= len(ring.x)  # the clicked instance's node, not every node holding gemm
     assert "selected operator" in [t.name for t in render_marey(new, ["devices"]).data]
 
 
@@ -127,6 +131,11 @@ def test_comm_click_selects_the_slowest_instance_on_the_link(sel: dict[str, Any]
     new = select((ids.COMM_MATRIX, "clickData"), click, sel, "")
     assert new["ranks"] == [0, 1] and new["collective"] and new["window"]
     assert "link 0 → 1" in str(comm_instances(click, sel))
+    from paradiag.app.callbacks.timeline import render_timeline
+
+    fig, _ = render_timeline(new)
+    outlined = [t for t in fig.data if t.name == "selected collective"]
+    assert outlined and len(outlined[-1].x) == 2  # the instance's two members, joined at their starts
 
 
 def test_upload_saves_privately_and_never_overwrites(app_ctx: Any, tmp_path: Path) -> None:

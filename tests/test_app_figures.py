@@ -135,3 +135,13 @@ def test_comm_matrix_puts_senders_on_rows() -> None:
     assert [list(r) for r in fig.data[0].z] == [[None, 5.0], [1.0, None]]
     assert fig.data[0].reversescale is True  # slow links are the hot ones
     assert fig.layout.shapes[0].x0 == 0.5 and fig.layout.shapes[0].y0 == -0.5
+
+
+def test_flow_rings_only_the_node_of_the_clicked_instance() -> None:
+    first = {"kind": "compute", "label": "gemm", "operators": ["gemm"], "time_ms": 2.0, "imbalance": 1.0, "slowest_rank": 0, "repeat": 1, "span_ms": [0.0, 1.0]}
+    second = dict(first, span_ms=[5.0, 6.0])
+    data = {"step": 0, "stages": [{"stage": 0, "ranks": [0], "tp": 1, "dp": 1, "nodes": [first, second]}]}
+    every = next(t for t in flow_figure(data, selected=("gemm", 0)).data if t.name == "selected")
+    assert list(every.x) == [0, 1]
+    one = next(t for t in flow_figure(data, selected=("gemm", 0, 5.4)).data if t.name == "selected")
+    assert list(one.x) == [1]

@@ -35,7 +35,7 @@ def render_flow(sel: dict[str, Any] | None, color_by: str, expand: list[str] | N
         return no_update
     job = context.job(sel["job"])
     data = flow_data(job, sel["step"], expand="repeats" in (expand or []))
-    selected = (sel["op"], sel.get("stage")) if sel.get("op") else None
+    selected = (sel["op"], sel.get("stage"), sel.get("at")) if sel.get("op") else None
     return flow_figure(data, color_by, p2p_pairs(job, sel["step"]), selected)
 
 

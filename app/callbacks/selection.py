@@ -92,12 +92,13 @@ def _marey_click(sel: dict[str, Any], click: dict[str, Any]) -> dict[str, Any]:
     custom = click["points"][0].get("customdata")
     if not isinstance(custom, list) or len(custom) < 2:
         return sel
-    return sel_mod.update(sel, op=custom[0], stage=int(custom[1]))
+    at = click["points"][0].get("x")  # the band's time: which instance of the operator (and so which flow node)
+    return sel_mod.update(sel, op=custom[0], stage=int(custom[1]), at=float(at) if at is not None else None)
 
 
 def _operator_click(sel: dict[str, Any], click: dict[str, Any]) -> dict[str, Any]:
     name = click["points"][0].get("customdata")
-    return sel_mod.update(sel, op=name) if name else sel
+    return sel_mod.update(sel, op=name, at=None) if name else sel
 
 
 def _comm_click(sel: dict[str, Any], click: dict[str, Any]) -> dict[str, Any]:
@@ -115,7 +116,8 @@ def _flow_click(sel: dict[str, Any], click: dict[str, Any]) -> dict[str, Any]:
     custom = click["points"][0].get("customdata")
     if not isinstance(custom, list) or len(custom) < 3:
         return sel
-    return sel_mod.update(sel, op=custom[0], stage=int(custom[1]), window=custom[2])
+    span = custom[2]
+    return sel_mod.update(sel, op=custom[0], stage=int(custom[1]), window=span, at=(span[0] + span[1]) / 2)
 
 
 def _finding(sel: dict[str, Any], index: int) -> dict[str, Any]:
@@ -128,6 +130,7 @@ def _finding(sel: dict[str, Any], index: int) -> dict[str, Any]:
         changes["step"] = f["steps"][0]
     changes["stage"] = f.get("stage")
     changes["op"] = f.get("operator")
+    changes["at"] = None
     return sel_mod.update(sel, **changes)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import plotly.graph_objects as go
@@ -40,12 +41,18 @@ def window_ns(job: Job, sel: dict[str, Any], ranks: list[int]) -> tuple[int, int
     return step_span(job, sel["step"], ranks) if sel.get("step") is not None else step_span(job, 0, ranks)
 
 
+def instance_of(collective: str | None) -> int | None:
+    """The instance id at the end of a selected collective's name (``all_reduce/group g/#42``)."""
+    match = re.search(r"#(\d+)$", collective or "")
+    return int(match.group(1)) if match else None
+
+
 def render_timeline(sel: dict[str, Any] | None) -> tuple[go.Figure, str] | tuple[Any, Any]:
     if not sel or not sel.get("job"):
         return no_update, no_update
     job = context.job(sel["job"])
     ranks = shown_ranks(job, sel.get("ranks"))
-    data = timeline_data(job, ranks, window_ns(job, sel, ranks), pixels=800, max_primitives=context.config().max_primitives)
+    data = timeline_data(job, ranks, window_ns(job, sel, ranks), pixels=800, max_primitives=context.config().max_primitives, instance=instance_of(sel.get("collective")))
     fig = timeline_figure(data, uirevision=f"{sel['job']}|{sel.get('step')}|{','.join(map(str, ranks))}")
     mode = "merged to screen resolution" if data["aggregated"] else "every interval drawn"
     info = f"ranks {', '.join(map(str, ranks))} · {data['num_events']:,} device events in view ({mode}) · black lines join the members of one collective; red: waiting for the last member"

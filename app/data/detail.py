@@ -16,6 +16,7 @@ from paradiag.app.data.overview import report
 from paradiag.dataset import Job
 
 TOP = 12
+DISTRIBUTION_PEERS = 7  # peers whose instances the duration distribution reads (each costs a Parquet read)
 BREAKDOWN = ("compute_ns", "comm_exposed_ns", "memory_exposed_ns", "sync_exposed_ns", "idle_ns")
 
 
@@ -28,6 +29,20 @@ def peers_of(job: Job, rank: int) -> list[int]:
     return [r for r in mesh.ranks_of_stage(mesh.stage.get(rank, 0)) if r != rank]
 
 
+def operator_totals(job: Job) -> pa.Table:
+    """Device time per (step, rank, operator) over the whole job, computed once: the detail of any rank in any
+    step then reads no events for its top operators."""
+    return store.memo("operator-totals", job.content_hash, 1, lambda: _operator_totals(job))
+
+
+def _operator_totals(job: Job) -> pa.Table:
+    events = read_events(job, columns=["rank", "device", "kind", "name", "dur_ns", "step"])
+    kind = events.column("kind").cast(pa.string())
+    keep = pc.and_(pc.is_valid(events.column("step")), pc.and_(pc.greater_equal(events.column("device"), 0), pc.is_in(kind, pa.array(["compute", "communication", "memory"]))))
+    ops = events.filter(keep).select(["step", "rank", "name", "dur_ns"])
+    return ops.set_column(2, "name", ops.column("name").cast(pa.string())).group_by(["step", "rank", "name"]).aggregate([("dur_ns", "sum")])
+
+
 def _device_ops(job: Job, ranks: list[int], step: int) -> pa.Table:
     lo, hi = step_span(job, step, ranks)  # only the row groups of this step are read
     events = read_events(job, ranks=ranks, start_ns=lo, end_ns=hi, columns=["rank", "device", "kind", "name", "dur_ns", "step"])
@@ -38,8 +53,8 @@ def _device_ops(job: Job, ranks: list[int], step: int) -> pa.Table:
 
 def _detail(job: Job, rank: int, step: int, operator: str | None) -> dict[str, Any]:
     peers = peers_of(job, rank)
-    ops = _device_ops(job, [rank, *peers], step)
-    totals = ops.group_by(["rank", "name"]).aggregate([("dur_ns", "sum")])
+    everything = operator_totals(job)
+    totals = everything.filter(pc.and_(pc.equal(everything.column("step"), step), pc.is_in(everything.column("rank"), value_set=pa.array([rank, *peers], pa.int32()))))
     mine: dict[str, int] = {}
     theirs: dict[str, list[int]] = {}
     for r, name, total in zip(totals.column("rank").to_pylist(), totals.column("name").cast(pa.string()).to_pylist(), totals.column("dur_ns_sum").to_pylist(), strict=True):
@@ -56,7 +71,7 @@ def _detail(job: Job, rank: int, step: int, operator: str | None) -> dict[str, A
         "operators": [{"name": n, "rank_ms": mine[n] / 1e6, "peer_ms": statistics.median(theirs[n]) / 1e6 if theirs.get(n) else None} for n in top],
         "breakdown": _breakdown(job, rank, peers, step),
         "operator": operator,
-        "distribution": _distribution(ops, rank, operator),
+        "distribution": _distribution(_device_ops(job, [rank, *peers[:DISTRIBUTION_PEERS]], step), rank, operator),
         "collectives": _collectives(job, rank, step),
     }
 

@@ -23,8 +23,9 @@ MAX_LINKS = 3000
 HOVER_NAME = 36  # characters of an interval's name on hover: the payload grows with every interval drawn
 
 
-def timeline_data(job: Job, ranks: list[int], window: tuple[int, int], pixels: int = 1600, max_primitives: int = 50_000) -> dict[str, Any]:
-    """Rows (rank, stream), intervals per kind (ms since the job origin), collective links and waits."""
+def timeline_data(job: Job, ranks: list[int], window: tuple[int, int], pixels: int = 1600, max_primitives: int = 50_000, instance: int | None = None) -> dict[str, Any]:
+    """Rows (rank, stream), intervals per kind (ms since the job origin), collective links and waits, and the
+    members of the selected collective ``instance`` (``selected``)."""
     lo, hi = window
     order = {r: i for i, r in enumerate(mesh_of(job).ranks)}
     ranks = sorted(set(ranks), key=lambda r: order.get(r, r))
@@ -46,7 +47,19 @@ def timeline_data(job: Job, ranks: list[int], window: tuple[int, int], pixels: i
     else:
         out["kinds"] = _individual(events, row_of, t0)
     out["links"], out["waits"] = _links_and_waits(job, ranks, row_of, lo, hi, t0, allow=not aggregated)
+    out["selected"] = _instance_members(job, instance, row_of, t0) if instance is not None else None
     return out
+
+
+def _instance_members(job: Job, instance: int, row_of: dict[int, int], t0: int) -> dict[str, Any]:
+    """The drawn members (ranks in view) of one collective instance: their intervals, start to end."""
+    table = collectives.instances(job)
+    part = table.filter(pc.equal(table.column("instance"), instance))
+    known = pc.is_in(pc.add(pc.multiply(part.column("rank").cast(pa.int64()), 1_000_000_000), part.column("track").cast(pa.int64())), value_set=pa.array(list(row_of), pa.int64()))
+    part = part.filter(known)
+    start = part.column("start_ns").to_numpy()
+    end = start + part.column("dur_ns").to_numpy()
+    return {"x0": ((start - t0) / 1e6).round(4).tolist(), "x1": ((end - t0) / 1e6).round(4).tolist(), "row": _row_index(part, row_of).tolist() if part.num_rows else []}
 
 
 def _row_keys(events: pa.Table) -> np.ndarray:

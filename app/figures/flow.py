@@ -14,7 +14,8 @@ from paradiag.app.figures.common import base_figure, empty_figure, short_name
 SYMBOL = {"compute": "circle", "collective": "diamond", "send": "triangle-right", "recv": "triangle-left", "memory": "circle", "block": "square"}
 
 
-def flow_figure(data: dict[str, Any], color_by: str = "time", p2p: list[dict[str, Any]] | None = None, selected: tuple[str, int | None] | None = None) -> go.Figure:
+def flow_figure(data: dict[str, Any], color_by: str = "time", p2p: list[dict[str, Any]] | None = None, selected: tuple[Any, ...] | None = None) -> go.Figure:
+    """``selected``: (operator, stage or None[, at ms or None])."""
     if not data["stages"] or not any(st["nodes"] for st in data["stages"]):
         return empty_figure("no operators in this step", height=240)
     fig = base_figure(height=120 + 90 * len(data["stages"]), uirevision=f"flow|{data['step']}")
@@ -105,14 +106,14 @@ def _node_at(spans: tuple[np.ndarray, np.ndarray, np.ndarray] | None, t: float) 
     return int(idx[holding].min()) if len(holding) else None
 
 
-def _highlight(fig: go.Figure, data: dict[str, Any], selected: tuple[str, int | None]) -> None:
-    op, stage = selected
-    xs, ys = [], []
-    for st in data["stages"]:
-        if stage is None or st["stage"] == stage:
-            for i, n in enumerate(st["nodes"]):
-                if op in n["operators"]:
-                    xs.append(i)
-                    ys.append(st["stage"])
-    if xs:
+def _highlight(fig: go.Figure, data: dict[str, Any], selected: tuple[Any, ...]) -> None:
+    """Ring the nodes holding the selected operator; when one instance was picked (``at``, ms), only the node
+    whose span holds it (or the nearest)."""
+    op, stage, at = (*selected, None)[:3]
+    found = [(i, st["stage"], n["span_ms"]) for st in data["stages"] if stage is None or st["stage"] == stage for i, n in enumerate(st["nodes"]) if op in n["operators"]]
+    if at is not None and found:
+        nearest = min(found, key=lambda f: max(f[2][0] - at, at - f[2][1], 0.0))
+        found = [nearest]
+    if found:
+        xs, ys = [f[0] for f in found], [f[1] for f in found]
         fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", marker={"size": 30, "symbol": "circle-open", "color": palette.HIGHLIGHT, "line": {"width": 3}}, name="selected", hoverinfo="skip"))

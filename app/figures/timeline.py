@@ -30,6 +30,8 @@ def timeline_figure(data: dict[str, Any], uirevision: Any = None) -> go.Figure:
     if data["links"]:
         xs, ys = _polylines(data["links"])
         fig.add_trace(go.Scattergl(x=xs, y=ys, mode="lines", line={"color": "rgba(60,60,60,0.45)", "width": 1}, name="collective instance", hoverinfo="skip"))
+    if data.get("selected") and data["selected"]["x0"]:
+        _selected(fig, data["selected"], width)
     _axes(fig, rows, data["window_ms"])
     if data.get("aggregated"):
         fig.add_annotation(text=f"{data['num_events']:,} events merged to screen resolution: zoom in for single kernels", xref="paper", yref="paper", x=0, y=1.0, yanchor="bottom", xanchor="left", showarrow=False, font={"size": 10, "color": "#666"})
@@ -59,6 +61,14 @@ def _add_intervals(fig: go.Figure, name: str, seg: dict[str, Any], color: str, w
             name=name,
         )
     )
+
+
+def _selected(fig: go.Figure, members: dict[str, Any], width: float) -> None:
+    """The selected collective instance: its members outlined, joined at their starts."""
+    xs, ys = segments(members["x0"], members["x1"], members["row"])
+    fig.add_trace(go.Scattergl(x=xs, y=ys, mode="lines", line={"color": palette.HIGHLIGHT, "width": width * 0.35}, name="selected collective", hoverinfo="skip"))
+    order = sorted(range(len(members["row"])), key=lambda i: members["row"][i])
+    fig.add_trace(go.Scattergl(x=[members["x0"][i] for i in order], y=[members["row"][i] for i in order], mode="lines+markers", line={"color": palette.HIGHLIGHT, "width": 2}, marker={"size": 6, "color": palette.HIGHLIGHT}, showlegend=False, name="selected collective", hoverinfo="skip"))
 
 
 def _polylines(links: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
