@@ -164,7 +164,8 @@ def parse_source(source: Source, root: Path, out_dir: Path, index: int) -> Sourc
 
 def group_table(reported: dict[int, list[Group]]) -> pa.Table:
     """The ``groups`` table from the groups every rank reported (rank -> its groups; first description wins).
-    A group whose members no trace lists (HCCL without metadata) gets the ranks that reported it."""
+    A group whose members no trace lists (HCCL without metadata) gets the ranks that reported it, but only when
+    all its members were profiled (their number is the group's size); otherwise its member list stays empty."""
     merged: dict[str, Group] = {}
     reporters: dict[str, set[int]] = {}
     for rank, groups in reported.items():
@@ -172,11 +173,11 @@ def group_table(reported: dict[int, list[Group]]) -> pa.Table:
             reporters.setdefault(g.group, set()).add(rank)
             known = merged.get(g.group)
             if known is None:
-                merged[g.group] = Group(g.group, list(g.ranks), g.description, g.backend)
+                merged[g.group] = Group(g.group, list(g.ranks), g.description, g.backend, g.size)
             elif len(g.ranks) > len(known.ranks):
                 known.ranks = list(g.ranks)
     for name, g in merged.items():
-        if not g.ranks:
+        if not g.ranks and g.size is not None and len(reporters[name]) == g.size:
             g.ranks = sorted(reporters[name])
     rows = sorted(merged.values(), key=lambda g: (len(g.ranks), g.group))
     return schema.build(

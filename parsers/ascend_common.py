@@ -493,7 +493,7 @@ def parsed_rank(
         if gid not in groups:
             size = info.group_sizes.get(gid)
             note = f"HCCL group of {size} ranks" if size else "HCCL group"
-            groups[gid] = Group(gid, [], f"{note}; members not recorded", "hccl")
+            groups[gid] = Group(gid, [], f"{note}; members not recorded", "hccl", size=size)
     return ParsedRank(
         source=str(shown),
         format=fmt,

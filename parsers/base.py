@@ -36,6 +36,7 @@ class Group:
     ranks: list[int]
     description: str | None = None
     backend: str | None = None
+    size: int | None = None  # number of members when the trace says it but does not list them
 
 
 @dataclass

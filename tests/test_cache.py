@@ -131,12 +131,14 @@ def test_groups_without_listed_members_get_the_ranks_that_report_them() -> None:
 
     table = group_table(
         {
-            0: [Group("hccl_1", [], "HCCL group; members not recorded"), Group("dp", [0, 1])],
-            1: [Group("hccl_1", []), Group("dp", [0, 1])],
-            3: [Group("hccl_1", [])],
+            0: [Group("hccl_1", [], "HCCL group of 3 ranks; members not recorded", size=3), Group("dp", [0, 1])],
+            1: [Group("hccl_1", [], size=3), Group("dp", [0, 1]), Group("hccl_8", [], size=8)],
+            3: [Group("hccl_1", [], size=3), Group("hccl_8", [], size=8)],
         }
     )
     rows = {r["group"]: r for r in table.to_pylist()}
     assert rows["hccl_1"]["ranks"] == [0, 1, 3]
-    assert rows["hccl_1"]["description"] == "HCCL group; members not recorded"
+    assert rows["hccl_1"]["description"] == "HCCL group of 3 ranks; members not recorded"
     assert rows["dp"]["ranks"] == [0, 1]
+    # Two of eight members profiled: which global ranks the others are is unknown, so none are listed.
+    assert rows["hccl_8"]["ranks"] == []
