@@ -5,6 +5,7 @@ from __future__ import annotations
 from dash import Dash
 
 from paradiag.app import context
+from paradiag.app.callbacks.timeline import shown_ranks, view_data
 from paradiag.app.data.collectives import instances
 from paradiag.app.data.common import slowest_step
 from paradiag.app.data.compare import operators_of
@@ -29,3 +30,4 @@ def warm(app: Dash, token: str) -> None:
             p2p_pairs(job, step)
             marey_data(job, step, None)
             flow_data(job, step)
+            view_data(job, shown_ranks(job, None), {"step": step})  # the first page's timeline

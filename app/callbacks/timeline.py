@@ -8,7 +8,7 @@ from typing import Any
 import plotly.graph_objects as go
 from dash import Dash, Input, Output, no_update
 
-from paradiag.app import context, ids
+from paradiag.app import context, ids, store
 from paradiag.app.data.common import origin_ns, step_span
 from paradiag.app.data.mesh import mesh_of
 from paradiag.app.data.timeline import timeline_data
@@ -16,6 +16,7 @@ from paradiag.app.figures.timeline import timeline_figure
 from paradiag.dataset import Job
 
 MAX_RANKS = 6
+PIXELS = 800
 
 
 def shown_ranks(job: Job, selected: list[int] | None) -> list[int]:
@@ -47,12 +48,24 @@ def instance_of(collective: str | None) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def view_data(job: Job, ranks: list[int], sel: dict[str, Any]) -> dict[str, Any]:
+    """The timeline's data for the selection; a whole step (no window) is computed once per job and ranks."""
+    limit, instance = context.config().max_primitives, instance_of(sel.get("collective"))
+
+    def compute() -> dict[str, Any]:
+        return timeline_data(job, ranks, window_ns(job, sel, ranks), pixels=PIXELS, max_primitives=limit, instance=instance)
+
+    if sel.get("window"):
+        return compute()
+    return store.memo("timeline-step", job.content_hash, [sel.get("step"), ranks, PIXELS, limit, instance], compute)
+
+
 def render_timeline(sel: dict[str, Any] | None) -> tuple[go.Figure, str] | tuple[Any, Any]:
     if not sel or not sel.get("job"):
         return no_update, no_update
     job = context.job(sel["job"])
     ranks = shown_ranks(job, sel.get("ranks"))
-    data = timeline_data(job, ranks, window_ns(job, sel, ranks), pixels=800, max_primitives=context.config().max_primitives, instance=instance_of(sel.get("collective")))
+    data = view_data(job, ranks, sel)
     fig = timeline_figure(data, uirevision=f"{sel['job']}|{sel.get('step')}|{','.join(map(str, ranks))}")
     mode = "merged to screen resolution" if data["aggregated"] else "every interval drawn"
     info = f"ranks {', '.join(map(str, ranks))} · {data['num_events']:,} device events in view ({mode}) · black lines join the members of one collective; red: waiting for the last member"
