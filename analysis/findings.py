@@ -219,12 +219,13 @@ def stage_findings(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def clock_findings(ranks: pa.Table) -> list[dict[str, Any]]:
     """clock_skew when ranks' clocks had to be shifted by more than CLOCK_SKEW_NS to line their collectives up."""
-    rows = ranks.select(["rank", "host", "clock_offset_ns"]).to_pylist()
-    skewed = [r for r in rows if abs(r["clock_offset_ns"]) > CLOCK_SKEW_NS]
+    rows = ranks.select(["rank", "host", "clock_offset_ns", "clock_uncertainty_ns"]).to_pylist()
+    # An offset within three times the estimate's own spread is not evidence of a skewed clock.
+    skewed = [r for r in rows if abs(r["clock_offset_ns"]) > max(CLOCK_SKEW_NS, 3 * (r["clock_uncertainty_ns"] or 0))]
     if not skewed:
         return []
     worst = max(skewed, key=lambda r: abs(r["clock_offset_ns"]))
-    hosts = sorted({str(r["host"]) for r in skewed})
+    hosts = sorted({str(r["host"]) if r["host"] else f"the host of rank {r['rank']}" for r in skewed})
     evidence = (
         f"{len(skewed)} rank(s) on {', '.join(hosts)} ran on a clock {worst['clock_offset_ns'] / 1e6:+.3f} ms off "
         "(estimated from collectives and corrected before analysis)"

@@ -341,7 +341,13 @@ def ingest(
     base = root if root.is_dir() else root.parent
     problems: list[Problem] = []
     if not sources:
-        raise JobError(f"{root}: no trace found (looked for PyTorch profiler *.json[.gz] files and Ascend *_ascend_pt folders)")
+        hint = ""
+        if root.is_dir() and any(root.rglob("cluster_step_trace_time.csv")):
+            hint = (
+                "; it holds msprof-analyze's aggregated cluster output (cluster_step_trace_time.csv), not per-rank"
+                " traces: open the *_ascend_pt folders it was computed from"
+            )
+        raise JobError(f"{root}: no trace found (looked for PyTorch profiler *.json[.gz] files and Ascend *_ascend_pt folders){hint}")
     cache.parent.mkdir(parents=True, exist_ok=True)
     tmp = cache.parent / f".{cache.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()

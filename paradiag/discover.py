@@ -25,8 +25,10 @@ PARSER_MODULES = (
     "paradiag.parsers.mindspore",
     "paradiag.parsers.kineto",
 )
-# Files in a job folder that are not traces of a rank.
-NOT_TRACES = frozenset({"ground_truth.json", "manifest.json", "README.md"})
+# Files in a job folder that are not traces of a rank (profiler metadata outside a rank folder, our ground truth).
+NOT_TRACES = frozenset({"ground_truth.json", "manifest.json", "README.md", "profiler_metadata.json"})
+# Folders of results derived from traces (msprof-analyze's output), not traces themselves.
+DERIVED_FOLDERS = frozenset({"cluster_analysis_output"})
 ROW_GROUP_ROWS = 128 * 1024
 PARQUET_COMPRESSION = "lz4"  # decodes ~1.5x faster than zstd for ~40% more disk: the cache is read far more than written
 
@@ -71,7 +73,7 @@ def discover(root: Path) -> tuple[list[Source], list[Path]]:
     others: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(root):
         here = Path(dirpath)
-        dirnames[:] = sorted(d for d in dirnames if not _is_hidden(Path(d)))
+        dirnames[:] = sorted(d for d in dirnames if not _is_hidden(Path(d)) and d not in DERIVED_FOLDERS)
         kept = []
         for d in dirnames:
             sub = here / d
@@ -87,7 +89,7 @@ def discover(root: Path) -> tuple[list[Source], list[Path]]:
             if _is_hidden(path):
                 continue
             owner = None
-            if name not in NOT_TRACES:
+            if name not in NOT_TRACES and not name.startswith("profiler_info_"):
                 owner = next((m for m in modules if m.detect(path)), None)
             if owner is None:
                 others.append(path)

@@ -95,3 +95,13 @@ def test_unexpected_value_types_are_read_leniently(tmp_path: Path) -> None:
     kernels = job.events().filter(job.events().column("device").to_numpy() >= 0)
     assert set(kernels.column("track").to_pylist()) == {7, 20}
     assert any("read leniently" in str(p) for p in job.problems)
+
+
+def test_msprof_analyze_output_is_not_mistaken_for_traces(tmp_path: Path) -> None:
+    out = tmp_path / "job" / "cluster_analysis_output"
+    out.mkdir(parents=True)
+    (out / "cluster_step_trace_time.csv").write_text("Step,Type,Index,Computing\n,rank,0,1.0\n")
+    (out / "cluster_communication.json").write_text('{"step": {}}')
+    (tmp_path / "job" / "profiler_metadata.json").write_text('{"distributed_args": {}}')
+    with pytest.raises(JobError, match="msprof-analyze's aggregated cluster output"):
+        paradiag.open(tmp_path / "job")
