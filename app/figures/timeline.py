@@ -91,7 +91,6 @@ def _axes(fig: go.Figure, rows: list[dict[str, Any]], window: list[float]) -> No
         fixedrange=True,
     )
     fig.update_xaxes(title="time since job start (ms)", range=window, showgrid=True, zeroline=False)
-    for i in range(1, len(rows)):
-        if rows[i]["rank"] != rows[i - 1]["rank"]:
-            fig.add_hline(y=i - 0.5, line={"color": "#999", "width": 1})
-    fig.update_layout(margin={"l": 70}, dragmode="zoom", hovermode="closest")
+    # Rank separators as plain shapes in one update: add_hline resolves axes per call and costs ~5 ms each.
+    lines = [{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y", "y0": i - 0.5, "y1": i - 0.5, "line": {"color": "#999", "width": 1}} for i in range(1, len(rows)) if rows[i]["rank"] != rows[i - 1]["rank"]]
+    fig.update_layout(margin={"l": 70}, dragmode="zoom", hovermode="closest", shapes=lines)
