@@ -1,9 +1,9 @@
-"""Clock alignment across ranks from the collectives they share.
+"""Clock alignment across ranks from the collectives and transfers they share.
 
-Every participant leaves a collective instance at nearly the same moment (nobody finishes an all-reduce before
-the last one has contributed), so the end times of one instance, read on each rank's own clock, differ by the
-clock offsets plus a little noise. Offsets are estimated per clock domain (a host when the traces name it, a
-rank otherwise) by alternating robust medians, with the lowest rank's domain as the reference.
+Every participant leaves a collective instance at nearly the same moment, so the end times of one instance, read
+on each rank's own clock, differ by the clock offsets plus a little noise; a receive ends no earlier than its
+send. Offsets are estimated per clock domain (a host when the traces name it, a rank otherwise), with the lowest
+rank's domain as the reference (docs/schema.md, "Clock alignment").
 """
 
 from __future__ import annotations
