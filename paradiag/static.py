@@ -96,8 +96,8 @@ def _rank_table(report: dict[str, Any]) -> str:
 def _stage_table(report: dict[str, Any]) -> str:
     pipeline = report["metrics"].get("pipeline") or {}
     stages = pipeline.get("stages") or []
-    if not stages:
-        return "<p>No pipeline stages in this job.</p>"
+    if len(stages) < 2:
+        return "<p>No pipeline parallelism in this job (one stage).</p>"
     rows = [[s["stage"], ", ".join(map(str, s.get("ranks", []))), _ms(s.get("compute_per_micro_batch_ns")), s.get("bubble_ratio")] for s in stages]
     summary = (
         f"<p>imbalance {pipeline.get('imbalance')}, bottleneck stage {pipeline.get('bottleneck_stage')}, bubble ratio measured "
