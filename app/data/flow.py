@@ -1,14 +1,18 @@
 """The execution-flow graph: per stage, the operators in execution order, cut into nodes at communication
 operators, with repeated runs of nodes (the model's layers) collapsed into one block.
 
-Built from the trace alone: the operator instances of a step common to every device of the stage (the Marey
-bands), so each node's time is known on every device and its imbalance is max / median over them.
+Built from the trace: the operator instances of a step common to every device of the stage (the Marey bands), so
+each node's time is known on every device and its imbalance is max / median over them. Where the job's folder holds
+MindSpore ``parallel_strategy_{rank}.json`` files (at most two folder levels below it), their operators are matched
+to the nodes' operators (by full name, else by operator type in execution order) and the nodes carry the shard
+strategy of what they hold.
 """
 
 from __future__ import annotations
 
 import re
 import statistics
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,9 +23,16 @@ from paradiag.app.data.marey import step_bands
 from paradiag.app.data.mesh import mesh_of
 from paradiag.app.figures.common import short_name
 from paradiag.dataset import Job
+from paradiag.parsers.base import TraceError
+from paradiag.parsers.mindspore_strategy import FILE_PATTERN, read_parallel_strategy
 
 MAX_PERIOD = 16
 _NUMBERED = re.compile(r"[_\d]+$")  # hcom_send__951_4_1 and hcom_send__951_5_1 are the same operator
+STRATEGY_DEPTH = 2  # folder levels below the job folder searched for parallel_strategy_{rank}.json
+TYPE_WINDOW = 32  # how far ahead in the strategy's op list a match by type may look
+MAX_STRATEGY_LINES = 4  # strategies listed per node
+_OP_SUFFIX = re.compile(r"-op\d+.*$")  # Default/conv1-Conv2d/Conv2D-op2 -> Conv2D
+_VERSION = re.compile(r"v\d+$")  # MatMulV2, LayerNormV4 -> matmul, layernorm
 
 
 def flow_data(job: Job, step: int, expand: bool = False) -> dict[str, Any]:
@@ -33,14 +44,139 @@ def _flow_data(job: Job, step: int, expand: bool) -> dict[str, Any]:
     bands = step_bands(job, step)
     mesh = mesh_of(job)
     t0 = origin_ns(job)
+    strategy = parallel_strategy(job)
     stages = []
+    matched = 0
     for st in bands["stages"]:
         nodes = _segments(st)
+        if strategy["files"]:
+            matched += _annotate(nodes, _stage_strategy(strategy, st["stage"], st["ranks"]))
         blocks = nodes if expand else _collapse(nodes)
         for b in blocks:
             b["span_ms"] = [round((b.pop("lo") - t0) / 1e6, 6), round((b.pop("hi") - t0) / 1e6, 6)]
         stages.append({"stage": st["stage"], "ranks": st["ranks"], "tp": len({mesh.tp[r] for r in st["ranks"]}), "dp": len({mesh.dp[r] for r in st["ranks"]}), "nodes": blocks})
-    return {"step": step, "stages": stages}
+    out: dict[str, Any] = {"step": step, "stages": stages}
+    if strategy["files"] or strategy["problems"]:
+        out["strategy"] = {"files": strategy["files"], "problems": strategy["problems"], "matched": matched}
+    return out
+
+
+def parallel_strategy(job: Job) -> dict[str, Any]:
+    """The job's MindSpore parallel strategy files, read once per job content: ``files`` (paths relative to the
+    job folder), ``ops`` (rank -> its op rows), ``stage_of`` (rank -> stage id) and ``problems`` (unreadable files)."""
+    return store.memo("parallel-strategy", job.content_hash, [], lambda: _read_strategy(job))
+
+
+def strategy_files(root: Path) -> list[Path]:
+    """``parallel_strategy_*.json`` files in ``root`` and up to :data:`STRATEGY_DEPTH` folder levels below it."""
+    if not root.is_dir():
+        root = root.parent
+    if not root.is_dir():
+        return []
+    found: list[Path] = []
+    for depth in range(STRATEGY_DEPTH + 1):
+        found += sorted(p for p in root.glob("/".join(["*"] * depth + [FILE_PATTERN])) if p.is_file())
+    return found
+
+
+def _read_strategy(job: Job) -> dict[str, Any]:
+    out: dict[str, Any] = {"files": [], "ops": {}, "stage_of": {}, "problems": []}
+    if not job.source:
+        return out
+    root = Path(job.source)
+    base = root if root.is_dir() else root.parent
+    for path in strategy_files(root):
+        shown = str(path.relative_to(base))
+        try:
+            table = read_parallel_strategy(path)
+        except TraceError as exc:
+            out["problems"].append(f"{shown}: {exc.problem}")
+            continue
+        rows = table.to_pylist()
+        rank = rows[0]["rank"] if rows else None
+        if rank is None or rank in out["ops"]:
+            out["problems"].append(f"{shown}: {'no rank' if rank is None else f'a second file for rank {rank}'}; not used")
+            continue
+        out["files"].append(shown)
+        out["ops"][rank] = rows
+        if rows[0]["stage"] is not None:
+            out["stage_of"][rank] = rows[0]["stage"]
+    return out
+
+
+def _stage_strategy(strategy: dict[str, Any], stage: int, ranks: list[int]) -> list[dict[str, Any]]:
+    """The op rows for a stage: those of the first of its ranks that has a file, else of a file for that stage."""
+    ops: dict[int, list[dict[str, Any]]] = strategy["ops"]
+    for r in ranks:
+        if r in ops:
+            return ops[r]
+    for r, s in sorted(strategy["stage_of"].items()):
+        if s == stage:
+            return ops[r]
+    return []
+
+
+def op_type_key(name: str) -> str:
+    """An operator's type from its trace or graph name, comparable across the two: MindSpore full names
+    (``Default/conv1-Conv2d/Conv2D-op2``), CANN kernel names (``aclnnMm_MatMulCommon_MatMulV2``), HCCL tasks
+    (``hcom_allReduce__951_0_1``) and graph op types (``AllReduce``, ``MatMulV2``) -> ``conv2d``, ``matmul``,
+    ``allreduce``."""
+    base = _OP_SUFFIX.sub("", name.rsplit("/", 1)[-1])
+    low = base.lower()
+    if low.startswith("hcom_"):
+        word = low[5:].split("_", 1)[0]
+        return "receive" if word in ("recv", "receive") else word
+    parts = [p for p in base.split("_") if p]
+    low = (parts[-1] if parts else base).lower()
+    return _VERSION.sub("", low.removesuffix("aicore"))
+
+
+def _annotate(nodes: list[dict[str, Any]], rows: list[dict[str, Any]]) -> int:
+    """Give each node the strategy rows its operators match (by full name, else the next row of the same type
+    within :data:`TYPE_WINDOW` rows in execution order); returns how many operator instances matched."""
+    useful = [r for r in rows if r["strategy"] is not None or r["is_communication"]]
+    if not useful:
+        return 0
+    by_name: dict[str, dict[str, Any]] = {}
+    for r in useful:
+        if r["op"]:
+            by_name.setdefault(r["op"], r)
+            by_name.setdefault(r["op"].rsplit("/", 1)[-1], r)
+    keys = [op_type_key(r["op_type"] or "") for r in useful]
+    pointer = 0
+    matched = 0
+    for node in nodes:
+        found: list[dict[str, Any]] = []
+        for name in node["operators"]:
+            row = by_name.get(name) or by_name.get(name.rsplit("/", 1)[-1])
+            if row is None:
+                key = op_type_key(name)
+                for j in range(pointer, min(len(useful), pointer + TYPE_WINDOW)):
+                    if keys[j] == key:
+                        row, pointer = useful[j], j + 1
+                        break
+            if row is not None:
+                found.append(row)
+                matched += 1
+        if found:
+            node["strategy"] = _strategy_lines(found)
+            node["sharded"] = any(r["sharded"] for r in found)
+    return matched
+
+
+def _strategy_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """``Conv2D [[2,1,1,1],[1,1,1,1]]``, ``AllReduce group 4-5-6-7``, ``Send → 4``: distinct, at most a few."""
+    lines: dict[str, None] = {}
+    for r in rows:
+        text = r["op_type"] or r["op"] or "?"
+        if r["strategy"] is not None:
+            text += f" {r['strategy']}"
+        if r["parallel_group"]:
+            text += f" group {r['parallel_group']}"
+        if r["peer"] is not None:
+            text += f" {'→' if (r['op_type'] or '').lower() == 'send' else '←'} {r['peer']}"
+        lines[text] = None
+    return list(lines)[:MAX_STRATEGY_LINES] + ([f"… {len(lines) - MAX_STRATEGY_LINES} more"] if len(lines) > MAX_STRATEGY_LINES else [])
 
 
 def _segments(st: dict[str, Any]) -> list[dict[str, Any]]:
@@ -125,6 +261,15 @@ def _block(members: list[dict[str, Any]], period: int, repeats: int) -> dict[str
         "slowest_rank": max(members, key=lambda m: m["imbalance"])["slowest_rank"],
         "repeat": repeats,
         "contains": sorted(kinds),
+        **_block_strategy(members),
         "lo": min(m["lo"] for m in members),
         "hi": max(m["hi"] for m in members),
     }
+
+
+def _block_strategy(members: list[dict[str, Any]]) -> dict[str, Any]:
+    lines = list(dict.fromkeys(line for m in members for line in m.get("strategy", []) if not line.startswith("…")))
+    if not lines:
+        return {}
+    more = [f"… {len(lines) - MAX_STRATEGY_LINES} more"] if len(lines) > MAX_STRATEGY_LINES else []
+    return {"strategy": lines[:MAX_STRATEGY_LINES] + more, "sharded": any(m.get("sharded", False) for m in members)}

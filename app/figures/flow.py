@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 from paradiag.app import palette
 from paradiag.app.figures.common import base_figure, empty_figure, short_name
 
+SHARDED = "#00838f"  # outline of a node holding an operator split across devices (parallel_strategy)
 SYMBOL = {"compute": "circle", "collective": "diamond", "send": "triangle-right", "recv": "triangle-left", "memory": "circle", "block": "square"}
 
 
@@ -21,6 +22,8 @@ def flow_figure(data: dict[str, Any], color_by: str = "time", p2p: list[dict[str
     fig = base_figure(height=120 + 90 * len(data["stages"]), uirevision=f"flow|{data['step']}")
     pos: dict[tuple[int, int], tuple[float, float]] = {}
     xs, ys, colors, sizes, symbols, text, custom, labels = [], [], [], [], [], [], [], []
+    outline_color: list[str] = []
+    outline_width: list[float] = []
     ex: list[Any] = []
     ey: list[Any] = []
     for st in data["stages"]:
@@ -39,6 +42,8 @@ def flow_figure(data: dict[str, Any], color_by: str = "time", p2p: list[dict[str
             text.append(_hover(n, st))
             custom.append([n["operators"][0], y, n["span_ms"]])
             labels.append(n["label"] if n["kind"] == "block" or (i in worst and n["imbalance"] > 1.25) else "")
+            outline_color.append(SHARDED if n.get("sharded") else "#555")
+            outline_width.append(2.5 if n.get("sharded") else 0.6)
     fig.add_trace(go.Scatter(x=np.array(ex, dtype=np.float64), y=np.array(ey, dtype=np.float64), mode="lines", line={"color": "#b0bec5", "width": 1}, hoverinfo="skip", showlegend=False))
     _p2p_edges(fig, data, p2p or [])
     fig.add_trace(
@@ -49,7 +54,7 @@ def flow_figure(data: dict[str, Any], color_by: str = "time", p2p: list[dict[str
             text=np.array(labels, dtype=object),
             textposition="bottom center",
             textfont={"size": 9},
-            marker={"color": colors, "size": sizes, "symbol": symbols, "colorscale": palette.HEAT_SCALE, "line": {"width": 0.6, "color": "#555"}, "colorbar": {"title": {"text": "ms" if color_by == "time" else "max/median", "side": "right"}, "thickness": 10}},
+            marker={"color": colors, "size": sizes, "symbol": symbols, "colorscale": palette.HEAT_SCALE, "line": {"width": outline_width, "color": outline_color}, "colorbar": {"title": {"text": "ms" if color_by == "time" else "max/median", "side": "right"}, "thickness": 10}},
             customdata=np.array(custom, dtype=object),
             hovertext=np.array(text, dtype=object),
             hovertemplate="%{hovertext}<extra></extra>",
@@ -57,6 +62,8 @@ def flow_figure(data: dict[str, Any], color_by: str = "time", p2p: list[dict[str
             name="operators",
         )
     )
+    if data.get("strategy"):
+        _strategy_legend(fig, data["strategy"])
     if selected:
         _highlight(fig, data, selected)
     fig.update_yaxes(tickvals=[st["stage"] for st in data["stages"]], ticktext=[f"stage {st['stage']}" for st in data["stages"]], autorange="reversed", range=None, zeroline=False, showgrid=False)
@@ -68,7 +75,17 @@ def flow_figure(data: dict[str, Any], color_by: str = "time", p2p: list[dict[str
 def _hover(n: dict[str, Any], st: dict[str, Any]) -> str:
     shards = f"stage {st['stage']} · ranks {', '.join(map(str, st['ranks'][:8]))}" + (f" (TP {st['tp']} × DP {st['dp']})" if len(st["ranks"]) > 1 else "")
     ops = "<br>".join(short_name(o, 60) for o in dict.fromkeys(n["operators"][:6]))
-    return f"<b>{n['label']}</b> ({n['kind']})<br>{n['time_ms']:.3f} ms median · imbalance {n['imbalance']:.2f} (slowest rank {n['slowest_rank']})<br>{shards}<br>{ops}"
+    strategy = ("<br>strategy: " + "<br>  ".join(n["strategy"])) if n.get("strategy") else ""
+    return f"<b>{n['label']}</b> ({n['kind']})<br>{n['time_ms']:.3f} ms median · imbalance {n['imbalance']:.2f} (slowest rank {n['slowest_rank']})<br>{shards}<br>{ops}{strategy}"
+
+
+def _strategy_legend(fig: go.Figure, info: dict[str, Any]) -> None:
+    """A legend entry for the sharded-node outline, naming the strategy files read (and those that were not)."""
+    files = info.get("files", [])
+    name = f"sharded (parallel_strategy, {len(files)} file{'s' if len(files) != 1 else ''})"
+    problems = info.get("problems", [])
+    hover = "<br>".join(["read: " + ", ".join(files[:8]) if files else "no readable parallel_strategy file", *(f"not read: {p}" for p in problems[:4])])
+    fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", marker={"size": 12, "symbol": "circle-open", "color": SHARDED, "line": {"width": 2.5, "color": SHARDED}}, name=name, hovertext=hover, showlegend=True))
 
 
 def _p2p_edges(fig: go.Figure, data: dict[str, Any], p2p: list[dict[str, Any]]) -> None:
