@@ -89,7 +89,7 @@ def discover(root: Path) -> tuple[list[Source], list[Path]]:
             if _is_hidden(path):
                 continue
             owner = None
-            if name not in NOT_TRACES and not name.startswith("profiler_info_"):
+            if name not in NOT_TRACES and not name.startswith(("profiler_info_", "parallel_strategy_")):
                 owner = next((m for m in modules if m.detect(path)), None)
             if owner is None:
                 others.append(path)

@@ -105,3 +105,11 @@ def test_msprof_analyze_output_is_not_mistaken_for_traces(tmp_path: Path) -> Non
     (tmp_path / "job" / "profiler_metadata.json").write_text('{"distributed_args": {}}')
     with pytest.raises(JobError, match="msprof-analyze's aggregated cluster output"):
         paradiag.open(tmp_path / "job")
+
+
+def test_mindspore_parallel_strategy_files_are_not_traces(tmp_path: Path) -> None:
+    folder = write_job(tmp_path / "job", ranks=2)
+    (folder / "parallel_strategy_0.json").write_text('{"config": {"rankId": 0}, "graph": {"node": []}}')
+    job = paradiag.open(folder)
+    assert job.rank_ids == [0, 1]
+    assert job.problems == []
