@@ -6,6 +6,7 @@ of its intervals rounded out to whole pixel columns, so the drawing never exceed
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -86,13 +87,18 @@ def _row_index(events: pa.Table, row_of: dict[int, int]) -> np.ndarray:
     return index[np.searchsorted(known, _row_keys(events))]
 
 
-def _individual(events: pa.Table, row_of: dict[int, int], t0: int) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
+def _by_kind(events: pa.Table) -> Iterator[tuple[str, pa.Table]]:
+    """(kind, its events) for each device kind present."""
     kinds = events.column("kind").cast(pa.string())
     for kind in DEVICE_KINDS:
         part = events.filter(pc.equal(kinds, kind))
-        if part.num_rows == 0:
-            continue
+        if part.num_rows:
+            yield kind, part
+
+
+def _individual(events: pa.Table, row_of: dict[int, int], t0: int) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for kind, part in _by_kind(events):
         start = part.column("start_ns").to_numpy()
         dur = part.column("dur_ns").to_numpy()
         out[kind] = {
@@ -125,11 +131,7 @@ def _hover(part: pa.Table) -> list[str]:
 def _aggregate(events: pa.Table, row_of: dict[int, int], lo: int, hi: int, pixels: int, t0: int) -> dict[str, dict[str, Any]]:
     width = max(1, (hi - lo) // max(pixels, 1))
     out: dict[str, dict[str, Any]] = {}
-    kinds = events.column("kind").cast(pa.string())
-    for kind in DEVICE_KINDS:
-        part = events.filter(pc.equal(kinds, kind))
-        if part.num_rows == 0:
-            continue
+    for kind, part in _by_kind(events):
         start = part.column("start_ns").to_numpy()
         row = _row_index(part, row_of)
         b0 = (start - lo) // width
