@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import math
 import shutil
 import sys
 import tempfile
@@ -96,17 +97,21 @@ def _shifted(events: list[dict], k: int, span: float) -> list[dict]:
 
 
 def simulated_folder(folder: Path, ranks: int, min_mb: float) -> Path:
-    from paradiag.simulator.cli import simulate  # the simulator's CLI: one file per rank
+    """A data-parallel 24-layer LLM job from paradiag's simulator, with enough steps for >= ``min_mb`` MB of JSON
+    per rank (8 micro-batches per step: about 4.9 MB a step). The ground truth is moved beside the folder, since HTA
+    would read it as a trace."""
+    from click.testing import CliRunner
+
+    from paradiag.simulator.cli import simulate
 
     if folder.exists() and any(folder.glob("*.json")):
         return folder
-    from click.testing import CliRunner
-
-    steps = max(2, int(min_mb // 12))
-    args = ["--model", "llm", "--layers", "24", "--dp", str(ranks), "--steps", str(steps), "--format", "kineto", "-o", str(folder)]
-    result = CliRunner().invoke(simulate, args, catch_exceptions=False)
+    steps = max(2, math.ceil(min_mb / 4.5))
+    args = ["--model", "llm", "--layers", "24", "--dp", str(ranks), "--microbatches", "8", "--steps", str(steps)]
+    result = CliRunner().invoke(simulate, [*args, "--format", "kineto", "--quiet", "-o", str(folder)], catch_exceptions=False)
     if result.exit_code != 0:
         raise SystemExit(result.output)
+    (folder / "ground_truth.json").replace(folder.parent / f"{folder.name}.ground_truth.json")
     return folder
 
 

@@ -37,10 +37,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-import xxhash
 
 from paradiag import __version__, align, schema
-from paradiag.discover import Source, SourceResult, discover, group_table, parse_source
+from paradiag.discover import Source, SourceResult, discover, file_hash, group_table, parse_source
 from paradiag.parsers.base import ParsedRank
 
 CACHE_FORMAT = "paradiag.cache/1"
@@ -88,14 +87,6 @@ def is_cache(path: Path) -> bool:
         return json.loads(manifest.read_text()).get("format") == CACHE_FORMAT
     except (OSError, ValueError):
         return False
-
-
-def file_hash(path: Path) -> str:
-    h = xxhash.xxh3_128()
-    with open(path, "rb") as f:
-        while chunk := f.read(8 * 1024 * 1024):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _stat_entry(path: Path, root: Path) -> dict[str, Any]:
@@ -442,7 +433,8 @@ def _finish(
     for r in results:  # parts of skipped duplicates are not part of the cache
         if r.events_file and r.source not in kept_names:
             (tmp / r.events_file).unlink(missing_ok=True)
-    files = [dict(_stat_entry(f, base), hash=file_hash(f)) for f in _source_files(root, sources, others)]
+    hashed = {Path(p): h for r in results for p, h in r.file_hashes.items()}  # the workers hashed their sources
+    files = [dict(_stat_entry(f, base), hash=hashed.get(f) or file_hash(f)) for f in _source_files(root, sources, others)]
     content = hashlib.sha256(json.dumps([(f["path"], f["hash"]) for f in files]).encode()).hexdigest()
     manifest = {
         "format": CACHE_FORMAT,

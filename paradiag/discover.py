@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import traceback
@@ -14,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import xxhash
 
 from paradiag import schema
 from paradiag.parsers.base import Group, ParsedRank, TraceError
@@ -113,15 +115,27 @@ class SourceResult:
     max_dur_ns: int = 0
     comm: pa.Table | None = None  # device collectives, for clock alignment
     extra_files: dict[str, str] = field(default_factory=dict)
+    file_hashes: dict[str, str] = field(default_factory=dict)  # path -> xxh3-128 of each file of the source
 
 
 COMM_COLUMNS = ("collective", "group", "group_ranks", "peer", "step", "seq", "start_ns", "dur_ns")
 
 
+def file_hash(path: Path) -> str:
+    h = xxhash.xxh3_128()
+    with open(path, "rb") as f:
+        while chunk := f.read(8 * 1024 * 1024):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def parse_source(source: Source, root: Path, out_dir: Path, index: int) -> SourceResult:
-    """Parse one source and write its events (sorted by start time) to ``out_dir``; never raises."""
+    """Parse one source and write its events (sorted by start time) to ``out_dir``; never raises. The source's
+    files are hashed here too (for the cache manifest), in parallel with the other workers."""
     shown = str(source.path.relative_to(root)) if source.path != root else source.path.name
     result = SourceResult(source=shown, parser=source.parser)
+    with contextlib.suppress(OSError):
+        result.file_hashes = {str(f): file_hash(f) for f in source.files}
     try:
         module = importlib.import_module(source.parser)
         parsed: ParsedRank = module.parse(source.path, root if root.is_dir() else root.parent)
