@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from paradiag.dataset import Job, JobError, ProgressCallback, open_job
+from paradiag.units import ms
 
 # Wide enough for the tables when the output is a file or a pipe (rich would assume 80 columns).
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
@@ -165,9 +166,6 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"not JSON serializable: {type(value).__name__}")
 
 
-def _ms(ns: float | None) -> str:
-    return "-" if ns is None else f"{ns / 1e6:.2f}"
-
 
 def _print_report(report: dict[str, Any]) -> None:
     job = report["job"]
@@ -187,22 +185,22 @@ def _print_report(report: dict[str, Any]) -> None:
         b = r["breakdown"]
         step = r["step_time_ns"]["median"] if r["step_time_ns"] else None
         if b is None:
-            table.add_row(str(r["rank"]), "-", "-", "-", "-", "-", "-", "-", _ms(step))
+            table.add_row(str(r["rank"]), "-", "-", "-", "-", "-", "-", "-", ms(step))
             continue
         overlapped = 100 * b["comm_overlapped_ns"] / b["window_ns"] if b["window_ns"] else 0
         table.add_row(
             str(r["rank"]),
-            _ms(b["window_ns"]),
+            ms(b["window_ns"]),
             f"{b['compute_pct']:.1f}%",
             f"{b['comm_exposed_pct']:.1f}%",
             f"{overlapped:.1f}%",
             f"{b['memory_exposed_pct']:.1f}%",
             f"{b['sync_exposed_pct']:.1f}%",
             f"{b['idle_pct']:.1f}%",
-            _ms(step),
+            ms(step),
         )
     out.print(table)
     m = report["metrics"]
-    out.print(f"median step time {_ms(m['step_time_ns']['median'])} ms; findings: {len(report['findings'])}", highlight=False)
+    out.print(f"median step time {ms(m['step_time_ns']['median'])} ms; findings: {len(report['findings'])}", highlight=False)
     for i, f in enumerate(report["findings"], start=1):
         out.print(f"{i}. [bold]{f['kind']}[/] ({f['severity']}, ~{f['impact_pct']:.1f}% of the step): {f['evidence']}", highlight=False)

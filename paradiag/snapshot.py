@@ -17,6 +17,7 @@ import click
 from paradiag import gate
 from paradiag.commands import path_argument, strict_option, workers_option
 from paradiag.dataset import Job, JobError, open_job
+from paradiag.units import ms
 
 
 def _open(path: Path, cache: Path | None, strict: bool, workers: int | None) -> Job:
@@ -100,7 +101,7 @@ def compare(baseline: Path, candidate: Path, output: Path | None, as_json: bool,
         return
     top = result["top_change"]
     step = result["step_time_ns"]
-    click.echo(f"step time {_ms(step['baseline'])} -> {_ms(step['candidate'])} ms ({_pct(step['delta_pct'])})")
+    click.echo(f"step time {ms(step['baseline'])} -> {ms(step['candidate'])} ms ({_pct(step['delta_pct'])})")
     click.echo(f"top change: {top['evidence']}" + (f" [{top['kind']}: {top['culprit']}]" if top["kind"] else ""))
     for f in result["findings"]["appeared"]:
         click.echo(f"+ {f['kind']}: {f.get('evidence', '')}")
@@ -109,9 +110,6 @@ def compare(baseline: Path, candidate: Path, output: Path | None, as_json: bool,
     for op in result["operators"]["slower"][:5]:
         click.echo(f"slower {html.unescape(op['operator'])[:60]}: {op['change_ns_per_step'] / 1e6:+.3f} ms/step")
 
-
-def _ms(ns: float | None) -> str:
-    return "-" if ns is None else f"{ns / 1e6:.2f}"
 
 
 def _pct(p: float | None) -> str:

@@ -13,6 +13,8 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
+from paradiag.units import ms
+
 if TYPE_CHECKING:
     from paradiag.dataset import Job
 
@@ -58,9 +60,6 @@ def _table(header: list[str], rows: list[list[Any]]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def _ms(ns: float | None) -> str:
-    return "-" if ns is None else f"{ns / 1e6:.2f}"
-
 
 def _findings(report: dict[str, Any]) -> str:
     if not report["findings"]:
@@ -88,7 +87,7 @@ def _rank_table(report: dict[str, Any]) -> str:
         b = r.get("breakdown") or {}
         st = r.get("step_time_ns") or {}
         rows.append(
-            [r["rank"], _ms(st.get("median")), _ms(b.get("compute_ns")), _ms(b.get("comm_exposed_ns")), _ms(b.get("idle_ns")), _ms(r.get("wait_ns")), _ms(r.get("caused_wait_ns"))]
+            [r["rank"], ms(st.get("median")), ms(b.get("compute_ns")), ms(b.get("comm_exposed_ns")), ms(b.get("idle_ns")), ms(r.get("wait_ns")), ms(r.get("caused_wait_ns"))]
         )
     return _table(["rank", "step ms (median)", "compute ms", "exposed comm ms", "idle ms", "waited ms", "made others wait ms"], rows)
 
@@ -98,7 +97,7 @@ def _stage_table(report: dict[str, Any]) -> str:
     stages = pipeline.get("stages") or []
     if len(stages) < 2:
         return "<p>No pipeline parallelism in this job (one stage).</p>"
-    rows = [[s["stage"], ", ".join(map(str, s.get("ranks", []))), _ms(s.get("compute_per_micro_batch_ns")), s.get("bubble_ratio")] for s in stages]
+    rows = [[s["stage"], ", ".join(map(str, s.get("ranks", []))), ms(s.get("compute_per_micro_batch_ns")), s.get("bubble_ratio")] for s in stages]
     summary = (
         f"<p>imbalance {pipeline.get('imbalance')}, bottleneck stage {pipeline.get('bottleneck_stage')}, bubble ratio measured "
         f"{pipeline.get('bubble_ratio_measured')} vs theoretical {pipeline.get('bubble_ratio_theoretical')} ({html.escape(str(pipeline.get('schedule')))})</p>"
@@ -113,7 +112,7 @@ def _job_subtitle(report: dict[str, Any]) -> str:
     median = report["metrics"].get("step_time_ns", {}).get("median")
     return (
         f"{job['num_ranks']} ranks of {job['world_size']} · {job['device_type']} · {', '.join(job['formats'])} · layout {mesh or 'unknown'} "
-        f"· steps {len(job['steps'])} · median step {_ms(median)} ms · {len(report['findings'])} findings"
+        f"· steps {len(job['steps'])} · median step {ms(median)} ms · {len(report['findings'])} findings"
     )
 
 
@@ -180,7 +179,7 @@ def render_compare(doc: dict[str, Any]) -> str:
         ("Per rank", _compare_ranks(doc)),
         ("Operators (matched by " + doc["operators"]["matched_by"] + ")", _compare_operators(doc)),
     ]
-    subtitle = f"median step {_ms(step['baseline'])} -> {_ms(step['candidate'])} ms ({step['delta_pct']}%)"
+    subtitle = f"median step {ms(step['baseline'])} -> {ms(step['candidate'])} ms ({step['delta_pct']}%)"
     return _page(f"paradiag compare: {doc['baseline']['source']} -> {doc['candidate']['source']}", subtitle, sections)
 
 
@@ -189,7 +188,7 @@ def _compare_ranks(doc: dict[str, Any]) -> str:
 
     ranks = doc["ranks"]
     fig = rank_changes_figure(doc)
-    rows = [[r["rank"], _ms(r["step_time_ns"]["baseline"]), _ms(r["step_time_ns"]["candidate"]), r["compute_ns"]["delta_pct"], r["idle_ns"]["delta_pct"]] for r in ranks]
+    rows = [[r["rank"], ms(r["step_time_ns"]["baseline"]), ms(r["step_time_ns"]["candidate"]), r["compute_ns"]["delta_pct"], r["idle_ns"]["delta_pct"]] for r in ranks]
     return _figure(fig) + _table(["rank", "step ms before", "step ms after", "compute change %", "idle change %"], rows)
 
 
@@ -197,7 +196,7 @@ def _compare_operators(doc: dict[str, Any]) -> str:
     from paradiag.app.figures.compare import operator_changes_figure
 
     rows = [
-        [op["operator"][:80], op["category"], _ms(op["time_ns_per_step"]["baseline"]), _ms(op["time_ns_per_step"]["candidate"]), f"{op['change_ns_per_step'] / 1e6:+.3f}"]
+        [op["operator"][:80], op["category"], ms(op["time_ns_per_step"]["baseline"]), ms(op["time_ns_per_step"]["candidate"]), f"{op['change_ns_per_step'] / 1e6:+.3f}"]
         for op in doc["operators"]["slower"] + doc["operators"]["faster"]
     ]
     return _figure(operator_changes_figure(doc)) + _table(["operator", "category", "ms/step before", "ms/step after", "change ms/step"], rows)

@@ -11,6 +11,7 @@ from paradiag.app import context, ids, jobs, uploads
 from paradiag.app.data.compare import compare_jobs
 from paradiag.app.figures.common import empty_figure
 from paradiag.app.figures.compare import operator_changes_figure, rank_changes_figure
+from paradiag.units import ms
 
 NONE = {"label": "no baseline", "value": ""}
 
@@ -55,7 +56,7 @@ def summary(doc: dict[str, Any]) -> list[Any]:
     pct = step["delta_pct"]
     items = [
         html.P([html.B("top change: "), f"{top.get('kind') or '-'} {_culprit(top.get('culprit'))} · {top['evidence']}"], className="pd-compare-top"),
-        html.P(f"median step {_ms(step['baseline'])} → {_ms(step['candidate'])} ms" + (f" ({pct:+.1f}%)" if pct is not None else "")),
+        html.P(f"median step {ms(step['baseline'])} → {ms(step['candidate'])} ms" + (f" ({pct:+.1f}%)" if pct is not None else "")),
     ]
     changes = [html.Li(f"+ appeared: {f['kind']}: {f.get('evidence', '')}") for f in found["appeared"]]
     changes += [html.Li(f"− disappeared: {f['kind']}: {f.get('evidence', '')}") for f in found["disappeared"]]
@@ -67,9 +68,6 @@ def _culprit(culprit: Any) -> str:
         return " ".join(f"{k} {', '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in culprit.items() if v not in (None, [], ""))
     return "" if culprit is None else str(culprit)
 
-
-def _ms(ns: float | None) -> str:
-    return "-" if ns is None else f"{ns / 1e6:.2f}"
 
 
 def register(app: Dash) -> None:
