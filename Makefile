@@ -1,31 +1,47 @@
 # paradiag: one command to try it, one command to test it (README.md opens with both; .ci/run calls `make test`).
+# Everything runs in the project's own virtual environment ($(VENV), ignored by git), created from any
+# Python >= 3.11 found as $(PYTHON); the system interpreter's site-packages are never touched.
 SHELL := /bin/bash
 PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
 PEERS ?= $(HOME)/.cache/paradiag-peers
-SAMPLE ?= sample_traces
+# Build tools pinned where the build needs them: a PEP 639 licence string needs setuptools >= 77.
+BUILD_TOOLS := "pip>=24" "setuptools>=77,<90" "wheel>=0.44"
 export PARADIAG_HTA_PYTHON ?= $(PEERS)/hta/bin/python
 export PARADIAG_MSPROF ?= $(PEERS)/msprof/bin/msprof-analyze
 
-.PHONY: demo test setup-test lint peers
+.PHONY: demo test venv setup-test browser lint peers
 
-## Install paradiag and open a bundled sample job.
-demo:
-	$(PYTHON) -m pip install --quiet .
-	paradiag serve sample_traces/gpu_llm_slow_rank
+## Install paradiag into .venv and open a bundled sample job.
+demo: $(VENV)/.ready
+	$(VENV)/bin/paradiag serve sample_traces/gpu_llm_slow_rank
 
 ## Install everything the tests need (dev dependencies, Debian chromium + chromium-driver, peer tools)
 ## and run the whole suite: lint, types, tests.
 test: setup-test lint
-	$(PYTHON) -m pytest
+	$(PY) -m pytest
 
-setup-test: peers
+venv: $(VENV)/.ready
+
+$(VENV)/.ready: pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "paradiag needs Python >= 3.11 (set PYTHON=...)")'
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade $(BUILD_TOOLS)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $@
+
+setup-test: $(VENV)/.ready browser peers
+
+## Debian chromium + chromium-driver for the browser tests (apt as root, else through sudo).
+browser:
 	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; fi
-	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+		sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+		$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq chromium chromium-driver; fi
 
-lint:
-	ruff check .
-	mypy
+lint: $(VENV)/.ready
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 ## Peer tools (HTA, msprof-analyze), each in its own venv: their pins clash with ours.
 peers: $(PEERS)/hta/.done $(PEERS)/msprof/.done
