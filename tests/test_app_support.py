@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,12 @@ def need_chromium() -> None:
         pytest.skip("chromium and chromedriver are not installed (apt-get install chromium chromium-driver)")
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def composite(app: Any) -> Iterator[Any]:
     """A started Dash app and a headless Chromium driving it (dash.testing's DashComposite)."""
     need_chromium()
@@ -31,7 +38,7 @@ def composite(app: Any) -> Iterator[Any]:
     OUT.mkdir(parents=True, exist_ok=True)
     with ThreadedRunner() as runner, DashComposite(runner, browser="chrome", headless=True, options=None, percy_run=False, wait_timeout=30) as duo:
         duo.driver.set_window_size(1600, 2400)
-        duo.start_server(app)
+        duo.start_server(app, port=free_port())  # several suites may run side by side on one machine
         yield duo
 
 

@@ -40,9 +40,16 @@ def test_wheel_holds_one_top_level_package(wheel: Path) -> None:
 def test_installed_cli_runs_from_another_directory(wheel: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PYTHONPATH", raising=False)  # the installed wheel, not a checkout on the path, must answer
     env_dir = tmp_path / "venv"
-    # The venv sees the dependencies already installed here; paradiag itself comes from the wheel.
-    venv.create(env_dir, with_pip=True, system_site_packages=True)
+    # The new venv sees the dependencies installed in this (virtual) environment through a .pth file;
+    # paradiag itself comes from the wheel.
+    venv.create(env_dir, with_pip=True)
     bin_dir = env_dir / "bin"
+    site_dir = subprocess.run(
+        [str(bin_dir / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()
+    ours = [p for p in sys.path if p.endswith("site-packages")]
+    Path(site_dir, "parent-env.pth").write_text("\n".join(ours) + "\n")
     subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "--quiet", "--no-deps", str(wheel)], check=True)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
