@@ -1,42 +1,55 @@
 """One pass over a job's tables that computes everything the report, the CLI and the dashboard show.
 
-``diagnose(job)`` reads the device events once and returns a :class:`Diagnosis` holding the layout, the
-collective and send/recv tables, the pipeline passes, the stage and operator figures and the ranked findings.
-Each piece comes from a pure function of the tables (``layout``, ``comm``, ``stages``, ``operators``,
-``findings``); this module only chains them.
+``diagnose(job)`` reads each rank's device events once and returns the typed :class:`Diagnosis` holding the
+layout, the per-(rank, step) figures and breakdowns, the collective and send/recv tables, the pipeline passes,
+the stage and operator figures and the ranked findings. Each piece comes from a pure function of the tables
+(``layout``, ``comm``, ``stages``, ``operators``, ``findings``, ``breakdown``); this module only chains them.
+It runs at ingest; ``stored_or_computed`` is how a job gets its Diagnosis afterwards.
 """
 
 from __future__ import annotations
 
+import contextlib
 import statistics
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from paradiag import schema
 from paradiag.analysis import comm, findings, stages
-from paradiag.analysis.frame import Frame, job_frame
+from paradiag.analysis.breakdown import (
+    BREAKDOWN_COLUMNS,
+    Breakdown,
+    rank_breakdown,
+    rank_steps,
+    step_breakdowns,
+)
+from paradiag.analysis.compare import operator_times
+from paradiag.analysis.diagnosis_types import (
+    BREAKDOWN_FIELDS,
+    CommLink,
+    CommunicationSummary,
+    Diagnosis,
+    Finding,
+    GroupInfo,
+    OperatorImbalance,
+    StageMetrics,
+    analysis_version,
+    load,
+    save,
+)
+from paradiag.analysis.frame import COLUMNS as FRAME_COLUMNS
+from paradiag.analysis.frame import Frame, concat, device_frame, group_bounds, robust_z
 from paradiag.analysis.layout import Layout, parallel_layout
 from paradiag.analysis.operators import operator_imbalance
 
 if TYPE_CHECKING:
     from paradiag.dataset import Job
 
-
-@dataclass
-class Diagnosis:
-    frame: Frame
-    layout: Layout
-    participation: pa.Table  # per (rank, collective instance): arrival, wait, transfer
-    instances: pa.Table  # per collective instance: skew, late rank, transfer, bus bandwidth
-    p2p: pa.Table  # per matched send/recv pair
-    passes: pa.Table  # per rank, step, micro-batch and direction: the pipeline pass
-    stage_metrics: dict[str, Any]
-    figures: dict[tuple[int, int], dict[str, int]]  # per (rank, step): compute, idle, step time
-    waits: dict[tuple[int, int], dict[str, int]]  # per (rank, step): waited, caused others to wait
-    operators: list[dict[str, Any]]
-    step_time_ns: float
-    findings: list[dict[str, Any]]
+EVENT_COLUMNS = tuple(dict.fromkeys((*FRAME_COLUMNS, *BREAKDOWN_COLUMNS)))
+OPERATOR_KINDS = (schema.COMPUTE, schema.COMMUNICATION, schema.MEMORY)  # what the detail view totals per operator
 
 
 def peer_sets(layout: Layout) -> list[list[int]]:
@@ -44,9 +57,50 @@ def peer_sets(layout: Layout) -> list[list[int]]:
     return [s for s in layout.stages if s]
 
 
-def diagnose(job: Job, events_by_rank: dict[int, pa.Table] | None = None) -> Diagnosis:
-    """Everything about ``job``; ``events_by_rank`` (rank -> its events) avoids reading them again."""
-    frame = job_frame(job, events_by_rank)
+def stored_or_computed(job: Job) -> Diagnosis:
+    """The Diagnosis stored in the job's cache; computed (and stored, where the cache can be written) when it is
+    missing or was written by another version of the analysis."""
+    found = load(job.cache_dir)
+    if found is not None:
+        return found
+    diagnosis = diagnose(job)
+    with contextlib.suppress(OSError):  # a read-only cache still opens: the Diagnosis is then computed each time
+        save(diagnosis, job.cache_dir)
+    return diagnosis
+
+
+def read_frame(job: Job) -> tuple[Frame, pa.Table]:
+    """The job's device events as one :class:`Frame`, and the breakdown table, each rank's events read once (and
+    dropped before the next rank is read)."""
+    frames = []
+    rows: list[tuple[int, int | None, Breakdown | None]] = []
+    for rank in job.rank_ids:
+        events = job.events(ranks=[rank], columns=EVENT_COLUMNS)
+        rows += _rank_breakdowns(events.filter(pc.greater_equal(events.column("device"), 0)), job.steps, rank)
+        frames.append(device_frame(events))
+    return concat(frames), _breakdown_table(rows)
+
+
+def _rank_breakdowns(events: pa.Table, steps: pa.Table, rank: int) -> list[tuple[int, int | None, Breakdown | None]]:
+    """(rank, step, breakdown) per step of the rank, and (rank, None, breakdown over all its steps)."""
+    mine = rank_steps(steps, rank)
+    out: list[tuple[int, int | None, Breakdown | None]] = [(rank, None, rank_breakdown(events, mine.column("step").to_pylist()))]
+    for s in step_breakdowns(events, mine):
+        b = s["breakdown"]
+        out.append((rank, s["step"], Breakdown(**{k: b[k] for k in BREAKDOWN_FIELDS}) if b else None))
+    return out
+
+
+def _breakdown_table(rows: list[tuple[int, int | None, Breakdown | None]]) -> pa.Table:
+    cols: dict[str, Any] = {"rank": pa.array([r for r, _, _ in rows], pa.int32()), "step": pa.array([s for _, s, _ in rows], pa.int32())}
+    for name in BREAKDOWN_FIELDS:
+        cols[name] = pa.array([getattr(b, name) if b else None for _, _, b in rows], pa.int64())
+    return pa.table(cols)
+
+
+def diagnose(job: Job) -> Diagnosis:
+    """Everything about ``job``, from its events."""
+    frame, breakdowns = read_frame(job)
     layout = parallel_layout(job.ranks, job.groups, frame)
     members = {g: list(m) for g, m in zip(job.groups.column("group").to_pylist(), job.groups.column("ranks").to_pylist(), strict=True)}
     host_of = dict(zip(job.ranks.column("rank").to_pylist(), job.ranks.column("host").to_pylist(), strict=True))
@@ -71,16 +125,102 @@ def diagnose(job: Job, events_by_rank: dict[int, pa.Table] | None = None) -> Dia
         found += findings.link_findings(instances, p2p, members, host_of, step_ns, steps_total, job.extra("links"))
     found += findings.clock_findings(job.ranks)
     return Diagnosis(
-        frame=frame,
+        version=analysis_version(),
         layout=layout,
+        groups=_groups(job.groups, layout),
+        step_time_ns=step_ns,
+        stage_metrics=StageMetrics.from_json(metrics) if metrics else None,
+        operators=[OperatorImbalance(**o) for o in operator_imbalance(frame, peers)],
+        findings=[Finding.from_json(f) for f in findings.ranked(found)],
+        communication=communication_summary(instances, p2p),
+        communication_matrix=[CommLink(**c) for c in comm.comm_matrix(instances, p2p, members, host_of)],
+        operator_times=operator_times(frame, len(set(job.steps.column("step").to_pylist()))),
+        rank_steps=rank_step_table(job.steps, figures, waits, layout),
+        breakdowns=breakdowns,
         participation=participation,
         instances=instances,
         p2p=p2p,
         passes=passes,
-        stage_metrics=metrics,
-        figures=figures,
-        waits=waits,
-        operators=operator_imbalance(frame, peers),
-        step_time_ns=step_ns,
-        findings=findings.ranked(found),
+        operator_totals=operator_totals(frame),
+    )
+
+
+def _groups(groups: pa.Table, layout: Layout) -> list[GroupInfo]:
+    cols = groups.select(["group", "description", "ranks"]).to_pydict()
+    return [
+        GroupInfo(group=g, name=d, role=layout.roles.get(g), ranks=[int(r) for r in m])
+        for g, d, m in zip(cols["group"], cols["description"], cols["ranks"], strict=True)
+    ]
+
+
+def rank_step_table(
+    steps: pa.Table,
+    figures: dict[tuple[int, int], dict[str, int]],
+    waits: dict[tuple[int, int], dict[str, int]],
+    layout: Layout,
+) -> pa.Table:
+    """One row per (rank, step) of the steps table: the findings' figures (null without device work), the waits,
+    and the robust z-scores of compute and launch delay against the rank's stage in that step."""
+    keys = sorted(zip(steps.column("rank").to_pylist(), steps.column("step").to_pylist(), strict=True))
+    stage = layout.stage_of
+    cols: dict[str, list[Any]] = {"rank": [r for r, _ in keys], "step": [s for _, s in keys], "stage": [stage.get(r, 0) for r, _ in keys]}
+    for part in ("step_ns", "compute_ns", "launch_delay_ns", "idle_ns"):
+        cols[part] = [figures[k][part] if k in figures else None for k in keys]
+    for part in ("wait_ns", "caused_ns"):
+        cols[part] = [waits.get(k, {}).get(part, 0) for k in keys]
+    for part in ("compute_ns", "launch_delay_ns"):
+        cols[part.replace("_ns", "_z")] = _stage_z(keys, cols["stage"], cols[part])
+    types = {"rank": pa.int32(), "step": pa.int32(), "stage": pa.int32(), "compute_z": pa.float64(), "launch_delay_z": pa.float64()}
+    return pa.table({k: pa.array(v, types.get(k, pa.int64())) for k, v in cols.items()})
+
+
+def _stage_z(keys: list[tuple[int, int]], stage_of_row: list[int], values: list[int | None]) -> list[float | None]:
+    """Per row, the robust z-score of its value among the rows of the same stage and step."""
+    by_cell: dict[tuple[int, int], list[int]] = {}
+    for i, ((_, step), stage) in enumerate(zip(keys, stage_of_row, strict=True)):
+        if values[i] is not None:
+            by_cell.setdefault((stage, step), []).append(i)
+    out: list[float | None] = [None] * len(keys)
+    for rows in by_cell.values():
+        z = robust_z(np.array([values[i] for i in rows], dtype=float))
+        for i, v in zip(rows, z.tolist(), strict=True):
+            out[i] = round(v, 4)
+    return out
+
+
+def operator_totals(frame: Frame) -> pa.Table:
+    """Device time per (step, rank, operator name) of compute, communication and memory work in the steps."""
+    keep = np.isin(frame.kind, frame.codes("kinds", OPERATOR_KINDS)) & (frame.step >= 0)
+    f = frame.take(keep)
+    order, firsts = group_bounds(f.name, f.rank, f.step)
+    totals = np.add.reduceat((f.end - f.start)[order], firsts) if len(order) else np.zeros(0, np.int64)
+    head = order[firsts]
+    names = pa.DictionaryArray.from_arrays(pa.array(f.name[head], pa.int32()), pa.array(frame.names, pa.string()))
+    return pa.table(
+        {
+            "step": pa.array(f.step[head], pa.int32()),
+            "rank": pa.array(f.rank[head], pa.int32()),
+            "name": names.cast(pa.string()),
+            "dur_ns_sum": pa.array(totals, pa.int64()),
+        }
+    )
+
+
+def communication_summary(instances: pa.Table, p2p: pa.Table) -> CommunicationSummary:
+    """Arrival skew over the collective instances, and bus bandwidth per collective kind (medians)."""
+    inst = instances.to_pydict()
+    skew = sorted(inst["skew_ns"])
+    by_kind: dict[str, list[float]] = {}
+    for kind, bw in zip(inst["collective"], inst["busbw_gbps"], strict=True):
+        if bw == bw:  # not NaN
+            by_kind.setdefault(kind, []).append(bw)
+    late: dict[int, int] = {}
+    for rank, wait in zip(inst["late_rank"], inst["total_wait_ns"], strict=True):
+        late[rank] = late.get(rank, 0) + wait
+    return CommunicationSummary(
+        collective_instances=len(skew),
+        p2p_transfers=p2p.num_rows,
+        arrival_skew_ns={"median": statistics.median(skew), "p95": skew[int(0.95 * (len(skew) - 1))], "max": skew[-1]} if skew else None,
+        busbw_gbps_median={k: round(statistics.median(v), 3) for k, v in sorted(by_kind.items())},
+        caused_wait_ns_top=[{"rank": r, "caused_wait_ns": w} for r, w in sorted(late.items(), key=lambda kv: -kv[1])[:5]],
     )

@@ -40,7 +40,9 @@ def severity(impact_pct: float) -> str:
     return "high" if impact_pct >= 10 else "medium" if impact_pct >= 4 else "low"
 
 
-def finding(kind: str, culprit: dict[str, Any], steps: list[int], impact_pct: float, evidence: str) -> dict[str, Any]:
+def finding(kind: str, culprit: dict[str, Any], steps: list[int], impact_pct: float, evidence: str, step: int | None = None) -> dict[str, Any]:
+    """A finding as the analysis builds it (``paradiag.analysis.diagnosis_types.Finding`` types it); ``step`` is
+    the step its evidence cites."""
     return {
         "kind": kind,
         "culprit": culprit,
@@ -48,6 +50,7 @@ def finding(kind: str, culprit: dict[str, Any], steps: list[int], impact_pct: fl
         "impact_pct": round(impact_pct, 2),
         "severity": "info" if kind == "clock_skew" else severity(impact_pct),
         "evidence": evidence,
+        "step": step,
     }
 
 
@@ -194,7 +197,7 @@ def _merge_ranks(raw: list[dict[str, Any]], waits: Mapping[tuple[int, int], Mapp
             + (f" in {operator}" if operator else "")
             + f"; peers waited {caused / 1e6:.2f} ms for {'them' if len(ranks) > 1 else 'it'} in collectives and receives"
         )
-        out.append(finding(kind, culprit, steps, impact, evidence))
+        out.append(finding(kind, culprit, steps, impact, evidence, step=worst["step"]))
     return out
 
 

@@ -1,27 +1,25 @@
 """The ``paradiag.report/1`` document: the stable machine interface of ``paradiag analyze --json``.
 
-Documented in docs/report.md; the snapshot and CI gating read it. Fields are only ever added.
+Documented in docs/report.md; the snapshot and CI gating read it. Fields are only ever added. The one formatter
+of the JSON report: it shapes the job's stored :class:`Diagnosis` (and the job's own tables), it computes nothing.
 """
 
 from __future__ import annotations
 
 import statistics
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from paradiag.analysis import comm
-from paradiag.analysis.breakdown import BREAKDOWN_COLUMNS, rank_breakdown, rank_steps, step_breakdowns
-from paradiag.analysis.diagnose import Diagnosis, diagnose
+from paradiag.analysis.breakdown import Breakdown
+from paradiag.analysis.diagnosis_types import Diagnosis, breakdowns_of
 from paradiag.analysis.findings import MIN_IMPACT_PCT
-from paradiag.analysis.frame import COLUMNS as FRAME_COLUMNS
 
 if TYPE_CHECKING:
     from paradiag.dataset import Job
 
 REPORT_SCHEMA = "paradiag.report/1"
-EVENT_COLUMNS = tuple(dict.fromkeys((*FRAME_COLUMNS, *BREAKDOWN_COLUMNS)))
 
 
 def job_facts(job: Job, diagnosis: Diagnosis | None = None) -> dict[str, Any]:
@@ -40,7 +38,7 @@ def job_facts(job: Job, diagnosis: Diagnosis | None = None) -> dict[str, Any]:
         "device_type": device_types[0] if len(device_types) == 1 else "mixed",
         "device_types": device_types,
         "formats": job.formats(),
-        "parallel_layout": diagnosis.layout.as_dict() if diagnosis else stated,
+        "parallel_layout": {**diagnosis.layout.as_dict(), "groups": [asdict(g) for g in diagnosis.groups]} if diagnosis else stated,
         "steps": steps,
         "num_events": int(sum(ranks.column("num_events").to_pylist())),
         "clock_alignment": {
@@ -57,19 +55,27 @@ def _single(values: list[Any]) -> Any:
     return present.pop() if len(present) == 1 else None
 
 
-def rank_entries(job: Job, events_by_rank: dict[int, pa.Table] | None = None) -> list[dict[str, Any]]:
-    """Per rank: identity, the breakdown over all profiled steps, and per-step figures."""
+def rank_entries(job: Job, d: Diagnosis) -> list[dict[str, Any]]:
+    """Per rank: identity, the breakdown over all profiled steps, per-step figures, and the waits."""
+    breakdowns = _breakdowns_by_rank(d)
+    waits = d.waits()
+    steps = _steps_by_rank(job.steps)
     out = []
     for row in job.ranks.to_pylist():
         rank = row["rank"]
-        events = events_by_rank[rank] if events_by_rank and rank in events_by_rank else job.events(ranks=[rank])
-        # The breakdown looks at device events only: dropping host rows first halves its work.
-        events = events.filter(pc.greater_equal(events.column("device"), 0))
-        steps = rank_steps(job.steps, rank)
-        step_ids = steps.column("step").to_pylist()
-        total = rank_breakdown(events, step_ids)
-        per_step = step_breakdowns(events, steps)
+        mine = breakdowns.get(rank, {})
+        per_step = [
+            {
+                "step": s["step"],
+                "step_time_ns": s["end_ns"] - s["start_ns"],
+                "device_span_ns": (s["device_end_ns"] - s["device_start_ns"]) if s["device_start_ns"] is not None else None,
+                "breakdown": _as_dict(mine.get(s["step"])),
+            }
+            for s in steps.get(rank, [])
+        ]
         times = [s["step_time_ns"] for s in per_step]
+        total = mine.get(None)
+        wait, caused = waits.get(rank, (0, 0))
         out.append(
             {
                 "rank": rank,
@@ -79,62 +85,58 @@ def rank_entries(job: Job, events_by_rank: dict[int, pa.Table] | None = None) ->
                 "format": row["format"],
                 "source": row["source"],
                 "num_events": row["num_events"],
-                "breakdown": total.as_dict() if total else None,
+                "breakdown": _as_dict(total),
                 "step_time_ns": {"median": statistics.median(times), "max": max(times), "min": min(times)} if times else None,
                 "steps": per_step,
+                "wait_ns": wait,
+                "caused_wait_ns": caused,
             }
         )
     return out
 
 
+def _as_dict(b: Breakdown | None) -> dict[str, Any] | None:
+    return b.as_dict() if b else None
+
+
+def _breakdowns_by_rank(d: Diagnosis) -> dict[int, dict[int | None, Breakdown | None]]:
+    out: dict[int, dict[int | None, Breakdown | None]] = {}
+    for (rank, step), b in breakdowns_of(d.breakdowns).items():
+        out.setdefault(rank, {})[step] = b
+    return out
+
+
+def _steps_by_rank(steps: pa.Table) -> dict[int, list[dict[str, Any]]]:
+    out: dict[int, list[dict[str, Any]]] = {}
+    for row in steps.sort_by([("rank", "ascending"), ("step", "ascending")]).to_pylist():
+        out.setdefault(row["rank"], []).append(row)
+    return out
+
+
 def build_report(job: Job) -> dict[str, Any]:
-    # Each rank's events are read once and serve both the breakdown and the diagnosis.
-    events_by_rank = {r: job.events(ranks=[r], columns=EVENT_COLUMNS) for r in job.rank_ids}
-    diagnosis = diagnose(job, events_by_rank)
-    ranks = rank_entries(job, events_by_rank)
-    for entry in ranks:
-        mine = [w for (r, _), w in diagnosis.waits.items() if r == entry["rank"]]
-        entry["wait_ns"] = sum(w["wait_ns"] for w in mine)
-        entry["caused_wait_ns"] = sum(w["caused_ns"] for w in mine)
+    """The report of ``job``, from its stored Diagnosis (no event is read)."""
+    return report_of(job, job.diagnosis())
+
+
+def report_of(job: Job, d: Diagnosis) -> dict[str, Any]:
+    ranks = rank_entries(job, d)
     return {
         "schema": REPORT_SCHEMA,
-        "job": job_facts(job, diagnosis),
+        "job": job_facts(job, d),
         "ranks": ranks,
-        "findings": diagnosis.findings,
-        "metrics": {**job_metrics(ranks), **analysis_metrics(job, diagnosis)},
+        "findings": [f.as_json() for f in d.findings],
+        "metrics": {**job_metrics(ranks), **analysis_metrics(d)},
     }
 
 
-def analysis_metrics(job: Job, d: Diagnosis) -> dict[str, Any]:
+def analysis_metrics(d: Diagnosis) -> dict[str, Any]:
     """The pipeline, communication and operator figures behind the findings."""
-    members = {g: list(m) for g, m in zip(job.groups.column("group").to_pylist(), job.groups.column("ranks").to_pylist(), strict=True)}
-    host_of = dict(zip(job.ranks.column("rank").to_pylist(), job.ranks.column("host").to_pylist(), strict=True))
     return {
-        "pipeline": d.stage_metrics or None,
-        "communication": communication_summary(d),
-        "communication_matrix": comm.comm_matrix(d.instances, d.p2p, members, host_of),
-        "operator_imbalance": d.operators[:10],
+        "pipeline": d.stage_metrics.as_json() if d.stage_metrics else None,
+        "communication": asdict(d.communication),
+        "communication_matrix": [asdict(c) for c in d.communication_matrix],
+        "operator_imbalance": [asdict(o) for o in d.operators[:10]],
         "finding_threshold_pct": MIN_IMPACT_PCT,
-    }
-
-
-def communication_summary(d: Diagnosis) -> dict[str, Any]:
-    """Arrival skew over the collective instances, and bus bandwidth per collective kind (medians)."""
-    inst = d.instances.to_pydict()
-    skew = sorted(inst["skew_ns"])
-    by_kind: dict[str, list[float]] = {}
-    for kind, bw in zip(inst["collective"], inst["busbw_gbps"], strict=True):
-        if bw == bw:  # not NaN
-            by_kind.setdefault(kind, []).append(bw)
-    late: dict[int, int] = {}
-    for rank, wait in zip(inst["late_rank"], inst["total_wait_ns"], strict=True):
-        late[rank] = late.get(rank, 0) + wait
-    return {
-        "collective_instances": len(skew),
-        "p2p_transfers": d.p2p.num_rows,
-        "arrival_skew_ns": {"median": statistics.median(skew), "p95": skew[int(0.95 * (len(skew) - 1))], "max": skew[-1]} if skew else None,
-        "busbw_gbps_median": {k: round(statistics.median(v), 3) for k, v in sorted(by_kind.items())},
-        "caused_wait_ns_top": [{"rank": r, "caused_wait_ns": w} for r, w in sorted(late.items(), key=lambda kv: -kv[1])[:5]],
     }
 
 

@@ -8,6 +8,8 @@ Cache layout (one folder per job)::
     groups.parquet            communication groups
     events/part-NNNNN.parquet one file per rank, rows sorted by start time (rank's own clock)
     extra/<table>/part-NNNNN.parquet   format-specific tables (e.g. NPU link traffic)
+    diagnosis/                the analysis of the job (paradiag.analysis.diagnosis_types), computed at ingest
+    strategy.parquet, .json   side inputs found beside the traces (paradiag.side_inputs)
 
 A cache is built in a temporary sibling folder and renamed into place, so a killed ingest never leaves a
 folder that opens as a valid cache. Nothing is ever written inside the source folder.
@@ -31,7 +33,7 @@ from dataclasses import dataclass, field
 from multiprocessing import get_context
 from multiprocessing.context import BaseContext
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -41,9 +43,13 @@ import pyarrow.parquet as pq
 from paradiag import __version__, align, schema
 from paradiag.discover import Source, SourceResult, discover, file_hash, group_table, parse_source
 from paradiag.parsers.base import ParsedRank
+from paradiag.side_inputs import store_side_inputs
+
+if TYPE_CHECKING:
+    from paradiag.analysis.diagnosis_types import Diagnosis
 
 CACHE_FORMAT = "paradiag.cache/1"
-PARSER_VERSION = 1  # bump when a parser changes what it writes: every cache is then rebuilt
+PARSER_VERSION = 2  # bump when a parser (or the cache's layout) changes what is written: every cache is then rebuilt
 MANIFEST = "manifest.json"
 IN_PROCESS_BYTES = 16 * 1024 * 1024  # below this much input, parsing in worker processes costs more than it saves
 
@@ -133,6 +139,15 @@ class Job:
     groups: pa.Table
     problems: list[Problem] = field(default_factory=list)
     _events: pa.Table | None = field(default=None, repr=False)
+    _diagnosis: Diagnosis | None = field(default=None, repr=False)
+
+    def diagnosis(self) -> Diagnosis:
+        """The analysis of the job: stored in the cache at ingest, read on first use."""
+        if self._diagnosis is None:
+            from paradiag.analysis.diagnose import stored_or_computed
+
+            self._diagnosis = stored_or_computed(self)
+        return self._diagnosis
 
     @property
     def source(self) -> str:
@@ -350,6 +365,8 @@ def ingest(
         job = _finish(root, base, tmp, sources, others, results, problems)
         if strict and job.problems:
             raise JobError("; ".join(str(p) for p in job.problems))
+        store_side_inputs(root, tmp)
+        job.diagnosis()  # computed once here and stored in the cache, inside the same atomic build
         _replace(tmp, cache)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

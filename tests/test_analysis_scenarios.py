@@ -112,7 +112,7 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[Scenario, l
         job = paradiag.open(out, cache_dir=root / f"{sc.name}.cache")
         truth = __import__("json").loads(Path(out / "ground_truth.json").read_text())["faults"]
         sc.truth = truth[0] if truth else {}
-        results.append((sc, diagnose(job).findings))
+        results.append((sc, [f.as_json() for f in diagnose(job).findings]))
     return results
 
 
