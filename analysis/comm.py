@@ -62,6 +62,7 @@ def collective_participation(frame: Frame) -> pa.Table:
     return pa.table(
         {
             "rank": rank,
+            "track": c.track[order],
             "step": c.step[order],
             "group": pa.array([c.groups[g] for g in c.group[order]], pa.string()),
             "seq": c.seq[order],
@@ -136,7 +137,10 @@ def p2p_transfers(frame: Frame) -> pa.Table:
             "step": p.step[r],
             "ordinal": ordinal[r],
             "bytes": np.maximum(p.bytes[s], p.bytes[r]),
+            "src_track": p.track[s],
+            "dst_track": p.track[r],
             "send_start_ns": p.start[s],
+            "send_end_ns": p.end[s],
             "recv_start_ns": p.start[r],
             "recv_end_ns": p.end[r],
             "wait_ns": np.clip(p.start[s] - p.start[r], 0, None),

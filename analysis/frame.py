@@ -19,10 +19,10 @@ from paradiag import schema
 if TYPE_CHECKING:
     from paradiag.dataset import Job
 
-NUMERIC = ("rank", "kind", "name", "op", "start", "end", "step", "collective", "group", "peer", "bytes", "seq")
+NUMERIC = ("rank", "track", "kind", "name", "op", "start", "end", "step", "collective", "group", "peer", "bytes", "seq")
 VOCABULARY_OF = {"kind": "kinds", "name": "names", "op": "names", "collective": "collectives", "group": "groups"}
 VOCABULARIES = ("kinds", "names", "collectives", "groups")
-COLUMNS = ("rank", "device", "kind", "category", "name", "start_ns", "dur_ns", "step", "external_id", "collective", "group", "peer", "bytes", "seq")
+COLUMNS = ("rank", "device", "track", "kind", "category", "name", "start_ns", "dur_ns", "step", "external_id", "collective", "group", "peer", "bytes", "seq")
 HOST_OPERATOR_CATEGORIES = ("cpu_op", "Operator")
 
 
@@ -31,10 +31,11 @@ class Frame:
     """Device events (compute, communication, memory, sync), one numpy array per column, sorted by rank and start.
 
     ``kind``, ``name``, ``collective`` and ``group`` are codes into ``kinds``, ``names``, ``collectives`` and
-    ``groups`` (-1 where the event has none); ``op`` is the code (in ``names``) of the host operator that launched
+    ``groups`` (-1 where the event has none); ``track`` is the event's row in the timeline (stream); ``op`` is the code (in ``names``) of the host operator that launched
     the kernel (Kineto ``External id``), -1 if unknown; ``peer``, ``bytes`` and ``seq`` are -1 where absent."""
 
     rank: np.ndarray
+    track: np.ndarray
     kind: np.ndarray
     name: np.ndarray
     op: np.ndarray
@@ -126,6 +127,7 @@ def device_frame(events: pa.Table) -> Frame:
     idx = np.flatnonzero(keep)[order]
     return Frame(
         rank=rank[idx],
+        track=_ints(events.column("track"), np.int32)[idx],
         kind=kind[idx],
         name=name[idx],
         op=op[idx],

@@ -1,6 +1,13 @@
-"""Compute a job's aggregates before the first page asks for them (``paradiag serve PATH`` does this)."""
+"""Compute a job's aggregates before the first page asks for them (``paradiag serve PATH`` does this).
+
+The once-per-job aggregates are shaped from the Diagnosis stored in the cache at ingest: they are ready before the
+server listens. The first page's step views (Marey bands, flow, timeline) read events; they are computed in a
+background thread, so the server listens at once and the first page finds them ready or being made.
+"""
 
 from __future__ import annotations
+
+import threading
 
 from dash import Dash
 
@@ -13,16 +20,28 @@ from paradiag.app.data.detail import operator_totals
 from paradiag.app.data.findings import findings_of
 from paradiag.app.data.flow import flow_data
 from paradiag.app.data.marey import marey_data, p2p_pairs, step_bands
+from paradiag.app.data.mesh import mesh_of
 from paradiag.app.data.overview import overview
 
 
-def warm(app: Dash, token: str) -> None:
+def warm(app: Dash, token: str) -> threading.Thread:
+    """The aggregates now; the step views in the returned (started) thread."""
     with app.server.app_context():
         job = context.job(token)
+        mesh_of(job)
         overview(job)
         instances(job)
         findings_of(job)
         operators_of(job)  # the compare panel's side of this job
+    views = threading.Thread(target=warm_views, args=(app, token), name="paradiag-warm-views", daemon=True)
+    views.start()
+    return views
+
+
+def warm_views(app: Dash, token: str) -> None:
+    """The first page's views of the slowest step, and the detail panel's operator totals."""
+    with app.server.app_context():
+        job = context.job(token)
         operator_totals(job)
         step = slowest_step(job)
         if step is not None:

@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
@@ -17,6 +17,9 @@ from rich.table import Table
 
 from paradiag.dataset import Job, JobError, ProgressCallback, open_job
 from paradiag.units import ms
+
+if TYPE_CHECKING:
+    from paradiag.analysis.diagnosis_types import Finding
 
 # Wide enough for the tables when the output is a file or a pipe (rich would assume 80 columns).
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
@@ -157,7 +160,7 @@ def analyze(path: Path, cache: Path | None, strict: bool, workers: int | None, a
         click.echo(text)
         return
     _print_problems(job)
-    _print_report(report)
+    _print_report(report, job.diagnosis().findings)
 
 
 def _json_default(value: Any) -> Any:
@@ -167,7 +170,12 @@ def _json_default(value: Any) -> Any:
 
 
 
-def _print_report(report: dict[str, Any]) -> None:
+def finding_line(f: Finding) -> str:
+    """The CLI's one formatter of a finding (rich markup)."""
+    return f"[bold]{f.kind}[/] ({f.severity}, ~{f.impact_pct:.1f}% of the step): {f.evidence}"
+
+
+def _print_report(report: dict[str, Any], findings: list[Finding]) -> None:
     job = report["job"]
     layout = job["parallel_layout"]
     layout_text = " x ".join(f"{k}{layout[k]}" for k in ("dp", "tp", "pp", "ep") if layout.get(k)) or "unknown"
@@ -201,6 +209,6 @@ def _print_report(report: dict[str, Any]) -> None:
         )
     out.print(table)
     m = report["metrics"]
-    out.print(f"median step time {ms(m['step_time_ns']['median'])} ms; findings: {len(report['findings'])}", highlight=False)
-    for i, f in enumerate(report["findings"], start=1):
-        out.print(f"{i}. [bold]{f['kind']}[/] ({f['severity']}, ~{f['impact_pct']:.1f}% of the step): {f['evidence']}", highlight=False)
+    out.print(f"median step time {ms(m['step_time_ns']['median'])} ms; findings: {len(findings)}", highlight=False)
+    for i, f in enumerate(findings, start=1):
+        out.print(f"{i}. {finding_line(f)}", highlight=False)

@@ -82,15 +82,12 @@ def compare(baseline: Path, candidate: Path, output: Path | None, as_json: bool,
     findings that appeared or disappeared, and the top change. Works across GPU and NPU runs of one model
     (operators are then matched by category)."""
     from paradiag.analysis.compare import compare as compare_reports
-    from paradiag.analysis.compare import operator_times
-    from paradiag.analysis.frame import job_frame
     from paradiag.analysis.report import build_report
 
     docs = []
     for path in (baseline, candidate):
         job = _open(path, None, strict, None)
-        steps = len(set(job.steps.column("step").to_pylist()))
-        docs.append((build_report(job), operator_times(job_frame(job), steps)))
+        docs.append((build_report(job), job.diagnosis().operator_times))
     result = compare_reports(docs[0][0], docs[1][0], docs[0][1], docs[1][1])
     if output is not None:
         from paradiag.static import render_compare

@@ -16,6 +16,7 @@ from plotly.offline import get_plotlyjs
 from paradiag.units import ms
 
 if TYPE_CHECKING:
+    from paradiag.analysis.diagnosis_types import Diagnosis, Finding, StageMetrics
     from paradiag.dataset import Job
 
 # The snapshot of a 64-rank job must stay under 10 MB: figures are aggregated to screen resolution.
@@ -61,15 +62,18 @@ def _table(header: list[str], rows: list[list[Any]]) -> str:
 
 
 
-def _findings(report: dict[str, Any]) -> str:
-    if not report["findings"]:
-        return "<p>No finding above the threshold.</p>"
-    items = "".join(
-        f"<li><span class='{html.escape(str(f.get('severity', 'low')))}'>{html.escape(f['kind'])}</span> "
-        f"(~{f.get('impact_pct', 0):.1f}% of the step): {html.escape(str(f.get('evidence', '')))}</li>"
-        for f in report["findings"]
+def finding_item(f: Finding) -> str:
+    """The static pages' one formatter of a finding (an HTML list item)."""
+    return (
+        f"<li><span class='{html.escape(f.severity)}'>{html.escape(f.kind)}</span> "
+        f"(~{f.impact_pct:.1f}% of the step): {html.escape(f.evidence)}</li>"
     )
-    return f"<ol>{items}</ol>"
+
+
+def _findings(findings: list[Finding]) -> str:
+    if not findings:
+        return "<p>No finding above the threshold.</p>"
+    return f"<ol>{''.join(finding_item(f) for f in findings)}</ol>"
 
 
 def _verdict(report: dict[str, Any]) -> str:
@@ -92,15 +96,13 @@ def _rank_table(report: dict[str, Any]) -> str:
     return _table(["rank", "step ms (median)", "compute ms", "exposed comm ms", "idle ms", "waited ms", "made others wait ms"], rows)
 
 
-def _stage_table(report: dict[str, Any]) -> str:
-    pipeline = report["metrics"].get("pipeline") or {}
-    stages = pipeline.get("stages") or []
-    if len(stages) < 2:
+def _stage_table(pipeline: StageMetrics | None) -> str:
+    if pipeline is None or len(pipeline.stages) < 2:
         return "<p>No pipeline parallelism in this job (one stage).</p>"
-    rows = [[s["stage"], ", ".join(map(str, s.get("ranks", []))), ms(s.get("compute_per_micro_batch_ns")), s.get("bubble_ratio")] for s in stages]
+    rows = [[s.stage, ", ".join(map(str, s.ranks)), ms(s.compute_per_micro_batch_ns), s.bubble_ratio] for s in pipeline.stages]
     summary = (
-        f"<p>imbalance {pipeline.get('imbalance')}, bottleneck stage {pipeline.get('bottleneck_stage')}, bubble ratio measured "
-        f"{pipeline.get('bubble_ratio_measured')} vs theoretical {pipeline.get('bubble_ratio_theoretical')} ({html.escape(str(pipeline.get('schedule')))})</p>"
+        f"<p>imbalance {pipeline.imbalance}, bottleneck stage {pipeline.bottleneck_stage}, bubble ratio measured "
+        f"{pipeline.bubble_ratio_measured} vs theoretical {pipeline.bubble_ratio_theoretical} ({html.escape(pipeline.schedule)})</p>"
     )
     return summary + _table(["stage", "ranks", "compute per micro-batch ms", "bubble ratio"], rows)
 
@@ -120,7 +122,7 @@ def render_snapshot(job: Job, report: dict[str, Any]) -> str:
     """The snapshot page of one job: summary, findings, heatmap, Marey graph and timeline of the slowest step,
     stage and rank tables, communication matrix."""
     from paradiag.app.data.comm import as_grid, matrix
-    from paradiag.app.data.common import slowest_step, step_span
+    from paradiag.app.data.common import diagnosis, slowest_step, step_span
     from paradiag.app.data.marey import marey_data
     from paradiag.app.data.overview import METRICS, heatmap_rows, overview
     from paradiag.app.data.timeline import timeline_data
@@ -130,17 +132,18 @@ def render_snapshot(job: Job, report: dict[str, Any]) -> str:
     from paradiag.app.figures.timeline import timeline_figure
 
     ov = overview(job)
+    d = diagnosis(job)
     sections = [("Verdict", _verdict(report))] if report.get("verdict", {}).get("fail_on") else []
-    sections.append(("Findings", _findings(report)))
+    sections.append(("Findings", _findings(d.findings)))
     sections.append(("Overview: step time per rank and step", _figure(heatmap_figure(heatmap_rows(ov, "step_ms"), ov["steps"], "step_ms", METRICS["step_ms"]))))
     step = slowest_step(job)
     if step is not None:
         sections.append((f"Marey's graph of the slowest step ({step})", _figure(marey_figure(marey_data(job, step, None, merge_frac=MAREY_MERGE_FRAC)))))
-        ranks = _timeline_ranks(job, report)
+        ranks = _timeline_ranks(job, d)
         window = step_span(job, step, ranks)
         data = timeline_data(job, ranks, window, pixels=TIMELINE_PIXELS, max_primitives=TIMELINE_MAX_PRIMITIVES)
         sections.append((f"Timeline of step {step} (ranks {_rank_list(ranks)})", _figure(timeline_figure(data))))
-    sections.append(("Pipeline stages", _stage_table(report)))
+    sections.append(("Pipeline stages", _stage_table(d.stage_metrics)))
     sections.append(("Ranks", _rank_table(report)))
     comm = matrix(job)
     grid = as_grid(comm, "bandwidth")
@@ -148,12 +151,12 @@ def render_snapshot(job: Job, report: dict[str, Any]) -> str:
     return _page(f"paradiag: {report['job']['source']}", _job_subtitle(report), sections)
 
 
-def _timeline_ranks(job: Job, report: dict[str, Any]) -> list[int]:
+def _timeline_ranks(job: Job, d: Diagnosis) -> list[int]:
     """All ranks when few; else the culprits of the findings first, then the others up to the limit."""
     ranks = job.rank_ids
     if len(ranks) <= TIMELINE_MAX_RANKS:
         return ranks
-    culprits = [r for f in report["findings"] for r in (f.get("culprit") or {}).get("ranks", [])]
+    culprits = list(d.culprits())
     chosen = list(dict.fromkeys(culprits + ranks))[:TIMELINE_MAX_RANKS]
     return sorted(chosen)
 

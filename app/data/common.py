@@ -1,13 +1,59 @@
-"""Small facts about a job that several views share: its time origin, steps and step spans."""
+"""Small facts about a job that several views share: its Diagnosis, time origin, steps and step spans.
+
+``diagnosis(job)`` is the views' one way to the analysis (layout, per-(rank, step) figures and z-scores, culprits,
+findings, collective and send/recv tables, passes, stage and operator figures): computed at ingest and stored in
+the job's cache, so the views filter and shape it and never derive it again.
+"""
 
 from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from paradiag.analysis.diagnosis_types import Diagnosis
+from paradiag.app import store
 from paradiag.dataset import Job
+from paradiag.side_inputs import parallel_strategy
 
 DEVICE_KINDS = ("compute", "communication", "memory", "sync")
+KEPT_JOBS = 8  # jobs whose Diagnosis (and tables shaped from it) a worker keeps in memory
+
+_kept: OrderedDict[tuple[str, str, str], Any] = OrderedDict()
+_lock = threading.Lock()
+T = TypeVar("T")
+
+
+def per_job(kind: str, job: Job, compute: Callable[[], T]) -> T:
+    """``compute()`` once per worker, job content and ``kind``, kept in memory for the last KEPT_JOBS jobs: for
+    Arrow tables read from the cache, which a worker reads faster than it would unpickle them from the shared
+    store."""
+    key = (kind, str(job.cache_dir), job.content_hash)
+    with _lock:
+        if key in _kept:
+            _kept.move_to_end(key)
+            return cast(T, _kept[key])
+    value = compute()
+    with _lock:
+        _kept[key] = value
+        while len(_kept) > KEPT_JOBS * 2:  # the Diagnosis and the collectives table of each job
+            _kept.popitem(last=False)
+    return value
+
+
+def diagnosis(job: Job) -> Diagnosis:
+    """The job's :class:`Diagnosis`, read from its cache once per worker and job content."""
+    return per_job("diagnosis", job, job.diagnosis)
+
+
+def strategy(job: Job) -> dict[str, Any]:
+    """The MindSpore parallel strategy read at ingest (``side_inputs.parallel_strategy``): ``files``, ``ops``
+    (rank -> op rows), ``stage_of`` and ``problems``; it needs no source folder."""
+    return store.memo("strategy", job.content_hash, 1, lambda: parallel_strategy(job.cache_dir))
 
 
 def origin_ns(job: Job) -> int:

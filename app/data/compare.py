@@ -1,20 +1,19 @@
 """The ``paradiag.compare/1`` document for a baseline job and the current job, computed once per pair of job
-contents (and each job's per-operator times once per job)."""
+contents from the two jobs' reports and per-operator times (both in their Diagnoses)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from paradiag.analysis.compare import compare, operator_times
-from paradiag.analysis.frame import job_frame
+from paradiag.analysis.compare import compare
 from paradiag.app import store
-from paradiag.app.data.common import steps_of
+from paradiag.app.data.common import diagnosis
 from paradiag.app.data.overview import report
 from paradiag.dataset import Job
 
 
 def operators_of(job: Job) -> dict[str, dict[str, Any]]:
-    return store.memo("operator-times", job.content_hash, 1, lambda: operator_times(job_frame(job), len(steps_of(job))))
+    return diagnosis(job).operator_times
 
 
 def compare_jobs(baseline: Job, candidate: Job) -> dict[str, Any]:

@@ -1,14 +1,12 @@
-"""Each rank's place in the parallel mesh, from the analysis' parallel layout, in display order
+"""Each rank's place in the parallel mesh, from the Diagnosis' parallel layout, in display order
 (stage, then DP, then TP)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
 
-from paradiag.analysis.frame import job_frame
-from paradiag.analysis.layout import layout_from_metadata, parallel_layout
-from paradiag.app import store
+from paradiag.analysis.diagnosis_types import GroupInfo
+from paradiag.app.data.common import diagnosis
 from paradiag.dataset import Job
 
 
@@ -19,6 +17,8 @@ class Mesh:
     dp: dict[int, int]
     tp: dict[int, int]
     found_by: str
+    ep: dict[int, int] = field(default_factory=dict)
+    groups: list[GroupInfo] = field(default_factory=list)  # with the names the traces give them and their roles
 
     @property
     def stages(self) -> list[int]:
@@ -29,18 +29,15 @@ class Mesh:
 
 
 def mesh_of(job: Job) -> Mesh:
-    data = store.memo("mesh", job.content_hash, 1, lambda: _layout(job))
-    coords = {int(r): c for r, c in data["coords"].items()}
+    d = diagnosis(job)
+    coords = d.layout.coords
     order = sorted(coords, key=lambda r: (coords[r]["pp"], coords[r]["dp"], coords[r]["tp"], r))
     return Mesh(
         ranks=order,
         stage={r: c["pp"] for r, c in coords.items()},
         dp={r: c["dp"] for r, c in coords.items()},
         tp={r: c["tp"] for r, c in coords.items()},
-        found_by=data["found_by"],
+        found_by=d.layout.found_by,
+        ep={r: c["ep"] for r, c in coords.items()},
+        groups=d.groups,
     )
-
-
-def _layout(job: Job) -> dict[str, Any]:
-    layout = layout_from_metadata(job.ranks, job.groups) or parallel_layout(job.ranks, job.groups, job_frame(job))
-    return {"coords": {int(r): dict(c) for r, c in layout.coords.items()}, "found_by": layout.found_by}

@@ -6,9 +6,10 @@ from typing import Any
 
 import numpy as np
 
-from paradiag.analysis.report import build_report
+from paradiag.analysis.report import report_of
 from paradiag.app import store
 from paradiag.app.data.collectives import wait_by_rank_step
+from paradiag.app.data.common import diagnosis
 from paradiag.app.data.mesh import mesh_of
 from paradiag.dataset import Job
 
@@ -24,7 +25,7 @@ _FROM_BREAKDOWN = {"compute_ms": "compute_ns", "comm_exposed_ms": "comm_exposed_
 
 
 def report(job: Job) -> dict[str, Any]:
-    return store.memo("report", job.content_hash, 1, lambda: build_report(job))
+    return store.memo("report", job.content_hash, 1, lambda: report_of(job, diagnosis(job)))
 
 
 def overview(job: Job) -> dict[str, Any]:
