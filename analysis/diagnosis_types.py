@@ -16,7 +16,6 @@ on open (the events are still there), so a stored Diagnosis never disagrees with
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -38,14 +37,21 @@ TABLES = ("rank_steps", "breakdowns", "participation", "instances", "p2p", "pass
 BREAKDOWN_FIELDS = tuple(Breakdown.__dataclass_fields__)
 
 
-@functools.cache
-def analysis_version() -> str:
-    """A hash of the analysis sources (this package's modules): any change to them makes stored Diagnoses stale."""
+def _sources_hash() -> str:
     digest = hashlib.sha256()
     for path in sorted(Path(__file__).resolve().parent.glob("*.py")):
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+# Hashed once, on import: the sources of the code this process runs, even if the files change while it runs.
+_VERSION = _sources_hash()
+
+
+def analysis_version() -> str:
+    """A hash of the analysis sources (this package's modules): any change to them makes stored Diagnoses stale."""
+    return _VERSION
 
 
 @dataclass(frozen=True)
