@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 import paradiag
-from paradiag.analysis.diagnose import diagnose
 from paradiag.simulator import SimConfig, parse_fault, simulate
 
 pytestmark = pytest.mark.slow
@@ -112,7 +111,7 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[Scenario, l
         job = paradiag.open(out, cache_dir=root / f"{sc.name}.cache")
         truth = __import__("json").loads(Path(out / "ground_truth.json").read_text())["faults"]
         sc.truth = truth[0] if truth else {}
-        results.append((sc, [f.as_json() for f in diagnose(job).findings]))
+        results.append((sc, [f.as_json() for f in job.diagnosis().findings]))
     return results
 
 
