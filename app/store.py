@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from flask import Flask
 from flask_caching import Cache
 
+from paradiag.analysis.diagnosis_types import analysis_version
 from paradiag.app.config import Config
 
 T = TypeVar("T")
@@ -33,8 +34,9 @@ def init_cache(server: Flask, config: Config) -> None:
 
 
 def key_of(kind: str, content_hash: str, params: Any) -> str:
+    """The key of an aggregate: also of the analysis version, as aggregates are shaped from the job's Diagnosis."""
     blob = json.dumps(params, sort_keys=True, default=str)
-    return f"paradiag:{kind}:{content_hash}:{hashlib.sha256(blob.encode()).hexdigest()[:24]}"
+    return f"paradiag:{kind}:{content_hash}:{analysis_version()}:{hashlib.sha256(blob.encode()).hexdigest()[:24]}"
 
 
 def memo(kind: str, content_hash: str, params: Any, compute: Callable[[], T]) -> T:
