@@ -54,6 +54,14 @@ def analysis_version() -> str:
     return _VERSION
 
 
+def _known(cls: type, data: dict[str, Any], fields: set[str]) -> None:
+    """A field the type does not know would be lost on the way to the report: refuse it, so that whoever adds one
+    to the analysis adds it here too."""
+    unknown = set(data) - fields
+    if unknown:
+        raise ValueError(f"{cls.__name__} has no field {', '.join(sorted(unknown))}: add it to paradiag.analysis.diagnosis_types")
+
+
 @dataclass(frozen=True)
 class Culprit:
     """Who a finding blames: ranks, a link (a rank pair, or a group's ranks), a stage, an operator, hosts."""
@@ -80,6 +88,7 @@ class Culprit:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Culprit:
+        _known(cls, data, {"ranks", "link", "stage", "operator", "hosts"})
         link = data.get("link")
         return cls(
             ranks=[int(r) for r in data.get("ranks") or []],
@@ -115,6 +124,7 @@ class Finding:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Finding:
+        _known(cls, data, set(cls.__dataclass_fields__))
         return cls(
             kind=data["kind"],
             culprit=Culprit.from_json(data.get("culprit") or {}),

@@ -366,6 +366,8 @@ def ingest(
         if strict and job.problems:
             raise JobError("; ".join(str(p) for p in job.problems))
         store_side_inputs(root, tmp)
+        if progress:
+            progress(len(sources), len(sources), "analysing")
         job.diagnosis()  # computed once here and stored in the cache, inside the same atomic build
         _replace(tmp, cache)
     except BaseException:

@@ -173,3 +173,12 @@ def test_bare_imports_of_the_package_folders_are_refused_by_the_linter(source: s
     ruff = Path(sys.executable).with_name("ruff")
     result = subprocess.run([str(ruff), "check", "--stdin-filename", "app/example.py", "-"], input=source + "\n", capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 1 and "TID251" in result.stdout, result.stdout
+
+
+def test_a_finding_field_the_types_do_not_know_is_refused_not_dropped() -> None:
+    raw = {"kind": "slow_device", "culprit": {"ranks": [5]}, "steps": [1], "impact_pct": 3.0, "severity": "low", "evidence": "e", "step": 1}
+    assert diagnosis_types.Finding.from_json(raw).as_json() == raw
+    with pytest.raises(ValueError, match="Finding has no field cause"):
+        diagnosis_types.Finding.from_json({**raw, "cause": "x"})
+    with pytest.raises(ValueError, match="Culprit has no field group"):
+        diagnosis_types.Finding.from_json({**raw, "culprit": {"group": "g"}})
