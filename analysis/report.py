@@ -22,13 +22,11 @@ if TYPE_CHECKING:
 REPORT_SCHEMA = "paradiag.report/1"
 
 
-def job_facts(job: Job, diagnosis: Diagnosis | None = None) -> dict[str, Any]:
+def job_facts(job: Job, diagnosis: Diagnosis) -> dict[str, Any]:
     ranks = job.ranks
     world = [w for w in ranks.column("world_size").to_pylist() if w is not None]
     device_types = sorted(set(ranks.column("device_type").cast(pa.string()).to_pylist()))
     steps = sorted(set(job.steps.column("step").to_pylist()))
-    layout = {axis: _single(ranks.column(axis).to_pylist()) for axis in ("dp", "tp", "pp", "ep")}
-    stated = {**layout, "found_by": "metadata" if any(v is not None for v in layout.values()) else None}
     return {
         "source": job.source,
         "content_hash": job.content_hash,
@@ -38,7 +36,7 @@ def job_facts(job: Job, diagnosis: Diagnosis | None = None) -> dict[str, Any]:
         "device_type": device_types[0] if len(device_types) == 1 else "mixed",
         "device_types": device_types,
         "formats": job.formats(),
-        "parallel_layout": {**diagnosis.layout.as_dict(), "groups": [asdict(g) for g in diagnosis.groups]} if diagnosis else stated,
+        "parallel_layout": {**diagnosis.layout.as_dict(), "groups": [asdict(g) for g in diagnosis.groups]},
         "steps": steps,
         "num_events": int(sum(ranks.column("num_events").to_pylist())),
         "clock_alignment": {
@@ -48,11 +46,6 @@ def job_facts(job: Job, diagnosis: Diagnosis | None = None) -> dict[str, Any]:
         },
         "problems": [p.__dict__ for p in job.problems],
     }
-
-
-def _single(values: list[Any]) -> Any:
-    present = {v for v in values if v is not None}
-    return present.pop() if len(present) == 1 else None
 
 
 def rank_entries(job: Job, d: Diagnosis) -> list[dict[str, Any]]:
