@@ -16,6 +16,7 @@ on open (the events are still there), so a stored Diagnosis never disagrees with
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -252,9 +253,17 @@ class Diagnosis:
                 out.setdefault(r, []).append(f.kind)
         return out
 
-    def figures(self) -> dict[tuple[int, int], dict[str, Any]]:
-        """Per (rank, step) the row of ``rank_steps``."""
+    @functools.cached_property
+    def _figures(self) -> dict[tuple[int, int], dict[str, Any]]:
         return {(row["rank"], row["step"]): row for row in self.rank_steps.to_pylist()}
+
+    @functools.cached_property
+    def _breakdowns(self) -> dict[tuple[int, int | None], Breakdown | None]:
+        return breakdowns_of(self.breakdowns)
+
+    def figures(self) -> dict[tuple[int, int], dict[str, Any]]:
+        """Per (rank, step) the row of ``rank_steps`` (built once per Diagnosis)."""
+        return self._figures
 
     def waits(self) -> dict[int, tuple[int, int]]:
         """rank -> (time it waited for others, waiting it caused) over all steps."""
@@ -267,7 +276,7 @@ class Diagnosis:
 
     def breakdown(self, rank: int, step: int | None = None) -> Breakdown | None:
         """The time breakdown of ``rank`` in ``step`` (None: over all its steps); None without device work."""
-        return breakdowns_of(self.breakdowns).get((rank, step))
+        return self._breakdowns.get((rank, step))
 
     def document(self) -> dict[str, Any]:
         """The JSON-able parts (the tables are stored apart)."""
