@@ -60,13 +60,15 @@ class ParsedRank:
     run_id: str | None = None  # identifies the profiling run, to warn when one folder mixes two runs
 
 
+MAX_RANK = 2**31 - 1  # ranks are int32 in every table
+
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 
 
 def rank_from_name(path: str | Path) -> int | None:
     """The rank a file or folder name states (``rank-3.json``, ``worker_rank7``), if any."""
     match = _RANK_IN_NAME.search(Path(path).name)
-    return int(match.group(1)) if match else None
+    return int(match.group(1)) if match and int(match.group(1)) <= MAX_RANK else None
 
 
 _COLLECTIVE_ALIASES = {
@@ -160,10 +162,14 @@ def parse_rank_list(text: str | list[int] | None) -> list[int] | None:
     """``"[0, 1, 2]"`` (how Kineto writes group ranks) or a list -> list of ints."""
     if text is None:
         return None
+    ranks: list[int] | None
     if isinstance(text, list):
-        return [int(r) for r in text if isinstance(r, int | float | str) and str(r).lstrip("-").isdigit()]
-    digits = re.findall(r"-?\d+", text)
-    return [int(d) for d in digits] if digits else None
+        ranks = [int(r) for r in text if isinstance(r, int | float | str) and str(r).lstrip("-").isdigit()]
+    else:
+        ranks = [int(d) for d in re.findall(r"-?\d+", text)] or None
+    if ranks is not None and not all(0 <= r <= MAX_RANK for r in ranks):
+        return None  # a rank beyond int32 or negative: the list is broken, not a real group
+    return ranks
 
 
 def ranks_key(ranks: list[int] | None) -> str | None:
@@ -171,15 +177,23 @@ def ranks_key(ranks: list[int] | None) -> str | None:
     return None if ranks is None else ",".join(str(r) for r in ranks)
 
 
+MAX_NS = 2**62  # ~146 years: any valid time or duration (and their sum) stays inside int64
+
+
 def us_to_ns(values: pa.Array | list[Any]) -> np.ndarray:
     """Microsecond timestamps (integers or floats with a ns fraction) to int64 nanoseconds without losing the
-    integer part to float rounding (epoch microseconds do not fit a float64 once multiplied by 1000)."""
+    integer part to float rounding (epoch microseconds do not fit a float64 once multiplied by 1000).
+    Values whose nanoseconds would reach :data:`MAX_NS` (or NaN) come out as -1, which callers treat as invalid."""
     arr = values if isinstance(values, pa.Array) else pa.array(values, type=pa.float64(), from_pandas=True)
     if pa.types.is_integer(arr.type):
-        return arr.to_numpy(zero_copy_only=False).astype(np.int64) * 1000
+        ints = arr.to_numpy(zero_copy_only=False).astype(np.int64)
+        return np.where(np.abs(ints) < MAX_NS // 1000, ints * 1000, -1)
     f = np.asarray(arr.cast(pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
+    in_range = np.abs(f) < MAX_NS / 1000  # False for NaN too
+    f = np.where(in_range, f, 0.0)
     whole = np.floor(f)
-    return whole.astype(np.int64) * 1000 + np.rint((f - whole) * 1000.0).astype(np.int64)
+    ns = whole.astype(np.int64) * 1000 + np.rint((f - whole) * 1000.0).astype(np.int64)
+    return np.where(in_range, ns, -1)
 
 
 def step_of(times_ns: np.ndarray, step_starts: np.ndarray, step_ends: np.ndarray, step_ids: np.ndarray) -> np.ndarray:

@@ -8,40 +8,119 @@ and what the caller keeps from it.
 Why a cut is safe: the slice ``[`` + text + ``]`` is decoded by a full JSON parser; a cut inside a string leaves
 it unterminated and a cut inside a nested object leaves a brace open, so only a cut between two elements of the
 array decodes. A slice that does not decode is cut earlier (and, if none fits, the window grows).
+
+Limits, checked while streaming so that a small gzip bomb stops early (documented in docs/schema.md):
+``PARADIAG_MAX_FILE_MB`` bounds the decompressed bytes read from one file (default: no bound) and
+``PARADIAG_MAX_STRING_KB`` the longest name a parser accepts (default 64 KiB); one element of the array may be
+at most :func:`max_element_bytes` long.
 """
 
 from __future__ import annotations
 
-import gzip
+import os
+import re
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, BinaryIO, cast
 
 import msgspec
+from isal import igzip
+from isal.isal_zlib import error as IsalError
 
 from paradiag.parsers.base import TraceError
 
 BLOCK = 4 * 1024 * 1024  # bytes read at a time
 SLICE = 1024 * 1024  # bytes of elements decoded at a time
-WHITESPACE = b" \t\r\n"
+_NOT_WHITESPACE = re.compile(rb"[^ \t\r\n]")
 GZIP_MAGIC = b"\x1f\x8b"
+MAX_FILE_MB = "PARADIAG_MAX_FILE_MB"
+MAX_STRING_KB = "PARADIAG_MAX_STRING_KB"
+DEFAULT_MAX_STRING_KB = 64
+
+# ISA-L raises its own error for corrupt data (its stubs do not say it is an exception).
+GZIP_ERRORS: tuple[type[BaseException], ...] = (EOFError, OSError, zlib.error, cast(type[BaseException], IsalError))
+
+
+def _env_limit(name: str, default: int | None) -> int | None:
+    """A positive integer limit from the environment; 0 means none."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise TraceError(f"${name}", f"not a whole number: {text!r}") from None
+    return value if value > 0 else None
+
+
+def max_file_bytes() -> int | None:
+    """Decompressed bytes one trace file may hold (``PARADIAG_MAX_FILE_MB``; unset or 0: no limit)."""
+    mb = _env_limit(MAX_FILE_MB, None)
+    return None if mb is None else mb * 1024 * 1024
+
+
+def max_string_bytes() -> int | None:
+    """Bytes the longest accepted name may hold (``PARADIAG_MAX_STRING_KB``, default 64 KiB; 0: no limit)."""
+    kb = _env_limit(MAX_STRING_KB, DEFAULT_MAX_STRING_KB)
+    return None if kb is None else kb * 1024
+
+
+def max_element_bytes() -> int | None:
+    """The longest one element of a streamed array may be: room for a few long strings and many arguments."""
+    strings = max_string_bytes()
+    return None if strings is None else max(16 * SLICE, 4 * strings)
+
+
+def check_names(names: Any, shown: Path | str, what: str = "event name") -> None:
+    """TraceError when a name in the Arrow string array ``names`` is longer than the string limit."""
+    limit = max_string_bytes()
+    if limit is None or len(names) == 0:
+        return
+    import pyarrow.compute as pc
+
+    longest = pc.max(pc.binary_length(names)).as_py()
+    if longest is not None and longest > limit:
+        raise TraceError(shown, f"{what} longer than {limit // 1024} KiB ({longest} bytes; limit {MAX_STRING_KB})")
+
+
+class _Limited:
+    """A reader that stops with a TraceError once more than ``limit`` bytes were read (the decompressed size of
+    a gzip file), and names corrupt gzip data."""
+
+    def __init__(self, reader: IO[bytes], shown: Path | str, limit: int | None) -> None:
+        self.reader, self.shown, self.limit, self.count = reader, shown, limit, 0
+
+    def read(self, size: int = -1) -> bytes:
+        try:
+            data = self.reader.read(size)
+        except GZIP_ERRORS as exc:
+            raise TraceError(self.shown, f"truncated or corrupt gzip data ({exc})") from exc
+        self.count += len(data)
+        if self.limit is not None and self.count > self.limit:
+            raise TraceError(self.shown, f"decompressed size exceeds {self.limit // (1024 * 1024)} MB (limit {MAX_FILE_MB})")
+        return data
+
+    def __enter__(self) -> _Limited:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.reader.close()
 
 
 def open_text(path: Path, shown: Path | str) -> BinaryIO:
-    """A binary reader of the file's text, decompressing gzip on the fly (ISA-L when available)."""
+    """A binary reader of the file's text, decompressing gzip on the fly (ISA-L when available), that stops at
+    ``PARADIAG_MAX_FILE_MB`` decompressed bytes."""
     with open(path, "rb") as f:
         head = f.read(2)
     if not head:
         raise TraceError(shown, "the file is empty")
+    limit = max_file_bytes()
     if head != GZIP_MAGIC:
+        if limit is not None and path.stat().st_size > limit:
+            raise TraceError(shown, f"size exceeds {limit // (1024 * 1024)} MB (limit {MAX_FILE_MB})")
         return open(path, "rb")
-    try:
-        from isal import igzip
-
-        return cast(BinaryIO, igzip.open(path, "rb"))
-    except ImportError:  # pragma: no cover - isal is a dependency
-        return cast(BinaryIO, gzip.open(path, "rb"))
+    return cast(BinaryIO, _Limited(igzip.open(path, "rb"), shown, limit))
 
 
 class ArrayStream:
@@ -69,12 +148,13 @@ class ArrayStream:
         self.consumed = 0  # bytes dropped from the front of buf so far (for error positions)
         self.prefix = b""
         self.rest = b""
+        self.max_element = max_element_bytes()
 
     def _fill(self, size: int) -> None:
         while len(self.buf) < size and not self.eof:
             try:
                 block = self.reader.read(BLOCK)
-            except (EOFError, OSError, zlib.error) as exc:
+            except GZIP_ERRORS as exc:
                 raise TraceError(self.shown, f"truncated or corrupt gzip data ({exc})") from exc
             if not block:
                 self.eof = True
@@ -82,11 +162,16 @@ class ArrayStream:
                 self.buf += block
 
     def _skip_ws(self, pos: int) -> int:
+        """The index of the next non-whitespace byte (or the end). A regex search, not a loop per byte: a long
+        run of whitespace (a few hundred KB of gzip) would otherwise cost minutes."""
         while True:
             self._fill(pos + 1)
-            if pos >= len(self.buf) or self.buf[pos] not in WHITESPACE:
-                return pos
-            pos += 1
+            found = _NOT_WHITESPACE.search(self.buf, pos)
+            if found is not None:
+                return found.start()
+            if self.eof:
+                return len(self.buf)
+            pos = len(self.buf)
 
     def _array_start(self) -> int:
         """Index just after the array's ``[``; ``prefix`` keeps the text before the key."""
@@ -132,6 +217,8 @@ class ArrayStream:
 
     def _next_slice(self, pos: int) -> tuple[Any, int]:
         """Decode the longest run of whole elements from ``pos`` within the window; index after its separator."""
+        if self.buf[pos] != ord("{"):
+            raise TraceError(self.shown, f"an element of the array is not an object (near byte {self.consumed + pos})")
         window = SLICE
         while True:
             self._fill(pos + window)
@@ -148,6 +235,12 @@ class ArrayStream:
                 cut = self.buf.rfind(b"}", pos, cut)
             if self.eof and hi >= len(self.buf):
                 raise TraceError(self.shown, f"invalid JSON in the array near byte {self.consumed + pos}")
+            if self.max_element is not None and window >= self.max_element:
+                raise TraceError(
+                    self.shown,
+                    f"an element of the array near byte {self.consumed + pos} is longer than {self.max_element // 1024} KiB"
+                    f" (a string in it is over the {MAX_STRING_KB} limit, or it is not valid JSON)",
+                )
             window *= 4
 
     def _decode(self, lo: int, hi: int) -> Any:
@@ -156,6 +249,8 @@ class ArrayStream:
             text = b"".join((b"[", view[lo:hi], b"]"))
         try:
             return self.decoder.decode(text)
+        except RecursionError as exc:
+            raise TraceError(self.shown, f"values nested too deeply near byte {self.consumed + lo}") from exc
         except msgspec.ValidationError as exc:
             if self.loose is None:
                 raise TraceError(self.shown, f"unexpected value in the array near byte {self.consumed + lo} ({exc})") from exc
@@ -164,6 +259,8 @@ class ArrayStream:
             return None
         try:
             items = self.loose.decode(text)  # the cut is good if the lenient decoder reads it
+        except RecursionError as exc:
+            raise TraceError(self.shown, f"values nested too deeply near byte {self.consumed + lo}") from exc
         except msgspec.ValidationError as exc:
             raise TraceError(self.shown, f"an element of the array is not what was expected near byte {self.consumed + lo} ({exc})") from exc
         except msgspec.DecodeError:

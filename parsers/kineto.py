@@ -18,6 +18,8 @@ import pyarrow.compute as pc
 
 from paradiag import schema
 from paradiag.parsers.base import (
+    MAX_NS,
+    MAX_RANK,
     Group,
     ParsedRank,
     TraceError,
@@ -48,6 +50,7 @@ FORMAT = "kineto"
 _LAUNCH_CATEGORIES = frozenset({"cuda_runtime", "Runtime", "cuda_driver"})
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 _TB_FILE_NAME = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)\.\d+\.pt\.trace\.json(\.gz)?$")
+MAX_STEP = 2**31 - 1  # steps are int32
 EPOCH_US_THRESHOLD = 1e14  # timestamps below this (about 1973 in epoch microseconds) are relative
 
 
@@ -60,7 +63,7 @@ def parse(path: Path, root: Path | None = None) -> ParsedRank:
     """Parse one Kineto trace file into one rank's canonical tables (times on the rank's own clock)."""
     shown = path.relative_to(root) if root is not None and path.is_relative_to(root) else path
     warnings: list[str] = []
-    columns = Columns()
+    columns = Columns(str(shown))
     with open_text(path, shown) as reader:
         stream = ArrayStream(reader, shown, b"traceEvents", EVENTS_DECODER, LOOSE_EVENTS_DECODER, warnings)
         try:
@@ -75,15 +78,15 @@ def parse(path: Path, root: Path | None = None) -> ParsedRank:
     outer = decode_outer(stream.rest, shown)
     if columns.n == 0:
         raise TraceError(shown, "the trace holds no complete ('X') events")
-    table, dropped = _events_table(columns, int_or_none(outer.baseTimeNanoseconds))
+    table, dropped = _events_table(columns, _base_ns(outer.baseTimeNanoseconds, warnings))
     del columns
     if dropped:
-        warnings.append(f"{dropped} events with a missing or negative timestamp or duration were skipped")
+        warnings.append(f"{dropped} events with a missing, negative or out-of-range timestamp or duration were skipped")
     if table.num_rows == 0:
         raise TraceError(shown, "no event has a valid timestamp and duration")
     info = outer.distributedInfo if isinstance(outer.distributedInfo, dict) else {}
     rank, rank_from = _rank(info, path, warnings)
-    table, steps = _attribute_steps(table)
+    table, steps = _attribute_steps(table, warnings)
     device_values = pc.filter(table.column("device"), pc.greater_equal(table.column("device"), 0)).to_numpy()
     device = int(Counter(device_values.tolist()).most_common(1)[0][0]) if len(device_values) else None
     tb_name = _TB_FILE_NAME.match(path.name)
@@ -97,7 +100,7 @@ def parse(path: Path, root: Path | None = None) -> ParsedRank:
         device_type="gpu" if device is not None else "cpu",
         host=str_or_none(outer.host_name) or (tb_name.group("host") if tb_name else None),
         device=device,
-        world_size=int_or_none(info.get("world_size")),
+        world_size=_counted(info, "world_size", 1, warnings),
         groups=_groups(info, table),
         warnings=warnings,
     )
@@ -111,8 +114,26 @@ def _check_json(text: bytearray, shown: Path | str) -> None:
         raise TraceError(shown, f"invalid JSON ({exc})") from exc
 
 
+def _base_ns(value: Any, warnings: list[str]) -> int | None:
+    base = int_or_none(value)
+    if value is not None and (base is None or not 0 <= base < MAX_NS):
+        warnings.append(f"baseTimeNanoseconds {str(value)[:40]} is not a valid time; ignored")
+        return None
+    return base
+
+
+def _counted(info: dict[str, Any], key: str, least: int, warnings: list[str]) -> int | None:
+    """``distributedInfo[key]`` when it is a whole number from ``least`` to 2**31-1; a warning otherwise."""
+    value = info.get(key)
+    number = int_or_none(value)
+    if value is not None and (number is None or not least <= number <= MAX_RANK):
+        warnings.append(f"distributedInfo.{key} {str(value)[:40]} is not a valid {key.replace('_', ' ')}; ignored")
+        return None
+    return number
+
+
 def _rank(info: dict[str, Any], path: Path, warnings: list[str]) -> tuple[int | None, str]:
-    rank = int_or_none(info.get("rank"))
+    rank = _counted(info, "rank", 0, warnings)
     if rank is not None:
         return rank, "metadata"
     rank = rank_from_name(path)
@@ -138,9 +159,10 @@ def _events_table(columns: Columns, base_ns: int | None) -> tuple[pa.Table, int]
     valid = pc.and_(pc.is_valid(ts_arr), pc.is_valid(dur_arr)).to_numpy(zero_copy_only=False)
     ts = us_to_ns(ts_arr.fill_null(0))
     dur = us_to_ns(dur_arr.fill_null(0))
+    valid &= (ts >= 0) & (dur >= 0)  # negative, or out of range (us_to_ns)
     if base_ns and valid.any() and np.max(ts[valid]) < EPOCH_US_THRESHOLD * 1000:
-        ts = ts + base_ns
-    valid &= (ts >= 0) & (dur >= 0)
+        ts = np.where(valid, ts + base_ns, -1)
+    valid &= ts < MAX_NS
 
     device_arg = columns.column("device").to_numpy(zero_copy_only=False)
     stream_arg = columns.column("stream").to_numpy(zero_copy_only=False)
@@ -225,7 +247,21 @@ def _sparse_dictionary(n: int, rows: np.ndarray, values: list[str | None], index
     return schema.dictionary_array(codes, dictionary, index_type, mask=null)
 
 
-def _attribute_steps(table: pa.Table) -> tuple[pa.Table, pa.Table]:
+def _step_names(name_values: list[str | None], warnings: list[str]) -> dict[int, int]:
+    """name code -> step id of the ``ProfilerStep#N`` names; N beyond int32 is a plain annotation (warned)."""
+    steps = {}
+    for code, value in enumerate(name_values):
+        match = _STEP_NAME.match(value or "")
+        if match is None or value is None:
+            continue
+        if int(match.group(1)) > MAX_STEP:
+            warnings.append(f"{value[:60]}: step number out of range; read as a plain annotation")
+            continue
+        steps[code] = int(match.group(1))
+    return steps
+
+
+def _attribute_steps(table: pa.Table, warnings: list[str]) -> tuple[pa.Table, pa.Table]:
     """Fill ``step`` (host work by time inside ProfilerStep#N, device work through its launch) and ``seq``;
     return the events and the steps table. Every step is kept, the last one included."""
     names = table.column("name").combine_chunks()
@@ -233,7 +269,7 @@ def _attribute_steps(table: pa.Table) -> tuple[pa.Table, pa.Table]:
     start = table.column("start_ns").to_numpy()
     end = start + table.column("dur_ns").to_numpy()
     name_values = names.dictionary.to_pylist()
-    step_code = {code: int(m.group(1)) for code, v in enumerate(name_values) if (m := _STEP_NAME.match(v or ""))}
+    step_code = _step_names(name_values, warnings)
     codes = names.indices.to_numpy(zero_copy_only=False)
     is_step = np.isin(codes, np.fromiter(step_code, dtype=np.int64)) & (device < 0) if step_code else np.zeros(len(codes), bool)
     step_rows = np.flatnonzero(is_step)

@@ -21,7 +21,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from paradiag import schema
-from paradiag.parsers.base import TraceError, normalize_collective, parse_rank_list, ranks_key
+from paradiag.parsers.base import MAX_RANK, TraceError, normalize_collective, parse_rank_list, ranks_key
+from paradiag.parsers.json_stream import check_names
 
 CHUNK_EVENTS = 16 * 1024
 
@@ -153,6 +154,8 @@ def decode_outer(data: bytes, shown: Path | str) -> Outer:
     """The document's small metadata (distributedInfo, baseTimeNanoseconds, ...), the events array emptied."""
     try:
         outer = _OUTER.decode(data)
+    except RecursionError as exc:
+        raise TraceError(shown, "values nested too deeply outside 'traceEvents'") from exc
     except msgspec.ValidationError as exc:
         raise TraceError(shown, f"not a PyTorch profiler trace ({exc})") from exc
     except msgspec.DecodeError as exc:
@@ -165,18 +168,23 @@ _get = {name: attrgetter(name) for name in ("pid", "tid", "ts", "dur", "name", "
 _get_arg = {name: attrgetter(name) for name in ("device", "stream", "correlation", "external_id", "collective")}
 
 
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
 def int_or_none(value: Any) -> int | None:
+    """An integer from an int, a float or a numeric string; None for anything else and for values outside
+    int64 (no column holds them: 1e300 or 2**70 is a broken value, not a big one)."""
     if isinstance(value, bool):
         return int(value)
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value == value:
-        return int(value)
-    if isinstance(value, str):
+    if isinstance(value, float):
+        value = int(value) if value == value and abs(value) < 2.0**63 else None
+    elif isinstance(value, str):
         try:
-            return int(value)
+            value = int(value)
         except ValueError:
             return None
+    if isinstance(value, int) and INT64_MIN <= value <= INT64_MAX:
+        return value
     return None
 
 
@@ -196,8 +204,17 @@ def num_column(values: list[Any]) -> pa.Array:
     """Numbers (or nulls) as float64; anything else becomes null."""
     try:
         return pa.array(values, type=pa.float64())
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
-        return pa.array([v if isinstance(v, int | float) and not isinstance(v, bool) else None for v in values], type=pa.float64())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+        return pa.array([_float_or_none(v) for v in values], type=pa.float64())
+
+
+def _float_or_none(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        return float(value)
+    except OverflowError:  # an integer beyond float range
+        return None
 
 
 def text_column(values: list[Any]) -> pa.Array:
@@ -225,12 +242,16 @@ def comm_meta(args: Any) -> CommMeta | None:
     members = parse_rank_list(str_or_none(args.pg_ranks))
     elements = max(int_or_none(args.in_nelems) or 0, int_or_none(args.out_nelems) or 0)
     dtype = str_or_none(args.dtype)
-    nbytes = elements * DTYPE_BYTES.get(dtype.lower(), 4) if elements and dtype else None
+    nbytes = elements * DTYPE_BYTES.get(dtype.lower(), 4) if elements > 0 and dtype else None
+    if nbytes is not None and nbytes > INT64_MAX:
+        nbytes = None
     peer = None
     if coll in schema.P2P_COLLECTIVES:
         local = int_or_none(args.rank)  # send/recv record the peer's index inside the group
         if local is not None:
             peer = members[local] if members and 0 <= local < len(members) else local
+        if peer is not None and not 0 <= peer <= MAX_RANK:
+            peer = None
     return CommMeta(coll, str_or_none(args.pg_name), ranks_key(members), peer, nbytes)
 
 
@@ -238,6 +259,7 @@ def comm_meta(args: Any) -> CommMeta | None:
 class Columns:
     """Columns accumulated chunk by chunk, plus what communication needs across chunks."""
 
+    shown: str = ""  # the file, for errors
     parts: dict[str, list[pa.Array]] = field(default_factory=dict)
     n: int = 0
     meta: dict[int, CommMeta] = field(default_factory=dict)  # row -> collective metadata
@@ -254,6 +276,8 @@ class Columns:
             return
         cats = text_column(list(map(_get["cat"], complete)))
         names = text_column(list(map(_get["name"], complete)))
+        check_names(names, self.shown)
+        check_names(cats, self.shown, "event category")
         self._put("category", cats)
         self._put("name", names)
         for key in ("ts", "dur"):

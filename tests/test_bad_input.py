@@ -60,7 +60,7 @@ def test_events_with_missing_or_negative_times_are_skipped_with_a_warning(tmp_pa
     job = paradiag.open(tmp_path / "job")
     assert job.events().num_rows == good
     warnings = [str(p) for p in job.problems if p.severity == "warning"]
-    assert any("rank0.json" in w and "4 events with a missing or negative timestamp" in w for w in warnings)
+    assert any("rank0.json" in w and "4 events with a missing, negative or out-of-range timestamp" in w for w in warnings)
 
 
 def test_two_files_claiming_the_same_rank(tmp_path: Path) -> None:
