@@ -23,7 +23,10 @@ import gc
 import hashlib
 import json
 import os
+import re
 import shutil
+import signal
+import socket
 import threading
 import time
 import uuid
@@ -283,9 +286,41 @@ def _check_strict(job: Job, strict: bool) -> Job:
     return job
 
 
-def _worker_init() -> None:
+def _worker_init(owner: int) -> None:
     # The system allocator hands memory back between slices; Arrow's default (mimalloc) kept ~20% more resident.
     pa.set_memory_pool(pa.system_memory_pool())
+    _die_with(owner)
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by another user
+        return True
+    return True
+
+
+def _die_with(owner: int) -> None:
+    """End this worker when the ingest process ``owner`` dies, even by SIGKILL: otherwise it blocks forever
+    writing its result to a pipe nobody reads, holding its memory. Under fork, Linux kills the worker with its
+    parent (prctl). Under forkserver the parent is the fork server, which outlives the ingest as long as a worker
+    holds its liveness pipe; so a thread also polls the owner."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if not _alive(owner):  # it died before the signal was armed
+        os._exit(1)
+    threading.Thread(target=_watch, args=(owner,), daemon=True).start()
+
+
+def _watch(owner: int) -> None:
+    while _alive(owner):
+        time.sleep(0.5)
+    os._exit(1)
 
 
 def _parse_in_worker(source: Source, root: Path, out_dir: Path, index: int) -> SourceResult:
@@ -318,7 +353,8 @@ def _parse_all(
     else:
         ctx = get_context("forkserver")
         ctx.set_forkserver_preload(["paradiag.discover"])
-    with ProcessPoolExecutor(max_workers=n_workers, mp_context=ctx, initializer=_worker_init) as pool:
+    owner = (os.getpid(),)
+    with ProcessPoolExecutor(max_workers=n_workers, mp_context=ctx, initializer=_worker_init, initargs=owner) as pool:
         # Largest first, so that one big rank does not finish alone at the end.
         order = sorted(range(len(sources)), key=lambda i: -sources[i].size())
         futures = {pool.submit(_parse_in_worker, sources[i], root, tmp, i): i for i in order}
@@ -343,9 +379,10 @@ def ingest(
     cache = Path(cache_dir) if cache_dir is not None else cache_dir_for(root)
     if cache.resolve() == root or root in cache.resolve().parents:
         raise JobError(f"{cache}: the cache must not be inside the source folder (it is never modified)")
-    sources, others = discover(root)
+    skipped: list[tuple[Path, str]] = []
+    sources, others = discover(root, skipped)
     base = root if root.is_dir() else root.parent
-    problems: list[Problem] = []
+    problems = [Problem(_shown(path, base), "error", why) for path, why in skipped]
     if not sources:
         hint = ""
         if root.is_dir() and any(root.rglob("cluster_step_trace_time.csv")):
@@ -355,7 +392,8 @@ def ingest(
             )
         raise JobError(f"{root}: no trace found (looked for PyTorch profiler *.json[.gz] files and Ascend *_ascend_pt folders){hint}")
     cache.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache.parent / f".{cache.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    remove_stale(cache.parent)
+    tmp = cache.parent / _scratch_name(cache, "tmp")
     tmp.mkdir()
     try:
         results = _parse_all(sources, root, tmp, workers, progress)
@@ -376,11 +414,36 @@ def ingest(
     return _load(cache)
 
 
+_HOST = re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname()) or "host"
+_SCRATCH = re.compile(r"^\..+\.(?:tmp|old)-(?P<host>[A-Za-z0-9._-]+)-(?P<pid>\d+)-[0-9a-f]{8}$")
+
+
+def _scratch_name(cache: Path, kind: str) -> str:
+    """A hidden sibling of the cache, named by host and pid so that a later ingest knows when it is stale."""
+    return f".{cache.name}.{kind}-{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def remove_stale(folder: Path) -> list[Path]:
+    """Remove the scratch folders of ingests on this host whose process is gone (killed mid-way); return them."""
+    removed = []
+    with contextlib.suppress(OSError):
+        for entry in folder.iterdir():
+            match = _SCRATCH.match(entry.name)
+            if match and match["host"] == _HOST and not _alive(int(match["pid"])) and entry.is_dir():
+                shutil.rmtree(entry, ignore_errors=True)
+                removed.append(entry)
+    return removed
+
+
+def _shown(path: Path, base: Path) -> str:
+    return str(path.relative_to(base)) if path.is_relative_to(base) and path != base else str(path)
+
+
 def _replace(tmp: Path, cache: Path) -> None:
     """Move the finished cache into place; the old one (if any) is removed only after the new one is there."""
     old = None
     if cache.exists():
-        old = cache.parent / f".{cache.name}.old-{uuid.uuid4().hex[:8]}"
+        old = cache.parent / _scratch_name(cache, "old")
         cache.rename(old)
     tmp.rename(cache)
     if old is not None:

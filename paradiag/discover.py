@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib
 import os
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -56,15 +58,58 @@ class Source:
     files: tuple[Path, ...]  # every file that belongs to the source (for the cache manifest)
 
     def size(self) -> int:
-        return sum(f.stat().st_size for f in self.files)
+        total = 0
+        for f in self.files:
+            with contextlib.suppress(OSError):  # gone since discovery: its parser says so
+                total += f.stat().st_size
+        return total
 
 
 def _is_hidden(path: Path) -> bool:
     return path.name.startswith(".")
 
 
-def discover(root: Path) -> tuple[list[Source], list[Path]]:
-    """Sources under ``root`` (a folder or one trace file), and the other files found (not traces)."""
+def unreadable(path: Path) -> str | None:
+    """Why ``path`` cannot be read (a broken or looping symbolic link, no permission), or None."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return "a broken symbolic link (its target does not exist)" if path.is_symlink() else "the file disappeared"
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a symbolic link loop"
+        return f"cannot be read ({exc.strerror or exc})"
+    if not os.access(path, os.R_OK):
+        return "cannot be read (permission denied)"
+    return None
+
+
+def _walk_error(root: Path, skipped: list[tuple[Path, str]]) -> Callable[[OSError], None]:
+    def note(exc: OSError) -> None:
+        path = Path(exc.filename) if exc.filename else root
+        skipped.append((path, f"folder cannot be read ({exc.strerror or exc}); its files were skipped"))
+
+    return note
+
+
+def _folder_files(folder: Path, skipped: list[tuple[Path, str]]) -> tuple[Path, ...]:
+    """The readable files under a source folder; the others are noted in ``skipped``."""
+    files = []
+    for dirpath, _, filenames in os.walk(folder, onerror=_walk_error(folder, skipped)):
+        for name in filenames:
+            path = Path(dirpath) / name
+            why = unreadable(path)
+            if why is None:
+                files.append(path)
+            else:
+                skipped.append((path, why))
+    return tuple(sorted(files))
+
+
+def discover(root: Path, skipped: list[tuple[Path, str]] | None = None) -> tuple[list[Source], list[Path]]:
+    """Sources under ``root`` (a folder or one trace file), and the other files found (not traces). Files and
+    folders that cannot be read are left out and, with the reason, appended to ``skipped``."""
+    skipped = [] if skipped is None else skipped
     modules = parsers()
     if root.is_file():
         for module in modules:
@@ -73,7 +118,7 @@ def discover(root: Path) -> tuple[list[Source], list[Path]]:
         return [], [root]
     sources: list[Source] = []
     others: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, dirnames, filenames in os.walk(root, onerror=_walk_error(root, skipped)):
         here = Path(dirpath)
         dirnames[:] = sorted(d for d in dirnames if not _is_hidden(Path(d)) and d not in DERIVED_FOLDERS)
         kept = []
@@ -83,12 +128,15 @@ def discover(root: Path) -> tuple[list[Source], list[Path]]:
             if owner is None:
                 kept.append(d)
             else:
-                files = tuple(sorted(p for p in sub.rglob("*") if p.is_file()))
-                sources.append(Source(sub, owner.__name__, files))
+                sources.append(Source(sub, owner.__name__, _folder_files(sub, skipped)))
         dirnames[:] = kept
         for name in sorted(filenames):
             path = here / name
             if _is_hidden(path):
+                continue
+            why = unreadable(path)
+            if why is not None:
+                skipped.append((path, why))
                 continue
             owner = None
             if name not in NOT_TRACES and not name.startswith(("profiler_info_", "parallel_strategy_")):
@@ -144,6 +192,10 @@ def parse_source(source: Source, root: Path, out_dir: Path, index: int) -> Sourc
         return result
     except MemoryError:
         result.error = "out of memory while parsing"
+        return result
+    except OSError as exc:  # the file went away or became unreadable after discovery, a disk error
+        name = Path(exc.filename).name if exc.filename else shown
+        result.error = f"cannot read {name} ({exc.strerror or exc})"
         return result
     except Exception as exc:  # a parser bug must not take the rest of the folder down
         result.error = f"internal error while parsing ({type(exc).__name__}: {exc}); please report it"

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
 import paradiag
+from paradiag import dataset
 from paradiag.cli import main
 from paradiag.dataset import JobError
 from tests.helpers import kineto_trace, write_job, write_trace
@@ -113,3 +121,113 @@ def test_mindspore_parallel_strategy_files_are_not_traces(tmp_path: Path) -> Non
     job = paradiag.open(folder)
     assert job.rank_ids == [0, 1]
     assert job.problems == []
+
+
+# --- the folder itself: links and permissions -------------------------------------------------------------------
+
+
+def test_broken_and_looping_links_are_named_and_skipped(tmp_path: Path) -> None:
+    folder = write_job(tmp_path / "job", ranks=2)
+    (folder / "dangling.json").symlink_to(folder / "gone.json")
+    (folder / "a.json").symlink_to(folder / "b.json")
+    (folder / "b.json").symlink_to(folder / "a.json")
+    rank_folder = folder / "host_1_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+    rank_folder.mkdir(parents=True)
+    (rank_folder / "trace_view.json").symlink_to(tmp_path / "nowhere.json")
+    job = paradiag.open(folder)
+    assert job.rank_ids == [0, 1]
+    problems = {p.source: p.message for p in job.problems if p.severity == "error"}
+    assert problems["dangling.json"] == "a broken symbolic link (its target does not exist)"
+    assert problems["a.json"] == problems["b.json"] == "a symbolic link loop"
+    assert problems["host_1_ascend_pt/ASCEND_PROFILER_OUTPUT/trace_view.json"].startswith("a broken symbolic link")
+    assert paradiag.open(folder).problems == job.problems  # read back from the cache, still there
+
+
+UNREADABLE_SCRIPT = """
+import os, sys
+from pathlib import Path
+from paradiag import dataset
+folder = Path(sys.argv[1])
+os.chmod(folder / "rank2.json", 0)
+os.chmod(folder / "sub", 0)
+job = dataset.open_job(folder, Path(sys.argv[2]), workers=1)
+print(job.rank_ids)
+for p in job.problems:
+    print(p)
+"""
+
+
+def test_unreadable_files_and_folders_are_named_and_skipped(tmp_path: Path) -> None:
+    """Run without the permission bypass (as a plain user, or as root without CAP_DAC_*), so that the files
+    really cannot be read."""
+    folder = write_job(tmp_path / "job", ranks=2)
+    write_trace(folder / "rank2.json", kineto_trace(2, world=3))
+    (folder / "sub").mkdir()
+    write_trace(folder / "sub" / "rank3.json", kineto_trace(3, world=3))
+    command = [sys.executable, "-c", UNREADABLE_SCRIPT, str(folder), str(tmp_path / "cache")]
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("running as root without setpriv: cannot drop the permission bypass")
+        caps = "-dac_override,-dac_read_search"
+        command = ["setpriv", f"--bounding-set={caps}", f"--inh-caps={caps}", *command]
+    try:
+        out = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True).stdout
+    finally:
+        os.chmod(folder / "rank2.json", 0o644)
+        os.chmod(folder / "sub", 0o755)
+    lines = out.splitlines()
+    assert lines[0] == "[0, 1]"
+    assert "error: rank2.json: cannot be read (permission denied)" in lines
+    assert "error: sub: folder cannot be read (Permission denied); its files were skipped" in lines
+
+
+# --- killed ingest -----------------------------------------------------------------------------------------------
+
+KILLED_SCRIPT = """
+import sys, time
+from pathlib import Path
+from paradiag import dataset
+from paradiag.parsers import kineto
+
+parse = kineto.parse
+def slow(*args, **kwargs):
+    time.sleep(60)  # a big rank: the ingest is killed while its workers parse
+    return parse(*args, **kwargs)
+kineto.parse = slow
+dataset.IN_PROCESS_BYTES = 0
+dataset.ingest(Path(sys.argv[1]), Path(sys.argv[2]), workers=2)
+"""
+
+
+def test_killed_ingest_takes_its_workers_along_and_the_next_ingest_cleans_up(tmp_path: Path) -> None:
+    psutil = pytest.importorskip("psutil")
+    folder = write_job(tmp_path / "job", ranks=3)
+    cache = tmp_path / "caches" / "job"
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_SCRIPT, str(folder), str(cache)])
+    try:
+        workers: list[Any] = []
+        deadline = time.monotonic() + 30
+        while len(workers) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            workers = psutil.Process(proc.pid).children()
+            time.sleep(0.05)
+        assert len(workers) >= 2, "the ingest did not start its workers"
+        time.sleep(0.5)  # let them reach the parser
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    _, alive = psutil.wait_procs(workers, timeout=10)
+    assert alive == [], f"workers outlived their parent: {alive}"
+    leftovers = list(cache.parent.glob(".job.tmp-*"))
+    assert len(leftovers) == 1  # the killed ingest's scratch folder
+    assert paradiag.open(folder, cache).rank_ids == [0, 1, 2]
+    assert list(cache.parent.iterdir()) == [cache]
+
+
+def test_scratch_folders_of_live_ingests_are_kept(tmp_path: Path) -> None:
+    live = tmp_path / f".job.tmp-{dataset._HOST}-{os.getpid()}-0123abcd"
+    other_host = tmp_path / ".job.tmp-elsewhere-999999999-0123abcd"
+    unrelated = tmp_path / ".job.tmp-notours"
+    for path in (live, other_host, unrelated):
+        path.mkdir()
+    assert dataset.remove_stale(tmp_path) == []
+    assert all(p.is_dir() for p in (live, other_host, unrelated))
