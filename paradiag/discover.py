@@ -187,8 +187,9 @@ def parse_source(source: Source, root: Path, out_dir: Path, index: int) -> Sourc
     try:
         module = importlib.import_module(source.parser)
         parsed: ParsedRank = module.parse(source.path, root if root.is_dir() else root.parent)
-    except TraceError as exc:
-        result.error = exc.problem
+    except TraceError as exc:  # named by the file inside a folder source that has the problem
+        inner = exc.source.removeprefix(shown + os.sep) if exc.source.startswith(shown + os.sep) else None
+        result.error = f"{inner}: {exc.problem}" if inner else exc.problem
         return result
     except MemoryError:
         result.error = "out of memory while parsing"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ import pyarrow.compute as pc
 
 from paradiag import schema
 from paradiag.parsers.base import Group, ParsedRank, TraceError, sequence_numbers, step_of
+from paradiag.parsers.json_stream import MAX_FILE_MB, max_file_bytes
 
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
@@ -92,12 +94,17 @@ def group_hash(name: str) -> str:
 
 def read_json_file(path: Path, shown: Path) -> Any:
     """A small JSON file (metadata, communication*.json) as Python values; TraceError when truncated."""
+    limit = max_file_bytes()
     try:
+        if limit is not None and path.stat().st_size > limit:
+            raise TraceError(shown, f"size exceeds {limit // (1024 * 1024)} MB (limit {MAX_FILE_MB})")
         return json.loads(path.read_bytes())
     except (OSError, UnicodeDecodeError) as exc:
         raise TraceError(shown, f"cannot read the file ({exc})") from exc
     except json.JSONDecodeError as exc:
         raise TraceError(shown, f"truncated or invalid JSON ({exc.msg} at line {exc.lineno})") from exc
+    except RecursionError as exc:
+        raise TraceError(shown, "values nested too deeply") from exc
 
 
 @dataclass
@@ -380,7 +387,9 @@ def collective_bytes(count: Any, dtype: Any) -> int | None:
     if not isinstance(count, int | float) or not isinstance(dtype, str):
         return None
     size = HCCL_DTYPE_BYTES.get(dtype.upper())
-    return int(count) * size if size else None
+    if not size or not math.isfinite(count) or not 0 <= count * size < 2**63:
+        return None
+    return int(count) * size
 
 
 def level0_note(level: str | None) -> str:
@@ -445,16 +454,46 @@ def extra_table(name: str, rows: dict[str, list[Any]]) -> pa.Table:
     """An extra table from column lists (missing columns are null)."""
     sch = EXTRA_SCHEMAS[name]
     n = max((len(v) for v in rows.values()), default=0)
-    arrays = [pa.array(rows[f.name], type=f.type) if f.name in rows else pa.nulls(n, f.type) for f in sch]
+    arrays = [typed_array(rows[f.name], f.type) if f.name in rows else pa.nulls(n, f.type) for f in sch]
     return pa.Table.from_arrays(arrays, schema=sch)
 
 
+def typed_array(values: list[Any], kind: pa.DataType) -> pa.Array:
+    """``values`` as an Arrow array of ``kind``; a value of the wrong type, or out of the type's range (a TEXT in an
+    integer column of a database, 2**40 in an int32 column) becomes null instead of failing the whole table."""
+    try:
+        return pa.array(values, type=kind)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+        return pa.array([_fit(v, kind) for v in values], type=kind)
+
+
+def _fit(value: Any, kind: pa.DataType) -> Any:
+    if value is None:
+        return None
+    if pa.types.is_integer(kind):
+        info = np.iinfo(kind.to_pandas_dtype())
+        return value if isinstance(value, int) and not isinstance(value, bool) and info.min <= value <= info.max else None
+    if pa.types.is_floating(kind):
+        return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+    if pa.types.is_boolean(kind):
+        return value if isinstance(value, bool) else None
+    return value if isinstance(value, str) else str(value)
+
+
+def _scaled(value: Any, scale: float) -> int | None:
+    """A number of ms / us as integer ns; None for anything else (text, NaN, infinity, beyond int64)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    ns = float(value) * scale
+    return round(ns) if math.isfinite(ns) and abs(ns) < 2**62 else None
+
+
 def ms_to_ns(value: Any) -> int | None:
-    return round(float(value) * 1e6) if isinstance(value, int | float) else None
+    return _scaled(value, 1e6)
 
 
 def us_to_ns_value(value: Any) -> int | None:
-    return round(float(value) * 1e3) if isinstance(value, int | float) else None
+    return _scaled(value, 1e3)
 
 
 def step_number(key: Any) -> int:

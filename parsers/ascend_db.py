@@ -9,8 +9,11 @@ leaves them out. Format notes: ../shared/formats/ascend.md section 1.10.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
 import sqlite3
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,9 +23,10 @@ import pyarrow as pa
 
 from paradiag import schema
 from paradiag.parsers import ascend_common as common
-from paradiag.parsers.base import ParsedRank, TraceError, collective_from_kernel_name
+from paradiag.parsers.base import MAX_RANK, ParsedRank, TraceError, collective_from_kernel_name
 
 FORMAT = "ascend_db"
+_EVENT_TABLES = frozenset({"PYTORCH_API", "CANN_API", "TASK", "COMMUNICATION_OP"})
 DB_GLOBS = ("ascend_pytorch_profiler*.db", "ascend_mindspore_profiler*.db")
 _PYTORCH_CATEGORY = {50001: "cpu_op", 50003: "python_function", 50004: "mstx"}
 
@@ -43,21 +47,52 @@ def detect(path: Path) -> bool:
 
 @contextmanager
 def connect(path: Path, shown: Path) -> Iterator[sqlite3.Connection]:
-    """A read-only connection; TraceError when it is not a database. The exports are in WAL mode, where even a
-    read-only open creates ``-shm``/``-wal`` files next to the database (or fails in a read-only folder):
-    ``immutable=1`` reads the file as it is and never writes beside it, unless a non-empty ``-wal`` holds
-    data not yet copied into the database."""
+    """A read-only connection that never writes beside the database; TraceError when it is not a database.
+    The exports are in WAL mode, where even a read-only open creates ``-shm``/``-wal`` files next to the database
+    (or fails in a read-only folder): ``immutable=1`` reads the file as it is. A non-empty ``-wal`` holds data
+    not yet copied into the database: then both are copied to a temporary folder and opened there."""
     wal = path.with_name(path.name + "-wal")
-    pending = wal.is_file() and wal.stat().st_size > 0
-    try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro{'' if pending else '&immutable=1'}", uri=True)
-        conn.execute("select count(*) from sqlite_master").fetchone()
-    except sqlite3.DatabaseError as exc:
-        raise TraceError(shown, f"not a readable SQLite database ({exc})") from exc
-    try:
+    with contextlib.ExitStack() as stack:
+        if wal.is_file() and wal.stat().st_size > 0:
+            scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="paradiag-db-")))
+            for source in (path, wal):
+                shutil.copyfile(source, scratch / source.name)
+            path = scratch / path.name
+        try:
+            conn = sqlite3.connect(f"file:{path}?mode=ro{'' if path.parent != wal.parent else '&immutable=1'}", uri=True)
+            stack.callback(conn.close)
+            conn.text_factory = _text  # TEXT that is not UTF-8 is read, not fatal
+            conn.execute("select count(*) from sqlite_master").fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise TraceError(shown, f"not a readable SQLite database ({exc})") from exc
         yield conn
-    finally:
-        conn.close()
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", "replace")
+
+
+# SQLite keeps any value in any column. Rows whose times are not integer ns in [0, 2**62) (or the digit strings
+# PYTORCH_API stores) are skipped and counted, so that a damaged row costs that row, not the whole rank.
+_TIME = (
+    "(typeof({c}) = 'integer' and {c} between 0 and 4611686018427387903"
+    " or typeof({c}) = 'text' and length({c}) between 1 and 19 and {c} not glob '*[^0-9]*'"
+    " and cast({c} as integer) < 4611686018427387904)"
+)
+_INT_OR_NULL = "(typeof({c}) in ('integer', 'null'))"
+
+
+def valid_rows(
+    conn: sqlite3.Connection, shown: Path, table: str, rules: dict[str, str], warnings: list[str], alias: str = ""
+) -> str:
+    """The SQL condition that keeps the rows of ``table`` whose columns follow ``rules`` (column -> _TIME or
+    _INT_OR_NULL); the rows it drops are counted in a warning."""
+    prefix = f"{alias}." if alias else ""
+    cond = " and ".join(rule.format(c=f"{prefix}{col}") for col, rule in rules.items())
+    bad = query(conn, shown, f"select count(*) from {table} {alias} where not ({cond})")[0][0]
+    if bad:
+        warnings.append(f"{shown.name}: {table}: {bad} rows with a missing or malformed {' / '.join(rules)} were skipped")
+    return cond
 
 
 def tables(conn: sqlite3.Connection) -> set[str]:
@@ -82,20 +117,26 @@ def parse(path: Path, root: Path | None = None, fmt: str = FORMAT) -> ParsedRank
     warnings: list[str] = []
     with connect(db, db_shown) as conn:
         names = tables(conn)
+        if not names & _EVENT_TABLES:
+            empty = "the file is empty" if db.stat().st_size == 0 else "no profiler tables"
+            raise TraceError(db_shown, f"{empty}: none of {', '.join(sorted(_EVENT_TABLES))}")
         strings = (
-            dict(query(conn, db_shown, "select id, value from STRING_IDS")) if "STRING_IDS" in names else {}
+            dict(query(conn, db_shown, "select id, cast(value as text) from STRING_IDS")) if "STRING_IDS" in names else {}
         )
         device = _rank_info(conn, db_shown, names, info)
         cols = common.EventColumns()
-        launch = _add_host(conn, db_shown, names, strings, cols)
-        op_connections, op_stream = _add_tasks(conn, db_shown, names, strings, cols, device, launch)
+        launch = _add_host(conn, db_shown, names, strings, cols, warnings)
+        task_ok = valid_rows(conn, db_shown, "TASK", _TASK_RULES, warnings, "t") if "TASK" in names else ""
+        op_connections, op_stream = _add_tasks(conn, db_shown, names, strings, cols, device, launch, task_ok)
         ops_block = len(cols.blocks)
-        ops = _add_ops(conn, db_shown, names, strings, cols, device, op_stream, launch, info)
-        comm_tasks = _comm_tasks(conn, db_shown, names, strings, ops, info.rank, device)
+        ops = _add_ops(conn, db_shown, names, strings, cols, device, op_stream, launch, info, warnings)
+        comm_tasks = _comm_tasks(conn, db_shown, names, strings, ops, info.rank, device, task_ok)
         if len(cols.blocks) > ops_block:  # send/recv peers from their link-level tasks
             block = cols.blocks[ops_block]
             block["peer"] = common.p2p_peers(block["name"], block["collective"], block["group"], comm_tasks, info.rank, info.groups)
-        kernels = _kernels(conn, db_shown, names, strings, info.rank)
+        kernels = _kernels(conn, db_shown, names, strings, info.rank, task_ok)
+    if not cols.blocks:
+        raise TraceError(db_shown, "no event with valid times in the database")
     del op_connections
     extra = _analysis(path / common.OUTPUT_DIR / "analysis.db", root, info, warnings)
     if comm_tasks.num_rows:
@@ -113,7 +154,7 @@ def _rank_info(conn: sqlite3.Connection, shown: Path, names: set[str], info: com
         rows = query(conn, shown, "select rankId, deviceId from RANK_DEVICE_MAP")
         if rows:
             rank, device = rows[0]
-            if info.rank is None and isinstance(rank, int) and rank >= 0:
+            if info.rank is None and isinstance(rank, int) and 0 <= rank <= MAX_RANK:
                 info.rank = rank
     if "HOST_INFO" in names:
         rows = query(conn, shown, "select hostName from HOST_INFO")
@@ -125,10 +166,10 @@ def _rank_info(conn: sqlite3.Connection, shown: Path, names: set[str], info: com
             if name in ("distributed_args", "parallel_group_info"):
                 try:
                     meta[name] = json.loads(value)
-                except (TypeError, json.JSONDecodeError):
+                except (TypeError, ValueError, RecursionError):  # not JSON text, or nested too deeply
                     continue
         common.apply_metadata(info, meta)
-    return int(device or 0)
+    return device if isinstance(device, int) and 0 <= device <= 127 else 0
 
 
 def _enum(conn: sqlite3.Connection, shown: Path, names: set[str], table: str) -> dict[int, str]:
@@ -136,19 +177,25 @@ def _enum(conn: sqlite3.Connection, shown: Path, names: set[str], table: str) ->
 
 
 def _add_host(
-    conn: sqlite3.Connection, shown: Path, names: set[str], strings: dict[int, str], cols: common.EventColumns
+    conn: sqlite3.Connection,
+    shown: Path,
+    names: set[str],
+    strings: dict[int, str],
+    cols: common.EventColumns,
+    warnings: list[str],
 ) -> dict[int, int]:
     """PYTORCH_API (times stored as TEXT) and CANN_API rows; returns connection id -> launch time."""
     api_type = _enum(conn, shown, names, "ENUM_API_TYPE")
     if "PYTORCH_API" in names:
-        rows = query(conn, shown, "select startNs, endNs, globalTid, name, type from PYTORCH_API")
+        ok = valid_rows(conn, shown, "PYTORCH_API", {"startNs": _TIME, "endNs": _TIME, "globalTid": _INT_OR_NULL}, warnings)
+        rows = query(conn, shown, f"select startNs, endNs, globalTid, name, type from PYTORCH_API where {ok}")
         start, dur, track, kind, cat, name = [], [], [], [], [], []
         for s, e, tid, n, t in rows:
             text = strings.get(n, "")
             s, e = int(s), int(e)
             start.append(s)
             dur.append(max(e - s, 0))
-            track.append(int(tid) & 0xFFFFFFFF)
+            track.append((tid or 0) & 0xFFFFFFFF)
             name.append(text)
             kind.append(schema.ANNOTATION if common.STEP_NAME.match(text) else schema.HOST)
             if t == 50002:  # the task queue: Enqueue / Dequeue@...
@@ -158,12 +205,14 @@ def _add_host(
         cols.add(device=-1, track=track, kind=kind, category=cat, name=name, start_ns=start, dur_ns=dur)
     launch: dict[int, int] = {}
     if "CANN_API" in names:
-        rows = query(conn, shown, "select startNs, endNs, type, globalTid, connectionId, name from CANN_API")
+        rules = {"startNs": _TIME, "endNs": _TIME, "globalTid": _INT_OR_NULL, "connectionId": _INT_OR_NULL}
+        ok = valid_rows(conn, shown, "CANN_API", rules, warnings)
+        rows = query(conn, shown, f"select startNs, endNs, type, globalTid, connectionId, name from CANN_API where {ok}")
         cat = [api_type.get(r[2], "cann") for r in rows]
         cols.add(
-            device=-1, track=[int(r[3]) & 0xFFFFFFFF for r in rows], kind=schema.HOST, category=cat,
+            device=-1, track=[(r[3] or 0) & 0xFFFFFFFF for r in rows], kind=schema.HOST, category=cat,
             name=[strings.get(r[5], "") for r in rows], start_ns=[r[0] for r in rows],
-            dur_ns=[max(r[1] - r[0], 0) for r in rows], correlation=[r[4] for r in rows],
+            dur_ns=[max(r[1] - r[0], 0) for r in rows], correlation=[-1 if r[4] is None else r[4] for r in rows],
         )  # fmt: skip
         launch = {r[4]: r[0] for r in rows if r[4] is not None}
     return launch
@@ -177,18 +226,17 @@ def _add_tasks(
     cols: common.EventColumns,
     device: int,
     launch: dict[int, int],
+    task_ok: str,
 ) -> tuple[set[int], dict[int, int]]:
-    """Device tasks, without HCCL ops' tasks and without the wrapper task of a kernel that has a named one."""
+    """Device tasks, without HCCL ops' tasks and without the wrapper task of a kernel that has a named one
+    (``task_ok``: the SQL condition on TASK t that keeps rows with valid values)."""
     if "TASK" not in names:
         return set(), {}
     has_compute = "COMPUTE_TASK_INFO" in names
     info_join = "left join COMPUTE_TASK_INFO c on c.globalTaskId = t.globalTaskId" if has_compute else ""
     info_cols = "c.name, c.taskType" if has_compute else "null, null"
-    rows = query(
-        conn,
-        shown,
-        f"select t.startNs, t.endNs, t.streamId, t.connectionId, t.taskType, {info_cols} from TASK t {info_join}",
-    )
+    sql = f"select t.startNs, t.endNs, t.streamId, t.connectionId, t.taskType, {info_cols} from TASK t {info_join}"
+    rows = query(conn, shown, f"{sql} where {task_ok}")
     op_connections: set[int] = set()
     if "COMMUNICATION_OP" in names:
         op_connections = {r[0] for r in query(conn, shown, "select connectionId from COMMUNICATION_OP")}
@@ -205,7 +253,7 @@ def _add_tasks(
         label = strings.get(cname, "") if cname is not None else task_type
         start.append(s)
         dur.append(max(e - s, 0))
-        track.append(stream)
+        track.append(-1 if stream is None else stream)
         kind.append(schema.COMPUTE if cname is not None else common.task_kind(task_type, label))
         cat.append(task_type or "task")
         name.append(label)
@@ -225,6 +273,9 @@ def _add_tasks(
     return op_connections, op_stream
 
 
+_TASK_RULES = {"startNs": _TIME, "endNs": _TIME, "streamId": _INT_OR_NULL, "connectionId": _INT_OR_NULL}
+
+
 def _add_ops(
     conn: sqlite3.Connection,
     shown: Path,
@@ -235,15 +286,18 @@ def _add_ops(
     op_stream: dict[int, int],
     launch: dict[int, int],
     info: common.FolderInfo,
+    warnings: list[str],
 ) -> dict[int, tuple[str, str]]:
     """HCCL ops (group id = the text export's hash of the group name); returns opId -> (op name, group id)."""
     if "COMMUNICATION_OP" not in names:
         return {}
     dtype = _enum(conn, shown, names, "ENUM_HCCL_DATA_TYPE")
+    rules = {"startNs": _TIME, "endNs": _TIME, "connectionId": _INT_OR_NULL}
+    ok = valid_rows(conn, shown, "COMMUNICATION_OP", rules, warnings)
     rows = query(
         conn,
         shown,
-        "select opName, startNs, endNs, connectionId, groupName, opId, dataType, count from COMMUNICATION_OP",
+        f"select opName, startNs, endNs, connectionId, groupName, opId, dataType, count from COMMUNICATION_OP where {ok}",
     )
     ops: dict[int, tuple[str, str]] = {}
     start, dur, track, name, corr, when, coll, group, ranks, nbytes = [], [], [], [], [], [], [], [], [], []
@@ -276,6 +330,7 @@ def _comm_tasks(
     ops: dict[int, tuple[str, str]],
     rank: int | None,
     device: int,
+    task_ok: str,
 ) -> pa.Table:
     out: dict[str, list[Any]] = {f.name: [] for f in common.EXTRA_SCHEMAS["comm_tasks"]}
     if "COMMUNICATION_TASK_INFO" not in names or "TASK" not in names:
@@ -286,7 +341,8 @@ def _comm_tasks(
         conn,
         shown,
         "select i.opId, i.planeId, i.name, t.startNs, t.endNs, i.srcRank, i.dstRank, i.transportType, i.linkType,"
-        " i.size from COMMUNICATION_TASK_INFO i join TASK t on t.globalTaskId = i.globalTaskId order by t.startNs",
+        " i.size from COMMUNICATION_TASK_INFO i join TASK t on t.globalTaskId = i.globalTaskId"
+        f" where {task_ok} order by t.startNs",
     )
     for op_id, plane, n, s, e, src, dst, tr, lk, size in rows:
         op_name, gid = ops.get(op_id, (None, None))
@@ -295,7 +351,7 @@ def _comm_tasks(
             "rank": -1 if rank is None else rank, "device": device, "group": gid, "op_name": op_name, "plane": plane,
             "name": strings.get(n, ""), "start_ns": s, "dur_ns": d, "src_rank": _rank(src), "dst_rank": _rank(dst),
             "transport": transport.get(tr), "link_type": link.get(lk), "bytes": size,
-            "bandwidth_gbps": size / d if size and d else 0.0,
+            "bandwidth_gbps": size / d if isinstance(size, int | float) and size and d else 0.0,
         }  # fmt: skip
         for col in out:
             out[col].append(row[col])
@@ -317,7 +373,7 @@ def _rank(value: Any) -> int | None:
 
 
 def _kernels(
-    conn: sqlite3.Connection, shown: Path, names: set[str], strings: dict[int, str], rank: int | None
+    conn: sqlite3.Connection, shown: Path, names: set[str], strings: dict[int, str], rank: int | None, task_ok: str
 ) -> pa.Table:
     """COMPUTE_TASK_INFO joined to TASK: the db's kernel_details."""
     out: dict[str, list[Any]] = {f.name: [] for f in common.EXTRA_SCHEMAS["kernels"]}
@@ -329,7 +385,8 @@ def _kernels(
         conn,
         shown,
         f"select t.streamId, t.taskId, t.startNs, t.endNs, {picked}"
-        " from COMPUTE_TASK_INFO c join TASK t on t.globalTaskId = c.globalTaskId order by t.startNs",
+        " from COMPUTE_TASK_INFO c join TASK t on t.globalTaskId = c.globalTaskId"
+        f" where {task_ok} order by t.startNs",
     )
     for stream, task, s, e, n, op, core, wait, block, ish, idt, osh, odt in rows:
         row = {
