@@ -484,10 +484,61 @@ def _assign_ranks(results: list[SourceResult], problems: list[Problem]) -> list[
         kept.append(_Kept(r, parsed, parsed.rank))
     for k in kept:
         problems.extend(Problem(k.result.source, "warning", w) for w in k.parsed.warnings)
+    mixed = _mixed_runs(kept)
+    if mixed:
+        problems.append(Problem(".", "warning", mixed))
+    return sorted(kept, key=lambda k: k.rank)
+
+
+RUN_GAP_NS = 10 * 60 * 10**9  # ranks of one run are profiled together: their windows lie closer than this
+EPOCH_NS = 10**17  # times beyond this (1973) are wall-clock; relative clocks say nothing about the run
+
+
+def _mixed_runs(kept: list[_Kept]) -> str | None:
+    """Why the kept sources look like two or more profiling runs in one folder, or None: different run ids,
+    time windows far apart on the wall clock, or groups of ranks with no step id in common."""
     runs = {k.parsed.run_id for k in kept if k.parsed.run_id}
     if len(runs) > 1:
-        problems.append(Problem(".", "warning", f"the folder mixes {len(runs)} profiling runs ({', '.join(sorted(runs)[:4])})"))
-    return sorted(kept, key=lambda k: k.rank)
+        return f"the folder mixes {len(runs)} profiling runs ({', '.join(sorted(runs)[:4])})"
+    windows = sorted(
+        (k.result.min_start_ns, k.result.max_end_ns or k.result.min_start_ns, k.rank)
+        for k in kept
+        if k.result.min_start_ns is not None and k.result.min_start_ns > EPOCH_NS
+    )
+    clusters: list[list[int]] = []
+    end = None
+    for start, stop, rank in windows:
+        if end is None or start - end > RUN_GAP_NS:
+            clusters.append([])
+        clusters[-1].append(rank)
+        end = stop if end is None else max(end, stop)
+    if len(clusters) > 1:
+        starts = [time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(w[0] / 1e9)) for w in windows]
+        first = {rank: t for (_, _, rank), t in zip(windows, starts, strict=True)}
+        parts = [f"ranks {_ranks_text(c)} from {first[c[0]]} UTC" for c in clusters[:4]]
+        return f"the folder seems to mix {len(clusters)} profiling runs, profiled hours apart: " + "; ".join(parts)
+    return _disjoint_steps(kept)
+
+
+def _disjoint_steps(kept: list[_Kept]) -> str | None:
+    """Groups of ranks whose step ids do not meet (one run's steps 1-5, another's 101-105)."""
+    groups: list[tuple[set[int], list[int]]] = []  # (step ids, ranks)
+    for k in kept:
+        steps = set(k.parsed.steps.column("step").to_pylist())
+        if not steps:
+            continue
+        meeting = [g for g in groups if g[0] & steps]
+        merged = (steps.union(*(g[0] for g in meeting)), [k.rank, *(r for g in meeting for r in g[1])])
+        groups = [g for g in groups if not g[0] & steps] + [merged]
+    if len(groups) < 2:
+        return None
+    parts = [f"ranks {_ranks_text(sorted(r))} have steps {min(s)}-{max(s)}" for s, r in groups[:4]]
+    return f"the folder seems to mix {len(groups)} profiling runs (no step id in common): " + "; ".join(parts)
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    shown = ", ".join(str(r) for r in sorted(ranks)[:8])
+    return shown + (", ..." if len(ranks) > 8 else "")
 
 
 def _finish(

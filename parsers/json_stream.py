@@ -50,7 +50,7 @@ def _env_limit(name: str, default: int | None) -> int | None:
     try:
         value = int(text)
     except ValueError:
-        raise TraceError(f"${name}", f"not a whole number: {text!r}") from None
+        raise TraceError(f"${name}", f"${name} is not a whole number ({text!r})") from None
     return value if value > 0 else None
 
 

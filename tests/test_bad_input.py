@@ -231,3 +231,172 @@ def test_scratch_folders_of_live_ingests_are_kept(tmp_path: Path) -> None:
         path.mkdir()
     assert dataset.remove_stale(tmp_path) == []
     assert all(p.is_dir() for p in (live, other_host, unrelated))
+
+
+# --- values out of range, broken structure: one problem on that file, the rest loads --------------------------
+
+
+def _doc(change: Any) -> bytes:
+    doc = kineto_trace(2, world=3)
+    change(doc)
+    return json.dumps(doc).encode()
+
+
+def _set_event(index: int, **values: Any) -> Any:
+    return lambda doc: doc["traceEvents"][index].update(values)
+
+
+def _set_args(index: int, **values: Any) -> Any:
+    return lambda doc: doc["traceEvents"][index]["args"].update(values)
+
+
+def _flip_gzip_byte() -> bytes:
+    data = bytearray(gzip.compress(_doc(lambda d: None)))
+    data[len(data) // 2] ^= 0xFF
+    return bytes(data)
+
+
+# name -> (content of rank2.json[.gz], severity, text of the problem, ranks that load)
+VALUE_CASES: dict[str, tuple[Any, str, str, list[int]]] = {
+    "rank >= 2**31": (lambda: _doc(lambda d: d["distributedInfo"].update(rank=2**31)), "warning", "distributedInfo.rank 2147483648 is not a valid rank", [0, 1, 2]),
+    "negative rank": (lambda: _doc(lambda d: d["distributedInfo"].update(rank=-3)), "warning", "distributedInfo.rank -3 is not a valid rank", [0, 1, 2]),
+    "rank 1e300": (lambda: _doc(lambda d: d["distributedInfo"].update(rank=1e300)), "warning", "distributedInfo.rank 1e+300 is not", [0, 1, 2]),
+    "world_size >= 2**31": (lambda: _doc(lambda d: d["distributedInfo"].update(world_size=2**31)), "warning", "distributedInfo.world_size 2147483648 is not a valid world size", [0, 1, 2]),
+    "ts beyond int64": (lambda: _doc(_set_event(3, ts=10**20)), "warning", "1 events with a missing, negative or out-of-range timestamp", [0, 1, 2]),
+    "ts 1e30": (lambda: _doc(_set_event(3, ts=1e30)), "warning", "1 events with a missing, negative or out-of-range timestamp", [0, 1, 2]),
+    "dur 1e30": (lambda: _doc(_set_event(3, dur=1e30)), "warning", "1 events with a missing, negative or out-of-range timestamp", [0, 1, 2]),
+    "ProfilerStep#1e20": (lambda: _doc(lambda d: d["traceEvents"][-1].update(name="ProfilerStep#100000000000000000000")), "warning", "step number out of range", [0, 1, 2]),
+    "device 1e300": (lambda: _doc(_set_args(4, device=1e300)), "warning", "read leniently", [0, 1, 2]),
+    "correlation 1e30": (lambda: _doc(_set_args(4, correlation=10**30)), "", "", [0, 1, 2]),
+    "baseTimeNanoseconds 1e300": (lambda: _doc(lambda d: d.update(baseTimeNanoseconds=1e300)), "warning", "baseTimeNanoseconds 1e+300 is not a valid time", [0, 1, 2]),
+    "flipped gzip byte": (_flip_gzip_byte, "error", "truncated or corrupt gzip data", [0, 1]),
+    "deep nesting outside the events": (lambda: _doc(lambda d: None)[:-1] + b', "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "error", "values nested too deeply outside 'traceEvents'", [0, 1]),
+    "deep nesting in an event": (lambda: _doc(_set_args(3, x=0)).replace(b'"x": 0', b'"x": ' + b"[" * 100_000 + b"]" * 100_000), "error", "values nested too deeply", [0, 1]),
+    "traceEvents of numbers": (lambda: b'{"traceEvents": [1, 2, 3]}', "error", "an element of the array is not an object", [0, 1]),
+    "invalid UTF-8 in a name": (lambda: _doc(lambda d: None).replace(b"aten::mm", b"aten\xff\xfemm", 1), "error", "invalid JSON", [0, 1]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(VALUE_CASES))
+def test_bad_values_become_a_named_problem(tmp_path: Path, case: str) -> None:
+    content, severity, text, ranks = VALUE_CASES[case]
+    folder = write_job(tmp_path / "job", ranks=2)
+    name = "rank2.json.gz" if case == "flipped gzip byte" else "rank2.json"
+    (folder / name).write_bytes(content())
+    job = paradiag.open(folder)
+    assert job.rank_ids == ranks
+    assert not any("internal error" in p.message for p in job.problems)
+    if severity:
+        assert any(p.source == name and p.severity == severity and text in p.message for p in job.problems), job.problems
+    else:
+        assert job.problems == []
+
+
+# --- limits: bombs stop early, whitespace costs no time ---------------------------------------------------------
+
+
+def test_decompressed_size_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = write_job(tmp_path / "job", ranks=2)
+    doc = kineto_trace(2, world=3)
+    doc["padding"] = "x" * (3 * 1024 * 1024)  # compresses to a few KB
+    write_trace(folder / "rank2.json.gz", doc)
+    monkeypatch.setenv("PARADIAG_MAX_FILE_MB", "2")
+    job = paradiag.open(folder)
+    assert job.rank_ids == [0, 1]
+    [error] = [p for p in job.problems if p.severity == "error"]
+    assert error.source == "rank2.json.gz"
+    assert error.message == "decompressed size exceeds 2 MB (limit PARADIAG_MAX_FILE_MB)"
+
+
+def test_long_names_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = write_job(tmp_path / "job", ranks=2)
+    write_trace(folder / "rank2.json.gz", _long_name_doc(200 * 1024))
+    write_trace(folder / "rank3.json.gz", _long_name_doc(40 * 1024 * 1024))
+    monkeypatch.setenv("PARADIAG_MAX_STRING_KB", "100")
+    job = paradiag.open(folder)
+    assert job.rank_ids == [0, 1]
+    errors = {p.source: p.message for p in job.problems if p.severity == "error"}
+    assert errors["rank2.json.gz"].startswith("event name longer than 100 KiB (204800 bytes")
+    # A name far beyond one slice is stopped by the element size, before it is all read.
+    assert "is longer than 16384 KiB" in errors["rank3.json.gz"]
+
+
+def _long_name_doc(length: int) -> dict[str, Any]:
+    doc = kineto_trace(2, world=4)
+    doc["traceEvents"][3]["name"] = "n" * length
+    return doc
+
+
+def test_default_limits_let_real_sizes_through(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PARADIAG_MAX_FILE_MB", raising=False)
+    monkeypatch.delenv("PARADIAG_MAX_STRING_KB", raising=False)
+    folder = write_job(tmp_path / "job", ranks=2)
+    write_trace(folder / "rank2.json.gz", _long_name_doc(20 * 1024))  # a long templated kernel name
+    assert paradiag.open(folder).rank_ids == [0, 1, 2]
+
+
+def test_a_bad_limit_setting_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PARADIAG_MAX_FILE_MB", "lots")
+    folder = write_job(tmp_path / "job", ranks=1)
+    with pytest.raises(JobError, match=r"rank0.pt.trace.json.gz: \$PARADIAG_MAX_FILE_MB is not a whole number \('lots'\)"):
+        paradiag.open(folder)
+
+
+@pytest.mark.parametrize("where", ["before the list", "inside the list", "between events", "after the list"])
+def test_long_runs_of_whitespace_are_read_like_any_text(tmp_path: Path, where: str) -> None:
+    """The class of the slow upload: a long run of whitespace was skipped one byte at a time (33 s for 255 KB
+    of gzip). Read now like any other text (no timing here: benchmarks/fuzz.py prints the figure)."""
+    text = json.dumps(kineto_trace(0, world=1))
+    pad = " " * (8 * 1024 * 1024)
+    text = {
+        "before the list": pad + text,
+        "inside the list": text.replace('"traceEvents": [', '"traceEvents": [' + pad),
+        "between events": text.replace("}, {", "}," + pad + "{", 1),
+        "after the list": text[:-1] + pad + "}",
+    }[where]
+    (tmp_path / "job").mkdir()
+    (tmp_path / "job" / "rank0.json.gz").write_bytes(gzip.compress(text.encode(), 1))
+    job = paradiag.open(tmp_path / "job")
+    assert job.rank_ids == [0]
+    assert job.events().num_rows == sum(1 for e in kineto_trace(0, world=1)["traceEvents"] if e["ph"] == "X")
+
+
+# --- two runs in one folder -------------------------------------------------------------------------------------
+
+DAY_NS = 86_400 * 10**9
+EPOCH = 1_750_000_000 * 10**9
+
+
+def _run(folder: Path, ranks: range, world: int, base_ns: int, first_step: int = 0) -> None:
+    folder.mkdir(exist_ok=True)
+    for r in ranks:
+        doc = kineto_trace(r, world=world)
+        doc["baseTimeNanoseconds"] = base_ns
+        for e in doc["traceEvents"]:
+            if e.get("name", "").startswith("ProfilerStep#"):
+                e["name"] = f"ProfilerStep#{first_step + int(e['name'].split('#')[1])}"
+        write_trace(folder / f"rank{r}.json", doc)
+
+
+def test_two_runs_profiled_apart_are_warned(tmp_path: Path) -> None:
+    _run(tmp_path / "job", range(2), 4, EPOCH)
+    _run(tmp_path / "job", range(2, 4), 4, EPOCH + DAY_NS)
+    job = paradiag.open(tmp_path / "job")
+    assert job.rank_ids == [0, 1, 2, 3]
+    [warning] = [p.message for p in job.problems]
+    assert warning.startswith("the folder seems to mix 2 profiling runs, profiled hours apart: ranks 0, 1 from 2025-06-15")
+    assert "ranks 2, 3 from 2025-06-16" in warning
+
+
+def test_two_runs_with_disjoint_steps_are_warned(tmp_path: Path) -> None:
+    _run(tmp_path / "job", range(2), 4, EPOCH)
+    _run(tmp_path / "job", range(2, 4), 4, EPOCH + 10**9, first_step=100)
+    job = paradiag.open(tmp_path / "job")
+    [warning] = [p.message for p in job.problems]
+    assert warning == "the folder seems to mix 2 profiling runs (no step id in common): ranks 0, 1 have steps 0-1; ranks 2, 3 have steps 100-101"
+
+
+def test_one_run_with_skewed_clocks_is_not_warned(tmp_path: Path) -> None:
+    _run(tmp_path / "job", range(2), 4, EPOCH)
+    _run(tmp_path / "job", range(2, 4), 4, EPOCH + 30 * 10**9)
+    assert paradiag.open(tmp_path / "job").problems == []
