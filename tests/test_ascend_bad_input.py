@@ -4,12 +4,15 @@ The cases are made by copying a real rank folder to a temporary directory and da
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import paradiag
 from paradiag.parsers import ascend
 from paradiag.parsers.base import TraceError
 
@@ -127,3 +130,90 @@ def test_duplicate_ranks_and_mixed_runs_are_visible_to_discovery(tmp_path: Path)
     assert a.rank == b.rank == 0 and a.source != b.source
     assert a.host == "a" and b.host == "b"  # {hostname}_{pid}_{timestamp}_ascend_pt
     assert a.run_id == b.run_id != c.run_id
+
+
+# --- damaged databases: named problems, the other rank still loads ----------------------------------------------
+
+
+def _sql(*statements: str) -> Any:
+    def change(db: Path) -> None:
+        with contextlib.closing(sqlite3.connect(db)) as conn:
+            for statement in statements:
+                conn.execute(statement)
+            conn.commit()
+
+    return change
+
+
+def _only_other_tables(db: Path) -> None:
+    db.unlink()
+    _sql("create table notes (x)")(db)
+
+
+# name -> (change to rank 1's database, severity, text of the problem)
+DB_CASES: dict[str, tuple[Any, str, str]] = {
+    "zero-byte .db": (lambda db: db.write_bytes(b""), "error", "ascend_pytorch_profiler_1.db: the file is empty"),
+    "only other tables": (_only_other_tables, "error", "ascend_pytorch_profiler_1.db: no profiler tables"),
+    "TEXT in TASK.startNs": (_sql("update TASK set startNs = 'soon' where rowid % 7 = 0"), "warning", "TASK: 78 rows with a missing or malformed startNs"),
+    "TEXT in PYTORCH_API.startNs": (_sql("update PYTORCH_API set startNs = '12x' where rowid % 7 = 0"), "warning", "PYTORCH_API: 351 rows with a missing or malformed startNs"),
+    "NULL TASK.endNs": (_sql("update TASK set endNs = NULL where rowid % 7 = 0"), "warning", "TASK: 78 rows"),
+    "negative CANN_API.startNs": (_sql("update CANN_API set startNs = -5 where rowid % 7 = 0"), "warning", "CANN_API: 101 rows"),
+    "TEXT stream and thread ids": (_sql("update TASK set streamId = 'q' where rowid % 7 = 0", "update CANN_API set globalTid = 'q'"), "warning", "CANN_API: 709 rows"),
+    "TEXT in COMMUNICATION_OP.startNs": (_sql("update COMMUNICATION_OP set startNs = 'q' where rowid % 2 = 0"), "warning", "COMMUNICATION_OP: 2 rows"),
+    "binary names": (_sql("update STRING_IDS set value = X'FFFE00' where rowid % 3 = 0"), "", ""),
+    "rank beyond int32, device as text": (_sql("update RANK_DEVICE_MAP set rankId = 9999999999999, deviceId = 'x'"), "", ""),
+    "metadata nested too deeply": (_sql("update META_DATA set value = '" + "[" * 100_000 + "'"), "", ""),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DB_CASES))
+def test_damaged_database(tmp_path: Path, case: str) -> None:
+    change, severity, text = DB_CASES[case]
+    job = tmp_path / "job"
+    copy(DB, job, "rank0_ascend_pt")
+    rank1 = copy(DB.parent / "rank1_ascend_pt", job, "rank1_ascend_pt")
+    change(rank1 / OUT / "ascend_pytorch_profiler_1.db")
+    opened = paradiag.open(job)
+    assert opened.rank_ids == ([0] if severity == "error" else [0, 1])
+    assert not any("internal error" in p.message for p in opened.problems)
+    mine = [p for p in opened.problems if p.source == "rank1_ascend_pt" and p.severity == (severity or "error")]
+    if severity:
+        assert any(text in p.message for p in mine), opened.problems
+    else:
+        assert mine == []
+
+
+def _pending_wal(db: Path) -> None:
+    """Leave committed rows in a ``-wal`` beside the database, as a profiler killed before its checkpoint does."""
+    conn = sqlite3.connect(db)
+    conn.execute("pragma journal_mode=wal")
+    conn.execute("pragma wal_autocheckpoint=0")
+    conn.execute("create table LATE (x)")
+    conn.execute("insert into PYTORCH_API select * from PYTORCH_API limit 5")
+    conn.commit()
+    for name in (db.name, db.name + "-wal"):
+        shutil.copyfile(db.parent / name, db.parent / f"{name}.keep")
+    conn.close()  # the last close checkpoints and removes the -wal: put the kept copies back
+    for name in (db.name, db.name + "-wal"):
+        (db.parent / f"{name}.keep").replace(db.parent / name)
+    (db.parent / (db.name + "-shm")).unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+def test_pending_wal_is_read_without_writing_beside_it(tmp_path: Path, read_only: bool) -> None:
+    rank = copy(DB, tmp_path)
+    db = rank / OUT / "ascend_pytorch_profiler_0.db"
+    plain = ascend.parse(copy(DB, tmp_path / "plain"), tmp_path / "plain")
+    _pending_wal(db)
+    assert (rank / OUT / (db.name + "-wal")).stat().st_size > 0
+    if read_only:
+        for path in [*rank.rglob("*"), rank]:
+            path.chmod(0o555 if path.is_dir() else 0o444)
+    before = {p: p.stat().st_mtime_ns for p in rank.rglob("*")}
+    try:
+        parsed = ascend.parse(rank, tmp_path)
+    finally:
+        for path in [rank, *rank.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+    assert {p: p.stat().st_mtime_ns for p in rank.rglob("*")} == before  # no -shm, nothing touched
+    assert parsed.events.num_rows == plain.events.num_rows + 5  # the rows still in the -wal were read
