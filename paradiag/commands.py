@@ -36,6 +36,9 @@ cache_option = click.option(
 )
 strict_option = click.option("--strict", is_flag=True, help="Fail on any problem with any source instead of skipping it.")
 workers_option = click.option("--workers", type=click.IntRange(1), default=None, help="Parser processes (default: one per core).")
+verify_option = click.option(
+    "--verify", is_flag=True, help="Hash every source file to check the cache (default: size and mtime; see docs/schema.md)."
+)
 
 
 @contextmanager
@@ -60,10 +63,10 @@ def _progress(enabled: bool) -> Iterator[ProgressCallback | None]:
         yield update
 
 
-def _open(path: Path, cache: Path | None, strict: bool, workers: int | None, refresh: bool = False) -> Job:
+def _open(path: Path, cache: Path | None, strict: bool, workers: int | None, refresh: bool = False, verify: bool = False) -> Job:
     try:
         with _progress(sys.stderr.isatty()) as progress:
-            return open_job(path, cache, strict=strict, workers=workers, refresh=refresh, progress=progress)
+            return open_job(path, cache, strict=strict, workers=workers, refresh=refresh, progress=progress, verify=verify)
     except JobError as exc:
         raise click.ClickException(str(exc)) from exc
 
@@ -107,10 +110,11 @@ def ingest(path: Path, cache: Path | None, strict: bool, workers: int | None) ->
 @cache_option
 @strict_option
 @workers_option
+@verify_option
 @click.option("--json", "as_json", is_flag=True, help="Print what was found as JSON.")
-def info(path: Path, cache: Path | None, strict: bool, workers: int | None, as_json: bool) -> None:
+def info(path: Path, cache: Path | None, strict: bool, workers: int | None, verify: bool, as_json: bool) -> None:
     """What PATH holds: ranks, formats, sizes, steps, and every problem found (parses and caches if needed)."""
-    job = _open(path, cache, strict, workers)
+    job = _open(path, cache, strict, workers, verify=verify)
     sizes = {f["path"]: f["size"] for f in job.manifest["files"]}
     rows = []
     for s in job.manifest["sources"]:

@@ -109,8 +109,10 @@ def _source_files(root: Path, sources: Sequence[Source], others: Sequence[Path])
     return sorted(files)
 
 
-def _is_current(manifest: dict[str, Any], root: Path) -> bool:
-    """Whether the cached source files are exactly those in ``root`` now (hashing only when stat differs)."""
+def _is_current(manifest: dict[str, Any], root: Path, verify: bool = False) -> bool:
+    """Whether the cached source files are exactly those in ``root`` now. A file whose size and mtime are
+    unchanged is taken as unchanged (hashed only when its mtime differs), unless ``verify`` hashes every file:
+    a rewrite that keeps both (a copy with ``cp -p`` or ``rsync -t`` of other content) is only noticed then."""
     if manifest.get("format") != CACHE_FORMAT or manifest.get("parser_version") != PARSER_VERSION:
         return False
     if manifest.get("schema_version") != schema.SCHEMA_VERSION:
@@ -126,7 +128,7 @@ def _is_current(manifest: dict[str, Any], root: Path) -> bool:
         old = cached.get(entry["path"])
         if old is None or old["size"] != entry["size"]:
             return False
-        if old["mtime_ns"] != entry["mtime_ns"] and old["hash"] != file_hash(path):
+        if (verify or old["mtime_ns"] != entry["mtime_ns"]) and old["hash"] != file_hash(path):
             return False
     return True
 
@@ -260,22 +262,24 @@ def open_job(
     workers: int | None = None,
     refresh: bool = False,
     progress: ProgressCallback | None = None,
+    verify: bool = False,
 ) -> Job:
     """Open a trace folder (or one trace file, or a cache folder): read the cache when it is current,
-    otherwise parse and cache. ``strict`` turns any problem with a source into a :class:`JobError`."""
+    otherwise parse and cache. ``strict`` turns any problem with a source into a :class:`JobError`;
+    ``verify`` hashes every source file to decide whether the cache is current (see :func:`_is_current`)."""
     target = Path(path)
     if not target.exists():
         raise JobError(f"{target}: no such file or folder")
     if target.is_dir() and is_cache(target):
         job = _load(target)
         origin = Path(job.source)
-        if refresh or (origin.exists() and not _is_current(job.manifest, origin)):
+        if refresh or (origin.exists() and not _is_current(job.manifest, origin, verify)):
             return ingest(origin, target, strict=strict, workers=workers, progress=progress)
         return _check_strict(job, strict)
     cache = Path(cache_dir) if cache_dir is not None else cache_dir_for(target)
     if not refresh and is_cache(cache):
         job = _load(cache)
-        if Path(job.source) == target.resolve() and _is_current(job.manifest, target):
+        if Path(job.source) == target.resolve() and _is_current(job.manifest, target, verify):
             return _check_strict(job, strict)
     return ingest(target, cache, strict=strict, workers=workers, progress=progress)
 

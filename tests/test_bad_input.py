@@ -400,3 +400,28 @@ def test_one_run_with_skewed_clocks_is_not_warned(tmp_path: Path) -> None:
     _run(tmp_path / "job", range(2), 4, EPOCH)
     _run(tmp_path / "job", range(2, 4), 4, EPOCH + 30 * 10**9)
     assert paradiag.open(tmp_path / "job").problems == []
+
+
+# --- cache currency ---------------------------------------------------------------------------------------------
+
+
+def test_a_same_size_same_mtime_rewrite_is_found_by_verify(tmp_path: Path) -> None:
+    """Size and mtime decide by default (documented); ``--verify`` hashes every file."""
+    folder = write_job(tmp_path / "job", ranks=2)
+    target = folder / "rank1.pt.trace.json.gz"
+    cache = tmp_path / "cache"
+    before = paradiag.open(folder, cache)
+    stat = target.stat()
+    data = bytearray(target.read_bytes())
+    doc = json.loads(gzip.decompress(bytes(data)))
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if not e.get("name", "").startswith("ProfilerStep#1")]
+    new = gzip.compress(json.dumps(doc).encode())
+    target.write_bytes(new.ljust(len(data), b"\0") if len(new) <= len(data) else new[: len(data)])
+    os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert target.stat().st_size == stat.st_size
+    assert paradiag.open(folder, cache).content_hash == before.content_hash  # not noticed: the documented limit
+    result = CliRunner().invoke(main, ["info", "--verify", "--cache", str(cache), str(folder)])
+    assert result.exit_code == 0, result.output
+    after = paradiag.open(folder, cache)
+    assert after.content_hash != before.content_hash
+    assert sorted(set(after.steps.filter(after.steps.column("rank").to_numpy() == 1).column("step").to_pylist())) == [0]
