@@ -202,6 +202,7 @@ def parse_source(source: Source, root: Path, out_dir: Path, index: int) -> Sourc
         result.error = f"internal error while parsing ({type(exc).__name__}: {exc}); please report it"
         result.error += "\n" + traceback.format_exc(limit=3)
         return result
+    _check_ranges(parsed)
     events = parsed.events
     order = pc.sort_indices(events, sort_keys=[("start_ns", "ascending")])
     events = events.take(order)
@@ -229,6 +230,24 @@ def parse_source(source: Source, root: Path, out_dir: Path, index: int) -> Sourc
     parsed.extra = {}
     result.parsed = parsed
     return result
+
+
+# What the ranks table can hold: a parser's value outside these is dropped with a warning, not a failed job.
+_RANGES = {"rank": (0, 2**31 - 1), "world_size": (1, 2**31 - 1), "device": (0, 2**15 - 1)}
+_PARALLEL_RANGE = (0, 2**15 - 1)
+
+
+def _check_ranges(parsed: ParsedRank) -> None:
+    for name, (lo, hi) in _RANGES.items():
+        value = getattr(parsed, name)
+        if value is not None and not (isinstance(value, int) and lo <= value <= hi):
+            parsed.warnings.append(f"{name} {str(value)[:40]} is out of range; ignored")
+            setattr(parsed, name, None)
+    for axis, value in list(parsed.parallel.items()):
+        if not (isinstance(value, int) and _PARALLEL_RANGE[0] <= value <= _PARALLEL_RANGE[1]):
+            parsed.warnings.append(f"{axis} coordinate {str(value)[:40]} is out of range; ignored")
+            del parsed.parallel[axis]
+    parsed.groups = [g for g in parsed.groups if all(isinstance(r, int) and 0 <= r < 2**31 for r in g.ranks)]
 
 
 def group_table(reported: dict[int, list[Group]]) -> pa.Table:

@@ -12,6 +12,8 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from paradiag import schema
-from paradiag.parsers.base import Group, ParsedRank, TraceError, sequence_numbers, step_of
+from paradiag.parsers.base import MAX_RANK, Group, ParsedRank, TraceError, sequence_numbers, step_of
 from paradiag.parsers.json_stream import MAX_FILE_MB, max_file_bytes
 
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
@@ -136,13 +138,14 @@ def folder_info(path: Path, root: Path | None) -> FolderInfo:
             info.warnings.append(str(exc))
             data = {}
         rank = data.get("rank_id") if isinstance(data, dict) else None
-        if isinstance(rank, int) and rank >= 0:
+        if isinstance(rank, int) and 0 <= rank <= MAX_RANK:
             info.rank = rank
         config = data if isinstance(data, dict) else {}
-        experimental = (config.get("config") or {}).get("experimental_config") or {}
-        info.level = experimental.get("_profiler_level")
-        export = experimental.get("_export_type")
-        info.export_type = ",".join(export) if isinstance(export, list) else export
+        with shape_guard(shown_path(infos[0], root), info.warnings, "the profiler level is unknown"):
+            experimental = (config.get("config") or {}).get("experimental_config") or {}
+            info.level = _text_or_none(experimental.get("_profiler_level"))
+            export = experimental.get("_export_type")
+            info.export_type = ",".join(map(str, export)) if isinstance(export, list) else _text_or_none(export)
     if info.rank is None and infos:
         match = re.search(r"profiler_info_(\d+)\.json$", infos[0].name)
         if match:
@@ -152,11 +155,32 @@ def folder_info(path: Path, root: Path | None) -> FolderInfo:
     meta_path = path / "profiler_metadata.json"
     if meta_path.is_file():
         try:
-            apply_metadata(info, read_json_file(meta_path, shown_path(meta_path, root)))
+            meta = read_json_file(meta_path, shown_path(meta_path, root))
         except TraceError as exc:
             info.warnings.append(str(exc))
+        else:
+            with shape_guard(shown_path(meta_path, root), info.warnings, "the parallel layout is unknown"):
+                apply_metadata(info, meta)
     info.run_id = _run_id(config)
     return info
+
+
+# What interpreting a small JSON document of free structure raises when a value has another shape than expected
+# (a list where an object belongs, "12.5.3" where an integer does).
+SHAPE_ERRORS = (AttributeError, TypeError, KeyError, ValueError, IndexError, OverflowError)
+
+
+@contextmanager
+def shape_guard(shown: Path, warnings: list[str], consequence: str) -> Iterator[None]:
+    """Turn a document of unexpected structure into a warning naming the file: it costs only what it holds."""
+    try:
+        yield
+    except SHAPE_ERRORS as exc:
+        warnings.append(f"{shown}: unexpected structure ({type(exc).__name__}: {str(exc)[:120]}); {consequence}")
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def apply_metadata(info: FolderInfo, meta: Any) -> None:
@@ -177,9 +201,9 @@ def apply_metadata(info: FolderInfo, meta: Any) -> None:
             gid, [int(r) for r in value["global_ranks"]], value.get("group_name") or str(key), "hccl"
         )
     if isinstance(args, dict):
-        if info.rank is None and isinstance(args.get("rank"), int):
+        if info.rank is None and isinstance(args.get("rank"), int) and 0 <= args["rank"] <= MAX_RANK:
             info.rank = args["rank"]
-        if isinstance(args.get("world_size"), int):
+        if isinstance(args.get("world_size"), int) and 1 <= args["world_size"] <= MAX_RANK:
             info.world_size = args["world_size"]
         if info.rank is not None:
             info.parallel = parallel_coordinates(args, info.rank)
@@ -219,7 +243,8 @@ def _run_id(config: dict[str, Any]) -> str | None:
     if not config:
         return None
     settings = json.dumps(config.get("config") or {}, sort_keys=True).encode()
-    end = ((config.get("end_info") or {}).get("collectionTimeEnd")) or 0
+    end_info = config.get("end_info")
+    end = (end_info.get("collectionTimeEnd") if isinstance(end_info, dict) else None) or 0
     hour = int(end) // 3_600_000_000_000 if isinstance(end, int | float | str) and str(end).isdigit() else 0
     return f"{hashlib.sha1(settings).hexdigest()[:12]}@{hour}"
 

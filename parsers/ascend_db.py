@@ -168,7 +168,8 @@ def _rank_info(conn: sqlite3.Connection, shown: Path, names: set[str], info: com
                     meta[name] = json.loads(value)
                 except (TypeError, ValueError, RecursionError):  # not JSON text, or nested too deeply
                     continue
-        common.apply_metadata(info, meta)
+        with common.shape_guard(shown, info.warnings, "the parallel layout is unknown"):
+            common.apply_metadata(info, meta)
     return device if isinstance(device, int) and 0 <= device <= 127 else 0
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,9 @@ def read_csv_table(path: Path, shown: Path, warnings: list[str], columns: Iterab
             header = next(csv.reader([f.readline()]), [])
     except OSError as exc:
         warnings.append(f"{shown}: cannot read the file ({exc})")
+        return None
+    except csv.Error as exc:
+        warnings.append(f"{shown}: malformed CSV header ({exc}); skipped")
         return None
     if not [h for h in header if h.strip()]:
         warnings.append(f"{shown}: empty file")
@@ -93,7 +96,7 @@ def read_csv(path: Path, shown: Path, warnings: list[str]) -> list[dict[str, str
         warnings.append(f"{shown}: empty file")
         return []
     rows = []
-    for cells in reader:
+    for cells in _rows(reader, shown, warnings):
         if not cells:
             continue
         if len(cells) != len(header):
@@ -105,6 +108,14 @@ def read_csv(path: Path, shown: Path, warnings: list[str]) -> list[dict[str, str
     return rows
 
 
+def _rows(reader: Any, shown: Path, warnings: list[str]) -> Iterator[list[str]]:
+    """The reader's rows up to the first it cannot read (a field over the csv module's size limit)."""
+    try:
+        yield from reader
+    except csv.Error as exc:
+        warnings.append(f"{shown}: malformed CSV at line {reader.line_num} ({exc}); the rest of the file was skipped")
+
+
 def number_column(text: pa.Array) -> pa.Array:
     """Numbers written as text -> float64; "", "N/A" and anything else -> null."""
     ok = pc.match_substring_regex(text, _NUMBER)
@@ -113,14 +124,14 @@ def number_column(text: pa.Array) -> pa.Array:
 
 def int_text_column(text: pa.Array) -> pa.Array:
     """Integers written as text (or as "12.0") -> int64, truncated as int(float(x)); others -> null."""
-    return pc.cast(pc.trunc(number_column(text)), pa.int64())
+    return whole_int64(pc.trunc(number_column(text)))
 
 
 def ns_text_column(text: pa.Array, scale: int = 1000) -> pa.Array:
     """Microseconds as text -> exact int64 ns (``scale`` 1000); ``scale`` 1 for plain integers."""
     if scale == 1000:
         return ascend_trace.us_text_to_ns(text)
-    return pc.cast(pc.round(pc.multiply(number_column(text), float(scale))), pa.int64())
+    return whole_int64(pc.round(pc.multiply(number_column(text), float(scale))))
 
 
 def num(text: str | None) -> float | None:
@@ -146,7 +157,13 @@ def _column(table: pa.Table, title: str) -> pa.Array:
 
 
 def _round_ns(values: pa.Array, scale: float) -> pa.Array:
-    return pc.cast(pc.round(pc.multiply(values, scale), round_mode="half_to_even"), pa.int64())
+    return whole_int64(pc.round(pc.multiply(values, scale), round_mode="half_to_even"))
+
+
+def whole_int64(values: pa.Array) -> pa.Array:
+    """Whole float values as int64; beyond 2**62 (a damaged cell) they are null, not an error."""
+    in_range = pc.less(pc.abs(values), 2.0**62)
+    return pc.cast(pc.if_else(in_range, values, pa.scalar(None, values.type)), pa.int64())
 
 
 def step_trace_table(table: pa.Table, rank: int) -> pa.Table:
@@ -358,10 +375,11 @@ def _deliverables(
         except TraceError as exc:
             warnings.append(str(exc))
             continue
-        if key == "comm_ops":
-            extra["comm_ops"], extra["comm_bandwidth"], op_group = communication_tables(data, rank)
-        else:
-            extra["links"], sizes = links_table(data, rank, info.groups)
-            for gid, size in sizes.items():
-                info.group_sizes.setdefault(gid, size)
+        with common.shape_guard(shown / path.name, warnings, "its tables were skipped"):
+            if key == "comm_ops":
+                extra["comm_ops"], extra["comm_bandwidth"], op_group = communication_tables(data, rank)
+            else:
+                extra["links"], sizes = links_table(data, rank, info.groups)
+                for gid, size in sizes.items():
+                    info.group_sizes.setdefault(gid, size)
     return extra, op_group

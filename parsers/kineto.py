@@ -112,6 +112,8 @@ def _check_json(text: bytearray, shown: Path | str) -> None:
         msgspec.json.decode(text)
     except msgspec.DecodeError as exc:
         raise TraceError(shown, f"invalid JSON ({exc})") from exc
+    except RecursionError as exc:
+        raise TraceError(shown, "values nested too deeply") from exc
 
 
 def _base_ns(value: Any, warnings: list[str]) -> int | None:

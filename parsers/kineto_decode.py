@@ -225,6 +225,14 @@ def text_column(values: list[Any]) -> pa.Array:
         return pa.array([v if isinstance(v, str) else "" for v in values], type=pa.string())
 
 
+def optional_text_column(values: list[Any]) -> pa.Array:
+    """Strings or nulls; anything that is not a string becomes null."""
+    try:
+        return pa.array(values, type=pa.string())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+        return pa.array([v if isinstance(v, str) else None for v in values], type=pa.string())
+
+
 @dataclass
 class CommMeta:
     collective: str
@@ -271,7 +279,7 @@ class Columns:
         self.parts.setdefault(name, []).append(array)
 
     def add(self, events: list[Any]) -> None:
-        complete = [e for e in events if e.ph == "X" and e.cat not in SKIPPED_CATEGORIES]
+        complete = [e for e in events if e.ph == "X" and not (isinstance(e.cat, str) and e.cat in SKIPPED_CATEGORIES)]
         if not complete:
             return
         cats = text_column(list(map(_get["cat"], complete)))
@@ -296,7 +304,7 @@ class Columns:
         # would pin the allocator's arenas and keep every chunk's memory).
         is_comm_name = pc.match_substring_regex(names, COMM_KERNEL.pattern).to_numpy(zero_copy_only=False)
         is_param = pc.equal(names, "record_param_comms").to_numpy(zero_copy_only=False) & ~on_device
-        has_coll = pc.is_valid(pa.array(list(map(_get_arg["collective"], map(get_args, complete))), type=pa.string()))
+        has_coll = pc.is_valid(optional_text_column(list(map(_get_arg["collective"], map(get_args, complete)))))
         has_coll = has_coll.to_numpy(zero_copy_only=False)
         for i in np.flatnonzero(is_param).tolist():
             meta = comm_meta(complete[i].args)
