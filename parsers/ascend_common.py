@@ -137,8 +137,8 @@ def folder_info(path: Path, root: Path | None) -> FolderInfo:
         except TraceError as exc:  # the timeline is still readable; the rank comes from the file name
             info.warnings.append(str(exc))
             data = {}
-        rank = data.get("rank_id") if isinstance(data, dict) else None
-        if isinstance(rank, int) and 0 <= rank <= MAX_RANK:
+        rank = whole(data.get("rank_id"), 0, MAX_RANK) if isinstance(data, dict) else None
+        if rank is not None:
             info.rank = rank
         config = data if isinstance(data, dict) else {}
         with shape_guard(shown_path(infos[0], root), info.warnings, "the profiler level is unknown"):
@@ -179,6 +179,13 @@ def shape_guard(shown: Path, warnings: list[str], consequence: str) -> Iterator[
         warnings.append(f"{shown}: unexpected structure ({type(exc).__name__}: {str(exc)[:120]}); {consequence}")
 
 
+def whole(value: Any, lo: int, hi: int) -> int | None:
+    """An integer from lo to hi, from an int or a string of digits (SQLite TEXT); None for anything else."""
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit() and len(value) < 20:
+        value = int(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi else None
+
+
 def _text_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
@@ -201,10 +208,9 @@ def apply_metadata(info: FolderInfo, meta: Any) -> None:
             gid, [int(r) for r in value["global_ranks"]], value.get("group_name") or str(key), "hccl"
         )
     if isinstance(args, dict):
-        if info.rank is None and isinstance(args.get("rank"), int) and 0 <= args["rank"] <= MAX_RANK:
-            info.rank = args["rank"]
-        if isinstance(args.get("world_size"), int) and 1 <= args["world_size"] <= MAX_RANK:
-            info.world_size = args["world_size"]
+        if info.rank is None:
+            info.rank = whole(args.get("rank"), 0, MAX_RANK)
+        info.world_size = whole(args.get("world_size"), 1, MAX_RANK) or info.world_size
         if info.rank is not None:
             info.parallel = parallel_coordinates(args, info.rank)
     by_name = {g.description: g for g in info.groups.values() if g.description}
@@ -505,8 +511,14 @@ def _fit(value: Any, kind: pa.DataType) -> Any:
     return value if isinstance(value, str) else str(value)
 
 
-def _scaled(value: Any, scale: float) -> int | None:
-    """A number of ms / us as integer ns; None for anything else (text, NaN, infinity, beyond int64)."""
+def scaled(value: Any, scale: float) -> int | None:
+    """A number (or numeric text) times ``scale``, rounded: ms / us / MB as integer ns / bytes; None for anything
+    else (other text, NaN, infinity, beyond int64)."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return None
     if not isinstance(value, int | float) or isinstance(value, bool):
         return None
     ns = float(value) * scale
@@ -514,11 +526,11 @@ def _scaled(value: Any, scale: float) -> int | None:
 
 
 def ms_to_ns(value: Any) -> int | None:
-    return _scaled(value, 1e6)
+    return scaled(value, 1e6) if not isinstance(value, str) else None
 
 
 def us_to_ns_value(value: Any) -> int | None:
-    return _scaled(value, 1e3)
+    return scaled(value, 1e3) if not isinstance(value, str) else None
 
 
 def step_number(key: Any) -> int:

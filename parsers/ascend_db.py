@@ -154,8 +154,8 @@ def _rank_info(conn: sqlite3.Connection, shown: Path, names: set[str], info: com
         rows = query(conn, shown, "select rankId, deviceId from RANK_DEVICE_MAP")
         if rows:
             rank, device = rows[0]
-            if info.rank is None and isinstance(rank, int) and 0 <= rank <= MAX_RANK:
-                info.rank = rank
+            if info.rank is None:
+                info.rank = common.whole(rank, 0, MAX_RANK)
     if "HOST_INFO" in names:
         rows = query(conn, shown, "select hostName from HOST_INFO")
         if rows and rows[0][0]:
@@ -170,7 +170,7 @@ def _rank_info(conn: sqlite3.Connection, shown: Path, names: set[str], info: com
                     continue
         with common.shape_guard(shown, info.warnings, "the parallel layout is unknown"):
             common.apply_metadata(info, meta)
-    return device if isinstance(device, int) and 0 <= device <= 127 else 0
+    return common.whole(device, 0, 127) or 0
 
 
 def _enum(conn: sqlite3.Connection, shown: Path, names: set[str], table: str) -> dict[int, str]:
@@ -484,7 +484,7 @@ def _bandwidth(conn: sqlite3.Connection, shown: Path, rank: int) -> pa.Table:
         seen.add(key)
         row = {
             "rank": rank, "step": common.step_number(step), "op_name": op, "group": str(group), "link_type": link,
-            "transit_bytes": round(float(size) * 1e6), "transit_ns": common.ms_to_ns(ttime), "bandwidth_gbps": bw,
+            "transit_bytes": common.scaled(size, 1e6), "transit_ns": common.ms_to_ns(ttime), "bandwidth_gbps": bw,
             "large_packet_ratio": large,
         }  # fmt: skip
         for col in out:
@@ -501,13 +501,15 @@ def _links(conn: sqlite3.Connection, shown: Path, rank: int, info: common.Folder
     for head, group, src, dst, transport, size, ttime, bw, step, op_name in query(conn, shown, sql):
         op_type, _, instance = str(head).rpartition("-")
         g = info.groups.get(str(group))
-        s, d = int(src), int(dst)
+        s, d = common.whole(src, 0, MAX_RANK), common.whole(dst, 0, MAX_RANK)
+        if s is None or d is None:
+            continue  # a damaged row: no link to draw
         info.group_sizes[str(group)] = max(info.group_sizes.get(str(group), 0), s + 1, d + 1)
         row = {
             "rank": rank, "step": common.step_number(step), "group": str(group), "op_type": op_type or head,
             "instance": instance, "op_name": op_name, "src_rank": s, "dst_rank": d,
             "src_global": common.global_rank(g, s), "dst_global": common.global_rank(g, d), "transport": transport,
-            "bytes": round(float(size or 0) * 1e6), "transit_ns": common.ms_to_ns(ttime), "bandwidth_gbps": bw,
+            "bytes": common.scaled(size or 0, 1e6), "transit_ns": common.ms_to_ns(ttime), "bandwidth_gbps": bw,
         }  # fmt: skip
         for col in out:
             out[col].append(row[col])
