@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from paradiag.parsers.base import TraceError
-from paradiag.parsers.json_stream import ArrayStream, open_text
+from paradiag.parsers.json_stream import ArrayStream, LimitError, check_names, open_text
 from paradiag.parsers.kineto_decode import int_column, text_column
 
 Value = int | float | str | None
@@ -318,6 +318,7 @@ class TraceColumns:
     flows: dict[str, list[pa.Array]] = field(default_factory=dict)
     n: int = 0
     warnings: list[str] = field(default_factory=list)
+    shown: str = ""  # the file being read, for errors
 
     def add(self, events: list[Any]) -> None:
         if events and type(events[0]) is LooseEvent:  # a slice read leniently: its events carry ``ph``
@@ -355,7 +356,9 @@ class TraceColumns:
         self._put(x, "tid", int_column(list(map(_get["tid"], complete))))
         self._put(x, "ts", ts_column(list(map(_get["ts"], complete))))
         self._put(x, "dur", dur_column(list(map(_get["dur"], complete))))
-        self._put_text("name", text_column(list(map(_get["name"], complete))))
+        names = text_column(list(map(_get["name"], complete)))
+        check_names(names, self.shown)
+        self._put_text("name", names)
         self._put_text("cat", cat)
         args = list(map(_get["args"], complete))
         self._put(x, "connection", int_column(list(map(_get_arg["connection_id"], args))))
@@ -413,6 +416,7 @@ class TraceColumns:
 def read_trace(path: Path, shown: Path, columns: TraceColumns | None = None) -> TraceColumns:
     """Stream one timeline file into ``columns`` (new ones by default); TraceError names the file."""
     columns = TraceColumns() if columns is None else columns
+    columns.shown = str(shown)
     warnings: list[str] = []
     try:
         with open_text(path, shown) as reader:
@@ -425,7 +429,7 @@ def read_trace(path: Path, shown: Path, columns: TraceColumns | None = None) -> 
     except TraceError as exc:
         if "not a JSON array" in exc.problem:
             raise TraceError(shown, "not an Ascend trace_view: not a JSON array") from exc
-        if "empty" in exc.problem or "gzip" in exc.problem:
+        if "empty" in exc.problem or "gzip" in exc.problem or isinstance(exc, LimitError):
             raise
         raise TraceError(shown, f"truncated or invalid JSON ({exc.problem})") from exc
     return columns

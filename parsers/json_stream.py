@@ -42,6 +42,10 @@ DEFAULT_MAX_STRING_KB = 64
 GZIP_ERRORS: tuple[type[BaseException], ...] = (EOFError, OSError, zlib.error, cast(type[BaseException], IsalError))
 
 
+class LimitError(TraceError):
+    """A file over one of the limits (``PARADIAG_MAX_FILE_MB``, ``PARADIAG_MAX_STRING_KB``)."""
+
+
 def _env_limit(name: str, default: int | None) -> int | None:
     """A positive integer limit from the environment; 0 means none."""
     text = os.environ.get(name, "").strip()
@@ -81,7 +85,7 @@ def check_names(names: Any, shown: Path | str, what: str = "event name") -> None
 
     longest = pc.max(pc.binary_length(names)).as_py()
     if longest is not None and longest > limit:
-        raise TraceError(shown, f"{what} longer than {limit // 1024} KiB ({longest} bytes; limit {MAX_STRING_KB})")
+        raise LimitError(shown, f"{what} longer than {limit // 1024} KiB ({longest} bytes; limit {MAX_STRING_KB})")
 
 
 class _Limited:
@@ -98,7 +102,7 @@ class _Limited:
             raise TraceError(self.shown, f"truncated or corrupt gzip data ({exc})") from exc
         self.count += len(data)
         if self.limit is not None and self.count > self.limit:
-            raise TraceError(self.shown, f"decompressed size exceeds {self.limit // (1024 * 1024)} MB (limit {MAX_FILE_MB})")
+            raise LimitError(self.shown, f"decompressed size exceeds {self.limit // (1024 * 1024)} MB (limit {MAX_FILE_MB})")
         return data
 
     def __enter__(self) -> _Limited:
@@ -118,7 +122,7 @@ def open_text(path: Path, shown: Path | str) -> BinaryIO:
     limit = max_file_bytes()
     if head != GZIP_MAGIC:
         if limit is not None and path.stat().st_size > limit:
-            raise TraceError(shown, f"size exceeds {limit // (1024 * 1024)} MB (limit {MAX_FILE_MB})")
+            raise LimitError(shown, f"size exceeds {limit // (1024 * 1024)} MB (limit {MAX_FILE_MB})")
         return open(path, "rb")
     return cast(BinaryIO, _Limited(igzip.open(path, "rb"), shown, limit))
 
@@ -236,7 +240,7 @@ class ArrayStream:
             if self.eof and hi >= len(self.buf):
                 raise TraceError(self.shown, f"invalid JSON in the array near byte {self.consumed + pos}")
             if self.max_element is not None and window >= self.max_element:
-                raise TraceError(
+                raise LimitError(
                     self.shown,
                     f"an element of the array near byte {self.consumed + pos} is longer than {self.max_element // 1024} KiB"
                     f" (a string in it is over the {MAX_STRING_KB} limit, or it is not valid JSON)",

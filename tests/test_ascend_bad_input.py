@@ -217,3 +217,16 @@ def test_pending_wal_is_read_without_writing_beside_it(tmp_path: Path, read_only
             path.chmod(0o755 if path.is_dir() else 0o644)
     assert {p: p.stat().st_mtime_ns for p in rank.rglob("*")} == before  # no -shm, nothing touched
     assert parsed.events.num_rows == plain.events.num_rows + 5  # the rows still in the -wal were read
+
+
+def test_limits_apply_to_ascend_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rank = copy(TEXT, tmp_path)
+    trace = rank / OUT / "trace_view.json"
+    trace.write_bytes(trace.read_bytes().replace(b'"name":', b'"name": "' + b"n" * 300_000 + b'", "was":', 1))
+    monkeypatch.setenv("PARADIAG_MAX_STRING_KB", "100")
+    with pytest.raises(TraceError, match=r"trace_view\.json: event name longer than 100 KiB"):
+        ascend.parse(rank, tmp_path)
+    monkeypatch.setenv("PARADIAG_MAX_STRING_KB", "0")
+    monkeypatch.setenv("PARADIAG_MAX_FILE_MB", "1")
+    with pytest.raises(TraceError, match=r"trace_view\.json: size exceeds 1 MB \(limit PARADIAG_MAX_FILE_MB\)"):
+        ascend.parse(rank, tmp_path)

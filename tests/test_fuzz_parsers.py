@@ -1,0 +1,57 @@
+"""Fuzzing the parsers: damaged copies of small well-formed traces (tests/fuzzing.py) never raise anything but
+paradiag's documented errors, never give an "internal error", and never cost the intact rank beside them.
+
+Bounded to about 25 s here (a fixed, derandomized sequence of cases); ``benchmarks/fuzz.py`` runs thousands and
+prints the counts. A failure names the seed and the case number: ``run_case(seed, number, folder)`` replays it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import TRACES
+from tests.fuzzing import Seed, ascend_seeds, kineto_seeds, run_case
+
+CASE_NUMBERS = st.integers(min_value=0, max_value=2**32 - 1)
+SETTINGS = {
+    "deadline": None,
+    "database": None,
+    "derandomize": True,
+    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+}
+KINETO = {s.name: s for s in kineto_seeds()}
+ASCEND = {s.name: s for s in ascend_seeds(TRACES / "npu" if (TRACES / "npu").is_dir() else None)}
+
+
+def _seed(seeds: dict[str, Seed], name: str) -> Seed:
+    if name not in seeds:
+        pytest.skip(f"seed {name} is not available here")
+    return seeds[name]
+
+
+@pytest.mark.parametrize("name", ["kineto:helper", "kineto:sample"])
+def test_kineto_parser_survives_mutations(tmp_path: Path, name: str) -> None:
+    seed = _seed(KINETO, name)
+
+    @settings(max_examples=80, **SETTINGS)  # type: ignore[arg-type]
+    @given(CASE_NUMBERS)
+    def case(number: int) -> None:
+        run_case(seed, number, tmp_path / "case")
+
+    case()
+
+
+@pytest.mark.parametrize("name", ["ascend:text", "ascend:db"])
+def test_ascend_parsers_survive_mutations(tmp_path: Path, name: str) -> None:
+    seed = _seed(ASCEND, name)
+
+    @settings(max_examples=15, **SETTINGS)  # type: ignore[arg-type]
+    @given(CASE_NUMBERS)
+    def case(number: int) -> None:
+        run_case(seed, number, tmp_path / "case")
+
+    case()
