@@ -7,6 +7,7 @@ the rank together. Format notes: ../shared/formats/ascend.md.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 import re
@@ -59,6 +60,8 @@ def read_csv_table(path: Path, shown: Path, warnings: list[str], columns: Iterab
 
     names = [h.strip() for h in header]
     wanted = [n for n in names if columns is None or n in set(columns)]
+    if not _is_utf8(path):  # Arrow cannot hand a row of invalid UTF-8 to the handler below (it fails inside)
+        return _python_csv(path, shown, warnings)
     try:
         table = pacsv.read_csv(
             path,
@@ -74,6 +77,18 @@ def read_csv_table(path: Path, shown: Path, warnings: list[str], columns: Iterab
         return _python_csv(path, shown, warnings)
     warnings.extend(skipped)
     return pa.table({n: pc.utf8_trim(table.column(n), " \t\r\n") for n in wanted})
+
+
+def _is_utf8(path: Path) -> bool:
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    try:
+        with open(path, "rb") as f:
+            while block := f.read(4 * 1024 * 1024):
+                decoder.decode(block)
+            decoder.decode(b"", final=True)
+    except (UnicodeDecodeError, OSError):
+        return False
+    return True
 
 
 def _python_csv(path: Path, shown: Path, warnings: list[str]) -> pa.Table | None:

@@ -230,3 +230,15 @@ def test_limits_apply_to_ascend_files(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setenv("PARADIAG_MAX_FILE_MB", "1")
     with pytest.raises(TraceError, match=r"trace_view\.json: size exceeds 1 MB \(limit PARADIAG_MAX_FILE_MB\)"):
         ascend.parse(rank, tmp_path)
+
+
+def test_malformed_csv_row_with_invalid_utf8(tmp_path: Path) -> None:
+    """Arrow's CSV reader cannot pass such a row to its handler (an 'exception ignored'): the Python reader does."""
+    rank = copy(TEXT, tmp_path)
+    path = rank / OUT / "kernel_details.csv"
+    lines = path.read_bytes().split(b"\n")
+    lines[5] = lines[5][:30] + b"\xb3\xff"
+    path.write_bytes(b"\n".join(lines))
+    parsed = ascend.parse(rank, tmp_path)
+    assert parsed.extra["kernels"].num_rows == 190
+    assert any("kernel_details.csv: truncated or malformed row 6" in w for w in parsed.warnings)
