@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO, Any, BinaryIO, cast
 
 import msgspec
+import pyarrow.compute as pc
 from isal import igzip
 from isal.isal_zlib import error as IsalError
 
@@ -81,8 +82,6 @@ def check_names(names: Any, shown: Path | str, what: str = "event name") -> None
     limit = max_string_bytes()
     if limit is None or len(names) == 0:
         return
-    import pyarrow.compute as pc
-
     longest = pc.max(pc.binary_length(names)).as_py()
     if longest is not None and longest > limit:
         raise LimitError(shown, f"{what} longer than {limit // 1024} KiB ({longest} bytes; limit {MAX_STRING_KB})")
@@ -113,7 +112,7 @@ class _Limited:
 
 
 def open_text(path: Path, shown: Path | str) -> BinaryIO:
-    """A binary reader of the file's text, decompressing gzip on the fly (ISA-L when available), that stops at
+    """A binary reader of the file's text, decompressing gzip on the fly (ISA-L), that stops at
     ``PARADIAG_MAX_FILE_MB`` decompressed bytes."""
     with open(path, "rb") as f:
         head = f.read(2)

@@ -7,9 +7,7 @@ Memory therefore holds the columns plus one slice, never the whole text, and no 
 
 from __future__ import annotations
 
-import gzip
 import re
-import zlib
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
@@ -22,7 +20,7 @@ import pyarrow.compute as pc
 
 from paradiag import schema
 from paradiag.parsers.base import MAX_RANK, TraceError, normalize_collective, parse_rank_list, ranks_key
-from paradiag.parsers.json_stream import check_names
+from paradiag.parsers.json_stream import BLOCK, check_names, open_text
 
 CHUNK_EVENTS = 16 * 1024
 
@@ -127,27 +125,10 @@ DTYPE_BYTES = {
 
 
 def read_bytes(path: Path, shown: Path | str | None = None) -> bytes:
-    """The file's JSON text, gunzipped (with ISA-L, about 3x zlib's speed) when the file is gzip;
-    errors name ``shown`` (default: the path)."""
-    shown = path if shown is None else shown
-    with open(path, "rb") as f:
-        raw = f.read()
-    if not raw:
-        raise TraceError(shown, "the file is empty")
-    if raw[:2] != b"\x1f\x8b":
-        return raw
-    try:
-        from isal import igzip
-
-        return igzip.decompress(raw)
-    except ImportError:  # pragma: no cover - isal is a dependency; plain gzip still works
-        pass
-    except (EOFError, OSError, zlib.error) as exc:
-        raise TraceError(shown, f"truncated or corrupt gzip data ({exc})") from exc
-    try:
-        return gzip.decompress(raw)
-    except (EOFError, OSError, zlib.error) as exc:
-        raise TraceError(shown, f"truncated or corrupt gzip data ({exc})") from exc
+    """The file's JSON text, gunzipped when the file is gzip, within ``PARADIAG_MAX_FILE_MB``; errors name
+    ``shown`` (default: the path)."""
+    with open_text(path, path if shown is None else shown) as reader:
+        return b"".join(iter(lambda: reader.read(BLOCK), b""))
 
 
 def decode_outer(data: bytes, shown: Path | str) -> Outer:
