@@ -45,6 +45,10 @@ def detect(path: Path) -> bool:
     return find_db(path) is not None
 
 
+# A damaged file can make SQLite's own error message invalid UTF-8, which the sqlite3 module fails to decode.
+_DB_ERRORS = (sqlite3.DatabaseError, UnicodeDecodeError)
+
+
 @contextmanager
 def connect(path: Path, shown: Path) -> Iterator[sqlite3.Connection]:
     """A read-only connection that never writes beside the database; TraceError when it is not a database.
@@ -63,7 +67,7 @@ def connect(path: Path, shown: Path) -> Iterator[sqlite3.Connection]:
             stack.callback(conn.close)
             conn.text_factory = _text  # TEXT that is not UTF-8 is read, not fatal
             conn.execute("select count(*) from sqlite_master").fetchone()
-        except sqlite3.DatabaseError as exc:
+        except _DB_ERRORS as exc:
             raise TraceError(shown, f"not a readable SQLite database ({exc})") from exc
         yield conn
 
@@ -102,7 +106,7 @@ def tables(conn: sqlite3.Connection) -> set[str]:
 def query(conn: sqlite3.Connection, shown: Path, sql: str) -> list[tuple[Any, ...]]:
     try:
         return conn.execute(sql).fetchall()
-    except sqlite3.DatabaseError as exc:
+    except _DB_ERRORS as exc:
         raise TraceError(shown, f"cannot read the database ({exc})") from exc
 
 
