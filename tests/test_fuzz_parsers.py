@@ -1,8 +1,9 @@
 """Fuzzing the parsers: damaged copies of small well-formed traces (tests/fuzzing.py) never raise anything but
 paradiag's documented errors, never give an "internal error", and never cost the intact rank beside them.
 
-Bounded to about 25 s here (a fixed, derandomized sequence of cases); ``benchmarks/fuzz.py`` runs thousands and
-prints the counts. A failure names the seed and the case number: ``run_case(seed, number, folder)`` replays it.
+Bounded to about 25 s here: 150 cases in a fixed, derandomized sequence, plus the cases that once failed;
+``benchmarks/fuzz.py`` runs thousands and prints the counts. A failure names the seed and the case number:
+``run_case(seed, number, folder)`` replays it.
 """
 
 from __future__ import annotations
@@ -23,21 +24,29 @@ SETTINGS = {
     "derandomize": True,
     "suppress_health_check": [HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 }
+# Cases that once failed (each fixed): replayed first, every run.
+REGRESSIONS = {
+    "kineto:helper": [126, 148, 538],
+    "ascend:text": [5, 7, 10, 29, 56, 64, 251, 276],
+    "ascend:db": [8, 32, 48, 138, 2000231],
+}
 KINETO = {s.name: s for s in kineto_seeds()}
 ASCEND = {s.name: s for s in ascend_seeds(TRACES / "npu" if (TRACES / "npu").is_dir() else None)}
 
 
-def _seed(seeds: dict[str, Seed], name: str) -> Seed:
+def _seed(seeds: dict[str, Seed], name: str, work: Path) -> Seed:
     if name not in seeds:
         pytest.skip(f"seed {name} is not available here")
+    for number in REGRESSIONS.get(name, []):
+        run_case(seeds[name], number, work)
     return seeds[name]
 
 
 @pytest.mark.parametrize("name", ["kineto:helper", "kineto:sample"])
 def test_kineto_parser_survives_mutations(tmp_path: Path, name: str) -> None:
-    seed = _seed(KINETO, name)
+    seed = _seed(KINETO, name, tmp_path / "case")
 
-    @settings(max_examples=80, **SETTINGS)  # type: ignore[arg-type]
+    @settings(max_examples=60, **SETTINGS)  # type: ignore[arg-type]
     @given(CASE_NUMBERS)
     def case(number: int) -> None:
         run_case(seed, number, tmp_path / "case")
@@ -47,7 +56,7 @@ def test_kineto_parser_survives_mutations(tmp_path: Path, name: str) -> None:
 
 @pytest.mark.parametrize("name", ["ascend:text", "ascend:db"])
 def test_ascend_parsers_survive_mutations(tmp_path: Path, name: str) -> None:
-    seed = _seed(ASCEND, name)
+    seed = _seed(ASCEND, name, tmp_path / "case")
 
     @settings(max_examples=15, **SETTINGS)  # type: ignore[arg-type]
     @given(CASE_NUMBERS)
