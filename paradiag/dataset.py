@@ -520,7 +520,8 @@ def _mixed_runs(kept: list[_Kept]) -> str | None:
         starts = [time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(w[0] / 1e9)) for w in windows]
         first = {rank: t for (_, _, rank), t in zip(windows, starts, strict=True)}
         parts = [f"ranks {_ranks_text(c)} from {first[c[0]]} UTC" for c in clusters[:4]]
-        return f"the folder seems to mix {len(clusters)} profiling runs, profiled hours apart: " + "; ".join(parts)
+        gap = f"more than {RUN_GAP_NS // 60_000_000_000} minutes apart"
+        return f"the folder seems to mix {len(clusters)} profiling runs, profiled {gap}: " + "; ".join(parts)
     return _disjoint_steps(kept)
 
 

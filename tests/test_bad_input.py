@@ -384,7 +384,7 @@ def test_two_runs_profiled_apart_are_warned(tmp_path: Path) -> None:
     job = paradiag.open(tmp_path / "job")
     assert job.rank_ids == [0, 1, 2, 3]
     [warning] = [p.message for p in job.problems]
-    assert warning.startswith("the folder seems to mix 2 profiling runs, profiled hours apart: ranks 0, 1 from 2025-06-15")
+    assert warning.startswith("the folder seems to mix 2 profiling runs, profiled more than 10 minutes apart: ranks 0, 1 from 2025-06-15")
     assert "ranks 2, 3 from 2025-06-16" in warning
 
 
