@@ -13,7 +13,6 @@ from paradiag.analysis import comm, findings, stages
 from paradiag.analysis.cluster_csv import read_cluster_step_trace_time, slow_rank
 from paradiag.analysis.frame import device_frame, robust_z
 from paradiag.analysis.layout import parallel_layout, role_from_description
-from paradiag.analysis.marey import marey_bands, marey_spans
 from paradiag.analysis.operators import concentration, operator_imbalance, short_name
 
 
@@ -241,30 +240,6 @@ def test_slow_link_from_collective_groups() -> None:
     assert f["kind"] == "slow_link"
     assert f["culprit"]["link"] == {"ranks": [2, 3]}
     assert f["impact_pct"] == pytest.approx(100 * 3 * 300 / 10_000)
-
-
-# ---- marey ----
-
-
-def test_marey_bands_median_and_outlier() -> None:
-    passes = pa.table(
-        {
-            "rank": [0, 1, 2, 3],
-            "stage": [0, 0, 0, 0],
-            "step": [0, 0, 0, 0],
-            "micro_batch": [0, 0, 0, 0],
-            "chunk": [0, 0, 0, 0],
-            "direction": ["forward"] * 4,
-            "start_ns": [110, 110, 110, 110],
-            "end_ns": [200, 202, 204, 400],
-            "compute_ns": [90, 92, 94, 290],
-        }
-    )
-    steps = pa.table({"rank": [0, 1], "step": [0, 0], "start_ns": [100, 105]})
-    (band,) = marey_bands(marey_spans(passes, steps), step_ns=1000)
-    assert band["start_ns"]["median"] == 10
-    assert band["end_ns"]["median"] == 103
-    assert band["outliers"] == [{"rank": 3, "step": 0, "start_ns": 10, "end_ns": 300}]
 
 
 # ---- aggregated Ascend cluster step times ----

@@ -98,27 +98,29 @@ def test_marey_click_selects_operator_and_flow_rings_it(sel: dict[str, Any]) -> 
     from paradiag.app.callbacks.pipeline import render_flow, render_marey
     from paradiag.app.callbacks.selection import select
 
-    marey = render_marey(sel, ["devices"])
-    markers = next(t for t in marey.data if t.name == "operator")
-    i = next(i for i, c in enumerate(markers.customdata) if "gemm" in c[0])
-    custom, x = markers.customdata[i], float(markers.x[i])
-    everywhere = select((ids.MAREY, "clickData"), {"points": [{"customdata": list(custom)}]}, sel, "")
-    new = select((ids.MAREY, "clickData"), {"points": [{"customdata": list(custom), "x": x}]}, sel, "")
-    assert new["op"] == custom[0] and new["stage"] == custom[1] and new["at"] == x
+    marey, options = render_marey(sel, ["devices"])
+    assert options[0]["value"] == "devices"
+    bars = next(t for t in marey.data if t.name == "compute")
+    i = next(i for i, c in enumerate(bars.customdata) if "gemm" in c[0])
+    custom = list(bars.customdata[i])
+    everywhere = select((ids.MAREY, "clickData"), {"points": [{"customdata": custom[:2]}]}, sel, "")
+    new = select((ids.MAREY, "clickData"), {"points": [{"customdata": custom, "x": 0.01}]}, sel, "")
+    assert new["op"] == custom[0] and new["stage"] == custom[1] and new["at"] == custom[2]
     rings = next(t for t in render_flow(everywhere, "time", []).data if t.name == "selected")
     ring = next(t for t in render_flow(new, "time", []).data if t.name == "selected")
     assert len(ring.x) == 1 and len(rings.x) >= len(ring.x)  # the clicked instance's node, not every node holding gemm
-    assert "selected operator" in [t.name for t in render_marey(new, ["devices"]).data]
+    assert "selected operator" in [t.name for t in render_marey(new, ["devices"])[0].data]
 
 
 def test_marey_zoom_merges_fewer_bands(sel: dict[str, Any]) -> None:
     from paradiag.app.callbacks.pipeline import render_marey
 
-    full = next(t for t in render_marey(sel, []).data if t.name == "operator")
-    a, b = full.x[len(full.x) // 3], full.x[len(full.x) // 3 + 5]
-    zoomed = next(t for t in render_marey(sel_mod.update(sel, window=[a, b]), []).data if t.name == "operator")
+    full = next(t for t in render_marey(sel, [])[0].data if t.name == "compute")
+    middle = sorted(float(c[2]) for c in full.customdata)
+    a, b = middle[len(middle) // 3], middle[len(middle) // 3 + 5]
+    zoomed = next(t for t in render_marey(sel_mod.update(sel, window=[a, b]), [])[0].data if t.name == "compute")
     assert len(zoomed.x) < len(full.x)  # fewer in view ...
-    assert len(zoomed.x) >= 5  # ... but the zoom separates what the full view merged
+    assert len({c[2] for c in zoomed.customdata}) >= 5  # ... but the zoom separates what the full view merged
 
 
 def test_comm_click_selects_the_slowest_instance_on_the_link(sel: dict[str, Any]) -> None:

@@ -10,7 +10,6 @@ from paradiag.app.figures.comm import comm_figure
 from paradiag.app.figures.common import segments, short_name
 from paradiag.app.figures.flow import flow_figure
 from paradiag.app.figures.heatmap import heatmap_figure
-from paradiag.app.figures.marey import marey_figure
 from paradiag.app.figures.timeline import timeline_figure
 
 
@@ -78,42 +77,6 @@ def test_timeline_draws_one_webgl_trace_per_kind_plus_waits_and_links() -> None:
 def test_timeline_without_rows_says_so() -> None:
     fig = timeline_figure({"rows": [], "kinds": {}, "waits": {}, "links": [], "window_ms": [0, 1]})
     assert "no device events" in fig.layout.annotations[0].text
-
-
-def _marey() -> dict:
-    stage = {
-        "stage": 0,
-        "ranks": [0, 1],
-        "start": [[1.0, 1.2], [3.0, 3.1]],
-        "end": [[2.0, 2.5], [4.0, 4.2]],
-        "category": ["compute", "send"],
-        "label": ["gemm", "send"],
-        "operator": ["gemm", "send"],
-        "bubbles": [[[2.0, 3.0]], []],
-    }
-    other = dict(stage, stage=1, ranks=[2, 3], category=["recv", "compute"], label=["recv", "gemm2"], operator=["recv", "gemm2"], bubbles=[[], []])
-    return {"step": 0, "window_ms": [0.0, 5.0], "stages": [stage, other], "p2p": [{"src": 0, "dst": 2, "send_ms": 3.0, "recv_ms": 3.5, "recv_start_ms": 1.0, "wait_ms": 2.0}]}
-
-
-def test_marey_bands_span_the_devices_of_their_stage() -> None:
-    fig = marey_figure(_marey(), expanded=True, selected_op="gemm")
-    names = [t.name for t in fig.data]
-    for expected in ("compute", "send", "recv", "bubble (no compute)", "send → recv (micro-batch)", "receiver waiting", "selected operator", "operator"):
-        assert expected in names, expected
-    compute = next(t for t in fig.data if t.name == "compute")
-    assert compute.fill == "toself"
-    # The band of "gemm" on stage 0 goes through both device rows: left edges 1.0 (rank 0) and 1.2 (rank 1).
-    xs = list(compute.x)
-    assert xs[:4] == [1.0, 1.0, 1.2, 1.2]
-    markers = next(t for t in fig.data if t.name == "operator")
-    assert [c[0] for c in markers.customdata] == ["gemm", "send", "recv", "gemm2"]
-    ticks = list(fig.layout.yaxis.ticktext)
-    assert ticks[:3] == ["stage 0", "  rank 0", "  rank 1"]
-
-
-def test_marey_collapsed_shows_stage_rows_only() -> None:
-    fig = marey_figure(_marey(), expanded=False)
-    assert list(fig.layout.yaxis.ticktext) == ["stage 0", "stage 1"]
 
 
 def test_flow_colours_by_time_or_imbalance_and_rings_the_selection() -> None:

@@ -17,17 +17,20 @@ from paradiag.app.figures.flow import flow_figure
 from paradiag.app.figures.marey import marey_figure
 
 
-def render_marey(sel: dict[str, Any] | None, expand: list[str] | None) -> go.Figure:
+def render_marey(sel: dict[str, Any] | None, expand: list[str] | None) -> tuple[Any, Any]:
+    """The figure, and the expand options that fit it: every device, each stage (by mesh group), and each group
+    that is drawn folded."""
     if not sel or not sel.get("job") or sel.get("step") is None:
-        return no_update
+        return no_update, no_update
     job = context.job(sel["job"])
     window = None
     if sel.get("window"):
         t0 = origin_ns(job)
         window = (t0 + int(sel["window"][0] * 1e6), t0 + int(sel["window"][1] * 1e6))
-    data = marey_data(job, sel["step"], window)
-    expanded = "devices" in (expand or [])
-    return marey_figure(data, expanded=expanded, selected_op=sel.get("op"), uirevision=f"{sel['job']}|{sel['step']}|{expanded}")
+    data = marey_data(job, sel["step"], window, expand=expand or [])
+    selected = (sel["op"], sel.get("stage"), sel.get("at")) if sel.get("op") else None
+    fig = marey_figure(data, selected=selected, uirevision=f"{sel['job']}|{sel['step']}|{','.join(sorted(expand or []))}")
+    return fig, data["expandable"]
 
 
 def render_flow(sel: dict[str, Any] | None, color_by: str, expand: list[str] | None) -> go.Figure:
@@ -62,7 +65,7 @@ def comm_instances(click: dict[str, Any] | None, sel: dict[str, Any] | None) -> 
 
 
 def register(app: Dash) -> None:
-    app.callback(Output(ids.MAREY, "figure"), Input(ids.SELECTION, "data"), Input(ids.MAREY_EXPAND, "value"))(render_marey)
+    app.callback(Output(ids.MAREY, "figure"), Output(ids.MAREY_EXPAND, "options"), Input(ids.SELECTION, "data"), Input(ids.MAREY_EXPAND, "value"))(render_marey)
     app.callback(Output(ids.FLOW, "figure"), Input(ids.SELECTION, "data"), Input(ids.FLOW_COLOR, "value"), Input(ids.FLOW_EXPAND, "value"))(render_flow)
     app.callback(Output(ids.COMM_MATRIX, "figure"), Input(ids.SELECTION, "data"), Input(ids.COMM_METRIC, "value"))(render_comm)
     app.callback(Output(ids.COMM_INSTANCES, "children"), Input(ids.COMM_MATRIX, "clickData"), State(ids.SELECTION, "data"))(comm_instances)

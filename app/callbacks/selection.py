@@ -92,7 +92,7 @@ def _marey_click(sel: dict[str, Any], click: dict[str, Any]) -> dict[str, Any]:
     custom = click["points"][0].get("customdata")
     if not isinstance(custom, list) or len(custom) < 2:
         return sel
-    at = click["points"][0].get("x")  # the band's time: which instance of the operator (and so which flow node)
+    at = custom[2] if len(custom) > 2 else click["points"][0].get("x")  # which instance of the operator (and so which flow node)
     return sel_mod.update(sel, op=custom[0], stage=int(custom[1]), at=float(at) if at is not None else None)
 
 

@@ -1,9 +1,11 @@
-"""Marey's graph data for one step: stages as stations (expandable to their devices), each operator instance a
-band across the devices of its stage, send/recv pairs linking stages, bubbles and waits.
+"""Marey's graph data for one step: stages as stations, each operator instance a band across the rows of its
+stage, send/recv pairs linking stages, bubbles and waits.
 
-A band is one operator instance: the same name at the same position (its n-th occurrence in the step) on every
-device of a stage. Neighbouring bands of one category merge when, on every device, the gap between them is under
-``merge_frac`` of the visible window, so the drawing stays legible at any zoom and its size is bounded.
+The model is the analysis layer's (``paradiag.analysis.marey``): operator instances common to every device of a
+stage, devices folded into rows (alike devices one row with their spread, a mesh group that runs late one row,
+anomalous devices and the findings' culprits single). This module reads the step's events, memoizes the model per
+job content, and shapes it for the figure: a stage or one of its mesh groups can be expanded, and neighbouring
+bands merge for the visible window so the drawing stays legible and its size bounded at any zoom.
 """
 
 from __future__ import annotations
@@ -14,20 +16,23 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from paradiag.analysis import marey as model
 from paradiag.app import palette, store
 from paradiag.app.data import collectives
 from paradiag.app.data.common import origin_ns, read_events
+from paradiag.app.data.findings import findings_of
 from paradiag.app.data.mesh import mesh_of
 from paradiag.dataset import Job
 
 COLUMNS = ["rank", "device", "kind", "name", "start_ns", "dur_ns", "step", "collective"]
 BUBBLE_FRAC = 0.01
-MAX_BANDS = 300  # per stage and view; beyond it, neighbours merge whatever their category (dominant colour kept)
-MAX_DEVICES = 8  # devices drawn per stage; the stage row still shows the spread over all of them
+SMALL_JOB = 16  # ranks up to which every device has a row from the start
+ALL = "devices"  # the expand value that opens every stage to its devices ...
+MAX_ALL = 64  # ... offered up to this many ranks (beyond, a stage or a group opens at a time)
 
 
 def step_bands(job: Job, step: int) -> dict[str, Any]:
-    """Per stage: ranks, and per band (rows) x rank (columns) start/end in ns, plus name and category."""
+    """Per stage: all its ranks, and per band (rows) x rank (columns) start/end in ns, plus name and category."""
     return store.memo("marey-bands", job.content_hash, step, lambda: _step_bands(job, step))
 
 
@@ -37,121 +42,161 @@ def _step_bands(job: Job, step: int) -> dict[str, Any]:
     kind = events.column("kind").cast(pa.string())
     keep = pc.and_(pc.equal(events.column("step"), step), pc.and_(pc.greater_equal(events.column("device"), 0), pc.is_in(kind, pa.array(["compute", "communication", "memory"]))))
     events = events.filter(keep)
-    stages = []
-    for stage in mesh.stages:
-        ranks = mesh.ranks_of_stage(stage)[:MAX_DEVICES]
-        stages.append({"stage": stage, "ranks": ranks, **_stage_table(events, ranks)})
-    return {"step": step, "stages": stages}
+    names = pc.dictionary_encode(events.column("name").cast(pa.string())).combine_chunks()
+    arrays = {
+        "rank": events.column("rank").to_numpy(),
+        "name": names.indices.to_numpy(zero_copy_only=False),
+        "start": events.column("start_ns").to_numpy(),
+        "end": events.column("start_ns").to_numpy() + events.column("dur_ns").to_numpy(),
+    }
+    words = names.dictionary.to_pylist()
+    kinds = events.select(["kind", "collective"])
+    return {"step": step, "stages": [_stage_table(arrays, words, kinds, mesh.ranks_of_stage(s), s) for s in mesh.stages]}
 
 
-def _stage_table(events: pa.Table, ranks: list[int]) -> dict[str, Any]:
-    per_rank = []
-    for rank in ranks:
-        mine = events.filter(pc.equal(events.column("rank"), rank)).sort_by("start_ns")
-        names = mine.column("name").cast(pa.string()).to_pylist()
-        seen: dict[str, int] = {}
-        keys = []
-        for name in names:
-            seen[name] = seen.get(name, -1) + 1
-            keys.append((name, seen[name]))
-        start = mine.column("start_ns").to_numpy()
-        end = start + mine.column("dur_ns").to_numpy()
-        cats = [palette.category_of(k, c) for k, c in zip(mine.column("kind").cast(pa.string()).to_pylist(), mine.column("collective").cast(pa.string()).to_pylist(), strict=True)]
-        per_rank.append({k: (s, e, c) for k, s, e, c in zip(keys, start.tolist(), end.tolist(), cats, strict=True)})
-    common = [k for k in per_rank[0] if all(k in other for other in per_rank[1:])] if per_rank else []
-    st = np.array([[p[k][0] for p in per_rank] for k in common], dtype=np.int64).reshape(len(common), len(ranks))
-    ed = np.array([[p[k][1] for p in per_rank] for k in common], dtype=np.int64).reshape(len(common), len(ranks))
-    order = np.argsort(np.median(st, axis=1), kind="stable") if len(common) else np.array([], dtype=np.int64)
+def _stage_table(arrays: dict[str, np.ndarray], words: list[str], kinds: pa.Table, ranks: list[int], stage: int) -> dict[str, Any]:
+    column_of = np.full(int(max(ranks, default=0)) + 1, -1, dtype=np.int64)
+    column_of[ranks] = np.arange(len(ranks))
+    rank = arrays["rank"]
+    mine = np.flatnonzero((rank <= column_of.size - 1) & (column_of[np.minimum(rank, column_of.size - 1)] >= 0))
+    idx = model.instance_matrix(column_of[rank[mine]], arrays["name"][mine], arrays["start"][mine], len(ranks))
+    events = mine[idx]
+    first = events[:, 0] if len(events) else np.zeros(0, dtype=np.int64)
     return {
-        "names": [common[i][0] for i in order],
-        "occurrence": [common[i][1] for i in order],
-        "category": [per_rank[0][common[i]][2] for i in order],
-        "start": st[order],
-        "end": ed[order],
+        "stage": stage,
+        "ranks": ranks,
+        "names": [words[i] for i in arrays["name"][first].tolist()],
+        "category": [palette.category_of(str(k), c) for k, c in zip(kinds.column("kind").take(first).to_pylist(), kinds.column("collective").take(first).to_pylist(), strict=True)],
+        "start": arrays["start"][events],
+        "end": arrays["end"][events],
     }
 
 
-def merge_bands(stage: dict[str, Any], lo: int, hi: int, merge_frac: float) -> dict[str, Any]:
-    """The stage's bands overlapping [lo, hi), neighbours of one category merged when every device's gap
-    between them is under ``merge_frac`` of the window."""
-    st, ed = stage["start"], stage["end"]
-    if len(st) == 0:
-        return {"start": st, "end": ed, "category": [], "label": [], "first": [], "count": []}
-    visible = np.flatnonzero((ed.max(axis=1) > lo) & (st.min(axis=1) < hi))
-    st, ed = st[visible], ed[visible]
-    cats = np.array(stage["category"], dtype=object)[visible]
-    threshold = merge_frac * (hi - lo)
-    if len(visible) > 1:
-        gap = (st[1:] - np.maximum.accumulate(ed, axis=0)[:-1]).max(axis=1)
-        joins = (cats[1:] == cats[:-1]) & (gap <= threshold)
-    else:
-        joins = np.array([], dtype=bool)
-    group = np.r_[0, np.cumsum(~joins)]
-    n = int(group[-1]) + 1 if len(group) else 0
-    m_st = np.full((n, st.shape[1]), np.iinfo(np.int64).max, dtype=np.int64)
-    m_ed = np.zeros((n, st.shape[1]), dtype=np.int64)
-    np.minimum.at(m_st, group, st)
-    np.maximum.at(m_ed, group, ed)
-    if n > MAX_BANDS:  # still too many to read or ship: merge runs of neighbours, the longest category names them
-        group = group * MAX_BANDS // n
-        n = int(group[-1]) + 1
-        m_st = np.full((n, st.shape[1]), np.iinfo(np.int64).max, dtype=np.int64)
-        m_ed = np.zeros((n, st.shape[1]), dtype=np.int64)
-        np.minimum.at(m_st, group, st)
-        np.maximum.at(m_ed, group, ed)
-        cats = _dominant(cats, (ed - st).sum(axis=1), group, n)
-    first = np.r_[0, np.flatnonzero(np.diff(group)) + 1]
-    count = np.bincount(group)
-    names = [stage["names"][i] for i in visible]
-    return {
-        "start": m_st,
-        "end": m_ed,
-        "category": cats[first].tolist(),
-        "label": [names[i] if c == 1 else f"{c} operators from {names[i][:50]}" for i, c in zip(first.tolist(), count.tolist(), strict=True)],
-        "first": [names[i] for i in first.tolist()],
-        "count": count.tolist(),
-    }
-
-
-def _dominant(cats: np.ndarray, dur: np.ndarray, group: np.ndarray, n: int) -> np.ndarray:
-    """Each band's category replaced by the category holding most time in its merged group."""
-    best: dict[int, tuple[float, str]] = {}
-    totals: dict[tuple[int, str], float] = {}
-    for g, c, d in zip(group.tolist(), cats.tolist(), dur.tolist(), strict=True):
-        totals[(g, c)] = totals.get((g, c), 0.0) + d
-        if totals[(g, c)] > best.get(g, (-1.0, ""))[0]:
-            best[g] = (totals[(g, c)], c)
-    return np.array([best[g][1] for g in group.tolist()], dtype=object)
-
-
-def marey_data(job: Job, step: int, window: tuple[int, int] | None, merge_frac: float = 0.005) -> dict[str, Any]:
-    """Everything the Marey figure draws for a step (ms since the job origin), merged for the window. The whole
-    step, the view every step opens with, is computed once per job."""
+def marey_data(job: Job, step: int, window: tuple[int, int] | None, merge_frac: float = 0.005, expand: list[str] | None = None, keep: list[int] | None = None) -> dict[str, Any]:
+    """Everything the Marey figure draws for a step (ms since the job origin), merged for the window. ``expand``:
+    "devices" (every device a row), "stage:S" (stage S by mesh group), "group:S:G" (group G of stage S by
+    device); ``keep``: ranks that stay single rows (default: the top finding's ranks). The whole step, the view
+    every step opens with, is computed once per job."""
+    opened = sorted(set(expand or []))
+    kept = sorted(set(keep if keep is not None else top_culprits(job)))
     if window is None:
-        return store.memo("marey-step", job.content_hash, [step, merge_frac], lambda: _marey_data(job, step, None, merge_frac))
-    return _marey_data(job, step, window, merge_frac)
+        return store.memo("marey-step", job.content_hash, [step, merge_frac, opened, kept], lambda: _marey_data(job, step, None, merge_frac, opened, kept))
+    return _marey_data(job, step, window, merge_frac, opened, kept)
 
 
-def _marey_data(job: Job, step: int, window: tuple[int, int] | None, merge_frac: float) -> dict[str, Any]:
+def top_culprits(job: Job) -> list[int]:
+    """The ranks the top finding is about (what every view opens on)."""
+    found = findings_of(job)
+    return [int(r) for r in found[0]["ranks"]] if found else []
+
+
+def folded(job: Job, step: int, expand: list[str], keep: list[int]) -> dict[str, Any]:
+    """Per stage, its rows (which devices each draws) and each row's band times: computed once per expansion."""
+    return store.memo("marey-rows", job.content_hash, [step, expand, keep], lambda: _folded(job, step, expand, keep))
+
+
+def _folded(job: Job, step: int, expand: list[str], keep: list[int]) -> dict[str, Any]:
     bands = step_bands(job, step)
-    t0 = origin_ns(job)
-    lo, hi = window or _span(bands)
+    mesh = mesh_of(job)
+    lo, hi = _span(bands)
+    every = (ALL in expand and len(mesh.ranks) <= MAX_ALL) or len(mesh.ranks) <= SMALL_JOB
     stages = []
-    for stage in bands["stages"]:
-        merged = merge_bands(stage, lo, hi, merge_frac)
+    for st in bands["stages"]:
+        s, ranks = st["stage"], st["ranks"]
+        compute = np.array([c == "compute" for c in st["category"]], dtype=bool)
+        how = "devices" if every else "groups" if f"stage:{s}" in expand else ""
+        opened = frozenset(int(e.split(":")[2]) for e in expand if e.startswith(f"group:{s}:"))
+        groups = [mesh.dp[r] for r in ranks]
+        rows = model.fold_rows(st["start"], st["end"], compute, [f"rank {r}" for r in ranks], groups, hi - lo, how, frozenset(i for i, r in enumerate(ranks) if r in keep), opened)
+        times = [model.row_times(st["start"], st["end"], row.members) for row in rows]
         stages.append(
             {
-                "stage": stage["stage"],
-                "ranks": stage["ranks"],
-                "start": ((merged["start"] - t0) / 1e6).round(5).tolist(),
-                "end": ((merged["end"] - t0) / 1e6).round(5).tolist(),
-                "category": merged["category"],
-                "label": merged["label"],
-                "operator": merged["first"],
-                "bubbles": _bubbles(stage, lo, hi, t0),
+                "stage": s,
+                "rows": [_row(row, ranks, groups, s) for row in rows],
+                "names": st["names"],
+                "category": st["category"],
+                **{k: np.column_stack([t[k] for t in times]) if times else np.zeros((len(st["names"]), 0), dtype=np.int64) for k in ("start", "end", "lo", "hi", "slow_ns")},
+                "slow_rank": np.column_stack([np.asarray(ranks)[t["slow_col"]] for t in times]) if times else np.zeros((len(st["names"]), 0), dtype=np.int64),
             }
         )
-    return {"step": step, "window_ms": [(lo - t0) / 1e6, (hi - t0) / 1e6], "stages": stages, "p2p": p2p_pairs(job, step)}
+    return {"step": step, "span": (lo, hi), "stages": stages}
+
+
+def _row(row: model.Row, ranks: list[int], groups: list[int], stage: int) -> dict[str, Any]:
+    members = [ranks[c] for c in row.members]
+    if row.kind == "stage":
+        label = f"stage {stage}" + (f" · {len(members)} alike" if len(members) > 1 else "")
+    elif row.kind == "group":
+        label = f"s{stage} dp{groups[row.members[0]]} · {len(members)}"
+    else:
+        label = row.label
+    return {"kind": row.kind, "label": label, "ranks": members, "anomalous": [ranks[c] for c in row.anomalous], "group": groups[row.members[0]]}
+
+
+def _marey_data(job: Job, step: int, window: tuple[int, int] | None, merge_frac: float, expand: list[str], keep: list[int]) -> dict[str, Any]:
+    rows = folded(job, step, expand, keep)
+    t0 = origin_ns(job)
+    lo, hi = window or rows["span"]
+    step_lo, step_hi = rows["span"]
+    stages = [{"stage": st["stage"], "rows": st["rows"], **_window(st, lo, hi, merge_frac, t0), "bubbles": _bubbles(st, lo, hi, t0, BUBBLE_FRAC * (step_hi - step_lo))} for st in rows["stages"]]
+    heads = {row["ranks"][0] for st in stages for row in st["rows"]}
+    p2p = [p for p in p2p_pairs(job, step) if p["src"] in heads or p["dst"] in heads]
+    return {"step": step, "window_ms": [(lo - t0) / 1e6, (hi - t0) / 1e6], "stages": stages, "p2p": p2p, "expandable": _expandable(job, rows)}
+
+
+def _expandable(job: Job, rows: dict[str, Any]) -> list[dict[str, str]]:
+    """The expand options that change something: a stage with mesh groups of several devices, and its groups."""
+    mesh = mesh_of(job)
+    out = [{"label": " all devices", "value": ALL}] if len(mesh.ranks) <= MAX_ALL else []
+    for st in rows["stages"]:
+        ranks = mesh.ranks_of_stage(st["stage"])
+        groups = sorted({mesh.dp[r] for r in ranks})
+        if len(ranks) > 1:
+            out.append({"label": f"stage {st['stage']}", "value": f"stage:{st['stage']}"})
+        if len(groups) < len(ranks):
+            out += [{"label": f"s{st['stage']} dp{g}", "value": f"group:{st['stage']}:{g}"} for g in groups if any(r["kind"] == "group" and r["group"] == g for r in st["rows"])]
+    return out
+
+
+def _window(st: dict[str, Any], lo: int, hi: int, merge_frac: float, t0: int) -> dict[str, Any]:
+    """A stage's bands overlapping [lo, hi), merged: times in ms, per row; labels; the slowest device."""
+    visible, group = model.merge_bands(st["start"], st["end"], st["category"], lo, hi, merge_frac)
+    if len(visible) == 0:
+        return {"start": [], "end": [], "lo": [], "hi": [], "slow_rank": [], "slow_ms": [], "category": [], "label": [], "operator": []}
+    cats = [st["category"][i] for i in visible.tolist()]
+    names = [st["names"][i] for i in visible.tolist()]
+    n = int(group[-1]) + 1
+    first = np.r_[0, np.flatnonzero(np.diff(group)) + 1]
+    count = np.bincount(group, minlength=n)
+    dur = (st["end"][visible] - st["start"][visible]).sum(axis=1)
+    category = model.dominant(cats, dur, group)
+    slow_rank, slow_ns = _slowest(st["slow_rank"][visible], st["slow_ns"][visible], group, n)
+
+    def ms(values: np.ndarray) -> list[list[float]]:
+        return ((values - t0) / 1e6).round(5).tolist()
+
+    return {
+        "start": ms(model.merged(st["start"][visible], group, "min")),
+        "end": ms(model.merged(st["end"][visible], group, "max")),
+        "lo": ms(model.merged(st["lo"][visible], group, "min")),
+        "hi": ms(model.merged(st["hi"][visible], group, "max")),
+        "slow_rank": slow_rank.tolist(),
+        "slow_ms": (slow_ns / 1e6).round(4).tolist(),
+        "category": category,
+        "label": [names[i] if c == 1 else f"{c} operators from {names[i][:50]}" for i, c in zip(first.tolist(), count.tolist(), strict=True)],
+        "operator": [names[i] for i in first.tolist()],
+    }
+
+
+def _slowest(rank: np.ndarray, ns: np.ndarray, group: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per merged band and row, the slowest device among the bands merged into it and its time."""
+    out_rank = np.zeros((n, rank.shape[1]), dtype=np.int64)
+    out_ns = np.zeros((n, rank.shape[1]), dtype=np.int64)
+    for j in range(rank.shape[1]):
+        order = np.lexsort((ns[:, j], group))
+        last = order[np.r_[np.flatnonzero(np.diff(group[order])), len(order) - 1]]
+        out_rank[:, j], out_ns[:, j] = rank[last, j], ns[last, j]
+    return out_rank, out_ns
 
 
 def p2p_pairs(job: Job, step: int) -> list[dict[str, Any]]:
@@ -159,28 +204,15 @@ def p2p_pairs(job: Job, step: int) -> list[dict[str, Any]]:
 
 
 def _span(bands: dict[str, Any]) -> tuple[int, int]:
-    starts = [int(s["start"].min()) for s in bands["stages"] if len(s["start"])]
-    ends = [int(s["end"].max()) for s in bands["stages"] if len(s["end"])]
+    starts = [int(s["start"].min()) for s in bands["stages"] if s["start"].size]
+    ends = [int(s["end"].max()) for s in bands["stages"] if s["end"].size]
     return (min(starts), max(ends)) if starts else (0, 1)
 
 
-def _bubbles(stage: dict[str, Any], lo: int, hi: int, t0: int) -> list[list[list[float]]]:
-    """Per device of the stage: [start, end] (ms) of gaps with no compute longer than BUBBLE_FRAC of the step."""
-    st, ed = stage["start"], stage["end"]
-    if len(st) == 0:
-        return []
-    compute = np.array([c == "compute" for c in stage["category"]])
-    step_lo, step_hi = int(st.min()), int(ed.max())
-    out = []
-    threshold = BUBBLE_FRAC * (step_hi - step_lo)
-    for j in range(st.shape[1]):
-        order = np.argsort(st[compute, j], kind="stable")
-        s, e = st[compute, j][order], ed[compute, j][order]
-        a = np.r_[step_lo, np.maximum.accumulate(e) if len(e) else e]
-        b = np.r_[s, step_hi]
-        keep = (b - a > threshold) & (b > lo) & (a < hi)
-        out.append(np.column_stack([(a[keep] - t0) / 1e6, (b[keep] - t0) / 1e6]).tolist())
-    return out
+def _bubbles(st: dict[str, Any], lo: int, hi: int, t0: int, min_ns: float) -> list[list[list[float]]]:
+    """Per row of the stage: [start, end] (ms) of its gaps with no compute longer than ``min_ns``."""
+    compute = np.array([c == "compute" for c in st["category"]], dtype=bool)
+    return [((gaps - t0) / 1e6).round(5).tolist() for gaps in model.bubbles(st["start"], st["end"], compute, lo, hi, min_ns)]
 
 
 def _p2p(job: Job, step: int, t0: int) -> list[dict[str, Any]]:

@@ -1,6 +1,8 @@
-"""Marey's graph: stages as stations top to bottom (expandable to devices), time across; each operator instance a
-band across its stage's devices (a rectangle on each device joined to the next by a trapezoid); send/recv pairs
-drawn as lines between stages, so that micro-batches, the pipeline schedule and its bubbles show."""
+"""Marey's graph: stages as stations top to bottom, each drawn with a few rows (alike devices folded into one row
+with their spread, a late mesh group, anomalous devices single and marked), time across. Each operator instance
+is a bar on every row of its stage, joined row to row by a trapezoid; the bars answer the mouse (durations, the
+slowest device) and a click selects that one instance. Send/recv pairs drawn as lines between stages, so that
+micro-batches, the pipeline schedule and its bubbles show."""
 
 from __future__ import annotations
 
@@ -12,68 +14,53 @@ import plotly.graph_objects as go
 from paradiag.app import palette
 from paradiag.app.figures.common import base_figure, compact, empty_figure, short_name
 
-HALF = 0.32  # half the height of a station
+HALF = 0.32  # half the height of a row
+STAGE_GAP = 0.7  # extra space between stages
+ANOMALY = "#c62828"
 
 
-def rows_of(data: dict[str, Any], expanded: bool) -> tuple[dict[int, float], dict[int, float], list[tuple[float, str]]]:
-    """y of each stage row and of each device (rank) row, and the tick labels."""
-    stage_y: dict[int, float] = {}
+def rows_of(data: dict[str, Any]) -> tuple[list[list[float]], dict[int, float], list[tuple[float, str]]]:
+    """y of each row of each stage, the y of each rank (its row's), and the tick labels (anomalies in red)."""
+    row_y: list[list[float]] = []
     rank_y: dict[int, float] = {}
     ticks: list[tuple[float, str]] = []
     y = 0.0
     for st in data["stages"]:
-        stage_y[st["stage"]] = y
-        ticks.append((y, f"stage {st['stage']}"))
-        for rank in st["ranks"]:
-            if expanded:
-                y += 1
-                ticks.append((y, f"  rank {rank}"))
-            rank_y[rank] = y if expanded else stage_y[st["stage"]]
-        y += 1.6
-    return stage_y, rank_y, ticks
+        ys = []
+        for row in st["rows"]:
+            ys.append(y)
+            rank_y.update(dict.fromkeys(row["ranks"], y))
+            label = row["label"]
+            ticks.append((y, f"<span style='color:{ANOMALY}'><b>{label} ⚠</b></span>" if row["anomalous"] else label))
+            y += 1
+        row_y.append(ys)
+        y += STAGE_GAP
+    return row_y, rank_y, ticks
 
 
-def marey_figure(data: dict[str, Any], expanded: bool = True, selected_op: str | None = None, uirevision: Any = None) -> go.Figure:
+def marey_figure(data: dict[str, Any], selected: tuple[Any, ...] | None = None, uirevision: Any = None) -> go.Figure:
+    """``selected``: (operator, stage or None, at ms or None): the instance holding ``at`` (else every instance
+    of the operator, in that stage when given) is outlined."""
     if not data["stages"] or not any(len(st["start"]) for st in data["stages"]):
         return empty_figure("no device work in this step", height=300)
-    stage_y, rank_y, ticks = rows_of(data, expanded)
-    fig = base_figure(uirevision=uirevision, height=int(110 + 24 * (max(ticks)[0] + 1)))
-    _bubbles(fig, data, stage_y, rank_y, expanded)
-    polys: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {c: [] for c in palette.CATEGORY}
-    spread: list[tuple[np.ndarray, np.ndarray]] = []
-    for st in data["stages"]:
-        if not len(st["start"]):
-            continue
-        starts, ends = np.asarray(st["start"], dtype=np.float64), np.asarray(st["end"], dtype=np.float64)
-        ys = np.array([rank_y[r] for r in st["ranks"]], dtype=np.float64)
-        y = stage_y[st["stage"]]
-        med_s, med_e = _median_device(starts, ends)
-        cats = np.array(st["category"], dtype=object)
-        for cat in dict.fromkeys(st["category"]):
-            mine = cats == cat
-            if expanded:
-                polys.setdefault(cat, []).append(_bands(starts[mine], ends[mine], ys))
-            polys.setdefault(cat, []).append(_rects(med_s[mine], med_e[mine], y))
-        spread.append(_rects(starts.min(axis=1), ends.max(axis=1), y, half=HALF * 0.45))
-    fig.add_trace(go.Scatter(**_joined(spread), fill="toself", mode="none", fillcolor="rgba(120,144,156,0.35)", name="spread over devices", hoverinfo="skip"))
-    for cat, parts in polys.items():
-        if parts:
-            color = palette.CATEGORY.get(cat, "#888")
-            fig.add_trace(go.Scatter(**_joined(parts), fill="toself", mode="lines", line={"width": 0.5, "color": color}, fillcolor=color, opacity=0.75, name=cat, hoverinfo="skip"))
+    row_y, rank_y, ticks = rows_of(data)
+    fig = base_figure(uirevision=uirevision, height=int(120 + 26 * (ticks[-1][0] + 1)))
+    _bubbles(fig, data, row_y)
+    _spread(fig, data, row_y)
+    _connectors(fig, data, row_y)
+    _bars(fig, data, row_y)
     _p2p(fig, data, rank_y)
-    _markers(fig, data, stage_y)
-    if selected_op:
-        _highlight(fig, data, stage_y, rank_y, expanded, selected_op)
+    _anomalies(fig, data, row_y)
+    if selected:
+        _highlight(fig, data, row_y, selected)
     fig.update_yaxes(tickvals=[t[0] for t in ticks], ticktext=[t[1] for t in ticks], autorange="reversed", showgrid=False, zeroline=False, fixedrange=True)
     fig.update_xaxes(title=f"time since job start (ms) · step {data['step']}", range=data["window_ms"], showgrid=True)
-    fig.update_layout(dragmode="zoom", hovermode="closest", margin={"l": 80, "t": 40}, legend={"font": {"size": 10}, "y": 1.0, "yanchor": "bottom"})
+    fig.update_layout(barmode="overlay", dragmode="zoom", hovermode="closest", margin={"l": 90, "t": 40}, legend={"font": {"size": 10}, "y": 1.0, "yanchor": "bottom"})
     return fig
 
 
-def _median_device(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per band, the median device's start and end (what the stage row draws)."""
-    mid = starts.shape[1] // 2
-    return np.sort(starts, axis=1)[:, mid], np.sort(ends, axis=1)[:, mid]
+def _arrays(st: dict[str, Any], key: str) -> np.ndarray:
+    return np.asarray(st[key], dtype=np.float64).reshape(len(st[key]), len(st["rows"]))
 
 
 def _joined(parts: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, np.ndarray]:
@@ -93,28 +80,99 @@ def _rects(a: np.ndarray, b: np.ndarray, y: float | np.ndarray, half: float = HA
     return xs, ys
 
 
-def _bands(starts: np.ndarray, ends: np.ndarray, ys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """One polygon per band (row of ``starts``/``ends``, one column per device at height ``ys``): down the left
-    edges on each device, back up the right edges, closed, NaN-separated."""
-    n = len(starts)
-    edge_y = np.column_stack([ys - HALF, ys + HALF]).ravel()
-    left_x = np.repeat(starts, 2, axis=1)
-    right_x = np.repeat(ends, 2, axis=1)[:, ::-1]
-    gap = np.full((n, 1), np.nan)
-    xs = np.hstack([left_x, right_x, starts[:, :1], gap]).ravel()
-    row_y = np.r_[edge_y, edge_y[::-1], edge_y[0], np.nan]
-    return xs, np.tile(row_y, n)
+def _trapezoids(starts: np.ndarray, ends: np.ndarray, ys: list[float]) -> tuple[np.ndarray, np.ndarray]:
+    """Per band (row of ``starts``/``ends``) and pair of neighbouring rows, the trapezoid from the bottom of one
+    row's bar to the top of the next's."""
+    xs, yv = [], []
+    for i in range(len(ys) - 1):
+        a, b = ys[i] + HALF, ys[i + 1] - HALF
+        n = len(starts)
+        gap = np.full(n, np.nan)
+        xs.append(np.column_stack([starts[:, i], ends[:, i], ends[:, i + 1], starts[:, i + 1], starts[:, i], gap]).ravel())
+        yv.append(np.tile([a, a, b, b, a, np.nan], n))
+    return (np.concatenate(xs), np.concatenate(yv)) if xs else (np.array([]), np.array([]))
 
 
-def _bubbles(fig: go.Figure, data: dict[str, Any], stage_y: dict[int, float], rank_y: dict[int, float], expanded: bool) -> None:
+def _bubbles(fig: go.Figure, data: dict[str, Any], row_y: list[list[float]]) -> None:
     parts = []
-    for st in data["stages"]:
-        for rank, gaps in zip(st["ranks"], st["bubbles"], strict=True):
+    for st, ys in zip(data["stages"], row_y, strict=True):
+        for y, gaps in zip(ys, st["bubbles"], strict=True):
             if gaps:
                 span = np.asarray(gaps, dtype=np.float64)
-                parts.append(_rects(span[:, 0], span[:, 1], rank_y[rank] if expanded else stage_y[st["stage"]], half=HALF * 1.25))
+                parts.append(_rects(span[:, 0], span[:, 1], y, half=HALF * 1.25))
     if parts:
         fig.add_trace(go.Scatter(**_joined(parts), fill="toself", mode="none", fillcolor="rgba(189,189,189,0.35)", fillpattern={"shape": "/", "fgcolor": "#9e9e9e", "size": 6}, name="bubble (no compute)", hoverinfo="skip"))
+
+
+def _spread(fig: go.Figure, data: dict[str, Any], row_y: list[list[float]]) -> None:
+    """Behind each band of a folded row: from its devices' earliest start to their latest end (where that is
+    wider than the bar by a pixel or more)."""
+    parts = []
+    pixel = (data["window_ms"][1] - data["window_ms"][0]) / 2000
+    for st, ys in zip(data["stages"], row_y, strict=True):
+        if not len(st["start"]):
+            continue
+        lo, hi = _arrays(st, "lo"), _arrays(st, "hi")
+        wider = (hi - lo) - (_arrays(st, "end") - _arrays(st, "start")) > pixel
+        for j, (row, y) in enumerate(zip(st["rows"], ys, strict=True)):
+            if len(row["ranks"]) > 1 and wider[:, j].any():
+                parts.append(_rects(lo[wider[:, j], j], hi[wider[:, j], j], y, half=HALF * 1.15))
+    if parts:
+        fig.add_trace(go.Scatter(**_joined(parts), fill="toself", mode="none", fillcolor="rgba(120,144,156,0.3)", name="spread over the row's devices", hoverinfo="skip"))
+
+
+def _connectors(fig: go.Figure, data: dict[str, Any], row_y: list[list[float]]) -> None:
+    polys: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+    for st, ys in zip(data["stages"], row_y, strict=True):
+        if len(ys) < 2 or not len(st["start"]):
+            continue
+        starts, ends = _arrays(st, "start"), _arrays(st, "end")
+        cats = np.array(st["category"], dtype=object)
+        for cat in dict.fromkeys(st["category"]):
+            polys.setdefault(cat, []).append(_trapezoids(starts[cats == cat], ends[cats == cat], ys))
+    for cat, parts in polys.items():
+        color = palette.CATEGORY.get(cat, "#888")
+        fig.add_trace(go.Scatter(**_joined(parts), fill="toself", mode="none", fillcolor=color, opacity=0.35, legendgroup=cat, showlegend=False, hoverinfo="skip"))
+
+
+def _bars(fig: go.Figure, data: dict[str, Any], row_y: list[list[float]]) -> None:
+    """One bar per band and row, a trace per category: hover names the operator, the row's time, the spread and
+    the slowest device; customdata = (operator, stage, the instance's middle in ms)."""
+    cols: dict[str, dict[str, list[Any]]] = {}
+    for st, ys in zip(data["stages"], row_y, strict=True):
+        if not len(st["start"]):
+            continue
+        starts, ends, lo, hi = _arrays(st, "start"), _arrays(st, "end"), _arrays(st, "lo"), _arrays(st, "hi")
+        slow_rank, slow_ms = _arrays(st, "slow_rank"), _arrays(st, "slow_ms")
+        mid = (lo.min(axis=1) + hi.max(axis=1)) / 2
+        for i, cat in enumerate(st["category"]):
+            c = cols.setdefault(cat, {"base": [], "x": [], "y": [], "custom": [], "text": []})
+            name = short_name(st["label"][i], 48)
+            for j, (row, y) in enumerate(zip(st["rows"], ys, strict=True)):
+                c["base"].append(starts[i, j])
+                c["x"].append(ends[i, j] - starts[i, j])
+                c["y"].append(y)
+                c["custom"].append([st["operator"][i], st["stage"], round(float(mid[i]), 4)])
+                many = f" (devices {lo[i, j]:.2f}–{hi[i, j]:.2f})" if len(row["ranks"]) > 1 else ""
+                c["text"].append(f"{name} · {cat}<br>{row['label']}: {ends[i, j] - starts[i, j]:.3f} ms{many}<br>slowest rank {int(slow_rank[i, j])}: {slow_ms[i, j]:.3f} ms")
+    for cat, c in cols.items():
+        color = palette.CATEGORY.get(cat, "#888")
+        fig.add_trace(
+            go.Bar(
+                orientation="h",
+                base=compact(c["base"]),
+                x=compact(c["x"]),
+                y=np.array(c["y"], dtype=np.float32),
+                width=2 * HALF,
+                marker={"color": color, "line": {"width": 0}},
+                opacity=0.85,
+                customdata=np.array(c["custom"], dtype=object),
+                hovertext=np.array(c["text"], dtype=object),
+                hovertemplate="%{hovertext}<extra></extra>",
+                name=cat,
+                legendgroup=cat,
+            )
+        )
 
 
 def _p2p(fig: go.Figure, data: dict[str, Any], rank_y: dict[int, float]) -> None:
@@ -130,39 +188,41 @@ def _p2p(fig: go.Figure, data: dict[str, Any], rank_y: dict[int, float]) -> None
                 wx += [p["recv_start_ms"], p["recv_start_ms"] + p["wait_ms"], None]
                 wy += [rank_y[p["dst"]], rank_y[p["dst"]], None]
     if lx:
-        fig.add_trace(go.Scatter(x=lx, y=ly, mode="lines", line={"color": "#37474f", "width": 1.2}, name="send → recv (micro-batch)", hoverinfo="skip"))
+        fig.add_trace(go.Scatter(x=compact(np.array(lx, dtype=np.float64)), y=np.array(ly, dtype=np.float64), mode="lines", line={"color": "#37474f", "width": 1}, opacity=0.6, name="send → recv (micro-batch)", hoverinfo="skip"))
     if wx:
-        fig.add_trace(go.Scatter(x=wx, y=wy, mode="lines", line={"color": palette.WAIT, "width": 4}, name="receiver waiting", hoverinfo="skip"))
+        fig.add_trace(go.Scatter(x=compact(np.array(wx, dtype=np.float64)), y=np.array(wy, dtype=np.float64), mode="lines", line={"color": palette.WAIT, "width": 4}, name="receiver waiting", hoverinfo="skip"))
 
 
-def _markers(fig: go.Figure, data: dict[str, Any], stage_y: dict[int, float]) -> None:
-    """One clickable marker per band on its stage row (hover names the operator; click selects it)."""
-    xs, ys, custom, text, colors = [], [], [], [], []
-    for st in data["stages"]:
-        if not len(st["start"]):
-            continue
-        starts, ends = np.asarray(st["start"], dtype=np.float64), np.asarray(st["end"], dtype=np.float64)
-        med_s, med_e = _median_device(starts, ends)
-        first, last = starts.min(axis=1), ends.max(axis=1)
-        xs.append((med_s + med_e) / 2)
-        ys += [stage_y[st["stage"]]] * len(starts)
-        for i, cat in enumerate(st["category"]):
-            custom.append([st["operator"][i], st["stage"]])
-            text.append(f"{short_name(st['label'][i], 70)}<br>{cat} · stage {st['stage']}<br>devices: {first[i]:.3f}–{last[i]:.3f} ms")
-            colors.append(palette.CATEGORY.get(cat, "#888"))
-    marker = {"size": 7, "color": np.array(colors, dtype=object), "line": {"width": 0.5, "color": "#fff"}, "opacity": 0.9}
-    fig.add_trace(go.Scatter(x=compact(np.concatenate(xs)), y=np.array(ys, dtype=np.float32), mode="markers", marker=marker, customdata=np.array(custom, dtype=object), text=np.array(text, dtype=object), hovertemplate="%{text}<extra></extra>", name="operator", showlegend=False))
+def _anomalies(fig: go.Figure, data: dict[str, Any], row_y: list[list[float]]) -> None:
+    """The paper's anomaly marks: a red mark at the left of each row holding an anomalous device, and a red
+    outline around the row."""
+    ys, text = [], []
+    x0 = data["window_ms"][0]
+    for st, rows in zip(data["stages"], row_y, strict=True):
+        for row, y in zip(st["rows"], rows, strict=True):
+            if row["anomalous"]:
+                ys.append(y)
+                text.append(f"anomalous: rank {', '.join(map(str, row['anomalous']))} (stage {st['stage']}): its compute time stands out from its stage's devices")
+                fig.add_shape(type="rect", xref="paper", x0=0, x1=1, y0=y - 0.5, y1=y + 0.5, line={"color": ANOMALY, "width": 1.5}, fillcolor="rgba(198,40,40,0.06)", layer="below")
+    if ys:
+        fig.add_trace(go.Scatter(x=[x0] * len(ys), y=ys, mode="markers", marker={"symbol": "triangle-right", "size": 13, "color": ANOMALY}, hovertext=text, hovertemplate="%{hovertext}<extra></extra>", name="anomalous device", cliponaxis=False))
 
 
-def _highlight(fig: go.Figure, data: dict[str, Any], stage_y: dict[int, float], rank_y: dict[int, float], expanded: bool, op: str) -> None:
+def _highlight(fig: go.Figure, data: dict[str, Any], row_y: list[list[float]], selected: tuple[Any, ...]) -> None:
+    op, stage, at = (*selected, None, None)[:3]
     parts = []
-    for st in data["stages"]:
-        mine = np.array([name == op for name in st["operator"]], dtype=bool)
-        if not mine.any():
+    for st, ys in zip(data["stages"], row_y, strict=True):
+        if stage is not None and st["stage"] != stage:
             continue
-        starts, ends = np.asarray(st["start"], dtype=np.float64)[mine], np.asarray(st["end"], dtype=np.float64)[mine]
-        if expanded:
-            parts.append(_bands(starts, ends, np.array([rank_y[r] for r in st["ranks"]], dtype=np.float64)))
-        parts.append(_rects(starts.min(axis=1), ends.max(axis=1), stage_y[st["stage"]], half=HALF * 1.3))
+        mine = np.flatnonzero([name == op for name in st["operator"]])
+        if not len(mine):
+            continue
+        starts, ends = _arrays(st, "start")[mine], _arrays(st, "end")[mine]
+        if at is not None:
+            far = np.maximum(np.maximum(starts.min(axis=1) - at, at - ends.max(axis=1)), 0.0)
+            keep = [int(np.argmin(far))]
+            starts, ends = starts[keep], ends[keep]
+        for j, y in enumerate(ys):
+            parts.append(_rects(starts[:, j], ends[:, j], y, half=HALF * 1.3))
     if parts:
-        fig.add_trace(go.Scatter(**_joined(parts), mode="lines", line={"color": palette.HIGHLIGHT, "width": 2}, name="selected operator", hoverinfo="skip"))
+        fig.add_trace(go.Scatter(**_joined(parts), mode="lines", line={"color": palette.HIGHLIGHT, "width": 2.5}, name="selected operator", hoverinfo="skip"))

@@ -44,7 +44,7 @@ def layout() -> html.Div:
                             className="pd-toolbar",
                             children=[
                                 html.Button("◀ back", id=ids.MAREY_BACK, className="pd-button"),
-                                dcc.Checklist(id=ids.MAREY_EXPAND, options=[{"label": " devices", "value": "devices"}], value=["devices"], inline=True),
+                                dcc.Checklist(id=ids.MAREY_EXPAND, options=[{"label": " all devices", "value": "devices"}], value=[], inline=True),
                             ],
                         ),
                         dcc.Store(id=ids.ZOOM_STACK, data=[]),

@@ -1,0 +1,149 @@
+"""Marey's graph, the execution-flow graph and the communication matrix: the analysis model they draw, the view
+data (folding, windows, expansion) and the pure figure builders."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from paradiag.analysis import marey as model
+from paradiag.app.figures.marey import marey_figure
+
+SAMPLES = "sample_traces"
+
+
+def _open(name: str) -> Any:
+    import paradiag
+
+    return paradiag.open(f"{SAMPLES}/{name}")
+
+
+# ---- the Marey model ----
+
+
+def test_instance_matrix_pairs_the_nth_occurrence_of_each_operator_on_every_device() -> None:
+    # device 0 runs gemm, send, gemm; device 1 runs gemm, gemm, send and an extra op only it has.
+    column = np.array([0, 0, 0, 1, 1, 1, 1])
+    name = np.array([0, 1, 0, 0, 0, 1, 2])
+    start = np.array([10, 20, 30, 11, 21, 40, 50])
+    idx = model.instance_matrix(column, name, start, 2)
+    assert idx.tolist() == [[0, 3], [2, 4], [1, 5]]  # gemm#0, gemm#1, send#0 in order of median start; op 2 dropped
+    assert model.instance_matrix(column[:0], name[:0], start[:0], 2).shape == (0, 2)
+
+
+def _stage(devices: int, bands: int = 20, slow: dict[int, float] | None = None, late: dict[int, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """bands x devices start/end: each band 10 long every 100; ``slow`` stretches a device's bands, ``late``
+    shifts them."""
+    start = np.tile(np.arange(bands)[:, None] * 100, (1, devices)).astype(np.int64)
+    dur = np.full((bands, devices), 10.0)
+    for c, factor in (slow or {}).items():
+        dur[:, c] *= factor
+    for c, shift in (late or {}).items():
+        start[:, c] += shift
+    return start, start + dur.astype(np.int64)
+
+
+def test_fold_rows_keeps_an_anomalous_device_single_and_folds_the_rest() -> None:
+    start, end = _stage(12, slow={7: 1.5})
+    compute = np.ones(len(start), dtype=bool)
+    rows = model.fold_rows(start, end, compute, [f"rank {c}" for c in range(12)], [c // 4 for c in range(12)], 2000)
+    assert [(r.kind, r.members, r.anomalous) for r in rows] == [("stage", [c for c in range(12) if c != 7], []), ("device", [7], [7])]
+
+
+def test_fold_rows_gives_a_late_mesh_group_its_own_row_and_opens_groups_on_demand() -> None:
+    start, end = _stage(12, late=dict.fromkeys((4, 5, 6, 7), 60))
+    compute = np.ones(len(start), dtype=bool)
+    names, groups = [f"rank {c}" for c in range(12)], [c // 4 for c in range(12)]
+    rows = model.fold_rows(start, end, compute, names, groups, 1000)
+    assert [(r.kind, r.members) for r in rows] == [("stage", [0, 1, 2, 3, 8, 9, 10, 11]), ("group", [4, 5, 6, 7])]
+    by_group = model.fold_rows(start, end, compute, names, groups, 1000, expand="groups")
+    assert [r.kind for r in by_group] == ["group", "group", "group"]
+    opened = model.fold_rows(start, end, compute, names, groups, 1000, opened=frozenset({2}))
+    assert [r.members for r in opened if r.kind == "device"] == [[8], [9], [10], [11]]
+    assert len(model.fold_rows(start, end, compute, names, groups, 1000, expand="devices")) == 12
+
+
+def test_fold_rows_marks_the_findings_culprits_and_a_whole_stage_stays_folded() -> None:
+    start, end = _stage(6)
+    compute = np.ones(len(start), dtype=bool)
+    names, groups = [f"rank {c}" for c in range(6)], list(range(6))
+    kept = model.fold_rows(start, end, compute, names, groups, 2000, keep=frozenset({2}))
+    assert [(r.kind, r.members, r.anomalous) for r in kept][-1] == ("device", [2], [2])
+    whole = model.fold_rows(start, end, compute, names, groups, 2000, keep=frozenset(range(6)))
+    assert [(r.kind, r.anomalous) for r in whole] == [("stage", list(range(6)))]
+
+
+@pytest.mark.parametrize(
+    ("lo", "hi", "visible"),
+    [
+        (250, 250, []),  # an empty window
+        (10_000, 20_000, []),  # a window after the step
+        (-500, -100, []),  # ... and before it
+        (15, 95, []),  # inside the step, between two bands: no band overlaps it
+        (95, 105, [1]),  # one band
+        (0, 2000, list(range(20))),
+    ],
+)
+def test_merge_bands_on_any_window(lo: int, hi: int, visible: list[int]) -> None:
+    start, end = _stage(3)
+    shown, group = model.merge_bands(start, end, ["compute"] * 20, lo, hi, 0.001)
+    assert shown.tolist() == visible and len(group) == len(visible)
+    assert model.merged(start[shown], group, "min").shape == (len(set(group.tolist())), 3)
+
+
+def test_merge_bands_merges_close_neighbours_of_one_category_only() -> None:
+    start, end = _stage(2, bands=4)
+    _shown, group = model.merge_bands(start, end, ["compute", "compute", "send", "compute"], 0, 400, 0.5)
+    assert group.tolist() == [0, 0, 1, 2]
+
+
+# ---- view data on the samples ----
+
+
+def test_marey_window_with_no_band_of_a_stage_in_it() -> None:
+    """Issue 10: /?job=sample:npu_pangu_pipeline_stage_imbalance&step=1&t=3.553,3.603 raised in merge_bands."""
+    from paradiag.app.data.common import origin_ns
+    from paradiag.app.data.marey import marey_data
+
+    job = _open("npu_pangu_pipeline_stage_imbalance")
+    t0 = origin_ns(job)
+    for a, b in ((3.553, 3.603), (1e6, 1e6 + 1), (5.0, 5.0)):
+        data = marey_data(job, 1, (t0 + int(a * 1e6), t0 + int(b * 1e6)))
+        assert len(data["stages"]) == 4
+        marey_figure(data)  # draws (or says there is nothing) without raising
+    one = marey_data(job, 1, None)["stages"][0]
+    assert len(one["start"]) >= 1 and len(one["start"][0]) == len(one["rows"])
+
+
+def test_marey_marks_the_slow_rank_of_gpu_llm_slow_rank() -> None:
+    from paradiag.app.data.common import slowest_step
+    from paradiag.app.data.marey import marey_data
+
+    job = _open("gpu_llm_slow_rank")
+    fig = marey_figure(marey_data(job, slowest_step(job), None))
+    marks = next(t for t in fig.data if t.name == "anomalous device")
+    assert any("rank 5" in text for text in marks.hovertext)
+    ticks = list(fig.layout.yaxis.ticktext)
+    assert [t for t in ticks if "⚠" in t] == [next(t for t in ticks if "rank 5" in t)]
+
+
+def test_marey_bars_answer_the_mouse_and_a_click_outlines_one_instance() -> None:
+    from paradiag.app.data.common import slowest_step
+    from paradiag.app.data.marey import marey_data
+
+    job = _open("gpu_llm_slow_rank")
+    data = marey_data(job, slowest_step(job), None)
+    fig = marey_figure(data)
+    bars = [t for t in fig.data if t.type == "bar"]
+    assert {t.name for t in bars} >= {"compute", "send", "recv"}
+    compute = next(t for t in bars if t.name == "compute")
+    assert "slowest rank" in compute.hovertext[0] and len(compute.customdata[0]) == 3
+    op, stage, at = compute.customdata[0]
+    every = marey_figure(data, selected=(op, stage, None))
+    one = marey_figure(data, selected=(op, stage, at))
+    outline = next(t for t in one.data if t.name == "selected operator")
+    rows = sum(len(st["rows"]) for st in data["stages"] if st["stage"] == stage)
+    assert np.isnan(np.asarray(outline.x, dtype=float)).sum() == rows  # one rectangle per row of that one band
+    assert len(next(t for t in every.data if t.name == "selected operator").x) >= len(outline.x)
