@@ -36,6 +36,8 @@ FLOW_EXPAND = "flow-expand"
 COMM_MATRIX = "comm-matrix"
 COMM_METRIC = "comm-metric"
 COMM_INSTANCES = "comm-instances"
+COMM_DRILL = "comm-drill"  # the blocks of the matrix opened, per job
+COMM_UP = "comm-up"
 
 BASELINE_PICKER = "baseline-picker"
 COMPARE_SUMMARY = "compare-summary"

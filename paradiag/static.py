@@ -121,7 +121,7 @@ def _job_subtitle(report: dict[str, Any]) -> str:
 def render_snapshot(job: Job, report: dict[str, Any]) -> str:
     """The snapshot page of one job: summary, findings, heatmap, Marey graph and timeline of the slowest step,
     stage and rank tables, communication matrix."""
-    from paradiag.app.data.comm import as_grid, matrix
+    from paradiag.app.data.comm import view
     from paradiag.app.data.common import diagnosis, slowest_step, step_span
     from paradiag.app.data.marey import marey_data
     from paradiag.app.data.overview import METRICS, heatmap_rows, overview
@@ -145,9 +145,7 @@ def render_snapshot(job: Job, report: dict[str, Any]) -> str:
         sections.append((f"Timeline of step {step} (ranks {_rank_list(ranks)})", _figure(timeline_figure(data))))
     sections.append(("Pipeline stages", _stage_table(d.stage_metrics)))
     sections.append(("Ranks", _rank_table(report)))
-    comm = matrix(job)
-    grid = as_grid(comm, "bandwidth")
-    sections.append(("Communication matrix (bandwidth)", _figure(comm_figure(*grid, "bandwidth", comm["source"]))))
+    sections.append(("Communication matrix (how much slower each link is than comparable links)", _figure(comm_figure(view(job), "slowness"))))
     return _page(f"paradiag: {report['job']['source']}", _job_subtitle(report), sections)
 
 

@@ -6,7 +6,6 @@ import math
 from typing import Any
 
 from paradiag.app import palette
-from paradiag.app.figures.comm import comm_figure
 from paradiag.app.figures.common import segments, short_name
 from paradiag.app.figures.flow import flow_figure
 from paradiag.app.figures.heatmap import heatmap_figure
@@ -90,14 +89,6 @@ def test_flow_colours_by_time_or_imbalance_and_rings_the_selection() -> None:
     by_imbalance = flow_figure(data, "imbalance", selected=("gemm", 0))
     assert list(next(t for t in by_imbalance.data if t.name == "operators").marker.color) == [1.5, 1.1]
     assert "selected" in [t.name for t in by_imbalance.data]
-
-
-def test_comm_matrix_puts_senders_on_rows() -> None:
-    z = [[None, 5.0], [1.0, None]]
-    fig = comm_figure([0, 1], z, [["", "0→1"], ["1→0", ""]], "bandwidth", "test", selected=[0, 1])
-    assert [list(r) for r in fig.data[0].z] == [[None, 5.0], [1.0, None]]
-    assert fig.data[0].reversescale is True  # slow links are the hot ones
-    assert fig.layout.shapes[0].x0 == 0.5 and fig.layout.shapes[0].y0 == -0.5
 
 
 def test_flow_rings_only_the_node_of_the_clicked_instance() -> None:

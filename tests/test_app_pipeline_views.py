@@ -147,3 +147,41 @@ def test_marey_bars_answer_the_mouse_and_a_click_outlines_one_instance() -> None
     rows = sum(len(st["rows"]) for st in data["stages"] if st["stage"] == stage)
     assert np.isnan(np.asarray(outline.x, dtype=float)).sum() == rows  # one rectangle per row of that one band
     assert len(next(t for t in every.data if t.name == "selected operator").x) >= len(outline.x)
+
+
+# ---- the communication matrix ----
+
+
+def test_slowness_rates_a_link_against_comparable_links() -> None:
+    from paradiag.app.data.comm import slowness
+
+    cells = [{"src": a, "dst": a + 1, "link_type": "HCCS", "bytes": 2**30, "instances": 8, "bandwidth_gbps": 100.0} for a in range(4)]
+    cells[2] = dict(cells[2], bandwidth_gbps=25.0)
+    cells.append({"src": 0, "dst": 4, "link_type": "RDMA", "bytes": 2**20, "instances": 8, "bandwidth_gbps": 10.0})  # alone in its class
+    assert slowness(cells) == [1.0, 1.0, 4.0, 1.0, 1.0]
+
+
+def test_matrix_colours_the_slow_link_of_npu_slow_link() -> None:
+    from paradiag.app.data.comm import view
+    from paradiag.app.figures.comm import comm_figure
+
+    data = view(_open("npu_slow_link"))
+    z = np.array([[np.nan if v is None else v for v in row] for row in data["cells"]["slowness"]])
+    i, j = np.unravel_index(np.nanargmax(z), z.shape)
+    assert (data["src"][i]["label"], data["dst"][j]["label"]) == ("1", "2") and z[i, j] > 3
+    fig = comm_figure(data, "slowness", selected=[1, 2])
+    assert fig.data[0].zmin == 1.0 and fig.layout.shapes[0].x0 == j - 0.5 and fig.layout.shapes[0].y0 == i - 0.5
+
+
+def test_matrix_aggregates_above_its_size_and_opens_a_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    from paradiag.app.data import comm
+
+    monkeypatch.setattr(comm, "MAX_GROUPS", 2)
+    job = _open("gpu_llm_slow_rank")  # 8 ranks, two pipeline stages
+    top = comm.view(job)
+    assert top["level"] == "stage" and [g["label"] for g in top["src"]] == ["s0", "s1"]
+    whole = comm.matrix(job)
+    assert sum(v for row in top["cells"]["bytes"] for v in row if v is not None) == pytest.approx(sum(c["bytes"] for c in whole["cells"]) / 2**20, rel=1e-3)
+    s0 = top["src"][0]["ranks"]
+    opened = comm.view(job, s0, s0)
+    assert opened["level"] == "rank" and [g["label"] for g in opened["src"]] == [str(r) for r in s0]

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import plotly.graph_objects as go
-from dash import Dash, Input, Output, State, html, no_update
+from dash import Dash, Input, Output, State, ctx, html, no_update
 
 from paradiag.app import context, ids
-from paradiag.app.data.comm import as_grid, link_instances, matrix
+from paradiag.app.data.comm import METRICS, link_instances, view
 from paradiag.app.data.common import origin_ns
 from paradiag.app.data.flow import flow_data
 from paradiag.app.data.marey import marey_data, p2p_pairs
@@ -42,19 +42,48 @@ def render_flow(sel: dict[str, Any] | None, color_by: str, expand: list[str] | N
     return flow_figure(data, color_by, p2p_pairs(job, sel["step"]), selected)
 
 
-def render_comm(sel: dict[str, Any] | None, metric: str) -> go.Figure:
+def _drilled(drill: dict[str, Any] | None, job: str) -> dict[str, Any]:
+    """The block of the matrix opened last for this job (``{}``: the whole job)."""
+    path = (drill or {}).get("path") or []
+    return path[-1] if path and (drill or {}).get("job") == job else {}
+
+
+def render_comm(sel: dict[str, Any] | None, metric: str, drill: dict[str, Any] | None = None) -> Any:
     if not sel or not sel.get("job"):
         return no_update
-    data = matrix(context.job(sel["job"]))
-    ranks, z, hover = as_grid(data, metric)
+    opened = _drilled(drill, sel["job"])
+    data = view(context.job(sel["job"]), opened.get("src"), opened.get("dst"))
     selected = sel.get("ranks") if sel.get("collective") else None
-    return comm_figure(ranks, z, hover, metric, data["source"], selected)
+    return comm_figure(data, metric if metric in METRICS else "slowness", selected)
+
+
+def drill_comm(click: dict[str, Any] | None, _up: int | None, drill: dict[str, Any] | None, sel: dict[str, Any] | None) -> Any:
+    """A click on a block (stage or node) opens it; "up" goes back one level."""
+    if not sel or not sel.get("job"):
+        return no_update
+    path = list((drill or {}).get("path") or []) if (drill or {}).get("job") == sel["job"] else []
+    if ctx.triggered_id == ids.COMM_UP:
+        return {"job": sel["job"], "path": path[:-1]}
+    if not click:
+        return no_update
+    opened = path[-1] if path else {}
+    data = view(context.job(sel["job"]), opened.get("src"), opened.get("dst"))
+    if data["level"] == "rank":
+        return no_update
+    point = click["points"][0]
+    src = next((g["ranks"] for g in data["src"] if g["label"] == str(point["y"])), None)
+    dst = next((g["ranks"] for g in data["dst"] if g["label"] == str(point["x"])), None)
+    if src is None or dst is None:
+        return no_update
+    return {"job": sel["job"], "path": [*path, {"src": src, "dst": dst}]}
 
 
 def comm_instances(click: dict[str, Any] | None, sel: dict[str, Any] | None) -> Any:
     if not click or not sel or not sel.get("job"):
         return no_update
     point = click["points"][0]
+    if not (str(point["y"]).isdigit() and str(point["x"]).isdigit()):
+        return html.P(f"{point['y']} → {point['x']} opened: click a link between two ranks for its instances", className="pd-help")
     src, dst = int(point["y"]), int(point["x"])
     rows = link_instances(context.job(sel["job"]), src, dst)
     if not rows:
@@ -67,5 +96,6 @@ def comm_instances(click: dict[str, Any] | None, sel: dict[str, Any] | None) -> 
 def register(app: Dash) -> None:
     app.callback(Output(ids.MAREY, "figure"), Output(ids.MAREY_EXPAND, "options"), Input(ids.SELECTION, "data"), Input(ids.MAREY_EXPAND, "value"))(render_marey)
     app.callback(Output(ids.FLOW, "figure"), Input(ids.SELECTION, "data"), Input(ids.FLOW_COLOR, "value"), Input(ids.FLOW_EXPAND, "value"))(render_flow)
-    app.callback(Output(ids.COMM_MATRIX, "figure"), Input(ids.SELECTION, "data"), Input(ids.COMM_METRIC, "value"))(render_comm)
+    app.callback(Output(ids.COMM_MATRIX, "figure"), Input(ids.SELECTION, "data"), Input(ids.COMM_METRIC, "value"), Input(ids.COMM_DRILL, "data"))(render_comm)
+    app.callback(Output(ids.COMM_DRILL, "data"), Input(ids.COMM_MATRIX, "clickData"), Input(ids.COMM_UP, "n_clicks"), State(ids.COMM_DRILL, "data"), State(ids.SELECTION, "data"))(drill_comm)
     app.callback(Output(ids.COMM_INSTANCES, "children"), Input(ids.COMM_MATRIX, "clickData"), State(ids.SELECTION, "data"))(comm_instances)

@@ -104,6 +104,8 @@ def _operator_click(sel: dict[str, Any], click: dict[str, Any]) -> dict[str, Any
 def _comm_click(sel: dict[str, Any], click: dict[str, Any]) -> dict[str, Any]:
     """A link: its slowest collective instance is selected (its ranks, step and a window around it)."""
     point = click["points"][0]
+    if not (str(point["y"]).isdigit() and str(point["x"]).isdigit()):
+        return sel  # a block of ranks (stage or node): the matrix opens it
     found = link_instances(context.job(sel["job"]), int(point["y"]), int(point["x"]), top=1)
     if not found:
         return sel

@@ -2,7 +2,10 @@
 
 Per-link figures come from the trace's own link table when it has one (Ascend communication matrices: bytes and
 transit time per link and transport), else from the analysis report's matrix (ring model over collectives, plus
-send/recv pairs).
+send/recv pairs). Each link is rated against comparable links (same transport, transfers of a similar size): its
+slowness is their median bandwidth over its own, so a slow link stands out whatever its kind of traffic. Above
+MAX_GROUPS ranks the matrix is drawn by pipeline stage or by node (the coarsest that fits), each block showing its
+worst link; a click on a block opens its members.
 """
 
 from __future__ import annotations
@@ -16,13 +19,14 @@ import pyarrow.compute as pc
 from paradiag.app import store
 from paradiag.app.data import collectives
 from paradiag.app.data.common import origin_ns
+from paradiag.app.data.mesh import mesh_of
 from paradiag.app.data.overview import report
 from paradiag.dataset import Job
 
 
 def matrix(job: Job) -> dict[str, Any]:
     """``{"ranks", "cells": [{src, dst, link_type, bytes, time_ns, bandwidth_gbps, instances}], "source"}``."""
-    return store.memo("comm-matrix", job.content_hash, 1, lambda: _matrix(job))
+    return store.memo("comm-matrix", job.content_hash, 2, lambda: _matrix(job))
 
 
 def _matrix(job: Job) -> dict[str, Any]:
@@ -38,7 +42,117 @@ def _matrix(job: Job) -> dict[str, Any]:
     else:
         cells = list(report(job)["metrics"].get("communication_matrix") or [])
         source = "collectives (ring model) and send/recv pairs"
-    return {"ranks": job.rank_ids, "cells": cells, "source": source}
+    return {"ranks": job.rank_ids, "cells": cells, "source": source, "slowness": slowness(cells, _dimensions(job, cells))}
+
+
+MAX_GROUPS = 64  # rows (and columns) the matrix is drawn with at most
+MIN_PEERS = 3  # comparable links needed to rate a link against them (else: against its transport alone)
+METRICS = {"slowness": "× slower than comparable links", "bandwidth": "GB/s", "bytes": "MiB", "time": "ms"}
+
+
+def slowness(cells: list[dict[str, Any]], dimension: dict[tuple[int, int], str] | None = None) -> list[float | None]:
+    """Per link: the median bandwidth of comparable links over its own. Comparable: the same transport and
+    parallel dimension (``dimension``: (src, dst) -> "pp", "dp", "tp"...) and a mean transfer within a factor of
+    two; with fewer than MIN_PEERS such links, the same transport and dimension."""
+    dimension = dimension or {}
+    bw = np.array([c["bandwidth_gbps"] or np.nan for c in cells], dtype=np.float64)
+    by_class: dict[Any, list[int]] = {}
+    by_type: dict[Any, list[int]] = {}
+    keys = []
+    for i, c in enumerate(cells):
+        kind = (c["link_type"], dimension.get((c["src"], c["dst"]), ""))
+        size = int(np.round(np.log2(max(c["bytes"] / max(c["instances"], 1), 1.0))))
+        keys.append((kind, size))
+        by_class.setdefault((kind, size), []).append(i)
+        by_type.setdefault(kind, []).append(i)
+    out: list[float | None] = []
+    for i, (kind, size) in enumerate(keys):
+        peers = by_class[(kind, size)] if len(by_class[(kind, size)]) >= MIN_PEERS else by_type[kind]
+        ref = float(np.nanmedian(bw[peers])) if np.isfinite(bw[peers]).any() else np.nan
+        out.append(round(ref / bw[i], 3) if np.isfinite(ref) and bw[i] > 0 else None)
+    return out
+
+
+def _dimensions(job: Job, cells: list[dict[str, Any]]) -> dict[tuple[int, int], str]:
+    """The parallel dimension each link crosses: pipeline (its ends in different stages), tensor (same stage and
+    data-parallel index) or data."""
+    mesh = mesh_of(job)
+    out = {}
+    for c in cells:
+        a, b = c["src"], c["dst"]
+        if mesh.stage.get(a) != mesh.stage.get(b):
+            out[(a, b)] = "pp"
+        else:
+            out[(a, b)] = "tp" if mesh.dp.get(a) == mesh.dp.get(b) else "dp"
+    return out
+
+
+def levels(job: Job) -> list[dict[int, str]]:
+    """The ways to group ranks, coarsest first: by pipeline stage, by node, one by one."""
+    mesh = mesh_of(job)
+    hosts = dict(zip(job.ranks.column("rank").to_pylist(), job.ranks.column("host").to_pylist(), strict=True))
+    return [{r: f"s{mesh.stage.get(r, 0)}" for r in job.rank_ids}, {r: str(hosts.get(r) or "?") for r in job.rank_ids}, {r: str(r) for r in job.rank_ids}]
+
+
+def view(job: Job, src: list[int] | None = None, dst: list[int] | None = None) -> dict[str, Any]:
+    """The matrix between ``src`` and ``dst`` ranks (all by default), at the coarsest grouping that splits them
+    into at most MAX_GROUPS (single ranks when they are few): ``{"level", "src", "dst": [{"label", "ranks"}],
+    "cells": {metric: rows x columns}, "hover", "source"}``. The whole job's view is computed once."""
+    if src is None and dst is None:
+        return store.memo("comm-view", job.content_hash, 1, lambda: _view(job, job.rank_ids, job.rank_ids))
+    return _view(job, src or job.rank_ids, dst or job.rank_ids)
+
+
+def _view(job: Job, src: list[int], dst: list[int]) -> dict[str, Any]:
+    data = matrix(job)
+    stage, node, rank = levels(job)
+    level, rows, cols = "rank", _groups(src, rank), _groups(dst, rank)
+    for name, group in (("stage", stage), ("node", node)) if len(src) > MAX_GROUPS or len(dst) > MAX_GROUPS else ():
+        coarse, fine = _groups(src, group), _groups(dst, group)
+        if len(coarse) <= MAX_GROUPS and len(fine) <= MAX_GROUPS and (len(coarse) > 1 or len(fine) > 1):
+            level, rows, cols = name, coarse, fine
+            break
+    return {"level": level, "src": rows, "dst": cols, "source": data["source"], **_blocks(data["cells"], data["slowness"], rows, cols)}
+
+
+def _groups(ranks: list[int], group: dict[int, str]) -> list[dict[str, Any]]:
+    out: dict[str, list[int]] = {}
+    for r in ranks:
+        out.setdefault(group.get(r, str(r)), []).append(r)
+    return [{"label": k, "ranks": v} for k, v in out.items()]
+
+
+def _blocks(cells: list[dict[str, Any]], slow: list[float | None], rows: list[dict[str, Any]], cols: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each block's figures: bytes and busy time summed, bandwidth of the sums, the worst link's slowness."""
+    row_of = {r: i for i, g in enumerate(rows) for r in g["ranks"]}
+    col_of = {r: j for j, g in enumerate(cols) for r in g["ranks"]}
+    shape = (len(rows), len(cols))
+    total = {k: np.zeros(shape) for k in ("bytes", "time", "links", "instances")}
+    worst = np.full(shape, np.nan)
+    worst_link: dict[tuple[int, int], str] = {}
+    types: dict[tuple[int, int], set[str]] = {}
+    for c, s in zip(cells, slow, strict=True):
+        i, j = row_of.get(c["src"]), col_of.get(c["dst"])
+        if i is None or j is None:
+            continue
+        total["bytes"][i, j] += c["bytes"]
+        total["time"][i, j] += c["time_ns"]
+        total["links"][i, j] += 1
+        total["instances"][i, j] += c["instances"]
+        types.setdefault((i, j), set()).add(str(c["link_type"]))
+        if s is not None and not s <= worst[i, j]:
+            worst[i, j] = s
+            worst_link[(i, j)] = f"{c['src']} → {c['dst']}"
+    has = total["links"] > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bandwidth = np.where(has & (total["time"] > 0), total["bytes"] / total["time"], np.nan)
+    z = {"slowness": worst, "bandwidth": bandwidth, "bytes": np.where(has, total["bytes"] / 2**20, np.nan), "time": np.where(has, total["time"] / 1e6, np.nan)}
+    hover = [["" for _ in cols] for _ in rows]
+    for (i, j), kinds in types.items():
+        links = int(total["links"][i, j])
+        head = f"{rows[i]['label']} → {cols[j]['label']} ({', '.join(sorted(kinds))})" + (f" · {links} links, worst {worst_link.get((i, j), '-')}" if links > 1 else "")
+        hover[i][j] = f"{head}<br>{worst[i, j]:.2f}× slower than comparable links<br>{bandwidth[i, j]:.1f} GB/s · {z['bytes'][i, j]:.1f} MiB · {z['time'][i, j]:.2f} ms · {int(total['instances'][i, j])} transfers"
+    return {"cells": {k: [[None if not np.isfinite(v) else round(float(v), 3) for v in row] for row in m] for k, m in z.items()}, "hover": hover}
 
 
 def link_instances(job: Job, src: int, dst: int, top: int = 10) -> list[dict[str, Any]]:
@@ -77,18 +191,3 @@ def link_instances(job: Job, src: int, dst: int, top: int = 10) -> list[dict[str
             }
         )
     return out
-
-
-def as_grid(data: dict[str, Any], metric: str) -> tuple[list[int], list[list[float | None]], list[list[str]]]:
-    ranks = data["ranks"]
-    index = {r: i for i, r in enumerate(ranks)}
-    z: list[list[float | None]] = [[None] * len(ranks) for _ in ranks]
-    hover = [[""] * len(ranks) for _ in ranks]
-    for c in data["cells"]:
-        if c["src"] not in index or c["dst"] not in index:
-            continue
-        value = {"bandwidth": c["bandwidth_gbps"], "bytes": c["bytes"] / 2**20, "time": c["time_ns"] / 1e6}[metric]
-        i, j = index[c["src"]], index[c["dst"]]
-        z[i][j] = value if value is None else float(np.round(value, 3))
-        hover[i][j] = f"{c['src']} → {c['dst']} ({c['link_type']})<br>{c['bandwidth_gbps']} GB/s · {c['bytes'] / 2**20:.1f} MiB · {c['time_ns'] / 1e6:.2f} ms · {c['instances']} transfers"
-    return ranks, z, hover

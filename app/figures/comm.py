@@ -1,38 +1,48 @@
-"""The communication matrix: sender x receiver, coloured by bandwidth, bytes or busy time."""
+"""The communication matrix: sender x receiver (ranks, or blocks of them by stage or node), coloured by how much
+slower each link is than comparable links (or by bandwidth, bytes or busy time)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import plotly.graph_objects as go
 
 from paradiag.app import palette
 from paradiag.app.figures.common import base_figure, empty_figure
 
-LABELS = {"bandwidth": "GB/s", "bytes": "MiB", "time": "ms"}
+LABELS = {"slowness": "× slower", "bandwidth": "GB/s", "bytes": "MiB", "time": "ms"}
+LEVELS = {"rank": "ranks", "node": "nodes (click a block to open it)", "stage": "pipeline stages (click a block to open it)"}
 
 
-def comm_figure(ranks: list[int], z: list[list[float | None]], hover: list[list[str]], metric: str, source: str, selected: list[int] | None = None) -> go.Figure:
+def comm_figure(view: dict[str, Any], metric: str, selected: list[int] | None = None) -> go.Figure:
+    """``view``: from ``paradiag.app.data.comm.view``; ``selected``: a link (src, dst ranks) to outline."""
+    z = view["cells"][metric]
     if not any(v is not None for row in z for v in row):
         return empty_figure("no rank-to-rank communication in this job", height=300)
-    fig = base_figure(height=max(300, 60 + 22 * len(ranks)))
-    # Low bandwidth is the problem, so bandwidth runs from hot (slow) to pale; bytes and time run the other way.
+    rows, cols = [g["label"] for g in view["src"]], [g["label"] for g in view["dst"]]
+    title = f"{LEVELS[view['level']]} · from {view['source']}"
+    fig = base_figure(title=title, height=min(900, max(320, 90 + 20 * len(rows))))
+    values = [v for row in z for v in row if v is not None]
+    # Slowness starts at 1 (as fast as comparable links); low bandwidth is the problem, so it runs hot to pale.
+    scale = {"zmin": 1.0, "zmax": max(2.0, max(values))} if metric == "slowness" else {}
     fig.add_trace(
         go.Heatmap(
             z=z,
-            x=[str(r) for r in ranks],
-            y=[str(r) for r in ranks],
-            text=hover,
+            x=cols,
+            y=rows,
+            text=view["hover"],
             hovertemplate="%{text}<extra></extra>",
             colorscale=palette.HEAT_SCALE,
             reversescale=metric == "bandwidth",
-            xgap=1,
-            ygap=1,
+            xgap=1 if len(cols) <= 64 else 0,
+            ygap=1 if len(rows) <= 64 else 0,
             colorbar={"title": {"text": LABELS[metric], "side": "right"}, "thickness": 10},
+            **scale,
         )
     )
     fig.update_xaxes(title="receiver (dst)", type="category")
     fig.update_yaxes(title="sender (src)", type="category", autorange="reversed")
-    if selected and len(selected) == 2:
-        a, b = (str(r) for r in selected)
-        fig.add_shape(type="rect", x0=ranks.index(int(b)) - 0.5, x1=ranks.index(int(b)) + 0.5, y0=ranks.index(int(a)) - 0.5, y1=ranks.index(int(a)) + 0.5, line={"color": palette.HIGHLIGHT, "width": 3})
-    fig.add_annotation(text=f"from {source}", xref="paper", yref="paper", x=0, y=1.0, yanchor="bottom", xanchor="left", showarrow=False, font={"size": 10, "color": "#666"})
+    if selected and len(selected) == 2 and view["level"] == "rank" and str(selected[0]) in rows and str(selected[1]) in cols:
+        i, j = rows.index(str(selected[0])), cols.index(str(selected[1]))
+        fig.add_shape(type="rect", x0=j - 0.5, x1=j + 0.5, y0=i - 0.5, y1=i + 0.5, line={"color": palette.HIGHLIGHT, "width": 3})
     return fig

@@ -66,7 +66,14 @@ def layout() -> html.Div:
                     ),
                     panel(
                         "Communication matrix",
-                        dcc.RadioItems(id=ids.COMM_METRIC, options=[{"label": f" {m}", "value": m} for m in ("bandwidth", "bytes", "time")], value="bandwidth", inline=True),
+                        html.Div(
+                            className="pd-toolbar",
+                            children=[
+                                html.Button("◀ up", id=ids.COMM_UP, className="pd-button"),
+                                dcc.RadioItems(id=ids.COMM_METRIC, options=[{"label": f" {m}", "value": m} for m in ("slowness", "bandwidth", "bytes", "time")], value="slowness", inline=True),
+                            ],
+                        ),
+                        dcc.Store(id=ids.COMM_DRILL, data={}),
                         graph(ids.COMM_MATRIX),
                         html.Div(id=ids.COMM_INSTANCES, className="pd-instances"),
                         class_name="pd-comm",
