@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 TIMELINE_PIXELS = 1400
 TIMELINE_MAX_PRIMITIVES = 12_000
 TIMELINE_MAX_RANKS = 16
+HEATMAP_METRIC = "zscore"  # a slow rank stands out from its stage peers (its step time is everyone's)
 MAREY_MERGE_FRAC = 0.01  # neighbouring bands closer than 1% of the step merge (the live view refines on zoom)
 FIGURE_CONFIG = {"displaylogo": False, "responsive": True}
 
@@ -135,7 +136,9 @@ def render_snapshot(job: Job, report: dict[str, Any]) -> str:
     d = diagnosis(job)
     sections = [("Verdict", _verdict(report))] if report.get("verdict", {}).get("fail_on") else []
     sections.append(("Findings", _findings(d.findings)))
-    sections.append(("Overview: step time per rank and step", _figure(heatmap_figure(heatmap_rows(ov, "step_ms"), ov["steps"], "step_ms", METRICS["step_ms"]))))
+    top = list(d.findings[0].culprit.ranks) if d.findings else []
+    rows = heatmap_rows(ov, HEATMAP_METRIC, expanded=_culprit_groups(ov, top))
+    sections.append((f"Overview: {METRICS[HEATMAP_METRIC]} per rank and step", _figure(heatmap_figure(rows, ov["steps"], HEATMAP_METRIC, METRICS[HEATMAP_METRIC]))))
     step = slowest_step(job)
     if step is not None:
         sections.append((f"Marey's graph of the slowest step ({step})", _figure(marey_figure(marey_data(job, step, None, merge_frac=MAREY_MERGE_FRAC)))))
@@ -147,6 +150,14 @@ def render_snapshot(job: Job, report: dict[str, Any]) -> str:
     sections.append(("Ranks", _rank_table(report)))
     sections.append(("Communication matrix (how much slower each link is than comparable links)", _figure(comm_figure(view(job), "slowness"))))
     return _page(f"paradiag: {report['job']['source']}", _job_subtitle(report), sections)
+
+
+def _culprit_groups(ov: dict[str, Any], culprits: list[int]) -> list[str]:
+    """The heatmap's folded groups that hold ``culprits`` (the top finding's ranks), opened so that those ranks
+    have a row; none when the finding is about a whole group (a stage)."""
+    from paradiag.app.data.overview import heatmap_rows
+
+    return [row["group"] for row in heatmap_rows(ov, HEATMAP_METRIC) if row["group"] and set(culprits) & set(row["ranks"]) and not set(row["ranks"]) <= set(culprits)]
 
 
 def _timeline_ranks(job: Job, d: Diagnosis) -> list[int]:

@@ -106,8 +106,8 @@ def test_marey_click_selects_operator_and_flow_rings_it(sel: dict[str, Any]) -> 
     everywhere = select((ids.MAREY, "clickData"), {"points": [{"customdata": custom[:2]}]}, sel, "")
     new = select((ids.MAREY, "clickData"), {"points": [{"customdata": custom, "x": 0.01}]}, sel, "")
     assert new["op"] == custom[0] and new["stage"] == custom[1] and new["at"] == custom[2]
-    rings = next(t for t in render_flow(everywhere, "time", []).data if t.name == "selected")
-    ring = next(t for t in render_flow(new, "time", []).data if t.name == "selected")
+    rings = next(t for t in render_flow(everywhere, "time", [])[0].data if t.name == "selected")
+    ring = next(t for t in render_flow(new, "time", [])[0].data if t.name == "selected")
     assert len(ring.x) == 1 and len(rings.x) >= len(ring.x)  # the clicked instance's node, not every node holding gemm
     assert "selected operator" in [t.name for t in render_marey(new, ["devices"])[0].data]
 

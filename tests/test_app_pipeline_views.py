@@ -185,3 +185,45 @@ def test_matrix_aggregates_above_its_size_and_opens_a_block(monkeypatch: pytest.
     s0 = top["src"][0]["ranks"]
     opened = comm.view(job, s0, s0)
     assert opened["level"] == "rank" and [g["label"] for g in opened["src"]] == [str(r) for r in s0]
+
+
+# ---- the execution-flow graph ----
+
+
+def test_flow_opens_on_the_culprit_stage_of_the_pangu_sample() -> None:
+    from paradiag.app.data.common import slowest_step
+    from paradiag.app.data.flow import flow_view
+    from paradiag.app.figures.flow import flow_figure
+
+    job = _open("npu_pangu_pipeline_stage_imbalance")
+    data = flow_view(job, slowest_step(job))
+    assert data["culprit_stage"] == 0
+    fig = flow_figure(data)
+    ticks = list(fig.layout.yaxis.ticktext)
+    assert "⚠" in ticks[0] and not any("⚠" in t for t in ticks[1:])
+    assert fig.layout.shapes[0].y0 == pytest.approx(-0.4)
+    assert {t.name for t in fig.data if t.showlegend} >= {"compute", "collective", "send", "receive", "repeated block"}
+    points = next(t for t in fig.data if t.name == "operators")
+    for stage in {int(y) for y in points.y}:
+        assert sum(1 for y, label in zip(points.y, points.text, strict=True) if y == stage and label) <= 1  # labels never pile up
+    by_time = flow_figure(data, "time")
+    timed = next(t for t in by_time.data if t.name == "operators")
+    kinds = [n["kind"] for st in data["stages"] for n in st["nodes"]]
+    assert all(np.isnan(c) == (k in ("send", "recv", "collective")) for c, k in zip(timed.marker.color, kinds, strict=True))
+
+
+def test_flow_blocks_open_one_at_a_time() -> None:
+    from paradiag.app.data.common import slowest_step
+    from paradiag.app.data.flow import flow_view
+
+    job = _open("gpu_llm_slow_rank")
+    step = slowest_step(job)
+    collapsed = flow_view(job, step)
+    block = next(n for st in collapsed["stages"] for n in st["nodes"] if n["kind"] == "block")
+    stage = int(block["key"].split(":")[0])
+    opened = flow_view(job, step, [block["key"]])
+    before = next(st for st in collapsed["stages"] if st["stage"] == stage)["nodes"]
+    after = next(st for st in opened["stages"] if st["stage"] == stage)["nodes"]
+    assert len(after) == len(before) - 1 + len([n for n in after if n.get("within") == block["key"]]) > len(before)
+    assert sum(1 for st in opened["stages"] for n in st["nodes"] if n["kind"] == "block") == sum(1 for st in collapsed["stages"] for n in st["nodes"] if n["kind"] == "block") - 1
+    assert "members" not in block

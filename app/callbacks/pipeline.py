@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-import plotly.graph_objects as go
 from dash import Dash, Input, Output, State, ctx, html, no_update
 
 from paradiag.app import context, ids
 from paradiag.app.data.comm import METRICS, link_instances, view
 from paradiag.app.data.common import origin_ns
-from paradiag.app.data.flow import flow_data
+from paradiag.app.data.flow import flow_view
 from paradiag.app.data.marey import marey_data, p2p_pairs
 from paradiag.app.figures.comm import comm_figure
 from paradiag.app.figures.flow import flow_figure
 from paradiag.app.figures.marey import marey_figure
+
+REPEATS = "repeats"  # the flow's expand value that opens every repeated block
 
 
 def render_marey(sel: dict[str, Any] | None, expand: list[str] | None) -> tuple[Any, Any]:
@@ -33,13 +34,24 @@ def render_marey(sel: dict[str, Any] | None, expand: list[str] | None) -> tuple[
     return fig, data["expandable"]
 
 
-def render_flow(sel: dict[str, Any] | None, color_by: str, expand: list[str] | None) -> go.Figure:
+def render_flow(sel: dict[str, Any] | None, color_by: str, expand: list[str] | None) -> tuple[Any, Any]:
+    """The figure, and the expand options: every block, and each block opened by a click (untick to close)."""
     if not sel or not sel.get("job") or sel.get("step") is None:
-        return no_update
+        return no_update, no_update
     job = context.job(sel["job"])
-    data = flow_data(job, sel["step"], expand="repeats" in (expand or []))
+    opened = [e for e in expand or [] if e != REPEATS]
+    data = flow_view(job, sel["step"], opened, expand_all=REPEATS in (expand or []))
     selected = (sel["op"], sel.get("stage"), sel.get("at")) if sel.get("op") else None
-    return flow_figure(data, color_by, p2p_pairs(job, sel["step"]), selected)
+    options = [{"label": " expand every repeated block", "value": REPEATS}] + [{"label": f" stage {k.split(':')[0]} block {k.split(':')[1]}", "value": k} for k in opened]
+    return flow_figure(data, color_by, p2p_pairs(job, sel["step"]), selected), options
+
+
+def open_block(click: dict[str, Any] | None, expand: list[str] | None) -> Any:
+    """A click on a collapsed block opens it (its nodes take its place)."""
+    custom = (click or {}).get("points", [{}])[0].get("customdata")
+    if not isinstance(custom, list) or len(custom) < 4 or not custom[3] or custom[3] in (expand or []):
+        return no_update
+    return [*(expand or []), custom[3]]
 
 
 def _drilled(drill: dict[str, Any] | None, job: str) -> dict[str, Any]:
@@ -95,7 +107,8 @@ def comm_instances(click: dict[str, Any] | None, sel: dict[str, Any] | None) -> 
 
 def register(app: Dash) -> None:
     app.callback(Output(ids.MAREY, "figure"), Output(ids.MAREY_EXPAND, "options"), Input(ids.SELECTION, "data"), Input(ids.MAREY_EXPAND, "value"))(render_marey)
-    app.callback(Output(ids.FLOW, "figure"), Input(ids.SELECTION, "data"), Input(ids.FLOW_COLOR, "value"), Input(ids.FLOW_EXPAND, "value"))(render_flow)
+    app.callback(Output(ids.FLOW, "figure"), Output(ids.FLOW_EXPAND, "options"), Input(ids.SELECTION, "data"), Input(ids.FLOW_COLOR, "value"), Input(ids.FLOW_EXPAND, "value"))(render_flow)
+    app.callback(Output(ids.FLOW_EXPAND, "value"), Input(ids.FLOW, "clickData"), State(ids.FLOW_EXPAND, "value"))(open_block)
     app.callback(Output(ids.COMM_MATRIX, "figure"), Input(ids.SELECTION, "data"), Input(ids.COMM_METRIC, "value"), Input(ids.COMM_DRILL, "data"))(render_comm)
     app.callback(Output(ids.COMM_DRILL, "data"), Input(ids.COMM_MATRIX, "clickData"), Input(ids.COMM_UP, "n_clicks"), State(ids.COMM_DRILL, "data"), State(ids.SELECTION, "data"))(drill_comm)
     app.callback(Output(ids.COMM_INSTANCES, "children"), Input(ids.COMM_MATRIX, "clickData"), State(ids.SELECTION, "data"))(comm_instances)

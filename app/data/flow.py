@@ -19,6 +19,7 @@ import numpy as np
 
 from paradiag.app import store
 from paradiag.app.data.common import origin_ns
+from paradiag.app.data.findings import findings_of
 from paradiag.app.data.marey import step_bands
 from paradiag.app.data.mesh import mesh_of
 from paradiag.app.figures.common import short_name
@@ -36,8 +37,37 @@ _VERSION = re.compile(r"v\d+$")  # MatMulV2, LayerNormV4 -> matmul, layernorm
 
 
 def flow_data(job: Job, step: int, expand: bool = False) -> dict[str, Any]:
-    """Per stage, the nodes (or collapsed blocks) in execution order; computed once per job, step and expansion."""
+    """Per stage, the nodes (or collapsed blocks, each holding its ``members``) in execution order, and the
+    stage the top finding is about; computed once per job, step and expansion."""
     return store.memo("flow", job.content_hash, [step, expand], lambda: _flow_data(job, step, expand))
+
+
+def flow_view(job: Job, step: int, opened: list[str] | None = None, expand_all: bool = False) -> dict[str, Any]:
+    """What the figure draws: the collapsed graph with the ``opened`` blocks (keys "stage:index") replaced by
+    their nodes, or every block open."""
+    data = flow_data(job, step, expand_all)
+    keys = set(opened or [])
+    stages = []
+    for st in data["stages"]:
+        nodes: list[dict[str, Any]] = []
+        for n in st["nodes"]:
+            if n.get("key") in keys:
+                nodes += [dict(m, within=n["key"]) for m in n["members"]]
+            else:
+                nodes.append({k: v for k, v in n.items() if k != "members"})
+        stages.append(dict(st, nodes=nodes))
+    return dict(data, stages=stages)
+
+
+def _culprit_stage(job: Job) -> int | None:
+    """The stage of what the top finding is about (its stage, else its first rank's)."""
+    found = findings_of(job)
+    if not found:
+        return None
+    top = found[0]
+    if top.get("stage") is not None:
+        return int(top["stage"])
+    return mesh_of(job).stage.get(int(top["ranks"][0])) if top.get("ranks") else None
 
 
 def _flow_data(job: Job, step: int, expand: bool) -> dict[str, Any]:
@@ -52,10 +82,14 @@ def _flow_data(job: Job, step: int, expand: bool) -> dict[str, Any]:
         if strategy["files"]:
             matched += _annotate(nodes, _stage_strategy(strategy, st["stage"], st["ranks"]))
         blocks = nodes if expand else _collapse(nodes)
-        for b in blocks:
-            b["span_ms"] = [round((b.pop("lo") - t0) / 1e6, 6), round((b.pop("hi") - t0) / 1e6, 6)]
+        for i, b in enumerate(blocks):
+            for n in [b, *b.get("members", [])]:
+                n["span_ms"] = [round((n.pop("lo") - t0) / 1e6, 6), round((n.pop("hi") - t0) / 1e6, 6)]
+                n.pop("signature")
+            if b["kind"] == "block":
+                b["key"] = f"{st['stage']}:{i}"
         stages.append({"stage": st["stage"], "ranks": st["ranks"], "tp": len({mesh.tp[r] for r in st["ranks"]}), "dp": len({mesh.dp[r] for r in st["ranks"]}), "nodes": blocks})
-    out: dict[str, Any] = {"step": step, "stages": stages}
+    out: dict[str, Any] = {"step": step, "stages": stages, "culprit_stage": _culprit_stage(job)}
     if strategy["files"] or strategy["problems"]:
         out["strategy"] = {"files": strategy["files"], "problems": strategy["problems"], "matched": matched}
     return out
@@ -261,6 +295,7 @@ def _block(members: list[dict[str, Any]], period: int, repeats: int) -> dict[str
         "slowest_rank": max(members, key=lambda m: m["imbalance"])["slowest_rank"],
         "repeat": repeats,
         "contains": sorted(kinds),
+        "members": members,
         **_block_strategy(members),
         "lo": min(m["lo"] for m in members),
         "hi": max(m["hi"] for m in members),

@@ -12,15 +12,18 @@ from paradiag.app import palette
 from paradiag.app.figures.common import base_figure, empty_figure, short_name
 
 SHARDED = "#00838f"  # outline of a node holding an operator split across devices (parallel_strategy)
+CULPRIT = "#c62828"
 SYMBOL = {"compute": "circle", "collective": "diamond", "send": "triangle-right", "recv": "triangle-left", "memory": "circle", "block": "square"}
 
 
-def flow_figure(data: dict[str, Any], color_by: str = "time", p2p: list[dict[str, Any]] | None = None, selected: tuple[Any, ...] | None = None) -> go.Figure:
-    """``selected``: (operator, stage or None[, at ms or None])."""
+def flow_figure(data: dict[str, Any], color_by: str = "imbalance", p2p: list[dict[str, Any]] | None = None, selected: tuple[Any, ...] | None = None) -> go.Figure:
+    """``selected``: (operator, stage or None[, at ms or None]). Colour: each node's imbalance over the devices
+    of its stage (max / median), or its measured time (communication nodes then grey: their time is mostly
+    waiting). The stage the top finding is about is emphasised; one label per stage (its most imbalanced node),
+    the others on hover."""
     if not data["stages"] or not any(st["nodes"] for st in data["stages"]):
         return empty_figure("no operators in this step", height=240)
-    fig = base_figure(height=120 + 90 * len(data["stages"]), uirevision=f"flow|{data['step']}")
-    pos: dict[tuple[int, int], tuple[float, float]] = {}
+    fig = base_figure(height=140 + 70 * len(data["stages"]), uirevision=f"flow|{data['step']}")
     xs, ys, colors, sizes, symbols, text, custom, labels = [], [], [], [], [], [], [], []
     outline_color: list[str] = []
     outline_width: list[float] = []
@@ -28,33 +31,44 @@ def flow_figure(data: dict[str, Any], color_by: str = "time", p2p: list[dict[str
     ey: list[Any] = []
     for st in data["stages"]:
         y = st["stage"]
-        worst = sorted(range(len(st["nodes"])), key=lambda k: -st["nodes"][k]["imbalance"])[:3]
+        label_at = _label_node(st["nodes"])
         for i, n in enumerate(st["nodes"]):
-            pos[(y, i)] = (i, y)
             if i:
                 ex += [i - 1, i, None]
                 ey += [y, y, None]
             xs.append(i)
             ys.append(y)
-            colors.append(n["time_ms"] if color_by == "time" else n["imbalance"])
+            timed = color_by == "time" and n["kind"] in ("compute", "memory", "block")
+            colors.append(n["imbalance"] if color_by != "time" else n["time_ms"] if timed else None)
             sizes.append(10 + min(22, 5 * n["time_ms"] ** 0.5) + (6 if n["kind"] == "block" else 0))
             symbols.append(SYMBOL.get(n["kind"], "circle"))
             text.append(_hover(n, st))
-            custom.append([n["operators"][0], y, n["span_ms"]])
-            labels.append(n["label"] if n["kind"] == "block" or (i in worst and n["imbalance"] > 1.25) else "")
+            custom.append([n["operators"][0], y, n["span_ms"], n.get("key", "")])
+            labels.append(n["label"] if i == label_at else "")
             outline_color.append(SHARDED if n.get("sharded") else "#555")
             outline_width.append(2.5 if n.get("sharded") else 0.6)
+    _culprit(fig, data)
     fig.add_trace(go.Scatter(x=np.array(ex, dtype=np.float64), y=np.array(ey, dtype=np.float64), mode="lines", line={"color": "#b0bec5", "width": 1}, hoverinfo="skip", showlegend=False))
     _p2p_edges(fig, data, p2p or [])
+    grey = np.array([c is None for c in colors])
+    scale = {"cmin": 1.0, "cmax": max(1.5, max(c for c in colors if c is not None))} if color_by != "time" and not grey.all() else {}
     fig.add_trace(
         go.Scatter(
             x=np.array(xs, dtype=np.int32),
             y=np.array(ys, dtype=np.int32),
             mode="markers+text",
             text=np.array(labels, dtype=object),
-            textposition="bottom center",
-            textfont={"size": 9},
-            marker={"color": colors, "size": sizes, "symbol": symbols, "colorscale": palette.HEAT_SCALE, "line": {"width": outline_width, "color": outline_color}, "colorbar": {"title": {"text": "ms" if color_by == "time" else "max/median", "side": "right"}, "thickness": 10}},
+            textposition="top center",
+            textfont={"size": 10},
+            marker={
+                "color": [c if c is not None else np.nan for c in colors],
+                "size": sizes,
+                "symbol": symbols,
+                "colorscale": palette.HEAT_SCALE,
+                **scale,
+                "line": {"width": outline_width, "color": outline_color},
+                "colorbar": {"title": {"text": "ms" if color_by == "time" else "max/median", "side": "right"}, "thickness": 10},
+            },
             customdata=np.array(custom, dtype=object),
             hovertext=np.array(text, dtype=object),
             hovertemplate="%{hovertext}<extra></extra>",
@@ -62,18 +76,45 @@ def flow_figure(data: dict[str, Any], color_by: str = "time", p2p: list[dict[str
             name="operators",
         )
     )
+    if grey.any():
+        fig.add_trace(go.Scatter(x=np.array(xs)[grey], y=np.array(ys)[grey], mode="markers", marker={"color": "#cfd8dc", "size": np.array(sizes)[grey], "symbol": np.array(symbols, dtype=object)[grey], "line": {"width": 0.6, "color": "#555"}}, hoverinfo="skip", showlegend=False, name="communication (time mostly waiting)"))
+    _shape_legend(fig)
     if data.get("strategy"):
         _strategy_legend(fig, data["strategy"])
     if selected:
         _highlight(fig, data, selected)
-    fig.update_yaxes(tickvals=[st["stage"] for st in data["stages"]], ticktext=[f"stage {st['stage']}" for st in data["stages"]], autorange="reversed", range=None, zeroline=False, showgrid=False)
-    fig.update_xaxes(title="execution order (repeated layers collapsed)", showgrid=False, zeroline=False)
-    fig.update_layout(margin={"l": 70}, hovermode="closest")
+    fig.update_yaxes(tickvals=[st["stage"] for st in data["stages"]], ticktext=[_stage_tick(st, data) for st in data["stages"]], autorange="reversed", range=None, zeroline=False, showgrid=False)
+    fig.update_xaxes(title="execution order (repeated layers collapsed; click a ▪ block to open it)", showgrid=False, zeroline=False)
+    fig.update_layout(margin={"l": 90}, hovermode="closest")
     return fig
 
 
+def _label_node(nodes: list[dict[str, Any]]) -> int | None:
+    """The one node of a stage that gets a label: the most imbalanced, when it is notably so."""
+    if not nodes:
+        return None
+    worst = max(range(len(nodes)), key=lambda k: nodes[k]["imbalance"])
+    return worst if nodes[worst]["imbalance"] > 1.25 else None
+
+
+def _stage_tick(st: dict[str, Any], data: dict[str, Any]) -> str:
+    return f"<span style='color:{CULPRIT}'><b>stage {st['stage']} ⚠</b></span>" if st["stage"] == data.get("culprit_stage") else f"stage {st['stage']}"
+
+
+def _culprit(fig: go.Figure, data: dict[str, Any]) -> None:
+    """A band behind the row of the stage the top finding is about."""
+    stage = data.get("culprit_stage")
+    if stage is not None and any(st["stage"] == stage for st in data["stages"]):
+        fig.add_hrect(y0=stage - 0.4, y1=stage + 0.4, fillcolor="rgba(198,40,40,0.08)", line={"color": CULPRIT, "width": 1}, layer="below")
+
+
+def _shape_legend(fig: go.Figure) -> None:
+    for kind, name in (("compute", "compute"), ("collective", "collective"), ("send", "send"), ("recv", "receive"), ("block", "repeated block")):
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", marker={"symbol": SYMBOL[kind], "size": 10, "color": "#90a4ae", "line": {"width": 0.6, "color": "#555"}}, name=name, showlegend=True, hoverinfo="skip"))
+
+
 def _hover(n: dict[str, Any], st: dict[str, Any]) -> str:
-    shards = f"stage {st['stage']} · ranks {', '.join(map(str, st['ranks'][:8]))}" + (f" (TP {st['tp']} × DP {st['dp']})" if len(st["ranks"]) > 1 else "")
+    shards = f"stage {st['stage']} · ranks {', '.join(map(str, st['ranks'][:8]))}{' …' if len(st['ranks']) > 8 else ''}" + (f" (TP {st['tp']} × DP {st['dp']})" if len(st["ranks"]) > 1 else "")
     ops = "<br>".join(short_name(o, 60) for o in dict.fromkeys(n["operators"][:6]))
     strategy = ("<br>strategy: " + "<br>  ".join(n["strategy"])) if n.get("strategy") else ""
     return f"<b>{n['label']}</b> ({n['kind']})<br>{n['time_ms']:.3f} ms median · imbalance {n['imbalance']:.2f} (slowest rank {n['slowest_rank']})<br>{shards}<br>{ops}{strategy}"
@@ -91,16 +132,17 @@ def _strategy_legend(fig: go.Figure, info: dict[str, Any]) -> None:
 def _p2p_edges(fig: go.Figure, data: dict[str, Any], p2p: list[dict[str, Any]]) -> None:
     """A send/recv pair joins the node holding the send on one stage to the node holding the receive."""
     stage_of = {r: st["stage"] for st in data["stages"] for r in st["ranks"]}
+    heads = {st["ranks"][0] for st in data["stages"] if st["ranks"]}  # the devices of a stage send alike
     spans = {st["stage"]: _comm_spans(st) for st in data["stages"]}
-    ex: list[Any] = []
-    ey: list[Any] = []
-    for p in p2p:
+    edges: dict[tuple[Any, ...], None] = {}
+    for p in (p for p in p2p if p["src"] in heads or p["dst"] in heads):
         src, dst = stage_of.get(p["src"]), stage_of.get(p["dst"])
         a = _node_at(spans.get(src), p["send_ms"])
         b = _node_at(spans.get(dst), p["recv_ms"])
         if a is not None and b is not None:
-            ex += [a, b, None]
-            ey += [src, dst, None]
+            edges[(a, src, b, dst)] = None
+    ex = [v for a, src, b, _ in edges for v in (a, b, None)]
+    ey = [v for _, src, _, dst in edges for v in (src, dst, None)]
     if ex:
         fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", line={"color": palette.CATEGORY["send"], "width": 1, "dash": "dot"}, name="send → recv", hoverinfo="skip"))
 

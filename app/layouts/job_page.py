@@ -93,7 +93,7 @@ def layout() -> html.Div:
                 html.Div(
                     className="pd-toolbar",
                     children=[
-                        dcc.RadioItems(id=ids.FLOW_COLOR, options=[{"label": " measured time", "value": "time"}, {"label": " imbalance", "value": "imbalance"}], value="time", inline=True),
+                        dcc.RadioItems(id=ids.FLOW_COLOR, options=[{"label": " imbalance", "value": "imbalance"}, {"label": " measured time", "value": "time"}], value="imbalance", inline=True),
                         dcc.Checklist(id=ids.FLOW_EXPAND, options=[{"label": " expand repeated blocks", "value": "repeats"}], value=[], inline=True),
                     ],
                 ),
