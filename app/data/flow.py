@@ -28,6 +28,7 @@ from paradiag.parsers.base import TraceError
 from paradiag.parsers.mindspore_strategy import FILE_PATTERN, read_parallel_strategy
 
 MAX_PERIOD = 16
+NESTING = 3  # levels of blocks within blocks
 _NUMBERED = re.compile(r"[_\d]+$")  # hcom_send__951_4_1 and hcom_send__951_5_1 are the same operator
 STRATEGY_DEPTH = 2  # folder levels below the job folder searched for parallel_strategy_{rank}.json
 TYPE_WINDOW = 32  # how far ahead in the strategy's op list a match by type may look
@@ -47,16 +48,27 @@ def flow_view(job: Job, step: int, opened: list[str] | None = None, expand_all: 
     their nodes, or every block open."""
     data = flow_data(job, step, expand_all)
     keys = set(opened or [])
-    stages = []
-    for st in data["stages"]:
-        nodes: list[dict[str, Any]] = []
-        for n in st["nodes"]:
-            if n.get("key") in keys:
-                nodes += [dict(m, within=n["key"]) for m in n["members"]]
-            else:
-                nodes.append({k: v for k, v in n.items() if k != "members"})
-        stages.append(dict(st, nodes=nodes))
-    return dict(data, stages=stages)
+    return dict(data, stages=[dict(st, nodes=_opened(st["nodes"], keys)) for st in data["stages"]])
+
+
+def _opened(nodes: list[dict[str, Any]], keys: set[str], within: str | None = None) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for n in nodes:
+        if n.get("key") in keys:
+            out += _opened(n["members"], keys, n["key"])
+        else:
+            out.append({k: v for k, v in n.items() if k != "members"} | ({"within": within} if within else {}))
+    return out
+
+
+def _finish(node: dict[str, Any], key: str, t0: int) -> None:
+    """A node's span in ms since the job origin; a block's key (stage:index, then .index per nesting level)."""
+    node["span_ms"] = [round((node.pop("lo") - t0) / 1e6, 6), round((node.pop("hi") - t0) / 1e6, 6)]
+    node.pop("signature")
+    if node["kind"] == "block":
+        node["key"] = key
+        for j, m in enumerate(node["members"]):
+            _finish(m, f"{key}.{j}", t0)
 
 
 def _culprit_stage(job: Job) -> int | None:
@@ -81,13 +93,9 @@ def _flow_data(job: Job, step: int, expand: bool) -> dict[str, Any]:
         nodes = _segments(st)
         if strategy["files"]:
             matched += _annotate(nodes, _stage_strategy(strategy, st["stage"], st["ranks"]))
-        blocks = nodes if expand else _collapse(nodes)
+        blocks = nodes if expand else _collapse_nested(nodes)
         for i, b in enumerate(blocks):
-            for n in [b, *b.get("members", [])]:
-                n["span_ms"] = [round((n.pop("lo") - t0) / 1e6, 6), round((n.pop("hi") - t0) / 1e6, 6)]
-                n.pop("signature")
-            if b["kind"] == "block":
-                b["key"] = f"{st['stage']}:{i}"
+            _finish(b, f"{st['stage']}:{i}", t0)
         stages.append({"stage": st["stage"], "ranks": st["ranks"], "tp": len({mesh.tp[r] for r in st["ranks"]}), "dp": len({mesh.dp[r] for r in st["ranks"]}), "nodes": blocks})
     out: dict[str, Any] = {"step": step, "stages": stages, "culprit_stage": _culprit_stage(job)}
     if strategy["files"] or strategy["problems"]:
@@ -269,6 +277,17 @@ def _collapse(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out.append(_block(members, period, repeats))
         i += period * repeats
     return out
+
+
+def _collapse_nested(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Repeats collapsed, then repeats of what that left (a micro-batch's pass holding a block of layers), up to
+    NESTING levels."""
+    for _ in range(NESTING):
+        out = _collapse(nodes)
+        if len(out) == len(nodes):
+            break
+        nodes = out
+    return nodes
 
 
 def _best_period(nodes: list[dict[str, Any]], i: int) -> tuple[int, int]:
