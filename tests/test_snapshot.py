@@ -153,3 +153,6 @@ def test_snapshot_of_a_64_rank_job_stays_under_10_mb(tmp_path: Path) -> None:
     assert result.exit_code == gate.EXIT_GATE
     assert "rank 21" in result.output
     assert (tmp_path / "r.html").stat().st_size <= 10 * 1024 * 1024
+    page = (tmp_path / "r.html").read_text()
+    assert "rank 21 \\u00b7 s1" in page  # the culprit keeps a row of its own in the heatmap ...
+    assert "rank 21 \\u26a0" in page  # ... and is marked in Marey's graph
