@@ -308,7 +308,7 @@ def _block(members: list[dict[str, Any]], period: int, repeats: int) -> dict[str
         "kind": "block",
         "signature": ("block", tuple(m["signature"] for m in members[:period]), repeats),
         "label": f"{period} nodes ×{repeats}",
-        "operators": [op for m in members for op in m["operators"]],
+        "operators": list(dict.fromkeys(op for m in members for op in m["operators"])),
         "time_ms": sum(m["time_ms"] for m in members),
         "imbalance": max(m["imbalance"] for m in members),
         "slowest_rank": max(members, key=lambda m: m["imbalance"])["slowest_rank"],

@@ -143,26 +143,34 @@ def _bars(fig: go.Figure, data: dict[str, Any], row_y: list[list[float]]) -> Non
         if not len(st["start"]):
             continue
         starts, ends, lo, hi = _arrays(st, "start"), _arrays(st, "end"), _arrays(st, "lo"), _arrays(st, "hi")
-        slow_rank, slow_ms = _arrays(st, "slow_rank"), _arrays(st, "slow_ms")
-        mid = (lo.min(axis=1) + hi.max(axis=1)) / 2
-        for i, cat in enumerate(st["category"]):
+        slow_rank, slow_ms = _arrays(st, "slow_rank").astype(np.int64), _arrays(st, "slow_ms")
+        mid = ((lo.min(axis=1) + hi.max(axis=1)) / 2).round(4).tolist()
+        labels = [r["label"] for r in st["rows"]]
+        many = [len(r["ranks"]) > 1 for r in st["rows"]]
+        cats = np.array(st["category"], dtype=object)
+        names = [short_name(label, 48) for label in st["label"]]
+        for cat in dict.fromkeys(st["category"]):
+            idx = np.flatnonzero(cats == cat)
             c = cols.setdefault(cat, {"base": [], "x": [], "y": [], "custom": [], "text": []})
-            name = short_name(st["label"][i], 48)
-            for j, (row, y) in enumerate(zip(st["rows"], ys, strict=True)):
-                c["base"].append(starts[i, j])
-                c["x"].append(ends[i, j] - starts[i, j])
-                c["y"].append(y)
-                c["custom"].append([st["operator"][i], st["stage"], round(float(mid[i]), 4)])
-                many = f" (devices {lo[i, j]:.2f}–{hi[i, j]:.2f})" if len(row["ranks"]) > 1 else ""
-                c["text"].append(f"{name} · {cat}<br>{row['label']}: {ends[i, j] - starts[i, j]:.3f} ms{many}<br>slowest rank {int(slow_rank[i, j])}: {slow_ms[i, j]:.3f} ms")
+            c["base"].append(starts[idx].ravel())
+            c["x"].append((ends[idx] - starts[idx]).ravel())
+            c["y"].append(np.tile(np.asarray(ys, dtype=np.float32), len(idx)))
+            c["custom"] += [[st["operator"][i], st["stage"], mid[i]] for i in idx.tolist() for _ in ys]
+            c["text"] += [
+                f"{names[i]} · {cat}<br>{labels[j]}: {ends[i, j] - starts[i, j]:.3f} ms"
+                + (f" (devices {lo[i, j]:.2f}–{hi[i, j]:.2f})" if many[j] else "")
+                + f"<br>slowest rank {slow_rank[i, j]}: {slow_ms[i, j]:.3f} ms"
+                for i in idx.tolist()
+                for j in range(len(ys))
+            ]
     for cat, c in cols.items():
         color = palette.CATEGORY.get(cat, "#888")
         fig.add_trace(
             go.Bar(
                 orientation="h",
-                base=compact(c["base"]),
-                x=compact(c["x"]),
-                y=np.array(c["y"], dtype=np.float32),
+                base=compact(np.concatenate(c["base"])),
+                x=compact(np.concatenate(c["x"])),
+                y=np.concatenate(c["y"]),
                 width=2 * HALF,
                 marker={"color": color, "line": {"width": 0}},
                 opacity=0.85,
