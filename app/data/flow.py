@@ -27,7 +27,8 @@ from paradiag.dataset import Job
 from paradiag.parsers.base import TraceError
 from paradiag.parsers.mindspore_strategy import FILE_PATTERN, read_parallel_strategy
 
-MAX_PERIOD = 16
+MAX_PERIOD = 48  # nodes in a repeated unit (a micro-batch pass of a few layers with TP collectives)
+COMPUTING = ("compute", "memory", "block")
 NESTING = 3  # levels of blocks within blocks
 _NUMBERED = re.compile(r"[_\d]+$")  # hcom_send__951_4_1 and hcom_send__951_5_1 are the same operator
 STRATEGY_DEPTH = 2  # folder levels below the job folder searched for parallel_strategy_{rank}.json
@@ -303,15 +304,19 @@ def _best_period(nodes: list[dict[str, Any]], i: int) -> tuple[int, int]:
 
 
 def _block(members: list[dict[str, Any]], period: int, repeats: int) -> dict[str, Any]:
+    """A run of repeats; its imbalance is its worst computing member's (a communication node's spread over the
+    devices is mostly some waiting for the others)."""
     kinds = {m["kind"] for m in members}
+    computing = [m for m in members if m["kind"] in COMPUTING] or members
+    worst = max(computing, key=lambda m: m["imbalance"])
     return {
         "kind": "block",
         "signature": ("block", tuple(m["signature"] for m in members[:period]), repeats),
         "label": f"{period} nodes ×{repeats}",
         "operators": list(dict.fromkeys(op for m in members for op in m["operators"])),
         "time_ms": sum(m["time_ms"] for m in members),
-        "imbalance": max(m["imbalance"] for m in members),
-        "slowest_rank": max(members, key=lambda m: m["imbalance"])["slowest_rank"],
+        "imbalance": worst["imbalance"],
+        "slowest_rank": worst["slowest_rank"],
         "repeat": repeats,
         "contains": sorted(kinds),
         "members": members,

@@ -17,9 +17,9 @@ SYMBOL = {"compute": "circle", "collective": "diamond", "send": "triangle-right"
 
 
 def flow_figure(data: dict[str, Any], color_by: str = "imbalance", p2p: list[dict[str, Any]] | None = None, selected: tuple[Any, ...] | None = None) -> go.Figure:
-    """``selected``: (operator, stage or None[, at ms or None]). Colour: each node's imbalance over the devices
-    of its stage (max / median), or its measured time (communication nodes then grey: their time is mostly
-    waiting). The stage the top finding is about is emphasised; one label per stage (its most imbalanced node),
+    """``selected``: (operator, stage or None[, at ms or None]). Colour: each computing node's imbalance over the
+    devices of its stage (max / median), or its measured time; communication nodes are grey (their time, and its
+    spread over the devices, is mostly waiting; the hover gives both). The stage the top finding is about is emphasised; one label per stage (its most imbalanced node),
     the others on hover."""
     if not data["stages"] or not any(st["nodes"] for st in data["stages"]):
         return empty_figure("no operators in this step", height=240)
@@ -38,9 +38,9 @@ def flow_figure(data: dict[str, Any], color_by: str = "imbalance", p2p: list[dic
                 ey += [y, y, None]
             xs.append(i)
             ys.append(y)
-            timed = color_by == "time" and n["kind"] in ("compute", "memory", "block")
-            colors.append(n["imbalance"] if color_by != "time" else n["time_ms"] if timed else None)
-            sizes.append(10 + min(22, 5 * n["time_ms"] ** 0.5) + (6 if n["kind"] == "block" else 0))
+            computing = n["kind"] in ("compute", "memory", "block")
+            colors.append((n["time_ms"] if color_by == "time" else n["imbalance"]) if computing else None)
+            sizes.append(9 + min(9, 3 * n["time_ms"] ** 0.5) + (3 if n["kind"] == "block" else 0))
             symbols.append(SYMBOL.get(n["kind"], "circle"))
             text.append(_hover(n, st))
             custom.append([n["operators"][0], y, n["span_ms"], n.get("key", "")])
@@ -85,15 +85,16 @@ def flow_figure(data: dict[str, Any], color_by: str = "imbalance", p2p: list[dic
         _highlight(fig, data, selected)
     fig.update_yaxes(tickvals=[st["stage"] for st in data["stages"]], ticktext=[_stage_tick(st, data) for st in data["stages"]], autorange="reversed", range=None, zeroline=False, showgrid=False)
     fig.update_xaxes(title="execution order (repeated layers collapsed; click a ▪ block to open it)", showgrid=False, zeroline=False)
-    fig.update_layout(margin={"l": 90}, hovermode="closest")
+    fig.update_layout(margin={"l": 90}, hovermode="closest", legend={"x": 0, "xanchor": "left"})
     return fig
 
 
 def _label_node(nodes: list[dict[str, Any]]) -> int | None:
-    """The one node of a stage that gets a label: the most imbalanced, when it is notably so."""
-    if not nodes:
+    """The one node of a stage that gets a label: the most imbalanced computing node, when it is notably so."""
+    computing = [k for k, n in enumerate(nodes) if n["kind"] in ("compute", "memory", "block")]
+    if not computing:
         return None
-    worst = max(range(len(nodes)), key=lambda k: nodes[k]["imbalance"])
+    worst = max(computing, key=lambda k: nodes[k]["imbalance"])
     return worst if nodes[worst]["imbalance"] > 1.25 else None
 
 
