@@ -14,6 +14,7 @@ from dash import Dash
 from paradiag.app import context
 from paradiag.app.callbacks.timeline import shown_ranks, view_data
 from paradiag.app.data.collectives import instances
+from paradiag.app.data.comm import view as comm_view
 from paradiag.app.data.common import slowest_step
 from paradiag.app.data.compare import operators_of
 from paradiag.app.data.detail import operator_totals
@@ -43,6 +44,7 @@ def warm_views(app: Dash, token: str) -> None:
     with app.server.app_context():
         job = context.job(token)
         operator_totals(job)
+        comm_view(job)  # the communication matrix as the first page draws it
         step = slowest_step(job)
         if step is not None:
             step_bands(job, step)

@@ -10,6 +10,7 @@ bands merge for the visible window so the drawing stays legible and its size bou
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -32,8 +33,25 @@ MAX_ALL = 64  # ... offered up to this many ranks (beyond, a stage or a group op
 
 
 def step_bands(job: Job, step: int) -> dict[str, Any]:
-    """Per stage: all its ranks, and per band (rows) x rank (columns) start/end in ns, plus name and category."""
-    return store.memo("marey-bands", job.content_hash, step, lambda: _step_bands(job, step))
+    """Per stage: all its ranks, and per band (rows) x rank (columns) start/end in ns, plus name and category.
+    Each stage is memoised on its own (opening one stage reads only its own), all computed in one pass."""
+    computed: dict[str, Any] = {}
+
+    def stage(i: int) -> dict[str, Any]:
+        computed.update(computed or _step_bands(job, step))
+        return dict(computed["stages"][i])
+
+    stages = [store.memo("marey-stage", job.content_hash, [step, s], partial(stage, i)) for i, s in enumerate(mesh_of(job).stages)]
+    return {"step": step, "stages": stages}
+
+
+def stage_bands(job: Job, step: int, stage: int) -> dict[str, Any]:
+    return store.memo("marey-stage", job.content_hash, [step, stage], lambda: next(st for st in step_bands(job, step)["stages"] if st["stage"] == stage))
+
+
+def band_span(job: Job, step: int) -> tuple[int, int]:
+    """The step's first band start and last band end over all stages."""
+    return tuple(store.memo("marey-span", job.content_hash, step, lambda: _span(step_bands(job, step))))  # type: ignore[return-value]
 
 
 def _step_bands(job: Job, step: int) -> dict[str, Any]:
@@ -91,35 +109,37 @@ def top_culprits(job: Job) -> list[int]:
 
 
 def folded(job: Job, step: int, expand: list[str], keep: list[int]) -> dict[str, Any]:
-    """Per stage, its rows (which devices each draws) and each row's band times: computed once per expansion."""
-    return store.memo("marey-rows", job.content_hash, [step, expand, keep], lambda: _folded(job, step, expand, keep))
-
-
-def _folded(job: Job, step: int, expand: list[str], keep: list[int]) -> dict[str, Any]:
-    bands = step_bands(job, step)
+    """Per stage, its rows (which devices each draws) and each row's band times, memoised per stage and the way
+    it is opened."""
     mesh = mesh_of(job)
-    lo, hi = _span(bands)
+    lo, hi = band_span(job, step)
     every = (ALL in expand and len(mesh.ranks) <= MAX_ALL) or len(mesh.ranks) <= SMALL_JOB
     stages = []
-    for st in bands["stages"]:
-        s, ranks = st["stage"], st["ranks"]
-        compute = np.array([c == "compute" for c in st["category"]], dtype=bool)
+    for s in mesh.stages:
         how = "devices" if every else "groups" if f"stage:{s}" in expand else ""
-        opened = frozenset(int(e.split(":")[2]) for e in expand if e.startswith(f"group:{s}:"))
-        groups = [mesh.dp[r] for r in ranks]
-        rows = model.fold_rows(st["start"], st["end"], compute, [f"rank {r}" for r in ranks], groups, hi - lo, how, frozenset(i for i, r in enumerate(ranks) if r in keep), opened)
-        times = [model.row_times(st["start"], st["end"], row.members) for row in rows]
-        stages.append(
-            {
-                "stage": s,
-                "rows": [_row(row, ranks, groups, s) for row in rows],
-                "names": st["names"],
-                "category": st["category"],
-                **{k: np.column_stack([t[k] for t in times]) if times else np.zeros((len(st["names"]), 0), dtype=np.int64) for k in ("start", "end", "lo", "hi", "slow_ns")},
-                "slow_rank": np.column_stack([np.asarray(ranks)[t["slow_col"]] for t in times]) if times else np.zeros((len(st["names"]), 0), dtype=np.int64),
-            }
-        )
+        opened = sorted(int(e.split(":")[2]) for e in expand if e.startswith(f"group:{s}:"))
+        kept = [r for r in keep if mesh.stage.get(r) == s]
+        stages.append(store.memo("marey-rows", job.content_hash, [step, s, how, opened, kept], partial(_stage_rows, job, step, s, how, opened, kept, hi - lo)))
     return {"step": step, "span": (lo, hi), "stages": stages}
+
+
+def _stage_rows(job: Job, step: int, stage: int, how: str, opened: list[int], keep: list[int], step_ns: int) -> dict[str, Any]:
+    st = stage_bands(job, step, stage)
+    mesh = mesh_of(job)
+    ranks = st["ranks"]
+    compute = np.array([c == "compute" for c in st["category"]], dtype=bool)
+    groups = [mesh.dp[r] for r in ranks]
+    rows = model.fold_rows(st["start"], st["end"], compute, [f"rank {r}" for r in ranks], groups, step_ns, how, frozenset(i for i, r in enumerate(ranks) if r in keep), frozenset(opened))
+    times = [model.row_times(st["start"], st["end"], row.members) for row in rows]
+    empty = np.zeros((len(st["names"]), 0), dtype=np.int64)
+    return {
+        "stage": stage,
+        "rows": [_row(row, ranks, groups, stage) for row in rows],
+        "names": st["names"],
+        "category": st["category"],
+        **{k: np.column_stack([t[k] for t in times]) if times else empty for k in ("start", "end", "lo", "hi", "slow_ns")},
+        "slow_rank": np.column_stack([np.asarray(ranks)[t["slow_col"]] for t in times]) if times else empty,
+    }
 
 
 def _row(row: model.Row, ranks: list[int], groups: list[int], stage: int) -> dict[str, Any]:
