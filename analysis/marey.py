@@ -131,10 +131,10 @@ def row_times(start: np.ndarray, end: np.ndarray, members: list[int]) -> dict[st
     }
 
 
-def merge_bands(start: np.ndarray, end: np.ndarray, category: list[str], lo: int, hi: int, merge_frac: float) -> tuple[np.ndarray, np.ndarray]:
+def merge_bands(start: np.ndarray, end: np.ndarray, category: list[str], lo: int, hi: int, merge_frac: float, max_bands: int = MAX_BANDS) -> tuple[np.ndarray, np.ndarray]:
     """Which of a stage's bands (rows of ``start``/``end``: bands x rows of the drawing) overlap [lo, hi), and
     the merged band each falls into: neighbours of one category merge when every row's gap between them is
-    under ``merge_frac`` of the window; beyond MAX_BANDS runs of neighbours merge whatever their category.
+    under ``merge_frac`` of the window; beyond ``max_bands`` runs of neighbours merge whatever their category.
     Returns (visible band indices, merged group of each); an empty window, or one outside the step, has none."""
     if len(start) == 0 or start.shape[1] == 0 or hi <= lo:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
@@ -147,8 +147,8 @@ def merge_bands(start: np.ndarray, end: np.ndarray, category: list[str], lo: int
     joins = (cats[1:] == cats[:-1]) & (gap <= merge_frac * (hi - lo))
     group = np.r_[0, np.cumsum(~joins)]
     n = int(group[-1]) + 1
-    if n > MAX_BANDS:
-        group = group * MAX_BANDS // n
+    if n > max_bands:
+        group = group * max_bands // n
     return visible, group
 
 

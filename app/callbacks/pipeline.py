@@ -9,8 +9,8 @@ from dash import Dash, Input, Output, State, ctx, html, no_update
 from paradiag.app import context, ids
 from paradiag.app.data.comm import METRICS, link_instances, view
 from paradiag.app.data.common import origin_ns
-from paradiag.app.data.flow import flow_view
-from paradiag.app.data.marey import marey_data, p2p_pairs
+from paradiag.app.data.flow import flow_p2p, flow_view
+from paradiag.app.data.marey import marey_data
 from paradiag.app.figures.comm import comm_figure
 from paradiag.app.figures.flow import flow_figure
 from paradiag.app.figures.marey import marey_figure
@@ -43,7 +43,7 @@ def render_flow(sel: dict[str, Any] | None, color_by: str, expand: list[str] | N
     data = flow_view(job, sel["step"], opened, expand_all=REPEATS in (expand or []))
     selected = (sel["op"], sel.get("stage"), sel.get("at")) if sel.get("op") else None
     options = [{"label": " expand every repeated block", "value": REPEATS}] + [{"label": f" stage {k.split(':')[0]} block {k.split(':')[1]}", "value": k} for k in opened]
-    return flow_figure(data, color_by, p2p_pairs(job, sel["step"]), selected), options
+    return flow_figure(data, color_by, flow_p2p(job, sel["step"]), selected), options
 
 
 def open_block(click: dict[str, Any] | None, expand: list[str] | None) -> Any:

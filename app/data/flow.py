@@ -20,7 +20,7 @@ import numpy as np
 from paradiag.app import store
 from paradiag.app.data.common import origin_ns
 from paradiag.app.data.findings import findings_of
-from paradiag.app.data.marey import step_bands
+from paradiag.app.data.marey import p2p_pairs, step_bands
 from paradiag.app.data.mesh import mesh_of
 from paradiag.app.figures.common import short_name
 from paradiag.dataset import Job
@@ -70,6 +70,16 @@ def _finish(node: dict[str, Any], key: str, t0: int) -> None:
         node["key"] = key
         for j, m in enumerate(node["members"]):
             _finish(m, f"{key}.{j}", t0)
+
+
+def flow_p2p(job: Job, step: int) -> list[dict[str, Any]]:
+    """The step's send/recv pairs the graph draws: those of each stage's first device (its devices send alike)."""
+    def heads() -> list[dict[str, Any]]:
+        mesh = mesh_of(job)
+        first = {mesh.ranks_of_stage(s)[0] for s in mesh.stages}
+        return [p for p in p2p_pairs(job, step) if p["src"] in first or p["dst"] in first]
+
+    return store.memo("flow-p2p", job.content_hash, step, heads)
 
 
 def _culprit_stage(job: Job) -> int | None:

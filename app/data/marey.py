@@ -27,6 +27,8 @@ from paradiag.dataset import Job
 
 COLUMNS = ["rank", "device", "kind", "name", "start_ns", "dur_ns", "step", "collective"]
 BUBBLE_FRAC = 0.01
+MAX_BARS = 600  # bands x rows drawn per stage (each bar carries its hover) ...
+MIN_BANDS = 40  # ... but at least this many bands
 SMALL_JOB = 16  # ranks up to which every device has a row from the start
 ALL = "devices"  # the expand value that opens every stage to its devices ...
 MAX_ALL = 64  # ... offered up to this many ranks (beyond, a stage or a group opens at a time)
@@ -51,7 +53,8 @@ def stage_bands(job: Job, step: int, stage: int) -> dict[str, Any]:
 
 def band_span(job: Job, step: int) -> tuple[int, int]:
     """The step's first band start and last band end over all stages."""
-    return tuple(store.memo("marey-span", job.content_hash, step, lambda: _span(step_bands(job, step))))  # type: ignore[return-value]
+    lo, hi = store.memo("marey-span", job.content_hash, step, lambda: _span(step_bands(job, step)))
+    return int(lo), int(hi)
 
 
 def _step_bands(job: Job, step: int) -> dict[str, Any]:
@@ -159,8 +162,8 @@ def _marey_data(job: Job, step: int, window: tuple[int, int] | None, merge_frac:
     lo, hi = window or rows["span"]
     step_lo, step_hi = rows["span"]
     stages = [{"stage": st["stage"], "rows": st["rows"], **_window(st, lo, hi, merge_frac, t0), "bubbles": _bubbles(st, lo, hi, t0, BUBBLE_FRAC * (step_hi - step_lo))} for st in rows["stages"]]
-    heads = {row["ranks"][0] for st in stages for row in st["rows"]}
-    p2p = [p for p in p2p_pairs(job, step) if p["src"] in heads or p["dst"] in heads]
+    heads = sorted({row["ranks"][0] for st in stages for row in st["rows"]})
+    p2p = store.memo("marey-p2p-rows", job.content_hash, [step, heads], lambda: _p2p_of(job, step, set(heads)))
     return {"step": step, "window_ms": [(lo - t0) / 1e6, (hi - t0) / 1e6], "stages": stages, "p2p": p2p, "expandable": _expandable(job, rows)}
 
 
@@ -180,7 +183,8 @@ def _expandable(job: Job, rows: dict[str, Any]) -> list[dict[str, str]]:
 
 def _window(st: dict[str, Any], lo: int, hi: int, merge_frac: float, t0: int) -> dict[str, Any]:
     """A stage's bands overlapping [lo, hi), merged: times in ms, per row; labels; the slowest device."""
-    visible, group = model.merge_bands(st["start"], st["end"], st["category"], lo, hi, merge_frac)
+    most = max(MIN_BANDS, min(model.MAX_BANDS, MAX_BARS // max(len(st["rows"]), 1)))  # an opened stage merges more
+    visible, group = model.merge_bands(st["start"], st["end"], st["category"], lo, hi, merge_frac, most)
     if len(visible) == 0:
         return {"start": [], "end": [], "lo": [], "hi": [], "slow_rank": [], "slow_ms": [], "category": [], "label": [], "operator": []}
     cats = [st["category"][i] for i in visible.tolist()]
@@ -217,6 +221,11 @@ def _slowest(rank: np.ndarray, ns: np.ndarray, group: np.ndarray, n: int) -> tup
         last = order[np.r_[np.flatnonzero(np.diff(group[order])), len(order) - 1]]
         out_rank[:, j], out_ns[:, j] = rank[last, j], ns[last, j]
     return out_rank, out_ns
+
+
+def _p2p_of(job: Job, step: int, heads: set[int]) -> list[dict[str, Any]]:
+    """The pairs drawn: those of one device per row (its first), the others' lines would overlap them."""
+    return [p for p in p2p_pairs(job, step) if p["src"] in heads or p["dst"] in heads]
 
 
 def p2p_pairs(job: Job, step: int) -> list[dict[str, Any]]:
