@@ -97,9 +97,9 @@ def test_marey_band_click_selects_the_flow_node(duo: Any) -> None:
     wait_plot(duo, "flow")
     x, y = duo.driver.execute_script(
         """const gd = document.querySelector('#marey .js-plotly-plot');
-        const t = gd._fullData.find(d => d.name === 'operator');  // typed arrays decoded
+        const t = gd._fullData.find(d => d.type === 'bar' && d.name === 'compute');  // typed arrays decoded
         const i = t.customdata.findIndex(c => c[0].includes('gemm'));
-        return [t.x[i], t.y[i]];"""
+        return [t.base[i] + t.x[i] / 2, t.y[i]];"""
     )
     click_data_point(duo, "marey", x, y)
     deadline = time.time() + 20

@@ -11,7 +11,7 @@ from paradiag.app import palette
 from paradiag.app.figures.common import base_figure, empty_figure
 
 LABELS = {"slowness": "× slower", "bandwidth": "GB/s", "bytes": "MiB", "time": "ms"}
-LEVELS = {"rank": "ranks", "node": "nodes (click a block to open it)", "stage": "pipeline stages (click a block to open it)"}
+LEVELS = {"rank": "by rank", "node": "by node (click a block to open it)", "stage": "by pipeline stage (click a block to open it)"}
 
 
 def comm_figure(view: dict[str, Any], metric: str, selected: list[int] | None = None) -> go.Figure:
@@ -20,8 +20,7 @@ def comm_figure(view: dict[str, Any], metric: str, selected: list[int] | None = 
     if not any(v is not None for row in z for v in row):
         return empty_figure("no rank-to-rank communication in this job", height=300)
     rows, cols = [g["label"] for g in view["src"]], [g["label"] for g in view["dst"]]
-    title = f"{LEVELS[view['level']]} · from {view['source']}"
-    fig = base_figure(title=title, height=min(900, max(320, 90 + 20 * len(rows))))
+    fig = base_figure(title=LEVELS[view["level"]], height=min(900, max(320, 100 + 20 * len(rows))))
     values = [v for row in z for v in row if v is not None]
     # Slowness starts at 1 (as fast as comparable links); low bandwidth is the problem, so it runs hot to pale.
     scale = {"zmin": 1.0, "zmax": max(2.0, max(values))} if metric == "slowness" else {}
@@ -40,7 +39,7 @@ def comm_figure(view: dict[str, Any], metric: str, selected: list[int] | None = 
             **scale,
         )
     )
-    fig.update_xaxes(title="receiver (dst)", type="category")
+    fig.update_xaxes(title=f"receiver (dst) · figures from {view['source']}", type="category")
     fig.update_yaxes(title="sender (src)", type="category", autorange="reversed")
     if selected and len(selected) == 2 and view["level"] == "rank" and str(selected[0]) in rows and str(selected[1]) in cols:
         i, j = rows.index(str(selected[0])), cols.index(str(selected[1]))
