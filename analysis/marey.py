@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from paradiag.analysis import stages
+from paradiag.analysis.frame import Frame
+
 OUTLIER_MADS = 3.5  # robust deviations from the stage's median that make a device (or group) stand out
 FLOOR_FRAC = 0.01  # ... and at least this fraction of the step, so near-identical devices are never outliers
 MAX_BANDS = 150  # per stage and view (a row ~1000 px wide); beyond it, neighbours merge whatever their category (dominant colour kept)
@@ -37,6 +40,23 @@ def instance_matrix(column: np.ndarray, name: np.ndarray, start: np.ndarray, col
     idx, key, col = order[common], key[common], col[common]
     matrix = idx[np.lexsort((col, key))].reshape(-1, columns)
     return matrix[np.argsort(np.median(start[matrix], axis=1), kind="stable")]
+
+
+def pass_labels(frame: Frame, rank: int, step: int, pipeline: int, virtual: int, times: np.ndarray) -> list[str]:
+    """For each time (a band's start on ``rank``), the pipeline pass holding it: "F3" or "B3" (micro-batch 3;
+    "F3 c1" for model chunk 1 of an interleaved schedule), "" outside every pass (the optimizer, DP syncs)."""
+    classes = stages.name_classes(frame.names)
+    passes = sorted(stages.rank_passes(frame, rank, step, classes), key=lambda p: p["start_ns"])
+    counters = {"forward": 0, "backward": 0}
+    labels = []
+    for p in passes:
+        chunk, mb = stages.chunk_and_micro_batch(counters[p["direction"]], pipeline, virtual, p["direction"] == "backward")
+        counters[p["direction"]] += 1
+        labels.append(f"{p['direction'][0].upper()}{mb}" + (f" c{chunk}" if virtual > 1 else ""))
+    lo = np.array([p["start_ns"] for p in passes], dtype=np.int64)
+    hi = np.array([p["end_ns"] for p in passes], dtype=np.int64)
+    at = np.searchsorted(lo, times, side="right") - 1
+    return [labels[i] if i >= 0 and t <= hi[i] else "" for i, t in zip(at.tolist(), times.tolist(), strict=True)]
 
 
 def outliers(values: np.ndarray, floor: float) -> np.ndarray:

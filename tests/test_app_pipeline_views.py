@@ -139,7 +139,8 @@ def test_marey_bars_answer_the_mouse_and_a_click_outlines_one_instance() -> None
     bars = [t for t in fig.data if t.type == "bar"]
     assert {t.name for t in bars} >= {"compute", "send", "recv"}
     compute = next(t for t in bars if t.name == "compute")
-    assert "slowest rank" in compute.hovertext[0] and len(compute.customdata[0]) == 3
+    assert any("slowest device: rank" in t for t in compute.hovertext) and len(compute.customdata[0]) == 3
+    assert any("micro-batch 0 forward" in t for t in compute.hovertext) and any("backward" in t for t in compute.hovertext)
     op, stage, at = compute.customdata[0]
     every = marey_figure(data, selected=(op, stage, None))
     one = marey_figure(data, selected=(op, stage, at))

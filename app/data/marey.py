@@ -18,6 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from paradiag.analysis import marey as model
+from paradiag.analysis import stages as analysis_stages
+from paradiag.analysis.frame import device_frame
 from paradiag.app import palette, store
 from paradiag.app.data import collectives
 from paradiag.app.data.common import origin_ns, read_events
@@ -26,6 +28,7 @@ from paradiag.app.data.mesh import mesh_of
 from paradiag.dataset import Job
 
 COLUMNS = ["rank", "device", "kind", "name", "start_ns", "dur_ns", "step", "collective"]
+FRAME_COLUMNS = [*COLUMNS, "group", "peer", "bytes", "seq"]  # what the analysis' device frame reads
 BUBBLE_FRAC = 0.01
 MAX_BARS = 600  # bands x rows drawn per stage (each bar carries its hover) ...
 MIN_BANDS = 40  # ... but at least this many bands
@@ -72,7 +75,22 @@ def _step_bands(job: Job, step: int) -> dict[str, Any]:
     }
     words = names.dictionary.to_pylist()
     kinds = events.select(["kind", "collective"])
-    return {"step": step, "stages": [_stage_table(arrays, words, kinds, mesh.ranks_of_stage(s), s) for s in mesh.stages]}
+    out: dict[str, Any] = {"step": step, "stages": [_stage_table(arrays, words, kinds, mesh.ranks_of_stage(s), s) for s in mesh.stages]}
+    _label_passes(job, step, out["stages"])
+    return out
+
+
+def _label_passes(job: Job, step: int, stages: list[dict[str, Any]]) -> None:
+    """Each band's pipeline pass (micro-batch and direction), from the passes of its stage's first device."""
+    heads = [st["ranks"][0] for st in stages if st["ranks"]]
+    if not heads:
+        return
+    events = read_events(job, ranks=heads, columns=FRAME_COLUMNS)
+    frame = device_frame(events.filter(pc.equal(events.column("step"), step)))
+    virtual = analysis_stages.virtual_stages(frame, [heads[0]], len(stages))
+    for st in stages:
+        times = st["start"][:, 0] if st["start"].size else np.zeros(0, dtype=np.int64)
+        st["pass"] = model.pass_labels(frame, st["ranks"][0], step, len(stages), virtual, times) if st["ranks"] else []
 
 
 def _stage_table(arrays: dict[str, np.ndarray], words: list[str], kinds: pa.Table, ranks: list[int], stage: int) -> dict[str, Any]:
@@ -140,6 +158,7 @@ def _stage_rows(job: Job, step: int, stage: int, how: str, opened: list[int], ke
         "rows": [_row(row, ranks, groups, stage) for row in rows],
         "names": st["names"],
         "category": st["category"],
+        "pass": st.get("pass") or [""] * len(st["names"]),
         **{k: np.column_stack([t[k] for t in times]) if times else empty for k in ("start", "end", "lo", "hi", "slow_ns")},
         "slow_rank": np.column_stack([np.asarray(ranks)[t["slow_col"]] for t in times]) if times else empty,
     }
@@ -186,9 +205,10 @@ def _window(st: dict[str, Any], lo: int, hi: int, merge_frac: float, t0: int) ->
     most = max(MIN_BANDS, min(model.MAX_BANDS, MAX_BARS // max(len(st["rows"]), 1)))  # an opened stage merges more
     visible, group = model.merge_bands(st["start"], st["end"], st["category"], lo, hi, merge_frac, most)
     if len(visible) == 0:
-        return {"start": [], "end": [], "lo": [], "hi": [], "slow_rank": [], "slow_ms": [], "category": [], "label": [], "operator": []}
+        return {"start": [], "end": [], "lo": [], "hi": [], "slow_rank": [], "slow_ms": [], "category": [], "label": [], "operator": [], "pass": []}
     cats = [st["category"][i] for i in visible.tolist()]
     names = [st["names"][i] for i in visible.tolist()]
+    passes = [st["pass"][i] for i in visible.tolist()]
     n = int(group[-1]) + 1
     first = np.r_[0, np.flatnonzero(np.diff(group)) + 1]
     count = np.bincount(group, minlength=n)
@@ -208,6 +228,7 @@ def _window(st: dict[str, Any], lo: int, hi: int, merge_frac: float, t0: int) ->
         "slow_ms": (slow_ns / 1e6).round(4).tolist(),
         "category": category,
         "label": [names[i] if c == 1 else f"{c} operators from {names[i][:50]}" for i, c in zip(first.tolist(), count.tolist(), strict=True)],
+        "pass": [passes[i] for i in first.tolist()],
         "operator": [names[i] for i in first.tolist()],
     }
 

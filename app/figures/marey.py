@@ -149,6 +149,8 @@ def _bars(fig: go.Figure, data: dict[str, Any], row_y: list[list[float]]) -> Non
         many = [len(r["ranks"]) > 1 for r in st["rows"]]
         cats = np.array(st["category"], dtype=object)
         names = [short_name(label, 48) for label in st["label"]]
+        slowest = ["slowest device:" if op == label else "longest single operator:" for op, label in zip(st["operator"], st["label"], strict=True)]
+        passes = [f" · micro-batch {p[1:]} {'forward' if p[0] == 'F' else 'backward'}" if p else "" for p in st.get("pass") or [""] * len(names)]
         for cat in dict.fromkeys(st["category"]):
             idx = np.flatnonzero(cats == cat)
             c = cols.setdefault(cat, {"base": [], "x": [], "y": [], "custom": [], "text": []})
@@ -157,9 +159,9 @@ def _bars(fig: go.Figure, data: dict[str, Any], row_y: list[list[float]]) -> Non
             c["y"].append(np.tile(np.asarray(ys, dtype=np.float32), len(idx)))
             c["custom"] += [[st["operator"][i], st["stage"], mid[i]] for i in idx.tolist() for _ in ys]
             c["text"] += [
-                f"{names[i]} · {cat}<br>{labels[j]}: {ends[i, j] - starts[i, j]:.3f} ms"
+                f"{names[i]} · {cat}{passes[i]}<br>{labels[j]}: {ends[i, j] - starts[i, j]:.3f} ms"
                 + (f" (devices {lo[i, j]:.2f}–{hi[i, j]:.2f})" if many[j] else "")
-                + f"<br>slowest rank {slow_rank[i, j]}: {slow_ms[i, j]:.3f} ms"
+                + f"<br>{slowest[i]} rank {slow_rank[i, j]}: {slow_ms[i, j]:.3f} ms"
                 for i in idx.tolist()
                 for j in range(len(ys))
             ]
