@@ -14,9 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from paradiag.analysis import stages
-from paradiag.analysis.frame import Frame
+import pyarrow as pa
+import pyarrow.compute as pc
 
 OUTLIER_MADS = 3.5  # robust deviations from the stage's median that make a device (or group) stand out
 FLOOR_FRAC = 0.01  # ... and at least this fraction of the step, so near-identical devices are never outliers
@@ -42,19 +41,16 @@ def instance_matrix(column: np.ndarray, name: np.ndarray, start: np.ndarray, col
     return matrix[np.argsort(np.median(start[matrix], axis=1), kind="stable")]
 
 
-def pass_labels(frame: Frame, rank: int, step: int, pipeline: int, virtual: int, times: np.ndarray) -> list[str]:
-    """For each time (a band's start on ``rank``), the pipeline pass holding it: "F3" or "B3" (micro-batch 3;
-    "F3 c1" for model chunk 1 of an interleaved schedule), "" outside every pass (the optimizer, DP syncs)."""
-    classes = stages.name_classes(frame.names)
-    passes = sorted(stages.rank_passes(frame, rank, step, classes), key=lambda p: p["start_ns"])
-    counters = {"forward": 0, "backward": 0}
-    labels = []
-    for p in passes:
-        chunk, mb = stages.chunk_and_micro_batch(counters[p["direction"]], pipeline, virtual, p["direction"] == "backward")
-        counters[p["direction"]] += 1
-        labels.append(f"{p['direction'][0].upper()}{mb}" + (f" c{chunk}" if virtual > 1 else ""))
-    lo = np.array([p["start_ns"] for p in passes], dtype=np.int64)
-    hi = np.array([p["end_ns"] for p in passes], dtype=np.int64)
+def pass_labels(passes: pa.Table, rank: int, step: int, times: np.ndarray) -> list[str]:
+    """For each time (a band's start on ``rank``), the pipeline pass of the analysis (``Diagnosis.passes``)
+    holding it: "F3" or "B3" (micro-batch 3; "F3 c1" for model chunk 1 of an interleaved schedule), "" outside
+    every pass (the optimizer, DP syncs)."""
+    mine = passes.filter(pc.and_(pc.equal(passes.column("rank"), rank), pc.equal(passes.column("step"), step))).sort_by("start_ns")
+    rows = mine.select(["direction", "micro_batch", "chunk", "start_ns", "end_ns"]).to_pylist()
+    chunked = any(r["chunk"] for r in rows)
+    labels = [f"{r['direction'][0].upper()}{r['micro_batch']}" + (f" c{r['chunk']}" if chunked else "") for r in rows]
+    lo = np.array([r["start_ns"] for r in rows], dtype=np.int64)
+    hi = np.array([r["end_ns"] for r in rows], dtype=np.int64)
     at = np.searchsorted(lo, times, side="right") - 1
     return [labels[i] if i >= 0 and t <= hi[i] else "" for i, t in zip(at.tolist(), times.tolist(), strict=True)]
 

@@ -34,6 +34,7 @@ def warm(app: Dash, token: str) -> threading.Thread:
         instances(job)
         findings_of(job)
         operators_of(job)  # the compare panel's side of this job
+        comm_view(job)  # the communication matrix as the first page draws it
     views = threading.Thread(target=warm_views, args=(app, token), name="paradiag-warm-views", daemon=True)
     views.start()
     return views
@@ -44,7 +45,6 @@ def warm_views(app: Dash, token: str) -> None:
     with app.server.app_context():
         job = context.job(token)
         operator_totals(job)
-        comm_view(job)  # the communication matrix as the first page draws it
         step = slowest_step(job)
         if step is not None:
             step_bands(job, step)

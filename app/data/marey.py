@@ -18,17 +18,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from paradiag.analysis import marey as model
-from paradiag.analysis import stages as analysis_stages
-from paradiag.analysis.frame import device_frame
 from paradiag.app import palette, store
 from paradiag.app.data import collectives
-from paradiag.app.data.common import origin_ns, read_events
+from paradiag.app.data.common import diagnosis, origin_ns, read_events
 from paradiag.app.data.findings import findings_of
 from paradiag.app.data.mesh import mesh_of
 from paradiag.dataset import Job
 
 COLUMNS = ["rank", "device", "kind", "name", "start_ns", "dur_ns", "step", "collective"]
-FRAME_COLUMNS = [*COLUMNS, "group", "peer", "bytes", "seq"]  # what the analysis' device frame reads
 BUBBLE_FRAC = 0.01
 MAX_BARS = 600  # bands x rows drawn per stage (each bar carries its hover) ...
 MIN_BANDS = 40  # ... but at least this many bands
@@ -81,16 +78,12 @@ def _step_bands(job: Job, step: int) -> dict[str, Any]:
 
 
 def _label_passes(job: Job, step: int, stages: list[dict[str, Any]]) -> None:
-    """Each band's pipeline pass (micro-batch and direction), from the passes of its stage's first device."""
-    heads = [st["ranks"][0] for st in stages if st["ranks"]]
-    if not heads:
-        return
-    events = read_events(job, ranks=heads, columns=FRAME_COLUMNS)
-    frame = device_frame(events.filter(pc.equal(events.column("step"), step)))
-    virtual = analysis_stages.virtual_stages(frame, [heads[0]], len(stages))
+    """Each band's pipeline pass (micro-batch and direction), from the analysis' passes of its stage's first
+    device."""
+    passes = diagnosis(job).passes
     for st in stages:
         times = st["start"][:, 0] if st["start"].size else np.zeros(0, dtype=np.int64)
-        st["pass"] = model.pass_labels(frame, st["ranks"][0], step, len(stages), virtual, times) if st["ranks"] else []
+        st["pass"] = model.pass_labels(passes, st["ranks"][0], step, times) if st["ranks"] and passes.num_rows else [""] * len(times)
 
 
 def _stage_table(arrays: dict[str, np.ndarray], words: list[str], kinds: pa.Table, ranks: list[int], stage: int) -> dict[str, Any]:
