@@ -228,3 +228,20 @@ def test_flow_blocks_open_one_at_a_time() -> None:
     assert len(after) == len(before) - 1 + len([n for n in after if n.get("within") == block["key"]]) > len(before)
     assert sum(1 for st in opened["stages"] for n in st["nodes"] if n["kind"] == "block") == sum(1 for st in collapsed["stages"] for n in st["nodes"] if n["kind"] == "block") - 1
     assert "members" not in block
+
+
+def test_marey_folds_alike_devices_and_opens_one_stage_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    from paradiag.app.data import marey
+    from paradiag.app.data.common import slowest_step
+
+    monkeypatch.setattr(marey, "SMALL_JOB", 2)  # fold an 8-rank job as if it were a large one
+    job = _open("gpu_llm_slow_rank")
+    step = slowest_step(job)
+    data = marey.marey_data(job, step, None)
+    rows = {st["stage"]: st["rows"] for st in data["stages"]}
+    assert [r["ranks"] for r in rows[1] if r["anomalous"]] == [[5]]  # the slow rank alone and marked
+    assert sum(len(r["ranks"]) for r in rows[1]) == 4 and len(rows[1]) < 4
+    assert {"stage:0", "stage:1"} <= {o["value"] for o in data["expandable"]}
+    opened = marey.marey_data(job, step, None, expand=["stage:1"])
+    assert len(next(st for st in opened["stages"] if st["stage"] == 1)["rows"]) > len(rows[1])
+    assert next(st for st in opened["stages"] if st["stage"] == 0)["rows"] == rows[0]  # the other stage stays folded
