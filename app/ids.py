@@ -28,6 +28,7 @@ DETAIL_COLLECTIVES = "detail-collectives"
 MAREY = "marey"
 MAREY_BACK = "marey-back"
 MAREY_EXPAND = "marey-expand"
+MAREY_DRAWN = "marey-drawn"  # what the Marey figure shows (so a new selected instance patches its outline alone)
 
 FLOW = "flow"
 FLOW_COLOR = "flow-color"

@@ -98,7 +98,7 @@ def test_marey_click_selects_operator_and_flow_rings_it(sel: dict[str, Any]) -> 
     from paradiag.app.callbacks.pipeline import render_flow, render_marey
     from paradiag.app.callbacks.selection import select
 
-    marey, options = render_marey(sel, ["devices"])
+    marey, options, drawn = render_marey(sel, ["devices"])
     assert options[0]["value"] == "devices"
     bars = next(t for t in marey.data if t.name == "compute")
     i = next(i for i, c in enumerate(bars.customdata) if "gemm" in c[0])
@@ -109,7 +109,11 @@ def test_marey_click_selects_operator_and_flow_rings_it(sel: dict[str, Any]) -> 
     rings = next(t for t in render_flow(everywhere, "time", [])[0].data if t.name == "selected")
     ring = next(t for t in render_flow(new, "time", [])[0].data if t.name == "selected")
     assert len(ring.x) == 1 and len(rings.x) >= len(ring.x)  # the clicked instance's node, not every node holding gemm
-    assert "selected operator" in [t.name for t in render_marey(new, ["devices"])[0].data]
+    outline = next(t for t in render_marey(new, ["devices"])[0].data if t.name == "selected operator")
+    assert len(outline.x) > 0
+    patch, _, _ = render_marey(new, ["devices"], drawn)  # the same drawing: only the outline is sent
+    ops = patch.to_plotly_json()["operations"]
+    assert [op["location"] for op in ops] == [["data", drawn["traces"] - 1]] and ops[0]["params"]["value"]["name"] == "selected operator"
 
 
 def test_marey_zoom_merges_fewer_bands(sel: dict[str, Any]) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dash import Dash, Input, Output, State, ctx, html, no_update
+from dash import Dash, Input, Output, Patch, State, ctx, html, no_update
 
 from paradiag.app import context, ids
 from paradiag.app.data.comm import METRICS, link_instances, view
@@ -13,16 +13,16 @@ from paradiag.app.data.flow import flow_p2p, flow_view
 from paradiag.app.data.marey import marey_data
 from paradiag.app.figures.comm import comm_figure
 from paradiag.app.figures.flow import flow_figure
-from paradiag.app.figures.marey import marey_figure
+from paradiag.app.figures.marey import highlight, marey_figure
 
 REPEATS = "repeats"  # the flow's expand value that opens every repeated block
 
 
-def render_marey(sel: dict[str, Any] | None, expand: list[str] | None) -> tuple[Any, Any]:
-    """The figure, and the expand options that fit it: every device, each stage (by mesh group), and each group
-    that is drawn folded."""
+def render_marey(sel: dict[str, Any] | None, expand: list[str] | None, drawn: dict[str, Any] | None = None) -> tuple[Any, Any, Any]:
+    """The figure, the expand options that fit it (every device, each stage by mesh group, each group drawn
+    folded), and what is drawn; when only the selected instance changed, a ``Patch`` of the outline alone."""
     if not sel or not sel.get("job") or sel.get("step") is None:
-        return no_update, no_update
+        return no_update, no_update, no_update
     job = context.job(sel["job"])
     window = None
     if sel.get("window"):
@@ -30,8 +30,13 @@ def render_marey(sel: dict[str, Any] | None, expand: list[str] | None) -> tuple[
         window = (t0 + int(sel["window"][0] * 1e6), t0 + int(sel["window"][1] * 1e6))
     data = marey_data(job, sel["step"], window, expand=expand or [])
     selected = (sel["op"], sel.get("stage"), sel.get("at")) if sel.get("op") else None
-    fig = marey_figure(data, selected=selected, uirevision=f"{sel['job']}|{sel['step']}|{','.join(sorted(expand or []))}")
-    return fig, data["expandable"]
+    key = [sel["job"], sel["step"], sel.get("window"), sorted(expand or [])]
+    if drawn and drawn.get("key") == key:
+        patch = Patch()
+        patch["data"][drawn["traces"] - 1] = highlight(data, selected).to_plotly_json()
+        return patch, no_update, no_update
+    fig = marey_figure(data, selected=selected, uirevision=f"{sel['job']}|{sel['step']}|{','.join(key[3])}")
+    return fig, data["expandable"], {"key": key, "traces": len(fig.data)}
 
 
 def render_flow(sel: dict[str, Any] | None, color_by: str, expand: list[str] | None) -> tuple[Any, Any]:
@@ -106,7 +111,7 @@ def comm_instances(click: dict[str, Any] | None, sel: dict[str, Any] | None) -> 
 
 
 def register(app: Dash) -> None:
-    app.callback(Output(ids.MAREY, "figure"), Output(ids.MAREY_EXPAND, "options"), Input(ids.SELECTION, "data"), Input(ids.MAREY_EXPAND, "value"))(render_marey)
+    app.callback(Output(ids.MAREY, "figure"), Output(ids.MAREY_EXPAND, "options"), Output(ids.MAREY_DRAWN, "data"), Input(ids.SELECTION, "data"), Input(ids.MAREY_EXPAND, "value"), State(ids.MAREY_DRAWN, "data"))(render_marey)
     app.callback(Output(ids.FLOW, "figure"), Output(ids.FLOW_EXPAND, "options"), Input(ids.SELECTION, "data"), Input(ids.FLOW_COLOR, "value"), Input(ids.FLOW_EXPAND, "value"))(render_flow)
     app.callback(Output(ids.FLOW_EXPAND, "value"), Input(ids.FLOW, "clickData"), State(ids.FLOW_EXPAND, "value"))(open_block)
     app.callback(Output(ids.COMM_MATRIX, "figure"), Input(ids.SELECTION, "data"), Input(ids.COMM_METRIC, "value"), Input(ids.COMM_DRILL, "data"))(render_comm)

@@ -99,7 +99,7 @@ def view(job: Job, src: list[int] | None = None, dst: list[int] | None = None) -
     into at most MAX_GROUPS (single ranks when they are few): ``{"level", "src", "dst": [{"label", "ranks"}],
     "cells": {metric: rows x columns}, "hover", "source"}``. The whole job's view is computed once."""
     if src is None and dst is None:
-        return store.memo("comm-view", job.content_hash, 1, lambda: _view(job, job.rank_ids, job.rank_ids))
+        return store.memo("comm-view", job.content_hash, MAX_GROUPS, lambda: _view(job, job.rank_ids, job.rank_ids))
     return _view(job, src or job.rank_ids, dst or job.rank_ids)
 
 

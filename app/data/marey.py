@@ -112,7 +112,7 @@ def marey_data(job: Job, step: int, window: tuple[int, int] | None, merge_frac: 
     opened = sorted(set(expand or []))
     kept = sorted(set(keep if keep is not None else top_culprits(job)))
     if window is None:
-        return store.memo("marey-step", job.content_hash, [step, merge_frac, opened, kept], lambda: _marey_data(job, step, None, merge_frac, opened, kept))
+        return store.memo("marey-step", job.content_hash, [step, merge_frac, opened, kept, SMALL_JOB], lambda: _marey_data(job, step, None, merge_frac, opened, kept))
     return _marey_data(job, step, window, merge_frac, opened, kept)
 
 

@@ -51,8 +51,7 @@ def marey_figure(data: dict[str, Any], selected: tuple[Any, ...] | None = None, 
     _bars(fig, data, row_y)
     _p2p(fig, data, rank_y)
     _anomalies(fig, data, row_y)
-    if selected:
-        _highlight(fig, data, row_y, selected)
+    fig.add_trace(highlight(data, selected))
     fig.update_yaxes(tickvals=[t[0] for t in ticks], ticktext=[t[1] for t in ticks], autorange="reversed", showgrid=False, zeroline=False, fixedrange=True)
     fig.update_xaxes(title=f"time since job start (ms) · step {data['step']}", range=data["window_ms"], showgrid=True)
     fig.update_layout(barmode="overlay", dragmode="zoom", hovermode="closest", margin={"l": 90, "t": 40}, legend={"font": {"size": 10}, "y": 1.0, "yanchor": "bottom"})
@@ -218,11 +217,14 @@ def _anomalies(fig: go.Figure, data: dict[str, Any], row_y: list[list[float]]) -
         fig.add_trace(go.Scatter(x=[x0] * len(ys), y=ys, mode="markers", marker={"symbol": "triangle-right", "size": 13, "color": ANOMALY}, hovertext=text, hovertemplate="%{hovertext}<extra></extra>", name="anomalous device", cliponaxis=False))
 
 
-def _highlight(fig: go.Figure, data: dict[str, Any], row_y: list[list[float]], selected: tuple[Any, ...]) -> None:
-    op, stage, at = (*selected, None, None)[:3]
+def highlight(data: dict[str, Any], selected: tuple[Any, ...] | None) -> go.Scatter:
+    """The outline of the selected instance (or instances); always the figure's last trace, empty when nothing is
+    selected, so a new selection replaces it alone (a ``Patch``)."""
+    row_y = rows_of(data)[0]
+    op, stage, at = (*(selected or (None,)), None, None)[:3]
     parts = []
     for st, ys in zip(data["stages"], row_y, strict=True):
-        if stage is not None and st["stage"] != stage:
+        if op is None or (stage is not None and st["stage"] != stage):
             continue
         mine = np.flatnonzero([name == op for name in st["operator"]])
         if not len(mine):
@@ -234,5 +236,4 @@ def _highlight(fig: go.Figure, data: dict[str, Any], row_y: list[list[float]], s
             starts, ends = starts[keep], ends[keep]
         for j, y in enumerate(ys):
             parts.append(_rects(starts[:, j], ends[:, j], y, half=HALF * 1.3))
-    if parts:
-        fig.add_trace(go.Scatter(**_joined(parts), mode="lines", line={"color": palette.HIGHLIGHT, "width": 2.5}, name="selected operator", hoverinfo="skip"))
+    return go.Scatter(**_joined(parts), mode="lines", line={"color": palette.HIGHLIGHT, "width": 2.5}, name="selected operator", hoverinfo="skip", showlegend=bool(parts))

@@ -48,6 +48,7 @@ def layout() -> html.Div:
                             ],
                         ),
                         dcc.Store(id=ids.ZOOM_STACK, data=[]),
+                        dcc.Store(id=ids.MAREY_DRAWN, data={}),
                         graph(ids.MAREY),
                         class_name="pd-marey",
                         help_text="stages top to bottom, time across; drag to zoom",
