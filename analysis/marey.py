@@ -6,7 +6,8 @@ position, its n-th occurrence in the step, on every device): a bands x devices m
 ``fold_rows`` decides which rows a stage is drawn with: alike devices become one row (the stage, or a mesh group
 that runs late), anomalous devices stay single. ``row_times`` gives each row's band times (median over its
 devices, spread, slowest device) and ``merge_bands`` merges neighbouring bands for a window so the drawing's size
-is bounded at any zoom.
+is bounded at any zoom. ``pass_labels`` names the pipeline pass (micro-batch, direction) each band belongs to, from
+the passes the analysis stored.
 """
 
 from __future__ import annotations
