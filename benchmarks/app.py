@@ -141,7 +141,9 @@ def pipeline_views(b: Browser, app: Any, reducer: str) -> None:
         b.call("marey (one instance outlined)", key_for(app, "marey.figure"), [("selection", "data")])
         b.call("flow (its node ringed)", key_for(app, "flow.figure"), [("selection", "data")])
     matrix = b.props[("comm-matrix", "figure")]["data"][0]
-    b.props[("comm-matrix", "clickData")] = {"points": [{"x": matrix["x"][-1], "y": matrix["y"][0]}]}
+    cells = [(v, i, j) for i, row in enumerate(matrix["z"]) for j, v in enumerate(row) if v is not None]
+    _, i, j = max(cells) if cells else (0, 0, 0)  # the hottest block, as a user would
+    b.props[("comm-matrix", "clickData")] = {"points": [{"x": matrix["x"][j], "y": matrix["y"][i]}]}
     b.call("click a matrix block", key_for(app, "comm-drill.data"), [("comm-matrix", "clickData")])
     b.call("matrix (block opened)", key_for(app, "comm-matrix.figure"), [("comm-drill", "data")])
     b.call("click a link", reducer, [("comm-matrix", "clickData")])
