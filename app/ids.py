@@ -33,6 +33,7 @@ MAREY_DRAWN = "marey-drawn"  # what the Marey figure shows (so a new selected in
 FLOW = "flow"
 FLOW_COLOR = "flow-color"
 FLOW_EXPAND = "flow-expand"
+FLOW_DRAWN = "flow-drawn"  # what the flow figure shows (so a new selected node patches its ring alone)
 
 COMM_MATRIX = "comm-matrix"
 COMM_METRIC = "comm-metric"

@@ -107,8 +107,11 @@ def test_marey_click_selects_operator_and_flow_rings_it(sel: dict[str, Any]) -> 
     new = select((ids.MAREY, "clickData"), {"points": [{"customdata": custom, "x": 0.01}]}, sel, "")
     assert new["op"] == custom[0] and new["stage"] == custom[1] and new["at"] == custom[2]
     rings = next(t for t in render_flow(everywhere, "time", [])[0].data if t.name == "selected")
-    ring = next(t for t in render_flow(new, "time", [])[0].data if t.name == "selected")
+    flow, _, flow_drawn = render_flow(new, "time", [])
+    ring = next(t for t in flow.data if t.name == "selected")
     assert len(ring.x) == 1 and len(rings.x) >= len(ring.x)  # the clicked instance's node, not every node holding gemm
+    ring_patch = render_flow(everywhere, "time", [], flow_drawn)[0].to_plotly_json()["operations"]  # only the ring moves
+    assert [op["location"] for op in ring_patch] == [["data", flow_drawn["traces"] - 1]] and len(ring_patch[0]["params"]["value"]["x"]) == len(rings.x)
     outline = next(t for t in render_marey(new, ["devices"])[0].data if t.name == "selected operator")
     assert len(outline.x) > 0
     patch, _, _ = render_marey(new, ["devices"], drawn)  # the same drawing: only the outline is sent

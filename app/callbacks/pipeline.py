@@ -12,7 +12,7 @@ from paradiag.app.data.common import origin_ns
 from paradiag.app.data.flow import flow_p2p, flow_view
 from paradiag.app.data.marey import marey_data
 from paradiag.app.figures.comm import comm_figure
-from paradiag.app.figures.flow import flow_figure
+from paradiag.app.figures.flow import flow_figure, ring
 from paradiag.app.figures.marey import highlight, marey_figure
 
 REPEATS = "repeats"  # the flow's expand value that opens every repeated block
@@ -39,16 +39,23 @@ def render_marey(sel: dict[str, Any] | None, expand: list[str] | None, drawn: di
     return fig, data["expandable"], {"key": key, "traces": len(fig.data)}
 
 
-def render_flow(sel: dict[str, Any] | None, color_by: str, expand: list[str] | None) -> tuple[Any, Any]:
-    """The figure, and the expand options: every block, and each block opened by a click (untick to close)."""
+def render_flow(sel: dict[str, Any] | None, color_by: str, expand: list[str] | None, drawn: dict[str, Any] | None = None) -> tuple[Any, Any, Any]:
+    """The figure, the expand options (every block, and each block opened by a click: untick to close), and what
+    is drawn; when only the selected node changed, a ``Patch`` of its ring alone."""
     if not sel or not sel.get("job") or sel.get("step") is None:
-        return no_update, no_update
+        return no_update, no_update, no_update
     job = context.job(sel["job"])
     opened = [e for e in expand or [] if e != REPEATS]
     data = flow_view(job, sel["step"], opened, expand_all=REPEATS in (expand or []))
     selected = (sel["op"], sel.get("stage"), sel.get("at")) if sel.get("op") else None
+    key = [sel["job"], sel["step"], color_by, sorted(expand or [])]
+    if drawn and drawn.get("key") == key:
+        patch = Patch()
+        patch["data"][drawn["traces"] - 1] = ring(data, selected).to_plotly_json()
+        return patch, no_update, no_update
     options = [{"label": " expand every repeated block", "value": REPEATS}] + [{"label": f" stage {k.split(':')[0]} block {k.split(':')[1]}", "value": k} for k in opened]
-    return flow_figure(data, color_by, flow_p2p(job, sel["step"]), selected), options
+    fig = flow_figure(data, color_by, flow_p2p(job, sel["step"]), selected)
+    return fig, options, {"key": key, "traces": len(fig.data)}
 
 
 def open_block(click: dict[str, Any] | None, expand: list[str] | None) -> Any:
@@ -112,7 +119,7 @@ def comm_instances(click: dict[str, Any] | None, sel: dict[str, Any] | None) -> 
 
 def register(app: Dash) -> None:
     app.callback(Output(ids.MAREY, "figure"), Output(ids.MAREY_EXPAND, "options"), Output(ids.MAREY_DRAWN, "data"), Input(ids.SELECTION, "data"), Input(ids.MAREY_EXPAND, "value"), State(ids.MAREY_DRAWN, "data"))(render_marey)
-    app.callback(Output(ids.FLOW, "figure"), Output(ids.FLOW_EXPAND, "options"), Input(ids.SELECTION, "data"), Input(ids.FLOW_COLOR, "value"), Input(ids.FLOW_EXPAND, "value"))(render_flow)
+    app.callback(Output(ids.FLOW, "figure"), Output(ids.FLOW_EXPAND, "options"), Output(ids.FLOW_DRAWN, "data"), Input(ids.SELECTION, "data"), Input(ids.FLOW_COLOR, "value"), Input(ids.FLOW_EXPAND, "value"), State(ids.FLOW_DRAWN, "data"))(render_flow)
     app.callback(Output(ids.FLOW_EXPAND, "value"), Input(ids.FLOW, "clickData"), State(ids.FLOW_EXPAND, "value"))(open_block)
     app.callback(Output(ids.COMM_MATRIX, "figure"), Input(ids.SELECTION, "data"), Input(ids.COMM_METRIC, "value"), Input(ids.COMM_DRILL, "data"))(render_comm)
     app.callback(Output(ids.COMM_DRILL, "data"), Input(ids.COMM_MATRIX, "clickData"), Input(ids.COMM_UP, "n_clicks"), State(ids.COMM_DRILL, "data"), State(ids.SELECTION, "data"))(drill_comm)

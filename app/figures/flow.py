@@ -81,8 +81,7 @@ def flow_figure(data: dict[str, Any], color_by: str = "imbalance", p2p: list[dic
     _shape_legend(fig)
     if data.get("strategy"):
         _strategy_legend(fig, data["strategy"])
-    if selected:
-        _highlight(fig, data, selected)
+    fig.add_trace(ring(data, selected))
     fig.update_yaxes(tickvals=[st["stage"] for st in data["stages"]], ticktext=[_stage_tick(st, data) for st in data["stages"]], autorange="reversed", range=None, zeroline=False, showgrid=False)
     fig.update_xaxes(title="execution order (repeated layers collapsed; click a ▪ block to open it)", showgrid=False, zeroline=False)
     fig.update_layout(margin={"l": 90}, hovermode="closest", legend={"x": 0, "xanchor": "left"})
@@ -166,14 +165,13 @@ def _node_at(spans: tuple[np.ndarray, np.ndarray, np.ndarray] | None, t: float) 
     return int(idx[holding].min()) if len(holding) else None
 
 
-def _highlight(fig: go.Figure, data: dict[str, Any], selected: tuple[Any, ...]) -> None:
-    """Ring the nodes holding the selected operator; when one instance was picked (``at``, ms), only the node
-    whose span holds it (or the nearest)."""
-    op, stage, at = (*selected, None)[:3]
-    found = [(i, st["stage"], n["span_ms"]) for st in data["stages"] if stage is None or st["stage"] == stage for i, n in enumerate(st["nodes"]) if op in n["operators"]]
+def ring(data: dict[str, Any], selected: tuple[Any, ...] | None) -> go.Scatter:
+    """Rings on the nodes holding the selected operator; when one instance was picked (``at``, ms), only the node
+    whose span holds it (or the nearest). Always the figure's last trace (empty when nothing is selected), so a
+    new selection replaces it alone (a ``Patch``)."""
+    op, stage, at = (*(selected or (None,)), None, None)[:3]
+    found = [(i, st["stage"], n["span_ms"]) for st in data["stages"] if stage is None or st["stage"] == stage for i, n in enumerate(st["nodes"]) if op is not None and op in n["operators"]]
     if at is not None and found:
-        nearest = min(found, key=lambda f: max(f[2][0] - at, at - f[2][1], 0.0))
-        found = [nearest]
-    if found:
-        xs, ys = [f[0] for f in found], [f[1] for f in found]
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", marker={"size": 30, "symbol": "circle-open", "color": palette.HIGHLIGHT, "line": {"width": 3}}, name="selected", hoverinfo="skip"))
+        found = [min(found, key=lambda f: max(f[2][0] - at, at - f[2][1], 0.0))]
+    marker = {"size": 30, "symbol": "circle-open", "color": palette.HIGHLIGHT, "line": {"width": 3}}
+    return go.Scatter(x=[f[0] for f in found], y=[f[1] for f in found], mode="markers", marker=marker, name="selected", hoverinfo="skip", showlegend=bool(found))

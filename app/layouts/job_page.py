@@ -98,6 +98,7 @@ def layout() -> html.Div:
                         dcc.Checklist(id=ids.FLOW_EXPAND, options=[{"label": " expand repeated blocks", "value": "repeats"}], value=[], inline=True),
                     ],
                 ),
+                dcc.Store(id=ids.FLOW_DRAWN, data={}),
                 graph(ids.FLOW),
                 class_name="pd-flow",
                 help_text="operators in execution order per stage; repeated layers collapsed; click a node",
