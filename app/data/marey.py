@@ -144,11 +144,12 @@ def _stage_rows(job: Job, step: int, stage: int, how: str, opened: list[int], ke
     compute = np.array([c == "compute" for c in st["category"]], dtype=bool)
     groups = [mesh.dp[r] for r in ranks]
     rows = model.fold_rows(st["start"], st["end"], compute, [f"rank {r}" for r in ranks], groups, step_ns, how, frozenset(i for i, r in enumerate(ranks) if r in keep), frozenset(opened))
+    busy = model.device_scores(st["start"], st["end"], compute)[0] / 1e6
     times = [model.row_times(st["start"], st["end"], row.members) for row in rows]
     empty = np.zeros((len(st["names"]), 0), dtype=np.int64)
     return {
         "stage": stage,
-        "rows": [_row(row, ranks, groups, stage) for row in rows],
+        "rows": [_row(row, ranks, groups, stage, busy) for row in rows],
         "names": st["names"],
         "category": st["category"],
         "pass": st.get("pass") or [""] * len(st["names"]),
@@ -157,7 +158,8 @@ def _stage_rows(job: Job, step: int, stage: int, how: str, opened: list[int], ke
     }
 
 
-def _row(row: model.Row, ranks: list[int], groups: list[int], stage: int) -> dict[str, Any]:
+def _row(row: model.Row, ranks: list[int], groups: list[int], stage: int, busy_ms: np.ndarray) -> dict[str, Any]:
+    """A row as drawn: its label, ranks, anomalous ranks and why (busy compute time against the stage's median)."""
     members = [ranks[c] for c in row.members]
     if row.kind == "stage":
         label = f"stage {stage}" + (f" · {len(members)} alike" if len(members) > 1 else "")
@@ -165,7 +167,9 @@ def _row(row: model.Row, ranks: list[int], groups: list[int], stage: int) -> dic
         label = f"s{stage} dp{groups[row.members[0]]} · {len(members)}"
     else:
         label = row.label
-    return {"kind": row.kind, "label": label, "ranks": members, "anomalous": [ranks[c] for c in row.anomalous], "group": groups[row.members[0]]}
+    median = float(np.median(busy_ms)) if len(busy_ms) else 0.0
+    why = [f"rank {ranks[c]}: {busy_ms[c]:.2f} ms of compute vs {median:.2f} ms median in stage {stage}" for c in row.anomalous[:4]]
+    return {"kind": row.kind, "label": label, "ranks": members, "anomalous": [ranks[c] for c in row.anomalous], "why": why, "group": groups[row.members[0]]}
 
 
 def _marey_data(job: Job, step: int, window: tuple[int, int] | None, merge_frac: float, expand: list[str], keep: list[int]) -> dict[str, Any]:

@@ -211,7 +211,8 @@ def _anomalies(fig: go.Figure, data: dict[str, Any], row_y: list[list[float]]) -
         for row, y in zip(st["rows"], rows, strict=True):
             if row["anomalous"]:
                 ys.append(y)
-                text.append(f"anomalous: rank {', '.join(map(str, row['anomalous']))} (stage {st['stage']}): its compute time stands out from its stage's devices")
+                more = f"<br>… {len(row['anomalous']) - len(row.get('why', []))} more" if len(row["anomalous"]) > len(row.get("why", [])) else ""
+                text.append("<b>anomalous</b> (stands out from its stage, or named by the top finding)<br>" + "<br>".join(row.get("why", [])) + more)
                 fig.add_shape(type="rect", xref="paper", x0=0, x1=1, y0=y - 0.5, y1=y + 0.5, line={"color": ANOMALY, "width": 1.5}, fillcolor="rgba(198,40,40,0.06)", layer="below")
     if ys:
         fig.add_trace(go.Scatter(x=[x0] * len(ys), y=ys, mode="markers", marker={"symbol": "triangle-right", "size": 13, "color": ANOMALY}, hovertext=text, hovertemplate="%{hovertext}<extra></extra>", name="anomalous device", cliponaxis=False))
