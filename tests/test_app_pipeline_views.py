@@ -113,6 +113,7 @@ def test_marey_window_with_no_band_of_a_stage_in_it() -> None:
         data = marey_data(job, 1, (t0 + int(a * 1e6), t0 + int(b * 1e6)))
         assert len(data["stages"]) == 4
         marey_figure(data)  # draws (or says there is nothing) without raising
+    assert "no device work" in marey_figure(marey_data(job, 99, None)).layout.annotations[0].text  # a step with no events
     one = marey_data(job, 1, None)["stages"][0]
     assert len(one["start"]) >= 1 and len(one["start"][0]) == len(one["rows"])
 
