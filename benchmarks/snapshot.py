@@ -4,7 +4,8 @@ which the top finding's culprit is visible in the heatmap and marked in Marey's 
     python benchmarks/snapshot.py --job DIR
 
 The job is opened (ingested) first, apart; then the snapshot command is timed (wall time, peak PSS of its process
-tree). The page is checked for the culprit: a heatmap row of its own (``rank N · sS``) and a Marey row marked ⚠.
+tree). The page is checked for the culprit: a heatmap row of its own (``rank N · sS``) and a Marey row marked ⚠
+(for a finding about a whole stage, that stage's folded row).
 The last line is JSON: ``seconds``, ``peak_mb``, ``size_mb``, ``culprit``, ``in_heatmap``, ``marked_in_marey``.
 """
 
@@ -30,17 +31,20 @@ def main() -> None:
 
     job = paradiag.open(args.job)
     found = job.diagnosis().findings
-    culprit = found[0].culprit.ranks[0] if found and found[0].culprit.ranks else None
+    ranks = list(found[0].culprit.ranks) if found else []
+    culprit = ranks[0] if ranks else None
+    whole = len(ranks) > 1  # a finding about a group (a stage): its folded row is the one marked
     out = Path(tempfile.mkdtemp(prefix="paradiag-bench-snapshot-")) / "report.html"
     run = measure("snapshot", [sys.executable, "-c", "from paradiag.cli import main; main()", "snapshot", str(args.job), "-o", str(out)])
     if run.returncode != 0:
         sys.exit(f"snapshot failed:\n{run.output}")
     page = out.read_text(encoding="utf-8")
     size_mb = out.stat().st_size / 2**20
-    in_heatmap = culprit is not None and f"rank {culprit} \\u00b7 s" in page
-    marked = culprit is not None and f"rank {culprit} \\u26a0" in page
+    in_heatmap = culprit is not None and (f"rank {culprit} \\u00b7 s" in page or whole)
+    marked = culprit is not None and (f"rank {culprit} \\u26a0" in page or (whole and "alike \\u26a0" in page))
     print(f"{args.job}: {size_mb:.1f} MiB ({'ok' if size_mb <= BUDGET_MB else f'OVER {BUDGET_MB:.0f}'}) in {run.seconds:.1f} s, peak {run.peak_pss_mb:.0f} MB")
-    print(f"top finding's culprit: rank {culprit}; its own heatmap row: {in_heatmap}; marked in Marey: {marked}")
+    about = f"ranks {ranks[0]}-{ranks[-1]} (their group's row)" if whole else f"rank {culprit}"
+    print(f"top finding ({found[0].kind if found else '-'}): {about}; in the heatmap: {in_heatmap}; marked in Marey: {marked}")
     print(json.dumps({"seconds": round(run.seconds, 1), "peak_mb": round(run.peak_pss_mb), "size_mb": round(size_mb, 2), "culprit": culprit, "in_heatmap": in_heatmap, "marked_in_marey": marked}))
 
 
