@@ -28,7 +28,8 @@ from paradiag.dataset import Job
 COLUMNS = ["rank", "device", "kind", "name", "start_ns", "dur_ns", "step", "collective"]
 BUBBLE_FRAC = 0.01
 MAX_BARS = 600  # bands x rows drawn per stage (each bar carries its hover) ...
-MIN_BANDS = 40  # ... but at least this many bands
+TOTAL_BARS = 1500  # ... and over all stages ...
+MIN_BANDS = 24  # ... but at least this many bands a stage
 SMALL_JOB = 16  # ranks up to which every device has a row from the start
 ALL = "devices"  # the expand value that opens every stage to its devices ...
 MAX_ALL = 64  # ... offered up to this many ranks (beyond, a stage or a group opens at a time)
@@ -177,7 +178,8 @@ def _marey_data(job: Job, step: int, window: tuple[int, int] | None, merge_frac:
     t0 = origin_ns(job)
     lo, hi = window or rows["span"]
     step_lo, step_hi = rows["span"]
-    stages = [{"stage": st["stage"], "rows": st["rows"], **_window(st, lo, hi, merge_frac, t0), "bubbles": _bubbles(st, lo, hi, t0, BUBBLE_FRAC * (step_hi - step_lo))} for st in rows["stages"]]
+    drawn = sum(len(st["rows"]) for st in rows["stages"])
+    stages = [{"stage": st["stage"], "rows": st["rows"], **_window(st, lo, hi, merge_frac, t0, drawn), "bubbles": _bubbles(st, lo, hi, t0, BUBBLE_FRAC * (step_hi - step_lo))} for st in rows["stages"]]
     heads = sorted({row["ranks"][0] for st in stages for row in st["rows"]})
     p2p = store.memo("marey-p2p-rows", job.content_hash, [step, heads], lambda: _p2p_of(job, step, set(heads)))
     return {"step": step, "window_ms": [(lo - t0) / 1e6, (hi - t0) / 1e6], "stages": stages, "p2p": p2p, "expandable": _expandable(job, rows)}
@@ -197,9 +199,9 @@ def _expandable(job: Job, rows: dict[str, Any]) -> list[dict[str, str]]:
     return out
 
 
-def _window(st: dict[str, Any], lo: int, hi: int, merge_frac: float, t0: int) -> dict[str, Any]:
+def _window(st: dict[str, Any], lo: int, hi: int, merge_frac: float, t0: int, drawn: int) -> dict[str, Any]:
     """A stage's bands overlapping [lo, hi), merged: times in ms, per row; labels; the slowest device."""
-    most = max(MIN_BANDS, min(model.MAX_BANDS, MAX_BARS // max(len(st["rows"]), 1)))  # an opened stage merges more
+    most = max(MIN_BANDS, min(model.MAX_BANDS, MAX_BARS // max(len(st["rows"]), 1), TOTAL_BARS // max(drawn, 1)))  # more rows, fewer bands
     visible, group = model.merge_bands(st["start"], st["end"], st["category"], lo, hi, merge_frac, most)
     if len(visible) == 0:
         return {"start": [], "end": [], "lo": [], "hi": [], "slow_rank": [], "slow_ms": [], "category": [], "label": [], "operator": [], "pass": []}
