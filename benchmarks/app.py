@@ -60,9 +60,25 @@ class Browser:
         if reply.status_code == 200:
             for cid, values in reply.get_json()["response"].items():
                 for prop, value in values.items():
-                    self.props[(cid, prop)] = value
+                    self.props[(cid, prop)] = self._patched(self.props.get((cid, prop)), value)
         self.rows.append((label, ms, len(reply.data)))
         return ms
+
+    @staticmethod
+    def _patched(old: Any, value: Any) -> Any:
+        """The new value of a prop: ``value``, or ``old`` with a ``Patch``'s assignments applied (as the
+        renderer does)."""
+        if not (isinstance(value, dict) and "__dash_patch_update" in value):
+            return value
+        for op in value["operations"]:
+            if op["operation"] != "Assign":
+                raise ValueError(f"patch operation {op['operation']} is not replayed here")
+            *path, last = op["location"]
+            target = old
+            for key in path:
+                target = target[key]
+            target[last] = op["params"]["value"]
+        return old
 
     def _value(self, dep: dict[str, Any]) -> Any:
         if isinstance(dep["id"], dict) or dep["id"].startswith("{"):
