@@ -185,8 +185,11 @@ def test_matrix_aggregates_above_its_size_and_opens_a_block(monkeypatch: pytest.
     whole = comm.matrix(job)
     assert sum(v for row in top["cells"]["bytes"] for v in row if v is not None) == pytest.approx(sum(c["bytes"] for c in whole["cells"]) / 2**20, rel=1e-3)
     s0 = top["src"][0]["ranks"]
-    opened = comm.view(job, s0, s0)
+    block = comm.block_at(top, "s0", "s1")  # a click on a block opens it
+    assert block == {"src": s0, "dst": top["dst"][1]["ranks"]} and comm.block_at(top, "s9", "s0") is None
+    opened = comm.view(job, block["src"], block["dst"])
     assert opened["level"] == "rank" and [g["label"] for g in opened["src"]] == [str(r) for r in s0]
+    assert comm.block_at(opened, str(s0[0]), opened["dst"][0]["label"]) is None  # ranks: a click is a link
 
 
 # ---- the execution-flow graph ----

@@ -7,7 +7,7 @@ from typing import Any
 from dash import Dash, Input, Output, Patch, State, ctx, html, no_update
 
 from paradiag.app import context, ids
-from paradiag.app.data.comm import METRICS, link_instances, view
+from paradiag.app.data.comm import METRICS, block_at, link_instances, view
 from paradiag.app.data.common import origin_ns
 from paradiag.app.data.flow import flow_p2p, flow_view
 from paradiag.app.data.marey import marey_data
@@ -91,15 +91,9 @@ def drill_comm(click: dict[str, Any] | None, _up: int | None, drill: dict[str, A
     if not click:
         return no_update
     opened = path[-1] if path else {}
-    data = view(context.job(sel["job"]), opened.get("src"), opened.get("dst"))
-    if data["level"] == "rank":
-        return no_update
     point = click["points"][0]
-    src = next((g["ranks"] for g in data["src"] if g["label"] == str(point["y"])), None)
-    dst = next((g["ranks"] for g in data["dst"] if g["label"] == str(point["x"])), None)
-    if src is None or dst is None:
-        return no_update
-    return {"job": sel["job"], "path": [*path, {"src": src, "dst": dst}]}
+    block = block_at(view(context.job(sel["job"]), opened.get("src"), opened.get("dst")), str(point["y"]), str(point["x"]))
+    return {"job": sel["job"], "path": [*path, block]} if block else no_update
 
 
 def comm_instances(click: dict[str, Any] | None, sel: dict[str, Any] | None) -> Any:

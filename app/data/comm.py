@@ -115,6 +115,16 @@ def _view(job: Job, src: list[int], dst: list[int]) -> dict[str, Any]:
     return {"level": level, "src": rows, "dst": cols, "source": data["source"], **_blocks(data["cells"], data["slowness"], rows, cols)}
 
 
+def block_at(data: dict[str, Any], src: str, dst: str) -> dict[str, list[int]] | None:
+    """The ranks of the block at row ``src``, column ``dst`` of a view drawn by blocks (None at rank level, or
+    for labels the view does not have)."""
+    if data["level"] == "rank":
+        return None
+    rows = next((g["ranks"] for g in data["src"] if g["label"] == src), None)
+    cols = next((g["ranks"] for g in data["dst"] if g["label"] == dst), None)
+    return {"src": rows, "dst": cols} if rows is not None and cols is not None else None
+
+
 def _groups(ranks: list[int], group: dict[int, str]) -> list[dict[str, Any]]:
     out: dict[str, list[int]] = {}
     for r in ranks:
