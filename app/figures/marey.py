@@ -149,7 +149,7 @@ def _bars(fig: go.Figure, data: dict[str, Any], row_y: list[list[float]]) -> Non
         cats = np.array(st["category"], dtype=object)
         names = [short_name(label, 48) for label in st["label"]]
         slowest = ["slowest device:" if op == label else "longest single operator:" for op, label in zip(st["operator"], st["label"], strict=True)]
-        passes = [f" · micro-batch {p[1:]} {'forward' if p[0] == 'F' else 'backward'}" if p else "" for p in st.get("pass") or [""] * len(names)]
+        passes = [_pass_text(p) for p in st.get("pass") or [""] * len(names)]
         for cat in dict.fromkeys(st["category"]):
             idx = np.flatnonzero(cats == cat)
             c = cols.setdefault(cat, {"base": [], "x": [], "y": [], "custom": [], "text": []})
@@ -182,6 +182,14 @@ def _bars(fig: go.Figure, data: dict[str, Any], row_y: list[list[float]]) -> Non
                 legendgroup=cat,
             )
         )
+
+
+def _pass_text(label: str) -> str:
+    """"F3" -> " · micro-batch 3 forward", "B3 c1" -> " · micro-batch 3 backward (chunk 1)", "" -> ""."""
+    if not label:
+        return ""
+    mb, _, chunk = label[1:].partition(" c")
+    return f" · micro-batch {mb} {'forward' if label[0] == 'F' else 'backward'}" + (f" (chunk {chunk})" if chunk else "")
 
 
 def _p2p(fig: go.Figure, data: dict[str, Any], rank_y: dict[int, float]) -> None:
