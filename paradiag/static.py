@@ -7,6 +7,7 @@ embedded once in a ``<script>`` tag, so a page opens from disk with no server an
 from __future__ import annotations
 
 import html
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import plotly.graph_objects as go
@@ -125,7 +126,7 @@ def render_snapshot(job: Job, report: dict[str, Any]) -> str:
     from paradiag.app.data.comm import view
     from paradiag.app.data.common import diagnosis, slowest_step, step_span
     from paradiag.app.data.marey import marey_data
-    from paradiag.app.data.overview import METRICS, heatmap_rows, overview
+    from paradiag.app.data.overview import METRICS, overview
     from paradiag.app.data.timeline import timeline_data
     from paradiag.app.figures.comm import comm_figure
     from paradiag.app.figures.heatmap import heatmap_figure
@@ -137,7 +138,7 @@ def render_snapshot(job: Job, report: dict[str, Any]) -> str:
     sections = [("Verdict", _verdict(report))] if report.get("verdict", {}).get("fail_on") else []
     sections.append(("Findings", _findings(d.findings)))
     top = list(d.findings[0].culprit.ranks) if d.findings else []
-    rows = heatmap_rows(ov, HEATMAP_METRIC, expanded=_culprit_groups(ov, top))
+    rows = _overview_rows(ov, top)
     sections.append((f"Overview: {METRICS[HEATMAP_METRIC]} per rank and step", _figure(heatmap_figure(rows, ov["steps"], HEATMAP_METRIC, METRICS[HEATMAP_METRIC]))))
     step = slowest_step(job)
     if step is not None:
@@ -152,12 +153,39 @@ def render_snapshot(job: Job, report: dict[str, Any]) -> str:
     return _page(f"paradiag: {report['job']['source']}", _job_subtitle(report), sections)
 
 
-def _culprit_groups(ov: dict[str, Any], culprits: list[int]) -> list[str]:
-    """The heatmap's folded groups that hold ``culprits`` (the top finding's ranks), opened so that those ranks
-    have a row; none when the finding is about a whole group (a stage)."""
+def _overview_rows(ov: dict[str, Any], culprits: list[int]) -> list[dict[str, Any]]:
+    """The heatmap's rows folded as the dashboard folds them, the top finding's ranks (``culprits``) on rows of
+    their own after their stage's; a finding about a whole stage keeps the stage's row."""
     from paradiag.app.data.overview import heatmap_rows
 
-    return [row["group"] for row in heatmap_rows(ov, HEATMAP_METRIC) if row["group"] and set(culprits) & set(row["ranks"]) and not set(row["ranks"]) <= set(culprits)]
+    rows = heatmap_rows(ov, HEATMAP_METRIC)
+    stage_of = dict(zip(ov["ranks"], ov["stage"], strict=True))
+    size = Counter(ov["stage"])
+    named = Counter(stage_of[r] for r in culprits if r in stage_of)
+    apart = {r for r in culprits if r in stage_of and named[stage_of[r]] < size[stage_of[r]]}
+    if not apart or len(rows) == len(ov["ranks"]):
+        return rows
+    index = [i for i, r in enumerate(ov["ranks"]) if r not in apart]
+    singles = heatmap_rows(_subset(ov, [i for i, r in enumerate(ov["ranks"]) if r in apart]), HEATMAP_METRIC)
+    out: list[dict[str, Any]] = []
+    rest = heatmap_rows(_subset(ov, index), HEATMAP_METRIC)
+    for k, row in enumerate(rest):
+        out.append(row)
+        if k + 1 == len(rest) or rest[k + 1]["stage"] != row["stage"]:
+            out += [single for single in singles if single["stage"] == row["stage"]]
+    return out
+
+
+def _subset(ov: dict[str, Any], index: list[int]) -> dict[str, Any]:
+    """The overview restricted to the ranks at ``index``: every per-rank list (also inside dicts) filtered."""
+    n = len(ov["ranks"])
+
+    def pick(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: pick(v) for k, v in value.items()}
+        return [value[i] for i in index] if isinstance(value, list) and len(value) == n else value
+
+    return {k: pick(v) for k, v in ov.items()}
 
 
 def _timeline_ranks(job: Job, d: Diagnosis) -> list[int]:
