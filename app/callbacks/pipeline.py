@@ -106,8 +106,8 @@ def comm_instances(click: dict[str, Any] | None, sel: dict[str, Any] | None) -> 
     rows = link_instances(context.job(sel["job"]), src, dst)
     if not rows:
         return html.P(f"no collective instance shared by ranks {src} and {dst}", className="pd-help")
-    head = html.Tr([html.Th(h) for h in ("collective", "group", "step", "transfer ms", "wait ms", "MiB")])
-    body = [html.Tr([html.Td(r["collective"]), html.Td(r["group"][:12]), html.Td(r["step"]), html.Td(f"{r['transfer_ms']:.3f}"), html.Td(f"{r['wait_ms']:.3f}"), html.Td(f"{(r['bytes'] or 0) / 2**20:.1f}")]) for r in rows]
+    head = html.Tr([html.Th(h) for h in ("collective", "group", "step", "transfer ms", "wait ms", "MB")])
+    body = [html.Tr([html.Td(r["collective"]), html.Td(r["group"][:12]), html.Td(r["step"]), html.Td(f"{r['transfer_ms']:.3f}"), html.Td(f"{r['wait_ms']:.3f}"), html.Td(f"{(r['bytes'] or 0) / 1e6:.1f}")]) for r in rows]
     return [html.P(f"link {src} → {dst}: slowest instances first (the slowest is selected in the timeline)", className="pd-help"), html.Table([head, *body])]
 
 

@@ -47,7 +47,7 @@ def _matrix(job: Job) -> dict[str, Any]:
 
 MAX_GROUPS = 64  # rows (and columns) the matrix is drawn with at most
 MIN_PEERS = 3  # comparable links needed to rate a link against them (else: against its transport alone)
-METRICS = {"slowness": "× slower than comparable links", "bandwidth": "GB/s", "bytes": "MiB", "time": "ms"}
+METRICS = {"slowness": "× slower than comparable links", "bandwidth": "GB/s", "bytes": "MB", "time": "ms"}
 
 
 def slowness(cells: list[dict[str, Any]], dimension: dict[tuple[int, int], str] | None = None) -> list[float | None]:
@@ -156,12 +156,12 @@ def _blocks(cells: list[dict[str, Any]], slow: list[float | None], rows: list[di
     has = total["links"] > 0
     with np.errstate(divide="ignore", invalid="ignore"):
         bandwidth = np.where(has & (total["time"] > 0), total["bytes"] / total["time"], np.nan)
-    z = {"slowness": worst, "bandwidth": bandwidth, "bytes": np.where(has, total["bytes"] / 2**20, np.nan), "time": np.where(has, total["time"] / 1e6, np.nan)}
+    z = {"slowness": worst, "bandwidth": bandwidth, "bytes": np.where(has, total["bytes"] / 1e6, np.nan), "time": np.where(has, total["time"] / 1e6, np.nan)}
     hover = [["" for _ in cols] for _ in rows]
     for (i, j), kinds in types.items():
         links = int(total["links"][i, j])
         head = f"{rows[i]['label']} → {cols[j]['label']} ({', '.join(sorted(kinds))})" + (f" · {links} links, worst {worst_link.get((i, j), '-')}" if links > 1 else "")
-        hover[i][j] = f"{head}<br>{worst[i, j]:.2f}× slower than comparable links<br>{bandwidth[i, j]:.1f} GB/s · {z['bytes'][i, j]:.1f} MiB · {z['time'][i, j]:.2f} ms · {int(total['instances'][i, j])} transfers"
+        hover[i][j] = f"{head}<br>{worst[i, j]:.2f}× slower than comparable links<br>{bandwidth[i, j]:.1f} GB/s · {z['bytes'][i, j]:.1f} MB · {z['time'][i, j]:.2f} ms · {int(total['instances'][i, j])} transfers"
     return {"cells": {k: [[None if not np.isfinite(v) else round(float(v), 3) for v in row] for row in m] for k, m in z.items()}, "hover": hover}
 
 

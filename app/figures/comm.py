@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 from paradiag.app import palette
 from paradiag.app.figures.common import base_figure, empty_figure
 
-LABELS = {"slowness": "× slower", "bandwidth": "GB/s", "bytes": "MiB", "time": "ms"}
+LABELS = {"slowness": "× slower", "bandwidth": "GB/s", "bytes": "MB", "time": "ms"}
 LEVELS = {"rank": "by rank", "node": "by node (click a block to open it)", "stage": "by pipeline stage (click a block to open it)"}
 
 
