@@ -12,7 +12,12 @@ arrived. So, per instance:
   reduce-scatter and all-to-all (n-1)/n, broadcast and reduce 1): on a ring every link carries that much.
 
 Send/recv pairs match by order per (group, step, sender, receiver); a receive that started before its send waited for
-the sender (``wait``), and ``transfer`` = receive end - the later of the two starts.
+the sender (``wait``). ``transfer`` is the shorter of the two kernels: the side that arrived last saw only the data
+move (a send that waited for its receiver, or a receive that waited for its sender, lasted longer), and kernel
+durations need no clock alignment, so a clock estimated a little off cannot make a link look slow.
+``receiver_waited`` (the receive lasted at least as long as the send) marks the pairs whose receive was posted
+before the data arrived: only those time the link. A shorter receive found the data already there (the receiver
+was late or busy, the send completed eagerly into NCCL's buffer) and times a local copy.
 """
 
 from __future__ import annotations
@@ -144,7 +149,8 @@ def p2p_transfers(frame: Frame) -> pa.Table:
             "recv_start_ns": p.start[r],
             "recv_end_ns": p.end[r],
             "wait_ns": np.clip(p.start[s] - p.start[r], 0, None),
-            "transfer_ns": p.end[r] - np.maximum(p.start[s], p.start[r]),
+            "transfer_ns": np.minimum(p.end[s] - p.start[s], p.end[r] - p.start[r]),
+            "receiver_waited": p.end[r] - p.start[r] >= p.end[s] - p.start[s],
         }
     )
 

@@ -28,26 +28,37 @@ class Alignment:
 
 def _collective_ends(comm: dict[int, pa.Table]) -> tuple[dict[tuple[object, ...], dict[int, int]], list[tuple[int, int, int]]]:
     """Collective instance -> {rank: end on the rank's clock} (instances seen on two ranks or more), and the
-    send/recv transfers as (sender, receiver, receive end - send end, each on its own clock)."""
+    send/recv transfers as (sender, receiver, receive end - send end, each on its own clock).
+
+    Only a receive that was posted before its data arrived ends with the send; one that lasted less than its send
+    found the data already there (a busy or late receiver) and ends whenever it was posted, which says nothing
+    about the clocks. Such transfers are dropped when the two ranks have waiting ones (in either direction)."""
     ends: dict[tuple[object, ...], dict[int, int]] = defaultdict(dict)
-    sends: dict[tuple[object, ...], tuple[int, int]] = {}
-    recvs: dict[tuple[object, ...], tuple[int, int]] = {}
+    sends: dict[tuple[object, ...], tuple[int, int, int]] = {}
+    recvs: dict[tuple[object, ...], tuple[int, int, int]] = {}
     for rank, table in comm.items():
         if table is None or table.num_rows == 0:
             continue
         cols = {c: table.column(c).to_pylist() for c in ("collective", "group", "step", "seq", "peer")}
-        end = (table.column("start_ns").to_numpy() + table.column("dur_ns").to_numpy()).tolist()
+        dur = table.column("dur_ns").to_numpy()
+        end, dur = (table.column("start_ns").to_numpy() + dur).tolist(), dur.tolist()
         for i, coll in enumerate(cols["collective"]):
             seq, peer = cols["seq"][i], cols["peer"][i]
             if seq is None:
                 continue
             if coll == "send" and peer is not None:
-                sends[(cols["group"][i], cols["step"][i], rank, peer, seq)] = (rank, end[i])
+                sends[(cols["group"][i], cols["step"][i], rank, peer, seq)] = (rank, end[i], dur[i])
             elif coll == "recv" and peer is not None:
-                recvs[(cols["group"][i], cols["step"][i], peer, rank, seq)] = (rank, end[i])
+                recvs[(cols["group"][i], cols["step"][i], peer, rank, seq)] = (rank, end[i], dur[i])
             elif coll not in ("send", "recv"):
                 ends[(cols["group"][i], coll, cols["step"][i], seq)][rank] = end[i]
-    transfers = [(sends[k][0], recvs[k][0], recvs[k][1] - sends[k][1]) for k in sends.keys() & recvs.keys()]
+    matched = sorted(sends.keys() & recvs.keys(), key=str)
+    waited = {frozenset((sends[k][0], recvs[k][0])) for k in matched if recvs[k][2] >= sends[k][2]}
+    transfers = [
+        (sends[k][0], recvs[k][0], recvs[k][1] - sends[k][1])
+        for k in matched
+        if recvs[k][2] >= sends[k][2] or frozenset((sends[k][0], recvs[k][0])) not in waited
+    ]
     return {k: v for k, v in ends.items() if len(v) > 1}, transfers
 
 

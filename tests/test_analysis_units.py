@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from paradiag import schema
+from paradiag import align, schema
 from paradiag.analysis import comm, findings, stages
 from paradiag.analysis.cluster_csv import read_cluster_step_trace_time, slow_rank
 from paradiag.analysis.frame import device_frame, robust_z
@@ -121,10 +121,11 @@ def test_p2p_matching_and_wait() -> None:
         {**coll(0, 100, 105, group="p", kind="send"), "peer": 1},
         {**coll(1, 50, 130, group="p", kind="recv"), "peer": 0},
         {**coll(0, 200, 205, group="p", kind="send", seq=1), "peer": 1},
-        {**coll(1, 210, 240, group="p", kind="recv", seq=1), "peer": 0},
+        {**coll(1, 210, 212, group="p", kind="recv", seq=1), "peer": 0},
     ]
     p2p = comm.p2p_transfers(device_frame(events(rows))).to_pylist()
-    assert [(r["src"], r["dst"], r["wait_ns"], r["transfer_ns"]) for r in p2p] == [(0, 1, 50, 30), (0, 1, 0, 30)]
+    # The transfer is the shorter kernel (no clock involved); only the first receive was posted before its data.
+    assert [(r["src"], r["dst"], r["wait_ns"], r["transfer_ns"], r["receiver_waited"]) for r in p2p] == [(0, 1, 50, 5, True), (0, 1, 0, 2, False)]
     waits = comm.rank_waits(comm.collective_participation(device_frame(events(rows))), pa.Table.from_pylist(p2p))
     assert waits == {(1, 0): {"wait_ns": 50, "caused_ns": 0}, (0, 0): {"wait_ns": 0, "caused_ns": 50}}
 
@@ -255,3 +256,37 @@ def test_cluster_csv_slow_rank(tmp_path: Any) -> None:
     assert table.column("free_ns").to_pylist() == [10_000, 10_000, 30_000, 10_000]
     found = slow_rank(table, stages_listed)
     assert found is not None and (found["rank"], found["kind"], found["own_ns"]) == (2, "host_stall", 130_000)
+
+
+# ---- clock alignment through transfers ----
+
+
+def p2p_table(rows: list[tuple[str, int, int, int, int]]) -> pa.Table:
+    """(collective, peer, seq, start, dur) rows of one rank's send/recv kernels in one pipeline group."""
+    return pa.table(
+        {
+            "collective": [r[0] for r in rows],
+            "group": ["pp"] * len(rows),
+            "group_ranks": ["0,1"] * len(rows),
+            "peer": pa.array([r[1] for r in rows], pa.int32()),
+            "step": [0] * len(rows),
+            "seq": [r[2] for r in rows],
+            "start_ns": [r[3] for r in rows],
+            "dur_ns": [r[4] for r in rows],
+        }
+    )
+
+
+def test_alignment_ignores_receives_that_found_their_data_waiting() -> None:
+    """Rank 1 (another host, same clock) is the busy last stage: its receives are posted long after rank 0's
+    sends ended and last 6 us; only rank 0's receives, posted before rank 1 sent, time the clocks."""
+    send_us, late_us = 100_000, 700_000
+    r0, r1 = [], []
+    for k in range(8):
+        t = 10**9 + k * 5_000_000
+        r0.append(("send", 1, k, t, send_us))
+        r1.append(("recv", 0, k, t + send_us + late_us, 6_000))
+        r1.append(("send", 0, k, t + 2_000_000, send_us))
+        r0.append(("recv", 1, k, t + 1_000_000, 1_000_000 + send_us + 2_000))
+    result = align.estimate({0: p2p_table(r0), 1: p2p_table(r1)}, {0: "hostA", 1: "hostB"})
+    assert abs(result.offset_ns[1]) < 5_000
