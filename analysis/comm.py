@@ -113,6 +113,53 @@ def collective_instances(participation: pa.Table) -> pa.Table:
     )
 
 
+def infer_peers(frame: Frame, members: Mapping[str, list[int]], stage_of: Mapping[int, int]) -> None:
+    """Fill in, in place, the peer of the sends and receives whose trace does not name it (older PyTorch records
+    only the process group and its ranks). In a pipeline group, ordered by stage, a rank talks to the stage before
+    and the stage after it (and, interleaved, stage 0 and the last stage to each other): activations go forward,
+    gradients back. So a send after a forward pass goes to the next stage and one after a backward pass to the
+    previous one; a receive before a forward pass comes from the previous stage, one before a backward pass from
+    the next. In a group of two the other member is the peer. The k-th send then matches the k-th receive."""
+    from paradiag.analysis.stages import name_classes
+
+    is_p2p = np.isin(frame.collective, frame.codes("collectives", ("send", "recv"))) & (frame.group >= 0)
+    if not (is_p2p & (frame.peer < 0)).any():
+        return
+    classes = name_classes(frame.names)
+    send = frame.code("collectives", "send")
+    compute = frame.code("kinds", "compute")
+    ranks, firsts = np.unique(frame.rank, return_index=True)
+    bounds = np.append(firsts, len(frame.rank))
+    for rank, lo, hi in zip(ranks.tolist(), bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        rows = lo + np.flatnonzero(is_p2p[lo:hi] & (frame.peer[lo:hi] < 0))
+        if not len(rows):
+            continue
+        definite = lo + np.flatnonzero((frame.kind[lo:hi] == compute) & np.isin(classes[frame.name[lo:hi]], (-1, 1)))
+        marks, cls = frame.start[definite], classes[frame.name[definite]]
+        for row in rows.tolist():
+            group = members.get(frame.groups[frame.group[row]], [])
+            if rank not in group or len(group) < 2:
+                continue
+            position = {r: (stage_of.get(r, 0), n) for n, r in enumerate(group)}
+            order = sorted(group, key=position.__getitem__)
+            i = order.index(rank)
+            after, before = order[(i + 1) % len(order)], order[i - 1]
+            is_send = frame.collective[row] == send
+            if is_send:  # the pass it follows
+                k = np.searchsorted(marks, frame.start[row], side="right") - 1
+                known = k >= 0
+            else:  # the pass it feeds
+                k = np.searchsorted(marks, frame.end[row], side="left")
+                known = k < len(cls)
+            if known:
+                towards_next = bool(cls[k] == -1) == is_send
+            elif i in (0, len(order) - 1):  # no pass to go by: the first and last stage have one neighbour
+                towards_next = i == 0
+            else:
+                continue
+            frame.peer[row] = after if towards_next else before
+
+
 def p2p_transfers(frame: Frame) -> pa.Table:
     """One row per matched send/recv pair: src, dst, bytes, the receiver's wait for the sender, transfer time.
     The k-th send from a to b in a step matches the k-th receive on b from a (NCCL keeps that order per pair;

@@ -104,6 +104,7 @@ def diagnose(job: Job) -> Diagnosis:
     layout = parallel_layout(job.ranks, job.groups, frame)
     members = {g: list(m) for g, m in zip(job.groups.column("group").to_pylist(), job.groups.column("ranks").to_pylist(), strict=True)}
     host_of = dict(zip(job.ranks.column("rank").to_pylist(), job.ranks.column("host").to_pylist(), strict=True))
+    comm.infer_peers(frame, members, layout.stage_of)
     participation = comm.collective_participation(frame)
     instances = comm.collective_instances(participation)
     p2p = comm.p2p_transfers(frame)

@@ -40,13 +40,14 @@ def _parse_faults(values: tuple[str, ...]) -> tuple[faults.Fault, ...]:
 @click.option("--inject", "injects", multiple=True, metavar="KIND:key=val,...", help=f"Inject a fault (repeatable). Kinds: {', '.join(faults.KINDS)}. Examples: {faults.HELP}")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default=None, help="Output format  [default: ascend for 910b, kineto for GPUs]")
 @click.option("--gzip/--no-gzip", "gzip_", default=False, show_default=True, help="Gzip the Kineto trace files (.pt.trace.json.gz).")
+@click.option("--p2p-peer/--no-p2p-peer", "p2p_peer", default=True, show_default=True, help="Kineto: send/recv record their peer's rank (the \"Rank\" argument); --no-p2p-peer writes them as older PyTorch versions did, with only the process group and its ranks.")
 @click.option("--jitter", type=click.FloatRange(0.0, 0.5), default=0.03, show_default=True, help="Run-to-run noise on kernel and transfer times (relative).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed: the same seed and options give byte-identical output.")
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), required=True, help="Job folder to write (created; earlier simulator output in it is replaced).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def simulate(model: str, device: str, dp: int, tp: int, pp: int, ep: int, schedule: str, virtual_stages: int, microbatches: int | None,
              steps: int, layers: int, hidden: int, seq_len: int, vocab: int, experts: int, injects: tuple[str, ...], fmt: str | None, gzip_: bool,
-             jitter: float, seed: int, output: Path, quiet: bool) -> None:
+             p2p_peer: bool, jitter: float, seed: int, output: Path, quiet: bool) -> None:
     """Simulate a distributed training job and write one trace per rank plus ground_truth.json.
 
     Example: paradiag simulate --dp 4 --tp 2 --pp 4 --schedule 1f1b --microbatches 8 --steps 4
@@ -55,7 +56,7 @@ def simulate(model: str, device: str, dp: int, tp: int, pp: int, ep: int, schedu
     config = SimConfig(
         output=output, model=model, device=device, dp=dp, tp=tp, pp=pp, ep=ep, schedule=schedule, virtual_stages=virtual_stages,
         microbatches=microbatches, steps=steps, layers=layers, hidden=hidden, seq_len=seq_len, vocab=vocab, experts=experts,
-        faults=_parse_faults(injects), format=fmt or ("ascend" if device == "910b" else "kineto"), gzip=gzip_, jitter=jitter, seed=seed,
+        faults=_parse_faults(injects), format=fmt or ("ascend" if device == "910b" else "kineto"), gzip=gzip_, p2p_peer=p2p_peer, jitter=jitter, seed=seed,
     )
     try:
         job = prepare(config)

@@ -45,6 +45,7 @@ class SimConfig:
     faults: tuple[Fault, ...] = ()
     format: str = "kineto"
     gzip: bool = False
+    p2p_peer: bool = True  # Kineto: send/recv name their peer (record_param_comms "Rank"); older PyTorch did not
     jitter: float = 0.03
     seed: int = 0
     devices_per_node: int = DEVICES_PER_NODE

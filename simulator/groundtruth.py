@@ -15,6 +15,7 @@ from paradiag.simulator.job import Job
 
 SCHEMA = "paradiag.ground_truth/1"
 FILE_NAME = "ground_truth.json"
+STAGE_IMBALANCE = 1.15  # the heaviest stage's compute against the mean that paradiag reports (docs/analysis.md)
 
 
 def _fault(job: Job, fault: Fault) -> dict[str, Any]:
@@ -35,6 +36,23 @@ def _fault(job: Job, fault: Fault) -> dict[str, Any]:
         if fault.params.get("nodes"):
             out["ranks"] = [r for r in range(mesh.world) if mesh.node(r) in fault.params["nodes"]]
     return out
+
+
+def inherent(job: Job, compute_us: dict[int, list[float]]) -> list[dict[str, Any]]:
+    """What the job does without any fault that a diagnosis should still report: a pipeline stage computing
+    STAGE_IMBALANCE x the mean (the last stage also runs the LM head and the loss, the first the embedding).
+    A stage's compute is its least loaded rank's median step, so that an injected slow rank does not count."""
+    mesh = job.mesh
+    if mesh.pp < 2 or any(f.kind == "stage_imbalance" for f in job.cfg.faults) or not compute_us:
+        return []
+    ranks_of = [[r for r in range(mesh.world) if mesh.stage(r) == s] for s in range(mesh.pp)]
+    per_stage = [min(sorted(compute_us[r])[len(compute_us[r]) // 2] for r in ranks) for ranks in ranks_of]
+    mean = sum(per_stage) / len(per_stage)
+    heavy = max(range(mesh.pp), key=lambda s: per_stage[s])
+    if not mean or per_stage[heavy] < STAGE_IMBALANCE * mean:
+        return []
+    cause = "the LM head and the loss" if heavy == mesh.pp - 1 else "the embedding" if heavy == 0 else "its layers"
+    return [{"kind": "stage_imbalance", "stage": heavy, "ranks": ranks_of[heavy], "imbalance": round(per_stage[heavy] / mean, 3), "cause": cause}]
 
 
 def build(job: Job, files: dict[int, str], timings: dict[str, dict[int, list[float]]]) -> dict[str, Any]:
@@ -63,6 +81,7 @@ def build(job: Job, files: dict[int, str], timings: dict[str, dict[int, list[flo
         "generator": "paradiag.simulator",
         "seed": cfg.seed,
         "format": cfg.format,
+        "p2p_peer": cfg.p2p_peer,
         "device": {"key": job.spec.key, **{k: v for k, v in asdict(job.spec).items() if k in ("name", "kind", "peak_tflops", "hbm_gbps", "intra_gbps", "inter_gbps")}},
         "model": model,
         "layout": layout,
@@ -72,6 +91,7 @@ def build(job: Job, files: dict[int, str], timings: dict[str, dict[int, list[flo
         },
         "jitter": cfg.jitter,
         "faults": [_fault(job, f) for f in cfg.faults],
+        "inherent": inherent(job, timings.get("compute_us", {})),
         "files": {str(r): files[r] for r in sorted(files)},
         **{name: {str(r): [round(v, 3) for v in values[r]] for r in sorted(values)} for name, values in timings.items()},
     }

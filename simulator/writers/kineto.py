@@ -197,14 +197,15 @@ class _Rank:
 
     def _comm(self, rec: Record) -> None:
         ext = self._id()
-        args, kernel = comm_args(rec, self.rank)
+        args, kernel = comm_args(rec, self.rank, self.job.cfg.p2p_peer)
         corr = self._launch(rec, ext, "cudaLaunchKernel", "record_param_comms", args + ", ")
         self._device("kernel", kernel, rec, ext, corr, ", " + KERNEL_EXTRA + ", " + args)
 
 
-def comm_args(rec: Record, rank: int) -> tuple[str, str]:
+def comm_args(rec: Record, rank: int, peer_rank: bool = True) -> tuple[str, str]:
     """The collective args PyTorch records (on ``record_param_comms`` and, NCCL >= 2.19, on the kernel)
-    and the NCCL kernel name."""
+    and the NCCL kernel name. Without ``peer_rank`` a send/recv carries no ``Rank`` (only its process group and
+    the group's ranks), as older PyTorch versions record them."""
     if rec[0] == "C":
         coll, group, algorithm = rec[9][:3]
         name, n_in, n_out, dtype, index = coll.collective, coll.in_nelems, coll.out_nelems, coll.dtype, group.ranks.index(rank)
@@ -219,6 +220,7 @@ def comm_args(rec: Record, rank: int) -> tuple[str, str]:
         f'"Collective name": "{name}", "In msg nelems": {n_in}, "Out msg nelems": {n_out}, "Group size": {group.size}, '
         f'"dtype": "{dtype}", "In split size": "[]", "Out split size": "[]", "Process Group Name": "{group.name}", '
         f'"Process Group Description": "{group.description}", "Process Group Ranks": "{_ranks_text(ranks)}", '
-        f'"Rank": {index}, "Global rank start": {ranks[0]}, "Global rank stride": {stride}'
+        + (f'"Rank": {index}, ' if peer_rank or rec[0] == "C" else "")
+        + f'"Global rank start": {ranks[0]}, "Global rank stride": {stride}'
     )
     return args, kernels.nccl_kernel(name, dtype, algorithm, collectives.protocol(nbytes))
