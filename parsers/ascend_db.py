@@ -353,7 +353,7 @@ def _comm_tasks(
         op_name, gid = ops.get(op_id, (None, None))
         d = max(e - s, 0)
         row = {
-            "rank": -1 if rank is None else rank, "device": device, "group": gid, "op_name": op_name, "plane": plane,
+            "rank": -1 if rank is None else rank, "device": device, "group": gid, "op_name": op_name, "plane": _plane(plane),
             "name": strings.get(n, ""), "start_ns": s, "dur_ns": d, "src_rank": _rank(src), "dst_rank": _rank(dst),
             "transport": transport.get(tr), "link_type": link.get(lk), "bytes": size,
             "bandwidth_gbps": size / d if isinstance(size, int | float) and size and d else 0.0,
@@ -371,6 +371,11 @@ _KERNEL_INFO = (
 def columns(conn: sqlite3.Connection, table: str) -> set[str]:
     """The columns a table has in this schema version (they come and go between torch_npu releases)."""
     return {r[1] for r in conn.execute(f"pragma table_info({table})")}
+
+
+def _plane(value: Any) -> int | None:
+    """The plane id; None for the 32-bit "no value" marker (4294967295) that Level0 exports write."""
+    return value if isinstance(value, int) and 0 <= value < 2**15 else None
 
 
 def _rank(value: Any) -> int | None:

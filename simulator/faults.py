@@ -5,6 +5,7 @@ The kind names are the analysis's vocabulary: a finding and the fault that cause
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,3 +127,30 @@ def check(fault: Fault, world: int, nodes: int, steps: range, ep: int, moe: bool
         raise FaultError(f"expert_imbalance needs an MoE model with --ep > 1 and ep_rank in 0..{max(ep - 1, 0)}")
     if "factor" in p and float(p["factor"]) <= 0:
         raise FaultError(f"{fault.kind}: factor must be positive")
+
+
+def random_fault(kind: str, mesh: dict[str, Any], rng: random.Random) -> str | None:
+    """An ``--inject`` text for one fault of ``kind`` with a culprit drawn from ``mesh`` (dp, tp, pp, ep; Megatron rank
+    order: tp fastest, then dp, pp); None for ``none``. The scenario matrices draw their faults with it."""
+    dp, tp, pp = mesh["dp"], mesh["tp"], mesh["pp"]
+    world = dp * tp * pp
+    rank = rng.randrange(world)
+    if kind == "slow_device":
+        return f"slow_device:ranks={rank},factor={rng.choice([1.3, 1.4, 1.5])}"
+    if kind == "host_stall":
+        return f"host_stall:ranks={rank},steps=1,ms={rng.choice([20, 30, 40])}"
+    if kind == "operator_hotspot":
+        return f"operator_hotspot:ranks={rank},operator=flash_attention,factor=3"
+    if kind == "stage_imbalance":
+        return f"stage_imbalance:stage={rng.randrange(pp)},extra=2"
+    if kind == "slow_link":
+        if tp == 2 and rng.random() < 0.5:  # a tensor-parallel pair
+            a = 2 * rng.randrange(world // 2)
+            return f"slow_link:ranks={a}-{a + 1},factor=4"
+        a = rng.randrange(world - dp * tp)  # a pipeline pair: the same (dp, tp) on neighbouring stages
+        return f"slow_link:ranks={a}-{a + dp * tp},factor=4"
+    if kind == "clock_skew":
+        return f"clock_skew:nodes={rng.randrange(1, -(-world // 8))},ms=3"
+    if kind == "expert_imbalance":
+        return f"expert_imbalance:ep_rank={rng.randrange(mesh['ep'])},factor=2.5"
+    return None

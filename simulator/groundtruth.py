@@ -6,7 +6,7 @@ Schema ``paradiag.ground_truth/1`` (documented in docs/simulator.md). paradiag's
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,20 +38,22 @@ def _fault(job: Job, fault: Fault) -> dict[str, Any]:
     return out
 
 
-def inherent(job: Job, compute_us: dict[int, list[float]]) -> list[dict[str, Any]]:
+def inherent(doc: dict[str, Any]) -> list[dict[str, Any]]:
     """What the job does without any fault that a diagnosis should still report: a pipeline stage computing
     STAGE_IMBALANCE x the mean (the last stage also runs the LM head and the loss, the first the embedding).
-    A stage's compute is its least loaded rank's median step, so that an injected slow rank does not count."""
-    mesh = job.mesh
-    if mesh.pp < 2 or any(f.kind == "stage_imbalance" for f in job.cfg.faults) or not compute_us:
+    A stage's compute is its least loaded rank's median step, so that an injected slow rank does not count. Read
+    from the document itself, so that it also applies to ground truths written before it was recorded."""
+    stage_of, compute = doc["layout"]["stages"], doc.get("compute_us", {})
+    pp = doc["layout"]["pp"]
+    if pp < 2 or any(f["kind"] == "stage_imbalance" for f in doc["faults"]) or not compute:
         return []
-    ranks_of = [[r for r in range(mesh.world) if mesh.stage(r) == s] for s in range(mesh.pp)]
-    per_stage = [min(sorted(compute_us[r])[len(compute_us[r]) // 2] for r in ranks) for ranks in ranks_of]
+    ranks_of = [[r for r, s in enumerate(stage_of) if s == stage] for stage in range(pp)]
+    per_stage = [min(sorted(compute[str(r)])[len(compute[str(r)]) // 2] for r in ranks) for ranks in ranks_of]
     mean = sum(per_stage) / len(per_stage)
-    heavy = max(range(mesh.pp), key=lambda s: per_stage[s])
+    heavy = max(range(pp), key=lambda s: per_stage[s])
     if not mean or per_stage[heavy] < STAGE_IMBALANCE * mean:
         return []
-    cause = "the LM head and the loss" if heavy == mesh.pp - 1 else "the embedding" if heavy == 0 else "its layers"
+    cause = "the LM head and the loss" if heavy == pp - 1 else "the embedding" if heavy == 0 else "its layers"
     return [{"kind": "stage_imbalance", "stage": heavy, "ranks": ranks_of[heavy], "imbalance": round(per_stage[heavy] / mean, 3), "cause": cause}]
 
 
@@ -76,7 +78,7 @@ def build(job: Job, files: dict[int, str], timings: dict[str, dict[int, list[flo
         "layers_per_stage": job.stage_layers if cfg.model == "llm" else None,
         "groups": [{"name": g.name, "role": g.role, "description": g.description, "ranks": list(g.ranks)} for g in mesh.groups],
     }
-    return {
+    doc = {
         "schema": SCHEMA,
         "generator": "paradiag.simulator",
         "seed": cfg.seed,
@@ -91,10 +93,11 @@ def build(job: Job, files: dict[int, str], timings: dict[str, dict[int, list[flo
         },
         "jitter": cfg.jitter,
         "faults": [_fault(job, f) for f in cfg.faults],
-        "inherent": inherent(job, timings.get("compute_us", {})),
         "files": {str(r): files[r] for r in sorted(files)},
         **{name: {str(r): [round(v, 3) for v in values[r]] for r in sorted(values)} for name, values in timings.items()},
     }
+    doc["inherent"] = inherent(doc)
+    return doc
 
 
 def write(job: Job, out: Path, files: dict[int, str], timings: dict[str, dict[int, list[float]]]) -> Path:
@@ -110,3 +113,51 @@ def read(path: Path) -> dict[str, Any]:
     if data.get("schema") != SCHEMA:
         raise ValueError(f"{path}: not a paradiag ground truth (schema {data.get('schema')!r})")
     return data
+
+
+def matches(finding: dict[str, Any], entry: dict[str, Any]) -> bool:
+    """Whether a paradiag finding names this fault or inherent condition: same kind and culprit (the stage of a
+    stage imbalance, the rank pair of a slow link, the ranks otherwise)."""
+    if finding["kind"] != entry["kind"]:
+        return False
+    culprit = finding["culprit"]
+    if entry["kind"] == "stage_imbalance":
+        return bool(culprit.get("stage") == entry["stage"])
+    if entry["kind"] == "slow_link":
+        return sorted(culprit.get("link", {}).get("ranks", [])) == sorted(entry["link"]["ranks"])
+    return sorted(culprit.get("ranks", [])) == sorted(entry["ranks"])
+
+
+@dataclass
+class Score:
+    """A diagnosis against its ground truth: ``top`` the first finding that is not an inherent condition (its
+    kind, or ``none``), ``right`` whether it names the injected fault (or, without one, that there is none),
+    ``false_kinds`` the kinds found that neither a fault nor an inherent condition explains."""
+
+    top: str
+    right: bool
+    false_kinds: list[str]
+
+
+def score(findings: list[dict[str, Any]], truth: dict[str, Any]) -> Score:
+    inherent_ = truth["inherent"] if "inherent" in truth else inherent(truth)
+    rest = [f for f in findings if not any(matches(f, e) for e in inherent_)]
+    faults = truth["faults"]
+    top = rest[0] if rest else None
+    right = (top is not None and any(matches(top, f) for f in faults)) if faults else top is None
+    known = {e["kind"] for e in [*faults, *inherent_]}
+    return Score(top["kind"] if top else "none", right, sorted({f["kind"] for f in findings} - known))
+
+
+def confusion_table(rows: list[tuple[str, str]]) -> str:
+    """Injected kind (``none`` for a fault-free job) against the top finding's kind, counted."""
+    counts: dict[tuple[str, str], int] = {}
+    for key in rows:
+        counts[key] = counts.get(key, 0) + 1
+    columns = sorted({c for _, c in counts})
+    names = sorted({r for r, _ in counts})
+    width = max(len(c) for c in [*columns, *names, "injected \\ top"]) + 1
+    lines = ["injected \\ top".ljust(width) + "".join(c.rjust(width) for c in columns)]
+    for r in names:
+        lines.append(r.ljust(width) + "".join(str(counts.get((r, c)) or ".").rjust(width) for c in columns))
+    return "\n".join(lines)

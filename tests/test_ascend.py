@@ -249,3 +249,21 @@ def test_db_group_name_hash_is_the_text_group_id() -> None:
     assert ascend_db.detect(NPU / JOBS[2] / "rank0_ascend_pt") and not ascend_db.detect(
         NPU / JOBS[0] / "rank0_ascend_pt"
     )
+
+
+def test_db_level0_no_value_marker_in_communication_tasks(tmp_path: Path) -> None:
+    """Level0 db exports write 4294967295 (32-bit "no value") into planeId, srcRank and dstRank: read as unknown."""
+    import shutil
+    import sqlite3
+
+    folder = tmp_path / "rank0_ascend_pt"
+    shutil.copytree(NPU / JOBS[2] / "rank0_ascend_pt", folder)
+    db = ascend_db.find_db(folder)
+    assert db is not None
+    with sqlite3.connect(db) as conn:
+        conn.execute("update COMMUNICATION_TASK_INFO set planeId = 4294967295, srcRank = 4294967295, dstRank = 4294967295")
+    p = ascend.parse(folder, tmp_path)
+    tasks = p.extra["comm_tasks"]
+    assert tasks.num_rows > 0
+    assert tasks.column("plane").null_count == tasks.num_rows
+    assert tasks.column("src_rank").null_count == tasks.column("dst_rank").null_count == tasks.num_rows

@@ -1,0 +1,82 @@
+"""Benchmark: the scenario matrix at scale, with the confusion table.
+
+    python benchmarks/scenarios.py [--plan 256|1024|all] [--seeds N] [--job DIR ...]
+
+Simulates jobs of 256 ranks (DP8 x TP4 x PP8, 16 micro-batches; send/recv with and without their peer) and, with
+``--plan 1024`` or ``all``, 1024 ranks (DP16 x TP8 x PP8), one fault of each kind per seed plus fault-free ones,
+diagnoses each and scores it against its ground truth exactly as tests/test_analysis_scenarios.py does (inherent
+conditions such as an LM-head-heavy last stage are expected, not false). ``--job`` scores existing simulated
+folders (with their ground_truth.json) instead. Prints one line per job, the confusion table (injected kind x top
+finding), the rates (goals: >= 99 % of faulty jobs' top finding names kind and culprit, >= 99 % of jobs without a
+kind absent from the ground truth, fault-free jobs clean) and the seconds spent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import paradiag
+from paradiag.analysis.diagnose import diagnose
+from paradiag.simulator import SimConfig, groundtruth, parse_fault, simulate
+from paradiag.simulator.faults import random_fault
+
+MODEL = {"layers": 16, "hidden": 2048, "heads": 16, "seq_len": 2048, "steps": 2, "jitter": 0.03, "microbatches": 16}
+MESHES: dict[str, dict[str, Any]] = {
+    "gpu256": {"dp": 8, "tp": 4, "pp": 8},
+    "gpu256_nopeer": {"dp": 8, "tp": 4, "pp": 8, "p2p_peer": False, "vocab": 8192},
+    "gpu1024": {"dp": 16, "tp": 8, "pp": 8, "vocab": 8192},
+}
+KINDS = ("slow_device", "host_stall", "operator_hotspot", "stage_imbalance", "slow_link", "none")
+PLANS = {"256": ("gpu256", "gpu256_nopeer"), "1024": ("gpu1024",), "all": ("gpu256", "gpu256_nopeer", "gpu1024")}
+
+
+def run_one(label: str, folder: Path, cache: Path) -> tuple[str, groundtruth.Score, dict[str, Any], list[dict[str, Any]]]:
+    truth = groundtruth.read(folder)
+    found = diagnose(paradiag.open(folder, cache_dir=cache)).findings
+    result = groundtruth.score(found, truth)
+    injected = truth["faults"][0]["kind"] if truth["faults"] else "none"
+    mark = "ok " if result.right and not result.false_kinds else "BAD"
+    print(f"{mark} {label}: injected {truth['faults'] or 'nothing'}; findings {[(f['kind'], f['culprit'], f['impact_pct']) for f in found]}", flush=True)
+    return injected, result, truth, found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--plan", choices=sorted(PLANS), default="256")
+    parser.add_argument("--seeds", type=int, default=1, help="seeds per mesh and kind")
+    parser.add_argument("--job", type=Path, nargs="*", default=[], help="score these simulated job folders instead")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="paradiag-scenarios-"))
+    started = time.perf_counter()
+    rows = []
+    if args.job:
+        for folder in args.job:
+            rows.append(run_one(folder.name, folder, work / f"{folder.name}.cache"))
+    for mesh in PLANS[args.plan] if not args.job else ():
+        for seed in range(1, args.seeds + 1):
+            for kind in KINDS:
+                settings = {**MODEL, **MESHES[mesh]}
+                text = random_fault(kind, settings, random.Random(f"{mesh}-{kind}-{seed}"))
+                name = f"{mesh}-{kind}-{seed}"
+                faults = (parse_fault(text),) if text else ()
+                simulate(SimConfig(output=work / name, seed=seed, faults=faults, **settings))
+                rows.append(run_one(name, work / name, work / f"{name}.cache"))
+    faulty = [r for r in rows if r[0] != "none"]
+    clean = [r for r in rows if r[0] == "none"]
+    print(groundtruth.confusion_table([(r[0], r[1].top) for r in rows]))
+    print(
+        f"top finding names kind and culprit: {sum(r[1].right for r in faulty)}/{len(faulty)}; fault-free clean: "
+        f"{sum(r[1].right for r in clean)}/{len(clean)}; no false kind: {sum(not r[1].false_kinds for r in rows)}/{len(rows)}; "
+        f"{time.perf_counter() - started:.0f} s"
+    )
+    sys.exit(0 if all(r[1].right and not r[1].false_kinds for r in rows) else 1)
+
+
+if __name__ == "__main__":
+    main()
