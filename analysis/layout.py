@@ -171,10 +171,15 @@ def parallel_layout(ranks: pa.Table, groups: pa.Table, frame: Frame | None = Non
         return stated
     rank_ids = [int(r) for r in ranks.column("rank").to_pylist()]
     members = {g: list(m) for g, m in zip(groups.column("group").to_pylist(), groups.column("ranks").to_pylist(), strict=True)}
+    # The world the traces state (or the largest group they record), however many of its ranks were profiled.
+    world = max([int(w) for w in ranks.column("world_size").to_pylist() if w] + [len(rank_ids)])
+    data_parallel = {r: {"dp": r if world > len(rank_ids) else i, "tp": 0, "pp": 0, "ep": 0} for i, r in enumerate(rank_ids)}
     if frame is not None:
         roles = infer_roles(frame, members, len(rank_ids))
+        if set(roles.values()) == {"dp"} and not any(members.get(g) for g in roles):
+            # Data-parallel groups whose members no trace lists (HCCL without metadata): every rank a replica.
+            return Layout(data_parallel, roles, "inferred:communication", size={"dp": world})
         if any(role in AXES for role in roles.values()):
             ordered = {**members, **pipeline_order(frame, members, roles)}
             return Layout(_coords_from_groups(rank_ids, ordered, roles), roles, "inferred:communication")
-    coords = {r: {"dp": i, "tp": 0, "pp": 0, "ep": 0} for i, r in enumerate(rank_ids)}
-    return Layout(coords, {}, "assumed:data_parallel")
+    return Layout(data_parallel, {}, "assumed:data_parallel", size={"dp": world})

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from paradiag.analysis.diagnosis_types import Diagnosis
 
 CACHE_FORMAT = "paradiag.cache/1"
-PARSER_VERSION = 2  # bump when a parser (or the cache's layout) changes what is written: every cache is then rebuilt
+PARSER_VERSION = 3  # bump when a parser (or the cache's layout) changes what is written: every cache is then rebuilt
 MANIFEST = "manifest.json"
 IN_PROCESS_BYTES = 16 * 1024 * 1024  # below this much input, parsing in worker processes costs more than it saves
 

@@ -545,6 +545,13 @@ def global_rank(group: Group | None, local: int | None) -> int | None:
     return group.ranks[local]
 
 
+def _largest_group(groups: Any) -> int | None:
+    """Without distributed_args the world is at least the largest communication group the export records (an
+    8-member all-reduce group in a data-parallel job of 8 ranks, however many of them were profiled)."""
+    sizes = [max(len(g.ranks), g.size or 0) for g in groups]
+    return max(sizes) if sizes and max(sizes) > 1 else None
+
+
 def parsed_rank(
     shown: Path,
     fmt: str,
@@ -580,7 +587,7 @@ def parsed_rank(
         device_type="npu",
         host=info.host,
         device=device,
-        world_size=info.world_size,
+        world_size=info.world_size or _largest_group(groups.values()),
         parallel=info.parallel,
         groups=list(groups.values()),
         warnings=warnings,

@@ -267,3 +267,16 @@ def test_db_level0_no_value_marker_in_communication_tasks(tmp_path: Path) -> Non
     assert tasks.num_rows > 0
     assert tasks.column("plane").null_count == tasks.num_rows
     assert tasks.column("src_rank").null_count == tasks.column("dst_rank").null_count == tasks.num_rows
+
+
+@pytest.mark.parametrize("job", [JOBS[0], JOBS[2]])
+def test_world_size_and_layout_from_communication_groups(job: str, tmp_path: Path) -> None:
+    """Two profiled ranks of an 8-rank data-parallel job: the all-reduce group has 8 members."""
+    import paradiag
+    from paradiag.analysis.diagnose import diagnose
+
+    opened = paradiag.open(NPU / job, cache_dir=tmp_path / "cache")
+    assert opened.ranks.column("world_size").to_pylist() == [8, 8]
+    layout = diagnose(opened).layout
+    assert (layout.size["dp"], layout.size["tp"], layout.size["pp"]) == (8, 1, 1)
+    assert {r: c["dp"] for r, c in layout.coords.items()} == {0: 0, 1: 1}
