@@ -27,6 +27,7 @@ PARSER_MODULES = (
     "paradiag.parsers.ascend",
     "paradiag.parsers.msprof",
     "paradiag.parsers.mindspore",
+    "paradiag.parsers.ascend_legacy",  # recognised to be reported in one line, not read
     "paradiag.parsers.kineto",
 )
 # Files in a job folder that are not traces of a rank (profiler metadata outside a rank folder, our ground truth).
@@ -116,6 +117,9 @@ def discover(root: Path, skipped: list[tuple[Path, str]] | None = None) -> tuple
             if module.detect(root):
                 return [Source(root, module.__name__, (root,))], []
         return [], [root]
+    owner = next((m for m in modules if m.detect(root)), None)
+    if owner is not None:  # one rank's folder (``*_ascend_pt``, ``PROF_*``): a one-rank job
+        return [Source(root, owner.__name__, tuple(sorted(p for p in root.rglob("*") if p.is_file())))], []
     sources: list[Source] = []
     others: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(root, onerror=_walk_error(root, skipped)):
@@ -186,7 +190,7 @@ def parse_source(source: Source, root: Path, out_dir: Path, index: int) -> Sourc
         result.file_hashes = {str(f): file_hash(f) for f in source.files}
     try:
         module = importlib.import_module(source.parser)
-        parsed: ParsedRank = module.parse(source.path, root if root.is_dir() else root.parent)
+        parsed: ParsedRank = module.parse(source.path, root if root.is_dir() and source.path != root else root.parent)
     except TraceError as exc:  # named by the file inside a folder source that has the problem
         inner = exc.source.removeprefix(shown + os.sep) if exc.source.startswith(shown + os.sep) else None
         result.error = f"{inner}: {exc.problem}" if inner else exc.problem

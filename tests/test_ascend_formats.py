@@ -91,3 +91,36 @@ def test_mindspore_folder_reads_like_torch_npu(tmp_path: Path) -> None:
     assert parsed.format == "mindspore_ascend_text" and parsed.host == "worker"
     assert parsed.events.num_rows == reference.events.num_rows
     assert parsed.events.column("start_ns").equals(reference.events.column("start_ns"))
+
+
+def test_a_rank_folder_is_a_one_rank_job(tmp_path: Path) -> None:
+    import paradiag
+
+    job = paradiag.open(RANK, cache_dir=tmp_path / "cache")
+    assert job.rank_ids == [0]
+    assert job.ranks.column("format").to_pylist() == ["ascend_text"]
+    assert job.ranks.column("world_size").to_pylist() == [8]
+
+
+def test_old_layouts_are_named_in_one_line(tmp_path: Path) -> None:
+    """CANN <= 6.3 PROF_*/device_*/data and MindSpore <= 2.2 profiler/ folders: one line each, not one per file."""
+    import paradiag
+    from paradiag.dataset import JobError
+
+    prof = tmp_path / "cann" / "PROF_000001_20230101000000000_ABCDEFGH" / "device_0"
+    (prof / "data").mkdir(parents=True)
+    (prof / "timeline").mkdir()
+    for i in range(40):
+        (prof / "timeline" / f"task_time_{i}.json").write_text('{"not": "kineto"}')
+    legacy = tmp_path / "mindspore" / "profiler"
+    legacy.mkdir(parents=True)
+    for rank in range(8):
+        (legacy / f"ascend_timeline_display_{rank}.json").write_text("[]")
+        (legacy / f"flops_summary_{rank}.json").write_text("{}")
+        (legacy / f"step_trace_raw_{rank}_detail_time.csv").write_text("step_num,start_point\n")
+    for folder, says in ((tmp_path / "cann", "CANN <= 6.3"), (tmp_path / "mindspore", "MindSpore <= 2.2"), (legacy, "MindSpore <= 2.2")):
+        with pytest.raises(JobError) as raised:
+            paradiag.open(folder, cache_dir=tmp_path / f"cache-{folder.name}")
+        message = str(raised.value)
+        assert says in message and "not read" in message
+        assert message.count("error:") == 1 and len(message) < 400 and "PyTorch" not in message
