@@ -57,6 +57,17 @@ def test_truncated_trace_view(tmp_path: Path) -> None:
     assert "truncated" in err.value.problem
 
 
+def test_truncated_trace_view_is_reported_on_the_file_by_the_job(tmp_path: Path) -> None:
+    import paradiag
+    from paradiag.dataset import JobError
+
+    rank = copy(TEXT, tmp_path / "job")
+    truncate(rank / OUT / "trace_view.json", 0.6)
+    with pytest.raises(JobError) as err:
+        paradiag.open(tmp_path / "job", cache_dir=tmp_path / "cache")
+    assert f"{rank.name}: {OUT}/trace_view.json: truncated" in str(err.value)
+
+
 def test_empty_trace_view(tmp_path: Path) -> None:
     rank = copy(TEXT, tmp_path)
     (rank / OUT / "trace_view.json").write_bytes(b"")
