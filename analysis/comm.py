@@ -26,6 +26,7 @@ from collections.abc import Mapping
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from paradiag.analysis.frame import Frame, group_bounds
 
@@ -86,15 +87,21 @@ def collective_participation(frame: Frame) -> pa.Table:
     )
 
 
-def collective_instances(participation: pa.Table) -> pa.Table:
-    """One row per collective instance: skew, the late rank, transfer time and bus bandwidth (GB/s)."""
+def collective_instances(participation: pa.Table, group_size: Mapping[str, int] | None = None) -> pa.Table:
+    """One row per collective instance: skew, the late rank, transfer time and bus bandwidth (GB/s). The bus factor
+    uses the group's size (``group_size``, where the traces list its members; else the members present): a job
+    profiled on a few of its ranks still moves the whole group's data. Bus bandwidth is NaN (null in the report)
+    where it cannot be computed: size unknown, one member, or no transfer time."""
     p = {k: participation.column(k).to_numpy(zero_copy_only=False) for k in participation.column_names}
     _, firsts = np.unique(p["instance"], return_index=True)
     wait_sum = np.bincount(p["instance"], weights=p["wait_ns"]).astype(np.int64) if len(firsts) else np.zeros(0, np.int64)
     n = p["members"][firsts]
-    factor = np.array([BUS_FACTOR.get(k, lambda m: 0.0)(m) for k, m in zip(p["collective"][firsts], n, strict=True)])
-    transfer = p["transfer_ns"][firsts]
-    busbw = np.where(transfer > 0, p["bytes"][firsts] * factor / np.maximum(transfer, 1), np.nan)
+    sizes = group_size or {}
+    size = np.array([max(sizes.get(g, 0), m) for g, m in zip(p["group"][firsts], n, strict=True)], dtype=np.int64)
+    factor = np.array([BUS_FACTOR.get(k, lambda m: 0.0)(m) for k, m in zip(p["collective"][firsts], size, strict=True)])
+    transfer, nbytes = p["transfer_ns"][firsts], p["bytes"][firsts]
+    computable = (transfer > 0) & (nbytes > 0) & (factor > 0)
+    busbw = np.where(computable, np.maximum(nbytes, 0) * factor / np.maximum(transfer, 1), np.nan)
     return pa.table(
         {
             "instance": p["instance"][firsts],
@@ -234,9 +241,50 @@ def link_type(a: int, b: int, host_of: Mapping[int, str | None]) -> str:
     return "intra" if ha is not None and ha == hb else "inter"
 
 
-def comm_matrix(instances: pa.Table, p2p: pa.Table, members: Mapping[str, list[int]], host_of: Mapping[int, str | None]) -> list[dict]:
-    """The src x dst matrix: bytes, busy time and effective bandwidth per directed link. A collective's ring
-    sends bytes x bus factor over each link from a member to the next one (in group order) during its transfer."""
+INTRA_TRANSPORTS = ("HCCS", "HCCS_SW", "SIO", "PCIE", "SDMA", "ON_CHIP")
+
+
+def npu_links(links: pa.Table, world: int) -> dict[tuple[int, int], tuple[float, float, float, str]]:
+    """Per directed link, (bytes, transit time, transfers, link type) from the per-link traffic that Ascend
+    Level1/2 exports record (``communication_matrix.json`` / the db's matrix; the ``links`` extra table). A row
+    names its ranks globally where the export knows the group's members; a group that spans the world (its
+    group-local ranks run to ``world``) numbers them globally anyway. LOCAL rows are copies, not links."""
+    keep = pc.and_(pc.not_equal(links.column("transport"), "LOCAL"), pc.greater(links.column("bytes"), 0))
+    rows = links.filter(keep).to_pydict()
+    span: dict[str, int] = {}
+    for group, a, b in zip(rows["group"], rows["src_rank"], rows["dst_rank"], strict=True):
+        span[group] = max(span.get(group, 0), (a or 0) + 1, (b or 0) + 1)
+    out: dict[tuple[int, int], tuple[float, float, float, str]] = {}
+    for i, group in enumerate(rows["group"]):
+        src, dst = rows["src_global"][i], rows["dst_global"][i]
+        if (src is None or dst is None) and span.get(group) == world:
+            src, dst = rows["src_rank"][i], rows["dst_rank"][i]
+        if src is None or dst is None or src == dst:
+            continue
+        size, time, count, _ = out.get((src, dst), (0.0, 0.0, 0.0, ""))
+        kind = "intra" if rows["transport"][i] in INTRA_TRANSPORTS else "inter"
+        out[(src, dst)] = (size + rows["bytes"][i], time + max(rows["transit_ns"][i] or 0, 0), count + 1, kind)
+    return out
+
+
+def comm_matrix(
+    instances: pa.Table,
+    p2p: pa.Table,
+    members: Mapping[str, list[int]],
+    host_of: Mapping[int, str | None],
+    links: pa.Table | None = None,
+    world: int = 0,
+) -> list[dict]:
+    """The src x dst matrix: bytes, busy time and effective bandwidth per directed link. Where the traces record
+    per-link traffic (Ascend ``links``) it is the measured one; otherwise a collective's ring sends bytes x bus
+    factor over each link from a member to the next one (in group order) during its transfer."""
+    measured = npu_links(links, world) if links is not None and links.num_rows else {}
+    if measured:
+        return [
+            {"src": a, "dst": b, "link_type": kind, "bytes": int(size), "time_ns": int(time), "instances": int(count),
+             "bandwidth_gbps": round(size / time, 3) if time > 0 else None}
+            for (a, b), (size, time, count, kind) in sorted(measured.items())
+        ]  # fmt: skip
     acc: dict[tuple[int, int], list[float]] = {}
 
     def add(a: int, b: int, size: float, time: float, count: float) -> None:

@@ -106,7 +106,7 @@ def diagnose(job: Job) -> Diagnosis:
     host_of = dict(zip(job.ranks.column("rank").to_pylist(), job.ranks.column("host").to_pylist(), strict=True))
     comm.infer_peers(frame, members, layout.stage_of)
     participation = comm.collective_participation(frame)
-    instances = comm.collective_instances(participation)
+    instances = comm.collective_instances(participation, {g: len(m) for g, m in members.items()})
     p2p = comm.p2p_transfers(frame)
     waits = comm.rank_waits(participation, p2p)
     figures = findings.rank_step_figures(frame, job.steps)
@@ -134,7 +134,7 @@ def diagnose(job: Job) -> Diagnosis:
         operators=[OperatorImbalance(**o) for o in operator_imbalance(frame, peers)],
         findings=[Finding.from_json(f) for f in findings.ranked(found)],
         communication=communication_summary(instances, p2p),
-        communication_matrix=[CommLink(**c) for c in comm.comm_matrix(instances, p2p, members, host_of)],
+        communication_matrix=[CommLink(**c) for c in comm.comm_matrix(instances, p2p, members, host_of, job.extra("links"), layout.world)],
         operator_times=operator_times(frame, len(set(job.steps.column("step").to_pylist()))),
         rank_steps=rank_step_table(job.steps, figures, waits, layout),
         breakdowns=breakdowns,
@@ -213,8 +213,9 @@ def communication_summary(instances: pa.Table, p2p: pa.Table) -> CommunicationSu
     skew = sorted(inst["skew_ns"])
     by_kind: dict[str, list[float]] = {}
     for kind, bw in zip(inst["collective"], inst["busbw_gbps"], strict=True):
-        if bw == bw:  # not NaN
-            by_kind.setdefault(kind, []).append(bw)
+        by_kind.setdefault(kind, [])
+        if bw == bw:  # not NaN: null where it cannot be computed
+            by_kind[kind].append(bw)
     late: dict[int, int] = {}
     for rank, wait in zip(inst["late_rank"], inst["total_wait_ns"], strict=True):
         late[rank] = late.get(rank, 0) + wait
@@ -222,6 +223,6 @@ def communication_summary(instances: pa.Table, p2p: pa.Table) -> CommunicationSu
         collective_instances=len(skew),
         p2p_transfers=p2p.num_rows,
         arrival_skew_ns={"median": statistics.median(skew), "p95": skew[int(0.95 * (len(skew) - 1))], "max": skew[-1]} if skew else None,
-        busbw_gbps_median={k: round(statistics.median(v), 3) for k, v in sorted(by_kind.items())},
+        busbw_gbps_median={k: round(statistics.median(v), 3) if v else None for k, v in sorted(by_kind.items())},
         caused_wait_ns_top=[{"rank": r, "caused_wait_ns": w} for r, w in sorted(late.items(), key=lambda kv: -kv[1])[:5]],
     )

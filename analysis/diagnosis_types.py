@@ -213,7 +213,7 @@ class CommunicationSummary:
     collective_instances: int
     p2p_transfers: int
     arrival_skew_ns: dict[str, float] | None
-    busbw_gbps_median: dict[str, float]
+    busbw_gbps_median: dict[str, float | None]  # null where it cannot be computed
     caused_wait_ns_top: list[dict[str, int]]
 
 

@@ -174,6 +174,7 @@ def _expert(raw: list[dict[str, Any]], peer_sets: list[list[int]], ep_of: Mappin
 
 def _merge_ranks(raw: list[dict[str, Any]], waits: Mapping[tuple[int, int], Mapping[str, int]], steps_total: int, step_ns: float) -> list[dict[str, Any]]:
     merged: dict[tuple[str, str | None], list[dict[str, Any]]] = {}
+    observable = any(w.get("wait_ns") for w in waits.values())
     for r in raw:
         merged.setdefault((r["kind"], r["operator"]), []).append(r)
     out = []
@@ -184,8 +185,11 @@ def _merge_ranks(raw: list[dict[str, Any]], waits: Mapping[tuple[int, int], Mapp
         per_step: dict[int, int] = {}
         for row in rows:  # several culprits in one step delay it once: the largest excess counts
             per_step[row["step"]] = max(per_step.get(row["step"], 0), row["excess_ns"])
-        impact = 100 * sum(per_step.values()) / steps_total / step_ns
         caused = sum(waits.get((r, s), {}).get("caused_ns", 0) for r in ranks for s in steps)
+        # Extra own time slows the job only through the waits it makes others do: where waits are seen at all,
+        # the impact is at most what the culprits' peers waited for them (none: the job absorbed it).
+        delay = min(sum(per_step.values()), caused) if observable else sum(per_step.values())
+        impact = 100 * delay / steps_total / step_ns
         worst = max(rows, key=lambda row: row["excess_ns"])
         what = "first device work after" if kind == "host_stall" else "compute"
         culprit: dict[str, Any] = {"ranks": ranks}

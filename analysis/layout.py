@@ -45,6 +45,11 @@ class Layout:
             self.size.setdefault(axis, len({c[axis] for c in self.coords.values()}) or 1)
 
     @property
+    def world(self) -> int:
+        """Ranks in the job (expert parallelism splits the data-parallel ranks, it adds none)."""
+        return self.size["dp"] * self.size["tp"] * self.size["pp"]
+
+    @property
     def stage_of(self) -> dict[int, int]:
         return {r: c["pp"] for r, c in self.coords.items()}
 

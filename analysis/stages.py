@@ -188,8 +188,8 @@ def stage_metrics(passes: pa.Table, stages: list[list[int]], virtual: int, step_
         span[0], span[1] = min(span[0], start), max(span[1], end)
         span[2] += end - start
         forward_count[(rank, step)] = forward_count.get((rank, step), 0) + (direction == "forward")
-    if not per_rank_step:
-        return {}
+    if not per_rank_step or len(stages) < 2:
+        return {}  # no pipeline: nothing to report (the report's ``pipeline`` is null)
     passes_per_step = statistics.median(forward_count.values())
     micro_batches = max(1, round(passes_per_step / max(virtual, 1)))
     out_stages = []
@@ -200,7 +200,8 @@ def stage_metrics(passes: pa.Table, stages: list[list[int]], virtual: int, step_
             keys = [k for k in per_rank_step if k[0] == r]
             if keys:
                 per_rank.append(statistics.median(sum(per_rank_step[k]) for k in keys) / micro_batches)
-                bubbles.append(statistics.median(1 - spans[k][2] / max(spans[k][1] - spans[k][0], 1) for k in keys))
+                # Passes that overlap (kernels of two passes interleaved on streams) cannot make the bubble negative.
+                bubbles.append(statistics.median(min(max(1 - spans[k][2] / max(spans[k][1] - spans[k][0], 1), 0.0), 1.0) for k in keys))
         if per_rank:
             out_stages.append(
                 {
