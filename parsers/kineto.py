@@ -24,6 +24,7 @@ from paradiag.parsers.base import (
     ParsedRank,
     TraceError,
     collective_from_kernel_name,
+    normalize_collective,
     parse_rank_list,
     rank_from_name,
     sequence_numbers,
@@ -37,6 +38,7 @@ from paradiag.parsers.kineto_decode import (
     HOST_CATEGORIES,
     LOOSE_EVENTS_DECODER,
     Columns,
+    CommMeta,
     decode_outer,
     int_or_none,
     read_bytes,
@@ -49,6 +51,7 @@ FORMAT = "kineto"
 
 _LAUNCH_CATEGORIES = frozenset({"cuda_runtime", "Runtime", "cuda_driver"})
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+_HOST_COLLECTIVE = re.compile(r"^(?:nccl:|c10d::)_*([A-Za-z_]+?)(?:_base)?_*$")  # nccl:all_to_all, c10d::alltoall_base_
 _TB_FILE_NAME = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)\.\d+\.pt\.trace\.json(\.gz)?$")
 MAX_STEP = 2**31 - 1  # steps are int32
 EPOCH_US_THRESHOLD = 1e14  # timestamps below this (about 1973 in epoch microseconds) are relative
@@ -189,7 +192,7 @@ def _events_table(columns: Columns, base_ns: int | None) -> tuple[pa.Table, int]
             "step": np.full(n, -1, dtype=np.int32),
             "correlation": _clip32(columns.column("correlation").fill_null(-1)),
             "external_id": _clip32(columns.column("external_id").fill_null(-1)),
-            **_comm_columns(columns, names, track),
+            **_comm_columns(columns, names, track, _enclosing_collectives(columns, names, ts, dur, tid, on_device)),
         },
         n,
     )
@@ -202,14 +205,48 @@ def _clip32(arr: pa.Array) -> np.ndarray:
     return np.where((values > 2**31 - 1) | (values < -(2**31)), -1, values).astype(np.int32)
 
 
-def _comm_columns(columns: Columns, names: pa.DictionaryArray, track: np.ndarray) -> dict[str, Any]:
+def _enclosing_collectives(
+    columns: Columns, names: pa.DictionaryArray, ts: np.ndarray, dur: np.ndarray, tid: np.ndarray, on_device: np.ndarray
+) -> dict[int, CommMeta]:
+    """Communication kernels without a record_param_comms call: the collective the host was running when it
+    launched them (older PyTorch names it ``nccl:all_to_all``, ``c10d::alltoall_base_``, ...; the launch is the
+    runtime call with the kernel's correlation id, inside that operator on the same thread). NCCL runs all-to-all
+    and send/recv both as SendRecv kernels: only the host operator tells them apart."""
+    pending = [row for row, ext in columns.pending if ext not in columns.host_meta]
+    if not pending:
+        return {}
+    words = names.dictionary.to_pylist()
+    codes = names.indices.to_numpy(zero_copy_only=False)
+    word_meta = {i: _HOST_COLLECTIVE.match(w or "") for i, w in enumerate(words)}
+    ops = np.flatnonzero(~on_device & np.isin(codes, [i for i, m in word_meta.items() if m]))
+    correlation = columns.column("correlation").fill_null(-1).to_numpy(zero_copy_only=False)
+    launch_of = {int(c): i for i, c in enumerate(correlation) if c >= 0 and not on_device[i]} if len(ops) else {}
+    out = {}
+    for row in pending:
+        launch = launch_of.get(int(correlation[row]))
+        if launch is None:
+            continue
+        inside = ops[(tid[ops] == tid[launch]) & (ts[ops] <= ts[launch]) & (ts[ops] + dur[ops] >= ts[launch])]
+        if len(inside):
+            op = inside[np.argmin(dur[inside])]  # the innermost one
+            match = word_meta[int(codes[op])]
+            collective = normalize_collective(match.group(1)) if match else None
+            if collective is not None:
+                out[row] = CommMeta(collective, None, None, None, None)
+    return out
+
+
+def _comm_columns(columns: Columns, names: pa.DictionaryArray, track: np.ndarray, enclosing: dict[int, CommMeta]) -> dict[str, Any]:
     """Collective, group, ranks, peer and bytes: from the event's own args, else from the record_param_comms call
-    with the same External id, else from the kernel name; without a process group the kernel's stream stands
-    in for the group (NCCL runs one communicator per stream). Built sparsely: most rows are not collectives."""
+    with the same External id, else from the host collective operator it was launched in (``enclosing``), else
+    from the kernel name; without a process group the kernel's stream stands in for the group (NCCL runs one
+    communicator per stream). Built sparsely: most rows are not collectives."""
     meta = dict(columns.meta)
     for row, ext in columns.pending:
         if ext in columns.host_meta:
             meta[row] = columns.host_meta[ext]
+        elif row in enclosing:
+            meta[row] = enclosing[row]
     name_values = names.dictionary.to_pylist()
     codes = names.indices.to_numpy(zero_copy_only=False)
     rows = sorted(set(meta) | set(columns.comm_rows))
