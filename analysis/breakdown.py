@@ -14,12 +14,17 @@ so compute + comm_exposed + memory_exposed + sync_exposed + idle = window. The w
 work launched in the profiled steps: every step, the last one included. HTA's ``get_temporal_breakdown`` uses
 the same sets (its ``non_compute`` is comm_exposed + memory_exposed + sync_exposed) but drops the last step and
 rounds timestamps down to whole microseconds; ``convention="hta"`` reproduces that for cross-checks.
+
+``convention="ascend"`` (the default for NPU ranks) is torch_npu's ``step_trace_time``: per step, the window is
+the span of that step's compute and communication (memory copies and sync tasks are not counted, they fall in
+Free), and the steps' figures are summed, so that compute, comm_exposed (Communication (Not Overlapped)),
+comm_overlapped (Overlapped) and idle (Free) match the producer's per step.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -27,6 +32,9 @@ import pyarrow.compute as pc
 
 from paradiag import schema
 from paradiag.analysis.intervals import union_length
+
+if TYPE_CHECKING:
+    from paradiag.dataset import Job
 
 BREAKDOWN_COLUMNS = ("kind", "device", "step", "start_ns", "dur_ns")
 
@@ -111,12 +119,35 @@ def breakdown_of(work: dict[str, np.ndarray], lo: int | None = None, hi: int | N
     )
 
 
+CONVENTIONS = ("paradiag", "hta", "ascend")
+
+
+def default_convention(device_type: str | None) -> str:
+    """The breakdown users of a device know: the producer's step_trace_time on NPUs, paradiag's own elsewhere."""
+    return "ascend" if device_type == "npu" else "paradiag"
+
+
+def _ascend_breakdown(work: dict[str, np.ndarray]) -> Breakdown | None:
+    """Per step, compute and communication over their own span; the steps' figures summed."""
+    keep = np.isin(work["kind"], (schema.COMPUTE, schema.COMMUNICATION))
+    parts = [breakdown_of({k: v[keep & (work["step"] == s)] for k, v in work.items()}) for s in np.unique(work["step"][keep])]
+    found = [p for p in parts if p is not None]
+    if not found:
+        return None
+    return Breakdown(**{name: sum(getattr(p, name) for p in found) for name in Breakdown.__dataclass_fields__})
+
+
 def rank_breakdown(events: pa.Table, step_ids: list[int] | None = None, convention: str = "paradiag") -> Breakdown | None:
     """The breakdown of one rank over its profiled steps.
 
     ``step_ids``: the rank's steps (from the steps table); without steps every device event counts.
-    ``convention="hta"``: drop the last step and round times down to microseconds, as HTA 0.5 does."""
+    ``convention="hta"``: drop the last step and round times down to microseconds, as HTA 0.5 does;
+    ``convention="ascend"``: torch_npu's step_trace_time, step by step (see the module's docstring)."""
+    if convention not in CONVENTIONS:
+        raise ValueError(f"unknown breakdown convention {convention!r} (one of {', '.join(CONVENTIONS)})")
     kept = sorted(step_ids) if step_ids else None
+    if convention == "ascend":
+        return _ascend_breakdown(device_work(events, kept))
     if convention == "hta" and kept:
         kept = kept[:-1] or kept
         events = events.filter(launched_in_trace(events))
@@ -129,6 +160,15 @@ def rank_breakdown(events: pa.Table, step_ids: list[int] | None = None, conventi
     return breakdown_of(work)
 
 
+def convention_breakdown(job: Job, rank: int, convention: str) -> Breakdown | None:
+    """A rank's breakdown over its profiled steps in ``convention``, from its events (HTA's needs the host launches
+    too: it drops device work whose launch is not in the trace)."""
+    events = job.events(ranks=[rank])
+    if convention != "hta":
+        events = events.filter(pc.greater_equal(events.column("device"), 0))
+    return rank_breakdown(events, rank_steps(job.steps, rank).column("step").to_pylist(), convention)
+
+
 def launched_in_trace(events: pa.Table) -> pa.Array:
     """Mask of events that are host events or device work whose launch call is in the trace (HTA assigns
     steps to device work only through its launch; work launched before the profiler started is dropped)."""
@@ -139,9 +179,13 @@ def launched_in_trace(events: pa.Table) -> pa.Array:
     return pc.or_(on_host, pc.is_in(events.column("correlation"), launched.unique()))
 
 
-def step_breakdowns(events: pa.Table, steps: pa.Table) -> list[dict[str, Any]]:
-    """Per step of one rank: the step's host time, its device span and the breakdown over that span."""
+def step_breakdowns(events: pa.Table, steps: pa.Table, convention: str = "paradiag") -> list[dict[str, Any]]:
+    """Per step of one rank: the step's host time, its device span and the breakdown over that span (``ascend``:
+    over the span of its compute and communication, as step_trace_time)."""
     work = device_work(events)
+    if convention == "ascend":
+        keep = np.isin(work["kind"], (schema.COMPUTE, schema.COMMUNICATION))
+        work = {k: v[keep] for k, v in work.items()}
     out = []
     for row in steps.to_pylist():
         mine = {k: v[work["step"] == row["step"]] for k, v in work.items()}

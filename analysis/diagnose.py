@@ -22,6 +22,7 @@ from paradiag.analysis import comm, findings, stages
 from paradiag.analysis.breakdown import (
     BREAKDOWN_COLUMNS,
     Breakdown,
+    default_convention,
     rank_breakdown,
     rank_steps,
     step_breakdowns,
@@ -74,18 +75,21 @@ def read_frame(job: Job) -> tuple[Frame, pa.Table]:
     dropped before the next rank is read)."""
     frames = []
     rows: list[tuple[int, int | None, Breakdown | None]] = []
+    device_type = dict(zip(job.ranks.column("rank").to_pylist(), job.ranks.column("device_type").to_pylist(), strict=True))
     for rank in job.rank_ids:
         events = job.events(ranks=[rank], columns=EVENT_COLUMNS)
-        rows += _rank_breakdowns(events.filter(pc.greater_equal(events.column("device"), 0)), job.steps, rank)
+        convention = default_convention(device_type.get(rank))
+        rows += _rank_breakdowns(events.filter(pc.greater_equal(events.column("device"), 0)), job.steps, rank, convention)
         frames.append(device_frame(events))
     return concat(frames), _breakdown_table(rows)
 
 
-def _rank_breakdowns(events: pa.Table, steps: pa.Table, rank: int) -> list[tuple[int, int | None, Breakdown | None]]:
-    """(rank, step, breakdown) per step of the rank, and (rank, None, breakdown over all its steps)."""
+def _rank_breakdowns(events: pa.Table, steps: pa.Table, rank: int, convention: str) -> list[tuple[int, int | None, Breakdown | None]]:
+    """(rank, step, breakdown) per step of the rank, and (rank, None, breakdown over all its steps), in the
+    device's own ``convention``."""
     mine = rank_steps(steps, rank)
-    out: list[tuple[int, int | None, Breakdown | None]] = [(rank, None, rank_breakdown(events, mine.column("step").to_pylist()))]
-    for s in step_breakdowns(events, mine):
+    out: list[tuple[int, int | None, Breakdown | None]] = [(rank, None, rank_breakdown(events, mine.column("step").to_pylist(), convention))]
+    for s in step_breakdowns(events, mine, convention):
         b = s["breakdown"]
         out.append((rank, s["step"], Breakdown(**{k: b[k] for k in BREAKDOWN_FIELDS}) if b else None))
     return out

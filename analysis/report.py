@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from paradiag.analysis.breakdown import Breakdown
+from paradiag.analysis.breakdown import Breakdown, convention_breakdown
 from paradiag.analysis.diagnosis_types import Diagnosis, breakdowns_of
 from paradiag.analysis.findings import MIN_IMPACT_PCT
 
@@ -106,9 +106,15 @@ def _steps_by_rank(steps: pa.Table) -> dict[int, list[dict[str, Any]]]:
     return out
 
 
-def build_report(job: Job) -> dict[str, Any]:
-    """The report of ``job``, from its stored Diagnosis (no event is read)."""
-    return report_of(job, job.diagnosis())
+def build_report(job: Job, convention: str | None = None) -> dict[str, Any]:
+    """The report of ``job``, from its stored Diagnosis (no event is read), with each rank's breakdown in the
+    device's own convention; another ``convention`` (paradiag, hta, ascend) recomputes the ranks' totals."""
+    report = report_of(job, job.diagnosis())
+    if convention is not None:
+        for entry in report["ranks"]:
+            entry["breakdown"] = _as_dict(convention_breakdown(job, entry["rank"], convention))
+        report["metrics"].update(job_metrics(report["ranks"]))
+    return report
 
 
 def report_of(job: Job, d: Diagnosis) -> dict[str, Any]:

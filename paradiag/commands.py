@@ -151,12 +151,17 @@ def info(path: Path, cache: Path | None, strict: bool, workers: int | None, veri
 @workers_option
 @click.option("--json", "as_json", is_flag=True, help="Print the paradiag.report/1 JSON document.")
 @click.option("-w", "--write", "write", type=click.Path(path_type=Path), default=None, help="Also write the JSON report to this file.")
-def analyze(path: Path, cache: Path | None, strict: bool, workers: int | None, as_json: bool, write: Path | None) -> None:
+@click.option(
+    "--convention", type=click.Choice(["paradiag", "hta", "ascend"]), default=None,
+    help="Breakdown definitions: paradiag's (every step, all device work), HTA's (drops the last step) or torch_npu's "
+    "step_trace_time (per step, compute and communication span)  [default: ascend on NPUs, paradiag elsewhere]",
+)  # fmt: skip
+def analyze(path: Path, cache: Path | None, strict: bool, workers: int | None, as_json: bool, write: Path | None, convention: str | None) -> None:
     """Per-rank time breakdown over the profiled steps, step times and the job summary."""
     from paradiag.analysis.report import build_report
 
     job = _open(path, cache, strict, workers)
-    report = build_report(job)
+    report = build_report(job, convention)
     text = json.dumps(report, indent=1, default=_json_default)
     if write is not None:
         write.write_text(text)

@@ -280,3 +280,36 @@ def test_world_size_and_layout_from_communication_groups(job: str, tmp_path: Pat
     layout = diagnose(opened).layout
     assert (layout.size["dp"], layout.size["tp"], layout.size["pp"]) == (8, 1, 1)
     assert {r: c["dp"] for r, c in layout.coords.items()} == {0: 0, 1: 1}
+
+
+@pytest.mark.parametrize("job", JOBS)
+def test_report_breakdown_reproduces_step_trace_time(job: str, tmp_path: Path) -> None:
+    """The report's default NPU breakdown is the producer's: window = Stage, comm_exposed = Communication (Not
+    Overlapped), comm_overlapped = Overlapped, idle = Free, each within 0.5 % of Stage."""
+    import paradiag
+    from paradiag.analysis.report import build_report
+
+    opened = paradiag.open(NPU / job, cache_dir=tmp_path / "cache")
+    for entry in build_report(opened)["ranks"]:
+        assert entry["steps"][0]["breakdown"]["window_ns"] == entry["breakdown"]["window_ns"]  # one step: the same
+        theirs = parsed(job, entry["rank"]).extra["step_trace"].to_pylist()[0]
+        mine, stage = entry["breakdown"], theirs["stage_ns"]
+        pairs = (("window_ns", "stage_ns"), ("compute_ns", "computing_ns"), ("comm_exposed_ns", "communication_not_overlapped_ns"),
+                 ("comm_overlapped_ns", "overlapped_ns"), ("idle_ns", "free_ns"))  # fmt: skip
+        for ours, producer in pairs:
+            assert abs(mine[ours] - theirs[producer]) <= 0.005 * stage, (ours, mine[ours], theirs[producer])
+
+
+def test_analyze_convention_option(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from paradiag.cli import main
+
+    folder = NPU / JOBS[0]
+    windows = {}
+    for convention in ("ascend", "paradiag"):
+        result = CliRunner().invoke(main, ["analyze", str(folder), "-o", str(tmp_path / "cache"), "--json", "--convention", convention])
+        assert result.exit_code == 0, result.output
+        windows[convention] = json.loads(result.output)["ranks"][0]["breakdown"]["window_ns"]
+    assert windows["ascend"] == pytest.approx(136_581_000, abs=1_000)  # Stage of step 50 in step_trace_time.csv
+    assert windows["paradiag"] > windows["ascend"]  # every device task, memory copies included
