@@ -190,6 +190,8 @@ def _merge_ranks(raw: list[dict[str, Any]], waits: Mapping[tuple[int, int], Mapp
         # the impact is at most what the culprits' peers waited for them (none: the job absorbed it).
         delay = min(sum(per_step.values()), caused) if observable else sum(per_step.values())
         impact = 100 * delay / steps_total / step_ns
+        if delay < sum(per_step.values()) and impact < MIN_IMPACT_PCT:
+            continue  # the job absorbed it: not worth a finding
         worst = max(rows, key=lambda row: row["excess_ns"])
         what = "first device work after" if kind == "host_stall" else "compute"
         culprit: dict[str, Any] = {"ranks": ranks}

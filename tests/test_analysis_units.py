@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from paradiag import align, schema
@@ -116,6 +117,30 @@ def test_collective_instance_wait_skew_transfer() -> None:
     assert inst["busbw_gbps"] == pytest.approx(1000 * (2 * 2 / 3) / 22)
 
 
+def test_bus_bandwidth_uses_the_group_size_and_is_nan_when_unknown() -> None:
+    """Two profiled members of an 8-rank group move 8 ranks' data; one member or unknown bytes: no figure."""
+    two = comm.collective_participation(device_frame(events([coll(0, 0, 50), coll(1, 10, 50)])))
+    assert comm.collective_instances(two, {"g": 8}).column("busbw_gbps")[0].as_py() == pytest.approx(1000 * (2 * 7 / 8) / 40)
+    one = comm.collective_instances(comm.collective_participation(device_frame(events([coll(0, 0, 50)])))).to_pylist()[0]
+    unknown = comm.collective_instances(comm.collective_participation(device_frame(events([coll(0, 0, 50, bytes=None), coll(1, 0, 50, bytes=None)]))))
+    assert np.isnan(one["busbw_gbps"]) and np.isnan(unknown.column("busbw_gbps")[0].as_py())
+
+
+def test_comm_matrix_from_measured_links() -> None:
+    """Ascend per-link traffic, group-local ranks of a world-spanning group, LOCAL copies left out."""
+    links = pa.table(
+        {
+            "group": ["w"] * 3, "src_rank": [0, 0, 0], "dst_rank": [1, 0, 3], "src_global": pa.nulls(3, pa.int32()),
+            "dst_global": pa.nulls(3, pa.int32()), "transport": ["HCCS", "LOCAL", "RDMA"], "bytes": [4000, 10, 2000],
+            "transit_ns": [2000, 1, 4000], "op_type": ["allreduce"] * 3,
+        }
+    )  # fmt: skip
+    empty = comm.collective_instances(comm.collective_participation(device_frame(events([]))))
+    matrix = comm.comm_matrix(empty, comm.p2p_transfers(device_frame(events([]))), {}, {}, links, world=4)
+    assert [(m["src"], m["dst"], m["link_type"], m["bytes"], m["bandwidth_gbps"]) for m in matrix] == [(0, 1, "intra", 4000, 2.0), (0, 3, "inter", 2000, 0.5)]
+    assert comm.comm_matrix(empty, comm.p2p_transfers(device_frame(events([]))), {}, {}, links, world=8) == []
+
+
 def test_p2p_matching_and_wait() -> None:
     rows = [
         {**coll(0, 100, 105, group="p", kind="send"), "peer": 1},
@@ -178,6 +203,38 @@ def test_pipeline_passes_and_stage_metrics() -> None:
     assert metrics["bottleneck_stage"] == 1
     assert metrics["balanced_step_time_ns"] == int(1000 - (2 + 1) * (30 - 22.5))
     assert stages.schedule_kind(passes, 2, 1) == "gpipe"
+    assert stages.stage_metrics(passes.filter(pc.equal(passes.column("rank"), 0)), [[0]], 1, 1000) == {}  # no pipeline
+
+
+def test_impact_is_capped_by_the_waits_caused() -> None:
+    """Rank 2 computes 100 more than its peers; where waits are seen but nobody waited for it, nothing is lost."""
+    figures = {(r, 0): {"compute_ns": c, "launch_delay_ns": 10, "idle_ns": 0, "step_ns": 1000} for r, c in enumerate([500, 500, 600])}
+    frame = device_frame(events([kernel(r, "gemm_fwd", 0, c) for r, c in enumerate([500, 500, 600])]))
+    waited = {(0, 0): {"wait_ns": 40, "caused_ns": 0}, (2, 0): {"wait_ns": 0, "caused_ns": 30}}
+    (f,) = findings.rank_findings(frame, figures, [[0, 1, 2]], {}, waited, 1000)
+    assert f["culprit"]["ranks"] == [2] and f["impact_pct"] == pytest.approx(3.0)
+    absorbed = {(0, 0): {"wait_ns": 40, "caused_ns": 0}, (1, 0): {"wait_ns": 0, "caused_ns": 40}}
+    assert findings.rank_findings(frame, figures, [[0, 1, 2]], {}, absorbed, 1000) == []
+
+
+@pytest.mark.parametrize(("schedule", "pp", "virtual"), [("1f1b", 4, 1), ("gpipe", 3, 1), ("interleaved", 2, 2), ("1f1b", 2, 1)])
+def test_send_recv_peers_inferred_without_rank(tmp_path: Any, schedule: str, pp: int, virtual: int) -> None:
+    """Simulated traces without the send/recv "Rank": every inferred peer is the one the full trace names."""
+    import paradiag
+    from paradiag.analysis.frame import job_frame
+    from paradiag.simulator import SimConfig, simulate
+
+    peers = []
+    for named in (True, False):
+        out = tmp_path / f"job{named}"
+        settings = {"pp": pp, "dp": 2, "microbatches": 2 * pp, "steps": 2, "layers": 2 * pp * virtual, "schedule": schedule, "virtual_stages": virtual}
+        simulate(SimConfig(output=out, hidden=256, heads=4, seq_len=128, vocab=1024, p2p_peer=named, seed=2, **settings))
+        job = paradiag.open(out, cache_dir=tmp_path / f"cache{named}")
+        frame = job_frame(job)
+        members = {g: list(m) for g, m in zip(job.groups.column("group").to_pylist(), job.groups.column("ranks").to_pylist(), strict=True)}
+        comm.infer_peers(frame, members, parallel_layout(job.ranks, job.groups, frame).stage_of)
+        peers.append(frame.peer[np.isin(frame.collective, frame.codes("collectives", ("send", "recv")))])
+    assert len(peers[0]) > 0 and (peers[1] == peers[0]).all()
 
 
 # ---- operators ----

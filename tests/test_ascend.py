@@ -313,3 +313,19 @@ def test_analyze_convention_option(tmp_path: Path) -> None:
         windows[convention] = json.loads(result.output)["ranks"][0]["breakdown"]["window_ns"]
     assert windows["ascend"] == pytest.approx(136_581_000, abs=1_000)  # Stage of step 50 in step_trace_time.csv
     assert windows["paradiag"] > windows["ascend"]  # every device task, memory copies included
+
+
+@pytest.mark.parametrize("job", [JOBS[0], JOBS[2]])
+def test_communication_matrix_from_the_exported_link_traffic(job: str, tmp_path: Path) -> None:
+    """Level1 exports record per-link traffic (communication_matrix.json / the db): the report's matrix is it."""
+    import paradiag
+    from paradiag.analysis.report import build_report
+
+    opened = paradiag.open(NPU / job, cache_dir=tmp_path / "cache")
+    matrix = build_report(opened)["metrics"]["communication_matrix"]
+    links = opened.extra("links").to_pylist()
+    sent = [r for r in links if r["transport"] != "LOCAL" and r["bytes"]]
+    assert {(m["src"], m["dst"]) for m in matrix} == {(r["src_rank"], r["dst_rank"]) for r in sent}
+    assert len(matrix) == 14 and {m["src"] for m in matrix} == {0, 1}  # 2 profiled ranks x 7 peers
+    assert sum(m["bytes"] for m in matrix) == sum(r["bytes"] for r in sent)
+    assert all(m["link_type"] == "intra" and m["bandwidth_gbps"] > 0 for m in matrix)

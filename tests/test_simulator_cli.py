@@ -55,3 +55,19 @@ def test_writes_a_job(tmp_path: Path) -> None:
     truth = read_truth(out)
     assert truth["seed"] == 7 and truth["faults"][0] == {"kind": "slow_device", "ranks": [1], "factor": 1.3}
     assert sorted(p.name.split(".")[0] for p in out.glob("rank*.pt.trace.json.gz")) == ["rank0", "rank1", "rank2", "rank3"]
+
+
+def test_no_p2p_peer_writes_send_recv_without_rank(tmp_path: Path) -> None:
+    """--no-p2p-peer: send/recv carry their group and its ranks but no "Rank" (older PyTorch); collectives keep it."""
+    import json
+
+    out = tmp_path / "job"
+    args = ["--pp", "2", "--microbatches", "2", "--steps", "1", "--layers", "2", "--hidden", "256", "--seq-len", "128"]
+    args += ["--vocab", "1024", "--dp", "2", "--no-p2p-peer", "--quiet", "-o", str(out)]
+    assert CliRunner().invoke(simulate, args, catch_exceptions=False).exit_code == 0
+    events = json.loads(next(out.glob("rank0.*.pt.trace.json")).read_text())["traceEvents"]
+    comms = [e["args"] for e in events if e.get("name") == "record_param_comms"]
+    p2p = [a for a in comms if a["Collective name"] in ("send", "recv")]
+    assert p2p and all("Rank" not in a and a["Process Group Ranks"] for a in p2p)
+    assert all("Rank" in a for a in comms if a not in p2p)
+    assert json.loads((out / "ground_truth.json").read_text())["p2p_peer"] is False
