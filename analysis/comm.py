@@ -126,7 +126,9 @@ def infer_peers(frame: Frame, members: Mapping[str, list[int]], stage_of: Mappin
     and the stage after it (and, interleaved, stage 0 and the last stage to each other): activations go forward,
     gradients back. So a send after a forward pass goes to the next stage and one after a backward pass to the
     previous one; a receive before a forward pass comes from the previous stage, one before a backward pass from
-    the next. In a group of two the other member is the peer. The k-th send then matches the k-th receive."""
+    the next. In a group of two the other member is the peer; where kernel names tell no direction (no forward-only
+    or backward kernel around), the first and last stage have one neighbour and a middle stage's peer stays
+    unknown. The k-th send then matches the k-th receive."""
     from paradiag.analysis.stages import name_classes
 
     is_p2p = np.isin(frame.collective, frame.codes("collectives", ("send", "recv"))) & (frame.group >= 0)
@@ -139,32 +141,29 @@ def infer_peers(frame: Frame, members: Mapping[str, list[int]], stage_of: Mappin
     bounds = np.append(firsts, len(frame.rank))
     for rank, lo, hi in zip(ranks.tolist(), bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
         rows = lo + np.flatnonzero(is_p2p[lo:hi] & (frame.peer[lo:hi] < 0))
-        if not len(rows):
-            continue
         definite = lo + np.flatnonzero((frame.kind[lo:hi] == compute) & np.isin(classes[frame.name[lo:hi]], (-1, 1)))
         marks, cls = frame.start[definite], classes[frame.name[definite]]
         for row in rows.tolist():
-            group = members.get(frame.groups[frame.group[row]], [])
-            if rank not in group or len(group) < 2:
+            order = _stage_order(members.get(frame.groups[frame.group[row]], []), stage_of)
+            if rank not in order:
                 continue
-            position = {r: (stage_of.get(r, 0), n) for n, r in enumerate(group)}
-            order = sorted(group, key=position.__getitem__)
-            i = order.index(rank)
-            after, before = order[(i + 1) % len(order)], order[i - 1]
-            is_send = frame.collective[row] == send
+            i, is_send = order.index(rank), frame.collective[row] == send
             if is_send:  # the pass it follows
-                k = np.searchsorted(marks, frame.start[row], side="right") - 1
-                known = k >= 0
+                k = int(np.searchsorted(marks, frame.start[row], side="right")) - 1
             else:  # the pass it feeds
-                k = np.searchsorted(marks, frame.end[row], side="left")
-                known = k < len(cls)
-            if known:
+                k = int(np.searchsorted(marks, frame.end[row], side="left"))
+            if 0 <= k < len(cls):
                 towards_next = bool(cls[k] == -1) == is_send
-            elif i in (0, len(order) - 1):  # no pass to go by: the first and last stage have one neighbour
+            elif i in (0, len(order) - 1) or len(order) == 2:  # one neighbour
                 towards_next = i == 0
-            else:
+            else:  # a middle stage with no pass to go by: unknown (a guessed peer would pair the wrong transfers)
                 continue
-            frame.peer[row] = after if towards_next else before
+            frame.peer[row] = order[(i + 1) % len(order)] if towards_next else order[i - 1]
+
+
+def _stage_order(group: list[int], stage_of: Mapping[int, int]) -> list[int]:
+    position = {r: (stage_of.get(r, 0), n) for n, r in enumerate(group)}
+    return sorted(group, key=position.__getitem__) if len(group) >= 2 else []
 
 
 def p2p_transfers(frame: Frame) -> pa.Table:
