@@ -110,7 +110,7 @@ def diagnose(job: Job) -> Diagnosis:
     host_of = dict(zip(job.ranks.column("rank").to_pylist(), job.ranks.column("host").to_pylist(), strict=True))
     comm.infer_peers(frame, members, layout.stage_of)
     participation = comm.collective_participation(frame)
-    instances = comm.collective_instances(participation, {g: len(m) for g, m in members.items()})
+    instances = comm.collective_instances(participation, layout.group_sizes(members))
     p2p = comm.p2p_transfers(frame)
     waits = comm.rank_waits(participation, p2p)
     figures = findings.rank_step_figures(frame, job.steps)

@@ -49,6 +49,12 @@ class Layout:
         """Ranks in the job (expert parallelism splits the data-parallel ranks, it adds none)."""
         return self.size["dp"] * self.size["tp"] * self.size["pp"]
 
+    def group_sizes(self, members: dict[str, list[int]]) -> dict[str, int]:
+        """Each group's size: its members where the traces list them, else the degree of its role's axis (HCCL
+        exports name only group-local ranks; the layout took the degree from the largest group)."""
+        axis = {**{a: self.size[a] for a in AXES}, "world": self.world}
+        return {g: len(m) or axis.get(self.roles.get(g, ""), 0) for g, m in members.items()}
+
     @property
     def stage_of(self) -> dict[int, int]:
         return {r: c["pp"] for r, c in self.coords.items()}

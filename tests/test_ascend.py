@@ -277,9 +277,14 @@ def test_world_size_and_layout_from_communication_groups(job: str, tmp_path: Pat
 
     opened = paradiag.open(NPU / job, cache_dir=tmp_path / "cache")
     assert opened.ranks.column("world_size").to_pylist() == [8, 8]
-    layout = diagnose(opened).layout
+    diagnosis = diagnose(opened)
+    layout = diagnosis.layout
     assert (layout.size["dp"], layout.size["tp"], layout.size["pp"]) == (8, 1, 1)
     assert {r: c["dp"] for r, c in layout.coords.items()} == {0: 0, 1: 1}
+    # Bus bandwidth with the group's 8 members (factor 2 x 7 / 8), not the 2 profiled ones.
+    for row in diagnosis.instances.to_pylist():
+        if row["collective"] == "all_reduce" and row["transfer_ns"] > 0 and row["bytes"] > 0:
+            assert row["busbw_gbps"] == pytest.approx(row["bytes"] * 1.75 / row["transfer_ns"])
 
 
 @pytest.mark.parametrize("job", JOBS)
