@@ -41,9 +41,10 @@ def _fault(job: Job, fault: Fault) -> dict[str, Any]:
 def inherent(doc: dict[str, Any]) -> list[dict[str, Any]]:
     """What the job does without any fault that a diagnosis should still report: a pipeline stage computing
     STAGE_IMBALANCE x the mean (the last stage also runs the LM head and the loss, the first the embedding).
-    A stage's compute is its least loaded rank's median step, so that an injected slow rank does not count. Read
-    from the document itself, so that it also applies to ground truths written before it was recorded."""
-    stage_of, compute = doc["layout"]["stages"], doc.get("compute_us", {})
+    A stage's compute is its least loaded rank's median step of pass compute (optimizer excluded, as paradiag
+    counts it), so that an injected slow rank does not count. Read from the document itself, so that it also
+    applies to ground truths written before it was recorded (with their compute_us)."""
+    stage_of, compute = doc["layout"]["stages"], doc.get("pass_compute_us") or doc.get("compute_us", {})
     pp = doc["layout"]["pp"]
     if pp < 2 or any(f["kind"] == "stage_imbalance" for f in doc["faults"]) or not compute:
         return []
@@ -51,7 +52,8 @@ def inherent(doc: dict[str, Any]) -> list[dict[str, Any]]:
     per_stage = [min(sorted(compute[str(r)])[len(compute[str(r)]) // 2] for r in ranks) for ranks in ranks_of]
     mean = sum(per_stage) / len(per_stage)
     heavy = max(range(pp), key=lambda s: per_stage[s])
-    if not mean or per_stage[heavy] < STAGE_IMBALANCE * mean:
+    # Within the job's jitter of the threshold a finding may or may not be made: either is right.
+    if not mean or per_stage[heavy] < STAGE_IMBALANCE * (1 - float(doc.get("jitter") or 0.0)) * mean:
         return []
     cause = "the LM head and the loss" if heavy == pp - 1 else "the embedding" if heavy == 0 else "its layers"
     return [{"kind": "stage_imbalance", "stage": heavy, "ranks": ranks_of[heavy], "imbalance": round(per_stage[heavy] / mean, 3), "cause": cause}]

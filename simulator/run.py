@@ -60,12 +60,15 @@ def simulate(config: SimConfig, progress: Progress | None = None) -> Path:
     engine = Engine(job)
     step_us: dict[int, list[float]] = {r: [] for r in range(world)}
     compute_us: dict[int, list[float]] = {r: [] for r in range(world)}
+    pass_us: dict[int, list[float]] = {r: [] for r in range(world)}  # forward and backward passes: no optimizer
     for i in range(cfg.steps):
         step = cfg.first_step + i
         records = engine.run_step(step)
         for rank in range(world):
             step_us[rank].append(records[rank][0][3])
-            compute_us[rank].append(sum(rec[7] for rec in records[rank] if rec[0] == "K"))
+            kernels = [rec for rec in records[rank] if rec[0] == "K"]
+            compute_us[rank].append(sum(rec[7] for rec in kernels))
+            pass_us[rank].append(sum(rec[7] for rec in kernels if rec[9].family != "optimizer"))
             writer.write_step(rank, step, records[rank])
         del records
         if progress:
@@ -75,5 +78,5 @@ def simulate(config: SimConfig, progress: Progress | None = None) -> Path:
         files[rank] = writer.finish(rank).relative_to(out).as_posix()
         if progress:
             progress("write", rank + 1, world)
-    groundtruth.write(job, out, files, {"step_time_us": step_us, "compute_us": compute_us})
+    groundtruth.write(job, out, files, {"step_time_us": step_us, "compute_us": compute_us, "pass_compute_us": pass_us})
     return out
