@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import paradiag
-from paradiag.analysis.diagnose import diagnose
 from paradiag.simulator import SimConfig, groundtruth, parse_fault, simulate
 from paradiag.simulator.faults import random_fault
 
@@ -38,7 +37,7 @@ PLANS = {"256": ("gpu256", "gpu256_nopeer"), "1024": ("gpu1024",), "all": ("gpu2
 
 def run_one(label: str, folder: Path, cache: Path) -> tuple[str, groundtruth.Score, dict[str, Any], list[dict[str, Any]]]:
     truth = groundtruth.read(folder)
-    found = diagnose(paradiag.open(folder, cache_dir=cache)).findings
+    found = [f.as_json() for f in paradiag.open(folder, cache_dir=cache).diagnosis().findings]
     result = groundtruth.score(found, truth)
     injected = truth["faults"][0]["kind"] if truth["faults"] else "none"
     mark = "ok " if result.right and not result.false_kinds else "BAD"
