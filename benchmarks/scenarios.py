@@ -1,6 +1,6 @@
 """Benchmark: the scenario matrix at scale, with the confusion table.
 
-    python benchmarks/scenarios.py [--plan 256|1024|all] [--mesh NAME ...] [--seeds N] [--job DIR ...]
+    python benchmarks/scenarios.py [--plan 256|1024|all] [--mesh NAME ...] [--kind KIND ...] [--seeds N] [--job DIR ...]
 
 Simulates jobs of 256 ranks (DP8 x TP4 x PP8, 16 micro-batches; send/recv with and without their peer) and, with
 ``--plan 1024`` or ``all``, 1024 ranks (DP16 x TP8 x PP8), one fault of each kind per seed plus fault-free ones,
@@ -49,6 +49,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plan", choices=sorted(PLANS), default="256")
     parser.add_argument("--mesh", choices=sorted(MESHES), action="append", help="only these meshes (repeatable) instead of the plan's")
+    parser.add_argument("--kind", choices=KINDS, action="append", help="only these fault kinds (repeatable; none: fault-free)")
     parser.add_argument("--seeds", type=int, default=1, help="seeds per mesh and kind")
     parser.add_argument("--job", type=Path, nargs="*", default=[], help="score these simulated job folders instead")
     args = parser.parse_args()
@@ -60,7 +61,7 @@ def main() -> None:
             rows.append(run_one(folder.name, folder, work / f"{folder.name}.cache"))
     for mesh in (args.mesh or PLANS[args.plan]) if not args.job else ():
         for seed in range(1, args.seeds + 1):
-            for kind in KINDS:
+            for kind in args.kind or KINDS:
                 settings = {**MODEL, **MESHES[mesh]}
                 text = random_fault(kind, settings, random.Random(f"{mesh}-{kind}-{seed}"))
                 name = f"{mesh}-{kind}-{seed}"
