@@ -15,9 +15,13 @@ FINDING_BUTTON = "finding-button"  # pattern-matching: {"type": FINDING_BUTTON, 
 HEATMAP = "heatmap"
 HEATMAP_METRIC = "heatmap-metric"
 HEATMAP_EXPAND = "heatmap-expand"
+HEATMAP_FOLD = "heatmap-fold"
+STEPS = "steps"
 
 TIMELINE = "timeline"
 TIMELINE_INFO = "timeline-info"
+TIMELINE_RANKS = "timeline-ranks"
+OP_SEARCH = "op-search"
 
 DETAIL_TITLE = "detail-title"
 DETAIL_OPERATORS = "detail-operators"

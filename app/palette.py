@@ -22,6 +22,7 @@ CATEGORY = {
 WAIT = "#d62728"  # time inside a collective before the last participant arrived
 BUBBLE = "#bdbdbd"  # a device idle inside the step
 HIGHLIGHT = "#111111"  # the selection's outline
+CULPRIT = "#d62728"  # a rank a finding blames: outlined in every view
 STAGE = "#78909c"
 HEAT_SCALE = "YlOrRd"  # more time (or more imbalance) is hotter
 DIVERGING_SCALE = "RdBu_r"  # z-scores: blue faster than peers, red slower

@@ -1,86 +1,121 @@
-"""The one selection state every view reads and writes, and its form in the URL's query string.
+"""The one selection state every view reads and writes, its form in the URL's query string, and the part of it
+each view depends on.
 
-``{"job", "step", "ranks", "stage", "op", "collective", "window"}``: ``window`` is ``[t0, t1]`` in ms since the
-job origin; ``collective`` is ``"group/step/seq"``; ``op`` an operator name and ``at`` (ms) which of its instances, when one was clicked; ``base`` the token of the baseline
-job the compare panel measures against. Nothing else is shared.
+``window`` is ``[t0, t1]`` in ms since the job origin; ``collective`` names one instance (``.../#42``); ``op`` an
+operator name and ``at`` (ms) which of its instances, when one was clicked; ``base`` the token of the baseline job
+the compare panel measures against. The store holds ``Selection.to_store()`` (a plain dict of these fields);
+callbacks read it back with ``Selection.from_store``.
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
-FIELDS = ("job", "step", "ranks", "stage", "op", "at", "collective", "window", "base")
-EMPTY: dict[str, Any] = dict.fromkeys(FIELDS)
+# The fields each view is drawn from: the reducer writes a view's store only when one of them changed, so a
+# click recomputes the views it concerns and no other (``view_store`` names the store).
+VIEW_FIELDS: dict[str, tuple[str, ...]] = {
+    "job": ("job",),
+    "mark": ("job", "step", "ranks"),
+    "timeline": ("job", "step", "ranks", "window", "collective"),
+    "detail": ("job", "step", "ranks", "op"),
+    "marey": ("job", "step", "window", "op", "stage", "at"),
+    "flow": ("job", "step", "op", "stage", "at"),
+    "comm": ("job", "ranks", "collective"),
+    "compare": ("job", "base"),
+}
 
 
-def from_query(search: str | None) -> dict[str, Any]:
-    """The selection a URL query string names (unknown or malformed parts are ignored)."""
-    q = {k: v[-1] for k, v in parse_qs((search or "").lstrip("?")).items()}
-    sel = dict(EMPTY)
-    sel["job"] = q.get("job") or None
-    sel["step"] = _int(q.get("step"))
-    sel["stage"] = _int(q.get("stage"))
-    sel["ranks"] = [r for r in (_int(x) for x in q.get("ranks", "").split(",")) if r is not None] or None
-    sel["op"] = q.get("op") or None
-    sel["at"] = _float(q.get("at"))
-    sel["collective"] = q.get("coll") or None
-    window = [_float(x) for x in q.get("t", "").split(",")]
-    sel["base"] = q.get("base") or None
-    sel["window"] = window if len(window) == 2 and None not in window and window[0] < window[1] else None  # type: ignore[operator]
-    return sel
+@dataclass(frozen=True)
+class Selection:
+    job: str | None = None
+    step: int | None = None
+    ranks: list[int] | None = field(default=None, hash=False)
+    stage: int | None = None
+    op: str | None = None
+    at: float | None = None
+    collective: str | None = None
+    window: list[float] | None = field(default=None, hash=False)
+    base: str | None = None
+
+    @classmethod
+    def from_store(cls, data: dict[str, Any] | None) -> Selection:
+        """The selection a store (or any dict with some of the fields) holds; other keys are ignored."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in (data or {}).items() if k in names})
+
+    def to_store(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def but(self, **changes: Any) -> Selection:
+        return replace(self, **changes)
+
+    def view(self, name: str) -> dict[str, Any]:
+        """The fields view ``name`` is drawn from (what its store holds)."""
+        return {k: getattr(self, k) for k in VIEW_FIELDS[name]}
+
+    @classmethod
+    def from_query(cls, search: str | None) -> Selection:
+        """The selection a URL query string names (unknown or malformed parts are ignored)."""
+        q = {k: v[-1] for k, v in parse_qs((search or "").lstrip("?")).items()}
+        bounds = [_float(x) for x in q.get("t", "").split(",")]
+        window = [v for v in bounds if v is not None]
+        return cls(
+            job=q.get("job") or None,
+            step=_int(q.get("step")),
+            ranks=[r for r in (_int(x) for x in q.get("ranks", "").split(",")) if r is not None] or None,
+            stage=_int(q.get("stage")),
+            op=q.get("op") or None,
+            at=_float(q.get("at")),
+            collective=q.get("coll") or None,
+            window=window if len(bounds) == 2 and len(window) == 2 and window[0] < window[1] else None,
+            base=q.get("base") or None,
+        )
+
+    def to_query(self) -> str:
+        q: dict[str, str] = {}
+        if self.job:
+            q["job"] = self.job
+        if self.step is not None:
+            q["step"] = str(self.step)
+        if self.ranks:
+            q["ranks"] = ",".join(map(str, self.ranks))
+        if self.stage is not None:
+            q["stage"] = str(self.stage)
+        if self.op:
+            q["op"] = self.op
+        if self.at is not None:
+            q["at"] = f"{self.at:.6g}"
+        if self.collective:
+            q["coll"] = self.collective
+        if self.base:
+            q["base"] = self.base
+        if self.window:
+            q["t"] = ",".join(f"{v:.6g}" for v in self.window)
+        return "?" + urlencode(q) if q else ""
+
+    def describe(self) -> str:
+        parts = []
+        if self.step is not None:
+            parts.append(f"step {self.step}")
+        if self.ranks:
+            parts.append("ranks " + ", ".join(map(str, self.ranks[:8])) + ("…" if len(self.ranks) > 8 else ""))
+        if self.stage is not None:
+            parts.append(f"stage {self.stage}")
+        if self.op:
+            parts.append(f"operator {self.op[:40]}")
+        if self.collective:
+            parts.append(f"collective {self.collective}")
+        if self.window:
+            a, b = self.window
+            parts.append(f"{a:.2f}–{b:.2f} ms")
+        return " · ".join(parts) or "nothing selected"
 
 
-def to_query(sel: dict[str, Any]) -> str:
-    q: dict[str, str] = {}
-    if sel.get("job"):
-        q["job"] = sel["job"]
-    if sel.get("step") is not None:
-        q["step"] = str(sel["step"])
-    if sel.get("ranks"):
-        q["ranks"] = ",".join(map(str, sel["ranks"]))
-    if sel.get("stage") is not None:
-        q["stage"] = str(sel["stage"])
-    if sel.get("op"):
-        q["op"] = sel["op"]
-    if sel.get("at") is not None:
-        q["at"] = f"{sel['at']:.6g}"
-    if sel.get("collective"):
-        q["coll"] = sel["collective"]
-    if sel.get("base"):
-        q["base"] = sel["base"]
-    if sel.get("window"):
-        q["t"] = ",".join(f"{v:.6g}" for v in sel["window"])
-    return "?" + urlencode(q) if q else ""
-
-
-def update(sel: dict[str, Any] | None, **changes: Any) -> dict[str, Any]:
-    out = dict(EMPTY, **(sel or {}))
-    out.update(changes)
-    return out
-
-
-def for_job(token: str) -> dict[str, Any]:
-    return update(None, job=token)
-
-
-def describe(sel: dict[str, Any]) -> str:
-    parts = []
-    if sel.get("step") is not None:
-        parts.append(f"step {sel['step']}")
-    if sel.get("ranks"):
-        ranks = sel["ranks"]
-        parts.append("ranks " + ", ".join(map(str, ranks[:8])) + ("…" if len(ranks) > 8 else ""))
-    if sel.get("stage") is not None:
-        parts.append(f"stage {sel['stage']}")
-    if sel.get("op"):
-        parts.append(f"operator {sel['op'][:40]}")
-    if sel.get("collective"):
-        parts.append(f"collective {sel['collective']}")
-    if sel.get("window"):
-        a, b = sel["window"]
-        parts.append(f"{a:.2f}–{b:.2f} ms")
-    return " · ".join(parts) or "nothing selected"
+def view_store(name: str) -> str:
+    """The id of the store that holds view ``name``'s part of the selection."""
+    return f"selection-{name}"
 
 
 def _int(text: str | None) -> int | None:

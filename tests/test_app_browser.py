@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from paradiag.app import palette
 from tests.test_app_support import click_data_point, composite, screenshot, severe_logs, wait_plot
 
 pytestmark = [
@@ -43,6 +44,24 @@ def current_search(duo: Any) -> str:
     return str(duo.driver.execute_script("return window.location.search"))
 
 
+def wait_idle(duo: Any, timeout: float = 30) -> None:
+    """Until no Dash component has been loading for half a second."""
+    deadline, quiet_since = time.time() + timeout, None
+    while time.time() < deadline:
+        busy = duo.driver.execute_script("return document.querySelectorAll('[data-dash-is-loading=\"true\"]').length")
+        quiet_since = None if busy else (quiet_since or time.time())
+        if quiet_since and time.time() - quiet_since > 0.5:
+            return
+        time.sleep(0.1)
+
+
+def wait_search(duo: Any, part: str, timeout: float = 20) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline and part not in current_search(duo):
+        time.sleep(0.2)
+    assert part in current_search(duo)
+
+
 def test_every_view_renders(duo: Any) -> None:
     open_job(duo, f"?job=sample:{SAMPLE}")
     for graph_id in ("heatmap", "timeline", "marey", "detail-operators", "detail-breakdown", "detail-collectives", "comm-matrix", "flow"):
@@ -55,13 +74,63 @@ def test_every_view_renders(duo: Any) -> None:
     assert severe_logs(duo) == []
 
 
+def test_the_first_screen_shows_the_culprit(duo: Any) -> None:
+    """Read from the page itself: the slow rank 5's heatmap row is outlined red, it is the timeline's first row
+    (bold, with its streams named), and the detail is about it, in the step its finding quotes."""
+    open_job(duo, f"?job=sample:{SAMPLE}")
+    wait_plot(duo, "steps")
+    duo.wait_for_contains_text("#detail-title", "rank 5, step 1", timeout=30)
+    outlined = duo.driver.execute_script(
+        """const gd = document.querySelector('#heatmap .js-plotly-plot');
+        const labels = gd.layout.yaxis.ticktext;
+        return (gd.layout.shapes || []).filter(s => s.type === 'rect' && s.line.color === arguments[0])
+            .map(s => labels[Math.round((s.y0 + s.y1) / 2)]);""",
+        palette.CULPRIT,
+    )
+    assert outlined == ["⚠ rank 5 · s1"]
+    rows = duo.driver.execute_script("return document.querySelector('#timeline .js-plotly-plot').layout.yaxis.ticktext")
+    assert rows[0].startswith("<b>r5 compute") and all(not r.startswith("<b>") for r in rows if "r5 " not in r)
+    assert "step=1" in current_search(duo)
+    time.sleep(0.5)
+    screenshot(duo, "first_screen")
+    screenshot(duo, "heatmap_culprit", "heatmap")
+    screenshot(duo, "timeline_culprit", "timeline")
+    assert severe_logs(duo) == []
+
+
 def test_heatmap_click_updates_timeline_and_detail(duo: Any) -> None:
     open_job(duo, f"?job=sample:{SAMPLE}&step=1")
-    click_data_point(duo, "heatmap", 2, 5)  # step 2, the row of rank 5
-    duo.wait_for_contains_text("#detail-title", "rank 5, step 2", timeout=20)
-    duo.wait_for_contains_text("#timeline-info", "ranks 5", timeout=20)
-    assert "ranks=5" in current_search(duo) and "step=2" in current_search(duo)
+    click_data_point(duo, "heatmap", 2, 6)  # step 2, the row of rank 6
+    duo.wait_for_contains_text("#detail-title", "rank 6, step 2", timeout=20)
+    duo.wait_for_contains_text("#timeline-info", "ranks 6 (selected)", timeout=20)
+    assert "ranks=6" in current_search(duo) and "step=2" in current_search(duo)
     screenshot(duo, "after_heatmap_click")
+    assert severe_logs(duo) == []
+
+
+def test_keys_zoom_the_timeline_and_slash_searches_an_operator(duo: Any) -> None:
+    from selenium.webdriver.common.keys import Keys
+
+    open_job(duo, f"?job=sample:{SAMPLE}")
+    wait_idle(duo)  # a view still arriving would redraw the timeline under the key
+    body = duo.driver.find_element("tag name", "body")
+    body.send_keys("w")  # zoom in around the centre: the window goes into the URL
+    wait_search(duo, "t=")
+    body.send_keys("/")
+    deadline = time.time() + 10
+    while time.time() < deadline and duo.driver.switch_to.active_element.tag_name != "input":
+        time.sleep(0.1)  # the dropdown opens, then its field takes the cursor
+    box = duo.driver.switch_to.active_element
+    assert box.tag_name == "input"  # the operator search's field
+    box.send_keys("gemm")
+    for _ in range(10):  # the matches appear once the dropdown has filtered its options
+        time.sleep(0.5)
+        box.send_keys(Keys.ENTER)
+        if "op=" in current_search(duo):
+            break
+    wait_search(duo, "op=")
+    assert "gemm" in current_search(duo)
+    screenshot(duo, "after_keys", "timeline")
     assert severe_logs(duo) == []
 
 
@@ -69,8 +138,8 @@ def test_finding_click_focuses_its_culprit(duo: Any) -> None:
     open_job(duo, f"?job=sample:{SAMPLE}")
     duo.wait_for_element("button.pd-finding", timeout=20)
     duo.find_elements("button.pd-finding")[0].click()  # the top finding: rank 5 computes slowly
-    duo.wait_for_contains_text("#detail-title", "rank 5,", timeout=20)
-    assert "ranks=5" in current_search(duo)
+    wait_search(duo, "ranks=5")
+    duo.wait_for_contains_text("#detail-title", "rank 5, step 1", timeout=20)  # the step its evidence quotes
     pick_baseline(duo, "gpu_llm_fault_free")
     duo.wait_for_contains_text("#compare-summary", "ranks 5", timeout=30)  # against the fault-free run, rank 5 is the top change
     wait_plot(duo, "compare-ranks")

@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dash import no_update
 
-from paradiag.app import ids
-from paradiag.app import selection as sel_mod
+from paradiag.app import ids, palette
+from paradiag.app.selection import Selection
 
 SAMPLE = "gpu_llm_slow_rank"
 
@@ -29,20 +30,60 @@ def app_ctx(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 
 @pytest.fixture
-def sel(app_ctx: Any) -> dict[str, Any]:
+def sel(app_ctx: Any) -> Selection:
     from paradiag.app.callbacks.selection import select
 
     return select(None, None, None, f"?job=sample:{SAMPLE}")
 
 
 def test_url_round_trips_the_selection() -> None:
-    s = sel_mod.update(None, job="sample:x", step=2, ranks=[5, 6], stage=1, op="gemm", collective="all_reduce/g/#3", window=[1.5, 2.25], base="sample:y")
-    assert sel_mod.from_query(sel_mod.to_query(s)) == s
-    assert sel_mod.from_query("?step=oops&t=3,1")["step"] is None and sel_mod.from_query("?t=3,1")["window"] is None
+    s = Selection(job="sample:x", step=2, ranks=[5, 6], stage=1, op="gemm", collective="all_reduce/g/#3", window=[1.5, 2.25], base="sample:y")
+    assert Selection.from_query(s.to_query()) == s
+    assert Selection.from_store(s.to_store()) == s
+    assert Selection.from_query("?step=oops&t=3,1").step is None and Selection.from_query("?t=3,1").window is None
+    assert Selection.from_query("?t=1,x").window is None
+    assert Selection.from_store({"job": "j", "future_field": 1}) == Selection(job="j")
 
 
-def test_opening_a_job_picks_its_slowest_step(sel: dict[str, Any]) -> None:
-    assert sel["job"] == f"sample:{SAMPLE}" and sel["step"] in (0, 1, 2)
+def test_opening_a_job_opens_on_its_top_finding(sel: Selection) -> None:
+    """The slow rank's finding quotes step 1: the page opens there, and every view is about rank 5."""
+    from paradiag.app.callbacks.details import render_detail
+    from paradiag.app.callbacks.overview import render_heatmap
+    from paradiag.app.callbacks.timeline import render_timeline
+    from paradiag.app.data.overview import DEFAULT_METRIC
+
+    assert sel.job == f"sample:{SAMPLE}" and sel.step == 1 and sel.ranks is None
+    heat = render_heatmap(sel.view("job"), DEFAULT_METRIC, [], sel.view("mark"))
+    labels = list(heat.layout.yaxis.ticktext)
+    culprit_rows = [labels[round(s.y0 + 0.45)] for s in heat.layout.shapes if s.type == "rect" and s.line.color == palette.CULPRIT]
+    assert culprit_rows == ["⚠ rank 5 · s1"]
+    z = dict(zip(labels, heat.data[0].z, strict=True))
+    assert min(z["⚠ rank 5 · s1"]) > 3.5 and all(abs(v) < 3.5 for k, row in z.items() if "rank 5 " not in k for v in row)
+    fig, info = render_timeline(sel.view("timeline"))
+    assert info.startswith("ranks 5 (blamed by a finding)")
+    assert fig.layout.yaxis.ticktext[0].startswith("<b>r5 compute")
+    assert render_detail(sel.view("detail"))[0].startswith("rank 5, step 1")
+
+
+@pytest.mark.parametrize(("sample", "culprit"), [("gpu_resnet50_dp_host_stall", 3), ("gpu_llm_fault_free", None)])
+def test_the_first_screen_follows_the_fault_of_any_job(app_ctx: Any, sample: str, culprit: int | None) -> None:
+    """A host stall (the host feeds the device late; its compute is normal) stands out in own time as a slow
+    device does; a fault-free run outlines nobody and nothing leaves the noise band."""
+    from paradiag.app.callbacks.overview import render_heatmap
+    from paradiag.app.callbacks.selection import select
+    from paradiag.app.callbacks.timeline import render_timeline
+    from paradiag.app.data.overview import DEFAULT_METRIC, OUTLIER_Z
+
+    sel = select(None, None, None, f"?job=sample:{sample}")
+    heat = render_heatmap(sel.view("job"), DEFAULT_METRIC, [], sel.view("mark"))
+    labels = list(heat.layout.yaxis.ticktext)
+    red = [labels[round(s.y0 + 0.45)] for s in heat.layout.shapes if s.type == "rect" and s.line.color == palette.CULPRIT]
+    apart = [label for label, row in zip(labels, heat.data[0].z, strict=True) if max(abs(v) for v in row) >= OUTLIER_Z]
+    if culprit is None:
+        assert red == [] and apart == []
+        return
+    assert red == apart == [f"⚠ rank {culprit} · s0"]
+    assert render_timeline(sel.view("timeline"))[1].startswith(f"ranks {culprit} (blamed by a finding)")
 
 
 def test_unknown_job_gives_the_start_page(app_ctx: Any) -> None:
@@ -50,99 +91,166 @@ def test_unknown_job_gives_the_start_page(app_ctx: Any) -> None:
     from paradiag.app.callbacks.selection import select
 
     empty = select(None, None, None, "?job=sample:nope")
-    assert empty["job"] is None
-    assert page(empty)[0] == {"display": "block"}
+    assert empty.job is None
+    assert page(empty.to_store())[0] == {"display": "block"}
 
 
-def test_heatmap_click_selects_rank_and_step_and_views_follow(sel: dict[str, Any]) -> None:
+def test_a_change_reaches_only_the_views_it_concerns(sel: Selection) -> None:
+    from dash import no_update
+
+    from paradiag.app.callbacks.selection import select, view_updates
+    from paradiag.app.selection import VIEW_FIELDS
+
+    def updated(new: Selection) -> set[str]:
+        return {name for name, v in zip(VIEW_FIELDS, view_updates(sel, new), strict=True) if v is not no_update}
+
+    assert updated(select((ids.HEATMAP, "clickData"), {"points": [{"x": "1", "y": 5, "customdata": "6"}]}, sel, "")) == {"mark", "timeline", "detail", "comm"}
+    assert updated(select((ids.OP_SEARCH, "value"), "gemm", sel, "")) == {"detail", "marey", "flow"}
+    assert updated(select((ids.TIMELINE, "relayoutData"), {"xaxis.range[0]": 1.0, "xaxis.range[1]": 2.0}, sel, "")) == {"timeline", "marey"}
+    assert updated(select((ids.BASELINE_PICKER, "value"), "sample:gpu_llm_fault_free", sel, "")) == {"compare"}
+    assert updated(select(None, None, None, f"?job=sample:{SAMPLE}&step=2")) == {"mark", "timeline", "detail", "marey", "flow"}
+
+
+def test_a_new_page_draws_summary_and_heatmap_first(sel: Selection) -> None:
+    """On a new page only the first screen's stores are written; the others follow the heatmap, once each."""
+    from dash import no_update
+
+    from paradiag.app.callbacks.selection import FIRST, LATER, release, view_updates
+    from paradiag.app.selection import VIEW_FIELDS
+
+    first = dict(zip(VIEW_FIELDS, view_updates(None, sel), strict=True))
+    assert {k for k, v in first.items() if v is not no_update} == set(FIRST) == {"job", "mark"}
+    later = release({"data": []}, sel.to_store(), *[None] * len(LATER))
+    assert [v["job"] for v in later] == [sel.job] * len(LATER)
+    assert release({"data": []}, sel.to_store(), *later) == (no_update,) * len(LATER)
+
+
+def test_a_folded_row_unfolds_and_folds_back(sel: Selection, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With fewer rows allowed than ranks, each stage folds, the slow rank keeps its row; a click unfolds a
+    stage into its DP groups and adds a tick box for it; unticking (the value without it) folds it back."""
+    from paradiag.app.callbacks import overview as ov_cb
+
+    monkeypatch.setattr(ov_cb, "MAX_ROWS", 4)
+    labels = list(ov_cb.render_heatmap(sel.view("job"), "own_z", [], sel.view("mark")).layout.yaxis.ticktext)
+    assert labels == ["s0 · 4 ranks", "s1 · 3 alike ranks", "⚠ rank 5 · s1"]
+    value, options = ov_cb.toggle_group({"points": [{"y": 0}]}, [], [], sel.view("job"), "own_z")
+    assert value == ["s0"] and [o["value"] for o in options] == ["s0"]
+    unfolded = list(ov_cb.render_heatmap(sel.view("job"), "own_z", value, sel.view("mark")).layout.yaxis.ticktext)
+    assert [t for t in unfolded if t.startswith("s0.")] == ["s0.dp0 · 2 ranks", "s0.dp1 · 2 ranks"]
+    assert ov_cb.toggle_group({"points": [{"y": 2}]}, [], [], sel.view("job"), "own_z")[0] is no_update  # a rank's own row
+
+
+def test_step_chart_click_and_brush_pick_a_step(sel: Selection) -> None:
+    from paradiag.app.callbacks.overview import render_steps
+    from paradiag.app.callbacks.selection import select
+    from paradiag.app.data.overview import overview
+
+    fig = render_steps(sel.view("mark"))
+    assert [t.name for t in fig.data][:2] == ["median rank", "slowest rank"] and "rank 5" in [t.name for t in fig.data]
+    assert select((ids.STEPS, "clickData"), {"points": [{"x": 2}]}, sel, "").step == 2
+    ov = overview(context_job(sel))
+    medians = {s: sorted(row[j] for row in ov["metrics"]["step_ms"])[len(ov["ranks"]) // 2] for j, s in enumerate(ov["steps"])}
+    brushed = select((ids.STEPS, "selectedData"), {"range": {"x": [-0.4, 2.4]}}, sel, "")
+    assert brushed.step == max(medians, key=lambda s: medians[s])
+
+
+def context_job(sel: Selection) -> Any:
+    from paradiag.app import context
+
+    return context.job(str(sel.job))
+
+
+def test_heatmap_click_selects_rank_and_step_and_views_follow(sel: Selection) -> None:
     from paradiag.app.callbacks.details import render_detail
-    from paradiag.app.callbacks.overview import render_heatmap
+    from paradiag.app.callbacks.overview import mark_heatmap
     from paradiag.app.callbacks.selection import select
     from paradiag.app.callbacks.timeline import render_timeline
 
-    click = {"points": [{"x": "2", "y": 5, "customdata": "5"}]}
+    click = {"points": [{"x": "2", "y": 6, "customdata": "6"}]}
     new = select((ids.HEATMAP, "clickData"), click, sel, "")
-    assert new["ranks"] == [5] and new["step"] == 2
-    heat = render_heatmap(new, "zscore", [])
-    assert any(s.type == "rect" for s in heat.layout.shapes)
-    fig, info = render_timeline(new)
-    assert info.startswith("ranks 5, 4, 6, 7")  # the rank, then its stage peers
+    assert new.ranks == [6] and new.step == 2
+    shapes = mark_heatmap(new.view("mark"), "zscore", []).to_plotly_json()["operations"][0]["params"]["value"]
+    assert [s["line"]["color"] for s in shapes if s["type"] == "rect"] == [palette.CULPRIT, palette.HIGHLIGHT]  # only the outline moves
+    fig, info = render_timeline(new.view("timeline"))
+    assert info.startswith("ranks 6 (selected) · then the ranks that wait for them longest: ")
+    peers = info.split("longest: ")[1].split(" · ")[0].split(", ")
+    assert {"4", "5", "7"} <= set(peers) and peers[-1] == "5"  # its stage peers; the slow rank 5 waits least
     assert {r for t in fig.data if t.mode == "markers" for r in t.y} >= {0}
-    title, operators, _breakdown, _distribution, coll = render_detail(new)
-    assert title.startswith("rank 5, step 2")
+    title, operators, _breakdown, _distribution, coll = render_detail(new.view("detail"))
+    assert title.startswith("rank 6, step 2")
     assert len(operators.data) == 2 and len(coll.data) == 2
 
 
-def test_finding_click_selects_the_culprit(sel: dict[str, Any]) -> None:
+def test_finding_click_selects_the_culprit(sel: Selection) -> None:
     from paradiag.app.callbacks.header import summary
     from paradiag.app.callbacks.selection import select
 
-    _facts, findings = summary(sel)
-    assert findings and "slow_device" in str(findings[0])
-    new = select({"type": ids.FINDING_BUTTON, "index": 0}, None, sel, "")
-    assert new["ranks"] == [5]
+    _facts, findings = summary(sel.view("job"))
+    assert findings and "slow_device" in str(findings[0]) and "in step 1" in str(findings[0])
+    new = select({"type": ids.FINDING_BUTTON, "index": 0}, None, sel.but(step=0), "")
+    assert new.ranks == [5] and new.step == 1  # the step its evidence cites
 
 
-def test_timeline_zoom_sets_the_window_and_back_returns(sel: dict[str, Any]) -> None:
+def test_timeline_zoom_sets_the_window_and_back_returns(sel: Selection) -> None:
     from paradiag.app.callbacks.selection import _back, select, zoom_stack
 
     zoomed = select((ids.TIMELINE, "relayoutData"), {"xaxis.range[0]": 11.0, "xaxis.range[1]": 12.0}, sel, "")
-    assert zoomed["window"] == [11.0, 12.0]
+    assert zoomed.window == [11.0, 12.0]
     stack = zoom_stack((ids.TIMELINE, "relayoutData"), sel, zoomed, [])
     assert stack == [None]
-    assert _back(zoomed, stack)["window"] is None
-    assert select((ids.TIMELINE, "relayoutData"), {"xaxis.autorange": True}, zoomed, "")["window"] is None
+    assert _back(zoomed, stack).window is None
+    assert select((ids.TIMELINE, "relayoutData"), {"xaxis.autorange": True}, zoomed, "").window is None
 
 
-def test_marey_click_selects_operator_and_flow_rings_it(sel: dict[str, Any]) -> None:
+def test_marey_click_selects_operator_and_flow_rings_it(sel: Selection) -> None:
     from paradiag.app.callbacks.pipeline import render_flow, render_marey
     from paradiag.app.callbacks.selection import select
 
-    marey, options, drawn = render_marey(sel, ["devices"])
+    marey, options, drawn = render_marey(sel.view("marey"), ["devices"])
     assert options[0]["value"] == "devices"
     bars = next(t for t in marey.data if t.name == "compute")
     i = next(i for i, c in enumerate(bars.customdata) if "gemm" in c[0])
     custom = list(bars.customdata[i])
     everywhere = select((ids.MAREY, "clickData"), {"points": [{"customdata": custom[:2]}]}, sel, "")
     new = select((ids.MAREY, "clickData"), {"points": [{"customdata": custom, "x": 0.01}]}, sel, "")
-    assert new["op"] == custom[0] and new["stage"] == custom[1] and new["at"] == custom[2]
-    rings = next(t for t in render_flow(everywhere, "time", [])[0].data if t.name == "selected")
-    flow, _, flow_drawn = render_flow(new, "time", [])
+    assert new.op == custom[0] and new.stage == custom[1] and new.at == custom[2]
+    rings = next(t for t in render_flow(everywhere.view("flow"), "time", [])[0].data if t.name == "selected")
+    flow, _, flow_drawn = render_flow(new.view("flow"), "time", [])
     ring = next(t for t in flow.data if t.name == "selected")
     assert len(ring.x) == 1 and len(rings.x) >= len(ring.x)  # the clicked instance's node, not every node holding gemm
-    ring_patch = render_flow(everywhere, "time", [], flow_drawn)[0].to_plotly_json()["operations"]  # only the ring moves
+    ring_patch = render_flow(everywhere.view("flow"), "time", [], flow_drawn)[0].to_plotly_json()["operations"]  # only the ring moves
     assert [op["location"] for op in ring_patch] == [["data", flow_drawn["traces"] - 1]] and len(ring_patch[0]["params"]["value"]["x"]) == len(rings.x)
-    outline = next(t for t in render_marey(new, ["devices"])[0].data if t.name == "selected operator")
+    outline = next(t for t in render_marey(new.view("marey"), ["devices"])[0].data if t.name == "selected operator")
     assert len(outline.x) > 0
-    patch, _, _ = render_marey(new, ["devices"], drawn)  # the same drawing: only the outline is sent
+    patch, _, _ = render_marey(new.view("marey"), ["devices"], drawn)  # the same drawing: only the outline is sent
     ops = patch.to_plotly_json()["operations"]
     assert [op["location"] for op in ops] == [["data", drawn["traces"] - 1]] and ops[0]["params"]["value"]["name"] == "selected operator"
 
 
-def test_marey_zoom_merges_fewer_bands(sel: dict[str, Any]) -> None:
+def test_marey_zoom_merges_fewer_bands(sel: Selection) -> None:
     from paradiag.app.callbacks.pipeline import render_marey
 
-    full = next(t for t in render_marey(sel, [])[0].data if t.name == "compute")
+    full = next(t for t in render_marey(sel.view("marey"), [])[0].data if t.name == "compute")
     middle = sorted(float(c[2]) for c in full.customdata)
     a, b = middle[len(middle) // 3], middle[len(middle) // 3 + 5]
-    zoomed = next(t for t in render_marey(sel_mod.update(sel, window=[a, b]), [])[0].data if t.name == "compute")
+    zoomed = next(t for t in render_marey(sel.but(window=[a, b]).view("marey"), [])[0].data if t.name == "compute")
     assert len(zoomed.x) < len(full.x)  # fewer in view ...
     assert len({c[2] for c in zoomed.customdata}) >= 5  # ... but the zoom separates what the full view merged
 
 
-def test_comm_click_selects_the_slowest_instance_on_the_link(sel: dict[str, Any]) -> None:
+def test_comm_click_selects_the_slowest_instance_on_the_link(sel: Selection) -> None:
     from paradiag.app.callbacks.pipeline import comm_instances, render_comm
     from paradiag.app.callbacks.selection import select
 
-    fig = render_comm(sel, "bandwidth")
+    fig = render_comm(sel.view("comm"), "bandwidth")
     assert fig.data[0].type == "heatmap"
     click = {"points": [{"x": "1", "y": "0"}]}
     new = select((ids.COMM_MATRIX, "clickData"), click, sel, "")
-    assert new["ranks"] == [0, 1] and new["collective"] and new["window"]
-    assert "link 0 → 1" in str(comm_instances(click, sel))
+    assert new.ranks == [0, 1] and new.collective and new.window
+    assert "link 0 → 1" in str(comm_instances(click, sel.to_store()))
     from paradiag.app.callbacks.timeline import render_timeline
 
-    fig, _ = render_timeline(new)
+    fig, _ = render_timeline(new.view("timeline"))
     outlined = [t for t in fig.data if t.name == "selected collective"]
     assert outlined and len(outlined[-1].x) == 2  # the instance's two members, joined at their starts
 
@@ -169,19 +277,22 @@ def test_upload_saves_privately_and_never_overwrites(app_ctx: Any, tmp_path: Pat
     assert sorted(p.name for p in (tmp_path / "alice" / second / "files" / "a").iterdir()) == ["_b.json", "b.json"]
 
 
-def test_picking_a_baseline_compares_and_names_the_culprit(sel: dict[str, Any]) -> None:
+def test_picking_a_baseline_compares_and_names_the_culprit(sel: Selection) -> None:
     from paradiag.app.callbacks.compare import baseline_options, render_compare
     from paradiag.app.callbacks.selection import select
 
-    choices = [o["value"] for o in baseline_options(sel)]
-    assert "sample:gpu_llm_fault_free" in choices and sel["job"] not in choices and choices[0] == ""
-    assert "Pick a baseline" in str(render_compare(sel)[0])
+    choices = [o["value"] for o in baseline_options(sel.to_store())]
+    assert "sample:gpu_llm_fault_free" in choices and sel.job not in choices and choices[0] == ""
+    assert "Pick a baseline" in str(render_compare(sel.view("compare"))[0])
     new = select((ids.BASELINE_PICKER, "value"), "sample:gpu_llm_fault_free", sel, "")
-    assert new["base"] == "sample:gpu_llm_fault_free" and "base=sample" in sel_mod.to_query(new)
-    summary, ranks, operators = render_compare(new)
+    assert new.base == "sample:gpu_llm_fault_free" and "base=sample" in new.to_query()
+    summary, ranks, operators = render_compare(new.view("compare"))
     text = str(summary)
+    assert "the jobs differ" not in text
     assert "slow_device" in text and "ranks 5" in text  # the injected slow rank is the top change
     step_change = dict(zip(ranks.data[0].x, ranks.data[0].y, strict=True))
     assert step_change["5"] == max(step_change.values(), key=lambda v: v or 0)
     assert operators.data and operators.data[0].orientation == "h"
-    assert select((ids.BASELINE_PICKER, "value"), "", new, "")["base"] is None
+    assert select((ids.BASELINE_PICKER, "value"), "", new, "").base is None
+    other = render_compare(new.but(base="sample:gpu_resnet50_dp_host_stall").view("compare"))[0]
+    assert "the jobs differ" in str(other)  # another layout: said before any figure

@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from paradiag.app import palette
+from paradiag.app.data.overview import heatmap_rows
 from paradiag.app.figures.common import segments, short_name
 from paradiag.app.figures.flow import flow_figure
 from paradiag.app.figures.heatmap import heatmap_figure
@@ -40,13 +41,35 @@ def test_heatmap_outlines_the_selected_cell_and_separates_stages() -> None:
     assert [list(r) for r in fig.data[0].z] == [[1.0, 2.0], [3.0, None]]
     assert fig.data[0].customdata[1][0] == "1"
     rects = [s for s in fig.layout.shapes if s.type == "rect"]
-    assert len(rects) == 1 and rects[0].y0 == 0.5 and rects[0].x0 == -0.5
+    assert len(rects) == 1 and rects[0].y0 < 1 < rects[0].y1 and rects[0].x0 == -0.5
     assert any(s.type == "line" and s.y0 == 0.5 for s in fig.layout.shapes)  # the stage boundary
+    assert fig.data[0].zmin == 0 and fig.data[0].zmax == 3.0  # a time starts at 0: a 1 % spread looks like one
 
 
-def test_heatmap_zscore_is_diverging_around_zero() -> None:
-    fig = heatmap_figure(_rows(), [0, 1], "zscore", "z")
-    assert fig.data[0].zmid == 0
+def test_heatmap_zscore_is_diverging_around_zero_and_outlines_culprits() -> None:
+    rows = _rows()
+    rows[1]["culprit"] = "slow_device"
+    fig = heatmap_figure(rows, [0, 1], "zscore", "z")
+    assert fig.data[0].zmid == 0 and fig.data[0].zmax == -fig.data[0].zmin >= 3.0
+    red = [s for s in fig.layout.shapes if s.type == "rect" and s.line.color == palette.CULPRIT]
+    assert len(red) == 1 and red[0].x0 == -0.5 and red[0].x1 == 1.5 and red[0].y0 < 1 < red[0].y1  # the whole row
+    assert fig.layout.yaxis.ticktext[1].startswith("⚠")
+
+
+def test_many_ranks_fold_into_alike_rows_and_outliers_stay() -> None:
+    """40 ranks in 2 stages: each stage folds into one row of alike ranks, the rank that stands out keeps its own
+    row; an unfolded stage shows its DP groups, folded the same way."""
+    ranks = list(range(40))
+    own = [[0.2, -0.1] for _ in ranks]
+    own[27] = [9.0, 8.0]
+    ov = {"ranks": ranks, "steps": [0, 1], "stage": [r // 20 for r in ranks], "dp": [(r // 2) % 10 for r in ranks], "metrics": {"own_z": own, "step_ms": [[10.0, 11.0] for _ in ranks]}}
+    rows = heatmap_rows(ov, "step_ms", max_rows=32)
+    assert [r["label"] for r in rows] == ["s0 · 20 ranks", "s1 · 19 alike ranks", "rank 27 · s1"]
+    assert rows[1]["spread"][0] == "10.000 / 10.000 / 10.000"
+    rows = heatmap_rows(ov, "step_ms", expanded=["s1"], max_rows=32, culprit={3: "slow_device"})
+    assert [r["label"] for r in rows][:3] == ["s0 · 19 alike ranks", "rank 3 · s0", "s1.dp0 · 2 ranks"]
+    assert "rank 27 · s1" in [r["label"] for r in rows] and len(rows) == 2 + 10 + 1
+    assert len(heatmap_rows(ov, "step_ms", max_rows=64)) == 40
 
 
 def test_timeline_draws_one_webgl_trace_per_kind_plus_waits_and_links() -> None:
@@ -99,3 +122,11 @@ def test_flow_rings_only_the_node_of_the_clicked_instance() -> None:
     assert list(every.x) == [0, 1]
     one = next(t for t in flow_figure(data, selected=("gemm", 0, 5.4)).data if t.name == "selected")
     assert list(one.x) == [1]
+
+
+def test_finding_ranks_read_as_ranges() -> None:
+    from paradiag.app.callbacks.header import rank_list
+
+    assert rank_list(list(range(224, 256))) == "224–255 (32)"
+    assert rank_list([60, 52]) == "52, 60" and rank_list([5]) == "5"
+    assert rank_list([1, 2, 3, 7, 9, 10]) == "1–3, 7, 9, 10 (6)"

@@ -9,8 +9,11 @@ from dash import Dash, Input, Output, html, no_update
 
 from paradiag.app import context, ids, jobs, uploads
 from paradiag.app.data.compare import compare_jobs
+from paradiag.app.data.overview import report
 from paradiag.app.figures.common import empty_figure
 from paradiag.app.figures.compare import operator_changes_figure, rank_changes_figure
+from paradiag.app.selection import view_store
+from paradiag.dataset import Job
 from paradiag.units import ms
 
 NONE = {"label": "no baseline", "value": ""}
@@ -35,19 +38,35 @@ def _uploads(cfg: Any) -> list[str]:
     return sorted(p.name for p in root.iterdir() if uploads.read_status(p).get("state") == "done")
 
 
-def render_compare(sel: dict[str, Any] | None) -> tuple[Any, Any, Any]:
-    """(summary, per-rank change bars, operator change bars) of the current job against ``sel["base"]``."""
-    if not sel or not sel.get("job"):
+def render_compare(view: dict[str, Any] | None) -> tuple[Any, Any, Any]:
+    """(summary, per-rank change bars, operator change bars) of the current job against the selection's
+    ``base``; a warning first when the two jobs are not laid out alike (ranks then do not mean the same)."""
+    if not view or not view.get("job"):
         return no_update, no_update, no_update
-    if not sel.get("base"):
+    if not view.get("base"):
         hint = empty_figure("pick a baseline job above", height=160)
         return html.P("Pick a baseline to see what changed against it.", className="pd-help"), hint, hint
     try:
-        doc = compare_jobs(context.job(sel["base"]), context.job(sel["job"]))
+        base, job = context.job(view["base"]), context.job(view["job"])
     except jobs.JobNotFound:
         missing = empty_figure("baseline not found", height=160)
-        return html.P(f"no baseline {sel['base']!r} you may open", className="pd-help"), missing, missing
-    return summary(doc), rank_changes_figure(doc), operator_changes_figure(doc)
+        return html.P(f"no baseline {view['base']!r} you may open", className="pd-help"), missing, missing
+    doc = compare_jobs(base, job)
+    warning = layout_warning(base, job)
+    return ([html.P(warning, className="pd-warning")] if warning else []) + summary(doc), rank_changes_figure(doc), operator_changes_figure(doc)
+
+
+def layout_warning(base: Job, job: Job) -> str | None:
+    """What differs between the two jobs' sizes and parallel layouts, or None when they match."""
+    a, b = report(base)["job"], report(job)["job"]
+    axes = ("dp", "tp", "pp", "ep")
+    shape = {n: " × ".join(f"{k.upper()}{v}" for k, v in d["parallel_layout"].items() if k in axes and v) or "unknown layout" for n, d in (("base", a), ("this", b))}
+    if a["num_ranks"] == b["num_ranks"] and shape["base"] == shape["this"]:
+        return None
+    return (
+        f"the jobs differ: baseline {a['num_ranks']} ranks ({shape['base']}), this job {b['num_ranks']} ranks ({shape['this']}); "
+        "per-rank changes cover only the ranks both jobs have, and the same rank number may hold a different place in the mesh"
+    )
 
 
 def summary(doc: dict[str, Any]) -> list[Any]:
@@ -75,5 +94,6 @@ def register(app: Dash) -> None:
         Output(ids.COMPARE_SUMMARY, "children"),
         Output(ids.COMPARE_RANKS, "figure"),
         Output(ids.COMPARE_OPERATORS, "figure"),
-        Input(ids.SELECTION, "data"),
+        Input(view_store("compare"), "data"),
+        prevent_initial_call=True,
     )(render_compare)

@@ -1,4 +1,4 @@
-"""Per-device detail for the first selected rank in the selected step."""
+"""Per-device detail for the first selected rank (else the first the top finding blames) in the selected step."""
 
 from __future__ import annotations
 
@@ -9,16 +9,20 @@ from dash import Dash, Input, Output, no_update
 from paradiag.app import context, ids
 from paradiag.app.data.detail import detail_data
 from paradiag.app.data.mesh import mesh_of
+from paradiag.app.data.overview import focus
 from paradiag.app.figures import detail as fig
+from paradiag.app.selection import Selection, view_store
 
 
-def render_detail(sel: dict[str, Any] | None) -> tuple[Any, ...]:
-    if not sel or not sel.get("job") or sel.get("step") is None:
+def render_detail(view: dict[str, Any] | None) -> tuple[Any, ...]:
+    sel = Selection.from_store(view)
+    if not sel.job or sel.step is None:
         return (no_update,) * 5
-    job = context.job(sel["job"])
-    rank = (sel.get("ranks") or mesh_of(job).ranks)[0]
-    data = detail_data(job, rank, sel["step"], sel.get("op"))
-    title = f"rank {rank}, step {sel['step']}, against stage peers {', '.join(map(str, data['peers'])) or '(none)'}"
+    job = context.job(sel.job)
+    rank = (sel.ranks or focus(job)["ranks"] or mesh_of(job).ranks)[0]
+    data = detail_data(job, rank, sel.step, sel.op)
+    peers = data["peers"]
+    title = f"rank {rank}, step {sel.step}, against stage peers {', '.join(map(str, peers[:12])) or '(none)'}" + (f" and {len(peers) - 12} more" if len(peers) > 12 else "")
     return title, fig.operators_figure(data), fig.breakdown_figure(data), fig.distribution_figure(data), fig.collectives_figure(data)
 
 
@@ -29,5 +33,6 @@ def register(app: Dash) -> None:
         Output(ids.DETAIL_BREAKDOWN, "figure"),
         Output(ids.DETAIL_DISTRIBUTION, "figure"),
         Output(ids.DETAIL_COLLECTIVES, "figure"),
-        Input(ids.SELECTION, "data"),
+        Input(view_store("detail"), "data"),
+        prevent_initial_call=True,
     )(render_detail)

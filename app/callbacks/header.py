@@ -7,9 +7,9 @@ from typing import Any
 from dash import Dash, Input, Output, dcc, html, no_update
 
 from paradiag.app import context, ids, jobs, palette
-from paradiag.app import selection as sel_mod
 from paradiag.app.data.findings import findings_of
 from paradiag.app.data.overview import report
+from paradiag.app.selection import Selection, view_store
 
 SHOWN, HIDDEN = {"display": "block"}, {"display": "none"}
 
@@ -19,7 +19,7 @@ def page(sel: dict[str, Any] | None) -> tuple[Any, ...]:
     sel = sel or {}
     if not sel.get("job"):
         return SHOWN, HIDDEN, "open a job"
-    return HIDDEN, SHOWN, sel_mod.describe(sel)
+    return HIDDEN, SHOWN, Selection.from_store(sel).describe()
 
 
 def summary(sel: dict[str, Any] | None) -> tuple[Any, Any]:
@@ -52,7 +52,7 @@ def findings_list(found: list[dict[str, Any]]) -> list[Any]:
     out = []
     for i, f in enumerate(found[:8]):
         color = palette.SEVERITY.get(str(f.get("severity")), palette.SEVERITY["low"])
-        culprit = f"ranks {', '.join(map(str, f.get('ranks') or []))}" if f.get("ranks") else ""
+        culprit = f"ranks {rank_list(f['ranks'])}" if f.get("ranks") else ""
         out.append(
             html.Li(
                 html.Button(
@@ -64,6 +64,19 @@ def findings_list(found: list[dict[str, Any]]) -> list[Any]:
             )
         )
     return out
+
+
+def rank_list(ranks: list[int]) -> str:
+    """Ranks with consecutive runs as ranges: ``224–255 (32)``, ``5``, ``52, 60``."""
+    ordered = sorted(set(ranks))
+    runs: list[list[int]] = []
+    for r in ordered:
+        if runs and r == runs[-1][-1] + 1:
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    text = ", ".join(f"{run[0]}–{run[-1]}" if len(run) > 2 else ", ".join(map(str, run)) for run in runs)
+    return text + (f" ({len(ordered)})" if len(ordered) > 2 and len(runs) < len(ordered) else "")
 
 
 def sample_links(_: Any) -> list[Any]:
@@ -78,5 +91,5 @@ def register(app: Dash) -> None:
         Output(ids.SELECTION_TEXT, "children"),
         Input(ids.SELECTION, "data"),
     )(page)
-    app.callback(Output(ids.SUMMARY_FACTS, "children"), Output(ids.FINDINGS, "children"), Input(ids.SELECTION, "data"))(summary)
+    app.callback(Output(ids.SUMMARY_FACTS, "children"), Output(ids.FINDINGS, "children"), Input(view_store("job"), "data"), prevent_initial_call=True)(summary)
     app.callback(Output(ids.SAMPLE_LIST, "children"), Input(ids.URL, "pathname"))(sample_links)

@@ -1,45 +1,107 @@
-"""The overview heatmap follows the selection, its metric and which groups are expanded."""
+"""The overview: the step chart and the heatmap. The heatmap is rebuilt when the job, its metric or its folding
+change; a new selection only moves its outline (a ``Patch`` of the shapes)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import plotly.graph_objects as go
-from dash import Dash, Input, Output, State, no_update
+from dash import Dash, Input, Output, Patch, State, no_update
 
 from paradiag.app import context, ids
-from paradiag.app.data.overview import METRICS, heatmap_rows, overview
-from paradiag.app.figures.heatmap import heatmap_figure
+from paradiag.app.data.overview import METRICS, Z_METRICS, culprits, focus, heatmap_rows, overview
+from paradiag.app.figures.heatmap import heatmap_figure, heatmap_shapes
+from paradiag.app.figures.steps import steps_figure
+from paradiag.app.selection import Selection, view_store
+from paradiag.dataset import Job
 
 MAX_ROWS = 32
 
 
-def render_heatmap(sel: dict[str, Any] | None, metric: str, expanded: list[str] | None) -> go.Figure:
-    if not sel or not sel.get("job"):
-        return no_update
-    ov = overview(context.job(sel["job"]))
-    rows = heatmap_rows(ov, metric, expanded, MAX_ROWS)
-    return heatmap_figure(rows, ov["steps"], metric, METRICS[metric], {"ranks": sel.get("ranks"), "step": sel.get("step")})
+def rows_of(job: Job, metric: str, expanded: list[str] | None) -> list[dict[str, Any]]:
+    return heatmap_rows(overview(job), metric, expanded, MAX_ROWS, culprits(job))
 
 
-def toggle_group(click: dict[str, Any] | None, expanded: list[str] | None, sel: dict[str, Any] | None, metric: str) -> list[str] | Any:
-    """A click on a group row expands it (and a click on one of its ranks' rows does not collapse it)."""
-    if not click or not sel or not sel.get("job"):
+def marked(job: Job, mark: Selection) -> dict[str, Any]:
+    """The cells to outline: the selected ranks and step, else what the top finding is about."""
+    top = focus(job)
+    return {"ranks": mark.ranks or top["ranks"], "step": mark.step}
+
+
+def render_heatmap(job_view: dict[str, Any] | None, metric: str, expanded: list[str] | None, mark_view: dict[str, Any] | None) -> go.Figure:
+    sel = Selection.from_store(job_view)
+    if not sel.job:
         return no_update
-    ov = overview(context.job(sel["job"]))
-    rows = heatmap_rows(ov, metric, expanded, MAX_ROWS)
-    row = rows[int(click["points"][0]["y"])] if int(click["points"][0]["y"]) < len(rows) else None
-    if row and row.get("group") and len(row["ranks"]) > 1:
-        return [*(expanded or []), row["group"]]
-    return no_update
+    job = context.job(sel.job)
+    rows = rows_of(job, metric, expanded)
+    return heatmap_figure(rows, overview(job)["steps"], metric, METRICS[metric], marked(job, Selection.from_store(mark_view)), diverging=metric in Z_METRICS)
+
+
+def mark_heatmap(mark_view: dict[str, Any] | None, metric: str, expanded: list[str] | None) -> Any:
+    """Only the outline follows a click: the shapes are replaced, the cells are not sent again."""
+    sel = Selection.from_store(mark_view)
+    if not sel.job:
+        return no_update
+    job = context.job(sel.job)
+    patch = Patch()
+    patch["layout"]["shapes"] = heatmap_shapes(rows_of(job, metric, expanded), overview(job)["steps"], marked(job, sel))
+    return patch
+
+
+def render_steps(mark_view: dict[str, Any] | None) -> go.Figure:
+    sel = Selection.from_store(mark_view)
+    if not sel.job:
+        return no_update
+    job = context.job(sel.job)
+    ov = overview(job)
+    return steps_figure(ov["steps"], ov["ranks"], ov["metrics"]["step_ms"], list(culprits(job)), sel.step)
+
+
+def toggle_group(click: dict[str, Any] | None, expanded: list[str] | None, known: list[Any] | None, job_view: dict[str, Any] | None, metric: str) -> tuple[Any, Any]:
+    """A click on a folded row unfolds it: (unfolded groups, the tick boxes of every group unfolded so far). A
+    click on a rank's own row selects the rank and folds nothing."""
+    sel = Selection.from_store(job_view)
+    if not click or not sel.job:
+        return no_update, no_update
+    rows = rows_of(context.job(sel.job), metric, expanded)
+    y = int(click["points"][0]["y"])
+    row = rows[y] if y < len(rows) else None
+    if not row or not row.get("group") or len(row["ranks"]) < 2 or row["group"] in (expanded or []):
+        return no_update, no_update
+    names = [o["value"] for o in known or []]
+    options = (known or []) + ([] if row["group"] in names else [{"label": f" {row['group']}", "value": row["group"]}])
+    return [*(expanded or []), row["group"]], options
 
 
 def register(app: Dash) -> None:
-    app.callback(Output(ids.HEATMAP, "figure"), Input(ids.SELECTION, "data"), Input(ids.HEATMAP_METRIC, "value"), Input(ids.HEATMAP_EXPAND, "data"))(render_heatmap)
     app.callback(
-        Output(ids.HEATMAP_EXPAND, "data"),
+        Output(ids.HEATMAP, "figure"),
+        Input(view_store("job"), "data"),
+        Input(ids.HEATMAP_METRIC, "value"),
+        Input(ids.HEATMAP_EXPAND, "value"),
+        State(view_store("mark"), "data"),
+        prevent_initial_call=True,
+    )(render_heatmap)
+    app.callback(
+        Output(ids.HEATMAP, "figure", allow_duplicate=True),
+        Input(view_store("mark"), "data"),
+        State(ids.HEATMAP_METRIC, "value"),
+        State(ids.HEATMAP_EXPAND, "value"),
+        prevent_initial_call=True,
+    )(mark_heatmap)
+    app.callback(Output(ids.STEPS, "figure"), Input(view_store("mark"), "data"), prevent_initial_call=True)(render_steps)
+    app.callback(
+        Output(ids.HEATMAP_EXPAND, "value"),
+        Output(ids.HEATMAP_EXPAND, "options"),
         Input(ids.HEATMAP, "clickData"),
-        State(ids.HEATMAP_EXPAND, "data"),
-        State(ids.SELECTION, "data"),
+        State(ids.HEATMAP_EXPAND, "value"),
+        State(ids.HEATMAP_EXPAND, "options"),
+        State(view_store("job"), "data"),
         State(ids.HEATMAP_METRIC, "value"),
     )(toggle_group)
+    app.callback(
+        Output(ids.HEATMAP_EXPAND, "value", allow_duplicate=True),
+        Output(ids.HEATMAP_EXPAND, "options", allow_duplicate=True),
+        Input(ids.HEATMAP_FOLD, "n_clicks"),
+        prevent_initial_call=True,
+    )(lambda _: ([], []))

@@ -14,6 +14,7 @@ from paradiag.app.data.marey import marey_data
 from paradiag.app.figures.comm import comm_figure
 from paradiag.app.figures.flow import flow_figure, ring
 from paradiag.app.figures.marey import highlight, marey_figure
+from paradiag.app.selection import view_store
 
 REPEATS = "repeats"  # the flow's expand value that opens every repeated block
 
@@ -112,9 +113,9 @@ def comm_instances(click: dict[str, Any] | None, sel: dict[str, Any] | None) -> 
 
 
 def register(app: Dash) -> None:
-    app.callback(Output(ids.MAREY, "figure"), Output(ids.MAREY_EXPAND, "options"), Output(ids.MAREY_DRAWN, "data"), Input(ids.SELECTION, "data"), Input(ids.MAREY_EXPAND, "value"), State(ids.MAREY_DRAWN, "data"))(render_marey)
-    app.callback(Output(ids.FLOW, "figure"), Output(ids.FLOW_EXPAND, "options"), Output(ids.FLOW_DRAWN, "data"), Input(ids.SELECTION, "data"), Input(ids.FLOW_COLOR, "value"), Input(ids.FLOW_EXPAND, "value"), State(ids.FLOW_DRAWN, "data"))(render_flow)
+    app.callback(Output(ids.MAREY, "figure"), Output(ids.MAREY_EXPAND, "options"), Output(ids.MAREY_DRAWN, "data"), Input(view_store("marey"), "data"), Input(ids.MAREY_EXPAND, "value"), State(ids.MAREY_DRAWN, "data"), prevent_initial_call=True)(render_marey)
+    app.callback(Output(ids.FLOW, "figure"), Output(ids.FLOW_EXPAND, "options"), Output(ids.FLOW_DRAWN, "data"), Input(view_store("flow"), "data"), Input(ids.FLOW_COLOR, "value"), Input(ids.FLOW_EXPAND, "value"), State(ids.FLOW_DRAWN, "data"), prevent_initial_call=True)(render_flow)
     app.callback(Output(ids.FLOW_EXPAND, "value"), Input(ids.FLOW, "clickData"), State(ids.FLOW_EXPAND, "value"))(open_block)
-    app.callback(Output(ids.COMM_MATRIX, "figure"), Input(ids.SELECTION, "data"), Input(ids.COMM_METRIC, "value"), Input(ids.COMM_DRILL, "data"))(render_comm)
+    app.callback(Output(ids.COMM_MATRIX, "figure"), Input(view_store("comm"), "data"), Input(ids.COMM_METRIC, "value"), Input(ids.COMM_DRILL, "data"), prevent_initial_call=True)(render_comm)
     app.callback(Output(ids.COMM_DRILL, "data"), Input(ids.COMM_MATRIX, "clickData"), Input(ids.COMM_UP, "n_clicks"), State(ids.COMM_DRILL, "data"), State(ids.SELECTION, "data"))(drill_comm)
     app.callback(Output(ids.COMM_INSTANCES, "children"), Input(ids.COMM_MATRIX, "clickData"), State(ids.SELECTION, "data"))(comm_instances)

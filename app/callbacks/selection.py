@@ -1,6 +1,8 @@
-"""The selection reducer: every click, zoom and URL change goes through ``select`` into one selection state.
+"""The selection reducer: every click, zoom and URL change goes through ``select`` into one ``Selection``.
 
-One callback owns both the selection store and the URL, so the two never disagree and the page can be shared.
+One callback owns the selection store and the URL, so the two never disagree and the page can be shared. It also
+writes each view's part of the selection into that view's store (``Selection.view``) only when that part changed:
+a view's callback reads its own store, so a click recomputes the views it concerns and leaves the others alone.
 """
 
 from __future__ import annotations
@@ -11,12 +13,13 @@ from urllib.parse import urlsplit
 from dash import ALL, Dash, Input, Output, State, ctx, no_update
 
 from paradiag.app import context, ids
-from paradiag.app import selection as sel_mod
 from paradiag.app.callbacks.compare import baseline_options
 from paradiag.app.data.comm import link_instances
-from paradiag.app.data.common import slowest_step, steps_of
+from paradiag.app.data.common import steps_of
 from paradiag.app.data.findings import findings_of
+from paradiag.app.data.overview import cited_step, opening_step, overview
 from paradiag.app.jobs import JobNotFound
+from paradiag.app.selection import VIEW_FIELDS, Selection, view_store
 
 INPUTS = [
     (ids.URL, "search"),
@@ -32,18 +35,28 @@ INPUTS = [
     (ids.STEP_PICKER, "value"),
     (ids.CLEAR_SELECTION, "n_clicks"),
     (ids.BASELINE_PICKER, "value"),
+    (ids.STEPS, "clickData"),
+    (ids.STEPS, "selectedData"),
+    (ids.TIMELINE_RANKS, "value"),
+    (ids.OP_SEARCH, "value"),
 ]
-OUTPUTS = 7
+# The views drawn first on a new page (the summary, the step chart and the heatmap); the others' stores are written
+# once the heatmap's figure has arrived (``release``), so that the first screen does not wait behind them.
+FIRST = ("job", "mark")
+LATER = tuple(name for name in VIEW_FIELDS if name not in FIRST)
+# Outputs besides the views' stores: selection, URL, step picker (value, options), zoom stack, baseline picker
+# (value, options), timeline rank picker (value, options).
+FIXED_OUTPUTS = 9
 ZOOMS = ((ids.TIMELINE, "relayoutData"), (ids.MAREY, "relayoutData"))
 
 
-def select(trigger: Any, value: Any, sel: dict[str, Any] | None, search: str | None) -> dict[str, Any]:
+def select(trigger: Any, value: Any, sel: Selection | None, search: str | None) -> Selection:
     """The new selection after ``trigger`` (a (component id, property) pair, or a finding button's id)
     delivered ``value``."""
-    if trigger in (None, (ids.URL, "search"), (ids.URL, "href")) or not sel:
-        new = sel_mod.from_query(search)
-        if not new["job"] and context.config().job:
-            new["job"] = "served"
+    if trigger in (None, (ids.URL, "search"), (ids.URL, "href")) or sel is None or not sel.job:
+        new = Selection.from_query(search)
+        if not new.job and context.config().job:
+            new = new.but(job="served")
         return _with_defaults(new)
     if isinstance(trigger, dict) and trigger.get("type") == ids.FINDING_BUTTON:
         return _finding(sel, trigger["index"])
@@ -51,89 +64,105 @@ def select(trigger: Any, value: Any, sel: dict[str, Any] | None, search: str | N
     return _with_defaults(handler(sel, value)) if handler and value is not None else sel
 
 
-def _with_defaults(sel: dict[str, Any]) -> dict[str, Any]:
-    if sel.get("job") and sel.get("step") is None:
+def _with_defaults(sel: Selection) -> Selection:
+    """A job opens on the step its top finding cites (else its slowest step)."""
+    if sel.job and sel.step is None:
         try:
-            sel = sel_mod.update(sel, step=slowest_step(context.job(sel["job"])))
+            job = context.job(sel.job)
         except JobNotFound:
-            return sel_mod.update(None)
+            return Selection()
+        return sel.but(step=opening_step(job))
     return sel
 
 
-def zoom_stack(trigger: Any, old: dict[str, Any] | None, new: dict[str, Any], stack: list[Any] | None) -> list[Any]:
+def zoom_stack(trigger: Any, old: Selection | None, new: Selection, stack: list[Any] | None) -> list[Any]:
     """Windows to go back to: a zoom pushes the window it left, ◀ back pops (see ``_back``)."""
     stack = list(stack or [])
-    if trigger in ZOOMS and old and new.get("window") != old.get("window"):
-        stack.append(old.get("window"))
+    if trigger in ZOOMS and old and new.window != old.window:
+        stack.append(old.window)
     elif trigger == (ids.MAREY_BACK, "n_clicks") and stack:
         stack.pop()
     return stack[-20:]
 
 
-def _back(sel: dict[str, Any], stack: list[Any]) -> dict[str, Any]:
-    return sel_mod.update(sel, window=stack[-1] if stack else None)
+def _back(sel: Selection, stack: list[Any]) -> Selection:
+    return sel.but(window=stack[-1] if stack else None)
 
 
-def _heatmap(sel: dict[str, Any], click: dict[str, Any]) -> dict[str, Any]:
+def _heatmap(sel: Selection, click: dict[str, Any]) -> Selection:
     point = click["points"][0]
     ranks = [int(r) for r in str(point["customdata"]).split(",") if r != ""]
-    return sel_mod.update(sel, ranks=ranks, step=int(point["x"]), window=None, collective=None)
+    return sel.but(ranks=ranks, step=int(point["x"]), window=None, collective=None)
 
 
-def _timeline_zoom(sel: dict[str, Any], relayout: dict[str, Any]) -> dict[str, Any]:
+def _timeline_zoom(sel: Selection, relayout: dict[str, Any]) -> Selection:
     if "xaxis.range[0]" in relayout and "xaxis.range[1]" in relayout:
-        return sel_mod.update(sel, window=[float(relayout["xaxis.range[0]"]), float(relayout["xaxis.range[1]"])])
+        return sel.but(window=[float(relayout["xaxis.range[0]"]), float(relayout["xaxis.range[1]"])])
     if relayout.get("xaxis.autorange"):
-        return sel_mod.update(sel, window=None)
+        return sel.but(window=None)
     return sel
 
 
-def _marey_click(sel: dict[str, Any], click: dict[str, Any]) -> dict[str, Any]:
+def _marey_click(sel: Selection, click: dict[str, Any]) -> Selection:
     custom = click["points"][0].get("customdata")
     if not isinstance(custom, list) or len(custom) < 2:
         return sel
     at = custom[2] if len(custom) > 2 else click["points"][0].get("x")  # which instance of the operator (and so which flow node)
-    return sel_mod.update(sel, op=custom[0], stage=int(custom[1]), at=float(at) if at is not None else None)
+    return sel.but(op=custom[0], stage=int(custom[1]), at=float(at) if at is not None else None)
 
 
-def _operator_click(sel: dict[str, Any], click: dict[str, Any]) -> dict[str, Any]:
+def _operator_click(sel: Selection, click: dict[str, Any]) -> Selection:
     name = click["points"][0].get("customdata")
-    return sel_mod.update(sel, op=name, at=None) if name else sel
+    return sel.but(op=name, at=None) if name else sel
 
 
-def _comm_click(sel: dict[str, Any], click: dict[str, Any]) -> dict[str, Any]:
+def _comm_click(sel: Selection, click: dict[str, Any]) -> Selection:
     """A link: its slowest collective instance is selected (its ranks, step and a window around it)."""
     point = click["points"][0]
     if not (str(point["y"]).isdigit() and str(point["x"]).isdigit()):
         return sel  # a block of ranks (stage or node): the matrix opens it
-    found = link_instances(context.job(sel["job"]), int(point["y"]), int(point["x"]), top=1)
+    found = link_instances(context.job(str(sel.job)), int(point["y"]), int(point["x"]), top=1)
     if not found:
         return sel
     slowest = found[0]
     name = f"{slowest['collective']}/group {slowest['group']}/#{slowest['instance']}"
-    return sel_mod.update(sel, ranks=slowest["ranks"], collective=name, step=slowest["step"], window=slowest["window"])
+    return sel.but(ranks=slowest["ranks"], collective=name, step=slowest["step"], window=slowest["window"])
 
 
-def _flow_click(sel: dict[str, Any], click: dict[str, Any]) -> dict[str, Any]:
+def _flow_click(sel: Selection, click: dict[str, Any]) -> Selection:
     custom = click["points"][0].get("customdata")
     if not isinstance(custom, list) or len(custom) < 3:
         return sel
     span = custom[2]
-    return sel_mod.update(sel, op=custom[0], stage=int(custom[1]), window=span, at=(span[0] + span[1]) / 2)
+    return sel.but(op=custom[0], stage=int(custom[1]), window=span, at=(span[0] + span[1]) / 2)
 
 
-def _finding(sel: dict[str, Any], index: int) -> dict[str, Any]:
-    found = findings_of(context.job(sel["job"]))
+def _step_click(sel: Selection, click: dict[str, Any]) -> Selection:
+    return sel.but(step=int(click["points"][0]["x"]), window=None, collective=None)
+
+
+def _step_brush(sel: Selection, brushed: dict[str, Any]) -> Selection:
+    """A brushed range of steps: its slowest step (by median step time over the ranks)."""
+    lo, hi = (brushed.get("range") or {}).get("x") or [None, None]
+    if lo is None:
+        return sel
+    ov = overview(context.job(str(sel.job)))
+    inside = [(j, s) for j, s in enumerate(ov["steps"]) if lo <= s <= hi]
+    if not inside:
+        return sel
+    med = {s: sorted(v for row in ov["metrics"]["step_ms"] if (v := row[j]) is not None) for j, s in inside}
+    slowest = max(med, key=lambda s: med[s][len(med[s]) // 2] if med[s] else 0.0)
+    return sel.but(step=slowest, window=None, collective=None)
+
+
+def _finding(sel: Selection, index: int) -> Selection:
+    """A finding: its culprit ranks, stage and operator, in the step its evidence cites."""
+    found = findings_of(context.job(str(sel.job)))
     if not 0 <= index < len(found):
         return sel
     f = found[index]
-    changes: dict[str, Any] = {"ranks": f.get("ranks") or sel.get("ranks"), "window": None, "collective": None}
-    if f.get("steps"):
-        changes["step"] = f["steps"][0]
-    changes["stage"] = f.get("stage")
-    changes["op"] = f.get("operator")
-    changes["at"] = None
-    return sel_mod.update(sel, **changes)
+    step = cited_step(f)
+    return sel.but(ranks=f.get("ranks") or sel.ranks, step=sel.step if step is None else step, stage=f.get("stage"), op=f.get("operator"), at=None, window=None, collective=None)
 
 
 _HANDLERS = {
@@ -144,16 +173,44 @@ _HANDLERS = {
     (ids.DETAIL_OPERATORS, "clickData"): _operator_click,
     (ids.COMM_MATRIX, "clickData"): _comm_click,
     (ids.FLOW, "clickData"): _flow_click,
-    (ids.STEP_PICKER, "value"): lambda sel, step: sel_mod.update(sel, step=int(step), window=None, collective=None),
-    (ids.CLEAR_SELECTION, "n_clicks"): lambda sel, _: sel_mod.update(None, job=sel.get("job"), step=sel.get("step"), base=sel.get("base")),
-    (ids.BASELINE_PICKER, "value"): lambda sel, base: sel_mod.update(sel, base=base or None),
+    (ids.STEP_PICKER, "value"): lambda sel, step: sel.but(step=int(step), window=None, collective=None),
+    (ids.CLEAR_SELECTION, "n_clicks"): lambda sel, _: Selection(job=sel.job, step=sel.step, base=sel.base),
+    (ids.BASELINE_PICKER, "value"): lambda sel, base: sel.but(base=base or None),
+    (ids.STEPS, "clickData"): _step_click,
+    (ids.STEPS, "selectedData"): _step_brush,
+    (ids.TIMELINE_RANKS, "value"): lambda sel, ranks: sel.but(ranks=[int(r) for r in ranks] or None, collective=None),
+    (ids.OP_SEARCH, "value"): lambda sel, op: sel.but(op=op or None, at=None),
 }
 
 
-def step_options(sel: dict[str, Any]) -> list[dict[str, Any]]:
-    if not sel.get("job"):
+def step_options(sel: Selection) -> list[dict[str, Any]]:
+    if not sel.job:
         return []
-    return [{"label": f"step {s}", "value": s} for s in steps_of(context.job(sel["job"]))]
+    return [{"label": f"step {s}", "value": s} for s in steps_of(context.job(sel.job))]
+
+
+def rank_options(sel: Selection) -> list[dict[str, Any]]:
+    if not sel.job:
+        return []
+    return [{"label": f"rank {r}", "value": r} for r in sorted(overview(context.job(sel.job))["ranks"])]
+
+
+def view_updates(old: Selection | None, new: Selection) -> list[Any]:
+    """Each view's store: its part of ``new``, or no_update when that part did not change (on a new page, the
+    ``LATER`` views wait for ``release``)."""
+    if old is None:
+        return [new.view(name) if name in FIRST else no_update for name in VIEW_FIELDS]
+    return [new.view(name) if old.view(name) != new.view(name) else no_update for name in VIEW_FIELDS]
+
+
+def release(_figure: Any, stored: dict[str, Any] | None, *later: Any) -> tuple[Any, ...]:
+    """Once the heatmap is there, the stores of the views that were held back, each written once."""
+    sel = Selection.from_store(stored)
+    return tuple(sel.view(name) if sel.job and value is None else no_update for name, value in zip(LATER, later, strict=True))
+
+
+def _changed(value: Any, shown: Any) -> Any:
+    return value if value != shown else no_update
 
 
 def register(app: Dash) -> None:
@@ -165,32 +222,53 @@ def register(app: Dash) -> None:
         Output(ids.ZOOM_STACK, "data"),
         Output(ids.BASELINE_PICKER, "value"),
         Output(ids.BASELINE_PICKER, "options"),
+        Output(ids.TIMELINE_RANKS, "value"),
+        Output(ids.TIMELINE_RANKS, "options"),
+        *[Output(view_store(name), "data") for name in VIEW_FIELDS],
         *[Input(cid, prop) for cid, prop in INPUTS],
         Input({"type": ids.FINDING_BUTTON, "index": ALL}, "n_clicks"),
         State(ids.SELECTION, "data"),
         State(ids.ZOOM_STACK, "data"),
     )
     def on_change(*args: Any) -> tuple[Any, ...]:
-        values, finding_clicks, sel, stack = args[: len(INPUTS)], args[len(INPUTS)], args[-2], args[-1]
+        values, finding_clicks, stored, stack = args[: len(INPUTS)], args[len(INPUTS)], args[-2], args[-1]
+        shown = dict(zip(INPUTS, values, strict=True))
         # A callback that sets the href (an upload that finished) may reach us before the search is updated.
-        search = "?" + urlsplit(values[1]).query if values[1] and urlsplit(values[1]).query else values[0]
+        href = urlsplit(values[1]).query if values[1] else ""
+        search = "?" + href if href else values[0]
         trigger = _trigger()
         if isinstance(trigger, dict) and not any(finding_clicks or []):
-            return (no_update,) * OUTPUTS  # finding buttons appearing, not clicked
+            return (no_update,) * (FIXED_OUTPUTS + len(VIEW_FIELDS))  # finding buttons appearing, not clicked
+        old = Selection.from_store(stored) if stored else None
         if trigger == (ids.MAREY_BACK, "n_clicks"):
-            new = _back(sel or {}, stack or [])
+            new = _back(old or Selection(), stack or [])
         else:
-            new = select(trigger, values[INPUTS.index(trigger)] if trigger in INPUTS else None, sel, search)
-        if new == sel:
-            return (no_update,) * OUTPUTS
-        query = sel_mod.to_query(new)
-        picker = values[INPUTS.index((ids.STEP_PICKER, "value"))]
-        step = new.get("step") if new.get("step") != picker else no_update
-        new_job = (sel or {}).get("job") != new.get("job")
-        options = step_options(new) if new_job else no_update
-        base = (new.get("base") or "") if (new.get("base") or "") != (values[INPUTS.index((ids.BASELINE_PICKER, "value"))] or "") else no_update
-        base_options = baseline_options(new) if new_job else no_update
-        return new, (query if query != (search or "") else no_update), step, options, zoom_stack(trigger, sel, new, stack), base, base_options
+            new = select(trigger, shown.get(trigger) if isinstance(trigger, tuple) else None, old, search)
+        if new == old:
+            return (no_update,) * (FIXED_OUTPUTS + len(VIEW_FIELDS))
+        query = new.to_query()
+        new_job = old is None or old.job != new.job
+        return (
+            new.to_store(),
+            _changed(query, search or ""),
+            _changed(new.step, shown[(ids.STEP_PICKER, "value")]),
+            step_options(new) if new_job else no_update,
+            zoom_stack(trigger, old, new, stack),
+            _changed(new.base or "", shown[(ids.BASELINE_PICKER, "value")] or ""),
+            baseline_options(new.to_store()) if new_job else no_update,
+            _changed(new.ranks or [], shown[(ids.TIMELINE_RANKS, "value")] or []),
+            rank_options(new) if new_job else no_update,
+            *view_updates(old, new),
+        )
+
+
+    app.callback(
+        *[Output(view_store(name), "data", allow_duplicate=True) for name in LATER],
+        Input(ids.HEATMAP, "figure"),
+        State(ids.SELECTION, "data"),
+        *[State(view_store(name), "data") for name in LATER],
+        prevent_initial_call=True,
+    )(release)
 
 
 def _trigger() -> Any:

@@ -15,12 +15,13 @@ import pyarrow.compute as pc
 
 from paradiag.app.data import collectives
 from paradiag.app.data.common import DEVICE_KINDS, origin_ns, read_events
-from paradiag.app.data.mesh import mesh_of
 from paradiag.app.figures.common import short_name
 from paradiag.dataset import Job
 
 COLUMNS = ["rank", "device", "track", "kind", "name", "start_ns", "dur_ns", "collective", "peer", "bytes"]
 MAX_LINKS = 3000
+STREAM_LABEL = {"compute": "compute", "communication": "comm", "memory": "copy", "sync": "sync"}
+STREAM_ORDER = ("compute", "comm", "copy", "sync")
 HOVER_NAME = 36  # characters of an interval's name on hover: the payload grows with every interval drawn
 
 
@@ -28,8 +29,7 @@ def timeline_data(job: Job, ranks: list[int], window: tuple[int, int], pixels: i
     """Rows (rank, stream), intervals per kind (ms since the job origin), collective links and waits, and the
     members of the selected collective ``instance`` (``selected``)."""
     lo, hi = window
-    order = {r: i for i, r in enumerate(mesh_of(job).ranks)}
-    ranks = sorted(set(ranks), key=lambda r: order.get(r, r))
+    ranks = list(dict.fromkeys(ranks))  # in the caller's order: the rank of interest first
     events = read_events(job, ranks=ranks, start_ns=lo, end_ns=hi, columns=COLUMNS)
     kind = events.column("kind").cast(pa.string())
     events = events.filter(pc.and_(pc.greater_equal(events.column("device"), 0), pc.is_in(kind, pa.array(DEVICE_KINDS))))
@@ -68,17 +68,40 @@ def _row_keys(events: pa.Table) -> np.ndarray:
 
 
 def _rows(events: pa.Table, ranks: list[int]) -> tuple[list[dict[str, Any]], dict[int, int]]:
-    keys = np.unique(_row_keys(events)) if events.num_rows else np.array([], dtype=np.int64)
+    """One row per (rank, stream), named by what the stream mostly runs (the traces name no streams)."""
+    names = _stream_names(events)
     by_rank: dict[int, list[int]] = {r: [] for r in ranks}
-    for k in keys.tolist():
+    for k in sorted(names):
         by_rank.setdefault(k // 1_000_000_000, []).append(k % 1_000_000_000)
     rows: list[dict[str, Any]] = []
     row_of: dict[int, int] = {}
     for rank in ranks:
-        for track in sorted(by_rank.get(rank, [])):
-            row_of[rank * 1_000_000_000 + track] = len(rows)
-            rows.append({"rank": rank, "track": track, "label": f"r{rank} · s{track}"})
+        for track in sorted(by_rank.get(rank, []), key=lambda t: (STREAM_ORDER.index(names[rank * 1_000_000_000 + t]), t)):
+            key = rank * 1_000_000_000 + track
+            row_of[key] = len(rows)
+            rows.append({"rank": rank, "track": track, "label": f"r{rank} {names[key]} {track}"})
     return rows, row_of
+
+
+def _stream_names(events: pa.Table) -> dict[int, str]:
+    """Row key -> the kind most of the stream's device time goes to (compute, comm, copy or sync)."""
+    if not events.num_rows:
+        return {}
+    keys = _row_keys(events)
+    kinds = np.asarray(events.column("kind").cast(pa.string()).to_numpy(zero_copy_only=False))
+    dur = events.column("dur_ns").to_numpy()
+    out: dict[int, str] = {}
+    best: dict[int, float] = {}
+    for kind, label in STREAM_LABEL.items():
+        mine = kinds == kind
+        if not mine.any():
+            continue
+        uniq, inverse = np.unique(keys[mine], return_inverse=True)
+        total = np.bincount(inverse, weights=dur[mine])
+        for k, t in zip(uniq.tolist(), total.tolist(), strict=True):
+            if t > best.get(k, -1.0):
+                best[k], out[k] = t, label
+    return out
 
 
 def _row_index(events: pa.Table, row_of: dict[int, int]) -> np.ndarray:
@@ -112,8 +135,8 @@ def _individual(events: pa.Table, row_of: dict[int, int], t0: int) -> dict[str, 
 
 
 def _hover(part: pa.Table) -> list[str]:
-    """One line per interval: its short name and, for communication, collective, MiB and peer (the duration
-    travels apart as numbers, ``dur_us``)."""
+    """One line per interval: its short name and, for communication, collective, MB (10^6 bytes, as in the findings
+    and the GB/s of bandwidths) and peer (the duration travels apart as numbers, ``dur_us``)."""
     names = part.column("name").cast(pa.string()).to_pylist()
     colls = part.column("collective").cast(pa.string()).to_pylist()
     nbytes = part.column("bytes").to_pylist()
@@ -123,7 +146,7 @@ def _hover(part: pa.Table) -> list[str]:
     for name, coll, b, peer in zip(names, colls, nbytes, peers, strict=True):
         text = short.get(name) or short.setdefault(name, short_name(name, HOVER_NAME))
         if coll:
-            text += f" · {coll}" + (f" · {b / 2**20:.2f} MiB" if b else "") + (f" · peer {peer}" if peer is not None else "")
+            text += f" · {coll}" + (f" · {b / 1e6:.2f} MB" if b else "") + (f" · peer {peer}" if peer is not None else "")
         out.append(text)
     return out
 

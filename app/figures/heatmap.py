@@ -1,4 +1,5 @@
-"""The overview heatmap: ranks (or groups of ranks) x steps, grouped by pipeline stage."""
+"""The overview heatmap: ranks (or folded groups of alike ranks) x steps, grouped by pipeline stage, the ranks a
+finding blames outlined in red, the selection in black."""
 
 from __future__ import annotations
 
@@ -9,20 +10,24 @@ import plotly.graph_objects as go
 from paradiag.app import palette
 from paradiag.app.figures.common import base_figure, empty_figure
 
+Z_FLOOR = 3.0  # a z-score colour scale spans at least ±3: within it, ranks differ as much as jitter makes them
 
-def heatmap_figure(rows: list[dict[str, Any]], steps: list[int], metric: str, label: str, selected: dict[str, Any] | None = None) -> go.Figure:
-    """``rows``: ``{"label", "ranks", "stage", "values" (per step), "spread" (per step "min/median/max" or None)}``
-    top to bottom. ``selected``: ``{"ranks": [...], "step": s}`` is outlined."""
+
+def heatmap_figure(rows: list[dict[str, Any]], steps: list[int], metric: str, label: str, selected: dict[str, Any] | None = None, diverging: bool | None = None) -> go.Figure:
+    """``rows``: ``{"label", "ranks", "stage", "values" (per step), "spread" (per step "min/median/max" or
+    None), "culprit" (the kind of finding that blames the row's rank, or None)}`` top to bottom. ``selected``:
+    ``{"ranks": [...], "step": s}`` is outlined. A z-score (``diverging``, by default when the metric's name
+    ends in ``z`` or is ``zscore``) is centred on 0; a time starts at 0 so that a 1 % spread looks like one."""
     if not rows or not steps:
         return empty_figure("no steps in this job")
+    diverging = metric.endswith("_z") or metric == "zscore" if diverging is None else diverging
     z = [r["values"] for r in rows]
-    hover = [
-        [f"{r['label']} · step {s}<br>{label}: {_fmt(v)}" + (f"<br>min/median/max: {sp}" if sp else "") for s, v, sp in zip(steps, r["values"], r["spread"], strict=True)]
-        for r in rows
-    ]
+    finite = [abs(v) for row in z for v in row if v is not None]
+    top = max(finite, default=1.0)
+    hover = [[_hover(r, j, s, label) for j, s in enumerate(steps)] for r in rows]
     custom = [[",".join(map(str, r["ranks"]))] * len(steps) for r in rows]
-    diverging = metric == "zscore"
-    fig = base_figure(uirevision="heatmap", height=max(220, 24 + 18 * len(rows)))
+    scale = {"colorscale": palette.DIVERGING_SCALE, "zmid": 0, "zmin": -max(top, Z_FLOOR), "zmax": max(top, Z_FLOOR)} if diverging else {"colorscale": palette.HEAT_SCALE, "zmin": 0, "zmax": top or 1.0}
+    fig = base_figure(uirevision="heatmap", height=max(240, 60 + 18 * len(rows)))
     fig.add_trace(
         go.Heatmap(
             z=z,
@@ -31,33 +36,44 @@ def heatmap_figure(rows: list[dict[str, Any]], steps: list[int], metric: str, la
             text=hover,
             customdata=custom,
             hovertemplate="%{text}<extra></extra>",
-            colorscale=palette.DIVERGING_SCALE if diverging else palette.HEAT_SCALE,
-            zmid=0 if diverging else None,
             xgap=1,
             ygap=1,
-            colorbar={"title": {"text": label, "side": "right"}, "thickness": 10},
+            colorbar={"title": {"text": "z" if diverging else "ms", "side": "top"}, "thickness": 10, "len": 0.9},
+            **scale,
         )
     )
-    fig.update_yaxes(tickvals=list(range(len(rows))), ticktext=[r["label"] for r in rows], autorange="reversed", showgrid=False)
+    fig.update_yaxes(tickvals=list(range(len(rows))), ticktext=[("⚠ " if r.get("culprit") else "") + r["label"] for r in rows], autorange="reversed", showgrid=False)
     fig.update_xaxes(title="step", type="category", showgrid=False)
-    for i in range(1, len(rows)):
-        if rows[i]["stage"] != rows[i - 1]["stage"]:
-            fig.add_hline(y=i - 0.5, line={"color": "#222", "width": 2})
-    if selected:
-        _outline(fig, rows, steps, selected)
-    fig.update_layout(margin={"l": 90})
+    # Room above the cells for the modebar, so that it never covers the top rows.
+    fig.update_layout(margin={"l": 110, "t": 30, "r": 10}, shapes=heatmap_shapes(rows, steps, selected))
     return fig
 
 
-def _outline(fig: go.Figure, rows: list[dict[str, Any]], steps: list[int], selected: dict[str, Any]) -> None:
-    ranks = set(selected.get("ranks") or [])
-    step = selected.get("step")
-    if step not in steps:
-        return
-    j = steps.index(step)
-    for i, r in enumerate(rows):
-        if ranks & set(r["ranks"]):
-            fig.add_shape(type="rect", x0=j - 0.5, x1=j + 0.5, y0=i - 0.5, y1=i + 0.5, line={"color": palette.HIGHLIGHT, "width": 3})
+def heatmap_shapes(rows: list[dict[str, Any]], steps: list[int], selected: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Stage separators, culprit rows (red, whole row) and the selected cells (black): every shape of the
+    heatmap, so that a new selection only replaces this list (a ``Patch``), not the figure."""
+    n = len(steps)
+    shapes: list[dict[str, Any]] = [
+        {"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": i - 0.5, "y1": i - 0.5, "line": {"color": "#222", "width": 2}} for i in range(1, len(rows)) if rows[i]["stage"] != rows[i - 1]["stage"]
+    ]
+    shapes += [_rect(-0.5, n - 0.5, i, palette.CULPRIT, 3) for i, r in enumerate(rows) if r.get("culprit")]
+    ranks = set((selected or {}).get("ranks") or [])
+    step = (selected or {}).get("step")
+    if step in steps:
+        j = steps.index(step)
+        shapes += [_rect(j - 0.5, j + 0.5, i, palette.HIGHLIGHT, 2) for i, r in enumerate(rows) if ranks & set(r["ranks"])]
+    return shapes
+
+
+def _rect(x0: float, x1: float, row: int, color: str, width: int) -> dict[str, Any]:
+    return {"type": "rect", "x0": x0, "x1": x1, "y0": row - 0.45, "y1": row + 0.45, "line": {"color": color, "width": width}}
+
+
+def _hover(row: dict[str, Any], j: int, step: int, label: str) -> str:
+    spread = (row.get("spread") or [None] * (j + 1))[j]
+    text = f"{row['label']} · step {step}<br>{label}: {_fmt(row['values'][j])}"
+    text += f"<br>min / median / max: {spread}" if spread else ""
+    return text + (f"<br>blamed by a finding: {row['culprit']}" if row.get("culprit") else "")
 
 
 def _fmt(v: float | None) -> str:

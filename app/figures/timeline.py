@@ -13,9 +13,10 @@ from paradiag.app.figures.common import base_figure, compact, empty_figure, segm
 ROW_PX = 22
 
 
-def timeline_figure(data: dict[str, Any], uirevision: Any = None) -> go.Figure:
+def timeline_figure(data: dict[str, Any], uirevision: Any = None, marked: list[int] | None = None) -> go.Figure:
     """``data`` as ``timeline_data`` returns it. One WebGL trace per kind (NaN-separated segments), one
-    invisible marker trace per kind for hover and click, one trace of waits, one of collective links."""
+    invisible marker trace per kind for hover and click, one trace of waits, one of collective links. The rows
+    of the ``marked`` ranks (the selection, or the ranks a finding blames) are shaded and their names bold."""
     rows = data["rows"]
     if not rows:
         return empty_figure("no device events for these ranks in this window", height=220)
@@ -32,7 +33,7 @@ def timeline_figure(data: dict[str, Any], uirevision: Any = None) -> go.Figure:
         fig.add_trace(go.Scattergl(x=xs, y=ys, mode="lines", line={"color": "rgba(60,60,60,0.45)", "width": 1}, name="collective instance", hoverinfo="skip"))
     if data.get("selected") and data["selected"]["x0"]:
         _selected(fig, data["selected"], width)
-    _axes(fig, rows, data["window_ms"])
+    _axes(fig, rows, data["window_ms"], set(marked or []))
     if data.get("aggregated"):
         fig.add_annotation(text=f"{data['num_events']:,} events merged to screen resolution: zoom in for single kernels", xref="paper", yref="paper", x=0, y=1.0, yanchor="bottom", xanchor="left", showarrow=False, font={"size": 10, "color": "#666"})
     return fig
@@ -81,10 +82,10 @@ def _polylines(links: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
     return compact(xs), np.array(ys, dtype=np.float32)
 
 
-def _axes(fig: go.Figure, rows: list[dict[str, Any]], window: list[float]) -> None:
+def _axes(fig: go.Figure, rows: list[dict[str, Any]], window: list[float], marked: set[int]) -> None:
     fig.update_yaxes(
         tickvals=list(range(len(rows))),
-        ticktext=[r["label"] for r in rows],
+        ticktext=[f"<b>{r['label']}</b>" if r["rank"] in marked else r["label"] for r in rows],
         range=[len(rows) - 0.5, -0.5],
         showgrid=False,
         zeroline=False,
@@ -93,4 +94,10 @@ def _axes(fig: go.Figure, rows: list[dict[str, Any]], window: list[float]) -> No
     fig.update_xaxes(title="time since job start (ms)", range=window, showgrid=True, zeroline=False)
     # Rank separators as plain shapes in one update: add_hline resolves axes per call and costs ~5 ms each.
     lines = [{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y", "y0": i - 0.5, "y1": i - 0.5, "line": {"color": "#999", "width": 1}} for i in range(1, len(rows)) if rows[i]["rank"] != rows[i - 1]["rank"]]
-    fig.update_layout(margin={"l": 70}, dragmode="zoom", hovermode="closest", shapes=lines)
+    bands = [
+        {"type": "rect", "xref": "paper", "x0": 0, "x1": 1, "yref": "y", "y0": i - 0.5, "y1": i + 0.5, "fillcolor": palette.CULPRIT, "opacity": 0.08, "line": {"width": 0}, "layer": "below"}
+        for i, r in enumerate(rows)
+        if r["rank"] in marked
+    ]
+    # The legend on the left: the modebar takes the top right corner.
+    fig.update_layout(margin={"l": 110, "t": 30}, dragmode="zoom", hovermode="closest", shapes=bands + lines, legend={"x": 0, "xanchor": "left"})

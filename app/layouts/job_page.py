@@ -7,7 +7,8 @@ from typing import Any
 from dash import dcc, html
 
 from paradiag.app import ids
-from paradiag.app.data.overview import METRICS
+from paradiag.app.data.overview import DEFAULT_METRIC, METRICS
+from paradiag.app.selection import VIEW_FIELDS, view_store
 
 GRAPH_CONFIG: dict[str, Any] = {"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "select2d", "autoScale2d"]}
 
@@ -17,45 +18,74 @@ def panel(title: str, *children: Any, class_name: str = "", help_text: str = "")
     return html.Section(className=f"pd-panel {class_name}", children=[html.Div(head, className="pd-panel-head"), *children])
 
 
-def graph(graph_id: str, modebar: bool = True) -> dcc.Loading:
-    config = GRAPH_CONFIG if modebar else {**GRAPH_CONFIG, "displayModeBar": False}
-    return dcc.Loading(dcc.Graph(id=graph_id, config=config), type="dot", delay_show=400)  # type: ignore[arg-type]
+def graph(graph_id: str, modebar: bool = True, scroll_zoom: bool = False) -> dcc.Loading:
+    config = {**(GRAPH_CONFIG if modebar else {**GRAPH_CONFIG, "displayModeBar": False}), "scrollZoom": scroll_zoom}
+    # An empty figure to start from: a Patch (the heatmap's outline) may arrive before the first figure does.
+    return dcc.Loading(dcc.Graph(id=graph_id, config=config, figure={"data": [], "layout": {}}), type="dot", delay_show=400)  # type: ignore[arg-type]
+
+
+def overview_panel() -> html.Section:
+    return panel(
+        "Overview",
+        graph(ids.STEPS, modebar=False),
+        html.Div(
+            className="pd-toolbar",
+            children=[
+                dcc.Dropdown(id=ids.HEATMAP_METRIC, options=[{"label": v, "value": k} for k, v in METRICS.items()], value=DEFAULT_METRIC, clearable=False, className="pd-metric"),
+                html.Button("fold all", id=ids.HEATMAP_FOLD, className="pd-button"),
+            ],
+        ),
+        # The unfolded groups: a click on a folded row adds one, unticking folds it back.
+        dcc.Checklist(id=ids.HEATMAP_EXPAND, options=[], value=[], inline=True, className="pd-unfolded"),
+        graph(ids.HEATMAP),
+        class_name="pd-overview",
+        help_text="steps: click or brush to pick one · heatmap: ranks × steps by stage, blamed ranks outlined red; click a cell, or a folded row to unfold it",
+    )
+
+
+def timeline_panel() -> html.Section:
+    return panel(
+        "Timeline",
+        html.Div(
+            className="pd-toolbar",
+            children=[
+                dcc.Dropdown(id=ids.TIMELINE_RANKS, multi=True, placeholder="ranks to show first (type to search)", className="pd-rank-picker"),
+                dcc.Dropdown(id=ids.OP_SEARCH, options=[], placeholder="/ search an operator", className="pd-op-search"),
+            ],
+        ),
+        html.Div(id=ids.TIMELINE_INFO, className="pd-help"),
+        graph(ids.TIMELINE, scroll_zoom=True),
+        class_name="pd-timeline",
+    )
+
+
+def marey_panel() -> html.Section:
+    return panel(
+        "Marey's graph",
+        html.Div(
+            className="pd-toolbar",
+            children=[
+                html.Button("◀ back", id=ids.MAREY_BACK, className="pd-button"),
+                dcc.Checklist(id=ids.MAREY_EXPAND, options=[{"label": " all devices", "value": "devices"}], value=[], inline=True),
+            ],
+        ),
+        dcc.Store(id=ids.ZOOM_STACK, data=[]),
+        dcc.Store(id=ids.MAREY_DRAWN, data={}),
+        graph(ids.MAREY),
+        class_name="pd-marey",
+        help_text="stages top to bottom, time across; drag to zoom",
+    )
 
 
 def layout() -> html.Div:
     return html.Div(
         className="pd-job",
         children=[
+            *[dcc.Store(id=view_store(name)) for name in VIEW_FIELDS],
             html.Div(className="pd-summary", children=[html.Div(id=ids.SUMMARY_FACTS, className="pd-facts"), html.Ol(id=ids.FINDINGS, className="pd-findings")]),
-            html.Div(
-                className="pd-row",
-                children=[
-                    panel(
-                        "Overview",
-                        dcc.Dropdown(id=ids.HEATMAP_METRIC, options=[{"label": v, "value": k} for k, v in METRICS.items()], value="step_ms", clearable=False),
-                        dcc.Store(id=ids.HEATMAP_EXPAND, data=[]),
-                        graph(ids.HEATMAP),
-                        class_name="pd-overview",
-                        help_text="ranks × steps, grouped by stage; click a cell",
-                    ),
-                    panel(
-                        "Marey's graph",
-                        html.Div(
-                            className="pd-toolbar",
-                            children=[
-                                html.Button("◀ back", id=ids.MAREY_BACK, className="pd-button"),
-                                dcc.Checklist(id=ids.MAREY_EXPAND, options=[{"label": " all devices", "value": "devices"}], value=[], inline=True),
-                            ],
-                        ),
-                        dcc.Store(id=ids.ZOOM_STACK, data=[]),
-                        dcc.Store(id=ids.MAREY_DRAWN, data={}),
-                        graph(ids.MAREY),
-                        class_name="pd-marey",
-                        help_text="stages top to bottom, time across; drag to zoom",
-                    ),
-                ],
-            ),
-            panel("Timeline", html.Div(id=ids.TIMELINE_INFO, className="pd-help"), graph(ids.TIMELINE), class_name="pd-timeline"),
+            # The first screen: where the fault is (overview) and who waits for whom (timeline).
+            html.Div(className="pd-row", children=[overview_panel(), timeline_panel()]),
+            marey_panel(),
             html.Div(
                 className="pd-row",
                 children=[

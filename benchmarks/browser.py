@@ -1,0 +1,242 @@
+"""Benchmark: the dashboard as a user meets it, in headless Chromium, on one or more job folders.
+
+    python benchmarks/browser.py --job /work/jobs/j64 --job /work/jobs/j256 [--cache DIR] [--shots DIR]
+
+For each job it starts ``paradiag serve JOB`` (which parses and warms the aggregates before it listens; that
+one-off cost is printed apart), opens the page and measures, in the page's own clock:
+
+* first meaningful paint: the summary facts and the heatmap drawn (budget 2 s);
+* the page complete: every graph drawn, no callback in flight; the bytes the callbacks sent;
+* per interaction (a heatmap cell, a finding, a step in the step chart, the W key on the timeline): from the
+  click to the last view it affects redrawn (budget 1 s), how many callbacks ran and the bytes they sent.
+
+A hook installed before the page loads counts Dash's callback requests (wrapping ``fetch``) and stamps every
+Plotly redraw (``plotly_afterplot``), so nothing is polled from outside. Screenshots go to ``--shots``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from paradiag.app import palette
+
+REPO = Path(__file__).resolve().parents[1]
+GRAPHS = ("steps", "heatmap", "timeline", "marey", "flow", "comm-matrix", "detail-operators")
+FIRST_PAINT_MS, CLICK_MS = 2000.0, 1000.0
+HOOK = """
+window.__pd = {pending: 0, calls: 0, bytes: 0, lastDone: 0, draws: {}, hooked: new Set(), firstPaint: null, log: []};
+const realFetch = window.fetch;
+window.fetch = async function (url, opts) {
+  const mine = String(url).includes('_dash-update-component');
+  if (mine) { window.__pd.pending += 1; window.__pd.calls += 1; }
+  try {
+    const reply = await realFetch(url, opts);
+    if (mine) {
+      const text = await reply.clone().text();
+      window.__pd.bytes += text.length;
+      window.__pd.log.push([JSON.parse(opts.body).output.slice(0, 60), text.length, Math.round(performance.now())]);
+    }
+    return reply;
+  } finally {
+    if (mine) { window.__pd.pending -= 1; window.__pd.lastDone = performance.now(); }
+  }
+};
+setInterval(function () {
+  for (const id of GRAPH_IDS) {
+    const gd = document.querySelector('#' + id + ' .js-plotly-plot');
+    if (gd && gd.on && !window.__pd.hooked.has(gd)) {
+      window.__pd.hooked.add(gd);
+      if (gd.data && gd.data.length) { window.__pd.draws[id] = performance.now(); }
+      gd.on('plotly_afterplot', function () { window.__pd.draws[id] = performance.now(); });
+    }
+  }
+  const facts = document.querySelector('#summary-facts .pd-fact');
+  const heat = document.querySelector('#heatmap .js-plotly-plot');
+  if (window.__pd.firstPaint === null && facts && heat && heat.data && heat.data.length) { window.__pd.firstPaint = performance.now(); }
+}, 10);
+""".replace("GRAPH_IDS", json.dumps(list(GRAPHS)))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_server(job: Path, cache: Path) -> tuple[subprocess.Popen[bytes], int, float]:
+    port = free_port()
+    env = {**os.environ, "PARADIAG_CACHE_DIR": str(cache / "jobs"), "PARADIAG_APP_CACHE_DIR": str(cache / "app")}
+    t = time.perf_counter()
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "paradiag"), "serve", str(job), "--port", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    while True:
+        if proc.poll() is not None:
+            raise SystemExit(f"paradiag serve {job} stopped: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return proc, port, time.perf_counter() - t
+        time.sleep(0.2)
+
+
+def browser() -> Any:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = os.environ.get("DASH_TEST_CHROMEPATH") or shutil.which("chromium") or "/usr/bin/chromium"
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1600,2400"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"), options=options)
+    driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": HOOK})
+    return driver
+
+
+def settle(driver: Any, since: float, timeout: float = 300.0, quiet_ms: float = 400.0) -> dict[str, Any]:
+    """Wait until no callback is in flight and nothing was redrawn for ``quiet_ms``; the page's counters."""
+    end = time.time() + timeout
+    while time.time() < end:
+        state = driver.execute_script("const p = window.__pd; return {pending: p.pending, calls: p.calls, bytes: p.bytes, lastDone: p.lastDone, draws: p.draws, firstPaint: p.firstPaint, now: performance.now()};")
+        last = max([state["lastDone"], *state["draws"].values()])
+        if state["pending"] == 0 and state["calls"] and state["now"] - last > quiet_ms and last > since:
+            return state
+        time.sleep(0.05)
+    raise SystemExit(f"the page did not settle within {timeout:.0f} s: {state}")
+
+
+def reset(driver: Any) -> float:
+    return float(driver.execute_script("window.__pd.calls = 0; window.__pd.bytes = 0; window.__pd.draws = {}; window.__pd.log = []; return performance.now();"))
+
+
+def click_at(driver: Any, graph_id: str, x: Any, y: Any) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    pos = driver.execute_script(
+        """const gd = document.querySelector('#' + arguments[0] + ' .js-plotly-plot');
+        gd.scrollIntoView({block: 'center'});
+        const fl = gd._fullLayout, xa = fl.xaxis, ya = fl.yaxis, box = gd.getBoundingClientRect();
+        const xv = xa.type === 'category' ? xa.d2l(String(arguments[1])) : arguments[1];
+        return [box.left + xa._offset + xa.l2p(xv), box.top + ya._offset + ya.l2p(arguments[2])];""",
+        graph_id,
+        x,
+        y,
+    )
+    actions = ActionChains(driver)
+    actions.w3c_actions.pointer_action.move_to_location(int(pos[0]), int(pos[1]))
+    actions.w3c_actions.pointer_action.click()
+    actions.perform()
+
+
+def interactions(driver: Any) -> list[tuple[str, Any]]:
+    """(label, action) pairs: each action performs one user gesture."""
+    def heatmap_cell() -> None:
+        steps = driver.execute_script("return document.querySelector('#heatmap .js-plotly-plot').data[0].x.length")
+        click_at(driver, "heatmap", str(steps - 1 if steps > 1 else 0), 1)
+
+    def finding() -> None:
+        buttons = driver.find_elements("css selector", "button.pd-finding")
+        (buttons[1] if len(buttons) > 1 else buttons[0]).click()
+
+    def step_point() -> None:
+        """The first step other than the selected one (its point on the median line)."""
+        x, y = driver.execute_script(
+            """const t = document.querySelector('#steps .js-plotly-plot')._fullData[0];
+            const now = Number(new URLSearchParams(window.location.search).get('step'));
+            const i = Array.from(t.x).findIndex(v => Number(v) !== now);
+            return [t.x[i], t.y[i]];"""
+        )
+        click_at(driver, "steps", x, y)
+
+    def zoom_key() -> None:
+        driver.execute_script("document.querySelector('#timeline').scrollIntoView({block: 'center'}); document.activeElement && document.activeElement.blur();")
+        driver.find_element("tag name", "body").send_keys("w")
+
+    return [("heatmap cell", heatmap_cell), ("finding", finding), ("step chart", step_point), ("timeline W key", zoom_key)]
+
+
+def log(driver: Any, verbose: bool) -> None:
+    """With --verbose: each callback of the last gesture, its bytes and when it finished (page clock, ms)."""
+    if verbose:
+        for output, nbytes, at in driver.execute_script("return window.__pd.log"):
+            print(f"      {at:8d} ms {nbytes / 1024:9.1f} KB  {output}")
+
+
+def first_screen(driver: Any) -> str:
+    """What the first screen shows, read from the page: the heatmap rows outlined red and the timeline's first row."""
+    outlined, first = driver.execute_script(
+        """const heat = document.querySelector('#heatmap .js-plotly-plot');
+        const labels = heat.layout.yaxis.ticktext || [];
+        const red = (heat.layout.shapes || []).filter(s => s.type === 'rect' && s.line.color === arguments[0])
+            .map(s => labels[Math.round((s.y0 + s.y1) / 2)]);
+        const tl = document.querySelector('#timeline .js-plotly-plot');
+        return [red, ((tl && tl.layout.yaxis.ticktext) || [''])[0]];""",
+        palette.CULPRIT,
+    )
+    return f"heatmap outlines {', '.join(outlined) or 'nothing'}; timeline starts with {first.replace('<b>', '').replace('</b>', '')}"
+
+
+def redraws(state: dict[str, Any], since: float) -> str:
+    """When each view was redrawn, ms after ``since``, first to last."""
+    return ", ".join(f"{view} {at - since:.0f}" for view, at in sorted(state["draws"].items(), key=lambda kv: kv[1]) if at > since)
+
+
+def measure(job: Path, cache: Path, shots: Path, verbose: bool = False) -> list[tuple[str, float, int, int, float]]:
+    proc, port, warm_s = start_server(job, cache)
+    rows: list[tuple[str, float, int, int, float]] = [("serve: parse + warm (one-off)", warm_s * 1000, 0, 0, 0.0)]
+    driver = browser()
+    try:
+        driver.get(f"http://127.0.0.1:{port}/")
+        state = settle(driver, 0.0)
+        first = state["firstPaint"] or float("nan")
+        rows.append(("first meaningful paint (summary + heatmap)", first, 0, 0, FIRST_PAINT_MS))
+        rows.append(("first page complete (every view)", max(state["draws"].values()), state["calls"], state["bytes"], 0.0))
+        rows.append(("    drawn at: " + redraws(state, 0.0), float("nan"), 0, 0, 0.0))
+        rows.append(("    first screen: " + first_screen(driver), float("nan"), 0, 0, 0.0))
+        driver.save_screenshot(str(shots / f"{job.name}_first_page.png"))
+        log(driver, verbose)
+        for label, act in interactions(driver):
+            t0 = reset(driver)
+            act()
+            state = settle(driver, t0)
+            last = max([state["lastDone"], *state["draws"].values()]) - t0
+            rows.append((f"click: {label} -> last view redrawn", last, state["calls"], state["bytes"], CLICK_MS))
+            rows.append(("    redrawn after: " + redraws(state, t0), float("nan"), 0, 0, 0.0))
+            driver.save_screenshot(str(shots / f"{job.name}_{label.replace(' ', '_')}.png"))
+            log(driver, verbose)
+    finally:
+        driver.quit()
+        proc.terminate()
+        proc.wait(timeout=20)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--job", type=Path, action="append", required=True, help="a job folder (repeat for several)")
+    parser.add_argument("--cache", type=Path, help="where parsed jobs and aggregates go (default: a temporary folder)")
+    parser.add_argument("--shots", type=Path, default=REPO / "test-output" / "browser", help="screenshots")
+    parser.add_argument("--verbose", action="store_true", help="list each callback of each gesture")
+    args = parser.parse_args()
+    args.shots.mkdir(parents=True, exist_ok=True)
+    cache = args.cache or Path(tempfile.mkdtemp(prefix="paradiag-browser-"))
+    for job in args.job:
+        print(f"\n{job}")
+        print(f"  {'measure':52s} {'ms':>9s} {'calls':>6s} {'KB':>8s}  budget")
+        for label, ms, calls, nbytes, budget in measure(job, cache, args.shots, args.verbose):
+            if ms != ms:  # a note line (NaN): which view came when
+                print(f"  {label}")
+                continue
+            verdict = "" if not budget else ("ok" if ms <= budget else "OVER")
+            print(f"  {label:52s} {ms:9.0f} {calls:6d} {nbytes / 1024:8.1f}  {verdict}")
+
+
+if __name__ == "__main__":
+    main()
