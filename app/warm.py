@@ -15,14 +15,13 @@ from paradiag.app import context
 from paradiag.app.callbacks.timeline import shown_ranks, view_data
 from paradiag.app.data.collectives import instances
 from paradiag.app.data.comm import view as comm_view
-from paradiag.app.data.common import slowest_step
 from paradiag.app.data.compare import operators_of
 from paradiag.app.data.detail import operator_totals
 from paradiag.app.data.findings import findings_of
 from paradiag.app.data.flow import flow_data
 from paradiag.app.data.marey import marey_data, p2p_pairs, step_bands
 from paradiag.app.data.mesh import mesh_of
-from paradiag.app.data.overview import overview
+from paradiag.app.data.overview import opening_step, overview
 
 
 def warm(app: Dash, token: str) -> threading.Thread:
@@ -41,14 +40,14 @@ def warm(app: Dash, token: str) -> threading.Thread:
 
 
 def warm_views(app: Dash, token: str) -> None:
-    """The first page's views of the slowest step, and the detail panel's operator totals."""
+    """The first page's views of the step it opens on, and the detail panel's operator totals."""
     with app.server.app_context():
         job = context.job(token)
         operator_totals(job)
-        step = slowest_step(job)
+        step = opening_step(job)  # the step a new page opens on
         if step is not None:
             step_bands(job, step)
             p2p_pairs(job, step)
             marey_data(job, step, None)
             flow_data(job, step)
-            view_data(job, shown_ranks(job, None), {"step": step})  # the first page's timeline
+            view_data(job, shown_ranks(job, None, step), {"step": step})  # the first page's timeline
