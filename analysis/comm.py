@@ -266,6 +266,28 @@ def npu_links(links: pa.Table, world: int) -> dict[tuple[int, int], tuple[float,
     return out
 
 
+def _p2p_links(p2p: pa.Table) -> dict[tuple[int, int], tuple[float, float, float]]:
+    """Per directed link, (bytes, busy time, transfers) of its send/recv pairs. A pair's clock-free transfer time
+    (the shorter kernel) is the transfer only when the receive was posted before the data: one that found the data
+    waiting lasts a local copy, and counting it would make the links whose receivers run late look fast and the
+    others slow. So a link's rate comes from its pairs whose receiver waited, when it has any; its busy time is
+    all of its bytes at that rate."""
+    cols = p2p.select(["src", "dst", "bytes", "transfer_ns", "receiver_waited"]).to_pydict()
+    acc: dict[tuple[int, int], list[float]] = {}
+    for src, dst, size, transfer, waited in zip(*cols.values(), strict=True):
+        entry = acc.setdefault((src, dst), [0.0, 0.0, 0.0, 0.0, 0.0])  # bytes, time, count, measured bytes, time
+        entry[0] += size
+        entry[1] += max(transfer, 0)
+        entry[2] += 1
+        if waited and transfer > 0:
+            entry[3] += size
+            entry[4] += transfer
+    return {
+        link: (size, size * measured_time / measured if measured > 0 else time, count)
+        for link, (size, time, count, measured, measured_time) in acc.items()
+    }
+
+
 def comm_matrix(
     instances: pa.Table,
     p2p: pa.Table,
@@ -305,9 +327,8 @@ def comm_matrix(
         ring = members[group]
         for a, b in zip(ring, ring[1:] + ring[:1], strict=True):
             add(a, b, moved, time, count)
-    pairs = p2p.select(["src", "dst", "bytes", "transfer_ns"]).to_pydict()
-    for src, dst, size, transfer in zip(*pairs.values(), strict=True):
-        add(src, dst, size, max(transfer, 0), 1)
+    for (src, dst), (size, time, count) in _p2p_links(p2p).items():
+        add(src, dst, size, time, count)
     return [
         {
             "src": a,

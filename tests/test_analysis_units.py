@@ -164,6 +164,26 @@ def test_comm_matrix_ring_links() -> None:
     ]
 
 
+
+def test_comm_matrix_send_recv_rate_from_receives_that_waited() -> None:
+    # 0 -> 1: the receive waits, the 5 ns send is the transfer; 0 -> 1 again: the receive comes late and lasts a
+    # 2 ns copy. 1 -> 0: every receive waits, 10 ns transfers. Same bytes per transfer everywhere.
+    rows = [
+        {**coll(0, 100, 105, group="p", kind="send"), "peer": 1},
+        {**coll(1, 50, 130, group="p", kind="recv"), "peer": 0},
+        {**coll(0, 200, 205, group="p", kind="send", seq=1), "peer": 1},
+        {**coll(1, 210, 212, group="p", kind="recv", seq=1), "peer": 0},
+        {**coll(1, 300, 310, group="p", kind="send", seq=2), "peer": 0},
+        {**coll(0, 250, 320, group="p", kind="recv", seq=2), "peer": 1},
+    ]
+    p2p = comm.p2p_transfers(device_frame(events(rows)))
+    empty = comm.collective_instances(comm.collective_participation(device_frame(events([]))))
+    cells = {(c["src"], c["dst"]): c for c in comm.comm_matrix(empty, p2p, {}, {0: "a", 1: "b"})}
+    # Both transfers of 0 -> 1 are priced at the measured 5 ns (not 5 + 2): the late receive does not make it fast.
+    assert cells[(0, 1)]["time_ns"] == 10 and cells[(0, 1)]["instances"] == 2
+    assert cells[(1, 0)]["time_ns"] == 10
+    assert (cells[(0, 1)]["bandwidth_gbps"], cells[(1, 0)]["bandwidth_gbps"]) == (200.0, 100.0)
+
 # ---- stages ----
 
 
