@@ -80,12 +80,10 @@ def critical_path(frame: Frame, participation: pa.Table, p2p: pa.Table, steps: p
 
 def _by_end(work: Frame) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """rank -> (ends in increasing order, the matching row indices of ``work``)."""
-    out = {}
-    for rank in np.unique(work.rank).tolist():
-        rows = np.flatnonzero(work.rank == rank)
-        order = np.argsort(work.end[rows], kind="stable")
-        out[rank] = (work.end[rows][order], rows[order])
-    return out
+    order = np.lexsort((work.end, work.rank))
+    ranks, firsts = np.unique(work.rank[order], return_index=True)
+    bounds = np.append(firsts, len(order))
+    return {int(r): (work.end[order[a:b]], order[a:b]) for r, a, b in zip(ranks.tolist(), bounds[:-1], bounds[1:], strict=True)}
 
 
 def _walk(work: Frame, step: int, releases: dict[tuple[int, int, int], Release], host_start: dict[tuple[int, int], int]) -> list[tuple[Any, ...]]:
