@@ -9,11 +9,13 @@ from typing import Any
 
 import jsonschema
 import pytest
+from click.testing import CliRunner
 
 import paradiag
 from paradiag.analysis.critical_path import PATH_KINDS, composition
 from paradiag.analysis.diagnosis_types import Diagnosis
 from paradiag.analysis.report import build_report
+from paradiag.cli import main
 from paradiag.simulator import SimConfig, parse_fault, simulate
 
 # Big enough that compute, not kernel launches, sets the step (at hidden 512 the host is the bottleneck).
@@ -80,3 +82,11 @@ def test_report_has_the_path_per_step(tmp_path: Path) -> None:
     assert entry["compute_ns"] + entry["communication_ns"] + entry["waiting_ns"] + entry["host_ns"] == entry["length_ns"]
     assert max(entry["by_rank"], key=lambda r: r["compute_ns"])["rank"] == 5
     assert d.critical_path.num_rows == entry["segments"]
+
+
+def test_analyze_prints_the_path_of_each_step(tmp_path: Path) -> None:
+    job, _ = _diagnosis(tmp_path, "cli", "slow_device:ranks=5,factor=1.3")
+    result = CliRunner().invoke(main, ["analyze", str(job.source)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.output.splitlines() if line.startswith("critical path of step")]
+    assert len(lines) == 2 and all("most compute on rank 5" in line for line in lines)
