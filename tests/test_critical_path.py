@@ -8,12 +8,16 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import numpy as np
+import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
 import paradiag
-from paradiag.analysis.critical_path import PATH_KINDS, composition
+from paradiag.analysis import comm
+from paradiag.analysis.critical_path import PATH_KINDS, composition, critical_path
 from paradiag.analysis.diagnosis_types import Diagnosis
+from paradiag.analysis.frame import Frame
 from paradiag.analysis.report import build_report
 from paradiag.cli import main
 from paradiag.simulator import SimConfig, parse_fault, simulate
@@ -90,3 +94,52 @@ def test_analyze_prints_the_path_of_each_step(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     lines = [line for line in result.output.splitlines() if line.startswith("critical path of step")]
     assert len(lines) == 2 and all("most compute on rank 5" in line for line in lines)
+
+
+def _frame(rows: list[tuple[int, int, str, str, int, int, int]]) -> Frame:
+    """Device work of step 0 from (rank, track, kind, name, start, end, peer) rows; ``all_reduce`` is one
+    collective (group g, seq 0) and ``send``/``recv`` go to ``peer``."""
+    rows = sorted(rows, key=lambda r: (r[0], r[4]))
+    kinds, names = ["compute", "communication", "sync"], sorted({r[3] for r in rows})
+    collectives = ["all_reduce", "send", "recv"]
+
+    def col(values: list[int]) -> np.ndarray:
+        return np.array(values, dtype=np.int64)
+
+    coll = [collectives.index(r[3]) if r[3] in collectives else -1 for r in rows]
+    return Frame(
+        rank=col([r[0] for r in rows]).astype(np.int32), track=col([r[1] for r in rows]).astype(np.int32),
+        kind=col([kinds.index(r[2]) for r in rows]), name=col([names.index(r[3]) for r in rows]), op=col([-1] * len(rows)),
+        start=col([r[4] for r in rows]), end=col([r[5] for r in rows]), step=col([0] * len(rows)), collective=col(coll),
+        group=col([0 if c >= 0 else -1 for c in coll]), peer=col([r[6] for r in rows]),
+        bytes=col([8 if c >= 0 else -1 for c in coll]), seq=col([0 if c >= 0 else -1 for c in coll]),
+        kinds=kinds, names=names, collectives=collectives, groups=["g"],
+    )  # fmt: skip
+
+
+def _path(frame: Frame, ranks: int) -> list[tuple[int, str, int, int]]:
+    steps = pa.table({"rank": list(range(ranks)), "step": [0] * ranks, "start_ns": [0] * ranks})
+    table = critical_path(frame, comm.collective_participation(frame), comm.p2p_transfers(frame), steps)
+    return [(r["rank"], r["kind"], r["start_ns"], r["end_ns"]) for r in table.to_pylist()]
+
+
+def test_a_collective_hands_the_path_to_its_last_arrival() -> None:
+    frame = _frame([
+        (0, 1, "compute", "a", 0, 10, -1), (0, 2, "communication", "all_reduce", 10, 50, -1), (0, 1, "compute", "c", 52, 60, -1),
+        (1, 1, "compute", "b", 0, 40, -1), (1, 2, "communication", "all_reduce", 40, 50, -1),
+    ])  # fmt: skip
+    assert _path(frame, 2) == [(1, "compute", 0, 40), (0, "communication", 40, 50), (0, "host", 50, 52), (0, "compute", 52, 60)]
+
+
+def test_a_receive_that_waited_hands_the_path_to_the_sender() -> None:
+    frame = _frame([
+        (0, 1, "compute", "a", 0, 30, -1), (0, 3, "communication", "send", 30, 35, 1),
+        (1, 3, "communication", "recv", 5, 35, 0), (1, 1, "compute", "b", 35, 45, -1),
+    ])  # fmt: skip
+    assert _path(frame, 2) == [(0, "compute", 0, 30), (1, "communication", 30, 35), (1, "compute", 35, 45)]
+
+
+def test_work_ending_within_the_rounding_still_releases_the_next() -> None:
+    # The sync on stream 2 ends 500 ns after the kernel it released started (times rounded by the trace).
+    frame = _frame([(0, 1, "compute", "a", 0, 1_000, -1), (0, 2, "sync", "wait", 1_000, 9_500, -1), (0, 1, "compute", "b", 9_000, 12_000, -1)])
+    assert _path(frame, 1) == [(0, "compute", 0, 1_000), (0, "waiting", 1_000, 9_000), (0, "compute", 9_000, 12_000)]
