@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import gzip
 import itertools
-import json
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import click
+import msgspec
 import pyarrow as pa
 
 from paradiag import schema
@@ -43,6 +44,7 @@ KINETO_CATEGORY = {
 }
 KINDS_OF_CATEGORY = {**HOST_CATEGORIES, **DEVICE_CATEGORIES}
 EVENT_COLUMNS = ("rank", "device", "track", "kind", "category", "name", "start_ns", "dur_ns", "correlation", "external_id", "collective", "group", "group_ranks", "peer", "bytes")
+_encode = msgspec.json.Encoder().encode
 COLLECTIVE_FLOW = "collective"
 P2P_FLOW = "send_recv"
 
@@ -192,35 +194,39 @@ def write_perfetto(job: Job, out: Path) -> ExportSummary:
     d = job.diagnosis()
     base = _first_start(job)
     names = {r: process_name(r, d.layout.coords.get(r), d.layout.size) for r in job.rank_ids}
-    counts: dict[int, int] = {}
+    tally: Counter[tuple[Any, ...]] = Counter()
+    header = {"displayTimeUnit": "ns", "baseTimeNanoseconds": base, "paradiag": {"source": job.source, "ranks": names}}
     tmp = out.with_name(f".{out.name}.tmp")
-    with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=5) as fh:
-        fh.write(json.dumps({"displayTimeUnit": "ns", "baseTimeNanoseconds": base, "paradiag": {"source": job.source, "ranks": names}})[:-1])
-        fh.write(', "traceEvents": [\n')
-        first = True
-        for rank in job.rank_ids:
-            for event in _rank_events(job, rank, base, names):
-                counts[rank] = counts.get(rank, 0) + (event["ph"] == "X")
-                first = _put(fh, event, first)
-        flows = {COLLECTIVE_FLOW: 0, P2P_FLOW: 0}
-        ids = itertools.count(1)
-        for event in itertools.chain(collective_flows(d, base, ids), p2p_flows(d, base, ids)):
-            flows[event["cat"]] += event["ph"] == "s"
-            first = _put(fh, event, first)
-        found = 0
-        for event in finding_events(d, job, base):
-            found += 1
-            first = _put(fh, event, first)
-        for event in path_events(d, max(job.rank_ids, default=-1) + 1, base):
-            first = _put(fh, event, first)
-        fh.write("\n]}\n")
-    tmp.replace(out)
-    return ExportSummary(out, counts, flows[COLLECTIVE_FLOW], flows[P2P_FLOW], found, d.critical_path.num_rows)
+    try:
+        with gzip.open(tmp, "wb", compresslevel=5) as fh:
+            fh.write(_encode(header)[:-1] + b',"traceEvents":[\n')
+            for i, event in enumerate(_events(job, d, base, names)):
+                tally[(event["ph"], event.get("cat") if event["ph"] != "X" else event["pid"])] += 1
+                fh.write((b",\n" if i else b"") + _encode(event))
+            fh.write(b"\n]}\n")
+        tmp.replace(out)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return ExportSummary(
+        path=out,
+        events={r: tally[("X", r)] for r in job.rank_ids},
+        collective_flows=tally[("s", COLLECTIVE_FLOW)],
+        p2p_flows=tally[("s", P2P_FLOW)],
+        findings=tally[("i", "finding")],
+        path_segments=d.critical_path.num_rows,
+    )
 
 
-def _put(fh: IO[str], event: dict[str, Any], first: bool) -> bool:
-    fh.write(("" if first else ",\n") + json.dumps(event, separators=(",", ":")))
-    return False
+def _events(job: Job, d: Diagnosis, base: int, names: dict[int, str]) -> Iterator[dict[str, Any]]:
+    """Every event of the export: the ranks', the flows, the findings, the critical path."""
+    for rank in job.rank_ids:
+        yield from _rank_events(job, rank, base, names)
+    ids = itertools.count(1)
+    yield from collective_flows(d, base, ids)
+    yield from p2p_flows(d, base, ids)
+    yield from finding_events(d, job, base)
+    yield from path_events(d, max(job.rank_ids, default=-1) + 1, base)
 
 
 def _first_start(job: Job) -> int:
