@@ -11,8 +11,9 @@ what came right before it:
   arrival; the time after the last arrival is **communication**;
 * a receive that started before its send was released by the sender (and a send that waited for its receive by
   the receiver): the path continues on the other rank from the moment it started its half;
-* a compute or memory kernel is **compute**; a device-side synchronisation (``sync``) is **waiting**, and so is a
-  communication kernel whose waiting no recorded member explains.
+* a compute or memory kernel is **compute**; a device-side synchronisation (``sync``) is **waiting**, and so is
+  the part of a communication kernel before the arrival of a rank that did no work in this step (its work was
+  counted in another step: the path cannot follow it).
 
 The walk stops on the rank where the step's device work began, at that rank's host start of the step (the time
 before its first kernel is host time). The segments tile the path without gaps, so their sum is the path length.
@@ -38,7 +39,7 @@ END_TOLERANCE_NS = 1000
 Release = tuple[int, int]  # (rank, time): the other rank whose arrival released this work, and when it arrived
 
 
-def _releases(frame: Frame, participation: pa.Table, p2p: pa.Table) -> dict[tuple[int, int, int], Release]:
+def _releases(participation: pa.Table, p2p: pa.Table) -> dict[tuple[int, int, int], Release]:
     """(rank, start, end) of a communication kernel that waited for another rank -> (that rank, its arrival)."""
     out: dict[tuple[int, int, int], Release] = {}
     p = participation.select(["rank", "start_ns", "end_ns", "last_arrival_ns", "late_rank"]).to_pydict()
@@ -58,7 +59,7 @@ def critical_path(frame: Frame, participation: pa.Table, p2p: pa.Table, steps: p
     """Per step, the segments of its critical path: step, rank, track (-1 for host gaps), kind (one of
     ``PATH_KINDS``), operator (the ATen operator or kernel; the collective; null for host gaps), start_ns,
     end_ns; in time order."""
-    releases = _releases(frame, participation, p2p)
+    releases = _releases(participation, p2p)
     host_start = {(r, s): t for r, s, t in zip(*steps.select(["rank", "step", "start_ns"]).to_pydict().values(), strict=True)}
     work = frame.take((frame.step >= 0) & (frame.end > frame.start))
     rows: list[tuple[Any, ...]] = []
@@ -105,11 +106,16 @@ def _walk(work: Frame, step: int, releases: dict[tuple[int, int, int], Release],
         if end < t:
             out.append((step, rank, -1, "host", None, end, t))
         release = releases.get((rank, start, int(work.end[e])))
-        if release is not None and release[0] in ends and release[1] < end:
+        if release is not None and release[1] < end:
             out.append((step, rank, int(work.track[e]), "communication", _operator(work, e), release[1], end))
-            rank, t = release
-            continue
-        out.append((step, rank, int(work.track[e]), _kind(work, e), _operator(work, e), start, end))
+            if release[0] in ends:
+                rank, t = release
+                continue
+            # The rank that released it did no work in this step (its work went to another step): the time
+            # before its arrival is waiting, and the path stays here.
+            out.append((step, rank, int(work.track[e]), "waiting", _operator(work, e), start, release[1]))
+        else:
+            out.append((step, rank, int(work.track[e]), _kind(work, e), _operator(work, e), start, end))
         t = start
 
 
