@@ -11,9 +11,9 @@ what came right before it:
   arrival; the time after the last arrival is **communication**;
 * a receive that started before its send was released by the sender (and a send that waited for its receive by
   the receiver): the path continues on the other rank from the moment it started its half;
-* a compute or memory kernel is **compute**; a device-side synchronisation (``sync``) is **waiting**, and so is
-  the part of a communication kernel before the arrival of a rank that did no work in this step (its work was
-  counted in another step: the path cannot follow it).
+* a compute or memory kernel is **compute**; a device-side wait (``sync``) is **waiting** until the end of the
+  work of another stream that ended last while it ran (what it waited for: the path goes on there). Waiting in a
+  collective or a receive is never on the path: the path leaves for the rank that was waited for.
 
 The walk stops on the rank where the step's device work began, at that rank's host start of the step (the time
 before its first kernel is host time). The segments tile the path without gaps, so their sum is the path length.
@@ -106,16 +106,15 @@ def _walk(work: Frame, step: int, releases: dict[tuple[int, int, int], Release],
         if end < t:
             out.append((step, rank, -1, "host", None, end, t))
         release = releases.get((rank, start, int(work.end[e])))
-        if release is not None and release[1] < end:
+        if release is not None and release[0] in ends and release[1] < end:
             out.append((step, rank, int(work.track[e]), "communication", _operator(work, e), release[1], end))
-            if release[0] in ends:
-                rank, t = release
-                continue
-            # The rank that released it did no work in this step (its work went to another step): the time
-            # before its arrival is waiting, and the path stays here.
-            out.append((step, rank, int(work.track[e]), "waiting", _operator(work, e), start, release[1]))
-        else:
-            out.append((step, rank, int(work.track[e]), _kind(work, e), _operator(work, e), start, end))
+            rank, t = release
+            continue
+        kind = _kind(work, e)
+        other = _other_stream_before(work, ends[rank], e, end, visited) if kind == "waiting" else None
+        if other is not None:  # the wait ended when that work did: only the rest of it is on the path
+            start = min(int(work.end[other]), end)
+        out.append((step, rank, int(work.track[e]), kind, _operator(work, e), start, end))
         t = start
 
 
@@ -127,6 +126,19 @@ def _latest_before(work: Frame, by_end: tuple[np.ndarray, np.ndarray], t: int, v
     while pos >= 0 and (int(rows[pos]) in visited or work.start[rows[pos]] >= t):
         pos -= 1
     return int(rows[pos]) if pos >= 0 else None
+
+
+def _other_stream_before(work: Frame, by_end: tuple[np.ndarray, np.ndarray], wait: int, t: int, visited: set[int]) -> int | None:
+    """The work of another stream that ended last while the device-side wait ``wait`` ran (up to ``t``): the
+    work it waited for."""
+    ends, rows = by_end
+    pos = int(np.searchsorted(ends, t + END_TOLERANCE_NS, side="right")) - 1
+    while pos >= 0 and ends[pos] > work.start[wait]:
+        row = int(rows[pos])
+        if row not in visited and work.track[row] != work.track[wait] and work.start[row] < t:
+            return row
+        pos -= 1
+    return None
 
 
 def _kind(work: Frame, row: int) -> str:

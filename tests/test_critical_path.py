@@ -143,3 +143,12 @@ def test_work_ending_within_the_rounding_still_releases_the_next() -> None:
     # The sync on stream 2 ends 500 ns after the kernel it released started (times rounded by the trace).
     frame = _frame([(0, 1, "compute", "a", 0, 1_000, -1), (0, 2, "sync", "wait", 1_000, 9_500, -1), (0, 1, "compute", "b", 9_000, 12_000, -1)])
     assert _path(frame, 1) == [(0, "compute", 0, 1_000), (0, "waiting", 1_000, 9_000), (0, "compute", 9_000, 12_000)]
+
+
+def test_a_device_wait_hands_the_path_to_the_stream_it_waited_for() -> None:
+    frame = _frame([
+        (0, 3, "compute", "long", 50_000, 4_990_000, -1), (0, 2, "compute", "short", 0, 100_000, -1),
+        (0, 2, "sync", "wait", 100_000, 5_000_000, -1), (0, 2, "compute", "after", 5_000_000, 6_000_000, -1),
+    ])  # fmt: skip
+    expected = [(0, "host", 0, 50_000), (0, "compute", 50_000, 4_990_000), (0, "waiting", 4_990_000, 5_000_000)]
+    assert _path(frame, 1) == [*expected, (0, "compute", 5_000_000, 6_000_000)]
