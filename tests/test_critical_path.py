@@ -21,6 +21,7 @@ from paradiag.analysis.frame import Frame
 from paradiag.analysis.report import build_report
 from paradiag.cli import main
 from paradiag.simulator import SimConfig, parse_fault, simulate
+from tests.conftest import shared_path
 
 # Big enough that compute, not kernel launches, sets the step (at hidden 512 the host is the bottleneck).
 MESH = {"dp": 2, "tp": 2, "pp": 2, "steps": 2, "layers": 4, "jitter": 0.0}
@@ -152,3 +153,13 @@ def test_a_device_wait_hands_the_path_to_the_stream_it_waited_for() -> None:
     ])  # fmt: skip
     expected = [(0, "host", 0, 50_000), (0, "compute", 50_000, 4_990_000), (0, "waiting", 4_990_000, 5_000_000)]
     assert _path(frame, 1) == [*expected, (0, "compute", 5_000_000, 6_000_000)]
+
+
+def test_real_npu_wait_is_followed_to_the_collective() -> None:
+    """On the real Ascend trace the compute stream's long EVENT_WAIT waited for the all-reduce on the
+    communication stream: the path goes on through the all-reduce, not through the wait."""
+    job = paradiag.open(shared_path("npu", "msinsight_alexnet_dp8_db_level1"))
+    (step,) = composition(job.diagnosis().critical_path)
+    assert step["waiting_ns"] < 0.01 * step["length_ns"]
+    assert step["communication_ns"] > 0.5 * step["length_ns"]
+    assert step["by_operator"][0]["kind"] == "communication"
