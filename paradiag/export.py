@@ -25,10 +25,11 @@ from typing import Any
 import click
 import msgspec
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from paradiag import schema
 from paradiag.analysis.diagnosis_types import Diagnosis, Finding
-from paradiag.commands import cache_option, path_argument, strict_option, workers_option
+from paradiag.commands import _print_problems, cache_option, path_argument, strict_option, workers_option
 from paradiag.dataset import Job, JobError, open_job
 from paradiag.parsers.kineto_decode import DEVICE_CATEGORIES, HOST_CATEGORIES
 
@@ -230,9 +231,11 @@ def _events(job: Job, d: Diagnosis, base: int, names: dict[int, str]) -> Iterato
 
 
 def _first_start(job: Job) -> int:
-    """The earliest step start (the trace's time zero), whole microseconds so that relative times stay exact."""
-    starts = [s for s in job.steps.column("start_ns").to_pylist() if s is not None]
-    return (min(starts) // 1000 * 1000) if starts else 0
+    """The earliest event start (the trace's time zero), whole microseconds so that relative times stay exact:
+    times before a step (or in a job without steps) are then positive and small too."""
+    firsts = [pc.min(job.events(ranks=[r], columns=["start_ns"]).column("start_ns")).as_py() for r in job.rank_ids]
+    known = [t for t in firsts if t is not None]
+    return min(known) // 1000 * 1000 if known else 0
 
 
 @click.command()
@@ -248,6 +251,7 @@ def export(path: Path, perfetto: Path, cache: Path | None, strict: bool, workers
         job = open_job(path, cache, strict=strict, workers=workers)
     except JobError as exc:
         raise click.ClickException(str(exc)) from exc
+    _print_problems(job)
     if not perfetto.parent.is_dir():
         raise click.ClickException(f"{perfetto}: folder {perfetto.parent} does not exist")
     try:
