@@ -28,6 +28,7 @@ from paradiag.analysis.breakdown import (
     step_breakdowns,
 )
 from paradiag.analysis.compare import operator_times
+from paradiag.analysis.critical_path import critical_path
 from paradiag.analysis.diagnosis_types import (
     BREAKDOWN_FIELDS,
     CommLink,
@@ -147,6 +148,7 @@ def diagnose(job: Job) -> Diagnosis:
         p2p=p2p,
         passes=passes,
         operator_totals=operator_totals(frame),
+        critical_path=critical_path(frame, participation, p2p, job.steps),
     )
 
 

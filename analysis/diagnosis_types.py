@@ -8,7 +8,8 @@ dataclasses written as one JSON file. Their JSON forms are those of ``docs/repor
 Cache folder layout (``diagnosis/``)::
 
     diagnosis.json         version, layout, groups, findings, stage metrics, operators, communication summary
-    <table>.parquet        rank_steps, breakdowns, participation, instances, p2p, passes, operator_totals
+    <table>.parquet        rank_steps, breakdowns, participation, instances, p2p, passes, operator_totals,
+                           critical_path
 
 ``version`` hashes the analysis sources: a cache written by another version of the analysis is diagnosed again
 on open (the events are still there), so a stored Diagnosis never disagrees with the code that reads it.
@@ -34,7 +35,7 @@ from paradiag.analysis.layout import Layout
 
 FOLDER = "diagnosis"
 DOCUMENT = "diagnosis.json"
-TABLES = ("rank_steps", "breakdowns", "participation", "instances", "p2p", "passes", "operator_totals")
+TABLES = ("rank_steps", "breakdowns", "participation", "instances", "p2p", "passes", "operator_totals", "critical_path")
 BREAKDOWN_FIELDS = tuple(Breakdown.__dataclass_fields__)
 
 
@@ -225,7 +226,8 @@ class Diagnosis:
     caused_ns, compute_z, launch_delay_z (robust z-scores within the stage and step); ``breakdowns`` per rank
     and step (step null: over all the rank's steps) the time breakdown; ``participation`` per (rank, collective
     instance); ``instances`` per collective instance; ``p2p`` per matched send/recv pair; ``passes`` per pipeline
-    pass; ``operator_totals`` device time per (step, rank, operator)."""
+    pass; ``operator_totals`` device time per (step, rank, operator); ``critical_path`` per step the segments of
+    its critical path (``paradiag.analysis.critical_path``)."""
 
     version: str
     layout: Layout
@@ -244,6 +246,7 @@ class Diagnosis:
     p2p: pa.Table
     passes: pa.Table
     operator_totals: pa.Table
+    critical_path: pa.Table
 
     def culprits(self) -> dict[int, list[str]]:
         """rank -> the kinds of the findings that name it as a culprit (link ends included)."""

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from paradiag.analysis.breakdown import Breakdown, convention_breakdown
+from paradiag.analysis.critical_path import composition
 from paradiag.analysis.diagnosis_types import Diagnosis, breakdowns_of
 from paradiag.analysis.findings import MIN_IMPACT_PCT
 
@@ -125,6 +126,7 @@ def report_of(job: Job, d: Diagnosis) -> dict[str, Any]:
         "ranks": ranks,
         "findings": [f.as_json() for f in d.findings],
         "metrics": {**job_metrics(ranks), **analysis_metrics(d)},
+        "critical_path": composition(d.critical_path),
     }
 
 

@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "serve": "paradiag.app.cli:serve",
     "snapshot": "paradiag.snapshot:snapshot",
     "compare": "paradiag.snapshot:compare",
+    "export": "paradiag.export:export",
 }
 
 

@@ -221,3 +221,14 @@ def _print_report(report: dict[str, Any], findings: list[Finding]) -> None:
     out.print(f"median step time {ms(m['step_time_ns']['median'])} ms; findings: {len(findings)}", highlight=False)
     for i, f in enumerate(findings, start=1):
         out.print(f"{i}. {finding_line(f)}", highlight=False)
+    for step in report.get("critical_path", []):
+        out.print(critical_path_line(step), highlight=False)
+
+
+def critical_path_line(step: dict[str, Any]) -> str:
+    """One step's critical path: its length, each kind's share, and the rank holding most of its compute."""
+    length = step["length_ns"] or 1
+    shares = ", ".join(f"{kind} {100 * step[f'{kind}_ns'] / length:.0f}%" for kind in ("compute", "communication", "waiting", "host"))
+    top = max(step["by_rank"], key=lambda r: r["compute_ns"], default=None)
+    where = f"; most compute on rank {top['rank']} ({ms(top['compute_ns'])} ms)" if top and top["compute_ns"] else ""
+    return f"critical path of step {step['step']}: {ms(step['length_ns'])} ms ({shares}){where}"

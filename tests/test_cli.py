@@ -42,7 +42,7 @@ def test_analyze_json_report(tmp_path: Path) -> None:
     folder = write_job(tmp_path / "job", ranks=2)
     report = json.loads(run("analyze", "--json", str(folder)))
     assert report["schema"] == "paradiag.report/1"
-    assert set(report) == {"schema", "job", "ranks", "findings", "metrics"}
+    assert set(report) == {"schema", "job", "ranks", "findings", "metrics", "critical_path"}
     assert report["job"]["num_ranks"] == 2 and report["job"]["world_size"] == 2
     assert report["job"]["steps"] == [0, 1]
     rank0 = report["ranks"][0]

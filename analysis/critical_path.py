@@ -1,0 +1,187 @@
+"""The critical path of each step through the multi-rank dependency graph, and what it is made of.
+
+A step ends with the last device work of any rank. Walking back from there, each piece of work was released by
+what came right before it:
+
+* on one rank, device work runs after the work that ended last before it started (whatever its stream: a kernel
+  waits on its own stream and on the events other streams record); the time between the two is a **host** gap (the
+  device had nothing launched: the host was late);
+* a collective kernel cannot finish before its last member arrives: where this rank arrived before the last one,
+  the path goes to the last arrival (``late_rank`` in ``participation``) and continues on that rank from its
+  arrival; the time after the last arrival is **communication**;
+* a receive that started before its send was released by the sender (and a send that waited for its receive by
+  the receiver): the path continues on the other rank from the moment it started its half;
+* a compute or memory kernel is **compute**; a device-side wait (``sync``) is **waiting** until the end of the
+  work of another stream that ended last while it ran (what it waited for: the path goes on there). Waiting in a
+  collective or a receive is never on the path: the path leaves for the rank that was waited for.
+
+The walk stops on the rank where the step's device work began, at that rank's host start of the step (the time
+before its first kernel is host time). The segments tile the path without gaps, so their sum is the path length.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from paradiag.analysis.frame import Frame
+
+PATH_KINDS = ("compute", "communication", "waiting", "host")
+TOP_OPERATORS = 10
+# Work that ends this little after the next work starts still released it: traces round times (Kineto's integer
+# microseconds, float microseconds on an epoch clock), so a kernel that waited for another can seem to start 1 ns
+# before the other ended.
+END_TOLERANCE_NS = 1000
+Release = tuple[int, int]  # (rank, time): the other rank whose arrival released this work, and when it arrived
+
+
+def _releases(participation: pa.Table, p2p: pa.Table) -> dict[tuple[int, int, int], Release]:
+    """(rank, start, end) of a communication kernel that waited for another rank -> (that rank, its arrival)."""
+    out: dict[tuple[int, int, int], Release] = {}
+    p = participation.select(["rank", "start_ns", "end_ns", "last_arrival_ns", "late_rank"]).to_pydict()
+    for rank, start, end, last, late in zip(*p.values(), strict=True):
+        if late >= 0 and late != rank and last > start:
+            out[(rank, start, end)] = (late, last)
+    q = p2p.select(["src", "dst", "send_start_ns", "send_end_ns", "recv_start_ns", "recv_end_ns"]).to_pydict()
+    for src, dst, s0, s1, r0, r1 in zip(*q.values(), strict=True):
+        if s0 > r0 and src != dst:
+            out[(dst, r0, r1)] = (src, s0)
+        elif r0 > s0 and src != dst:
+            out[(src, s0, s1)] = (dst, r0)
+    return out
+
+
+def critical_path(frame: Frame, participation: pa.Table, p2p: pa.Table, steps: pa.Table) -> pa.Table:
+    """Per step, the segments of its critical path: step, rank, track (-1 for host gaps), kind (one of
+    ``PATH_KINDS``), operator (the ATen operator or kernel; the collective; null for host gaps), start_ns,
+    end_ns; in time order."""
+    releases = _releases(participation, p2p)
+    host_start = {(r, s): t for r, s, t in zip(*steps.select(["rank", "step", "start_ns"]).to_pydict().values(), strict=True)}
+    work = frame.take((frame.step >= 0) & (frame.end > frame.start))
+    rows: list[tuple[Any, ...]] = []
+    for step in np.unique(work.step).tolist():
+        rows += reversed(_walk(work.take(work.step == step), step, releases, host_start))
+    cols: list[Any] = list(zip(*rows, strict=True)) if rows else [()] * 7
+    return pa.table(
+        {
+            "step": pa.array(cols[0], pa.int32()),
+            "rank": pa.array(cols[1], pa.int32()),
+            "track": pa.array(cols[2], pa.int32()),
+            "kind": pa.array(cols[3], pa.string()),
+            "operator": pa.array(cols[4], pa.string()),
+            "start_ns": pa.array(cols[5], pa.int64()),
+            "end_ns": pa.array(cols[6], pa.int64()),
+        }
+    )
+
+
+def _by_end(work: Frame) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """rank -> (ends in increasing order, the matching row indices of ``work``)."""
+    order = np.lexsort((work.end, work.rank))
+    ranks, firsts = np.unique(work.rank[order], return_index=True)
+    bounds = np.append(firsts, len(order))
+    return {int(r): (work.end[order[a:b]], order[a:b]) for r, a, b in zip(ranks.tolist(), bounds[:-1], bounds[1:], strict=True)}
+
+
+def _walk(work: Frame, step: int, releases: dict[tuple[int, int, int], Release], host_start: dict[tuple[int, int], int]) -> list[tuple[Any, ...]]:
+    """The segments of one step's path, latest first."""
+    ends = _by_end(work)
+    last = int(np.argmax(work.end))
+    rank, t = int(work.rank[last]), int(work.end[last])
+    visited: set[int] = set()
+    out: list[tuple[Any, ...]] = []
+    while True:
+        e = _latest_before(work, ends[rank], t, visited)
+        if e is None:
+            begin = host_start.get((rank, step))
+            if begin is not None and begin < t:
+                out.append((step, rank, -1, "host", None, begin, t))
+            return out
+        visited.add(e)
+        start, end = int(work.start[e]), min(int(work.end[e]), t)
+        if end < t:
+            out.append((step, rank, -1, "host", None, end, t))
+        release = releases.get((rank, start, int(work.end[e])))
+        if release is not None and release[0] in ends and release[1] < end:
+            out.append((step, rank, int(work.track[e]), "communication", _operator(work, e), release[1], end))
+            rank, t = release
+            continue
+        kind = _kind(work, e)
+        other = _other_stream_before(work, ends[rank], e, end, visited) if kind == "waiting" else None
+        if other is not None:  # the wait ended when that work did: only the rest of it is on the path
+            start = min(int(work.end[other]), end)
+        out.append((step, rank, int(work.track[e]), kind, _operator(work, e), start, end))
+        t = start
+
+
+def _latest_before(work: Frame, by_end: tuple[np.ndarray, np.ndarray], t: int, visited: set[int]) -> int | None:
+    """The row of the rank's work that started before ``t`` and ended last at or before it (within
+    ``END_TOLERANCE_NS``), not already on the path."""
+    ends, rows = by_end
+    pos = int(np.searchsorted(ends, t + END_TOLERANCE_NS, side="right")) - 1
+    while pos >= 0 and (int(rows[pos]) in visited or work.start[rows[pos]] >= t):
+        pos -= 1
+    return int(rows[pos]) if pos >= 0 else None
+
+
+def _other_stream_before(work: Frame, by_end: tuple[np.ndarray, np.ndarray], wait: int, t: int, visited: set[int]) -> int | None:
+    """The work of another stream that ended last while the device-side wait ``wait`` ran (up to ``t``): the
+    work it waited for."""
+    ends, rows = by_end
+    pos = int(np.searchsorted(ends, t + END_TOLERANCE_NS, side="right")) - 1
+    while pos >= 0 and ends[pos] > work.start[wait]:
+        row = int(rows[pos])
+        if row not in visited and work.track[row] != work.track[wait] and work.start[row] < t:
+            return row
+        pos -= 1
+    return None
+
+
+def _kind(work: Frame, row: int) -> str:
+    kind = work.kinds[work.kind[row]]
+    if kind == "sync":
+        return "waiting"
+    return "communication" if kind == "communication" else "compute"
+
+
+def _operator(work: Frame, row: int) -> str:
+    if work.kinds[work.kind[row]] == "communication" and work.collective[row] >= 0:
+        return work.collectives[work.collective[row]]
+    return work.names[work.op[row]] if work.op[row] >= 0 else work.names[work.name[row]]
+
+
+def composition(path: pa.Table) -> list[dict[str, Any]]:
+    """Per step: the path's span and length, time per kind, per rank (by kind) and the operators taking most of
+    it (the report's ``critical_path``)."""
+    out = []
+    for step in sorted(set(path.column("step").to_pylist())):
+        rows = path.filter(pc.equal(path.column("step"), step)).to_pylist()
+        by_kind = dict.fromkeys(PATH_KINDS, 0)
+        by_rank: dict[int, dict[str, int]] = {}
+        by_op: dict[tuple[str, str], int] = {}
+        for r in rows:
+            d = r["end_ns"] - r["start_ns"]
+            by_kind[r["kind"]] += d
+            mine = by_rank.setdefault(r["rank"], dict.fromkeys(PATH_KINDS, 0))
+            mine[r["kind"]] += d
+            if r["operator"] is not None:
+                by_op[(r["operator"], r["kind"])] = by_op.get((r["operator"], r["kind"]), 0) + d
+        top = sorted(by_op.items(), key=lambda kv: -kv[1])[:TOP_OPERATORS]
+        out.append(
+            {
+                "step": step,
+                "start_ns": min(r["start_ns"] for r in rows),
+                "end_ns": max(r["end_ns"] for r in rows),
+                "length_ns": sum(by_kind.values()),
+                "segments": len(rows),
+                "rank_switches": sum(1 for a, b in itertools.pairwise(rows) if a["rank"] != b["rank"]),
+                **{f"{k}_ns": v for k, v in by_kind.items()},
+                "by_rank": [{"rank": rk, **{f"{k}_ns": v for k, v in kinds.items()}} for rk, kinds in sorted(by_rank.items())],
+                "by_operator": [{"operator": op, "kind": kind, "time_ns": ns} for (op, kind), ns in top],
+            }
+        )
+    return out

@@ -1,0 +1,165 @@
+"""The critical path: on a fault-free job it spans the step; with a fault it runs through the culprit."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import numpy as np
+import pyarrow as pa
+import pytest
+from click.testing import CliRunner
+
+import paradiag
+from paradiag.analysis import comm
+from paradiag.analysis.critical_path import PATH_KINDS, composition, critical_path
+from paradiag.analysis.diagnosis_types import Diagnosis
+from paradiag.analysis.frame import Frame
+from paradiag.analysis.report import build_report
+from paradiag.cli import main
+from paradiag.simulator import SimConfig, parse_fault, simulate
+from tests.conftest import shared_path
+
+# Big enough that compute, not kernel launches, sets the step (at hidden 512 the host is the bottleneck).
+MESH = {"dp": 2, "tp": 2, "pp": 2, "steps": 2, "layers": 4, "jitter": 0.0}
+SCHEMA = Path(__file__).resolve().parents[1] / "docs" / "report.schema.json"
+
+
+def _diagnosis(tmp: Path, name: str, *faults: str, **options: Any) -> tuple[paradiag.dataset.Job, Diagnosis]:
+    folder = simulate(SimConfig(output=tmp / name, faults=tuple(parse_fault(f) for f in faults), **{**MESH, **options}))
+    job = paradiag.open(folder)
+    return job, job.diagnosis()
+
+
+def test_fault_free_path_spans_the_step_without_gaps(tmp_path: Path) -> None:
+    job, d = _diagnosis(tmp_path, "clean")
+    steps = composition(d.critical_path)
+    assert [s["step"] for s in steps] == sorted(set(job.steps.column("step").to_pylist()))
+    for s in steps:
+        assert s["length_ns"] == pytest.approx(d.step_time_ns, rel=0.02)
+        assert s["length_ns"] == s["end_ns"] - s["start_ns"] == sum(s[f"{k}_ns"] for k in PATH_KINDS)
+    rows = d.critical_path.to_pylist()
+    assert {r["kind"] for r in rows} <= set(PATH_KINDS)
+    for a, b in itertools.pairwise(rows):
+        if a["step"] == b["step"]:
+            assert a["end_ns"] == b["start_ns"]  # the segments tile the path
+        assert b["end_ns"] > b["start_ns"] or b["kind"] == "host"
+
+
+# The last stage carries the LM head: a culprit in the first stage sets the step only with a small vocabulary.
+# Its share stays lower (about 2/3): the pipeline's fill and drain run on the other stage whoever is slow.
+@pytest.mark.parametrize(
+    ("culprit", "vocab", "share"),
+    [(5, 50304, 0.8), (6, 50304, 0.8), (1, 256, 0.6), (2, 256, 0.6)],
+)
+def test_slow_device_puts_the_path_on_the_culprit(tmp_path: Path, culprit: int, vocab: int, share: float) -> None:
+    _, d = _diagnosis(tmp_path, "slow", f"slow_device:ranks={culprit},factor=1.3", vocab=vocab)
+    for s in composition(d.critical_path):
+        compute = {r["rank"]: r["compute_ns"] for r in s["by_rank"]}
+        assert compute[culprit] > share * s["compute_ns"], s["by_rank"]
+
+
+def test_slow_link_is_communication_on_its_ranks(tmp_path: Path) -> None:
+    _, d = _diagnosis(tmp_path, "link", "slow_link:ranks=4-6,factor=8")
+    for s in composition(d.critical_path):
+        assert s["communication_ns"] > 0.5 * s["length_ns"]
+        comm = {r["rank"]: r["communication_ns"] for r in s["by_rank"]}
+        assert max(comm, key=lambda r: comm[r]) in (4, 6)
+        assert s["by_operator"][0]["kind"] == "communication"
+
+
+def test_host_stall_is_host_time_on_the_stalled_rank(tmp_path: Path) -> None:
+    _, d = _diagnosis(tmp_path, "stall", "host_stall:ranks=1,steps=1,ms=30")
+    stalled = next(s for s in composition(d.critical_path) if s["step"] == 1)
+    host = {r["rank"]: r["host_ns"] for r in stalled["by_rank"]}
+    assert host[1] >= 30_000_000
+    assert stalled["length_ns"] == pytest.approx(d.step_time_ns + 30_000_000, rel=0.5)
+
+
+def test_report_has_the_path_per_step(tmp_path: Path) -> None:
+    job, d = _diagnosis(tmp_path, "report", "slow_device:ranks=5,factor=1.3", steps=1)
+    report = json.loads(json.dumps(build_report(job)))
+    jsonschema.validate(report, json.loads(SCHEMA.read_text()))
+    (entry,) = report["critical_path"]
+    assert entry["compute_ns"] + entry["communication_ns"] + entry["waiting_ns"] + entry["host_ns"] == entry["length_ns"]
+    assert max(entry["by_rank"], key=lambda r: r["compute_ns"])["rank"] == 5
+    assert d.critical_path.num_rows == entry["segments"]
+
+
+def test_analyze_prints_the_path_of_each_step(tmp_path: Path) -> None:
+    job, _ = _diagnosis(tmp_path, "cli", "slow_device:ranks=5,factor=1.3")
+    result = CliRunner().invoke(main, ["analyze", str(job.source)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.output.splitlines() if line.startswith("critical path of step")]
+    assert len(lines) == 2 and all("most compute on rank 5" in line for line in lines)
+
+
+def _frame(rows: list[tuple[int, int, str, str, int, int, int]]) -> Frame:
+    """Device work of step 0 from (rank, track, kind, name, start, end, peer) rows; ``all_reduce`` is one
+    collective (group g, seq 0) and ``send``/``recv`` go to ``peer``."""
+    rows = sorted(rows, key=lambda r: (r[0], r[4]))
+    kinds, names = ["compute", "communication", "sync"], sorted({r[3] for r in rows})
+    collectives = ["all_reduce", "send", "recv"]
+
+    def col(values: list[int]) -> np.ndarray:
+        return np.array(values, dtype=np.int64)
+
+    coll = [collectives.index(r[3]) if r[3] in collectives else -1 for r in rows]
+    return Frame(
+        rank=col([r[0] for r in rows]).astype(np.int32), track=col([r[1] for r in rows]).astype(np.int32),
+        kind=col([kinds.index(r[2]) for r in rows]), name=col([names.index(r[3]) for r in rows]), op=col([-1] * len(rows)),
+        start=col([r[4] for r in rows]), end=col([r[5] for r in rows]), step=col([0] * len(rows)), collective=col(coll),
+        group=col([0 if c >= 0 else -1 for c in coll]), peer=col([r[6] for r in rows]),
+        bytes=col([8 if c >= 0 else -1 for c in coll]), seq=col([0 if c >= 0 else -1 for c in coll]),
+        kinds=kinds, names=names, collectives=collectives, groups=["g"],
+    )  # fmt: skip
+
+
+def _path(frame: Frame, ranks: int) -> list[tuple[int, str, int, int]]:
+    steps = pa.table({"rank": list(range(ranks)), "step": [0] * ranks, "start_ns": [0] * ranks})
+    table = critical_path(frame, comm.collective_participation(frame), comm.p2p_transfers(frame), steps)
+    return [(r["rank"], r["kind"], r["start_ns"], r["end_ns"]) for r in table.to_pylist()]
+
+
+def test_a_collective_hands_the_path_to_its_last_arrival() -> None:
+    frame = _frame([
+        (0, 1, "compute", "a", 0, 10, -1), (0, 2, "communication", "all_reduce", 10, 50, -1), (0, 1, "compute", "c", 52, 60, -1),
+        (1, 1, "compute", "b", 0, 40, -1), (1, 2, "communication", "all_reduce", 40, 50, -1),
+    ])  # fmt: skip
+    assert _path(frame, 2) == [(1, "compute", 0, 40), (0, "communication", 40, 50), (0, "host", 50, 52), (0, "compute", 52, 60)]
+
+
+def test_a_receive_that_waited_hands_the_path_to_the_sender() -> None:
+    frame = _frame([
+        (0, 1, "compute", "a", 0, 30, -1), (0, 3, "communication", "send", 30, 35, 1),
+        (1, 3, "communication", "recv", 5, 35, 0), (1, 1, "compute", "b", 35, 45, -1),
+    ])  # fmt: skip
+    assert _path(frame, 2) == [(0, "compute", 0, 30), (1, "communication", 30, 35), (1, "compute", 35, 45)]
+
+
+def test_work_ending_within_the_rounding_still_releases_the_next() -> None:
+    # The sync on stream 2 ends 500 ns after the kernel it released started (times rounded by the trace).
+    frame = _frame([(0, 1, "compute", "a", 0, 1_000, -1), (0, 2, "sync", "wait", 1_000, 9_500, -1), (0, 1, "compute", "b", 9_000, 12_000, -1)])
+    assert _path(frame, 1) == [(0, "compute", 0, 1_000), (0, "waiting", 1_000, 9_000), (0, "compute", 9_000, 12_000)]
+
+
+def test_a_device_wait_hands_the_path_to_the_stream_it_waited_for() -> None:
+    frame = _frame([
+        (0, 3, "compute", "long", 50_000, 4_990_000, -1), (0, 2, "compute", "short", 0, 100_000, -1),
+        (0, 2, "sync", "wait", 100_000, 5_000_000, -1), (0, 2, "compute", "after", 5_000_000, 6_000_000, -1),
+    ])  # fmt: skip
+    expected = [(0, "host", 0, 50_000), (0, "compute", 50_000, 4_990_000), (0, "waiting", 4_990_000, 5_000_000)]
+    assert _path(frame, 1) == [*expected, (0, "compute", 5_000_000, 6_000_000)]
+
+
+def test_real_npu_wait_is_followed_to_the_collective() -> None:
+    """On the real Ascend trace the compute stream's long EVENT_WAIT waited for the all-reduce on the
+    communication stream: the path goes on through the all-reduce, not through the wait."""
+    job = paradiag.open(shared_path("npu", "msinsight_alexnet_dp8_db_level1"))
+    (step,) = composition(job.diagnosis().critical_path)
+    assert step["waiting_ns"] < 0.01 * step["length_ns"]
+    assert step["communication_ns"] > 0.5 * step["length_ns"]
+    assert step["by_operator"][0]["kind"] == "communication"
