@@ -47,7 +47,7 @@ def timeline_data(job: Job, ranks: list[int], window: tuple[int, int], pixels: i
         out["kinds"] = _aggregate(events, row_of, lo, hi, pixels, t0)
     else:
         out["kinds"] = _individual(events, row_of, t0)
-    out["links"], out["waits"] = _links_and_waits(job, ranks, row_of, lo, hi, t0, allow=not aggregated)
+    out["links"], out["waits"] = _links_and_waits(job, ranks, row_of, (lo, hi, pixels), t0, exact=not aggregated)
     out["selected"] = _instance_members(job, instance, row_of, t0) if instance is not None else None
     return out
 
@@ -152,21 +152,29 @@ def _hover(part: pa.Table) -> list[str]:
 
 
 def _aggregate(events: pa.Table, row_of: dict[int, int], lo: int, hi: int, pixels: int, t0: int) -> dict[str, dict[str, Any]]:
-    width = max(1, (hi - lo) // max(pixels, 1))
     out: dict[str, dict[str, Any]] = {}
     for kind, part in _by_kind(events):
         start = part.column("start_ns").to_numpy()
-        row = _row_index(part, row_of)
-        b0 = (start - lo) // width
-        b1 = -((lo - start - part.column("dur_ns").to_numpy()) // width)  # ceil
-        r, s, e, n = _merge_bins(row, b0, np.maximum(b1, b0 + 1))
-        out[kind] = {
-            "x0": ((lo + s * width - t0) / 1e6).round(4).tolist(),
-            "x1": ((lo + e * width - t0) / 1e6).round(4).tolist(),
-            "row": r.tolist(),
-            "count": n.tolist(),
-        }
+        out[kind] = _per_pixel(_row_index(part, row_of), start, start + part.column("dur_ns").to_numpy(), (lo, hi, pixels), t0)
     return out
+
+
+def _per_pixel(row: np.ndarray, start: np.ndarray, end: np.ndarray, screen: tuple[int, int, int], t0: int) -> dict[str, Any]:
+    """Intervals [start, end) (ns) on ``row`` as the union per row of the pixel columns they touch, with the
+    count of intervals in each merged run."""
+    if not len(row):
+        return {"x0": [], "x1": [], "row": [], "count": []}
+    lo, hi, pixels = screen
+    width = max(1, (hi - lo) // max(pixels, 1))
+    b0 = (start - lo) // width
+    b1 = -((lo - end) // width)  # ceil
+    r, s, e, n = _merge_bins(row, b0, np.maximum(b1, b0 + 1))
+    return {
+        "x0": ((lo + s * width - t0) / 1e6).round(4).tolist(),
+        "x1": ((lo + e * width - t0) / 1e6).round(4).tolist(),
+        "row": r.tolist(),
+        "count": n.tolist(),
+    }
 
 
 def _merge_bins(row: np.ndarray, b0: np.ndarray, b1: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -191,28 +199,34 @@ def _running_max_per_row(row: np.ndarray, values: np.ndarray) -> np.ndarray:
     return out
 
 
-def _links_and_waits(job: Job, ranks: list[int], row_of: dict[int, int], lo: int, hi: int, t0: int, allow: bool) -> tuple[list[Any], dict[str, Any]]:
+def _links_and_waits(job: Job, ranks: list[int], row_of: dict[int, int], screen: tuple[int, int, int], t0: int, exact: bool) -> tuple[list[Any], dict[str, Any]]:
     """Each collective instance in view as a polyline through its members' start points (its slant is the
-    arrival skew), and each member's wait (start to the last arrival) as a segment."""
+    arrival skew), and each member's wait (start to the last arrival) as a segment. When the intervals are
+    merged to screen resolution (``exact`` false), so are the waits, and no links are drawn: both grow with the
+    window, and a zoomed-out view of a long job would carry tens of thousands of them."""
+    lo, hi, _ = screen
     table = collectives.instances(job)
     if table.num_rows == 0:
-        return [], {"x0": [], "x1": [], "row": [], "hover": []}
+        return [], {"x0": [], "x1": [], "row": [], "wait_us": []}
     start = table.column("start_ns")
     keep = pc.and_(pc.is_in(table.column("rank"), value_set=pa.array(ranks, pa.int32())), pc.and_(pc.less(start, hi), pc.greater(pc.add(start, table.column("dur_ns")), lo)))
     part = table.filter(keep)
     rows = _row_index(part, row_of) if part.num_rows else np.array([], dtype=np.int64)
     inst = part.column("instance").to_numpy()
-    st = (part.column("start_ns").to_numpy() - t0) / 1e6
+    begin = part.column("start_ns").to_numpy()
     wait = part.column("wait_ns").to_numpy()
     waited = wait > 0
+    if not exact:
+        return [], _per_pixel(rows[waited], begin[waited], begin[waited] + wait[waited], screen, t0)
+    st = (begin - t0) / 1e6
     waits = {
         "x0": st[waited].round(4).tolist(),
         "x1": (st[waited] + wait[waited] / 1e6).round(4).tolist(),
         "row": rows[waited].tolist(),
-        "hover": [f"waited {w / 1e3:.1f} µs for the last member" for w in wait[waited].tolist()],
+        "wait_us": (wait[waited] / 1e3).round(1).tolist(),
     }
     links: list[Any] = []
-    if allow and len(np.unique(inst)) <= MAX_LINKS:
+    if len(np.unique(inst)) <= MAX_LINKS:
         order = np.lexsort((rows, inst))
         for i in np.split(order, np.flatnonzero(np.diff(inst[order])) + 1):
             if len(i) > 1:

@@ -43,25 +43,31 @@ def _add_intervals(fig: go.Figure, name: str, seg: dict[str, Any], color: str, w
     xs, ys = segments(seg["x0"], seg["x1"], seg["row"])
     fig.add_trace(go.Scattergl(x=xs, y=ys, mode="lines", line={"color": color, "width": width}, name=name, hoverinfo="skip", legendgroup=name))
     mid = (np.asarray(seg["x0"], dtype=np.float64) + np.asarray(seg["x1"], dtype=np.float64)) / 2
-    if "dur_us" in seg:
-        custom = np.asarray(seg["dur_us"], dtype=np.float32)
-        hover: dict[str, Any] = {"text": np.array(seg["hover"], dtype=object), "customdata": custom, "hovertemplate": "%{text}<br>%{customdata:.1f} µs · at %{x:.3f} ms<extra>" + name + "</extra>"}
-    elif "hover" in seg:
-        hover = {"text": np.array(seg["hover"], dtype=object), "hovertemplate": "%{text}<br>%{x:.3f} ms<extra>" + name + "</extra>"}
-    else:  # merged columns: the count of intervals travels as numbers, the sentence is the template
-        hover = {"customdata": np.asarray(seg["count"], dtype=np.int32), "hovertemplate": f"{name}: %{{customdata}} intervals merged at this zoom<br>%{{x:.3f}} ms<extra></extra>"}
     fig.add_trace(
         go.Scattergl(
             x=compact(mid),
             y=np.asarray(seg["row"], dtype=np.int16),
             mode="markers",
             marker={"size": max(4.0, width), "color": color, "opacity": 0},
-            **hover,
+            **_hover(name, seg),
             showlegend=False,
             legendgroup=name,
             name=name,
         )
     )
+
+
+def _hover(name: str, seg: dict[str, Any]) -> dict[str, Any]:
+    """Hover text and numbers of one trace's intervals: the numbers travel as typed arrays and the sentence is the
+    template, so only names (which differ per interval) travel as text."""
+    if "count" in seg:  # merged columns
+        return {"customdata": np.asarray(seg["count"], dtype=np.int32), "hovertemplate": f"{name}: %{{customdata}} intervals merged at this zoom<br>%{{x:.3f}} ms<extra></extra>"}
+    if "wait_us" in seg:
+        return {"customdata": np.asarray(seg["wait_us"], dtype=np.float32), "hovertemplate": "waited %{customdata:.1f} µs for the last member<br>%{x:.3f} ms<extra>" + name + "</extra>"}
+    text = np.array(seg["hover"], dtype=object)
+    if "dur_us" not in seg:
+        return {"text": text, "hovertemplate": "%{text}<br>%{x:.3f} ms<extra>" + name + "</extra>"}
+    return {"text": text, "customdata": np.asarray(seg["dur_us"], dtype=np.float32), "hovertemplate": "%{text}<br>%{customdata:.1f} µs · at %{x:.3f} ms<extra>" + name + "</extra>"}
 
 
 def _selected(fig: go.Figure, members: dict[str, Any], width: float) -> None:
