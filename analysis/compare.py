@@ -1,7 +1,8 @@
 """Comparing two runs: what got slower or faster, where, and which findings appeared or disappeared.
 
 Pure functions over two ``paradiag.report/1`` documents and the two jobs' per-operator figures. Ranks are matched
-by rank id, stages by index, operators by name (and, across formats, where names cannot match, by category).
+by mesh coordinates (folding an axis whose degree differs; by rank id when a job has no coordinates), stages by
+index, operators by name (and, across formats, where names cannot match, by category).
 """
 
 from __future__ import annotations
@@ -85,20 +86,96 @@ def _median_step(report: dict[str, Any]) -> float | None:
     return float(value) if value is not None else None
 
 
-def rank_deltas(base: dict[str, Any], cand: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per rank present in both runs: step time and breakdown changes."""
-    cand_by_rank = {r["rank"]: r for r in cand["ranks"]}
+MESH_AXES = ("pp", "tp", "ep", "dp")  # a position is named stage first, as the views list ranks
+RANK_METRICS = (("step_time_ns", "step_time_ns", "median"), *((k, "breakdown", k) for k in ("compute_ns", "comm_exposed_ns", "idle_ns", "window_ns")))
+
+
+def _coords(report: dict[str, Any]) -> dict[int, dict[str, int]] | None:
+    """Rank -> mesh coordinates, None when the report gives none for some rank it lists."""
+    coords = {int(r): c for r, c in ((report["job"].get("parallel_layout") or {}).get("coords") or {}).items()}
+    ranks = [e["rank"] for e in report["ranks"]]
+    return coords if ranks and all(r in coords for r in ranks) else None
+
+
+def rank_pairing(base: dict[str, Any], cand: dict[str, Any]) -> dict[str, Any]:
+    """Which ranks of the two runs are compared with which. By mesh coordinates where both runs have them: on the
+    axes whose degree both runs share, a position pairs the ranks that hold it; an axis whose degree differs is
+    folded (its replicas' median stands for the position). Else by rank id. ``groups`` lists (position, baseline
+    ranks, candidate ranks); ``unpaired`` the ranks of either run left out."""
+    b_coords, c_coords = _coords(base), _coords(cand)
+    b_ranks, c_ranks = [e["rank"] for e in base["ranks"]], [e["rank"] for e in cand["ranks"]]
+    groups: list[tuple[dict[str, int], list[int], list[int]]]
+    if b_coords is None or c_coords is None:
+        common = set(c_ranks)
+        groups = [({}, [r], [r]) for r in b_ranks if r in common]
+        by, kept, folded = "rank id", [], {}
+    else:
+        size = {n: {a: len({c[a] for c in coords.values()}) for a in MESH_AXES} for n, coords in (("b", b_coords), ("c", c_coords))}
+        kept = [a for a in MESH_AXES if size["b"][a] == size["c"][a]]
+        folded = {a: [size["b"][a], size["c"][a]] for a in MESH_AXES if a not in kept}
+        b_at, c_at = _positions(b_ranks, b_coords, kept), _positions(c_ranks, c_coords, kept)
+        groups = [(dict(zip(kept, key, strict=True)), b_at[key], c_at[key]) for key in sorted(b_at) if key in c_at]
+        by = "mesh coordinates"
+    paired_b = {r for _, b, _ in groups for r in b}
+    paired_c = {r for _, _, c in groups for r in c}
+    return {
+        "by": by,
+        "axes": [a for a in kept if any(p.get(a) for p, _, _ in groups)],
+        "folded": folded,
+        "groups": groups,
+        "unpaired": {"baseline": [r for r in b_ranks if r not in paired_b], "candidate": [r for r in c_ranks if r not in paired_c]},
+    }
+
+
+def _positions(ranks: list[int], coords: dict[int, dict[str, int]], axes: list[str]) -> dict[tuple[int, ...], list[int]]:
+    out: dict[tuple[int, ...], list[int]] = {}
+    for r in ranks:
+        out.setdefault(tuple(coords[r][a] for a in axes), []).append(r)
+    return out
+
+
+def pairing_text(pairing: dict[str, Any]) -> str:
+    """One sentence: how ranks were paired and what was left unpaired."""
+    if pairing["by"] == "rank id":
+        text = "ranks paired by rank id (one job has no mesh coordinates)"
+    elif not pairing["folded"]:
+        moved = sum(1 for _, b, c in pairing["groups"] if b != c)
+        text = "ranks paired by mesh coordinates" + (f" ({moved} hold a different rank id in the two jobs)" if moved else "")
+    else:
+        on = ", ".join(pairing["axes"]) or "none: the whole job"
+        folded = ", ".join(f"{a.upper()} ({b} in the baseline, {c} here)" for a, (b, c) in pairing["folded"].items())
+        text = f"ranks paired by mesh position ({on}); folded: {folded}, each side's median over the ranks of a position"
+    gone = [f"{len(v)} {side} rank{'s' if len(v) > 1 else ''} ({_short(v)})" for side, v in pairing["unpaired"].items() if v]
+    return text + (f"; unpaired: {', '.join(gone)}" if gone else "; every rank paired")
+
+
+def _short(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks[:8])) + (", …" if len(ranks) > 8 else "")
+
+
+def rank_deltas(base: dict[str, Any], cand: dict[str, Any], pairing: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per paired position (one rank, or the replicas of a folded axis): step time and breakdown changes, each side
+    the median over its ranks."""
+    b_by, c_by = {e["rank"]: e for e in base["ranks"]}, {e["rank"]: e for e in cand["ranks"]}
     out = []
-    for b in base["ranks"]:
-        c = cand_by_rank.get(b["rank"])
-        if c is None:
-            continue
-        row: dict[str, Any] = {"rank": b["rank"]}
-        row["step_time_ns"] = delta(_get(b, "step_time_ns", "median"), _get(c, "step_time_ns", "median"))
-        for key in ("compute_ns", "comm_exposed_ns", "idle_ns", "window_ns"):
-            row[key] = delta(_get(b, "breakdown", key), _get(c, "breakdown", key))
+    for position, b_ranks, c_ranks in pairing["groups"]:
+        single = len(b_ranks) == len(c_ranks) == 1
+        row: dict[str, Any] = {"rank": c_ranks[0] if single else None, "label": _label(position, b_ranks, c_ranks, pairing["axes"]), "position": position, "baseline_ranks": b_ranks, "candidate_ranks": c_ranks}
+        for key, section, field in RANK_METRICS:
+            row[key] = delta(_median([_get(b_by[r], section, field) for r in b_ranks]), _median([_get(c_by[r], section, field) for r in c_ranks]))
         out.append(row)
     return out
+
+
+def _label(position: dict[str, int], b_ranks: list[int], c_ranks: list[int], axes: list[str]) -> str:
+    if len(b_ranks) == len(c_ranks) == 1:
+        return str(c_ranks[0]) if b_ranks == c_ranks else f"{b_ranks[0]}→{c_ranks[0]}"
+    return " ".join(f"{a}{position[a]}" for a in axes) or "all ranks"
+
+
+def _median(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return float(statistics.median(known)) if known else None
 
 
 def _get(entry: dict[str, Any], section: str, key: str) -> float | None:
@@ -178,7 +255,8 @@ def top_change(step: dict[str, Any], ranks: list[dict[str, Any]], findings: dict
     slowed = [r for r in ranks if (r["compute_ns"]["delta_pct"] or 0) > NOISE_PCT]
     if slowed:
         r = max(slowed, key=lambda x: x["compute_ns"]["delta_pct"])
-        return {"kind": "rank_slower", "culprit": {"ranks": [r["rank"]]}, "evidence": f"rank {r['rank']} computes {r['compute_ns']['delta_pct']:+.1f}% more"}
+        who = f"rank {r['label']}" if r["rank"] is not None else f"position {r['label']}"
+        return {"kind": "rank_slower", "culprit": {"ranks": r["candidate_ranks"]}, "evidence": f"{who} computes {r['compute_ns']['delta_pct']:+.1f}% more"}
     if operators["slower"]:
         op = operators["slower"][0]
         pct = op["time_ns_per_step"]["delta_pct"]
@@ -196,7 +274,8 @@ def compare(base: dict[str, Any], cand: dict[str, Any], base_ops: dict[str, dict
     """The ``paradiag.compare/1`` document for a baseline and a candidate run."""
     same_format = base["job"].get("device_type") == cand["job"].get("device_type")
     step = delta(_median_step(base), _median_step(cand))
-    ranks = rank_deltas(base, cand)
+    pairing = rank_pairing(base, cand)
+    ranks = rank_deltas(base, cand, pairing)
     findings = finding_changes(base, cand)
     operators = operator_deltas(base_ops, cand_ops, same_format)
     compute_b = [r["compute_ns"]["baseline"] for r in ranks if r["compute_ns"]["baseline"] is not None]
@@ -207,6 +286,7 @@ def compare(base: dict[str, Any], cand: dict[str, Any], base_ops: dict[str, dict
         "candidate": _facts(cand),
         "step_time_ns": step,
         "compute_ns_median_rank": delta(statistics.median(compute_b) if compute_b else None, statistics.median(compute_c) if compute_c else None),
+        "rank_pairing": {**{k: v for k, v in pairing.items() if k != "groups"}, "text": pairing_text(pairing)},
         "ranks": ranks,
         "stages": stage_deltas(base, cand),
         "operators": operators,

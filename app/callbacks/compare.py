@@ -53,7 +53,8 @@ def render_compare(view: dict[str, Any] | None) -> tuple[Any, Any, Any]:
         return html.P(f"no baseline {view['base']!r} you may open", className="pd-help"), missing, missing
     doc = compare_jobs(base, job)
     warning = layout_warning(base, job)
-    return ([html.P(warning, className="pd-warning")] if warning else []) + summary(doc), rank_changes_figure(doc), operator_changes_figure(doc)
+    pairing = html.P(doc["rank_pairing"]["text"], className="pd-help")
+    return ([html.P(warning, className="pd-warning")] if warning else []) + [pairing, *summary(doc)], rank_changes_figure(doc), operator_changes_figure(doc)
 
 
 def layout_warning(base: Job, job: Job) -> str | None:
@@ -65,7 +66,7 @@ def layout_warning(base: Job, job: Job) -> str | None:
         return None
     return (
         f"the jobs differ: baseline {a['num_ranks']} ranks ({shape['base']}), this job {b['num_ranks']} ranks ({shape['this']}); "
-        "per-rank changes cover only the ranks both jobs have, and the same rank number may hold a different place in the mesh"
+        "ranks are compared by their place in the mesh, as said below"
     )
 
 

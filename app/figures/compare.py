@@ -14,15 +14,17 @@ FASTER, SLOWER, STEP = "#2e7d32", "#c62828", "#455a64"
 
 
 def rank_changes_figure(doc: dict[str, Any], height: int = 320) -> go.Figure:
-    """Per rank, the change of step time and of compute time (percent of the baseline), side by side."""
+    """Per paired rank (or mesh position, where an axis was folded), the change of step time and of compute time
+    (percent of the baseline), side by side."""
     ranks = doc["ranks"]
     if not ranks:
         return empty_figure("no rank in common", height=height)
     fig = base_figure(height=height)
-    names = [str(r["rank"]) for r in ranks]
-    fig.add_bar(x=names, y=[r["step_time_ns"]["delta_pct"] for r in ranks], name="step time", marker_color=STEP, hovertemplate="rank %{x}: step time %{y:+.1f}%<extra></extra>")
-    fig.add_bar(x=names, y=[r["compute_ns"]["delta_pct"] for r in ranks], name="compute", marker_color=palette.KIND["compute"], hovertemplate="rank %{x}: compute %{y:+.1f}%<extra></extra>")
-    fig.update_layout(barmode="group", yaxis_title="change (%)", xaxis_title="rank", margin={"t": 28})
+    names = [r["label"] for r in ranks]
+    what = "rank" if all(r["rank"] is not None for r in ranks) else "position"
+    fig.add_bar(x=names, y=[r["step_time_ns"]["delta_pct"] for r in ranks], name="step time", marker_color=STEP, hovertemplate=what + " %{x}: step time %{y:+.1f}%<extra></extra>")
+    fig.add_bar(x=names, y=[r["compute_ns"]["delta_pct"] for r in ranks], name="compute", marker_color=palette.KIND["compute"], hovertemplate=what + " %{x}: compute %{y:+.1f}%<extra></extra>")
+    fig.update_layout(barmode="group", yaxis_title="change (%)", xaxis_title=f"{what}, paired by {doc['rank_pairing']['by']}", margin={"t": 28})
     fig.update_xaxes(type="category")
     return fig
 
