@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 import paradiag
 from paradiag.analysis.compare import compare
@@ -14,6 +15,7 @@ from paradiag.app.data.common import origin_ns, read_events
 from paradiag.app.data.timeline import timeline_data
 from paradiag.app.figures.compare import rank_changes_figure
 from paradiag.app.figures.timeline import timeline_figure
+from tests.conftest import shared_path
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 
@@ -86,3 +88,22 @@ def test_compare_pairs_same_layouts_by_coordinates_and_says_what_is_unpaired() -
     by_id = compare(base, small, {}, {})["rank_pairing"]
     assert by_id["by"] == "rank id" and by_id["unpaired"] == {"baseline": [2, 3, 4, 5, 6, 7], "candidate": []}
     assert by_id["text"].endswith("unpaired: 6 baseline ranks (2, 3, 4, 5, 6, 7)")
+
+
+def test_matrix_of_a_real_npu_export_draws_the_per_link_traffic_of_its_diagnosis() -> None:
+    """The alexnet dp8 export traced ranks 0 and 1, whose HCCL link records name their group-local peers (no global
+    ranks): the matrix is the Diagnosis's, with a row and column for every link end, each link rated."""
+    from paradiag.app.data import comm
+    from paradiag.app.data.common import diagnosis
+    from paradiag.app.figures.comm import comm_figure
+
+    job = paradiag.open(shared_path("npu", "msinsight_alexnet_dp8_text_level1"))
+    links = diagnosis(job).communication_matrix
+    data = comm.view(job)
+    assert data["source"].startswith("the trace's per-link traffic") and data["level"] == "rank"
+    assert [g["label"] for g in data["src"]] == [str(r) for r in range(8)]
+    drawn = {(int(data["src"][i]["label"]), int(data["dst"][j]["label"])): v for i, row in enumerate(data["cells"]["bytes"]) for j, v in enumerate(row) if v is not None}
+    assert drawn == {(c.src, c.dst): pytest.approx(c.bytes / 1e6, rel=1e-3) for c in links} and {s for s, _ in drawn} == {0, 1}
+    rated = [v for row in data["cells"]["slowness"] for v in row if v is not None]
+    assert len(rated) == len(links) and min(rated) > 0
+    assert comm_figure(data, "slowness").data[0].type == "heatmap"

@@ -1,8 +1,8 @@
 """The communication matrix (src x dst) and the collective instances on one link.
 
-Per-link figures come from the trace's own link table when it has one (Ascend communication matrices: bytes and
-transit time per link and transport), else from the analysis report's matrix (ring model over collectives, plus
-send/recv pairs). Each link is rated against comparable links (same transport, transfers of a similar size): its
+Per-link figures are the Diagnosis's matrix: the trace's own per-link traffic where it records it (Ascend
+communication matrices: bytes and transit time per link, intra- or inter-node), else a ring model over collectives
+plus send/recv pairs. Each link is rated against comparable links (same transport, transfers of a similar size): its
 slowness is their median bandwidth over its own, so a slow link stands out whatever its kind of traffic. Above
 MAX_GROUPS ranks the matrix is drawn by pipeline stage or by node (the coarsest that fits), each block showing its
 worst link; a click on a block opens its members.
@@ -10,6 +10,7 @@ worst link; a click on a block opens its members.
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
@@ -18,31 +19,25 @@ import pyarrow.compute as pc
 
 from paradiag.app import store
 from paradiag.app.data import collectives
-from paradiag.app.data.common import origin_ns
+from paradiag.app.data.common import diagnosis, origin_ns
 from paradiag.app.data.mesh import mesh_of
-from paradiag.app.data.overview import report
 from paradiag.dataset import Job
 
 
 def matrix(job: Job) -> dict[str, Any]:
-    """``{"ranks", "cells": [{src, dst, link_type, bytes, time_ns, bandwidth_gbps, instances}], "source"}``."""
-    return store.memo("comm-matrix", job.content_hash, 2, lambda: _matrix(job))
+    """``{"ranks", "cells": [{src, dst, link_type, bytes, time_ns, bandwidth_gbps, instances}], "source"}``: the
+    Diagnosis's matrix, rated here. ``ranks`` also holds the ranks only named as link ends (an export that traced
+    some ranks of a group records their links to the others)."""
+    return store.memo("comm-matrix", job.content_hash, 3, lambda: _matrix(job))
 
 
 def _matrix(job: Job) -> dict[str, Any]:
+    cells = [asdict(c) for c in diagnosis(job).communication_matrix]
+    ranks = sorted(set(job.rank_ids) | {c["src"] for c in cells} | {c["dst"] for c in cells})
     links = job.extra("links")
-    if links is not None and links.num_rows:
-        links = links.filter(pc.not_equal(links.column("src_global"), links.column("dst_global")))
-        grouped = links.group_by(["src_global", "dst_global", "transport"]).aggregate([("bytes", "sum"), ("transit_ns", "sum"), ("bytes", "count")])
-        cells = [
-            {"src": r["src_global"], "dst": r["dst_global"], "link_type": r["transport"], "bytes": r["bytes_sum"], "time_ns": r["transit_ns_sum"], "instances": r["bytes_count"], "bandwidth_gbps": round(r["bytes_sum"] / r["transit_ns_sum"], 3) if r["transit_ns_sum"] else None}
-            for r in grouped.to_pylist()
-        ]
-        source = "the trace's link table"
-    else:
-        cells = list(report(job)["metrics"].get("communication_matrix") or [])
-        source = "collectives (ring model) and send/recv pairs"
-    return {"ranks": job.rank_ids, "cells": cells, "source": source, "slowness": slowness(cells, _dimensions(job, cells))}
+    measured = links is not None and links.num_rows > 0 and bool(pc.any(pc.and_(pc.not_equal(links.column("transport"), "LOCAL"), pc.greater(links.column("bytes"), 0))).as_py())
+    source = "the trace's per-link traffic (Ascend communication matrix)" if measured and cells else "collectives (ring model) and send/recv pairs"
+    return {"ranks": ranks, "cells": cells, "source": source, "slowness": slowness(cells, _dimensions(job, cells))}
 
 
 MAX_GROUPS = 64  # rows (and columns) the matrix is drawn with at most
@@ -75,23 +70,29 @@ def slowness(cells: list[dict[str, Any]], dimension: dict[tuple[int, int], str] 
 
 def _dimensions(job: Job, cells: list[dict[str, Any]]) -> dict[tuple[int, int], str]:
     """The parallel dimension each link crosses: pipeline (its ends in different stages), tensor (same stage and
-    data-parallel index) or data."""
+    data-parallel index) or data. A link to a rank the traces do not cover crosses the job's only parallel axis
+    when it has one, else an unknown one (rated apart)."""
     mesh = mesh_of(job)
+    sizes = {a: len(set(m.values())) for a, m in (("pp", mesh.stage), ("dp", mesh.dp), ("tp", mesh.tp))}
+    axes = [a for a, n in sizes.items() if n > 1] or ["dp"]
+    only = axes[0] if len(axes) == 1 else "?"
     out = {}
     for c in cells:
         a, b = c["src"], c["dst"]
-        if mesh.stage.get(a) != mesh.stage.get(b):
+        if a not in mesh.stage or b not in mesh.stage:
+            out[(a, b)] = only
+        elif mesh.stage[a] != mesh.stage[b]:
             out[(a, b)] = "pp"
         else:
             out[(a, b)] = "tp" if mesh.dp.get(a) == mesh.dp.get(b) else "dp"
     return out
 
 
-def levels(job: Job) -> list[dict[int, str]]:
-    """The ways to group ranks, coarsest first: by pipeline stage, by node, one by one."""
+def levels(job: Job, ranks: list[int]) -> list[dict[int, str]]:
+    """The ways to group ``ranks``, coarsest first: by pipeline stage, by node, one by one."""
     mesh = mesh_of(job)
     hosts = dict(zip(job.ranks.column("rank").to_pylist(), job.ranks.column("host").to_pylist(), strict=True))
-    return [{r: f"s{mesh.stage.get(r, 0)}" for r in job.rank_ids}, {r: str(hosts.get(r) or "?") for r in job.rank_ids}, {r: str(r) for r in job.rank_ids}]
+    return [{r: f"s{mesh.stage.get(r, 0)}" for r in ranks}, {r: str(hosts.get(r) or "?") for r in ranks}, {r: str(r) for r in ranks}]
 
 
 def view(job: Job, src: list[int] | None = None, dst: list[int] | None = None) -> dict[str, Any]:
@@ -99,13 +100,14 @@ def view(job: Job, src: list[int] | None = None, dst: list[int] | None = None) -
     into at most MAX_GROUPS (single ranks when they are few): ``{"level", "src", "dst": [{"label", "ranks"}],
     "cells": {metric: rows x columns}, "hover", "source"}``. The whole job's view is computed once."""
     if src is None and dst is None:
-        return store.memo("comm-view", job.content_hash, MAX_GROUPS, lambda: _view(job, job.rank_ids, job.rank_ids))
-    return _view(job, src or job.rank_ids, dst or job.rank_ids)
+        return store.memo("comm-view", job.content_hash, [MAX_GROUPS, 2], lambda: _view(job, None, None))
+    return _view(job, src, dst)
 
 
-def _view(job: Job, src: list[int], dst: list[int]) -> dict[str, Any]:
+def _view(job: Job, src: list[int] | None, dst: list[int] | None) -> dict[str, Any]:
     data = matrix(job)
-    stage, node, rank = levels(job)
+    src, dst = src or data["ranks"], dst or data["ranks"]
+    stage, node, rank = levels(job, data["ranks"])
     level, rows, cols = "rank", _groups(src, rank), _groups(dst, rank)
     for name, group in (("stage", stage), ("node", node)) if len(src) > MAX_GROUPS or len(dst) > MAX_GROUPS else ():
         coarse, fine = _groups(src, group), _groups(dst, group)
