@@ -115,6 +115,8 @@ def rank_pairing(base: dict[str, Any], cand: dict[str, Any]) -> dict[str, Any]:
         folded = {a: [size["b"][a], size["c"][a]] for a in MESH_AXES if a not in kept}
         b_at, c_at = _positions(b_ranks, b_coords, kept), _positions(c_ranks, c_coords, kept)
         groups = [(dict(zip(kept, key, strict=True)), b_at[key], c_at[key]) for key in sorted(b_at) if key in c_at]
+        if not folded:  # one rank per position: listed by this job's rank id, as the other views list ranks
+            groups.sort(key=lambda g: g[2][0])
         by = "mesh coordinates"
     paired_b = {r for _, b, _ in groups for r in b}
     paired_c = {r for _, _, c in groups for r in c}
@@ -185,9 +187,12 @@ def _get(entry: dict[str, Any], section: str, key: str) -> float | None:
 
 
 def stage_deltas(base: dict[str, Any], cand: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per pipeline stage present in both runs: compute per micro-batch."""
+    """Per pipeline stage, when both runs have as many stages (else stage i is not the same part of the model):
+    compute per micro-batch."""
     b_stages = (base["metrics"].get("pipeline") or {}).get("stages") or []
     c_stages = {s["stage"]: s for s in (cand["metrics"].get("pipeline") or {}).get("stages") or []}
+    if len(b_stages) != len(c_stages):
+        return []
     return [
         {
             "stage": s["stage"],

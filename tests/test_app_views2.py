@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import paradiag
-from paradiag.analysis.compare import compare
+from paradiag.analysis.compare import compare, stage_deltas
 from paradiag.app.data.common import origin_ns, read_events
 from paradiag.app.data.timeline import timeline_data
 from paradiag.app.figures.compare import rank_changes_figure
@@ -107,3 +107,10 @@ def test_matrix_of_a_real_npu_export_draws_the_per_link_traffic_of_its_diagnosis
     rated = [v for row in data["cells"]["slowness"] for v in row if v is not None]
     assert len(rated) == len(links) and min(rated) > 0
     assert comm_figure(data, "slowness").data[0].type == "heatmap"
+
+
+def test_compare_pairs_stages_only_between_pipelines_of_the_same_depth() -> None:
+    stages = {"stages": [{"stage": s, "compute_per_micro_batch_ns": 1e6} for s in range(2)]}
+    deep = {"stages": [{"stage": s, "compute_per_micro_batch_ns": 1e6} for s in range(8)]}
+    base, same, other = ({"metrics": {"pipeline": p}} for p in (stages, stages, deep))
+    assert [s["stage"] for s in stage_deltas(base, same)] == [0, 1] and stage_deltas(base, other) == []
