@@ -229,7 +229,7 @@ def _compare_ranks(doc: dict[str, Any]) -> str:
     ranks = doc["ranks"]
     fig = rank_changes_figure(doc)
     rows = [[r["label"], ms(r["step_time_ns"]["baseline"]), ms(r["step_time_ns"]["candidate"]), r["compute_ns"]["delta_pct"], r["idle_ns"]["delta_pct"]] for r in ranks]
-    return _figure(fig) + _table(["rank", "step ms before", "step ms after", "compute change %", "idle change %"], rows)
+    return f"<p>{html.escape(doc['rank_pairing']['text'])}</p>" + _figure(fig) + _table(["rank", "step ms before", "step ms after", "compute change %", "idle change %"], rows)
 
 
 def _compare_operators(doc: dict[str, Any]) -> str:
