@@ -114,3 +114,17 @@ def test_compare_pairs_stages_only_between_pipelines_of_the_same_depth() -> None
     deep = {"stages": [{"stage": s, "compute_per_micro_batch_ns": 1e6} for s in range(8)]}
     base, same, other = ({"metrics": {"pipeline": p}} for p in (stages, stages, deep))
     assert [s["stage"] for s in stage_deltas(base, same)] == [0, 1] and stage_deltas(base, other) == []
+
+
+def test_compare_panel_says_how_ranks_were_paired(tmp_path: Path) -> None:
+    from paradiag.app.callbacks.compare import render_compare
+    from paradiag.app.config import Config
+    from paradiag.app.factory import create_app
+    from paradiag.app.selection import Selection
+
+    app = create_app(Config.from_env(upload_dir=tmp_path / "uploads", app_cache_dir=tmp_path / "app-cache"))
+    with app.server.test_request_context("/"):
+        view = Selection(job="sample:gpu_llm_slow_rank", base="sample:gpu_llm_fault_free").view("compare")
+        summary, ranks, _ = render_compare(view)
+    assert "ranks paired by mesh coordinates; every rank paired" in str(summary)
+    assert ranks.layout.xaxis.title.text == "rank, paired by mesh coordinates"
