@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from paradiag.app.data.flow import flow_data, op_type_key, strategy_files
+from paradiag.app.data.flow import flow_data, op_type_key
 from paradiag.app.figures.flow import SHARDED, flow_figure
 from paradiag.dataset import open_job
+from paradiag.side_inputs import strategy_files
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "npu_slow_link"
 

@@ -2,8 +2,8 @@
 operators, with repeated runs of nodes (the model's layers) collapsed into one block.
 
 Built from the trace: the operator instances of a step common to every device of the stage (the Marey bands), so
-each node's time is known on every device and its imbalance is max / median over them. Where the job's folder holds
-MindSpore ``parallel_strategy_{rank}.json`` files (at most two folder levels below it), their operators are matched
+each node's time is known on every device and its imbalance is max / median over them. Where the job's folder held
+MindSpore ``parallel_strategy_{rank}.json`` files (read at ingest into the cache: ``paradiag.side_inputs``), their operators are matched
 to the nodes' operators (by full name, else by operator type in execution order) and the nodes carry the shard
 strategy of what they hold.
 """
@@ -12,26 +12,23 @@ from __future__ import annotations
 
 import re
 import statistics
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from paradiag.app import store
+from paradiag.app.data import common
 from paradiag.app.data.common import origin_ns
 from paradiag.app.data.findings import findings_of
 from paradiag.app.data.marey import p2p_pairs, step_bands
 from paradiag.app.data.mesh import mesh_of
 from paradiag.app.figures.common import short_name
 from paradiag.dataset import Job
-from paradiag.parsers.base import TraceError
-from paradiag.parsers.mindspore_strategy import FILE_PATTERN, read_parallel_strategy
 
 MAX_PERIOD = 48  # nodes in a repeated unit (a micro-batch pass of a few layers with TP collectives)
 COMPUTING = ("compute", "memory", "block")
 NESTING = 3  # levels of blocks within blocks
 _NUMBERED = re.compile(r"[_\d]+$")  # hcom_send__951_4_1 and hcom_send__951_5_1 are the same operator
-STRATEGY_DEPTH = 2  # folder levels below the job folder searched for parallel_strategy_{rank}.json
 TYPE_WINDOW = 32  # how far ahead in the strategy's op list a match by type may look
 MAX_STRATEGY_LINES = 4  # strategies listed per node
 _OP_SUFFIX = re.compile(r"-op\d+.*$")  # Default/conv1-Conv2d/Conv2D-op2 -> Conv2D
@@ -97,7 +94,7 @@ def _flow_data(job: Job, step: int, expand: bool) -> dict[str, Any]:
     bands = step_bands(job, step)
     mesh = mesh_of(job)
     t0 = origin_ns(job)
-    strategy = parallel_strategy(job)
+    strategy = common.strategy(job)
     stages = []
     matched = 0
     for st in bands["stages"]:
@@ -111,49 +108,6 @@ def _flow_data(job: Job, step: int, expand: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"step": step, "stages": stages, "culprit_stage": _culprit_stage(job)}
     if strategy["files"] or strategy["problems"]:
         out["strategy"] = {"files": strategy["files"], "problems": strategy["problems"], "matched": matched}
-    return out
-
-
-def parallel_strategy(job: Job) -> dict[str, Any]:
-    """The job's MindSpore parallel strategy files, read once per job content: ``files`` (paths relative to the
-    job folder), ``ops`` (rank -> its op rows), ``stage_of`` (rank -> stage id) and ``problems`` (unreadable files)."""
-    return store.memo("parallel-strategy", job.content_hash, [], lambda: _read_strategy(job))
-
-
-def strategy_files(root: Path) -> list[Path]:
-    """``parallel_strategy_*.json`` files in ``root`` and up to :data:`STRATEGY_DEPTH` folder levels below it."""
-    if not root.is_dir():
-        root = root.parent
-    if not root.is_dir():
-        return []
-    found: list[Path] = []
-    for depth in range(STRATEGY_DEPTH + 1):
-        found += sorted(p for p in root.glob("/".join(["*"] * depth + [FILE_PATTERN])) if p.is_file())
-    return found
-
-
-def _read_strategy(job: Job) -> dict[str, Any]:
-    out: dict[str, Any] = {"files": [], "ops": {}, "stage_of": {}, "problems": []}
-    if not job.source:
-        return out
-    root = Path(job.source)
-    base = root if root.is_dir() else root.parent
-    for path in strategy_files(root):
-        shown = str(path.relative_to(base))
-        try:
-            table = read_parallel_strategy(path)
-        except TraceError as exc:
-            out["problems"].append(f"{shown}: {exc.problem}")
-            continue
-        rows = table.to_pylist()
-        rank = rows[0]["rank"] if rows else None
-        if rank is None or rank in out["ops"]:
-            out["problems"].append(f"{shown}: {'no rank' if rank is None else f'a second file for rank {rank}'}; not used")
-            continue
-        out["files"].append(shown)
-        out["ops"][rank] = rows
-        if rows[0]["stage"] is not None:
-            out["stage_of"][rank] = rows[0]["stage"]
     return out
 
 
