@@ -1,14 +1,30 @@
-"""Sign-in with flask-login when ``PARADIAG_USERS`` names a users file (``name:password-hash`` per line, the hash
+"""Sign-in, sessions and the web-facing rules every request goes through.
+
+Sign-in uses flask-login when ``PARADIAG_USERS`` names a users file (``name:password-hash`` per line, the hash
 from ``werkzeug.security.generate_password_hash``). Without it the app is open and uploads are private to a
-browser session."""
+browser session. Failed sign-ins are throttled per user name and per client address (exponential lock-out);
+signing out ends every cookie issued to that user before (a per-user session generation kept on disk, so every
+worker agrees). Throttle counts and generations live in one SQLite file beside the app cache (mode 0600).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import html
+import logging
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
-from flask import Flask, Response, redirect, request
-from flask_login import LoginManager, UserMixin, login_user, logout_user
-from werkzeug.security import check_password_hash
+from dash import Dash
+from flask import Flask, Request, Response, jsonify, redirect, request, session
+from flask.sessions import SecureCookieSessionInterface
+from flask_login import LoginManager, UserMixin, current_user, login_user, logout_user
+from werkzeug.security import check_password_hash, generate_password_hash
+
+from paradiag.app.config import Config, private_dir
 
 _FORM = """<!doctype html><title>paradiag · sign in</title>
 <form method=post style="font-family:sans-serif;max-width:20em;margin:4em auto">
@@ -16,12 +32,21 @@ _FORM = """<!doctype html><title>paradiag · sign in</title>
 <p><label>user <input name=user autofocus></label></p>
 <p><label>password <input name=password type=password></label></p>
 <p><button type=submit>sign in</button></p></form>"""
-OPEN_PATHS = ("/login", "/_dash-component-suites/", "/assets/")
+OPEN_PATHS = frozenset({"/login", "/healthz", "/_favicon.ico"})
+OPEN_PREFIXES = ("/_dash-component-suites/", "/assets/")
+UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# Failed sign-ins allowed before lock-outs start (per name, per address), and the longest lock-out.
+FREE_TRIES = {"user": 5, "addr": 20}
+MAX_LOCK_S = 15 * 60
+log = logging.getLogger("paradiag.app.auth")
 
 
 class User(UserMixin):
-    def __init__(self, name: str) -> None:
-        self.id = name
+    """A signed-in user; the session id carries the user's session generation, so sign-out revokes it."""
+
+    def __init__(self, name: str, generation: int) -> None:
+        self.name = name
+        self.id = f"{name}:{generation}"
 
 
 def read_users(path: Path) -> dict[str, str]:
@@ -33,34 +58,192 @@ def read_users(path: Path) -> dict[str, str]:
     return users
 
 
-def setup_login(server: Flask, users_file: Path) -> None:
+class AuthStore:
+    """Failed sign-ins and session generations, shared by every worker through one SQLite file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        private_dir(path.parent)
+        with self._db() as db:
+            db.execute("CREATE TABLE IF NOT EXISTS failures (key TEXT PRIMARY KEY, count INTEGER, until REAL)")
+            db.execute("CREATE TABLE IF NOT EXISTS generations (user TEXT PRIMARY KEY, gen INTEGER)")
+        path.chmod(0o600)
+
+    @contextlib.contextmanager
+    def _db(self) -> Iterator[sqlite3.Connection]:
+        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        try:
+            db.execute("BEGIN IMMEDIATE")  # one writer at a time: read-modify-write stays whole across workers
+            yield db
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        finally:
+            db.close()
+
+    def locked_for(self, keys: Iterable[str]) -> float:
+        """Seconds until any of ``keys`` may try again (0: now)."""
+        with self._db() as db:
+            untils = [row[0] for key in keys for row in db.execute("SELECT until FROM failures WHERE key = ?", (key,))]
+        return max([u - time.time() for u in untils] + [0.0])
+
+    def failed(self, keys: Iterable[str]) -> None:
+        with self._db() as db:
+            for key in keys:
+                row = db.execute("SELECT count FROM failures WHERE key = ?", (key,)).fetchone()
+                count = (row[0] if row else 0) + 1
+                over = count - FREE_TRIES[key.partition(":")[0]]
+                until = time.time() + min(2.0**over, MAX_LOCK_S) if over > 0 else 0.0
+                db.execute("INSERT OR REPLACE INTO failures VALUES (?, ?, ?)", (key, count, until))
+
+    def succeeded(self, key: str) -> None:
+        with self._db() as db:
+            db.execute("DELETE FROM failures WHERE key = ?", (key,))
+
+    def generation(self, user: str) -> int:
+        with self._db() as db:
+            row = db.execute("SELECT gen FROM generations WHERE user = ?", (user,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def revoke(self, user: str) -> None:
+        """End every session of ``user`` issued so far."""
+        with self._db() as db:
+            db.execute("INSERT INTO generations VALUES (?, 1) ON CONFLICT(user) DO UPDATE SET gen = gen + 1", (user,))
+
+
+class _Checker:
+    """Password checks that take as long for an unknown name as for a known one (names are not guessable by
+    timing): an unknown name is checked against a dummy hash made with the users file's own method."""
+
+    def __init__(self) -> None:
+        self._dummies: dict[str, str] = {}
+
+    def check(self, digest: str | None, password: str, users: dict[str, str]) -> bool:
+        if digest is not None:
+            return check_password_hash(digest, password)
+        method = next(iter(users.values()), "scrypt").split("$", 1)[0]
+        if method not in self._dummies:
+            self._dummies[method] = generate_password_hash("unused", method=method)
+        check_password_hash(self._dummies[method], password)
+        return False
+
+
+def setup_login(server: Flask, users_file: Path, store: AuthStore) -> None:
     manager = LoginManager(server)
     server.config["PARADIAG_LOGIN"] = True
+    checker = _Checker()
 
     @manager.user_loader
-    def load(name: str) -> User | None:
-        return User(name) if name in read_users(users_file) else None
+    def load(user_id: str) -> User | None:
+        name, _, gen = user_id.rpartition(":")
+        if name in read_users(users_file) and gen == str(store.generation(name)):
+            return User(name, int(gen))
+        return None
 
     @server.route("/login", methods=["GET", "POST"])
-    def login() -> Response | str:
-        if request.method == "POST":
-            name = request.form.get("user", "")
-            digest = read_users(users_file).get(name)
-            if digest and check_password_hash(digest, request.form.get("password", "")):
-                login_user(User(name))
-                return redirect("/")  # type: ignore[return-value]
-            return _FORM.format(error="<p style=color:#b00>wrong user or password</p>")
-        return _FORM.format(error="")
+    def login() -> Response | tuple[str, int] | str:
+        if request.method != "POST":
+            return _FORM.format(error="")
+        name, password = request.form.get("user", ""), request.form.get("password", "")
+        keys = [f"user:{name}", f"addr:{request.remote_addr}"]
+        wait = store.locked_for(keys)
+        if wait > 0:
+            log.warning("sign-in as %r from %s refused: locked for %.0f s", name, request.remote_addr, wait)
+            return _FORM.format(error=_error(f"too many failed sign-ins: try again in {wait:.0f} s")), 429
+        users = read_users(users_file)
+        if not checker.check(users.get(name), password, users):
+            store.failed(keys)
+            log.warning("failed sign-in as %r from %s", name, request.remote_addr)
+            return _FORM.format(error=_error("wrong user or password")), 401
+        store.succeeded(keys[0])
+        session.clear()  # nothing from before sign-in carries over (no session fixation)
+        login_user(User(name, store.generation(name)))
+        log.info("%s signed in from %s", name, request.remote_addr)
+        return redirect("/")  # type: ignore[return-value]
 
-    @server.route("/logout")
+    @server.route("/logout", methods=["GET", "POST"])
     def logout() -> Response:
+        if current_user.is_authenticated:
+            store.revoke(current_user.name)
+            log.info("%s signed out (all their sessions end)", current_user.name)
         logout_user()
+        session.clear()
         return redirect("/login")  # type: ignore[return-value]
 
     @server.before_request
-    def require_login() -> Response | None:
-        from flask_login import current_user
-
-        if request.path.startswith(OPEN_PATHS) or current_user.is_authenticated:
+    def require_login() -> Response | tuple[Response, int] | None:
+        if is_open(request.path) or current_user.is_authenticated:
             return None
+        if request.method in UNSAFE_METHODS:
+            return jsonify({"error": "sign in first"}), 401
         return redirect("/login")  # type: ignore[return-value]
+
+
+def _error(text: str) -> str:
+    return f"<p style=color:#b00>{html.escape(text)}</p>"
+
+
+def is_open(path: str) -> bool:
+    """Paths served without sign-in: exact names, and the folders of static files (never a mere prefix of a
+    name, so ``/loginx`` is not ``/login``)."""
+    return path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)
+
+
+class _SessionInterface(SecureCookieSessionInterface):
+    """The session cookie is ``Secure`` when configured so or when this request came over TLS."""
+
+    def get_cookie_secure(self, app: Flask) -> bool:
+        return bool(app.config["SESSION_COOKIE_SECURE"]) or request.is_secure
+
+
+def harden(app: Dash, config: Config) -> None:
+    """Cookie flags, security headers, and refusal of state-changing requests from a foreign origin."""
+    server = app.server
+    server.config.update(SESSION_COOKIE_HTTPONLY=True, SESSION_COOKIE_SAMESITE="Lax", SESSION_COOKIE_SECURE=config.secure_cookies)
+    server.config.update(REMEMBER_COOKIE_HTTPONLY=True, REMEMBER_COOKIE_SAMESITE="Lax", REMEMBER_COOKIE_SECURE=config.secure_cookies)
+    server.session_interface = _SessionInterface()
+    csp: list[str] = []  # built on the first response: Dash knows its inline scripts only once all are registered
+
+    @server.before_request
+    def same_origin() -> tuple[Response, int] | None:
+        if request.method in UNSAFE_METHODS and not _same_origin(request, config.allowed_origins):
+            log.warning("refused %s %s from origin %s", request.method, request.path, request.headers.get("Origin") or request.referrer)
+            return jsonify({"error": "cross-origin request refused"}), 403
+        return None
+
+    @server.after_request
+    def headers(response: Response) -> Response:
+        if not csp:
+            csp.append(_policy(app))
+        response.headers.setdefault("Content-Security-Policy", csp[0])
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["X-Frame-Options"] = "DENY"
+        response.headers["Referrer-Policy"] = "same-origin"
+        response.headers["Cross-Origin-Opener-Policy"] = "same-origin"
+        if request.is_secure:
+            response.headers["Strict-Transport-Security"] = "max-age=31536000"
+        return response
+
+
+def _policy(app: Dash) -> str:
+    # 'unsafe-eval': plotly's WebGL traces (Scattergl, the timeline) compile shaders through regl's Function();
+    # inline scripts stay forbidden except Dash's own, by hash. Plotly sets inline styles.
+    scripts = " ".join(["'self'", *app.csp_hashes(), "'unsafe-eval'"])
+    return (
+        f"default-src 'self'; script-src {scripts}; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; "
+        "font-src 'self' data:; worker-src 'self' blob:; connect-src 'self'; object-src 'none'; base-uri 'self'; "
+        "form-action 'self'; frame-ancestors 'none'"
+    )
+
+
+def _same_origin(req: Request, allowed: tuple[str, ...]) -> bool:
+    """A browser names the page a request comes from (Origin, else Referer); it must be this host or an
+    allowed origin. No header at all is a non-browser client, which carries no victim's cookies by accident."""
+    source = req.headers.get("Origin") or req.referrer
+    if not source:
+        return True
+    if source == "null":
+        return False
+    parts = urlsplit(source)
+    return parts.netloc == req.host or f"{parts.scheme}://{parts.netloc}" in allowed

@@ -10,11 +10,12 @@ from pathlib import Path
 from paradiag.dataset import default_cache_root
 
 SAMPLES_DIR = Path(__file__).resolve().parent.parent / "sample_traces"
+TRUE = ("1", "true", "yes", "on")
 
 
 @dataclass(frozen=True)
 class Config:
-    """Where jobs come from, where the app keeps its files, and how it signs users in."""
+    """Where jobs come from, where the app keeps its files, how it signs users in and what an upload may cost."""
 
     job: str | None = None
     samples_dir: Path = SAMPLES_DIR
@@ -25,6 +26,19 @@ class Config:
     max_upload_mb: int = 4096
     users_file: Path | None = None
     secret_key: str = ""
+    secure_cookies: bool = False
+    allowed_origins: tuple[str, ...] = ()
+    proxy_hops: int = 0  # reverse proxies in front whose X-Forwarded-For/-Proto/-Host are trusted
+    # Archives: the most an upload may unpack to, and the most any entry (or the whole) may grow over its
+    # compressed size. Real traces compress 10-30x; an archive bomb, 1000x.
+    max_unpacked_mb: int = 8192
+    max_ratio: int = 200
+    # The parse of an upload runs in its own process under these limits (address space, wall clock), with
+    # the parsers' own per-file and per-string caps set for it.
+    parse_memory_mb: int = 4096
+    parse_seconds: int = 600
+    parse_file_mb: int = 2048
+    parse_string_kb: int = 64
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: object) -> Config:
@@ -36,12 +50,14 @@ class Config:
             "samples_dir": Path(env.get("PARADIAG_SAMPLES_DIR") or SAMPLES_DIR),
             "upload_dir": Path(env.get("PARADIAG_UPLOAD_DIR") or root / "uploads"),
             "app_cache_dir": app_cache,
-            "cache_timeout_s": int(env.get("PARADIAG_CACHE_TIMEOUT", 7 * 24 * 3600)),
-            "max_primitives": int(env.get("PARADIAG_MAX_PRIMITIVES", 20_000)),
-            "max_upload_mb": int(env.get("PARADIAG_MAX_UPLOAD_MB", 4096)),
             "users_file": Path(env["PARADIAG_USERS"]) if env.get("PARADIAG_USERS") else None,
             "secret_key": env.get("PARADIAG_SECRET_KEY") or "",
+            "secure_cookies": env.get("PARADIAG_SECURE_COOKIES", "").lower() in TRUE,
+            "allowed_origins": tuple(o.strip().rstrip("/") for o in env.get("PARADIAG_ALLOWED_ORIGINS", "").split(",") if o.strip()),
         }
+        for field, name in _NUMBERS.items():
+            if env.get(name):
+                values[field] = _positive_int(name, env[name])
         values.update(overrides)
         config = cls(**values)  # type: ignore[arg-type]
         if not config.secret_key:
@@ -49,17 +65,52 @@ class Config:
         return config
 
 
+_NUMBERS = {
+    "cache_timeout_s": "PARADIAG_CACHE_TIMEOUT",
+    "max_primitives": "PARADIAG_MAX_PRIMITIVES",
+    "max_upload_mb": "PARADIAG_MAX_UPLOAD_MB",
+    "max_unpacked_mb": "PARADIAG_UPLOAD_MAX_UNPACKED_MB",
+    "max_ratio": "PARADIAG_UPLOAD_MAX_RATIO",
+    "parse_memory_mb": "PARADIAG_UPLOAD_PARSE_MEMORY_MB",
+    "parse_seconds": "PARADIAG_UPLOAD_PARSE_SECONDS",
+    "parse_file_mb": "PARADIAG_UPLOAD_MAX_FILE_MB",
+    "parse_string_kb": "PARADIAG_UPLOAD_MAX_STRING_KB",
+    "proxy_hops": "PARADIAG_PROXY_HOPS",
+}
+
+
+def _positive_int(name: str, text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{name}={text!r}: expected a whole number") from None
+    if value <= 0:
+        raise ValueError(f"{name}={text!r}: expected a number above 0")
+    return value
+
+
+def private_dir(path: Path) -> Path:
+    """Create ``path`` (and missing parents) readable by this user only: it holds keys or users' data."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.chmod(0o700)
+    return path
+
+
 def _shared_secret(folder: Path) -> str:
-    """A signing key every worker on this machine shares (kept beside the app cache) when none is configured."""
-    folder.mkdir(parents=True, exist_ok=True)
+    """A signing key every worker on this machine shares (kept beside the app cache, mode 0600) when none is
+    configured. Anyone who can read it can sign a session cookie as any user."""
+    private_dir(folder)
     path = folder / "secret_key"
     if not path.exists():
         tmp = folder / f".secret_key.{os.getpid()}"
-        tmp.write_text(secrets.token_hex(32))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
         try:
             os.link(tmp, path)  # first writer wins; the others read its key
         except FileExistsError:
             pass
         finally:
             tmp.unlink()
+    path.chmod(0o600)  # a key left readable by an older version is closed too
     return path.read_text().strip()

@@ -1,10 +1,13 @@
-"""What a callback needs from the request: the app's config, the signed-in (or anonymous) user, the job."""
+"""What a callback needs from the request: the app's config, the signed-in (or anonymous) user, the job; and
+the one place where a callback's failure becomes what the user sees."""
 
 from __future__ import annotations
 
+import logging
 import secrets
 
-from flask import current_app, has_request_context, session
+from dash import set_props
+from flask import current_app, has_request_context, request, session
 from flask_login import current_user
 
 from paradiag.app import jobs
@@ -12,6 +15,8 @@ from paradiag.app.config import Config
 from paradiag.dataset import Job
 
 _fallback: list[Config] = []
+NOTICE = "job-notice"  # the banner under the header (layouts/shell.py)
+log = logging.getLogger("paradiag.app.callbacks")
 
 
 def config() -> Config:
@@ -34,7 +39,7 @@ def user_id() -> str:
     if not has_request_context():
         return "local"
     if current_app.config.get("PARADIAG_LOGIN") and current_user.is_authenticated:
-        return str(current_user.get_id())
+        return str(current_user.name)
     uid = session.get("uid")
     if not uid:
         uid = session["uid"] = "anon-" + secrets.token_hex(8)
@@ -43,3 +48,16 @@ def user_id() -> str:
 
 def job(token: str) -> Job:
     return jobs.open_token(token, config(), user_id())
+
+
+def on_callback_error(exc: Exception) -> None:
+    """Dash's error handler for every callback (factory.py). A job token that names nothing this user may
+    open (forged, stale, someone else's upload, an expired one) is the user's to read: a banner says so and
+    every output of the callback stays as it was. Anything else is a bug: logged whole, then a 500."""
+    if isinstance(exc, jobs.JobNotFound):
+        log.info("%s %s: %s", user_id(), request.path, exc)
+        set_props(NOTICE, {"children": f"{exc}: it does not exist, or it is not yours to open. Open a job from the start page.", "hidden": False})
+        return None
+    log.error("callback failed for %s", user_id(), exc_info=exc)
+    raise exc
+

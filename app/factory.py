@@ -1,18 +1,24 @@
-"""The app factory: one Dash app (and its Flask server) per config."""
+"""The app factory: one Dash app (and its Flask server) per config, with its web rules, logging and health."""
 
 from __future__ import annotations
 
+import logging
+import time
 from pathlib import Path
+from typing import Any
 
-from dash import Dash
+from dash import Dash, Input, Output
+from flask import Flask, g, jsonify, request
+from werkzeug.middleware.proxy_fix import ProxyFix
 
-from paradiag.app import context
-from paradiag.app.auth import setup_login
-from paradiag.app.config import Config
+from paradiag.app import context, ids
+from paradiag.app.auth import AuthStore, harden, setup_login
+from paradiag.app.config import Config, private_dir
 from paradiag.app.layouts import shell
 from paradiag.app.store import init_cache
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
+log = logging.getLogger("paradiag.app.request")
 
 
 def create_app(config: Config | None = None) -> Dash:
@@ -23,14 +29,21 @@ def create_app(config: Config | None = None) -> Dash:
         assets_folder=str(ASSETS),
         update_title="",
         suppress_callback_exceptions=False,
+        on_error=context.on_callback_error,
     )
     server = app.server
     server.config["PARADIAG"] = config
     server.config["SECRET_KEY"] = config.secret_key
     server.config["MAX_CONTENT_LENGTH"] = config.max_upload_mb * 1024 * 1024
+    if config.proxy_hops:
+        hops = config.proxy_hops
+        server.wsgi_app = ProxyFix(server.wsgi_app, x_for=hops, x_proto=hops, x_host=hops)
+    private_dir(config.upload_dir)
     init_cache(server, config)
+    _health_and_timing(server)
+    harden(app, config)
     if config.users_file:
-        setup_login(server, config.users_file)
+        setup_login(server, config.users_file, AuthStore(config.app_cache_dir / "auth.sqlite"))
     from paradiag.app import uploads
     from paradiag.app.callbacks import register
 
@@ -39,8 +52,36 @@ def create_app(config: Config | None = None) -> Dash:
     server.before_request(_fix_user)
     app.layout = shell.layout
     register(app)
+    # A new address clears the "job not found" banner of the last one.
+    app.callback(Output(context.NOTICE, "hidden"), Input(ids.URL, "search"))(lambda _: True)
     return app
 
 
 def _fix_user() -> None:
     context.user_id()
+
+
+def _health_and_timing(server: Flask) -> None:
+    @server.route("/healthz")
+    def healthz() -> Any:
+        """For the container's HEALTHCHECK and load balancers: answers when a worker can serve; says nothing
+        about the host, the users or the version."""
+        return jsonify({"status": "ok"})
+
+    @server.before_request
+    def started() -> None:
+        g.started = time.perf_counter()
+
+    @server.after_request
+    def timed(response: Any) -> Any:
+        if request.path != "/healthz" and not request.path.startswith(("/_dash-component-suites/", "/assets/")):
+            ms = 1000 * (time.perf_counter() - g.get("started", time.perf_counter()))
+            log.info("%s %s %s user=%s %.0f ms", request.method, request.path, response.status_code, _user(), ms)
+        return response
+
+
+def _user() -> str:
+    try:
+        return context.user_id()
+    except RuntimeError:  # outside a session (a response built before one exists)
+        return "-"

@@ -1,25 +1,31 @@
 """Which job a request means, and opening it.
 
 A job is named by a token that any worker can resolve from disk alone: ``served`` (the folder given to
-``paradiag serve``), ``sample:<name>`` (a bundled sample) or ``upload:<id>`` (an upload of the current user).
-Opened jobs are kept per process only as a memo of what is on disk; losing it costs a re-open, never data.
+``paradiag serve``), ``sample:<name>`` (a bundled sample) or ``upload:<id>`` (an upload of the current user whose
+parse has finished). Opened jobs are kept per process only as a memo of what is on disk; losing it costs a
+re-open, never data.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import re
 import threading
+import time
 from collections import OrderedDict
 from pathlib import Path
+from typing import Any
 
 import paradiag
 from paradiag.app.config import Config
 from paradiag.dataset import Job
 
-SAFE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+SAFE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 _OPEN: OrderedDict[str, Job] = OrderedDict()
 _LOCK = threading.Lock()
 _KEEP = 8
+log = logging.getLogger("paradiag.app.jobs")
 
 
 class JobNotFound(LookupError):
@@ -40,17 +46,27 @@ def user_upload_root(config: Config, user: str) -> Path:
     return config.upload_dir / user
 
 
+def read_status(upload: Path) -> dict[str, Any]:
+    """An upload's ``status.json`` (any worker wrote it); ``{"state": "unknown"}`` when there is none."""
+    try:
+        return dict(json.loads((upload / "status.json").read_text()))
+    except (OSError, ValueError):
+        return {"state": "unknown"}
+
+
 def path_of(token: str, config: Config, user: str) -> Path:
-    """The folder (or cache) a job token names; raises JobNotFound when it names nothing this user may see."""
+    """The folder (or cache) a job token names; raises JobNotFound when it names nothing this user may see.
+    An upload counts only once its parse is done: opening it earlier would parse it here, in the web worker,
+    without the limits its own parse process runs under."""
     kind, _, name = token.partition(":")
     if kind == "served" and config.job:
         return Path(config.job)
     if kind == "sample" and SAFE_NAME.match(name) and name in samples(config):
         return config.samples_dir / name
     if kind == "upload" and SAFE_NAME.match(name):
-        folder = user_upload_root(config, user) / name / "files"
-        if folder.is_dir():
-            return folder
+        upload = user_upload_root(config, user) / name
+        if read_status(upload).get("state") == "done" and (upload / "files").is_dir():
+            return upload / "files"
     raise JobNotFound(f"no job {token!r}")
 
 
@@ -65,7 +81,9 @@ def open_path(path: Path) -> Job:
         if job is not None:
             _OPEN.move_to_end(key)
             return job
+    start = time.perf_counter()
     job = paradiag.open(path)
+    log.info("opened job %s (%d ranks) in %.0f ms", path.name, len(job.rank_ids), 1000 * (time.perf_counter() - start))
     with _LOCK:
         _OPEN[key] = job
         while len(_OPEN) > _KEEP:

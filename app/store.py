@@ -1,4 +1,5 @@
-"""Computed aggregates, shared by every worker through Flask-Caching (filesystem), keyed by the job's content hash."""
+"""Computed aggregates, shared by every worker through Flask-Caching (filesystem), keyed by the job's content hash
+and paradiag's version (an upgrade computes afresh instead of serving what the old code made)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from typing import Any, TypeVar
 from flask import Flask
 from flask_caching import Cache
 
+from paradiag import __version__
 from paradiag.analysis.diagnosis_types import analysis_version
-from paradiag.app.config import Config
+from paradiag.app.config import Config, private_dir
 
 T = TypeVar("T")
 cache = Cache()
@@ -19,7 +21,7 @@ _bound: list[Flask] = []
 
 
 def init_cache(server: Flask, config: Config) -> None:
-    config.app_cache_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(config.app_cache_dir)
     cache.init_app(
         server,
         config={
@@ -34,9 +36,10 @@ def init_cache(server: Flask, config: Config) -> None:
 
 
 def key_of(kind: str, content_hash: str, params: Any) -> str:
-    """The key of an aggregate: also of the analysis version, as aggregates are shaped from the job's Diagnosis."""
+    """The key of an aggregate: also of paradiag's and the analysis version, as aggregates are shaped from the
+    job's Diagnosis by this version's code."""
     blob = json.dumps(params, sort_keys=True, default=str)
-    return f"paradiag:{kind}:{content_hash}:{analysis_version()}:{hashlib.sha256(blob.encode()).hexdigest()[:24]}"
+    return f"paradiag:{__version__}:{kind}:{content_hash}:{analysis_version()}:{hashlib.sha256(blob.encode()).hexdigest()[:24]}"
 
 
 def memo(kind: str, content_hash: str, params: Any, compute: Callable[[], T]) -> T:

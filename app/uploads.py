@@ -1,126 +1,320 @@
-"""Uploads: trace files stream to disk under the user's own folder, then parse in a background thread.
+"""Uploads: trace files stream to disk under the user's own folder, then parse in a separate, limited process.
 
 ``POST /api/upload`` takes multipart ``files`` (a folder's files with their relative paths as file names, several
 files, or one .zip / .tar.gz). Werkzeug spools large parts to temporary files, so nothing big sits in memory or
 travels base64 through a callback. Every upload gets a fresh folder (nothing is ever overwritten) under
-``PARADIAG_UPLOAD_DIR/<user>/<id>/files``; ``status.json`` beside it tells any worker how parsing goes.
+``PARADIAG_UPLOAD_DIR/<user>/<id>/files`` (mode 0700); ``status.json`` beside it (0600) tells any worker how
+parsing goes.
+
+Nothing a user sends may hurt the host: archives unpack in chunks under a total size and a compression-ratio
+cap (what was written is deleted when one is hit), and the parse runs in a child process with an address-space
+and a wall-clock limit, and the parsers' own per-file and per-string caps, so one upload cannot starve the
+web workers. Users read which limit stopped them; paths and tracebacks go to the server log only.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
 import tarfile
 import threading
+import time
 import uuid
 import zipfile
+import zlib
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import IO, Any
 
 from flask import Flask, jsonify, request
 from werkzeug.datastructures import FileStorage
+from werkzeug.exceptions import RequestEntityTooLarge
 
 import paradiag
 from paradiag.app import context, jobs
+from paradiag.app.config import Config, private_dir
+from paradiag.dataset import JobError
 
 ARCHIVES = (".zip", ".tar.gz", ".tgz", ".tar")
+MAX_FILES = 20_000  # entries per upload: more is an inode bomb, not a training job
+MAX_DEPTH = 32
+MAX_NAME_BYTES = 200  # below the 255 bytes most file systems allow per name
+RATIO_FLOOR = 1 << 20  # an entry may always unpack to 1 MB, whatever its ratio (tiny files compress oddly)
+CHUNK = 1 << 20
+STALE_S = 60  # a parse silent this long past its time limit died with its worker
+read_status = jobs.read_status
+log = logging.getLogger("paradiag.app.uploads")
+
+
+class UploadRejected(Exception):
+    """An upload broke a rule; the message (no server paths) is for the user."""
+
+    def __init__(self, message: str, http_status: int = 413) -> None:
+        super().__init__(message)
+        self.http_status = http_status
 
 
 def safe_relative(name: str) -> PurePosixPath | None:
-    """A client-given path kept only if it stays inside the upload folder."""
-    parts = [p for p in PurePosixPath(name.replace("\\", "/")).parts if p not in ("", ".", "/")]
-    if not parts or any(p == ".." for p in parts):
+    """A client-given path kept only if it stays inside the upload folder; over-long names are shortened
+    (keeping their extension and a hash, so two long names stay two files) and control characters replaced."""
+    clean = "".join("_" if ord(c) < 32 else c for c in name.replace("\\", "/"))
+    parts = [p for p in PurePosixPath(clean).parts if p not in ("", ".", "/")]
+    if not parts or any(p == ".." for p in parts) or len(parts) > MAX_DEPTH:
         return None
-    return PurePosixPath(*parts)
+    return PurePosixPath(*(_short(p) for p in parts))
 
 
-def save_upload(files: list[FileStorage], root: Path) -> tuple[str, Path]:
-    """Write the files into a new folder under ``root``; unpack a single archive. Returns (id, folder)."""
+def _short(part: str) -> str:
+    if len(part.encode()) <= MAX_NAME_BYTES:
+        return part
+    suffix = "".join(PurePosixPath(part).suffixes[-2:])
+    suffix = suffix if len(suffix.encode()) <= 32 else ""
+    digest = hashlib.sha256(part.encode()).hexdigest()[:12]
+    stem = part.encode()[: MAX_NAME_BYTES - len(suffix.encode()) - 13].decode(errors="ignore")
+    return f"{stem}~{digest}{suffix}"
+
+
+def save_upload(files: list[FileStorage], root: Path, config: Config | None = None) -> tuple[str, Path]:
+    """Write the files into a new private folder under ``root``; unpack a single archive. Returns (id, folder).
+    On any failure the new folder is removed whole; UploadRejected says which rule the upload broke."""
+    cfg = config or context.config()
     upload_id = uuid.uuid4().hex[:16]
-    folder = root / upload_id / "files"
-    folder.mkdir(parents=True)
+    upload = private_dir(root / upload_id)
+    write_status(upload, {"state": "receiving"})
+    folder = private_dir(upload / "files")
+    try:
+        _store(files, folder)
+        saved = [p for p in folder.rglob("*") if p.is_file()]
+        if len(saved) == 1 and saved[0].name.lower().endswith(ARCHIVES):
+            unpack(saved[0], folder, cfg)
+            saved[0].unlink()
+    except BaseException:
+        shutil.rmtree(upload, ignore_errors=True)
+        raise
+    write_status(upload, {"state": "queued", "done": 0, "total": 0})
+    return upload_id, folder
+
+
+def _store(files: list[FileStorage], folder: Path) -> None:
+    if len(files) > MAX_FILES:
+        raise UploadRejected(f"{len(files)} files in one upload; at most {MAX_FILES} are accepted")
     for f in files:
         rel = safe_relative(f.filename or "")
         if rel is None:
             continue
-        dest = folder / rel
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        while dest.exists():  # two parts with one name: keep both
-            dest = dest.with_name("_" + dest.name)
+        dest = _free_name(folder, rel)
         f.save(dest)
-    saved = [p for p in folder.rglob("*") if p.is_file()]
-    if len(saved) == 1 and saved[0].name.lower().endswith(ARCHIVES):
-        unpack(saved[0], folder)
-        saved[0].unlink()
-    write_status(folder.parent, {"state": "queued", "done": 0, "total": 0})
-    return upload_id, folder
+        dest.chmod(0o600)
 
 
-def unpack(archive: Path, into: Path) -> None:
-    """Extract regular files only, each kept inside ``into`` (no links, no absolute or parent paths)."""
-    if archive.name.lower().endswith(".zip"):
-        with zipfile.ZipFile(archive) as z:
-            for info in z.infolist():
-                rel = safe_relative(info.filename)
-                if rel is None or info.is_dir():
-                    continue
-                (into / rel).parent.mkdir(parents=True, exist_ok=True)
-                with z.open(info) as src, open(into / rel, "wb") as dst:
-                    dst.write(src.read())
-        return
-    with tarfile.open(archive) as t:
-        for member in t.getmembers():
-            rel = safe_relative(member.name)
-            if rel is None or not member.isfile():
+def _free_name(folder: Path, rel: PurePosixPath) -> Path:
+    """Where ``rel`` goes under ``folder`` (parents made private); two parts with one name: keep both."""
+    dest = folder / rel
+    private_dir(dest.parent)
+    while dest.exists():
+        dest = dest.with_name("_" + dest.name)
+    return dest
+
+
+def unpack(archive: Path, into: Path, config: Config) -> None:
+    """Extract regular files only, each kept inside ``into`` (no links, no absolute or parent paths), each
+    streamed in chunks under the limits of ``config``."""
+    budget = _Budget(config, archive.stat().st_size)
+    entries = _zip_entries(archive) if archive.name.lower().endswith(".zip") else _tar_entries(archive)
+    try:
+        for count, (name, packed, stream) in enumerate(entries, start=1):
+            if count > MAX_FILES:
+                raise UploadRejected(f"the archive holds more than {MAX_FILES} files")
+            rel = safe_relative(name)
+            if rel is None:
                 continue
-            (into / rel).parent.mkdir(parents=True, exist_ok=True)
-            data = t.extractfile(member)
+            with stream, open(_free_name(into, rel), "xb", opener=_private_opener) as dst:
+                budget.copy(name, packed, stream, dst)
+    except (zipfile.BadZipFile, tarfile.TarError, EOFError, zlib.error, NotImplementedError) as exc:
+        raise UploadRejected(f"{archive.name}: not a readable archive ({type(exc).__name__})", 400) from exc
+
+
+def _zip_entries(archive: Path) -> Iterator[tuple[str, int | None, IO[bytes]]]:
+    with zipfile.ZipFile(archive) as z:
+        for info in z.infolist():
+            if not info.is_dir():
+                yield info.filename, info.compress_size, z.open(info)
+
+
+def _tar_entries(archive: Path) -> Iterator[tuple[str, int | None, IO[bytes]]]:
+    with tarfile.open(archive, "r|*") as t:  # streamed: no index of a huge archive is built first
+        for member in t:
+            data = t.extractfile(member) if member.isfile() else None
             if data is not None:
-                with data, open(into / rel, "wb") as dst:
-                    dst.write(data.read())
+                yield member.name, None, data
+
+
+def _private_opener(path: str, flags: int) -> int:
+    return os.open(path, flags, 0o600)
+
+
+class _Budget:
+    """What an archive may still unpack to: a total cap, and a ratio over the compressed size (of each zip
+    entry, and of the whole archive, which is all a gzip'd tar tells)."""
+
+    def __init__(self, config: Config, archive_bytes: int) -> None:
+        self.total_cap = config.max_unpacked_mb << 20
+        self.ratio = config.max_ratio
+        self.whole_cap = max(archive_bytes * self.ratio, RATIO_FLOOR)
+        self.written = 0
+
+    def copy(self, name: str, packed: int | None, src: IO[bytes], dst: IO[bytes]) -> None:
+        entry_cap = max(packed * self.ratio, RATIO_FLOOR) if packed is not None else None
+        entry = 0
+        while chunk := src.read(CHUNK):
+            entry += len(chunk)
+            self.written += len(chunk)
+            if self.written > self.total_cap:
+                raise UploadRejected(f"the archive unpacks to more than {self.total_cap >> 20} MB (limit PARADIAG_UPLOAD_MAX_UNPACKED_MB)")
+            if (entry_cap is not None and entry > entry_cap) or self.written > self.whole_cap:
+                shown = name if len(name) <= 80 else name[:77] + "..."
+                raise UploadRejected(
+                    f"{shown!r} unpacks to more than {self.ratio} times its compressed size (limit PARADIAG_UPLOAD_MAX_RATIO): refused as an archive bomb"
+                )
+            dst.write(chunk)
 
 
 def write_status(upload: Path, status: dict[str, Any]) -> None:
-    tmp = upload / "status.json.tmp"
-    tmp.write_text(json.dumps(status))
+    """Replace ``status.json`` whole (readers never see half of it), readable by this user only."""
+    tmp = upload / f"status.json.{os.getpid()}.{threading.get_ident()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump({**status, "updated": time.time()}, f)
     tmp.replace(upload / "status.json")
 
 
-def read_status(upload: Path) -> dict[str, Any]:
+def live_status(upload: Path, config: Config) -> dict[str, Any]:
+    """The status, where a parse that stopped reporting long past its time limit (its worker died) reads as
+    failed instead of running forever."""
+    status = read_status(upload)
+    running = status.get("state") in ("receiving", "queued", "parsing")
+    if running and time.time() - float(status.get("updated", 0)) > config.parse_seconds + STALE_S:
+        return {"state": "error", "message": "the parse was interrupted (the server restarted); please upload again"}
+    return status
+
+
+def start_parse(upload: Path, config: Config) -> None:
+    """Parse in a child process, watched from a thread of this worker (which stays free to answer)."""
+    threading.Thread(target=supervise, args=(upload, config), daemon=True, name=f"parse-{upload.name}").start()
+
+
+def supervise(upload: Path, config: Config) -> None:
+    """Run the parse child under its limits; a child killed or timed out leaves a status naming the limit."""
+    env = {
+        **os.environ,
+        "PARADIAG_UPLOAD_PARSE_MEMORY_MB": str(config.parse_memory_mb),
+        "PARADIAG_UPLOAD_PARSE_SECONDS": str(config.parse_seconds),
+        "PARADIAG_MAX_FILE_MB": str(config.parse_file_mb),
+        "PARADIAG_MAX_STRING_KB": str(config.parse_string_kb),
+        "PYTHONPATH": os.pathsep.join([str(Path(paradiag.__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]),
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+    }
+    code = "from paradiag.app.uploads import parse_main; parse_main()"
+    start = time.perf_counter()
+    child = subprocess.Popen([sys.executable, "-c", code, str(upload)], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        return dict(json.loads((upload / "status.json").read_text()))
-    except (OSError, ValueError):
-        return {"state": "unknown"}
+        _, err = child.communicate(timeout=config.parse_seconds)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        _, err = child.communicate()
+        _fail(upload, f"parsing took longer than {config.parse_seconds} s (limit PARADIAG_UPLOAD_PARSE_SECONDS)")
+    seconds = time.perf_counter() - start
+    state = read_status(upload).get("state")
+    if err.strip():
+        log.warning("upload %s: parse process said:\n%s", upload.name, err.decode(errors="replace")[-20_000:])
+    if state not in ("done", "error"):
+        # No status of its own: the child died without a word, which under RLIMIT_AS is an allocation that
+        # failed outside Python (an abort in native code) or the kernel's kill.
+        _fail(upload, f"the parse stopped (exit {child.returncode}), most likely at its memory limit of {config.parse_memory_mb} MB (limit PARADIAG_UPLOAD_PARSE_MEMORY_MB)")
+    log.info("upload %s: parse %s in %.1f s (exit %s)", upload.name, read_status(upload).get("state"), seconds, child.returncode)
 
 
-def parse(folder: Path) -> None:
-    """Parse an upload (run in a thread); progress and the outcome go to its status.json."""
-    upload = folder.parent
+def _fail(upload: Path, message: str) -> None:
+    write_status(upload, {"state": "error", "message": message})
+
+
+def parse_main() -> None:
+    """The parse child: limit itself, parse ``argv[1]/files`` into the cache, report through status.json."""
+    import resource
+
+    upload = Path(sys.argv[1])
+    memory = int(os.environ["PARADIAG_UPLOAD_PARSE_MEMORY_MB"]) << 20
+    seconds = int(os.environ["PARADIAG_UPLOAD_PARSE_SECONDS"])
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    resource.setrlimit(resource.RLIMIT_CPU, (seconds + 5, seconds + 10))  # a backstop to the parent's clock
+    folder = upload / "files"
 
     def progress(done: int, total: int, source: str) -> None:
         write_status(upload, {"state": "parsing", "done": done, "total": total, "source": source})
 
     try:
-        job = paradiag.open(folder, progress=progress)
-        write_status(upload, {"state": "done", "done": 1, "total": 1, "ranks": len(job.rank_ids)})
-    except Exception as exc:  # any failure is the user's to read, not the server's to crash on
-        write_status(upload, {"state": "error", "message": str(exc)[:500]})
+        # One process: RLIMIT_AS binds each process alone, so parse workers would multiply the budget.
+        job = paradiag.open(folder, progress=progress, workers=1)
+        write_status(upload, {"state": "done", "done": 1, "total": 1, "ranks": len(job.rank_ids), "problems": [str(p) for p in job.problems][:20]})
+    except MemoryError:
+        _fail(upload, f"parsing needs more than {memory >> 20} MB of memory (limit PARADIAG_UPLOAD_PARSE_MEMORY_MB)")
+    except JobError as exc:
+        _fail(upload, public_message(str(exc), folder))
+    except Exception:  # a parser bug: the traceback is the operator's (server log via stderr), not the user's
+        import traceback
+
+        traceback.print_exc()
+        _fail(upload, "the upload could not be parsed (an internal error; the server log has the details)")
+    _scrub_problems(upload, folder)
+
+
+def _scrub_problems(upload: Path, folder: Path) -> None:
+    status = read_status(upload)
+    if status.get("problems"):
+        write_status(upload, {**status, "problems": [public_message(p, folder) for p in status["problems"]]})
+
+
+def public_message(message: str, folder: Path) -> str:
+    """``message`` without the server's paths: names inside the upload stay, relative to it."""
+    for root in {str(folder.resolve()), str(folder)}:
+        message = message.replace(root + os.sep, "").replace(root, "the upload")
+    return message[:1000]
 
 
 def register_routes(server: Flask) -> None:
     @server.route("/api/upload", methods=["POST"])
     def upload() -> Any:
         cfg = context.config()
-        root = jobs.user_upload_root(cfg, context.user_id())
+        root = private_dir(jobs.user_upload_root(cfg, context.user_id()))
         files = request.files.getlist("files")
         if not files:
             return jsonify({"error": "no files"}), 400
-        upload_id, folder = save_upload(files, root)
-        threading.Thread(target=parse, args=(folder,), daemon=True, name=f"parse-{upload_id}").start()
+        try:
+            upload_id, folder = save_upload(files, root, cfg)
+        except UploadRejected as exc:
+            log.warning("upload by %s refused: %s", context.user_id(), exc)
+            return jsonify({"error": str(exc)}), exc.http_status
+        except OSError:
+            log.exception("upload by %s could not be stored", context.user_id())
+            return jsonify({"error": "the upload could not be stored (the server log has the details)"}), 500
+        log.info("upload %s by %s: %d file(s) stored", upload_id, context.user_id(), len(files))
+        start_parse(folder.parent, cfg)
         return jsonify({"id": upload_id, "job": f"upload:{upload_id}"})
 
     @server.route("/api/upload/<upload_id>/status")
     def status(upload_id: str) -> Any:
         if not jobs.SAFE_NAME.match(upload_id):
             return jsonify({"state": "unknown"}), 404
-        root = jobs.user_upload_root(context.config(), context.user_id())
-        return jsonify(read_status(root / upload_id))
+        found = live_status(jobs.user_upload_root(context.config(), context.user_id()) / upload_id, context.config())
+        return jsonify(found), 404 if found["state"] == "unknown" else 200
+
+    @server.errorhandler(RequestEntityTooLarge)
+    def too_large(_: RequestEntityTooLarge) -> Any:
+        limit = context.config().max_upload_mb
+        return jsonify({"error": f"the upload is larger than {limit} MB (limit PARADIAG_MAX_UPLOAD_MB)"}), 413

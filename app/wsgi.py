@@ -1,12 +1,32 @@
-"""The WSGI entry point for a shared instance: ``gunicorn -w 4 'paradiag.app.wsgi:server'``.
+"""The WSGI entry point for a shared instance (the container's CMD; README and docs/dashboard.md):
 
-Configure it with PARADIAG_* variables (README); every worker shares the Parquet cache and the aggregate cache
-on disk, so any worker can answer any request.
+    gunicorn --worker-class gthread --threads 4 paradiag.app.wsgi:server
+
+Configure it with PARADIAG_* variables (README); every worker shares the Parquet cache, the aggregate cache and
+the sign-in state on disk, so any worker can answer any request. The ``paradiag`` loggers (requests with user
+and timing, jobs, uploads, sign-in, callback failures with their traceback) write to gunicorn's error log.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+
 from paradiag.app.factory import create_app
 
+
+def _logging() -> None:
+    level = os.environ.get("PARADIAG_LOG_LEVEL", "INFO").upper()
+    ours = logging.getLogger("paradiag")
+    ours.setLevel(level)
+    gunicorn = logging.getLogger("gunicorn.error")
+    if gunicorn.handlers:  # under gunicorn: one log, one format
+        ours.handlers[:] = gunicorn.handlers
+        ours.propagate = False
+    elif not logging.getLogger().handlers:
+        logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+_logging()
 app = create_app()
 server = app.server

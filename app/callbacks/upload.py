@@ -8,7 +8,7 @@ from typing import Any
 from dash import Dash, Input, Output, State, no_update
 
 from paradiag.app import context, ids, jobs
-from paradiag.app.uploads import read_status
+from paradiag.app.uploads import live_status
 
 
 def poll(_: int | None, state: dict[str, Any] | None) -> tuple[Any, Any, Any, Any]:
@@ -18,11 +18,15 @@ def poll(_: int | None, state: dict[str, Any] | None) -> tuple[Any, Any, Any, An
     upload_id = str(state["id"])
     if not jobs.SAFE_NAME.match(upload_id):
         return 0, "bad upload id", True, no_update
-    status = read_status(jobs.user_upload_root(context.config(), context.user_id()) / upload_id)
+    status = live_status(jobs.user_upload_root(context.config(), context.user_id()) / upload_id, context.config())
     if status.get("state") == "done":
-        return 100, f"parsed {status.get('ranks', '?')} ranks: opening", True, f"/?job=upload:{upload_id}"
+        problems = len(status.get("problems") or [])
+        note = f" ({problems} file(s) skipped or with warnings)" if problems else ""
+        return 100, f"parsed {status.get('ranks', '?')} ranks{note}: opening", True, f"/?job=upload:{upload_id}"
     if status.get("state") == "error":
         return 0, f"could not parse the upload: {status.get('message')}", True, no_update
+    if status.get("state") not in ("receiving", "queued", "parsing"):
+        return 0, "no such upload (it was removed, or it is not yours)", True, no_update
     done, total = status.get("done", 0), status.get("total", 0)
     value = 50 + int(50 * done / total) if total else 50
     return value, f"parsing: {done} of {total or '?'} sources", False, no_update

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dash import dcc, html
 
 from paradiag.app import ids
+from paradiag.app.context import NOTICE
 from paradiag.app.layouts import job_page, start_page
 
 
@@ -23,6 +24,8 @@ def layout() -> html.Div:
                     html.Button("clear selection", id=ids.CLEAR_SELECTION, className="pd-button"),
                 ],
             ),
+            # Filled by context.on_callback_error when a job token names nothing this user may open.
+            html.Div(id=NOTICE, role="alert", hidden=True, className="pd-notice", style={"background": "#fde8e8", "color": "#8a1c1c", "padding": "0.5em 1em"}),
             html.Div(start_page.layout(), id=ids.START_PAGE),
             html.Div(job_page.layout(), id=ids.JOB_PAGE, style={"display": "none"}),
         ],
