@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import secrets
 
-from dash import set_props
+from dash import callback_context, set_props
 from flask import current_app, has_request_context, request, session
 from flask_login import current_user
 
@@ -58,6 +58,13 @@ def on_callback_error(exc: Exception) -> None:
         log.info("%s %s: %s", user_id(), request.path, exc)
         set_props(NOTICE, {"children": f"{exc}: it does not exist, or it is not yours to open. Open a job from the start page.", "hidden": False})
         return None
-    log.error("callback failed for %s", user_id(), exc_info=exc)
+    # Flask logs the traceback (its logger is paradiag.app.factory); this line adds who and which callback.
+    log.error("callback %s failed for %s: %s: %s", _outputs(), user_id(), type(exc).__name__, exc)
     raise exc
+
+
+def _outputs() -> str:
+    outputs = callback_context.outputs_list
+    listed = outputs if isinstance(outputs, list) else [outputs]
+    return ",".join(f"{o.get('id')}.{o.get('property')}" for o in listed if isinstance(o, dict))
 

@@ -18,6 +18,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -265,7 +266,11 @@ def parse_main() -> None:
     except MemoryError:
         _fail(upload, f"parsing needs more than {memory >> 20} MB of memory (limit PARADIAG_UPLOAD_PARSE_MEMORY_MB)")
     except JobError as exc:
-        _fail(upload, public_message(str(exc), folder))
+        print(f"upload {upload.name}: {exc}", file=sys.stderr)  # the whole story, for the server log
+        message = public_message(str(exc), folder)
+        if "out of memory" in message:
+            message += f" (a parse may use at most {memory >> 20} MB: limit PARADIAG_UPLOAD_PARSE_MEMORY_MB)"
+        _fail(upload, message)
     except Exception:  # a parser bug: the traceback is the operator's (server log via stderr), not the user's
         import traceback
 
@@ -280,11 +285,17 @@ def _scrub_problems(upload: Path, folder: Path) -> None:
         write_status(upload, {**status, "problems": [public_message(p, folder) for p in status["problems"]]})
 
 
+_TRACEBACK = re.compile(r"\n?Traceback \(most recent call last\):\n(?:[ \t].*\n?)*")
+_ABSOLUTE = re.compile(r"(?<![\w.~])/(?:[^\s/:;,'\"()]+/)+([^\s/:;,'\"()]*)")
+
+
 def public_message(message: str, folder: Path) -> str:
-    """``message`` without the server's paths: names inside the upload stay, relative to it."""
-    for root in {str(folder.resolve()), str(folder)}:
+    """``message`` without the server's paths or traceback text: names inside the upload stay, relative to
+    it; any other absolute path shrinks to its last part."""
+    for root in sorted({str(folder.resolve()), str(folder)}, key=len, reverse=True):
         message = message.replace(root + os.sep, "").replace(root, "the upload")
-    return message[:1000]
+    message = _ABSOLUTE.sub(r"\1", _TRACEBACK.sub(" ", message))
+    return message.strip()[:1000]
 
 
 def register_routes(server: Flask) -> None:

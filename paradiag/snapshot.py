@@ -38,9 +38,10 @@ def _json(doc: Any) -> str:
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the paradiag.report/1 verdict JSON here.")
 @click.option("--fail-on", "fail_on", default=None, metavar="EXPR", help="Exit 3 when a condition holds, e.g. 'stage_imbalance>1.15,bubble_ratio>0.3,finding:slow_link'. Names: " + ", ".join(gate.ALIASES) + ", or a dotted path into the report; finding:KIND[>=low|medium|high]; finding:any.")
 @click.option("--cache", type=click.Path(path_type=Path), default=None, help="Cache folder (default: $PARADIAG_CACHE_DIR or ~/.cache/paradiag/...).")
+@click.option("--title", default=None, help="The report's title (default: the job folder's name; never its full path, which a published report would leak).")
 @strict_option
 @workers_option
-def snapshot(path: Path, output: Path, json_path: Path | None, fail_on: str | None, cache: Path | None, strict: bool, workers: int | None) -> None:
+def snapshot(path: Path, output: Path, json_path: Path | None, fail_on: str | None, cache: Path | None, title: str | None, strict: bool, workers: int | None) -> None:
     """Write a self-contained HTML report of PATH (works offline) and, with --json, the verdict JSON.
 
     Exit codes: 0 all good, 1 the job could not be read, 2 bad usage or --fail-on expression,
@@ -61,7 +62,9 @@ def snapshot(path: Path, output: Path, json_path: Path | None, fail_on: str | No
         "passed": not any(o.crossed for o in outcomes),
         "conditions": [o.__dict__ for o in outcomes],
     }
-    output.write_text(render_snapshot(job, report), encoding="utf-8")
+    # The page is titled by report.job.source; the HTML gets the folder's name (or --title), the JSON the path.
+    shown = title or path.resolve().name
+    output.write_text(render_snapshot(job, {**report, "job": {**report["job"], "source": shown}}), encoding="utf-8")
     if json_path is not None:
         json_path.write_text(_json(report), encoding="utf-8")
     click.echo(f"wrote {output} ({output.stat().st_size / 1e6:.1f} MB)" + (f" and {json_path}" if json_path else ""))

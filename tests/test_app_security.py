@@ -1,0 +1,291 @@
+"""Attacks on the team server, against the real thing: the image's gunicorn command on loopback, several workers,
+sign-in. Each test is one thing a user (or a page on another site) could send, and what must come of it."""
+
+from __future__ import annotations
+
+import io
+import os
+import stat
+import tarfile
+import time
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from werkzeug.security import generate_password_hash
+
+from benchmarks.load import production_server
+from tests.conftest import REPO
+from tests.helpers import kineto_trace, write_trace
+
+pytestmark = pytest.mark.slow
+USERS = {"alice": "a-secret", "bob": "b-secret", "carol": "c-secret", "dave": "d-secret", "erin": "e-secret"}
+FOREIGN = "https://evil.example"
+SAMPLE = REPO / "sample_traces" / "gpu_moe_expert_imbalance"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    root = tmp_path_factory.mktemp("team")
+    (root / "users").write_text("".join(f"{n}:{generate_password_hash(p)}\n" for n, p in USERS.items()))
+    env = {
+        "PARADIAG_USERS": str(root / "users"),
+        "PARADIAG_UPLOAD_MAX_UNPACKED_MB": "16",
+        "PARADIAG_UPLOAD_MAX_RATIO": "50",
+    }
+    with production_server(root, env, workers=2) as url:
+        yield url, root
+
+
+def signed_in(url: str, name: str) -> requests.Session:
+    s = requests.Session()
+    r = s.post(url + "/login", data={"user": name, "password": USERS[name]}, allow_redirects=False, timeout=30)
+    assert r.status_code == 302, r.text
+    return s
+
+
+def upload(s: requests.Session, url: str, files: list[tuple[str, bytes]]) -> requests.Response:
+    return s.post(url + "/api/upload", files=[("files", (name, data)) for name, data in files], timeout=120)
+
+
+def wait_parsed(s: requests.Session, url: str, upload_id: str) -> dict[str, Any]:
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        state = dict(s.get(url + f"/api/upload/{upload_id}/status", timeout=10).json())
+        if state.get("state") in ("done", "error"):
+            return state
+        time.sleep(0.3)
+    raise AssertionError("the parse never finished")
+
+
+def uploads_of(root: Path, user: str) -> list[Path]:
+    folder = root / "uploads" / user
+    return sorted(folder.iterdir()) if folder.is_dir() else []
+
+
+def zip_bomb(entry_mb: int) -> bytes:
+    blob = io.BytesIO()
+    with zipfile.ZipFile(blob, "w", zipfile.ZIP_DEFLATED) as z, z.open("rank0.pt.trace.json", "w", force_zip64=True) as f:
+        chunk = b"\0" * (1 << 20)
+        for _ in range(entry_mb):
+            f.write(chunk)
+    return blob.getvalue()
+
+
+def test_archive_bombs_are_refused_named_and_removed(server: tuple[str, Path]) -> None:
+    url, root = server
+    alice = signed_in(url, "alice")
+    before = uploads_of(root, "alice")
+    bomb = zip_bomb(300)  # 300 MB of zeros in ~300 KB
+    r = upload(alice, url, [("bomb.zip", bomb)])
+    assert r.status_code == 413 and "PARADIAG_UPLOAD_MAX_RATIO" in r.json()["error"], r.text
+    tar = io.BytesIO()
+    with tarfile.open(fileobj=tar, mode="w:gz") as t:
+        info = tarfile.TarInfo("job/rank0.json")
+        info.size = 200 << 20
+        t.addfile(info, io.BytesIO(b"\0" * info.size))
+    r = upload(alice, url, [("bomb.tar.gz", tar.getvalue())])
+    assert r.status_code == 413 and "PARADIAG_UPLOAD_MAX_RATIO" in r.json()["error"], r.text
+    stored = io.BytesIO()
+    with zipfile.ZipFile(stored, "w", zipfile.ZIP_STORED) as z:  # no compression: only the total cap stops it
+        for i in range(3):
+            z.writestr(f"rank{i}.json", os.urandom(8 << 20))
+    r = upload(alice, url, [("big.zip", stored.getvalue())])
+    assert r.status_code == 413 and "16 MB" in r.json()["error"] and "PARADIAG_UPLOAD_MAX_UNPACKED_MB" in r.json()["error"], r.text
+    assert uploads_of(root, "alice") == before, "what a refused archive wrote stays behind"
+
+
+def test_secrets_and_user_data_are_private(server: tuple[str, Path]) -> None:
+    url, root = server
+    alice = signed_in(url, "alice")
+    r = upload(alice, url, [(p.name, p.read_bytes()) for p in sorted(SAMPLE.iterdir()) if p.is_file()])
+    assert r.status_code == 200, r.text
+    assert wait_parsed(alice, url, r.json()["id"])["state"] == "done"
+    mode = lambda p: stat.S_IMODE(p.stat().st_mode)  # noqa: E731
+    assert mode(root / "app-cache" / "secret_key") == 0o600
+    assert mode(root / "app-cache" / "auth.sqlite") == 0o600
+    assert mode(root / "app-cache") == 0o700 and mode(root / "uploads") == 0o700
+    upload_dir = root / "uploads" / "alice" / r.json()["id"]
+    assert mode(root / "uploads" / "alice") == 0o700 and mode(upload_dir) == 0o700
+    assert mode(upload_dir / "status.json") == 0o600
+    assert all(mode(p) == 0o600 for p in (upload_dir / "files").rglob("*") if p.is_file())
+
+
+def test_cookies_and_security_headers(server: tuple[str, Path]) -> None:
+    url, _ = server
+    r = requests.post(url + "/login", data={"user": "bob", "password": USERS["bob"]}, allow_redirects=False, timeout=30)
+    cookie = r.headers["Set-Cookie"].lower()
+    assert "httponly" in cookie and "samesite=lax" in cookie and "secure" not in cookie  # plain http here
+    for path in ("/login", "/healthz"):
+        h = requests.get(url + path, timeout=10).headers
+        assert "frame-ancestors 'none'" in h["Content-Security-Policy"] and "default-src 'self'" in h["Content-Security-Policy"]
+        assert h["X-Frame-Options"] == "DENY" and h["X-Content-Type-Options"] == "nosniff"
+        assert h["Referrer-Policy"] == "same-origin" and "Strict-Transport-Security" not in h
+
+
+def test_posts_from_a_foreign_origin_are_refused(server: tuple[str, Path]) -> None:
+    url, _ = server
+    r = requests.post(url + "/login", data={"user": "bob", "password": USERS["bob"]}, headers={"Origin": FOREIGN}, allow_redirects=False, timeout=30)
+    assert r.status_code == 403
+    bob = signed_in(url, "bob")
+    r = bob.post(url + "/api/upload", files=[("files", ("a.json", b"{}"))], headers={"Origin": FOREIGN}, timeout=30)
+    assert r.status_code == 403
+    r = bob.post(url + "/_dash-update-component", json={}, headers={"Referer": FOREIGN + "/page"}, timeout=30)
+    assert r.status_code == 403
+    same = requests.post(url + "/login", data={"user": "bob", "password": USERS["bob"]}, headers={"Origin": url}, allow_redirects=False, timeout=30)
+    assert same.status_code == 302
+
+
+def test_a_cookie_from_before_sign_out_no_longer_works(server: tuple[str, Path]) -> None:
+    url, _ = server
+    alice = signed_in(url, "alice")
+    stolen = alice.cookies.get_dict()
+    assert requests.get(url + "/", cookies=stolen, allow_redirects=False, timeout=30).status_code == 200
+    alice.get(url + "/logout", timeout=30)
+    r = requests.get(url + "/", cookies=stolen, allow_redirects=False, timeout=30)
+    assert r.status_code == 302 and r.headers["Location"].endswith("/login")
+    assert requests.post(url + "/_dash-update-component", json={}, cookies=stolen, timeout=30).status_code == 401
+
+
+def test_only_the_sign_in_page_itself_is_open(server: tuple[str, Path]) -> None:
+    url, _ = server
+    for path in ("/loginx", "/login/../", "/healthzz", "/_dash-layout", "/api/upload/abc/status"):
+        r = requests.get(url + path, allow_redirects=False, timeout=30)
+        assert r.status_code in (302, 404) and "_dash-config" not in r.text, path
+
+
+def callbacks_on_selection(s: requests.Session, url: str) -> list[dict[str, Any]]:
+    deps = s.get(url + "/_dash-dependencies", timeout=30).json()
+    return [d for d in deps if "{" not in d["output"] and any(i["id"] == "selection" and i["property"] == "data" for i in d["inputs"])]
+
+
+def call(s: requests.Session, url: str, dep: dict[str, Any], values: dict[str, Any]) -> requests.Response:
+    outputs = [dict(zip(("id", "property"), p.rsplit(".", 1), strict=True)) for p in dep["output"].strip(".").split("...")]
+    value = lambda d: [] if d["id"].startswith("{") else {"id": d["id"], "property": d["property"], "value": values.get(f"{d['id']}.{d['property']}")}  # noqa: E731
+    body = {
+        "output": dep["output"],
+        "outputs": outputs if len(outputs) > 1 else outputs[0],
+        "inputs": [value(d) for d in dep["inputs"]],
+        "state": [value(d) for d in dep.get("state", [])],
+        "changedPropIds": ["selection.data"],
+    }
+    return s.post(url + "/_dash-update-component", json=body, timeout=60)
+
+
+def test_forged_and_foreign_job_tokens_answer_not_found(server: tuple[str, Path]) -> None:
+    url, _ = server
+    alice, erin = signed_in(url, "alice"), signed_in(url, "erin")
+    r = upload(alice, url, [(p.name, p.read_bytes()) for p in sorted(SAMPLE.iterdir()) if p.is_file()])
+    alices = f"upload:{r.json()['id']}"
+    assert wait_parsed(alice, url, r.json()["id"])["state"] == "done"
+    deps = callbacks_on_selection(erin, url)
+    assert len(deps) >= 5
+    for token in ("upload:0123456789abcdef", "sample:no_such_sample", "upload:../../alice", alices, "served"):
+        noticed = 0
+        for dep in deps:
+            reply = call(erin, url, dep, {"selection.data": {"job": token, "step": 1}, "heatmap-metric.value": "step_ms"})
+            assert reply.status_code in (200, 204), (token, dep["output"], reply.status_code)
+            if reply.status_code == 200:
+                side = reply.json().get("sideUpdate", {}).get("job-notice", {})
+                noticed += "not yours to open" in str(side.get("children")) and side.get("hidden") is False
+                assert "Traceback" not in reply.text and "/tmp" not in reply.text
+        assert noticed, f"no callback told the user that {token} is not found"
+    assert erin.get(url + f"/api/upload/{alices.partition(':')[2]}/status", timeout=10).status_code == 404
+
+
+def test_upload_names_unknown_ids_and_errors_are_clean(server: tuple[str, Path], tmp_path: Path) -> None:
+    url, root = server
+    dave = signed_in(url, "dave")
+    trace = write_trace(tmp_path / "t.json", kineto_trace(0, world=1)).read_bytes()
+    long_name = "r" * 300 + ".pt.trace.json"
+    r = upload(dave, url, [(long_name, trace), ("x" * 300 + "/" + long_name, trace)])
+    assert r.status_code == 200, r.text
+    state = wait_parsed(dave, url, r.json()["id"])
+    assert state["state"] in ("done", "error") and str(root) not in str(state)
+    gone = dave.get(url + "/api/upload/feedfacefeedface/status", timeout=10)
+    assert gone.status_code == 404 and gone.json()["state"] == "unknown"
+    poll = next(d for d in dave.get(url + "/_dash-dependencies", timeout=30).json() if d["output"].startswith("..upload-progress.value"))
+    reply = call(dave, url, poll, {"upload-state.data": {"id": "feedfacefeedface"}})
+    answer = reply.json()["response"]
+    assert "no such upload" in answer["upload-message"]["children"] and answer["upload-poll"]["disabled"] is True
+    r = upload(dave, url, [("rank0.pt.trace.json", b'{"traceEvents": [{"ph": "X", "name": ')])
+    state = wait_parsed(dave, url, r.json()["id"])
+    assert state["state"] == "error", state
+    assert str(root) not in state["message"] and "Traceback" not in state["message"] and "/tmp" not in state["message"]
+
+
+def test_failed_sign_ins_are_throttled(server: tuple[str, Path]) -> None:
+    url, _ = server
+    for _ in range(6):
+        r = requests.post(url + "/login", data={"user": "carol", "password": "guess"}, timeout=30)
+        assert r.status_code == 401 and "wrong user or password" in r.text
+    r = requests.post(url + "/login", data={"user": "carol", "password": USERS["carol"]}, allow_redirects=False, timeout=30)
+    assert r.status_code == 429 and "too many failed sign-ins" in r.text  # the right password, but locked out
+    # Per address too: guessing many names from one address locks that address out, for every name.
+    for i in range(20):
+        requests.post(url + "/login", data={"user": f"nobody{i}", "password": "guess"}, timeout=30)
+    r = requests.post(url + "/login", data={"user": "erin", "password": USERS["erin"]}, allow_redirects=False, timeout=30)
+    assert r.status_code == 429
+
+
+@pytest.fixture(scope="module")
+def big_upload(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An upload of one 48 MB trace (300k events): its parse needs more than a second and more than 480 MB
+    of address space."""
+    upload = tmp_path_factory.mktemp("big") / "u"
+    (upload / "files").mkdir(parents=True)
+    write_trace(upload / "files" / "rank0.pt.trace.json", kineto_trace(0, steps=100, world=1, kernels_per_step=1000))
+    return upload
+
+
+@pytest.mark.parametrize(("limits", "named"), [({"parse_seconds": 1}, "PARADIAG_UPLOAD_PARSE_SECONDS"), ({"parse_memory_mb": 480}, "PARADIAG_UPLOAD_PARSE_MEMORY_MB")])
+def test_a_parse_over_its_limit_is_stopped_and_named(big_upload: Path, limits: dict[str, int], named: str) -> None:
+    from paradiag.app.config import Config
+    from paradiag.app.uploads import read_status, supervise
+
+    supervise(big_upload, Config(secret_key="unused", **limits))  # type: ignore[arg-type]
+    state = read_status(big_upload)
+    assert state["state"] == "error" and named in state["message"], state
+    assert str(big_upload) not in state["message"]
+
+
+def test_secure_cookies_when_configured_or_over_tls(tmp_path: Path) -> None:
+    from paradiag.app.config import Config
+    from paradiag.app.factory import create_app
+
+    def config(**extra: Any) -> Config:
+        return Config(upload_dir=tmp_path / "up", app_cache_dir=tmp_path / "app", secret_key="k", **extra)
+
+    configured = create_app(config(secure_cookies=True)).server.test_client().get("/")
+    assert "Secure" in configured.headers["Set-Cookie"] and "Strict-Transport-Security" not in configured.headers
+    tls = create_app(config()).server.test_client().get("/", base_url="https://paradiag.example")
+    assert "Secure" in tls.headers["Set-Cookie"] and tls.headers["Strict-Transport-Security"].startswith("max-age=")
+
+
+def test_unknown_names_cost_a_password_hash(monkeypatch: pytest.MonkeyPatch) -> None:
+    from paradiag.app import auth
+
+    checked: list[str] = []
+    real = auth.check_password_hash
+    monkeypatch.setattr(auth, "check_password_hash", lambda digest, pw: checked.append(digest) or real(digest, pw))
+    users = {"alice": generate_password_hash("a", method="pbkdf2:sha256:1000")}
+    checker = auth._Checker()
+    assert checker.check(None, "a", users) is False
+    assert checker.check(users["alice"], "a", users) is True
+    assert len(checked) == 2 and checked[0].startswith("pbkdf2:sha256:1000$")  # the dummy uses the users' method
+
+
+def test_snapshot_title_names_the_folder_not_the_machine(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from paradiag.snapshot import snapshot
+
+    out = tmp_path / "r.html"
+    assert CliRunner().invoke(snapshot, [str(SAMPLE), "-o", str(out)]).exit_code == 0
+    page = out.read_text()
+    assert f"<title>paradiag: {SAMPLE.name}</title>" in page and str(SAMPLE.parent) not in page
+    assert CliRunner().invoke(snapshot, [str(SAMPLE), "-o", str(out), "--title", "nightly run"]).exit_code == 0
+    assert "<title>paradiag: nightly run</title>" in out.read_text()
