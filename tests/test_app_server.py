@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import os
+import re
 import shutil
-import signal
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,49 +12,22 @@ import pytest
 import requests
 from werkzeug.security import generate_password_hash
 
+from benchmarks.load import production_server
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.slow
 SAMPLE = REPO / "sample_traces" / "gpu_moe_expert_imbalance"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """The image's command (benchmarks/load.py runs it here) with two workers; yields (URL, its log)."""
     root = tmp_path_factory.mktemp("shared")
     users = root / "users"
     users.write_text(f"alice:{generate_password_hash('a-secret')}\nbob:{generate_password_hash('b-secret')}\n")
-    port = free_port()
-    env = {
-        **os.environ,
-        "PARADIAG_USERS": str(users),
-        "PARADIAG_SECRET_KEY": "test-secret",
-        "PARADIAG_CACHE_DIR": str(root / "cache"),
-        "PARADIAG_UPLOAD_DIR": str(root / "uploads"),
-        "PARADIAG_APP_CACHE_DIR": str(root / "app-cache"),
-    }
-    log = root / "access.log"
-    gunicorn = [sys.executable, "-m", "gunicorn", "-w", "2", "-b", f"127.0.0.1:{port}", "--access-logfile", str(log)]
-    gunicorn += ["--access-logformat", "%(p)s %(U)s %(s)s", "paradiag.app.wsgi:server"]
-    proc = subprocess.Popen(gunicorn, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                requests.get(url + "/login", timeout=2)
-                break
-            except requests.ConnectionError:
-                time.sleep(0.3)
-        yield url, log
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=30)
+    env = {"PARADIAG_USERS": str(users), "PARADIAG_SECRET_KEY": "test-secret"}
+    with production_server(root, env, workers=2) as url:
+        yield url, root / "server.log"
 
 
 def signed_in(url: str, name: str, password: str) -> requests.Session:
@@ -99,6 +68,24 @@ def test_uploads_are_private_and_any_worker_answers(server: tuple[str, Path]) ->
     assert theirs.json().get("state") != "done"  # bob cannot see alice's upload
     for _ in range(20):
         requests.get(url + "/login", timeout=10)
-    workers = {line.split()[0] for line in log.read_text().splitlines() if line.strip()}
-    assert len(workers) >= 2, "every request went to one worker"
+    # The paradiag request log (gunicorn's error log format: [time] [pid] [level] ...) names the user and time.
+    lines = re.findall(r"\[(\d+)\] \[INFO\] GET /login 200 user=\S+ \d+ ms", log.read_text())
+    assert len(set(lines)) >= 2, "every request went to one worker"
+    assert re.search(r"POST /api/upload 200 user=alice \d+ ms", log.read_text())
     shutil.rmtree(log.parent / "uploads", ignore_errors=True)
+
+
+def test_a_failed_parse_leaves_its_story_in_the_server_log_only(server: tuple[str, Path]) -> None:
+    url, log = server
+    alice = signed_in(url, "alice", "a-secret")
+    r = alice.post(url + "/api/upload", files=[("files", ("rank0.pt.trace.json", b'{"traceEvents": [1, 2'))], timeout=60)
+    upload_id = r.json()["id"]
+    deadline = time.time() + 60
+    while (state := alice.get(url + f"/api/upload/{upload_id}/status", timeout=10).json())["state"] not in ("done", "error"):
+        assert time.time() < deadline
+        time.sleep(0.3)
+    assert state["state"] == "error" and str(log.parent) not in state["message"]
+    while f"upload {upload_id}: parse error" not in log.read_text():  # the supervisor logs once its child exits
+        assert time.time() < deadline
+        time.sleep(0.3)
+    assert f"upload {upload_id}: {log.parent}" in log.read_text()  # the operator sees the whole message, paths too
