@@ -50,7 +50,8 @@ def create_app(config: Config | None = None) -> Dash:
     uploads.register_routes(server)
     # The page request fixes the browser's anonymous id, so its callbacks and uploads all see the same user.
     server.before_request(_fix_user)
-    app.layout = shell.layout
+    with server.app_context():  # Dash builds the layout once here to validate it; it reads this config
+        app.layout = shell.layout
     register(app)
     # A new address clears the "job not found" banner of the last one.
     app.callback(Output(context.NOTICE, "hidden"), Input(ids.URL, "search"))(lambda _: True)

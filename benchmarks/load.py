@@ -2,9 +2,13 @@
 opening the bundled sample jobs and zooming their timelines, every callback over HTTP as dash-renderer sends it.
 
     python benchmarks/load.py [--users 20] [--seconds 60] [--workers 2]
+    python benchmarks/load.py --attacks
 
 Prints requests/s, latency p50/p95/p99 and every error (status >= 500 or no answer) with the exceptions the
-server logged for them. The quoted Marey case (``sample:npu_pangu_pipeline_stage_imbalance``, step 1,
+server logged for them. ``--attacks`` instead sends the issue's hostile uploads with the image's default limits
+(a 2 MB zip of one 2 GiB entry, a .gz trace with one 300 MB event name, gzipped whitespace) and prints, for each,
+the answer, what stayed on disk, the peak RSS of the server's processes (parse children included) and the
+slowest /healthz while it was handled. The quoted Marey case (``sample:npu_pangu_pipeline_stage_imbalance``, step 1,
 t=3.553,3.603) is one of the windows every user visits. Also the launcher the server tests use
 (``production_server``): the image's CMD and ENV, run here with the data folders moved to a temp folder.
 """
@@ -261,7 +265,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--attacks", action="store_true", help="hostile uploads instead of the load")
     args = parser.parse_args()
+    if args.attacks:
+        for row in run_attacks(args.workers):
+            print(json.dumps(row))
+        return
     result = run_load(args.users, args.seconds, args.workers, args.seed)
     print(json.dumps({k: v for k, v in result.items() if k != "server_errors"}, indent=1))
     for line, count in result["server_errors"]:
@@ -315,6 +324,83 @@ def summarise(rows: list[tuple[str, int, float, str]], elapsed: float, users: in
         "error_paths": dict(Counter(f"{p} {s}" for p, s, _, _ in errors)),
         "server_errors": logged.most_common(10),
     }
+
+
+def hostile_uploads() -> Iterator[tuple[str, str, bytes]]:
+    """(label, file name, bytes) of the issue's hostile uploads, made here (a few seconds of compression)."""
+    import gzip
+    import io
+    import zipfile
+
+    blob = io.BytesIO()
+    with zipfile.ZipFile(blob, "w", zipfile.ZIP_DEFLATED) as z, z.open("rank0.pt.trace.json", "w", force_zip64=True) as f:
+        zeros = b"\0" * (64 << 20)
+        for _ in range(32):
+            f.write(zeros)
+    yield "zip: one 2 GiB entry", "bomb.zip", blob.getvalue()
+    doc = b'{"traceEvents": [{"ph": "X", "name": "' + b"a" * (300 << 20) + b'", "pid": 0, "tid": 0, "ts": 1, "dur": 1}]}'
+    yield "gz: one 300 MB event name", "rank0.pt.trace.json.gz", gzip.compress(doc, 9)
+    yield "gz: whitespace", "rank1.pt.trace.json.gz", gzip.compress(b'{"traceEvents": [' + b" " * (250 << 20) + b"]}", 9)
+
+
+def run_attacks(workers: int) -> list[dict[str, Any]]:
+    import psutil
+    from werkzeug.security import generate_password_hash
+
+    root = Path(tempfile.mkdtemp(prefix="paradiag-attacks-"))
+    (root / "users").write_text(f"eve:{generate_password_hash('pw')}\n")
+    rows = []
+    with production_server(root, {"PARADIAG_USERS": str(root / "users")}, workers=workers) as url:
+        master = next(p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] and "paradiag.app.wsgi:server" in p.info["cmdline"] and p.ppid() == os.getpid())
+        s = requests.Session()
+        s.post(url + "/login", data={"user": "eve", "password": "pw"}, timeout=30)
+        for label, name, data in hostile_uploads():
+            peak = _Peak(master)
+            t = time.perf_counter()
+            reply = s.post(url + "/api/upload", files=[("files", (name, data))], timeout=600)
+            answer = reply.json()
+            state: dict[str, Any] = {"state": "refused", "message": answer.get("error")}
+            health = []
+            while "id" in answer:
+                h = time.perf_counter()
+                requests.get(url + "/healthz", timeout=60)
+                health.append(time.perf_counter() - h)
+                state = s.get(url + f"/api/upload/{answer['id']}/status", timeout=60).json()
+                if state.get("state") in ("done", "error"):
+                    break
+                time.sleep(0.5)
+            peak.stop()
+            left = sum(f.stat().st_size for f in (root / "uploads").rglob("*") if f.is_file() and f.name != "status.json")
+            rows.append({
+                "upload": label, "sent_kb": len(data) >> 10, "http": reply.status_code, "outcome": state.get("state"),
+                "message": state.get("message"), "seconds": round(time.perf_counter() - t, 1),
+                "peak_rss_mb": round(peak.mb), "slowest_healthz_ms": round(1000 * max(health, default=0)), "bytes_left_in_uploads": left,
+            })
+            for folder in (root / "uploads").glob("*/*"):
+                subprocess.run(["rm", "-rf", str(folder)], check=False)
+    return rows
+
+
+class _Peak:
+    """Samples the summed RSS of a process tree every 50 ms until stopped."""
+
+    def __init__(self, proc: Any) -> None:
+        self.proc, self.mb, self._stop = proc, 0.0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            total = 0
+            for p in [self.proc, *self.proc.children(recursive=True)]:
+                with contextlib.suppress(Exception):
+                    total += p.memory_info().rss
+            self.mb = max(self.mb, total / 2**20)
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def _exception_lines(text: str) -> list[str]:

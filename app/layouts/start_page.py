@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from dash import dcc, html
 
-from paradiag.app import ids
+from paradiag.app import context, ids
 
 
 def layout() -> html.Div:
+    cfg = context.config()
+    limits = (
+        f"Up to {cfg.max_upload_mb:,} MB per upload; an archive may unpack to {cfg.max_unpacked_mb:,} MB "
+        f"(at most {cfg.max_ratio}x its compressed size); a parse may take {cfg.parse_seconds} s and {cfg.parse_memory_mb:,} MB."
+    )
     return html.Div(
         className="pd-start",
         children=[
@@ -22,6 +27,7 @@ def layout() -> html.Div:
                         children=[
                             html.H3("Upload"),
                             html.P("A trace folder, several trace files, or one .zip / .tar.gz. Files stream to the server; only you can open your uploads.", className="pd-help"),
+                            html.P(limits, className="pd-help"),
                             # assets/upload.js fills this with the file inputs and streams the files to /api/upload.
                             html.Div(id="upload-zone", className="pd-upload-zone"),
                             dcc.Store(id=ids.UPLOAD_STATE),
