@@ -8,6 +8,7 @@ re-open, never data.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -21,7 +22,7 @@ import paradiag
 from paradiag.app.config import Config
 from paradiag.dataset import Job
 
-SAFE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+SAFE_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}$")  # no leading dot: never "." or ".."
 _OPEN: OrderedDict[str, Job] = OrderedDict()
 _LOCK = threading.Lock()
 _KEEP = 8
@@ -41,9 +42,12 @@ def samples(config: Config) -> list[str]:
 
 
 def user_upload_root(config: Config, user: str) -> Path:
-    if not SAFE_NAME.match(user):
-        raise JobNotFound(f"bad user id {user!r}")
-    return config.upload_dir / user
+    """The user's own uploads folder: named after the user, or after a hash of a name that is no safe folder
+    name (sign-in names come from the users file, which may hold "j. doe" or "j@team")."""
+    if not user:
+        raise JobNotFound("no user")
+    folder = user if SAFE_NAME.match(user) else "user-" + hashlib.sha256(user.encode()).hexdigest()[:24]
+    return config.upload_dir / folder
 
 
 def read_status(upload: Path) -> dict[str, Any]:

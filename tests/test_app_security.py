@@ -289,3 +289,13 @@ def test_snapshot_title_names_the_folder_not_the_machine(tmp_path: Path) -> None
     assert f"<title>paradiag: {SAMPLE.name}</title>" in page and str(SAMPLE.parent) not in page
     assert CliRunner().invoke(snapshot, [str(SAMPLE), "-o", str(out), "--title", "nightly run"]).exit_code == 0
     assert "<title>paradiag: nightly run</title>" in out.read_text()
+
+
+def test_every_user_gets_a_folder_of_their_own_inside_the_uploads(tmp_path: Path) -> None:
+    from paradiag.app.config import Config
+    from paradiag.app.jobs import SAFE_NAME, user_upload_root
+
+    config = Config(upload_dir=tmp_path, secret_key="unused")
+    folders = {user_upload_root(config, name) for name in ("alice", "j. doe", "j@team", "..", "../alice", "a/b")}
+    assert len(folders) == 6 and all(f.parent == tmp_path and not f.name.startswith(".") for f in folders)
+    assert not any(SAFE_NAME.match(n) for n in ("..", ".", ".hidden", "a/b", "x" * 129))
