@@ -38,6 +38,7 @@ ENV PATH=/opt/paradiag/bin:$PATH \
     PARADIAG_UPLOAD_MAX_RATIO=200 \
     PARADIAG_UPLOAD_PARSE_MEMORY_MB=4096 \
     PARADIAG_UPLOAD_PARSE_SECONDS=600 \
+    PARADIAG_UPLOAD_PARSE_SLOTS=2 \
     PARADIAG_LOG_LEVEL=INFO
 # Parquet caches, uploads, aggregates, the signing key and the sign-in state: everything the server writes.
 VOLUME ["/data"]

@@ -39,6 +39,7 @@ class Config:
     parse_seconds: int = 600
     parse_file_mb: int = 2048
     parse_string_kb: int = 64
+    parse_slots: int = 2  # parses at once on this host (all workers together); more uploads wait their turn
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: object) -> Config:
@@ -76,6 +77,7 @@ _NUMBERS = {
     "parse_file_mb": "PARADIAG_UPLOAD_MAX_FILE_MB",
     "parse_string_kb": "PARADIAG_UPLOAD_MAX_STRING_KB",
     "proxy_hops": "PARADIAG_PROXY_HOPS",
+    "parse_slots": "PARADIAG_UPLOAD_PARSE_SLOTS",
 }
 
 

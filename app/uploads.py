@@ -14,6 +14,8 @@ web workers. Users read which limit stopped them; paths and tracebacks go to the
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import logging
@@ -209,8 +211,36 @@ def start_parse(upload: Path, config: Config) -> None:
     threading.Thread(target=supervise, args=(upload, config), daemon=True, name=f"parse-{upload.name}").start()
 
 
+@contextlib.contextmanager
+def parse_slot(upload: Path, config: Config) -> Iterator[None]:
+    """Hold one of the host's ``PARADIAG_UPLOAD_PARSE_SLOTS`` (a lock file every worker shares; the kernel
+    frees it when its holder dies), so many uploads at once queue instead of each taking its memory limit."""
+    folder = private_dir(config.upload_dir / ".parse-slots")
+    while True:
+        for n in range(config.parse_slots):
+            fd = os.open(folder / f"slot-{n}", os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            try:
+                yield
+                return
+            finally:
+                os.close(fd)
+        write_status(upload, {"state": "queued", "done": 0, "total": 0, "waiting": True})  # also a heartbeat
+        time.sleep(1)
+
+
 def supervise(upload: Path, config: Config) -> None:
-    """Run the parse child under its limits; a child killed or timed out leaves a status naming the limit."""
+    """Run the parse child under its limits once a parse slot is free; a child killed or timed out leaves a
+    status naming the limit."""
+    with parse_slot(upload, config):
+        _run_child(upload, config)
+
+
+def _run_child(upload: Path, config: Config) -> None:
     env = {
         **os.environ,
         "PARADIAG_UPLOAD_PARSE_MEMORY_MB": str(config.parse_memory_mb),

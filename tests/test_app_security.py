@@ -246,7 +246,7 @@ def test_a_parse_over_its_limit_is_stopped_and_named(big_upload: Path, limits: d
     from paradiag.app.config import Config
     from paradiag.app.uploads import read_status, supervise
 
-    supervise(big_upload, Config(secret_key="unused", **limits))  # type: ignore[arg-type]
+    supervise(big_upload, Config(upload_dir=big_upload.parent, secret_key="unused", **limits))  # type: ignore[arg-type]
     state = read_status(big_upload)
     assert state["state"] == "error" and named in state["message"], state
     assert str(big_upload) not in state["message"]
@@ -299,3 +299,25 @@ def test_every_user_gets_a_folder_of_their_own_inside_the_uploads(tmp_path: Path
     folders = {user_upload_root(config, name) for name in ("alice", "j. doe", "j@team", "..", "../alice", "a/b")}
     assert len(folders) == 6 and all(f.parent == tmp_path and not f.name.startswith(".") for f in folders)
     assert not any(SAFE_NAME.match(n) for n in ("..", ".", ".hidden", "a/b", "x" * 129))
+
+
+def test_uploads_beyond_the_parse_slots_wait_their_turn(tmp_path: Path) -> None:
+    import shutil
+    import threading
+
+    from paradiag.app.config import Config
+    from paradiag.app.uploads import parse_slot, read_status, supervise
+
+    config = Config(upload_dir=tmp_path / "uploads", secret_key="unused", parse_slots=1)
+    upload = tmp_path / "uploads" / "alice" / "u1"
+    shutil.copytree(SAMPLE, upload / "files")
+    with parse_slot(tmp_path / "other", config):  # another worker's parse holds the only slot
+        waiter = threading.Thread(target=supervise, args=(upload, config))
+        waiter.start()
+        deadline = time.time() + 30
+        while not read_status(upload).get("waiting"):
+            assert time.time() < deadline and waiter.is_alive()
+            time.sleep(0.1)
+        assert read_status(upload)["state"] == "queued"
+    waiter.join(timeout=120)
+    assert read_status(upload)["state"] == "done"

@@ -27,6 +27,8 @@ def poll(_: int | None, state: dict[str, Any] | None) -> tuple[Any, Any, Any, An
         return 0, f"could not parse the upload: {status.get('message')}", True, no_update
     if status.get("state") not in ("receiving", "queued", "parsing"):
         return 0, "no such upload (it was removed, or it is not yours)", True, no_update
+    if status.get("waiting"):
+        return 50, "queued: waiting for a free parse slot (other uploads are being parsed)", False, no_update
     done, total = status.get("done", 0), status.get("total", 0)
     value = 50 + int(50 * done / total) if total else 50
     return value, f"parsing: {done} of {total or '?'} sources", False, no_update
