@@ -110,9 +110,24 @@ def _store(files: list[FileStorage], folder: Path) -> None:
         rel = safe_relative(f.filename or "")
         if rel is None:
             continue
-        dest = _free_name(folder, rel)
-        f.save(dest)
-        dest.chmod(0o600)
+        with _storing(str(rel)):
+            dest = _free_name(folder, rel)
+            f.save(dest)
+            dest.chmod(0o600)
+
+
+@contextlib.contextmanager
+def _storing(name: str) -> Iterator[None]:
+    """A file the folder cannot take (a name that is also a folder's, a full disk) is named to the user."""
+    try:
+        yield
+    except OSError as exc:
+        log.warning("could not store upload entry %r: %s", name, exc)
+        raise UploadRejected(f"{_shown(name)}: cannot be stored ({exc.strerror or type(exc).__name__})", 400) from exc
+
+
+def _shown(name: str) -> str:
+    return repr(name if len(name) <= 80 else name[:77] + "...")
 
 
 def _free_name(folder: Path, rel: PurePosixPath) -> Path:
@@ -136,7 +151,7 @@ def unpack(archive: Path, into: Path, config: Config) -> None:
             rel = safe_relative(name)
             if rel is None:
                 continue
-            with stream, open(_free_name(into, rel), "xb", opener=_private_opener) as dst:
+            with _storing(name), stream, open(_free_name(into, rel), "xb", opener=_private_opener) as dst:
                 budget.copy(name, packed, stream, dst)
     except (zipfile.BadZipFile, tarfile.TarError, EOFError, zlib.error, NotImplementedError) as exc:
         raise UploadRejected(f"{archive.name}: not a readable archive ({type(exc).__name__})", 400) from exc
@@ -180,9 +195,8 @@ class _Budget:
             if self.written > self.total_cap:
                 raise UploadRejected(f"the archive unpacks to more than {self.total_cap >> 20} MB (limit PARADIAG_UPLOAD_MAX_UNPACKED_MB)")
             if (entry_cap is not None and entry > entry_cap) or self.written > self.whole_cap:
-                shown = name if len(name) <= 80 else name[:77] + "..."
                 raise UploadRejected(
-                    f"{shown!r} unpacks to more than {self.ratio} times its compressed size (limit PARADIAG_UPLOAD_MAX_RATIO): refused as an archive bomb"
+                    f"{_shown(name)} unpacks to more than {self.ratio} times its compressed size (limit PARADIAG_UPLOAD_MAX_RATIO): refused as an archive bomb"
                 )
             dst.write(chunk)
 

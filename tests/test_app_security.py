@@ -330,3 +330,18 @@ def test_cached_aggregates_are_keyed_by_paradiags_version(monkeypatch: pytest.Mo
     before = store.key_of("overview", "content-hash", {"step": 1})
     monkeypatch.setattr(store, "__version__", "99.0.0")
     assert store.key_of("overview", "content-hash", {"step": 1}) != before  # an upgrade never reads the old views
+
+
+def test_an_entry_the_folder_cannot_take_is_named_and_nothing_stays(tmp_path: Path) -> None:
+    from werkzeug.datastructures import FileStorage
+
+    from paradiag.app.config import Config
+    from paradiag.app.uploads import UploadRejected, save_upload
+
+    blob = io.BytesIO()
+    with zipfile.ZipFile(blob, "w") as z:
+        z.writestr("job/rank0", b"{}")
+        z.writestr("job/rank0/trace.json", b"{}")  # a file where a folder must go
+    with pytest.raises(UploadRejected, match=r"'job/rank0/trace\.json': cannot be stored") as refused:
+        save_upload([FileStorage(io.BytesIO(blob.getvalue()), filename="job.zip")], tmp_path / "alice", Config(secret_key="unused"))
+    assert refused.value.http_status == 400 and not list((tmp_path / "alice").iterdir())
