@@ -49,8 +49,9 @@ HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
   CMD python -c "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('PORT', '8050'), timeout=4)"
 # gunicorn binds 0.0.0.0:$PORT and starts $WEB_CONCURRENCY workers (its own defaults read both); threads
 # keep a worker answering while one of its requests computes; workers recycle now and then so no slow leak
-# grows; the access log (with each request's duration in ms) and the paradiag loggers go to stdout/stderr.
+# grows; no control socket (nothing may steer the server from inside the container); the access log (with each
+# request's duration in ms) and the paradiag loggers go to stdout/stderr.
 CMD ["gunicorn", "--worker-class", "gthread", "--threads", "4", "--timeout", "120", "--graceful-timeout", "30", \
-     "--max-requests", "2000", "--max-requests-jitter", "200", "--worker-tmp-dir", "/dev/shm", \
+     "--max-requests", "2000", "--max-requests-jitter", "200", "--worker-tmp-dir", "/dev/shm", "--no-control-socket", \
      "--access-logfile", "-", "--access-logformat", "%(h)s \"%(r)s\" %(s)s %(b)s %(M)sms", \
      "paradiag.app.wsgi:server"]

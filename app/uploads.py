@@ -243,7 +243,8 @@ def parse_slot(upload: Path, config: Config) -> Iterator[None]:
                 return
             finally:
                 os.close(fd)
-        write_status(upload, {"state": "queued", "done": 0, "total": 0, "waiting": True})  # also a heartbeat
+        with contextlib.suppress(FileNotFoundError):  # removed while waiting: its child will find nothing
+            write_status(upload, {"state": "queued", "done": 0, "total": 0, "waiting": True})  # also a heartbeat
         time.sleep(1)
 
 
@@ -273,11 +274,15 @@ def _run_child(upload: Path, config: Config) -> None:
     except subprocess.TimeoutExpired:
         child.kill()
         _, err = child.communicate()
-        _fail(upload, f"parsing took longer than {config.parse_seconds} s (limit PARADIAG_UPLOAD_PARSE_SECONDS)")
+        with contextlib.suppress(FileNotFoundError):  # the upload was removed meanwhile
+            _fail(upload, f"parsing took longer than {config.parse_seconds} s (limit PARADIAG_UPLOAD_PARSE_SECONDS)")
     seconds = time.perf_counter() - start
     state = read_status(upload).get("state")
     if err.strip():
         log.warning("upload %s: parse process said:\n%s", upload.name, err.decode(errors="replace")[-20_000:])
+    if not upload.is_dir():
+        log.info("upload %s was removed during its parse", upload.name)
+        return
     if state not in ("done", "error"):
         # No status of its own: the child died without a word, which under RLIMIT_AS is an allocation that
         # failed outside Python (an abort in native code) or the kernel's kill.
