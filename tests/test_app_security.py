@@ -345,3 +345,18 @@ def test_an_entry_the_folder_cannot_take_is_named_and_nothing_stays(tmp_path: Pa
     with pytest.raises(UploadRejected, match=r"'job/rank0/trace\.json': cannot be stored") as refused:
         save_upload([FileStorage(io.BytesIO(blob.getvalue()), filename="job.zip")], tmp_path / "alice", Config(secret_key="unused"))
     assert refused.value.http_status == 400 and not list((tmp_path / "alice").iterdir())
+
+
+@pytest.mark.browser
+@pytest.mark.filterwarnings("ignore:HTTPResponse.getheader:DeprecationWarning")  # selenium 4.2 on urllib3 2.x
+def test_a_forged_job_link_shows_not_found_in_the_browser(tmp_path: Path) -> None:
+    from paradiag.app.config import Config
+    from paradiag.app.factory import create_app
+    from tests.test_app_support import composite, severe_logs
+
+    app = create_app(Config(upload_dir=tmp_path / "up", app_cache_dir=tmp_path / "app", secret_key="k"))
+    for duo in composite(app):
+        duo.driver.get(duo.server_url + "/?job=upload:0123456789abcdef&step=1")
+        duo.wait_for_contains_text("#job-notice", "not yours to open", timeout=30)
+        assert "upload:0123456789abcdef" in duo.find_element("#job-notice").text
+        assert not [e for e in severe_logs(duo) if "500" in str(e.get("message"))]
