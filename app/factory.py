@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from paradiag.app.auth import AuthStore, harden, setup_login
 from paradiag.app.config import Config, private_dir
 from paradiag.app.layouts import shell
 from paradiag.app.store import init_cache
+from paradiag.dataset import default_cache_root
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 log = logging.getLogger("paradiag.app.request")
@@ -39,6 +41,7 @@ def create_app(config: Config | None = None) -> Dash:
         hops = config.proxy_hops
         server.wsgi_app = ProxyFix(server.wsgi_app, x_for=hops, x_proto=hops, x_host=hops)
     private_dir(config.upload_dir)
+    _private_cache_root()
     init_cache(server, config)
     _health_and_timing(server)
     harden(app, config)
@@ -56,6 +59,14 @@ def create_app(config: Config | None = None) -> Dash:
     # A new address clears the "job not found" banner of the last one.
     app.callback(Output(context.NOTICE, "hidden"), Input(ids.URL, "search"))(lambda _: True)
     return app
+
+
+def _private_cache_root() -> None:
+    """Parsed uploads land in the Parquet cache: its root is this user's alone (when it is ours to close)."""
+    root = default_cache_root()
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if root.stat().st_uid == os.getuid():
+        root.chmod(0o700)
 
 
 def _fix_user() -> None:

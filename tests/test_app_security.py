@@ -108,7 +108,7 @@ def test_secrets_and_user_data_are_private(server: tuple[str, Path]) -> None:
     mode = lambda p: stat.S_IMODE(p.stat().st_mode)  # noqa: E731
     assert mode(root / "app-cache" / "secret_key") == 0o600
     assert mode(root / "app-cache" / "auth.sqlite") == 0o600
-    assert mode(root / "app-cache") == 0o700 and mode(root / "uploads") == 0o700
+    assert mode(root / "app-cache") == 0o700 and mode(root / "uploads") == 0o700 and mode(root / "cache") == 0o700
     upload_dir = root / "uploads" / "alice" / r.json()["id"]
     assert mode(root / "uploads" / "alice") == 0o700 and mode(upload_dir) == 0o700
     assert mode(upload_dir / "status.json") == 0o600
