@@ -14,7 +14,8 @@ import click
 @click.option("--debug", is_flag=True, help="Dash debug mode (reloads on change, shows callback errors)")
 def serve(path: Path | None, port: int, host: str, debug: bool) -> None:
     """Open the dashboard on PATH (a trace folder or a paradiag cache); without PATH, the start page with the
-    bundled sample jobs and an upload area. For a shared instance run gunicorn on paradiag.app.wsgi:server."""
+    bundled sample jobs and an upload area. This is a one-user development server: for a shared instance use
+    the container image (Dockerfile) or its gunicorn command (docs/dashboard.md, "Hosted instance")."""
     from paradiag.app.config import Config
     from paradiag.app.factory import create_app
 
