@@ -24,7 +24,7 @@ from flask.sessions import SecureCookieSessionInterface
 from flask_login import LoginManager, UserMixin, current_user, login_user, logout_user
 from werkzeug.security import check_password_hash, generate_password_hash
 
-from paradiag.app.config import Config, private_dir
+from paradiag.app.config import Config, private_dir, private_file
 
 _FORM = """<!doctype html><title>paradiag · sign in</title>
 <form method=post style="font-family:sans-serif;max-width:20em;margin:4em auto">
@@ -64,16 +64,19 @@ class AuthStore:
     def __init__(self, path: Path) -> None:
         self.path = path
         private_dir(path.parent)
+        private_file(path)
         with self._db() as db:
             db.execute("CREATE TABLE IF NOT EXISTS failures (key TEXT PRIMARY KEY, count INTEGER, until REAL)")
             db.execute("CREATE TABLE IF NOT EXISTS generations (user TEXT PRIMARY KEY, gen INTEGER)")
-        path.chmod(0o600)
+        with contextlib.closing(sqlite3.connect(self.path, timeout=30)) as db:
+            db.execute("PRAGMA journal_mode=WAL")  # readers (every request's session check) never wait for writers
 
     @contextlib.contextmanager
-    def _db(self) -> Iterator[sqlite3.Connection]:
+    def _db(self, write: bool = True) -> Iterator[sqlite3.Connection]:
         db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
         try:
-            db.execute("BEGIN IMMEDIATE")  # one writer at a time: read-modify-write stays whole across workers
+            # A writer takes the lock up front: read-modify-write stays whole across workers.
+            db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             yield db
             db.execute("COMMIT")
         except BaseException:
@@ -84,7 +87,7 @@ class AuthStore:
 
     def locked_for(self, keys: Iterable[str]) -> float:
         """Seconds until any of ``keys`` may try again (0: now)."""
-        with self._db() as db:
+        with self._db(write=False) as db:
             untils = [row[0] for key in keys for row in db.execute("SELECT until FROM failures WHERE key = ?", (key,))]
         return max([u - time.time() for u in untils] + [0.0])
 
@@ -102,7 +105,7 @@ class AuthStore:
             db.execute("DELETE FROM failures WHERE key = ?", (key,))
 
     def generation(self, user: str) -> int:
-        with self._db() as db:
+        with self._db(write=False) as db:
             row = db.execute("SELECT gen FROM generations WHERE user = ?", (user,)).fetchone()
         return int(row[0]) if row else 0
 

@@ -98,6 +98,13 @@ def private_dir(path: Path) -> Path:
     return path
 
 
+def private_file(path: Path) -> Path:
+    """Create ``path`` if missing, readable and writable by this user only."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+    path.chmod(0o600)
+    return path
+
+
 def _shared_secret(folder: Path) -> str:
     """A signing key every worker on this machine shares (kept beside the app cache, mode 0600) when none is
     configured. Anyone who can read it can sign a session cookie as any user."""
