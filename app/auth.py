@@ -14,7 +14,7 @@ import html
 import logging
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -85,24 +85,28 @@ class AuthStore:
         finally:
             db.close()
 
-    def locked_for(self, keys: Iterable[str]) -> float:
-        """Seconds until any of ``keys`` may try again (0: now)."""
-        with self._db(write=False) as db:
-            untils = [row[0] for key in keys for row in db.execute("SELECT until FROM failures WHERE key = ?", (key,))]
-        return max([u - time.time() for u in untils] + [0.0])
-
-    def failed(self, keys: Iterable[str]) -> None:
+    def attempt(self, keys: list[str]) -> float:
+        """Seconds until ``keys`` may try again (the attempt is refused), or 0: the attempt may go on, and is
+        counted as failed until ``succeeded`` says otherwise, so parallel guesses are counted before any of
+        them is checked."""
         with self._db() as db:
-            for key in keys:
-                row = db.execute("SELECT count FROM failures WHERE key = ?", (key,)).fetchone()
+            rows = {key: db.execute("SELECT count, until FROM failures WHERE key = ?", (key,)).fetchone() for key in keys}
+            wait = max([row[1] - time.time() for row in rows.values() if row] + [0.0])
+            if wait > 0:
+                return wait
+            for key, row in rows.items():
                 count = (row[0] if row else 0) + 1
                 over = count - FREE_TRIES[key.partition(":")[0]]
-                until = time.time() + min(2.0**over, MAX_LOCK_S) if over > 0 else 0.0
+                until = time.time() + min(2.0 ** min(over, 30), MAX_LOCK_S) if over > 0 else 0.0
                 db.execute("INSERT OR REPLACE INTO failures VALUES (?, ?, ?)", (key, count, until))
+        return 0.0
 
-    def succeeded(self, key: str) -> None:
+    def succeeded(self, user_key: str, addr_key: str) -> None:
+        """The user's count starts afresh; the address gives back the attempt it was charged."""
+        free = FREE_TRIES["addr"]
         with self._db() as db:
-            db.execute("DELETE FROM failures WHERE key = ?", (key,))
+            db.execute("DELETE FROM failures WHERE key = ?", (user_key,))
+            db.execute("UPDATE failures SET count = count - 1, until = CASE WHEN count - 1 <= ? THEN 0 ELSE until END WHERE key = ?", (free, addr_key))
 
     def generation(self, user: str) -> int:
         with self._db(write=False) as db:
@@ -150,16 +154,15 @@ def setup_login(server: Flask, users_file: Path, store: AuthStore) -> None:
             return _FORM.format(error="")
         name, password = request.form.get("user", ""), request.form.get("password", "")
         keys = [f"user:{name}", f"addr:{request.remote_addr}"]
-        wait = store.locked_for(keys)
+        wait = store.attempt(keys)
         if wait > 0:
             log.warning("sign-in as %r from %s refused: locked for %.0f s", name, request.remote_addr, wait)
-            return _FORM.format(error=_error(f"too many failed sign-ins: try again in {wait:.0f} s")), 429
+            return _FORM.format(error=_error(f"too many failed sign-ins: try again in {max(wait, 1):.0f} s")), 429
         users = read_users(users_file)
         if not checker.check(users.get(name), password, users):
-            store.failed(keys)
             log.warning("failed sign-in as %r from %s", name, request.remote_addr)
             return _FORM.format(error=_error("wrong user or password")), 401
-        store.succeeded(keys[0])
+        store.succeeded(*keys)
         session.clear()  # nothing from before sign-in carries over (no session fixation)
         login_user(User(name, store.generation(name)))
         log.info("%s signed in from %s", name, request.remote_addr)
