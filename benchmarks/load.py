@@ -8,7 +8,7 @@ Prints requests/s, latency p50/p95/p99 and every error (status >= 500 or no answ
 server logged for them. ``--attacks`` instead sends the issue's hostile uploads with the image's default limits
 (a 2 MB zip of one 2 GiB entry, a .gz trace with one 300 MB event name, gzipped whitespace) and prints, for each,
 the answer, what stayed on disk, the peak RSS of the server's processes (parse children included) and the
-slowest /healthz while it was handled. The quoted Marey case (``sample:npu_pangu_pipeline_stage_imbalance``, step 1,
+slowest /healthz while it was handled; then 420 wrong passwords and the right one. The quoted Marey case (``sample:npu_pangu_pipeline_stage_imbalance``, step 1,
 t=3.553,3.603) is one of the windows every user visits. Also the launcher the server tests use
 (``production_server``): the image's CMD and ENV, run here with the data folders moved to a temp folder.
 """
@@ -378,7 +378,17 @@ def run_attacks(workers: int) -> list[dict[str, Any]]:
             })
             for folder in (root / "uploads").glob("*/*"):
                 subprocess.run(["rm", "-rf", str(folder)], check=False)
+        rows.append(_guessing(url))
     return rows
+
+
+def _guessing(url: str) -> dict[str, Any]:
+    """420 wrong passwords as fast as one client sends them, then the right one."""
+    t = time.perf_counter()
+    codes = Counter(requests.post(url + "/login", data={"user": "eve", "password": f"guess{i}"}, timeout=60).status_code for i in range(420))
+    seconds = time.perf_counter() - t
+    right = requests.post(url + "/login", data={"user": "eve", "password": "pw"}, allow_redirects=False, timeout=60).status_code
+    return {"attack": "420 wrong passwords, then the right one", "per_s": round(420 / seconds, 1), "answers": dict(codes), "right_password_then": right}
 
 
 class _Peak:
