@@ -287,7 +287,10 @@ def _run_child(upload: Path, config: Config) -> None:
         # No status of its own: the child died without a word, which under RLIMIT_AS is an allocation that
         # failed outside Python (an abort in native code) or the kernel's kill.
         _fail(upload, f"the parse stopped (exit {child.returncode}), most likely at its memory limit of {config.parse_memory_mb} MB (limit PARADIAG_UPLOAD_PARSE_MEMORY_MB)")
-    log.info("upload %s: parse %s in %.1f s (exit %s)", upload.name, read_status(upload).get("state"), seconds, child.returncode)
+    final = read_status(upload).get("state")
+    if final == "error":  # nothing can open it: its files would only take disk (status.json keeps the answer)
+        shutil.rmtree(upload / "files", ignore_errors=True)
+    log.info("upload %s: parse %s in %.1f s (exit %s)", upload.name, final, seconds, child.returncode)
 
 
 def _fail(upload: Path, message: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import stat
 import tarfile
 import time
@@ -217,6 +218,10 @@ def test_upload_names_unknown_ids_and_errors_are_clean(server: tuple[str, Path],
     state = wait_parsed(dave, url, r.json()["id"])
     assert state["state"] == "error", state
     assert str(root) not in state["message"] and "Traceback" not in state["message"] and "/tmp" not in state["message"]
+    deadline = time.time() + 30
+    while (root / "uploads" / "dave" / r.json()["id"] / "files").exists():  # a failed upload keeps no files
+        assert time.time() < deadline
+        time.sleep(0.2)
 
 
 def test_failed_sign_ins_are_throttled(server: tuple[str, Path]) -> None:
@@ -244,12 +249,17 @@ def test_failed_sign_ins_are_throttled(server: tuple[str, Path]) -> None:
 
 
 @pytest.fixture(scope="module")
-def big_upload(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An upload of one 48 MB trace (300k events): its parse needs more than a second and more than 480 MB
-    of address space."""
-    upload = tmp_path_factory.mktemp("big") / "u"
+def big_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One 48 MB trace (300k events): its parse needs more than a second and more than 480 MB of address space."""
+    return write_trace(tmp_path_factory.mktemp("big") / "rank0.pt.trace.json", kineto_trace(0, steps=100, world=1, kernels_per_step=1000))
+
+
+@pytest.fixture
+def big_upload(big_trace: Path, tmp_path: Path) -> Path:
+    """An upload of the big trace (a failed parse deletes its files, so each test gets its own)."""
+    upload = tmp_path / "u"
     (upload / "files").mkdir(parents=True)
-    write_trace(upload / "files" / "rank0.pt.trace.json", kineto_trace(0, steps=100, world=1, kernels_per_step=1000))
+    shutil.copy(big_trace, upload / "files")
     return upload
 
 
@@ -314,7 +324,6 @@ def test_every_user_gets_a_folder_of_their_own_inside_the_uploads(tmp_path: Path
 
 
 def test_uploads_beyond_the_parse_slots_wait_their_turn(tmp_path: Path) -> None:
-    import shutil
     import threading
 
     from paradiag.app.config import Config
