@@ -160,9 +160,14 @@ def test_only_the_sign_in_page_itself_is_open(server: tuple[str, Path]) -> None:
         assert r.status_code in (302, 404) and "_dash-config" not in r.text, path
 
 
+def on_selection(dep: dict[str, Any]) -> bool:
+    """The reducer's store ``selection``, or one view's part of it (``selection-<view>``)."""
+    return dep["id"] == "selection" or dep["id"].startswith("selection-")
+
+
 def callbacks_on_selection(s: requests.Session, url: str) -> list[dict[str, Any]]:
     deps = s.get(url + "/_dash-dependencies", timeout=30).json()
-    return [d for d in deps if "{" not in d["output"] and any(i["id"] == "selection" and i["property"] == "data" for i in d["inputs"])]
+    return [d for d in deps if "{" not in d["output"] and any(on_selection(i) and i["property"] == "data" for i in d["inputs"])]
 
 
 def call(s: requests.Session, url: str, dep: dict[str, Any], values: dict[str, Any]) -> requests.Response:
@@ -173,7 +178,7 @@ def call(s: requests.Session, url: str, dep: dict[str, Any], values: dict[str, A
         "outputs": outputs if len(outputs) > 1 else outputs[0],
         "inputs": [value(d) for d in dep["inputs"]],
         "state": [value(d) for d in dep.get("state", [])],
-        "changedPropIds": ["selection.data"],
+        "changedPropIds": [f"{d['id']}.{d['property']}" for d in dep["inputs"] if not d["id"].startswith("{") and on_selection(d)][:1],
     }
     return s.post(url + "/_dash-update-component", json=body, timeout=60)
 
@@ -189,7 +194,8 @@ def test_forged_and_foreign_job_tokens_answer_not_found(server: tuple[str, Path]
     for token in ("upload:0123456789abcdef", "sample:no_such_sample", "upload:../../alice", alices, "served"):
         noticed = 0
         for dep in deps:
-            reply = call(erin, url, dep, {"selection.data": {"job": token, "step": 1}, "heatmap-metric.value": "step_ms"})
+            forged = {f"{i['id']}.data": {"job": token, "step": 1} for i in dep["inputs"] if on_selection(i)}
+            reply = call(erin, url, dep, {**forged, "heatmap-metric.value": "step_ms"})
             assert reply.status_code in (200, 204), (token, dep["output"], reply.status_code)
             if reply.status_code == 200:
                 side = reply.json().get("sideUpdate", {}).get("job-notice", {})
