@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from paradiag.analysis.frame import Frame
+from paradiag.analysis.frame import Frame, robust_spread
 from paradiag.analysis.intervals import union_length
 from paradiag.analysis.operators import concentration, operator_time, rank_operator_excess, short_name
 
@@ -80,8 +80,7 @@ def rank_step_figures(frame: Frame, steps: pa.Table) -> dict[tuple[int, int], di
 
 def _spread(values: dict[int, int], rank: int) -> float:
     """1.4826 x MAD of the other peers' values: how much peers differ without a fault."""
-    others = np.array([v for r, v in values.items() if r != rank], dtype=float)
-    return 1.4826 * float(np.median(np.abs(others - np.median(others)))) if len(others) else 0.0
+    return robust_spread(np.array([v for r, v in values.items() if r != rank], dtype=float))
 
 
 def _leave_one_out(values: dict[int, int], rank: int) -> float | None:

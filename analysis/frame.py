@@ -185,9 +185,18 @@ def group_bounds(*keys: np.ndarray, within: np.ndarray | None = None) -> tuple[n
     return order, np.flatnonzero(changed)
 
 
+MAD_TO_SIGMA = 1.4826  # a normal distribution's standard deviation per median absolute deviation
+
+
+def robust_spread(values: np.ndarray) -> float:
+    """1.4826 x MAD: the standard deviation the values would have without their outliers (0 when empty)."""
+    values = np.asarray(values, dtype=np.float64)
+    return MAD_TO_SIGMA * float(np.median(np.abs(values - np.median(values)))) if len(values) else 0.0
+
+
 def robust_z(values: np.ndarray, floor_ratio: float = 0.01) -> np.ndarray:
-    """(x - median) / (1.4826 x MAD). The spread is floored at ``floor_ratio`` x |median| so that identical peers
+    """(x - median) / robust spread. The spread is floored at ``floor_ratio`` x |median| so that identical peers
     (a MAD of zero) do not turn a 0.1 % difference into a huge score."""
     med = float(np.median(values))
-    spread = max(1.4826 * float(np.median(np.abs(values - med))), floor_ratio * abs(med), 1e-9)
+    spread = max(robust_spread(values), floor_ratio * abs(med), 1e-9)
     return (values - med) / spread

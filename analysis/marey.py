@@ -18,6 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from paradiag.analysis.frame import robust_spread
+
 OUTLIER_MADS = 3.5  # robust deviations from the stage's median that make a device (or group) stand out
 FLOOR_FRAC = 0.01  # ... and at least this fraction of the step, so near-identical devices are never outliers
 MAX_BANDS = 150  # per stage and view (a row ~1000 px wide); beyond it, neighbours merge whatever their category (dominant colour kept)
@@ -61,7 +63,7 @@ def outliers(values: np.ndarray, floor: float) -> np.ndarray:
     if len(values) < 3:
         return np.zeros(len(values), dtype=bool)
     med = float(np.median(values))
-    spread = max(1.4826 * float(np.median(np.abs(values - med))), floor)
+    spread = max(robust_spread(values), floor)
     return np.abs(values - med) > OUTLIER_MADS * spread
 
 

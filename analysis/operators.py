@@ -10,20 +10,18 @@ are less noisy than single instances).
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import numpy as np
 
 from paradiag.analysis.frame import Frame, group_bounds, robust_z
 
-TEMPLATE = re.compile(r"[<(].*$")
-
 
 def short_name(name: str) -> str:
-    """A kernel name without its template and argument list (``void flash_fwd_kernel<...>(...)`` ->
-    ``flash_fwd_kernel``)."""
-    return TEMPLATE.sub("", name).replace("void ", "").strip() or name
+    """A kernel or operator name without namespaces, template and argument lists
+    (``void at::native::flash_fwd_kernel<...>(...)`` -> ``flash_fwd_kernel``): the one rule for every output."""
+    text = name.removeprefix("void ").replace("(anonymous namespace)::", "")
+    return text.split("<", 1)[0].split("(", 1)[0].rsplit("::", 1)[-1].strip() or name
 
 
 def operator_time(frame: Frame) -> dict[tuple[int, int], np.ndarray]:

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-MAD_TO_SIGMA = 1.4826
+from paradiag.analysis.frame import robust_spread
+
 LOW_QUANTILE = 10  # percentile of (receive end - send end) taken as the clock difference
 ITERATIONS = 100  # each round closes about half of the remaining gap; stops early once converged
 
@@ -81,7 +82,7 @@ def estimate(comm: dict[int, pa.Table], domain_of: dict[int, object] | None = No
         for r in ranks:
             mine = residual_of.get(r)
             if mine is not None and len(mine):
-                uncertainty[r] = round(MAD_TO_SIGMA * np.median(np.abs(mine - np.median(mine))))
+                uncertainty[r] = round(robust_spread(mine))
             elif d_index[domain_of[r]] in linked:
                 uncertainty[r] = linked[d_index[domain_of[r]]]
     return Alignment(offsets, uncertainty, len(keys) + len(transfers))

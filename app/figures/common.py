@@ -7,6 +7,8 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
+from paradiag.analysis import operators
+
 FONT = {"family": "Inter, system-ui, sans-serif", "size": 11, "color": "#2a3f5f"}
 _AXIS = {"gridcolor": "#EBF0F8", "linecolor": "#EBF0F8", "zerolinecolor": "#EBF0F8", "zerolinewidth": 2, "ticks": "", "automargin": True, "title": {"standoff": 15}}
 # What the figures take from plotly_white (every colour of data is set by the builders). Naming "plotly_white"
@@ -62,7 +64,6 @@ def segments(x0: Any, x1: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def short_name(name: str, width: int = 44) -> str:
-    """A kernel or operator name without namespaces, template and argument lists, cut to ``width``."""
-    text = name.removeprefix("void ").replace("(anonymous namespace)::", "")
-    text = text.split("<", 1)[0].split("(", 1)[0].rsplit("::", 1)[-1].strip() or name
+    """The analysis' short name of a kernel or operator, cut to ``width`` characters."""
+    text = operators.short_name(name)
     return text if len(text) <= width else text[: width - 1] + "…"
