@@ -89,10 +89,12 @@ def test_the_first_screen_follows_the_fault_of_any_job(app_ctx: Any, sample: str
 def test_unknown_job_gives_the_start_page(app_ctx: Any) -> None:
     from paradiag.app.callbacks.header import page
     from paradiag.app.callbacks.selection import select
+    from paradiag.app.jobs import JobNotFound
 
-    empty = select(None, None, None, "?job=sample:nope")
-    assert empty.job is None
-    assert page(empty.to_store())[0] == {"display": "block"}
+    # The error handler turns this into the "not found" banner; the selection stays empty: the start page.
+    with pytest.raises(JobNotFound):
+        select(None, None, None, "?job=sample:nope")
+    assert page(Selection().to_store())[0] == {"display": "block"}
 
 
 def test_a_change_reaches_only_the_views_it_concerns(sel: Selection) -> None:

@@ -18,7 +18,6 @@ from paradiag.app.data.comm import link_instances
 from paradiag.app.data.common import steps_of
 from paradiag.app.data.findings import findings_of
 from paradiag.app.data.overview import cited_step, opening_step, overview
-from paradiag.app.jobs import JobNotFound
 from paradiag.app.selection import VIEW_FIELDS, Selection, view_store
 
 INPUTS = [
@@ -65,13 +64,10 @@ def select(trigger: Any, value: Any, sel: Selection | None, search: str | None) 
 
 
 def _with_defaults(sel: Selection) -> Selection:
-    """A job opens on the step its top finding cites (else its slowest step)."""
+    """A job opens on the step its top finding cites (else its slowest step). A job token that names nothing
+    this user may open raises JobNotFound: the callbacks' error handler shows the "not found" banner."""
     if sel.job and sel.step is None:
-        try:
-            job = context.job(sel.job)
-        except JobNotFound:
-            return Selection()
-        return sel.but(step=opening_step(job))
+        return sel.but(step=opening_step(context.job(sel.job)))
     return sel
 
 
