@@ -20,12 +20,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import measure
+from common import measure, scratch
 
 from paradiag.simulator import SimConfig, parse_fault, simulate
 
@@ -34,12 +33,12 @@ SMALL = {**JOB, "layers": 8, "steps": 2, "microbatches": 4}
 # Times, in a fresh process, the aggregates warm() computes before the server listens (not the step views it
 # leaves to a background thread).
 APP = """
-import sys, tempfile, time
+import sys, time
 from pathlib import Path
 from paradiag.app.config import Config
 from paradiag.app.factory import create_app
 from paradiag.app.warm import warm
-app = create_app(Config.from_env(job=sys.argv[1], app_cache_dir=Path(tempfile.mkdtemp(prefix="paradiag-bench-"))))
+app = create_app(Config.from_env(job=sys.argv[1], app_cache_dir=Path(sys.argv[2])))
 t = time.perf_counter()
 warm(app, "served")
 print(f"{time.perf_counter() - t:.3f}", flush=True)
@@ -55,7 +54,7 @@ def main() -> None:
     parser.add_argument("--job", type=Path, default=None, help="an existing trace folder instead of a simulated one")
     parser.add_argument("--cache", type=Path, default=None, help="the cache folder to use (ingested only when not current)")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="paradiag-analyze-bench-"))
+    work = scratch("paradiag-analyze-bench-")
     job = args.job
     if job is None:
         job = work / "job"
@@ -72,7 +71,7 @@ def main() -> None:
     read = f"import paradiag; from paradiag.analysis.diagnose import read_frame; read_frame(paradiag.open({str(cache)!r}))"
     runs["reopen"] = measure("reopen", [sys.executable, "-c", read])
     runs["analyze"] = measure("analyze", [*cli, "analyze", str(cache), "--json"])
-    runs["app"] = measure("app", [sys.executable, "-c", APP, str(cache)])
+    runs["app"] = measure("app", [sys.executable, "-c", APP, str(cache), str(work / "app-cache")])
     for run in runs.values():
         if run.returncode:
             raise SystemExit(f"{run.label} failed:\n{run.output[-2000:]}")

@@ -4,9 +4,12 @@ process tree (the proportional set size, PSS, of the process and all its childre
 
 from __future__ import annotations
 
+import atexit
 import os
 import resource
+import shutil
 import subprocess
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -79,6 +82,14 @@ def measure(label: str, cmd: list[str], env: dict[str, str] | None = None, inter
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     return Run(label, seconds, peak / 1024, proc.returncode, output, cpu)
+
+
+def scratch(prefix: str) -> Path:
+    """A new temporary folder, removed when the benchmark exits (also on an error), so that repeated runs do not
+    fill /tmp with simulated jobs and caches."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
 
 def hta_python() -> str:

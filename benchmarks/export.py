@@ -13,12 +13,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import measure
+from common import measure, scratch
 
 from paradiag.simulator import SimConfig, parse_fault, simulate
 
@@ -50,7 +49,7 @@ def main() -> None:
     parser.add_argument("--job", type=Path, default=None, help="an existing trace folder instead of a simulated one")
     parser.add_argument("--cache", type=Path, default=None, help="the cache folder to use (ingested only when not current)")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="paradiag-export-bench-"))
+    work = scratch("paradiag-export-bench-")
     job = args.job
     if job is None:
         job = work / "job"

@@ -27,7 +27,6 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -37,6 +36,9 @@ from typing import Any
 from urllib.parse import urlencode
 
 import requests
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import scratch  # the benchmarks folder, also when imported as benchmarks.load
 
 REPO = Path(__file__).resolve().parents[1]
 DOCKERFILE = REPO / "Dockerfile"
@@ -280,7 +282,7 @@ def main() -> None:
 def run_load(users: int, seconds: float, workers: int, seed: int = 7) -> dict[str, Any]:
     from werkzeug.security import generate_password_hash
 
-    root = Path(tempfile.mkdtemp(prefix="paradiag-load-"))
+    root = scratch("paradiag-load-")
     os.environ.setdefault("PARADIAG_CACHE_DIR", str(root / "cache"))  # the windows' own parse, reused by the server
     visits = windows(seed)
     password = "load-test-password"
@@ -347,7 +349,7 @@ def run_attacks(workers: int) -> list[dict[str, Any]]:
     import psutil
     from werkzeug.security import generate_password_hash
 
-    root = Path(tempfile.mkdtemp(prefix="paradiag-attacks-"))
+    root = scratch("paradiag-attacks-")
     (root / "users").write_text(f"eve:{generate_password_hash('pw')}\n")
     rows = []
     with production_server(root, {"PARADIAG_USERS": str(root / "users")}, workers=workers) as url:

@@ -16,10 +16,13 @@ from __future__ import annotations
 import argparse
 import random
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import scratch
 
 import paradiag
 from paradiag.simulator import SimConfig, groundtruth, parse_fault, simulate
@@ -53,7 +56,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=1, help="seeds per mesh and kind")
     parser.add_argument("--job", type=Path, nargs="*", default=[], help="score these simulated job folders instead")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="paradiag-scenarios-"))
+    work = scratch("paradiag-scenarios-")
     started = time.perf_counter()
     rows = []
     if args.job:

@@ -14,11 +14,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import measure
+from common import measure, scratch
 
 BUDGET_MB = 10.0
 
@@ -34,7 +33,7 @@ def main() -> None:
     ranks = list(found[0].culprit.ranks) if found else []
     culprit = ranks[0] if ranks else None
     whole = len(ranks) > 1  # a finding about a group (a stage): its folded row is the one marked
-    out = Path(tempfile.mkdtemp(prefix="paradiag-bench-snapshot-")) / "report.html"
+    out = scratch("paradiag-bench-snapshot-") / "report.html"
     run = measure("snapshot", [sys.executable, "-c", "from paradiag.cli import main; main()", "snapshot", str(args.job), "-o", str(out)])
     if run.returncode != 0:
         sys.exit(f"snapshot failed:\n{run.output}")
