@@ -136,7 +136,10 @@ class _Checker:
         return False
 
 
-def setup_login(server: Flask, users_file: Path, store: AuthStore) -> None:
+def setup_login(server: Flask, users_file: Path, store: AuthStore, max_age_s: int) -> None:
+    """Sign-in by user file. A session ends on sign-out (every cookie of that user) and, at the latest,
+    ``max_age_s`` after its sign-in however active it was: the signed cookie carries the sign-in time, so a copied
+    cookie stops working too."""
     manager = LoginManager(server)
     server.config["PARADIAG_LOGIN"] = True
     checker = _Checker()
@@ -144,6 +147,9 @@ def setup_login(server: Flask, users_file: Path, store: AuthStore) -> None:
     @manager.user_loader
     def load(user_id: str) -> User | None:
         name, _, gen = user_id.rpartition(":")
+        since = session.get("since")
+        if not isinstance(since, int | float) or not 0 <= time.time() - since <= max_age_s:
+            return None
         if name in read_users(users_file) and gen == str(store.generation(name)):
             return User(name, int(gen))
         return None
@@ -164,6 +170,7 @@ def setup_login(server: Flask, users_file: Path, store: AuthStore) -> None:
             return _FORM.format(error=_error("wrong user or password")), 401
         store.succeeded(*keys)
         session.clear()  # nothing from before sign-in carries over (no session fixation)
+        session["since"] = time.time()
         login_user(User(name, store.generation(name)))
         log.info("%s signed in from %s", name, request.remote_addr)
         return redirect("/")  # type: ignore[return-value]

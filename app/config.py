@@ -28,6 +28,7 @@ class Config:
     secret_key: str = ""
     secure_cookies: bool = False
     allowed_origins: tuple[str, ...] = ()
+    session_hours: int = 12  # a sign-in lasts this long at most, however active the user (then sign in again)
     proxy_hops: int = 0  # reverse proxies in front whose X-Forwarded-For/-Proto/-Host are trusted
     # Archives: the most an upload may unpack to, and the most any entry (or the whole) may grow over its
     # compressed size. Real traces compress 10-30x; an archive bomb, 1000x.
@@ -68,6 +69,7 @@ class Config:
 
 _NUMBERS = {
     "cache_timeout_s": "PARADIAG_CACHE_TIMEOUT",
+    "session_hours": "PARADIAG_SESSION_HOURS",
     "max_primitives": "PARADIAG_MAX_PRIMITIVES",
     "max_upload_mb": "PARADIAG_MAX_UPLOAD_MB",
     "max_unpacked_mb": "PARADIAG_UPLOAD_MAX_UNPACKED_MB",

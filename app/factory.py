@@ -46,7 +46,7 @@ def create_app(config: Config | None = None) -> Dash:
     _health_and_timing(server)
     harden(app, config)
     if config.users_file:
-        setup_login(server, config.users_file, AuthStore(config.app_cache_dir / "auth.sqlite"))
+        setup_login(server, config.users_file, AuthStore(config.app_cache_dir / "auth.sqlite"), config.session_hours * 3600)
     from paradiag.app import uploads
     from paradiag.app.callbacks import register
 

@@ -293,6 +293,25 @@ def test_secure_cookies_when_configured_or_over_tls(tmp_path: Path) -> None:
     assert "Secure" in tls.headers["Set-Cookie"] and tls.headers["Strict-Transport-Security"].startswith("max-age=")
 
 
+def test_a_sign_in_ends_after_its_absolute_lifetime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from paradiag.app import auth
+    from paradiag.app.config import Config
+    from paradiag.app.factory import create_app
+
+    (tmp_path / "users").write_text(f"alice:{generate_password_hash('pw', method='pbkdf2:sha256:1000')}\n")
+    config = Config(upload_dir=tmp_path / "up", app_cache_dir=tmp_path / "app", secret_key="k", users_file=tmp_path / "users", session_hours=2)
+    client = create_app(config).server.test_client()
+    assert client.post("/login", data={"user": "alice", "password": "pw"}).status_code == 302
+    assert client.get("/").status_code == 200
+    now = time.time()
+    monkeypatch.setattr(auth.time, "time", lambda: now + 1.9 * 3600)  # still active within the lifetime
+    assert client.get("/").status_code == 200
+    monkeypatch.setattr(auth.time, "time", lambda: now + 2.1 * 3600)  # however active, the sign-in has ended
+    answer = client.get("/")
+    assert answer.status_code == 302 and answer.headers["Location"].endswith("/login")
+    assert client.post("/_dash-update-component", json={}).status_code == 401
+
+
 def test_unknown_names_cost_a_password_hash(monkeypatch: pytest.MonkeyPatch) -> None:
     from paradiag.app import auth
 
