@@ -45,8 +45,9 @@ print("error:", result.error, "events:", result.num_events)
 """
 
 
-def fuzz(cases: int, first: int, work: Path) -> int:
-    seeds = kineto_seeds() + ascend_seeds(SHARED / "traces" / "npu")
+def fuzz(cases: int, first: int, work: Path, only: list[str] | None = None) -> int:
+    seeds = kineto_seeds() + ascend_seeds(SHARED / "traces" / "npu", work.parent / "seeds")
+    seeds = [s for s in seeds if not only or s.name in only]
     kinds: collections.Counter[str] = collections.Counter()
     failures: list[str] = []
     # An exception raised where it cannot propagate (a callback inside Arrow) is printed and ignored: count it.
@@ -95,12 +96,15 @@ def main() -> int:
     parser.add_argument("--cases", type=int, default=500, help="cases per seed (default 500)")
     parser.add_argument("--first", type=int, default=1_000_000, help="first case number (the suite uses others)")
     parser.add_argument("--bombs-only", action="store_true", help="only time the gzip bombs")
+    parser.add_argument("--seed", action="append", help="only this seed (repeatable): kineto:helper, kineto:sample, ascend:text, ascend:db, ascend:mindspore, ascend:msprof")
+    parser.add_argument("--no-bombs", action="store_true", help="skip the gzip bombs")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="paradiag-fuzz-") as tmp:
         work = Path(tmp)
         os.environ["PARADIAG_CACHE_DIR"] = str(work / "caches")
-        failed = 0 if args.bombs_only else fuzz(args.cases, args.first, work / "case")
-        bombs(work)
+        failed = 0 if args.bombs_only else fuzz(args.cases, args.first, work / "case", args.seed)
+        if not args.no_bombs:
+            bombs(work)
     return 1 if failed else 0
 
 

@@ -9,6 +9,7 @@ use a folder made from a real torch_npu trace_view with its Python process remov
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -102,12 +103,20 @@ def _iterations(output: Path, shown: Path, warnings: list[str]) -> list[tuple[in
     if path is None:
         return []
     spans = []
+    skipped = 0
     for row in text.read_csv(path, shown / path.name, warnings):
         step, end, length = (
             row.get("Iteration ID"),
             text.us_text_ns(row.get("Iteration End(us)")),
             text.num(row.get("Iteration Time(us)")),
         )
-        if step and step.isdigit() and end is not None and length is not None:
+        if not (step and step.isdigit() and end is not None and length is not None):
+            continue
+        # A step id must fit the int32 step column; times must fit int64 ns and not run backwards.
+        if int(step) < 2**31 and math.isfinite(length) and 0 <= length * 1000 <= end < 2**63:
             spans.append((int(step), end - round(length * 1000), end))
+        else:
+            skipped += 1
+    if skipped:
+        warnings.append(f"{shown / path.name}: {skipped} iteration(s) with an id or times out of range skipped")
     return spans

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from paradiag import dataset
-from tests.helpers import kineto_trace, write_trace
+from tests.helpers import kineto_trace, make_prof, write_trace
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = "ASCEND_PROFILER_OUTPUT"
@@ -242,7 +242,8 @@ def ascend_case(folder: Path, rng: random.Random, seed_dir: Path, intact: Path) 
         return
     if target.suffix == ".json" and rng.random() < 0.7:
         doc = json.loads(data)
-        doc = mutate_trace_view(doc, rng) if target.name == "trace_view.json" else mutate_json_doc(doc, rng)
+        timeline = target.name == "trace_view.json" or target.name.startswith("msprof_")
+        doc = mutate_trace_view(doc, rng) if timeline else mutate_json_doc(doc, rng)
         target.write_bytes(dumps(doc))
         return
     target.write_bytes(mutate_bytes(data, rng))
@@ -267,11 +268,22 @@ def kineto_seeds() -> list[Seed]:
     return [Seed(name, lambda folder, rng, d=doc: kineto_case(folder, rng, d)) for name, doc in docs.items()]
 
 
-def ascend_seeds(shared_npu: Path | None) -> list[Seed]:
+def ascend_seeds(shared_npu: Path | None, work: Path | None = None) -> list[Seed]:
+    """torch_npu text (a bundled sample) and db (shared traces); with ``work``, a folder to build them in, also
+    MindSpore (the sample's ranks renamed ``*_ascend_ms``) and msprof (PROF_ folders made from a shared rank)."""
     seeds = []
     sample = sorted((REPO / "sample_traces" / "npu_slow_link").glob("*_ascend_pt"))
     if len(sample) >= 2:
         seeds.append(Seed("ascend:text", lambda folder, rng: ascend_case(folder, rng, sample[1], sample[0])))
+        if work is not None:
+            ms = [work / "mindspore" / p.name.replace("_ascend_pt", "_ascend_ms") for p in sample[:2]]
+            for src, dst in zip(sample, ms, strict=False):
+                shutil.copytree(src, dst, dirs_exist_ok=True)
+            seeds.append(Seed("ascend:mindspore", lambda folder, rng: ascend_case(folder, rng, ms[1], ms[0])))
+    text_job = shared_npu / "msinsight_alexnet_dp8_text_level1" if shared_npu else None
+    if work is not None and text_job is not None and (text_job / "rank1_ascend_pt").is_dir():
+        profs = [make_prof(work / "msprof", text_job / f"rank{r}_ascend_pt", f"PROF_00000{r}_20250109155803704_ABCDEFG{r}") for r in (0, 1)]
+        seeds.append(Seed("ascend:msprof", lambda folder, rng: ascend_case(folder, rng, profs[1], profs[0])))
     db_job = shared_npu / "msinsight_alexnet_dp8_db_level1" if shared_npu else None
     if db_job is not None and (db_job / "rank1_ascend_pt").is_dir():
         seeds.append(

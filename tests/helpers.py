@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import csv
 import gzip
 import json
 from pathlib import Path
 from typing import Any
+
+from paradiag.parsers import msprof
 
 
 def kineto_trace(rank: int, steps: int = 2, world: int = 2, shift_us: float = 0.0, kernels_per_step: int = 3) -> dict[str, Any]:
@@ -54,3 +57,36 @@ def write_job(folder: Path, ranks: int = 2, **options: Any) -> Path:
     for r in range(ranks):
         write_trace(folder / f"rank{r}.pt.trace.json.gz", kineto_trace(r, world=ranks, **options))
     return folder
+
+
+def make_prof(job: Path, rank: Path, name: str = "PROF_000001_20250109155803704_ABCDEFGH") -> Path:
+    """A CANN msprof PROF_ folder made from a torch_npu ``rank`` folder (no real one is shared): the timeline without
+    the Python process (msprof has no framework layer), op_summary with msprof's column names, one step_trace
+    iteration."""
+    prof = job / name
+    out = rank / "ASCEND_PROFILER_OUTPUT"
+    output = prof / msprof.OUTPUT
+    output.mkdir(parents=True)
+    (prof / "device_0").mkdir()
+    events = json.loads((out / "trace_view.json").read_bytes())
+    python = {e["pid"] for e in events if e.get("ph") == "M" and e.get("args", {}).get("name") == "Python"}
+    events = [e for e in events if e.get("pid") not in python]
+    half = len(events) // 2  # sliced timeline: msprof_slice_0_*, msprof_slice_1_*
+    (output / "msprof_slice_0_20250109160000.json").write_text(json.dumps(events[:half]))
+    (output / "msprof_slice_1_20250109160000.json").write_text(json.dumps(events[half:]))
+    with (
+        open(out / "kernel_details.csv", newline="") as src,
+        open(output / "op_summary_20250109160000.csv", "w", newline="") as dst,
+    ):
+        rename = {"Name": "Op Name", "Type": "OP Type", "Accelerator Core": "Task Type", "Start Time(us)": "Task Start Time(us)",
+                  "Duration(us)": "Task Duration(us)", "Wait Time(us)": "Task Wait Time(us)", "Block Dim": "Block Num"}  # fmt: skip
+        rows = list(csv.reader(src))
+        writer = csv.writer(dst)
+        writer.writerow(["Device_id", *(rename.get(h, h) for h in rows[0])])
+        writer.writerows([["0", *r] for r in rows[1:]])
+    end_us = "1736408883842726.510"
+    (output / "step_trace_20250109160000.csv").write_text(
+        "Device_id,Iteration ID,FP Start(us),BP End(us),Iteration End(us),Iteration Time(us)\n"
+        f"0,50,N/A,N/A,{end_us},155985.8\n"
+    )
+    return prof

@@ -3,8 +3,6 @@ folders are made from a real torch_npu rank (format notes: ../shared/formats/asc
 
 from __future__ import annotations
 
-import csv
-import json
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -15,10 +13,10 @@ import pytest
 
 from paradiag import schema
 from paradiag.parsers import ascend, mindspore, msprof
+from tests.helpers import make_prof
 
 NPU = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "npu"
 RANK = NPU / "msinsight_alexnet_dp8_text_level1" / "rank0_ascend_pt"
-OUT = RANK / "ASCEND_PROFILER_OUTPUT"
 
 pytestmark = [
     pytest.mark.real,
@@ -26,39 +24,8 @@ pytestmark = [
 ]
 
 
-def make_prof(job: Path) -> Path:
-    """A PROF_ folder: the timeline without the Python process (msprof has no framework layer), op_summary
-    with msprof's column names, one step_trace iteration."""
-    prof = job / "PROF_000001_20250109155803704_ABCDEFGH"
-    output = prof / msprof.OUTPUT
-    output.mkdir(parents=True)
-    (prof / "device_0").mkdir()
-    events = json.loads((OUT / "trace_view.json").read_bytes())
-    python = {e["pid"] for e in events if e.get("ph") == "M" and e.get("args", {}).get("name") == "Python"}
-    events = [e for e in events if e.get("pid") not in python]
-    half = len(events) // 2  # sliced timeline: msprof_slice_0_*, msprof_slice_1_*
-    (output / "msprof_slice_0_20250109160000.json").write_text(json.dumps(events[:half]))
-    (output / "msprof_slice_1_20250109160000.json").write_text(json.dumps(events[half:]))
-    with (
-        open(OUT / "kernel_details.csv", newline="") as src,
-        open(output / "op_summary_20250109160000.csv", "w", newline="") as dst,
-    ):
-        rename = {"Name": "Op Name", "Type": "OP Type", "Accelerator Core": "Task Type", "Start Time(us)": "Task Start Time(us)",
-                  "Duration(us)": "Task Duration(us)", "Wait Time(us)": "Task Wait Time(us)", "Block Dim": "Block Num"}  # fmt: skip
-        rows = list(csv.reader(src))
-        writer = csv.writer(dst)
-        writer.writerow(["Device_id", *(rename.get(h, h) for h in rows[0])])
-        writer.writerows([["0", *r] for r in rows[1:]])
-    end_us = "1736408883842726.510"
-    (output / "step_trace_20250109160000.csv").write_text(
-        "Device_id,Iteration ID,FP Start(us),BP End(us),Iteration End(us),Iteration Time(us)\n"
-        f"0,50,N/A,N/A,{end_us},155985.8\n"
-    )
-    return prof
-
-
 def test_msprof_folder(tmp_path: Path) -> None:
-    prof = make_prof(tmp_path)
+    prof = make_prof(tmp_path, RANK)
     assert msprof.detect(prof) and not ascend.detect(prof) and not mindspore.detect(prof)
     parsed = msprof.parse(prof, tmp_path)
     assert parsed.format == "msprof" and parsed.source == prof.name and parsed.rank is None
@@ -79,7 +46,7 @@ def test_msprof_folder(tmp_path: Path) -> None:
 def test_prof_folder_inside_a_torch_npu_rank_is_not_a_source(tmp_path: Path) -> None:
     rank = tmp_path / "host_1_20250101000000000_ascend_pt"
     rank.mkdir()
-    assert not msprof.detect(make_prof(rank))
+    assert not msprof.detect(make_prof(rank, RANK))
 
 
 def test_mindspore_folder_reads_like_torch_npu(tmp_path: Path) -> None:

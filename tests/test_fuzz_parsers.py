@@ -29,9 +29,15 @@ REGRESSIONS = {
     "kineto:helper": [126, 148, 538],
     "ascend:text": [5, 7, 10, 29, 56, 64, 251, 276],
     "ascend:db": [8, 32, 48, 138, 2000231],
+    "ascend:msprof": [1000012, 1000035, 1000045, 1000196, 1000213],
 }
 KINETO = {s.name: s for s in kineto_seeds()}
-ASCEND = {s.name: s for s in ascend_seeds(TRACES / "npu" if (TRACES / "npu").is_dir() else None)}
+
+
+@pytest.fixture(scope="module")
+def ascend(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Seed]:
+    npu = TRACES / "npu"
+    return {s.name: s for s in ascend_seeds(npu if npu.is_dir() else None, tmp_path_factory.mktemp("seeds"))}
 
 
 def _seed(seeds: dict[str, Seed], name: str, work: Path) -> Seed:
@@ -54,9 +60,9 @@ def test_kineto_parser_survives_mutations(tmp_path: Path, name: str) -> None:
     case()
 
 
-@pytest.mark.parametrize("name", ["ascend:text", "ascend:db"])
-def test_ascend_parsers_survive_mutations(tmp_path: Path, name: str) -> None:
-    seed = _seed(ASCEND, name, tmp_path / "case")
+@pytest.mark.parametrize("name", ["ascend:text", "ascend:db", "ascend:mindspore", "ascend:msprof"])
+def test_ascend_parsers_survive_mutations(tmp_path: Path, name: str, ascend: dict[str, Seed]) -> None:
+    seed = _seed(ascend, name, tmp_path / "case")
 
     @settings(max_examples=15, **SETTINGS)  # type: ignore[arg-type]
     @given(CASE_NUMBERS)
