@@ -382,11 +382,17 @@ def _int32_or_none(values: np.ndarray) -> np.ndarray:
 
 def _step_rows(names: pa.DictionaryArray, device: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Rows of the host's ``ProfilerStep#N`` annotations and their step numbers (matched once per distinct name)."""
-    ids = [int(m.group(1)) if (m := STEP_NAME.match(v or "")) else -1 for v in names.dictionary.to_pylist()]
+    ids = [_step_number(v) for v in names.dictionary.to_pylist()]
     codes = names.indices.fill_null(-1).to_numpy(zero_copy_only=False)
     step = np.array([*ids, -1], dtype=np.int64)[codes]
     rows = np.flatnonzero((step >= 0) & (device < 0))
     return rows, step[rows]
+
+
+def _step_number(name: str | None) -> int:
+    """N of ``ProfilerStep#N``; -1 for other names and for an N the int32 step column cannot hold (not a step)."""
+    m = STEP_NAME.match(name or "")
+    return int(m.group(1)) if m and int(m.group(1)) < 2**31 else -1
 
 
 def _steps(

@@ -29,7 +29,7 @@ REGRESSIONS = {
     "kineto:helper": [126, 148, 538],
     "ascend:text": [5, 7, 10, 29, 56, 64, 251, 276],
     "ascend:db": [8, 32, 48, 138, 2000231],
-    "ascend:msprof": [1000012, 1000035, 1000045, 1000196, 1000213],
+    "ascend:msprof": [1000012, 1000035, 1000045, 1000196, 1000213, 3000027],
 }
 KINETO = {s.name: s for s in kineto_seeds()}
 
