@@ -1,5 +1,12 @@
 """The execution-flow graph: per stage, the operators in execution order, cut into nodes at communication
-operators, with repeated runs of nodes (the model's layers) collapsed into one block.
+operators, with repeated runs of nodes (the model's layers) collapsed into one block, and the pipeline passes of
+one direction (the micro-batches, from the analysis' passes) collapsed into one block of passes.
+
+The passes are what repeats in a pipelined step, and they do not repeat exactly (the first micro-batch waits for
+its input differently, the last stage's passes hold the LM head, 1F1B interleaves forward and backward passes), so
+exact repeat detection on the whole sequence leaves hundreds of nodes. Grouping by pass needs no exact repeat: a
+stage shows what runs before its first pass, one block per direction (and model chunk) holding its passes, each
+pass a block of its collapsed layers, and what runs after its last pass (the optimizer).
 
 Built from the trace: the operator instances of a step common to every device of the stage (the Marey bands), so
 each node's time is known on every device and its imbalance is max / median over them. Where the job's folder held
@@ -28,6 +35,7 @@ from paradiag.dataset import Job
 MAX_PERIOD = 48  # nodes in a repeated unit (a micro-batch pass of a few layers with TP collectives)
 COMPUTING = ("compute", "memory", "block")
 NESTING = 3  # levels of blocks within blocks
+VISIBLE = 40  # nodes a stage's row opens with at most (readable in a 1600 px wide window)
 _NUMBERED = re.compile(r"[_\d]+$")  # hcom_send__951_4_1 and hcom_send__951_5_1 are the same operator
 TYPE_WINDOW = 32  # how far ahead in the strategy's op list a match by type may look
 MAX_STRATEGY_LINES = 4  # strategies listed per node
@@ -63,6 +71,7 @@ def _finish(node: dict[str, Any], key: str, t0: int) -> None:
     """A node's span in ms since the job origin; a block's key (stage:index, then .index per nesting level)."""
     node["span_ms"] = [round((node.pop("lo") - t0) / 1e6, 6), round((node.pop("hi") - t0) / 1e6, 6)]
     node.pop("signature")
+    node.pop("pass", None)
     if node["kind"] == "block":
         node["key"] = key
         for j, m in enumerate(node["members"]):
@@ -95,13 +104,15 @@ def _flow_data(job: Job, step: int, expand: bool) -> dict[str, Any]:
     mesh = mesh_of(job)
     t0 = origin_ns(job)
     strategy = common.strategy(job)
-    stages = []
+    rows = []
     matched = 0
     for st in bands["stages"]:
         nodes = _segments(st)
         if strategy["files"]:
             matched += _annotate(nodes, _stage_strategy(strategy, st["stage"], st["ranks"]))
-        blocks = nodes if expand else _collapse_nested(nodes)
+        rows.append(nodes if expand else _by_pass(nodes))
+    stages = []
+    for st, blocks in zip(bands["stages"], rows if expand else _open_passes(rows), strict=True):
         for i, b in enumerate(blocks):
             _finish(b, f"{st['stage']}:{i}", t0)
         stages.append({"stage": st["stage"], "ranks": st["ranks"], "tp": len({mesh.tp[r] for r in st["ranks"]}), "dp": len({mesh.dp[r] for r in st["ranks"]}), "nodes": blocks})
@@ -187,12 +198,17 @@ def _strategy_lines(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def _segments(st: dict[str, Any]) -> list[dict[str, Any]]:
-    """Runs of compute bands end at each communication band; every communication band is a node of its own."""
+    """Runs of compute bands end at each communication band and where the pipeline pass changes (the last
+    stage's forward pass runs straight into its backward one); every communication band is a node of its own."""
     nodes: list[dict[str, Any]] = []
     run: list[int] = []
     mean_dur = (st["end"] - st["start"]).mean(axis=1).tolist() if len(st["start"]) else []
+    passes = st.get("pass") or [""] * len(st["category"])
     for i, cat in enumerate(st["category"]):
         if cat in ("compute", "memory"):
+            if run and passes[i] != passes[run[-1]]:
+                nodes.append(_node(st, run, "compute", mean_dur))
+                run = []
             run.append(i)
             continue
         if run:
@@ -225,7 +241,61 @@ def _node(st: dict[str, Any], idx: list[int], kind: str, mean_dur: list[float]) 
         "repeat": 1,
         "lo": int(st["start"][idx].min()),
         "hi": int(st["end"][idx].max()),
+        "pass": st["pass"][idx[0]] if st.get("pass") else "",
     }
+
+
+def _by_pass(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What runs before the first pass, a block per direction (and model chunk) of the passes, what runs after
+    the last pass; each part with its repeats collapsed. Nodes outside every pass between two passes (the
+    pipeline's sends and receives) go with the pass before them. Without passes (no pipeline), repeats only."""
+    labelled = [i for i, n in enumerate(nodes) if n["pass"]]
+    if not labelled:
+        return _collapse_nested(nodes)
+    first, last = labelled[0], labelled[-1]
+    passes: list[tuple[str, list[dict[str, Any]]]] = []
+    for n in nodes[first : last + 1]:
+        if n["pass"] and (not passes or passes[-1][0] != n["pass"]):
+            passes.append((n["pass"], []))
+        passes[-1][1].append(n)
+    by_key: dict[str, list[dict[str, Any]]] = {}
+    for label, members in passes:
+        by_key.setdefault(_direction(label), []).append(_pass_block(label, _collapse_nested(members)))
+    groups = [_passes_block(key, blocks) if len(blocks) > 1 else blocks[0] for key, blocks in by_key.items()]
+    return _collapse_nested(nodes[:first]) + groups + _collapse_nested(nodes[last + 1 :])
+
+
+def _open_passes(rows: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+    """The stages' rows with their blocks of passes opened (a pipeline: its micro-batches), or where each
+    direction is one pass (no pipeline) that pass (its layers), when every row stays within VISIBLE nodes (all
+    stages alike, so that their rows compare)."""
+    pipelined = any(n["signature"][0] == "passes" for row in rows for n in row)
+    level = "passes" if pipelined else "pass"
+    opened = [[m for n in row for m in (n["members"] if n["signature"][0] == level else [n])] for row in rows]
+    return opened if max(map(len, opened), default=0) <= VISIBLE else rows
+
+
+def _direction(label: str) -> str:
+    """"F3" -> "forward", "B3 c1" -> "backward chunk 1"."""
+    _, _, chunk = label.partition(" c")
+    return ("forward" if label[0] == "F" else "backward") + (f" chunk {chunk}" if chunk else "")
+
+
+def _pass_block(label: str, members: list[dict[str, Any]]) -> dict[str, Any]:
+    """One pass: a block of its (collapsed) nodes."""
+    mb = label[1:].partition(" c")[0]
+    signature = ("pass", _direction(label), tuple(m["signature"] for m in members))
+    return _group(members, f"{_direction(label)} micro-batch {mb}", 1, signature)
+
+
+def _passes_block(key: str, blocks: list[dict[str, Any]]) -> dict[str, Any]:
+    """The passes of one direction: a block whose members are its passes, alike neighbours collapsed (into a block
+    named after the micro-batches it holds)."""
+    members = _collapse(blocks)
+    for m in members:
+        if m["signature"][0] == "block":
+            m["label"] = f"{key} micro-batches {m['members'][0]['label'].rsplit(' ', 1)[1]}–{m['members'][-1]['label'].rsplit(' ', 1)[1]}"
+    return _group(members, f"{key} ×{len(blocks)} micro-batches", len(blocks), ("passes", key, len(blocks)))
 
 
 def _collapse(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -268,15 +338,20 @@ def _best_period(nodes: list[dict[str, Any]], i: int) -> tuple[int, int]:
 
 
 def _block(members: list[dict[str, Any]], period: int, repeats: int) -> dict[str, Any]:
-    """A run of repeats; its imbalance is its worst computing member's (a communication node's spread over the
-    devices is mostly some waiting for the others)."""
+    """A run of repeats."""
+    return _group(members, f"{period} nodes ×{repeats}", repeats, ("block", tuple(m["signature"] for m in members[:period]), repeats))
+
+
+def _group(members: list[dict[str, Any]], label: str, repeats: int, signature: tuple[Any, ...]) -> dict[str, Any]:
+    """A block holding ``members``; its imbalance is its worst computing member's (a communication node's spread
+    over the devices is mostly some waiting for the others)."""
     kinds = {m["kind"] for m in members}
     computing = [m for m in members if m["kind"] in COMPUTING] or members
     worst = max(computing, key=lambda m: m["imbalance"])
     return {
         "kind": "block",
-        "signature": ("block", tuple(m["signature"] for m in members[:period]), repeats),
-        "label": f"{period} nodes ×{repeats}",
+        "signature": signature,
+        "label": label,
         "operators": list(dict.fromkeys(op for m in members for op in m["operators"])),
         "time_ms": sum(m["time_ms"] for m in members),
         "imbalance": worst["imbalance"],

@@ -83,7 +83,7 @@ def flow_figure(data: dict[str, Any], color_by: str = "imbalance", p2p: list[dic
         _strategy_legend(fig, data["strategy"])
     fig.add_trace(ring(data, selected))
     fig.update_yaxes(tickvals=[st["stage"] for st in data["stages"]], ticktext=[_stage_tick(st, data) for st in data["stages"]], autorange="reversed", range=None, zeroline=False, showgrid=False)
-    fig.update_xaxes(title="execution order (repeated layers collapsed; click a ▪ block to open it)", showgrid=False, zeroline=False)
+    fig.update_xaxes(title="execution order (repeated layers and micro-batches collapsed; click a ▪ block to open it)", showgrid=False, zeroline=False)
     fig.update_layout(margin={"l": 90}, hovermode="closest", legend={"x": 0, "xanchor": "left"})
     return fig
 
