@@ -32,6 +32,8 @@ DETAIL_COLLECTIVES = "detail-collectives"
 MAREY = "marey"
 MAREY_BACK = "marey-back"
 MAREY_EXPAND = "marey-expand"
+MAREY_CLICK = "marey-click"  # a click on Marey's graph that was not the first half of a double-click (which resets the zoom)
+MAREY_PATH = "marey-path"  # the "critical path" toggle
 MAREY_DRAWN = "marey-drawn"  # what the Marey figure shows (so a new selected instance patches its outline alone)
 
 FLOW = "flow"

@@ -153,8 +153,8 @@ def pipeline_views(b: Browser, app: Any, reducer: str) -> None:
         b.call(f"marey: open {stage}", key_for(app, "marey.figure"), [("marey-expand", "value")])
     bar = next((t for t in b.props[("marey", "figure")]["data"] if t.get("type") == "bar"), None)
     if bar:
-        b.props[("marey", "clickData")] = {"points": [{"customdata": bar["customdata"][0], "x": 0.0}]}
-        b.call("click a marey band", reducer, [("marey", "clickData")])
+        b.props[("marey-click", "data")] = {"points": [{"customdata": bar["customdata"][0], "x": 0.0}]}
+        b.call("click a marey band", reducer, [("marey-click", "data")])
         b.call("marey (one instance outlined)", key_for(app, "marey.figure"), [("selection", "data")])
         b.call("flow (its node ringed)", key_for(app, "flow.figure"), [("selection", "data")])
     matrix = b.props[("comm-matrix", "figure")]["data"][0]

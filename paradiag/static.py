@@ -125,7 +125,7 @@ def render_snapshot(job: Job, report: dict[str, Any]) -> str:
     stage and rank tables, communication matrix."""
     from paradiag.app.data.comm import view
     from paradiag.app.data.common import diagnosis, slowest_step, step_span
-    from paradiag.app.data.marey import marey_data
+    from paradiag.app.data.marey import critical_path, marey_data
     from paradiag.app.data.overview import METRICS, overview
     from paradiag.app.data.timeline import timeline_data
     from paradiag.app.figures.comm import comm_figure
@@ -142,7 +142,8 @@ def render_snapshot(job: Job, report: dict[str, Any]) -> str:
     sections.append((f"Overview: {METRICS[HEATMAP_METRIC]} per rank and step", _figure(heatmap_figure(rows, ov["steps"], HEATMAP_METRIC, METRICS[HEATMAP_METRIC]))))
     step = slowest_step(job)
     if step is not None:
-        sections.append((f"Marey's graph of the slowest step ({step})", _figure(marey_figure(marey_data(job, step, None, merge_frac=MAREY_MERGE_FRAC)))))
+        marey = marey_figure(marey_data(job, step, None, merge_frac=MAREY_MERGE_FRAC), path=critical_path(job, step))
+        sections.append((f"Marey's graph of the slowest step ({step}) with its critical path", _path_text(report, step) + _figure(marey)))
         ranks = _timeline_ranks(job, d)
         window = step_span(job, step, ranks)
         data = timeline_data(job, ranks, window, pixels=TIMELINE_PIXELS, max_primitives=TIMELINE_MAX_PRIMITIVES)
@@ -151,6 +152,15 @@ def render_snapshot(job: Job, report: dict[str, Any]) -> str:
     sections.append(("Ranks", _rank_table(report)))
     sections.append(("Communication matrix (how much slower each link is than comparable links)", _figure(comm_figure(view(job), "slowness"))))
     return _page(f"paradiag: {report['job']['source']}", _job_subtitle(report), sections)
+
+
+def _path_text(report: dict[str, Any], step: int) -> str:
+    """What the thick line in the Marey graph is: the step's critical path, its length and what it is made of."""
+    from paradiag.commands import critical_path_line
+
+    found = next((c for c in report.get("critical_path", []) if c["step"] == step), None)
+    what = html.escape(critical_path_line(found)) + "." if found else "No critical path was found for this step."
+    return f"<p>The thick orange line is the step's critical path: the work that set the step's end, through the ranks it passed (hover for each piece's kind, rank, operator and duration). {what}</p>"
 
 
 def _overview_rows(ov: dict[str, Any], culprits: list[int]) -> list[dict[str, Any]]:

@@ -213,8 +213,8 @@ def test_marey_click_selects_operator_and_flow_rings_it(sel: Selection) -> None:
     bars = next(t for t in marey.data if t.name == "compute")
     i = next(i for i, c in enumerate(bars.customdata) if "gemm" in c[0])
     custom = list(bars.customdata[i])
-    everywhere = select((ids.MAREY, "clickData"), {"points": [{"customdata": custom[:2]}]}, sel, "")
-    new = select((ids.MAREY, "clickData"), {"points": [{"customdata": custom, "x": 0.01}]}, sel, "")
+    everywhere = select((ids.MAREY_CLICK, "data"), {"points": [{"customdata": custom[:2]}]}, sel, "")
+    new = select((ids.MAREY_CLICK, "data"), {"points": [{"customdata": custom, "x": 0.01}]}, sel, "")
     assert new.op == custom[0] and new.stage == custom[1] and new.at == custom[2]
     rings = next(t for t in render_flow(everywhere.view("flow"), "time", [])[0].data if t.name == "selected")
     flow, _, flow_drawn = render_flow(new.view("flow"), "time", [])
@@ -224,7 +224,7 @@ def test_marey_click_selects_operator_and_flow_rings_it(sel: Selection) -> None:
     assert [op["location"] for op in ring_patch] == [["data", flow_drawn["traces"] - 1]] and len(ring_patch[0]["params"]["value"]["x"]) == len(rings.x)
     outline = next(t for t in render_marey(new.view("marey"), ["devices"])[0].data if t.name == "selected operator")
     assert len(outline.x) > 0
-    patch, _, _ = render_marey(new.view("marey"), ["devices"], drawn)  # the same drawing: only the outline is sent
+    patch, _, _ = render_marey(new.view("marey"), ["devices"], [], drawn)  # the same drawing: only the outline is sent
     ops = patch.to_plotly_json()["operations"]
     assert [op["location"] for op in ops] == [["data", drawn["traces"] - 1]] and ops[0]["params"]["value"]["name"] == "selected operator"
 

@@ -10,18 +10,35 @@ from paradiag.app import context, ids
 from paradiag.app.data.comm import METRICS, block_at, link_instances, view
 from paradiag.app.data.common import origin_ns
 from paradiag.app.data.flow import flow_p2p, flow_view
-from paradiag.app.data.marey import marey_data
+from paradiag.app.data.marey import critical_path, marey_data
 from paradiag.app.figures.comm import comm_figure
 from paradiag.app.figures.flow import flow_figure, ring
 from paradiag.app.figures.marey import highlight, marey_figure
 from paradiag.app.selection import view_store
 
 REPEATS = "repeats"  # the flow's expand value that opens every repeated block
+# A double-click resets the zoom; plotly reports its first click as a click too. A click reaches the selection
+# only when no double-click followed within plotly's double-click delay (300 ms) and a margin.
+CLICK_DELAY_MS = 400
+DEFER_CLICK = """
+async function(click) {
+    const gd = document.querySelector('#MAREY .js-plotly-plot');
+    if (gd && !gd._pdDoubleClicks) {
+        gd._pdDoubleClicks = true;
+        gd._pdResetAt = 0;
+        gd.on('plotly_doubleclick', () => { gd._pdResetAt = Date.now(); });
+    }
+    const at = Date.now();
+    await new Promise(resolve => setTimeout(resolve, DELAY));
+    return gd && gd._pdResetAt >= at - 50 ? window.dash_clientside.no_update : click;
+}
+""".replace("MAREY", ids.MAREY).replace("DELAY", str(CLICK_DELAY_MS))
 
 
-def render_marey(sel: dict[str, Any] | None, expand: list[str] | None, drawn: dict[str, Any] | None = None) -> tuple[Any, Any, Any]:
+def render_marey(sel: dict[str, Any] | None, expand: list[str] | None, toggles: list[str] | None = None, drawn: dict[str, Any] | None = None) -> tuple[Any, Any, Any]:
     """The figure, the expand options that fit it (every device, each stage by mesh group, each group drawn
-    folded), and what is drawn; when only the selected instance changed, a ``Patch`` of the outline alone."""
+    folded), and what is drawn; when only the selected instance changed, a ``Patch`` of the outline alone.
+    ``toggles`` holding "path": the step's critical path drawn too."""
     if not sel or not sel.get("job") or sel.get("step") is None:
         return no_update, no_update, no_update
     job = context.job(sel["job"])
@@ -31,12 +48,14 @@ def render_marey(sel: dict[str, Any] | None, expand: list[str] | None, drawn: di
         window = (t0 + int(sel["window"][0] * 1e6), t0 + int(sel["window"][1] * 1e6))
     data = marey_data(job, sel["step"], window, expand=expand or [])
     selected = (sel["op"], sel.get("stage"), sel.get("at")) if sel.get("op") else None
-    key = [sel["job"], sel["step"], sel.get("window"), sorted(expand or [])]
+    with_path = "path" in (toggles or [])
+    key = [sel["job"], sel["step"], sel.get("window"), sorted(expand or []), with_path]
     if drawn and drawn.get("key") == key:
         patch = Patch()
         patch["data"][drawn["traces"] - 1] = highlight(data, selected).to_plotly_json()
         return patch, no_update, no_update
-    fig = marey_figure(data, selected=selected, uirevision=f"{sel['job']}|{sel['step']}|{','.join(key[3])}")
+    path = critical_path(job, sel["step"], window) if with_path else None
+    fig = marey_figure(data, selected=selected, uirevision=f"{sel['job']}|{sel['step']}|{','.join(key[3])}", path=path)
     return fig, data["expandable"], {"key": key, "traces": len(fig.data)}
 
 
@@ -113,7 +132,8 @@ def comm_instances(click: dict[str, Any] | None, sel: dict[str, Any] | None) -> 
 
 
 def register(app: Dash) -> None:
-    app.callback(Output(ids.MAREY, "figure"), Output(ids.MAREY_EXPAND, "options"), Output(ids.MAREY_DRAWN, "data"), Input(view_store("marey"), "data"), Input(ids.MAREY_EXPAND, "value"), State(ids.MAREY_DRAWN, "data"), prevent_initial_call=True)(render_marey)
+    app.clientside_callback(DEFER_CLICK, Output(ids.MAREY_CLICK, "data"), Input(ids.MAREY, "clickData"), prevent_initial_call=True)
+    app.callback(Output(ids.MAREY, "figure"), Output(ids.MAREY_EXPAND, "options"), Output(ids.MAREY_DRAWN, "data"), Input(view_store("marey"), "data"), Input(ids.MAREY_EXPAND, "value"), Input(ids.MAREY_PATH, "value"), State(ids.MAREY_DRAWN, "data"), prevent_initial_call=True)(render_marey)
     app.callback(Output(ids.FLOW, "figure"), Output(ids.FLOW_EXPAND, "options"), Output(ids.FLOW_DRAWN, "data"), Input(view_store("flow"), "data"), Input(ids.FLOW_COLOR, "value"), Input(ids.FLOW_EXPAND, "value"), State(ids.FLOW_DRAWN, "data"), prevent_initial_call=True)(render_flow)
     app.callback(Output(ids.FLOW_EXPAND, "value"), Input(ids.FLOW, "clickData"), State(ids.FLOW_EXPAND, "value"))(open_block)
     app.callback(Output(ids.COMM_MATRIX, "figure"), Input(view_store("comm"), "data"), Input(ids.COMM_METRIC, "value"), Input(ids.COMM_DRILL, "data"), prevent_initial_call=True)(render_comm)

@@ -25,7 +25,7 @@ INPUTS = [
     (ids.URL, "href"),
     (ids.HEATMAP, "clickData"),
     (ids.TIMELINE, "relayoutData"),
-    (ids.MAREY, "clickData"),
+    (ids.MAREY_CLICK, "data"),
     (ids.MAREY, "relayoutData"),
     (ids.MAREY_BACK, "n_clicks"),
     (ids.DETAIL_OPERATORS, "clickData"),
@@ -164,7 +164,7 @@ def _finding(sel: Selection, index: int) -> Selection:
 _HANDLERS = {
     (ids.HEATMAP, "clickData"): _heatmap,
     (ids.TIMELINE, "relayoutData"): _timeline_zoom,
-    (ids.MAREY, "clickData"): _marey_click,
+    (ids.MAREY_CLICK, "data"): _marey_click,
     (ids.MAREY, "relayoutData"): _timeline_zoom,
     (ids.DETAIL_OPERATORS, "clickData"): _operator_click,
     (ids.COMM_MATRIX, "clickData"): _comm_click,

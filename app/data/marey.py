@@ -33,6 +33,7 @@ MIN_BANDS = 24  # ... but at least this many bands a stage
 SMALL_JOB = 16  # ranks up to which every device has a row from the start
 ALL = "devices"  # the expand value that opens every stage to its devices ...
 MAX_ALL = 64  # ... offered up to this many ranks (beyond, a stage or a group opens at a time)
+MAX_PATH = 600  # critical-path pieces drawn (each with its hover); beyond, neighbours on one rank merge
 
 
 def step_bands(job: Job, step: int) -> dict[str, Any]:
@@ -315,4 +316,49 @@ def _pairs_by_time(rows: list[dict[str, Any]], stage: dict[int, int]) -> list[tu
         if best is not None:
             used.add(best)
             out.append((s, recvs[best]))
+    return out
+
+
+def critical_path(job: Job, step: int, window: tuple[int, int] | None = None) -> list[dict[str, Any]]:
+    """The step's critical path as the analysis stored it (``Diagnosis.critical_path``), in ms since the job
+    origin, clipped to ``window``: pieces of rank, kind, operator, start, end. Neighbouring segments of one rank
+    and kind are one piece (their longest operator named); beyond MAX_PATH pieces, neighbours on one rank merge
+    whatever their kind (the kind holding most of the time named)."""
+    pieces = store.memo("marey-path", job.content_hash, step, lambda: _path_pieces(job, step))
+    if window is None:
+        return pieces
+    t0 = origin_ns(job)
+    lo, hi = (window[0] - t0) / 1e6, (window[1] - t0) / 1e6
+    return [dict(p, start_ms=max(p["start_ms"], lo), end_ms=min(p["end_ms"], hi)) for p in pieces if p["end_ms"] > lo and p["start_ms"] < hi]
+
+
+def _path_pieces(job: Job, step: int) -> list[dict[str, Any]]:
+    path = diagnosis(job).critical_path
+    rows = path.filter(pc.equal(path.column("step"), step)).sort_by("start_ns").to_pylist()
+    pieces = _merged(rows, lambda a, b: a["rank"] == b["rank"] and a["kind"] == b["kind"])
+    if len(pieces) > MAX_PATH:
+        pieces = _merged(pieces, lambda a, b: a["rank"] == b["rank"])
+    t0 = origin_ns(job)
+    return [
+        {"rank": int(p["rank"]), "kind": p["kind"], "operator": p["operator"] or "", "start_ms": round((p["start_ns"] - t0) / 1e6, 5), "end_ms": round((p["end_ns"] - t0) / 1e6, 5), "segments": p["segments"]}
+        for p in pieces
+    ]
+
+
+def _merged(rows: list[dict[str, Any]], joins: Any) -> list[dict[str, Any]]:
+    """Runs of neighbouring rows that ``joins`` merged: the kind and the operator holding most of each run's
+    time, its span and how many segments it holds."""
+    out: list[dict[str, Any]] = []
+    run: list[dict[str, Any]] = []
+    for r in [*rows, None]:
+        if run and (r is None or not joins(run[-1], r)):
+            time_of: dict[tuple[str, str], int] = {}
+            for m in run:
+                key = (m["kind"], m["operator"] or "")
+                time_of[key] = time_of.get(key, 0) + m["end_ns"] - m["start_ns"]
+            kind, operator = max(time_of, key=time_of.__getitem__)
+            out.append({"rank": run[0]["rank"], "kind": kind, "operator": operator, "start_ns": run[0]["start_ns"], "end_ns": max(m["end_ns"] for m in run), "segments": sum(m.get("segments", 1) for m in run)})
+            run = []
+        if r is not None:
+            run.append(r)
     return out

@@ -17,6 +17,7 @@ from paradiag.app.figures.common import base_figure, compact, empty_figure, shor
 HALF = 0.32  # half the height of a row
 STAGE_GAP = 0.7  # extra space between stages
 ANOMALY = "#c62828"
+PATH = "#ff6f00"  # the critical path: apart from the categories' colours and the anomalies' red
 
 
 def rows_of(data: dict[str, Any]) -> tuple[list[list[float]], dict[int, float], list[tuple[float, str]]]:
@@ -38,9 +39,10 @@ def rows_of(data: dict[str, Any]) -> tuple[list[list[float]], dict[int, float], 
     return row_y, rank_y, ticks
 
 
-def marey_figure(data: dict[str, Any], selected: tuple[Any, ...] | None = None, uirevision: Any = None) -> go.Figure:
+def marey_figure(data: dict[str, Any], selected: tuple[Any, ...] | None = None, uirevision: Any = None, path: list[dict[str, Any]] | None = None) -> go.Figure:
     """``selected``: (operator, stage or None, at ms or None): the instance holding ``at`` (else every instance
-    of the operator, in that stage when given) is outlined."""
+    of the operator, in that stage when given) is outlined. ``path``: the step's critical path
+    (``paradiag.app.data.marey.critical_path``), drawn through the rows of the ranks it passes."""
     if not data["stages"] or not any(len(st["start"]) for st in data["stages"]):
         return empty_figure("no device work in this step", height=300)
     row_y, rank_y, ticks = rows_of(data)
@@ -51,6 +53,8 @@ def marey_figure(data: dict[str, Any], selected: tuple[Any, ...] | None = None, 
     _bars(fig, data, row_y)
     _p2p(fig, data, rank_y)
     _anomalies(fig, data, row_y)
+    if path is not None:
+        fig.add_trace(critical_path_trace(path, rank_y))
     fig.add_trace(highlight(data, selected))
     fig.update_yaxes(tickvals=[t[0] for t in ticks], ticktext=[t[1] for t in ticks], autorange="reversed", showgrid=False, zeroline=False, fixedrange=True)
     fig.update_xaxes(title=f"time since job start (ms) · step {data['step']}", range=data["window_ms"], showgrid=True)
@@ -224,6 +228,31 @@ def _anomalies(fig: go.Figure, data: dict[str, Any], row_y: list[list[float]]) -
                 fig.add_shape(type="rect", xref="paper", x0=0, x1=1, y0=y - 0.5, y1=y + 0.5, line={"color": ANOMALY, "width": 1.5}, fillcolor="rgba(198,40,40,0.06)", layer="below")
     if ys:
         fig.add_trace(go.Scatter(x=[x0] * len(ys), y=ys, mode="markers", marker={"symbol": "triangle-right", "size": 13, "color": ANOMALY}, hovertext=text, hovertemplate="%{hovertext}<extra></extra>", name="anomalous device", cliponaxis=False))
+
+
+def critical_path_trace(path: list[dict[str, Any]], rank_y: dict[int, float]) -> go.Scatter:
+    """The critical path as one thick line: along the row of each rank it passes for as long as it stays there,
+    jumping to the next rank where that rank released it; the hover names kind, rank, operator and duration."""
+    xs: list[float] = []
+    ys: list[float] = []
+    text: list[str] = []
+    for p in (p for p in path if p["rank"] in rank_y):
+        what = f"critical path · {p['kind']} · rank {p['rank']}" + (f"<br>{short_name(p['operator'], 60)}" if p["operator"] else "")
+        many = f" ({p['segments']} segments)" if p.get("segments", 1) > 1 else ""
+        hover = f"{what}<br>{p['end_ms'] - p['start_ms']:.3f} ms{many}"
+        xs += [p["start_ms"], p["end_ms"]]
+        ys += [rank_y[p["rank"]]] * 2
+        text += [hover, hover]
+    return go.Scatter(
+        x=compact(np.array(xs, dtype=np.float64)),
+        y=np.array(ys, dtype=np.float32),
+        mode="lines",
+        line={"color": PATH, "width": 4},
+        opacity=0.85,
+        hovertext=np.array(text, dtype=object),
+        hovertemplate="%{hovertext}<extra></extra>",
+        name="critical path",
+    )
 
 
 def highlight(data: dict[str, Any], selected: tuple[Any, ...] | None) -> go.Scatter:

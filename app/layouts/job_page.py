@@ -67,13 +67,15 @@ def marey_panel() -> html.Section:
             children=[
                 html.Button("◀ back", id=ids.MAREY_BACK, className="pd-button"),
                 dcc.Checklist(id=ids.MAREY_EXPAND, options=[{"label": " all devices", "value": "devices"}], value=[], inline=True),
+                dcc.Checklist(id=ids.MAREY_PATH, options=[{"label": " critical path", "value": "path"}], value=[], inline=True),
             ],
         ),
         dcc.Store(id=ids.ZOOM_STACK, data=[]),
+        dcc.Store(id=ids.MAREY_CLICK),
         dcc.Store(id=ids.MAREY_DRAWN, data={}),
         graph(ids.MAREY),
         class_name="pd-marey",
-        help_text="stages top to bottom, time across; drag to zoom",
+        help_text="stages top to bottom, time across; drag to zoom, double-click to zoom out",
     )
 
 
