@@ -1,0 +1,113 @@
+"""Marey's graph in real headless Chromium: a double-click only resets the zoom (its clicks select nothing), a
+single click still selects one instance, and the "critical path" toggle draws the step's path."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.test_app_support import click_data_point, composite, screenshot, severe_logs, wait_plot
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore:HTTPResponse.getheader:DeprecationWarning"),
+]
+SAMPLE = "gpu_llm_slow_rank"  # rank 5 computes 1.4x slower
+
+
+@pytest.fixture(scope="module")
+def duo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from paradiag.app.config import Config
+    from paradiag.app.factory import create_app
+
+    root = tmp_path_factory.mktemp("app")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("PARADIAG_CACHE_DIR", str(root / "cache"))
+    yield from composite(create_app(Config.from_env(upload_dir=root / "uploads", app_cache_dir=root / "app-cache")))
+    mp.undo()
+
+
+def search(duo: Any) -> str:
+    return str(duo.driver.execute_script("return window.location.search"))
+
+
+def until(check: Any, timeout: float = 20) -> bool:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if check():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def gemm_bar(duo: Any) -> tuple[float, float]:
+    """Data coordinates of the middle of a gemm bar in view."""
+    x, y = duo.driver.execute_script(
+        """const gd = document.querySelector('#marey .js-plotly-plot');
+        const [lo, hi] = gd._fullLayout.xaxis.range;
+        const t = gd._fullData.find(d => d.type === 'bar' && d.name === 'compute');
+        const i = [...t.customdata.keys()].find(k => t.customdata[k][0].includes('gemm') && t.base[k] > lo && t.base[k] + t.x[k] < hi);
+        return [t.base[i] + t.x[i] / 2, t.y[i]];"""
+    )
+    return float(x), float(y)
+
+
+def double_click(duo: Any, x: float, y: float) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    pos = duo.driver.execute_script(
+        """const gd = document.querySelector('#marey .js-plotly-plot');
+        const fl = gd._fullLayout, box = gd.getBoundingClientRect();
+        return [box.left + fl.xaxis._offset + fl.xaxis.l2p(arguments[0]), box.top + fl.yaxis._offset + fl.yaxis.l2p(arguments[1])];""",
+        x,
+        y,
+    )
+    actions = ActionChains(duo.driver)
+    actions.w3c_actions.pointer_action.move_to_location(int(pos[0]), int(pos[1]))
+    actions.w3c_actions.pointer_action.double_click()
+    actions.perform()
+
+
+def test_double_click_resets_the_zoom_and_selects_nothing_a_click_selects(duo: Any) -> None:
+    duo.driver.get(f"{duo.server_url}/?job=sample:{SAMPLE}&step=1")
+    wait_plot(duo, "marey")
+    assert until(lambda: not duo.driver.execute_script("return document.querySelectorAll('[data-dash-is-loading=\"true\"]').length"))
+    time.sleep(1.0)  # every view drawn: nothing redraws the graph under the zoom
+    duo.driver.execute_script(
+        """const gd = document.querySelector('#marey .js-plotly-plot'); gd.scrollIntoView({block: 'center'});
+        const [a, b] = gd._fullLayout.xaxis.range;
+        Plotly.relayout(gd, {'xaxis.range[0]': a + (b - a) * 0.3, 'xaxis.range[1]': a + (b - a) * 0.6});"""
+    )
+    assert until(lambda: "t=" in search(duo)), search(duo)  # zoomed: the window is in the link
+    time.sleep(1.0)
+    double_click(duo, *gemm_bar(duo))
+    assert until(lambda: "t=" not in search(duo)), search(duo)  # the zoom was reset ...
+    time.sleep(1.5)
+    assert "op=" not in search(duo), search(duo)  # ... and nothing was selected
+    click_data_point(duo, "marey", *gemm_bar(duo))
+    assert until(lambda: "op=" in search(duo)), search(duo)  # a single click selects the instance
+    assert "gemm" in search(duo).lower()
+    assert severe_logs(duo) == []
+
+
+def test_the_critical_path_toggle_draws_the_path(duo: Any) -> None:
+    duo.driver.get(f"{duo.server_url}/?job=sample:{SAMPLE}&step=1")
+    wait_plot(duo, "marey")
+
+    def names() -> list[str]:
+        return list(duo.driver.execute_script("return document.querySelector('#marey .js-plotly-plot').data.map(d => d.name)"))
+
+    assert "critical path" not in names()
+    duo.find_element("#marey-path input").click()
+    assert until(lambda: "critical path" in names()), names()
+    assert names()[-1] == "selected operator"
+    hover = duo.driver.execute_script("return document.querySelector('#marey .js-plotly-plot').data.find(d => d.name === 'critical path').hovertext")
+    assert any("rank 5" in h for h in hover)
+    screenshot(duo, "marey_critical_path", "marey")
+    duo.find_element("#marey-path input").click()
+    assert until(lambda: "critical path" not in names()), names()
+    assert severe_logs(duo) == []
