@@ -171,6 +171,7 @@ def test_marey_band_click_selects_the_flow_node(duo: Any) -> None:
         return [t.base[i] + t.x[i] / 2, t.y[i]];"""
     )
     click_data_point(duo, "marey", x, y)
+    wait_search(duo, "op=")  # a click reaches the selection once no double-click can follow
     deadline = time.time() + 20
     names: list[str] = []
     while time.time() < deadline:
