@@ -127,6 +127,7 @@ def run(job: Path) -> list[tuple[str, float, int]]:
     b.call("timeline re-query (zoomed)", key_for(app, "timeline.figure"), [("selection", "data")])
     b.call("marey re-merge (zoomed)", key_for(app, "marey.figure"), [("selection", "data")])
     pipeline_views(b, app, reducer)
+    cold_step(b, app, reducer)
     b.props[("baseline-picker", "value")] = BASELINE
     b.call(f"pick a baseline ({BASELINE})", reducer, [("baseline-picker", "value")])
     b.call("compare panel (first time for the pair)", key_for(app, "compare-summary.children"), [("selection", "data")])
@@ -174,6 +175,19 @@ def pipeline_views(b: Browser, app: Any, reducer: str) -> None:
         b.props[("flow", "clickData")] = {"points": [{"customdata": block}]}
         b.call("click a flow block", key_for(app, "flow-expand.value"), [("flow", "clickData")])
         b.call("flow (block opened)", key_for(app, "flow.figure"), [("flow-expand", "value")])
+
+
+def cold_step(b: Browser, app: Any, reducer: str) -> None:
+    """Marey and flow on a step no view has drawn yet (the server warms the step a page opens on only)."""
+    steps = [o["value"] for o in b.props.get(("step-picker", "options")) or []]
+    other = next((s for s in reversed(steps) if s != b.props[("selection", "data")]["step"]), None)
+    if other is None:
+        return
+    b.props[("step-picker", "value")] = other
+    b.props[("marey-expand", "value")] = []
+    b.call(f"pick step {other}", reducer, [("step-picker", "value")])
+    b.call("marey (cold step)", key_for(app, "marey.figure"), [("selection", "data")])
+    b.call("flow (cold step)", key_for(app, "flow.figure"), [("selection", "data")])
 
 
 def main() -> None:

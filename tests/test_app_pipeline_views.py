@@ -250,3 +250,29 @@ def test_marey_folds_alike_devices_and_opens_one_stage_at_a_time(monkeypatch: py
     opened = marey.marey_data(job, step, None, expand=["stage:1"])
     assert len(next(st for st in opened["stages"] if st["stage"] == 1)["rows"]) > len(rows[1])
     assert next(st for st in opened["stages"] if st["stage"] == 0)["rows"] == rows[0]  # the other stage stays folded
+
+
+def test_a_large_stage_reads_the_devices_that_can_differ_and_draws_the_others_with_their_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    from paradiag.app.data import marey
+    from paradiag.app.data.common import slowest_step
+    from paradiag.app.data.mesh import mesh_of
+
+    monkeypatch.setattr(marey, "SMALL_JOB", 2)  # fold, and read as if every stage were large
+    monkeypatch.setattr(marey, "READ_ALL", 2)
+    job = _open("gpu_llm_slow_rank")
+    step = slowest_step(job)
+    mesh = mesh_of(job)
+    stage = mesh.stage[5]
+    read = marey.read_ranks(job, step, stage)
+    groups = {mesh.dp[r] for r in mesh.ranks_of_stage(stage)}
+    assert 5 in read and {mesh.dp[r] for r in read} == groups and len(read) < len(mesh.ranks_of_stage(stage))
+    data = marey.marey_data(job, step, None)
+    rows = next(st for st in data["stages"] if st["stage"] == stage)["rows"]
+    assert sorted(r for row in rows for r in row["ranks"]) == mesh.ranks_of_stage(stage)  # every device drawn once
+    assert [row["ranks"] for row in rows if row["anomalous"]] == [[5]]
+    folded = next(row for row in rows if row["kind"] == "stage")
+    assert folded["label"].endswith(f"{len(folded['ranks'])} alike") and folded["ranks"][0] in read
+    group = mesh.dp[5]
+    opened = marey.marey_data(job, step, None, expand=[f"group:{stage}:{group}"])
+    singles = [row["ranks"] for st in opened["stages"] if st["stage"] == stage for row in st["rows"] if row["kind"] == "device"]
+    assert sorted(r for rs in singles for r in rs) == sorted(r for r in mesh.ranks_of_stage(stage) if mesh.dp[r] == group)  # an opened group reads its devices

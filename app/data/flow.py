@@ -18,7 +18,6 @@ strategy of what they hold.
 from __future__ import annotations
 
 import re
-import statistics
 from typing import Any
 
 import numpy as np
@@ -80,12 +79,8 @@ def _finish(node: dict[str, Any], key: str, t0: int) -> None:
 
 def flow_p2p(job: Job, step: int) -> list[dict[str, Any]]:
     """The step's send/recv pairs the graph draws: those of each stage's first device (its devices send alike)."""
-    def heads() -> list[dict[str, Any]]:
-        mesh = mesh_of(job)
-        first = {mesh.ranks_of_stage(s)[0] for s in mesh.stages}
-        return [p for p in p2p_pairs(job, step) if p["src"] in first or p["dst"] in first]
-
-    return store.memo("flow-p2p", job.content_hash, step, heads)
+    mesh = mesh_of(job)
+    return p2p_pairs(job, step, [mesh.ranks_of_stage(s)[0] for s in mesh.stages])
 
 
 def _culprit_stage(job: Job) -> int | None:
@@ -115,7 +110,8 @@ def _flow_data(job: Job, step: int, expand: bool) -> dict[str, Any]:
     for st, blocks in zip(bands["stages"], rows if expand else _open_passes(rows), strict=True):
         for i, b in enumerate(blocks):
             _finish(b, f"{st['stage']}:{i}", t0)
-        stages.append({"stage": st["stage"], "ranks": st["ranks"], "tp": len({mesh.tp[r] for r in st["ranks"]}), "dp": len({mesh.dp[r] for r in st["ranks"]}), "nodes": blocks})
+        ranks = st.get("all_ranks", st["ranks"])  # a node's times are over the devices read (marey.read_ranks)
+        stages.append({"stage": st["stage"], "ranks": ranks, "tp": len({mesh.tp[r] for r in ranks}), "dp": len({mesh.dp[r] for r in ranks}), "nodes": blocks})
     out: dict[str, Any] = {"step": step, "stages": stages, "culprit_stage": _culprit_stage(job)}
     if strategy["files"] or strategy["problems"]:
         out["strategy"] = {"files": strategy["files"], "problems": strategy["problems"], "matched": matched}
@@ -199,49 +195,65 @@ def _strategy_lines(rows: list[dict[str, Any]]) -> list[str]:
 
 def _segments(st: dict[str, Any]) -> list[dict[str, Any]]:
     """Runs of compute bands end at each communication band and where the pipeline pass changes (the last
-    stage's forward pass runs straight into its backward one); every communication band is a node of its own."""
-    nodes: list[dict[str, Any]] = []
-    run: list[int] = []
-    mean_dur = (st["end"] - st["start"]).mean(axis=1).tolist() if len(st["start"]) else []
-    passes = st.get("pass") or [""] * len(st["category"])
+    stage's forward pass runs straight into its backward one); every communication band is a node of its own.
+    Each node's time per device is summed over its bands at once (runs are contiguous bands)."""
+    n = len(st["category"])
+    if not n or not st["start"].shape[1]:
+        return []
+    passes = st.get("pass") or [""] * n
+    runs: list[tuple[int, int, str]] = []  # first band, end, kind
+    first: int | None = None
     for i, cat in enumerate(st["category"]):
-        if cat in ("compute", "memory"):
-            if run and passes[i] != passes[run[-1]]:
-                nodes.append(_node(st, run, "compute", mean_dur))
-                run = []
-            run.append(i)
-            continue
-        if run:
-            nodes.append(_node(st, run, "compute", mean_dur))
-            run = []
-        nodes.append(_node(st, [i], cat, mean_dur))
-    if run:
-        nodes.append(_node(st, run, "compute", mean_dur))
-    return nodes
+        computing = cat in ("compute", "memory")
+        if first is not None and (not computing or passes[i] != passes[first]):
+            runs.append((first, i, "compute"))
+            first = None
+        if computing:
+            first = i if first is None else first
+        else:
+            runs.append((i, i + 1, cat))
+    if first is not None:
+        runs.append((first, n, "compute"))
+    at = np.array([r[0] for r in runs], dtype=np.int64)
+    dur = st["end"] - st["start"]
+    per_rank = np.add.reduceat(dur, at, axis=0)  # nodes x devices
+    figures = {
+        "median": np.median(per_rank, axis=1).tolist(),
+        "max": per_rank.max(axis=1).tolist(),
+        "slowest": np.asarray(st["ranks"])[per_rank.argmax(axis=1)].tolist(),
+        "lo": np.minimum.reduceat(st["start"].min(axis=1), at).tolist(),
+        "hi": np.maximum.reduceat(st["end"].max(axis=1), at).tolist(),
+    }
+    mean_dur = dur.mean(axis=1).tolist()
+    plain: dict[str, str] = {}  # name -> without its numbering, once per name
+    return [_node(st, a, b, kind, {k: v[j] for k, v in figures.items()}, mean_dur, plain, passes[a]) for j, (a, b, kind) in enumerate(runs)]
 
 
-def _node(st: dict[str, Any], idx: list[int], kind: str, mean_dur: list[float]) -> dict[str, Any]:
-    """A node of the bands ``idx``; it is named after the operator holding most of its time (``mean_dur``: each
-    band's mean time over the devices)."""
-    per_rank = (st["end"][idx] - st["start"][idx]).sum(axis=0)
-    names = [st["names"][i] for i in idx]
+def _node(st: dict[str, Any], a: int, b: int, kind: str, figures: dict[str, Any], mean_dur: list[float], plain: dict[str, str], label: str) -> dict[str, Any]:
+    """A node of the bands a..b-1; it is named after the operator holding most of its time (``mean_dur``: each
+    band's mean time over the devices). ``figures``: its median and largest time over the devices, the slowest
+    device, its first start and last end."""
+    names = st["names"][a:b]
     time_of: dict[str, float] = {}
-    for i, name in zip(idx, names, strict=True):
-        time_of[name] = time_of.get(name, 0.0) + mean_dur[i]
+    for name, d in zip(names, mean_dur[a:b], strict=True):
+        time_of[name] = time_of.get(name, 0.0) + d
     main = max(time_of, key=time_of.__getitem__)
-    median = statistics.median(per_rank.tolist())
+    median = figures["median"]
+    for name in time_of:
+        if name not in plain:
+            plain[name] = _NUMBERED.sub("", name)
     return {
         "kind": kind,
-        "signature": (kind, tuple(_NUMBERED.sub("", n) for n in names)),
-        "label": short_name(main, 28) + (f" +{len(idx) - 1}" if len(idx) > 1 else ""),
+        "signature": (kind, tuple(plain[n] for n in names)),
+        "label": short_name(main, 28) + (f" +{b - a - 1}" if b - a > 1 else ""),
         "operators": names,
         "time_ms": float(median) / 1e6,
-        "imbalance": float(per_rank.max() / median) if median else 1.0,
-        "slowest_rank": int(st["ranks"][int(np.argmax(per_rank))]),
+        "imbalance": float(figures["max"] / median) if median else 1.0,
+        "slowest_rank": int(figures["slowest"]),
         "repeat": 1,
-        "lo": int(st["start"][idx].min()),
-        "hi": int(st["end"][idx].max()),
-        "pass": st["pass"][idx[0]] if st.get("pass") else "",
+        "lo": int(figures["lo"]),
+        "hi": int(figures["hi"]),
+        "pass": label,
     }
 
 

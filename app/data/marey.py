@@ -19,7 +19,6 @@ import pyarrow.compute as pc
 
 from paradiag.analysis import marey as model
 from paradiag.app import palette, store
-from paradiag.app.data import collectives
 from paradiag.app.data.common import diagnosis, origin_ns, read_events
 from paradiag.app.data.findings import findings_of
 from paradiag.app.data.mesh import mesh_of
@@ -31,26 +30,54 @@ MAX_BARS = 600  # bands x rows drawn per stage (each bar carries its hover) ...
 TOTAL_BARS = 1500  # ... and over all stages ...
 MIN_BANDS = 24  # ... but at least this many bands a stage
 SMALL_JOB = 16  # ranks up to which every device has a row from the start
+READ_ALL = 16  # devices of a stage read whole; a larger stage reads those that can differ (``read_ranks``)
 ALL = "devices"  # the expand value that opens every stage to its devices ...
 MAX_ALL = 64  # ... offered up to this many ranks (beyond, a stage or a group opens at a time)
 MAX_PATH = 600  # critical-path pieces drawn (each with its hover); beyond, neighbours on one rank merge
 
 
 def step_bands(job: Job, step: int) -> dict[str, Any]:
-    """Per stage: all its ranks, and per band (rows) x rank (columns) start/end in ns, plus name and category.
-    Each stage is memoised on its own (opening one stage reads only its own), all computed in one pass."""
-    computed: dict[str, Any] = {}
-
-    def stage(i: int) -> dict[str, Any]:
-        computed.update(computed or _step_bands(job, step))
-        return dict(computed["stages"][i])
-
-    stages = [store.memo("marey-stage", job.content_hash, [step, s], partial(stage, i)) for i, s in enumerate(mesh_of(job).stages)]
-    return {"step": step, "stages": stages}
+    """Per stage: the ranks read (``ranks``, see :func:`read_ranks`) and all its ranks (``all_ranks``), and per
+    band (rows) x rank read (columns) start/end in ns, plus name, category and pipeline pass. Each stage is
+    memoised on its own: opening one stage reads only its own devices."""
+    return {"step": step, "stages": [stage_bands(job, step, s) for s in mesh_of(job).stages]}
 
 
-def stage_bands(job: Job, step: int, stage: int) -> dict[str, Any]:
-    return store.memo("marey-stage", job.content_hash, [step, stage], lambda: next(st for st in step_bands(job, step)["stages"] if st["stage"] == stage))
+def stage_bands(job: Job, step: int, stage: int, extra: tuple[int, ...] = ()) -> dict[str, Any]:
+    """One stage's bands over :func:`read_ranks` and the ranks ``extra`` (an opened group's devices)."""
+    ranks = read_ranks(job, step, stage, extra)
+    return store.memo("marey-stage", job.content_hash, [step, stage, ranks], lambda: _stage_bands(job, step, stage, ranks))
+
+
+def read_ranks(job: Job, step: int, stage: int, extra: tuple[int, ...] = ()) -> list[int]:
+    """The devices of a stage whose events the views read: all of them up to READ_ALL; beyond, those that can
+    differ from the rest (the top finding's ranks, those whose compute time in the step stands out in the
+    Diagnosis, ``extra``) and one device per mesh group (a group running late shows on it). The others are
+    drawn with their group's row, or the stage's: a cold step at 1024 ranks reads ~20 devices a stage, not 128."""
+    mesh = mesh_of(job)
+    ranks = mesh.ranks_of_stage(stage)
+    if len(ranks) <= READ_ALL:
+        return ranks
+    mine = set(ranks)
+    first_of_group: dict[int, int] = {}
+    for r in ranks:
+        first_of_group.setdefault(mesh.dp[r], r)
+    named = set(top_culprits(job)) & mine
+    named = named if len(named) <= READ_ALL else set()  # a finding about the whole stage: its rows are alike
+    return sorted(set(first_of_group.values()) | named | _standing_out(job, step, ranks) | (set(extra) & mine))
+
+
+def _standing_out(job: Job, step: int, ranks: list[int]) -> set[int]:
+    """Ranks whose compute time in ``step`` (the Diagnosis' ``rank_steps``) stands out from the stage's (as
+    :func:`paradiag.analysis.marey.fold_rows` tells anomalous devices), at most READ_ALL, farthest first."""
+    table = diagnosis(job).rank_steps
+    rows = table.filter(pc.and_(pc.equal(table.column("step"), step), pc.is_in(table.column("rank"), pa.array(ranks, pa.int32())))).to_pydict()
+    compute = np.asarray(rows["compute_ns"], dtype=np.float64)
+    if not len(compute):
+        return set()
+    odd = np.flatnonzero(model.outliers(compute, model.FLOOR_FRAC * float(np.median(rows["step_ns"]))))
+    far = odd[np.argsort(-np.abs(compute[odd] - np.median(compute)))][:READ_ALL]
+    return {int(rows["rank"][i]) for i in far.tolist()}
 
 
 def band_span(job: Job, step: int) -> tuple[int, int]:
@@ -59,9 +86,8 @@ def band_span(job: Job, step: int) -> tuple[int, int]:
     return int(lo), int(hi)
 
 
-def _step_bands(job: Job, step: int) -> dict[str, Any]:
-    mesh = mesh_of(job)
-    events = read_events(job, columns=COLUMNS)
+def _stage_bands(job: Job, step: int, stage: int, ranks: list[int]) -> dict[str, Any]:
+    events = read_events(job, ranks=ranks, columns=COLUMNS)
     kind = events.column("kind").cast(pa.string())
     keep = pc.and_(pc.equal(events.column("step"), step), pc.and_(pc.greater_equal(events.column("device"), 0), pc.is_in(kind, pa.array(["compute", "communication", "memory"]))))
     events = events.filter(keep)
@@ -72,10 +98,9 @@ def _step_bands(job: Job, step: int) -> dict[str, Any]:
         "start": events.column("start_ns").to_numpy(),
         "end": events.column("start_ns").to_numpy() + events.column("dur_ns").to_numpy(),
     }
-    words = names.dictionary.to_pylist()
-    kinds = events.select(["kind", "collective"])
-    out: dict[str, Any] = {"step": step, "stages": [_stage_table(arrays, words, kinds, mesh.ranks_of_stage(s), s) for s in mesh.stages]}
-    _label_passes(job, step, out["stages"])
+    out = _stage_table(arrays, names.dictionary.to_pylist(), events.select(["kind", "collective"]), ranks, stage)
+    out["all_ranks"] = mesh_of(job).ranks_of_stage(stage)
+    _label_passes(job, step, [out])
     return out
 
 
@@ -140,8 +165,9 @@ def folded(job: Job, step: int, expand: list[str], keep: list[int]) -> dict[str,
 
 
 def _stage_rows(job: Job, step: int, stage: int, how: str, opened: list[int], keep: list[int], step_ns: int) -> dict[str, Any]:
-    st = stage_bands(job, step, stage)
     mesh = mesh_of(job)
+    wanted = [r for r in mesh.ranks_of_stage(stage) if how == "devices" or mesh.dp[r] in opened]
+    st = stage_bands(job, step, stage, tuple(wanted))
     ranks = st["ranks"]
     compute = np.array([c == "compute" for c in st["category"]], dtype=bool)
     groups = [mesh.dp[r] for r in ranks]
@@ -149,9 +175,10 @@ def _stage_rows(job: Job, step: int, stage: int, how: str, opened: list[int], ke
     busy = model.device_scores(st["start"], st["end"], compute)[0] / 1e6
     times = [model.row_times(st["start"], st["end"], row.members) for row in rows]
     empty = np.zeros((len(st["names"]), 0), dtype=np.int64)
+    unread = _unread_rows(rows, ranks, [r for r in st.get("all_ranks", ranks) if r not in set(ranks)], mesh.dp)
     return {
         "stage": stage,
-        "rows": [_row(row, ranks, groups, stage, busy) for row in rows],
+        "rows": [_row(row, ranks, groups, stage, busy, more) for row, more in zip(rows, unread, strict=True)],
         "names": st["names"],
         "category": st["category"],
         "pass": st.get("pass") or [""] * len(st["names"]),
@@ -160,9 +187,22 @@ def _stage_rows(job: Job, step: int, stage: int, how: str, opened: list[int], ke
     }
 
 
-def _row(row: model.Row, ranks: list[int], groups: list[int], stage: int, busy_ms: np.ndarray) -> dict[str, Any]:
-    """A row as drawn: its label, ranks, anomalous ranks and why (busy compute time against the stage's median)."""
-    members = [ranks[c] for c in row.members]
+def _unread_rows(rows: list[model.Row], ranks: list[int], unread: list[int], dp: dict[int, int]) -> list[list[int]]:
+    """Per row, the devices not read that it draws: a device goes with the row of its mesh group where its
+    group has one, else with the stage's row (else the first row)."""
+    out: list[list[int]] = [[] for _ in rows]
+    group_row = {dp[ranks[row.members[0]]]: i for i, row in enumerate(rows) if row.kind == "group"}
+    stage_row = next((i for i, row in enumerate(rows) if row.kind == "stage"), 0)
+    for r in unread:
+        if rows:
+            out[group_row.get(dp[r], stage_row)].append(r)
+    return out
+
+
+def _row(row: model.Row, ranks: list[int], groups: list[int], stage: int, busy_ms: np.ndarray, unread: list[int]) -> dict[str, Any]:
+    """A row as drawn: its label, ranks (those read first, then the others it stands for), anomalous ranks and
+    why (busy compute time against the stage's median)."""
+    members = [ranks[c] for c in row.members] + unread
     if row.kind == "stage":
         label = f"stage {stage}" + (f" · {len(members)} alike" if len(members) > 1 else "")
     elif row.kind == "group":
@@ -182,7 +222,7 @@ def _marey_data(job: Job, step: int, window: tuple[int, int] | None, merge_frac:
     drawn = sum(len(st["rows"]) for st in rows["stages"])
     stages = [{"stage": st["stage"], "rows": st["rows"], **_window(st, lo, hi, merge_frac, t0, drawn), "bubbles": _bubbles(st, lo, hi, t0, BUBBLE_FRAC * (step_hi - step_lo))} for st in rows["stages"]]
     heads = sorted({row["ranks"][0] for st in stages for row in st["rows"]})
-    p2p = store.memo("marey-p2p-rows", job.content_hash, [step, heads], lambda: _p2p_of(job, step, set(heads)))
+    p2p = p2p_pairs(job, step, heads)  # one device per row (its first): the others' lines would overlap them
     return {"step": step, "window_ms": [(lo - t0) / 1e6, (hi - t0) / 1e6], "stages": stages, "p2p": p2p, "expandable": _expandable(job, rows)}
 
 
@@ -244,13 +284,10 @@ def _slowest(rank: np.ndarray, ns: np.ndarray, group: np.ndarray, n: int) -> tup
     return out_rank, out_ns
 
 
-def _p2p_of(job: Job, step: int, heads: set[int]) -> list[dict[str, Any]]:
-    """The pairs drawn: those of one device per row (its first), the others' lines would overlap them."""
-    return [p for p in p2p_pairs(job, step) if p["src"] in heads or p["dst"] in heads]
-
-
-def p2p_pairs(job: Job, step: int) -> list[dict[str, Any]]:
-    return store.memo("marey-p2p", job.content_hash, step, lambda: _p2p(job, step, origin_ns(job)))
+def p2p_pairs(job: Job, step: int, heads: list[int] | None = None) -> list[dict[str, Any]]:
+    """The step's send/recv pairs; with ``heads``, only those sent or received by one of these ranks."""
+    chosen = sorted(set(heads)) if heads is not None else None
+    return store.memo("marey-p2p", job.content_hash, [step, chosen], lambda: _p2p(job, step, origin_ns(job), chosen))
 
 
 def _span(bands: dict[str, Any]) -> tuple[int, int]:
@@ -265,58 +302,29 @@ def _bubbles(st: dict[str, Any], lo: int, hi: int, t0: int, min_ns: float) -> li
     return [((gaps - t0) / 1e6).round(5).tolist() for gaps in model.bubbles(st["start"], st["end"], compute, lo, hi, min_ns)]
 
 
-def _p2p(job: Job, step: int, t0: int) -> list[dict[str, Any]]:
-    """Matched send/recv pairs of the step: sender, receiver, send start, receive end, the receiver's wait."""
-    table = collectives.instances(job)
-    if table.num_rows == 0:
-        return []
-    kinds = table.column("collective").cast(pa.string())
-    part = table.filter(pc.and_(pc.equal(table.column("step"), step), pc.is_in(kinds, pa.array(["send", "recv"]))))
-    rows = part.select(["instance", "rank", "peer", "collective", "start_ns", "dur_ns"]).to_pylist()
-    pairs = _pairs_by_instance([r for r in rows if r["peer"] is not None])
-    pairs += _pairs_by_time([r for r in rows if r["peer"] is None], mesh_of(job).stage)
-    out = []
-    for s, r in pairs:
-        wait = min(max(0, s["start_ns"] - r["start_ns"]), r["dur_ns"])
-        out.append(
-            {
-                "src": s["rank"],
-                "dst": r["rank"],
-                "send_ms": (s["start_ns"] - t0) / 1e6,
-                "recv_ms": (r["start_ns"] + r["dur_ns"] - t0) / 1e6,
-                "recv_start_ms": (r["start_ns"] - t0) / 1e6,
-                "wait_ms": wait / 1e6,
-            }
+def _p2p(job: Job, step: int, t0: int, heads: list[int] | None) -> list[dict[str, Any]]:
+    """The step's send/recv pairs the analysis matched (``Diagnosis.p2p``): sender, receiver, send start,
+    receive end, the receiver's wait (until the send started, at most the receive's length)."""
+    table = diagnosis(job).p2p
+    keep = pc.equal(table.column("step"), step)
+    if heads is not None:
+        chosen = pa.array(heads, pa.int32())
+        keep = pc.and_(keep, pc.or_(pc.is_in(table.column("src"), chosen), pc.is_in(table.column("dst"), chosen)))
+    pairs = table.filter(keep)
+    col = {k: pairs.column(k).to_numpy().astype(np.int64) for k in ("src", "dst", "send_start_ns", "recv_start_ns", "recv_end_ns")}
+    wait = np.minimum(np.maximum(0, col["send_start_ns"] - col["recv_start_ns"]), col["recv_end_ns"] - col["recv_start_ns"])
+    return [
+        {"src": src, "dst": dst, "send_ms": send, "recv_ms": recv, "recv_start_ms": begin, "wait_ms": w}
+        for src, dst, send, recv, begin, w in zip(
+            col["src"].tolist(),
+            col["dst"].tolist(),
+            ((col["send_start_ns"] - t0) / 1e6).tolist(),
+            ((col["recv_end_ns"] - t0) / 1e6).tolist(),
+            ((col["recv_start_ns"] - t0) / 1e6).tolist(),
+            (wait / 1e6).tolist(),
+            strict=True,
         )
-    return out
-
-
-def _pairs_by_instance(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    by_instance: dict[int, dict[str, Any]] = {}
-    for row in rows:
-        by_instance.setdefault(row["instance"], {})[row["collective"]] = row
-    return [(p["send"], p["recv"]) for p in by_instance.values() if "send" in p and "recv" in p]
-
-
-def _pairs_by_time(rows: list[dict[str, Any]], stage: dict[int, int]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """Traces that name no peer (Ascend): a send pairs with the unmatched receive on a neighbouring stage that
-    ends closest to it (a blocking pair completes together)."""
-    recvs = [r for r in rows if r["collective"] == "recv"]
-    used: set[int] = set()
-    out = []
-    for s in sorted((r for r in rows if r["collective"] == "send"), key=lambda r: r["start_ns"]):
-        s_end = s["start_ns"] + s["dur_ns"]
-        best, best_gap = None, None
-        for i, r in enumerate(recvs):
-            if i in used or abs(stage.get(r["rank"], 0) - stage.get(s["rank"], 0)) != 1:
-                continue
-            gap = abs(r["start_ns"] + r["dur_ns"] - s_end)
-            if best_gap is None or gap < best_gap:
-                best, best_gap = i, gap
-        if best is not None:
-            used.add(best)
-            out.append((s, recvs[best]))
-    return out
+    ]
 
 
 def critical_path(job: Job, step: int, window: tuple[int, int] | None = None) -> list[dict[str, Any]]:
