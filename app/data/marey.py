@@ -54,6 +54,10 @@ def read_ranks(job: Job, step: int, stage: int, extra: tuple[int, ...] = ()) -> 
     differ from the rest (the top finding's ranks, those whose compute time in the step stands out in the
     Diagnosis, ``extra``) and one device per mesh group (a group running late shows on it). The others are
     drawn with their group's row, or the stage's: a cold step at 1024 ranks reads ~20 devices a stage, not 128."""
+    return store.memo("marey-read", job.content_hash, [step, stage, sorted(extra)], lambda: _read_ranks(job, step, stage, extra))
+
+
+def _read_ranks(job: Job, step: int, stage: int, extra: tuple[int, ...]) -> list[int]:
     mesh = mesh_of(job)
     ranks = mesh.ranks_of_stage(stage)
     if len(ranks) <= READ_ALL:
