@@ -70,3 +70,16 @@ def test_the_snapshot_draws_the_path_and_says_so(tmp_path: Path) -> None:
     assert "with its critical path" in page and "The thick orange line is the step's critical path" in page
     assert '"name":"critical path"' in page
     assert "most compute on rank 5" in page
+
+
+def test_a_zoomed_window_shows_the_path_in_more_detail() -> None:
+    job = paradiag.open(SLOW)
+    step = slowest_step(job)
+    whole = marey.critical_path(job, step)
+    a, b = whole[0]["start_ms"], whole[-1]["end_ms"]
+    lo, hi = a + (b - a) * 0.45, a + (b - a) * 0.55
+    t0 = marey.origin_ns(job)
+    part = marey.critical_path(job, step, (t0 + int(lo * 1e6), t0 + int(hi * 1e6)))
+    overlapping = [p for p in whole if p["end_ms"] > lo and p["start_ms"] < hi]
+    assert len(part) > len(overlapping)  # the step's path merged to MAX_PATH pieces; a tenth of it is not
+    assert sum(p["end_ms"] - p["start_ms"] for p in part) == pytest.approx(hi - lo, rel=0.01)  # the path tiles the window

@@ -333,20 +333,22 @@ def _p2p(job: Job, step: int, t0: int, heads: list[int] | None) -> list[dict[str
 
 def critical_path(job: Job, step: int, window: tuple[int, int] | None = None) -> list[dict[str, Any]]:
     """The step's critical path as the analysis stored it (``Diagnosis.critical_path``), in ms since the job
-    origin, clipped to ``window``: pieces of rank, kind, operator, start, end. Neighbouring segments of one rank
-    and kind are one piece (their longest operator named); beyond MAX_PATH pieces, neighbours on one rank merge
-    whatever their kind (the kind holding most of the time named)."""
-    pieces = store.memo("marey-path", job.content_hash, step, lambda: _path_pieces(job, step))
+    origin, within ``window`` (clipped to it): pieces of rank, kind, operator, start, end. Neighbouring segments
+    of one rank and kind are one piece (their longest operator named); beyond MAX_PATH pieces, neighbours on one
+    rank merge whatever their kind (the kind holding most of the time named), so a zoomed window shows more."""
     if window is None:
-        return pieces
-    t0 = origin_ns(job)
-    lo, hi = (window[0] - t0) / 1e6, (window[1] - t0) / 1e6
-    return [dict(p, start_ms=max(p["start_ms"], lo), end_ms=min(p["end_ms"], hi)) for p in pieces if p["end_ms"] > lo and p["start_ms"] < hi]
+        return store.memo("marey-path", job.content_hash, step, lambda: _path_pieces(job, step, None))
+    return _path_pieces(job, step, window)
 
 
-def _path_pieces(job: Job, step: int) -> list[dict[str, Any]]:
+def _path_pieces(job: Job, step: int, window: tuple[int, int] | None) -> list[dict[str, Any]]:
     path = diagnosis(job).critical_path
-    rows = path.filter(pc.equal(path.column("step"), step)).sort_by("start_ns").to_pylist()
+    keep = pc.equal(path.column("step"), step)
+    if window is not None:
+        keep = pc.and_(keep, pc.and_(pc.greater(path.column("end_ns"), window[0]), pc.less(path.column("start_ns"), window[1])))
+    rows = path.filter(keep).sort_by("start_ns").to_pylist()
+    if window is not None:
+        rows = [dict(r, start_ns=max(r["start_ns"], window[0]), end_ns=min(r["end_ns"], window[1])) for r in rows]
     pieces = _merged(rows, lambda a, b: a["rank"] == b["rank"] and a["kind"] == b["kind"])
     if len(pieces) > MAX_PATH:
         pieces = _merged(pieces, lambda a, b: a["rank"] == b["rank"])
