@@ -4,8 +4,9 @@ stage, send/recv pairs linking stages, bubbles and waits.
 The model is the analysis layer's (``paradiag.analysis.marey``): operator instances common to every device of a
 stage, devices folded into rows (alike devices one row with their spread, a mesh group that runs late one row,
 anomalous devices and the findings' culprits single). This module reads the step's events (of a large stage, only
-the devices that can differ: ``read_ranks``), memoizes the model per job content, and shapes it for the figure: a stage or one of its mesh groups can be expanded, and neighbouring
-bands merge for the visible window so the drawing stays legible and its size bounded at any zoom.
+the devices that can differ: ``read_ranks``), memoizes the model per job content, and shapes it for the figure: a
+stage or one of its mesh groups can be expanded, and neighbouring bands merge for the visible window so the drawing
+stays legible and its size bounded at any zoom.
 """
 
 from __future__ import annotations
