@@ -55,7 +55,7 @@ def read_ranks(job: Job, step: int, stage: int, extra: tuple[int, ...] = ()) -> 
     differ from the rest (the top finding's ranks, those whose compute time in the step stands out in the
     Diagnosis, ``extra``) and one device per mesh group (a group running late shows on it). The others are
     drawn with their group's row, or the stage's: a cold step at 1024 ranks reads ~20 devices a stage, not 128."""
-    return store.memo("marey-read", job.content_hash, [step, stage, sorted(extra)], lambda: _read_ranks(job, step, stage, extra))
+    return store.memo("marey-read", job.content_hash, [step, stage, sorted(extra), READ_ALL], lambda: _read_ranks(job, step, stage, extra))
 
 
 def _read_ranks(job: Job, step: int, stage: int, extra: tuple[int, ...]) -> list[int]:
@@ -144,7 +144,7 @@ def marey_data(job: Job, step: int, window: tuple[int, int] | None, merge_frac: 
     opened = sorted(set(expand or []))
     kept = sorted(set(keep if keep is not None else top_culprits(job)))
     if window is None:
-        return store.memo("marey-step", job.content_hash, [step, merge_frac, opened, kept, SMALL_JOB], lambda: _marey_data(job, step, None, merge_frac, opened, kept))
+        return store.memo("marey-step", job.content_hash, [step, merge_frac, opened, kept, SMALL_JOB, READ_ALL], lambda: _marey_data(job, step, None, merge_frac, opened, kept))
     return _marey_data(job, step, window, merge_frac, opened, kept)
 
 
@@ -165,7 +165,7 @@ def folded(job: Job, step: int, expand: list[str], keep: list[int]) -> dict[str,
         how = "devices" if every else "groups" if f"stage:{s}" in expand else ""
         opened = sorted(int(e.split(":")[2]) for e in expand if e.startswith(f"group:{s}:"))
         kept = [r for r in keep if mesh.stage.get(r) == s]
-        stages.append(store.memo("marey-rows", job.content_hash, [step, s, how, opened, kept], partial(_stage_rows, job, step, s, how, opened, kept, hi - lo)))
+        stages.append(store.memo("marey-rows", job.content_hash, [step, s, how, opened, kept, READ_ALL], partial(_stage_rows, job, step, s, how, opened, kept, hi - lo)))
     return {"step": step, "span": (lo, hi), "stages": stages}
 
 
