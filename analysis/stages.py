@@ -40,30 +40,36 @@ def name_classes(names: list[str]) -> np.ndarray:
     return out
 
 
+# A segment's forward-only kernels after its last backward kernel are the next micro-batch's forward pass (stage 0
+# of 1F1B runs a backward pass straight into the next forward: no p2p between them) only when there are at least
+# this many: a backward pass may end with a stray kernel not named backward (a bias-gradient reduction).
+MIN_TRAILING_FORWARD = 3
+
+
 def split_passes(classes: np.ndarray, segment: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For kernels in time order with their class and p2p-bounded segment id: the pass id of each kernel and
-    whether that pass is backward. A segment holding backward kernels after forward-only ones is cut just after
-    the last forward-only kernel that precedes its first backward kernel."""
+    whether that pass is backward. A segment holding backward kernels is cut just after the last forward-only
+    kernel before its first backward kernel, and just before the first of the forward-only kernels after its last
+    backward kernel (when there are enough of them to be a pass): forward, backward, forward, each where present."""
     pass_id = np.zeros(len(classes), dtype=np.int64)
-    backward = []
+    backward: list[bool] = []
     current = -1
     for seg in np.unique(segment):
         rows = np.flatnonzero(segment == seg)
         cls = classes[rows]
-        first_b = np.flatnonzero(cls == 1)
-        forward_before = np.flatnonzero(cls[: first_b[0]] == -1) if len(first_b) else np.empty(0, np.int64)
-        if len(first_b) and len(forward_before):
-            cut = forward_before[-1] + 1
-            current += 1
-            pass_id[rows[:cut]] = current
-            backward.append(False)
-            current += 1
-            pass_id[rows[cut:]] = current
-            backward.append(True)
+        back, fwd = np.flatnonzero(cls == 1), np.flatnonzero(cls == -1)
+        if len(back):
+            before, after = fwd[fwd < back[0]], fwd[fwd > back[-1]]
+            lo = before[-1] + 1 if len(before) else 0
+            hi = after[0] if len(after) >= MIN_TRAILING_FORWARD else len(rows)
+            pieces = [(0, lo, False), (lo, hi, True), (hi, len(rows), False)]
         else:
-            current += 1
-            pass_id[rows] = current
-            backward.append(bool(len(first_b)))
+            pieces = [(0, len(rows), False)]
+        for a, b, is_backward in pieces:
+            if b > a:
+                current += 1
+                pass_id[rows[a:b]] = current
+                backward.append(is_backward)
     return pass_id, np.array(backward, dtype=bool)
 
 

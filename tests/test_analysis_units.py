@@ -196,6 +196,16 @@ def test_split_passes_cuts_at_last_forward_kernel() -> None:
     assert backward.tolist() == [False, True, False]
 
 
+def test_split_passes_cuts_a_backward_pass_running_into_the_next_forward() -> None:
+    """Stage 0 of 1F1B: a backward pass, then the next micro-batch's forward with no p2p between them; a stray
+    unnamed kernel or two at the end of a backward pass stays in it."""
+    classes = np.array([1, 0, 1, 0, -1, 0, -1, -1, 0, 1, 0, -1])
+    segment = np.array([0] * 9 + [1] * 3)
+    pass_id, backward = stages.split_passes(classes, segment)
+    assert pass_id.tolist() == [0, 0, 0, 0, 1, 1, 1, 1, 1, 2, 2, 2]
+    assert backward.tolist() == [True, False, True]
+
+
 def test_theoretical_bubble_and_interleaved_order() -> None:
     assert stages.theoretical_bubble(4, 8) == pytest.approx(3 / 11)
     assert stages.theoretical_bubble(4, 8, 2) == pytest.approx(3 / 19)
