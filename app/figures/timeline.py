@@ -165,12 +165,14 @@ def _axes(fig: go.Figure, rows: list[dict[str, Any]], window: list[float], marke
         fixedrange=True,
     )
     fig.update_xaxes(title="time since job start (ms)", range=window, showgrid=True, zeroline=False)
-    # Rank separators as plain shapes in one update: add_hline resolves axes per call and costs ~5 ms each.
-    lines = [{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y", "y0": i - 0.5, "y1": i - 0.5, "line": {"color": "#999", "width": 1}} for i in range(1, len(rows)) if _block(rows[i]) != _block(rows[i - 1])]
+    # Separators and shading as plain shapes in one update, one per block of rows (a rank's streams, a fold's
+    # lanes): add_hline resolves axes per call and costs ~5 ms each, and every shape is validated and copied.
+    starts = [i for i in range(len(rows)) if i == 0 or _block(rows[i]) != _block(rows[i - 1])]
+    lines = [{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y", "y0": i - 0.5, "y1": i - 0.5, "line": {"color": "#999", "width": 1}} for i in starts[1:]]
     bands = [
-        {"type": "rect", "xref": "paper", "x0": 0, "x1": 1, "yref": "y", "y0": i - 0.5, "y1": i + 0.5, "fillcolor": palette.CULPRIT if r["rank"] is not None else palette.STAGE, "opacity": 0.08, "line": {"width": 0}, "layer": "below"}
-        for i, r in enumerate(rows)
-        if r["rank"] in marked or r["rank"] is None
+        {"type": "rect", "xref": "paper", "x0": 0, "x1": 1, "yref": "y", "y0": a - 0.5, "y1": b - 0.5, "fillcolor": palette.CULPRIT if rows[a]["rank"] is not None else palette.STAGE, "opacity": 0.08, "line": {"width": 0}, "layer": "below"}
+        for a, b in zip(starts, [*starts[1:], len(rows)], strict=True)
+        if rows[a]["rank"] in marked or rows[a]["rank"] is None
     ]
     # The legend on the left: the modebar takes the top right corner.
     fig.update_layout(margin={"l": 120, "t": 30}, dragmode="zoom", hovermode="closest", shapes=bands + lines, legend={"x": 0, "xanchor": "left"})
