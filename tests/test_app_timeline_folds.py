@@ -133,3 +133,30 @@ def test_a_click_on_a_folded_row_opens_it_and_the_state_survives_a_step_change(s
         _, _, opened = render_timeline(sel.but(step=step).view("timeline"), expand, ["path"])
         assert folds[y] not in opened and any(key.startswith(folds[y] + ".") for key in opened)
 
+
+
+def _mesh(pp: int, dp: int, tp: int) -> Any:
+    from paradiag.app.data.mesh import Mesh
+
+    ranks = list(range(pp * dp * tp))
+    return Mesh(ranks=ranks, stage={r: r // (dp * tp) for r in ranks}, dp={r: r % (dp * tp) // tp for r in ranks}, tp={r: r % tp for r in ranks}, found_by="test")
+
+
+@pytest.mark.parametrize(("pp", "dp", "tp"), [(1, 64, 1), (4, 4, 4), (2, 8, 64)])
+def test_every_rank_is_drawn_once_and_at_most_so_many_one_by_one(monkeypatch: pytest.MonkeyPatch, pp: int, dp: int, tp: int) -> None:
+    """Whatever the layout (data parallel only: groups of one rank; many groups; 1024 ranks) and whatever is
+    opened, each rank is drawn once, single or in one fold, and no more than MAX_SINGLE_RANKS one by one."""
+    from paradiag.app.data import timeline_fold
+
+    mesh = _mesh(pp, dp, tp)
+    monkeypatch.setattr(timeline_fold, "mesh_of", lambda job: mesh)
+    every_group = [f"s{s}.dp{g}" for s in range(pp) for g in range(dp)]
+    for expand in ([], ["s0"], [f"s{s}" for s in range(pp)] + every_group):
+        entries = timeline_fold.fold_plan(None, [5, 3], expand)  # type: ignore[arg-type]
+        singles = [e for e in entries if isinstance(e, int)]
+        folded = [r for e in entries if isinstance(e, dict) for r in e["ranks"]]
+        assert entries[:2] == [5, 3] and sorted(singles + folded) == mesh.ranks
+        assert len(singles) <= timeline_fold.MAX_SINGLE_RANKS + 1  # (a last group of one is itself)
+        assert all(len(e["ranks"]) > 1 and len({mesh.stage[r] for r in e["ranks"]}) == 1 for e in entries if isinstance(e, dict))
+    if dp * tp > timeline_fold.MAX_SINGLE_RANKS and tp == 1:  # groups of one rank beyond the cap fold together
+        assert any(e["key"] == "s0.rest" for e in timeline_fold.fold_plan(None, [], ["s0"]) if isinstance(e, dict))  # type: ignore[arg-type]

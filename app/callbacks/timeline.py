@@ -117,7 +117,8 @@ def render_timeline(view: dict[str, Any] | None, expand: list[str] | None = None
     data = view_data(job, ranks, sel.view("timeline"), expand, bool(path))
     chosen = [r for r in ranks if r in set(sel.ranks or focus(job)["ranks"])]
     fig = timeline_figure(data, uirevision=f"{sel.job}|{sel.step}|{','.join(map(str, ranks))}", marked=chosen)
-    return fig, _info(data, ranks, chosen, "selected" if sel.ranks else "blamed by a finding"), [row.get("fold") or "" for row in data["rows"]]
+    openable = [row["fold"] if row["rank"] is None and not row["fold"].endswith(".rest") else "" for row in data["rows"]]
+    return fig, _info(data, ranks, chosen, "selected" if sel.ranks else "blamed by a finding"), openable
 
 
 def _info(data: dict[str, Any], ranks: list[int], chosen: list[int], who: str) -> str:

@@ -39,7 +39,9 @@ HOVER_NAME = 36
 def fold_plan(job: Job, singles: list[int], expand: list[str] | None) -> list[int | dict[str, Any]]:
     """The timeline's entries top to bottom: ``singles`` (the ranks of interest first), then per stage its alike
     ranks folded into one entry (``{"key": "s3", "stage", "ranks"}``), or, for a stage in ``expand``, one per mesh
-    group (``s3.dp1``) whose ranks are drawn one by one when the group is in ``expand`` too."""
+    group (``s3.dp1``) whose ranks are drawn one by one when the group is in ``expand`` too. At most
+    MAX_SINGLE_RANKS ranks are drawn one by one: groups of one rank (a layout without groups in a stage) beyond
+    that fold together (``s3.rest``, which opens no further)."""
     mesh = mesh_of(job)
     opened = set(expand or [])
     out: list[int | dict[str, Any]] = list(dict.fromkeys(singles))
@@ -49,14 +51,18 @@ def fold_plan(job: Job, singles: list[int], expand: list[str] | None) -> list[in
         if f"s{stage}" not in opened:
             out += _fold(f"s{stage}", stage, ranks)
             continue
+        rest: list[int] = []
         for group in dict.fromkeys(mesh.dp[r] for r in ranks):
             members = [r for r in ranks if mesh.dp[r] == group]
             key = f"s{stage}.dp{group}"
-            if key in opened and count + len(members) <= MAX_SINGLE_RANKS:
+            if (key in opened or len(members) == 1) and count + len(members) <= MAX_SINGLE_RANKS:
                 out += members
                 count += len(members)
+            elif len(members) == 1:
+                rest += members
             else:
                 out += _fold(key, stage, members)
+        out += _fold(f"s{stage}.rest", stage, rest)
     return out
 
 
