@@ -178,4 +178,10 @@ def register(app: Dash) -> None:
         State(ids.TIMELINE_EXPAND, "options"),
         prevent_initial_call=True,
     )(open_fold)
+    app.callback(
+        Output(ids.TIMELINE_EXPAND, "value", allow_duplicate=True),
+        Output(ids.TIMELINE_EXPAND, "options", allow_duplicate=True),
+        Input(ids.TIMELINE_FOLD_ALL, "n_clicks"),
+        prevent_initial_call=True,
+    )(lambda _: ([], []))
     app.callback(Output(ids.OP_SEARCH, "options"), Input(view_store("job"), "data"), prevent_initial_call=True)(operator_names)

@@ -93,7 +93,8 @@ def lanes_of(times: dict[str, Any]) -> list[str]:
 
 def folded_intervals(folds: list[tuple[dict[str, Any], dict[str, int]]], window: tuple[int, int], pixels: int, t0: int) -> dict[str, dict[str, Any]]:
     """Per kind, the merged instances of every folded lane in the window (ms): median span ``x0``-``x1``, spread
-    ``lo``-``hi``, row, hover line and median duration. ``folds``: (fold times, lane -> row)."""
+    ``lo``-``hi``, row, operator name (``hover``; its first when several merged), median duration, how many merged,
+    the slowest rank and its time. ``folds``: (fold times, lane -> row)."""
     lo, hi = window
     lanes = sum(len(rows) for _, rows in folds)
     most = max(MIN_BANDS, min(model.MAX_BANDS, FOLD_BANDS // max(lanes, 1)))
@@ -120,13 +121,18 @@ def _lane(times: dict[str, Any], lane: str, screen: tuple[int, int, int], most: 
     ms = {k: ((model.merged(times[k][idx], group, how) - t0) / 1e6).round(4) for k, how in (("start", "min"), ("end", "max"), ("lo", "min"), ("hi", "max"))}
     slow_rank, slow_ns = _slowest(times["slow_rank"][idx], times["slow_ns"][idx], group)
     names = [short_name(times["names"][int(idx[f])], HOVER_NAME) for f in first.tolist()]
-    hover = np.array([(nm if n == 1 else f"{n} operators from {nm}") + f" · slowest rank {r} ({ns / 1e3:.1f} µs)" for nm, n, r, ns in zip(names, count.tolist(), slow_rank, slow_ns, strict=True)], dtype=object)
-    dur = ((ms["end"] - ms["start"]) * 1e3).round(1)
-    out: dict[str, dict[str, Any]] = {}
-    for kind in dict.fromkeys(kinds.tolist()):
-        pick = kinds == kind
-        out[kind] = {"x0": ms["start"][pick].tolist(), "x1": ms["end"][pick].tolist(), "lo": ms["lo"][pick].tolist(), "hi": ms["hi"][pick].tolist(), "hover": hover[pick].tolist(), "dur_us": dur[pick].tolist()}
-    return out
+    columns = {
+        "x0": ms["start"],
+        "x1": ms["end"],
+        "lo": ms["lo"],
+        "hi": ms["hi"],
+        "hover": np.array(names, dtype=object),  # the numbers travel apart: the names are most of the payload
+        "dur_us": ((ms["end"] - ms["start"]) * 1e3).round(1),
+        "count": count,
+        "slow_rank": np.asarray(slow_rank),
+        "slow_us": (np.asarray(slow_ns) / 1e3).round(1),
+    }
+    return {kind: {k: v[kinds == kind].tolist() for k, v in columns.items()} for kind in dict.fromkeys(kinds.tolist())}
 
 
 def _merge(start: np.ndarray, end: np.ndarray, cats: list[str], screen: tuple[int, int, int], most: int) -> tuple[np.ndarray, np.ndarray]:

@@ -42,6 +42,7 @@ def timeline_figure(data: dict[str, Any], uirevision: Any = None, marked: list[i
         _selected(fig, data["selected"], width)
     if path:
         _path_hover(fig, path, width)
+    _handles(fig, rows, data["window_ms"][0])
     _axes(fig, rows, data["window_ms"], set(marked or []), (path or {}).get("ranks", {}))
     if data.get("aggregated"):
         fig.add_annotation(text=f"{data['num_events']:,} events merged to screen resolution: zoom in for single kernels", xref="paper", yref="paper", x=0, y=1.0, yanchor="bottom", xanchor="left", showarrow=False, font={"size": 10, "color": "#666"})
@@ -64,13 +65,24 @@ def _add_folded(fig: go.Figure, kind: str, seg: dict[str, Any], width: float, le
             mode="markers",
             marker={"size": max(4.0, width), "color": color, "opacity": 0},
             text=np.array(seg["hover"], dtype=object),
-            customdata=np.asarray(seg["dur_us"], dtype=np.float32),
-            hovertemplate="%{text}<br>median %{customdata:.1f} µs over the folded ranks · at %{x:.3f} ms<br>light band: earliest start to latest end<extra>" + kind + "</extra>",
+            customdata=np.column_stack([seg["dur_us"], seg["count"], seg["slow_rank"], seg["slow_us"]]).astype(np.float32),
+            hovertemplate="%{text} (%{customdata[1]} merged at this zoom)<br>median %{customdata[0]:.1f} µs over the folded ranks · at %{x:.3f} ms"
+            "<br>slowest: rank %{customdata[2]}, %{customdata[3]:.1f} µs · light band: earliest start to latest end<extra>" + kind + "</extra>",
             showlegend=False,
             legendgroup=kind,
             name=f"{kind} folded",
         )
     )
+
+
+def _handles(fig: go.Figure, rows: list[dict[str, Any]], x: float) -> None:
+    """A ▸ at the start of each folded row, beside its label: a click on it (or on any of the row's bars) opens
+    the fold."""
+    folded = [i for i, r in enumerate(rows) if r["rank"] is None]
+    if not folded:
+        return
+    text = np.array([f"{rows[i]['fold']}: {rows[i]['members']} ranks folded · click to open" if not rows[i]["fold"].endswith(".rest") else f"{rows[i]['members']} more ranks (one by one: select them)" for i in folded], dtype=object)
+    fig.add_trace(go.Scattergl(x=np.full(len(folded), x, dtype=np.float64), y=np.asarray(folded, dtype=np.int16), mode="markers", marker={"symbol": "triangle-right", "size": 10, "color": palette.STAGE}, text=text, hovertemplate="%{text}<extra></extra>", name="open a fold", showlegend=False))
 
 
 def _light(color: str) -> str:
