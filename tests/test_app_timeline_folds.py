@@ -160,3 +160,15 @@ def test_every_rank_is_drawn_once_and_at_most_so_many_one_by_one(monkeypatch: py
         assert all(len(e["ranks"]) > 1 and len({mesh.stage[r] for r in e["ranks"]}) == 1 for e in entries if isinstance(e, dict))
     if dp * tp > timeline_fold.MAX_SINGLE_RANKS and tp == 1:  # groups of one rank beyond the cap fold together
         assert any(e["key"] == "s0.rest" for e in timeline_fold.fold_plan(None, [], ["s0"]) if isinstance(e, dict))  # type: ignore[arg-type]
+
+
+def test_a_fold_whose_ranks_share_no_operator_keeps_its_row() -> None:
+    """Ranks that run nothing in common (each a different expert, say) are still listed, and the row says why
+    it is empty."""
+    from paradiag.app.data.timeline_fold import lanes_of
+
+    assert lanes_of({"category": []}) == ["compute"]
+    row = {"rank": None, "fold": "s0", "members": 5, "lane": "compute", "label": "s0 ×5 compute", "instances": 0}
+    fig = timeline_figure({"rows": [row], "kinds": {}, "folded": {}, "waits": {"x0": []}, "links": [], "window_ms": [0.0, 1.0]})
+    handle = next(t for t in fig.data if t.name == "open a fold")
+    assert fig.layout.yaxis.ticktext[0].startswith("▸ s0 ×5") and "no operator in common" in handle.text[0]

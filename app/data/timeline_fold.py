@@ -86,9 +86,10 @@ def fold_times(job: Job, step: int, fold: dict[str, Any]) -> dict[str, Any]:
 
 
 def lanes_of(times: dict[str, Any]) -> list[str]:
-    """The lanes a fold has (compute first), whatever the window shows: its rows stay put while zooming."""
+    """The lanes a fold has (compute first), whatever the window shows: its rows stay put while zooming. A fold
+    whose ranks run no operator instance in common still gets its (empty) compute row: its ranks are not hidden."""
     present = {LANE[c] for c in times["category"]}
-    return [lane for lane in LANES if lane in present]
+    return [lane for lane in LANES if lane in present] or ["compute"]
 
 
 def folded_intervals(folds: list[tuple[dict[str, Any], dict[str, int]]], window: tuple[int, int], pixels: int, t0: int) -> dict[str, dict[str, Any]]:

@@ -81,8 +81,15 @@ def _handles(fig: go.Figure, rows: list[dict[str, Any]], x: float) -> None:
     folded = [i for i, r in enumerate(rows) if r["rank"] is None]
     if not folded:
         return
-    text = np.array([f"{rows[i]['fold']}: {rows[i]['members']} ranks folded · click to open" if not rows[i]["fold"].endswith(".rest") else f"{rows[i]['members']} more ranks (one by one: select them)" for i in folded], dtype=object)
+    text = np.array([_handle_text(rows[i]) for i in folded], dtype=object)
     fig.add_trace(go.Scattergl(x=np.full(len(folded), x, dtype=np.float64), y=np.asarray(folded, dtype=np.int16), mode="markers", marker={"symbol": "triangle-right", "size": 10, "color": palette.STAGE}, text=text, hovertemplate="%{text}<extra></extra>", name="open a fold", showlegend=False))
+
+
+def _handle_text(row: dict[str, Any]) -> str:
+    if row["fold"].endswith(".rest"):
+        return f"{row['members']} more ranks (select them to see them one by one)"
+    common = "" if row.get("instances", 1) else " · they run no operator in common (nothing to fold)"
+    return f"{row['fold']}: {row['members']} ranks folded{common} · click to open"
 
 
 def _light(color: str) -> str:
