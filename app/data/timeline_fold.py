@@ -10,6 +10,7 @@ resolution. The critical path is the Diagnosis': a segment on a folded rank land
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -156,7 +157,7 @@ def _slowest(rank: np.ndarray, ns: np.ndarray, group: np.ndarray) -> tuple[list[
     return rank[last].tolist(), ns[last].tolist()
 
 
-def path_segments(job: Job, step: int, window: tuple[int, int], place: Any, t0: int) -> dict[str, Any]:
+def path_segments(job: Job, step: int, window: tuple[int, int], place: Callable[[int, int, str], int | None], t0: int) -> dict[str, Any]:
     """The critical path of ``step`` in the window, on the rows drawn: its segments (``place(rank, track, lane)``
     gives a segment's row, None where the rank is not drawn), the edges where it leaves a rank for the rank
     that rank waited for, and the ranks it passes on each row (a folded row names them)."""
