@@ -11,6 +11,7 @@ resolution. The critical path is the Diagnosis': a segment on a folded rank land
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -72,18 +73,22 @@ def _fold(key: str, stage: int, members: list[int]) -> list[int | dict[str, Any]
     return [{"key": key, "stage": stage, "ranks": members}] if len(members) > 1 else list(members)
 
 
-def fold_times(job: Job, step: int, fold: dict[str, Any]) -> dict[str, Any]:
-    """A fold's operator instances in ``step`` (those every rank of its stage runs): per instance the median
-    start and end over its ranks, the earliest start, the latest end and the slowest rank; memoised per fold."""
+def fold_times(job: Job, step: int, folds: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per fold, its operator instances in ``step`` (those every rank of its stage runs): per instance the median
+    start and end over its ranks, the earliest start, the latest end and the slowest rank; memoised per fold, a
+    stage's bands read once for all its folds not memoised yet."""
+    read: dict[int, dict[str, Any]] = {}
 
-    def compute() -> dict[str, Any]:
-        st = stage_bands(job, step, fold["stage"])
+    def compute(fold: dict[str, Any]) -> dict[str, Any]:
+        if fold["stage"] not in read:
+            read[fold["stage"]] = stage_bands(job, step, fold["stage"])
+        st = read[fold["stage"]]
         column = {r: i for i, r in enumerate(st["ranks"])}
         cols = [column[r] for r in fold["ranks"] if r in column]
         times = model.row_times(st["start"], st["end"], cols)
         return {**{k: times[k] for k in ("start", "end", "lo", "hi", "slow_ns")}, "slow_rank": np.asarray(st["ranks"], dtype=np.int64)[times["slow_col"]], "names": st["names"], "category": st["category"]}
 
-    return store.memo("timeline-fold", job.content_hash, [step, fold["key"], fold["ranks"]], compute)
+    return [store.memo("timeline-fold", job.content_hash, [step, f["key"], f["ranks"]], partial(compute, f)) for f in folds]
 
 
 def lanes_of(times: dict[str, Any]) -> list[str]:
