@@ -41,7 +41,7 @@ def timeline_data(
     the selected collective ``instance`` (``selected``) and, with ``path``, the step's critical path."""
     lo, hi = window
     singles = list(dict.fromkeys(r for r in ranks if isinstance(r, int)))  # in the caller's order: the rank of interest first
-    wanted = [f for f in ranks if isinstance(f, dict)] if step is not None else []
+    wanted = [f for f in ranks if isinstance(f, dict)]
     folds = list(zip(wanted, timeline_fold.fold_times(job, step, wanted), strict=True)) if step is not None else []
     events = read_events(job, ranks=singles, start_ns=lo, end_ns=hi, columns=COLUMNS)
     kind = events.column("kind").cast(pa.string())
