@@ -47,10 +47,10 @@ def timeline_data(
     kind = events.column("kind").cast(pa.string())
     events = events.filter(pc.and_(pc.greater_equal(events.column("device"), 0), pc.is_in(kind, pa.array(DEVICE_KINDS))))
     rows, row_of, lanes = _rows(events, ranks, {f["key"]: timeline_fold.lanes_of(t) for f, t in folds})
-    common = {f["key"]: len(t["category"]) for f, t in folds}
+    times = {f["key"]: t for f, t in folds}
     for row in rows:
-        if row["rank"] is None:
-            row["instances"] = common[row["fold"]]  # operator instances its ranks all run (none: nothing to draw)
+        if row["rank"] is None:  # operator instances its ranks all run (none: nothing to draw), over how many ranks
+            row["instances"], row["read"] = len(times[row["fold"]]["category"]), times[row["fold"]]["read"]
     t0 = origin_ns(job)
     aggregated = events.num_rows > max_primitives
     out: dict[str, Any] = {

@@ -75,8 +75,9 @@ def _fold(key: str, stage: int, members: list[int]) -> list[int | dict[str, Any]
 
 def fold_times(job: Job, step: int, folds: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per fold, its operator instances in ``step`` (those every rank of its stage runs): per instance the median
-    start and end over its ranks, the earliest start, the latest end and the slowest rank; memoised per fold, a
-    stage's bands read once for all its folds not memoised yet."""
+    start and end over its ranks, the earliest start, the latest end and the slowest rank, and over how many of
+    its ranks (``read``: those the band model read); memoised per fold, a stage's bands read once for all its
+    folds not memoised yet."""
     read: dict[int, dict[str, Any]] = {}
 
     def compute(fold: dict[str, Any]) -> dict[str, Any]:
@@ -84,9 +85,12 @@ def fold_times(job: Job, step: int, folds: list[dict[str, Any]]) -> list[dict[st
             read[fold["stage"]] = stage_bands(job, step, fold["stage"])
         st = read[fold["stage"]]
         column = {r: i for i, r in enumerate(st["ranks"])}
-        cols = [column[r] for r in fold["ranks"] if r in column]
+        cols = [column[r] for r in fold["ranks"] if r in column]  # the model may read a stage's ranks in part
+        if not cols:
+            none = np.zeros(0, dtype=np.int64)
+            return {"start": none, "end": none, "lo": none, "hi": none, "slow_ns": none, "slow_rank": none, "names": [], "category": [], "read": 0}
         times = model.row_times(st["start"], st["end"], cols)
-        return {**{k: times[k] for k in ("start", "end", "lo", "hi", "slow_ns")}, "slow_rank": np.asarray(st["ranks"], dtype=np.int64)[times["slow_col"]], "names": st["names"], "category": st["category"]}
+        return {**{k: times[k] for k in ("start", "end", "lo", "hi", "slow_ns")}, "slow_rank": np.asarray(st["ranks"], dtype=np.int64)[times["slow_col"]], "names": st["names"], "category": st["category"], "read": len(cols)}
 
     return [store.memo("timeline-fold", job.content_hash, [step, f["key"], f["ranks"]], partial(compute, f)) for f in folds]
 

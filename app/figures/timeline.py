@@ -88,8 +88,12 @@ def _handles(fig: go.Figure, rows: list[dict[str, Any]], x: float) -> None:
 def _handle_text(row: dict[str, Any]) -> str:
     if row["fold"].endswith(".rest"):
         return f"{row['members']} more ranks (select them to see them one by one)"
+    read = row.get("read", row["members"])
+    if not read:
+        return f"{row['fold']}: {row['members']} ranks folded, none read in this step · click to open"
     common = "" if row.get("instances", 1) else " · they run no operator in common (nothing to fold)"
-    return f"{row['fold']}: {row['members']} ranks folded{common} · click to open"
+    part = f" (median and spread over the {read} read)" if read < row["members"] else ""
+    return f"{row['fold']}: {row['members']} ranks folded{part}{common} · click to open"
 
 
 def _light(color: str) -> str:
