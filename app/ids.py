@@ -21,6 +21,10 @@ STEPS = "steps"
 TIMELINE = "timeline"
 TIMELINE_INFO = "timeline-info"
 TIMELINE_RANKS = "timeline-ranks"
+TIMELINE_EXPAND = "timeline-expand"  # the folded rows opened (a stage, then a mesh group)
+TIMELINE_FOLDS = "timeline-folds"  # which fold each drawn row belongs to (so a click on a row opens it)
+TIMELINE_PATH = "timeline-path"
+TIMELINE_FOLD_ALL = "timeline-fold-all"
 OP_SEARCH = "op-search"
 
 DETAIL_TITLE = "detail-title"

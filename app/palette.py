@@ -23,6 +23,7 @@ WAIT = "#d62728"  # time inside a collective before the last participant arrived
 BUBBLE = "#bdbdbd"  # a device idle inside the step
 HIGHLIGHT = "#111111"  # the selection's outline
 CULPRIT = "#d62728"  # a rank a finding blames: outlined in every view
+CRITICAL_PATH = "#f2b705"  # the step's critical path: its segments outlined, the edges where it changes rank
 STAGE = "#78909c"
 HEAT_SCALE = "YlOrRd"  # more time (or more imbalance) is hotter
 DIVERGING_SCALE = "RdBu_r"  # z-scores: blue faster than peers, red slower

@@ -98,6 +98,32 @@ def test_the_first_screen_shows_the_culprit(duo: Any) -> None:
     assert severe_logs(duo) == []
 
 
+def test_the_critical_path_toggle_draws_the_path_on_the_culprit(duo: Any) -> None:
+    """Read from the page: the slow rank 5 is the timeline's first row; ticking "critical path" draws the path's
+    segments, and those on rank 5's rows name it in their hover."""
+    open_job(duo, f"?job=sample:{SAMPLE}")
+    wait_idle(duo)
+    script = "return document.querySelector('#timeline .js-plotly-plot').layout.yaxis.ticktext"
+    assert duo.driver.execute_script(script)[0].startswith("<b>r5 compute")
+    toggle = duo.find_element("#timeline-path input")
+    duo.driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", toggle)
+    toggle.click()
+    read = """const gd = document.querySelector('#timeline .js-plotly-plot');
+        const t = gd._fullData.find(t => t.name === 'critical path' && t.mode === 'markers' && t.customdata);
+        return t ? {rows: Array.from(t.y), text: Array.from(t.text), labels: gd.layout.yaxis.ticktext} : null;"""
+    deadline, drawn = time.time() + 20, None
+    while time.time() < deadline and not drawn:
+        drawn = duo.driver.execute_script(read)
+        time.sleep(0.2)
+    assert drawn, "no critical path drawn after the toggle"
+    on_culprit = [text for row, text in zip(drawn["rows"], drawn["text"], strict=True) if drawn["labels"][row].startswith("<b>r5 ")]
+    assert on_culprit and all("rank 5" in text for text in on_culprit)
+    assert {text.split(" · ")[0] for text in drawn["text"]} <= {"compute", "communication", "waiting", "host"}
+    time.sleep(0.5)
+    screenshot(duo, "timeline_critical_path", "timeline")
+    assert severe_logs(duo) == []
+
+
 def test_heatmap_click_updates_timeline_and_detail(duo: Any) -> None:
     open_job(duo, f"?job=sample:{SAMPLE}&step=1")
     click_data_point(duo, "heatmap", 2, 6)  # step 2, the row of rank 6

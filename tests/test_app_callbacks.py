@@ -59,7 +59,7 @@ def test_opening_a_job_opens_on_its_top_finding(sel: Selection) -> None:
     assert culprit_rows == ["⚠ rank 5 · s1"]
     z = dict(zip(labels, heat.data[0].z, strict=True))
     assert min(z["⚠ rank 5 · s1"]) > 3.5 and all(abs(v) < 3.5 for k, row in z.items() if "rank 5 " not in k for v in row)
-    fig, info = render_timeline(sel.view("timeline"))
+    fig, info, _ = render_timeline(sel.view("timeline"))
     assert info.startswith("ranks 5 (blamed by a finding)")
     assert fig.layout.yaxis.ticktext[0].startswith("<b>r5 compute")
     assert render_detail(sel.view("detail"))[0].startswith("rank 5, step 1")
@@ -173,7 +173,7 @@ def test_heatmap_click_selects_rank_and_step_and_views_follow(sel: Selection) ->
     assert new.ranks == [6] and new.step == 2
     shapes = mark_heatmap(new.view("mark"), "zscore", []).to_plotly_json()["operations"][0]["params"]["value"]
     assert [s["line"]["color"] for s in shapes if s["type"] == "rect"] == [palette.CULPRIT, palette.HIGHLIGHT]  # only the outline moves
-    fig, info = render_timeline(new.view("timeline"))
+    fig, info, _ = render_timeline(new.view("timeline"))
     assert info.startswith("ranks 6 (selected) · then the ranks that wait for them longest: ")
     peers = info.split("longest: ")[1].split(" · ")[0].split(", ")
     assert {"4", "5", "7"} <= set(peers) and peers[-1] == "5"  # its stage peers; the slow rank 5 waits least
@@ -252,7 +252,7 @@ def test_comm_click_selects_the_slowest_instance_on_the_link(sel: Selection) -> 
     assert "link 0 → 1" in str(comm_instances(click, sel.to_store()))
     from paradiag.app.callbacks.timeline import render_timeline
 
-    fig, _ = render_timeline(new.view("timeline"))
+    fig, *_ = render_timeline(new.view("timeline"))
     outlined = [t for t in fig.data if t.name == "selected collective"]
     assert outlined and len(outlined[-1].x) == 2  # the instance's two members, joined at their starts
 

@@ -1,5 +1,7 @@
-"""The Gantt timeline: the selected ranks (else those the top finding blames) first, then the ranks that wait for
-them, over the selected window or step."""
+"""The Gantt timeline: the selected ranks (else those the top finding blames) first. In a small job, then the ranks
+that wait for them; in a larger one, then the ranks that stand apart, and every other rank folded with the alike
+ranks of its stage (a click on a folded row opens it: a stage into its mesh groups, a group into its ranks). A
+toggle draws the step's critical path over the rows."""
 
 from __future__ import annotations
 
@@ -7,14 +9,15 @@ import re
 from typing import Any
 
 import plotly.graph_objects as go
-from dash import Dash, Input, Output, no_update
+from dash import Dash, Input, Output, State, no_update
 
 from paradiag.app import context, ids, store
 from paradiag.app.data.common import origin_ns, step_span
 from paradiag.app.data.detail import operator_totals
 from paradiag.app.data.mesh import Mesh, mesh_of
-from paradiag.app.data.overview import focus, opening_step, overview
+from paradiag.app.data.overview import culprits, focus, opening_step, overview, stands_apart
 from paradiag.app.data.timeline import timeline_data
+from paradiag.app.data.timeline_fold import MAX_SINGLE_RANKS, SMALL_JOB, fold_plan
 from paradiag.app.figures.common import short_name
 from paradiag.app.figures.timeline import timeline_figure
 from paradiag.app.selection import Selection, view_store
@@ -30,13 +33,18 @@ MAX_OPERATORS = 400
 
 
 def shown_ranks(job: Job, selected: list[int] | None, step: int | None = None) -> list[int]:
-    """The selected ranks (else the ranks the top finding blames) first, then the ranks that wait for them the
-    longest in ``step`` (default: the step a new page opens on): their stage peers and their pipeline
-    neighbours, up to MAX_RANKS in all."""
+    """The ranks drawn one by one: the selected ranks (else the ranks the top finding blames) first. Up to
+    SMALL_JOB ranks, then the ranks that wait for them the longest in ``step`` (default: the step a new page
+    opens on): their stage peers and their pipeline neighbours, up to MAX_RANKS in all. In a larger job, then
+    the ranks that stand apart (the heatmap's rule), the others fold (``rows_of``)."""
     mesh = mesh_of(job)
     first = list(dict.fromkeys(selected or focus(job)["ranks"] or mesh.ranks[:1]))[:MAX_SELECTED]
-    step = opening_step(job) if step is None else step
     ov = overview(job)
+    if len(mesh.ranks) > SMALL_JOB:
+        blamed = culprits(job)
+        apart = [r for r, own in zip(ov["ranks"], ov["metrics"]["own_z"], strict=True) if r not in first and stands_apart(own, blamed.get(r))]
+        return (first + apart)[:MAX_SINGLE_RANKS]
+    step = opening_step(job) if step is None else step
     row = {r: i for i, r in enumerate(ov["ranks"])}
     col = ov["steps"].index(step) if step in ov["steps"] else None
     near = _neighbours(mesh, first)
@@ -46,6 +54,12 @@ def shown_ranks(job: Job, selected: list[int] | None, step: int | None = None) -
         return -(value or 0.0)
 
     return first + sorted(near, key=waited)[: max(MAX_RANKS - len(first), 0)]
+
+
+def rows_of(job: Job, ranks: list[int], expand: list[str] | None) -> list[int | dict[str, Any]]:
+    """What the timeline draws top to bottom: ``ranks``, then (beyond SMALL_JOB ranks) every other rank in the
+    fold of its stage or, where ``expand`` opened them, of its mesh group or on its own."""
+    return list(ranks) if len(mesh_of(job).ranks) <= SMALL_JOB else fold_plan(job, ranks, expand)
 
 
 def _neighbours(mesh: Mesh, first: list[int]) -> list[int]:
@@ -61,7 +75,8 @@ def _neighbours(mesh: Mesh, first: list[int]) -> list[int]:
     return [r for r in mesh.ranks if r not in first and near(r)]
 
 
-def window_ns(job: Job, sel: dict[str, Any], ranks: list[int]) -> tuple[int, int]:
+def window_ns(job: Job, sel: dict[str, Any], ranks: list[int] | None) -> tuple[int, int]:
+    """The selected window, else the step's span over ``ranks`` (None: over all ranks)."""
     if sel.get("window"):
         t0 = origin_ns(job)
         a, b = sel["window"]
@@ -75,36 +90,63 @@ def instance_of(collective: str | None) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def view_data(job: Job, ranks: list[int], sel: dict[str, Any]) -> dict[str, Any]:
-    """The timeline's data for the selection; a whole step (no window) is computed once per job and ranks."""
+def view_data(job: Job, ranks: list[int], sel: dict[str, Any], expand: list[str] | None = None, path: bool = False) -> dict[str, Any]:
+    """The timeline's data for the selection, the folds opened and the critical path toggle; a whole step (no
+    window) is computed once per job, ranks and folding."""
     limit, instance = min(context.config().max_primitives, MAX_INTERVALS), instance_of(sel.get("collective"))
+    opened = sorted(set(expand or []))
+    step = sel.get("step") if sel.get("step") is not None else opening_step(job)
 
     def compute() -> dict[str, Any]:
-        return timeline_data(job, ranks, window_ns(job, sel, ranks), pixels=PIXELS, max_primitives=limit, instance=instance)
+        entries = rows_of(job, ranks, opened)
+        folded = any(isinstance(e, dict) for e in entries)
+        window = window_ns(job, sel, None if folded else ranks)
+        return timeline_data(job, entries, window, pixels=PIXELS, max_primitives=limit, instance=instance, step=step, path=path)
 
     if sel.get("window"):
         return compute()
-    return store.memo("timeline-step", job.content_hash, [sel.get("step"), ranks, PIXELS, limit, instance], compute)
+    return store.memo("timeline-step", job.content_hash, [sel.get("step"), ranks, PIXELS, limit, instance, opened, path], compute)
 
 
-def render_timeline(view: dict[str, Any] | None) -> tuple[go.Figure, str] | tuple[Any, Any]:
+def render_timeline(view: dict[str, Any] | None, expand: list[str] | None = None, path: list[str] | None = None) -> tuple[go.Figure, str, list[str]] | tuple[Any, Any, Any]:
     sel = Selection.from_store(view)
     if not sel.job:
-        return no_update, no_update
+        return no_update, no_update, no_update
     job = context.job(sel.job)
     ranks = shown_ranks(job, sel.ranks, sel.step)
-    data = view_data(job, ranks, sel.view("timeline"))
+    data = view_data(job, ranks, sel.view("timeline"), expand, bool(path))
     chosen = [r for r in ranks if r in set(sel.ranks or focus(job)["ranks"])]
     fig = timeline_figure(data, uirevision=f"{sel.job}|{sel.step}|{','.join(map(str, ranks))}", marked=chosen)
+    openable = [row["fold"] if row["rank"] is None and not row["fold"].endswith(".rest") else "" for row in data["rows"]]
+    return fig, _info(data, ranks, chosen, "selected" if sel.ranks else "blamed by a finding"), openable
+
+
+def _info(data: dict[str, Any], ranks: list[int], chosen: list[int], who: str) -> str:
     mode = "merged to screen resolution" if data["aggregated"] else "every interval drawn"
-    who = "selected" if sel.ranks else "blamed by a finding"
-    peers = [r for r in ranks if r not in chosen]
-    info = (
-        f"ranks {', '.join(map(str, chosen))} ({who}) · then the ranks that wait for them longest: {', '.join(map(str, peers)) or 'none'} · "
+    others = [r for r in ranks if r not in chosen]
+    folds = [row for row in data["rows"] if row["rank"] is None]
+    if folds:
+        then = f"then the ranks that stand apart: {', '.join(map(str, others)) or 'none'} · ▸ alike ranks folded (bar: median, light band: earliest start to latest end; click to open) · "
+    else:
+        then = f"then the ranks that wait for them longest: {', '.join(map(str, others)) or 'none'} · "
+    path = "gold: the critical path, its lines join a rank to the rank it waited for (◆: it crosses a folded row) · " if data.get("path") else ""
+    return (
+        f"ranks {', '.join(map(str, chosen))} ({who}) · {then}{path}"
         f"{data['num_events']:,} device events in view ({mode}) · black lines join the members of one collective; red: waiting for the last member · "
         "keys: W/S zoom, A/D pan, / search an operator"
     )
-    return fig, info
+
+
+def open_fold(click: dict[str, Any] | None, folds: list[str] | None, expanded: list[str] | None, known: list[Any] | None) -> tuple[Any, Any]:
+    """A click on a folded row opens it: (folds opened, the tick boxes of every fold opened so far)."""
+    if not click or not folds:
+        return no_update, no_update
+    y = click["points"][0].get("y")
+    key = folds[int(y)] if isinstance(y, (int, float)) and 0 <= int(y) < len(folds) else ""
+    if not key or key in (expanded or []):
+        return no_update, no_update
+    names = [o["value"] for o in known or []]
+    return [*(expanded or []), key], (known or []) + ([] if key in names else [{"label": f" {key}", "value": key}])
 
 
 def operator_names(view: dict[str, Any] | None) -> Any:
@@ -118,5 +160,28 @@ def operator_names(view: dict[str, Any] | None) -> Any:
 
 
 def register(app: Dash) -> None:
-    app.callback(Output(ids.TIMELINE, "figure"), Output(ids.TIMELINE_INFO, "children"), Input(view_store("timeline"), "data"), prevent_initial_call=True)(render_timeline)
+    app.callback(
+        Output(ids.TIMELINE, "figure"),
+        Output(ids.TIMELINE_INFO, "children"),
+        Output(ids.TIMELINE_FOLDS, "data"),
+        Input(view_store("timeline"), "data"),
+        Input(ids.TIMELINE_EXPAND, "value"),
+        Input(ids.TIMELINE_PATH, "value"),
+        prevent_initial_call=True,
+    )(render_timeline)
+    app.callback(
+        Output(ids.TIMELINE_EXPAND, "value"),
+        Output(ids.TIMELINE_EXPAND, "options"),
+        Input(ids.TIMELINE, "clickData"),
+        State(ids.TIMELINE_FOLDS, "data"),
+        State(ids.TIMELINE_EXPAND, "value"),
+        State(ids.TIMELINE_EXPAND, "options"),
+        prevent_initial_call=True,
+    )(open_fold)
+    app.callback(
+        Output(ids.TIMELINE_EXPAND, "value", allow_duplicate=True),
+        Output(ids.TIMELINE_EXPAND, "options", allow_duplicate=True),
+        Input(ids.TIMELINE_FOLD_ALL, "n_clicks"),
+        prevent_initial_call=True,
+    )(lambda _: ([], []))
     app.callback(Output(ids.OP_SEARCH, "options"), Input(view_store("job"), "data"), prevent_initial_call=True)(operator_names)

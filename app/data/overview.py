@@ -167,10 +167,16 @@ def heatmap_rows(ov: dict[str, Any], metric: str, expanded: list[str] | None = N
 
 def _fold(name: str, members: list[int], singles: list[dict[str, Any]], matrix: list[list[float | None]], own: list[list[float | None]]) -> list[dict[str, Any]]:
     """One row for the alike ``members`` of a group, then one per member that stands out."""
-    apart = [i for i in members if singles[i]["culprit"] or max((abs(v) for v in own[i] if v is not None), default=0.0) >= OUTLIER_Z]
+    apart = [i for i in members if stands_apart(own[i], singles[i]["culprit"])]
     alike = [i for i in members if i not in apart]
     rows = [_group_row(name, singles[alike[0]]["stage"], [singles[i]["ranks"][0] for i in alike], [matrix[i] for i in alike], len(apart))] if alike else []
     return rows + [dict(singles[i], group=name) for i in apart]
+
+
+def stands_apart(own_z: list[float | None], culprit: str | None) -> bool:
+    """Whether a rank keeps a row of its own when alike ranks fold (heatmap, timeline): a finding blames it, or its
+    own time (``own_z``, per step) leaves its stage's noise band in some step."""
+    return bool(culprit) or max((abs(v) for v in own_z if v is not None), default=0.0) >= OUTLIER_Z
 
 
 def _group_row(name: str, stage: int, ranks: list[int], values: list[list[float | None]], apart: int) -> dict[str, Any]:

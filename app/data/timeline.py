@@ -1,4 +1,4 @@
-"""The Gantt timeline's data for a set of ranks and a time window, at screen resolution.
+"""The Gantt timeline's data for a set of ranks (and folds of alike ranks) and a time window, at screen resolution.
 
 Up to ``max_primitives`` intervals are returned one by one; beyond that, each (row, kind) is reduced to the union
 of its intervals rounded out to whole pixel columns, so the drawing never exceeds rows x kinds x pixels.
@@ -6,14 +6,14 @@ of its intervals rounded out to whole pixel columns, so the drawing never exceed
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from paradiag.app.data import collectives
+from paradiag.app.data import collectives, timeline_fold
 from paradiag.app.data.common import DEVICE_KINDS, origin_ns, read_events
 from paradiag.app.figures.common import short_name
 from paradiag.dataset import Job
@@ -25,15 +25,32 @@ STREAM_ORDER = ("compute", "comm", "copy", "sync")
 HOVER_NAME = 36  # characters of an interval's name on hover: the payload grows with every interval drawn
 
 
-def timeline_data(job: Job, ranks: list[int], window: tuple[int, int], pixels: int = 1600, max_primitives: int = 50_000, instance: int | None = None) -> dict[str, Any]:
-    """Rows (rank, stream), intervals per kind (ms since the job origin), collective links and waits, and the
-    members of the selected collective ``instance`` (``selected``)."""
+def timeline_data(
+    job: Job,
+    ranks: Sequence[int | dict[str, Any]],
+    window: tuple[int, int],
+    pixels: int = 1600,
+    max_primitives: int = 50_000,
+    instance: int | None = None,
+    step: int | None = None,
+    path: bool = False,
+) -> dict[str, Any]:
+    """Rows, top to bottom as ``ranks`` lists them: a rank (one row per stream) or a fold of alike ranks
+    (``timeline_fold.fold_plan``: one row per lane; needs ``step``). Intervals per kind (ms since the job
+    origin), the folds' instances with their spread (``folded``), collective links and waits, the members of
+    the selected collective ``instance`` (``selected``) and, with ``path``, the step's critical path."""
     lo, hi = window
-    ranks = list(dict.fromkeys(ranks))  # in the caller's order: the rank of interest first
-    events = read_events(job, ranks=ranks, start_ns=lo, end_ns=hi, columns=COLUMNS)
+    singles = list(dict.fromkeys(r for r in ranks if isinstance(r, int)))  # in the caller's order: the rank of interest first
+    wanted = [f for f in ranks if isinstance(f, dict)]
+    folds = list(zip(wanted, timeline_fold.fold_times(job, step, wanted), strict=True)) if step is not None else []
+    events = read_events(job, ranks=singles, start_ns=lo, end_ns=hi, columns=COLUMNS)
     kind = events.column("kind").cast(pa.string())
     events = events.filter(pc.and_(pc.greater_equal(events.column("device"), 0), pc.is_in(kind, pa.array(DEVICE_KINDS))))
-    rows, row_of = _rows(events, ranks)
+    rows, row_of, lanes = _rows(events, ranks, {f["key"]: timeline_fold.lanes_of(t) for f, t in folds})
+    times = {f["key"]: t for f, t in folds}
+    for row in rows:
+        if row["rank"] is None:  # operator instances its ranks all run (none: nothing to draw), over how many ranks
+            row["instances"], row["read"] = len(times[row["fold"]]["category"]), times[row["fold"]]["read"]
     t0 = origin_ns(job)
     aggregated = events.num_rows > max_primitives
     out: dict[str, Any] = {
@@ -42,14 +59,34 @@ def timeline_data(job: Job, ranks: list[int], window: tuple[int, int], pixels: i
         "window_ms": [(lo - t0) / 1e6, (hi - t0) / 1e6],
         "aggregated": aggregated,
         "num_events": events.num_rows,
+        "folded": timeline_fold.folded_intervals([(t, lanes[f["key"]]) for f, t in folds], window, pixels, t0),
     }
     if aggregated:
         out["kinds"] = _aggregate(events, row_of, lo, hi, pixels, t0)
     else:
         out["kinds"] = _individual(events, row_of, t0)
-    out["links"], out["waits"] = _links_and_waits(job, ranks, row_of, (lo, hi, pixels), t0, exact=not aggregated)
+    out["links"], out["waits"] = _links_and_waits(job, singles, row_of, (lo, hi, pixels), t0, exact=not aggregated)
     out["selected"] = _instance_members(job, instance, row_of, t0) if instance is not None else None
+    out["path"] = timeline_fold.path_segments(job, step, window, _placer(rows, row_of, lanes, [f for f, _ in folds]), t0) if path and step is not None else None
     return out
+
+
+def _placer(rows: list[dict[str, Any]], row_of: dict[int, int], lanes: dict[str, dict[str, int]], folds: list[dict[str, Any]]) -> Callable[[int, int, str], int | None]:
+    """(rank, track, fold lane) -> the row a critical-path segment is drawn on: the rank's stream (its first row
+    for host time), else that lane (or the first) of the fold holding the rank; None where the rank is not drawn."""
+    first: dict[int, int] = {}
+    for i, row in enumerate(rows):
+        if row["rank"] is not None:
+            first.setdefault(row["rank"], i)
+    fold_of = {r: f["key"] for f in folds for r in f["ranks"]}
+
+    def place(rank: int, track: int, lane: str) -> int | None:
+        if rank in first:
+            return row_of.get(rank * 1_000_000_000 + track, first[rank])
+        mine = lanes.get(fold_of.get(rank, ""), {})
+        return mine.get(lane, next(iter(mine.values()), None))
+
+    return place
 
 
 def _instance_members(job: Job, instance: int, row_of: dict[int, int], t0: int) -> dict[str, Any]:
@@ -67,20 +104,28 @@ def _row_keys(events: pa.Table) -> np.ndarray:
     return events.column("rank").to_numpy().astype(np.int64) * 1_000_000_000 + events.column("track").to_numpy()
 
 
-def _rows(events: pa.Table, ranks: list[int]) -> tuple[list[dict[str, Any]], dict[int, int]]:
-    """One row per (rank, stream), named by what the stream mostly runs (the traces name no streams)."""
+def _rows(events: pa.Table, entries: Sequence[int | dict[str, Any]], lanes: dict[str, list[str]]) -> tuple[list[dict[str, Any]], dict[int, int], dict[str, dict[str, int]]]:
+    """One row per (rank, stream), named by what the stream mostly runs (the traces name no streams), and one per
+    lane of a fold (labelled with its member count). Returns the rows, (rank, track) key -> row, and per fold
+    its lane -> row."""
     names = _stream_names(events)
-    by_rank: dict[int, list[int]] = {r: [] for r in ranks}
+    by_rank: dict[int, list[int]] = {}
     for k in sorted(names):
         by_rank.setdefault(k // 1_000_000_000, []).append(k % 1_000_000_000)
     rows: list[dict[str, Any]] = []
     row_of: dict[int, int] = {}
-    for rank in ranks:
-        for track in sorted(by_rank.get(rank, []), key=lambda t: (STREAM_ORDER.index(names[rank * 1_000_000_000 + t]), t)):
-            key = rank * 1_000_000_000 + track
+    fold_rows: dict[str, dict[str, int]] = {}
+    for entry in entries:
+        if isinstance(entry, dict):
+            fold_rows[entry["key"]] = {lane: len(rows) + i for i, lane in enumerate(lanes.get(entry["key"], []))}
+            rows += [{"rank": None, "fold": entry["key"], "members": len(entry["ranks"]), "lane": lane, "label": f"{entry['key']} ×{len(entry['ranks'])} {lane}"} for lane in lanes.get(entry["key"], [])]
+            continue
+        tracks = [(STREAM_ORDER.index(names[entry * 1_000_000_000 + t]), t) for t in by_rank.pop(entry, [])]
+        for _, track in sorted(tracks):
+            key = entry * 1_000_000_000 + track
             row_of[key] = len(rows)
-            rows.append({"rank": rank, "track": track, "label": f"r{rank} {names[key]} {track}"})
-    return rows, row_of
+            rows.append({"rank": entry, "track": track, "label": f"r{entry} {names[key]} {track}"})
+    return rows, row_of, fold_rows
 
 
 def _stream_names(events: pa.Table) -> dict[int, str]:

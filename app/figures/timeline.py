@@ -1,4 +1,5 @@
-"""The Gantt timeline: one row per rank and stream, intervals coloured by kind, collectives linked across ranks."""
+"""The Gantt timeline: one row per rank and stream, intervals coloured by kind, collectives linked across ranks;
+alike ranks folded into a row per lane with their spread; the critical path outlined over them."""
 
 from __future__ import annotations
 
@@ -23,6 +24,12 @@ def timeline_figure(data: dict[str, Any], uirevision: Any = None, marked: list[i
     height = 70 + ROW_PX * len(rows)
     width = max(3.0, min(16.0, ROW_PX * 0.7))
     fig = base_figure(uirevision=uirevision, height=height)
+    path = data.get("path")
+    if path and path["x0"]:  # under the intervals: what lies on the path gets a thick outline
+        xs, ys = segments(path["x0"], path["x1"], path["row"])
+        fig.add_trace(go.Scattergl(x=xs, y=ys, mode="lines", line={"color": palette.CRITICAL_PATH, "width": width + 7}, name="critical path", hoverinfo="skip", legendgroup="path"))
+    for kind, seg in data.get("folded", {}).items():
+        _add_folded(fig, kind, seg, width, legend=kind not in data["kinds"])
     for kind, seg in data["kinds"].items():
         _add_intervals(fig, kind, seg, palette.KIND[kind], width)
     waits = data["waits"]
@@ -33,10 +40,93 @@ def timeline_figure(data: dict[str, Any], uirevision: Any = None, marked: list[i
         fig.add_trace(go.Scattergl(x=xs, y=ys, mode="lines", line={"color": "rgba(60,60,60,0.45)", "width": 1}, name="collective instance", hoverinfo="skip"))
     if data.get("selected") and data["selected"]["x0"]:
         _selected(fig, data["selected"], width)
-    _axes(fig, rows, data["window_ms"], set(marked or []))
+    if path:
+        _path_hover(fig, path, width)
+    _handles(fig, rows, data["window_ms"][0])
+    _axes(fig, rows, data["window_ms"], set(marked or []), (path or {}).get("ranks", {}))
     if data.get("aggregated"):
         fig.add_annotation(text=f"{data['num_events']:,} events merged to screen resolution: zoom in for single kernels", xref="paper", yref="paper", x=0, y=1.0, yanchor="bottom", xanchor="left", showarrow=False, font={"size": 10, "color": "#666"})
     return fig
+
+
+def _add_folded(fig: go.Figure, kind: str, seg: dict[str, Any], width: float, legend: bool) -> None:
+    """A fold's instances of one kind: from the earliest start to the latest end over its ranks, light, and the
+    median span over it; the hover names the operator and the slowest rank."""
+    color = palette.KIND[kind]
+    xs, ys = segments(seg["lo"], seg["hi"], seg["row"])
+    fig.add_trace(go.Scattergl(x=xs, y=ys, mode="lines", line={"color": _light(color), "width": width}, name=f"{kind} spread", hoverinfo="skip", legendgroup=kind, showlegend=False))
+    xs, ys = segments(seg["x0"], seg["x1"], seg["row"])
+    fig.add_trace(go.Scattergl(x=xs, y=ys, mode="lines", line={"color": color, "width": width * 0.5}, name=kind, hoverinfo="skip", legendgroup=kind, showlegend=legend))
+    mid = (np.asarray(seg["x0"], dtype=np.float64) + np.asarray(seg["x1"], dtype=np.float64)) / 2
+    fig.add_trace(
+        go.Scattergl(
+            x=compact(mid),
+            y=np.asarray(seg["row"], dtype=np.int16),
+            mode="markers",
+            marker={"size": max(4.0, width), "color": color, "opacity": 0},
+            text=np.array(seg["hover"], dtype=object),
+            customdata=np.column_stack([seg["dur_us"], seg["count"], seg["slow_rank"], seg["slow_us"]]).astype(np.float32),
+            hovertemplate="%{text} (%{customdata[1]} merged at this zoom)<br>median %{customdata[0]:.1f} µs over the folded ranks · at %{x:.3f} ms"
+            "<br>slowest: rank %{customdata[2]}, %{customdata[3]:.1f} µs · light band: earliest start to latest end<extra>" + kind + "</extra>",
+            showlegend=False,
+            legendgroup=kind,
+            name=f"{kind} folded",
+        )
+    )
+
+
+def _handles(fig: go.Figure, rows: list[dict[str, Any]], x: float) -> None:
+    """A ▸ at the start of each folded row, beside its label: a click on it (or on any of the row's bars) opens
+    the fold."""
+    folded = [i for i, r in enumerate(rows) if r["rank"] is None]
+    if not folded:
+        return
+    text = np.array([_handle_text(rows[i]) for i in folded], dtype=object)
+    fig.add_trace(go.Scattergl(x=np.full(len(folded), x, dtype=np.float64), y=np.asarray(folded, dtype=np.int16), mode="markers", marker={"symbol": "triangle-right", "size": 10, "color": palette.STAGE}, text=text, hovertemplate="%{text}<extra></extra>", name="open a fold", showlegend=False))
+
+
+def _handle_text(row: dict[str, Any]) -> str:
+    if row["fold"].endswith(".rest"):
+        return f"{row['members']} more ranks (select them to see them one by one)"
+    read = row.get("read", row["members"])
+    if not read:
+        return f"{row['fold']}: {row['members']} ranks folded, none read in this step · click to open"
+    common = "" if row.get("instances", 1) else " · they run no operator in common (nothing to fold)"
+    part = f" (median and spread over the {read} read)" if read < row["members"] else ""
+    return f"{row['fold']}: {row['members']} ranks folded{part}{common} · click to open"
+
+
+def _light(color: str) -> str:
+    r, g, b = (int(color[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},0.3)"
+
+
+def _path_hover(fig: go.Figure, path: dict[str, Any], width: float) -> None:
+    """The path's hover (kind, rank, operator, duration) and its edges: a line from the rank waited for to the
+    rank that waited, at the moment it was released."""
+    edges = path["edges"]
+    if edges["x"]:
+        n = len(edges["x"])
+        xs = np.column_stack([edges["x"], edges["x"], np.full(n, np.nan)]).ravel()
+        ys = np.column_stack([edges["y0"], edges["y1"], np.full(n, np.nan)]).ravel()
+        fig.add_trace(go.Scattergl(x=compact(xs), y=ys.astype(np.float32), mode="lines", line={"color": palette.CRITICAL_PATH, "width": 2.5}, name="critical path", hoverinfo="skip", legendgroup="path", showlegend=False))
+        fig.add_trace(go.Scattergl(x=compact(edges["x"]), y=(np.asarray(edges["y0"], dtype=np.float32) + np.asarray(edges["y1"], dtype=np.float32)) / 2, mode="markers", marker={"size": 8, "color": palette.CRITICAL_PATH, "opacity": 0}, text=np.array(edges["hover"], dtype=object), hovertemplate="%{text}<extra>critical path</extra>", name="critical path", legendgroup="path", showlegend=False))
+    if path["x0"]:
+        mid = (np.asarray(path["x0"], dtype=np.float64) + np.asarray(path["x1"], dtype=np.float64)) / 2
+        fig.add_trace(
+            go.Scattergl(
+                x=compact(mid),
+                y=np.asarray(path["row"], dtype=np.int16),
+                mode="markers",
+                marker={"size": max(4.0, width), "color": palette.CRITICAL_PATH, "opacity": 0},
+                text=np.array(path["hover"], dtype=object),
+                customdata=np.asarray(path["dur_us"], dtype=np.float32),
+                hovertemplate="%{text}<br>%{customdata:.1f} µs on the critical path · at %{x:.3f} ms<extra>critical path</extra>",
+                name="critical path",
+                legendgroup="path",
+                showlegend=False,
+            )
+        )
 
 
 def _add_intervals(fig: go.Figure, name: str, seg: dict[str, Any], color: str, width: float) -> None:
@@ -88,22 +178,36 @@ def _polylines(links: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
     return compact(xs), np.array(ys, dtype=np.float32)
 
 
-def _axes(fig: go.Figure, rows: list[dict[str, Any]], window: list[float], marked: set[int]) -> None:
+def _axes(fig: go.Figure, rows: list[dict[str, Any]], window: list[float], marked: set[int], on_path: dict[int, list[int]]) -> None:
     fig.update_yaxes(
         tickvals=list(range(len(rows))),
-        ticktext=[f"<b>{r['label']}</b>" if r["rank"] in marked else r["label"] for r in rows],
+        ticktext=[_label(r, r["rank"] in marked, on_path.get(i)) for i, r in enumerate(rows)],
         range=[len(rows) - 0.5, -0.5],
         showgrid=False,
         zeroline=False,
         fixedrange=True,
     )
     fig.update_xaxes(title="time since job start (ms)", range=window, showgrid=True, zeroline=False)
-    # Rank separators as plain shapes in one update: add_hline resolves axes per call and costs ~5 ms each.
-    lines = [{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y", "y0": i - 0.5, "y1": i - 0.5, "line": {"color": "#999", "width": 1}} for i in range(1, len(rows)) if rows[i]["rank"] != rows[i - 1]["rank"]]
+    # Separators and shading as plain shapes in one update, one per block of rows (a rank's streams, a fold's
+    # lanes): add_hline resolves axes per call and costs ~5 ms each, and every shape is validated and copied.
+    starts = [i for i in range(len(rows)) if i == 0 or _block(rows[i]) != _block(rows[i - 1])]
+    lines = [{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y", "y0": i - 0.5, "y1": i - 0.5, "line": {"color": "#999", "width": 1}} for i in starts[1:]]
     bands = [
-        {"type": "rect", "xref": "paper", "x0": 0, "x1": 1, "yref": "y", "y0": i - 0.5, "y1": i + 0.5, "fillcolor": palette.CULPRIT, "opacity": 0.08, "line": {"width": 0}, "layer": "below"}
-        for i, r in enumerate(rows)
-        if r["rank"] in marked
+        {"type": "rect", "xref": "paper", "x0": 0, "x1": 1, "yref": "y", "y0": a - 0.5, "y1": b - 0.5, "fillcolor": palette.CULPRIT if rows[a]["rank"] is not None else palette.STAGE, "opacity": 0.08, "line": {"width": 0}, "layer": "below"}
+        for a, b in zip(starts, [*starts[1:], len(rows)], strict=True)
+        if rows[a]["rank"] in marked or rows[a]["rank"] is None
     ]
     # The legend on the left: the modebar takes the top right corner.
-    fig.update_layout(margin={"l": 110, "t": 30}, dragmode="zoom", hovermode="closest", shapes=bands + lines, legend={"x": 0, "xanchor": "left"})
+    fig.update_layout(margin={"l": 120, "t": 30}, dragmode="zoom", hovermode="closest", shapes=bands + lines, legend={"x": 0, "xanchor": "left"})
+
+
+def _block(row: dict[str, Any]) -> Any:
+    return row["rank"] if row["rank"] is not None else row["fold"]
+
+
+def _label(row: dict[str, Any], marked: bool, path_ranks: list[int] | None) -> str:
+    """A rank's row bold when marked; a folded row with ▸ (a click opens it) and, when the critical path crosses
+    it, ◆ (the ranks it passes are in the hover)."""
+    if row["rank"] is not None:
+        return f"<b>{row['label']}</b>" if marked else row["label"]
+    return f"▸ {row['label']}" + (" <b>◆</b>" if path_ranks else "")

@@ -51,8 +51,13 @@ def timeline_panel() -> html.Section:
             children=[
                 dcc.Dropdown(id=ids.TIMELINE_RANKS, multi=True, placeholder="ranks to show first (type to search)", className="pd-rank-picker"),
                 dcc.Dropdown(id=ids.OP_SEARCH, options=[], placeholder="/ search an operator", className="pd-op-search"),
+                dcc.Checklist(id=ids.TIMELINE_PATH, options=[{"label": " critical path", "value": "path"}], value=[], inline=True),
+                html.Button("fold all", id=ids.TIMELINE_FOLD_ALL, className="pd-button"),
             ],
         ),
+        # The folded rows opened: a click on a folded row (▸) adds one, unticking folds it back; kept across steps.
+        dcc.Checklist(id=ids.TIMELINE_EXPAND, options=[], value=[], inline=True, className="pd-unfolded"),
+        dcc.Store(id=ids.TIMELINE_FOLDS, data=[]),
         html.Div(id=ids.TIMELINE_INFO, className="pd-help"),
         graph(ids.TIMELINE, scroll_zoom=True),
         class_name="pd-timeline",
