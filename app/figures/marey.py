@@ -17,7 +17,6 @@ from paradiag.app.figures.common import base_figure, compact, empty_figure, shor
 HALF = 0.32  # half the height of a row
 STAGE_GAP = 0.7  # extra space between stages
 ANOMALY = "#c62828"
-PATH = "#ff6f00"  # the critical path: apart from the categories' colours and the anomalies' red
 
 
 def rows_of(data: dict[str, Any]) -> tuple[list[list[float]], dict[int, float], list[tuple[float, str]]]:
@@ -247,7 +246,7 @@ def critical_path_trace(path: list[dict[str, Any]], rank_y: dict[int, float]) ->
         x=compact(np.array(xs, dtype=np.float64)),
         y=np.array(ys, dtype=np.float32),
         mode="lines",
-        line={"color": PATH, "width": 4},
+        line={"color": palette.CRITICAL_PATH, "width": 4},
         opacity=0.85,
         hovertext=np.array(text, dtype=object),
         hovertemplate="%{hovertext}<extra></extra>",
