@@ -214,9 +214,9 @@ class ArrayStream:
             items, pos = self._next_slice(pos)
             yield items
             if pos >= BLOCK:  # drop what was decoded, a few slices at a time (each drop moves the rest)
-                del self.buf[:pos]
-                self.consumed += pos
-                pos = 0
+                del self.buf[: pos - 1]  # the byte before the next element stays: _decode puts its '[' there
+                self.consumed += pos - 1
+                pos = 1
 
     def _next_slice(self, pos: int) -> tuple[Any, int]:
         """Decode the longest run of whole elements from ``pos`` within the window; index after its separator."""
@@ -247,9 +247,19 @@ class ArrayStream:
             window *= 4
 
     def _decode(self, lo: int, hi: int) -> Any:
-        """The elements in buf[lo:hi], or None when that is not a run of whole elements."""
-        with memoryview(self.buf) as view:
-            text = b"".join((b"[", view[lo:hi], b"]"))
+        """The elements in buf[lo:hi], or None when that is not a run of whole elements.
+
+        Decoded in place, without copying the slice: the byte before it (the array's ``[``, a ``,`` or
+        whitespace) and the one after it (``,``, ``]`` or whitespace) become ``[`` and ``]`` for the call."""
+        before, after = self.buf[lo - 1], self.buf[hi]
+        self.buf[lo - 1], self.buf[hi] = ord("["), ord("]")
+        try:
+            with memoryview(self.buf) as view, view[lo - 1 : hi + 1] as text:
+                return self._decode_text(text, lo)
+        finally:
+            self.buf[lo - 1], self.buf[hi] = before, after
+
+    def _decode_text(self, text: memoryview, lo: int) -> Any:
         try:
             return self.decoder.decode(text)
         except RecursionError as exc:

@@ -7,7 +7,6 @@ stays near the size of the JSON text. Format notes: ``../shared/formats/kineto.m
 from __future__ import annotations
 
 import re
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -90,8 +89,9 @@ def parse(path: Path, root: Path | None = None) -> ParsedRank:
     info = outer.distributedInfo if isinstance(outer.distributedInfo, dict) else {}
     rank, rank_from = _rank(info, path, warnings)
     table, steps = _attribute_steps(table, warnings)
-    device_values = pc.filter(table.column("device"), pc.greater_equal(table.column("device"), 0)).to_numpy()
-    device = int(Counter(device_values.tolist()).most_common(1)[0][0]) if len(device_values) else None
+    device_values = table.column("device").to_numpy()
+    device_values = device_values[device_values >= 0]
+    device = int(np.bincount(device_values).argmax()) if len(device_values) else None  # the most common
     tb_name = _TB_FILE_NAME.match(path.name)
     return ParsedRank(
         source=str(shown),
@@ -152,7 +152,7 @@ def _rank(info: dict[str, Any], path: Path, warnings: list[str]) -> tuple[int | 
 def _events_table(columns: Columns, base_ns: int | None) -> tuple[pa.Table, int]:
     """The events table from the accumulated columns; events with an invalid time are removed."""
     n = columns.n
-    cats = columns.column("category").dictionary_encode()
+    cats = columns.column("category")
     cat_names: list[str] = cats.dictionary.to_pylist()
     cat_codes = cats.indices.to_numpy(zero_copy_only=False)
     on_device = np.array([c in DEVICE_CATEGORIES for c in cat_names], dtype=bool)[cat_codes]
@@ -177,7 +177,7 @@ def _events_table(columns: Columns, base_ns: int | None) -> tuple[pa.Table, int]
     device = np.clip(np.nan_to_num(device, nan=0), -1, 127).astype(np.int64)
     track = np.where(on_device & ~np.isnan(stream_arg), stream_arg, tid)
     track = np.clip(np.nan_to_num(track, nan=-1), -(2**31), 2**31 - 1).astype(np.int64)
-    names = columns.column("name").dictionary_encode()
+    names = columns.column("name")
     table = schema.build(
         schema.EVENTS,
         {
@@ -220,12 +220,16 @@ def _enclosing_collectives(
     word_meta = {i: _HOST_COLLECTIVE.match(w or "") for i, w in enumerate(words)}
     ops = np.flatnonzero(~on_device & np.isin(codes, [i for i, m in word_meta.items() if m]))
     correlation = columns.column("correlation").fill_null(-1).to_numpy(zero_copy_only=False)
-    launch_of = {int(c): i for i, c in enumerate(correlation) if c >= 0 and not on_device[i]} if len(ops) else {}
+    # The launch of a kernel: the host row with its correlation id (the last one, should ids repeat).
+    launches = np.flatnonzero((correlation >= 0) & ~on_device) if len(ops) else np.zeros(0, np.int64)
+    launches = launches[np.argsort(correlation[launches], kind="stable")]
+    launch_ids = correlation[launches]
     out = {}
     for row in pending:
-        launch = launch_of.get(int(correlation[row]))
-        if launch is None:
+        at = int(np.searchsorted(launch_ids, correlation[row], side="right")) - 1
+        if at < 0 or launch_ids[at] != correlation[row]:
             continue
+        launch = launches[at]
         inside = ops[(tid[ops] == tid[launch]) & (ts[ops] <= ts[launch]) & (ts[ops] + dur[ops] >= ts[launch])]
         if len(inside):
             op = inside[np.argmin(dur[inside])]  # the innermost one

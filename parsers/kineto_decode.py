@@ -115,6 +115,8 @@ HOST_CATEGORIES = {
 }
 SKIPPED_CATEGORIES = frozenset({"Trace"})  # the profiler's own whole-window span
 _DEVICE_CATEGORY_ARRAY = pa.array(list(DEVICE_CATEGORIES))
+# A ready scalar: converting a Python string in every call retries pyarrow's failing optional imports each time.
+_RECORD_PARAM_COMMS = pa.scalar("record_param_comms")
 COMM_KERNEL = re.compile(r"^(nccl|rccl)[A-Za-z]*Kernel|^ncclDevKernel|^mscclKernel")
 DTYPE_BYTES = {
     **dict.fromkeys(("float", "float32", "int", "int32"), 4),
@@ -263,10 +265,13 @@ class Columns:
         complete = [e for e in events if e.ph == "X" and not (isinstance(e.cat, str) and e.cat in SKIPPED_CATEGORIES)]
         if not complete:
             return
-        cats = text_column(list(map(_get["cat"], complete)))
-        names = text_column(list(map(_get["name"], complete)))
-        check_names(names, self.shown)
-        check_names(cats, self.shown, "event category")
+        # Names and categories are dictionary-encoded per chunk (a hash per row, in C): the tests on a name
+        # (communication kernel, record_param_comms, device category) then run once per distinct name, and the
+        # chunks hold codes instead of repeated strings.
+        cats = text_column(list(map(_get["cat"], complete))).dictionary_encode()
+        names = text_column(list(map(_get["name"], complete))).dictionary_encode()
+        check_names(names.dictionary, self.shown)
+        check_names(cats.dictionary, self.shown, "event category")
         self._put("category", cats)
         self._put("name", names)
         for key in ("ts", "dur"):
@@ -276,34 +281,45 @@ class Columns:
         args = list(map(get_args, complete))
         for key in ("device", "stream", "correlation", "external_id"):
             self._put(key, int_column(list(map(_get_arg[key], args))))
-        on_device = pc.is_in(cats, _DEVICE_CATEGORY_ARRAY).to_numpy(zero_copy_only=False)
-        self._communication(complete, names, on_device)
+        on_device = _by_code(cats, pc.is_in(cats.dictionary, _DEVICE_CATEGORY_ARRAY))
+        self._communication(args, names, on_device)
         self.n += len(complete)
 
-    def _communication(self, complete: list[Any], names: pa.Array, on_device: np.ndarray) -> None:
+    def _communication(self, args: list[Any], names: pa.DictionaryArray, on_device: np.ndarray) -> None:
         # Arrow kernels, not Python strings: nothing allocated here outlives the chunk (long-lived small objects
         # would pin the allocator's arenas and keep every chunk's memory).
-        is_comm_name = pc.match_substring_regex(names, COMM_KERNEL.pattern).to_numpy(zero_copy_only=False)
-        is_param = pc.equal(names, "record_param_comms").to_numpy(zero_copy_only=False) & ~on_device
-        has_coll = pc.is_valid(optional_text_column(list(map(_get_arg["collective"], map(get_args, complete)))))
+        is_comm_name = _by_code(names, pc.match_substring_regex(names.dictionary, COMM_KERNEL.pattern))
+        is_param = _by_code(names, pc.equal(names.dictionary, _RECORD_PARAM_COMMS)) & ~on_device
+        has_coll = pc.is_valid(optional_text_column(list(map(_get_arg["collective"], args))))
         has_coll = has_coll.to_numpy(zero_copy_only=False)
         for i in np.flatnonzero(is_param).tolist():
-            meta = comm_meta(complete[i].args)
+            meta = comm_meta(args[i])
             if meta is not None:
                 self.meta[self.n + i] = meta
-                ext = int_or_none(complete[i].args.external_id)
+                ext = int_or_none(args[i].external_id)
                 if ext is not None:
                     self.host_meta[ext] = meta
         for i in np.flatnonzero(on_device & (is_comm_name | has_coll)).tolist():
             row = self.n + i
             self.comm_rows.append(row)
-            meta = comm_meta(complete[i].args) if has_coll[i] else None
+            meta = comm_meta(args[i]) if has_coll[i] else None
             if meta is not None:
                 self.meta[row] = meta
             else:
-                ext = int_or_none(complete[i].args.external_id)
+                ext = int_or_none(args[i].external_id)
                 self.pending.append((row, -1 if ext is None else ext))
 
     def column(self, name: str) -> pa.Array:
+        """The whole column; a dictionary column's chunks share one dictionary."""
         parts = self.parts.get(name, [])
-        return pa.concat_arrays(parts) if parts else pa.array([], type=pa.int64())
+        if not parts:
+            return pa.array([], type=pa.int64())
+        if pa.types.is_dictionary(parts[0].type):
+            return pa.chunked_array(parts).unify_dictionaries().combine_chunks()
+        return pa.concat_arrays(parts)
+
+
+def _by_code(array: pa.DictionaryArray, per_value: pa.Array) -> np.ndarray:
+    """A boolean per row from a boolean per dictionary value."""
+    values = per_value.fill_null(False).to_numpy(zero_copy_only=False)
+    return values[array.indices.to_numpy(zero_copy_only=False)]
