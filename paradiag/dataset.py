@@ -50,6 +50,7 @@ from paradiag.side_inputs import store_side_inputs
 
 if TYPE_CHECKING:
     from paradiag.analysis.diagnosis_types import Diagnosis
+    from paradiag.frames import Frames
 
 CACHE_FORMAT = "paradiag.cache/1"
 PARSER_VERSION = 3  # bump when a parser (or the cache's layout) changes what is written: every cache is then rebuilt
@@ -153,6 +154,13 @@ class Job:
 
             self._diagnosis = stored_or_computed(self)
         return self._diagnosis
+
+    @property
+    def frames(self) -> Frames:
+        """pandas DataFrames of the job's tables and Diagnosis (needs ``paradiag[pandas]``)."""
+        from paradiag.frames import Frames
+
+        return Frames(self)
 
     @property
     def source(self) -> str:
