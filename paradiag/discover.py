@@ -213,6 +213,7 @@ def parse_source(source: Source, root: Path, out_dir: Path, index: int) -> Sourc
     events = parsed.events
     order = pc.sort_indices(events, sort_keys=[("start_ns", "ascending")])
     events = events.take(order)
+    parsed.events = events.schema.empty_table()  # the unsorted copy goes now, not after the write
     name = f"part-{index:05d}.parquet"
     (out_dir / "events").mkdir(parents=True, exist_ok=True)
     pq.write_table(
@@ -235,7 +236,6 @@ def parse_source(source: Source, root: Path, out_dir: Path, index: int) -> Sourc
         pc.greater_equal(events.column("device"), 0),
     )
     result.comm = events.filter(is_comm).select(list(COMM_COLUMNS))
-    parsed.events = events.schema.empty_table()
     parsed.extra = {}
     result.parsed = parsed
     return result

@@ -152,7 +152,7 @@ def _rank(info: dict[str, Any], path: Path, warnings: list[str]) -> tuple[int | 
 def _events_table(columns: Columns, base_ns: int | None) -> tuple[pa.Table, int]:
     """The events table from the accumulated columns; events with an invalid time are removed."""
     n = columns.n
-    cats = columns.column("category")
+    cats = columns.take("category")
     cat_names: list[str] = cats.dictionary.to_pylist()
     cat_codes = cats.indices.to_numpy(zero_copy_only=False)
     on_device = np.array([c in DEVICE_CATEGORIES for c in cat_names], dtype=bool)[cat_codes]
@@ -160,7 +160,7 @@ def _events_table(columns: Columns, base_ns: int | None) -> tuple[pa.Table, int]
     kind_codes = np.array(kind_of_cat, dtype=np.int8)[cat_codes]
     kind_codes[columns.comm_rows] = schema.KINDS.index(schema.COMMUNICATION)
 
-    ts_arr, dur_arr = columns.column("ts"), columns.column("dur")
+    ts_arr, dur_arr = columns.take("ts"), columns.take("dur")
     valid = pc.and_(pc.is_valid(ts_arr), pc.is_valid(dur_arr)).to_numpy(zero_copy_only=False)
     ts = us_to_ns(ts_arr.fill_null(0))
     dur = us_to_ns(dur_arr.fill_null(0))
@@ -169,15 +169,16 @@ def _events_table(columns: Columns, base_ns: int | None) -> tuple[pa.Table, int]
         ts = np.where(valid, ts + base_ns, -1)
     valid &= ts < MAX_NS
 
-    device_arg = columns.column("device").to_numpy(zero_copy_only=False)
-    stream_arg = columns.column("stream").to_numpy(zero_copy_only=False)
-    pid = columns.column("pid").to_numpy(zero_copy_only=False)
-    tid = columns.column("tid").to_numpy(zero_copy_only=False)
+    device_arg = columns.take("device").to_numpy(zero_copy_only=False)
+    stream_arg = columns.take("stream").to_numpy(zero_copy_only=False)
+    pid = columns.take("pid").to_numpy(zero_copy_only=False)
+    tid = columns.take("tid").to_numpy(zero_copy_only=False)
     device = np.where(on_device, np.where(np.isnan(device_arg), pid, device_arg), -1)
     device = np.clip(np.nan_to_num(device, nan=0), -1, 127).astype(np.int64)
     track = np.where(on_device & ~np.isnan(stream_arg), stream_arg, tid)
     track = np.clip(np.nan_to_num(track, nan=-1), -(2**31), 2**31 - 1).astype(np.int64)
-    names = columns.column("name")
+    names = columns.take("name")
+    correlation = columns.take("correlation").fill_null(-1).to_numpy(zero_copy_only=False)
     table = schema.build(
         schema.EVENTS,
         {
@@ -190,9 +191,9 @@ def _events_table(columns: Columns, base_ns: int | None) -> tuple[pa.Table, int]
             "start_ns": ts,
             "dur_ns": dur,
             "step": np.full(n, -1, dtype=np.int32),
-            "correlation": _clip32(columns.column("correlation").fill_null(-1)),
-            "external_id": _clip32(columns.column("external_id").fill_null(-1)),
-            **_comm_columns(columns, names, track, _enclosing_collectives(columns, names, ts, dur, tid, on_device)),
+            "correlation": _clip32(correlation),
+            "external_id": _clip32(columns.take("external_id").fill_null(-1).to_numpy(zero_copy_only=False)),
+            **_comm_columns(columns, names, track, _enclosing_collectives(columns, names, correlation, ts, dur, tid, on_device)),
         },
         n,
     )
@@ -200,13 +201,18 @@ def _events_table(columns: Columns, base_ns: int | None) -> tuple[pa.Table, int]
     return (table.filter(pa.array(valid)) if dropped else table), dropped
 
 
-def _clip32(arr: pa.Array) -> np.ndarray:
-    values = arr.to_numpy(zero_copy_only=False)
+def _clip32(values: np.ndarray) -> np.ndarray:
     return np.where((values > 2**31 - 1) | (values < -(2**31)), -1, values).astype(np.int32)
 
 
 def _enclosing_collectives(
-    columns: Columns, names: pa.DictionaryArray, ts: np.ndarray, dur: np.ndarray, tid: np.ndarray, on_device: np.ndarray
+    columns: Columns,
+    names: pa.DictionaryArray,
+    correlation: np.ndarray,
+    ts: np.ndarray,
+    dur: np.ndarray,
+    tid: np.ndarray,
+    on_device: np.ndarray,
 ) -> dict[int, CommMeta]:
     """Communication kernels without a record_param_comms call: the collective the host was running when it
     launched them (older PyTorch names it ``nccl:all_to_all``, ``c10d::alltoall_base_``, ...; the launch is the
@@ -219,7 +225,6 @@ def _enclosing_collectives(
     codes = names.indices.to_numpy(zero_copy_only=False)
     word_meta = {i: _HOST_COLLECTIVE.match(w or "") for i, w in enumerate(words)}
     ops = np.flatnonzero(~on_device & np.isin(codes, [i for i, m in word_meta.items() if m]))
-    correlation = columns.column("correlation").fill_null(-1).to_numpy(zero_copy_only=False)
     # The launch of a kernel: the host row with its correlation id (the last one, should ids repeat).
     launches = np.flatnonzero((correlation >= 0) & ~on_device) if len(ops) else np.zeros(0, np.int64)
     launches = launches[np.argsort(correlation[launches], kind="stable")]

@@ -309,9 +309,10 @@ class Columns:
                 ext = int_or_none(args[i].external_id)
                 self.pending.append((row, -1 if ext is None else ext))
 
-    def column(self, name: str) -> pa.Array:
-        """The whole column; a dictionary column's chunks share one dictionary."""
-        parts = self.parts.get(name, [])
+    def take(self, name: str) -> pa.Array:
+        """The whole column, handed over: its chunks are dropped here, so that they and the whole column are not
+        both held. A dictionary column's chunks are given one dictionary."""
+        parts = self.parts.pop(name, [])
         if not parts:
             return pa.array([], type=pa.int64())
         if pa.types.is_dictionary(parts[0].type):
