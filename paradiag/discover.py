@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import xxhash
 
 from paradiag import schema
-from paradiag.parsers.base import Group, ParsedRank, TraceError
+from paradiag.parsers.base import Group, ParsedRank, TraceError, release_memory
 
 # Parser modules, most specific first: folder formats are tried before single-file ones.
 PARSER_MODULES = (
@@ -210,6 +210,7 @@ def parse_source(source: Source, root: Path, out_dir: Path, index: int) -> Sourc
         result.error += "\n" + traceback.format_exc(limit=3)
         return result
     _check_ranges(parsed)
+    release_memory()  # what the parse freed, before the events are sorted and written
     events = parsed.events
     order = pc.sort_indices(events, sort_keys=[("start_ns", "ascending")])
     events = events.take(order)

@@ -8,6 +8,8 @@ Clock alignment across ranks, rank de-duplication and caching happen later, in :
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +19,13 @@ import numpy as np
 import pyarrow as pa
 
 from paradiag import schema
+
+
+def release_memory() -> None:
+    """Hand the memory freed since the last call back to the system (glibc keeps freed heap pages otherwise): a
+    parse frees a few times the size of its table, which would still count while the table is sorted and written."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 class TraceError(Exception):
