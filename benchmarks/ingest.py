@@ -4,10 +4,12 @@
     python benchmarks/ingest.py --folder DIR          # any folder of Kineto traces with distributedInfo.rank
     python benchmarks/ingest.py --simulate            # the folder comes from paradiag's simulator instead
 
-Prints MB/s (of uncompressed JSON), events/s, wall time and peak memory (PSS) of each tool's whole process tree (both run
-as subprocesses, both with one parser process per core), the ratios, and how much faster reopening from the
-Parquet cache is than parsing. The goal (issue 2): >= 10x HTA's throughput at <= 1/4 of its peak memory on
->= 8 ranks x >= 50 MB of JSON, and reopening >= 30x faster than parsing.
+Prints, for each tool run as a subprocess with one parser process per core: wall time, MB/s (of uncompressed JSON),
+CPU seconds of the whole process tree (user + system) and MB per CPU-second (on a shared machine the wall time
+depends on the neighbours, the CPU time much less), events/s, peak memory (PSS) of the process tree and per event;
+then the ratios to HTA, and how much faster reopening from the Parquet cache is than parsing. Goals (issue 14):
+>= 30x HTA's throughput at <= 0.2x its peak memory on >= 8 ranks x >= 50 MB of JSON, >= 150 MB of JSON per
+CPU-second, reopening >= 30x faster than parsing.
 """
 
 from __future__ import annotations
