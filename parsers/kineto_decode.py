@@ -115,6 +115,7 @@ HOST_CATEGORIES = {
 }
 SKIPPED_CATEGORIES = frozenset({"Trace"})  # the profiler's own whole-window span
 _DEVICE_CATEGORY_ARRAY = pa.array(list(DEVICE_CATEGORIES))
+_SKIPPED_CATEGORY_ARRAY = pa.array(sorted(SKIPPED_CATEGORIES))
 # A ready scalar: converting a Python string in every call retries pyarrow's failing optional imports each time.
 _RECORD_PARAM_COMMS = pa.scalar("record_param_comms")
 COMM_KERNEL = re.compile(r"^(nccl|rccl)[A-Za-z]*Kernel|^ncclDevKernel|^mscclKernel")
@@ -262,13 +263,16 @@ class Columns:
         self.parts.setdefault(name, []).append(array)
 
     def add(self, events: list[Any]) -> None:
-        complete = [e for e in events if e.ph == "X" and not (isinstance(e.cat, str) and e.cat in SKIPPED_CATEGORIES)]
-        if not complete:
-            return
+        complete = [e for e in events if e.ph == "X"]
         # Names and categories are dictionary-encoded per chunk (a hash per row, in C): the tests on a name
         # (communication kernel, record_param_comms, device category) then run once per distinct name, and the
         # chunks hold codes instead of repeated strings.
         cats = text_column(list(map(_get["cat"], complete))).dictionary_encode()
+        if pc.any(pc.is_in(cats.dictionary, _SKIPPED_CATEGORY_ARRAY)).as_py():  # one event a file: checked per chunk
+            complete = [e for e in complete if not (isinstance(e.cat, str) and e.cat in SKIPPED_CATEGORIES)]
+            cats = text_column(list(map(_get["cat"], complete))).dictionary_encode()
+        if not complete:
+            return
         names = text_column(list(map(_get["name"], complete))).dictionary_encode()
         check_names(names.dictionary, self.shown)
         check_names(cats.dictionary, self.shown, "event category")
