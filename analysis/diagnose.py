@@ -5,6 +5,11 @@ layout, the per-(rank, step) figures and breakdowns, the collective and send/rec
 the stage and operator figures and the ranked findings. Each piece comes from a pure function of the tables
 (``layout``, ``comm``, ``stages``, ``operators``, ``findings``, ``breakdown``); this module only chains them.
 It runs at ingest; ``stored_or_computed`` is how a job gets its Diagnosis afterwards.
+
+The work splits in two. ``rank_tables`` (the map) needs one rank's events only: it runs where the rank is
+parsed (a local worker process or a Dask worker) and its small tables are stored beside the rank's events.
+``diagnose`` (the reduce) runs once per job over every rank and reads those tables instead of recomputing them
+(a cache written before they existed gets them computed here, by the same function).
 """
 
 from __future__ import annotations
@@ -71,41 +76,67 @@ def stored_or_computed(job: Job) -> Diagnosis:
     return diagnosis
 
 
-def read_frame(job: Job) -> tuple[Frame, pa.Table]:
-    """The job's device events as one :class:`Frame`, and the breakdown table, each rank's events read once (and
-    dropped before the next rank is read)."""
+RANK_TABLES = ("breakdowns", "operator_totals")  # what rank_tables returns, stored per rank in the cache
+
+
+def rank_tables(events: pa.Table, steps: pa.Table, convention: str) -> dict[str, pa.Table]:
+    """The per-rank part of the analysis, from one rank's events (``EVENT_COLUMNS`` at least) and its steps
+    (sorted by step): its breakdowns (one row per step, and a row with a null step over all its steps, in the
+    device's ``convention``) and its device time per (step, operator). Both measure durations and spans only, so
+    any one clock serves: the rank's own (before alignment) gives the same tables as the aligned one. The tables
+    carry no rank id: the rank a source gets is settled later, across sources."""
+    device = events.filter(pc.greater_equal(events.column("device"), 0))
+    return {
+        "breakdowns": _breakdown_table(_rank_breakdowns(device, steps, convention)),
+        "operator_totals": _operator_totals(device_frame(events)),
+    }
+
+
+def read_frame(job: Job) -> tuple[Frame, dict[str, pa.Table]]:
+    """The job's device events as one :class:`Frame`, each rank's events read once (and dropped before the next
+    rank is read), and the per-rank tables of every rank (stored at ingest, else computed here), rank by rank."""
     frames = []
-    rows: list[tuple[int, int | None, Breakdown | None]] = []
+    parts: dict[str, list[pa.Table]] = {name: [] for name in RANK_TABLES}
     device_type = dict(zip(job.ranks.column("rank").to_pylist(), job.ranks.column("device_type").to_pylist(), strict=True))
     for rank in job.rank_ids:
         events = job.events(ranks=[rank], columns=EVENT_COLUMNS)
-        convention = default_convention(device_type.get(rank))
-        rows += _rank_breakdowns(events.filter(pc.greater_equal(events.column("device"), 0)), job.steps, rank, convention)
+        tables = job.rank_tables(rank, RANK_TABLES)
+        if tables is None:
+            tables = rank_tables(events, rank_steps(job.steps, rank), default_convention(device_type.get(rank)))
+        for name in RANK_TABLES:
+            table = tables[name]
+            parts[name].append(table.add_column(0, "rank", pa.array(np.full(table.num_rows, rank, np.int32))))
         frames.append(device_frame(events))
-    return concat(frames), _breakdown_table(rows)
+    return concat(frames), {name: _concat(parts[name], name) for name in RANK_TABLES}
 
 
-def _rank_breakdowns(events: pa.Table, steps: pa.Table, rank: int, convention: str) -> list[tuple[int, int | None, Breakdown | None]]:
-    """(rank, step, breakdown) per step of the rank, and (rank, None, breakdown over all its steps), in the
-    device's own ``convention``."""
-    mine = rank_steps(steps, rank)
-    out: list[tuple[int, int | None, Breakdown | None]] = [(rank, None, rank_breakdown(events, mine.column("step").to_pylist(), convention))]
-    for s in step_breakdowns(events, mine, convention):
+def _concat(tables: list[pa.Table], name: str) -> pa.Table:
+    if not tables:
+        return _EMPTY[name]
+    table = pa.concat_tables(tables)
+    return table.sort_by([("step", "ascending"), ("rank", "ascending"), ("name", "ascending")]) if name == "operator_totals" else table
+
+
+def _rank_breakdowns(events: pa.Table, steps: pa.Table, convention: str) -> list[tuple[int | None, Breakdown | None]]:
+    """(step, breakdown) per step of the rank, and (None, breakdown over all its steps), in the device's own
+    ``convention``."""
+    out: list[tuple[int | None, Breakdown | None]] = [(None, rank_breakdown(events, steps.column("step").to_pylist(), convention))]
+    for s in step_breakdowns(events, steps, convention):
         b = s["breakdown"]
-        out.append((rank, s["step"], Breakdown(**{k: b[k] for k in BREAKDOWN_FIELDS}) if b else None))
+        out.append((s["step"], Breakdown(**{k: b[k] for k in BREAKDOWN_FIELDS}) if b else None))
     return out
 
 
-def _breakdown_table(rows: list[tuple[int, int | None, Breakdown | None]]) -> pa.Table:
-    cols: dict[str, Any] = {"rank": pa.array([r for r, _, _ in rows], pa.int32()), "step": pa.array([s for _, s, _ in rows], pa.int32())}
+def _breakdown_table(rows: list[tuple[int | None, Breakdown | None]]) -> pa.Table:
+    cols: dict[str, Any] = {"step": pa.array([s for s, _ in rows], pa.int32())}
     for name in BREAKDOWN_FIELDS:
-        cols[name] = pa.array([getattr(b, name) if b else None for _, _, b in rows], pa.int64())
+        cols[name] = pa.array([getattr(b, name) if b else None for _, b in rows], pa.int64())
     return pa.table(cols)
 
 
 def diagnose(job: Job) -> Diagnosis:
     """Everything about ``job``, from its events."""
-    frame, breakdowns = read_frame(job)
+    frame, per_rank = read_frame(job)
     layout = parallel_layout(job.ranks, job.groups, frame)
     members = {g: list(m) for g, m in zip(job.groups.column("group").to_pylist(), job.groups.column("ranks").to_pylist(), strict=True)}
     host_of = dict(zip(job.ranks.column("rank").to_pylist(), job.ranks.column("host").to_pylist(), strict=True))
@@ -142,12 +173,12 @@ def diagnose(job: Job) -> Diagnosis:
         communication_matrix=[CommLink(**c) for c in comm.comm_matrix(instances, p2p, members, host_of, job.extra("links"), layout.world)],
         operator_times=operator_times(frame, len(set(job.steps.column("step").to_pylist()))),
         rank_steps=rank_step_table(job.steps, figures, waits, layout),
-        breakdowns=breakdowns,
+        breakdowns=per_rank["breakdowns"],
         participation=participation,
         instances=instances,
         p2p=p2p,
         passes=passes,
-        operator_totals=operator_totals(frame),
+        operator_totals=per_rank["operator_totals"],
         critical_path=critical_path(frame, participation, p2p, job.steps),
     )
 
@@ -195,22 +226,24 @@ def _stage_z(keys: list[tuple[int, int]], stage_of_row: list[int], values: list[
     return out
 
 
-def operator_totals(frame: Frame) -> pa.Table:
-    """Device time per (step, rank, operator name) of compute, communication and memory work in the steps."""
+def _operator_totals(frame: Frame) -> pa.Table:
+    """Device time per (step, operator name) of one rank's compute, communication and memory work in its steps,
+    sorted by step and name."""
     keep = np.isin(frame.kind, frame.codes("kinds", OPERATOR_KINDS)) & (frame.step >= 0)
     f = frame.take(keep)
-    order, firsts = group_bounds(f.name, f.rank, f.step)
+    order, firsts = group_bounds(f.name, f.step)  # a frame's names are sorted: name codes order as the names do
     totals = np.add.reduceat((f.end - f.start)[order], firsts) if len(order) else np.zeros(0, np.int64)
     head = order[firsts]
     names = pa.DictionaryArray.from_arrays(pa.array(f.name[head], pa.int32()), pa.array(frame.names, pa.string()))
-    return pa.table(
-        {
-            "step": pa.array(f.step[head], pa.int32()),
-            "rank": pa.array(f.rank[head], pa.int32()),
-            "name": names.cast(pa.string()),
-            "dur_ns_sum": pa.array(totals, pa.int64()),
-        }
-    )
+    return pa.table({"step": pa.array(f.step[head], pa.int32()), "name": names.cast(pa.string()), "dur_ns_sum": pa.array(totals, pa.int64())})
+
+
+_EMPTY = {
+    "breakdowns": _breakdown_table([]).add_column(0, "rank", pa.array([], pa.int32())),
+    "operator_totals": pa.table(
+        {"step": pa.array([], pa.int32()), "rank": pa.array([], pa.int32()), "name": pa.array([], pa.string()), "dur_ns_sum": pa.array([], pa.int64())}
+    ),
+}
 
 
 def communication_summary(instances: pa.Table, p2p: pa.Table) -> CommunicationSummary:

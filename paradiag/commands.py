@@ -36,6 +36,14 @@ cache_option = click.option(
 )
 strict_option = click.option("--strict", is_flag=True, help="Fail on any problem with any source instead of skipping it.")
 workers_option = click.option("--workers", type=click.IntRange(1), default=None, help="Parser processes (default: one per core).")
+dask_option = click.option(
+    "--dask",
+    "dask",
+    metavar="ADDRESS",
+    default=None,
+    help="Parse on a Dask cluster: its scheduler (tcp://HOST:8786) or local:N (N local worker processes). The cache"
+    " must be on storage every worker reaches at the same path (docs/scale.md).",
+)
 verify_option = click.option(
     "--verify", is_flag=True, help="Hash every source file to check the cache (default: size and mtime; see docs/schema.md)."
 )
@@ -63,10 +71,12 @@ def _progress(enabled: bool) -> Iterator[ProgressCallback | None]:
         yield update
 
 
-def _open(path: Path, cache: Path | None, strict: bool, workers: int | None, refresh: bool = False, verify: bool = False) -> Job:
+def _open(
+    path: Path, cache: Path | None, strict: bool, workers: int | None, refresh: bool = False, verify: bool = False, dask: str | None = None
+) -> Job:
     try:
         with _progress(sys.stderr.isatty()) as progress:
-            return open_job(path, cache, strict=strict, workers=workers, refresh=refresh, progress=progress, verify=verify)
+            return open_job(path, cache, strict=strict, workers=workers, refresh=refresh, progress=progress, verify=verify, dask=dask)
     except JobError as exc:
         raise click.ClickException(str(exc)) from exc
 
@@ -90,10 +100,11 @@ def _size(n: float) -> str:
 @cache_option
 @strict_option
 @workers_option
-def ingest(path: Path, cache: Path | None, strict: bool, workers: int | None) -> None:
+@dask_option
+def ingest(path: Path, cache: Path | None, strict: bool, workers: int | None, dask: str | None) -> None:
     """Parse every trace under PATH and write the Parquet cache (rebuilt even when current)."""
     t0 = time.perf_counter()
-    job = _open(path, cache, strict, workers, refresh=True)
+    job = _open(path, cache, strict, workers, refresh=True, dask=dask)
     elapsed = time.perf_counter() - t0
     size = sum(f["size"] for f in job.manifest["files"])
     events = sum(job.ranks.column("num_events").to_pylist())

@@ -8,11 +8,15 @@ Cache layout (one folder per job)::
     groups.parquet            communication groups
     events/part-NNNNN.parquet one file per rank, rows sorted by start time (rank's own clock)
     extra/<table>/part-NNNNN.parquet   format-specific tables (e.g. NPU link traffic)
+    analysis/<table>/part-NNNNN.parquet  the per-rank part of the analysis (diagnose.rank_tables), computed
+                              where the rank was parsed
     diagnosis/                the analysis of the job (paradiag.analysis.diagnosis_types), computed at ingest
     strategy.parquet, .json   side inputs found beside the traces (paradiag.side_inputs)
 
 A cache is built in a temporary sibling folder and renamed into place, so a killed ingest never leaves a
-folder that opens as a valid cache. Nothing is ever written inside the source folder.
+folder that opens as a valid cache. Nothing is ever written inside the source folder. The ranks are parsed in
+this process, in a pool of local worker processes, or on a Dask cluster (paradiag.distributed), whose workers
+write into the same temporary folder (on storage they all reach); this process alone renames it.
 """
 
 from __future__ import annotations
@@ -234,6 +238,13 @@ class Job:
             table = table.select(list(columns))
         return table
 
+    def rank_tables(self, rank: int, names: Sequence[str]) -> dict[str, pa.Table] | None:
+        """The per-rank analysis tables ``names`` of ``rank`` stored at ingest; None when the cache lacks one."""
+        stored: dict[str, str] = next((s.get("rank_tables", {}) for s in self.manifest["sources"] if s.get("rank") == rank), {})
+        if any(name not in stored for name in names):
+            return None
+        return {name: pq.read_table(self.cache_dir / stored[name]) for name in names}
+
     def extra(self, name: str) -> pa.Table | None:
         """A format-specific table (e.g. ``links`` from NPU communication matrices), all ranks concatenated."""
         files = [(s["rank"], s["extra_files"][name]) for s in self.manifest["sources"] if name in s.get("extra_files", {})]
@@ -271,10 +282,12 @@ def open_job(
     refresh: bool = False,
     progress: ProgressCallback | None = None,
     verify: bool = False,
+    dask: str | None = None,
 ) -> Job:
     """Open a trace folder (or one trace file, or a cache folder): read the cache when it is current,
     otherwise parse and cache. ``strict`` turns any problem with a source into a :class:`JobError`;
-    ``verify`` hashes every source file to decide whether the cache is current (see :func:`_is_current`)."""
+    ``verify`` hashes every source file to decide whether the cache is current (see :func:`_is_current`);
+    ``dask`` parses on a Dask cluster (see :func:`ingest`)."""
     target = Path(path)
     if not target.exists():
         raise JobError(f"{target}: no such file or folder")
@@ -282,14 +295,14 @@ def open_job(
         job = _load(target)
         origin = Path(job.source)
         if refresh or (origin.exists() and not _is_current(job.manifest, origin, verify)):
-            return ingest(origin, target, strict=strict, workers=workers, progress=progress)
+            return ingest(origin, target, strict=strict, workers=workers, progress=progress, dask=dask)
         return _check_strict(job, strict)
     cache = Path(cache_dir) if cache_dir is not None else cache_dir_for(target)
     if not refresh and is_cache(cache):
         job = _load(cache)
         if Path(job.source) == target.resolve() and _is_current(job.manifest, target, verify):
             return _check_strict(job, strict)
-    return ingest(target, cache, strict=strict, workers=workers, progress=progress)
+    return ingest(target, cache, strict=strict, workers=workers, progress=progress, dask=dask)
 
 
 def _check_strict(job: Job, strict: bool) -> Job:
@@ -338,10 +351,38 @@ def _watch(owner: int) -> None:
     os._exit(1)
 
 
-def _parse_in_worker(source: Source, root: Path, out_dir: Path, index: int) -> SourceResult:
-    """parse_source, then hand the freed memory back to the system before the worker takes the next rank."""
+Parsed = tuple[SourceResult, dict[str, str]]  # a source's result, and its per-rank analysis tables (name -> file)
+
+
+def parse_rank(source: Source, root: Path, out_dir: Path, index: int) -> Parsed:
+    """parse_source, then the per-rank part of the analysis on the events just written (read back from the
+    Parquet part: the parser's tables are gone by then), its tables written beside them."""
+    from paradiag.analysis.breakdown import default_convention
+    from paradiag.analysis.diagnose import EVENT_COLUMNS, rank_tables
+
+    result = parse_source(source, root, out_dir, index)
+    if result.parsed is None or result.events_file is None:
+        return result, {}
+    events = pq.read_table(out_dir / result.events_file, columns=list(EVENT_COLUMNS))
+    tables = rank_tables(events, result.parsed.steps.sort_by("step"), default_convention(result.parsed.device_type))
+    files = {}
+    for name, table in tables.items():
+        (out_dir / "analysis" / name).mkdir(parents=True, exist_ok=True)
+        files[name] = f"analysis/{name}/part-{index:05d}.parquet"
+        pq.write_table(table, out_dir / files[name])
+    return result, files
+
+
+def part_files(out_dir: Path, index: int) -> list[Path]:
+    """Every file the parse of source ``index`` may have written into ``out_dir`` (to drop a failed one's)."""
+    name = f"part-{index:05d}.parquet"
+    return [out_dir / "events" / name, *out_dir.glob(f"extra/*/{name}"), *out_dir.glob(f"analysis/*/{name}")]
+
+
+def parse_in_worker(source: Source, root: Path, out_dir: Path, index: int) -> Parsed:
+    """parse_rank, then hand the freed memory back to the system before the worker takes the next rank."""
     try:
-        return parse_source(source, root, out_dir, index)
+        return parse_rank(source, root, out_dir, index)
     finally:
         gc.collect()
         with contextlib.suppress(OSError, AttributeError):
@@ -349,16 +390,20 @@ def _parse_in_worker(source: Source, root: Path, out_dir: Path, index: int) -> S
 
 
 def _parse_all(
-    sources: list[Source], root: Path, tmp: Path, workers: int | None, progress: ProgressCallback | None
-) -> list[SourceResult]:
+    sources: list[Source], root: Path, tmp: Path, workers: int | None, progress: ProgressCallback | None, dask: str | None
+) -> list[Parsed]:
+    if dask is not None:
+        from paradiag import distributed
+
+        return distributed.parse_all(dask, sources, root, tmp, progress)
     total_bytes = sum(s.size() for s in sources)
     n_workers = workers if workers is not None else min(os.cpu_count() or 1, len(sources))
-    results: list[SourceResult | None] = [None] * len(sources)
+    results: list[Parsed | None] = [None] * len(sources)
     if n_workers <= 1 or len(sources) == 1 or total_bytes < IN_PROCESS_BYTES:
         for i, src in enumerate(sources):
-            results[i] = parse_source(src, root, tmp, i)
+            results[i] = parse_rank(src, root, tmp, i)
             if progress:
-                progress(i + 1, len(sources), results[i].source)  # type: ignore[union-attr]
+                progress(i + 1, len(sources), results[i][0].source)  # type: ignore[index]
         return [r for r in results if r is not None]
     # fork shares the parent's imported modules with the workers (no extra process, least memory); from a
     # threaded parent (the web app) forking is unsafe, so a forkserver starts the workers there.
@@ -370,15 +415,18 @@ def _parse_all(
         ctx.set_forkserver_preload(["paradiag.discover"])
     owner = (os.getpid(),)
     with ProcessPoolExecutor(max_workers=n_workers, mp_context=ctx, initializer=_worker_init, initargs=owner) as pool:
-        # Largest first, so that one big rank does not finish alone at the end.
-        order = sorted(range(len(sources)), key=lambda i: -sources[i].size())
-        futures = {pool.submit(_parse_in_worker, sources[i], root, tmp, i): i for i in order}
+        futures = {pool.submit(parse_in_worker, sources[i], root, tmp, i): i for i in largest_first(sources)}
         for done, future in enumerate(as_completed(futures), start=1):
             i = futures[future]
             results[i] = future.result()
             if progress:
-                progress(done, len(sources), results[i].source)  # type: ignore[union-attr]
+                progress(done, len(sources), results[i][0].source)  # type: ignore[index]
     return [r for r in results if r is not None]
+
+
+def largest_first(sources: Sequence[Source]) -> list[int]:
+    """The order to hand sources to workers in: largest first, so that one big rank does not finish alone at the end."""
+    return sorted(range(len(sources)), key=lambda i: -sources[i].size())
 
 
 def ingest(
@@ -388,8 +436,11 @@ def ingest(
     strict: bool = False,
     workers: int | None = None,
     progress: ProgressCallback | None = None,
+    dask: str | None = None,
 ) -> Job:
-    """Parse every source under ``path`` and write the cache atomically; return the job."""
+    """Parse every source under ``path`` and write the cache atomically; return the job. ``dask`` parses the
+    sources on a Dask cluster instead of local processes: a scheduler address (``tcp://host:8786``) or
+    ``local:N`` (a local cluster of N worker processes); see paradiag.distributed."""
     root = Path(path).resolve()
     cache = Path(cache_dir) if cache_dir is not None else cache_dir_for(root)
     if cache.resolve() == root or root in cache.resolve().parents:
@@ -411,11 +462,12 @@ def ingest(
     tmp = cache.parent / _scratch_name(cache, "tmp")
     tmp.mkdir()
     try:
-        results = _parse_all(sources, root, tmp, workers, progress)
+        parsed = _parse_all(sources, root, tmp, workers, progress, dask)
+        results = [r for r, _ in parsed]
         problems.extend(Problem(r.source, "error", r.error) for r in results if r.error)
         if strict and problems:
             raise JobError("; ".join(str(p) for p in problems))
-        job = _finish(root, base, tmp, sources, others, results, problems)
+        job = _finish(root, base, tmp, sources, others, parsed, problems)
         if strict and job.problems:
             raise JobError("; ".join(str(p) for p in job.problems))
         store_side_inputs(root, tmp)
@@ -472,31 +524,32 @@ class _Kept:
     result: SourceResult
     parsed: ParsedRank
     rank: int
+    tables: dict[str, str]  # the per-rank analysis tables (name -> file in the cache)
 
 
-def _assign_ranks(results: list[SourceResult], problems: list[Problem]) -> list[_Kept]:
+def _assign_ranks(results: list[Parsed], problems: list[Problem]) -> list[_Kept]:
     """Keep one source per rank (duplicates are errors naming both), give unnamed sources free rank ids."""
     kept: list[_Kept] = []
     owner: dict[int, str] = {}
-    unnamed: list[tuple[SourceResult, ParsedRank]] = []
-    for r in results:
+    unnamed: list[tuple[SourceResult, ParsedRank, dict[str, str]]] = []
+    for r, tables in results:
         if r.parsed is None:
             continue
         if r.parsed.rank is None:
-            unnamed.append((r, r.parsed))
+            unnamed.append((r, r.parsed, tables))
             continue
         rank = r.parsed.rank
         if rank in owner:
             problems.append(Problem(r.source, "error", f"rank {rank} is also claimed by {owner[rank]}; this source was skipped"))
             continue
         owner[rank] = r.source
-        kept.append(_Kept(r, r.parsed, rank))
+        kept.append(_Kept(r, r.parsed, rank, tables))
     free = (i for i in range(10**9) if i not in owner)
-    for r, parsed in unnamed:
+    for r, parsed, tables in unnamed:
         parsed.rank = next(free)
         parsed.rank_from = "assigned"
         owner[parsed.rank] = r.source
-        kept.append(_Kept(r, parsed, parsed.rank))
+        kept.append(_Kept(r, parsed, parsed.rank, tables))
     for k in kept:
         problems.extend(Problem(k.result.source, "warning", w) for w in k.parsed.warnings)
     mixed = _mixed_runs(kept)
@@ -563,10 +616,11 @@ def _finish(
     tmp: Path,
     sources: list[Source],
     others: list[Path],
-    results: list[SourceResult],
+    parsed: list[Parsed],
     problems: list[Problem],
 ) -> Job:
-    kept = _assign_ranks(results, problems)
+    kept = _assign_ranks(parsed, problems)
+    results = [r for r, _ in parsed]
     if not kept:
         raise JobError(f"{root}: no trace could be read: " + "; ".join(str(p) for p in problems))
     domain: dict[int, object] = {k.rank: (k.parsed.host or f"rank{k.rank}") for k in kept}
@@ -579,9 +633,11 @@ def _finish(
     pq.write_table(steps, tmp / "steps.parquet")
     pq.write_table(groups, tmp / "groups.parquet")
     kept_names = {k.result.source for k in kept}
-    for r in results:  # parts of skipped duplicates are not part of the cache
-        if r.events_file and r.source not in kept_names:
-            (tmp / r.events_file).unlink(missing_ok=True)
+    for r, tables in parsed:  # parts of skipped duplicates are not part of the cache
+        if r.source not in kept_names:
+            for file in [r.events_file, *tables.values()]:
+                if file:
+                    (tmp / file).unlink(missing_ok=True)
     hashed = {Path(p): h for r in results for p, h in r.file_hashes.items()}  # the workers hashed their sources
     files = [dict(_stat_entry(f, base), hash=hashed.get(f) or file_hash(f)) for f in _source_files(root, sources, others)]
     content = hashlib.sha256(json.dumps([(f["path"], f["hash"]) for f in files]).encode()).hexdigest()
@@ -611,6 +667,7 @@ def _source_entry(k: _Kept) -> dict[str, Any]:
         "rank_from": k.parsed.rank_from,
         "events_file": r.events_file,
         "extra_files": r.extra_files,
+        "rank_tables": k.tables,
         "num_events": r.num_events,
         "min_start_ns": r.min_start_ns,
         "max_end_ns": r.max_end_ns,

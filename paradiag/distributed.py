@@ -1,0 +1,125 @@
+"""Parsing a job's ranks on a Dask distributed cluster: ``paradiag ingest FOLDER --dask ADDRESS``.
+
+One task per source, each :func:`paradiag.dataset.parse_in_worker` (the parse and the per-rank part of the
+analysis, the same function the local pool runs): the worker writes the rank's Parquet parts straight into the
+ingest's temporary folder and sends back only the small result (metadata, steps, groups, the collectives used
+for clock alignment). The client then aligns, reduces the analysis and renames the folder into place, as a local
+ingest does: so the temporary folder, and therefore the cache, must be on storage every worker mounts at the same
+path (NFS, Lustre, a shared volume), and so must the trace folder; both are checked before any task is sent.
+
+A task that raises (a lost worker, a storage error) is retried once by the scheduler; failing again, its source
+becomes a :class:`~paradiag.dataset.Problem` naming it, its partial files are removed and the rest of the job
+loads. A parser's verdict on a broken file is not retried: parsing it again says the same.
+
+``dask`` and ``distributed`` are an optional extra (``pip install 'paradiag[dask]'``), imported only here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from paradiag.dataset import JobError, Parsed, ProgressCallback, largest_first, parse_in_worker, part_files
+from paradiag.discover import Source, SourceResult
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+LOCAL = re.compile(r"^local:(?P<workers>[0-9]+)$")
+ADDRESS = re.compile(r"^[a-z][a-z0-9+.-]*://\S+$")  # tcp://host:8786, tls://..., ws://...
+CONNECT_TIMEOUT_S = 30
+WORKER_TIMEOUT_S = 60  # how long a scheduler may have no worker before the ingest gives up
+RETRIES = 1
+
+
+def check_address(spec: str) -> str:
+    """``spec`` if it names a cluster (``local:N`` with N >= 1, or a scheduler address), else a JobError."""
+    local = LOCAL.match(spec)
+    if (local and int(local["workers"]) >= 1) or (not local and ADDRESS.match(spec)):
+        return spec
+    raise JobError(f"--dask {spec!r}: expected a scheduler address (tcp://HOST:8786) or local:N (N worker processes)")
+
+
+@contextlib.contextmanager
+def connect(spec: str) -> Iterator[Client]:
+    """A client of the cluster ``spec`` names; ``local:N`` starts (and afterwards stops) N worker processes."""
+    check_address(spec)
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise JobError("--dask needs Dask: install paradiag's dask extra (pip install 'paradiag[dask]')") from None
+    local = LOCAL.match(spec)
+    if local:
+        # One thread per worker: parsing holds the GIL, so threads would only share one core.
+        with (
+            LocalCluster(n_workers=int(local["workers"]), threads_per_worker=1, processes=True, dashboard_address=":0") as cluster,
+            Client(cluster) as client,
+        ):
+            yield client
+        return
+    try:
+        client = Client(spec, timeout=CONNECT_TIMEOUT_S)
+    except (OSError, TimeoutError) as exc:
+        raise JobError(f"--dask {spec}: cannot reach the Dask scheduler ({exc})") from None
+    with client:
+        yield client
+
+
+def parse_all(spec: str, sources: list[Source], root: Path, tmp: Path, progress: ProgressCallback | None) -> list[Parsed]:
+    """Parse ``sources`` on the cluster ``spec``, writing into ``tmp``; results in the order of ``sources``."""
+    tmp = tmp.resolve()  # the workers' working folder is not ours
+    with connect(spec) as client:
+        _check_workers(client, spec, root, tmp)
+        return _run(client, sources, root, tmp, progress)
+
+
+def _sees(*paths: str) -> list[str]:
+    """The ``paths`` this worker cannot see (runs on each worker)."""
+    return [p for p in paths if not Path(p).exists()]
+
+
+def _check_workers(client: Client, spec: str, root: Path, tmp: Path) -> None:
+    """At least one worker, and every worker sees the trace folder and the temporary cache folder."""
+    try:
+        client.wait_for_workers(1, timeout=WORKER_TIMEOUT_S)
+    except TimeoutError:
+        raise JobError(f"--dask {spec}: no worker joined the scheduler within {WORKER_TIMEOUT_S} s") from None
+    blind = {worker: missing for worker, missing in client.run(_sees, str(root), str(tmp)).items() if missing}
+    if blind:
+        worker, missing = sorted(blind.items())[0]
+        raise JobError(
+            f"--dask {spec}: worker {worker} (and {len(blind) - 1} more) cannot see {missing[0]}: the trace folder and"
+            " the cache must be on storage every worker mounts at the same path (give --cache a shared path)"
+        )
+
+
+def _run(client: Client, sources: list[Source], root: Path, tmp: Path, progress: ProgressCallback | None) -> list[Parsed]:
+    from distributed import as_completed
+
+    results: list[Parsed | None] = [None] * len(sources)
+    futures: dict[Any, int] = {}
+    order = largest_first(sources)
+    for priority, i in enumerate(reversed(order)):  # the scheduler runs higher priorities first
+        futures[client.submit(parse_in_worker, sources[i], root, tmp, i, retries=RETRIES, pure=False, priority=priority)] = i
+    try:
+        for done, future in enumerate(as_completed(futures), start=1):
+            i = futures[future]
+            results[i] = future.result() if future.status == "finished" else _failed(sources[i], root, tmp, i, future.exception())
+            if progress:
+                progress(done, len(sources), results[i][0].source)  # type: ignore[index]
+    finally:  # on an interrupt, no worker goes on writing into a folder that is about to be removed
+        client.cancel(list(futures))
+    return [r for r in results if r is not None]
+
+
+def _failed(source: Source, root: Path, tmp: Path, index: int, exc: BaseException | None) -> Parsed:
+    """A source whose task failed twice: its partial files removed, its error the exception's."""
+    for path in part_files(tmp, index):
+        path.unlink(missing_ok=True)
+    shown = str(source.path.relative_to(root)) if source.path != root else source.path.name
+    why = f"{type(exc).__name__}: {exc}" if exc is not None else "cancelled"
+    error = f"its task failed on the Dask cluster twice (retried once); last error: {why}"
+    return SourceResult(source=shown, parser=source.parser, error=error), {}

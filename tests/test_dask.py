@@ -1,0 +1,219 @@
+"""Ingest on a Dask cluster (paradiag.distributed) gives the cache and the report of a local ingest.
+
+Real clusters on loopback: distributed's LocalCluster (worker processes), and the ``dask scheduler`` /
+``dask worker`` commands as subprocesses on free ports. A task that raises is retried once, then its source is
+reported as a problem and the rest of the job loads. The per-rank part of the analysis, computed where each rank
+is parsed, gives the Diagnosis the whole-job computation gives."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+import paradiag
+from paradiag import dataset
+from paradiag.analysis.diagnose import RANK_TABLES, diagnose
+from paradiag.analysis.report import build_report
+from paradiag.cli import main
+from paradiag.simulator import faults
+from paradiag.simulator.config import SimConfig
+from paradiag.simulator.run import simulate
+
+distributed = pytest.importorskip("distributed")
+VENV_BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(scope="module")
+def sim_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small pipelined job on two hosts whose clocks differ, with a slow rank (so that the findings say
+    something)."""
+    out = tmp_path_factory.mktemp("sim") / "job"
+    injected = tuple(faults.parse(f) for f in ("slow_device:ranks=2,factor=1.4", "clock_skew:nodes=1,ms=3.0417"))
+    config = SimConfig(output=out, dp=2, pp=2, layers=2, hidden=256, heads=4, seq_len=128, vocab=1024, steps=2, faults=injected, devices_per_node=2)
+    simulate(config)
+    return out
+
+
+@pytest.fixture(scope="module")
+def local_cache(sim_job: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    cache = tmp_path_factory.mktemp("local") / "cache"
+    dataset.ingest(sim_job, cache, workers=1)
+    return cache
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0") as c:
+        yield c
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def assert_same_cache(cache: Path, expected: Path) -> None:
+    """Every file byte for byte, the manifest but for its creation time; then the same report."""
+    files = sorted(p.relative_to(expected) for p in expected.rglob("*") if p.is_file())
+    assert sorted(p.relative_to(cache) for p in cache.rglob("*") if p.is_file()) == files
+    for rel in files:
+        if rel.name != dataset.MANIFEST:
+            assert (cache / rel).read_bytes() == (expected / rel).read_bytes(), rel
+    manifests = [json.loads((c / dataset.MANIFEST).read_text()) for c in (cache, expected)]
+    for m in manifests:
+        m.pop("created")
+    assert manifests[0] == manifests[1]
+    assert build_report(paradiag.open(cache)) == build_report(paradiag.open(expected))
+
+
+def test_local_cluster_equals_local_ingest(sim_job: Path, local_cache: Path, cluster: Any, tmp_path: Path) -> None:
+    job = dataset.ingest(sim_job, tmp_path / "cache", dask=cluster.scheduler_address)
+    assert job.rank_ids == [0, 1, 2, 3] and job.problems == []
+    assert_same_cache(tmp_path / "cache", local_cache)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no scratch folder left beside it
+
+
+def test_progress_reports_every_rank(sim_job: Path, cluster: Any, tmp_path: Path) -> None:
+    seen: list[tuple[int, int, str]] = []
+    dataset.ingest(sim_job, tmp_path / "cache", dask=cluster.scheduler_address, progress=lambda *a: seen.append(a))
+    parsed = [s for s in seen if s[2] != "analysing"]
+    assert [d for d, _, _ in parsed] == [1, 2, 3, 4] and {t for _, t, _ in parsed} == {4}
+    assert sorted(s for _, _, s in parsed) == sorted(p.name for p in sim_job.glob("*.pt.trace.json"))
+
+
+def test_dask_commands_cluster_via_cli(sim_job: Path, local_cache: Path, tmp_path: Path) -> None:
+    """``dask scheduler`` and two ``dask worker`` processes on loopback, driven by ``paradiag ingest --dask``."""
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    common = ["--no-dashboard"]
+    procs = [subprocess.Popen([VENV_BIN / "dask", "scheduler", "--host", "127.0.0.1", "--port", str(port), *common], stderr=subprocess.DEVNULL)]
+    try:
+        worker = [VENV_BIN / "dask", "worker", address, "--nthreads", "1", "--host", "127.0.0.1", *common]
+        procs += [subprocess.Popen(worker, stderr=subprocess.DEVNULL, cwd=tmp_path) for _ in range(2)]
+        with distributed.Client(address, timeout=30) as client:
+            client.wait_for_workers(2, timeout=60)
+        result = CliRunner().invoke(main, ["ingest", str(sim_job), "-o", str(tmp_path / "cache"), "--dask", address])
+        assert result.exit_code == 0, result.output
+        assert "4 ranks" in result.output
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=30)
+    assert_same_cache(tmp_path / "cache", local_cache)
+
+
+def test_local_n_via_cli(sim_job: Path, local_cache: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["ingest", str(sim_job), "-o", str(tmp_path / "cache"), "--dask", "local:2"])
+    assert result.exit_code == 0, result.output
+    assert_same_cache(tmp_path / "cache", local_cache)
+
+
+@pytest.fixture
+def threaded_cluster() -> Iterator[Any]:
+    """Workers as threads of this process, so that a test can make one rank's task raise."""
+    with distributed.LocalCluster(n_workers=2, processes=False, threads_per_worker=1, dashboard_address=":0") as c:
+        yield c
+
+
+def _failing(monkeypatch: pytest.MonkeyPatch, name: str, times: int) -> list[str]:
+    """Make the parse of source ``name`` raise its first ``times`` times (after writing a partial file)."""
+    calls: list[str] = []
+    real = dataset.parse_rank
+
+    def parse(source: Any, root: Path, out_dir: Path, index: int) -> Any:
+        if source.path.name == name:
+            calls.append(name)
+            if len(calls) <= times:
+                (out_dir / "events").mkdir(parents=True, exist_ok=True)
+                (out_dir / "events" / f"part-{index:05d}.parquet").write_bytes(b"PAR1 half-written")
+                raise OSError(5, "Input/output error (stale file handle)")
+        return real(source, root, out_dir, index)
+
+    monkeypatch.setattr(dataset, "parse_rank", parse)
+    return calls
+
+
+def test_failed_task_is_retried_once(sim_job: Path, local_cache: Path, threaded_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    name = sorted(p.name for p in sim_job.glob("*.pt.trace.json"))[1]
+    calls = _failing(monkeypatch, name, times=1)
+    job = dataset.ingest(sim_job, tmp_path / "cache", dask=threaded_cluster.scheduler_address)
+    assert calls == [name, name] and job.problems == []
+    assert_same_cache(tmp_path / "cache", local_cache)
+
+
+def test_task_failing_twice_is_a_problem(sim_job: Path, threaded_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    name = sorted(p.name for p in sim_job.glob("*.pt.trace.json"))[1]
+    calls = _failing(monkeypatch, name, times=4)  # twice for each of the two ingests
+    job = dataset.ingest(sim_job, tmp_path / "cache", dask=threaded_cluster.scheduler_address)
+    assert calls == [name, name]
+    assert [(p.source, p.severity) for p in job.problems] == [(name, "error")]
+    assert "failed on the Dask cluster twice" in job.problems[0].message and "stale file handle" in job.problems[0].message
+    assert len(job.rank_ids) == 3
+    events = {p.name for p in (tmp_path / "cache" / "events").iterdir()}
+    assert events == {Path(s["events_file"]).name for s in job.manifest["sources"]}  # the half-written part is gone
+    with pytest.raises(dataset.JobError, match="failed on the Dask cluster twice"):
+        dataset.ingest(sim_job, tmp_path / "strict", dask=threaded_cluster.scheduler_address, strict=True)
+    assert not (tmp_path / "strict").exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_worker_that_cannot_see_the_cache_is_refused(sim_job: Path, threaded_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from paradiag import distributed as backend
+
+    monkeypatch.setattr(backend, "_sees", lambda *paths: list(paths[1:]))  # every worker blind to the scratch folder
+    with pytest.raises(dataset.JobError, match=r"cannot see .*\.cache\.tmp-.*shared path"):
+        dataset.ingest(sim_job, tmp_path / "cache", dask=threaded_cluster.scheduler_address)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("spec", ["local:0", "local:x", "127.0.0.1:8786", ""])
+def test_bad_address_is_a_clear_error(sim_job: Path, tmp_path: Path, spec: str) -> None:
+    result = CliRunner().invoke(main, ["ingest", str(sim_job), "-o", str(tmp_path / "cache"), "--dask", spec])
+    assert result.exit_code == 1 and "expected a scheduler address (tcp://HOST:8786) or local:N" in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "cache").exists()
+
+
+def test_unreachable_scheduler_is_a_clear_error(sim_job: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from paradiag import distributed as backend
+
+    monkeypatch.setattr(backend, "CONNECT_TIMEOUT_S", 1)
+    address = f"tcp://127.0.0.1:{_free_port()}"
+    with pytest.raises(dataset.JobError, match="cannot reach the Dask scheduler"):
+        dataset.ingest(sim_job, tmp_path / "cache", dask=address)
+
+
+def test_without_dask_installed(sim_job: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed then fails
+    result = CliRunner().invoke(main, ["ingest", str(sim_job), "-o", str(tmp_path / "cache"), "--dask", "local:2"])
+    assert result.exit_code == 1 and "pip install 'paradiag[dask]'" in result.output and "Traceback" not in result.output
+
+
+def test_rank_tables_give_the_whole_job_diagnosis(local_cache: Path, tmp_path: Path) -> None:
+    """The map's tables, computed on each rank's own clock at parse time, give the Diagnosis that computing them
+    from the aligned events does (what a cache written before they existed gets)."""
+    old = tmp_path / "old"
+    shutil.copytree(local_cache, old)
+    manifest = json.loads((old / dataset.MANIFEST).read_text())
+    assert all(set(s["rank_tables"]) == set(RANK_TABLES) for s in manifest["sources"])
+    for s in manifest["sources"]:
+        del s["rank_tables"]
+    (old / dataset.MANIFEST).write_text(json.dumps(manifest))
+    shutil.rmtree(old / "analysis")
+    mapped, whole = diagnose(paradiag.open(local_cache)), diagnose(paradiag.open(old))
+    assert mapped.document() == whole.document()
+    for name in ("breakdowns", "operator_totals", "participation", "p2p", "rank_steps"):
+        assert getattr(mapped, name).equals(getattr(whole, name)), name
+    offsets = paradiag.open(local_cache).ranks.column("clock_offset_ns").to_pylist()
+    assert any(offsets), "the job's clocks must differ, or the test shows nothing about clock independence"
+    assert pq.read_table(local_cache / "diagnosis" / "breakdowns.parquet").equals(mapped.breakdowns)
