@@ -64,6 +64,10 @@ def connect(spec: str) -> Iterator[Client]:
         client = Client(spec, timeout=CONNECT_TIMEOUT_S)
     except (OSError, TimeoutError) as exc:
         raise JobError(f"--dask {spec}: cannot reach the Dask scheduler ({exc})") from None
+    except ValueError as exc:  # a scheme Dask does not know, a port that is not a number
+        raise JobError(f"--dask {spec}: not a scheduler address Dask can use ({exc})") from None
+    except Exception as exc:  # distributed's own failures (its event loop not starting on a loaded machine)
+        raise JobError(f"--dask {spec}: the Dask client did not start ({type(exc).__name__}: {exc})") from None
     with client:
         yield client
 

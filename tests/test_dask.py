@@ -191,6 +191,9 @@ def test_unreachable_scheduler_is_a_clear_error(sim_job: Path, tmp_path: Path, m
     address = f"tcp://127.0.0.1:{_free_port()}"
     with pytest.raises(dataset.JobError, match="cannot reach the Dask scheduler"):
         dataset.ingest(sim_job, tmp_path / "cache", dask=address)
+    for unusable in ("tcp://127.0.0.1:", "tcp://127.0.0.1:port", "nosuchscheme://127.0.0.1:8786"):
+        with pytest.raises(dataset.JobError, match="not a scheduler address Dask can use"):
+            dataset.ingest(sim_job, tmp_path / "cache", dask=unusable)
 
 
 def test_without_dask_installed(sim_job: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
