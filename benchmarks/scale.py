@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import socket
 import subprocess
@@ -49,6 +50,7 @@ class Run:
     client_mb: float = 0.0  # peak PSS of the process that ran the command
     other_mb: float = 0.0  # peak PSS of the largest other process (a worker, a nanny, the scheduler)
     total_mb: float = 0.0  # peak PSS of all of them together
+    cpu_s: float = 0.0  # user + system CPU time of all of them during the run (steadier than wall time on a busy machine)
     output: str = ""
     extra: dict[str, str] = field(default_factory=dict)
 
@@ -58,6 +60,15 @@ def _pss_kb(pid: int) -> int:
         with open(f"/proc/{pid}/smaps_rollup") as f:
             return next((int(line.split()[1]) for line in f if line.startswith("Pss:")), 0)
     except OSError:
+        return 0
+
+
+def _cpu_ticks(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime, stime
+    except (OSError, IndexError, ValueError):
         return 0
 
 
@@ -71,10 +82,15 @@ def _tree(pid: int) -> list[int]:
 
 
 def measure(label: str, cmd: list[str], also: tuple[int, ...] = ()) -> Run:
-    """Run ``cmd``; its wall time, and the peak PSS of each process of its tree and of the trees of ``also``."""
+    """Run ``cmd``; its wall time, the peak PSS of each process of its tree and of the trees of ``also``, and
+    the CPU time they all spent meanwhile. Sampled every 0.1 s: reading a process's PSS walks its page tables,
+    and on a busy machine a faster sampler would take the CPU it measures."""
+    first = {p: _cpu_ticks(p) for root in also for p in _tree(root)}  # what the long-running ones had spent before
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     peaks: dict[int, int] = {}
+    ticks: dict[int, int] = {}
     total = 0
     done = threading.Event()
 
@@ -84,8 +100,10 @@ def measure(label: str, cmd: list[str], also: tuple[int, ...] = ()) -> Run:
             now = {p: _pss_kb(p) for root in (proc.pid, *also) for p in _tree(root)}
             for p, kb in now.items():
                 peaks[p] = max(peaks.get(p, 0), kb)
+            for p in (p for root in also for p in _tree(root)):
+                ticks[p] = max(ticks.get(p, 0), _cpu_ticks(p) - first.get(p, 0))
             total = max(total, sum(now.values()))
-            time.sleep(0.02)
+            time.sleep(0.1)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -93,6 +111,10 @@ def measure(label: str, cmd: list[str], also: tuple[int, ...] = ()) -> Run:
     run = Run(label, time.perf_counter() - t0, output=output)
     done.set()
     sampler.join()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # The command's tree (exact, from the kernel's accounting) and the sampled CPU of the ``also`` processes.
+    mine = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    run.cpu_s = mine + sum(ticks.values()) / os.sysconf("SC_CLK_TCK")
     if proc.returncode:
         raise SystemExit(f"{label} failed:\n{output[-3000:]}")
     run.client_mb = peaks.get(proc.pid, 0) / 1024
@@ -161,6 +183,7 @@ def one_size(ranks: int, work: Path) -> list[list[str]]:
                 str(ranks),
                 run.label,
                 f"{run.seconds:.1f}",
+                f"{run.cpu_s:.1f}",
                 f"{size_mb / run.seconds:.1f}" if ingest else "",
                 f"{ranks / run.seconds:.1f}" if ingest else "",
                 f"{run.client_mb:.0f}",
@@ -182,11 +205,11 @@ def main() -> None:
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="paradiag-scale-"))
     print("load before:", os.popen("uptime").read().strip(), f"({os.cpu_count()} cores)", flush=True)
-    head = ["ranks", "run", "s", "MB/s", "ranks/s", "client MB", "largest other MB", "all MB", "same cache", "cache MB"]
+    head = ["ranks", "run", "s", "CPU s", "MB/s", "ranks/s", "client MB", "largest other MB", "all MB", "same cache", "cache MB"]
     rows = [head]
     for ranks in args.ranks:
         rows += one_size(ranks, work)
-    print(table(rows))
+        print(table(rows), flush=True)  # after each size: a long run shows what it has so far
     print("load after:", os.popen("uptime").read().strip())
 
 

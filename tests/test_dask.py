@@ -92,6 +92,7 @@ def test_progress_reports_every_rank(sim_job: Path, cluster: Any, tmp_path: Path
     assert sorted(s for _, _, s in parsed) == sorted(p.name for p in sim_job.glob("*.pt.trace.json"))
 
 
+@pytest.mark.slow  # starts its own cluster (worker processes import paradiag)
 def test_dask_commands_cluster_via_cli(sim_job: Path, local_cache: Path, tmp_path: Path) -> None:
     """``dask scheduler`` and two ``dask worker`` processes on loopback, driven by ``paradiag ingest --dask``."""
     port = _free_port()
@@ -114,6 +115,7 @@ def test_dask_commands_cluster_via_cli(sim_job: Path, local_cache: Path, tmp_pat
     assert_same_cache(tmp_path / "cache", local_cache)
 
 
+@pytest.mark.slow  # starts its own cluster (worker processes import paradiag)
 def test_local_n_via_cli(sim_job: Path, local_cache: Path, tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["ingest", str(sim_job), "-o", str(tmp_path / "cache"), "--dask", "local:2"])
     assert result.exit_code == 0, result.output
