@@ -150,6 +150,10 @@ class Job:
     problems: list[Problem] = field(default_factory=list)
     _events: pa.Table | None = field(default=None, repr=False)
     _diagnosis: Diagnosis | None = field(default=None, repr=False)
+    # rank -> its per-rank analysis tables, as the ingest that built the job got them (nothing to read back)
+    _rank_tables: dict[int, dict[str, pa.Table]] = field(default_factory=dict, repr=False)
+    _sources: dict[int, dict[str, Any]] | None = field(default=None, repr=False)  # rank -> manifest entry
+    _offsets: dict[int, int] | None = field(default=None, repr=False)  # rank -> clock offset
 
     def diagnosis(self) -> Diagnosis:
         """The analysis of the job: stored in the cache at ingest, read on first use."""
@@ -179,14 +183,18 @@ class Job:
     def rank_ids(self) -> list[int]:
         return [int(r) for r in self.ranks.column("rank").to_pylist()]
 
-    def _parts(self) -> dict[int, tuple[str, int, int]]:
-        """rank -> (events file, clock offset, longest event) from the manifest."""
-        offsets = dict(zip(self.ranks.column("rank").to_pylist(), self.ranks.column("clock_offset_ns").to_pylist(), strict=True))
-        return {
-            s["rank"]: (s["events_file"], int(offsets.get(s["rank"], 0)), int(s["max_dur_ns"]))
-            for s in self.manifest["sources"]
-            if s.get("rank") is not None and s.get("events_file")
-        }
+    def _source_of(self, rank: int) -> dict[str, Any] | None:
+        """The manifest's entry of ``rank`` (indexed once: a job of many ranks asks rank by rank)."""
+        if self._sources is None:
+            self._sources = {s["rank"]: s for s in self.manifest["sources"] if s.get("rank") is not None}
+        return self._sources.get(rank)
+
+    def _parts(self, ranks: Iterable[int]) -> dict[int, tuple[str, int, int]]:
+        """rank -> (events file, clock offset, longest event) of those of ``ranks`` that have events."""
+        if self._offsets is None:
+            self._offsets = dict(zip(self.ranks.column("rank").to_pylist(), self.ranks.column("clock_offset_ns").to_pylist(), strict=True))
+        offsets, found = self._offsets, {r: self._source_of(r) for r in ranks}
+        return {r: (s["events_file"], int(offsets.get(r, 0)), int(s["max_dur_ns"])) for r, s in found.items() if s and s.get("events_file")}
 
     def events(
         self,
@@ -198,7 +206,7 @@ class Job:
         """Events of ``ranks`` (all by default) overlapping [start_ns, end_ns) on the aligned clock."""
         if ranks is None and start_ns is None and end_ns is None and columns is None and self._events is not None:
             return self._events
-        parts = self._parts()
+        parts = self._parts(self.rank_ids if ranks is None else ranks)
         wanted = sorted(parts) if ranks is None else [r for r in ranks if r in parts]
         tables = [self._read_part(r, *parts[r], start_ns, end_ns, columns) for r in wanted]
         # One dictionary per column across ranks, so that group_by / filters on names work on the whole table.
@@ -240,7 +248,10 @@ class Job:
 
     def rank_tables(self, rank: int, names: Sequence[str]) -> dict[str, pa.Table] | None:
         """The per-rank analysis tables ``names`` of ``rank`` stored at ingest; None when the cache lacks one."""
-        stored: dict[str, str] = next((s.get("rank_tables", {}) for s in self.manifest["sources"] if s.get("rank") == rank), {})
+        held = self._rank_tables.get(rank, {})
+        if all(name in held for name in names):
+            return {name: held[name] for name in names}
+        stored: dict[str, str] = (self._source_of(rank) or {}).get("rank_tables", {})
         if any(name not in stored for name in names):
             return None
         return {name: pq.read_table(self.cache_dir / stored[name]) for name in names}
@@ -351,7 +362,13 @@ def _watch(owner: int) -> None:
     os._exit(1)
 
 
-Parsed = tuple[SourceResult, dict[str, str]]  # a source's result, and its per-rank analysis tables (name -> file)
+@dataclass
+class Parsed:
+    """What parsing one source gives the ingest: the parse's result and the per-rank part of the analysis."""
+
+    result: SourceResult
+    files: dict[str, str] = field(default_factory=dict)  # per-rank analysis table -> its file in the cache
+    tables: dict[str, pa.Table] = field(default_factory=dict)  # the same tables (small), so the reduce reads none back
 
 
 def parse_rank(source: Source, root: Path, out_dir: Path, index: int) -> Parsed:
@@ -362,15 +379,14 @@ def parse_rank(source: Source, root: Path, out_dir: Path, index: int) -> Parsed:
 
     result = parse_source(source, root, out_dir, index)
     if result.parsed is None or result.events_file is None:
-        return result, {}
+        return Parsed(result)
     events = pq.read_table(out_dir / result.events_file, columns=list(EVENT_COLUMNS))
-    tables = rank_tables(events, result.parsed.steps.sort_by("step"), default_convention(result.parsed.device_type))
-    files = {}
-    for name, table in tables.items():
+    parsed = Parsed(result, tables=rank_tables(events, result.parsed.steps.sort_by("step"), default_convention(result.parsed.device_type)))
+    for name, table in parsed.tables.items():
         (out_dir / "analysis" / name).mkdir(parents=True, exist_ok=True)
-        files[name] = f"analysis/{name}/part-{index:05d}.parquet"
-        pq.write_table(table, out_dir / files[name])
-    return result, files
+        parsed.files[name] = f"analysis/{name}/part-{index:05d}.parquet"
+        pq.write_table(table, out_dir / parsed.files[name])
+    return parsed
 
 
 def part_files(out_dir: Path, index: int) -> list[Path]:
@@ -380,11 +396,14 @@ def part_files(out_dir: Path, index: int) -> list[Path]:
 
 
 def parse_in_worker(source: Source, root: Path, out_dir: Path, index: int) -> Parsed:
-    """parse_rank, then hand the freed memory back to the system before the worker takes the next rank."""
+    """parse_rank, then hand the freed memory back to the system before the worker takes the next rank. A full
+    garbage collection takes tens of milliseconds in a worker: after a small rank it would cost more than the
+    parse did, and a small rank leaves little to collect."""
     try:
         return parse_rank(source, root, out_dir, index)
     finally:
-        gc.collect()
+        if source.size() >= IN_PROCESS_BYTES:
+            gc.collect()
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL("libc.so.6").malloc_trim(0)
 
@@ -403,7 +422,7 @@ def _parse_all(
         for i, src in enumerate(sources):
             results[i] = parse_rank(src, root, tmp, i)
             if progress:
-                progress(i + 1, len(sources), results[i][0].source)  # type: ignore[index]
+                progress(i + 1, len(sources), results[i].result.source)  # type: ignore[union-attr]
         return [r for r in results if r is not None]
     # fork shares the parent's imported modules with the workers (no extra process, least memory); from a
     # threaded parent (the web app) forking is unsafe, so a forkserver starts the workers there.
@@ -420,7 +439,7 @@ def _parse_all(
             i = futures[future]
             results[i] = future.result()
             if progress:
-                progress(done, len(sources), results[i][0].source)  # type: ignore[index]
+                progress(done, len(sources), results[i].result.source)  # type: ignore[union-attr]
     return [r for r in results if r is not None]
 
 
@@ -463,7 +482,7 @@ def ingest(
     tmp.mkdir()
     try:
         parsed = _parse_all(sources, root, tmp, workers, progress, dask)
-        results = [r for r, _ in parsed]
+        results = [p.result for p in parsed]
         problems.extend(Problem(r.source, "error", r.error) for r in results if r.error)
         if strict and problems:
             raise JobError("; ".join(str(p) for p in problems))
@@ -524,32 +543,33 @@ class _Kept:
     result: SourceResult
     parsed: ParsedRank
     rank: int
-    tables: dict[str, str]  # the per-rank analysis tables (name -> file in the cache)
+    analysis: Parsed  # for the per-rank analysis tables
 
 
 def _assign_ranks(results: list[Parsed], problems: list[Problem]) -> list[_Kept]:
     """Keep one source per rank (duplicates are errors naming both), give unnamed sources free rank ids."""
     kept: list[_Kept] = []
     owner: dict[int, str] = {}
-    unnamed: list[tuple[SourceResult, ParsedRank, dict[str, str]]] = []
-    for r, tables in results:
+    unnamed: list[tuple[SourceResult, ParsedRank, Parsed]] = []
+    for p in results:
+        r = p.result
         if r.parsed is None:
             continue
         if r.parsed.rank is None:
-            unnamed.append((r, r.parsed, tables))
+            unnamed.append((r, r.parsed, p))
             continue
         rank = r.parsed.rank
         if rank in owner:
             problems.append(Problem(r.source, "error", f"rank {rank} is also claimed by {owner[rank]}; this source was skipped"))
             continue
         owner[rank] = r.source
-        kept.append(_Kept(r, r.parsed, rank, tables))
+        kept.append(_Kept(r, r.parsed, rank, p))
     free = (i for i in range(10**9) if i not in owner)
-    for r, parsed, tables in unnamed:
+    for r, parsed, p in unnamed:
         parsed.rank = next(free)
         parsed.rank_from = "assigned"
         owner[parsed.rank] = r.source
-        kept.append(_Kept(r, parsed, parsed.rank, tables))
+        kept.append(_Kept(r, parsed, parsed.rank, p))
     for k in kept:
         problems.extend(Problem(k.result.source, "warning", w) for w in k.parsed.warnings)
     mixed = _mixed_runs(kept)
@@ -620,7 +640,7 @@ def _finish(
     problems: list[Problem],
 ) -> Job:
     kept = _assign_ranks(parsed, problems)
-    results = [r for r, _ in parsed]
+    results = [p.result for p in parsed]
     if not kept:
         raise JobError(f"{root}: no trace could be read: " + "; ".join(str(p) for p in problems))
     domain: dict[int, object] = {k.rank: (k.parsed.host or f"rank{k.rank}") for k in kept}
@@ -633,9 +653,9 @@ def _finish(
     pq.write_table(steps, tmp / "steps.parquet")
     pq.write_table(groups, tmp / "groups.parquet")
     kept_names = {k.result.source for k in kept}
-    for r, tables in parsed:  # parts of skipped duplicates are not part of the cache
-        if r.source not in kept_names:
-            for file in [r.events_file, *tables.values()]:
+    for p in parsed:  # parts of skipped duplicates are not part of the cache
+        if p.result.source not in kept_names:
+            for file in [p.result.events_file, *p.files.values()]:
                 if file:
                     (tmp / file).unlink(missing_ok=True)
     hashed = {Path(p): h for r in results for p, h in r.file_hashes.items()}  # the workers hashed their sources
@@ -655,7 +675,7 @@ def _finish(
         "problems": [p.__dict__ for p in problems],
     }
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
-    return Job(tmp, manifest, ranks, steps, groups, problems)
+    return Job(tmp, manifest, ranks, steps, groups, problems, _rank_tables={k.rank: k.analysis.tables for k in kept})
 
 
 def _source_entry(k: _Kept) -> dict[str, Any]:
@@ -667,7 +687,7 @@ def _source_entry(k: _Kept) -> dict[str, Any]:
         "rank_from": k.parsed.rank_from,
         "events_file": r.events_file,
         "extra_files": r.extra_files,
-        "rank_tables": k.tables,
+        "rank_tables": k.analysis.files,
         "num_events": r.num_events,
         "min_start_ns": r.min_start_ns,
         "max_end_ns": r.max_end_ns,

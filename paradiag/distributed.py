@@ -113,7 +113,7 @@ def _run(client: Client, sources: list[Source], root: Path, tmp: Path, progress:
             i = futures[future]
             results[i] = future.result() if future.status == "finished" else _failed(sources[i], root, tmp, i, future.exception())
             if progress:
-                progress(done, len(sources), results[i][0].source)  # type: ignore[index]
+                progress(done, len(sources), results[i].result.source)  # type: ignore[union-attr]
     finally:  # on an interrupt, no worker goes on writing into a folder that is about to be removed
         client.cancel(list(futures))
     return [r for r in results if r is not None]
@@ -126,4 +126,4 @@ def _failed(source: Source, root: Path, tmp: Path, index: int, exc: BaseExceptio
     shown = str(source.path.relative_to(root)) if source.path != root else source.path.name
     why = f"{type(exc).__name__}: {exc}" if exc is not None else "cancelled"
     error = f"its task failed on the Dask cluster twice (retried once); last error: {why}"
-    return SourceResult(source=shown, parser=source.parser, error=error), {}
+    return Parsed(SourceResult(source=shown, parser=source.parser, error=error))
