@@ -26,7 +26,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -34,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import _children, table
+from common import _children, scratch, table
 
 from paradiag.simulator import SimConfig, parse_fault, simulate
 
@@ -201,9 +200,9 @@ def one_size(ranks: int, work: Path) -> list[list[str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, nargs="+", default=[256, 1024], help="rank counts (multiples of 8)")
-    parser.add_argument("--work", type=Path, default=None, help="scratch folder (default: a new temporary one)")
+    parser.add_argument("--work", type=Path, default=None, help="scratch folder (default: a temporary one, removed at exit)")
     args = parser.parse_args()
-    work = args.work or Path(tempfile.mkdtemp(prefix="paradiag-scale-"))
+    work = args.work or scratch("paradiag-scale-")
     print("load before:", os.popen("uptime").read().strip(), f"({os.cpu_count()} cores)", flush=True)
     head = ["ranks", "run", "s", "CPU s", "MB/s", "ranks/s", "client MB", "largest other MB", "all MB", "same cache", "cache MB"]
     rows = [head]
