@@ -7,9 +7,10 @@ for clock alignment). The client then aligns, reduces the analysis and renames t
 ingest does: so the temporary folder, and therefore the cache, must be on storage every worker mounts at the same
 path (NFS, Lustre, a shared volume), and so must the trace folder; both are checked before any task is sent.
 
-A task that raises (a lost worker, a storage error) is retried once by the scheduler; failing again, its source
-becomes a :class:`~paradiag.dataset.Problem` naming it, its partial files are removed and the rest of the job
-loads. A parser's verdict on a broken file is not retried: parsing it again says the same.
+A task that raises (a storage error) is retried once by the scheduler, and so is a task whose worker died (for
+``local:N``; a cluster of one's own follows its ``distributed.scheduler.allowed-failures``, 3 by default);
+failing again, its source becomes a :class:`~paradiag.dataset.Problem` naming it, its partial files are removed
+and the rest of the job loads. A parser's verdict on a broken file is not retried: parsing it again says the same.
 
 ``dask`` and ``distributed`` are an optional extra (``pip install 'paradiag[dask]'``), imported only here.
 """
@@ -48,13 +49,16 @@ def connect(spec: str) -> Iterator[Client]:
     """A client of the cluster ``spec`` names; ``local:N`` starts (and afterwards stops) N worker processes."""
     check_address(spec)
     try:
+        import dask
         from distributed import Client, LocalCluster
     except ImportError:
         raise JobError("--dask needs Dask: install paradiag's dask extra (pip install 'paradiag[dask]')") from None
     local = LOCAL.match(spec)
     if local:
-        # One thread per worker: parsing holds the GIL, so threads would only share one core.
+        # One thread per worker: parsing holds the GIL, so threads would only share one core. The scheduler runs
+        # here: a rank whose worker dies is tried on another once, as a rank whose task raises (not 3 times).
         with (
+            dask.config.set({"distributed.scheduler.allowed-failures": RETRIES}),
             LocalCluster(n_workers=int(local["workers"]), threads_per_worker=1, processes=True, dashboard_address=":0") as cluster,
             Client(cluster) as client,
         ):

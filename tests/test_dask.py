@@ -8,6 +8,7 @@ is parsed, gives the Diagnosis the whole-job computation gives."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -222,3 +223,17 @@ def test_rank_tables_give_the_whole_job_diagnosis(local_cache: Path, tmp_path: P
     offsets = paradiag.open(local_cache).ranks.column("clock_offset_ns").to_pylist()
     assert any(offsets), "the job's clocks must differ, or the test shows nothing about clock independence"
     assert pq.read_table(local_cache / "diagnosis" / "breakdowns.parquet").equals(mapped.breakdowns)
+
+
+@pytest.mark.slow  # two workers are killed and restarted
+def test_local_cluster_tries_a_task_whose_worker_dies_twice(tmp_path: Path) -> None:
+    """With ``local:N`` a task that kills its worker (as the kernel's OOM killer would) runs on a second worker,
+    then fails with KilledWorker, which the ingest reports as a problem (test_task_failing_twice_is_a_problem)."""
+    from paradiag.distributed import RETRIES, connect
+
+    attempts = tmp_path / "attempts"
+    with connect("local:2") as client:
+        future = client.submit(os.system, f"echo x >> {attempts}; kill -9 $PPID", pure=False, retries=RETRIES)
+        with pytest.raises(distributed.KilledWorker):
+            future.result()
+    assert attempts.read_text().split() == ["x", "x"]
