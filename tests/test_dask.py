@@ -34,15 +34,18 @@ distributed = pytest.importorskip("distributed")
 VENV_BIN = Path(sys.executable).parent
 
 
-@pytest.fixture(scope="module")
-def sim_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def _simulate(out: Path, **options: Any) -> Path:
     """A small pipelined job on two hosts whose clocks differ, with a slow rank (so that the findings say
     something)."""
-    out = tmp_path_factory.mktemp("sim") / "job"
     injected = tuple(faults.parse(f) for f in ("slow_device:ranks=2,factor=1.4", "clock_skew:nodes=1,ms=3.0417"))
-    config = SimConfig(output=out, dp=2, pp=2, layers=2, hidden=256, heads=4, seq_len=128, vocab=1024, steps=2, faults=injected, devices_per_node=2)
+    config = SimConfig(output=out, dp=2, pp=2, layers=2, hidden=256, heads=4, seq_len=128, vocab=1024, steps=2, faults=injected, devices_per_node=2, **options)
     simulate(config)
     return out
+
+
+@pytest.fixture(scope="module")
+def sim_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _simulate(tmp_path_factory.mktemp("sim") / "job")
 
 
 @pytest.fixture(scope="module")
@@ -205,9 +208,12 @@ def test_without_dask_installed(sim_job: Path, tmp_path: Path, monkeypatch: pyte
     assert result.exit_code == 1 and "pip install 'paradiag[dask]'" in result.output and "Traceback" not in result.output
 
 
-def test_rank_tables_give_the_whole_job_diagnosis(local_cache: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("device", ["h100", "910b"])  # Kineto (paradiag's breakdown), Ascend (step_trace_time's)
+def test_rank_tables_give_the_whole_job_diagnosis(device: str, local_cache: Path, tmp_path: Path) -> None:
     """The map's tables, computed on each rank's own clock at parse time, give the Diagnosis that computing them
     from the aligned events does (what a cache written before they existed gets)."""
+    if device != "h100":
+        local_cache = dataset.ingest(_simulate(tmp_path / "job", device=device, format="ascend"), tmp_path / "cache").cache_dir
     old = tmp_path / "old"
     shutil.copytree(local_cache, old)
     manifest = json.loads((old / dataset.MANIFEST).read_text())
