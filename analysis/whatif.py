@@ -1,0 +1,538 @@
+"""What-if replay: the job's steps re-timed on their dependency graph with a cause removed.
+
+The graph is the one the critical path walks (``paradiag.analysis.critical_path``), kept as numbers so that it can
+be replayed. Every device event of a profiled step is a node; each waits for
+
+* the previous work of its stream (a stream runs in order), and
+* the work of its rank that ended last before it started (its *anchor*, any stream): the event a stream wait or a
+  host synchronisation released it on. The time from the anchor's end to its start is a **host gap** (the host
+  launched it that much later) and is kept: the host that was late after that work is late after it again;
+* a collective or a send/receive pair is one *instance*: each member arrives when its own dependencies allow, and
+  ends its ``tail`` after the last arrival (the transfer, once everyone was there). A side that finished before the
+  other arrived (an eager send) never waited and keeps its own duration.
+
+The measured times satisfy every edge, so events in order of their measured start are in dependency order: one
+forward pass re-times everything. Runs of kernels on one stream that only wait for each other are folded into
+one node first (numpy), so the pass in Python visits only the events where something joins: communication, the
+first kernel after a wait, the end of a step. With no edit the replay gives back the measured times exactly
+(``replay_error``): the graph is consistent with the traces it came from.
+
+An edit changes durations, transfers or host gaps (:class:`Edit`); a rank's step then ends as much later or
+earlier as its last device work does, and starts as much later or earlier as its previous step ended. The
+predicted step time is the median over (rank, step), as the measured one (``Diagnosis.step_time_ns``).
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from paradiag.analysis.critical_path import END_TOLERANCE_NS
+from paradiag.analysis.frame import Frame, group_bounds
+
+P2P = ("send", "recv", "send_recv")
+PARTS = ("compute", "communication", "host")
+PEER_MEDIAN = "peer-median"
+COMPARABLE = "comparable"
+REMOVE = "remove"
+BALANCED = "balanced"
+
+
+class EditError(ValueError):
+    """A what-if edit that cannot be understood or does not fit the job."""
+
+
+@dataclass(frozen=True)
+class Edit:
+    """One change to the replayed steps.
+
+    ``target`` is ``rank`` (``ranks`` the ranks, ``part`` compute, communication or host), ``link`` (``ranks``
+    the link's two ranks, or a group's ranks: every collective among them and every send/receive between them)
+    or ``stages`` (every pipeline stage's compute scaled to the mean per micro-batch). ``value``: ``peer-median``
+    (the durations of the rank's stage peers, kernel by kernel; for host: the peers' launch delay), a factor,
+    ``comparable`` (a link's transfers: the median of comparable transfers elsewhere), ``remove`` (host: no
+    launch delay beyond the peers'), ``balanced``. ``steps``: None for every step."""
+
+    target: str
+    ranks: tuple[int, ...] = ()
+    part: str | None = None
+    value: str | float = PEER_MEDIAN
+    steps: tuple[int, ...] | None = None
+
+    def text(self) -> str:
+        """The ``--set`` form of the edit."""
+        value = f"{self.value:g}" if isinstance(self.value, float) else self.value
+        where = "" if self.steps is None else f":steps={'+'.join(map(str, self.steps))}"
+        if self.target == "stages":
+            return f"stages={value}{where}"
+        who = "+".join(map(str, self.ranks)) if self.target == "rank" else "-".join(map(str, self.ranks))
+        what = self.part if self.target == "rank" else "transfer"
+        return f"{self.target}={who}:{what}={value}{where}"
+
+
+def _int_list(text: str, what: str) -> tuple[int, ...]:
+    out: list[int] = []
+    for part in text.split("+"):
+        lo, sep, hi = part.partition("-")
+        if not (lo.isdigit() and (not sep or hi.isdigit())):
+            raise EditError(f"{what}={text!r}: expected integers like 5, 1+3+5 or 4-7")
+        out.extend(range(int(lo), int(hi) + 1) if sep else [int(lo)])
+    return tuple(sorted(set(out)))
+
+
+def _value(text: str, allowed: tuple[str, ...], where: str) -> str | float:
+    if text in allowed:
+        return text
+    try:
+        factor = float(text)
+    except ValueError:
+        raise EditError(f"{where}: {text!r} is neither {' nor '.join(allowed)} nor a factor like 0.8") from None
+    if not factor > 0:
+        raise EditError(f"{where}: the factor must be positive, not {text}")
+    return factor
+
+
+SET_HELP = (
+    "rank=37:compute=peer-median | rank=37:compute=0.8 | rank=3+5:communication=peer-median | rank=4:host=remove | "
+    "link=8-16:transfer=comparable | link=8-16:transfer=0.25 | stages=balanced; add :steps=1+2 to limit the steps"
+)
+
+
+def parse_edit(text: str) -> Edit:
+    """``--set`` text -> Edit; an :class:`EditError` names what is wrong."""
+    fields = [f.strip() for f in text.strip().split(":") if f.strip()]
+    pairs = []
+    for f in fields:
+        key, eq, value = f.partition("=")
+        if not eq or not value.strip():
+            raise EditError(f"--set {text!r}: {f!r} is not key=value (e.g. {SET_HELP.split(' | ')[0]})")
+        pairs.append((key.strip(), value.strip()))
+    if not pairs:
+        raise EditError(f"--set {text!r} is empty; expected e.g. {SET_HELP}")
+    steps = None
+    if pairs[-1][0] in ("step", "steps"):
+        steps = _int_list(pairs.pop()[1], "steps")
+    (target, who), rest = pairs[0], pairs[1:]
+    if target == "stages":
+        if who != BALANCED or rest:
+            raise EditError(f"--set {text!r}: the stages edit is stages=balanced")
+        return Edit("stages", value=BALANCED, steps=steps)
+    if target not in ("rank", "ranks", "link"):
+        raise EditError(f"--set {text!r}: {target!r} is not rank, link or stages")
+    if len(rest) != 1:
+        raise EditError(f"--set {text!r}: give one change after the {target}, e.g. {'compute=peer-median' if target != 'link' else 'transfer=comparable'}")
+    part, value = rest[0]
+    if target == "link":
+        ranks = tuple(int(r) for r in re.split(r"[-+]", who) if r.isdigit())
+        if len(set(ranks)) < 2 or not re.fullmatch(r"\d+([-+]\d+)+", who):
+            raise EditError(f"--set {text!r}: a link is two or more ranks, e.g. link=8-16")
+        if part != "transfer":
+            raise EditError(f"--set {text!r}: a link's change is transfer=comparable or transfer=FACTOR, not {part!r}")
+        return Edit("link", tuple(sorted(set(ranks))), "transfer", _value(value, (COMPARABLE,), f"--set {text!r}"), steps)
+    if part not in PARTS:
+        raise EditError(f"--set {text!r}: {part!r} is not one of {', '.join(PARTS)}")
+    allowed = (PEER_MEDIAN, REMOVE) if part == "host" else (PEER_MEDIAN,)
+    edit_value = _value(value, allowed, f"--set {text!r}")
+    if part == "host" and not isinstance(edit_value, str):
+        raise EditError(f"--set {text!r}: a host stall is removed (host=remove or host=peer-median), not scaled")
+    return Edit("rank", _int_list(who, "rank"), part, edit_value, steps)
+
+
+@dataclass
+class Graph:
+    """The device events of the profiled steps, in order of measured start, with their dependencies (see the
+    module docstring). Indices are positions in this order; -1 where there is none."""
+
+    rank: np.ndarray
+    step: np.ndarray
+    name: np.ndarray
+    compute: np.ndarray  # bool: a compute kernel (what compute edits scale)
+    start: np.ndarray
+    end: np.ndarray
+    pred: np.ndarray  # the previous event of the stream
+    lag: np.ndarray  # start - the predecessor's end, at most 0 (traces round times)
+    anchor: np.ndarray  # the rank's event that ended last before this one started
+    gap: np.ndarray  # start - the anchor's end (the host gap); the start itself without an anchor
+    instance: np.ndarray  # the collective or send/receive pair the event is a member of
+    tail: np.ndarray  # end - the instance's last arrival (or own start if later)
+    floor: np.ndarray  # a member that never waited: its own duration
+    inst_ranks: list[tuple[int, ...]]  # per instance, its members' ranks
+    inst_key: list[tuple[Any, ...]]  # per instance, what makes transfers comparable: collective, bytes, members, span
+    last: dict[tuple[int, int], int]  # (rank, step) -> the event that ended last
+    step_ns: dict[tuple[int, int], int]  # (rank, step) -> measured host span
+    names: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.rank)
+
+
+def build_graph(frame: Frame, steps: pa.Table, p2p: pa.Table, host_of: Mapping[int, str | None]) -> Graph:
+    """The replay graph of ``frame``'s steps (``p2p``: the matched send/receive pairs)."""
+    keep = (frame.step >= 0) & (frame.end >= frame.start)
+    order = np.flatnonzero(keep)[np.lexsort((frame.rank[keep], frame.start[keep]))]
+    f = frame.take(order)
+    n = len(f)
+    pred, lag = _stream_predecessors(f)
+    anchor, gap = _anchors(f)
+    instance, tail, floor, inst_ranks, inst_key = _instances(f, p2p, host_of)
+    cols = steps.select(["rank", "step", "start_ns", "end_ns"]).to_pydict()
+    step_ns = {(r, s): e - b for r, s, b, e in zip(cols["rank"], cols["step"], cols["start_ns"], cols["end_ns"], strict=True)}
+    by_end, firsts = group_bounds(f.step, f.rank, within=f.end)
+    lasts = np.append(firsts[1:], n) - 1 if n else firsts
+    last = {(int(f.rank[by_end[i]]), int(f.step[by_end[i]])): int(by_end[i]) for i in lasts.tolist()}
+    return Graph(
+        rank=f.rank, step=f.step, name=f.name, compute=f.kind == f.code("kinds", "compute"), start=f.start, end=f.end,
+        pred=pred, lag=lag, anchor=anchor, gap=gap, instance=instance, tail=tail, floor=floor,
+        inst_ranks=inst_ranks, inst_key=inst_key, last=last, step_ns=step_ns, names=f.names,
+    )  # fmt: skip
+
+
+def _stream_predecessors(f: Frame) -> tuple[np.ndarray, np.ndarray]:
+    order = np.lexsort((np.arange(len(f)), f.track, f.rank))  # rows are in start order: stable keeps it per stream
+    pred = np.full(len(f), -1, np.int64)
+    same = (f.rank[order][1:] == f.rank[order][:-1]) & (f.track[order][1:] == f.track[order][:-1])
+    pred[order[1:][same]] = order[:-1][same]
+    lag = np.where(pred >= 0, np.minimum(f.start - f.end[np.maximum(pred, 0)], 0), 0)
+    return pred, lag
+
+
+def _anchors(f: Frame) -> tuple[np.ndarray, np.ndarray]:
+    """Per event, the event of its rank that ended last at or before its start (within END_TOLERANCE_NS) and was
+    replayed before it, and the host gap after it."""
+    n = len(f)
+    base = int(f.start.min()) if n else 0
+    span = int(f.end.max() - base + 2 * END_TOLERANCE_NS + 1) if n else 1
+    ends = (f.rank.astype(np.int64) * span) + (f.end - base)
+    by_end = np.argsort(ends, kind="stable")
+    sorted_ends = ends[by_end]
+    query = f.rank.astype(np.int64) * span + (f.start - base + END_TOLERANCE_NS)
+    pos = np.searchsorted(sorted_ends, query, side="right") - 1
+    anchor = np.full(n, -1, np.int64)
+    me = np.arange(n)
+    for _ in range(4):  # step back over the event itself and zero-length events replayed after it (rare)
+        ok = pos >= 0
+        cand = np.where(ok, by_end[np.maximum(pos, 0)], -1)
+        ok &= f.rank[np.maximum(cand, 0)] == f.rank
+        good = ok & (cand < me)
+        anchor = np.where(good & (anchor < 0), cand, anchor)
+        pos = np.where(ok & ~good & (anchor < 0), pos - 1, -1)
+    gap = np.where(anchor >= 0, f.start - f.end[np.maximum(anchor, 0)], f.start)
+    return anchor, gap
+
+
+def _instances(f: Frame, p2p: pa.Table, host_of: Mapping[int, str | None]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[int, ...]], list[tuple[Any, ...]]]:
+    """Collective instances (group, step, seq) with every member present, and matched send/receive pairs."""
+    n = len(f)
+    instance = np.full(n, -1, np.int64)
+    is_coll = (f.kind == f.code("kinds", "communication")) & ~np.isin(f.collective, f.codes("collectives", P2P)) & (f.group >= 0) & (f.seq >= 0)
+    rows = np.flatnonzero(is_coll)
+    order, firsts = group_bounds(f.seq[rows], f.step[rows], f.group[rows])
+    inst_ranks: list[tuple[int, ...]] = []
+    inst_key: list[tuple[Any, ...]] = []
+    bounds = np.append(firsts, len(order))
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        members = rows[order[a:b]]
+        if b - a < 2:
+            continue
+        ranks = tuple(sorted(f.rank[members].tolist()))
+        instance[members] = len(inst_ranks)
+        inst_ranks.append(ranks)
+        span = "intra" if len({host_of.get(r) for r in ranks}) == 1 and host_of.get(ranks[0]) is not None else "inter"
+        m0 = int(members[0])
+        inst_key.append((f.collectives[f.collective[m0]], int(f.bytes[members].max()), len(ranks), span))
+    _pairs(f, p2p, host_of, instance, inst_ranks, inst_key)
+    last = np.zeros(len(inst_ranks), np.int64)
+    has = instance >= 0
+    np.maximum.at(last, instance[has], f.start[has]) if has.any() else None
+    arrival_end = np.maximum(f.start, last[np.maximum(instance, 0)])
+    tail = np.where(has, f.end - arrival_end, 0)
+    # A member that ended before the last one arrived did not wait for it (an eager send): it keeps its duration.
+    floor = np.where(has & (f.end <= last[np.maximum(instance, 0)] + END_TOLERANCE_NS), f.end - f.start, 0)
+    return instance, tail, floor, inst_ranks, inst_key
+
+
+def _pairs(f: Frame, p2p: pa.Table, host_of: Mapping[int, str | None], instance: np.ndarray, inst_ranks: list[tuple[int, ...]], inst_key: list[tuple[Any, ...]]) -> None:
+    """Matched send/receive pairs as two-member instances (rows found by rank and start)."""
+    comm = np.flatnonzero(np.isin(f.collective, f.codes("collectives", ("send", "recv"))) & (instance < 0))
+    where = {(int(r), int(s)): int(i) for r, s, i in zip(f.rank[comm].tolist(), f.start[comm].tolist(), comm.tolist(), strict=True)}
+    cols = p2p.select(["src", "dst", "bytes", "send_start_ns", "recv_start_ns"]).to_pydict()
+    for src, dst, size, s0, r0 in zip(*cols.values(), strict=True):
+        send, recv = where.get((src, s0)), where.get((dst, r0))
+        if send is None or recv is None or instance[send] >= 0 or instance[recv] >= 0:
+            continue
+        instance[[send, recv]] = len(inst_ranks)
+        inst_ranks.append(tuple(sorted((src, dst))))
+        same = host_of.get(src) is not None and host_of.get(src) == host_of.get(dst)
+        inst_key.append(("p2p", int(size), 2, "intra" if same else "inter"))
+
+
+@dataclass
+class Timing:
+    """What an edit changes: per event duration, tail, floor and host gap (copies of the graph's)."""
+
+    dur: np.ndarray
+    tail: np.ndarray
+    floor: np.ndarray
+    gap: np.ndarray
+
+    @classmethod
+    def of(cls, g: Graph) -> Timing:
+        return cls((g.end - g.start).copy(), g.tail.copy(), g.floor.copy(), g.gap.copy())
+
+
+def replay(g: Graph, t: Timing) -> np.ndarray:
+    """The replayed end of every event."""
+    n = len(g)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    head, offset = _fold(g, t)
+    members = _members(g)
+    left = [len(m) for m in members]
+    hd, off = head.tolist(), offset.tolist()
+    pred, anc, lag, gap, inst = g.pred.tolist(), g.anchor.tolist(), g.lag.tolist(), t.gap.tolist(), g.instance.tolist()
+    dur, tail, floor = t.dur.tolist(), t.tail.tolist(), t.floor.tolist()
+    ends = [0] * n
+    arrival: list[int | None] = [None] * n
+    finished = [False] * n
+
+    def end_of(i: int) -> int:
+        h = hd[i]
+        if not finished[h]:  # a member of an instance not complete yet (a successor within the tolerance)
+            _finish(members[inst[h]], arrival, tail, floor, ends, finished, only=h)
+        return ends[h] + off[i]
+
+    for i in np.flatnonzero(head == np.arange(n)).tolist():
+        p, a = pred[i], anc[i]
+        if a >= 0:
+            s = end_of(a) + gap[i]
+            if p >= 0:
+                s = max(s, end_of(p) + lag[i])
+        else:
+            s = end_of(p) + lag[i] if p >= 0 else gap[i]
+        k = inst[i]
+        if k < 0 or floor[i] > 0:  # not a member, or one that never waited (an eager send)
+            ends[i] = s + (dur[i] if k < 0 else floor[i])
+            finished[i] = True
+            if k < 0:
+                continue
+        arrival[i] = s
+        left[k] -= 1
+        if left[k] == 0:
+            _finish(members[k], arrival, tail, floor, ends, finished)
+    return np.asarray(ends, dtype=np.int64)[head] + offset
+
+
+def _finish(mine: list[int], arrival: list[int | None], tail: list[int], floor: list[int], ends: list[int], finished: list[bool], only: int | None = None) -> None:
+    """The members of an instance that waited for it end their tail after the last arrival. ``only``: that member
+    alone, needed before every member arrived (its successor started within the tolerance before the last
+    arrival): the arrivals seen so far decide."""
+    last = max(a for m in mine if (a := arrival[m]) is not None)
+    for m in mine if only is None else [only]:
+        a = arrival[m]
+        if finished[m] or a is None:
+            continue
+        ends[m] = max(a, last) + tail[m]
+        finished[m] = True
+
+
+def _members(g: Graph) -> list[list[int]]:
+    has = np.flatnonzero(g.instance >= 0)
+    order = has[np.argsort(g.instance[has], kind="stable")]
+    counts = np.bincount(g.instance[has], minlength=len(g.inst_ranks))
+    out: list[list[int]] = []
+    pos = 0
+    for c in counts.tolist():
+        out.append(order[pos : pos + c].tolist())
+        pos += c
+    return out
+
+
+def _fold(g: Graph, t: Timing) -> tuple[np.ndarray, np.ndarray]:
+    """Runs of a stream's events that only wait for their predecessor, folded onto the run's first event: per
+    event, that head and the time from the head's end to its own end (pointer jumping: log(run) numpy passes).
+    An event inside a run ends that long after its head, so whoever waits for it reads it from the head."""
+    n = len(g)
+    p = np.maximum(g.pred, 0)
+    merge = (g.pred >= 0) & (g.pred == g.anchor) & (g.instance < 0) & (g.instance[p] < 0)
+    ptr = np.where(merge, g.pred, np.arange(n))
+    acc = np.where(merge, np.maximum(g.lag, t.gap) + t.dur, 0)
+    while True:
+        nxt = ptr[ptr]
+        if np.array_equal(nxt, ptr):
+            return ptr, acc
+        acc = acc + acc[ptr]
+        ptr = nxt
+
+
+@dataclass(frozen=True)
+class Peers:
+    """What the edits compare a rank with: its stage peers, each (rank, step)'s launch delay (from the step's host
+    start to its first device work) and, per rank, the factor that balances its stage's compute."""
+
+    stage_of: Mapping[int, int]
+    stages: Sequence[Sequence[int]]
+    launch_delay: Mapping[tuple[int, int], int]
+    balance: Mapping[int, float]
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """The replayed steps with ``edits`` applied: the predicted median step time and the saving per step (the
+    mean over the profiled steps of what each step saves), against the measured ``step_ns``."""
+
+    edits: tuple[str, ...]
+    step_ns: float
+    predicted_step_ns: float
+    saving_ns: float
+
+    @property
+    def saving_pct(self) -> float:
+        return 100 * self.saving_ns / self.step_ns if self.step_ns else 0.0
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "predicted_step_ms": round(self.predicted_step_ns / 1e6, 4),
+            "saving_ms": round(self.saving_ns / 1e6, 4),
+            "saving_pct": round(self.saving_pct, 2),
+            "edits": list(self.edits),
+        }
+
+
+def step_times(g: Graph, ends: np.ndarray) -> dict[tuple[int, int], float]:
+    """(rank, step) -> step time with the replayed ``ends``: the host span moves by as much as the step's last
+    device work, its start by as much as the previous step's last device work."""
+    moved = {k: int(ends[i]) - int(g.end[i]) for k, i in g.last.items()}
+    return {(r, s): ns + moved.get((r, s), 0) - moved.get((r, s - 1), 0) for (r, s), ns in g.step_ns.items() if (r, s) in moved}
+
+
+def what_if(g: Graph, peers: Peers, edits: Sequence[Edit]) -> WhatIf:
+    """Replay ``g`` with ``edits`` (an :class:`EditError` when one names a rank, link or step the job lacks)."""
+    t = Timing.of(g)
+    for e in edits:
+        apply(g, t, peers, e)
+    measured = step_times(g, g.end)
+    predicted = step_times(g, replay(g, t))
+    saving = statistics.fmean(measured[k] - predicted[k] for k in measured) if measured else 0.0
+    return WhatIf(tuple(e.text() for e in edits), float(statistics.median(measured.values())), float(statistics.median(predicted.values())), saving)
+
+
+def replay_error(g: Graph) -> tuple[int, float]:
+    """The replay without edits against the traces: the largest event end error (ns) and the largest step time
+    error (a fraction of the step)."""
+    ends = replay(g, Timing.of(g))
+    measured, replayed = step_times(g, g.end), step_times(g, ends)
+    worst = max((abs(replayed[k] - v) / v for k, v in measured.items() if v), default=0.0)
+    return int(np.abs(ends - g.end).max()) if len(g) else 0, worst
+
+
+def apply(g: Graph, t: Timing, peers: Peers, e: Edit) -> None:
+    """Change ``t`` as ``e`` says."""
+    steps = np.isin(g.step, e.steps) if e.steps is not None else np.ones(len(g), bool)
+    if e.steps is not None and not steps.any():
+        raise EditError(f"{e.text()}: the job has no step {', '.join(map(str, e.steps))} with device work")
+    unknown = sorted(set(e.ranks) - set(peers.stage_of))
+    if unknown:
+        raise EditError(f"{e.text()}: the job has no rank {unknown[0]}")
+    if e.target == "stages":
+        factor = np.array([peers.balance.get(r, 1.0) for r in range(int(g.rank.max()) + 1)]) if len(g) else np.ones(0)
+        sel = steps & g.compute
+        t.dur[sel] = np.rint(t.dur[sel] * factor[g.rank[sel]]).astype(np.int64)
+    elif e.target == "link":
+        _link(g, t, e, steps)
+    elif e.part == "host":
+        _host(g, t, peers, e, steps)
+    else:
+        _part(g, t, peers, e, steps)
+
+
+def _part(g: Graph, t: Timing, peers: Peers, e: Edit, steps: np.ndarray) -> None:
+    """A rank's compute kernels' durations, or its communication's transfers, to its peers' or by a factor."""
+    is_part = g.compute if e.part == "compute" else g.instance >= 0
+    values = t.dur if e.part == "compute" else t.tail
+    mine = steps & is_part & np.isin(g.rank, e.ranks)
+    if isinstance(e.value, float):
+        values[mine] = np.rint(values[mine] * e.value).astype(np.int64)
+        if e.part == "communication":
+            t.floor[mine] = np.rint(t.floor[mine] * e.value).astype(np.int64)
+        return
+    for stage in sorted({peers.stage_of[r] for r in e.ranks}):
+        others = [r for r in peers.stages[stage] if r not in e.ranks]
+        if not others:
+            raise EditError(f"{e.text()}: stage {stage} has no other rank to take a median from")
+        ours = mine & np.isin(g.rank, [r for r in e.ranks if peers.stage_of[r] == stage])
+        theirs = steps & is_part & np.isin(g.rank, others)
+        key = _occurrence_key(g, is_part)
+        median = _median_by_key(key[theirs], values[theirs])
+        found = np.searchsorted(median[0], key[ours])
+        hit = (found < len(median[0])) & (median[0][np.minimum(found, len(median[0]) - 1)] == key[ours]) if len(median[0]) else np.zeros(int(ours.sum()), bool)
+        rows = np.flatnonzero(ours)[hit]
+        values[rows] = median[1][found[hit]]
+        if e.part == "communication":
+            t.floor[rows] = np.minimum(t.floor[rows], values[rows])
+
+
+def _occurrence_key(g: Graph, rows: np.ndarray) -> np.ndarray:
+    """Per event, (step, name, how many events of that name its rank ran before it in the step) as one integer:
+    the same kernel on every rank that runs the same program."""
+    occ = np.zeros(len(g), np.int64)
+    idx = np.flatnonzero(rows)
+    order, firsts = group_bounds(g.name[idx], g.step[idx], g.rank[idx])
+    if len(order):
+        run = np.zeros(len(order), np.int64)
+        run[firsts[1:]] = 1
+        run = np.cumsum(run)
+        occ[idx[order]] = np.arange(len(order)) - firsts[run]
+    return (g.step.astype(np.int64) << 44) | (g.name.astype(np.int64) << 22) | occ
+
+
+def _median_by_key(key: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct keys, the median value of each)."""
+    order = np.lexsort((values, key))
+    k, v = key[order], values[order]
+    distinct, first, count = np.unique(k, return_index=True, return_counts=True)
+    low, high = v[first + (count - 1) // 2], v[first + count // 2]
+    return distinct, (low + high) // 2
+
+
+def _host(g: Graph, t: Timing, peers: Peers, e: Edit, steps: np.ndarray) -> None:
+    """The first device work of each of the rank's steps launched no later after the step's host start than on
+    its peers (median): the stall before it removed."""
+    first: dict[tuple[int, int], int] = {}
+    for i in np.flatnonzero(steps & np.isin(g.rank, e.ranks)).tolist():
+        first.setdefault((int(g.rank[i]), int(g.step[i])), i)
+    for (rank, step), i in first.items():
+        others = [peers.launch_delay[(r, step)] for r in peers.stages[peers.stage_of[rank]] if r not in e.ranks and (r, step) in peers.launch_delay]
+        own = peers.launch_delay.get((rank, step))
+        if others and own is not None:
+            t.gap[i] -= max(own - int(statistics.median(others)), 0)
+
+
+def _link(g: Graph, t: Timing, e: Edit, steps: np.ndarray) -> None:
+    """The transfers of every collective among the link's ranks and every send/receive between them: as long as
+    the median transfer of comparable ones (same collective, size, group size and span) elsewhere, or scaled."""
+    ranks = set(e.ranks)
+    on_link = np.array([ranks <= set(members) for members in g.inst_ranks], bool)
+    has = g.instance >= 0
+    if not on_link.any():
+        raise EditError(f"{e.text()}: no collective or send/receive joins ranks {', '.join(map(str, e.ranks))}")
+    transfer = np.zeros(len(g.inst_ranks), np.int64)  # a collective's once all arrived; an eager send's own
+    np.maximum.at(transfer, g.instance[has], np.maximum(t.tail[has], t.floor[has]))
+    mine = has & steps & on_link[np.maximum(g.instance, 0)]
+    if isinstance(e.value, float):
+        scale = np.full(len(g.inst_ranks), e.value)
+    else:
+        elsewhere: dict[tuple[Any, ...], list[int]] = {}
+        for k, (key, linked) in enumerate(zip(g.inst_key, on_link.tolist(), strict=True)):
+            if not linked:
+                elsewhere.setdefault(key, []).append(int(transfer[k]))
+        ref = {key: statistics.median(v) for key, v in elsewhere.items()}
+        scale = np.array([ref[key] / transfer[k] if key in ref and transfer[k] > 0 else 1.0 for k, key in enumerate(g.inst_key)])
+    factor = scale[g.instance[mine]]
+    t.tail[mine] = np.rint(t.tail[mine] * factor).astype(np.int64)
+    t.floor[mine] = np.rint(t.floor[mine] * factor).astype(np.int64)
