@@ -103,7 +103,9 @@ class Culprit:
 
 @dataclass(frozen=True)
 class Finding:
-    """A cause of lost time: ``step`` is the step its evidence cites (None for structural findings)."""
+    """A cause of lost time: ``step`` is the step its evidence cites (None for structural findings); ``what_if``
+    the replay of the steps with the cause removed (predicted step time, saving, the edits), None where there is
+    nothing to replay (clock skew)."""
 
     kind: str
     culprit: Culprit
@@ -112,6 +114,7 @@ class Finding:
     severity: str
     evidence: str
     step: int | None = None
+    what_if: dict[str, Any] | None = None  # the replay with the cause removed (paradiag.analysis.whatif)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -122,6 +125,7 @@ class Finding:
             "severity": self.severity,
             "evidence": self.evidence,
             "step": self.step,
+            "what_if": self.what_if,
         }
 
     @classmethod
@@ -135,6 +139,7 @@ class Finding:
             severity=data["severity"],
             evidence=data["evidence"],
             step=data.get("step"),
+            what_if=data.get("what_if"),
         )
 
 

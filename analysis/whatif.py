@@ -28,13 +28,17 @@ import re
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
 from paradiag.analysis.critical_path import END_TOLERANCE_NS
 from paradiag.analysis.frame import Frame, group_bounds
+
+if TYPE_CHECKING:
+    from paradiag.analysis.diagnosis_types import Diagnosis
+    from paradiag.dataset import Job
 
 P2P = ("send", "recv", "send_recv")
 PARTS = ("compute", "communication", "host")
@@ -384,12 +388,14 @@ class Peers:
 @dataclass(frozen=True)
 class WhatIf:
     """The replayed steps with ``edits`` applied: the predicted median step time and the saving per step (the
-    mean over the profiled steps of what each step saves), against the measured ``step_ns``."""
+    mean over the profiled steps of what each step saves), against the measured ``step_ns``; ``per_step``: per
+    step, the measured and the predicted step time (medians over the ranks)."""
 
     edits: tuple[str, ...]
     step_ns: float
     predicted_step_ns: float
     saving_ns: float
+    per_step: tuple[tuple[int, float, float], ...] = ()
 
     @property
     def saving_pct(self) -> float:
@@ -411,15 +417,30 @@ def step_times(g: Graph, ends: np.ndarray) -> dict[tuple[int, int], float]:
     return {(r, s): ns + moved.get((r, s), 0) - moved.get((r, s - 1), 0) for (r, s), ns in g.step_ns.items() if (r, s) in moved}
 
 
-def what_if(g: Graph, peers: Peers, edits: Sequence[Edit]) -> WhatIf:
-    """Replay ``g`` with ``edits`` (an :class:`EditError` when one names a rank, link or step the job lacks)."""
+def what_if(g: Graph, peers: Peers, edits: Sequence[Edit], steps: Sequence[int] | None = None) -> WhatIf:
+    """Replay ``g`` with ``edits`` (an :class:`EditError` when one names a rank, link or step the job lacks);
+    ``steps``: report those steps only."""
     t = Timing.of(g)
     for e in edits:
         apply(g, t, peers, e)
     measured = step_times(g, g.end)
     predicted = step_times(g, replay(g, t))
-    saving = statistics.fmean(measured[k] - predicted[k] for k in measured) if measured else 0.0
-    return WhatIf(tuple(e.text() for e in edits), float(statistics.median(measured.values())), float(statistics.median(predicted.values())), saving)
+    if steps is not None:
+        measured = {k: v for k, v in measured.items() if k[1] in steps}
+    if not measured:
+        raise EditError(f"no step {', '.join(map(str, steps or ()))} with device work to replay")
+    saving = statistics.fmean(measured[k] - predicted[k] for k in measured)
+    by_step: dict[int, list[tuple[float, float]]] = {}
+    for (_, step), ns in measured.items():
+        by_step.setdefault(step, []).append((ns, predicted[(_, step)]))
+    per_step = tuple((s, statistics.median(m for m, _ in v), statistics.median(p for _, p in v)) for s, v in sorted(by_step.items()))
+    return WhatIf(
+        tuple(e.text() for e in edits),
+        float(statistics.median(measured.values())),
+        float(statistics.median(predicted[k] for k in measured)),
+        saving,
+        per_step,
+    )
 
 
 def replay_error(g: Graph) -> tuple[int, float]:
@@ -536,3 +557,62 @@ def _link(g: Graph, t: Timing, e: Edit, steps: np.ndarray) -> None:
     factor = scale[g.instance[mine]]
     t.tail[mine] = np.rint(t.tail[mine] * factor).astype(np.int64)
     t.floor[mine] = np.rint(t.floor[mine] * factor).astype(np.int64)
+
+
+def peers_of(stage_of: Mapping[int, int], stages: Sequence[Sequence[int]], figures: Mapping[tuple[int, int], Mapping[str, Any]], metrics: Mapping[str, Any] | None) -> Peers:
+    """The :class:`Peers` of a job from its layout, its per-(rank, step) figures and its stage metrics (the
+    balanced split: every stage computing the mean per micro-batch)."""
+    balance: dict[int, float] = {}
+    rows = (metrics or {}).get("stages") or []
+    mean = statistics.fmean(s["compute_per_micro_batch_ns"] for s in rows) if rows else 0.0
+    for s in rows:
+        for r in s["ranks"]:
+            balance[r] = mean / s["compute_per_micro_batch_ns"] if s["compute_per_micro_batch_ns"] else 1.0
+    delay = {k: int(v["launch_delay_ns"]) for k, v in figures.items() if v.get("launch_delay_ns") is not None}
+    return Peers(dict(stage_of), [list(s) for s in stages], delay, balance)
+
+
+def finding_edits(f: Mapping[str, Any]) -> list[Edit]:
+    """The cause of a finding, removed: a culprit's compute to its peers', its stall removed, its link's transfers
+    to comparable links', the stages balanced. None for clock skew (a data problem, no time lost)."""
+    culprit, steps = f["culprit"], tuple(f["steps"]) or None
+    kind = f["kind"]
+    if kind in ("slow_device", "operator_hotspot", "expert_imbalance"):
+        return [Edit("rank", tuple(culprit["ranks"]), "compute", PEER_MEDIAN, steps)]
+    if kind == "host_stall":
+        return [Edit("rank", tuple(culprit["ranks"]), "host", REMOVE, steps)]
+    if kind == "slow_link":
+        return [Edit("link", tuple(culprit["link"]["ranks"]), "transfer", COMPARABLE, steps)]
+    if kind == "stage_imbalance":
+        return [Edit("stages", value=BALANCED)]
+    return []
+
+
+def replay_findings(found: list[dict[str, Any]], g: Graph, peers: Peers) -> None:
+    """Each finding's ``what_if`` (its cause removed, the steps replayed), and its ``impact_pct`` from it."""
+    from paradiag.analysis.findings import severity
+
+    for f in found:
+        edits = finding_edits(f)
+        if not edits or not len(g):
+            continue
+        try:
+            result = what_if(g, peers, edits)
+        except EditError:
+            continue  # the culprit has no peer or link to compare with: the estimate stays the heuristic one
+        f["what_if"] = result.as_json()
+        f["impact_pct"] = round(max(result.saving_pct, 0.0), 2)
+        f["severity"] = severity(f["impact_pct"])
+
+
+def job_graph(job: Job, d: Diagnosis) -> tuple[Graph, Peers]:
+    """The replay graph and peers of a job whose Diagnosis is stored (its device events read again)."""
+    from paradiag.analysis import comm
+    from paradiag.analysis.frame import job_frame
+
+    frame = job_frame(job)
+    members = {g: list(m) for g, m in zip(job.groups.column("group").to_pylist(), job.groups.column("ranks").to_pylist(), strict=True)}
+    comm.infer_peers(frame, members, d.layout.stage_of)
+    host_of = dict(zip(job.ranks.column("rank").to_pylist(), job.ranks.column("host").to_pylist(), strict=True))
+    metrics = d.stage_metrics.as_json() if d.stage_metrics else None
+    return build_graph(frame, job.steps, d.p2p, host_of), peers_of(d.layout.stage_of, d.layout.stages, d.figures(), metrics)
