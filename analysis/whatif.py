@@ -290,71 +290,109 @@ class Timing:
         return cls((g.end - g.start).copy(), g.tail.copy(), g.floor.copy(), g.gap.copy())
 
 
+PER_RANK = 4  # events per rank replayed together: few, so that the chains inside a block stay short
+NEVER = -(1 << 62)  # the end of an event with no such dependency
+
+
 def replay(g: Graph, t: Timing) -> np.ndarray:
-    """The replayed end of every event."""
+    """The replayed end of every event.
+
+    After folding (``_fold``), the heads are replayed in blocks of consecutive events (in measured order): inside
+    a block every head's start is the max over its dependencies, recomputed for the whole block at once until
+    nothing changes (as many rounds as the longest chain inside the block); earlier blocks are final. An instance
+    ends in the block of its last member in measured order: every member's successor comes after it."""
     n = len(g)
     if n == 0:
         return np.zeros(0, np.int64)
     head, offset = _fold(g, t)
-    members = _members(g)
-    left = [len(m) for m in members]
-    hd, off = head.tolist(), offset.tolist()
-    pred, anc, lag, gap, inst = g.pred.tolist(), g.anchor.tolist(), g.lag.tolist(), t.gap.tolist(), g.instance.tolist()
-    dur, tail, floor = t.dur.tolist(), t.tail.tolist(), t.floor.tolist()
-    ends = [0] * n
-    arrival: list[int | None] = [None] * n
-    finished = [False] * n
-
-    def end_of(i: int) -> int:
-        h = hd[i]
-        if not finished[h]:  # a member of an instance not complete yet (a successor within the tolerance)
-            _finish(members[inst[h]], arrival, tail, floor, ends, finished, only=h)
-        return ends[h] + off[i]
-
-    for i in np.flatnonzero(head == np.arange(n)).tolist():
-        p, a = pred[i], anc[i]
-        if a >= 0:
-            s = end_of(a) + gap[i]
-            if p >= 0:
-                s = max(s, end_of(p) + lag[i])
-        else:
-            s = end_of(p) + lag[i] if p >= 0 else gap[i]
-        k = inst[i]
-        if k < 0 or floor[i] > 0:  # not a member, or one that never waited (an eager send)
-            ends[i] = s + (dur[i] if k < 0 else floor[i])
-            finished[i] = True
-            if k < 0:
-                continue
-        arrival[i] = s
-        left[k] -= 1
-        if left[k] == 0:
-            _finish(members[k], arrival, tail, floor, ends, finished)
-    return np.asarray(ends, dtype=np.int64)[head] + offset
+    c = _compressed(g, t, head, offset)
+    ends = np.full(c.size + 1, NEVER, np.int64)  # the last slot stands for "no dependency"
+    arrival = np.zeros(c.size, np.int64)
+    block = max(PER_RANK * len(np.unique(g.rank)), 64)
+    for lo in range(0, c.size, block):
+        _replay_block(c, ends, arrival, lo, min(lo + block, c.size))
+    return ends[c.position[head]] + offset
 
 
-def _finish(mine: list[int], arrival: list[int | None], tail: list[int], floor: list[int], ends: list[int], finished: list[bool], only: int | None = None) -> None:
-    """The members of an instance that waited for it end their tail after the last arrival. ``only``: that member
-    alone, needed before every member arrived (its successor started within the tolerance before the last
-    arrival): the arrivals seen so far decide."""
-    last = max(a for m in mine if (a := arrival[m]) is not None)
-    for m in mine if only is None else [only]:
-        a = arrival[m]
-        if finished[m] or a is None:
-            continue
-        ends[m] = max(a, last) + tail[m]
-        finished[m] = True
+@dataclass
+class _Compressed:
+    """The heads' dependencies in head positions (``size`` for none) and what each adds to them."""
+
+    size: int
+    position: np.ndarray  # event -> its position among the heads (heads only)
+    pred: np.ndarray
+    after_pred: np.ndarray
+    anchor: np.ndarray
+    after_anchor: np.ndarray
+    base: np.ndarray  # the start of a head with no dependency, NEVER otherwise
+    dur: np.ndarray  # the head's own duration (eager members: their floor)
+    waits: np.ndarray  # bool: a member that ends with its instance
+    tail: np.ndarray
+    members: np.ndarray  # head positions of waiting members, grouped by instance, instances by last member
+    firsts: np.ndarray  # start of each instance's members in ``members``
+    last: np.ndarray  # per instance (same order), its last member's position
 
 
-def _members(g: Graph) -> list[list[int]]:
-    has = np.flatnonzero(g.instance >= 0)
-    order = has[np.argsort(g.instance[has], kind="stable")]
-    counts = np.bincount(g.instance[has], minlength=len(g.inst_ranks))
-    out: list[list[int]] = []
-    pos = 0
-    for c in counts.tolist():
-        out.append(order[pos : pos + c].tolist())
-        pos += c
-    return out
+def _compressed(g: Graph, t: Timing, head: np.ndarray, offset: np.ndarray) -> _Compressed:
+    heads = np.flatnonzero(head == np.arange(len(g)))
+    size = len(heads)
+    position = np.full(len(g), size, np.int64)
+    position[heads] = np.arange(size)
+    p, a = g.pred[heads], g.anchor[heads]
+    has_p, has_a = p >= 0, a >= 0
+    pp, aa = np.maximum(p, 0), np.maximum(a, 0)
+    inst = g.instance[heads]
+    waits = (inst >= 0) & (t.floor[heads] <= 0)
+    dur = np.where(inst >= 0, t.floor[heads], t.dur[heads])
+    rows = np.flatnonzero(waits)
+    order, firsts = group_bounds(inst[rows])
+    members = rows[order]
+    last = np.maximum.reduceat(members, firsts) if len(members) else np.zeros(0, np.int64)
+    by_last = np.argsort(last, kind="stable")
+    counts = np.diff(np.append(firsts, len(members)))
+    starts = np.repeat(firsts[by_last], counts[by_last])
+    within = np.arange(len(members)) - np.repeat(np.cumsum(counts[by_last]) - counts[by_last], counts[by_last])
+    return _Compressed(
+        size=size,
+        position=position,
+        pred=np.where(has_p, position[head[pp]], size),
+        after_pred=np.where(has_p, offset[pp] + g.lag[heads], 0),
+        anchor=np.where(has_a, position[head[aa]], size),
+        after_anchor=np.where(has_a, offset[aa] + t.gap[heads], 0),
+        base=np.where(has_p | has_a, NEVER, t.gap[heads]),
+        dur=dur,
+        waits=waits,
+        tail=t.tail[heads],
+        members=members[starts + within] if len(members) else members,
+        firsts=np.append(0, np.cumsum(counts[by_last]))[:-1] if len(members) else firsts,
+        last=last[by_last],
+    )
+
+
+def _replay_block(c: _Compressed, ends: np.ndarray, arrival: np.ndarray, lo: int, hi: int) -> None:
+    """Heads ``lo..hi`` to their fixed point, with the instances whose last member is among them."""
+    i0, i1 = np.searchsorted(c.last, [lo, hi])
+    m0 = int(c.firsts[i0]) if i0 < len(c.firsts) else len(c.members)
+    m1 = int(c.firsts[i1]) if i1 < len(c.firsts) else len(c.members)
+    mine = c.members[m0:m1]
+    seg = c.firsts[i0:i1] - m0
+    block = slice(lo, hi)
+    pred, after_pred, anchor, after_anchor, base = c.pred[block], c.after_pred[block], c.anchor[block], c.after_anchor[block], c.base[block]
+    dur, waits = c.dur[block], c.waits[block]
+    tail = c.tail[mine]
+    while True:
+        start = np.maximum(np.maximum(ends[pred] + after_pred, ends[anchor] + after_anchor), base)
+        arrival[block] = start
+        # A waiting member of an instance that ends in a later block: its own arrival stands in for the last one
+        # (no successor reads it before then, except within the tolerance).
+        before, before_mine = ends[block].copy(), ends[mine]
+        ends[block] = start + np.where(waits, c.tail[block], dur)
+        if len(mine):
+            last = np.maximum.reduceat(arrival[mine], seg)
+            ends[mine] = np.maximum(arrival[mine], np.repeat(last, np.diff(np.append(seg, len(mine))))) + tail
+        changed = not (np.array_equal(before, ends[block]) and np.array_equal(before_mine, ends[mine]))
+        if not changed:
+            return
 
 
 def _fold(g: Graph, t: Timing) -> tuple[np.ndarray, np.ndarray]:
