@@ -166,8 +166,7 @@ class Graph:
     instance: np.ndarray  # the collective or send/receive pair the event is a member of
     tail: np.ndarray  # end - the instance's last arrival (or own start if later)
     floor: np.ndarray  # a member that never waited: its own duration
-    inst_ranks: list[tuple[int, ...]]  # per instance, its members' ranks
-    inst_key: list[tuple[Any, ...]]  # per instance, what makes transfers comparable: collective, bytes, members, span
+    inst_key: np.ndarray  # per instance: collective code (-1: send/receive), bytes, members, 1 if on one host
     last: dict[tuple[int, int], int]  # (rank, step) -> the event that ended last
     step_ns: dict[tuple[int, int], int]  # (rank, step) -> measured host span
     names: list[str] = field(default_factory=list)
@@ -184,7 +183,7 @@ def build_graph(frame: Frame, steps: pa.Table, p2p: pa.Table, host_of: Mapping[i
     n = len(f)
     pred, lag = _stream_predecessors(f)
     anchor, gap = _anchors(f)
-    instance, tail, floor, inst_ranks, inst_key = _instances(f, p2p, host_of)
+    instance, tail, floor, inst_key = _instances(f, p2p, host_of)
     cols = steps.select(["rank", "step", "start_ns", "end_ns"]).to_pydict()
     step_ns = {(r, s): e - b for r, s, b, e in zip(cols["rank"], cols["step"], cols["start_ns"], cols["end_ns"], strict=True)}
     by_end, firsts = group_bounds(f.step, f.rank, within=f.end)
@@ -193,7 +192,7 @@ def build_graph(frame: Frame, steps: pa.Table, p2p: pa.Table, host_of: Mapping[i
     return Graph(
         rank=f.rank, step=f.step, name=f.name, compute=f.kind == f.code("kinds", "compute"), start=f.start, end=f.end,
         pred=pred, lag=lag, anchor=anchor, gap=gap, instance=instance, tail=tail, floor=floor,
-        inst_ranks=inst_ranks, inst_key=inst_key, last=last, step_ns=step_ns, names=f.names,
+        inst_key=inst_key, last=last, step_ns=step_ns, names=f.names,
     )  # fmt: skip
 
 
@@ -230,50 +229,75 @@ def _anchors(f: Frame) -> tuple[np.ndarray, np.ndarray]:
     return anchor, gap
 
 
-def _instances(f: Frame, p2p: pa.Table, host_of: Mapping[int, str | None]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[int, ...]], list[tuple[Any, ...]]]:
-    """Collective instances (group, step, seq) with every member present, and matched send/receive pairs."""
+def _instances(f: Frame, p2p: pa.Table, host_of: Mapping[int, str | None]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per event its instance (collectives: the same (group, step, seq) on two members or more; send/receive:
+    the matched pairs), tail and floor; per instance what makes transfers comparable: collective (-1: a
+    send/receive pair), bytes, members and 1 where every member is on one host (columns of one array)."""
     n = len(f)
     instance = np.full(n, -1, np.int64)
     is_coll = (f.kind == f.code("kinds", "communication")) & ~np.isin(f.collective, f.codes("collectives", P2P)) & (f.group >= 0) & (f.seq >= 0)
     rows = np.flatnonzero(is_coll)
     order, firsts = group_bounds(f.seq[rows], f.step[rows], f.group[rows])
-    inst_ranks: list[tuple[int, ...]] = []
-    inst_key: list[tuple[Any, ...]] = []
-    bounds = np.append(firsts, len(order))
-    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-        members = rows[order[a:b]]
-        if b - a < 2:
-            continue
-        ranks = tuple(sorted(f.rank[members].tolist()))
-        instance[members] = len(inst_ranks)
-        inst_ranks.append(ranks)
-        span = "intra" if len({host_of.get(r) for r in ranks}) == 1 and host_of.get(ranks[0]) is not None else "inter"
-        m0 = int(members[0])
-        inst_key.append((f.collectives[f.collective[m0]], int(f.bytes[members].max()), len(ranks), span))
-    _pairs(f, p2p, host_of, instance, inst_ranks, inst_key)
-    last = np.zeros(len(inst_ranks), np.int64)
-    has = instance >= 0
-    np.maximum.at(last, instance[has], f.start[has]) if has.any() else None
-    arrival_end = np.maximum(f.start, last[np.maximum(instance, 0)])
-    tail = np.where(has, f.end - arrival_end, 0)
+    counts = np.diff(np.append(firsts, len(order)))
+    run = np.repeat(np.arange(len(firsts)), counts)
+    keep = counts >= 2  # a collective with one member in the traces: nobody to wait for
+    renumber = np.cumsum(keep) - 1
+    members = rows[order]
+    instance[members[keep[run]]] = renumber[run[keep[run]]]
+    send, recv = _pairs(f, p2p)
+    instance[send] = instance[recv] = int(keep.sum()) + np.arange(len(send))
+    host = _host_codes(f.rank, host_of)
+    has = np.flatnonzero(instance >= 0)
+    k = instance[has]
+    total = int(keep.sum()) + len(send)
+    low, high = np.full(total, np.iinfo(np.int64).max), np.full(total, -1, np.int64)
+    np.minimum.at(low, k, host[has])
+    np.maximum.at(high, k, host[has])
+    size, nbytes, kind = np.bincount(k, minlength=total), np.zeros(total, np.int64), np.full(total, -1, np.int64)
+    np.maximum.at(nbytes, k, f.bytes[has])
+    is_collective = has[f.collective[has] >= 0] if len(has) else has
+    kind[instance[is_collective]] = f.collective[is_collective]
+    kind[int(keep.sum()) :] = -1
+    key = np.stack([kind, nbytes, size, ((low == high) & (low >= 0)).astype(np.int64)], axis=1)
+    last = np.zeros(total, np.int64)
+    np.maximum.at(last, k, f.start[has])
+    arrived = last[np.maximum(instance, 0)]
+    tail = np.where(instance >= 0, f.end - np.maximum(f.start, arrived), 0)
     # A member that ended before the last one arrived did not wait for it (an eager send): it keeps its duration.
-    floor = np.where(has & (f.end <= last[np.maximum(instance, 0)] + END_TOLERANCE_NS), f.end - f.start, 0)
-    return instance, tail, floor, inst_ranks, inst_key
+    floor = np.where((instance >= 0) & (f.end <= arrived + END_TOLERANCE_NS), f.end - f.start, 0)
+    return instance, tail, floor, key
 
 
-def _pairs(f: Frame, p2p: pa.Table, host_of: Mapping[int, str | None], instance: np.ndarray, inst_ranks: list[tuple[int, ...]], inst_key: list[tuple[Any, ...]]) -> None:
-    """Matched send/receive pairs as two-member instances (rows found by rank and start)."""
-    comm = np.flatnonzero(np.isin(f.collective, f.codes("collectives", ("send", "recv"))) & (instance < 0))
-    where = {(int(r), int(s)): int(i) for r, s, i in zip(f.rank[comm].tolist(), f.start[comm].tolist(), comm.tolist(), strict=True)}
-    cols = p2p.select(["src", "dst", "bytes", "send_start_ns", "recv_start_ns"]).to_pydict()
-    for src, dst, size, s0, r0 in zip(*cols.values(), strict=True):
-        send, recv = where.get((src, s0)), where.get((dst, r0))
-        if send is None or recv is None or instance[send] >= 0 or instance[recv] >= 0:
-            continue
-        instance[[send, recv]] = len(inst_ranks)
-        inst_ranks.append(tuple(sorted((src, dst))))
-        same = host_of.get(src) is not None and host_of.get(src) == host_of.get(dst)
-        inst_key.append(("p2p", int(size), 2, "intra" if same else "inter"))
+def _host_codes(rank: np.ndarray, host_of: Mapping[int, str | None]) -> np.ndarray:
+    """Per event, a code of its rank's host (-1 unknown)."""
+    names = sorted({h for h in host_of.values() if h is not None})
+    code = {h: i for i, h in enumerate(names)}
+    table = np.full(int(rank.max()) + 2 if len(rank) else 1, -1, np.int64)
+    for r, h in host_of.items():
+        if 0 <= r < len(table) - 1 and h is not None:
+            table[r] = code[h]
+    return table[np.clip(rank, 0, len(table) - 1)]
+
+
+def _pairs(f: Frame, p2p: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """The events of each matched send/receive pair (send rows, receive rows), found by rank and start."""
+    comm = np.flatnonzero(np.isin(f.collective, f.codes("collectives", ("send", "recv"))))
+    if not len(comm) or not p2p.num_rows:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    base = int(f.start.min())
+    span = int(f.start.max()) - base + 1
+    keys = f.rank[comm].astype(np.int64) * span + (f.start[comm] - base)
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+
+    def find(rank: str, start: str) -> np.ndarray:
+        q = np.asarray(p2p.column(rank).to_numpy(), np.int64) * span + (np.asarray(p2p.column(start).to_numpy(), np.int64) - base)
+        pos = np.clip(np.searchsorted(sorted_keys, q), 0, len(sorted_keys) - 1)
+        return np.where(sorted_keys[pos] == q, comm[order[pos]], -1)
+
+    send, recv = find("src", "send_start_ns"), find("dst", "recv_start_ns")
+    ok = (send >= 0) & (recv >= 0)
+    return send[ok], recv[ok]
 
 
 @dataclass
@@ -328,7 +352,7 @@ class _Compressed:
     dur: np.ndarray  # the head's own duration (eager members: their floor)
     waits: np.ndarray  # bool: a member that ends with its instance
     tail: np.ndarray
-    members: np.ndarray  # head positions of waiting members, grouped by instance, instances by last member
+    members: np.ndarray  # head positions of the members, grouped by instance, instances by last member
     firsts: np.ndarray  # start of each instance's members in ``members``
     last: np.ndarray  # per instance (same order), its last member's position
 
@@ -344,7 +368,7 @@ def _compressed(g: Graph, t: Timing, head: np.ndarray, offset: np.ndarray) -> _C
     inst = g.instance[heads]
     waits = (inst >= 0) & (t.floor[heads] <= 0)
     dur = np.where(inst >= 0, t.floor[heads], t.dur[heads])
-    rows = np.flatnonzero(waits)
+    rows = np.flatnonzero(inst >= 0)
     order, firsts = group_bounds(inst[rows])
     members = rows[order]
     last = np.maximum.reduceat(members, firsts) if len(members) else np.zeros(0, np.int64)
@@ -376,6 +400,7 @@ def _replay_block(c: _Compressed, ends: np.ndarray, arrival: np.ndarray, lo: int
     m1 = int(c.firsts[i1]) if i1 < len(c.firsts) else len(c.members)
     mine = c.members[m0:m1]
     seg = c.firsts[i0:i1] - m0
+    waiting = c.waits[mine]  # eager members count for the last arrival but end on their own
     block = slice(lo, hi)
     pred, after_pred, anchor, after_anchor, base = c.pred[block], c.after_pred[block], c.anchor[block], c.after_anchor[block], c.base[block]
     dur, waits = c.dur[block], c.waits[block]
@@ -389,7 +414,8 @@ def _replay_block(c: _Compressed, ends: np.ndarray, arrival: np.ndarray, lo: int
         ends[block] = start + np.where(waits, c.tail[block], dur)
         if len(mine):
             last = np.maximum.reduceat(arrival[mine], seg)
-            ends[mine] = np.maximum(arrival[mine], np.repeat(last, np.diff(np.append(seg, len(mine))))) + tail
+            finished = np.maximum(arrival[mine], np.repeat(last, np.diff(np.append(seg, len(mine))))) + tail
+            ends[mine] = np.where(waiting, finished, ends[mine])
         changed = not (np.array_equal(before, ends[block]) and np.array_equal(before_mine, ends[mine]))
         if not changed:
             return
@@ -575,23 +601,26 @@ def _host(g: Graph, t: Timing, peers: Peers, e: Edit, steps: np.ndarray) -> None
 def _link(g: Graph, t: Timing, e: Edit, steps: np.ndarray) -> None:
     """The transfers of every collective among the link's ranks and every send/receive between them: as long as
     the median transfer of comparable ones (same collective, size, group size and span) elsewhere, or scaled."""
-    ranks = set(e.ranks)
-    on_link = np.array([ranks <= set(members) for members in g.inst_ranks], bool)
     has = g.instance >= 0
+    total = len(g.inst_key)
+    on_link = np.bincount(g.instance[has & np.isin(g.rank, e.ranks)], minlength=total) == len(e.ranks)
     if not on_link.any():
         raise EditError(f"{e.text()}: no collective or send/receive joins ranks {', '.join(map(str, e.ranks))}")
-    transfer = np.zeros(len(g.inst_ranks), np.int64)  # a collective's once all arrived; an eager send's own
+    transfer = np.zeros(total, np.int64)  # a collective's once all arrived; an eager send's own
     np.maximum.at(transfer, g.instance[has], np.maximum(t.tail[has], t.floor[has]))
-    mine = has & steps & on_link[np.maximum(g.instance, 0)]
     if isinstance(e.value, float):
-        scale = np.full(len(g.inst_ranks), e.value)
+        scale = np.full(total, e.value)
     else:
-        elsewhere: dict[tuple[Any, ...], list[int]] = {}
-        for k, (key, linked) in enumerate(zip(g.inst_key, on_link.tolist(), strict=True)):
-            if not linked:
-                elsewhere.setdefault(key, []).append(int(transfer[k]))
-        ref = {key: statistics.median(v) for key, v in elsewhere.items()}
-        scale = np.array([ref[key] / transfer[k] if key in ref and transfer[k] > 0 else 1.0 for k, key in enumerate(g.inst_key)])
+        kinds, which = np.unique(g.inst_key, axis=0, return_inverse=True)
+        which = which.ravel()
+        reference = np.full(len(kinds), np.nan)
+        elsewhere = ~on_link
+        for k in np.unique(which[on_link]).tolist():
+            others = transfer[elsewhere & (which == k)]
+            reference[k] = np.median(others) if len(others) else np.nan
+        ref = reference[which]
+        scale = np.where(np.isfinite(ref) & (transfer > 0), ref / np.maximum(transfer, 1), 1.0)
+    mine = has & steps & on_link[np.maximum(g.instance, 0)]
     factor = scale[g.instance[mine]]
     t.tail[mine] = np.rint(t.tail[mine] * factor).astype(np.int64)
     t.floor[mine] = np.rint(t.floor[mine] * factor).astype(np.int64)
