@@ -481,27 +481,24 @@ def step_times(g: Graph, ends: np.ndarray) -> dict[tuple[int, int], float]:
     return {(r, s): ns + moved.get((r, s), 0) - moved.get((r, s - 1), 0) for (r, s), ns in g.step_ns.items() if (r, s) in moved}
 
 
-def what_if(g: Graph, peers: Peers, edits: Sequence[Edit], steps: Sequence[int] | None = None) -> WhatIf:
-    """Replay ``g`` with ``edits`` (an :class:`EditError` when one names a rank, link or step the job lacks);
-    ``steps``: report those steps only."""
+def what_if(g: Graph, peers: Peers, edits: Sequence[Edit]) -> WhatIf:
+    """Replay ``g`` with ``edits`` (an :class:`EditError` when one names a rank, link or step the job lacks)."""
     t = Timing.of(g)
     for e in edits:
         apply(g, t, peers, e)
     measured = step_times(g, g.end)
     predicted = step_times(g, replay(g, t))
-    if steps is not None:
-        measured = {k: v for k, v in measured.items() if k[1] in steps}
     if not measured:
-        raise EditError(f"no step {', '.join(map(str, steps or ()))} with device work to replay")
+        raise EditError("the job has no step with device work to replay")
     saving = statistics.fmean(measured[k] - predicted[k] for k in measured)
     by_step: dict[int, list[tuple[float, float]]] = {}
-    for (_, step), ns in measured.items():
-        by_step.setdefault(step, []).append((ns, predicted[(_, step)]))
+    for (rank, step), ns in measured.items():
+        by_step.setdefault(step, []).append((ns, predicted[(rank, step)]))
     per_step = tuple((s, statistics.median(m for m, _ in v), statistics.median(p for _, p in v)) for s, v in sorted(by_step.items()))
     return WhatIf(
         tuple(e.text() for e in edits),
         float(statistics.median(measured.values())),
-        float(statistics.median(predicted[k] for k in measured)),
+        float(statistics.median(predicted.values())),
         saving,
         per_step,
     )
