@@ -522,15 +522,29 @@ def apply(g: Graph, t: Timing, peers: Peers, e: Edit) -> None:
     if unknown:
         raise EditError(f"{e.text()}: the job has no rank {unknown[0]}")
     if e.target == "stages":
-        factor = np.array([peers.balance.get(r, 1.0) for r in range(int(g.rank.max()) + 1)]) if len(g) else np.ones(0)
-        sel = steps & g.compute
-        t.dur[sel] = np.rint(t.dur[sel] * factor[g.rank[sel]]).astype(np.int64)
+        _balance(g, t, peers, steps)
     elif e.target == "link":
         _link(g, t, e, steps)
     elif e.part == "host":
         _host(g, t, peers, e, steps)
     else:
         _part(g, t, peers, e, steps)
+
+
+def _balance(g: Graph, t: Timing, peers: Peers, steps: np.ndarray) -> None:
+    """Each stage doing the mean work per micro-batch: its compute kernels, the host gaps between its kernels and
+    its collectives' transfers (a layer moved takes its launches and its tensor- and data-parallel traffic with
+    it) scaled by the mean over its own compute per micro-batch. Sends and receives carry one activation whatever
+    the split, and the gap before a step's first kernel is the step boundary: both stay."""
+    factor = np.array([peers.balance.get(r, 1.0) for r in range(int(g.rank.max()) + 1)]) if len(g) else np.ones(0)
+    f = factor[g.rank]
+    sel = steps & g.compute
+    t.dur[sel] = np.rint(t.dur[sel] * f[sel]).astype(np.int64)
+    a = np.maximum(g.anchor, 0)
+    inside = steps & (g.anchor >= 0) & (g.step[a] == g.step) & (t.gap > 0)
+    t.gap[inside] = np.rint(t.gap[inside] * f[inside]).astype(np.int64)
+    collective = steps & (g.instance >= 0) & (g.inst_key[np.maximum(g.instance, 0), 0] >= 0)
+    t.tail[collective] = np.rint(t.tail[collective] * f[collective]).astype(np.int64)
 
 
 def _part(g: Graph, t: Timing, peers: Peers, e: Edit, steps: np.ndarray) -> None:
