@@ -104,8 +104,8 @@ class Culprit:
 @dataclass(frozen=True)
 class Finding:
     """A cause of lost time: ``step`` is the step its evidence cites (None for structural findings); ``what_if``
-    the replay of the steps with the cause removed (predicted step time, saving, the edits), None where there is
-    nothing to replay (clock skew)."""
+    the replay of the steps with the cause removed (predicted step time, saving, the edits), None (absent from the
+    JSON) where there is nothing to replay (clock skew)."""
 
     kind: str
     culprit: Culprit
@@ -117,7 +117,7 @@ class Finding:
     what_if: dict[str, Any] | None = None  # the replay with the cause removed (paradiag.analysis.whatif)
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "kind": self.kind,
             "culprit": self.culprit.as_json(),
             "steps": self.steps,
@@ -125,8 +125,8 @@ class Finding:
             "severity": self.severity,
             "evidence": self.evidence,
             "step": self.step,
-            "what_if": self.what_if,
         }
+        return {**out, "what_if": self.what_if} if self.what_if is not None else out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Finding:

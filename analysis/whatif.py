@@ -261,7 +261,7 @@ def _instances(f: Frame, p2p: pa.Table, host_of: Mapping[int, str | None]) -> tu
     key = np.stack([kind, nbytes, size, ((low == high) & (low >= 0)).astype(np.int64)], axis=1)
     last = np.zeros(total, np.int64)
     np.maximum.at(last, k, f.start[has])
-    arrived = last[np.maximum(instance, 0)]
+    arrived = last[np.maximum(instance, 0)] if total else np.zeros(n, np.int64)
     tail = np.where(instance >= 0, f.end - np.maximum(f.start, arrived), 0)
     # A member that ended before the last one arrived did not wait for it (an eager send): it keeps its duration.
     floor = np.where((instance >= 0) & (f.end <= arrived + END_TOLERANCE_NS), f.end - f.start, 0)
