@@ -61,7 +61,9 @@ class Edit:
     or ``stages`` (every pipeline stage's compute scaled to the mean per micro-batch). ``value``: ``peer-median``
     (the durations of the rank's stage peers, kernel by kernel; for host: the peers' launch delay), a factor,
     ``comparable`` (a link's transfers: the median of comparable transfers elsewhere), ``remove`` (host: no
-    launch delay beyond the peers'), ``balanced``. ``steps``: None for every step."""
+    launch delay beyond the peers'), ``balanced`` (compute: every rank of the stage runs each kernel for the
+    stage's mean, as when a MoE router spreads its tokens evenly; stages: see ``_balance``). ``steps``: None for
+    every step."""
 
     target: str
     ranks: tuple[int, ...] = ()
@@ -103,7 +105,7 @@ def _value(text: str, allowed: tuple[str, ...], where: str) -> str | float:
 
 
 SET_HELP = (
-    "rank=37:compute=peer-median | rank=37:compute=0.8 | rank=3+5:communication=peer-median | rank=4:host=remove | "
+    "rank=37:compute=peer-median | rank=37:compute=0.8 | rank=37:compute=balanced | rank=3+5:communication=peer-median | rank=4:host=remove | "
     "link=8-16:transfer=comparable | link=8-16:transfer=0.25 | stages=balanced; add :steps=1+2 to limit the steps"
 )
 
@@ -141,7 +143,7 @@ def parse_edit(text: str) -> Edit:
         return Edit("link", tuple(sorted(set(ranks))), "transfer", _value(value, (COMPARABLE,), f"--set {text!r}"), steps)
     if part not in PARTS:
         raise EditError(f"--set {text!r}: {part!r} is not one of {', '.join(PARTS)}")
-    allowed = (PEER_MEDIAN, REMOVE) if part == "host" else (PEER_MEDIAN,)
+    allowed = {"host": (PEER_MEDIAN, REMOVE), "compute": (PEER_MEDIAN, BALANCED)}.get(part, (PEER_MEDIAN,))
     edit_value = _value(value, allowed, f"--set {text!r}")
     if part == "host" and not isinstance(edit_value, str):
         raise EditError(f"--set {text!r}: a host stall is removed (host=remove or host=peer-median), not scaled")
@@ -557,18 +559,20 @@ def _part(g: Graph, t: Timing, peers: Peers, e: Edit, steps: np.ndarray) -> None
         if e.part == "communication":
             t.floor[mine] = np.rint(t.floor[mine] * e.value).astype(np.int64)
         return
+    balanced = e.value == BALANCED
+    key = _occurrence_key(g, is_part)
     for stage in sorted({peers.stage_of[r] for r in e.ranks}):
-        others = [r for r in peers.stages[stage] if r not in e.ranks]
+        ranks = list(peers.stages[stage])
+        others = ranks if balanced else [r for r in ranks if r not in e.ranks]
         if not others:
             raise EditError(f"{e.text()}: stage {stage} has no other rank to take a median from")
-        ours = mine & np.isin(g.rank, [r for r in e.ranks if peers.stage_of[r] == stage])
+        ours = steps & is_part & np.isin(g.rank, ranks if balanced else [r for r in e.ranks if peers.stage_of[r] == stage])
         theirs = steps & is_part & np.isin(g.rank, others)
-        key = _occurrence_key(g, is_part)
-        median = _median_by_key(key[theirs], values[theirs])
-        found = np.searchsorted(median[0], key[ours])
-        hit = (found < len(median[0])) & (median[0][np.minimum(found, len(median[0]) - 1)] == key[ours]) if len(median[0]) else np.zeros(int(ours.sum()), bool)
+        distinct, value = _by_key(key[theirs], values[theirs], mean=balanced)
+        found = np.minimum(np.searchsorted(distinct, key[ours]), max(len(distinct) - 1, 0))
+        hit = distinct[found] == key[ours] if len(distinct) else np.zeros(int(ours.sum()), bool)
         rows = np.flatnonzero(ours)[hit]
-        values[rows] = median[1][found[hit]]
+        values[rows] = value[found[hit]]
         if e.part == "communication":
             t.floor[rows] = np.minimum(t.floor[rows], values[rows])
 
@@ -587,11 +591,13 @@ def _occurrence_key(g: Graph, rows: np.ndarray) -> np.ndarray:
     return (g.step.astype(np.int64) << 44) | (g.name.astype(np.int64) << 22) | occ
 
 
-def _median_by_key(key: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(sorted distinct keys, the median value of each)."""
+def _by_key(key: np.ndarray, values: np.ndarray, mean: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct keys, the median value of each; the mean with ``mean``)."""
     order = np.lexsort((values, key))
     k, v = key[order], values[order]
     distinct, first, count = np.unique(k, return_index=True, return_counts=True)
+    if mean:
+        return distinct, np.add.reduceat(v, first) // np.maximum(count, 1) if len(v) else v
     low, high = v[first + (count - 1) // 2], v[first + count // 2]
     return distinct, (low + high) // 2
 
@@ -655,8 +661,10 @@ def finding_edits(f: Mapping[str, Any]) -> list[Edit]:
     to comparable links', the stages balanced. None for clock skew (a data problem, no time lost)."""
     culprit, steps = f["culprit"], tuple(f["steps"]) or None
     kind = f["kind"]
-    if kind in ("slow_device", "operator_hotspot", "expert_imbalance"):
+    if kind in ("slow_device", "operator_hotspot"):
         return [Edit("rank", tuple(culprit["ranks"]), "compute", PEER_MEDIAN, steps)]
+    if kind == "expert_imbalance":  # the tokens spread evenly: the experts that got fewer get more
+        return [Edit("rank", tuple(culprit["ranks"]), "compute", BALANCED, steps)]
     if kind == "host_stall":
         return [Edit("rank", tuple(culprit["ranks"]), "host", REMOVE, steps)]
     if kind == "slow_link":

@@ -85,6 +85,7 @@ def test_clock_skew_has_nothing_to_replay(root: Path) -> None:
     ("text", "edit"),
     [
         ("rank=37:compute=peer-median", Edit("rank", (37,), "compute", "peer-median")),
+        ("rank=2:compute=balanced", Edit("rank", (2,), "compute", "balanced")),
         ("ranks=3+5:communication=0.5:steps=1-2", Edit("rank", (3, 5), "communication", 0.5, (1, 2))),
         ("rank=4:host=remove", Edit("rank", (4,), "host", "remove")),
         ("link=8-16:transfer=comparable", Edit("link", (8, 16), "transfer", "comparable")),
