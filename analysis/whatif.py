@@ -217,7 +217,9 @@ def _anchors(f: Frame) -> tuple[np.ndarray, np.ndarray]:
     by_end = np.argsort(ends, kind="stable")
     sorted_ends = ends[by_end]
     query = f.rank.astype(np.int64) * span + (f.start - base + END_TOLERANCE_NS)
-    pos = np.searchsorted(sorted_ends, query, side="right") - 1
+    by_query = np.argsort(query, kind="stable")  # sorted queries walk the ends in order: many times faster
+    pos = np.empty(n, np.int64)
+    pos[by_query] = np.searchsorted(sorted_ends, query[by_query], side="right") - 1
     anchor = np.full(n, -1, np.int64)
     me = np.arange(n)
     for _ in range(4):  # step back over the event itself and zero-length events replayed after it (rare)
