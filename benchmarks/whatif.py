@@ -17,10 +17,13 @@ import argparse
 import random
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import scratch
 
 import paradiag
 from paradiag.analysis.whatif import job_graph, replay_error
@@ -78,7 +81,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=1, help="seeds per mesh and kind")
     parser.add_argument("--steps", type=int, default=MODEL["steps"], help="profiled steps per job")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="paradiag-whatif-"))
+    work = scratch("paradiag-whatif-")
     started = time.perf_counter()
     rows = []
     for mesh in args.mesh or DEFAULT_MESHES:
