@@ -13,9 +13,9 @@ be replayed. Every device event of a profiled step is a node; each waits for
 
 The measured times satisfy every edge, so events in order of their measured start are in dependency order: one
 forward pass re-times everything. Runs of kernels on one stream that only wait for each other are folded into
-one node first (numpy), so the pass in Python visits only the events where something joins: communication, the
-first kernel after a wait, the end of a step. With no edit the replay gives back the measured times exactly
-(``replay_error``): the graph is consistent with the traces it came from.
+one node first, and the rest is replayed in blocks of a few events per rank, each block iterated with numpy to
+its fixed point (``replay``). With no edit the replay gives back the measured times exactly (``replay_error``):
+the graph is consistent with the traces it came from.
 
 An edit changes durations, transfers or host gaps (:class:`Edit`); a rank's step then ends as much later or
 earlier as its last device work does, and starts as much later or earlier as its previous step ended. The
@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -171,7 +171,6 @@ class Graph:
     inst_key: np.ndarray  # per instance: collective code (-1: send/receive), bytes, members, 1 if on one host
     last: dict[tuple[int, int], int]  # (rank, step) -> the event that ended last
     step_ns: dict[tuple[int, int], int]  # (rank, step) -> measured host span
-    names: list[str] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.rank)
@@ -194,11 +193,12 @@ def build_graph(frame: Frame, steps: pa.Table, p2p: pa.Table, host_of: Mapping[i
     return Graph(
         rank=f.rank, step=f.step, name=f.name, compute=f.kind == f.code("kinds", "compute"), start=f.start, end=f.end,
         pred=pred, lag=lag, anchor=anchor, gap=gap, instance=instance, tail=tail, floor=floor,
-        inst_key=inst_key, last=last, step_ns=step_ns, names=f.names,
+        inst_key=inst_key, last=last, step_ns=step_ns,
     )  # fmt: skip
 
 
 def _stream_predecessors(f: Frame) -> tuple[np.ndarray, np.ndarray]:
+    """Per event, the previous event of its stream (rank, track) and how far before its end it started (0 or less)."""
     order = np.lexsort((np.arange(len(f)), f.track, f.rank))  # rows are in start order: stable keeps it per stream
     pred = np.full(len(f), -1, np.int64)
     same = (f.rank[order][1:] == f.rank[order][:-1]) & (f.track[order][1:] == f.track[order][:-1])
