@@ -36,6 +36,7 @@ MESHES: dict[str, dict[str, Any]] = {
     "gpu64": {"dp": 4, "tp": 4, "pp": 4, "microbatches": 8},
     "gpu64_gpipe": {"dp": 4, "tp": 4, "pp": 4, "microbatches": 8, "schedule": "gpipe"},
     "gpu64_interleaved": {"dp": 8, "tp": 2, "pp": 4, "microbatches": 8, "schedule": "interleaved", "virtual_stages": 2, "layers": 16},
+    "gpu64_tp8": {"dp": 2, "tp": 8, "pp": 4, "microbatches": 16},  # j1024's shape (TP8, 16 micro-batches), small
     "gpu64_moe": {"dp": 8, "ep": 4, "tp": 2, "pp": 4, "microbatches": 8, "layers": 8},
     "npu16": {"dp": 2, "tp": 2, "pp": 4, "microbatches": 4, "format": "ascend", "device": "910b"},
 }
