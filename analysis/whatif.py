@@ -448,7 +448,7 @@ class Peers:
     start to its first device work) and, per rank, the factor that balances its stage's compute."""
 
     stage_of: Mapping[int, int]
-    stages: Sequence[Sequence[int]]
+    stages: Mapping[int, list[int]]  # stage -> its ranks
     launch_delay: Mapping[tuple[int, int], int]
     balance: Mapping[int, float]
 
@@ -645,7 +645,7 @@ def _link(g: Graph, t: Timing, e: Edit, steps: np.ndarray) -> None:
     t.floor[mine] = np.rint(t.floor[mine] * factor).astype(np.int64)
 
 
-def peers_of(stage_of: Mapping[int, int], stages: Sequence[Sequence[int]], figures: Mapping[tuple[int, int], Mapping[str, Any]], metrics: Mapping[str, Any] | None) -> Peers:
+def peers_of(stage_of: Mapping[int, int], figures: Mapping[tuple[int, int], Mapping[str, Any]], metrics: Mapping[str, Any] | None) -> Peers:
     """The :class:`Peers` of a job from its layout, its per-(rank, step) figures and its stage metrics (the
     balanced split: every stage computing the mean per micro-batch)."""
     balance: dict[int, float] = {}
@@ -655,7 +655,10 @@ def peers_of(stage_of: Mapping[int, int], stages: Sequence[Sequence[int]], figur
         for r in s["ranks"]:
             balance[r] = mean / s["compute_per_micro_batch_ns"] if s["compute_per_micro_batch_ns"] else 1.0
     delay = {k: int(v["launch_delay_ns"]) for k, v in figures.items() if v.get("launch_delay_ns") is not None}
-    return Peers(dict(stage_of), [list(s) for s in stages], delay, balance)
+    stages: dict[int, list[int]] = {}
+    for rank, stage in sorted(stage_of.items()):
+        stages.setdefault(stage, []).append(rank)
+    return Peers(dict(stage_of), stages, delay, balance)
 
 
 def finding_edits(f: Mapping[str, Any]) -> list[Edit]:
@@ -703,4 +706,4 @@ def job_graph(job: Job, d: Diagnosis) -> tuple[Graph, Peers]:
     comm.infer_peers(frame, members, d.layout.stage_of)
     host_of = dict(zip(job.ranks.column("rank").to_pylist(), job.ranks.column("host").to_pylist(), strict=True))
     metrics = d.stage_metrics.as_json() if d.stage_metrics else None
-    return build_graph(frame, job.steps, d.p2p, host_of), peers_of(d.layout.stage_of, d.layout.stages, d.figures(), metrics)
+    return build_graph(frame, job.steps, d.p2p, host_of), peers_of(d.layout.stage_of, d.figures(), metrics)

@@ -102,7 +102,7 @@ def test_parse_edit(text: str, edit: Edit) -> None:
     [
         ("rank=x:compute=peer-median", "expected integers"),
         ("rank=3:gpu=peer-median", "'gpu' is not one of compute, communication, host"),
-        ("rank=3:compute=fast", "neither peer-median nor a factor"),
+        ("rank=3:compute=fast", "neither peer-median nor balanced nor a factor"),
         ("rank=3:compute=0", "must be positive"),
         ("rank=3:host=0.5", "removed"),
         ("link=4:transfer=comparable", "two or more ranks"),
