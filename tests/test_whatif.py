@@ -57,6 +57,25 @@ def test_finding_what_if_predicts_the_fault_free_run(root: Path, fault_free_ms: 
     assert d.findings == sorted(d.findings, key=lambda f: -f.impact_pct)
 
 
+def test_tokens_spread_evenly_predict_the_balanced_experts(root: Path) -> None:
+    moe = {"dp": 4, "ep": 4, "tp": 2, "pp": 2, "layers": 4, "microbatches": 4}
+    d = _job(root, "expert_imbalance", "expert_imbalance:ep_rank=1,factor=2.5", **moe).diagnosis()
+    found = next(f for f in d.findings if f.kind == "expert_imbalance")
+    assert found.what_if is not None and found.what_if["edits"][0].startswith("rank=") and ":compute=balanced" in found.what_if["edits"][0]
+    fault_free = _job(root, "moe-clean", **moe).diagnosis().step_time_ns / 1e6
+    assert found.what_if["predicted_step_ms"] == pytest.approx(fault_free, rel=0.05)
+
+
+def test_balanced_stages_recover_most_of_a_stage_imbalance(root: Path, fault_free_ms: float) -> None:
+    """A perfect balance is not the even split of whole layers the fault-free run has (its last stage also carries
+    the LM head): the prediction lands nearer the fault-free run than the measured step, not within 5 %."""
+    d = _job(root, "stage_imbalance", "stage_imbalance:stage=1,extra=1").diagnosis()
+    found = next(f for f in d.findings if f.kind == "stage_imbalance")
+    assert found.what_if is not None and found.what_if["edits"] == ["stages=balanced"]
+    measured = d.step_time_ns / 1e6
+    assert abs(found.what_if["predicted_step_ms"] - fault_free_ms) < 0.5 * (measured - fault_free_ms)
+
+
 def test_replay_without_edits_gives_back_the_traces(root: Path) -> None:
     job = _job(root, "slow_device", "slow_device:ranks=5,factor=1.3")
     graph, peers = job_graph(job, job.diagnosis())
