@@ -526,6 +526,8 @@ def apply(g: Graph, t: Timing, peers: Peers, e: Edit) -> None:
     if unknown:
         raise EditError(f"{e.text()}: the job has no rank {unknown[0]}")
     if e.target == "stages":
+        if not peers.balance:
+            raise EditError(f"{e.text()}: the job has no pipeline stages to balance")
         _balance(g, t, peers, steps)
     elif e.target == "link":
         _link(g, t, e, steps)

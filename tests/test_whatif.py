@@ -153,3 +153,9 @@ def test_whatif_command(root: Path) -> None:
     assert bad.exit_code == 2 and "'cpu' is not one of compute, communication, host" in bad.output
     missing = runner.invoke(main, [*base, "--set", "rank=99:compute=peer-median"])
     assert missing.exit_code == 1 and "no rank 99" in missing.output and "Traceback" not in missing.output
+
+
+def test_stages_need_a_pipeline(root: Path) -> None:
+    job = _job(root, "no-pipeline", dp=4, pp=1, tp=1)
+    result = CliRunner().invoke(main, ["whatif", str(job.source), "-o", str(root / "no-pipeline.cache"), "--set", "stages=balanced"])
+    assert result.exit_code == 1 and "no pipeline stages to balance" in result.output
