@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from paradiag import schema
-from paradiag.analysis import comm, findings, stages
+from paradiag.analysis import comm, findings, stages, whatif
 from paradiag.analysis.breakdown import (
     BREAKDOWN_COLUMNS,
     Breakdown,
@@ -161,6 +161,8 @@ def diagnose(job: Job) -> Diagnosis:
         found += findings.stage_findings(metrics)
         found += findings.link_findings(instances, p2p, members, host_of, step_ns, steps_total, job.extra("links"))
     found += findings.clock_findings(job.ranks)
+    graph = whatif.build_graph(frame, job.steps, p2p, host_of)
+    whatif.replay_findings(found, graph, whatif.peers_of(layout.stage_of, figures, metrics))
     return Diagnosis(
         version=analysis_version(),
         layout=layout,

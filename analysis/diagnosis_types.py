@@ -103,7 +103,9 @@ class Culprit:
 
 @dataclass(frozen=True)
 class Finding:
-    """A cause of lost time: ``step`` is the step its evidence cites (None for structural findings)."""
+    """A cause of lost time: ``step`` is the step its evidence cites (None for structural findings); ``what_if``
+    the replay of the steps with the cause removed (predicted step time, saving, the edits), None (absent from the
+    JSON) where there is nothing to replay (clock skew)."""
 
     kind: str
     culprit: Culprit
@@ -112,9 +114,10 @@ class Finding:
     severity: str
     evidence: str
     step: int | None = None
+    what_if: dict[str, Any] | None = None  # the replay with the cause removed (paradiag.analysis.whatif)
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "kind": self.kind,
             "culprit": self.culprit.as_json(),
             "steps": self.steps,
@@ -123,6 +126,7 @@ class Finding:
             "evidence": self.evidence,
             "step": self.step,
         }
+        return {**out, "what_if": self.what_if} if self.what_if is not None else out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Finding:
@@ -135,6 +139,7 @@ class Finding:
             severity=data["severity"],
             evidence=data["evidence"],
             step=data.get("step"),
+            what_if=data.get("what_if"),
         )
 
 

@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "info": "paradiag.commands:info",
     "ingest": "paradiag.commands:ingest",
     "analyze": "paradiag.commands:analyze",
+    "whatif": "paradiag.commands:whatif",
     "simulate": "paradiag.simulator.cli:simulate",
     "serve": "paradiag.app.cli:serve",
     "snapshot": "paradiag.snapshot:snapshot",

@@ -1,4 +1,4 @@
-"""``paradiag info``, ``paradiag ingest`` and ``paradiag analyze``."""
+"""``paradiag info``, ``paradiag ingest``, ``paradiag analyze`` and ``paradiag whatif``."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from paradiag.analysis.whatif import SET_HELP as WHATIF_SET_HELP
 from paradiag.dataset import Job, JobError, ProgressCallback, open_job
 from paradiag.units import ms
 
@@ -192,7 +194,66 @@ def _json_default(value: Any) -> Any:
 
 def finding_line(f: Finding) -> str:
     """The CLI's one formatter of a finding (rich markup)."""
-    return f"[bold]{f.kind}[/] ({f.severity}, ~{f.impact_pct:.1f}% of the step): {f.evidence}"
+    line = f"[bold]{f.kind}[/] ({f.severity}, ~{f.impact_pct:.1f}% of the step): {f.evidence}"
+    if f.what_if:
+        w = f.what_if
+        line += f"; fixed, the step would take {w['predicted_step_ms']:.2f} ms (saving {w['saving_ms']:.2f} ms per step: {', '.join(w['edits'])})"
+    return line
+
+
+@click.command()
+@path_argument
+@cache_option
+@strict_option
+@workers_option
+@click.option("--set", "edits", multiple=True, required=True, metavar="EDIT", help="A change to replay (repeatable): " + WHATIF_SET_HELP)
+@click.option(
+    "--step", "steps", type=int, multiple=True,
+    help="Apply the edits in these steps only (repeatable; default: every step). Every step is still replayed: in a "
+    "pipeline a step's saving can show in the next one.",
+)  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def whatif(path: Path, cache: Path | None, strict: bool, workers: int | None, edits: tuple[str, ...], steps: tuple[int, ...], as_json: bool) -> None:
+    """Replay the profiled steps on their dependency graph with some cause removed, and predict the step time."""
+    from paradiag.analysis import whatif as replay
+
+    try:
+        parsed = [replay.parse_edit(text) for text in edits]
+    except replay.EditError as exc:
+        raise click.BadParameter(str(exc), param_hint="--set") from exc
+    if steps:
+        parsed = [replace(e, steps=tuple(sorted(set(steps) & set(e.steps or steps)))) for e in parsed]
+        for e, text in zip(parsed, edits, strict=True):
+            if not e.steps:
+                raise click.BadParameter(f"{text!r} names no step among --step {', '.join(map(str, steps))}", param_hint="--set")
+    job = _open(path, cache, strict, workers)
+    graph, peers = replay.job_graph(job, job.diagnosis())
+    try:
+        result = replay.what_if(graph, peers, parsed)
+    except replay.EditError as exc:
+        raise click.ClickException(str(exc)) from exc
+    doc = {
+        "schema": "paradiag.whatif/1",
+        "source": job.source,
+        "step_time_ms": round(result.step_ns / 1e6, 4),
+        **result.as_json(),
+        "steps": [{"step": s, "measured_ms": round(m / 1e6, 4), "predicted_ms": round(p / 1e6, 4)} for s, m, p in result.per_step],
+    }
+    if as_json:
+        click.echo(json.dumps(doc, indent=1))
+        return
+    _print_problems(job)
+    out.print(
+        f"[bold]{job.source}[/]: with {', '.join(result.edits)}, the median step would take {doc['predicted_step_ms']:.2f} ms "
+        f"instead of {doc['step_time_ms']:.2f} ms (saving {doc['saving_ms']:.2f} ms per step, {doc['saving_pct']:.1f}%)",
+        highlight=False,
+    )
+    table = Table(title="Per step (median over the ranks)", title_justify="left")
+    for col in ("step", "measured ms", "predicted ms", "saving ms"):
+        table.add_column(col, justify="right")
+    for s, m, p in result.per_step:
+        table.add_row(str(s), ms(m), ms(p), ms(m - p))
+    out.print(table)
 
 
 def _print_report(report: dict[str, Any], findings: list[Finding]) -> None:

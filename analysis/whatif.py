@@ -1,0 +1,711 @@
+"""What-if replay: the job's steps re-timed on their dependency graph with a cause removed.
+
+The graph is the one the critical path walks (``paradiag.analysis.critical_path``), kept as numbers so that it can
+be replayed. Every device event of a profiled step is a node; each waits for
+
+* the previous work of its stream (a stream runs in order), and
+* the work of its rank that ended last before it started (its *anchor*, any stream): the event a stream wait or a
+  host synchronisation released it on. The time from the anchor's end to its start is a **host gap** (the host
+  launched it that much later) and is kept: the host that was late after that work is late after it again;
+* a collective or a send/receive pair is one *instance*: each member arrives when its own dependencies allow, and
+  ends its ``tail`` after the last arrival (the transfer, once everyone was there). A side that finished before the
+  other arrived (an eager send) never waited and keeps its own duration.
+
+The measured times satisfy every edge, so events in order of their measured start are in dependency order: one
+forward pass re-times everything. Runs of kernels on one stream that only wait for each other are folded into
+one node first, and the rest is replayed in blocks of a few events per rank, each block iterated with numpy to
+its fixed point (``replay``). With no edit the replay gives back the measured times exactly (``replay_error``):
+the graph is consistent with the traces it came from.
+
+An edit changes durations, transfers or host gaps (:class:`Edit`); a rank's step then ends as much later or
+earlier as its last device work does, and starts as much later or earlier as its previous step ended. The
+predicted step time is the median over (rank, step), as the measured one (``Diagnosis.step_time_ns``).
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from paradiag.analysis.critical_path import END_TOLERANCE_NS
+from paradiag.analysis.frame import Frame, group_bounds
+
+if TYPE_CHECKING:
+    from paradiag.analysis.diagnosis_types import Diagnosis
+    from paradiag.dataset import Job
+
+P2P = ("send", "recv", "send_recv")
+PARTS = ("compute", "communication", "host")
+PEER_MEDIAN = "peer-median"
+COMPARABLE = "comparable"
+REMOVE = "remove"
+BALANCED = "balanced"
+
+
+class EditError(ValueError):
+    """A what-if edit that cannot be understood or does not fit the job."""
+
+
+@dataclass(frozen=True)
+class Edit:
+    """One change to the replayed steps.
+
+    ``target`` is ``rank`` (``ranks`` the ranks, ``part`` compute, communication or host), ``link`` (``ranks``
+    the link's two ranks, or a group's ranks: every collective among them and every send/receive between them)
+    or ``stages`` (every pipeline stage's compute scaled to the mean per micro-batch). ``value``: ``peer-median``
+    (the durations of the rank's stage peers, kernel by kernel; for host: the peers' launch delay), a factor,
+    ``comparable`` (a link's transfers: the median of comparable transfers elsewhere), ``remove`` (host: no
+    launch delay beyond the peers'), ``balanced`` (compute: every rank of the stage runs each kernel for the
+    stage's mean, as when a MoE router spreads its tokens evenly; stages: see ``_balance``). ``steps``: None for
+    every step."""
+
+    target: str
+    ranks: tuple[int, ...] = ()
+    part: str | None = None
+    value: str | float = PEER_MEDIAN
+    steps: tuple[int, ...] | None = None
+
+    def text(self) -> str:
+        """The ``--set`` form of the edit."""
+        value = f"{self.value:g}" if isinstance(self.value, float) else self.value
+        where = "" if self.steps is None else f":steps={'+'.join(map(str, self.steps))}"
+        if self.target == "stages":
+            return f"stages={value}{where}"
+        who = "+".join(map(str, self.ranks)) if self.target == "rank" else "-".join(map(str, self.ranks))
+        what = self.part if self.target == "rank" else "transfer"
+        return f"{self.target}={who}:{what}={value}{where}"
+
+
+def _int_list(text: str, what: str) -> tuple[int, ...]:
+    out: list[int] = []
+    for part in text.split("+"):
+        lo, sep, hi = part.partition("-")
+        if not (lo.isdigit() and (not sep or hi.isdigit())):
+            raise EditError(f"{what}={text!r}: expected integers like 5, 1+3+5 or 4-7")
+        out.extend(range(int(lo), int(hi) + 1) if sep else [int(lo)])
+    return tuple(sorted(set(out)))
+
+
+def _value(text: str, allowed: tuple[str, ...], where: str) -> str | float:
+    if text in allowed:
+        return text
+    try:
+        factor = float(text)
+    except ValueError:
+        raise EditError(f"{where}: {text!r} is neither {' nor '.join(allowed)} nor a factor like 0.8") from None
+    if not factor > 0:
+        raise EditError(f"{where}: the factor must be positive, not {text}")
+    return factor
+
+
+SET_HELP = (
+    "rank=37:compute=peer-median | rank=37:compute=0.8 | rank=37:compute=balanced | rank=3+5:communication=peer-median | rank=4:host=remove | "
+    "link=8-16:transfer=comparable | link=8-16:transfer=0.25 | stages=balanced; add :steps=1+2 to limit the steps"
+)
+
+
+def parse_edit(text: str) -> Edit:
+    """``--set`` text -> Edit; an :class:`EditError` names what is wrong."""
+    fields = [f.strip() for f in text.strip().split(":") if f.strip()]
+    pairs = []
+    for f in fields:
+        key, eq, value = f.partition("=")
+        if not eq or not value.strip():
+            raise EditError(f"--set {text!r}: {f!r} is not key=value (e.g. {SET_HELP.split(' | ')[0]})")
+        pairs.append((key.strip(), value.strip()))
+    if not pairs:
+        raise EditError(f"--set {text!r} is empty; expected e.g. {SET_HELP}")
+    steps = None
+    if pairs[-1][0] in ("step", "steps"):
+        steps = _int_list(pairs.pop()[1], "steps")
+    (target, who), rest = pairs[0], pairs[1:]
+    if target == "stages":
+        if who != BALANCED or rest:
+            raise EditError(f"--set {text!r}: the stages edit is stages=balanced")
+        return Edit("stages", value=BALANCED, steps=steps)
+    if target not in ("rank", "ranks", "link"):
+        raise EditError(f"--set {text!r}: {target!r} is not rank, link or stages")
+    if len(rest) != 1:
+        raise EditError(f"--set {text!r}: give one change after the {target}, e.g. {'compute=peer-median' if target != 'link' else 'transfer=comparable'}")
+    part, value = rest[0]
+    if target == "link":
+        ranks = tuple(int(r) for r in re.split(r"[-+]", who) if r.isdigit())
+        if len(set(ranks)) < 2 or not re.fullmatch(r"\d+([-+]\d+)+", who):
+            raise EditError(f"--set {text!r}: a link is two or more ranks, e.g. link=8-16")
+        if part != "transfer":
+            raise EditError(f"--set {text!r}: a link's change is transfer=comparable or transfer=FACTOR, not {part!r}")
+        return Edit("link", tuple(sorted(set(ranks))), "transfer", _value(value, (COMPARABLE,), f"--set {text!r}"), steps)
+    if part not in PARTS:
+        raise EditError(f"--set {text!r}: {part!r} is not one of {', '.join(PARTS)}")
+    allowed = {"host": (PEER_MEDIAN, REMOVE), "compute": (PEER_MEDIAN, BALANCED)}.get(part, (PEER_MEDIAN,))
+    edit_value = _value(value, allowed, f"--set {text!r}")
+    if part == "host" and not isinstance(edit_value, str):
+        raise EditError(f"--set {text!r}: a host stall is removed (host=remove or host=peer-median), not scaled")
+    return Edit("rank", _int_list(who, "rank"), part, edit_value, steps)
+
+
+@dataclass
+class Graph:
+    """The device events of the profiled steps, in order of measured start, with their dependencies (see the
+    module docstring). Indices are positions in this order; -1 where there is none."""
+
+    rank: np.ndarray
+    step: np.ndarray
+    name: np.ndarray
+    compute: np.ndarray  # bool: a compute kernel (what compute edits scale)
+    start: np.ndarray
+    end: np.ndarray
+    pred: np.ndarray  # the previous event of the stream
+    lag: np.ndarray  # start - the predecessor's end, at most 0 (traces round times)
+    anchor: np.ndarray  # the rank's event that ended last before this one started
+    gap: np.ndarray  # start - the anchor's end (the host gap); the start itself without an anchor
+    instance: np.ndarray  # the collective or send/receive pair the event is a member of
+    tail: np.ndarray  # end - the instance's last arrival (or own start if later)
+    floor: np.ndarray  # a member that never waited: its own duration
+    inst_key: np.ndarray  # per instance: collective code (-1: send/receive), bytes, members, 1 if on one host
+    last: dict[tuple[int, int], int]  # (rank, step) -> the event that ended last
+    step_ns: dict[tuple[int, int], int]  # (rank, step) -> measured host span
+
+    def __len__(self) -> int:
+        return len(self.rank)
+
+
+def build_graph(frame: Frame, steps: pa.Table, p2p: pa.Table, host_of: Mapping[int, str | None]) -> Graph:
+    """The replay graph of ``frame``'s steps (``p2p``: the matched send/receive pairs)."""
+    keep = (frame.step >= 0) & (frame.end >= frame.start)
+    order = np.flatnonzero(keep)[np.lexsort((frame.rank[keep], frame.start[keep]))]
+    f = frame.take(order)
+    n = len(f)
+    pred, lag = _stream_predecessors(f)
+    anchor, gap = _anchors(f)
+    instance, tail, floor, inst_key = _instances(f, p2p, host_of)
+    cols = steps.select(["rank", "step", "start_ns", "end_ns"]).to_pydict()
+    step_ns = {(r, s): e - b for r, s, b, e in zip(cols["rank"], cols["step"], cols["start_ns"], cols["end_ns"], strict=True)}
+    by_end, firsts = group_bounds(f.step, f.rank, within=f.end)
+    lasts = np.append(firsts[1:], n) - 1 if n else firsts
+    last = {(int(f.rank[by_end[i]]), int(f.step[by_end[i]])): int(by_end[i]) for i in lasts.tolist()}
+    return Graph(
+        rank=f.rank, step=f.step, name=f.name, compute=f.kind == f.code("kinds", "compute"), start=f.start, end=f.end,
+        pred=pred, lag=lag, anchor=anchor, gap=gap, instance=instance, tail=tail, floor=floor,
+        inst_key=inst_key, last=last, step_ns=step_ns,
+    )  # fmt: skip
+
+
+def _stream_predecessors(f: Frame) -> tuple[np.ndarray, np.ndarray]:
+    """Per event, the previous event of its stream (rank, track) and how far before its end it started (0 or less)."""
+    order = np.lexsort((np.arange(len(f)), f.track, f.rank))  # rows are in start order: stable keeps it per stream
+    pred = np.full(len(f), -1, np.int64)
+    same = (f.rank[order][1:] == f.rank[order][:-1]) & (f.track[order][1:] == f.track[order][:-1])
+    pred[order[1:][same]] = order[:-1][same]
+    lag = np.where(pred >= 0, np.minimum(f.start - f.end[np.maximum(pred, 0)], 0), 0)
+    return pred, lag
+
+
+def _anchors(f: Frame) -> tuple[np.ndarray, np.ndarray]:
+    """Per event, the event of its rank that ended last at or before its start (within END_TOLERANCE_NS) and was
+    replayed before it, and the host gap after it."""
+    n = len(f)
+    base = int(f.start.min()) if n else 0
+    span = int(f.end.max() - base + 2 * END_TOLERANCE_NS + 1) if n else 1
+    ends = (f.rank.astype(np.int64) * span) + (f.end - base)
+    by_end = np.argsort(ends, kind="stable")
+    sorted_ends = ends[by_end]
+    query = f.rank.astype(np.int64) * span + (f.start - base + END_TOLERANCE_NS)
+    by_query = np.argsort(query, kind="stable")  # sorted queries walk the ends in order: many times faster
+    pos = np.empty(n, np.int64)
+    pos[by_query] = np.searchsorted(sorted_ends, query[by_query], side="right") - 1
+    anchor = np.full(n, -1, np.int64)
+    me = np.arange(n)
+    for _ in range(4):  # step back over the event itself and zero-length events replayed after it (rare)
+        ok = pos >= 0
+        cand = np.where(ok, by_end[np.maximum(pos, 0)], -1)
+        ok &= f.rank[np.maximum(cand, 0)] == f.rank
+        good = ok & (cand < me)
+        anchor = np.where(good & (anchor < 0), cand, anchor)
+        pos = np.where(ok & ~good & (anchor < 0), pos - 1, -1)
+    gap = np.where(anchor >= 0, f.start - f.end[np.maximum(anchor, 0)], f.start)
+    return anchor, gap
+
+
+def _instances(f: Frame, p2p: pa.Table, host_of: Mapping[int, str | None]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per event its instance (collectives: the same (group, step, seq) on two members or more; send/receive:
+    the matched pairs), tail and floor; per instance what makes transfers comparable: collective (-1: a
+    send/receive pair), bytes, members and 1 where every member is on one host (columns of one array)."""
+    n = len(f)
+    instance = np.full(n, -1, np.int64)
+    is_coll = (f.kind == f.code("kinds", "communication")) & ~np.isin(f.collective, f.codes("collectives", P2P)) & (f.group >= 0) & (f.seq >= 0)
+    rows = np.flatnonzero(is_coll)
+    order, firsts = group_bounds(f.seq[rows], f.step[rows], f.group[rows])
+    counts = np.diff(np.append(firsts, len(order)))
+    run = np.repeat(np.arange(len(firsts)), counts)
+    keep = counts >= 2  # a collective with one member in the traces: nobody to wait for
+    renumber = np.cumsum(keep) - 1
+    members = rows[order]
+    instance[members[keep[run]]] = renumber[run[keep[run]]]
+    send, recv = _pairs(f, p2p)
+    instance[send] = instance[recv] = int(keep.sum()) + np.arange(len(send))
+    host = _host_codes(f.rank, host_of)
+    has = np.flatnonzero(instance >= 0)
+    k = instance[has]
+    total = int(keep.sum()) + len(send)
+    low, high = np.full(total, np.iinfo(np.int64).max), np.full(total, -1, np.int64)
+    np.minimum.at(low, k, host[has])
+    np.maximum.at(high, k, host[has])
+    size, nbytes, kind = np.bincount(k, minlength=total), np.zeros(total, np.int64), np.full(total, -1, np.int64)
+    np.maximum.at(nbytes, k, f.bytes[has])
+    is_collective = has[f.collective[has] >= 0] if len(has) else has
+    kind[instance[is_collective]] = f.collective[is_collective]
+    kind[int(keep.sum()) :] = -1
+    key = np.stack([kind, nbytes, size, ((low == high) & (low >= 0)).astype(np.int64)], axis=1)
+    last = np.zeros(total, np.int64)
+    np.maximum.at(last, k, f.start[has])
+    arrived = last[np.maximum(instance, 0)] if total else np.zeros(n, np.int64)
+    tail = np.where(instance >= 0, f.end - np.maximum(f.start, arrived), 0)
+    # A member that ended before the last one arrived did not wait for it (an eager send): it keeps its duration.
+    floor = np.where((instance >= 0) & (f.end <= arrived + END_TOLERANCE_NS), f.end - f.start, 0)
+    return instance, tail, floor, key
+
+
+def _host_codes(rank: np.ndarray, host_of: Mapping[int, str | None]) -> np.ndarray:
+    """Per event, a code of its rank's host (-1 unknown)."""
+    names = sorted({h for h in host_of.values() if h is not None})
+    code = {h: i for i, h in enumerate(names)}
+    table = np.full(int(rank.max()) + 2 if len(rank) else 1, -1, np.int64)
+    for r, h in host_of.items():
+        if 0 <= r < len(table) - 1 and h is not None:
+            table[r] = code[h]
+    return table[np.clip(rank, 0, len(table) - 1)]
+
+
+def _pairs(f: Frame, p2p: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """The events of each matched send/receive pair (send rows, receive rows), found by rank and start."""
+    comm = np.flatnonzero(np.isin(f.collective, f.codes("collectives", ("send", "recv"))))
+    if not len(comm) or not p2p.num_rows:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    base = int(f.start.min())
+    span = int(f.start.max()) - base + 1
+    keys = f.rank[comm].astype(np.int64) * span + (f.start[comm] - base)
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+
+    def find(rank: str, start: str) -> np.ndarray:
+        q = np.asarray(p2p.column(rank).to_numpy(), np.int64) * span + (np.asarray(p2p.column(start).to_numpy(), np.int64) - base)
+        pos = np.clip(np.searchsorted(sorted_keys, q), 0, len(sorted_keys) - 1)
+        return np.where(sorted_keys[pos] == q, comm[order[pos]], -1)
+
+    send, recv = find("src", "send_start_ns"), find("dst", "recv_start_ns")
+    ok = (send >= 0) & (recv >= 0)
+    return send[ok], recv[ok]
+
+
+@dataclass
+class Timing:
+    """What an edit changes: per event duration, tail, floor and host gap (copies of the graph's)."""
+
+    dur: np.ndarray
+    tail: np.ndarray
+    floor: np.ndarray
+    gap: np.ndarray
+
+    @classmethod
+    def of(cls, g: Graph) -> Timing:
+        return cls((g.end - g.start).copy(), g.tail.copy(), g.floor.copy(), g.gap.copy())
+
+
+PER_RANK = 4  # events per rank replayed together: few, so that the chains inside a block stay short
+NEVER = -(1 << 62)  # the end of an event with no such dependency
+
+
+def replay(g: Graph, t: Timing) -> np.ndarray:
+    """The replayed end of every event.
+
+    After folding (``_fold``), the heads are replayed in blocks of consecutive events (in measured order): inside
+    a block every head's start is the max over its dependencies, recomputed for the whole block at once until
+    nothing changes (as many rounds as the longest chain inside the block); earlier blocks are final. An instance
+    ends in the block of its last member in measured order: every member's successor comes after it."""
+    n = len(g)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    head, offset = _fold(g, t)
+    c = _compressed(g, t, head, offset)
+    ends = np.full(c.size + 1, NEVER, np.int64)  # the last slot stands for "no dependency"
+    arrival = np.zeros(c.size, np.int64)
+    block = max(PER_RANK * len(np.unique(g.rank)), 64)
+    for lo in range(0, c.size, block):
+        _replay_block(c, ends, arrival, lo, min(lo + block, c.size))
+    return ends[c.position[head]] + offset
+
+
+@dataclass
+class _Compressed:
+    """The heads' dependencies in head positions (``size`` for none) and what each adds to them."""
+
+    size: int
+    position: np.ndarray  # event -> its position among the heads (heads only)
+    pred: np.ndarray
+    after_pred: np.ndarray
+    anchor: np.ndarray
+    after_anchor: np.ndarray
+    base: np.ndarray  # the start of a head with no dependency, NEVER otherwise
+    dur: np.ndarray  # the head's own duration (eager members: their floor)
+    waits: np.ndarray  # bool: a member that ends with its instance
+    tail: np.ndarray
+    members: np.ndarray  # head positions of the members, grouped by instance, instances by last member
+    firsts: np.ndarray  # start of each instance's members in ``members``
+    last: np.ndarray  # per instance (same order), its last member's position
+
+
+def _compressed(g: Graph, t: Timing, head: np.ndarray, offset: np.ndarray) -> _Compressed:
+    heads = np.flatnonzero(head == np.arange(len(g)))
+    size = len(heads)
+    position = np.full(len(g), size, np.int64)
+    position[heads] = np.arange(size)
+    p, a = g.pred[heads], g.anchor[heads]
+    has_p, has_a = p >= 0, a >= 0
+    pp, aa = np.maximum(p, 0), np.maximum(a, 0)
+    inst = g.instance[heads]
+    waits = (inst >= 0) & (t.floor[heads] <= 0)
+    dur = np.where(inst >= 0, t.floor[heads], t.dur[heads])
+    rows = np.flatnonzero(inst >= 0)
+    order, firsts = group_bounds(inst[rows])
+    members = rows[order]
+    last = np.maximum.reduceat(members, firsts) if len(members) else np.zeros(0, np.int64)
+    by_last = np.argsort(last, kind="stable")
+    counts = np.diff(np.append(firsts, len(members)))
+    starts = np.repeat(firsts[by_last], counts[by_last])
+    within = np.arange(len(members)) - np.repeat(np.cumsum(counts[by_last]) - counts[by_last], counts[by_last])
+    return _Compressed(
+        size=size,
+        position=position,
+        pred=np.where(has_p, position[head[pp]], size),
+        after_pred=np.where(has_p, offset[pp] + g.lag[heads], 0),
+        anchor=np.where(has_a, position[head[aa]], size),
+        after_anchor=np.where(has_a, offset[aa] + t.gap[heads], 0),
+        base=np.where(has_p | has_a, NEVER, t.gap[heads]),
+        dur=dur,
+        waits=waits,
+        tail=t.tail[heads],
+        members=members[starts + within] if len(members) else members,
+        firsts=np.append(0, np.cumsum(counts[by_last]))[:-1] if len(members) else firsts,
+        last=last[by_last],
+    )
+
+
+def _replay_block(c: _Compressed, ends: np.ndarray, arrival: np.ndarray, lo: int, hi: int) -> None:
+    """Heads ``lo..hi`` to their fixed point, with the instances whose last member is among them."""
+    i0, i1 = np.searchsorted(c.last, [lo, hi])
+    m0 = int(c.firsts[i0]) if i0 < len(c.firsts) else len(c.members)
+    m1 = int(c.firsts[i1]) if i1 < len(c.firsts) else len(c.members)
+    mine = c.members[m0:m1]
+    seg = c.firsts[i0:i1] - m0
+    waiting = c.waits[mine]  # eager members count for the last arrival but end on their own
+    block = slice(lo, hi)
+    pred, after_pred, anchor, after_anchor, base = c.pred[block], c.after_pred[block], c.anchor[block], c.after_anchor[block], c.base[block]
+    dur, waits = c.dur[block], c.waits[block]
+    tail = c.tail[mine]
+    while True:
+        start = np.maximum(np.maximum(ends[pred] + after_pred, ends[anchor] + after_anchor), base)
+        arrival[block] = start
+        # A waiting member of an instance that ends in a later block: its own arrival stands in for the last one
+        # (no successor reads it before then, except within the tolerance).
+        before, before_mine = ends[block].copy(), ends[mine]
+        ends[block] = start + np.where(waits, c.tail[block], dur)
+        if len(mine):
+            last = np.maximum.reduceat(arrival[mine], seg)
+            finished = np.maximum(arrival[mine], np.repeat(last, np.diff(np.append(seg, len(mine))))) + tail
+            ends[mine] = np.where(waiting, finished, ends[mine])
+        changed = not (np.array_equal(before, ends[block]) and np.array_equal(before_mine, ends[mine]))
+        if not changed:
+            return
+
+
+def _fold(g: Graph, t: Timing) -> tuple[np.ndarray, np.ndarray]:
+    """Runs of a stream's events that only wait for their predecessor, folded onto the run's first event: per
+    event, that head and the time from the head's end to its own end (pointer jumping: log(run) numpy passes).
+    An event inside a run ends that long after its head, so whoever waits for it reads it from the head."""
+    n = len(g)
+    p = np.maximum(g.pred, 0)
+    merge = (g.pred >= 0) & (g.pred == g.anchor) & (g.instance < 0) & (g.instance[p] < 0)
+    ptr = np.where(merge, g.pred, np.arange(n))
+    acc = np.where(merge, np.maximum(g.lag, t.gap) + t.dur, 0)
+    while True:
+        nxt = ptr[ptr]
+        if np.array_equal(nxt, ptr):
+            return ptr, acc
+        acc = acc + acc[ptr]
+        ptr = nxt
+
+
+@dataclass(frozen=True)
+class Peers:
+    """What the edits compare a rank with: its stage peers, each (rank, step)'s launch delay (from the step's host
+    start to its first device work) and, per rank, the factor that balances its stage's compute."""
+
+    stage_of: Mapping[int, int]
+    stages: Mapping[int, list[int]]  # stage -> its ranks
+    launch_delay: Mapping[tuple[int, int], int]
+    balance: Mapping[int, float]
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """The replayed steps with ``edits`` applied: the predicted median step time and the saving per step (the
+    mean over the profiled steps of what each step saves), against the measured ``step_ns``; ``per_step``: per
+    step, the measured and the predicted step time (medians over the ranks)."""
+
+    edits: tuple[str, ...]
+    step_ns: float
+    predicted_step_ns: float
+    saving_ns: float
+    per_step: tuple[tuple[int, float, float], ...] = ()
+
+    @property
+    def saving_pct(self) -> float:
+        return 100 * self.saving_ns / self.step_ns if self.step_ns else 0.0
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "predicted_step_ms": round(self.predicted_step_ns / 1e6, 4),
+            "saving_ms": round(self.saving_ns / 1e6, 4),
+            "saving_pct": round(self.saving_pct, 2),
+            "edits": list(self.edits),
+        }
+
+
+def step_times(g: Graph, ends: np.ndarray) -> dict[tuple[int, int], float]:
+    """(rank, step) -> step time with the replayed ``ends``: the host span moves by as much as the step's last
+    device work, its start by as much as the previous step's last device work."""
+    moved = {k: int(ends[i]) - int(g.end[i]) for k, i in g.last.items()}
+    return {(r, s): ns + moved.get((r, s), 0) - moved.get((r, s - 1), 0) for (r, s), ns in g.step_ns.items() if (r, s) in moved}
+
+
+def what_if(g: Graph, peers: Peers, edits: Sequence[Edit]) -> WhatIf:
+    """Replay ``g`` with ``edits`` (an :class:`EditError` when one names a rank, link or step the job lacks)."""
+    t = Timing.of(g)
+    for e in edits:
+        apply(g, t, peers, e)
+    measured = step_times(g, g.end)
+    predicted = step_times(g, replay(g, t))
+    if not measured:
+        raise EditError("the job has no step with device work to replay")
+    saving = statistics.fmean(measured[k] - predicted[k] for k in measured)
+    by_step: dict[int, list[tuple[float, float]]] = {}
+    for (rank, step), ns in measured.items():
+        by_step.setdefault(step, []).append((ns, predicted[(rank, step)]))
+    per_step = tuple((s, statistics.median(m for m, _ in v), statistics.median(p for _, p in v)) for s, v in sorted(by_step.items()))
+    return WhatIf(
+        tuple(e.text() for e in edits),
+        float(statistics.median(measured.values())),
+        float(statistics.median(predicted.values())),
+        saving,
+        per_step,
+    )
+
+
+def replay_error(g: Graph) -> tuple[int, float]:
+    """The replay without edits against the traces: the largest event end error (ns) and the largest step time
+    error (a fraction of the step)."""
+    ends = replay(g, Timing.of(g))
+    measured, replayed = step_times(g, g.end), step_times(g, ends)
+    worst = max((abs(replayed[k] - v) / v for k, v in measured.items() if v), default=0.0)
+    return int(np.abs(ends - g.end).max()) if len(g) else 0, worst
+
+
+def apply(g: Graph, t: Timing, peers: Peers, e: Edit) -> None:
+    """Change ``t`` as ``e`` says."""
+    steps = np.isin(g.step, e.steps) if e.steps is not None else np.ones(len(g), bool)
+    if e.steps is not None and not steps.any():
+        raise EditError(f"{e.text()}: the job has no step {', '.join(map(str, e.steps))} with device work")
+    unknown = sorted(set(e.ranks) - set(peers.stage_of))
+    if unknown:
+        raise EditError(f"{e.text()}: the job has no rank {unknown[0]}")
+    if e.target == "stages":
+        if not peers.balance:
+            raise EditError(f"{e.text()}: the job has no pipeline stages to balance")
+        _balance(g, t, peers, steps)
+    elif e.target == "link":
+        _link(g, t, e, steps)
+    elif e.part == "host":
+        _host(g, t, peers, e, steps)
+    else:
+        _part(g, t, peers, e, steps)
+
+
+def _balance(g: Graph, t: Timing, peers: Peers, steps: np.ndarray) -> None:
+    """Each stage doing the mean work per micro-batch: its compute kernels, the host gaps between its kernels and
+    its collectives' transfers (a layer moved takes its launches and its tensor- and data-parallel traffic with
+    it) scaled by the mean over its own compute per micro-batch. Sends and receives carry one activation whatever
+    the split, and the gap before a step's first kernel is the step boundary: both stay."""
+    factor = np.array([peers.balance.get(r, 1.0) for r in range(int(g.rank.max()) + 1)]) if len(g) else np.ones(0)
+    f = factor[g.rank]
+    sel = steps & g.compute
+    t.dur[sel] = np.rint(t.dur[sel] * f[sel]).astype(np.int64)
+    a = np.maximum(g.anchor, 0)
+    inside = steps & (g.anchor >= 0) & (g.step[a] == g.step) & (t.gap > 0)
+    t.gap[inside] = np.rint(t.gap[inside] * f[inside]).astype(np.int64)
+    collective = steps & (g.instance >= 0) & (g.inst_key[np.maximum(g.instance, 0), 0] >= 0)
+    t.tail[collective] = np.rint(t.tail[collective] * f[collective]).astype(np.int64)
+
+
+def _part(g: Graph, t: Timing, peers: Peers, e: Edit, steps: np.ndarray) -> None:
+    """A rank's compute kernels' durations, or its communication's transfers, to its peers' or by a factor."""
+    is_part = g.compute if e.part == "compute" else g.instance >= 0
+    values = t.dur if e.part == "compute" else t.tail
+    mine = steps & is_part & np.isin(g.rank, e.ranks)
+    if isinstance(e.value, float):
+        values[mine] = np.rint(values[mine] * e.value).astype(np.int64)
+        if e.part == "communication":
+            t.floor[mine] = np.rint(t.floor[mine] * e.value).astype(np.int64)
+        return
+    balanced = e.value == BALANCED
+    key = _occurrence_key(g, is_part)
+    for stage in sorted({peers.stage_of[r] for r in e.ranks}):
+        ranks = list(peers.stages[stage])
+        others = ranks if balanced else [r for r in ranks if r not in e.ranks]
+        if not others:
+            raise EditError(f"{e.text()}: stage {stage} has no other rank to take a median from")
+        ours = steps & is_part & np.isin(g.rank, ranks if balanced else [r for r in e.ranks if peers.stage_of[r] == stage])
+        theirs = steps & is_part & np.isin(g.rank, others)
+        distinct, value = _by_key(key[theirs], values[theirs], mean=balanced)
+        found = np.minimum(np.searchsorted(distinct, key[ours]), max(len(distinct) - 1, 0))
+        hit = distinct[found] == key[ours] if len(distinct) else np.zeros(int(ours.sum()), bool)
+        rows = np.flatnonzero(ours)[hit]
+        values[rows] = value[found[hit]]
+        if e.part == "communication":
+            t.floor[rows] = np.minimum(t.floor[rows], values[rows])
+
+
+def _occurrence_key(g: Graph, rows: np.ndarray) -> np.ndarray:
+    """Per event, (step, name, how many events of that name its rank ran before it in the step) as one integer:
+    the same kernel on every rank that runs the same program."""
+    occ = np.zeros(len(g), np.int64)
+    idx = np.flatnonzero(rows)
+    order, firsts = group_bounds(g.name[idx], g.step[idx], g.rank[idx])
+    if len(order):
+        run = np.zeros(len(order), np.int64)
+        run[firsts[1:]] = 1
+        run = np.cumsum(run)
+        occ[idx[order]] = np.arange(len(order)) - firsts[run]
+    return (g.step.astype(np.int64) << 44) | (g.name.astype(np.int64) << 22) | occ
+
+
+def _by_key(key: np.ndarray, values: np.ndarray, mean: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct keys, the median value of each; the mean with ``mean``)."""
+    order = np.lexsort((values, key))
+    k, v = key[order], values[order]
+    distinct, first, count = np.unique(k, return_index=True, return_counts=True)
+    if mean:
+        return distinct, np.add.reduceat(v, first) // np.maximum(count, 1) if len(v) else v
+    low, high = v[first + (count - 1) // 2], v[first + count // 2]
+    return distinct, (low + high) // 2
+
+
+def _host(g: Graph, t: Timing, peers: Peers, e: Edit, steps: np.ndarray) -> None:
+    """The first device work of each of the rank's steps launched no later after the step's host start than on
+    its peers (median): the stall before it removed."""
+    first: dict[tuple[int, int], int] = {}
+    for i in np.flatnonzero(steps & np.isin(g.rank, e.ranks)).tolist():
+        first.setdefault((int(g.rank[i]), int(g.step[i])), i)
+    for (rank, step), i in first.items():
+        others = [peers.launch_delay[(r, step)] for r in peers.stages[peers.stage_of[rank]] if r not in e.ranks and (r, step) in peers.launch_delay]
+        own = peers.launch_delay.get((rank, step))
+        if others and own is not None:
+            t.gap[i] -= max(own - int(statistics.median(others)), 0)
+
+
+def _link(g: Graph, t: Timing, e: Edit, steps: np.ndarray) -> None:
+    """The transfers of every collective among the link's ranks and every send/receive between them: as long as
+    the median transfer of comparable ones (same collective, size, group size and span) elsewhere, or scaled."""
+    has = g.instance >= 0
+    total = len(g.inst_key)
+    on_link = np.bincount(g.instance[has & np.isin(g.rank, e.ranks)], minlength=total) == len(e.ranks)
+    if not on_link.any():
+        raise EditError(f"{e.text()}: no collective or send/receive joins ranks {', '.join(map(str, e.ranks))}")
+    transfer = np.zeros(total, np.int64)  # a collective's once all arrived; an eager send's own
+    np.maximum.at(transfer, g.instance[has], np.maximum(t.tail[has], t.floor[has]))
+    if isinstance(e.value, float):
+        scale = np.full(total, e.value)
+    else:
+        kinds, which = np.unique(g.inst_key, axis=0, return_inverse=True)
+        which = which.ravel()
+        reference = np.full(len(kinds), np.nan)
+        elsewhere = ~on_link
+        for k in np.unique(which[on_link]).tolist():
+            others = transfer[elsewhere & (which == k)]
+            reference[k] = np.median(others) if len(others) else np.nan
+        ref = reference[which]
+        scale = np.where(np.isfinite(ref) & (transfer > 0), ref / np.maximum(transfer, 1), 1.0)
+    mine = has & steps & on_link[np.maximum(g.instance, 0)]
+    factor = scale[g.instance[mine]]
+    t.tail[mine] = np.rint(t.tail[mine] * factor).astype(np.int64)
+    t.floor[mine] = np.rint(t.floor[mine] * factor).astype(np.int64)
+
+
+def peers_of(stage_of: Mapping[int, int], figures: Mapping[tuple[int, int], Mapping[str, Any]], metrics: Mapping[str, Any] | None) -> Peers:
+    """The :class:`Peers` of a job from its layout, its per-(rank, step) figures and its stage metrics (the
+    balanced split: every stage computing the mean per micro-batch)."""
+    balance: dict[int, float] = {}
+    rows = (metrics or {}).get("stages") or []
+    mean = statistics.fmean(s["compute_per_micro_batch_ns"] for s in rows) if rows else 0.0
+    for s in rows:
+        for r in s["ranks"]:
+            balance[r] = mean / s["compute_per_micro_batch_ns"] if s["compute_per_micro_batch_ns"] else 1.0
+    delay = {k: int(v["launch_delay_ns"]) for k, v in figures.items() if v.get("launch_delay_ns") is not None}
+    stages: dict[int, list[int]] = {}
+    for rank, stage in sorted(stage_of.items()):
+        stages.setdefault(stage, []).append(rank)
+    return Peers(dict(stage_of), stages, delay, balance)
+
+
+def finding_edits(f: Mapping[str, Any]) -> list[Edit]:
+    """The cause of a finding, removed: a culprit's compute to its peers', its stall removed, its link's transfers
+    to comparable links', the stages balanced. None for clock skew (a data problem, no time lost)."""
+    culprit, steps = f["culprit"], tuple(f["steps"]) or None
+    kind = f["kind"]
+    if kind in ("slow_device", "operator_hotspot"):
+        return [Edit("rank", tuple(culprit["ranks"]), "compute", PEER_MEDIAN, steps)]
+    if kind == "expert_imbalance":  # the tokens spread evenly: the experts that got fewer get more
+        return [Edit("rank", tuple(culprit["ranks"]), "compute", BALANCED, steps)]
+    if kind == "host_stall":
+        return [Edit("rank", tuple(culprit["ranks"]), "host", REMOVE, steps)]
+    if kind == "slow_link":
+        return [Edit("link", tuple(culprit["link"]["ranks"]), "transfer", COMPARABLE, steps)]
+    if kind == "stage_imbalance":
+        return [Edit("stages", value=BALANCED)]
+    return []
+
+
+def replay_findings(found: list[dict[str, Any]], g: Graph, peers: Peers) -> None:
+    """Each finding's ``what_if`` (its cause removed, the steps replayed), and its ``impact_pct`` from it."""
+    from paradiag.analysis.findings import severity
+
+    for f in found:
+        edits = finding_edits(f)
+        if not edits or not len(g):
+            continue
+        try:
+            result = what_if(g, peers, edits)
+        except EditError:
+            continue  # the culprit has no peer or link to compare with: the estimate stays the heuristic one
+        f["what_if"] = result.as_json()
+        f["impact_pct"] = round(max(result.saving_pct, 0.0), 2)
+        f["severity"] = severity(f["impact_pct"])
+
+
+def job_graph(job: Job, d: Diagnosis) -> tuple[Graph, Peers]:
+    """The replay graph and peers of a job whose Diagnosis is stored (its device events read again)."""
+    from paradiag.analysis import comm
+    from paradiag.analysis.frame import job_frame
+
+    frame = job_frame(job)
+    members = {g: list(m) for g, m in zip(job.groups.column("group").to_pylist(), job.groups.column("ranks").to_pylist(), strict=True)}
+    comm.infer_peers(frame, members, d.layout.stage_of)
+    host_of = dict(zip(job.ranks.column("rank").to_pylist(), job.ranks.column("host").to_pylist(), strict=True))
+    metrics = d.stage_metrics.as_json() if d.stage_metrics else None
+    return build_graph(frame, job.steps, d.p2p, host_of), peers_of(d.layout.stage_of, d.figures(), metrics)
