@@ -1,6 +1,6 @@
 """Benchmark: the dashboard as a user meets it, in headless Chromium, on one or more job folders.
 
-    python benchmarks/browser.py --job /work/jobs/j64 --job /work/jobs/j256 [--cache DIR] [--shots DIR]
+    python benchmarks/browser.py --job /work/jobs/j64 --job /work/jobs/j256 [--repeat 3] [--cache DIR] [--shots DIR] [-v]
 
 For each job it starts ``paradiag serve JOB`` (which parses and warms the aggregates before it listens; that
 one-off cost is printed apart), opens the page and measures, in the page's own clock:
@@ -10,8 +10,11 @@ one-off cost is printed apart), opens the page and measures, in the page's own c
 * per interaction (a heatmap cell, a finding, a step in the step chart, the W key on the timeline): from the
   click to the last view it affects redrawn (budget 1 s), how many callbacks ran and the bytes they sent.
 
-A hook installed before the page loads counts Dash's callback requests (wrapping ``fetch``) and stamps every
-Plotly redraw (``plotly_afterplot``), so nothing is polled from outside. Screenshots go to ``--shots``.
+A hook installed before the page loads counts Dash's callback requests (wrapping ``fetch``; ``-v`` lists each
+with the server's time on it, from its ``Server-Timing`` header), stamps every Plotly redraw
+(``plotly_afterplot``) and the gesture's first input event, so nothing is polled from outside. Each job is visited
+``--repeat`` times, each visit in a fresh browser; the medians are printed with every visit's figure, and the load
+average around them (the machine may be shared). Screenshots go to ``--shots``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import json
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,17 +38,23 @@ REPO = Path(__file__).resolve().parents[1]
 GRAPHS = ("steps", "heatmap", "timeline", "marey", "flow", "comm-matrix", "detail-operators")
 FIRST_PAINT_MS, CLICK_MS = 2000.0, 1000.0
 HOOK = """
-window.__pd = {pending: 0, calls: 0, bytes: 0, lastDone: 0, draws: {}, hooked: new Set(), firstPaint: null, log: []};
+window.__pd = {pending: 0, calls: 0, bytes: 0, lastDone: 0, draws: {}, hooked: new Set(), firstPaint: null, log: [], input: null};
+// The gesture's own moment: the first pointer or key event after a reset (not when the driver was asked).
+for (const kind of ['pointerdown', 'mousedown', 'keydown']) {
+  window.addEventListener(kind, function () { if (window.__pd.input === null) { window.__pd.input = performance.now(); } }, true);
+}
 const realFetch = window.fetch;
 window.fetch = async function (url, opts) {
   const mine = String(url).includes('_dash-update-component');
+  const sent = performance.now();
   if (mine) { window.__pd.pending += 1; window.__pd.calls += 1; }
   try {
     const reply = await realFetch(url, opts);
     if (mine) {
       const text = await reply.clone().text();
+      const server = /dur=([0-9.]+)/.exec(reply.headers.get('Server-Timing') || '');
       window.__pd.bytes += text.length;
-      window.__pd.log.push([JSON.parse(opts.body).output.slice(0, 60), text.length, Math.round(performance.now())]);
+      window.__pd.log.push([JSON.parse(opts.body).output.slice(0, 60), text.length, Math.round(sent), Math.round(performance.now()), server ? Number(server[1]) : -1]);
     }
     return reply;
   } finally {
@@ -113,7 +123,14 @@ def settle(driver: Any, since: float, timeout: float = 300.0, quiet_ms: float = 
 
 
 def reset(driver: Any) -> float:
-    return float(driver.execute_script("window.__pd.calls = 0; window.__pd.bytes = 0; window.__pd.draws = {}; window.__pd.log = []; return performance.now();"))
+    return float(driver.execute_script("window.__pd.calls = 0; window.__pd.bytes = 0; window.__pd.draws = {}; window.__pd.log = []; window.__pd.input = null; return performance.now();"))
+
+
+def gesture_at(driver: Any, since: float) -> float:
+    """When the page received the gesture's first pointer or key event (``since`` if it saw none): the time the
+    driver takes to find where to click is not the user's wait."""
+    at = driver.execute_script("return window.__pd.input;")
+    return float(at) if at is not None else since
 
 
 def click_at(driver: Any, graph_id: str, x: Any, y: Any) -> None:
@@ -162,11 +179,15 @@ def interactions(driver: Any) -> list[tuple[str, Any]]:
     return [("heatmap cell", heatmap_cell), ("finding", finding), ("step chart", step_point), ("timeline W key", zoom_key)]
 
 
-def log(driver: Any, verbose: bool) -> None:
-    """With --verbose: each callback of the last gesture, its bytes and when it finished (page clock, ms)."""
-    if verbose:
-        for output, nbytes, at in driver.execute_script("return window.__pd.log"):
-            print(f"      {at:8d} ms {nbytes / 1024:9.1f} KB  {output}")
+def log(driver: Any, verbose: bool, since: float) -> list[tuple[str, float, int, int, float]]:
+    """With --verbose, note rows: each callback of the last gesture (ms after ``since``): when it was sent, the
+    server's time on it (its Server-Timing header), when its reply had arrived, and its bytes."""
+    if not verbose:
+        return []
+    lines = [f"    {'sent':>6s} {'server':>6s} {'done':>6s} {'KB':>7s}  callback (ms after the gesture)"]
+    for output, nbytes, sent, done, server in sorted(driver.execute_script("return window.__pd.log"), key=lambda e: e[2]):
+        lines.append(f"    {sent - since:6.0f} {server:6.0f} {done - since:6.0f} {nbytes / 1024:7.1f}  {output}")
+    return [(line, float("nan"), 0, 0, 0.0) for line in lines]
 
 
 def first_screen(driver: Any) -> str:
@@ -188,33 +209,53 @@ def redraws(state: dict[str, Any], since: float) -> str:
     return ", ".join(f"{view} {at - since:.0f}" for view, at in sorted(state["draws"].items(), key=lambda kv: kv[1]) if at > since)
 
 
-def measure(job: Path, cache: Path, shots: Path, verbose: bool = False) -> list[tuple[str, float, int, int, float]]:
-    proc, port, warm_s = start_server(job, cache)
-    rows: list[tuple[str, float, int, int, float]] = [("serve: parse + warm (one-off)", warm_s * 1000, 0, 0, 0.0)]
+Row = tuple[str, float, int, int, float]  # label, ms (NaN: a note line), calls, bytes, budget (0: none)
+
+
+def visit(url: str, name: str, shots: Path, verbose: bool) -> list[Row]:
+    """One visit in a fresh browser: the first page, then each gesture."""
     driver = browser()
     try:
-        driver.get(f"http://127.0.0.1:{port}/")
+        driver.get(url)
         state = settle(driver, 0.0)
-        first = state["firstPaint"] or float("nan")
-        rows.append(("first meaningful paint (summary + heatmap)", first, 0, 0, FIRST_PAINT_MS))
-        rows.append(("first page complete (every view)", max(state["draws"].values()), state["calls"], state["bytes"], 0.0))
-        rows.append(("    drawn at: " + redraws(state, 0.0), float("nan"), 0, 0, 0.0))
-        rows.append(("    first screen: " + first_screen(driver), float("nan"), 0, 0, 0.0))
-        driver.save_screenshot(str(shots / f"{job.name}_first_page.png"))
-        log(driver, verbose)
+        rows: list[Row] = [
+            ("first meaningful paint (summary + heatmap)", state["firstPaint"] or float("nan"), 0, 0, FIRST_PAINT_MS),
+            ("first page complete (every view)", max(state["draws"].values()), state["calls"], state["bytes"], 0.0),
+            ("    drawn at: " + redraws(state, 0.0), float("nan"), 0, 0, 0.0),
+            ("    first screen: " + first_screen(driver), float("nan"), 0, 0, 0.0),
+        ]
+        driver.save_screenshot(str(shots / f"{name}_first_page.png"))
+        rows += log(driver, verbose, 0.0)
         for label, act in interactions(driver):
             t0 = reset(driver)
             act()
             state = settle(driver, t0)
+            t0 = gesture_at(driver, t0)
             last = max([state["lastDone"], *state["draws"].values()]) - t0
             rows.append((f"click: {label} -> last view redrawn", last, state["calls"], state["bytes"], CLICK_MS))
             rows.append(("    redrawn after: " + redraws(state, t0), float("nan"), 0, 0, 0.0))
-            driver.save_screenshot(str(shots / f"{job.name}_{label.replace(' ', '_')}.png"))
-            log(driver, verbose)
+            driver.save_screenshot(str(shots / f"{name}_{label.replace(' ', '_')}.png"))
+            rows += log(driver, verbose, t0)
+        return rows
     finally:
         driver.quit()
+
+
+def measure(job: Path, cache: Path, shots: Path, repeat: int, verbose: bool) -> list[Row]:
+    """``repeat`` visits on one server: each measure's median (the notes are the last visit's)."""
+    proc, port, warm_s = start_server(job, cache)
+    try:
+        visits = [visit(f"http://127.0.0.1:{port}/", job.name, shots, verbose) for _ in range(repeat)]
+    finally:
         proc.terminate()
         proc.wait(timeout=20)
+    rows: list[Row] = [("serve: parse + warm (one-off)", warm_s * 1000, 0, 0, 0.0)]
+    for i, (label, ms, calls, nbytes, budget) in enumerate(visits[-1]):
+        if ms == ms:
+            ms = statistics.median(v[i][1] for v in visits)
+            if repeat > 1:
+                label = f"{label} [{', '.join(f'{v[i][1]:.0f}' for v in visits)}]"
+        rows.append((label, ms, calls, nbytes, budget))
     return rows
 
 
@@ -223,19 +264,22 @@ def main() -> None:
     parser.add_argument("--job", type=Path, action="append", required=True, help="a job folder (repeat for several)")
     parser.add_argument("--cache", type=Path, help="where parsed jobs and aggregates go (default: a temporary folder)")
     parser.add_argument("--shots", type=Path, default=REPO / "test-output" / "browser", help="screenshots")
-    parser.add_argument("--verbose", action="store_true", help="list each callback of each gesture")
+    parser.add_argument("--repeat", type=int, default=3, help="visits per job (fresh browser each); medians are printed")
+    parser.add_argument("-v", "--verbose", action="store_true", help="list each callback of each gesture")
     args = parser.parse_args()
     args.shots.mkdir(parents=True, exist_ok=True)
     cache = args.cache or Path(tempfile.mkdtemp(prefix="paradiag-browser-"))
     for job in args.job:
-        print(f"\n{job}")
-        print(f"  {'measure':52s} {'ms':>9s} {'calls':>6s} {'KB':>8s}  budget")
-        for label, ms, calls, nbytes, budget in measure(job, cache, args.shots, args.verbose):
+        print(f"\n{job} (load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())})")
+        print(f"  {'measure (median of ' + str(args.repeat) + ' visits [each])':52s} {'ms':>9s} {'calls':>6s} {'KB':>8s}  budget")
+        rows = measure(job, cache, args.shots, args.repeat, args.verbose)
+        for label, ms, calls, nbytes, budget in rows:
             if ms != ms:  # a note line (NaN): which view came when
                 print(f"  {label}")
                 continue
             verdict = "" if not budget else ("ok" if ms <= budget else "OVER")
             print(f"  {label:52s} {ms:9.0f} {calls:6d} {nbytes / 1024:8.1f}  {verdict}")
+        print(f"  load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":
