@@ -12,7 +12,7 @@ from dash import Dash, Input, Output
 from flask import Flask, g, jsonify, request
 from werkzeug.middleware.proxy_fix import ProxyFix
 
-from paradiag.app import context, ids
+from paradiag.app import context, ids, warm
 from paradiag.app.auth import AuthStore, harden, setup_login
 from paradiag.app.config import Config, private_dir
 from paradiag.app.layouts import shell
@@ -83,6 +83,11 @@ def _health_and_timing(server: Flask) -> None:
     @server.before_request
     def started() -> None:
         g.started = time.perf_counter()
+        warm.requests.started()
+
+    @server.teardown_request
+    def ended(_exc: BaseException | None) -> None:
+        warm.requests.ended()  # the background warming gives way while requests are in flight
 
     @server.after_request
     def timed(response: Any) -> Any:

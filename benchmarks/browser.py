@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 GRAPHS = ("steps", "heatmap", "timeline", "marey", "flow", "comm-matrix", "detail-operators")
 FIRST_PAINT_MS, CLICK_MS = 2000.0, 1000.0
 HOOK = """
-window.__pd = {pending: 0, calls: 0, bytes: 0, lastDone: 0, draws: {}, hooked: new Set(), firstPaint: null, log: [], input: null};
+window.__pd = {pending: 0, calls: 0, bytes: 0, lastDone: 0, draws: {}, times: {}, hooked: new Set(), firstPaint: null, log: [], input: null};
 // The gesture's own moment: the first pointer or key event after a reset (not when the driver was asked).
 for (const kind of ['pointerdown', 'mousedown', 'keydown']) {
   window.addEventListener(kind, function () { if (window.__pd.input === null) { window.__pd.input = performance.now(); } }, true);
@@ -67,7 +67,7 @@ setInterval(function () {
     if (gd && gd.on && !window.__pd.hooked.has(gd)) {
       window.__pd.hooked.add(gd);
       if (gd.data && gd.data.length) { window.__pd.draws[id] = performance.now(); }
-      gd.on('plotly_afterplot', function () { window.__pd.draws[id] = performance.now(); });
+      gd.on('plotly_afterplot', function () { window.__pd.draws[id] = performance.now(); window.__pd.times[id] = (window.__pd.times[id] || 0) + 1; });
     }
   }
   const facts = document.querySelector('#summary-facts .pd-fact');
@@ -114,7 +114,7 @@ def settle(driver: Any, since: float, timeout: float = 300.0, quiet_ms: float = 
     """Wait until no callback is in flight and nothing was redrawn for ``quiet_ms``; the page's counters."""
     end = time.time() + timeout
     while time.time() < end:
-        state = driver.execute_script("const p = window.__pd; return {pending: p.pending, calls: p.calls, bytes: p.bytes, lastDone: p.lastDone, draws: p.draws, firstPaint: p.firstPaint, now: performance.now()};")
+        state = driver.execute_script("const p = window.__pd; return {pending: p.pending, calls: p.calls, bytes: p.bytes, lastDone: p.lastDone, draws: p.draws, times: p.times, firstPaint: p.firstPaint, now: performance.now()};")
         last = max([state["lastDone"], *state["draws"].values()])
         if state["pending"] == 0 and state["calls"] and state["now"] - last > quiet_ms and last > since:
             return state
@@ -123,7 +123,7 @@ def settle(driver: Any, since: float, timeout: float = 300.0, quiet_ms: float = 
 
 
 def reset(driver: Any) -> float:
-    return float(driver.execute_script("window.__pd.calls = 0; window.__pd.bytes = 0; window.__pd.draws = {}; window.__pd.log = []; window.__pd.input = null; return performance.now();"))
+    return float(driver.execute_script("window.__pd.calls = 0; window.__pd.bytes = 0; window.__pd.draws = {}; window.__pd.times = {}; window.__pd.log = []; window.__pd.input = null; return performance.now();"))
 
 
 def gesture_at(driver: Any, since: float) -> float:
@@ -205,8 +205,12 @@ def first_screen(driver: Any) -> str:
 
 
 def redraws(state: dict[str, Any], since: float) -> str:
-    """When each view was redrawn, ms after ``since``, first to last."""
-    return ", ".join(f"{view} {at - since:.0f}" for view, at in sorted(state["draws"].items(), key=lambda kv: kv[1]) if at > since)
+    """When each view was last redrawn, ms after ``since``, first to last (``x2``: it was drawn twice)."""
+    def times(view: str) -> str:
+        n = state["times"].get(view, 1)
+        return f" x{n}" if n > 1 else ""
+
+    return ", ".join(f"{view} {at - since:.0f}{times(view)}" for view, at in sorted(state["draws"].items(), key=lambda kv: kv[1]) if at > since)
 
 
 Row = tuple[str, float, int, int, float]  # label, ms (NaN: a note line), calls, bytes, budget (0: none)

@@ -147,13 +147,29 @@ def test_step_chart_click_and_brush_pick_a_step(sel: Selection) -> None:
     from paradiag.app.callbacks.selection import select
     from paradiag.app.data.overview import overview
 
-    fig = render_steps(sel.view("mark"))
+    fig = render_steps(sel.view("job"), sel.view("mark"))
     assert [t.name for t in fig.data][:2] == ["median rank", "slowest rank"] and "rank 5" in [t.name for t in fig.data]
+    assert [s.x0 for s in fig.layout.shapes] == [sel.step]
     assert select((ids.STEPS, "clickData"), {"points": [{"x": 2}]}, sel, "").step == 2
     ov = overview(context_job(sel))
     medians = {s: sorted(row[j] for row in ov["metrics"]["step_ms"])[len(ov["ranks"]) // 2] for j, s in enumerate(ov["steps"])}
     brushed = select((ids.STEPS, "selectedData"), {"range": {"x": [-0.4, 2.4]}}, sel, "")
     assert brushed.step == max(medians, key=lambda s: medians[s])
+
+
+def test_a_new_step_moves_only_the_step_charts_marker(sel: Selection) -> None:
+    """A click that changes the step sends the marker line alone (a Patch of the shapes), where the full figure
+    draws it; a click on ranks keeps it."""
+    from paradiag.app.callbacks.overview import mark_steps, render_steps
+    from paradiag.app.callbacks.selection import select
+
+    new = select((ids.STEPS, "clickData"), {"points": [{"x": 2}]}, sel, "")
+    ops = mark_steps(new.view("mark")).to_plotly_json()["operations"]
+    assert [op["location"] for op in ops] == [["layout", "shapes"]]
+    full = render_steps(new.view("job"), new.view("mark")).to_plotly_json()["layout"]["shapes"]
+    assert ops[0]["params"]["value"] == full and [s["x0"] for s in full] == [2]
+    ranks = select((ids.TIMELINE_RANKS, "value"), [3], new, "")
+    assert mark_steps(ranks.view("mark")).to_plotly_json()["operations"][0]["params"]["value"] == full
 
 
 def context_job(sel: Selection) -> Any:

@@ -1,17 +1,18 @@
-"""The overview: the step chart and the heatmap. The heatmap is rebuilt when the job, its metric or its folding
-change; a new selection only moves its outline (a ``Patch`` of the shapes)."""
+"""The overview: the step chart and the heatmap. Each is rebuilt when the job (the heatmap: or its metric or
+folding) changes; a new selection only moves its marks (a ``Patch`` of the shapes: the cells are not sent again
+nor redrawn). One callback per graph decides which, so a new page asks once for each."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import plotly.graph_objects as go
-from dash import Dash, Input, Output, Patch, State, no_update
+from dash import Dash, Input, Output, Patch, State, ctx, no_update
 
 from paradiag.app import context, ids
 from paradiag.app.data.overview import METRICS, Z_METRICS, culprits, focus, heatmap_rows, overview
 from paradiag.app.figures.heatmap import heatmap_figure, heatmap_shapes
-from paradiag.app.figures.steps import steps_figure
+from paradiag.app.figures.steps import step_marker, steps_figure
 from paradiag.app.selection import Selection, view_store
 from paradiag.dataset import Job
 
@@ -48,13 +49,37 @@ def mark_heatmap(mark_view: dict[str, Any] | None, metric: str, expanded: list[s
     return patch
 
 
-def render_steps(mark_view: dict[str, Any] | None) -> go.Figure:
-    sel = Selection.from_store(mark_view)
+def heatmap(job_view: dict[str, Any] | None, metric: str, expanded: list[str] | None, mark_view: dict[str, Any] | None) -> Any:
+    """The heatmap's callback: the whole figure, or only its outline when the mark alone changed."""
+    if ctx.triggered_id == view_store("mark") and len(ctx.triggered) == 1:
+        return mark_heatmap(mark_view, metric, expanded)
+    return render_heatmap(job_view, metric, expanded, mark_view)
+
+
+def render_steps(job_view: dict[str, Any] | None, mark_view: dict[str, Any] | None = None) -> go.Figure:
+    sel = Selection.from_store(job_view)
     if not sel.job:
         return no_update
     job = context.job(sel.job)
     ov = overview(job)
-    return steps_figure(ov["steps"], ov["ranks"], ov["metrics"]["step_ms"], list(culprits(job)), sel.step)
+    return steps_figure(ov["steps"], ov["ranks"], ov["metrics"]["step_ms"], list(culprits(job)), Selection.from_store(mark_view).step)
+
+
+def mark_steps(mark_view: dict[str, Any] | None) -> Any:
+    """Only the selected step's line follows a click."""
+    sel = Selection.from_store(mark_view)
+    if not sel.job:
+        return no_update
+    patch = Patch()
+    patch["layout"]["shapes"] = step_marker(overview(context.job(sel.job))["steps"], sel.step)
+    return patch
+
+
+def steps(job_view: dict[str, Any] | None, mark_view: dict[str, Any] | None) -> Any:
+    """The step chart's callback: the whole figure for a new job, else only the marker."""
+    if ctx.triggered_id == view_store("mark") and len(ctx.triggered) == 1:
+        return mark_steps(mark_view)
+    return render_steps(job_view, mark_view)
 
 
 def toggle_group(click: dict[str, Any] | None, expanded: list[str] | None, known: list[Any] | None, job_view: dict[str, Any] | None, metric: str) -> tuple[Any, Any]:
@@ -79,17 +104,10 @@ def register(app: Dash) -> None:
         Input(view_store("job"), "data"),
         Input(ids.HEATMAP_METRIC, "value"),
         Input(ids.HEATMAP_EXPAND, "value"),
-        State(view_store("mark"), "data"),
-        prevent_initial_call=True,
-    )(render_heatmap)
-    app.callback(
-        Output(ids.HEATMAP, "figure", allow_duplicate=True),
         Input(view_store("mark"), "data"),
-        State(ids.HEATMAP_METRIC, "value"),
-        State(ids.HEATMAP_EXPAND, "value"),
         prevent_initial_call=True,
-    )(mark_heatmap)
-    app.callback(Output(ids.STEPS, "figure"), Input(view_store("mark"), "data"), prevent_initial_call=True)(render_steps)
+    )(heatmap)
+    app.callback(Output(ids.STEPS, "figure"), Input(view_store("job"), "data"), Input(view_store("mark"), "data"), prevent_initial_call=True)(steps)
     app.callback(
         Output(ids.HEATMAP_EXPAND, "value"),
         Output(ids.HEATMAP_EXPAND, "options"),

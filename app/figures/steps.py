@@ -3,6 +3,8 @@ Click a step or brush a range of steps (the slowest step of the range is taken) 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import plotly.graph_objects as go
 
@@ -25,9 +27,15 @@ def steps_figure(steps: list[int], ranks: list[int], step_ms: list[list[float | 
     for r in (culprit or [])[:3]:
         if r in row:
             fig.add_trace(go.Scatter(x=steps, y=block[row[r]], mode="lines", name=f"rank {r}", line={"color": palette.CULPRIT, "width": 1, "dash": "dot"}, hovertemplate="step %{x}: %{y:.2f} ms<extra>rank " + str(r) + "</extra>"))
-    if selected in steps:
-        fig.add_vline(x=selected, line={"color": palette.HIGHLIGHT, "width": 2})
+    fig.update_layout(shapes=step_marker(steps, selected))
     fig.update_xaxes(title="step", tickmode="array", tickvals=steps, range=[min(steps) - 0.5, max(steps) + 0.5])
     fig.update_yaxes(title="ms", rangemode="tozero", fixedrange=True)
     fig.update_layout(dragmode="select", selectdirection="h", margin={"t": 24, "b": 30}, hovermode="x unified", legend={"orientation": "v", "x": 1.02, "xanchor": "left", "y": 1, "yanchor": "top"})
     return fig
+
+
+def step_marker(steps: list[int], selected: int | None) -> list[dict[str, Any]]:
+    """The shapes of the chart: the selected step's line. A new selection replaces only these (a ``Patch``)."""
+    if selected not in steps:
+        return []
+    return [{"type": "line", "xref": "x", "yref": "paper", "x0": selected, "x1": selected, "y0": 0, "y1": 1, "line": {"color": palette.HIGHLIGHT, "width": 2}}]

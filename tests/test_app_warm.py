@@ -1,0 +1,59 @@
+"""Background warming (app/warm.py): after ``warm`` every step's views are ready, so a step change reads no events;
+and the warming gives way while requests are in flight."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from paradiag.app.selection import Selection
+
+SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "gpu_llm_slow_rank"
+
+
+def test_every_step_is_warmed_and_a_step_change_reads_no_events(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from paradiag.app.callbacks.details import render_detail
+    from paradiag.app.callbacks.pipeline import render_flow, render_marey
+    from paradiag.app.callbacks.timeline import render_timeline
+    from paradiag.app.config import Config
+    from paradiag.app.data.common import steps_of
+    from paradiag.app.factory import create_app
+    from paradiag.app.warm import warm
+    from paradiag.dataset import Job
+
+    monkeypatch.setenv("PARADIAG_CACHE_DIR", str(tmp_path / "cache"))
+    app = create_app(Config.from_env(job=str(SAMPLE), upload_dir=tmp_path / "uploads", app_cache_dir=tmp_path / "app-cache"))
+    warm(app, "served").join()
+
+    def cold(*_: Any, **__: Any) -> Any:
+        raise AssertionError("a step view read events after warming")
+
+    monkeypatch.setattr(Job, "events", cold)
+    with app.server.test_request_context("/"):
+        from paradiag.app import context
+
+        steps = steps_of(context.job("served"))
+        assert len(steps) > 1
+        for step in steps:
+            sel = Selection(job="served", step=step)
+            assert render_marey(sel.view("marey"), [])[0].data
+            assert render_flow(sel.view("flow"), "imbalance", [])[0].data
+            assert render_timeline(sel.view("timeline"))[0].data
+            assert render_detail(sel.view("detail"))[0].startswith(f"rank 5, step {step}")
+
+
+def test_warming_waits_until_no_request_is_in_flight() -> None:
+    from paradiag.app.warm import Requests
+
+    requests = Requests()
+    requests.started()
+    waited = threading.Thread(target=requests.wait_quiet, args=(0.01,))
+    waited.start()
+    waited.join(timeout=0.2)
+    assert waited.is_alive()  # a request is in flight: the warming waits
+    requests.ended()
+    waited.join(timeout=30)
+    assert not waited.is_alive()
