@@ -106,7 +106,9 @@ def test_a_change_reaches_only_the_views_it_concerns(sel: Selection) -> None:
     def updated(new: Selection) -> set[str]:
         return {name for name, v in zip(VIEW_FIELDS, view_updates(sel, new), strict=True) if v is not no_update}
 
-    assert updated(select((ids.HEATMAP, "clickData"), {"points": [{"x": "1", "y": 5, "customdata": "6"}]}, sel, "")) == {"mark", "timeline", "detail", "comm"}
+    assert updated(select((ids.HEATMAP, "clickData"), {"points": [{"x": "1", "y": 5, "customdata": "6"}]}, sel, "")) == {"mark", "timeline", "detail"}
+    linked = sel.but(ranks=[4, 5], collective="all_reduce/group g/#3")
+    assert {name for name, v in zip(VIEW_FIELDS, view_updates(linked, linked.but(ranks=[6])), strict=True) if v is not no_update} >= {"comm"}  # its members are outlined
     assert updated(select((ids.OP_SEARCH, "value"), "gemm", sel, "")) == {"detail", "marey", "flow"}
     assert updated(select((ids.TIMELINE, "relayoutData"), {"xaxis.range[0]": 1.0, "xaxis.range[1]": 2.0}, sel, "")) == {"timeline", "marey"}
     assert updated(select((ids.BASELINE_PICKER, "value"), "sample:gpu_llm_fault_free", sel, "")) == {"compare"}

@@ -14,12 +14,17 @@ from paradiag.app.selection import Selection, view_store
 SHOWN, HIDDEN = {"display": "block"}, {"display": "none"}
 
 
-def page(sel: dict[str, Any] | None) -> tuple[Any, ...]:
-    """(start page style, job page style, selection text)."""
-    sel = sel or {}
-    if not sel.get("job"):
-        return SHOWN, HIDDEN, "open a job"
-    return HIDDEN, SHOWN, Selection.from_store(sel).describe()
+def page(job_view: dict[str, Any] | None) -> tuple[Any, Any]:
+    """(start page style, job page style): they follow the job alone, so a click does not restyle the page."""
+    if not (job_view or {}).get("job"):
+        return SHOWN, HIDDEN
+    return HIDDEN, SHOWN
+
+
+def selection_text(sel: dict[str, Any] | None) -> str:
+    if not (sel or {}).get("job"):
+        return "open a job"
+    return Selection.from_store(sel).describe()
 
 
 def summary(sel: dict[str, Any] | None) -> tuple[Any, Any]:
@@ -85,11 +90,7 @@ def sample_links(_: Any) -> list[Any]:
 
 
 def register(app: Dash) -> None:
-    app.callback(
-        Output(ids.START_PAGE, "style"),
-        Output(ids.JOB_PAGE, "style"),
-        Output(ids.SELECTION_TEXT, "children"),
-        Input(ids.SELECTION, "data"),
-    )(page)
+    app.callback(Output(ids.START_PAGE, "style"), Output(ids.JOB_PAGE, "style"), Input(view_store("job"), "data"))(page)
+    app.callback(Output(ids.SELECTION_TEXT, "children"), Input(ids.SELECTION, "data"))(selection_text)
     app.callback(Output(ids.SUMMARY_FACTS, "children"), Output(ids.FINDINGS, "children"), Input(view_store("job"), "data"), prevent_initial_call=True)(summary)
     app.callback(Output(ids.SAMPLE_LIST, "children"), Input(ids.URL, "pathname"))(sample_links)

@@ -191,18 +191,32 @@ def rank_options(sel: Selection) -> list[dict[str, Any]]:
     return [{"label": f"rank {r}", "value": r} for r in sorted(overview(context.job(sel.job))["ranks"])]
 
 
+# Fields a view draws only while another one is set: the matrix outlines the selected ranks only as the members of
+# the selected collective, so a click on other ranks leaves it as it is (it is not sent nor redrawn again).
+ONLY_WITH: dict[str, dict[str, str]] = {"comm": {"ranks": "collective"}}
+
+
+def view_of(sel: Selection, name: str) -> dict[str, Any]:
+    """What view ``name``'s store holds: its part of ``sel``, less the fields it does not draw now."""
+    part = sel.view(name)
+    for field_name, needs in ONLY_WITH.get(name, {}).items():
+        if part.get(needs) is None:
+            part[field_name] = None
+    return part
+
+
 def view_updates(old: Selection | None, new: Selection) -> list[Any]:
     """Each view's store: its part of ``new``, or no_update when that part did not change (on a new page, the
     ``LATER`` views wait for ``release``)."""
     if old is None:
-        return [new.view(name) if name in FIRST else no_update for name in VIEW_FIELDS]
-    return [new.view(name) if old.view(name) != new.view(name) else no_update for name in VIEW_FIELDS]
+        return [view_of(new, name) if name in FIRST else no_update for name in VIEW_FIELDS]
+    return [view_of(new, name) if view_of(old, name) != view_of(new, name) else no_update for name in VIEW_FIELDS]
 
 
 def release(_figure: Any, stored: dict[str, Any] | None, *later: Any) -> tuple[Any, ...]:
     """Once the heatmap is there, the stores of the views that were held back, each written once."""
     sel = Selection.from_store(stored)
-    return tuple(sel.view(name) if sel.job and value is None else no_update for name, value in zip(LATER, later, strict=True))
+    return tuple(view_of(sel, name) if sel.job and value is None else no_update for name, value in zip(LATER, later, strict=True))
 
 
 def _changed(value: Any, shown: Any) -> Any:
