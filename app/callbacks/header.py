@@ -90,7 +90,7 @@ def sample_links(_: Any) -> list[Any]:
 
 
 def register(app: Dash) -> None:
-    app.callback(Output(ids.START_PAGE, "style"), Output(ids.JOB_PAGE, "style"), Input(view_store("job"), "data"))(page)
+    app.callback(Output(ids.START_PAGE, "style"), Output(ids.JOB_PAGE, "style"), Input(view_store("job"), "data"), prevent_initial_call=True)(page)
     app.callback(Output(ids.SELECTION_TEXT, "children"), Input(ids.SELECTION, "data"))(selection_text)
     app.callback(Output(ids.SUMMARY_FACTS, "children"), Output(ids.FINDINGS, "children"), Input(view_store("job"), "data"), prevent_initial_call=True)(summary)
     app.callback(Output(ids.SAMPLE_LIST, "children"), Input(ids.URL, "pathname"))(sample_links)

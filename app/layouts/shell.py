@@ -5,11 +5,13 @@ from __future__ import annotations
 from dash import dcc, html
 
 from paradiag.app import ids
-from paradiag.app.context import NOTICE
+from paradiag.app.callbacks.header import HIDDEN, SHOWN
+from paradiag.app.context import NOTICE, config
 from paradiag.app.layouts import job_page, start_page
 
 
 def layout() -> html.Div:
+    served = bool(config().job)
     return html.Div(
         className="pd-root",
         children=[
@@ -26,7 +28,9 @@ def layout() -> html.Div:
             ),
             # Filled by context.on_callback_error when a job token names nothing this user may open.
             html.Div(id=NOTICE, role="alert", hidden=True, className="pd-notice", style={"background": "#fde8e8", "color": "#8a1c1c", "padding": "0.5em 1em"}),
-            html.Div(start_page.layout(), id=ids.START_PAGE),
-            html.Div(job_page.layout(), id=ids.JOB_PAGE, style={"display": "none"}),
+            # A served job opens at once: its page is laid out visible, so its graphs are not drawn hidden first
+            # and then all again when it is shown (header.page switches pages when the job changes).
+            html.Div(start_page.layout(), id=ids.START_PAGE, style=HIDDEN if served else SHOWN),
+            html.Div(job_page.layout(), id=ids.JOB_PAGE, style=SHOWN if served else HIDDEN),
         ],
     )
