@@ -1,5 +1,5 @@
-"""Background warming (app/warm.py): after ``warm`` every step's views are ready, so a step change reads no events;
-and the warming gives way while requests are in flight."""
+"""A served job (``paradiag serve PATH``): after ``warm`` (app/warm.py) every step's views are ready, so a step
+change reads no events, and the warming gives way while requests are in flight; its page is laid out visible."""
 
 from __future__ import annotations
 
@@ -33,7 +33,12 @@ def test_every_step_is_warmed_and_a_step_change_reads_no_events(tmp_path: Path, 
 
     monkeypatch.setattr(Job, "events", cold)
     with app.server.test_request_context("/"):
-        from paradiag.app import context
+        from paradiag.app import context, ids
+        from paradiag.app.callbacks.header import SHOWN
+        from paradiag.app.layouts import shell
+
+        page = shell.layout()
+        assert page[ids.JOB_PAGE].style == SHOWN and page[ids.START_PAGE].style != SHOWN  # laid out visible: drawn once
 
         steps = steps_of(context.job("served"))
         assert len(steps) > 1
