@@ -8,7 +8,9 @@ one-off cost is printed apart), opens the page and measures, in the page's own c
 * first meaningful paint: the summary facts and the heatmap drawn (budget 2 s);
 * the page complete: every graph drawn, no callback in flight; the bytes the callbacks sent;
 * per interaction (a heatmap cell, a finding, a step in the step chart, the W key on the timeline): from the
-  click to the last view it affects redrawn (budget 1 s), how many callbacks ran and the bytes they sent.
+  click to the last view it affects redrawn (budget 1 s), how many callbacks ran and the bytes they sent, and the
+  CPU time it cost the browser's processes and the server's (which, unlike the clock, a loaded machine hardly
+  changes: it tells whether a change made less work).
 
 A hook installed before the page loads counts Dash's callback requests (wrapping ``fetch``; ``-v`` lists each
 with the server's time on it, from its ``Server-Timing`` header), stamps every Plotly redraw
@@ -216,8 +218,38 @@ def redraws(state: dict[str, Any], since: float) -> str:
 Row = tuple[str, float, int, int, float]  # label, ms (NaN: a note line), calls, bytes, budget (0: none)
 
 
-def visit(url: str, name: str, shots: Path, verbose: bool) -> list[Row]:
-    """One visit in a fresh browser: the first page, then each gesture."""
+def cpu_ms(pids: list[int]) -> float:
+    """CPU time (user + system, ms) the processes have used so far (Linux ``/proc``; NaN elsewhere). Unlike the
+    page's clock it hardly moves with the machine's load: it says whether a change made less work."""
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total * 1000 / os.sysconf("SC_CLK_TCK") if Path("/proc").is_dir() else float("nan")
+
+
+def descendants(pid: int) -> list[int]:
+    """``pid``'s processes, children and theirs (the browser's: chromedriver, chromium, its renderers, GPU)."""
+    parent: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += [c for c, pp in parent.items() if pp == p]
+    return out
+
+
+def visit(url: str, name: str, shots: Path, verbose: bool, server: int) -> list[Row]:
+    """One visit in a fresh browser: the first page, then each gesture (with the CPU time it cost the browser and
+    the server)."""
     driver = browser()
     try:
         driver.get(url)
@@ -230,14 +262,18 @@ def visit(url: str, name: str, shots: Path, verbose: bool) -> list[Row]:
         ]
         driver.save_screenshot(str(shots / f"{name}_first_page.png"))
         rows += log(driver, verbose, 0.0)
+        chrome = descendants(driver.service.process.pid)
         for label, act in interactions(driver):
             t0 = reset(driver)
+            cpu = (cpu_ms(chrome), cpu_ms([server]))
             act()
             state = settle(driver, t0)
+            cpu = (cpu_ms(chrome) - cpu[0], cpu_ms([server]) - cpu[1])
             t0 = gesture_at(driver, t0)
             last = max([state["lastDone"], *state["draws"].values()]) - t0
             rows.append((f"click: {label} -> last view redrawn", last, state["calls"], state["bytes"], CLICK_MS))
             rows.append(("    redrawn after: " + redraws(state, t0), float("nan"), 0, 0, 0.0))
+            rows += [("    CPU time of the browser (ms)", cpu[0], 0, 0, 0.0), ("    CPU time of the server (ms)", cpu[1], 0, 0, 0.0)]
             driver.save_screenshot(str(shots / f"{name}_{label.replace(' ', '_')}.png"))
             rows += log(driver, verbose, t0)
         return rows
@@ -249,7 +285,7 @@ def measure(job: Path, cache: Path, shots: Path, repeat: int, verbose: bool) -> 
     """``repeat`` visits on one server: each measure's median (the notes are the last visit's)."""
     proc, port, warm_s = start_server(job, cache)
     try:
-        visits = [visit(f"http://127.0.0.1:{port}/", job.name, shots, verbose) for _ in range(repeat)]
+        visits = [visit(f"http://127.0.0.1:{port}/", job.name, shots, verbose, proc.pid) for _ in range(repeat)]
     finally:
         proc.terminate()
         proc.wait(timeout=20)
