@@ -8,11 +8,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dash import Dash, Input, Output
+from dash import Dash
 from flask import Flask, g, jsonify, request
 from werkzeug.middleware.proxy_fix import ProxyFix
 
-from paradiag.app import context, ids, warm
+from paradiag.app import context, warm
 from paradiag.app.auth import AuthStore, harden, setup_login
 from paradiag.app.config import Config, private_dir
 from paradiag.app.layouts import shell
@@ -56,8 +56,6 @@ def create_app(config: Config | None = None) -> Dash:
     with server.app_context():  # Dash builds the layout once here to validate it; it reads this config
         app.layout = shell.layout
     register(app)
-    # A new address clears the "job not found" banner of the last one.
-    app.callback(Output(context.NOTICE, "hidden"), Input(ids.URL, "search"))(lambda _: True)
     return app
 
 

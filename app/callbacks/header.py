@@ -22,6 +22,7 @@ def page(job_view: dict[str, Any] | None) -> tuple[Any, Any]:
 
 
 def selection_text(sel: dict[str, Any] | None) -> str:
+    """The header's line about the selection (the selection reducer writes it with the selection)."""
     if not (sel or {}).get("job"):
         return "open a job"
     return Selection.from_store(sel).describe()
@@ -91,6 +92,5 @@ def sample_links(_: Any) -> list[Any]:
 
 def register(app: Dash) -> None:
     app.callback(Output(ids.START_PAGE, "style"), Output(ids.JOB_PAGE, "style"), Input(view_store("job"), "data"), prevent_initial_call=True)(page)
-    app.callback(Output(ids.SELECTION_TEXT, "children"), Input(ids.SELECTION, "data"))(selection_text)
     app.callback(Output(ids.SUMMARY_FACTS, "children"), Output(ids.FINDINGS, "children"), Input(view_store("job"), "data"), prevent_initial_call=True)(summary)
     app.callback(Output(ids.SAMPLE_LIST, "children"), Input(ids.URL, "pathname"))(sample_links)

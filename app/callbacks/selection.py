@@ -14,6 +14,7 @@ from dash import ALL, Dash, Input, Output, State, ctx, no_update
 
 from paradiag.app import context, ids
 from paradiag.app.callbacks.compare import baseline_options
+from paradiag.app.callbacks.header import selection_text
 from paradiag.app.data.comm import link_instances
 from paradiag.app.data.common import steps_of
 from paradiag.app.data.findings import findings_of
@@ -44,8 +45,11 @@ INPUTS = [
 FIRST = ("job", "mark")
 LATER = tuple(name for name in VIEW_FIELDS if name not in FIRST)
 # Outputs besides the views' stores: selection, URL, step picker (value, options), zoom stack, baseline picker
-# (value, options), timeline rank picker (value, options).
-FIXED_OUTPUTS = 9
+# (value, options), timeline rank picker (value, options), the header's selection text and the "not found" banner's
+# hidden flag (written here rather than by callbacks of their own: each callback is one more request and one more
+# round of the page's renderer per click).
+FIXED_OUTPUTS = 11
+URL_TRIGGERS = ((ids.URL, "search"), (ids.URL, "href"))
 ZOOMS = ((ids.TIMELINE, "relayoutData"), (ids.MAREY, "relayoutData"))
 
 
@@ -234,6 +238,8 @@ def register(app: Dash) -> None:
         Output(ids.BASELINE_PICKER, "options"),
         Output(ids.TIMELINE_RANKS, "value"),
         Output(ids.TIMELINE_RANKS, "options"),
+        Output(ids.SELECTION_TEXT, "children"),
+        Output(context.NOTICE, "hidden"),
         *[Output(view_store(name), "data") for name in VIEW_FIELDS],
         *[Input(cid, prop) for cid, prop in INPUTS],
         Input({"type": ids.FINDING_BUTTON, "index": ALL}, "n_clicks"),
@@ -254,8 +260,10 @@ def register(app: Dash) -> None:
             new = _back(old or Selection(), stack or [])
         else:
             new = select(trigger, shown.get(trigger) if isinstance(trigger, tuple) else None, old, search)
-        if new == old:
-            return (no_update,) * (FIXED_OUTPUTS + len(VIEW_FIELDS))
+        if new == old:  # a new address still clears the banner of the last one
+            unchanged: list[Any] = [no_update] * (FIXED_OUTPUTS + len(VIEW_FIELDS))
+            unchanged[FIXED_OUTPUTS - 1] = True if trigger in (None, *URL_TRIGGERS) else no_update
+            return tuple(unchanged)
         query = new.to_query()
         new_job = old is None or old.job != new.job
         return (
@@ -268,6 +276,8 @@ def register(app: Dash) -> None:
             baseline_options(new.to_store()) if new_job else no_update,
             _changed(new.ranks or [], shown[(ids.TIMELINE_RANKS, "value")] or []),
             rank_options(new) if new_job else no_update,
+            selection_text(new.to_store()),
+            True if trigger in (None, *URL_TRIGGERS) else no_update,
             *view_updates(old, new),
         )
 
