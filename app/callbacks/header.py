@@ -32,8 +32,9 @@ def summary(sel: dict[str, Any] | None) -> tuple[Any, Any]:
     if not sel or not sel.get("job"):
         return no_update, no_update
     job = context.job(sel["job"])
-    facts = report(job)["job"]
-    median = report(job)["metrics"]["step_time_ns"]["median"]
+    rep = report(job)  # read from the shared store once (it is unpickled on every read)
+    facts = rep["job"]
+    median = rep["metrics"]["step_time_ns"]["median"]
     layout = facts["parallel_layout"]
     from paradiag.app.data.mesh import mesh_of
 
