@@ -112,13 +112,15 @@ def browser() -> Any:
     return driver
 
 
-def settle(driver: Any, since: float, timeout: float = 300.0, quiet_ms: float = 400.0) -> dict[str, Any]:
-    """Wait until no callback is in flight and nothing was redrawn for ``quiet_ms``; the page's counters."""
+def settle(driver: Any, since: float, timeout: float = 300.0, quiet_ms: float = 400.0, views: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Wait until ``views`` have been drawn, no callback is in flight and nothing was redrawn for ``quiet_ms``;
+    the page's counters. (A new page can be quiet for longer while it lays itself out between two callbacks.)"""
     end = time.time() + timeout
     while time.time() < end:
         state = driver.execute_script("const p = window.__pd; return {pending: p.pending, calls: p.calls, bytes: p.bytes, lastDone: p.lastDone, draws: p.draws, times: p.times, firstPaint: p.firstPaint, now: performance.now()};")
         last = max([state["lastDone"], *state["draws"].values()])
-        if state["pending"] == 0 and state["calls"] and state["now"] - last > quiet_ms and last > since:
+        drawn = all(v in state["draws"] for v in views)
+        if drawn and state["pending"] == 0 and state["calls"] and state["now"] - last > quiet_ms and last > since:
             return state
         time.sleep(0.05)
     raise SystemExit(f"the page did not settle within {timeout:.0f} s: {state}")
@@ -253,7 +255,7 @@ def visit(url: str, name: str, shots: Path, verbose: bool, server: int) -> list[
     driver = browser()
     try:
         driver.get(url)
-        state = settle(driver, 0.0)
+        state = settle(driver, 0.0, views=GRAPHS)
         rows: list[Row] = [
             ("first meaningful paint (summary + heatmap)", state["firstPaint"] or float("nan"), 0, 0, FIRST_PAINT_MS),
             ("first page complete (every view)", max(state["draws"].values()), state["calls"], state["bytes"], 0.0),
