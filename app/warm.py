@@ -24,7 +24,7 @@ from paradiag.app.data.compare import operators_of
 from paradiag.app.data.detail import detail_data, operator_totals
 from paradiag.app.data.findings import findings_of
 from paradiag.app.data.flow import flow_data, flow_p2p
-from paradiag.app.data.marey import marey_data, p2p_pairs, step_bands
+from paradiag.app.data.marey import marey_data
 from paradiag.app.data.mesh import mesh_of
 from paradiag.app.data.overview import focus, opening_step, overview
 from paradiag.dataset import Job
@@ -97,8 +97,6 @@ def warm_views(app: Dash, token: str) -> None:
 def warm_step(job: Job, step: int) -> None:
     """What a page that turns to ``step`` asks for, with the ranks the top finding blames: Marey's bands and
     rows, the flow graph, the timeline and the device detail."""
-    step_bands(job, step)
-    p2p_pairs(job, step)
     marey_data(job, step, None)
     flow_data(job, step)
     flow_p2p(job, step)
