@@ -22,17 +22,12 @@ REPEATS = "repeats"  # the flow's expand value that opens every repeated block
 CLICK_DELAY_MS = 400
 DEFER_CLICK = """
 async function(click) {
-    const gd = document.querySelector('#MAREY .js-plotly-plot');
-    if (gd && !gd._pdDoubleClicks) {
-        gd._pdDoubleClicks = true;
-        gd._pdResetAt = 0;
-        gd.on('plotly_doubleclick', () => { gd._pdResetAt = Date.now(); });
-    }
-    const at = Date.now();
+    const times = window.__pdMareyClicks || {pressAt: Date.now(), resetAt: 0};  // assets/marey_clicks.js
+    const pressed = times.pressAt;
     await new Promise(resolve => setTimeout(resolve, DELAY));
-    return gd && gd._pdResetAt >= at - 50 ? window.dash_clientside.no_update : click;
+    return times.resetAt >= pressed ? window.dash_clientside.no_update : click;
 }
-""".replace("MAREY", ids.MAREY).replace("DELAY", str(CLICK_DELAY_MS))
+""".replace("DELAY", str(CLICK_DELAY_MS))
 
 
 def render_marey(sel: dict[str, Any] | None, expand: list[str] | None, toggles: list[str] | None = None, drawn: dict[str, Any] | None = None) -> tuple[Any, Any, Any]:
