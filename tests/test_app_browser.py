@@ -135,6 +135,7 @@ def test_heatmap_click_updates_timeline_and_detail(duo: Any) -> None:
 
 
 def test_keys_zoom_the_timeline_and_slash_searches_an_operator(duo: Any) -> None:
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.keys import Keys
 
     open_job(duo, f"?job=sample:{SAMPLE}")
@@ -146,12 +147,16 @@ def test_keys_zoom_the_timeline_and_slash_searches_an_operator(duo: Any) -> None
     deadline = time.time() + 10
     while time.time() < deadline and duo.driver.switch_to.active_element.tag_name != "input":
         time.sleep(0.1)  # the dropdown opens, then its field takes the cursor
-    box = duo.driver.switch_to.active_element
-    assert box.tag_name == "input"  # the operator search's field
-    box.send_keys("gemm")
-    for _ in range(10):  # the matches appear once the dropdown has filtered its options
-        time.sleep(0.5)
-        box.send_keys(Keys.ENTER)
+    assert duo.driver.switch_to.active_element.tag_name == "input"  # the operator search's field
+    for _ in range(20):  # the matches appear once the dropdown has filtered its options
+        try:  # the dropdown may render its field anew meanwhile: always the focused one, typed into once
+            box = duo.driver.switch_to.active_element
+            if box.tag_name == "input" and "gemm" not in (box.get_attribute("value") or ""):
+                box.send_keys("gemm")
+            time.sleep(0.5)
+            duo.driver.switch_to.active_element.send_keys(Keys.ENTER)
+        except StaleElementReferenceException:
+            continue
         if "op=" in current_search(duo):
             break
     wait_search(duo, "op=")
