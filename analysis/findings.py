@@ -216,13 +216,22 @@ def stage_findings(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
         return []
     stage = metrics["bottleneck_stage"]
     row = next(s for s in metrics["stages"] if s["stage"] == stage)
-    mean = statistics.fmean(s["compute_per_micro_batch_ns"] for s in metrics["stages"])
-    evidence = (
-        f"stage {stage} computes {row['compute_per_micro_batch_ns'] / 1e6:.2f} ms per micro-batch vs {mean / 1e6:.2f} ms "
-        f"on average (imbalance {metrics['imbalance']:.2f}); a balanced split would take the step from "
-        f"{step / 1e6:.1f} to {metrics['balanced_step_time_ns'] / 1e6:.1f} ms"
-    )
+    evidence = stage_evidence(metrics, metrics["balanced_step_time_ns"])
     return [finding("stage_imbalance", {"stage": stage, "ranks": row["ranks"]}, [], impact, evidence)]
+
+
+def stage_evidence(metrics: Mapping[str, Any], balanced_step_ns: float, layers: Mapping[str, list[int]] | None = None) -> str:
+    """The stage_imbalance evidence quoting one estimate of the balanced step: the replay's with the whole-layer
+    split it moved to (``layers``: now/balanced per stage), else the pipeline heuristic's."""
+    stage = metrics["bottleneck_stage"]
+    row = next(s for s in metrics["stages"] if s["stage"] == stage)
+    mean = statistics.fmean(s["compute_per_micro_batch_ns"] for s in metrics["stages"])
+    split = f" (layers per stage {'/'.join(map(str, layers['now']))} -> {'/'.join(map(str, layers['balanced']))})" if layers else ""
+    return (
+        f"stage {stage} computes {row['compute_per_micro_batch_ns'] / 1e6:.2f} ms per micro-batch vs {mean / 1e6:.2f} ms "
+        f"on average (imbalance {metrics['imbalance']:.2f}); a balanced split{split} would take the step from "
+        f"{metrics['step_time_ns'] / 1e6:.1f} to {balanced_step_ns / 1e6:.1f} ms"
+    )
 
 
 def clock_findings(ranks: pa.Table) -> list[dict[str, Any]]:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -357,6 +357,7 @@ class _Compressed:
     waits: np.ndarray  # bool: a member that ends with its instance
     tail: np.ndarray
     members: np.ndarray  # head positions of the members, grouped by instance, instances by last member
+    slack: np.ndarray  # per member (same order): how long before its eager send's end a receive ended; NEVER: none
     firsts: np.ndarray  # start of each instance's members in ``members``
     last: np.ndarray  # per instance (same order), its last member's position
 
@@ -380,6 +381,8 @@ def _compressed(g: Graph, t: Timing, head: np.ndarray, offset: np.ndarray) -> _C
     counts = np.diff(np.append(firsts, len(members)))
     starts = np.repeat(firsts[by_last], counts[by_last])
     within = np.arange(len(members)) - np.repeat(np.cumsum(counts[by_last]) - counts[by_last], counts[by_last])
+    ordered = members[starts + within] if len(members) else members
+    slack = _receive_slack(g, heads[ordered])
     return _Compressed(
         size=size,
         position=position,
@@ -391,10 +394,28 @@ def _compressed(g: Graph, t: Timing, head: np.ndarray, offset: np.ndarray) -> _C
         dur=dur,
         waits=waits,
         tail=t.tail[heads],
-        members=members[starts + within] if len(members) else members,
+        members=ordered,
+        slack=slack,
         firsts=np.append(0, np.cumsum(counts[by_last]))[:-1] if len(members) else firsts,
         last=last[by_last],
     )
+
+
+def _receive_slack(g: Graph, events: np.ndarray) -> np.ndarray:
+    """Per member of an instance (``events``): for a receive paired with an eager send, its measured end minus the
+    send's, at most 0; NEVER for the rest. A receive posted after its send still ends no earlier than the send's
+    transfer (the data must have arrived): when a replay makes the send late, the receive ends with it (less what
+    the traces show it ending before it, so that a replay without edits stays exact)."""
+    slack = np.full(len(events), NEVER, np.int64)
+    if not len(events):
+        return slack
+    inst = g.instance[events]
+    eager = g.floor[events] > 0
+    sent = np.full(len(g.inst_key), NEVER, np.int64)
+    np.maximum.at(sent, inst[eager], g.end[events[eager]])
+    ok = (g.inst_key[inst, 0] < 0) & ~eager & (sent[inst] > NEVER)
+    slack[ok] = np.minimum(g.end[events[ok]] - sent[inst[ok]], 0)
+    return slack
 
 
 def _replay_block(c: _Compressed, ends: np.ndarray, arrival: np.ndarray, lo: int, hi: int) -> None:
@@ -418,7 +439,10 @@ def _replay_block(c: _Compressed, ends: np.ndarray, arrival: np.ndarray, lo: int
         ends[block] = start + np.where(waits, c.tail[block], dur)
         if len(mine):
             last = np.maximum.reduceat(arrival[mine], seg)
-            finished = np.maximum(arrival[mine], np.repeat(last, np.diff(np.append(seg, len(mine))))) + tail
+            sizes = np.diff(np.append(seg, len(mine)))
+            finished = np.maximum(arrival[mine], np.repeat(last, sizes)) + tail
+            sent = np.maximum.reduceat(np.where(waiting, NEVER, ends[mine]), seg)
+            finished = np.maximum(finished, np.where(c.slack[m0:m1] > NEVER, np.repeat(sent, sizes) + c.slack[m0:m1], NEVER))
             ends[mine] = np.where(waiting, finished, ends[mine])
         changed = not (np.array_equal(before, ends[block]) and np.array_equal(before_mine, ends[mine]))
         if not changed:
@@ -445,12 +469,15 @@ def _fold(g: Graph, t: Timing) -> tuple[np.ndarray, np.ndarray]:
 @dataclass(frozen=True)
 class Peers:
     """What the edits compare a rank with: its stage peers, each (rank, step)'s launch delay (from the step's host
-    start to its first device work) and, per rank, the factor that balances its stage's compute."""
+    start to its first device work) and each stage's compute per micro-batch (what ``stages=balanced`` splits)."""
 
     stage_of: Mapping[int, int]
     stages: Mapping[int, list[int]]  # stage -> its ranks
     launch_delay: Mapping[tuple[int, int], int]
-    balance: Mapping[int, float]
+    stage_compute: Mapping[int, int]  # stage -> compute per micro-batch (its least loaded rank's)
+    micro_batches: int = 1
+    virtual: int = 1
+    stage_metrics: Mapping[str, Any] = field(default_factory=dict)  # what the stage_imbalance evidence quotes
 
 
 @dataclass(frozen=True)
@@ -464,18 +491,22 @@ class WhatIf:
     predicted_step_ns: float
     saving_ns: float
     per_step: tuple[tuple[int, float, float], ...] = ()
+    layers: LayerSplit | None = None  # what stages=balanced moved
 
     @property
     def saving_pct(self) -> float:
         return 100 * self.saving_ns / self.step_ns if self.step_ns else 0.0
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "predicted_step_ms": round(self.predicted_step_ns / 1e6, 4),
             "saving_ms": round(self.saving_ns / 1e6, 4),
             "saving_pct": round(self.saving_pct, 2),
             "edits": list(self.edits),
         }
+        if self.layers is not None:
+            out["layers"] = {"now": list(self.layers.now), "balanced": list(self.layers.balanced)}
+        return out
 
 
 def step_times(g: Graph, ends: np.ndarray) -> dict[tuple[int, int], float]:
@@ -488,8 +519,7 @@ def step_times(g: Graph, ends: np.ndarray) -> dict[tuple[int, int], float]:
 def what_if(g: Graph, peers: Peers, edits: Sequence[Edit]) -> WhatIf:
     """Replay ``g`` with ``edits`` (an :class:`EditError` when one names a rank, link or step the job lacks)."""
     t = Timing.of(g)
-    for e in edits:
-        apply(g, t, peers, e)
+    splits = [split for e in edits if (split := apply(g, t, peers, e)) is not None]
     measured = step_times(g, g.end)
     predicted = step_times(g, replay(g, t))
     if not measured:
@@ -505,6 +535,7 @@ def what_if(g: Graph, peers: Peers, edits: Sequence[Edit]) -> WhatIf:
         float(statistics.median(predicted.values())),
         saving,
         per_step,
+        splits[-1] if splits else None,
     )
 
 
@@ -517,8 +548,8 @@ def replay_error(g: Graph) -> tuple[int, float]:
     return int(np.abs(ends - g.end).max()) if len(g) else 0, worst
 
 
-def apply(g: Graph, t: Timing, peers: Peers, e: Edit) -> None:
-    """Change ``t`` as ``e`` says."""
+def apply(g: Graph, t: Timing, peers: Peers, e: Edit) -> LayerSplit | None:
+    """Change ``t`` as ``e`` says; for ``stages=balanced``, the layer split it replays."""
     steps = np.isin(g.step, e.steps) if e.steps is not None else np.ones(len(g), bool)
     if e.steps is not None and not steps.any():
         raise EditError(f"{e.text()}: the job has no step {', '.join(map(str, e.steps))} with device work")
@@ -526,31 +557,103 @@ def apply(g: Graph, t: Timing, peers: Peers, e: Edit) -> None:
     if unknown:
         raise EditError(f"{e.text()}: the job has no rank {unknown[0]}")
     if e.target == "stages":
-        if not peers.balance:
+        if len(peers.stage_compute) < 2:
             raise EditError(f"{e.text()}: the job has no pipeline stages to balance")
-        _balance(g, t, peers, steps)
-    elif e.target == "link":
+        return _balance(g, t, peers, steps)
+    if e.target == "link":
         _link(g, t, e, steps)
     elif e.part == "host":
         _host(g, t, peers, e, steps)
     else:
         _part(g, t, peers, e, steps)
+    return None
 
 
-def _balance(g: Graph, t: Timing, peers: Peers, steps: np.ndarray) -> None:
-    """Each stage doing the mean work per micro-batch: its compute kernels, the host gaps between its kernels and
-    its collectives' transfers (a layer moved takes its launches and its tensor- and data-parallel traffic with
-    it) scaled by the mean over its own compute per micro-batch. Sends and receives carry one activation whatever
-    the split, and the gap before a step's first kernel is the step boundary: both stay."""
-    factor = np.array([peers.balance.get(r, 1.0) for r in range(int(g.rank.max()) + 1)]) if len(g) else np.ones(0)
+@dataclass(frozen=True)
+class LayerSplit:
+    """The pipeline's transformer layers per stage as profiled (``now``) and the whole-layer split that minimises
+    the slowest stage (``balanced``), from each stage's compute per micro-batch: ``layer_ns`` per layer, the rest
+    (embedding, LM head, loss: work that does not move with a layer) ``fixed_ns``; ``factor``: per stage, what its
+    layer work (kernels of names every stage runs) is scaled by."""
+
+    now: tuple[int, ...]
+    balanced: tuple[int, ...]
+    layer_ns: float
+    fixed_ns: tuple[float, ...]
+    factor: tuple[float, ...]
+
+
+def layer_split(g: Graph, peers: Peers) -> LayerSplit:
+    """Count each stage's layers by the kernel that runs once per layer per micro-batch (of the names every stage
+    runs at least once per micro-batch and not equally often, the one run the fewest times: attention, say), take a layer's compute as the median over
+    the stages of their per-name-shared compute per layer (a stage's own kernels, such as the embedding or the loss,
+    are fixed work), and hand out the layers one at a time to the stage that would then be least loaded (each
+    stage keeps one per model chunk)."""
+    stages = sorted(peers.stage_compute)
+    mb = max(peers.micro_batches, 1)
+    ranks = [peers.stages[s] for s in stages]
+    stage_index = np.full(int(g.rank.max()) + 1 if len(g) else 0, -1)
+    for i, rs in enumerate(ranks):
+        stage_index[rs] = i
+    sel = g.compute & (stage_index[g.rank] >= 0)
+    where, name, dur = stage_index[g.rank[sel]], g.name[sel], (g.end - g.start)[sel]
+    steps = max(len(np.unique(g.step[sel])), 1)
+    names_of = [set(np.unique(name[where == i]).tolist()) for i in range(len(ranks))]
+    common = sorted(set.intersection(*names_of)) if names_of else []
+    shared = np.isin(name, common)
+    pairs, count = np.unique(np.stack([name[shared], where[shared]]), axis=1, return_counts=True)
+    counts = {n: [0.0] * len(ranks) for n in common}
+    for n, i, c in zip(pairs[0].tolist(), pairs[1].tolist(), count.tolist(), strict=True):
+        counts[n][i] = c / (len(ranks[i]) * steps * mb)
+    per_layer = {n: c for n, c in counts.items() if min(c) >= 1}
+    if not per_layer:
+        raise EditError("stages=balanced: no kernel runs once per layer on every stage (are these transformer layers?)")
+    # A kernel run as often on every stage is per pass or per step (a copy, the optimizer), not per layer, unless
+    # every stage has as many layers.
+    marker = min(per_layer, key=lambda n: (len(set(per_layer[n])) == 1, sum(per_layer[n]), n))
+    now = tuple(round(c) for c in per_layer[marker])
+    # A name run q times per layer (q: the fewest whole times per layer any stage runs it) is layer work for q of
+    # every k runs on a stage (the LM head's matmul among the layers' is the rest); the other names are fixed work.
+    units = np.array([len(rs) * steps * mb for rs in ranks], float)
+    all_ns = np.bincount(where, weights=dur, minlength=len(ranks)) / units
+    layer_work = np.zeros(len(ranks))
+    for n, c in counts.items():
+        q = min(int(k // x) for k, x in zip(c, now, strict=True))
+        if q:
+            on = name == n
+            layer_work += np.bincount(where[on], weights=dur[on], minlength=len(ranks)) / units * [q * x / k for k, x in zip(c, now, strict=True)]
+    per_layer_ns = layer_work / np.array(now)
+    layer_ns = float(np.median(per_layer_ns))
+    fixed = tuple(float(x) for x in all_ns - layer_work)
+    balanced = [max(peers.virtual, 1)] * len(stages)
+    for _ in range(sum(now) - sum(balanced)):
+        i = min(range(len(stages)), key=lambda k: (fixed[k] + (balanced[k] + 1) * per_layer_ns[k], k))
+        balanced[i] += 1
+    factor = tuple(float(b / x) for x, b in zip(now, balanced, strict=True))
+    return LayerSplit(now, tuple(balanced), layer_ns, fixed, factor)
+
+
+def _balance(g: Graph, t: Timing, peers: Peers, steps: np.ndarray) -> LayerSplit:
+    """Whole layers moved as :func:`layer_split` says: each stage's layer work (the kernels of names every stage
+    runs), the host gaps between its kernels and its collectives' transfers (a layer moved takes its launches and
+    its tensor- and data-parallel traffic with it) scaled by its factor. Sends and receives carry one activation
+    whatever the split, and the gap before a step's first kernel is the step boundary: both stay."""
+    split = layer_split(g, peers)
+    factor = np.ones(int(g.rank.max()) + 1 if len(g) else 0)
+    for stage, x in zip(sorted(peers.stage_compute), split.factor, strict=True):
+        factor[peers.stages[stage]] = x
     f = factor[g.rank]
-    sel = steps & g.compute
+    shared = np.ones(len(g), bool)
+    for stage in peers.stage_compute:
+        shared &= np.isin(g.name, g.name[g.compute & np.isin(g.rank, peers.stages[stage])])
+    sel = steps & g.compute & shared
     t.dur[sel] = np.rint(t.dur[sel] * f[sel]).astype(np.int64)
     a = np.maximum(g.anchor, 0)
     inside = steps & (g.anchor >= 0) & (g.step[a] == g.step) & (t.gap > 0)
     t.gap[inside] = np.rint(t.gap[inside] * f[inside]).astype(np.int64)
     collective = steps & (g.instance >= 0) & (g.inst_key[np.maximum(g.instance, 0), 0] >= 0)
     t.tail[collective] = np.rint(t.tail[collective] * f[collective]).astype(np.int64)
+    return split
 
 
 def _part(g: Graph, t: Timing, peers: Peers, e: Edit, steps: np.ndarray) -> None:
@@ -648,19 +751,15 @@ def _link(g: Graph, t: Timing, e: Edit, steps: np.ndarray) -> None:
 
 
 def peers_of(stage_of: Mapping[int, int], figures: Mapping[tuple[int, int], Mapping[str, Any]], metrics: Mapping[str, Any] | None) -> Peers:
-    """The :class:`Peers` of a job from its layout, its per-(rank, step) figures and its stage metrics (the
-    balanced split: every stage computing the mean per micro-batch)."""
-    balance: dict[int, float] = {}
+    """The :class:`Peers` of a job from its layout, its per-(rank, step) figures and its stage metrics."""
     rows = (metrics or {}).get("stages") or []
-    mean = statistics.fmean(s["compute_per_micro_batch_ns"] for s in rows) if rows else 0.0
-    for s in rows:
-        for r in s["ranks"]:
-            balance[r] = mean / s["compute_per_micro_batch_ns"] if s["compute_per_micro_batch_ns"] else 1.0
+    compute = {int(s["stage"]): int(s["compute_per_micro_batch_ns"]) for s in rows}
     delay = {k: int(v["launch_delay_ns"]) for k, v in figures.items() if v.get("launch_delay_ns") is not None}
     stages: dict[int, list[int]] = {}
     for rank, stage in sorted(stage_of.items()):
         stages.setdefault(stage, []).append(rank)
-    return Peers(dict(stage_of), stages, delay, balance)
+    m = metrics or {}
+    return Peers(dict(stage_of), stages, delay, compute, int(m.get("micro_batches") or 1), int(m.get("virtual_stages") or 1), m)
 
 
 def finding_edits(f: Mapping[str, Any]) -> list[Edit]:
@@ -683,7 +782,7 @@ def finding_edits(f: Mapping[str, Any]) -> list[Edit]:
 
 def replay_findings(found: list[dict[str, Any]], g: Graph, peers: Peers) -> None:
     """Each finding's ``what_if`` (its cause removed, the steps replayed), and its ``impact_pct`` from it."""
-    from paradiag.analysis.findings import severity
+    from paradiag.analysis.findings import severity, stage_evidence
 
     for f in found:
         edits = finding_edits(f)
@@ -694,6 +793,8 @@ def replay_findings(found: list[dict[str, Any]], g: Graph, peers: Peers) -> None
         except EditError:
             continue  # the culprit has no peer or link to compare with: the estimate stays the heuristic one
         f["what_if"] = result.as_json()
+        if result.layers is not None and peers.stage_metrics:
+            f["evidence"] = stage_evidence(peers.stage_metrics, result.predicted_step_ns, f["what_if"]["layers"])
         f["impact_pct"] = round(max(result.saving_pct, 0.0), 2)
         f["severity"] = severity(f["impact_pct"])
 
