@@ -164,6 +164,7 @@ class Graph:
     pred: np.ndarray  # the previous event of the stream
     lag: np.ndarray  # start - the predecessor's end, at most 0 (traces round times)
     anchor: np.ndarray  # the rank's event that ended last before this one started
+    received: np.ndarray  # a compute kernel: the receive it waits for (the last that ended before it started)
     gap: np.ndarray  # start - the anchor's end (the host gap); the start itself without an anchor
     instance: np.ndarray  # the collective or send/receive pair the event is a member of
     tail: np.ndarray  # end - the instance's last arrival (or own start if later)
@@ -184,7 +185,8 @@ def build_graph(frame: Frame, steps: pa.Table, p2p: pa.Table, host_of: Mapping[i
     n = len(f)
     pred, lag = _stream_predecessors(f)
     anchor, gap = _anchors(f)
-    instance, tail, floor, inst_key = _instances(f, p2p, host_of)
+    send, recv = _pairs(f, p2p)
+    instance, tail, floor, inst_key = _instances(f, send, recv, host_of)
     cols = steps.select(["rank", "step", "start_ns", "end_ns"]).to_pydict()
     step_ns = {(r, s): e - b for r, s, b, e in zip(cols["rank"], cols["step"], cols["start_ns"], cols["end_ns"], strict=True)}
     by_end, firsts = group_bounds(f.step, f.rank, within=f.end)
@@ -192,7 +194,7 @@ def build_graph(frame: Frame, steps: pa.Table, p2p: pa.Table, host_of: Mapping[i
     last = {(int(f.rank[by_end[i]]), int(f.step[by_end[i]])): int(by_end[i]) for i in lasts.tolist()}
     return Graph(
         rank=f.rank, step=f.step, name=f.name, compute=f.kind == f.code("kinds", "compute"), start=f.start, end=f.end,
-        pred=pred, lag=lag, anchor=anchor, gap=gap, instance=instance, tail=tail, floor=floor,
+        pred=pred, lag=lag, anchor=anchor, received=_consumers(f, recv), gap=gap, instance=instance, tail=tail, floor=floor,
         inst_key=inst_key, last=last, step_ns=step_ns,
     )  # fmt: skip
 
@@ -233,7 +235,7 @@ def _anchors(f: Frame) -> tuple[np.ndarray, np.ndarray]:
     return anchor, gap
 
 
-def _instances(f: Frame, p2p: pa.Table, host_of: Mapping[int, str | None]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _instances(f: Frame, send: np.ndarray, recv: np.ndarray, host_of: Mapping[int, str | None]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per event its instance (collectives: the same (group, step, seq) on two members or more; send/receive:
     the matched pairs), tail and floor; per instance what makes transfers comparable: collective (-1: a
     send/receive pair), bytes, members and 1 where every member is on one host (columns of one array)."""
@@ -248,7 +250,6 @@ def _instances(f: Frame, p2p: pa.Table, host_of: Mapping[int, str | None]) -> tu
     renumber = np.cumsum(keep) - 1
     members = rows[order]
     instance[members[keep[run]]] = renumber[run[keep[run]]]
-    send, recv = _pairs(f, p2p)
     instance[send] = instance[recv] = int(keep.sum()) + np.arange(len(send))
     host = _host_codes(f.rank, host_of)
     has = np.flatnonzero(instance >= 0)
@@ -270,6 +271,27 @@ def _instances(f: Frame, p2p: pa.Table, host_of: Mapping[int, str | None]) -> tu
     # A member that ended before the last one arrived did not wait for it (an eager send): it keeps its duration.
     floor = np.where((instance >= 0) & (f.end <= arrived + END_TOLERANCE_NS), f.end - f.start, 0)
     return instance, tail, floor, key
+
+
+def _consumers(f: Frame, recv: np.ndarray) -> np.ndarray:
+    """Per event, the receive whose data it waits for, -1 for none: the rank's first compute kernel of the step
+    that started once the receive had ended. The traces show the wait only where it bound (the receive was the
+    last thing to end before the kernel started); where the data came early, it is the edit that can make it
+    late (a slower sender), and the kernel must then wait again."""
+    received = np.full(len(f), -1, np.int64)
+    kernels = np.flatnonzero(f.kind == f.code("kinds", "compute"))
+    if not len(recv) or not len(kernels):
+        return received
+    base, span = int(min(f.start.min(), f.end.min())), int(max(f.start.max(), f.end.max()) - min(f.start.min(), f.end.min())) + 1
+    keys = f.rank[kernels].astype(np.int64) * span + (f.start[kernels] - base)
+    order = np.argsort(keys, kind="stable")
+    by_end = recv[np.argsort(f.end[recv], kind="stable")]  # assigned in order of end: the latest receive stays
+    pos = np.searchsorted(keys[order], f.rank[by_end].astype(np.int64) * span + (f.end[by_end] - base))
+    ok = pos < len(order)
+    target = kernels[order[np.minimum(pos, len(order) - 1)]]
+    ok &= (f.rank[target] == f.rank[by_end]) & (f.step[target] == f.step[by_end])
+    received[target[ok]] = by_end[ok]
+    return received
 
 
 def _host_codes(rank: np.ndarray, host_of: Mapping[int, str | None]) -> np.ndarray:
@@ -352,6 +374,7 @@ class _Compressed:
     after_pred: np.ndarray
     anchor: np.ndarray
     after_anchor: np.ndarray
+    received: np.ndarray
     base: np.ndarray  # the start of a head with no dependency, NEVER otherwise
     dur: np.ndarray  # the head's own duration (eager members: their floor)
     waits: np.ndarray  # bool: a member that ends with its instance
@@ -390,6 +413,7 @@ def _compressed(g: Graph, t: Timing, head: np.ndarray, offset: np.ndarray) -> _C
         after_pred=np.where(has_p, offset[pp] + g.lag[heads], 0),
         anchor=np.where(has_a, position[head[aa]], size),
         after_anchor=np.where(has_a, offset[aa] + t.gap[heads], 0),
+        received=np.where(g.received[heads] >= 0, position[head[np.maximum(g.received[heads], 0)]], size),
         base=np.where(has_p | has_a, NEVER, t.gap[heads]),
         dur=dur,
         waits=waits,
@@ -428,10 +452,11 @@ def _replay_block(c: _Compressed, ends: np.ndarray, arrival: np.ndarray, lo: int
     waiting = c.waits[mine]  # eager members count for the last arrival but end on their own
     block = slice(lo, hi)
     pred, after_pred, anchor, after_anchor, base = c.pred[block], c.after_pred[block], c.anchor[block], c.after_anchor[block], c.base[block]
+    received = c.received[block]
     dur, waits = c.dur[block], c.waits[block]
     tail = c.tail[mine]
     while True:
-        start = np.maximum(np.maximum(ends[pred] + after_pred, ends[anchor] + after_anchor), base)
+        start = np.maximum(np.maximum(ends[pred] + after_pred, ends[anchor] + after_anchor), np.maximum(ends[received], base))
         arrival[block] = start
         # A waiting member of an instance that ends in a later block: its own arrival stands in for the last one
         # (no successor reads it before then, except within the tolerance).
@@ -455,7 +480,7 @@ def _fold(g: Graph, t: Timing) -> tuple[np.ndarray, np.ndarray]:
     An event inside a run ends that long after its head, so whoever waits for it reads it from the head."""
     n = len(g)
     p = np.maximum(g.pred, 0)
-    merge = (g.pred >= 0) & (g.pred == g.anchor) & (g.instance < 0) & (g.instance[p] < 0)
+    merge = (g.pred >= 0) & (g.pred == g.anchor) & (g.instance < 0) & (g.instance[p] < 0) & (g.received < 0)
     ptr = np.where(merge, g.pred, np.arange(n))
     acc = np.where(merge, np.maximum(g.lag, t.gap) + t.dur, 0)
     while True:
