@@ -270,7 +270,17 @@ def _instances(f: Frame, send: np.ndarray, recv: np.ndarray, host_of: Mapping[in
     tail = np.where(instance >= 0, f.end - np.maximum(f.start, arrived), 0)
     # A member that ended before the last one arrived did not wait for it (an eager send): it keeps its duration.
     floor = np.where((instance >= 0) & (f.end <= arrived + END_TOLERANCE_NS), f.end - f.start, 0)
+    if _eager_sends(f, send, recv):
+        floor[send] = f.end[send] - f.start[send]
     return instance, tail, floor, key
+
+
+def _eager_sends(f: Frame, send: np.ndarray, recv: np.ndarray) -> bool:
+    """Whether the job's sends are eager (buffered: done once their data left, whoever receives it): most of
+    those posted before their receive ended before it was posted. Then a send that the traces show posted after
+    its receive did not wait for it either, and a replay that makes the receiver late must not hold the send."""
+    early = f.start[send] < f.start[recv]
+    return bool(early.any()) and 2 * int((f.end[send][early] <= f.start[recv][early] + END_TOLERANCE_NS).sum()) > int(early.sum())
 
 
 def _consumers(f: Frame, recv: np.ndarray) -> np.ndarray:
@@ -598,14 +608,16 @@ def apply(g: Graph, t: Timing, peers: Peers, e: Edit) -> LayerSplit | None:
 class LayerSplit:
     """The pipeline's transformer layers per stage as profiled (``now``) and the whole-layer split that minimises
     the slowest stage (``balanced``), from each stage's compute per micro-batch: ``layer_ns`` per layer, the rest
-    (embedding, LM head, loss: work that does not move with a layer) ``fixed_ns``; ``factor``: per stage, what its
-    layer work (kernels of names every stage runs) is scaled by."""
+    (embedding, LM head, loss: work that does not move with a layer) ``fixed_ns``; ``factor``: per stage, new layers
+    over old (what its host gaps and collectives are scaled by); ``kernels``: what each kernel name's time on a stage
+    is scaled by (its layer part by ``factor``, the rest kept: the LM head's matmul among the layers' ones)."""
 
     now: tuple[int, ...]
     balanced: tuple[int, ...]
     layer_ns: float
     fixed_ns: tuple[float, ...]
     factor: tuple[float, ...]
+    kernels: Mapping[tuple[int, int], float]  # (stage index, kernel name) -> the factor of its kernels' time
 
 
 def layer_split(g: Graph, peers: Peers) -> LayerSplit:
@@ -642,11 +654,13 @@ def layer_split(g: Graph, peers: Peers) -> LayerSplit:
     units = np.array([len(rs) * steps * mb for rs in ranks], float)
     all_ns = np.bincount(where, weights=dur, minlength=len(ranks)) / units
     layer_work = np.zeros(len(ranks))
+    share: dict[int, np.ndarray] = {}  # name -> per stage, the part of its time that is layer work
     for n, c in counts.items():
         q = min(int(k // x) for k, x in zip(c, now, strict=True))
         if q:
             on = name == n
-            layer_work += np.bincount(where[on], weights=dur[on], minlength=len(ranks)) / units * [q * x / k for k, x in zip(c, now, strict=True)]
+            share[n] = np.array([q * x / k for k, x in zip(c, now, strict=True)])
+            layer_work += np.bincount(where[on], weights=dur[on], minlength=len(ranks)) / units * share[n]
     per_layer_ns = layer_work / np.array(now)
     layer_ns = float(np.median(per_layer_ns))
     fixed = tuple(float(x) for x in all_ns - layer_work)
@@ -655,24 +669,27 @@ def layer_split(g: Graph, peers: Peers) -> LayerSplit:
         i = min(range(len(stages)), key=lambda k: (fixed[k] + (balanced[k] + 1) * per_layer_ns[k], k))
         balanced[i] += 1
     factor = tuple(float(b / x) for x, b in zip(now, balanced, strict=True))
-    return LayerSplit(now, tuple(balanced), layer_ns, fixed, factor)
+    kernels = {(i, n): float(1 + (factor[i] - 1) * part[i]) for n, part in share.items() for i in range(len(ranks))}
+    return LayerSplit(now, tuple(balanced), layer_ns, fixed, factor, kernels)
 
 
 def _balance(g: Graph, t: Timing, peers: Peers, steps: np.ndarray) -> LayerSplit:
-    """Whole layers moved as :func:`layer_split` says: each stage's layer work (the kernels of names every stage
-    runs), the host gaps between its kernels and its collectives' transfers (a layer moved takes its launches and
+    """Whole layers moved as :func:`layer_split` says: each stage's layer work (the layer part of the kernels of
+    names every stage runs), the host gaps between its kernels and its collectives' transfers (a layer moved takes its launches and
     its tensor- and data-parallel traffic with it) scaled by its factor. Sends and receives carry one activation
     whatever the split, and the gap before a step's first kernel is the step boundary: both stay."""
     split = layer_split(g, peers)
-    factor = np.ones(int(g.rank.max()) + 1 if len(g) else 0)
-    for stage, x in zip(sorted(peers.stage_compute), split.factor, strict=True):
-        factor[peers.stages[stage]] = x
+    size = int(g.rank.max()) + 1 if len(g) else 0
+    factor, stage_index = np.ones(size), np.full(size, -1)
+    for i, stage in enumerate(sorted(peers.stage_compute)):
+        factor[peers.stages[stage]] = split.factor[i]
+        stage_index[peers.stages[stage]] = i
     f = factor[g.rank]
-    shared = np.ones(len(g), bool)
-    for stage in peers.stage_compute:
-        shared &= np.isin(g.name, g.name[g.compute & np.isin(g.rank, peers.stages[stage])])
-    sel = steps & g.compute & shared
-    t.dur[sel] = np.rint(t.dur[sel] * f[sel]).astype(np.int64)
+    table = np.ones((len(split.factor), int(g.name.max()) + 1 if len(g) else 0))  # (stage index, name) -> factor
+    for (i, n), x in split.kernels.items():
+        table[i, n] = x
+    sel = steps & g.compute & (stage_index[g.rank] >= 0) & (g.name >= 0)
+    t.dur[sel] = np.rint(t.dur[sel] * table[stage_index[g.rank[sel]], g.name[sel]]).astype(np.int64)
     a = np.maximum(g.anchor, 0)
     inside = steps & (g.anchor >= 0) & (g.step[a] == g.step) & (t.gap > 0)
     t.gap[inside] = np.rint(t.gap[inside] * f[inside]).astype(np.int64)
