@@ -71,9 +71,13 @@ def test_tokens_spread_evenly_predict_the_balanced_experts(root: Path) -> None:
     [
         ({}, "stage_imbalance:stage=1,extra=1", ([1, 3], [2, 2])),
         ({"pp": 4, "dp": 1, "layers": 8, "microbatches": 4}, "stage_imbalance:stage=2,extra=2", ([1, 1, 4, 2], [2, 2, 2, 2])),
+        pytest.param(
+            {"pp": 2, "dp": 1, "layers": 8, "microbatches": 4, "schedule": "interleaved", "virtual_stages": 2}, "stage_imbalance:stage=0,extra=2", ([6, 2], [4, 4]),
+            marks=pytest.mark.xfail(strict=True, reason="interleaved: the split is right, the replay lands about 8 % high (docs/analysis.md)"),
+        ),
         ({"pp": 4, "dp": 1, "layers": 8, "microbatches": 4, "format": "ascend", "device": "910b"}, "stage_imbalance:stage=3,extra=2", ([1, 1, 2, 4], [2, 2, 2, 2])),
     ],
-    ids=["gpu-pp2", "gpu-pp4", "npu-pp4"],
+    ids=["gpu-pp2", "gpu-pp4", "gpu-interleaved", "npu-pp4"],
 )
 def test_whole_layers_moved_predict_the_even_split(root: Path, options: dict[str, Any], fault: str, layers: tuple[list[int], list[int]]) -> None:
     """The stages balanced by moving whole layers (the LM head and the embedding stay) predict the fault-free run,
@@ -88,6 +92,18 @@ def test_whole_layers_moved_predict_the_even_split(root: Path, options: dict[str
     assert (found.what_if["layers"]["now"], found.what_if["layers"]["balanced"]) == layers
     assert found.what_if["predicted_step_ms"] == pytest.approx(fault_free, rel=0.05)
     assert found.evidence.endswith(f"to {found.what_if['predicted_step_ms']:.1f} ms")
+
+
+def test_slow_tensor_parallel_link_in_an_interleaved_pipeline(root: Path) -> None:
+    """Sends are eager: when the replay makes a receiver late (its stage's tensor-parallel link repaired, the other
+    end of the wrap-around send from the last stage to the first is not), the send is not held for it."""
+    options = {"dp": 2, "tp": 2, "pp": 4, "layers": 16, "microbatches": 8, "schedule": "interleaved", "virtual_stages": 2}
+    fault_free = _job(root, "interleaved", **options).diagnosis().step_time_ns / 1e6
+    d = _job(root, "interleaved-slow-tp-link", "slow_link:ranks=12-13,factor=4", **options).diagnosis()
+    found = next(f for f in d.findings if f.kind == "slow_link")
+    assert found.what_if is not None and found.what_if["edits"][0].startswith("link=12-13:transfer=comparable")
+    assert d.step_time_ns / 1e6 > 1.1 * fault_free
+    assert found.what_if["predicted_step_ms"] == pytest.approx(fault_free, rel=0.01)  # about 3 % high when the send waited for its receiver
 
 
 def test_replay_without_edits_gives_back_the_traces(root: Path) -> None:
