@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import plotly.graph_objects as go
-from dash import Dash, Input, Output, Patch, State, ctx, no_update
+from dash import Dash, Input, Output, Patch, ctx, no_update
 
 from paradiag.app import context, ids
 from paradiag.app.data.overview import METRICS, Z_METRICS, culprits, focus, heatmap_rows, overview
@@ -84,7 +84,8 @@ def steps(job_view: dict[str, Any] | None, mark_view: dict[str, Any] | None) -> 
 
 def toggle_group(click: dict[str, Any] | None, expanded: list[str] | None, known: list[Any] | None, job_view: dict[str, Any] | None, metric: str) -> tuple[Any, Any]:
     """A click on a folded row unfolds it: (unfolded groups, the tick boxes of every group unfolded so far). A
-    click on a rank's own row selects the rank and folds nothing."""
+    click on a rank's own row selects the rank and folds nothing. Called by the selection reducer, which the
+    same click reaches (``paradiag.app.callbacks.selection``)."""
     sel = Selection.from_store(job_view)
     if not click or not sel.job:
         return no_update, no_update
@@ -108,15 +109,6 @@ def register(app: Dash) -> None:
         prevent_initial_call=True,
     )(heatmap)
     app.callback(Output(ids.STEPS, "figure"), Input(view_store("job"), "data"), Input(view_store("mark"), "data"), prevent_initial_call=True)(steps)
-    app.callback(
-        Output(ids.HEATMAP_EXPAND, "value"),
-        Output(ids.HEATMAP_EXPAND, "options"),
-        Input(ids.HEATMAP, "clickData"),
-        State(ids.HEATMAP_EXPAND, "value"),
-        State(ids.HEATMAP_EXPAND, "options"),
-        State(view_store("job"), "data"),
-        State(ids.HEATMAP_METRIC, "value"),
-    )(toggle_group)
     app.callback(
         Output(ids.HEATMAP_EXPAND, "value", allow_duplicate=True),
         Output(ids.HEATMAP_EXPAND, "options", allow_duplicate=True),

@@ -15,6 +15,7 @@ from dash import ALL, Dash, Input, Output, State, ctx, no_update
 from paradiag.app import context, ids
 from paradiag.app.callbacks.compare import baseline_options
 from paradiag.app.callbacks.header import selection_text
+from paradiag.app.callbacks.overview import toggle_group
 from paradiag.app.data.comm import link_instances
 from paradiag.app.data.common import steps_of
 from paradiag.app.data.findings import findings_of
@@ -45,10 +46,12 @@ INPUTS = [
 FIRST = ("job", "mark")
 LATER = tuple(name for name in VIEW_FIELDS if name not in FIRST)
 # Outputs besides the views' stores: selection, URL, step picker (value, options), zoom stack, baseline picker
-# (value, options), timeline rank picker (value, options), the header's selection text and the "not found" banner's
-# hidden flag (written here rather than by callbacks of their own: each callback is one more request and one more
-# round of the page's renderer per click).
-FIXED_OUTPUTS = 11
+# (value, options), timeline rank picker (value, options), the heatmap's unfolded groups (value, options: a click on
+# a folded row selects its ranks and unfolds it), the header's selection text and the "not found" banner's hidden
+# flag (written here rather than by callbacks of their own: each callback is one more request and one more round of
+# the page's renderer per click, and the heatmap, which follows both the selection and its unfolded rows, would be
+# drawn twice when the two arrive apart).
+FIXED_OUTPUTS = 13
 URL_TRIGGERS = ((ids.URL, "search"), (ids.URL, "href"))
 ZOOMS = ((ids.TIMELINE, "relayoutData"), (ids.MAREY, "relayoutData"))
 
@@ -238,6 +241,8 @@ def register(app: Dash) -> None:
         Output(ids.BASELINE_PICKER, "options"),
         Output(ids.TIMELINE_RANKS, "value"),
         Output(ids.TIMELINE_RANKS, "options"),
+        Output(ids.HEATMAP_EXPAND, "value"),
+        Output(ids.HEATMAP_EXPAND, "options"),
         Output(ids.SELECTION_TEXT, "children"),
         Output(context.NOTICE, "hidden"),
         *[Output(view_store(name), "data") for name in VIEW_FIELDS],
@@ -245,9 +250,13 @@ def register(app: Dash) -> None:
         Input({"type": ids.FINDING_BUTTON, "index": ALL}, "n_clicks"),
         State(ids.SELECTION, "data"),
         State(ids.ZOOM_STACK, "data"),
+        State(ids.HEATMAP_EXPAND, "value"),
+        State(ids.HEATMAP_EXPAND, "options"),
+        State(ids.HEATMAP_METRIC, "value"),
     )
     def on_change(*args: Any) -> tuple[Any, ...]:
-        values, finding_clicks, stored, stack = args[: len(INPUTS)], args[len(INPUTS)], args[-2], args[-1]
+        values, finding_clicks = args[: len(INPUTS)], args[len(INPUTS)]
+        stored, stack, unfolded, unfold_options, metric = args[len(INPUTS) + 1 :]
         shown = dict(zip(INPUTS, values, strict=True))
         # A callback that sets the href (an upload that finished) may reach us before the search is updated.
         href = urlsplit(values[1]).query if values[1] else ""
@@ -260,8 +269,10 @@ def register(app: Dash) -> None:
             new = _back(old or Selection(), stack or [])
         else:
             new = select(trigger, shown.get(trigger) if isinstance(trigger, tuple) else None, old, search)
+        unfold = toggle_group(shown[(ids.HEATMAP, "clickData")], unfolded, unfold_options, stored, metric) if trigger == (ids.HEATMAP, "clickData") else (no_update, no_update)
         if new == old:  # a new address still clears the banner of the last one
             unchanged: list[Any] = [no_update] * (FIXED_OUTPUTS + len(VIEW_FIELDS))
+            unchanged[FIXED_OUTPUTS - 3 : FIXED_OUTPUTS - 1] = unfold
             unchanged[FIXED_OUTPUTS - 1] = True if trigger in (None, *URL_TRIGGERS) else no_update
             return tuple(unchanged)
         query = new.to_query()
@@ -276,6 +287,7 @@ def register(app: Dash) -> None:
             baseline_options(new.to_store()) if new_job else no_update,
             _changed(new.ranks or [], shown[(ids.TIMELINE_RANKS, "value")] or []),
             rank_options(new) if new_job else no_update,
+            *unfold,
             selection_text(new.to_store()),
             True if trigger in (None, *URL_TRIGGERS) else no_update,
             *view_updates(old, new),
