@@ -1,10 +1,13 @@
 /* Keyboard on the job page. W/S or up/down zoom the timeline in and out around its centre, A/D or left/right pan
-   it by a fifth of its width (the relayout reaches the server like a drag zoom, which reloads the intervals of
-   the new window); "/" puts the cursor in the operator search, whose pick highlights the operator in every view.
-   Keys typed into a field are left alone. */
+   it by a fifth of its width. The new window goes to the server as the timeline's relayoutData (as a drag zoom
+   does), which answers with the intervals of that window: the timeline is not zoomed here first, since that drew
+   it twice more (the zoom, then plotly's re-plot after it) only to be replaced by the new figure; a key pressed
+   before the figure arrived counts from the window asked for. "/" puts the cursor in the operator search, whose
+   pick highlights the operator in every view. Keys typed into a field are left alone. */
 (function () {
   const ZOOM = {w: 0.5, arrowup: 0.5, s: 2, arrowdown: 2};
   const PAN = {a: -0.2, arrowleft: -0.2, d: 0.2, arrowright: 0.2};
+  const TIMELINE = "timeline";  // the graph's id (paradiag.app.ids.TIMELINE)
 
   function typing(target) {
     const tag = (target && target.tagName) || "";
@@ -12,8 +15,20 @@
   }
 
   function timeline() {
-    const gd = document.querySelector("#timeline .js-plotly-plot");
-    return gd && gd._fullLayout && gd._fullLayout.xaxis ? gd : null;
+    const gd = document.querySelector("#" + TIMELINE + " .js-plotly-plot");
+    if (!gd || !gd._fullLayout || !gd._fullLayout.xaxis) { return null; }
+    if (!gd._pdAsked) {  // forget the window asked for once a figure is drawn or the user zooms by hand
+      gd._pdAsked = true;
+      const drawn = function () { gd._pdTarget = null; };
+      gd.on("plotly_afterplot", drawn);
+      gd.on("plotly_relayout", drawn);
+    }
+    return gd;
+  }
+
+  function zoomTo(gd, lo, hi) {
+    gd._pdTarget = [lo, hi];
+    window.dash_clientside.set_props(TIMELINE, {relayoutData: {"xaxis.range[0]": lo, "xaxis.range[1]": hi}});
   }
 
   document.addEventListener("keydown", function (e) {
@@ -36,7 +51,7 @@
     const gd = (key in ZOOM || key in PAN) ? timeline() : null;
     if (!gd) { return; }
     e.preventDefault();
-    const [a, b] = gd._fullLayout.xaxis.range.map(Number);
+    const [a, b] = gd._pdTarget || gd._fullLayout.xaxis.range.map(Number);
     const width = b - a;
     let lo = a, hi = b;
     if (key in ZOOM) {
@@ -47,6 +62,6 @@
       lo = a + width * PAN[key];
       hi = b + width * PAN[key];
     }
-    window.Plotly.relayout(gd, {"xaxis.range[0]": lo, "xaxis.range[1]": hi});
+    zoomTo(gd, lo, hi);
   });
 })();
