@@ -12,10 +12,8 @@
       const el = typeof gd === "string" ? document.getElementById(gd) : gd;
       const full = el && el._fullLayout;
       if (full && Math.round(full.width) === el.clientWidth && Math.round(full.height) === el.clientHeight) {
-        window.__pdSkipped = (window.__pdSkipped || 0) + 1;
         return Promise.resolve(el);
       }
-      window.__pdResized = (window.__pdResized || 0) + 1;
       return resize.apply(this, arguments);
     };
   }

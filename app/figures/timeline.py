@@ -15,8 +15,10 @@ ROW_PX = 22
 
 
 def timeline_figure(data: dict[str, Any], uirevision: Any = None, marked: list[int] | None = None) -> go.Figure:
-    """``data`` as ``timeline_data`` returns it. One WebGL trace per kind (NaN-separated segments), one
-    invisible marker trace per kind for hover and click, one trace of waits, one of collective links. The rows
+    """``data`` as ``timeline_data`` returns it. One trace per kind (NaN-separated segments), one invisible
+    marker trace per kind for hover and click, one trace of waits, one of collective links. Plain SVG traces, not
+    WebGL: a WebGL canvas costs the browser in proportion to its pixels (and headless or GPU-less browsers draw
+    it in software), so a tall timeline (a folded heatmap row's eight ranks) took seconds to draw. The rows
     of the ``marked`` ranks (the selection, or the ranks a finding blames) are shaded and their names bold."""
     rows = data["rows"]
     if not rows:
@@ -27,7 +29,7 @@ def timeline_figure(data: dict[str, Any], uirevision: Any = None, marked: list[i
     path = data.get("path")
     if path and path["x0"]:  # under the intervals: what lies on the path gets a thick outline
         xs, ys = segments(path["x0"], path["x1"], path["row"])
-        fig.add_trace(go.Scattergl(x=xs, y=ys, mode="lines", line={"color": palette.CRITICAL_PATH, "width": width + 7}, name="critical path", hoverinfo="skip", legendgroup="path"))
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line={"color": palette.CRITICAL_PATH, "width": width + 7}, name="critical path", hoverinfo="skip", legendgroup="path"))
     for kind, seg in data.get("folded", {}).items():
         _add_folded(fig, kind, seg, width, legend=kind not in data["kinds"])
     for kind, seg in data["kinds"].items():
@@ -37,7 +39,7 @@ def timeline_figure(data: dict[str, Any], uirevision: Any = None, marked: list[i
         _add_intervals(fig, "wait", waits, palette.WAIT, width * 0.45)
     if data["links"]:
         xs, ys = _polylines(data["links"])
-        fig.add_trace(go.Scattergl(x=xs, y=ys, mode="lines", line={"color": "rgba(60,60,60,0.45)", "width": 1}, name="collective instance", hoverinfo="skip"))
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line={"color": "rgba(60,60,60,0.45)", "width": 1}, name="collective instance", hoverinfo="skip"))
     if data.get("selected") and data["selected"]["x0"]:
         _selected(fig, data["selected"], width)
     if path:
@@ -54,12 +56,12 @@ def _add_folded(fig: go.Figure, kind: str, seg: dict[str, Any], width: float, le
     median span over it; the hover names the operator and the slowest rank."""
     color = palette.KIND[kind]
     xs, ys = segments(seg["lo"], seg["hi"], seg["row"])
-    fig.add_trace(go.Scattergl(x=xs, y=ys, mode="lines", line={"color": _light(color), "width": width}, name=f"{kind} spread", hoverinfo="skip", legendgroup=kind, showlegend=False))
+    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line={"color": _light(color), "width": width}, name=f"{kind} spread", hoverinfo="skip", legendgroup=kind, showlegend=False))
     xs, ys = segments(seg["x0"], seg["x1"], seg["row"])
-    fig.add_trace(go.Scattergl(x=xs, y=ys, mode="lines", line={"color": color, "width": width * 0.5}, name=kind, hoverinfo="skip", legendgroup=kind, showlegend=legend))
+    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line={"color": color, "width": width * 0.5}, name=kind, hoverinfo="skip", legendgroup=kind, showlegend=legend))
     mid = (np.asarray(seg["x0"], dtype=np.float64) + np.asarray(seg["x1"], dtype=np.float64)) / 2
     fig.add_trace(
-        go.Scattergl(
+        go.Scatter(
             x=compact(mid),
             y=np.asarray(seg["row"], dtype=np.int16),
             mode="markers",
@@ -82,7 +84,7 @@ def _handles(fig: go.Figure, rows: list[dict[str, Any]], x: float) -> None:
     if not folded:
         return
     text = np.array([_handle_text(rows[i]) for i in folded], dtype=object)
-    fig.add_trace(go.Scattergl(x=np.full(len(folded), x, dtype=np.float64), y=np.asarray(folded, dtype=np.int16), mode="markers", marker={"symbol": "triangle-right", "size": 10, "color": palette.STAGE}, text=text, hovertemplate="%{text}<extra></extra>", name="open a fold", showlegend=False))
+    fig.add_trace(go.Scatter(x=np.full(len(folded), x, dtype=np.float64), y=np.asarray(folded, dtype=np.int16), mode="markers", marker={"symbol": "triangle-right", "size": 10, "color": palette.STAGE}, text=text, hovertemplate="%{text}<extra></extra>", name="open a fold", showlegend=False))
 
 
 def _handle_text(row: dict[str, Any]) -> str:
@@ -109,12 +111,12 @@ def _path_hover(fig: go.Figure, path: dict[str, Any], width: float) -> None:
         n = len(edges["x"])
         xs = np.column_stack([edges["x"], edges["x"], np.full(n, np.nan)]).ravel()
         ys = np.column_stack([edges["y0"], edges["y1"], np.full(n, np.nan)]).ravel()
-        fig.add_trace(go.Scattergl(x=compact(xs), y=ys.astype(np.float32), mode="lines", line={"color": palette.CRITICAL_PATH, "width": 2.5}, name="critical path", hoverinfo="skip", legendgroup="path", showlegend=False))
-        fig.add_trace(go.Scattergl(x=compact(edges["x"]), y=(np.asarray(edges["y0"], dtype=np.float32) + np.asarray(edges["y1"], dtype=np.float32)) / 2, mode="markers", marker={"size": 8, "color": palette.CRITICAL_PATH, "opacity": 0}, text=np.array(edges["hover"], dtype=object), hovertemplate="%{text}<extra>critical path</extra>", name="critical path", legendgroup="path", showlegend=False))
+        fig.add_trace(go.Scatter(x=compact(xs), y=ys.astype(np.float32), mode="lines", line={"color": palette.CRITICAL_PATH, "width": 2.5}, name="critical path", hoverinfo="skip", legendgroup="path", showlegend=False))
+        fig.add_trace(go.Scatter(x=compact(edges["x"]), y=(np.asarray(edges["y0"], dtype=np.float32) + np.asarray(edges["y1"], dtype=np.float32)) / 2, mode="markers", marker={"size": 8, "color": palette.CRITICAL_PATH, "opacity": 0}, text=np.array(edges["hover"], dtype=object), hovertemplate="%{text}<extra>critical path</extra>", name="critical path", legendgroup="path", showlegend=False))
     if path["x0"]:
         mid = (np.asarray(path["x0"], dtype=np.float64) + np.asarray(path["x1"], dtype=np.float64)) / 2
         fig.add_trace(
-            go.Scattergl(
+            go.Scatter(
                 x=compact(mid),
                 y=np.asarray(path["row"], dtype=np.int16),
                 mode="markers",
@@ -131,10 +133,10 @@ def _path_hover(fig: go.Figure, path: dict[str, Any], width: float) -> None:
 
 def _add_intervals(fig: go.Figure, name: str, seg: dict[str, Any], color: str, width: float) -> None:
     xs, ys = segments(seg["x0"], seg["x1"], seg["row"])
-    fig.add_trace(go.Scattergl(x=xs, y=ys, mode="lines", line={"color": color, "width": width}, name=name, hoverinfo="skip", legendgroup=name))
+    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line={"color": color, "width": width}, name=name, hoverinfo="skip", legendgroup=name))
     mid = (np.asarray(seg["x0"], dtype=np.float64) + np.asarray(seg["x1"], dtype=np.float64)) / 2
     fig.add_trace(
-        go.Scattergl(
+        go.Scatter(
             x=compact(mid),
             y=np.asarray(seg["row"], dtype=np.int16),
             mode="markers",
@@ -163,9 +165,9 @@ def _hover(name: str, seg: dict[str, Any]) -> dict[str, Any]:
 def _selected(fig: go.Figure, members: dict[str, Any], width: float) -> None:
     """The selected collective instance: its members outlined, joined at their starts."""
     xs, ys = segments(members["x0"], members["x1"], members["row"])
-    fig.add_trace(go.Scattergl(x=xs, y=ys, mode="lines", line={"color": palette.HIGHLIGHT, "width": width * 0.35}, name="selected collective", hoverinfo="skip"))
+    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line={"color": palette.HIGHLIGHT, "width": width * 0.35}, name="selected collective", hoverinfo="skip"))
     order = sorted(range(len(members["row"])), key=lambda i: members["row"][i])
-    fig.add_trace(go.Scattergl(x=[members["x0"][i] for i in order], y=[members["row"][i] for i in order], mode="lines+markers", line={"color": palette.HIGHLIGHT, "width": 2}, marker={"size": 6, "color": palette.HIGHLIGHT}, showlegend=False, name="selected collective", hoverinfo="skip"))
+    fig.add_trace(go.Scatter(x=[members["x0"][i] for i in order], y=[members["row"][i] for i in order], mode="lines+markers", line={"color": palette.HIGHLIGHT, "width": 2}, marker={"size": 6, "color": palette.HIGHLIGHT}, showlegend=False, name="selected collective", hoverinfo="skip"))
 
 
 def _polylines(links: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
