@@ -78,3 +78,30 @@ def test_a_folded_row_opens_on_a_click_stays_open_across_steps_and_folds_back(du
     duo.find_element("#timeline-fold-all").click()
     wait_for(duo, TICKS, lambda t: any(x.startswith(f"▸ {key} ") for x in t))
     assert severe_logs(duo) == []
+
+
+DRAWS = """window.__draws = {};
+for (const id of ['heatmap', 'timeline']) {
+    document.querySelector('#' + id + ' .js-plotly-plot').on('plotly_afterplot', () => { window.__draws[id] = (window.__draws[id] || 0) + 1; });
+}"""
+
+
+def test_a_click_on_a_folded_heatmap_row_selects_its_ranks_unfolds_it_and_draws_each_view_once(duo: Any) -> None:
+    """The unfolded rows and the new selection come in one reply, and a view whose new figure is taller is not laid
+    out again for its new size (assets/resize.js)."""
+    duo.driver.get(duo.server_url + "/")
+    wait_plot(duo, "timeline", timeout=120)
+    heat = "return document.querySelector('#heatmap .js-plotly-plot').layout.yaxis.ticktext"
+    ticks = wait_for(duo, heat, lambda t: t and any("ranks" in x for x in t))
+    row = next(i for i, t in enumerate(ticks) if t.endswith("ranks") and "⚠" not in t)
+    steps = duo.driver.execute_script("return Array.from(document.querySelector('#heatmap .js-plotly-plot').data[0].x)")
+    duo.driver.execute_script(DRAWS)
+    click_data_point(duo, "heatmap", steps[-1], row)
+    search = wait_for(duo, "return window.location.search", lambda s: f"step={steps[-1]}" in s and "ranks=" in s)
+    opened = wait_for(duo, heat, lambda t: len(t) > len(ticks))
+    assert ticks[row] not in opened  # the folded row gave way to its groups or ranks
+    wait_for(duo, TICKS, lambda t: t and t[0].startswith("<b>r"))
+    time.sleep(1.5)  # a second layout for the new size would come within Plotly's resize delay (100 ms)
+    assert duo.driver.execute_script("return window.__draws") == {"heatmap": 1, "timeline": 1}
+    assert len(search.split("ranks=")[1].split("&")[0].split("%2C")) > 1
+    assert severe_logs(duo) == []
