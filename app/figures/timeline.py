@@ -59,21 +59,17 @@ def _add_folded(fig: go.Figure, kind: str, seg: dict[str, Any], width: float, le
     fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line={"color": _light(color), "width": width}, name=f"{kind} spread", hoverinfo="skip", legendgroup=kind, showlegend=False))
     xs, ys = segments(seg["x0"], seg["x1"], seg["row"])
     fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line={"color": color, "width": width * 0.5}, name=kind, hoverinfo="skip", legendgroup=kind, showlegend=legend))
-    mid = (np.asarray(seg["x0"], dtype=np.float64) + np.asarray(seg["x1"], dtype=np.float64)) / 2
-    fig.add_trace(
-        go.Scatter(
-            x=compact(mid),
-            y=np.asarray(seg["row"], dtype=np.int16),
-            mode="markers",
-            marker={"size": max(4.0, width), "color": color, "opacity": 0},
-            text=np.array(seg["hover"], dtype=object),
-            customdata=np.column_stack([seg["dur_us"], seg["count"], seg["slow_rank"], seg["slow_us"]]).astype(np.float32),
-            hovertemplate="%{text} (%{customdata[1]} merged at this zoom)<br>median %{customdata[0]:.1f} µs over the folded ranks · at %{x:.3f} ms"
-            "<br>slowest: rank %{customdata[2]}, %{customdata[3]:.1f} µs · light band: earliest start to latest end<extra>" + kind + "</extra>",
-            showlegend=False,
-            legendgroup=kind,
-            name=f"{kind} folded",
-        )
+    _hover_points(
+        fig,
+        seg,
+        color,
+        width,
+        kind,
+        f"{kind} folded",
+        text=np.array(seg["hover"], dtype=object),
+        customdata=np.column_stack([seg["dur_us"], seg["count"], seg["slow_rank"], seg["slow_us"]]).astype(np.float32),
+        hovertemplate="%{text} (%{customdata[1]} merged at this zoom)<br>median %{customdata[0]:.1f} µs over the folded ranks · at %{x:.3f} ms"
+        "<br>slowest: rank %{customdata[2]}, %{customdata[3]:.1f} µs · light band: earliest start to latest end<extra>" + kind + "</extra>",
     )
 
 
@@ -114,39 +110,31 @@ def _path_hover(fig: go.Figure, path: dict[str, Any], width: float) -> None:
         fig.add_trace(go.Scatter(x=compact(xs), y=ys.astype(np.float32), mode="lines", line={"color": palette.CRITICAL_PATH, "width": 2.5}, name="critical path", hoverinfo="skip", legendgroup="path", showlegend=False))
         fig.add_trace(go.Scatter(x=compact(edges["x"]), y=(np.asarray(edges["y0"], dtype=np.float32) + np.asarray(edges["y1"], dtype=np.float32)) / 2, mode="markers", marker={"size": 8, "color": palette.CRITICAL_PATH, "opacity": 0}, text=np.array(edges["hover"], dtype=object), hovertemplate="%{text}<extra>critical path</extra>", name="critical path", legendgroup="path", showlegend=False))
     if path["x0"]:
-        mid = (np.asarray(path["x0"], dtype=np.float64) + np.asarray(path["x1"], dtype=np.float64)) / 2
-        fig.add_trace(
-            go.Scatter(
-                x=compact(mid),
-                y=np.asarray(path["row"], dtype=np.int16),
-                mode="markers",
-                marker={"size": max(4.0, width), "color": palette.CRITICAL_PATH, "opacity": 0},
-                text=np.array(path["hover"], dtype=object),
-                customdata=np.asarray(path["dur_us"], dtype=np.float32),
-                hovertemplate="%{text}<br>%{customdata:.1f} µs on the critical path · at %{x:.3f} ms<extra>critical path</extra>",
-                name="critical path",
-                legendgroup="path",
-                showlegend=False,
-            )
+        _hover_points(
+            fig,
+            path,
+            palette.CRITICAL_PATH,
+            width,
+            "path",
+            "critical path",
+            text=np.array(path["hover"], dtype=object),
+            customdata=np.asarray(path["dur_us"], dtype=np.float32),
+            hovertemplate="%{text}<br>%{customdata:.1f} µs on the critical path · at %{x:.3f} ms<extra>critical path</extra>",
         )
 
 
 def _add_intervals(fig: go.Figure, name: str, seg: dict[str, Any], color: str, width: float) -> None:
     xs, ys = segments(seg["x0"], seg["x1"], seg["row"])
     fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line={"color": color, "width": width}, name=name, hoverinfo="skip", legendgroup=name))
+    _hover_points(fig, seg, color, width, name, name, **_hover(name, seg))
+
+
+def _hover_points(fig: go.Figure, seg: dict[str, Any], color: str, width: float, group: str, name: str, **hover: Any) -> None:
+    """Invisible markers at the middles of ``seg``'s intervals (x0, x1, row) that carry their hover: the lines
+    drawing the intervals answer the mouse only at their ends."""
     mid = (np.asarray(seg["x0"], dtype=np.float64) + np.asarray(seg["x1"], dtype=np.float64)) / 2
-    fig.add_trace(
-        go.Scatter(
-            x=compact(mid),
-            y=np.asarray(seg["row"], dtype=np.int16),
-            mode="markers",
-            marker={"size": max(4.0, width), "color": color, "opacity": 0},
-            **_hover(name, seg),
-            showlegend=False,
-            legendgroup=name,
-            name=name,
-        )
-    )
+    marker = {"size": max(4.0, width), "color": color, "opacity": 0}
+    fig.add_trace(go.Scatter(x=compact(mid), y=np.asarray(seg["row"], dtype=np.int16), mode="markers", marker=marker, showlegend=False, legendgroup=group, name=name, **hover))
 
 
 def _hover(name: str, seg: dict[str, Any]) -> dict[str, Any]:
