@@ -186,6 +186,9 @@ def group_bounds(*keys: np.ndarray, within: np.ndarray | None = None) -> tuple[n
 
 
 MAD_TO_SIGMA = 1.4826  # a normal distribution's standard deviation per median absolute deviation
+# Robust deviations from the peers' median beyond which a rank or device stands out: a row of its own when alike
+# ranks fold (heatmap, timeline) and an anomaly mark in Marey's graph.
+OUTLIER_DEVIATIONS = 3.5
 
 
 def robust_spread(values: np.ndarray) -> float:

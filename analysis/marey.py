@@ -18,9 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from paradiag.analysis.frame import robust_spread
+from paradiag.analysis.frame import OUTLIER_DEVIATIONS, robust_spread
 
-OUTLIER_MADS = 3.5  # robust deviations from the stage's median that make a device (or group) stand out
 FLOOR_FRAC = 0.01  # ... and at least this fraction of the step, so near-identical devices are never outliers
 MAX_BANDS = 150  # per stage and view (a row ~1000 px wide); beyond it, neighbours merge whatever their category (dominant colour kept)
 
@@ -59,12 +58,12 @@ def pass_labels(passes: pa.Table, rank: int, step: int, times: np.ndarray) -> li
 
 
 def outliers(values: np.ndarray, floor: float) -> np.ndarray:
-    """Values more than OUTLIER_MADS robust deviations (at least ``floor``) from their median."""
+    """Values more than OUTLIER_DEVIATIONS robust deviations (at least ``floor``) from their median."""
     if len(values) < 3:
         return np.zeros(len(values), dtype=bool)
     med = float(np.median(values))
     spread = max(robust_spread(values), floor)
-    return np.abs(values - med) > OUTLIER_MADS * spread
+    return np.abs(values - med) > OUTLIER_DEVIATIONS * spread
 
 
 @dataclass

@@ -69,16 +69,17 @@ def test_opening_a_job_opens_on_its_top_finding(sel: Selection) -> None:
 def test_the_first_screen_follows_the_fault_of_any_job(app_ctx: Any, sample: str, culprit: int | None) -> None:
     """A host stall (the host feeds the device late; its compute is normal) stands out in own time as a slow
     device does; a fault-free run outlines nobody and nothing leaves the noise band."""
+    from paradiag.analysis.frame import OUTLIER_DEVIATIONS
     from paradiag.app.callbacks.overview import render_heatmap
     from paradiag.app.callbacks.selection import select
     from paradiag.app.callbacks.timeline import render_timeline
-    from paradiag.app.data.overview import DEFAULT_METRIC, OUTLIER_Z
+    from paradiag.app.data.overview import DEFAULT_METRIC
 
     sel = select(None, None, None, f"?job=sample:{sample}")
     heat = render_heatmap(sel.view("job"), DEFAULT_METRIC, [], sel.view("mark"))
     labels = list(heat.layout.yaxis.ticktext)
     red = [labels[round(s.y0 + 0.45)] for s in heat.layout.shapes if s.type == "rect" and s.line.color == palette.CULPRIT]
-    apart = [label for label, row in zip(labels, heat.data[0].z, strict=True) if max(abs(v) for v in row) >= OUTLIER_Z]
+    apart = [label for label, row in zip(labels, heat.data[0].z, strict=True) if max(abs(v) for v in row) >= OUTLIER_DEVIATIONS]
     if culprit is None:
         assert red == [] and apart == []
         return

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from paradiag.analysis.frame import robust_z
+from paradiag.analysis.frame import OUTLIER_DEVIATIONS, robust_z
 from paradiag.analysis.report import report_of
 from paradiag.app import store
 from paradiag.app.data.collectives import wait_by_rank_step
@@ -32,7 +32,6 @@ Z_METRICS = ("own_z", "zscore")
 # own time, compared within the stage, separates the rank everybody waits for from the ranks that wait. It is
 # scored on the sum (with the analysis' ``robust_z``): the analysis' ``launch_delay_z`` alone calls a 50 us
 # launch jitter 20 deviations when the launch delays are a few 100 us, however small against the step.
-OUTLIER_Z = 3.5  # |z| of own time that keeps a rank on its own row when alike ranks are folded
 _FROM_BREAKDOWN = {"compute_ms": "compute_ns", "comm_exposed_ms": "comm_exposed_ns", "idle_ms": "idle_ns"}
 # Findings about a rank itself (not a stage, a link or the clocks): their ranks are outlined as culprits.
 RANK_KINDS = ("slow_device", "host_stall", "operator_hotspot", "expert_imbalance")
@@ -139,7 +138,7 @@ def _listed(matrix: np.ndarray) -> list[list[float | None]]:
 def heatmap_rows(ov: dict[str, Any], metric: str, expanded: list[str] | None = None, max_rows: int = 32, culprit: dict[int, str] | None = None) -> list[dict[str, Any]]:
     """Rows for the heatmap, top to bottom: one per rank; with more than ``max_rows`` ranks, each stage folds
     into one row of its alike ranks (coloured by their median; hover: min/median/max) while the ranks whose own
-    time stands out (``OUTLIER_Z``) and the ``culprit`` ranks keep a row each. An ``expanded`` stage (``s3``)
+    time stands out (``OUTLIER_DEVIATIONS``) and the ``culprit`` ranks keep a row each. An ``expanded`` stage (``s3``)
     unfolds into its DP groups (``s3.dp1``), folded the same way; an expanded DP group into its ranks."""
     culprit = culprit or {}
     matrix, own = ov["metrics"][metric], ov["metrics"]["own_z"]
@@ -176,7 +175,7 @@ def _fold(name: str, members: list[int], singles: list[dict[str, Any]], matrix: 
 def stands_apart(own_z: list[float | None], culprit: str | None) -> bool:
     """Whether a rank keeps a row of its own when alike ranks fold (heatmap, timeline): a finding blames it, or its
     own time (``own_z``, per step) leaves its stage's noise band in some step."""
-    return bool(culprit) or max((abs(v) for v in own_z if v is not None), default=0.0) >= OUTLIER_Z
+    return bool(culprit) or max((abs(v) for v in own_z if v is not None), default=0.0) >= OUTLIER_DEVIATIONS
 
 
 def _group_row(name: str, stage: int, ranks: list[int], values: list[list[float | None]], apart: int) -> dict[str, Any]:
