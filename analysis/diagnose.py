@@ -161,8 +161,9 @@ def diagnose(job: Job) -> Diagnosis:
         found += findings.stage_findings(metrics)
         found += findings.link_findings(instances, p2p, members, host_of, step_ns, steps_total, job.extra("links"))
     found += findings.clock_findings(job.ranks)
-    graph = whatif.build_graph(frame, job.steps, p2p, host_of)
-    whatif.replay_findings(found, graph, whatif.peers_of(layout.stage_of, figures, metrics))
+    if any(whatif.finding_edits(f) for f in found):  # the graph costs seconds at 1024 ranks: only for a replay
+        graph = whatif.build_graph(frame, job.steps, p2p, host_of)
+        whatif.replay_findings(found, graph, whatif.peers_of(layout.stage_of, figures, metrics))
     return Diagnosis(
         version=analysis_version(),
         layout=layout,
