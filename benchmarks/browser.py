@@ -292,11 +292,17 @@ def measure(job: Path, cache: Path, shots: Path, repeat: int, verbose: bool) -> 
         proc.terminate()
         proc.wait(timeout=20)
     rows: list[Row] = [("serve: parse + warm (one-off)", warm_s * 1000, 0, 0, 0.0)]
-    for i, (label, ms, calls, nbytes, budget) in enumerate(visits[-1]):
+    # Measures are matched by label and occurrence, not by position: each visit has its own number of note lines
+    # (with -v, one per callback).
+    measured = [[row for row in v if row[1] == row[1]] for v in visits]
+    i = 0
+    for label, ms, calls, nbytes, budget in visits[-1]:
         if ms == ms:
-            ms = statistics.median(v[i][1] for v in visits)
+            each = [m[i][1] for m in measured]
+            i += 1
+            ms = statistics.median(each)
             if repeat > 1:
-                label = f"{label} [{', '.join(f'{v[i][1]:.0f}' for v in visits)}]"
+                label = f"{label} [{', '.join(f'{x:.0f}' for x in each)}]"
         rows.append((label, ms, calls, nbytes, budget))
     return rows
 
