@@ -3,8 +3,10 @@
 The once-per-job aggregates are shaped from the Diagnosis stored in the cache at ingest: they are ready before the
 server listens. The step views (Marey bands, flow, timeline, device detail) read events, so they are computed in a
 background thread: the step a new page opens on first, then every other step, so that a step change never waits
-on a cold read (on 1024 ranks a cold step costs seconds). The thread gives way to the pages: before each step it
-waits until no request has been in flight for ``QUIET_S``, so the first page is not slowed by steps nobody asked
+on a cold read (on 1024 ranks a cold step costs seconds). Then, step by step, what a click on a row of the first
+heatmap asks for: the timeline and the detail of that row's ranks (a folded row selects all its ranks; their
+first answer took 0.5-1.9 s of a loaded server). The thread gives way to the pages: before each step or row it
+waits until no request has been in flight for ``QUIET_S``, so the first page is not slowed by what nobody asked
 for yet.
 """
 
@@ -16,6 +18,8 @@ import time
 from dash import Dash
 
 from paradiag.app import context
+from paradiag.app.callbacks.details import detail_rank
+from paradiag.app.callbacks.overview import rows_of
 from paradiag.app.callbacks.timeline import shown_ranks, view_data
 from paradiag.app.data.collectives import instances
 from paradiag.app.data.comm import view as comm_view
@@ -26,7 +30,7 @@ from paradiag.app.data.findings import findings_of
 from paradiag.app.data.flow import flow_data, flow_p2p
 from paradiag.app.data.marey import marey_data
 from paradiag.app.data.mesh import mesh_of
-from paradiag.app.data.overview import focus, opening_step, overview
+from paradiag.app.data.overview import DEFAULT_METRIC, opening_step, overview
 from paradiag.dataset import Job
 
 QUIET_S = 0.3  # no request for this long: the page has what it asked for, the next step may be warmed
@@ -80,7 +84,8 @@ def warm(app: Dash, token: str) -> threading.Thread:
 
 def warm_views(app: Dash, token: str) -> None:
     """The detail panel's operator totals and the step a new page opens on at once (the first page needs them);
-    then every other step, each when the pages are quiet."""
+    then every other step, then the ranks of each row of the first heatmap in each step, each when the pages are
+    quiet."""
     with app.server.app_context():
         job = context.job(token)
         operator_totals(job)
@@ -88,10 +93,15 @@ def warm_views(app: Dash, token: str) -> None:
         if first is None:
             return
         warm_step(job, first)
-        for step in steps_of(job):
-            if step != first:
+        steps = [first, *(s for s in steps_of(job) if s != first)]
+        for step in steps[1:]:
+            requests.wait_quiet()
+            warm_step(job, step)
+        rows = [row["ranks"] for row in rows_of(job, DEFAULT_METRIC, None)]
+        for step in steps:
+            for ranks in rows:
                 requests.wait_quiet()
-                warm_step(job, step)
+                warm_ranks(job, ranks, step)
 
 
 def warm_step(job: Job, step: int) -> None:
@@ -100,6 +110,11 @@ def warm_step(job: Job, step: int) -> None:
     marey_data(job, step, None)
     flow_data(job, step)
     flow_p2p(job, step)
-    view_data(job, shown_ranks(job, None, step), {"step": step})
-    rank = (focus(job)["ranks"] or mesh_of(job).ranks)[0]
-    detail_data(job, rank, step, None)
+    warm_ranks(job, None, step)
+
+
+def warm_ranks(job: Job, ranks: list[int] | None, step: int) -> None:
+    """The timeline and the device detail of ``ranks`` selected in ``step`` (None: the ranks the top finding
+    blames), as their callbacks ask for them."""
+    view_data(job, shown_ranks(job, ranks, step), {"step": step})
+    detail_data(job, detail_rank(job, ranks), step, None)

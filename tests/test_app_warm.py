@@ -62,3 +62,41 @@ def test_warming_waits_until_no_request_is_in_flight() -> None:
     requests.ended()
     waited.join(timeout=30)
     assert not waited.is_alive()
+
+
+def test_a_click_on_any_row_of_the_first_heatmap_reads_no_events_after_warming(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folded row selects all its ranks: their timeline and detail are warmed too, in every step."""
+    from paradiag.app.callbacks.details import render_detail
+    from paradiag.app.callbacks.overview import render_heatmap
+    from paradiag.app.callbacks.selection import select
+    from paradiag.app.callbacks.timeline import render_timeline
+    from paradiag.app.config import Config
+    from paradiag.app.data.overview import DEFAULT_METRIC
+    from paradiag.app.factory import create_app
+    from paradiag.app.warm import warm
+    from paradiag.dataset import Job
+    from paradiag.simulator import SimConfig, parse_fault, simulate
+    from tests.test_app_timeline_folds import CULPRIT, MESH
+
+    monkeypatch.setenv("PARADIAG_CACHE_DIR", str(tmp_path / "cache"))
+    folder = simulate(SimConfig(output=tmp_path / "job", faults=(parse_fault(f"slow_device:ranks={CULPRIT},factor=1.5"),), **MESH))
+    app = create_app(Config.from_env(job=str(folder), upload_dir=tmp_path / "uploads", app_cache_dir=tmp_path / "app-cache"))
+    warm(app, "served").join()
+
+    def cold(*_: Any, **__: Any) -> Any:
+        raise AssertionError("a click on a heatmap row read events after warming")
+
+    monkeypatch.setattr(Job, "events", cold)
+    with app.server.test_request_context("/"):
+        from paradiag.app import ids
+
+        opened = Selection(job="served")
+        heat = render_heatmap(opened.view("job"), DEFAULT_METRIC, [], opened.view("mark")).data[0]
+        folded = [i for i, cells in enumerate(heat.customdata) if "," in cells[0]]
+        assert folded and len(heat.y) < 64  # the stages fold
+        for y, cells in enumerate(heat.customdata):
+            for x, ranks in zip(heat.x, cells, strict=True):
+                sel = select((ids.HEATMAP, "clickData"), {"points": [{"x": x, "y": y, "customdata": ranks}]}, opened.but(step=0), None)
+                assert sel.ranks == [int(r) for r in ranks.split(",")] and sel.step == int(x)
+                assert render_timeline(sel.view("timeline"))[0].data
+                assert render_detail(sel.view("detail"))[0].startswith(f"rank {sel.ranks[0]}, step {x}")

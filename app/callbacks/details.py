@@ -12,6 +12,12 @@ from paradiag.app.data.mesh import mesh_of
 from paradiag.app.data.overview import focus
 from paradiag.app.figures import detail as fig
 from paradiag.app.selection import Selection, view_store
+from paradiag.dataset import Job
+
+
+def detail_rank(job: Job, ranks: list[int] | None) -> int:
+    """The rank the detail is about: the first selected, else the first the top finding blames."""
+    return (ranks or focus(job)["ranks"] or mesh_of(job).ranks)[0]
 
 
 def render_detail(view: dict[str, Any] | None) -> tuple[Any, ...]:
@@ -19,7 +25,7 @@ def render_detail(view: dict[str, Any] | None) -> tuple[Any, ...]:
     if not sel.job or sel.step is None:
         return (no_update,) * 5
     job = context.job(sel.job)
-    rank = (sel.ranks or focus(job)["ranks"] or mesh_of(job).ranks)[0]
+    rank = detail_rank(job, sel.ranks)
     data = detail_data(job, rank, sel.step, sel.op)
     peers = data["peers"]
     title = f"rank {rank}, step {sel.step}, against stage peers {', '.join(map(str, peers[:12])) or '(none)'}" + (f" and {len(peers) - 12} more" if len(peers) > 12 else "")
