@@ -109,7 +109,7 @@ def test_the_critical_path_toggle_draws_the_path_on_the_culprit(duo: Any) -> Non
     duo.driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", toggle)
     toggle.click()
     read = """const gd = document.querySelector('#timeline .js-plotly-plot');
-        const t = gd._fullData.find(t => t.name === 'critical path' && t.mode === 'markers' && t.customdata);
+        const t = gd._fullData.find(t => t.name === 'critical path' && t.mode === 'none' && t.customdata);
         return t ? {rows: Array.from(t.y), text: Array.from(t.text), labels: gd.layout.yaxis.ticktext} : null;"""
     deadline, drawn = time.time() + 20, None
     while time.time() < deadline and not drawn:
@@ -131,6 +131,42 @@ def test_heatmap_click_updates_timeline_and_detail(duo: Any) -> None:
     duo.wait_for_contains_text("#timeline-info", "ranks 6 (selected)", timeout=20)
     assert "ranks=6" in current_search(duo) and "step=2" in current_search(duo)
     screenshot(duo, "after_heatmap_click")
+    assert severe_logs(duo) == []
+
+
+def test_a_timeline_interval_answers_hover_and_click_at_its_middle_without_a_node_per_interval(duo: Any) -> None:
+    """The hover points at the intervals' middles are not drawn (each marker was an SVG node, built on every
+    redraw), yet the mouse over an interval's middle shows its name and a click there reports it."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    open_job(duo, f"?job=sample:{SAMPLE}")
+    wait_idle(duo)
+    x, y, intervals, nodes = duo.driver.execute_script(
+        """const gd = document.querySelector('#timeline .js-plotly-plot');
+        gd.on('plotly_click', e => { window.__timelineClick = e.points.map(p => [p.data.name, p.y]); });
+        const t = gd._fullData.find(t => t.name === 'compute' && t.mode === 'none');
+        return [t.x[0], t.y[0], t._length, gd.querySelectorAll('path.point').length];"""
+    )
+    assert intervals > 100 and nodes < 50  # the few visible markers (none per interval)
+    pos = duo.driver.execute_script(
+        """const gd = document.querySelector('#timeline .js-plotly-plot');
+        gd.scrollIntoView({block: 'center'});
+        const fl = gd._fullLayout, box = gd.getBoundingClientRect();
+        return [box.left + fl.xaxis._offset + fl.xaxis.l2p(arguments[0]), box.top + fl.yaxis._offset + fl.yaxis.l2p(arguments[1])];""",
+        x,
+        y,
+    )
+    actions = ActionChains(duo.driver)
+    actions.w3c_actions.pointer_action.move_to_location(int(pos[0]), int(pos[1]))
+    actions.perform()
+    duo.wait_for_contains_text("#timeline .hoverlayer", "µs · at", timeout=10)
+    actions.w3c_actions.pointer_action.click()
+    actions.perform()
+    deadline, clicked = time.time() + 10, None
+    while time.time() < deadline and not clicked:
+        clicked = duo.driver.execute_script("return window.__timelineClick")
+        time.sleep(0.1)
+    assert clicked == [["compute", y]]
     assert severe_logs(duo) == []
 
 
