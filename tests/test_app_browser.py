@@ -109,7 +109,7 @@ def test_the_critical_path_toggle_draws_the_path_on_the_culprit(duo: Any) -> Non
     duo.driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", toggle)
     toggle.click()
     read = """const gd = document.querySelector('#timeline .js-plotly-plot');
-        const t = gd._fullData.find(t => t.name === 'critical path' && t.mode === 'none' && t.customdata);
+        const t = gd._fullData.find(t => t.name === 'critical path' && t.hoveron === 'points' && t.customdata);
         return t ? {rows: Array.from(t.y), text: Array.from(t.text), labels: gd.layout.yaxis.ticktext} : null;"""
     deadline, drawn = time.time() + 20, None
     while time.time() < deadline and not drawn:
@@ -144,7 +144,7 @@ def test_a_timeline_interval_answers_hover_and_click_at_its_middle_without_a_nod
     x, y, intervals, nodes = duo.driver.execute_script(
         """const gd = document.querySelector('#timeline .js-plotly-plot');
         gd.on('plotly_click', e => { window.__timelineClick = e.points.map(p => [p.data.name, p.y]); });
-        const t = gd._fullData.find(t => t.name === 'compute' && t.mode === 'none');
+        const t = gd._fullData.find(t => t.name === 'compute' && t.hoveron === 'points');
         return [t.x[0], t.y[0], t._length, gd.querySelectorAll('path.point').length];"""
     )
     assert intervals > 100 and nodes < 50  # the few visible markers (none per interval)

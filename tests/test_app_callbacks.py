@@ -196,7 +196,7 @@ def test_heatmap_click_selects_rank_and_step_and_views_follow(sel: Selection) ->
     assert info.startswith("ranks 6 (selected) · then the ranks that wait for them longest: ")
     peers = info.split("longest: ")[1].split(" · ")[0].split(", ")
     assert {"4", "5", "7"} <= set(peers) and peers[-1] == "5"  # its stage peers; the slow rank 5 waits least
-    assert {r for t in fig.data if t.mode == "none" for r in t.y} >= {0}
+    assert {r for t in fig.data if t.hoveron == "points" for r in t.y} >= {0}
     title, operators, _breakdown, _distribution, coll = render_detail(new.view("detail"))
     assert title.startswith("rank 6, step 2")
     assert len(operators.data) == 2 and len(coll.data) == 2

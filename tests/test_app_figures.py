@@ -5,22 +5,24 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import pytest
+
 from paradiag.app import palette
 from paradiag.app.data.overview import heatmap_rows
-from paradiag.app.figures.common import segments, short_name
+from paradiag.app.figures.common import bars, short_name
 from paradiag.app.figures.flow import flow_figure
 from paradiag.app.figures.heatmap import heatmap_figure
-from paradiag.app.figures.timeline import timeline_figure
+from paradiag.app.figures.timeline import ROW_PX, timeline_figure
 
 
 def _gaps(values: Any) -> list[float | None]:
     return [None if math.isnan(v) else float(v) for v in values]
 
 
-def test_segments_are_one_nan_separated_polyline() -> None:
-    xs, ys = segments([0.0, 2.0], [1.0, 3.0], [0, 1])
-    assert _gaps(xs) == [0.0, 1.0, None, 2.0, 3.0, None]
-    assert _gaps(ys) == [0, 0, None, 1, 1, None]
+def test_bars_are_nan_separated_closed_polygons() -> None:
+    xs, ys = bars([0.0, 2.0], [1.0, 3.0], [0, 1], 0.25)
+    assert _gaps(xs) == [0.0, 1.0, 1.0, 0.0, None, 2.0, 3.0, 3.0, 2.0, None]
+    assert _gaps(ys) == [-0.25, -0.25, 0.25, 0.25, None, 0.75, 0.75, 1.25, 1.25, None]
 
 
 def test_short_name_drops_templates_and_namespaces() -> None:
@@ -89,9 +91,11 @@ def test_timeline_draws_one_webgl_trace_per_kind_plus_waits_and_links() -> None:
     names = [t.name for t in fig.data]
     assert names.count("compute") == 2 and names.count("communication") == 2 and "wait" in names
     assert all(t.type == "scatter" for t in fig.data)  # SVG: a WebGL canvas as tall as a timeline costs seconds
-    compute = next(t for t in fig.data if t.name == "compute" and t.mode == "lines")
-    assert compute.line.color == palette.KIND["compute"]
-    assert _gaps(compute.x) == [0.0, 1.0, None, 5.0, 6.0, None]
+    compute = next(t for t in fig.data if t.name == "compute" and t.fill == "toself")
+    assert compute.fillcolor == palette.KIND["compute"]
+    assert _gaps(compute.x) == [0.0, 1.0, 1.0, 0.0, None, 5.0, 6.0, 6.0, 5.0, None]
+    half = max(3.0, min(16.0, ROW_PX * 0.7)) / 2 / ROW_PX  # the bars as high as the lines they replace
+    assert compute.y[:4] == pytest.approx([-half, -half, half, half]) and compute.y[5] == pytest.approx(1 - half)
     assert fig.layout.uirevision == "u"
     assert list(fig.layout.xaxis.range) == [0.0, 10.0]
 

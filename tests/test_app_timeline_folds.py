@@ -108,7 +108,7 @@ def test_the_critical_path_lands_on_the_culprit_and_marks_the_folded_rows_it_cro
     assert edges["x"] and all(a != b for a, b in zip(edges["y0"], edges["y1"], strict=True))
     assert all("waited for rank" in h for h in edges["hover"])
     fig = timeline_figure(data, marked=[CULPRIT])
-    hover = next(t for t in fig.data if t.name == "critical path" and t.mode == "none" and t.customdata is not None)
+    hover = next(t for t in fig.data if t.name == "critical path" and t.hoveron == "points" and t.customdata is not None)
     assert any(f"rank {CULPRIT}" in h for h in hover.text) and {h.split(" · ")[0] for h in hover.text} <= {"compute", "communication", "waiting", "host"}
     assert any("◆" in label for label in fig.layout.yaxis.ticktext)
 

@@ -36,9 +36,9 @@ def test_zoomed_out_timeline_merges_waits_to_screen_resolution_too() -> None:
     assert waits["count"] and sum(waits["count"]) == len(exact["waits"]["x0"]) and not merged["links"]
     assert len(waits["x0"]) <= len(merged["rows"]) * 51 < len(exact["waits"]["x0"])
     fig = timeline_figure(merged)
-    hover = next(t for t in fig.data if t.name == "wait" and t.mode == "none")
+    hover = next(t for t in fig.data if t.name == "wait" and t.hoveron == "points")
     assert hover.text is None and "merged" in hover.hovertemplate
-    exact_hover = next(t for t in timeline_figure(exact).data if t.name == "wait" and t.mode == "none")
+    exact_hover = next(t for t in timeline_figure(exact).data if t.name == "wait" and t.hoveron == "points")
     assert exact_hover.text is None and "waited %{customdata:.1f} µs" in exact_hover.hovertemplate
 
 

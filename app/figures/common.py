@@ -52,15 +52,17 @@ def compact(values: Any) -> np.ndarray:
     return out
 
 
-def segments(x0: Any, x1: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Horizontal segments as one NaN-separated polyline (one trace draws them all). Numpy arrays travel to the
-    browser as typed arrays (base64), far smaller and faster to validate and encode than lists."""
+def bars(x0: Any, x1: Any, y: Any, half: float) -> tuple[np.ndarray, np.ndarray]:
+    """Horizontal bars from x0 to x1, ``half`` high on either side of y, as NaN-separated closed polygons: one
+    trace with ``fill="toself"`` draws them all as one SVG path (a line trace draws one path per NaN-separated
+    piece: a 64-rank timeline's 3,687 nodes, each built and styled on every redraw). Numpy arrays travel to
+    the browser as typed arrays (base64), far smaller and faster to validate and encode than lists."""
     x0, x1 = np.asarray(x0, dtype=np.float64), np.asarray(x1, dtype=np.float64)
     row = np.asarray(y, dtype=np.float32)
     gap = np.full(len(x0), np.nan)
-    xs = np.column_stack([x0, x1, gap]).ravel()
-    ys = np.column_stack([row, row, gap.astype(np.float32)]).ravel()
-    return compact(xs), ys
+    xs = np.column_stack([x0, x1, x1, x0, gap]).ravel()
+    ys = np.column_stack([row - half, row - half, row + half, row + half, gap.astype(np.float32)]).ravel()
+    return compact(xs), ys.astype(np.float32)
 
 
 def short_name(name: str, width: int = 44) -> str:

@@ -9,13 +9,13 @@ import numpy as np
 import plotly.graph_objects as go
 
 from paradiag.app import palette
-from paradiag.app.figures.common import base_figure, compact, empty_figure, segments
+from paradiag.app.figures.common import bars, base_figure, compact, empty_figure
 
 ROW_PX = 22
 
 
 def timeline_figure(data: dict[str, Any], uirevision: Any = None, marked: list[int] | None = None) -> go.Figure:
-    """``data`` as ``timeline_data`` returns it. One trace per kind (NaN-separated segments), one trace of
+    """``data`` as ``timeline_data`` returns it. One trace per kind (NaN-separated filled bars), one trace of
     undrawn points per kind for hover and click, one trace of waits, one of collective links. Plain SVG traces, not
     WebGL: a WebGL canvas costs the browser in proportion to its pixels (and headless or GPU-less browsers draw
     it in software), so a tall timeline (a folded heatmap row's eight ranks) took seconds to draw. The rows
@@ -28,8 +28,7 @@ def timeline_figure(data: dict[str, Any], uirevision: Any = None, marked: list[i
     fig = base_figure(uirevision=uirevision, height=height)
     path = data.get("path")
     if path and path["x0"]:  # under the intervals: what lies on the path gets a thick outline
-        xs, ys = segments(path["x0"], path["x1"], path["row"])
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line={"color": palette.CRITICAL_PATH, "width": width + 7}, name="critical path", hoverinfo="skip", legendgroup="path"))
+        fig.add_trace(_bars(path, palette.CRITICAL_PATH, width + 7, name="critical path", legendgroup="path"))
     for kind, seg in data.get("folded", {}).items():
         _add_folded(fig, kind, seg, width, legend=kind not in data["kinds"])
     for kind, seg in data["kinds"].items():
@@ -55,10 +54,8 @@ def _add_folded(fig: go.Figure, kind: str, seg: dict[str, Any], width: float, le
     """A fold's instances of one kind: from the earliest start to the latest end over its ranks, light, and the
     median span over it; the hover names the operator and the slowest rank."""
     color = palette.KIND[kind]
-    xs, ys = segments(seg["lo"], seg["hi"], seg["row"])
-    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line={"color": _light(color), "width": width}, name=f"{kind} spread", hoverinfo="skip", legendgroup=kind, showlegend=False))
-    xs, ys = segments(seg["x0"], seg["x1"], seg["row"])
-    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line={"color": color, "width": width * 0.5}, name=kind, hoverinfo="skip", legendgroup=kind, showlegend=legend))
+    fig.add_trace(_bars({"x0": seg["lo"], "x1": seg["hi"], "row": seg["row"]}, _light(color), width, name=f"{kind} spread", legendgroup=kind, showlegend=False))
+    fig.add_trace(_bars(seg, color, width * 0.5, name=kind, legendgroup=kind, showlegend=legend))
     _hover_points(
         fig,
         seg,
@@ -124,9 +121,15 @@ def _path_hover(fig: go.Figure, path: dict[str, Any], width: float) -> None:
 
 
 def _add_intervals(fig: go.Figure, name: str, seg: dict[str, Any], color: str, width: float) -> None:
-    xs, ys = segments(seg["x0"], seg["x1"], seg["row"])
-    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line={"color": color, "width": width}, name=name, hoverinfo="skip", legendgroup=name))
+    fig.add_trace(_bars(seg, color, width, name=name, legendgroup=name))
     _hover_points(fig, seg, color, width, name, name, **_hover(name, seg))
+
+
+def _bars(seg: dict[str, Any], color: str, px: float, **trace: Any) -> go.Scatter:
+    """``seg``'s intervals (x0, x1, row) as bars ``px`` pixels high (the rows are ROW_PX apart and the y axis
+    does not zoom), all in one filled path."""
+    xs, ys = bars(seg["x0"], seg["x1"], seg["row"], px / 2 / ROW_PX)
+    return go.Scatter(x=xs, y=ys, mode="none", fill="toself", fillcolor=color, hoverinfo="skip", **trace)
 
 
 def _hover_points(fig: go.Figure, seg: dict[str, Any], color: str, width: float, group: str, name: str, **hover: Any) -> None:
@@ -153,8 +156,7 @@ def _hover(name: str, seg: dict[str, Any]) -> dict[str, Any]:
 
 def _selected(fig: go.Figure, members: dict[str, Any], width: float) -> None:
     """The selected collective instance: its members outlined, joined at their starts."""
-    xs, ys = segments(members["x0"], members["x1"], members["row"])
-    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line={"color": palette.HIGHLIGHT, "width": width * 0.35}, name="selected collective", hoverinfo="skip"))
+    fig.add_trace(_bars(members, palette.HIGHLIGHT, width * 0.35, name="selected collective"))
     order = sorted(range(len(members["row"])), key=lambda i: members["row"][i])
     fig.add_trace(go.Scatter(x=[members["x0"][i] for i in order], y=[members["row"][i] for i in order], mode="lines+markers", line={"color": palette.HIGHLIGHT, "width": 2}, marker={"size": 6, "color": palette.HIGHLIGHT}, showlegend=False, name="selected collective", hoverinfo="skip"))
 
