@@ -10,7 +10,12 @@ from paradiag.app import ids
 from paradiag.app.data.overview import DEFAULT_METRIC, METRICS
 from paradiag.app.selection import VIEW_FIELDS, view_store
 
-GRAPH_CONFIG: dict[str, Any] = {"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "select2d", "autoScale2d"]}
+# A double-click zooms out to all the figure holds (the server then sends the whole step), not back to the range the
+# graph was first drawn with (plotly's default): that would be a zoomed window when the page opened on one.
+GRAPH_CONFIG: dict[str, Any] = {"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "select2d", "autoScale2d"], "doubleClick": "autosize"}
+# What a graph holds until its callback sends the first figure: a Patch (the heatmap's outline) may arrive before
+# it does. Marked pending, it is not drawn (assets/pending.js): drawn, it was a whole empty plot per graph.
+PENDING: dict[str, Any] = {"data": [], "layout": {"meta": "pending"}}
 
 
 def panel(title: str, *children: Any, class_name: str = "", help_text: str = "") -> html.Section:
@@ -20,8 +25,7 @@ def panel(title: str, *children: Any, class_name: str = "", help_text: str = "")
 
 def graph(graph_id: str, modebar: bool = True, scroll_zoom: bool = False) -> dcc.Loading:
     config = {**(GRAPH_CONFIG if modebar else {**GRAPH_CONFIG, "displayModeBar": False}), "scrollZoom": scroll_zoom}
-    # An empty figure to start from: a Patch (the heatmap's outline) may arrive before the first figure does.
-    return dcc.Loading(dcc.Graph(id=graph_id, config=config, figure={"data": [], "layout": {}}), type="dot", delay_show=400)  # type: ignore[arg-type]
+    return dcc.Loading(dcc.Graph(id=graph_id, config=config, figure=PENDING), type="dot", delay_show=400)  # type: ignore[arg-type]
 
 
 def overview_panel() -> html.Section:
