@@ -6,7 +6,8 @@ For each job it starts ``paradiag serve JOB`` (which parses and warms the aggreg
 one-off cost is printed apart), opens the page and measures, in the page's own clock:
 
 * first meaningful paint: the summary facts and the heatmap drawn (budget 2 s);
-* the page complete: every graph drawn, no callback in flight; the bytes the callbacks sent;
+* the page complete: every graph drawn, no callback in flight; the bytes the callbacks sent; the CPU time the
+  browser's processes spent from the address typed to then (scripts, callbacks, drawing);
 * per interaction (a heatmap cell, a finding, a step in the step chart, the W key on the timeline): from the
   click to the last view it affects redrawn (budget 1 s), how many callbacks ran and the bytes they sent, and the
   CPU time it cost the browser's processes and the server's (which, unlike the clock, a loaded machine hardly
@@ -254,17 +255,19 @@ def visit(url: str, name: str, shots: Path, verbose: bool, server: int) -> list[
     the server)."""
     driver = browser()
     try:
+        before = cpu_ms(descendants(driver.service.process.pid))
         driver.get(url)
         state = settle(driver, 0.0, views=GRAPHS)
+        chrome = descendants(driver.service.process.pid)
         rows: list[Row] = [
             ("first meaningful paint (summary + heatmap)", state["firstPaint"] or float("nan"), 0, 0, FIRST_PAINT_MS),
             ("first page complete (every view)", max(state["draws"].values()), state["calls"], state["bytes"], 0.0),
+            ("    CPU time of the browser (ms)", cpu_ms(chrome) - before, 0, 0, 0.0),
             ("    drawn at: " + redraws(state, 0.0), float("nan"), 0, 0, 0.0),
             ("    first screen: " + first_screen(driver), float("nan"), 0, 0, 0.0),
         ]
         driver.save_screenshot(str(shots / f"{name}_first_page.png"))
         rows += log(driver, verbose, 0.0)
-        chrome = descendants(driver.service.process.pid)
         for label, act in interactions(driver):
             t0 = reset(driver)
             cpu = (cpu_ms(chrome), cpu_ms([server]))
