@@ -184,4 +184,4 @@ def register(app: Dash) -> None:
         Input(ids.TIMELINE_FOLD_ALL, "n_clicks"),
         prevent_initial_call=True,
     )(lambda _: ([], []))
-    app.callback(Output(ids.OP_SEARCH, "options"), Input(view_store("job"), "data"), prevent_initial_call=True)(operator_names)
+    app.callback(Output(ids.OP_SEARCH, "options"), Input(view_store("search"), "data"), prevent_initial_call=True)(operator_names)
