@@ -130,7 +130,9 @@ def register(app: Dash) -> None:
     app.clientside_callback(DEFER_CLICK, Output(ids.MAREY_CLICK, "data"), Input(ids.MAREY, "clickData"), prevent_initial_call=True)
     app.callback(Output(ids.MAREY, "figure"), Output(ids.MAREY_EXPAND, "options"), Output(ids.MAREY_DRAWN, "data"), Input(view_store("marey"), "data"), Input(ids.MAREY_EXPAND, "value"), Input(ids.MAREY_PATH, "value"), State(ids.MAREY_DRAWN, "data"), prevent_initial_call=True)(render_marey)
     app.callback(Output(ids.FLOW, "figure"), Output(ids.FLOW_EXPAND, "options"), Output(ids.FLOW_DRAWN, "data"), Input(view_store("flow"), "data"), Input(ids.FLOW_COLOR, "value"), Input(ids.FLOW_EXPAND, "value"), State(ids.FLOW_DRAWN, "data"), prevent_initial_call=True)(render_flow)
-    app.callback(Output(ids.FLOW_EXPAND, "value"), Input(ids.FLOW, "clickData"), State(ids.FLOW_EXPAND, "value"))(open_block)
+    # These three answer clicks only: their calls on a new page (three requests, each answered with nothing) went
+    # ahead of the first screen's.
+    app.callback(Output(ids.FLOW_EXPAND, "value"), Input(ids.FLOW, "clickData"), State(ids.FLOW_EXPAND, "value"), prevent_initial_call=True)(open_block)
     app.callback(Output(ids.COMM_MATRIX, "figure"), Input(view_store("comm"), "data"), Input(ids.COMM_METRIC, "value"), Input(ids.COMM_DRILL, "data"), prevent_initial_call=True)(render_comm)
-    app.callback(Output(ids.COMM_DRILL, "data"), Input(ids.COMM_MATRIX, "clickData"), Input(ids.COMM_UP, "n_clicks"), State(ids.COMM_DRILL, "data"), State(ids.SELECTION, "data"))(drill_comm)
-    app.callback(Output(ids.COMM_INSTANCES, "children"), Input(ids.COMM_MATRIX, "clickData"), State(ids.SELECTION, "data"))(comm_instances)
+    app.callback(Output(ids.COMM_DRILL, "data"), Input(ids.COMM_MATRIX, "clickData"), Input(ids.COMM_UP, "n_clicks"), State(ids.COMM_DRILL, "data"), State(ids.SELECTION, "data"), prevent_initial_call=True)(drill_comm)
+    app.callback(Output(ids.COMM_INSTANCES, "children"), Input(ids.COMM_MATRIX, "clickData"), State(ids.SELECTION, "data"), prevent_initial_call=True)(comm_instances)
