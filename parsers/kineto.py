@@ -38,6 +38,7 @@ from paradiag.parsers.kineto_decode import (
     LOOSE_EVENTS_DECODER,
     Columns,
     CommMeta,
+    Communication,
     decode_outer,
     int_or_none,
     read_bytes,
@@ -152,13 +153,16 @@ def _rank(info: dict[str, Any], path: Path, warnings: list[str]) -> tuple[int | 
 def _events_table(columns: Columns, base_ns: int | None) -> tuple[pa.Table, int]:
     """The events table from the accumulated columns; events with an invalid time are removed."""
     n = columns.n
-    cats = columns.take("category")
+    names = columns.take_strings("name", "event name")
+    cats = columns.take_strings("category", "event category")
     cat_names: list[str] = cats.dictionary.to_pylist()
     cat_codes = cats.indices.to_numpy(zero_copy_only=False)
     on_device = np.array([c in DEVICE_CATEGORIES for c in cat_names], dtype=bool)[cat_codes]
+    external_id = columns.take("external_id").fill_null(-1).to_numpy(zero_copy_only=False)
+    comm = columns.communication(names, on_device, external_id)
     kind_of_cat = [schema.KINDS.index(DEVICE_CATEGORIES.get(c) or HOST_CATEGORIES.get(c) or schema.HOST) for c in cat_names]
     kind_codes = np.array(kind_of_cat, dtype=np.int8)[cat_codes]
-    kind_codes[columns.comm_rows] = schema.KINDS.index(schema.COMMUNICATION)
+    kind_codes[comm.comm_rows] = schema.KINDS.index(schema.COMMUNICATION)
 
     ts_arr, dur_arr = columns.take("ts"), columns.take("dur")
     valid = pc.and_(pc.is_valid(ts_arr), pc.is_valid(dur_arr)).to_numpy(zero_copy_only=False)
@@ -177,7 +181,6 @@ def _events_table(columns: Columns, base_ns: int | None) -> tuple[pa.Table, int]
     device = np.clip(np.nan_to_num(device, nan=0), -1, 127).astype(np.int64)
     track = np.where(on_device & ~np.isnan(stream_arg), stream_arg, tid)
     track = np.clip(np.nan_to_num(track, nan=-1), -(2**31), 2**31 - 1).astype(np.int64)
-    names = columns.take("name")
     correlation = columns.take("correlation").fill_null(-1).to_numpy(zero_copy_only=False)
     table = schema.build(
         schema.EVENTS,
@@ -192,8 +195,8 @@ def _events_table(columns: Columns, base_ns: int | None) -> tuple[pa.Table, int]
             "dur_ns": dur,
             "step": np.full(n, -1, dtype=np.int32),
             "correlation": _clip32(correlation),
-            "external_id": _clip32(columns.take("external_id").fill_null(-1).to_numpy(zero_copy_only=False)),
-            **_comm_columns(columns, names, track, _enclosing_collectives(columns, names, correlation, ts, dur, tid, on_device)),
+            "external_id": _clip32(external_id),
+            **_comm_columns(comm, n, names, track, _enclosing_collectives(comm, names, correlation, ts, dur, tid, on_device)),
         },
         n,
     )
@@ -206,7 +209,7 @@ def _clip32(values: np.ndarray) -> np.ndarray:
 
 
 def _enclosing_collectives(
-    columns: Columns,
+    comm: Communication,
     names: pa.DictionaryArray,
     correlation: np.ndarray,
     ts: np.ndarray,
@@ -218,7 +221,7 @@ def _enclosing_collectives(
     launched them (older PyTorch names it ``nccl:all_to_all``, ``c10d::alltoall_base_``, ...; the launch is the
     runtime call with the kernel's correlation id, inside that operator on the same thread). NCCL runs all-to-all
     and send/recv both as SendRecv kernels: only the host operator tells them apart."""
-    pending = [row for row, ext in columns.pending if ext not in columns.host_meta]
+    pending = [row for row, ext in comm.pending if ext not in comm.host_meta]
     if not pending:
         return {}
     words = names.dictionary.to_pylist()
@@ -245,21 +248,21 @@ def _enclosing_collectives(
     return out
 
 
-def _comm_columns(columns: Columns, names: pa.DictionaryArray, track: np.ndarray, enclosing: dict[int, CommMeta]) -> dict[str, Any]:
+def _comm_columns(comm: Communication, n: int, names: pa.DictionaryArray, track: np.ndarray, enclosing: dict[int, CommMeta]) -> dict[str, Any]:
     """Collective, group, ranks, peer and bytes: from the event's own args, else from the record_param_comms call
     with the same External id, else from the host collective operator it was launched in (``enclosing``), else
     from the kernel name; without a process group the kernel's stream stands in for the group (NCCL runs one
     communicator per stream). Built sparsely: most rows are not collectives."""
-    meta = dict(columns.meta)
-    for row, ext in columns.pending:
-        if ext in columns.host_meta:
-            meta[row] = columns.host_meta[ext]
+    meta = dict(comm.meta)
+    for row, ext in comm.pending:
+        if ext in comm.host_meta:
+            meta[row] = comm.host_meta[ext]
         elif row in enclosing:
             meta[row] = enclosing[row]
     name_values = names.dictionary.to_pylist()
     codes = names.indices.to_numpy(zero_copy_only=False)
-    rows = sorted(set(meta) | set(columns.comm_rows))
-    fallback_collective = {r: collective_from_kernel_name(name_values[codes[r]]) for r in columns.comm_rows}
+    rows = sorted(set(meta) | set(comm.comm_rows))
+    fallback_collective = {r: collective_from_kernel_name(name_values[codes[r]]) for r in comm.comm_rows}
     values: dict[str, list[Any]] = {k: [] for k in ("collective", "group", "group_ranks", "peer", "bytes")}
     for r in rows:
         m = meta.get(r)
@@ -271,10 +274,10 @@ def _comm_columns(columns: Columns, names: pa.DictionaryArray, track: np.ndarray
     index = np.array(rows, dtype=np.int64)
     out: dict[str, Any] = {}
     for key, field_type in (("collective", pa.int8()), ("group", pa.int16()), ("group_ranks", pa.int16())):
-        out[key] = _sparse_dictionary(columns.n, index, values[key], field_type)
+        out[key] = _sparse_dictionary(n, index, values[key], field_type)
     for key in ("peer", "bytes"):
-        dense = np.zeros(columns.n, dtype=np.int64)
-        present = np.ones(columns.n, dtype=bool)  # True = null
+        dense = np.zeros(n, dtype=np.int64)
+        present = np.ones(n, dtype=bool)  # True = null
         known = [i for i, v in enumerate(values[key]) if v is not None]
         dense[index[known]] = [values[key][i] for i in known]
         present[index[known]] = False

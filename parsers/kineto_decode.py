@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from operator import attrgetter
+from itertools import repeat
+from operator import attrgetter, is_not
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,6 @@ import pyarrow.compute as pc
 from paradiag import schema
 from paradiag.parsers.base import MAX_RANK, TraceError, normalize_collective, parse_rank_list, ranks_key
 from paradiag.parsers.json_stream import BLOCK, check_names, open_text
-
-CHUNK_EVENTS = 16 * 1024
 
 
 class Args(msgspec.Struct, gc=False, frozen=True):
@@ -114,10 +113,8 @@ HOST_CATEGORIES = {
     "user_annotation": schema.ANNOTATION,
 }
 SKIPPED_CATEGORIES = frozenset({"Trace"})  # the profiler's own whole-window span
-_DEVICE_CATEGORY_ARRAY = pa.array(list(DEVICE_CATEGORIES))
 _SKIPPED_CATEGORY_ARRAY = pa.array(sorted(SKIPPED_CATEGORIES))
-# A ready scalar: converting a Python string in every call retries pyarrow's failing optional imports each time.
-_RECORD_PARAM_COMMS = pa.scalar("record_param_comms")
+_RECORD_PARAM_COMMS = pa.array(["record_param_comms"])
 COMM_KERNEL = re.compile(r"^(nccl|rccl)[A-Za-z]*Kernel|^ncclDevKernel|^mscclKernel")
 DTYPE_BYTES = {
     **dict.fromkeys(("float", "float32", "int", "int32"), 4),
@@ -209,14 +206,6 @@ def text_column(values: list[Any]) -> pa.Array:
         return pa.array([v if isinstance(v, str) else "" for v in values], type=pa.string())
 
 
-def optional_text_column(values: list[Any]) -> pa.Array:
-    """Strings or nulls; anything that is not a string becomes null."""
-    try:
-        return pa.array(values, type=pa.string())
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
-        return pa.array([v if isinstance(v, str) else None for v in values], type=pa.string())
-
-
 @dataclass
 class CommMeta:
     collective: str
@@ -249,35 +238,31 @@ def comm_meta(args: Any) -> CommMeta | None:
 
 @dataclass
 class Columns:
-    """Columns accumulated chunk by chunk, plus what communication needs across chunks."""
+    """Columns accumulated chunk by chunk, plus the collective metadata of the few events whose args name one."""
 
     shown: str = ""  # the file, for errors
     parts: dict[str, list[pa.Array]] = field(default_factory=dict)
     n: int = 0
-    meta: dict[int, CommMeta] = field(default_factory=dict)  # row -> collective metadata
-    comm_rows: list[int] = field(default_factory=list)  # device rows that are communication kernels
-    pending: list[tuple[int, int]] = field(default_factory=list)  # (kernel row, External id) to fill from host
-    host_meta: dict[int, CommMeta] = field(default_factory=dict)  # External id -> record_param_comms metadata
+    # row -> (its collective metadata, its External id, whether the collective is named by a string)
+    collective_args: dict[int, tuple[CommMeta | None, int | None, bool]] = field(default_factory=dict)
 
     def _put(self, name: str, array: pa.Array) -> None:
         self.parts.setdefault(name, []).append(array)
 
     def add(self, events: list[Any]) -> None:
         complete = [e for e in events if e.ph == "X"]
-        # Names and categories are dictionary-encoded per chunk (a hash per row, in C): the tests on a name
-        # (communication kernel, record_param_comms, device category) then run once per distinct name, and the
-        # chunks hold codes instead of repeated strings.
+        # Names and categories are dictionary-encoded per chunk (a hash per row, in C): the chunks hold codes
+        # instead of repeated strings, and the tests on a name run once per distinct name (Columns.communication).
+        n = len(complete)
         cats = text_column(list(map(_get["cat"], complete))).dictionary_encode()
         if pc.any(pc.is_in(cats.dictionary, _SKIPPED_CATEGORY_ARRAY)).as_py():  # one event a file: checked per chunk
             complete = [e for e in complete if not (isinstance(e.cat, str) and e.cat in SKIPPED_CATEGORIES)]
+            n = len(complete)
             cats = text_column(list(map(_get["cat"], complete))).dictionary_encode()
         if not complete:
             return
-        names = text_column(list(map(_get["name"], complete))).dictionary_encode()
-        check_names(names.dictionary, self.shown)
-        check_names(cats.dictionary, self.shown, "event category")
         self._put("category", cats)
-        self._put("name", names)
+        self._put("name", text_column(list(map(_get["name"], complete))).dictionary_encode())
         for key in ("ts", "dur"):
             self._put(key, num_column(list(map(_get[key], complete))))
         for key in ("pid", "tid"):
@@ -285,33 +270,11 @@ class Columns:
         args = list(map(get_args, complete))
         for key in ("device", "stream", "correlation", "external_id"):
             self._put(key, int_column(list(map(_get_arg[key], args))))
-        on_device = _by_code(cats, pc.is_in(cats.dictionary, _DEVICE_CATEGORY_ARRAY))
-        self._communication(args, names, on_device)
-        self.n += len(complete)
-
-    def _communication(self, args: list[Any], names: pa.DictionaryArray, on_device: np.ndarray) -> None:
-        # Arrow kernels, not Python strings: nothing allocated here outlives the chunk (long-lived small objects
-        # would pin the allocator's arenas and keep every chunk's memory).
-        is_comm_name = _by_code(names, pc.match_substring_regex(names.dictionary, COMM_KERNEL.pattern))
-        is_param = _by_code(names, pc.equal(names.dictionary, _RECORD_PARAM_COMMS)) & ~on_device
-        has_coll = pc.is_valid(optional_text_column(list(map(_get_arg["collective"], args))))
-        has_coll = has_coll.to_numpy(zero_copy_only=False)
-        for i in np.flatnonzero(is_param).tolist():
-            meta = comm_meta(args[i])
-            if meta is not None:
-                self.meta[self.n + i] = meta
-                ext = int_or_none(args[i].external_id)
-                if ext is not None:
-                    self.host_meta[ext] = meta
-        for i in np.flatnonzero(on_device & (is_comm_name | has_coll)).tolist():
-            row = self.n + i
-            self.comm_rows.append(row)
-            meta = comm_meta(args[i]) if has_coll[i] else None
-            if meta is not None:
-                self.meta[row] = meta
-            else:
-                ext = int_or_none(args[i].external_id)
-                self.pending.append((row, -1 if ext is None else ext))
+        has_collective = np.fromiter(map(is_not, map(_get_arg["collective"], args), repeat(None)), dtype=bool, count=n)
+        for i in np.flatnonzero(has_collective).tolist():
+            a = args[i]
+            self.collective_args[self.n + i] = (comm_meta(a), int_or_none(a.external_id), isinstance(a.collective, str))
+        self.n += n
 
     def take(self, name: str) -> pa.Array:
         """The whole column, handed over: its chunks are dropped here, so that they and the whole column are not
@@ -322,6 +285,43 @@ class Columns:
         if pa.types.is_dictionary(parts[0].type):
             return pa.chunked_array(parts).unify_dictionaries().combine_chunks()
         return pa.concat_arrays(parts)
+
+    def take_strings(self, name: str, what: str) -> pa.DictionaryArray:
+        """A dictionary column of strings, handed over, its values checked against the string limit."""
+        column = self.take(name)
+        check_names(column.dictionary, self.shown, what)
+        return column
+
+    def communication(self, names: pa.DictionaryArray, on_device: np.ndarray, external_id: np.ndarray) -> Communication:
+        """Which rows are communication and what their args say, tested once per distinct name of the file."""
+        is_comm_name = _by_code(names, pc.match_substring_regex(names.dictionary, COMM_KERNEL.pattern))
+        is_param = _by_code(names, pc.is_in(names.dictionary, _RECORD_PARAM_COMMS))
+        found = Communication()
+        for row, (meta, ext, _) in self.collective_args.items():  # in row order: the last call of an External id wins
+            if meta is not None and is_param[row] and not on_device[row]:
+                found.meta[row] = meta
+                if ext is not None:
+                    found.host_meta[ext] = meta
+        named = np.zeros(self.n, dtype=bool)
+        named[[row for row, (_, _, is_text) in self.collective_args.items() if is_text]] = True
+        for row in np.flatnonzero(on_device & (is_comm_name | named)).tolist():
+            found.comm_rows.append(row)
+            meta = self.collective_args[row][0] if named[row] else None
+            if meta is not None:
+                found.meta[row] = meta
+            else:
+                found.pending.append((row, int(external_id[row])))
+        return found
+
+
+@dataclass
+class Communication:
+    """The communication rows of a file and the collective metadata known so far."""
+
+    meta: dict[int, CommMeta] = field(default_factory=dict)  # row -> collective metadata
+    comm_rows: list[int] = field(default_factory=list)  # device rows that are communication kernels
+    pending: list[tuple[int, int]] = field(default_factory=list)  # (kernel row, External id) to fill from host
+    host_meta: dict[int, CommMeta] = field(default_factory=dict)  # External id -> record_param_comms metadata
 
 
 def _by_code(array: pa.DictionaryArray, per_value: pa.Array) -> np.ndarray:
