@@ -129,6 +129,8 @@ def open_text(path: Path, shown: Path | str) -> BinaryIO:
 class ArrayStream:
     """Iterate over decoded slices of the array at ``key`` (or of the top-level array when ``key`` is None).
 
+    ``decoder`` may be several, tried in order on a slice whose values one does not accept (a fast one for the
+    usual content first); ``loose``, if given, after them, with a warning.
     After iteration, ``rest`` holds the document's text with that array emptied (for the small metadata)."""
 
     def __init__(
@@ -136,14 +138,14 @@ class ArrayStream:
         reader: IO[bytes],
         shown: Path | str,
         key: bytes | None,
-        decoder: msgspec.json.Decoder[Any],
+        decoder: msgspec.json.Decoder[Any] | tuple[msgspec.json.Decoder[Any], ...],
         loose: msgspec.json.Decoder[Any] | None = None,
         warnings: list[str] | None = None,
     ) -> None:
         self.reader = reader
         self.shown = shown
         self.key = key
-        self.decoder = decoder
+        self.decoders = decoder if isinstance(decoder, tuple) else (decoder,)
         self.loose = loose
         self.warnings = warnings if warnings is not None else []
         self.buf = bytearray()
@@ -260,16 +262,17 @@ class ArrayStream:
             self.buf[lo - 1], self.buf[hi] = before, after
 
     def _decode_text(self, text: memoryview, lo: int) -> Any:
-        try:
-            return self.decoder.decode(text)
-        except RecursionError as exc:
-            raise TraceError(self.shown, f"values nested too deeply near byte {self.consumed + lo}") from exc
-        except msgspec.ValidationError as exc:
-            if self.loose is None:
-                raise TraceError(self.shown, f"unexpected value in the array near byte {self.consumed + lo} ({exc})") from exc
-            error = exc
-        except msgspec.DecodeError:
-            return None
+        for decoder in self.decoders:
+            try:
+                return decoder.decode(text)
+            except RecursionError as exc:
+                raise TraceError(self.shown, f"values nested too deeply near byte {self.consumed + lo}") from exc
+            except msgspec.ValidationError as exc:
+                error = exc
+            except msgspec.DecodeError:
+                return None
+        if self.loose is None:
+            raise TraceError(self.shown, f"unexpected value in the array near byte {self.consumed + lo} ({error})") from error
         try:
             items = self.loose.decode(text)  # the cut is good if the lenient decoder reads it
         except RecursionError as exc:

@@ -33,7 +33,7 @@ from paradiag.parsers.base import (
 from paradiag.parsers.json_stream import ArrayStream, open_text
 from paradiag.parsers.kineto_decode import (
     DEVICE_CATEGORIES,
-    EVENTS_DECODER,
+    EVENTS_DECODERS,
     HOST_CATEGORIES,
     LOOSE_EVENTS_DECODER,
     Columns,
@@ -68,7 +68,7 @@ def parse(path: Path, root: Path | None = None) -> ParsedRank:
     warnings: list[str] = []
     columns = Columns(str(shown))
     with open_text(path, shown) as reader:
-        stream = ArrayStream(reader, shown, b"traceEvents", EVENTS_DECODER, LOOSE_EVENTS_DECODER, warnings)
+        stream = ArrayStream(reader, shown, b"traceEvents", EVENTS_DECODERS, LOOSE_EVENTS_DECODER, warnings)
         try:
             for events in stream:
                 columns.add(events)

@@ -63,3 +63,22 @@ def test_a_bad_value_in_a_late_slice_is_read_leniently(tmp_path: Path, monkeypat
     assert parsed.events.column("name").cast(pa.string()).to_pylist() == [f"op{i}" for i in range(200)]
     assert parsed.events.column("correlation").to_pylist()[150] == 7
     assert any("read leniently" in w for w in parsed.warnings)
+
+
+def test_events_of_an_unknown_phase_or_none_are_skipped_without_a_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slices are first decoded with the Chrome trace format's phases spelled out (the others' fields are skipped
+    unread); a slice with a phase outside them, or an event without one, is decoded again the general way: the
+    same complete events, and nothing is reported as read leniently."""
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5} for i in range(200)]
+    flows = [{"ph": "f", "id": i, "pid": 1, "tid": 1, "ts": 10 * i, "cat": "ac2g", "name": "ac2g", "bp": "e"} for i in range(0, 200, 3)]
+    odd = [{"ph": "Z", "name": "a phase no format defines", "ts": 5}, {"name": "no phase", "ts": 7, "dur": 1}]
+    plain, mixed = tmp_path / "plain" / "rank0.json", tmp_path / "mixed" / "rank0.json"
+    for path, items in ((plain, events), (mixed, [*events[:100], *flows, *odd, *events[100:]])):
+        path.parent.mkdir()
+        path.write_text(json.dumps({"traceEvents": items, "distributedInfo": {"rank": 0}}))
+    monkeypatch.setattr(json_stream, "SLICE", 2000)
+    monkeypatch.setattr(json_stream, "BLOCK", 5000)
+    parsed = kineto.parse(mixed)
+    _same(kineto.parse(plain), parsed)
+    assert parsed.events.num_rows == 200
+    assert parsed.warnings == []
