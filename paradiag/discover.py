@@ -39,6 +39,10 @@ PARQUET_COMPRESSION = "lz4"  # decodes ~1.5x faster than zstd for ~40% more disk
 # Row-group statistics only where reads filter (Job.events on start_ns; step ranges): on every column (names'
 # min/max strings included) they took half of the write time.
 STATISTICS = ["start_ns", "step"]
+# Parquet dictionary pages only for the dictionary columns: by default Parquet tries one on every column, hashing
+# every number of the events (half of the write); plain numbers compress smaller with lz4 (a 200k-event rank:
+# write 39 -> 18 ms, read 15 -> 10 ms, 3.6 -> 2.9 MB).
+EVENT_DICTIONARIES = [f.name for f in schema.EVENTS if pa.types.is_dictionary(f.type)]
 
 
 def parsers() -> list[ModuleType]:
@@ -177,10 +181,12 @@ COMM_COLUMNS = ("collective", "group", "group_ranks", "peer", "step", "seq", "st
 
 
 def file_hash(path: Path) -> str:
+    """The file's xxh3-128, read into one reused buffer: a new bytes object per block cost as much as the hash."""
     h = xxhash.xxh3_128()
-    with open(path, "rb") as f:
-        while chunk := f.read(8 * 1024 * 1024):
-            h.update(chunk)
+    block = bytearray(1024 * 1024)
+    with open(path, "rb", buffering=0) as f, memoryview(block) as view:
+        while size := f.readinto(block):
+            h.update(view[:size])
     return h.hexdigest()
 
 
@@ -218,7 +224,12 @@ def parse_source(source: Source, root: Path, out_dir: Path, index: int) -> Sourc
     name = f"part-{index:05d}.parquet"
     (out_dir / "events").mkdir(parents=True, exist_ok=True)
     pq.write_table(
-        events, out_dir / "events" / name, row_group_size=ROW_GROUP_ROWS, compression=PARQUET_COMPRESSION, write_statistics=STATISTICS
+        events,
+        out_dir / "events" / name,
+        row_group_size=ROW_GROUP_ROWS,
+        compression=PARQUET_COMPRESSION,
+        write_statistics=STATISTICS,
+        use_dictionary=EVENT_DICTIONARIES,
     )
     for key, table in parsed.extra.items():
         (out_dir / "extra" / key).mkdir(parents=True, exist_ok=True)
