@@ -34,6 +34,7 @@ from paradiag.parsers.base import TraceError
 BLOCK = 1024 * 1024  # bytes read at a time (a bigger block only holds more text at once: 4 MB cost 14 MB more per rank)
 SLICE = 1024 * 1024  # bytes of elements decoded at a time
 _NOT_WHITESPACE = re.compile(rb"[^ \t\r\n]")
+MAX_MISSES = 4  # slices the first of several decoders may fail on before the next one is tried first
 GZIP_MAGIC = b"\x1f\x8b"
 MAX_FILE_MB = "PARADIAG_MAX_FILE_MB"
 MAX_STRING_KB = "PARADIAG_MAX_STRING_KB"
@@ -130,7 +131,8 @@ class ArrayStream:
     """Iterate over decoded slices of the array at ``key`` (or of the top-level array when ``key`` is None).
 
     ``decoder`` may be several, tried in order on a slice whose values one does not accept (a fast one for the
-    usual content first); ``loose``, if given, after them, with a warning.
+    usual content first, no longer tried once it failed on a few slices); ``loose``, if given, after them, with
+    a warning.
     After iteration, ``rest`` holds the document's text with that array emptied (for the small metadata)."""
 
     def __init__(
@@ -146,6 +148,7 @@ class ArrayStream:
         self.shown = shown
         self.key = key
         self.decoders = decoder if isinstance(decoder, tuple) else (decoder,)
+        self.misses = 0  # slices the first decoder did not accept
         self.loose = loose
         self.warnings = warnings if warnings is not None else []
         self.buf = bytearray()
@@ -269,6 +272,7 @@ class ArrayStream:
                 raise TraceError(self.shown, f"values nested too deeply near byte {self.consumed + lo}") from exc
             except msgspec.ValidationError as exc:
                 error = exc
+                self._missed(decoder)
             except msgspec.DecodeError:
                 return None
         if self.loose is None:
@@ -283,6 +287,15 @@ class ArrayStream:
             return None
         self.warnings.append(f"unexpected value types near byte {self.consumed + lo} ({error}); read leniently")
         return items
+
+    def _missed(self, decoder: msgspec.json.Decoder[Any]) -> None:
+        """The first of several decoders is a shortcut for the usual content: once it has failed on a few slices of
+        this file, the next one decodes the rest directly instead of after it."""
+        if decoder is self.decoders[0] and len(self.decoders) > 1:
+            self.misses += 1
+            if self.misses >= MAX_MISSES:
+                self.decoders = self.decoders[1:]
+                self.misses = 0
 
     def _finish(self, after: int) -> None:
         """Read what follows the array: the document minus the array is kept in ``rest``."""

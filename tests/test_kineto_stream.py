@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from paradiag.parsers import json_stream, kineto
+from paradiag.parsers import json_stream, kineto, kineto_decode
 from tests.conftest import shared_path
 
 
@@ -81,4 +81,31 @@ def test_events_of_an_unknown_phase_or_none_are_skipped_without_a_warning(tmp_pa
     parsed = kineto.parse(mixed)
     _same(kineto.parse(plain), parsed)
     assert parsed.events.num_rows == 200
+    assert parsed.warnings == []
+
+
+
+def test_a_phase_on_every_slice_that_the_first_decoder_does_not_know(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trace whose every slice holds a phase outside the Chrome trace format's: the general decoder reads it like
+    the same trace without them, and the first decoder is given up after a few slices instead of failing on all."""
+    monkeypatch.setattr(json_stream, "SLICE", 2000)
+    monkeypatch.setattr(json_stream, "BLOCK", 5000)
+    tried: list[int] = []
+    first = kineto_decode.EVENTS_DECODERS[0]
+
+    class Counting:
+        def decode(self, text: memoryview) -> object:
+            tried.append(1)
+            return first.decode(text)
+
+    monkeypatch.setattr(kineto, "EVENTS_DECODERS", (Counting(), *kineto_decode.EVENTS_DECODERS[1:]))
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5} for i in range(300)]
+    odd = [{"ph": "Q", "name": "a new profiler's phase", "ts": 10 * i} for i in range(300)]
+    plain, mixed = tmp_path / "plain" / "rank0.json", tmp_path / "mixed" / "rank0.json"
+    for path, items in ((plain, events), (mixed, [e for pair in zip(events, odd, strict=True) for e in pair])):
+        path.parent.mkdir()
+        path.write_text(json.dumps({"traceEvents": items, "distributedInfo": {"rank": 0}}))
+    parsed = kineto.parse(mixed)
+    assert len(tried) == json_stream.MAX_MISSES  # then the general decoder alone
+    _same(kineto.parse(plain), parsed)
     assert parsed.warnings == []
