@@ -136,7 +136,7 @@ HOST_CATEGORIES = {
     "user_annotation": schema.ANNOTATION,
 }
 SKIPPED_CATEGORIES = frozenset({"Trace"})  # the profiler's own whole-window span
-_SKIPPED_CATEGORY_ARRAY = pa.array(sorted(SKIPPED_CATEGORIES))
+_STRINGS = pa.dictionary(pa.int32(), pa.string())
 _RECORD_PARAM_COMMS = pa.array(["record_param_comms"])
 COMM_KERNEL = re.compile(r"^(nccl|rccl)[A-Za-z]*Kernel|^ncclDevKernel|^mscclKernel")
 DTYPE_BYTES = {
@@ -229,6 +229,15 @@ def text_column(values: list[Any]) -> pa.Array:
         return pa.array([v if isinstance(v, str) else "" for v in values], type=pa.string())
 
 
+def dictionary_column(values: list[Any]) -> pa.DictionaryArray:
+    """Strings, dictionary-encoded; anything that is not a string becomes ''."""
+    try:
+        column = pa.array(values, type=_STRINGS)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+        return text_column(values).dictionary_encode()
+    return column if column.null_count == 0 else text_column(values).dictionary_encode()
+
+
 @dataclass
 class CommMeta:
     collective: str
@@ -274,18 +283,18 @@ class Columns:
 
     def add(self, events: list[Any]) -> None:
         complete = [e for e in events if e.ph == "X"]
-        # Names and categories are dictionary-encoded per chunk (a hash per row, in C): the chunks hold codes
-        # instead of repeated strings, and the tests on a name run once per distinct name (Columns.communication).
-        n = len(complete)
-        cats = text_column(list(map(_get["cat"], complete))).dictionary_encode()
-        if pc.any(pc.is_in(cats.dictionary, _SKIPPED_CATEGORY_ARRAY)).as_py():  # one event a file: checked per chunk
+        # Names and categories are dictionary-encoded as they are converted (a hash per row, in C): the chunks
+        # hold codes instead of repeated strings, and the tests on a name run once per distinct name
+        # (Columns.communication).
+        cats = dictionary_column(list(map(_get["cat"], complete)))
+        if not SKIPPED_CATEGORIES.isdisjoint(cats.dictionary.to_pylist()):  # one event a file: checked per chunk
             complete = [e for e in complete if not (isinstance(e.cat, str) and e.cat in SKIPPED_CATEGORIES)]
-            n = len(complete)
-            cats = text_column(list(map(_get["cat"], complete))).dictionary_encode()
+            cats = dictionary_column(list(map(_get["cat"], complete)))
         if not complete:
             return
+        n = len(complete)
         self._put("category", cats)
-        self._put("name", text_column(list(map(_get["name"], complete))).dictionary_encode())
+        self._put("name", dictionary_column(list(map(_get["name"], complete))))
         for key in ("ts", "dur"):
             self._put(key, num_column(list(map(_get[key], complete))))
         for key in ("pid", "tid"):
