@@ -56,7 +56,7 @@ class Complete(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
 # The other phases of the Chrome trace format, as Structs without fields: the decoder skips their values unread
 # (flow events are a third of a Kineto trace). A slice with a phase not named here is decoded by Event instead.
 _OTHER_PHASES = tuple(
-    msgspec.defstruct(f"Phase{ord(ph)}", [], tag_field="ph", tag=ph, gc=False, namespace={"ph": ph}) for ph in "BEbeinsTtfpSFPONDMRCcVv()"
+    msgspec.defstruct(f"Phase{ord(ph)}", [], tag_field="ph", tag=ph, gc=False, namespace={"ph": ph}) for ph in "BEbeiInsTtfpSFPONDMRCcVv()"
 )
 
 
