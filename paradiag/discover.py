@@ -238,19 +238,22 @@ def parse_source(source: Source, root: Path, out_dir: Path, index: int) -> Sourc
     result.events_file = f"events/{name}"
     result.num_events = events.num_rows
     if events.num_rows:
-        start = events.column("start_ns").to_numpy()
-        dur = events.column("dur_ns").to_numpy()
-        result.min_start_ns = int(start.min())
-        result.max_end_ns = int((start + dur).max())
-        result.max_dur_ns = int(dur.max())
-    is_comm = pc.and_(
-        pc.equal(events.column("kind").cast(pa.string()), schema.COMMUNICATION),
-        pc.greater_equal(events.column("device"), 0),
-    )
-    result.comm = events.filter(is_comm).select(list(COMM_COLUMNS))
+        _time_range(result, events)
+    is_comm = schema.in_values(events.column("kind"), [schema.COMMUNICATION]) & (events.column("device").to_numpy() >= 0)
+    result.comm = events.filter(pa.array(is_comm)).select(list(COMM_COLUMNS))
     parsed.extra = {}
     result.parsed = parsed
+    del events
+    release_memory()  # the written events, before the caller reads them back for the per-rank analysis
     return result
+
+
+def _time_range(result: SourceResult, events: pa.Table) -> None:
+    start = events.column("start_ns").to_numpy()
+    dur = events.column("dur_ns").to_numpy()
+    result.min_start_ns = int(start.min())
+    result.max_end_ns = int((start + dur).max())
+    result.max_dur_ns = int(dur.max())
 
 
 # What the ranks table can hold: a parser's value outside these is dropped with a warning, not a failed job.
