@@ -9,7 +9,7 @@ Cache layout (one folder per job)::
     events/part-NNNNN.parquet one file per rank, rows sorted by start time (rank's own clock)
     extra/<table>/part-NNNNN.parquet   format-specific tables (e.g. NPU link traffic)
     analysis/<table>/part-NNNNN.parquet  the per-rank part of the analysis (diagnose.rank_tables), computed
-                              where the rank was parsed
+                              where the rank was parsed (by the analysis version the manifest names)
     diagnosis/                the analysis of the job (paradiag.analysis.diagnosis_types), computed at ingest
     strategy.parquet, .json   side inputs found beside the traces (paradiag.side_inputs)
 
@@ -247,12 +247,15 @@ class Job:
         return table
 
     def rank_tables(self, rank: int, names: Sequence[str]) -> dict[str, pa.Table] | None:
-        """The per-rank analysis tables ``names`` of ``rank`` stored at ingest; None when the cache lacks one."""
+        """The per-rank analysis tables ``names`` of ``rank`` stored at ingest; None when the cache lacks one or
+        another version of the analysis computed them (then they are computed again from the events)."""
+        from paradiag.analysis.diagnosis_types import analysis_version
+
         held = self._rank_tables.get(rank, {})
         if all(name in held for name in names):
             return {name: held[name] for name in names}
         stored: dict[str, str] = (self._source_of(rank) or {}).get("rank_tables", {})
-        if any(name not in stored for name in names):
+        if self.manifest.get("analysis_version") != analysis_version() or any(name not in stored for name in names):
             return None
         return {name: pq.read_table(self.cache_dir / stored[name]) for name in names}
 
@@ -639,6 +642,8 @@ def _finish(
     parsed: list[Parsed],
     problems: list[Problem],
 ) -> Job:
+    from paradiag.analysis.diagnosis_types import analysis_version
+
     kept = _assign_ranks(parsed, problems)
     results = [p.result for p in parsed]
     if not kept:
@@ -672,6 +677,7 @@ def _finish(
         "files": files,
         "sources": [_source_entry(k) for k in kept],
         "alignment": {"instances": alignment.instances},
+        "analysis_version": analysis_version(),  # of the per-rank analysis tables (sources' "rank_tables")
         "problems": [p.__dict__ for p in problems],
     }
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
