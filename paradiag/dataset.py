@@ -36,6 +36,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from multiprocessing.context import BaseContext
@@ -325,7 +326,12 @@ def _check_strict(job: Job, strict: bool) -> Job:
     return job
 
 
-def _worker_init(owner: int) -> None:
+_STARTED: Any = None  # in a worker process: per source, 1 once a worker of the pool began parsing it
+
+
+def _worker_init(owner: int, started: Any) -> None:
+    global _STARTED
+    _STARTED = started
     # The objects inherited from the parent stay shared: a collection would write to every one of them and copy
     # their pages into this worker (about 30 MB for two workers).
     gc.freeze()
@@ -411,6 +417,9 @@ def parse_in_worker(source: Source, root: Path, out_dir: Path, index: int) -> Pa
             ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
+RETRIES = 1  # a parse that fails for another reason than its input (a storage error, a killed worker) runs once more
+
+
 def _parse_all(
     sources: list[Source], root: Path, tmp: Path, workers: int | None, progress: ProgressCallback | None, dask: str | None
 ) -> list[Parsed]:
@@ -421,29 +430,105 @@ def _parse_all(
     total_bytes = sum(s.size() for s in sources)
     n_workers = workers if workers is not None else min(os.cpu_count() or 1, len(sources))
     results: list[Parsed | None] = [None] * len(sources)
+
+    finished = iter(range(1, len(sources) + 1))
+
+    def done(i: int, parsed: Parsed) -> None:
+        results[i] = parsed
+        if progress:
+            progress(next(finished), len(sources), parsed.result.source)
+
     if n_workers <= 1 or len(sources) == 1 or total_bytes < IN_PROCESS_BYTES:
         for i, src in enumerate(sources):
-            results[i] = parse_rank(src, root, tmp, i)
-            if progress:
-                progress(i + 1, len(sources), results[i].result.source)  # type: ignore[union-attr]
-        return [r for r in results if r is not None]
-    # fork shares the parent's imported modules with the workers (no extra process, least memory); from a
-    # threaded parent (the web app) forking is unsafe, so a forkserver starts the workers there.
-    ctx: BaseContext
-    if threading.active_count() == 1:
-        ctx = get_context("fork")
+            done(i, _parse_here(src, root, tmp, i))
     else:
-        ctx = get_context("forkserver")
-        ctx.set_forkserver_preload(["paradiag.discover"])
-    owner = (os.getpid(),)
-    with ProcessPoolExecutor(max_workers=n_workers, mp_context=ctx, initializer=_worker_init, initargs=owner) as pool:
-        futures = {pool.submit(parse_in_worker, sources[i], root, tmp, i): i for i in largest_first(sources)}
-        for done, future in enumerate(as_completed(futures), start=1):
-            i = futures[future]
-            results[i] = future.result()
-            if progress:
-                progress(done, len(sources), results[i].result.source)  # type: ignore[union-attr]
+        _parse_in_pool(sources, root, tmp, n_workers, done)
     return [r for r in results if r is not None]
+
+
+def _parse_here(source: Source, root: Path, tmp: Path, index: int) -> Parsed:
+    """parse_rank in this process, run once more when writing the cache fails (a bad file never raises: its
+    parse is a problem of its own); failing again, a problem naming the source."""
+    for _ in range(RETRIES + 1):
+        try:
+            return parse_rank(source, root, tmp, index)
+        except OSError as exc:
+            error: BaseException = exc
+    return failed_parse(source, root, tmp, index, f"its parse failed twice (retried once); last error: {_why(error)}")
+
+
+def _parse_in_pool(sources: list[Source], root: Path, tmp: Path, workers: int, done: Callable[[int, Parsed], None]) -> None:
+    """Parse ``sources`` in local worker processes. A killed worker breaks its pool: the ranks that had not started
+    go to a new pool, those it was parsing (and those whose parse raised an OSError) run once more, each alone in
+    a pool of its own (so that a second death is that rank's own); failing again, a problem naming the source."""
+    todo, failed = largest_first(sources), dict[int, BaseException]()
+    while todo:
+        left, failures = _pool_round(sources, root, tmp, workers, todo, done)
+        if len(left) == len(todo):  # the pool broke before it started any (a worker that cannot start)
+            failures.update({i: BrokenProcessPool() for i in left})
+            left = []
+        todo = left
+        failed.update(failures)
+    for i, error in failed.items():
+        left, failures = _pool_round(sources, root, tmp, 1, [i], done)
+        if left or failures:
+            why = f"its parse failed twice (retried once); last error: {_why(failures.get(i, error))}"
+            done(i, failed_parse(sources[i], root, tmp, i, why))
+
+
+def _pool_round(
+    sources: list[Source], root: Path, tmp: Path, workers: int, todo: list[int], done: Callable[[int, Parsed], None]
+) -> tuple[list[int], dict[int, BaseException]]:
+    """One pool over ``todo``: the sources it did not start (its worker killed, the pool broke) and those whose
+    parse failed (source -> error)."""
+    ctx = _pool_context()
+    started = ctx.RawArray("b", len(sources))
+    not_started: list[int] = []
+    failed: dict[int, BaseException] = {}
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init, initargs=(os.getpid(), started)) as pool:
+        futures = {pool.submit(_parse_tracked, sources[i], root, tmp, i): i for i in todo}
+        for future in as_completed(futures):
+            i, error = futures[future], future.exception()
+            if error is None:
+                done(i, future.result())
+            elif isinstance(error, BrokenProcessPool) and not started[i]:
+                not_started.append(i)
+            elif isinstance(error, BrokenProcessPool | OSError):
+                failed[i] = error
+            else:
+                raise error
+    return not_started, failed
+
+
+def _pool_context() -> BaseContext:
+    """fork shares the parent's imported modules with the workers (no extra process, least memory); from a
+    threaded parent (the web app) forking is unsafe, so a forkserver starts the workers there."""
+    if threading.active_count() == 1:
+        return get_context("fork")
+    ctx = get_context("forkserver")
+    ctx.set_forkserver_preload(["paradiag.discover"])
+    return ctx
+
+
+def _parse_tracked(source: Source, root: Path, out_dir: Path, index: int) -> Parsed:
+    """parse_in_worker, marked as started (for the pool to know which ranks a killed worker took with it)."""
+    _STARTED[index] = 1
+    return parse_in_worker(source, root, out_dir, index)
+
+
+def _why(error: BaseException) -> str:
+    if isinstance(error, BrokenProcessPool):
+        return "its worker process died (killed, or out of memory)"
+    return f"{type(error).__name__}: {error}"
+
+
+def failed_parse(source: Source, root: Path, out_dir: Path, index: int, error: str) -> Parsed:
+    """The result of a source whose parse failed for another reason than its input: whatever it wrote into
+    ``out_dir`` removed, ``error`` its problem."""
+    for path in part_files(out_dir, index):
+        path.unlink(missing_ok=True)
+    shown = str(source.path.relative_to(root)) if source.path != root else source.path.name
+    return Parsed(SourceResult(source=shown, parser=source.parser, error=error))
 
 
 def largest_first(sources: Sequence[Source]) -> list[int]:
