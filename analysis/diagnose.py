@@ -132,26 +132,27 @@ def _shifted(table: pa.Table, columns: tuple[str, ...], offset: int) -> pa.Table
 
 
 def read_frame(job: Job) -> Frame:
-    """The job's device events as one :class:`Frame` of the ``WORK_COLUMNS`` (without the communication columns:
-    :func:`with_communication` adds them), each rank's events read once (and dropped before the next rank is
+    """The job's device events as one :class:`Frame` of the ``WORK_COLUMNS`` (the communication columns -1:
+    :func:`add_communication` fills them in), each rank's events read once (and dropped before the next rank is
     read)."""
     return concat([device_frame(job.events(ranks=[rank], columns=WORK_COLUMNS)) for rank in job.rank_ids])
 
 
-def with_communication(frame: Frame, records: Frame) -> Frame:
-    """``frame`` (:func:`read_frame`) with the group, peer, bytes and sequence number of its communication
-    kernels from ``records`` (the same kernels in the same order, peers inferred): what the replay needs."""
+def add_communication(frame: Frame, records: Frame) -> None:
+    """Fill in, in place, the group, peer, bytes and sequence number of ``frame``'s communication kernels from
+    ``records`` (the same kernels in the same order, peers inferred)."""
     rows = np.flatnonzero(frame.kind == frame.code("kinds", "communication"))
     if len(rows) != len(records) or frame.collectives != records.collectives:
         raise ValueError(f"the communication records ({len(records)}) are not the events' communication kernels ({len(rows)})")
-    full = frame.take(slice(None))
-    full.groups = records.groups
+    frame.groups = records.groups
     for name in ("group", "peer", "bytes", "seq"):
-        values = getattr(records, name)
-        column = np.full(len(frame), -1, values.dtype)
-        column[rows] = values
-        setattr(full, name, column)
-    return full
+        getattr(frame, name)[rows] = getattr(records, name)
+
+
+def _records(tables: list[pa.Table]) -> tuple[Frame, np.ndarray]:
+    """The communication records of every rank as one :class:`Frame`, and their peer directions."""
+    directions = [t.column("peer_direction").to_numpy() for t in tables]
+    return concat([table_frame(t) for t in tables]), np.concatenate(directions) if directions else np.zeros(0, np.int8)
 
 
 def _concat(tables: list[pa.Table], name: str) -> pa.Table:
@@ -181,25 +182,26 @@ def _breakdown_table(rows: list[tuple[int | None, Breakdown | None]]) -> pa.Tabl
 def diagnose(job: Job) -> Diagnosis:
     """Everything about ``job``: the per-rank tables reduced across ranks, then the parts that need the events."""
     per_rank = read_rank_tables(job)
-    records = concat([table_frame(t) for t in per_rank["communication"]])
+    records, directions = _records(per_rank.pop("communication"))
     layout = parallel_layout(job.ranks, job.groups, records)
     members = {g: list(m) for g, m in zip(job.groups.column("group").to_pylist(), job.groups.column("ranks").to_pylist(), strict=True)}
     host_of = dict(zip(job.ranks.column("rank").to_pylist(), job.ranks.column("host").to_pylist(), strict=True))
-    directions = np.concatenate([t.column("peer_direction").to_numpy() for t in per_rank["communication"]]) if len(records) else np.zeros(0, np.int8)
     comm.assign_peers(records, directions, members, layout.stage_of)
     participation = comm.collective_participation(records)
     instances = comm.collective_instances(participation, layout.group_sizes(members))
     p2p = comm.p2p_transfers(records)
     waits = comm.rank_waits(participation, p2p)
-    figures = findings.rank_step_figures(pa.concat_tables(per_rank["step_figures"]), job.steps)
+    figures = findings.rank_step_figures(pa.concat_tables(per_rank.pop("step_figures")), job.steps)
     step_ns = float(statistics.median(f["step_ns"] for f in figures.values())) if figures else 0.0
-    rank_passes = pa.concat_tables(per_rank["passes"])
+    rank_passes = pa.concat_tables(per_rank.pop("passes"))
     virtual = stages.virtual_stages(rank_passes, layout.stages[0] if layout.stages else [], layout.size["pp"])
     passes = stages.number_passes(rank_passes, layout.stage_of, virtual, layout.size["pp"])
     metrics = stages.stage_metrics(passes, layout.stages, virtual, step_ns)
     if metrics:
         metrics["schedule"] = stages.schedule_kind(passes, layout.size["pp"], virtual)
     frame = read_frame(job)
+    add_communication(frame, records)
+    del records  # the frame holds them now (the peak comes later: the critical path, the replay)
     peers = peer_sets(layout)
     steps_total = len({s for _, s in figures}) or 1
     found: list[dict[str, Any]] = []
@@ -210,7 +212,7 @@ def diagnose(job: Job) -> Diagnosis:
         found += findings.link_findings(instances, p2p, members, host_of, step_ns, steps_total, job.extra("links"))
     found += findings.clock_findings(job.ranks)
     if any(whatif.finding_edits(f) for f in found):  # the graph costs seconds at 1024 ranks: only for a replay
-        graph = whatif.build_graph(with_communication(frame, records), job.steps, p2p, host_of)
+        graph = whatif.build_graph(frame, job.steps, p2p, host_of)
         whatif.replay_findings(found, graph, whatif.peers_of(layout.stage_of, figures, metrics))
     return Diagnosis(
         version=analysis_version(),

@@ -8,8 +8,8 @@ Cache layout (one folder per job)::
     groups.parquet            communication groups
     events/part-NNNNN.parquet one file per rank, rows sorted by start time (rank's own clock)
     extra/<table>/part-NNNNN.parquet   format-specific tables (e.g. NPU link traffic)
-    analysis/<table>/part-NNNNN.parquet  the per-rank part of the analysis (diagnose.rank_tables), computed
-                              where the rank was parsed (by the analysis version the manifest names)
+    analysis/<table>/part-NNNNN.arrow  the per-rank part of the analysis (diagnose.rank_tables), computed where
+                              the rank was parsed (by the analysis version the manifest names), Arrow IPC files
     diagnosis/                the analysis of the job (paradiag.analysis.diagnosis_types), computed at ingest
     strategy.parquet, .json   side inputs found beside the traces (paradiag.side_inputs)
 
@@ -258,7 +258,7 @@ class Job:
         stored: dict[str, str] = (self._source_of(rank) or {}).get("rank_tables", {})
         if self.manifest.get("analysis_version") != analysis_version() or any(name not in stored for name in names):
             return None
-        return {name: pq.read_table(self.cache_dir / stored[name]) for name in names}
+        return {name: pa.ipc.open_file(pa.py_buffer((self.cache_dir / stored[name]).read_bytes())).read_all() for name in names}
 
     def extra(self, name: str) -> pa.Table | None:
         """A format-specific table (e.g. ``links`` from NPU communication matrices), all ranks concatenated."""
@@ -393,15 +393,18 @@ def parse_rank(source: Source, root: Path, out_dir: Path, index: int) -> Parsed:
     parsed = Parsed(result, tables=rank_tables(events, result.parsed.steps.sort_by("step"), default_convention(result.parsed.device_type)))
     for name, table in parsed.tables.items():
         (out_dir / "analysis" / name).mkdir(parents=True, exist_ok=True)
-        parsed.files[name] = f"analysis/{name}/part-{index:05d}.parquet"
-        pq.write_table(table, out_dir / parsed.files[name])
+        parsed.files[name] = f"analysis/{name}/part-{index:05d}.arrow"
+        # Arrow IPC, not Parquet: the reduce opens five of these per rank, and a tiny Parquet file costs about
+        # 0.8 ms of CPU to open and decode against 0.1-0.2 ms for an IPC file (1024 ranks: 4 s against 0.7 s).
+        with pa.OSFile(str(out_dir / parsed.files[name]), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
     return parsed
 
 
 def part_files(out_dir: Path, index: int) -> list[Path]:
     """Every file the parse of source ``index`` may have written into ``out_dir`` (to drop a failed one's)."""
     name = f"part-{index:05d}.parquet"
-    return [out_dir / "events" / name, *out_dir.glob(f"extra/*/{name}"), *out_dir.glob(f"analysis/*/{name}")]
+    return [out_dir / "events" / name, *out_dir.glob(f"extra/*/{name}"), *out_dir.glob(f"analysis/*/part-{index:05d}.arrow")]
 
 
 def parse_in_worker(source: Source, root: Path, out_dir: Path, index: int) -> Parsed:
