@@ -126,6 +126,7 @@ def read_rank_tables(job: Job) -> dict[str, list[pa.Table]]:
 
 
 def _shifted(table: pa.Table, columns: tuple[str, ...], offset: int) -> pa.Table:
+    """``table`` with ``offset`` added to its time ``columns``: a stored table's times onto the aligned clock."""
     for name in columns if offset else ():
         table = table.set_column(table.schema.get_field_index(name), name, pc.add(table.column(name), pa.scalar(offset, pa.int64())))
     return table

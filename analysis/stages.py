@@ -114,7 +114,7 @@ PASS_COLUMNS = ("direction", "start_ns", "end_ns", "compute_ns")
 
 
 def rank_pass_table(frame: Frame) -> pa.Table:
-    """The per-rank part of :func:`all_passes`: one rank's passes (``frame``: its events), step by step in time
+    """The per-rank part of the passes table: one rank's passes (``frame``: its events), step by step in time
     order (step, direction, start, end, compute), and on each row the model chunks its first step shows
     (:func:`model_chunks`)."""
     classes = name_classes(frame.names)
@@ -129,9 +129,9 @@ def rank_pass_table(frame: Frame) -> pa.Table:
 
 
 def number_passes(passes: pa.Table, stage_of: dict[int, int], virtual: int, stages: int) -> pa.Table:
-    """The cross-rank part of :func:`all_passes`: the passes of :func:`rank_pass_table` (a ``rank`` column added,
-    ranks in order) with each rank's stage and each pass's micro-batch and model chunk, which need the job's
-    stages and virtual stages."""
+    """Every pass of every rank and step (rank, stage, step, micro_batch, chunk, direction, start, end, compute):
+    the passes of :func:`rank_pass_table` (a ``rank`` column added, ranks in order) with each rank's stage and each
+    pass's micro-batch and model chunk, which need the job's stages and virtual stages."""
     cols = passes.select(["rank", "step", *PASS_COLUMNS]).to_pydict()
     rows: dict[str, list[Any]] = {k: [] for k in ("rank", "stage", "step", "micro_batch", "chunk", *PASS_COLUMNS)}
     counters: dict[tuple[int, int, str], int] = {}
@@ -142,16 +142,6 @@ def number_passes(passes: pa.Table, stage_of: dict[int, int], virtual: int, stag
         for key, value in zip(rows, (rank, stage_of.get(rank, 0), step, mb, chunk, direction, *times), strict=True):
             rows[key].append(value)
     return pa.table(rows, schema=pa.schema([(k, pa.string() if k == "direction" else pa.int64()) for k in rows]))
-
-
-def all_passes(frame: Frame, stage_of: dict[int, int], virtual: int, stages: int) -> pa.Table:
-    """Every pass of every rank and step: rank, stage, step, micro_batch, chunk, direction, start, end, compute."""
-    tables: list[pa.Table] = []
-    for rank, mine in frame.by_rank().items():
-        table = rank_pass_table(mine)
-        tables.append(table.add_column(0, "rank", pa.array(np.full(table.num_rows, rank, np.int64))))
-    empty = pa.table({"rank": pa.array([], pa.int64()), "step": pa.array([], pa.int64()), **{k: pa.array([], pa.string() if k == "direction" else pa.int64()) for k in PASS_COLUMNS}})
-    return number_passes(pa.concat_tables(tables) if tables else empty, stage_of, virtual, stages)
 
 
 def model_chunks(frame: Frame, classes: np.ndarray) -> int:
