@@ -219,6 +219,19 @@ def test_rank_tables_give_the_whole_job_diagnosis(device: str, local_cache: Path
     assert pq.read_table(local_cache / "diagnosis" / "breakdowns.parquet").equals(mapped.breakdowns)
 
 
+def test_send_recv_peers_from_the_per_rank_records(tmp_path: Path) -> None:
+    """Four stages whose send/recv kernels do not name their peer: the map tells each one's direction from its own
+    rank's passes, the reduce its stage neighbour; the pairs are those of the same job traced with its peers."""
+    pairs = []
+    for named in (True, False):
+        out = tmp_path / f"job{named}"
+        simulate(SimConfig(output=out, dp=1, pp=4, layers=4, hidden=256, heads=4, seq_len=128, vocab=1024, steps=2, microbatches=4, p2p_peer=named, seed=4))
+        job = dataset.ingest(out, tmp_path / f"cache{named}", workers=1)
+        pairs.append(job.diagnosis().p2p)
+    assert pairs[0].num_rows == 2 * 2 * 3 * 4  # steps x directions (activations, gradients) x stage links x micro-batches
+    assert pairs[1].equals(pairs[0])
+
+
 def test_rank_tables_of_another_analysis_version_are_computed_again(local_cache: Path, tmp_path: Path) -> None:
     """Stored per-rank tables that another version of the analysis wrote are not read: the reduce computes them
     from the events (as for a cache written before they existed)."""
