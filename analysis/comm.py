@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from paradiag.analysis.frame import Frame, group_bounds
+from paradiag.analysis.frame import Frame, frame_table, group_bounds
 
 P2P = ("send", "recv", "send_recv")
 BUS_FACTOR = {
@@ -120,45 +120,86 @@ def collective_instances(participation: pa.Table, group_size: Mapping[str, int] 
     )
 
 
+RECORD_COLUMNS = ("track", "kind", "start", "end", "step", "collective", "group", "peer", "bytes", "seq")
+
+
+def communication_records(frame: Frame) -> pa.Table:
+    """The per-rank part of the communication analysis: one rank's communication kernels (``frame``: its events)
+    in its frame's order, the columns participation, send/recv matching and the layout read (``frame_table``'s
+    form: ``table_frame`` reads them back), and ``peer_direction`` (:func:`peer_directions`)."""
+    is_comm = frame.kind == frame.code("kinds", "communication")
+    directions = peer_directions(frame)[is_comm]
+    return frame_table(frame.take(is_comm), RECORD_COLUMNS).append_column("peer_direction", pa.array(directions, pa.int8()))
+
+
 def infer_peers(frame: Frame, members: Mapping[str, list[int]], stage_of: Mapping[int, int]) -> None:
     """Fill in, in place, the peer of the sends and receives whose trace does not name it (older PyTorch records
-    only the process group and its ranks). In a pipeline group, ordered by stage, a rank talks to the stage before
-    and the stage after it (and, interleaved, stage 0 and the last stage to each other): activations go forward,
-    gradients back. So a send after a forward pass goes to the next stage and one after a backward pass to the
-    previous one; a receive before a forward pass comes from the previous stage, one before a backward pass from
-    the next. In a group of two the other member is the peer; where kernel names tell no direction (no forward-only
-    or backward kernel around), the first and last stage have one neighbour and a middle stage's peer stays
-    unknown. The k-th send then matches the k-th receive."""
+    only the process group and its ranks): :func:`peer_directions` on each rank's events, then
+    :func:`assign_peers` across the job."""
+    assign_peers(frame, peer_directions(frame), members, stage_of)
+
+
+def peer_directions(frame: Frame) -> np.ndarray:
+    """Per event, which way a send or receive without a named peer goes, from its own rank's kernels alone: 1 to
+    the next pipeline stage, -1 to the previous one, 0 when its passes do not tell (or it is no such event).
+
+    In a pipeline, activations go forward and gradients back: a send after a forward pass goes to the next stage
+    and one after a backward pass to the previous one; a receive before a forward pass comes from the previous
+    stage, one before a backward pass from the next. Only kernels whose names say forward-only or backward count;
+    where none is around, :func:`assign_peers` decides from the rank's place in its group."""
     from paradiag.analysis.stages import name_classes
 
-    is_p2p = np.isin(frame.collective, frame.codes("collectives", ("send", "recv"))) & (frame.group >= 0)
-    if not (is_p2p & (frame.peer < 0)).any():
-        return
+    out = np.zeros(len(frame), dtype=np.int8)
+    rows_all = np.flatnonzero(_unnamed_p2p(frame))
+    if not len(rows_all):
+        return out
     classes = name_classes(frame.names)
     send = frame.code("collectives", "send")
     compute = frame.code("kinds", "compute")
-    ranks, firsts = np.unique(frame.rank, return_index=True)
+    _, firsts = np.unique(frame.rank, return_index=True)
     bounds = np.append(firsts, len(frame.rank))
-    for rank, lo, hi in zip(ranks.tolist(), bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-        rows = lo + np.flatnonzero(is_p2p[lo:hi] & (frame.peer[lo:hi] < 0))
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        rows = rows_all[np.searchsorted(rows_all, lo) : np.searchsorted(rows_all, hi)]
         definite = lo + np.flatnonzero((frame.kind[lo:hi] == compute) & np.isin(classes[frame.name[lo:hi]], (-1, 1)))
         marks, cls = frame.start[definite], classes[frame.name[definite]]
         for row in rows.tolist():
-            order = _stage_order(members.get(frame.groups[frame.group[row]], []), stage_of)
-            if rank not in order:
-                continue
-            i, is_send = order.index(rank), frame.collective[row] == send
+            is_send = frame.collective[row] == send
             if is_send:  # the pass it follows
                 k = int(np.searchsorted(marks, frame.start[row], side="right")) - 1
             else:  # the pass it feeds
                 k = int(np.searchsorted(marks, frame.end[row], side="left"))
             if 0 <= k < len(cls):
-                towards_next = bool(cls[k] == -1) == is_send
-            elif i in (0, len(order) - 1) or len(order) == 2:  # one neighbour
-                towards_next = i == 0
-            else:  # a middle stage with no pass to go by: unknown (a guessed peer would pair the wrong transfers)
-                continue
-            frame.peer[row] = order[(i + 1) % len(order)] if towards_next else order[i - 1]
+                out[row] = 1 if bool(cls[k] == -1) == is_send else -1
+    return out
+
+
+def assign_peers(frame: Frame, directions: np.ndarray, members: Mapping[str, list[int]], stage_of: Mapping[int, int]) -> None:
+    """The cross-rank part of :func:`infer_peers`: each unnamed send or receive gets the neighbour of its rank, in
+    its pipeline group ordered by stage, that ``directions`` (:func:`peer_directions`) points to (and, interleaved,
+    stage 0 and the last stage are neighbours). Without a direction, in a group of two the other member is the
+    peer, the first and last stage have one neighbour, and a middle stage's peer stays unknown (a guessed peer
+    would pair the wrong transfers). The k-th send then matches the k-th receive."""
+    orders: dict[int, list[int]] = {}
+    for row in np.flatnonzero(_unnamed_p2p(frame)).tolist():
+        group, rank = int(frame.group[row]), int(frame.rank[row])
+        if group not in orders:
+            orders[group] = _stage_order(members.get(frame.groups[group], []), stage_of)
+        order = orders[group]
+        if rank not in order:
+            continue
+        i, direction = order.index(rank), int(directions[row])
+        if direction:
+            towards_next = direction > 0
+        elif i in (0, len(order) - 1) or len(order) == 2:  # one neighbour
+            towards_next = i == 0
+        else:
+            continue
+        frame.peer[row] = order[(i + 1) % len(order)] if towards_next else order[i - 1]
+
+
+def _unnamed_p2p(frame: Frame) -> np.ndarray:
+    """Sends and receives of a process group whose peer the trace does not name."""
+    return np.isin(frame.collective, frame.codes("collectives", ("send", "recv"))) & (frame.group >= 0) & (frame.peer < 0)
 
 
 def _stage_order(group: list[int], stage_of: Mapping[int, int]) -> list[int]:

@@ -1,16 +1,21 @@
 """One pass over a job's tables that computes everything the report, the CLI and the dashboard show.
 
-``diagnose(job)`` reads each rank's device events once and returns the typed :class:`Diagnosis` holding the
-layout, the per-(rank, step) figures and breakdowns, the collective and send/recv tables, the pipeline passes,
-the stage and operator figures and the ranked findings. Each piece comes from a pure function of the tables
-(``layout``, ``comm``, ``stages``, ``operators``, ``findings``, ``breakdown``); this module only chains them.
-It runs at ingest; ``stored_or_computed`` is how a job gets its Diagnosis afterwards.
+``diagnose(job)`` returns the typed :class:`Diagnosis` holding the layout, the per-(rank, step) figures and
+breakdowns, the collective and send/recv tables, the pipeline passes, the stage and operator figures, the critical
+path and the ranked findings. Each piece comes from a pure function of the tables (``layout``, ``comm``,
+``stages``, ``operators``, ``findings``, ``breakdown``); this module only chains them. It runs at ingest;
+``stored_or_computed`` is how a job gets its Diagnosis afterwards.
 
 The work splits in two. ``rank_tables`` (the map) needs one rank's events only: it runs where the rank is
-parsed (a local worker process or a Dask worker) and its small tables are stored beside the rank's events.
-``diagnose`` (the reduce) runs once per job over every rank and reads those tables instead of recomputing them
-(a cache written before they existed gets them computed here, by the same function).
-"""
+parsed (a local worker process or a Dask worker) and its small tables are stored beside the rank's events: the
+breakdowns, the device time per (step, operator), the communication records (each collective and send/recv
+kernel, with the direction of a send/recv whose peer the trace does not name), the figures per step and the
+pipeline passes. ``diagnose`` (the reduce) runs once per job over every rank and reads those tables instead of
+recomputing them (a cache written before they existed, or by another analysis version, gets them computed here,
+by the same function): the layout, the peers of those sends and receives (their stage neighbours), collective
+participation and instances, send/recv matching, the waits, the stages and the findings. What needs every
+rank's events at once still reads them (``read_frame``: the columns those need only): the critical path, the
+operator imbalance and totals, and the what-if replay of a finding."""
 
 from __future__ import annotations
 
@@ -48,7 +53,7 @@ from paradiag.analysis.diagnosis_types import (
     save,
 )
 from paradiag.analysis.frame import COLUMNS as FRAME_COLUMNS
-from paradiag.analysis.frame import Frame, concat, device_frame, group_bounds, robust_z
+from paradiag.analysis.frame import Frame, concat, device_frame, group_bounds, robust_z, table_frame
 from paradiag.analysis.layout import Layout, parallel_layout
 from paradiag.analysis.operators import operator_imbalance
 
@@ -76,38 +81,79 @@ def stored_or_computed(job: Job) -> Diagnosis:
     return diagnosis
 
 
-RANK_TABLES = ("breakdowns", "operator_totals")  # what rank_tables returns, stored per rank in the cache
+# What rank_tables returns, stored per rank in the cache. Their times (ON_OWN_CLOCK) are on the rank's own clock.
+RANK_TABLES = ("breakdowns", "operator_totals", "communication", "step_figures", "passes")
+ON_OWN_CLOCK = {"communication": ("start", "end"), "passes": ("start_ns", "end_ns")}
+# What the reduce still reads of the events: the critical path, the operator figures and the what-if replay
+# (whose communication columns come from the per-rank records).
+WORK_COLUMNS = ("rank", "device", "track", "kind", "category", "name", "start_ns", "dur_ns", "step", "external_id", "collective")
 
 
 def rank_tables(events: pa.Table, steps: pa.Table, convention: str) -> dict[str, pa.Table]:
     """The per-rank part of the analysis, from one rank's events (``EVENT_COLUMNS`` at least) and its steps
     (sorted by step): its breakdowns (one row per step, and a row with a null step over all its steps, in the
-    device's ``convention``) and its device time per (step, operator). Both measure durations and spans only, so
-    any one clock serves: the rank's own (before alignment) gives the same tables as the aligned one. The tables
-    carry no rank id: the rank a source gets is settled later, across sources."""
+    device's ``convention``), its device time per (step, operator), its communication records
+    (``comm.communication_records``), its figures per step (``findings.step_figures``) and its pipeline passes
+    (``stages.rank_pass_table``). Breakdowns, totals and figures are durations, so any one clock serves; the
+    records' and passes' times are on the clock of ``events`` (the rank's own at ingest: the reduce shifts them).
+    The tables carry no rank id: the rank a source gets is settled later, across sources."""
     device = events.filter(pc.greater_equal(events.column("device"), 0))
+    frame = device_frame(events)
     return {
         "breakdowns": _breakdown_table(_rank_breakdowns(device, steps, convention)),
-        "operator_totals": _operator_totals(device_frame(events)),
+        "operator_totals": _operator_totals(frame),
+        "communication": comm.communication_records(frame),
+        "step_figures": findings.step_figures(frame, steps),
+        "passes": stages.rank_pass_table(frame),
     }
 
 
-def read_frame(job: Job) -> tuple[Frame, dict[str, pa.Table]]:
-    """The job's device events as one :class:`Frame`, each rank's events read once (and dropped before the next
-    rank is read), and the per-rank tables of every rank (stored at ingest, else computed here), rank by rank."""
-    frames = []
+def read_rank_tables(job: Job) -> dict[str, list[pa.Table]]:
+    """Every rank's per-rank tables (stored at ingest, else computed here from its events), rank by rank, each
+    with a ``rank`` column and its times on the job's aligned clock."""
     parts: dict[str, list[pa.Table]] = {name: [] for name in RANK_TABLES}
     device_type = dict(zip(job.ranks.column("rank").to_pylist(), job.ranks.column("device_type").to_pylist(), strict=True))
+    offset = dict(zip(job.ranks.column("rank").to_pylist(), job.ranks.column("clock_offset_ns").to_pylist(), strict=True))
     for rank in job.rank_ids:
-        events = job.events(ranks=[rank], columns=EVENT_COLUMNS)
-        tables = job.rank_tables(rank, RANK_TABLES)
-        if tables is None:
-            tables = rank_tables(events, rank_steps(job.steps, rank), default_convention(device_type.get(rank)))
+        tables, shift = job.rank_tables(rank, RANK_TABLES), offset.get(rank) or 0
+        if tables is None:  # read on the aligned clock: nothing to shift
+            events = job.events(ranks=[rank], columns=EVENT_COLUMNS)
+            tables, shift = rank_tables(events, rank_steps(job.steps, rank), default_convention(device_type.get(rank))), 0
         for name in RANK_TABLES:
-            table = tables[name]
+            table = _shifted(tables[name], ON_OWN_CLOCK.get(name, ()), shift)
             parts[name].append(table.add_column(0, "rank", pa.array(np.full(table.num_rows, rank, np.int32))))
-        frames.append(device_frame(events))
-    return concat(frames), {name: _concat(parts[name], name) for name in RANK_TABLES}
+    return parts
+
+
+def _shifted(table: pa.Table, columns: tuple[str, ...], offset: int) -> pa.Table:
+    """``table`` with ``offset`` added to its time ``columns``: a stored table's times onto the aligned clock."""
+    for name in columns if offset else ():
+        table = table.set_column(table.schema.get_field_index(name), name, pc.add(table.column(name), pa.scalar(offset, pa.int64())))
+    return table
+
+
+def read_frame(job: Job) -> Frame:
+    """The job's device events as one :class:`Frame` of the ``WORK_COLUMNS`` (the communication columns -1:
+    :func:`add_communication` fills them in), each rank's events read once (and dropped before the next rank is
+    read)."""
+    return concat([device_frame(job.events(ranks=[rank], columns=WORK_COLUMNS)) for rank in job.rank_ids])
+
+
+def add_communication(frame: Frame, records: Frame) -> None:
+    """Fill in, in place, the group, peer, bytes and sequence number of ``frame``'s communication kernels from
+    ``records`` (the same kernels in the same order, peers inferred)."""
+    rows = np.flatnonzero(frame.kind == frame.code("kinds", "communication"))
+    if len(rows) != len(records) or frame.collectives != records.collectives:
+        raise ValueError(f"the communication records ({len(records)}) are not the events' communication kernels ({len(rows)})")
+    frame.groups = records.groups
+    for name in ("group", "peer", "bytes", "seq"):
+        getattr(frame, name)[rows] = getattr(records, name)
+
+
+def _records(tables: list[pa.Table]) -> tuple[Frame, np.ndarray]:
+    """The communication records of every rank as one :class:`Frame`, and their peer directions."""
+    directions = [t.column("peer_direction").to_numpy() for t in tables]
+    return concat([table_frame(t) for t in tables]), np.concatenate(directions) if directions else np.zeros(0, np.int8)
 
 
 def _concat(tables: list[pa.Table], name: str) -> pa.Table:
@@ -135,23 +181,28 @@ def _breakdown_table(rows: list[tuple[int | None, Breakdown | None]]) -> pa.Tabl
 
 
 def diagnose(job: Job) -> Diagnosis:
-    """Everything about ``job``, from its events."""
-    frame, per_rank = read_frame(job)
-    layout = parallel_layout(job.ranks, job.groups, frame)
+    """Everything about ``job``: the per-rank tables reduced across ranks, then the parts that need the events."""
+    per_rank = read_rank_tables(job)
+    records, directions = _records(per_rank.pop("communication"))
+    layout = parallel_layout(job.ranks, job.groups, records)
     members = {g: list(m) for g, m in zip(job.groups.column("group").to_pylist(), job.groups.column("ranks").to_pylist(), strict=True)}
     host_of = dict(zip(job.ranks.column("rank").to_pylist(), job.ranks.column("host").to_pylist(), strict=True))
-    comm.infer_peers(frame, members, layout.stage_of)
-    participation = comm.collective_participation(frame)
+    comm.assign_peers(records, directions, members, layout.stage_of)
+    participation = comm.collective_participation(records)
     instances = comm.collective_instances(participation, layout.group_sizes(members))
-    p2p = comm.p2p_transfers(frame)
+    p2p = comm.p2p_transfers(records)
     waits = comm.rank_waits(participation, p2p)
-    figures = findings.rank_step_figures(frame, job.steps)
+    figures = findings.rank_step_figures(pa.concat_tables(per_rank.pop("step_figures")), job.steps)
     step_ns = float(statistics.median(f["step_ns"] for f in figures.values())) if figures else 0.0
-    virtual = stages.virtual_stages(frame, layout.stages[0] if layout.stages else [], layout.size["pp"])
-    passes = stages.all_passes(frame, layout.stage_of, virtual, layout.size["pp"])
+    rank_passes = pa.concat_tables(per_rank.pop("passes"))
+    virtual = stages.virtual_stages(rank_passes, layout.stages[0] if layout.stages else [], layout.size["pp"])
+    passes = stages.number_passes(rank_passes, layout.stage_of, virtual, layout.size["pp"])
     metrics = stages.stage_metrics(passes, layout.stages, virtual, step_ns)
     if metrics:
         metrics["schedule"] = stages.schedule_kind(passes, layout.size["pp"], virtual)
+    frame = read_frame(job)
+    add_communication(frame, records)
+    del records  # the frame holds them now (the peak comes later: the critical path, the replay)
     peers = peer_sets(layout)
     steps_total = len({s for _, s in figures}) or 1
     found: list[dict[str, Any]] = []
@@ -164,6 +215,7 @@ def diagnose(job: Job) -> Diagnosis:
     if any(whatif.finding_edits(f) for f in found):  # the graph costs seconds at 1024 ranks: only for a replay
         graph = whatif.build_graph(frame, job.steps, p2p, host_of)
         whatif.replay_findings(found, graph, whatif.peers_of(layout.stage_of, figures, metrics))
+        del graph  # about 330 MB at 1024 ranks: not held through the critical path, the reduce's other peak
     return Diagnosis(
         version=analysis_version(),
         layout=layout,
@@ -176,12 +228,12 @@ def diagnose(job: Job) -> Diagnosis:
         communication_matrix=[CommLink(**c) for c in comm.comm_matrix(instances, p2p, members, host_of, job.extra("links"), layout.world)],
         operator_times=operator_times(frame, len(set(job.steps.column("step").to_pylist()))),
         rank_steps=rank_step_table(job.steps, figures, waits, layout),
-        breakdowns=per_rank["breakdowns"],
+        breakdowns=_concat(per_rank["breakdowns"], "breakdowns"),
         participation=participation,
         instances=instances,
         p2p=p2p,
         passes=passes,
-        operator_totals=per_rank["operator_totals"],
+        operator_totals=_concat(per_rank["operator_totals"], "operator_totals"),
         critical_path=critical_path(frame, participation, p2p, job.steps),
     )
 

@@ -54,28 +54,39 @@ def finding(kind: str, culprit: dict[str, Any], steps: list[int], impact_pct: fl
     }
 
 
-def rank_step_figures(frame: Frame, steps: pa.Table) -> dict[tuple[int, int], dict[str, int]]:
-    """Per (rank, step): ``compute_ns`` (union of compute), ``launch_delay_ns`` (from the step's host start to its
-    first device work: the data loader and anything else the host does before it feeds the device), ``idle_ns``
-    (no device work between the step's host start and its last device work) and ``step_ns`` (host span)."""
-    out = {}
+STEP_FIGURES = ("compute_ns", "launch_delay_ns", "idle_ns", "step_ns")
+
+
+def step_figures(frame: Frame, steps: pa.Table) -> pa.Table:
+    """Per step of one rank (``frame``: its events; ``steps``: its steps) with device work: ``compute_ns``
+    (union of compute), ``launch_delay_ns`` (from the step's host start to its first device work: the data loader
+    and anything else the host does before it feeds the device), ``idle_ns`` (no device work between the step's
+    host start and its last device work) and ``step_ns`` (host span). Durations only: any one clock serves."""
+    cols: dict[str, list[int]] = {k: [] for k in ("step", *STEP_FIGURES)}
     compute_code = frame.code("kinds", "compute")
-    by_rank = frame.by_rank()
-    for row in steps.to_pylist():
-        f = by_rank.get(row["rank"])
-        if f is None or row["device_end_ns"] is None:
+    rows = steps.select(["step", "start_ns", "end_ns", "device_start_ns", "device_end_ns"]).to_pylist() if len(frame) else []
+    for row in rows:
+        if row["device_end_ns"] is None:
             continue
-        mine = f.step == row["step"]
-        c = mine & (f.kind == compute_code)
-        busy = union_length(np.maximum(f.start[mine], row["start_ns"]), f.end[mine])
+        mine = frame.step == row["step"]
+        c = mine & (frame.kind == compute_code)
+        busy = union_length(np.maximum(frame.start[mine], row["start_ns"]), frame.end[mine])
         window = max(row["device_end_ns"], row["end_ns"]) - row["start_ns"]
-        out[(row["rank"], row["step"])] = {
-            "compute_ns": union_length(f.start[c], f.end[c]),
-            "launch_delay_ns": max(row["device_start_ns"] - row["start_ns"], 0),
-            "idle_ns": max(window - busy, 0),
-            "step_ns": row["end_ns"] - row["start_ns"],
-        }
-    return out
+        cols["step"].append(row["step"])
+        cols["compute_ns"].append(union_length(frame.start[c], frame.end[c]))
+        cols["launch_delay_ns"].append(max(row["device_start_ns"] - row["start_ns"], 0))
+        cols["idle_ns"].append(max(window - busy, 0))
+        cols["step_ns"].append(row["end_ns"] - row["start_ns"])
+    return pa.table({k: pa.array(v, pa.int32() if k == "step" else pa.int64()) for k, v in cols.items()})
+
+
+def rank_step_figures(per_rank: pa.Table, steps: pa.Table) -> dict[tuple[int, int], dict[str, int]]:
+    """The :func:`step_figures` of every rank (``per_rank``, a ``rank`` column added) per (rank, step), in the
+    order of the job's ``steps``."""
+    cols = per_rank.select(["rank", "step", *STEP_FIGURES]).to_pydict()
+    found = {(r, s): dict(zip(STEP_FIGURES, v, strict=True)) for r, s, *v in zip(*cols.values(), strict=True)}
+    keys = zip(steps.column("rank").to_pylist(), steps.column("step").to_pylist(), strict=True)
+    return {k: found[k] for k in keys if k in found}
 
 
 def _spread(values: dict[int, int], rank: int) -> float:

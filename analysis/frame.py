@@ -113,37 +113,71 @@ def _host_operator(events: pa.Table, name: np.ndarray, kind: np.ndarray, kinds: 
 
 def device_frame(events: pa.Table) -> Frame:
     """The device events of ``events`` (one rank, or ranks whose external ids do not collide) as a
-    :class:`Frame`."""
+    :class:`Frame`. Of the communication columns (``group``, ``peer``, ``bytes``, ``seq``), those ``events``
+    lacks are -1."""
     kind, kinds = _codes(events.column("kind"))
     name, names = _codes(events.column("name"))
     op = _host_operator(events, name, kind, kinds) if "external_id" in events.column_names else np.full(len(kind), -1, np.int32)
     device_kinds = [i for i, k in enumerate(kinds) if k in schema.DEVICE_KINDS]
     keep = np.isin(kind, device_kinds) & (_ints(events.column("device"), np.int32) >= 0)
     collective, collectives = _codes(events.column("collective"))
-    group, groups = _codes(events.column("group"))
+    group, groups = _codes(events.column("group")) if "group" in events.column_names else (np.full(len(kind), -1, np.int32), [])
     start = _ints(events.column("start_ns"))
     rank = _ints(events.column("rank"), np.int32)
     order = np.lexsort((start[keep], rank[keep]))
     idx = np.flatnonzero(keep)[order]
+
+    def ints(column: str, dtype: type) -> np.ndarray:
+        return _ints(events.column(column), dtype)[idx] if column in events.column_names else np.full(len(idx), -1, dtype)
+
     return Frame(
         rank=rank[idx],
-        track=_ints(events.column("track"), np.int32)[idx],
+        track=ints("track", np.int32),
         kind=kind[idx],
         name=name[idx],
         op=op[idx],
         start=start[idx],
-        end=start[idx] + _ints(events.column("dur_ns"))[idx],
-        step=_ints(events.column("step"), np.int32)[idx],
+        end=start[idx] + ints("dur_ns", np.int64),
+        step=ints("step", np.int32),
         collective=collective[idx],
         group=group[idx],
-        peer=_ints(events.column("peer"), np.int32)[idx],
-        bytes=_ints(events.column("bytes"))[idx],
-        seq=_ints(events.column("seq"), np.int32)[idx],
+        peer=ints("peer", np.int32),
+        bytes=ints("bytes", np.int64),
+        seq=ints("seq", np.int32),
         kinds=kinds,
         names=names,
         collectives=collectives,
         groups=groups,
     )
+
+
+def frame_table(frame: Frame, columns: tuple[str, ...]) -> pa.Table:
+    """``columns`` (names of :class:`Frame` arrays) of ``frame`` as an Arrow table. A string code becomes a
+    dictionary column over the frame's whole list, used or not: :func:`table_frame` then gives the same codes, and
+    frames of several ranks merge (:func:`concat`) onto the codes that merging those ranks' events gives."""
+    out: dict[str, pa.Array] = {}
+    for name in columns:
+        values = getattr(frame, name)
+        if name in VOCABULARY_OF:
+            words = pa.array(getattr(frame, VOCABULARY_OF[name]), pa.string())
+            out[name] = pa.DictionaryArray.from_arrays(pa.array(values, pa.int32(), mask=values < 0), words)
+        else:
+            out[name] = pa.array(values)
+    return pa.table(out)
+
+
+def table_frame(table: pa.Table) -> Frame:
+    """A :func:`frame_table` (a ``rank`` column added) back as a :class:`Frame`; arrays it lacks are -1, lists it
+    lacks empty. ``name`` and ``op`` share one list: a table holds at most one of them."""
+    n = table.num_rows
+    arrays: dict[str, Any] = {k: np.full(n, -1, np.int64 if k in ("start", "end", "bytes") else np.int32) for k in NUMERIC}
+    lists: dict[str, Any] = {v: [] for v in VOCABULARIES}
+    for name in table.column_names:
+        if name in VOCABULARY_OF:
+            arrays[name], lists[VOCABULARY_OF[name]] = _codes(table.column(name))
+        elif name in arrays:
+            arrays[name] = np.asarray(table.column(name).to_numpy(), dtype=arrays[name].dtype)
+    return Frame(**arrays, **lists)
 
 
 def job_frame(job: Job, events_by_rank: Mapping[int, pa.Table] | None = None) -> Frame:

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from paradiag.analysis.frame import Frame
 from paradiag.analysis.intervals import union_length
@@ -73,9 +74,10 @@ def split_passes(classes: np.ndarray, segment: np.ndarray) -> tuple[np.ndarray, 
     return pass_id, np.array(backward, dtype=bool)
 
 
-def rank_passes(frame: Frame, rank: int, step: int, classes: np.ndarray) -> list[dict[str, Any]]:
-    """The passes of one rank in one step, in time order: direction, start, end, compute time."""
-    mine = (frame.rank == rank) & (frame.step == step)
+def rank_passes(frame: Frame, step: int, classes: np.ndarray) -> list[dict[str, Any]]:
+    """The passes of one rank (``frame``: its events) in one step, in time order: direction, start, end, compute
+    time."""
+    mine = frame.step == step
     compute = mine & (frame.kind == frame.code("kinds", "compute"))
     compute &= classes[frame.name] != 2
     p2p = mine & np.isin(frame.collective, frame.codes("collectives", P2P))
@@ -108,40 +110,52 @@ def chunk_and_micro_batch(k: int, stages: int, virtual: int, backward: bool) -> 
     return (virtual - 1 - chunk if backward else chunk), group * stages + within % stages
 
 
-def all_passes(frame: Frame, stage_of: dict[int, int], virtual: int, stages: int) -> pa.Table:
-    """Every pass of every rank and step: rank, stage, step, micro_batch, chunk, direction, start, end, compute."""
+PASS_COLUMNS = ("direction", "start_ns", "end_ns", "compute_ns")
+
+
+def rank_pass_table(frame: Frame) -> pa.Table:
+    """The per-rank part of the passes table: one rank's passes (``frame``: its events), step by step in time
+    order (step, direction, start, end, compute), and on each row the model chunks its first step shows
+    (:func:`model_chunks`)."""
     classes = name_classes(frame.names)
-    rows: dict[str, list[Any]] = {k: [] for k in ("rank", "stage", "step", "micro_batch", "chunk", "direction", "start_ns", "end_ns", "compute_ns")}
-    for rank, mine in frame.by_rank().items():
-        for step in np.unique(mine.step[mine.step >= 0]).tolist():
-            counters = {"forward": 0, "backward": 0}
-            for p in rank_passes(mine, rank, step, classes):
-                k = counters[p["direction"]]
-                counters[p["direction"]] += 1
-                chunk, mb = chunk_and_micro_batch(k, stages, virtual, p["direction"] == "backward")
-                for key, value in (("rank", rank), ("stage", stage_of.get(rank, 0)), ("step", step), ("micro_batch", mb), ("chunk", chunk)):
-                    rows[key].append(value)
-                for key in ("direction", "start_ns", "end_ns", "compute_ns"):
-                    rows[key].append(p[key])
+    rows: dict[str, list[Any]] = {k: [] for k in ("step", *PASS_COLUMNS)}
+    for step in np.unique(frame.step[frame.step >= 0]).tolist():
+        for p in rank_passes(frame, step, classes):
+            rows["step"].append(step)
+            for key in PASS_COLUMNS:
+                rows[key].append(p[key])
+    table = pa.table(rows, schema=pa.schema([(k, pa.string() if k == "direction" else pa.int64()) for k in rows]))
+    return table.append_column("chunks", pa.array(np.full(table.num_rows, model_chunks(frame, classes), np.int64)))
+
+
+def number_passes(passes: pa.Table, stage_of: dict[int, int], virtual: int, stages: int) -> pa.Table:
+    """Every pass of every rank and step (rank, stage, step, micro_batch, chunk, direction, start, end, compute):
+    the passes of :func:`rank_pass_table` (a ``rank`` column added, ranks in order) with each rank's stage and each
+    pass's micro-batch and model chunk, which need the job's stages and virtual stages."""
+    cols = passes.select(["rank", "step", *PASS_COLUMNS]).to_pydict()
+    rows: dict[str, list[Any]] = {k: [] for k in ("rank", "stage", "step", "micro_batch", "chunk", *PASS_COLUMNS)}
+    counters: dict[tuple[int, int, str], int] = {}
+    for rank, step, direction, *times in zip(*cols.values(), strict=True):
+        k = counters.get((rank, step, direction), 0)
+        counters[(rank, step, direction)] = k + 1
+        chunk, mb = chunk_and_micro_batch(k, stages, virtual, direction == "backward")
+        for key, value in zip(rows, (rank, stage_of.get(rank, 0), step, mb, chunk, direction, *times), strict=True):
+            rows[key].append(value)
     return pa.table(rows, schema=pa.schema([(k, pa.string() if k == "direction" else pa.int64()) for k in rows]))
 
 
-def virtual_stages(frame: Frame, stage0_ranks: list[int], stages: int) -> int:
-    """Model chunks per rank. In interleaved 1F1B, stage 0 also receives activations (from the last stage, for
-    its later chunks): with m x v forward passes of which m (v - 1) start after a receive, v = F / (F - R)."""
-    if stages <= 1 or not stage0_ranks:
-        return 1
-    classes = name_classes(frame.names)
-    rank = stage0_ranks[0]
-    frame = frame.take(frame.rank == rank)
-    steps = np.unique(frame.step[(frame.rank == rank) & (frame.step >= 0)])
+def model_chunks(frame: Frame, classes: np.ndarray) -> int:
+    """Model chunks of one rank (``frame``: its events), from its first step. In interleaved 1F1B, stage 0 also
+    receives activations (from the last stage, for its later chunks): with m x v forward passes of which
+    m (v - 1) start after a receive, v = F / (F - R). Meaningful on a rank of stage 0 (:func:`virtual_stages`)."""
+    steps = np.unique(frame.step[frame.step >= 0])
     if len(steps) == 0:
         return 1
     step = int(steps[0])
-    passes = rank_passes(frame, rank, step, classes)
+    passes = rank_passes(frame, step, classes)
     forward = [p for p in passes if p["direction"] == "forward"]
     recv = frame.code("collectives", "recv")
-    recv_ends = np.sort(frame.end[(frame.rank == rank) & (frame.step == step) & (frame.collective == recv)])
+    recv_ends = np.sort(frame.end[(frame.step == step) & (frame.collective == recv) & (recv >= 0)])
     # A forward pass fed by a receive: some receive ended between the previous pass's end and this pass's start.
     fed, previous_end = 0, -1
     for p in passes:
@@ -150,6 +164,15 @@ def virtual_stages(frame: Frame, stage0_ranks: list[int], stages: int) -> int:
         previous_end = p["end_ns"]
     f = len(forward)
     return max(1, round(f / (f - fed))) if f > fed else 1
+
+
+def virtual_stages(passes: pa.Table, stage0_ranks: list[int], stages: int) -> int:
+    """Model chunks per rank: those the first rank of stage 0 shows (``passes``: :func:`rank_pass_table`'s, a
+    ``rank`` column added); 1 without a pipeline."""
+    if stages <= 1 or not stage0_ranks:
+        return 1
+    mine = passes.filter(pc.equal(passes.column("rank"), stage0_ranks[0])).column("chunks")
+    return int(mine[0].as_py()) if len(mine) else 1
 
 
 def theoretical_bubble(stages: int, micro_batches: int, virtual: int = 1) -> float:

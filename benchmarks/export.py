@@ -28,7 +28,7 @@ from paradiag.analysis.critical_path import composition, critical_path
 from paradiag.analysis.diagnose import read_frame
 job = paradiag.open(sys.argv[1])
 d = job.diagnosis()
-frame, _ = read_frame(job)
+frame = read_frame(job)
 t = time.perf_counter()
 path = critical_path(frame, d.participation, d.p2p, job.steps)
 seconds = time.perf_counter() - t

@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from paradiag.dataset import JobError, Parsed, ProgressCallback, largest_first, parse_in_worker, part_files
-from paradiag.discover import Source, SourceResult
+from paradiag.dataset import JobError, Parsed, ProgressCallback, failed_parse, largest_first, parse_in_worker
+from paradiag.discover import Source
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -33,7 +33,7 @@ LOCAL = re.compile(r"^local:(?P<workers>[0-9]+)$")
 ADDRESS = re.compile(r"^[a-z][a-z0-9+.-]*://\S+$")  # tcp://host:8786, tls://..., ws://...
 CONNECT_TIMEOUT_S = 30
 WORKER_TIMEOUT_S = 60  # how long a scheduler may have no worker before the ingest gives up
-RETRIES = 1
+RETRIES = 1  # as a local ingest's (paradiag.dataset.RETRIES)
 
 
 def check_address(spec: str) -> str:
@@ -125,9 +125,5 @@ def _run(client: Client, sources: list[Source], root: Path, tmp: Path, progress:
 
 def _failed(source: Source, root: Path, tmp: Path, index: int, exc: BaseException | None) -> Parsed:
     """A source whose task failed twice: its partial files removed, its error the exception's."""
-    for path in part_files(tmp, index):
-        path.unlink(missing_ok=True)
-    shown = str(source.path.relative_to(root)) if source.path != root else source.path.name
     why = f"{type(exc).__name__}: {exc}" if exc is not None else "cancelled"
-    error = f"its task failed on the Dask cluster twice (retried once); last error: {why}"
-    return Parsed(SourceResult(source=shown, parser=source.parser, error=error))
+    return failed_parse(source, root, tmp, index, f"its task failed on the Dask cluster twice (retried once); last error: {why}")

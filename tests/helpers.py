@@ -1,4 +1,4 @@
-"""Small synthetic Kineto traces for tests that need exact control over the input."""
+"""Small synthetic Kineto traces for tests that need exact control over the input, and cache comparisons."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+import paradiag
+from paradiag import dataset
+from paradiag.analysis.report import build_report
 from paradiag.parsers import msprof
 
 
@@ -90,3 +93,17 @@ def make_prof(job: Path, rank: Path, name: str = "PROF_000001_20250109155803704_
         f"0,50,N/A,N/A,{end_us},155985.8\n"
     )
     return prof
+
+
+def assert_same_cache(cache: Path, expected: Path) -> None:
+    """Every file byte for byte, the manifest but for its creation time; then the same report."""
+    files = sorted(p.relative_to(expected) for p in expected.rglob("*") if p.is_file())
+    assert sorted(p.relative_to(cache) for p in cache.rglob("*") if p.is_file()) == files
+    for rel in files:
+        if rel.name != dataset.MANIFEST:
+            assert (cache / rel).read_bytes() == (expected / rel).read_bytes(), rel
+    manifests = [json.loads((c / dataset.MANIFEST).read_text()) for c in (cache, expected)]
+    for m in manifests:
+        m.pop("created")
+    assert manifests[0] == manifests[1]
+    assert build_report(paradiag.open(cache)) == build_report(paradiag.open(expected))

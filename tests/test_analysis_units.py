@@ -223,8 +223,10 @@ def test_pipeline_passes_and_stage_metrics() -> None:
         rows += [kernel(0, "layer_norm_fwd", t, t + 10), {**coll(0, t + 10, t + 11, group="p", kind="send", seq=mb), "peer": 1}]
         rows += [{**coll(1, t + 10, t + 12, group="p", kind="recv", seq=mb), "peer": 0}, kernel(1, "layer_norm_fwd", t + 12, t + 32)]
     rows += [kernel(0, "layer_norm_grad", 300, 310), kernel(1, "layer_norm_grad", 250, 270)]
-    frame = device_frame(events(rows))
-    passes = stages.all_passes(frame, {0: 0, 1: 1}, 1, 2)
+    per_rank = [stages.rank_pass_table(f) for f in device_frame(events(rows)).by_rank().values()]
+    ranked = [t.add_column(0, "rank", pa.array([r] * t.num_rows, pa.int32())) for r, t in enumerate(per_rank)]
+    assert [stages.virtual_stages(pa.concat_tables(ranked), [0], 2), ranked[0].column("chunks")[0].as_py()] == [1, 1]
+    passes = stages.number_passes(pa.concat_tables(ranked), {0: 0, 1: 1}, 1, 2)
     rank1 = [(p["direction"], p["micro_batch"], p["start_ns"], p["end_ns"]) for p in passes.to_pylist() if p["rank"] == 1]
     assert rank1 == [("forward", 0, 12, 32), ("forward", 1, 112, 132), ("backward", 0, 250, 270)]
     metrics = stages.stage_metrics(passes, [[0], [1]], 1, 1000)

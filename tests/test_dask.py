@@ -24,11 +24,12 @@ from click.testing import CliRunner
 import paradiag
 from paradiag import dataset
 from paradiag.analysis.diagnose import RANK_TABLES, diagnose
-from paradiag.analysis.report import build_report
+from paradiag.analysis.diagnosis_types import TABLES
 from paradiag.cli import main
 from paradiag.simulator import faults
 from paradiag.simulator.config import SimConfig
 from paradiag.simulator.run import simulate
+from tests.helpers import assert_same_cache
 
 distributed = pytest.importorskip("distributed")
 VENV_BIN = Path(sys.executable).parent
@@ -65,20 +66,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def assert_same_cache(cache: Path, expected: Path) -> None:
-    """Every file byte for byte, the manifest but for its creation time; then the same report."""
-    files = sorted(p.relative_to(expected) for p in expected.rglob("*") if p.is_file())
-    assert sorted(p.relative_to(cache) for p in cache.rglob("*") if p.is_file()) == files
-    for rel in files:
-        if rel.name != dataset.MANIFEST:
-            assert (cache / rel).read_bytes() == (expected / rel).read_bytes(), rel
-    manifests = [json.loads((c / dataset.MANIFEST).read_text()) for c in (cache, expected)]
-    for m in manifests:
-        m.pop("created")
-    assert manifests[0] == manifests[1]
-    assert build_report(paradiag.open(cache)) == build_report(paradiag.open(expected))
 
 
 def test_local_cluster_equals_local_ingest(sim_job: Path, local_cache: Path, cluster: Any, tmp_path: Path) -> None:
@@ -224,11 +211,41 @@ def test_rank_tables_give_the_whole_job_diagnosis(device: str, local_cache: Path
     shutil.rmtree(old / "analysis")
     mapped, whole = diagnose(paradiag.open(local_cache)), diagnose(paradiag.open(old))
     assert mapped.document() == whole.document()
-    for name in ("breakdowns", "operator_totals", "participation", "p2p", "rank_steps"):
+    for name in TABLES:
         assert getattr(mapped, name).equals(getattr(whole, name)), name
+    assert mapped.participation.num_rows and mapped.p2p.num_rows and mapped.passes.num_rows and mapped.findings
     offsets = paradiag.open(local_cache).ranks.column("clock_offset_ns").to_pylist()
     assert any(offsets), "the job's clocks must differ, or the test shows nothing about clock independence"
     assert pq.read_table(local_cache / "diagnosis" / "breakdowns.parquet").equals(mapped.breakdowns)
+
+
+def test_send_recv_peers_from_the_per_rank_records(tmp_path: Path) -> None:
+    """Four stages whose send/recv kernels do not name their peer: the map tells each one's direction from its own
+    rank's passes, the reduce its stage neighbour; the pairs are those of the same job traced with its peers."""
+    pairs = []
+    for named in (True, False):
+        out = tmp_path / f"job{named}"
+        simulate(SimConfig(output=out, dp=1, pp=4, layers=4, hidden=256, heads=4, seq_len=128, vocab=1024, steps=2, microbatches=4, p2p_peer=named, seed=4))
+        job = dataset.ingest(out, tmp_path / f"cache{named}", workers=1)
+        pairs.append(job.diagnosis().p2p)
+    assert pairs[0].num_rows == 2 * 2 * 3 * 4  # steps x directions (activations, gradients) x stage links x micro-batches
+    assert pairs[1].equals(pairs[0])
+
+
+def test_rank_tables_of_another_analysis_version_are_computed_again(local_cache: Path, tmp_path: Path) -> None:
+    """Stored per-rank tables that another version of the analysis wrote are not read: the reduce computes them
+    from the events (as for a cache written before they existed)."""
+    stale = tmp_path / "stale"
+    shutil.copytree(local_cache, stale)
+    assert paradiag.open(stale).rank_tables(0, RANK_TABLES) is not None
+    manifest = json.loads((stale / dataset.MANIFEST).read_text())
+    manifest["analysis_version"] = "an older analysis"
+    (stale / dataset.MANIFEST).write_text(json.dumps(manifest))
+    for part in (stale / "analysis" / "passes").iterdir():
+        part.write_bytes(b"not what this version reads")
+    job = paradiag.open(stale)
+    assert job.rank_tables(0, RANK_TABLES) is None
+    assert diagnose(job).document() == diagnose(paradiag.open(local_cache)).document()
 
 
 @pytest.mark.slow  # two workers are killed and restarted
