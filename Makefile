@@ -29,6 +29,7 @@ $(VENV)/.ready: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade $(BUILD_TOOLS)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(PY) -m paradiag.plotly_bundle  # plotly.js's cartesian bundle from the npm registry (paradiag/plotly_bundle.py)
 	touch $@
 
 setup-test: $(VENV)/.ready browser peers

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import plotly.graph_objects as go
 import plotly.io as pio
-from plotly.offline import get_plotlyjs
 
+from paradiag import plotly_bundle
 from paradiag.units import ms
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ def _page(title: str, subtitle: str, sections: list[tuple[str, str]]) -> str:
     return (
         "<!DOCTYPE html><html><head><meta charset='utf-8'>"
         f"<title>{html.escape(title)}</title><style>{STYLE}</style>"
-        f"<script type='text/javascript'>{get_plotlyjs()}</script></head><body>"
+        f"<script type='text/javascript'>{plotly_bundle.script()}</script></head><body>"
         f"<header><h1>{html.escape(title)}</h1><p>{html.escape(subtitle)}</p></header><main>{body}</main></body></html>"
     )
 
