@@ -152,7 +152,7 @@ def pipeline_views(b: Browser, app: Any, reducer: str) -> None:
     if stage:
         b.props[("marey-expand", "value")] = [stage]
         b.call(f"marey: open {stage}", key_for(app, "marey.figure"), [("marey-expand", "value")])
-    bar = next((t for t in b.props[("marey", "figure")]["data"] if t.get("type") == "bar"), None)
+    bar = next((t for t in b.props[("marey", "figure")]["data"] if t.get("hoveron") == "points" and t.get("customdata")), None)  # a bar's hover points
     if bar:
         b.props[("marey-click", "data")] = {"points": [{"customdata": bar["customdata"][0], "x": 0.0}]}
         b.call("click a marey band", reducer, [("marey-click", "data")])

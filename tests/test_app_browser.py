@@ -233,9 +233,9 @@ def test_marey_band_click_selects_the_flow_node(duo: Any) -> None:
     wait_plot(duo, "flow")
     x, y = duo.driver.execute_script(
         """const gd = document.querySelector('#marey .js-plotly-plot');
-        const t = gd._fullData.find(d => d.type === 'bar' && d.name === 'compute');  // typed arrays decoded
-        const i = t.customdata.findIndex(c => c[0].includes('gemm'));
-        return [t.base[i] + t.x[i] / 2, t.y[i]];"""
+        const t = gd._fullData.find(d => d.hoveron === 'points' && d.name === 'compute' && d.customdata.some(c => c[0].includes('gemm')));
+        const i = t.customdata.findIndex(c => c[0].includes('gemm'));  // the bars' hover points (typed arrays decoded)
+        return [t.x[i], t.y[i]];"""
     )
     click_data_point(duo, "marey", x, y)
     wait_search(duo, "op=")  # a click reaches the selection once no double-click can follow

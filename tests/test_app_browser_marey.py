@@ -45,18 +45,21 @@ def until(check: Any, timeout: float = 20) -> bool:
 
 
 def gemm_bar(duo: Any) -> tuple[float, float]:
-    """Data coordinates of the middle of a gemm bar in view."""
+    """Data coordinates of a gemm bar's hover point in view."""
     x, y = duo.driver.execute_script(
         """const gd = document.querySelector('#marey .js-plotly-plot');
         const [lo, hi] = gd._fullLayout.xaxis.range;
-        const t = gd._fullData.find(d => d.type === 'bar' && d.name === 'compute');
-        const i = [...t.customdata.keys()].find(k => t.customdata[k][0].includes('gemm') && t.base[k] > lo && t.base[k] + t.x[k] < hi);
-        return [t.base[i] + t.x[i] / 2, t.y[i]];"""
+        for (const t of gd._fullData.filter(d => d.hoveron === 'points' && d.name === 'compute')) {
+            const i = [...t.customdata.keys()].find(k => t.customdata[k][0].includes('gemm') && t.x[k] > lo && t.x[k] < hi);
+            if (i !== undefined) { return [t.x[i], t.y[i]]; }
+        }"""
     )
     return float(x), float(y)
 
 
-def double_click(duo: Any, x: float, y: float) -> None:
+def pointer(duo: Any, x: float, y: float, gesture: str) -> None:
+    """The mouse moved to data coordinates (x, y) of Marey's graph, then ``gesture``: "double_click" or "pause"
+    (hover only)."""
     from selenium.webdriver.common.action_chains import ActionChains
 
     pos = duo.driver.execute_script(
@@ -68,7 +71,7 @@ def double_click(duo: Any, x: float, y: float) -> None:
     )
     actions = ActionChains(duo.driver)
     actions.w3c_actions.pointer_action.move_to_location(int(pos[0]), int(pos[1]))
-    actions.w3c_actions.pointer_action.double_click()
+    getattr(actions.w3c_actions.pointer_action, gesture)()
     actions.perform()
 
 
@@ -84,7 +87,7 @@ def test_double_click_resets_the_zoom_and_selects_nothing_a_click_selects(duo: A
     )
     assert until(lambda: "t=" in search(duo)), search(duo)  # zoomed: the window is in the link
     time.sleep(1.0)
-    double_click(duo, *gemm_bar(duo))
+    pointer(duo, *gemm_bar(duo), "double_click")
     assert until(lambda: "t=" not in search(duo)), search(duo)  # the zoom was reset ...
     time.sleep(1.5)
     assert "op=" not in search(duo), search(duo)  # ... and nothing was selected
@@ -110,4 +113,42 @@ def test_the_critical_path_toggle_draws_the_path(duo: Any) -> None:
     screenshot(duo, "marey_critical_path", "marey")
     duo.find_element("#marey-path input").click()
     assert until(lambda: "critical path" not in names()), names()
+    assert severe_logs(duo) == []
+
+
+def test_a_long_bar_answers_hover_and_click_away_from_its_middle(duo: Any) -> None:
+    duo.driver.get(f"{duo.server_url}/?job=sample:{SAMPLE}&step=1")
+    wait_plot(duo, "marey")
+    assert until(lambda: not duo.driver.execute_script("return document.querySelectorAll('[data-dash-is-loading=\"true\"]').length"))
+    time.sleep(1.0)
+    # The longest bar's hover points (those sharing an instance and a row), and a spot in its first quarter.
+    bar = duo.driver.execute_script(
+        """const gd = document.querySelector('#marey .js-plotly-plot'); gd.scrollIntoView({block: 'center'});
+        const bars = {};
+        for (const t of gd._fullData.filter(d => d.hoveron === 'points' && d.customdata)) {
+            t.customdata.forEach((c, i) => { (bars[c[2] + '|' + t.y[i]] ??= {op: c[0], mid: c[2], y: t.y[i], xs: []}).xs.push(t.x[i]); });
+        }
+        const bar = Object.values(bars).sort((a, b) => b.xs.length - a.xs.length)[0];
+        gd.on('plotly_hover', e => { window.__pdHovered = [...e.points[0].customdata, e.points[0].y]; });
+        return bar;"""
+    )
+    xs = sorted(bar["xs"])
+    assert len(xs) >= 3, bar
+    x = xs[0] + (xs[1] - xs[0]) / 4  # nearer the bar's start than its middle, between two hover points
+    assert abs(x - bar["mid"]) > (xs[-1] - xs[0]) / 3
+    pointer(duo, x, bar["y"], "pause")
+    assert until(lambda: duo.driver.execute_script("return window.__pdHovered || null") is not None, timeout=5)
+    hovered = duo.driver.execute_script("return window.__pdHovered")
+    assert (hovered[0], hovered[2], hovered[-1]) == (bar["op"], bar["mid"], bar["y"])  # this bar, not a neighbour
+    assert duo.driver.execute_script("return document.querySelector('#marey .hoverlayer .hovertext') !== null")
+    screenshot(duo, "marey_hover_long_bar", "marey")
+    click_data_point(duo, "marey", x, bar["y"])
+    assert until(lambda: "op=" in search(duo)), search(duo)
+
+    def outline() -> list[float]:
+        xs = duo.driver.execute_script("return [...document.querySelector('#marey .js-plotly-plot')._fullData.find(d => d.name === 'selected operator').x]")
+        return [float(v) for v in xs if v is not None and v == v]
+
+    assert until(lambda: bool(outline())), search(duo)
+    assert min(outline()) <= x <= max(outline())  # the clicked instance is the one outlined
     assert severe_logs(duo) == []

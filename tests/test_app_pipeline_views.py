@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from paradiag.analysis import marey as model
+from paradiag.app import palette
 from paradiag.app.figures.marey import marey_figure
 
 SAMPLES = "sample_traces"
@@ -137,12 +138,16 @@ def test_marey_bars_answer_the_mouse_and_a_click_outlines_one_instance() -> None
     job = _open("gpu_llm_slow_rank")
     data = marey_data(job, slowest_step(job), None)
     fig = marey_figure(data)
-    bars = [t for t in fig.data if t.type == "bar"]
-    assert {t.name for t in bars} >= {"compute", "send", "recv"}
-    compute = next(t for t in bars if t.name == "compute")
-    assert any("slowest device: rank" in t for t in compute.hovertext) and len(compute.customdata[0]) == 3
-    assert any("micro-batch 0 forward" in t for t in compute.hovertext) and any("backward" in t for t in compute.hovertext)
-    op, stage, at = compute.customdata[0]
+    fills = [t for t in fig.data if t.fill == "toself" and t.name in palette.CATEGORY]
+    assert {t.name for t in fills} >= {"compute", "send", "recv"} and all(t.mode == "none" and t.hoverinfo == "skip" for t in fills)
+    points = [t for t in fig.data if t.hoveron == "points" and t.name == "compute"]
+    assert points and all(t.mode == "none" for t in points)  # the bars' hover, drawn as nothing
+    compute = next(t for t in points if "slowest device: rank %{customdata[4]}" in t.hovertemplate)
+    texts = [text for t in points for text in t.text]
+    assert any("micro-batch 0 forward" in t for t in texts) and any("backward" in t for t in texts)
+    op, stage, at, ms, slow_rank, slow_ms = compute.customdata[0][:6]
+    assert any(compute.text[0].endswith(f"<br>{row['label']}") for st in data["stages"] for row in st["rows"]) and ms > 0 and slow_ms > 0
+    assert slow_rank in {r for st in data["stages"] for row in st["rows"] for r in row["ranks"]}
     every = marey_figure(data, selected=(op, stage, None))
     one = marey_figure(data, selected=(op, stage, at))
     outline = next(t for t in one.data if t.name == "selected operator")

@@ -12,11 +12,12 @@ import numpy as np
 import plotly.graph_objects as go
 
 from paradiag.app import palette
-from paradiag.app.figures.common import base_figure, compact, empty_figure, short_name
+from paradiag.app.figures.common import bars, base_figure, compact, empty_figure, short_name
 
 HALF = 0.32  # half the height of a row
 STAGE_GAP = 0.7  # extra space between stages
 ANOMALY = "#c62828"
+HOVER_STEP = 1 / 80  # the hover points along a long bar: this fraction of the window apart at most
 
 
 def rows_of(data: dict[str, Any]) -> tuple[list[list[float]], dict[int, float], list[tuple[float, str]]]:
@@ -57,7 +58,7 @@ def marey_figure(data: dict[str, Any], selected: tuple[Any, ...] | None = None, 
     fig.add_trace(highlight(data, selected))
     fig.update_yaxes(tickvals=[t[0] for t in ticks], ticktext=[t[1] for t in ticks], autorange="reversed", showgrid=False, zeroline=False, fixedrange=True)
     fig.update_xaxes(title=f"time since job start (ms) · step {data['step']}", range=data["window_ms"], showgrid=True)
-    fig.update_layout(barmode="overlay", dragmode="zoom", hovermode="closest", margin={"l": 90, "t": 40}, legend={"font": {"size": 10}, "y": 1.0, "yanchor": "bottom"})
+    fig.update_layout(dragmode="zoom", hovermode="closest", margin={"l": 90, "t": 40}, legend={"font": {"size": 10}, "y": 1.0, "yanchor": "bottom"})
     return fig
 
 
@@ -138,53 +139,95 @@ def _connectors(fig: go.Figure, data: dict[str, Any], row_y: list[list[float]]) 
 
 
 def _bars(fig: go.Figure, data: dict[str, Any], row_y: list[list[float]]) -> None:
-    """One bar per band and row, a trace per category: hover names the operator, the row's time, the spread and
-    the slowest device; customdata = (operator, stage, the instance's middle in ms)."""
-    cols: dict[str, dict[str, list[Any]]] = {}
+    """Per category, its bars as one filled path (NaN-separated polygons: one SVG node, where a ``go.Bar``
+    draws a path per bar and a 256-rank graph took 0.4-0.5 s to redraw) and undrawn points carrying their hover
+    and click (:func:`_hover_points`)."""
+    parts: dict[str, list[dict[str, np.ndarray]]] = {}
     for st, ys in zip(data["stages"], row_y, strict=True):
-        if not len(st["start"]):
-            continue
-        starts, ends, lo, hi = _arrays(st, "start"), _arrays(st, "end"), _arrays(st, "lo"), _arrays(st, "hi")
-        slow_rank, slow_ms = _arrays(st, "slow_rank").astype(np.int64), _arrays(st, "slow_ms")
-        mid = ((lo.min(axis=1) + hi.max(axis=1)) / 2).round(4).tolist()
-        labels = [r["label"] for r in st["rows"]]
-        many = [len(r["ranks"]) > 1 for r in st["rows"]]
-        cats = np.array(st["category"], dtype=object)
-        names = [short_name(label, 48) for label in st["label"]]
-        slowest = ["slowest device:" if op == label else "longest single operator:" for op, label in zip(st["operator"], st["label"], strict=True)]
-        passes = [_pass_text(p) for p in st.get("pass") or [""] * len(names)]
-        for cat in dict.fromkeys(st["category"]):
-            idx = np.flatnonzero(cats == cat)
-            c = cols.setdefault(cat, {"base": [], "x": [], "y": [], "custom": [], "text": []})
-            c["base"].append(starts[idx].ravel())
-            c["x"].append((ends[idx] - starts[idx]).ravel())
-            c["y"].append(np.tile(np.asarray(ys, dtype=np.float32), len(idx)))
-            c["custom"] += [[st["operator"][i], st["stage"], mid[i]] for i in idx.tolist() for _ in ys]
-            c["text"] += [
-                f"{names[i]} · {cat}{passes[i]}<br>{labels[j]}: {ends[i, j] - starts[i, j]:.3f} ms"
-                + (f" (devices {lo[i, j]:.2f}–{hi[i, j]:.2f})" if many[j] else "")
-                + f"<br>{slowest[i]} rank {slow_rank[i, j]}: {slow_ms[i, j]:.3f} ms"
-                for i in idx.tolist()
-                for j in range(len(ys))
-            ]
-    for cat, c in cols.items():
+        if len(st["start"]):
+            for cat, part in _stage_bars(st, ys).items():
+                parts.setdefault(cat, []).append(part)
+    step = HOVER_STEP * (data["window_ms"][1] - data["window_ms"][0])
+    for cat, chunks in parts.items():
+        bar = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
         color = palette.CATEGORY.get(cat, "#888")
-        fig.add_trace(
-            go.Bar(
-                orientation="h",
-                base=compact(np.concatenate(c["base"])),
-                x=compact(np.concatenate(c["x"])),
-                y=np.concatenate(c["y"]),
-                width=2 * HALF,
-                marker={"color": color, "line": {"width": 0}},
-                opacity=0.85,
-                customdata=np.array(c["custom"], dtype=object),
-                hovertext=np.array(c["text"], dtype=object),
-                hovertemplate="%{hovertext}<extra></extra>",
-                name=cat,
-                legendgroup=cat,
-            )
-        )
+        x, y = bars(bar["start"], bar["end"], bar["y"], HALF)
+        fig.add_trace(go.Scatter(x=x, y=y, mode="none", fill="toself", fillcolor=color, opacity=0.85, hoverinfo="skip", name=cat, legendgroup=cat))
+        _hover_points(fig, cat, color, bar, step)
+
+
+def _stage_bars(st: dict[str, Any], ys: list[float]) -> dict[str, dict[str, np.ndarray]]:
+    """Per category, a stage's bars (band by band, row by row): extent, row, and what the hover and the click
+    carry: the operator, the instance's middle (which instance a click selects), the row's time and spread over
+    its devices, the slowest device and its time, the band's head line and the row's label."""
+    starts, ends, lo, hi = _arrays(st, "start"), _arrays(st, "end"), _arrays(st, "lo"), _arrays(st, "hi")
+    rows = len(ys)
+    per_band = {
+        "op": np.array(st["operator"], dtype=object),
+        "mid": ((lo.min(axis=1) + hi.max(axis=1)) / 2).round(4),
+        "head": np.array([f"{short_name(label, 48)} · {cat}{_pass_text(p)}" for label, cat, p in zip(st["label"], st["category"], st.get("pass") or [""] * len(st["label"]), strict=True)], dtype=object),
+        "merged": np.array([op != label for op, label in zip(st["operator"], st["label"], strict=True)]),
+    }
+    per_row = {"y": np.asarray(ys, dtype=np.float32), "label": np.array([r["label"] for r in st["rows"]], dtype=object), "many": np.array([len(r["ranks"]) > 1 for r in st["rows"]])}
+    cats = np.array(st["category"], dtype=object)
+    out = {}
+    for cat in dict.fromkeys(st["category"]):
+        idx = np.flatnonzero(cats == cat)
+        out[cat] = {
+            "start": starts[idx].ravel(),
+            "end": ends[idx].ravel(),
+            "lo": lo[idx].ravel(),
+            "hi": hi[idx].ravel(),
+            "slow_rank": _arrays(st, "slow_rank")[idx].astype(np.int64).ravel(),
+            "slow_ms": _arrays(st, "slow_ms")[idx].ravel(),
+            "stage": np.full(len(idx) * rows, st["stage"], dtype=np.int64),
+            **{k: np.repeat(v[idx], rows) for k, v in per_band.items()},
+            **{k: np.tile(v, len(idx)) for k, v in per_row.items()},
+        }
+    return out
+
+
+def _hover_points(fig: go.Figure, cat: str, color: str, bar: dict[str, np.ndarray], step: float) -> None:
+    """Undrawn points (``mode="none"``: no SVG node each) that carry the bars' hover and click: plotly answers
+    the point nearest the mouse, so a bar has one at its middle or, when longer than ``step``, evenly spaced
+    along it at most ``step`` apart (with a point at its middle only, the mouse on a long bar's end is too far from
+    it to be answered, or answered by a neighbour).
+    customdata = (operator, stage, the instance's middle in ms: what a click selects; then the row's time, the
+    slowest device and its time, the spread over the row's devices); the sentence is the template, so the only
+    text a point carries is its band's name and pass and its row's label. One trace per wording: a row of
+    several devices shows their spread, a merged band names its longest single operator."""
+    length = bar["end"] - bar["start"]
+    count = np.maximum(1, np.ceil(length / step)).astype(np.int64) if step > 0 else np.ones(len(length), dtype=np.int64)
+    which = np.repeat(np.arange(len(length)), count)
+    nth = np.arange(len(which)) - np.repeat(np.cumsum(count) - count, count)
+    x = bar["start"][which] + (nth + 0.5) * (length / count)[which]
+    for many in (True, False):
+        for merged in (False, True):
+            keep = (bar["many"][which] == many) & (bar["merged"][which] == merged)
+            if keep.any():
+                fig.add_trace(_point_trace(cat, color, x[keep], {k: v[which[keep]] for k, v in bar.items()}, many, merged))
+
+
+def _point_trace(cat: str, color: str, x: np.ndarray, bar: dict[str, np.ndarray], many: bool, merged: bool) -> go.Scatter:
+    columns = [bar["op"], bar["stage"], bar["mid"], (bar["end"] - bar["start"]).round(4), bar["slow_rank"], bar["slow_ms"]]
+    spread = ""
+    if many:
+        columns += [bar["lo"].round(2), bar["hi"].round(2)]
+        spread = " (devices %{customdata[6]:.2f}–%{customdata[7]:.2f})"
+    slowest = "longest single operator" if merged else "slowest device"
+    return go.Scatter(
+        x=compact(x),
+        y=bar["y"],
+        mode="none",
+        hoveron="points",
+        hoverlabel={"bgcolor": color},
+        customdata=np.column_stack(columns).astype(object),
+        text=bar["head"] + "<br>" + bar["label"],
+        hovertemplate="%{text}: %{customdata[3]:.3f} ms" + spread + f"<br>{slowest}: rank %{{customdata[4]}}: %{{customdata[5]:.3f}} ms<extra></extra>",
+        name=cat,
+        legendgroup=cat,
+        showlegend=False,
+    )
 
 
 def _pass_text(label: str) -> str:
