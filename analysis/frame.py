@@ -19,10 +19,10 @@ from paradiag import schema
 if TYPE_CHECKING:
     from paradiag.dataset import Job
 
-NUMERIC = ("rank", "track", "kind", "name", "op", "start", "end", "step", "collective", "group", "peer", "bytes", "seq")
+NUMERIC = ("rank", "track", "kind", "name", "op", "launch", "start", "end", "step", "collective", "group", "peer", "bytes", "seq")
 VOCABULARY_OF = {"kind": "kinds", "name": "names", "op": "names", "collective": "collectives", "group": "groups"}
 VOCABULARIES = ("kinds", "names", "collectives", "groups")
-COLUMNS = ("rank", "device", "track", "kind", "category", "name", "start_ns", "dur_ns", "step", "external_id", "collective", "group", "peer", "bytes", "seq")
+COLUMNS = ("rank", "device", "track", "kind", "category", "name", "start_ns", "dur_ns", "step", "correlation", "external_id", "collective", "group", "peer", "bytes", "seq")
 HOST_OPERATOR_CATEGORIES = ("cpu_op", "Operator")
 
 
@@ -32,13 +32,15 @@ class Frame:
 
     ``kind``, ``name``, ``collective`` and ``group`` are codes into ``kinds``, ``names``, ``collectives`` and
     ``groups`` (-1 where the event has none); ``track`` is the event's row in the timeline (stream); ``op`` is the code (in ``names``) of the host operator that launched
-    the kernel (Kineto ``External id``), -1 if unknown; ``peer``, ``bytes`` and ``seq`` are -1 where absent."""
+    the kernel (Kineto ``External id``), -1 if unknown; ``launch`` the start of the host call that launched it (its
+    correlation id's runtime event), -1 if unknown; ``peer``, ``bytes`` and ``seq`` are -1 where absent."""
 
     rank: np.ndarray
     track: np.ndarray
     kind: np.ndarray
     name: np.ndarray
     op: np.ndarray
+    launch: np.ndarray
     start: np.ndarray
     end: np.ndarray
     step: np.ndarray
@@ -111,6 +113,21 @@ def _host_operator(events: pa.Table, name: np.ndarray, kind: np.ndarray, kinds: 
     return np.where(found, op_name[pos] if len(ids) else -1, -1).astype(np.int32)
 
 
+def _launches(events: pa.Table, kind: np.ndarray, kinds: list[str]) -> np.ndarray:
+    """Per event, the start of the host event with the same correlation id (the runtime call that launched it;
+    the last one, should ids repeat), -1 when none. Meaningful within one rank (correlation ids are per process)."""
+    correlation = _ints(events.column("correlation"))
+    start = _ints(events.column("start_ns"))
+    host = np.flatnonzero((kind == (kinds.index(schema.HOST) if schema.HOST in kinds else -2)) & (correlation >= 0))
+    host = host[np.argsort(correlation[host], kind="stable")]
+    if not len(host):
+        return np.full(len(kind), -1, np.int64)
+    pos = np.searchsorted(correlation[host], correlation, side="right") - 1
+    row = host[np.maximum(pos, 0)]
+    found = (pos >= 0) & (correlation >= 0) & (correlation[row] == correlation)
+    return np.where(found, start[row], -1)
+
+
 def device_frame(events: pa.Table) -> Frame:
     """The device events of ``events`` (one rank, or ranks whose external ids do not collide) as a
     :class:`Frame`. Of the communication columns (``group``, ``peer``, ``bytes``, ``seq``), those ``events``
@@ -118,6 +135,7 @@ def device_frame(events: pa.Table) -> Frame:
     kind, kinds = _codes(events.column("kind"))
     name, names = _codes(events.column("name"))
     op = _host_operator(events, name, kind, kinds) if "external_id" in events.column_names else np.full(len(kind), -1, np.int32)
+    launch = _launches(events, kind, kinds) if "correlation" in events.column_names else np.full(len(kind), -1, np.int64)
     device_kinds = [i for i, k in enumerate(kinds) if k in schema.DEVICE_KINDS]
     keep = np.isin(kind, device_kinds) & (_ints(events.column("device"), np.int32) >= 0)
     collective, collectives = _codes(events.column("collective"))
@@ -136,6 +154,7 @@ def device_frame(events: pa.Table) -> Frame:
         kind=kind[idx],
         name=name[idx],
         op=op[idx],
+        launch=launch[idx],
         start=start[idx],
         end=start[idx] + ints("dur_ns", np.int64),
         step=ints("step", np.int32),

@@ -284,24 +284,50 @@ def _eager_sends(f: Frame, send: np.ndarray, recv: np.ndarray) -> bool:
 
 
 def _consumers(f: Frame, recv: np.ndarray) -> np.ndarray:
-    """Per event, the receive whose data it waits for, -1 for none: the rank's first compute kernel of the step
-    that started once the receive had ended. The traces show the wait only where it bound (the receive was the
-    last thing to end before the kernel started); where the data came early, it is the edit that can make it
-    late (a slower sender), and the kernel must then wait again."""
+    """Per event, the receive whose data it waits for, -1 for none. The traces show that wait only where it bound
+    (the receive was the last thing to end before the kernel started); where the data came early, it is the edit
+    that can make it late (a slower sender), and the kernel must then wait again. The consumer is the rank's first
+    compute kernel of the step launched after the receive that started once it had ended: a kernel launched
+    before it (queued, say, behind a collective that a late peer held) did not wait for its data even when it
+    started after it. Where the traces do not give the receive's launch: the first kernel that started after it."""
     received = np.full(len(f), -1, np.int64)
     kernels = np.flatnonzero(f.kind == f.code("kinds", "compute"))
     if not len(recv) or not len(kernels):
         return received
-    base, span = int(min(f.start.min(), f.end.min())), int(max(f.start.max(), f.end.max()) - min(f.start.min(), f.end.min())) + 1
-    keys = f.rank[kernels].astype(np.int64) * span + (f.start[kernels] - base)
-    order = np.argsort(keys, kind="stable")
-    by_end = recv[np.argsort(f.end[recv], kind="stable")]  # assigned in order of end: the latest receive stays
-    pos = np.searchsorted(keys[order], f.rank[by_end].astype(np.int64) * span + (f.end[by_end] - base))
-    ok = pos < len(order)
-    target = kernels[order[np.minimum(pos, len(order) - 1)]]
-    ok &= (f.rank[target] == f.rank[by_end]) & (f.step[target] == f.step[by_end])
-    received[target[ok]] = by_end[ok]
+    recv = recv[np.argsort(f.end[recv], kind="stable")]  # assigned in order of end: the latest receive stays
+    launched = kernels[f.launch[kernels] >= 0]
+    by_launch = _first_after(f, launched, f.launch[launched], recv, f.launch[recv])
+    by_start = _first_after(f, kernels, f.start[kernels], recv, f.end[recv] - 1)
+    target = np.where(f.launch[recv] >= 0, by_launch, by_start)
+    ok = (target >= 0) & (f.step[np.maximum(target, 0)] == f.step[recv])
+    received[target[ok]] = recv[ok]
     return received
+
+
+def _first_after(f: Frame, kernels: np.ndarray, kernel_at: np.ndarray, recv: np.ndarray, recv_at: np.ndarray) -> np.ndarray:
+    """Per receive, the first of its rank's ``kernels`` in order of ``kernel_at`` (their launch, or their start)
+    that comes after ``recv_at`` and started once the receive had ended; -1 when none."""
+    out = np.full(len(recv), -1, np.int64)
+    if not len(kernels):
+        return out
+    times = np.concatenate([f.start, f.end, kernel_at, recv_at])
+    base, span = int(times.min()), int(times.max() - times.min()) + 1
+    order = np.lexsort((kernel_at, f.rank[kernels]))
+    k, rank = kernels[order], f.rank[recv].astype(np.int64) * span
+    first = np.searchsorted(f.rank[k].astype(np.int64) * span + (kernel_at[order] - base), rank + (recv_at - base), side="right")
+    # On one stream kernels start in launch order; on several, the first that started late enough may come later.
+    reached = np.maximum.accumulate(f.rank[k].astype(np.int64) * span + (f.start[k] - base))
+    pos = np.maximum(first, np.searchsorted(reached, rank + (f.end[recv] - base)))
+    for _ in range(8):
+        at = k[np.minimum(pos, len(k) - 1)]
+        early = (pos < len(k)) & (f.rank[at] == f.rank[recv]) & (f.start[at] < f.end[recv])
+        if not early.any():
+            break
+        pos = pos + early
+    at = k[np.minimum(pos, len(k) - 1)]
+    found = (pos < len(k)) & (f.rank[at] == f.rank[recv]) & (f.start[at] >= f.end[recv])
+    out[found] = at[found]
+    return out
 
 
 def _host_codes(rank: np.ndarray, host_of: Mapping[int, str | None]) -> np.ndarray:

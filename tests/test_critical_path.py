@@ -110,7 +110,7 @@ def _frame(rows: list[tuple[int, int, str, str, int, int, int]]) -> Frame:
     coll = [collectives.index(r[3]) if r[3] in collectives else -1 for r in rows]
     return Frame(
         rank=col([r[0] for r in rows]).astype(np.int32), track=col([r[1] for r in rows]).astype(np.int32),
-        kind=col([kinds.index(r[2]) for r in rows]), name=col([names.index(r[3]) for r in rows]), op=col([-1] * len(rows)),
+        kind=col([kinds.index(r[2]) for r in rows]), name=col([names.index(r[3]) for r in rows]), op=col([-1] * len(rows)), launch=col([-1] * len(rows)),
         start=col([r[4] for r in rows]), end=col([r[5] for r in rows]), step=col([0] * len(rows)), collective=col(coll),
         group=col([0 if c >= 0 else -1 for c in coll]), peer=col([r[6] for r in rows]),
         bytes=col([8 if c >= 0 else -1 for c in coll]), seq=col([0 if c >= 0 else -1 for c in coll]),
