@@ -84,7 +84,10 @@ def rank_passes(frame: Frame, step: int, classes: np.ndarray) -> list[dict[str, 
     if not compute.any():
         return []
     starts, ends, names = frame.start[compute], frame.end[compute], frame.name[compute]
-    segment = np.searchsorted(np.sort(frame.start[p2p]), starts, side="right")
+    # Launch order is program order; a receive posted early (the host ahead of the device) starts before kernels
+    # launched ahead of it, and its start would cut their pass.
+    by = frame.launch if (frame.launch[compute | p2p] >= 0).all() else frame.start
+    segment = np.searchsorted(np.sort(by[p2p]), by[compute], side="right")
     pass_id, backward = split_passes(classes[names], segment)
     out = []
     for p in range(len(backward)):
