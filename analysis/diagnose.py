@@ -213,7 +213,7 @@ def diagnose(job: Job) -> Diagnosis:
         found += findings.link_findings(instances, p2p, members, host_of, step_ns, steps_total, job.extra("links"))
     found += findings.clock_findings(job.ranks)
     if any(whatif.finding_edits(f) for f in found):  # the graph costs seconds at 1024 ranks: only for a replay
-        graph = whatif.build_graph(frame, job.steps, p2p, host_of)
+        graph = whatif.build_graph(frame, job.steps, p2p, host_of, passes)
         whatif.replay_findings(found, graph, whatif.peers_of(layout.stage_of, figures, metrics))
         del graph  # about 330 MB at 1024 ranks: not held through the critical path, the reduce's other peak
     return Diagnosis(

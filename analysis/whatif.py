@@ -164,7 +164,8 @@ class Graph:
     pred: np.ndarray  # the previous event of the stream
     lag: np.ndarray  # start - the predecessor's end, at most 0 (traces round times)
     anchor: np.ndarray  # the rank's event that ended last before this one started
-    received: np.ndarray  # a compute kernel: the receive it waits for (the last that ended before it started)
+    received: np.ndarray  # a compute kernel: the receive it waits for (see _consumers)
+    chunk: np.ndarray  # the model chunk of the pipeline pass the event lies in, -1 outside passes
     gap: np.ndarray  # start - the anchor's end (the host gap); the start itself without an anchor
     instance: np.ndarray  # the collective or send/receive pair the event is a member of
     tail: np.ndarray  # end - the instance's last arrival (or own start if later)
@@ -177,8 +178,9 @@ class Graph:
         return len(self.rank)
 
 
-def build_graph(frame: Frame, steps: pa.Table, p2p: pa.Table, host_of: Mapping[int, str | None]) -> Graph:
-    """The replay graph of ``frame``'s steps (``p2p``: the matched send/receive pairs)."""
+def build_graph(frame: Frame, steps: pa.Table, p2p: pa.Table, host_of: Mapping[int, str | None], passes: pa.Table | None = None) -> Graph:
+    """The replay graph of ``frame``'s steps (``p2p``: the matched send/receive pairs; ``passes``: the pipeline
+    passes, whose model chunks ``stages=balanced`` moves layers within)."""
     keep = (frame.step >= 0) & (frame.end >= frame.start)
     order = np.flatnonzero(keep)[np.lexsort((frame.rank[keep], frame.start[keep]))]
     f = frame.take(order)
@@ -194,9 +196,26 @@ def build_graph(frame: Frame, steps: pa.Table, p2p: pa.Table, host_of: Mapping[i
     last = {(int(f.rank[by_end[i]]), int(f.step[by_end[i]])): int(by_end[i]) for i in lasts.tolist()}
     return Graph(
         rank=f.rank, step=f.step, name=f.name, compute=f.kind == f.code("kinds", "compute"), start=f.start, end=f.end,
-        pred=pred, lag=lag, anchor=anchor, received=_consumers(f, recv), gap=gap, instance=instance, tail=tail, floor=floor,
+        pred=pred, lag=lag, anchor=anchor, received=_consumers(f, recv), chunk=_chunks(f, passes), gap=gap, instance=instance, tail=tail, floor=floor,
         inst_key=inst_key, last=last, step_ns=step_ns,
     )  # fmt: skip
+
+
+def _chunks(f: Frame, passes: pa.Table | None) -> np.ndarray:
+    """Per event, the model chunk of the pass of its rank and step that it starts in, -1 for none."""
+    chunk = np.full(len(f), -1, np.int64)
+    if passes is None or not passes.num_rows or not len(f):
+        return chunk
+    p = {k: np.asarray(passes.column(k).to_numpy(), np.int64) for k in ("rank", "step", "chunk", "start_ns", "end_ns")}
+    base = min(int(p["start_ns"].min()), int(f.start.min()))
+    span = max(int(p["end_ns"].max()), int(f.start.max())) - base + 1
+    keys = p["rank"] * span + (p["start_ns"] - base)
+    order = np.argsort(keys, kind="stable")
+    pos = np.searchsorted(keys[order], f.rank.astype(np.int64) * span + (f.start - base), side="right") - 1
+    at = order[np.maximum(pos, 0)]
+    inside = (pos >= 0) & (p["rank"][at] == f.rank) & (p["step"][at] == f.step) & (f.start < p["end_ns"][at])
+    chunk[inside] = p["chunk"][at[inside]]
+    return chunk
 
 
 def _stream_predecessors(f: Frame) -> tuple[np.ndarray, np.ndarray]:
@@ -634,88 +653,105 @@ def apply(g: Graph, t: Timing, peers: Peers, e: Edit) -> LayerSplit | None:
 class LayerSplit:
     """The pipeline's transformer layers per stage as profiled (``now``) and the whole-layer split that minimises
     the slowest stage (``balanced``), from each stage's compute per micro-batch: ``layer_ns`` per layer, the rest
-    (embedding, LM head, loss: work that does not move with a layer) ``fixed_ns``; ``factor``: per stage, new layers
-    over old (what its host gaps and collectives are scaled by); ``kernels``: what each kernel name's time on a stage
-    is scaled by (its layer part by ``factor``, the rest kept: the LM head's matmul among the layers' ones)."""
+    (embedding, LM head, loss: work that does not move with a layer) ``fixed_ns``. ``factor``: per stage (row) and
+    place (column 0: outside the pipeline passes; 1 + c: model chunk c), new layers over old: what the host gaps
+    and collectives there are scaled by; ``kernels``: per stage, place and kernel name, what the kernels' time is
+    scaled by (their layer part by ``factor``, the rest kept: the LM head's matmul among the layers' ones)."""
 
     now: tuple[int, ...]
     balanced: tuple[int, ...]
     layer_ns: float
     fixed_ns: tuple[float, ...]
-    factor: tuple[float, ...]
-    kernels: Mapping[tuple[int, int], float]  # (stage index, kernel name) -> the factor of its kernels' time
+    factor: np.ndarray  # (stage index, place)
+    kernels: np.ndarray  # (stage index, place, kernel name)
 
 
 def layer_split(g: Graph, peers: Peers) -> LayerSplit:
     """Count each stage's layers by the kernel that runs once per layer per micro-batch (of the names every stage
-    runs at least once per micro-batch and not equally often, the one run the fewest times: attention, say), take a layer's compute as the median over
-    the stages of their per-name-shared compute per layer (a stage's own kernels, such as the embedding or the loss,
-    are fixed work), and hand out the layers one at a time to the stage that would then be least loaded (each
-    stage keeps one per model chunk)."""
-    stages = sorted(peers.stage_compute)
-    mb = max(peers.micro_batches, 1)
-    ranks = [peers.stages[s] for s in stages]
-    stage_index = np.full(int(g.rank.max()) + 1 if len(g) else 0, -1)
-    for i, rs in enumerate(ranks):
-        stage_index[rs] = i
-    sel = g.compute & (stage_index[g.rank] >= 0)
-    where, name, dur = stage_index[g.rank[sel]], g.name[sel], (g.end - g.start)[sel]
-    steps = max(len(np.unique(g.step[sel])), 1)
-    names_of = [set(np.unique(name[where == i]).tolist()) for i in range(len(ranks))]
-    common = sorted(set.intersection(*names_of)) if names_of else []
-    shared = np.isin(name, common)
-    pairs, count = np.unique(np.stack([name[shared], where[shared]]), axis=1, return_counts=True)
-    counts = {n: [0.0] * len(ranks) for n in common}
-    for n, i, c in zip(pairs[0].tolist(), pairs[1].tolist(), count.tolist(), strict=True):
-        counts[n][i] = c / (len(ranks[i]) * steps * mb)
-    per_layer = {n: c for n, c in counts.items() if min(c) >= 1}
-    if not per_layer:
+    runs at least once per micro-batch and not equally often, the one run the fewest times: attention, say), take a
+    layer's compute as the median over the stages of their per-name-shared compute per layer (a stage's own kernels,
+    such as the embedding or the loss, are fixed work), and hand out the layers one at a time to the stage that
+    would then be least loaded (each stage keeps one per model chunk). A stage's layers are spread evenly over its
+    model chunks (the first ones take the remainder), as Megatron's interleaved schedule lays them out: where the
+    passes tell the chunks apart, each chunk's kernels are scaled by its own new layers over old."""
+    runs, time = _per_micro_batch(g, peers)  # (stage index, place, name)
+    stage_runs = runs.sum(axis=1)
+    common = (stage_runs > 0).all(axis=0)
+    per_layer = np.flatnonzero(common & (stage_runs.min(axis=0) >= 1))
+    if not len(per_layer):
         raise EditError("stages=balanced: no kernel runs once per layer on every stage (are these transformer layers?)")
     # A kernel run as often on every stage is per pass or per step (a copy, the optimizer), not per layer, unless
     # every stage has as many layers.
-    marker = min(per_layer, key=lambda n: (len(set(per_layer[n])) == 1, sum(per_layer[n]), n))
-    now = tuple(round(c) for c in per_layer[marker])
+    marker = min(per_layer.tolist(), key=lambda n: (len(set(stage_runs[:, n].tolist())) == 1, float(stage_runs[:, n].sum()), n))
+    now = np.rint(stage_runs[:, marker]).astype(np.int64)
     # A name run q times per layer (q: the fewest whole times per layer any stage runs it) is layer work for q of
     # every k runs on a stage (the LM head's matmul among the layers' is the rest); the other names are fixed work.
-    units = np.array([len(rs) * steps * mb for rs in ranks], float)
-    all_ns = np.bincount(where, weights=dur, minlength=len(ranks)) / units
-    layer_work = np.zeros(len(ranks))
-    share: dict[int, np.ndarray] = {}  # name -> per stage, the part of its time that is layer work
-    for n, c in counts.items():
-        q = min(int(k // x) for k, x in zip(c, now, strict=True))
-        if q:
-            on = name == n
-            share[n] = np.array([q * x / k for k, x in zip(c, now, strict=True)])
-            layer_work += np.bincount(where[on], weights=dur[on], minlength=len(ranks)) / units * share[n]
-    per_layer_ns = layer_work / np.array(now)
-    layer_ns = float(np.median(per_layer_ns))
-    fixed = tuple(float(x) for x in all_ns - layer_work)
-    balanced = [max(peers.virtual, 1)] * len(stages)
-    for _ in range(sum(now) - sum(balanced)):
-        i = min(range(len(stages)), key=lambda k: (fixed[k] + (balanced[k] + 1) * per_layer_ns[k], k))
+    q = np.where(common, np.floor(stage_runs / now[:, None]).min(axis=0), 0)
+    share = np.minimum(q * now[:, None] / np.maximum(stage_runs, 1e-12), 1)
+    layer_work = (time.sum(axis=1) * share).sum(axis=1)
+    per_layer_ns = layer_work / now
+    fixed = time.sum(axis=(1, 2)) - layer_work
+    balanced = [max(peers.virtual, 1)] * len(now)
+    for _ in range(int(now.sum()) - sum(balanced)):
+        i = min(range(len(now)), key=lambda k: (fixed[k] + (balanced[k] + 1) * per_layer_ns[k], k))
         balanced[i] += 1
-    factor = tuple(float(b / x) for x, b in zip(now, balanced, strict=True))
-    kernels = {(i, n): float(1 + (factor[i] - 1) * part[i]) for n, part in share.items() for i in range(len(ranks))}
-    return LayerSplit(now, tuple(balanced), layer_ns, fixed, factor, kernels)
+    factor, shares = _place_factors(runs, now, np.array(balanced), marker, q, share)
+    kernels = 1 + (factor[:, :, None] - 1) * shares
+    return LayerSplit(tuple(now.tolist()), tuple(balanced), float(np.median(per_layer_ns)), tuple(fixed.tolist()), factor, kernels)
+
+
+def _per_micro_batch(g: Graph, peers: Peers) -> tuple[np.ndarray, np.ndarray]:
+    """Runs and time of each compute kernel name per rank and micro-batch, by stage index and place (0: outside
+    the pipeline passes, 1 + c: model chunk c)."""
+    ranks = [peers.stages[s] for s in sorted(peers.stage_compute)]
+    places = max(peers.virtual, 1) + 1
+    stage_index = np.full(int(g.rank.max()) + 1 if len(g) else 0, -1)
+    for i, rs in enumerate(ranks):
+        stage_index[rs] = i
+    sel = g.compute & (stage_index[g.rank] >= 0) & (g.name >= 0)
+    chunk = g.chunk[sel]
+    place = np.where((chunk >= 0) & (chunk < places - 1), chunk + 1, 0)
+    names = int(g.name.max()) + 1 if len(g) else 0
+    cell = (stage_index[g.rank[sel]] * places + place) * names + g.name[sel]
+    shape = (len(ranks), places, names)
+    units = np.array([len(rs) for rs in ranks], float) * max(len(np.unique(g.step[sel])), 1) * max(peers.micro_batches, 1)
+    runs = np.bincount(cell, minlength=int(np.prod(shape))).reshape(shape) / units[:, None, None]
+    time = np.bincount(cell, weights=(g.end - g.start)[sel], minlength=int(np.prod(shape))).reshape(shape) / units[:, None, None]
+    return runs, time
+
+
+def _place_factors(runs: np.ndarray, now: np.ndarray, balanced: np.ndarray, marker: int, q: np.ndarray, share: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per stage and place, new layers over old, and per stage, place and name the layer part of the kernels'
+    time. Outside the passes, or where the passes do not count each chunk's layers (every chunk has one at least,
+    and they add up to the stage's), a stage's factor and shares hold for all of it."""
+    places = runs.shape[1]
+    factor = np.repeat((balanced / now)[:, None], places, axis=1)
+    shares = np.repeat(share[:, None, :], places, axis=1)
+    chunk_now = np.rint(runs[:, 1:, marker]).astype(np.int64)
+    v = places - 1
+    if v < 2 or (chunk_now < 1).any() or (chunk_now.sum(axis=1) != now).any():
+        return factor, shares
+    chunk_new = balanced[:, None] // v + (np.arange(v)[None, :] < balanced[:, None] % v)
+    factor[:, 1:] = chunk_new / chunk_now
+    shares[:, 1:, :] = np.minimum(q * chunk_now[:, :, None] / np.maximum(runs[:, 1:, :], 1e-12), 1)
+    return factor, shares
 
 
 def _balance(g: Graph, t: Timing, peers: Peers, steps: np.ndarray) -> LayerSplit:
     """Whole layers moved as :func:`layer_split` says: each stage's layer work (the layer part of the kernels of
     names every stage runs), the host gaps between its kernels and its collectives' transfers (a layer moved takes its launches and
-    its tensor- and data-parallel traffic with it) scaled by its factor. Sends and receives carry one activation
+    its tensor- and data-parallel traffic with it) scaled by the factor of its stage and model chunk. Sends and receives carry one activation
     whatever the split, and the gap before a step's first kernel is the step boundary: both stay."""
     split = layer_split(g, peers)
-    size = int(g.rank.max()) + 1 if len(g) else 0
-    factor, stage_index = np.ones(size), np.full(size, -1)
+    stage_index = np.full(int(g.rank.max()) + 1 if len(g) else 0, -1)
     for i, stage in enumerate(sorted(peers.stage_compute)):
-        factor[peers.stages[stage]] = split.factor[i]
         stage_index[peers.stages[stage]] = i
-    f = factor[g.rank]
-    table = np.ones((len(split.factor), int(g.name.max()) + 1 if len(g) else 0))  # (stage index, name) -> factor
-    for (i, n), x in split.kernels.items():
-        table[i, n] = x
-    sel = steps & g.compute & (stage_index[g.rank] >= 0) & (g.name >= 0)
-    t.dur[sel] = np.rint(t.dur[sel] * table[stage_index[g.rank[sel]], g.name[sel]]).astype(np.int64)
+    si = stage_index[g.rank]
+    v = split.factor.shape[1] - 1
+    place = np.where((g.chunk >= 0) & (g.chunk < v), g.chunk + 1, 0)
+    f = np.where(si >= 0, split.factor[np.maximum(si, 0), place], 1.0)
+    sel = steps & g.compute & (si >= 0) & (g.name >= 0)
+    t.dur[sel] = np.rint(t.dur[sel] * split.kernels[si[sel], place[sel], g.name[sel]]).astype(np.int64)
     a = np.maximum(g.anchor, 0)
     inside = steps & (g.anchor >= 0) & (g.step[a] == g.step) & (t.gap > 0)
     t.gap[inside] = np.rint(t.gap[inside] * f[inside]).astype(np.int64)
@@ -877,4 +913,4 @@ def job_graph(job: Job, d: Diagnosis) -> tuple[Graph, Peers]:
     comm.infer_peers(frame, members, d.layout.stage_of)
     host_of = dict(zip(job.ranks.column("rank").to_pylist(), job.ranks.column("host").to_pylist(), strict=True))
     metrics = d.stage_metrics.as_json() if d.stage_metrics else None
-    return build_graph(frame, job.steps, d.p2p, host_of), peers_of(d.layout.stage_of, d.figures(), metrics)
+    return build_graph(frame, job.steps, d.p2p, host_of, d.passes), peers_of(d.layout.stage_of, d.figures(), metrics)
