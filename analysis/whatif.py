@@ -170,6 +170,7 @@ class Graph:
     instance: np.ndarray  # the collective or send/receive pair the event is a member of
     tail: np.ndarray  # end - the instance's last arrival (or own start if later)
     floor: np.ndarray  # a member that never waited: its own duration
+    copy: np.ndarray  # a receive of an eager send that waited for it: how long one takes whose data is there; else -1
     inst_key: np.ndarray  # per instance: collective code (-1: send/receive), bytes, members, 1 if on one host
     last: dict[tuple[int, int], int]  # (rank, step) -> the event that ended last
     step_ns: dict[tuple[int, int], int]  # (rank, step) -> measured host span
@@ -197,7 +198,7 @@ def build_graph(frame: Frame, steps: pa.Table, p2p: pa.Table, host_of: Mapping[i
     return Graph(
         rank=f.rank, step=f.step, name=f.name, compute=f.kind == f.code("kinds", "compute"), start=f.start, end=f.end,
         pred=pred, lag=lag, anchor=anchor, received=_consumers(f, recv), chunk=_chunks(f, passes), gap=gap, instance=instance, tail=tail, floor=floor,
-        inst_key=inst_key, last=last, step_ns=step_ns,
+        copy=_receive_copy(f, send, recv, floor), inst_key=inst_key, last=last, step_ns=step_ns,
     )  # fmt: skip
 
 
@@ -229,8 +230,10 @@ def _stream_predecessors(f: Frame) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _anchors(f: Frame) -> tuple[np.ndarray, np.ndarray]:
-    """Per event, the event of its rank that ended last at or before its start (within END_TOLERANCE_NS) and was
-    replayed before it, and the host gap after it."""
+    """Per event, the event of its rank that ended last at or before its start (within END_TOLERANCE_NS), was
+    replayed before it and, where the traces give both launches, was launched before it (work launched later
+    cannot have released it: a receive posted early that happened to end just before a collective started), and
+    the host gap after it."""
     n = len(f)
     base = int(f.start.min()) if n else 0
     span = int(f.end.max() - base + 2 * END_TOLERANCE_NS + 1) if n else 1
@@ -241,17 +244,32 @@ def _anchors(f: Frame) -> tuple[np.ndarray, np.ndarray]:
     by_query = np.argsort(query, kind="stable")  # sorted queries walk the ends in order: many times faster
     pos = np.empty(n, np.int64)
     pos[by_query] = np.searchsorted(sorted_ends, query[by_query], side="right") - 1
-    anchor = np.full(n, -1, np.int64)
-    me = np.arange(n)
-    for _ in range(4):  # step back over the event itself and zero-length events replayed after it (rare)
-        ok = pos >= 0
-        cand = np.where(ok, by_end[np.maximum(pos, 0)], -1)
-        ok &= f.rank[np.maximum(cand, 0)] == f.rank
-        good = ok & (cand < me)
-        anchor = np.where(good & (anchor < 0), cand, anchor)
-        pos = np.where(ok & ~good & (anchor < 0), pos - 1, -1)
+    # Step back over the event itself, zero-length events replayed after it and work launched after it (a few
+    # receives posted ahead); where that finds nothing, the latest of the rank's work replayed before it.
+    launched = _step_back(f, by_end, pos, 16, by_launch=True)
+    anchor = np.where(launched >= 0, launched, _step_back(f, by_end, pos, 4, by_launch=False))
     gap = np.where(anchor >= 0, f.start - f.end[np.maximum(anchor, 0)], f.start)
     return anchor, gap
+
+
+def _step_back(f: Frame, by_end: np.ndarray, pos: np.ndarray, tries: int, by_launch: bool) -> np.ndarray:
+    """Per event, the first of ``by_end[pos]``, ``by_end[pos - 1]``, ... (``tries`` at most) of its rank that comes
+    before it in the graph (and, ``by_launch``, was not launched after it); -1 where none."""
+    anchor = np.full(len(f), -1, np.int64)
+    me = np.arange(len(f))
+    for _ in range(tries):
+        ok = pos >= 0
+        cand = np.where(ok, by_end[np.maximum(pos, 0)], -1)
+        c = np.maximum(cand, 0)
+        ok &= f.rank[c] == f.rank
+        good = ok & (cand < me)
+        if by_launch:
+            good &= ~((f.launch[c] > f.launch) & (f.launch >= 0))
+        anchor = np.where(good & (anchor < 0), cand, anchor)
+        pos = np.where(ok & ~good & (anchor < 0), pos - 1, -1)
+        if not (pos >= 0).any():
+            break
+    return anchor
 
 
 def _instances(f: Frame, send: np.ndarray, recv: np.ndarray, host_of: Mapping[int, str | None]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -300,6 +318,19 @@ def _eager_sends(f: Frame, send: np.ndarray, recv: np.ndarray) -> bool:
     its receive did not wait for it either, and a replay that makes the receiver late must not hold the send."""
     early = f.start[send] < f.start[recv]
     return bool(early.any()) and 2 * int((f.end[send][early] <= f.start[recv][early] + END_TOLERANCE_NS).sum()) > int(early.sum())
+
+
+def _receive_copy(f: Frame, send: np.ndarray, recv: np.ndarray, floor: np.ndarray) -> np.ndarray:
+    """Per event, for a receive posted before its eager send: how long a receive lasts whose data was already
+    there (the job's median; -1 for other events, or where no receive found its data there). Its measured length
+    is the transfer it waited for; a replay that makes the sender early must not keep it after its own arrival."""
+    copy = np.full(len(f), -1, np.int64)
+    eager = floor[send] > 0
+    waited = eager & (f.start[send] > f.start[recv])
+    there = eager & (f.start[recv] >= f.end[send])
+    if waited.any() and there.any():
+        copy[recv[waited]] = int(np.median(f.end[recv[there]] - f.start[recv[there]]))
+    return copy
 
 
 def _consumers(f: Frame, recv: np.ndarray) -> np.ndarray:
@@ -436,6 +467,7 @@ class _Compressed:
     tail: np.ndarray
     members: np.ndarray  # head positions of the members, grouped by instance, instances by last member
     slack: np.ndarray  # per member (same order): how long before its eager send's end a receive ended; NEVER: none
+    alone: np.ndarray  # per member (same order): how long after its own arrival it ends at the earliest
     firsts: np.ndarray  # start of each instance's members in ``members``
     last: np.ndarray  # per instance (same order), its last member's position
 
@@ -461,6 +493,8 @@ def _compressed(g: Graph, t: Timing, head: np.ndarray, offset: np.ndarray) -> _C
     within = np.arange(len(members)) - np.repeat(np.cumsum(counts[by_last]) - counts[by_last], counts[by_last])
     ordered = members[starts + within] if len(members) else members
     slack = _receive_slack(g, heads[ordered])
+    events = heads[ordered]
+    alone = np.where(g.copy[events] >= 0, np.minimum(g.copy[events], t.tail[events]), t.tail[events])
     return _Compressed(
         size=size,
         position=position,
@@ -475,6 +509,7 @@ def _compressed(g: Graph, t: Timing, head: np.ndarray, offset: np.ndarray) -> _C
         tail=t.tail[heads],
         members=ordered,
         slack=slack,
+        alone=alone,
         firsts=np.append(0, np.cumsum(counts[by_last]))[:-1] if len(members) else firsts,
         last=last[by_last],
     )
@@ -518,9 +553,11 @@ def _replay_block(c: _Compressed, ends: np.ndarray, arrival: np.ndarray, lo: int
         before, before_mine = ends[block].copy(), ends[mine]
         ends[block] = start + np.where(waits, c.tail[block], dur)
         if len(mine):
-            last = np.maximum.reduceat(arrival[mine], seg)
+            # A receive of an eager send waits for the send's arrival, not the send for it: the last arrival is
+            # the send's, and after its own arrival the receive only copies data that is there.
+            last = np.maximum.reduceat(np.where(c.slack[m0:m1] > NEVER, NEVER, arrival[mine]), seg)
             sizes = np.diff(np.append(seg, len(mine)))
-            finished = np.maximum(arrival[mine], np.repeat(last, sizes)) + tail
+            finished = np.maximum(arrival[mine] + c.alone[m0:m1], np.repeat(last, sizes) + tail)
             sent = np.maximum.reduceat(np.where(waiting, NEVER, ends[mine]), seg)
             finished = np.maximum(finished, np.where(c.slack[m0:m1] > NEVER, np.repeat(sent, sizes) + c.slack[m0:m1], NEVER))
             ends[mine] = np.where(waiting, finished, ends[mine])
@@ -753,7 +790,8 @@ def _balance(g: Graph, t: Timing, peers: Peers, steps: np.ndarray) -> LayerSplit
     sel = steps & g.compute & (si >= 0) & (g.name >= 0)
     t.dur[sel] = np.rint(t.dur[sel] * split.kernels[si[sel], place[sel], g.name[sel]]).astype(np.int64)
     a = np.maximum(g.anchor, 0)
-    inside = steps & (g.anchor >= 0) & (g.step[a] == g.step) & (t.gap > 0)
+    p2p = (g.instance[a] >= 0) & (g.inst_key[np.maximum(g.instance[a], 0), 0] < 0)
+    inside = steps & (g.anchor >= 0) & (g.step[a] == g.step) & (t.gap > 0) & ~p2p
     t.gap[inside] = np.rint(t.gap[inside] * f[inside]).astype(np.int64)
     collective = steps & (g.instance >= 0) & (g.inst_key[np.maximum(g.instance, 0), 0] >= 0)
     t.tail[collective] = np.rint(t.tail[collective] * f[collective]).astype(np.int64)
