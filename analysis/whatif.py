@@ -733,25 +733,37 @@ def layer_split(g: Graph, peers: Peers) -> LayerSplit:
         i = min(range(len(now)), key=lambda k: (fixed[k] + (balanced[k] + 1) * per_layer_ns[k], k))
         balanced[i] += 1
     factor, shares = _place_factors(runs, now, np.array(balanced), marker, q, share)
-    kernels = 1 + (factor[:, :, None] - 1) * shares
+    per_step = _parameter_factors(time.sum(axis=1), stage_runs, now, np.array(balanced))
+    kernels = np.where(np.isnan(per_step)[:, None, :], 1 + (factor[:, :, None] - 1) * shares, per_step[:, None, :])
     return LayerSplit(tuple(now.tolist()), tuple(balanced), float(np.median(per_layer_ns)), tuple(fixed.tolist()), factor, kernels)
+
+
+def _stage_index(g: Graph, peers: Peers) -> np.ndarray:
+    """Per event, the index of its rank's stage among the stages in order (-1 for none)."""
+    stage_index = np.full(int(g.rank.max()) + 1 if len(g) else 0, -1)
+    for i, stage in enumerate(sorted(peers.stage_compute)):
+        stage_index[peers.stages[stage]] = i
+    return stage_index[g.rank]
+
+
+def _units(g: Graph, peers: Peers, sel: np.ndarray) -> np.ndarray:
+    """Per stage index, its ranks x profiled steps x micro-batches: what makes a count per rank and micro-batch."""
+    ranks = np.array([len(peers.stages[s]) for s in sorted(peers.stage_compute)], float)
+    return ranks * max(len(np.unique(g.step[sel])), 1) * max(peers.micro_batches, 1)
 
 
 def _per_micro_batch(g: Graph, peers: Peers) -> tuple[np.ndarray, np.ndarray]:
     """Runs and time of each compute kernel name per rank and micro-batch, by stage index and place (0: outside
     the pipeline passes, 1 + c: model chunk c)."""
-    ranks = [peers.stages[s] for s in sorted(peers.stage_compute)]
+    si = _stage_index(g, peers)
     places = max(peers.virtual, 1) + 1
-    stage_index = np.full(int(g.rank.max()) + 1 if len(g) else 0, -1)
-    for i, rs in enumerate(ranks):
-        stage_index[rs] = i
-    sel = g.compute & (stage_index[g.rank] >= 0) & (g.name >= 0)
+    sel = g.compute & (si >= 0) & (g.name >= 0)
     chunk = g.chunk[sel]
     place = np.where((chunk >= 0) & (chunk < places - 1), chunk + 1, 0)
     names = int(g.name.max()) + 1 if len(g) else 0
-    cell = (stage_index[g.rank[sel]] * places + place) * names + g.name[sel]
-    shape = (len(ranks), places, names)
-    units = np.array([len(rs) for rs in ranks], float) * max(len(np.unique(g.step[sel])), 1) * max(peers.micro_batches, 1)
+    cell = (si[sel] * places + place) * names + g.name[sel]
+    shape = (len(peers.stage_compute), places, names)
+    units = _units(g, peers, sel)
     runs = np.bincount(cell, minlength=int(np.prod(shape))).reshape(shape) / units[:, None, None]
     time = np.bincount(cell, weights=(g.end - g.start)[sel], minlength=int(np.prod(shape))).reshape(shape) / units[:, None, None]
     return runs, time
@@ -774,16 +786,47 @@ def _place_factors(runs: np.ndarray, now: np.ndarray, balanced: np.ndarray, mark
     return factor, shares
 
 
+def _parameter_factors(work: np.ndarray, runs: np.ndarray, now: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """Per stage and name (``work``, ``runs``: per rank and micro-batch), what work that comes once per step or so
+    is scaled by: a name every stage runs less than once per micro-batch, for longer (or more bytes) on some
+    stages than on others (the optimizer, the gradients' all-reduce). Such work follows the stage's parameters: a
+    fixed part (the embedding, the LM head) and one per layer, taken as the least per layer of any stage (one that
+    holds no fixed parameters). NaN for the other names."""
+    out = np.full(work.shape, np.nan)
+    names = np.flatnonzero((runs > 0).all(axis=0) & (runs.max(axis=0) < 1) & (work.min(axis=0) > 0) & (work.max(axis=0) > 1.01 * work.min(axis=0)))
+    if len(names):
+        w = work[:, names]
+        out[:, names] = 1 + (new - now)[:, None] * (w / now[:, None]).min(axis=0) / w
+    return out
+
+
+def _gradient_factors(g: Graph, peers: Peers, split: LayerSplit, si: np.ndarray) -> np.ndarray:
+    """Per event, what the transfer of a collective that comes once per step or so is scaled by (its bytes follow
+    the stage's parameters: :func:`_parameter_factors`); NaN for the other events."""
+    out = np.full(len(g), np.nan)
+    sel = (g.instance >= 0) & (si >= 0) & (g.name >= 0)
+    sel &= g.inst_key[np.maximum(g.instance, 0), 0] >= 0
+    if not sel.any():
+        return out
+    names = int(g.name.max()) + 1
+    cell = si[sel] * names + g.name[sel]
+    units = _units(g, peers, sel)[:, None]
+    shape = (len(split.now), names)
+    runs = np.bincount(cell, minlength=shape[0] * names).reshape(shape) / units
+    nbytes = np.bincount(cell, weights=g.inst_key[g.instance[sel], 1].astype(float), minlength=shape[0] * names).reshape(shape) / units
+    out[sel] = _parameter_factors(nbytes, runs, np.array(split.now), np.array(split.balanced))[si[sel], g.name[sel]]
+    return out
+
+
 def _balance(g: Graph, t: Timing, peers: Peers, steps: np.ndarray) -> LayerSplit:
     """Whole layers moved as :func:`layer_split` says: each stage's layer work (the layer part of the kernels of
-    names every stage runs), the host gaps between its kernels and its collectives' transfers (a layer moved takes its launches and
-    its tensor- and data-parallel traffic with it) scaled by the factor of its stage and model chunk. Sends and receives carry one activation
-    whatever the split, and the gap before a step's first kernel is the step boundary: both stay."""
+    names every stage runs), the host gaps between its kernels and its collectives' transfers (a layer moved takes
+    its launches and its tensor-parallel traffic with it) scaled by the factor of its stage and model chunk; the
+    work of each step that follows the parameters (the optimizer, the gradients' all-reduce) as they do. Sends and
+    receives carry one activation whatever the split, and the gap after one is a pass boundary, the gap before a
+    step's first kernel the step boundary: they stay."""
     split = layer_split(g, peers)
-    stage_index = np.full(int(g.rank.max()) + 1 if len(g) else 0, -1)
-    for i, stage in enumerate(sorted(peers.stage_compute)):
-        stage_index[peers.stages[stage]] = i
-    si = stage_index[g.rank]
+    si = _stage_index(g, peers)
     v = split.factor.shape[1] - 1
     place = np.where((g.chunk >= 0) & (g.chunk < v), g.chunk + 1, 0)
     f = np.where(si >= 0, split.factor[np.maximum(si, 0), place], 1.0)
@@ -794,6 +837,8 @@ def _balance(g: Graph, t: Timing, peers: Peers, steps: np.ndarray) -> LayerSplit
     inside = steps & (g.anchor >= 0) & (g.step[a] == g.step) & (t.gap > 0) & ~p2p
     t.gap[inside] = np.rint(t.gap[inside] * f[inside]).astype(np.int64)
     collective = steps & (g.instance >= 0) & (g.inst_key[np.maximum(g.instance, 0), 0] >= 0)
+    gradients = _gradient_factors(g, peers, split, si)
+    f = np.where(np.isnan(gradients), f, gradients)
     t.tail[collective] = np.rint(t.tail[collective] * f[collective]).astype(np.int64)
     return split
 
