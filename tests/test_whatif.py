@@ -71,10 +71,11 @@ def test_tokens_spread_evenly_predict_the_balanced_experts(root: Path) -> None:
     [
         ({}, "stage_imbalance:stage=1,extra=1", ([1, 3], [2, 2])),
         ({"pp": 4, "dp": 1, "layers": 8, "microbatches": 4}, "stage_imbalance:stage=2,extra=2", ([1, 1, 4, 2], [2, 2, 2, 2])),
+        ({"pp": 4, "layers": 8, "microbatches": 4, "schedule": "gpipe"}, "stage_imbalance:stage=0,extra=2", ([4, 1, 1, 2], [2, 2, 2, 2])),
         ({"pp": 2, "dp": 1, "layers": 8, "microbatches": 4, "schedule": "interleaved", "virtual_stages": 2}, "stage_imbalance:stage=0,extra=2", ([6, 2], [4, 4])),
         ({"pp": 4, "dp": 1, "layers": 8, "microbatches": 4, "format": "ascend", "device": "910b"}, "stage_imbalance:stage=3,extra=2", ([1, 1, 2, 4], [2, 2, 2, 2])),
     ],
-    ids=["gpu-pp2", "gpu-pp4", "gpu-interleaved", "npu-pp4"],
+    ids=["gpu-pp2", "gpu-pp4", "gpu-gpipe", "gpu-interleaved", "npu-pp4"],
 )
 def test_whole_layers_moved_predict_the_even_split(root: Path, options: dict[str, Any], fault: str, layers: tuple[list[int], list[int]]) -> None:
     """The stages balanced by moving whole layers (the LM head and the embedding stay) predict the fault-free run,
@@ -101,6 +102,19 @@ def test_slow_tensor_parallel_link_in_an_interleaved_pipeline(root: Path) -> Non
     assert found.what_if is not None and found.what_if["edits"][0].startswith("link=12-13:transfer=comparable")
     assert d.step_time_ns / 1e6 > 1.1 * fault_free
     assert found.what_if["predicted_step_ms"] == pytest.approx(fault_free, rel=0.01)  # about 3 % high when the send waited for its receiver
+
+
+def test_host_stall_in_a_gpipe_pipeline(root: Path) -> None:
+    """A stalled last-stage rank holds its tensor-parallel peer's compute stream (the batch's broadcast) while the
+    peer's receives of several micro-batches end: each micro-batch's kernels wait for their own receive (the first
+    kernel launched after it), not for the last one that ended before they started (7.7 % high when they did)."""
+    options = {"dp": 1, "tp": 2, "pp": 4, "steps": 2, "layers": 8, "microbatches": 8, "schedule": "gpipe"}
+    fault_free = _job(root, "gpipe", **options).diagnosis().step_time_ns / 1e6
+    d = _job(root, "gpipe-host-stall", "host_stall:ranks=6,steps=1,ms=20", **options).diagnosis()
+    found = next(f for f in d.findings if f.kind == "host_stall")
+    assert found.what_if is not None and found.what_if["edits"][0].startswith("rank=6:host=remove")
+    assert d.step_time_ns / 1e6 > 1.2 * fault_free
+    assert found.what_if["predicted_step_ms"] == pytest.approx(fault_free, rel=0.01)
 
 
 def test_replay_without_edits_gives_back_the_traces(root: Path) -> None:
