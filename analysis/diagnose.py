@@ -85,8 +85,8 @@ def stored_or_computed(job: Job) -> Diagnosis:
 RANK_TABLES = ("breakdowns", "operator_totals", "communication", "step_figures", "passes")
 ON_OWN_CLOCK = {"communication": ("start", "end"), "passes": ("start_ns", "end_ns")}
 # What the reduce still reads of the events: the critical path, the operator figures and the what-if replay
-# (whose communication columns come from the per-rank records).
-WORK_COLUMNS = ("rank", "device", "track", "kind", "category", "name", "start_ns", "dur_ns", "step", "external_id", "collective")
+# (whose communication columns come from the per-rank records; the correlation ids give each kernel's launch).
+WORK_COLUMNS = ("rank", "device", "track", "kind", "category", "name", "start_ns", "dur_ns", "step", "correlation", "external_id", "collective")
 
 
 def rank_tables(events: pa.Table, steps: pa.Table, convention: str) -> dict[str, pa.Table]:

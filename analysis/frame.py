@@ -189,7 +189,7 @@ def table_frame(table: pa.Table) -> Frame:
     """A :func:`frame_table` (a ``rank`` column added) back as a :class:`Frame`; arrays it lacks are -1, lists it
     lacks empty. ``name`` and ``op`` share one list: a table holds at most one of them."""
     n = table.num_rows
-    arrays: dict[str, Any] = {k: np.full(n, -1, np.int64 if k in ("start", "end", "bytes") else np.int32) for k in NUMERIC}
+    arrays: dict[str, Any] = {k: np.full(n, -1, np.int64 if k in ("launch", "start", "end", "bytes") else np.int32) for k in NUMERIC}
     lists: dict[str, Any] = {v: [] for v in VOCABULARIES}
     for name in table.column_names:
         if name in VOCABULARY_OF:
