@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from paradiag.parsers.base import TraceError
-from paradiag.parsers.json_stream import ArrayStream, LimitError, check_names, open_text
+from paradiag.parsers.json_stream import ArrayStream, LimitError, check_names, open_text, skipped_phases
 from paradiag.parsers.kineto_decode import int_column, text_column
 
 Value = int | float | str | None
@@ -86,7 +86,7 @@ class Metadata(msgspec.Struct, gc=False, tag="M", tag_field="ph"):
 
 # Every other Chrome-trace phase: decoded to an empty object. An unknown phase (or none) fails validation and
 # the slice is read with the loose decoder, which keeps ``ph`` as a field.
-_SKIPPED = tuple(msgspec.defstruct(f"Skipped{ord(t)}", [], tag=t, tag_field="ph", gc=False) for t in "BEiICbnetPONDVvRc()")
+_SKIPPED = skipped_phases("BEiICbnetPONDVvRc()")
 Event = Union[Complete, FlowStart, FlowEnd, Metadata, *_SKIPPED]  # type: ignore[valid-type]
 
 

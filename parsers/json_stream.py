@@ -127,6 +127,12 @@ def open_text(path: Path, shown: Path | str) -> BinaryIO:
     return cast(BinaryIO, _Limited(igzip.open(path, "rb"), shown, limit))
 
 
+def skipped_phases(phases: str) -> tuple[type, ...]:
+    """Chrome-trace phases as Structs without fields, tagged by ``ph`` (each keeps its phase as the class attribute
+    ``ph``): in a Union with the Structs of the phases a parser reads, the decoder skips these events' values
+    unread. An unknown phase, or none, fails validation: the parser's general decoder reads that slice."""
+    return tuple(msgspec.defstruct(f"Phase{ord(ph)}", [], tag_field="ph", tag=ph, gc=False, namespace={"ph": ph}) for ph in phases)
+
 class ArrayStream:
     """Iterate over decoded slices of the array at ``key`` (or of the top-level array when ``key`` is None).
 

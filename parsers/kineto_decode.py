@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from paradiag import schema
 from paradiag.parsers.base import MAX_RANK, TraceError, normalize_collective, parse_rank_list, ranks_key
-from paradiag.parsers.json_stream import BLOCK, check_names, open_text
+from paradiag.parsers.json_stream import BLOCK, check_names, open_text, skipped_phases
 
 
 class Args(msgspec.Struct, gc=False, frozen=True):
@@ -40,37 +40,33 @@ class Args(msgspec.Struct, gc=False, frozen=True):
     rank: int | None = msgspec.field(default=None, name="Rank")
 
 
-class Complete(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
+class _Fields(msgspec.Struct, gc=False):
+    """The fields paradiag reads of an event."""
+
+    name: str | None = None
+    cat: str | None = None
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: int | float | None = None
+    dur: int | float | None = None
+    args: Args = Args()
+
+
+class Complete(_Fields, tag_field="ph", tag="X"):
     """A complete event (``"ph": "X"``), the only phase paradiag keeps."""
 
     ph: ClassVar[str] = "X"
-    name: str | None = None
-    cat: str | None = None
-    pid: int | str | None = None
-    tid: int | str | None = None
-    ts: int | float | None = None
-    dur: int | float | None = None
-    args: Args = Args()
 
 
-# The other phases of the Chrome trace format, as Structs without fields: the decoder skips their values unread
-# (flow events are a third of a Kineto trace). A slice with a phase not named here is decoded by Event instead.
-_OTHER_PHASES = tuple(
-    msgspec.defstruct(f"Phase{ord(ph)}", [], tag_field="ph", tag=ph, gc=False, namespace={"ph": ph}) for ph in "BEbeiInsTtfpSFPONDMRCcVv()"
-)
+# The other phases of the Chrome trace format decode to empty objects (flow events are a third of a Kineto trace).
+# A slice with a phase not named here is decoded by Event instead.
+_OTHER_PHASES = skipped_phases("BEbeiInsTtfpSFPONDMRCcVv()")
 
 
-class Event(msgspec.Struct, gc=False):
+class Event(_Fields):
     """An event of any phase, or of none."""
 
     ph: str = ""
-    name: str | None = None
-    cat: str | None = None
-    pid: int | str | None = None
-    tid: int | str | None = None
-    ts: int | float | None = None
-    dur: int | float | None = None
-    args: Args = Args()
 
 
 # Loose variants: a chunk whose values have unexpected types (a string stream id, a float correlation) still
