@@ -14,24 +14,31 @@ from paradiag.app.selection import Selection
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "gpu_llm_slow_rank"
 
 
-def test_every_step_is_warmed_and_a_step_change_reads_no_events(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from paradiag.app.callbacks.details import render_detail
-    from paradiag.app.callbacks.pipeline import render_flow, render_marey
-    from paradiag.app.callbacks.timeline import render_timeline
+def warmed_app(folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, what: str) -> Any:
+    """The app serving ``folder`` as "served", warmed; from then on reading events fails the test (``what`` did)."""
     from paradiag.app.config import Config
-    from paradiag.app.data.common import steps_of
     from paradiag.app.factory import create_app
     from paradiag.app.warm import warm
     from paradiag.dataset import Job
 
     monkeypatch.setenv("PARADIAG_CACHE_DIR", str(tmp_path / "cache"))
-    app = create_app(Config.from_env(job=str(SAMPLE), upload_dir=tmp_path / "uploads", app_cache_dir=tmp_path / "app-cache"))
+    app = create_app(Config.from_env(job=str(folder), upload_dir=tmp_path / "uploads", app_cache_dir=tmp_path / "app-cache"))
     warm(app, "served").join()
 
     def cold(*_: Any, **__: Any) -> Any:
-        raise AssertionError("a step view read events after warming")
+        raise AssertionError(f"{what} read events after warming")
 
     monkeypatch.setattr(Job, "events", cold)
+    return app
+
+
+def test_every_step_is_warmed_and_a_step_change_reads_no_events(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from paradiag.app.callbacks.details import render_detail
+    from paradiag.app.callbacks.pipeline import render_flow, render_marey
+    from paradiag.app.callbacks.timeline import render_timeline
+    from paradiag.app.data.common import steps_of
+
+    app = warmed_app(SAMPLE, tmp_path, monkeypatch, "a step view")
     with app.server.test_request_context("/"):
         from paradiag.app import context, ids
         from paradiag.app.callbacks.header import SHOWN
@@ -70,23 +77,12 @@ def test_a_click_on_any_row_of_the_first_heatmap_reads_no_events_after_warming(t
     from paradiag.app.callbacks.overview import render_heatmap
     from paradiag.app.callbacks.selection import select
     from paradiag.app.callbacks.timeline import render_timeline
-    from paradiag.app.config import Config
     from paradiag.app.data.overview import DEFAULT_METRIC
-    from paradiag.app.factory import create_app
-    from paradiag.app.warm import warm
-    from paradiag.dataset import Job
     from paradiag.simulator import SimConfig, parse_fault, simulate
     from tests.test_app_timeline_folds import CULPRIT, MESH
 
-    monkeypatch.setenv("PARADIAG_CACHE_DIR", str(tmp_path / "cache"))
     folder = simulate(SimConfig(output=tmp_path / "job", faults=(parse_fault(f"slow_device:ranks={CULPRIT},factor=1.5"),), **MESH))
-    app = create_app(Config.from_env(job=str(folder), upload_dir=tmp_path / "uploads", app_cache_dir=tmp_path / "app-cache"))
-    warm(app, "served").join()
-
-    def cold(*_: Any, **__: Any) -> Any:
-        raise AssertionError("a click on a heatmap row read events after warming")
-
-    monkeypatch.setattr(Job, "events", cold)
+    app = warmed_app(folder, tmp_path, monkeypatch, "a click on a heatmap row")
     with app.server.test_request_context("/"):
         from paradiag.app import ids
 
