@@ -112,8 +112,7 @@ def read_rank_tables(job: Job) -> dict[str, list[pa.Table]]:
     """Every rank's per-rank tables (stored at ingest, else computed here from its events), rank by rank, each
     with a ``rank`` column and its times on the job's aligned clock."""
     parts: dict[str, list[pa.Table]] = {name: [] for name in RANK_TABLES}
-    device_type = dict(zip(job.ranks.column("rank").to_pylist(), job.ranks.column("device_type").to_pylist(), strict=True))
-    offset = dict(zip(job.ranks.column("rank").to_pylist(), job.ranks.column("clock_offset_ns").to_pylist(), strict=True))
+    device_type, offset = job.by_rank("device_type"), job.by_rank("clock_offset_ns")
     for rank in job.rank_ids:
         tables, shift = job.rank_tables(rank, RANK_TABLES), offset.get(rank) or 0
         if tables is None:  # read on the aligned clock: nothing to shift
@@ -185,8 +184,7 @@ def diagnose(job: Job) -> Diagnosis:
     per_rank = read_rank_tables(job)
     records, directions = _records(per_rank.pop("communication"))
     layout = parallel_layout(job.ranks, job.groups, records)
-    members = {g: list(m) for g, m in zip(job.groups.column("group").to_pylist(), job.groups.column("ranks").to_pylist(), strict=True)}
-    host_of = dict(zip(job.ranks.column("rank").to_pylist(), job.ranks.column("host").to_pylist(), strict=True))
+    members, host_of = job.group_members(), job.by_rank("host")
     comm.assign_peers(records, directions, members, layout.stage_of)
     participation = comm.collective_participation(records)
     instances = comm.collective_instances(participation, layout.group_sizes(members))

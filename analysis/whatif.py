@@ -992,8 +992,8 @@ def job_graph(job: Job, d: Diagnosis) -> tuple[Graph, Peers]:
     from paradiag.analysis.frame import job_frame
 
     frame = job_frame(job)
-    members = {g: list(m) for g, m in zip(job.groups.column("group").to_pylist(), job.groups.column("ranks").to_pylist(), strict=True)}
+    members = job.group_members()
     comm.infer_peers(frame, members, d.layout.stage_of)
-    host_of = dict(zip(job.ranks.column("rank").to_pylist(), job.ranks.column("host").to_pylist(), strict=True))
+    host_of = job.by_rank("host")
     metrics = d.stage_metrics.as_json() if d.stage_metrics else None
     return build_graph(frame, job.steps, d.p2p, host_of, d.passes), peers_of(d.layout.stage_of, d.figures(), metrics)

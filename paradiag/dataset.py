@@ -192,6 +192,14 @@ class Job:
     def rank_ids(self) -> list[int]:
         return [int(r) for r in self.ranks.column("rank").to_pylist()]
 
+    def by_rank(self, column: str) -> dict[int, Any]:
+        """rank -> its value in the ranks table's ``column`` (host, device_type, clock_offset_ns, ...)."""
+        return dict(zip(self.ranks.column("rank").to_pylist(), self.ranks.column(column).to_pylist(), strict=True))
+
+    def group_members(self) -> dict[str, list[int]]:
+        """Communication group id -> its member ranks."""
+        return {g: list(m) for g, m in zip(self.groups.column("group").to_pylist(), self.groups.column("ranks").to_pylist(), strict=True)}
+
     def _source_of(self, rank: int) -> dict[str, Any] | None:
         """The manifest's entry of ``rank`` (indexed once: a job of many ranks asks rank by rank)."""
         if self._sources is None:
@@ -201,7 +209,7 @@ class Job:
     def _parts(self, ranks: Iterable[int]) -> dict[int, tuple[str, int, int]]:
         """rank -> (events file, clock offset, longest event) of those of ``ranks`` that have events."""
         if self._offsets is None:
-            self._offsets = dict(zip(self.ranks.column("rank").to_pylist(), self.ranks.column("clock_offset_ns").to_pylist(), strict=True))
+            self._offsets = self.by_rank("clock_offset_ns")
         offsets, found = self._offsets, {r: self._source_of(r) for r in ranks}
         return {r: (s["events_file"], int(offsets.get(r, 0)), int(s["max_dur_ns"])) for r, s in found.items() if s and s.get("events_file")}
 

@@ -91,7 +91,7 @@ def _dimensions(job: Job, cells: list[dict[str, Any]]) -> dict[tuple[int, int], 
 def levels(job: Job, ranks: list[int]) -> list[dict[int, str]]:
     """The ways to group ``ranks``, coarsest first: by pipeline stage, by node, one by one."""
     mesh = mesh_of(job)
-    hosts = dict(zip(job.ranks.column("rank").to_pylist(), job.ranks.column("host").to_pylist(), strict=True))
+    hosts = job.by_rank("host")
     return [{r: f"s{mesh.stage.get(r, 0)}" for r in ranks}, {r: str(hosts.get(r) or "?") for r in ranks}, {r: str(r) for r in ranks}]
 
 
