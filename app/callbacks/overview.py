@@ -49,9 +49,14 @@ def mark_heatmap(mark_view: dict[str, Any] | None, metric: str, expanded: list[s
     return patch
 
 
+def _mark_alone() -> bool:
+    """Whether the selection's marks alone changed (the heatmap and the step chart then move them by a Patch)."""
+    return ctx.triggered_id == view_store("mark") and len(ctx.triggered) == 1
+
+
 def heatmap(job_view: dict[str, Any] | None, metric: str, expanded: list[str] | None, mark_view: dict[str, Any] | None) -> Any:
     """The heatmap's callback: the whole figure, or only its outline when the mark alone changed."""
-    if ctx.triggered_id == view_store("mark") and len(ctx.triggered) == 1:
+    if _mark_alone():
         return mark_heatmap(mark_view, metric, expanded)
     return render_heatmap(job_view, metric, expanded, mark_view)
 
@@ -77,7 +82,7 @@ def mark_steps(mark_view: dict[str, Any] | None) -> Any:
 
 def steps(job_view: dict[str, Any] | None, mark_view: dict[str, Any] | None) -> Any:
     """The step chart's callback: the whole figure for a new job, else only the marker."""
-    if ctx.triggered_id == view_store("mark") and len(ctx.triggered) == 1:
+    if _mark_alone():
         return mark_steps(mark_view)
     return render_steps(job_view, mark_view)
 
