@@ -60,7 +60,6 @@ def _add_folded(fig: go.Figure, kind: str, seg: dict[str, Any], width: float, le
         fig,
         seg,
         color,
-        width,
         kind,
         f"{kind} folded",
         text=np.array(seg["hover"], dtype=object),
@@ -111,7 +110,6 @@ def _path_hover(fig: go.Figure, path: dict[str, Any], width: float) -> None:
             fig,
             path,
             palette.CRITICAL_PATH,
-            width,
             "path",
             "critical path",
             text=np.array(path["hover"], dtype=object),
@@ -122,7 +120,7 @@ def _path_hover(fig: go.Figure, path: dict[str, Any], width: float) -> None:
 
 def _add_intervals(fig: go.Figure, name: str, seg: dict[str, Any], color: str, width: float) -> None:
     fig.add_trace(_bars(seg, color, width, name=name, legendgroup=name))
-    _hover_points(fig, seg, color, width, name, name, **_hover(name, seg))
+    _hover_points(fig, seg, color, name, name, **_hover(name, seg))
 
 
 def _bars(seg: dict[str, Any], color: str, px: float, **trace: Any) -> go.Scatter:
@@ -132,9 +130,9 @@ def _bars(seg: dict[str, Any], color: str, px: float, **trace: Any) -> go.Scatte
     return go.Scatter(x=xs, y=ys, mode="none", fill="toself", fillcolor=color, hoverinfo="skip", **trace)
 
 
-def _hover_points(fig: go.Figure, seg: dict[str, Any], color: str, width: float, group: str, name: str, **hover: Any) -> None:
-    """Points at the middles of ``seg``'s intervals (x0, x1, row) that carry their hover: the lines drawing the
-    intervals answer the mouse only at their ends. Drawn as nothing (``mode="none"``), not as transparent
+def _hover_points(fig: go.Figure, seg: dict[str, Any], color: str, group: str, name: str, **hover: Any) -> None:
+    """Points at the middles of ``seg``'s intervals (x0, x1, row) that carry their hover and click (the filled bars
+    drawing the intervals do not answer the mouse: one path holds them all). Drawn as nothing (``mode="none"``), not as transparent
     markers: each marker is an SVG node (2,670 of the 6,721 nodes of a 64-rank timeline), built and styled on
     every redraw; plotly finds the nearest point to hover or click either way."""
     mid = (np.asarray(seg["x0"], dtype=np.float64) + np.asarray(seg["x1"], dtype=np.float64)) / 2
