@@ -88,7 +88,7 @@ for (const id of ['heatmap', 'timeline']) {
 
 def test_a_click_on_a_folded_heatmap_row_selects_its_ranks_unfolds_it_and_draws_each_view_once(duo: Any) -> None:
     """The unfolded rows and the new selection come in one reply, and a view whose new figure is taller is not laid
-    out again for its new size (assets/resize.js)."""
+    out again for its new size (assets/plots.js)."""
     duo.driver.get(duo.server_url + "/")
     wait_plot(duo, "timeline", timeout=120)
     heat = "return document.querySelector('#heatmap .js-plotly-plot').layout.yaxis.ticktext"

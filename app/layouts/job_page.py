@@ -14,7 +14,7 @@ from paradiag.app.selection import VIEW_FIELDS, view_store
 # graph was first drawn with (plotly's default): that would be a zoomed window when the page opened on one.
 GRAPH_CONFIG: dict[str, Any] = {"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "select2d", "autoScale2d"], "doubleClick": "autosize"}
 # What a graph holds until its callback sends the first figure: a Patch (the heatmap's outline) may arrive before
-# it does. Marked pending, it is not drawn (assets/pending.js): drawn, it was a whole empty plot per graph.
+# it does. Marked pending, it is not drawn (assets/plots.js): drawn, it was a whole empty plot per graph.
 PENDING: dict[str, Any] = {"data": [], "layout": {"meta": "pending"}}
 
 

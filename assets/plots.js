@@ -1,0 +1,66 @@
+/* How the job page's graphs are plotted, through wrappers of plotly.js's own calls (installed when dcc.Graph has
+   loaded plotly.js and set window.Plotly, before the first graph plots).
+
+   Not drawn while pending: dcc.Graph plots the figure it mounts with at once. The job page's graphs mount with a
+   placeholder (their figures come from callbacks), and each placeholder was a whole plot (axes, modebar, a
+   700 x 450 layout) thrown away when the view's first figure arrived: every graph was drawn twice on the first
+   page, the first time ahead of the heatmap. A figure marked pending (layout.meta,
+   paradiag.app.layouts.job_page.PENDING) on a div never plotted is not drawn. dcc.Graph binds its plotly events
+   (click, hover, relayout...) once, after its first plot: those are kept and bound right after the first real
+   plot's call, before any of them can fire.
+
+   Not laid out again at the same size: dcc.Graph lays a plot out again (Plotly.Plots.resize, a relayout of the
+   whole plot) whenever its box changes size, which a new figure of another height does by itself: the plot is
+   drawn at its new size, then drawn again for it. A resize that finds the plot already as wide and as high as
+   its box is skipped, and so is one of a div not plotted yet (its first plot fits its box). */
+(function () {
+  const PENDING = "pending";
+  let plotly;
+
+  function hold(el) {
+    if (el._pdHeld) { return; }
+    const held = [];
+    el._pdHeld = held;
+    el.on = function (name, handler) { held.push([name, handler]); };
+    el.removeAllListeners = function () { held.length = 0; };
+  }
+
+  function install(P) {
+    if (!P || P._pdWrapped) { return; }
+    P._pdWrapped = true;
+    const react = P.react;
+    P.react = function (gd, figure) {
+      const el = typeof gd === "string" ? document.getElementById(gd) : gd;
+      const layout = (figure && figure.layout) || arguments[2];
+      if (el && !el._fullLayout && layout && layout.meta === PENDING) {
+        hold(el);
+        return Promise.resolve(el);
+      }
+      const held = el && el._pdHeld;
+      if (!held) { return react.apply(this, arguments); }
+      delete el._pdHeld;
+      delete el.on;
+      delete el.removeAllListeners;
+      const plotted = react.apply(this, arguments);  // makes the div's event emitter (el.on) first of all
+      held.forEach(function (h) { el.on(h[0], h[1]); });
+      return plotted;
+    };
+    // dcc.Graph also resizes a graph after its first plot; plotly's resize relayouts the div 100 ms later, by
+    // when the real figure may be there: drawn twice.
+    const resize = P.Plots.resize;
+    P.Plots.resize = function (gd) {
+      const el = typeof gd === "string" ? document.getElementById(gd) : gd;
+      const full = el && el._fullLayout;
+      const fits = full && Math.round(full.width) === el.clientWidth && Math.round(full.height) === el.clientHeight;
+      return el && (el._pdHeld || fits) ? Promise.resolve(el) : resize.apply(this, arguments);
+    };
+  }
+
+  // dcc loads plotly.js on demand and it sets window.Plotly: wrap it then, before the first graph plots.
+  Object.defineProperty(window, "Plotly", {
+    configurable: true,
+    enumerable: true,
+    get: function () { return plotly; },
+    set: function (value) { plotly = value; install(value); },
+  });
+})();
