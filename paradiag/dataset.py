@@ -37,7 +37,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
 from multiprocessing.context import BaseContext
 from pathlib import Path
@@ -48,7 +48,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from paradiag import __version__, align, schema
+from paradiag import __version__, align, remote, schema
 from paradiag.discover import (
     PARSER_MODULES,
     Source,
@@ -163,6 +163,7 @@ class Job:
     _rank_tables: dict[int, dict[str, pa.Table]] = field(default_factory=dict, repr=False)
     _sources: dict[int, dict[str, Any]] | None = field(default=None, repr=False)  # rank -> manifest entry
     _offsets: dict[int, int] | None = field(default=None, repr=False)  # rank -> clock offset
+    url: str | None = None  # the URL of a cache at a URL (without userinfo); cache_dir is then its local mirror
 
     def diagnosis(self) -> Diagnosis:
         """The analysis of the job: stored in the cache at ingest, read on first use."""
@@ -318,7 +319,13 @@ def open_job(
     """Open a trace folder (or one trace file, or a cache folder): read the cache when it is current,
     otherwise parse and cache. ``strict`` turns any problem with a source into a :class:`JobError`;
     ``verify`` hashes every source file to decide whether the cache is current (see :func:`_is_current`);
-    ``dask`` parses on a Dask cluster (see :func:`ingest`)."""
+    ``dask`` parses on a Dask cluster (see :func:`ingest`). ``path`` may also be the URL of a cache, and
+    ``cache_dir`` one to read or write (``s3://bucket/job``; paradiag.remote)."""
+    options: dict[str, Any] = {"strict": strict, "workers": workers, "progress": progress, "dask": dask}
+    if remote.is_url(path):
+        return _open_url(str(path), refresh, verify, options)
+    if remote.is_url(cache_dir):
+        return _open_with_url(Path(path), str(cache_dir), refresh, verify, options)
     target = Path(path)
     if not target.exists():
         raise JobError(f"{target}: no such file or folder")
@@ -334,6 +341,32 @@ def open_job(
         if Path(job.source) == target.resolve() and _is_current(job.manifest, target, verify):
             return _check_strict(job, strict)
     return ingest(target, cache, strict=strict, workers=workers, progress=progress, dask=dask)
+
+
+def _open_url(url: str, refresh: bool, verify: bool, options: dict[str, Any]) -> Job:
+    """The cache at ``url``, from its local mirror; ingested again into ``url`` when its source folder is here
+    and changed (as a cache folder is)."""
+    folder, _ = remote.mirror(url)
+    job = replace(_load(folder), url=remote.shown(url))
+    origin = Path(job.source)
+    if refresh or (origin.exists() and not _is_current(job.manifest, origin, verify)):
+        return ingest(origin, url, **options)
+    return _check_strict(job, options["strict"])
+
+
+def _open_with_url(target: Path, url: str, refresh: bool, verify: bool, options: dict[str, Any]) -> Job:
+    """A trace folder whose cache is at ``url``: its committed manifest (one small read) tells whether it is
+    current; if so the mirror is opened, otherwise the folder is ingested into ``url``."""
+    if not target.exists():
+        raise JobError(f"{target}: no such file or folder")
+    if not refresh:
+        store = remote.connect(url)
+        pointer = remote.read_pointer(store, required=False)
+        if pointer is not None:
+            manifest = remote.read_manifest(store, pointer)
+            if Path(manifest.get("source", "")) == target.resolve() and _is_current(manifest, target, verify):
+                return _check_strict(replace(_load(remote.mirror(url)[0]), url=store.name), options["strict"])
+    return ingest(target, url, **options)
 
 
 def _check_strict(job: Job, strict: bool) -> Job:
@@ -394,6 +427,12 @@ class Parsed:
     result: SourceResult
     files: dict[str, str] = field(default_factory=dict)  # per-rank analysis table -> its file in the cache
     tables: dict[str, pa.Table] = field(default_factory=dict)  # the same tables (small), so the reduce reads none back
+    uploaded: list[str] = field(default_factory=list)  # the rank's files its parse uploaded to a cache at a URL
+
+    def rank_files(self) -> list[str]:
+        """Every file of the cache this parse wrote (relative to the cache folder)."""
+        r = self.result
+        return [f for f in [r.events_file, *r.extra_files.values(), *self.files.values()] if f]
 
 
 def parse_rank(source: Source, root: Path, out_dir: Path, index: int) -> Parsed:
@@ -423,13 +462,21 @@ def part_files(out_dir: Path, index: int) -> list[Path]:
     return [out_dir / "events" / name, *out_dir.glob(f"extra/*/{name}"), *out_dir.glob(f"analysis/*/part-{index:05d}.arrow")]
 
 
-def parse_in_worker(source: Source, root: Path, out_dir: Path, index: int) -> Parsed:
+def parse_in_worker(source: Source, root: Path, out_dir: Path | None, index: int, upload: remote.Upload | None = None) -> Parsed:
     """parse_rank, then hand the freed memory back to the system before the worker takes the next rank. A full
     garbage collection takes tens of milliseconds in a worker: after a small rank it would cost more than the
-    parse did, and a small rank leaves little to collect."""
+    parse did, and a small rank leaves little to collect. With ``upload`` (a cache at a URL) the rank's files
+    are uploaded from where they were written: ``out_dir``, or without one (a Dask worker whose folders the
+    client does not share) a scratch folder of this worker's, removed afterwards."""
+    folder = remote.scratch() if out_dir is None else out_dir
     try:
-        return parse_rank(source, root, out_dir, index)
+        parsed = parse_rank(source, root, folder, index)
+        if upload is not None:
+            parsed.uploaded = remote.put_files(upload, folder, parsed.rank_files())
+        return parsed
     finally:
+        if out_dir is None:
+            shutil.rmtree(folder, ignore_errors=True)
         if source.size() >= IN_PROCESS_BYTES:
             gc.collect()
         with contextlib.suppress(OSError, AttributeError):
@@ -440,12 +487,18 @@ RETRIES = 1  # a parse that fails for another reason than its input (a storage e
 
 
 def _parse_all(
-    sources: list[Source], root: Path, tmp: Path, workers: int | None, progress: ProgressCallback | None, dask: str | None
+    sources: list[Source],
+    root: Path,
+    tmp: Path,
+    workers: int | None,
+    progress: ProgressCallback | None,
+    dask: str | None,
+    upload: remote.Upload | None = None,
 ) -> list[Parsed]:
     if dask is not None:
         from paradiag import distributed
 
-        return distributed.parse_all(dask, sources, root, tmp, progress)
+        return distributed.parse_all(dask, sources, root, tmp, progress, upload)
     total_bytes = sum(s.size() for s in sources)
     n_workers = workers if workers is not None else min(os.cpu_count() or 1, len(sources))
     results: list[Parsed | None] = [None] * len(sources)
@@ -459,44 +512,55 @@ def _parse_all(
 
     if n_workers <= 1 or len(sources) == 1 or total_bytes < IN_PROCESS_BYTES:
         for i, src in enumerate(sources):
-            done(i, _parse_here(src, root, tmp, i))
+            done(i, _parse_here(src, root, tmp, i, upload))
     else:
-        _parse_in_pool(sources, root, tmp, n_workers, done)
+        _parse_in_pool(sources, root, tmp, n_workers, done, upload)
     return [r for r in results if r is not None]
 
 
-def _parse_here(source: Source, root: Path, tmp: Path, index: int) -> Parsed:
+def _parse_here(source: Source, root: Path, tmp: Path, index: int, upload: remote.Upload | None = None) -> Parsed:
     """parse_rank in this process, run once more when writing the cache fails (a bad file never raises: its
     parse is a problem of its own); failing again, a problem naming the source."""
     for _ in range(RETRIES + 1):
         try:
-            return parse_rank(source, root, tmp, index)
+            parsed = parse_rank(source, root, tmp, index)
+            if upload is not None:
+                parsed.uploaded = remote.put_files(upload, tmp, parsed.rank_files())
+            return parsed
         except OSError as exc:
             error: BaseException = exc
     return failed_parse(source, root, tmp, index, f"its parse failed twice (retried once); last error: {_why(error)}")
 
 
-def _parse_in_pool(sources: list[Source], root: Path, tmp: Path, workers: int, done: Callable[[int, Parsed], None]) -> None:
+def _parse_in_pool(
+    sources: list[Source], root: Path, tmp: Path, workers: int, done: Callable[[int, Parsed], None], upload: remote.Upload | None = None
+) -> None:
     """Parse ``sources`` in local worker processes. A killed worker breaks its pool: the ranks that had not started
     go to a new pool, those it was parsing (and those whose parse raised an OSError) run once more, each alone in
     a pool of its own (so that a second death is that rank's own); failing again, a problem naming the source."""
     todo, failed = largest_first(sources), dict[int, BaseException]()
     while todo:
-        left, failures = _pool_round(sources, root, tmp, workers, todo, done)
+        left, failures = _pool_round(sources, root, tmp, workers, todo, done, upload)
         if len(left) == len(todo):  # the pool broke before it started any (a worker that cannot start)
             failures.update({i: BrokenProcessPool() for i in left})
             left = []
         todo = left
         failed.update(failures)
     for i, error in failed.items():
-        left, failures = _pool_round(sources, root, tmp, 1, [i], done)
+        left, failures = _pool_round(sources, root, tmp, 1, [i], done, upload)
         if left or failures:
             why = f"its parse failed twice (retried once); last error: {_why(failures.get(i, error))}"
             done(i, failed_parse(sources[i], root, tmp, i, why))
 
 
 def _pool_round(
-    sources: list[Source], root: Path, tmp: Path, workers: int, todo: list[int], done: Callable[[int, Parsed], None]
+    sources: list[Source],
+    root: Path,
+    tmp: Path,
+    workers: int,
+    todo: list[int],
+    done: Callable[[int, Parsed], None],
+    upload: remote.Upload | None = None,
 ) -> tuple[list[int], dict[int, BaseException]]:
     """One pool over ``todo``: the sources it did not start (its worker killed, the pool broke) and those whose
     parse failed (source -> error)."""
@@ -505,7 +569,7 @@ def _pool_round(
     not_started: list[int] = []
     failed: dict[int, BaseException] = {}
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init, initargs=(os.getpid(), started)) as pool:
-        futures = {pool.submit(_parse_tracked, sources[i], root, tmp, i): i for i in todo}
+        futures = {pool.submit(_parse_tracked, sources[i], root, tmp, i, upload): i for i in todo}
         for future in as_completed(futures):
             i, error = futures[future], future.exception()
             if error is None:
@@ -532,10 +596,10 @@ def _pool_context() -> BaseContext:
     return ctx
 
 
-def _parse_tracked(source: Source, root: Path, out_dir: Path, index: int) -> Parsed:
+def _parse_tracked(source: Source, root: Path, out_dir: Path, index: int, upload: remote.Upload | None = None) -> Parsed:
     """parse_in_worker, marked as started (for the pool to know which ranks a killed worker took with it)."""
     _STARTED[index] = 1
-    return parse_in_worker(source, root, out_dir, index)
+    return parse_in_worker(source, root, out_dir, index, upload)
 
 
 def _why(error: BaseException) -> str:
@@ -569,11 +633,17 @@ def ingest(
 ) -> Job:
     """Parse every source under ``path`` and write the cache atomically; return the job. ``dask`` parses the
     sources on a Dask cluster instead of local processes: a scheduler address (``tcp://host:8786``) or
-    ``local:N`` (a local cluster of N worker processes); see paradiag.distributed."""
+    ``local:N`` (a local cluster of N worker processes); see paradiag.distributed. ``cache_dir`` may be an fsspec
+    URL (``s3://bucket/job``): the cache is then written as a new generation there and committed by its pointer,
+    this machine keeping a local mirror (paradiag.remote)."""
+    if remote.is_url(path):
+        raise JobError(f"{remote.shown(str(path))}: the trace folder must be a path (only the cache may be a URL)")
     root = Path(path).resolve()
-    cache = Path(cache_dir) if cache_dir is not None else cache_dir_for(root)
-    if cache.resolve() == root or root in cache.resolve().parents:
-        raise JobError(f"{cache}: the cache must not be inside the source folder (it is never modified)")
+    writer = remote.Writer.start(str(cache_dir)) if remote.is_url(cache_dir) else None
+    cache = writer.mirror if writer else Path(cache_dir) if cache_dir is not None else cache_dir_for(root)
+    inside = Path(writer.store.path) if writer and remote._is_local(writer.store.fs) else None if writer else cache
+    if inside is not None and (inside.resolve() == root or root in inside.resolve().parents):
+        raise JobError(f"{cache_dir}: the cache must not be inside the source folder (it is never modified)")
     skipped: list[tuple[Path, str]] = []
     sources, others = discover(root, skipped)
     base = root if root.is_dir() else root.parent
@@ -591,7 +661,7 @@ def ingest(
     tmp = cache.parent / _scratch_name(cache, "tmp")
     tmp.mkdir()
     try:
-        parsed = _parse_all(sources, root, tmp, workers, progress, dask)
+        parsed = _parse_all(sources, root, tmp, workers, progress, dask, writer.upload if writer else None)
         results = [p.result for p in parsed]
         problems.extend(Problem(r.source, "error", r.error) for r in results if r.error)
         if strict and problems:
@@ -603,11 +673,27 @@ def ingest(
         if progress:
             progress(len(sources), len(sources), "analysing")
         job.diagnosis()  # computed once here and stored in the cache, inside the same atomic build
+        if writer:
+            writer.commit(tmp, [f for p in parsed for f in p.uploaded], _pointer(job))
         _replace(tmp, cache)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        if writer:
+            writer.abandon()
         raise
+    if writer:
+        writer.clean()
+        remote._forget_other_mirrors(cache)
+        return replace(_load(cache), url=writer.store.name)
     return _load(cache)
+
+
+def _pointer(job: Job) -> dict[str, Any]:
+    """What a cache at a URL's pointer says beside its generation: the versions that wrote it (a reader of
+    another cache format stops at the pointer) and the source folder."""
+    m = job.manifest
+    keys = ("schema_version", "parser_version", "analysis_version", "paradiag_version", "source", "created")
+    return {"cache_format": m["format"], **{k: m[k] for k in keys}}
 
 
 _HOST = re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname()) or "host"

@@ -6,6 +6,9 @@ ingest's temporary folder and sends back only the small result (metadata, steps,
 for clock alignment). The client then aligns, reduces the analysis and renames the folder into place, as a local
 ingest does: so the temporary folder, and therefore the cache, must be on storage every worker mounts at the same
 path (NFS, Lustre, a shared volume), and so must the trace folder; both are checked before any task is sent.
+A cache at a URL (``s3://…``, paradiag.remote) lifts the first condition: each worker parses into a scratch
+folder of its own and uploads the rank's files to the cache's new generation; the client downloads them (one
+batch) for the reduce, and every worker is first checked to reach the store.
 
 A task that raises (a storage error) is retried once by the scheduler, and so is a task whose worker died (for
 ``local:N``; a cluster of one's own follows its ``distributed.scheduler.allowed-failures``, 3 by default);
@@ -23,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from paradiag import remote
 from paradiag.dataset import JobError, Parsed, ProgressCallback, failed_parse, largest_first, parse_in_worker
 from paradiag.discover import Source
 
@@ -76,12 +80,18 @@ def connect(spec: str) -> Iterator[Client]:
         yield client
 
 
-def parse_all(spec: str, sources: list[Source], root: Path, tmp: Path, progress: ProgressCallback | None) -> list[Parsed]:
-    """Parse ``sources`` on the cluster ``spec``, writing into ``tmp``; results in the order of ``sources``."""
+def parse_all(
+    spec: str, sources: list[Source], root: Path, tmp: Path, progress: ProgressCallback | None, upload: remote.Upload | None = None
+) -> list[Parsed]:
+    """Parse ``sources`` on the cluster ``spec``, writing into ``tmp`` (or, with ``upload``, into the workers'
+    own scratch folders, uploaded to the cache's URL and downloaded here); results in the order of ``sources``."""
     tmp = tmp.resolve()  # the workers' working folder is not ours
     with connect(spec) as client:
-        _check_workers(client, spec, root, tmp)
-        return _run(client, sources, root, tmp, progress)
+        _check_workers(client, spec, root, tmp, upload)
+        parsed = _run(client, sources, root, tmp, progress, upload)
+    if upload is not None:
+        remote.get_files(upload, [f for p in parsed for f in p.uploaded], tmp)
+    return parsed
 
 
 def _sees(*paths: str) -> list[str]:
@@ -89,13 +99,20 @@ def _sees(*paths: str) -> list[str]:
     return [p for p in paths if not Path(p).exists()]
 
 
-def _check_workers(client: Client, spec: str, root: Path, tmp: Path) -> None:
-    """At least one worker, and every worker sees the trace folder and the temporary cache folder."""
+def _check_workers(client: Client, spec: str, root: Path, tmp: Path, upload: remote.Upload | None = None) -> None:
+    """At least one worker, and every worker sees the trace folder and the temporary cache folder (or, for a
+    cache at a URL, reaches its store)."""
     try:
         client.wait_for_workers(1, timeout=WORKER_TIMEOUT_S)
     except TimeoutError:
         raise JobError(f"--dask {spec}: no worker joined the scheduler within {WORKER_TIMEOUT_S} s") from None
-    blind = {worker: missing for worker, missing in client.run(_sees, str(root), str(tmp)).items() if missing}
+    if upload is not None:
+        cut = {worker: why for worker, why in client.run(remote.worker_check, upload.url).items() if why}
+        if cut:
+            worker, why = sorted(cut.items())[0]
+            raise JobError(f"--dask {spec}: worker {worker} (and {len(cut) - 1} more) cannot use the cache: {why}")
+    seen = (str(root),) if upload is not None else (str(root), str(tmp))
+    blind = {worker: missing for worker, missing in client.run(_sees, *seen).items() if missing}
     if blind:
         worker, missing = sorted(blind.items())[0]
         raise JobError(
@@ -104,14 +121,17 @@ def _check_workers(client: Client, spec: str, root: Path, tmp: Path) -> None:
         )
 
 
-def _run(client: Client, sources: list[Source], root: Path, tmp: Path, progress: ProgressCallback | None) -> list[Parsed]:
+def _run(
+    client: Client, sources: list[Source], root: Path, tmp: Path, progress: ProgressCallback | None, upload: remote.Upload | None
+) -> list[Parsed]:
     from distributed import as_completed
 
     results: list[Parsed | None] = [None] * len(sources)
     futures: dict[Any, int] = {}
     order = largest_first(sources)
     for priority, i in enumerate(reversed(order)):  # the scheduler runs higher priorities first
-        futures[client.submit(parse_in_worker, sources[i], root, tmp, i, retries=RETRIES, pure=False, priority=priority)] = i
+        out = None if upload is not None else tmp  # writing to a URL, each worker parses into a folder of its own
+        futures[client.submit(parse_in_worker, sources[i], root, out, i, upload, retries=RETRIES, pure=False, priority=priority)] = i
     try:
         for done, future in enumerate(as_completed(futures), start=1):
             i = futures[future]
