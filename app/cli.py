@@ -6,14 +6,16 @@ from pathlib import Path
 
 import click
 
+from paradiag.commands import Location
+
 
 @click.command()
-@click.argument("path", required=False, type=click.Path(exists=True, path_type=Path))
+@click.argument("path", required=False, type=Location(exists=True))
 @click.option("--port", default=8050, show_default=True, help="port to listen on")
 @click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on (0.0.0.0 for everyone)")
 @click.option("--debug", is_flag=True, help="Dash debug mode (reloads on change, shows callback errors)")
-def serve(path: Path | None, port: int, host: str, debug: bool) -> None:
-    """Open the dashboard on PATH (a trace folder or a paradiag cache); without PATH, the start page with the
+def serve(path: Path | str | None, port: int, host: str, debug: bool) -> None:
+    """Open the dashboard on PATH (a trace folder, a paradiag cache, or a cache's URL); without PATH, the start page with the
     bundled sample jobs and an upload area. This is a one-user development server: for a shared instance use
     the container image (Dockerfile) or its gunicorn command (docs/dashboard.md, "Hosted instance")."""
     from paradiag.app.config import Config
@@ -22,10 +24,15 @@ def serve(path: Path | None, port: int, host: str, debug: bool) -> None:
     job = None
     if path is not None:
         import paradiag
+        from paradiag.dataset import JobError
+        from paradiag.remote import shown
 
-        click.echo(f"opening {path} ...")
-        paradiag.open(path)  # parse (or check the cache) before the first page asks for it
-        job = str(path.resolve())
+        click.echo(f"opening {shown(path) if isinstance(path, str) else path} ...")
+        try:
+            paradiag.open(path)  # parse (or check the cache) before the first page asks for it
+        except JobError as exc:
+            raise click.ClickException(str(exc)) from exc
+        job = path if isinstance(path, str) else str(path.resolve())
     app = create_app(Config.from_env(job=job))
     if job:
         from paradiag.app.warm import warm

@@ -21,6 +21,7 @@ from typing import Any
 import paradiag
 from paradiag.app.config import Config
 from paradiag.dataset import Job
+from paradiag.remote import is_url
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}$")  # no leading dot: never "." or ".."
 _OPEN: OrderedDict[str, Job] = OrderedDict()
@@ -58,13 +59,13 @@ def read_status(upload: Path) -> dict[str, Any]:
         return {"state": "unknown"}
 
 
-def path_of(token: str, config: Config, user: str) -> Path:
+def path_of(token: str, config: Config, user: str) -> Path | str:
     """The folder (or cache) a job token names; raises JobNotFound when it names nothing this user may see.
     An upload counts only once its parse is done: opening it earlier would parse it here, in the web worker,
     without the limits its own parse process runs under."""
     kind, _, name = token.partition(":")
     if kind == "served" and config.job:
-        return Path(config.job)
+        return config.job if is_url(config.job) else Path(config.job)  # a cache's URL stays a string
     if kind == "sample" and SAFE_NAME.match(name) and name in samples(config):
         return config.samples_dir / name
     if kind == "upload" and SAFE_NAME.match(name):
@@ -78,8 +79,12 @@ def open_token(token: str, config: Config, user: str) -> Job:
     return open_path(path_of(token, config, user))
 
 
-def open_path(path: Path) -> Job:
-    key = str(path.resolve())
+def _key(path: Path | str) -> str:
+    return path if isinstance(path, str) else str(path.resolve())
+
+
+def open_path(path: Path | str) -> Job:
+    key = _key(path)
     with _LOCK:
         job = _OPEN.get(key)
         if job is not None:
@@ -87,7 +92,7 @@ def open_path(path: Path) -> Job:
             return job
     start = time.perf_counter()
     job = paradiag.open(path)
-    log.info("opened job %s (%d ranks) in %.0f ms", path.name, len(job.rank_ids), 1000 * (time.perf_counter() - start))
+    log.info("opened job %s (%d ranks) in %.0f ms", job.url or Path(path).name, len(job.rank_ids), 1000 * (time.perf_counter() - start))
     with _LOCK:
         _OPEN[key] = job
         while len(_OPEN) > _KEEP:
@@ -95,6 +100,6 @@ def open_path(path: Path) -> Job:
     return job
 
 
-def forget(path: Path) -> None:
+def forget(path: Path | str) -> None:
     with _LOCK:
-        _OPEN.pop(str(path.resolve()), None)
+        _OPEN.pop(_key(path), None)

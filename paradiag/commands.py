@@ -27,14 +27,32 @@ if TYPE_CHECKING:
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 out = Console(width=None if sys.stdout.isatty() else 160)
 
-path_argument = click.argument("path", type=click.Path(exists=True, path_type=Path))
+
+
+class Location(click.ParamType):
+    """A path, or the URL of a cache (``s3://bucket/job``, kept as a string: paradiag.remote): a URL is checked
+    when it is opened, a path as click.Path checks it."""
+
+    name = "path"
+
+    def __init__(self, exists: bool) -> None:
+        self.path = click.Path(exists=exists, path_type=Path)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Path | str:
+        from paradiag.remote import is_url
+
+        return value if is_url(value) else self.path.convert(value, param, ctx)
+
+
+path_argument = click.argument("path", type=Location(exists=True))
 cache_option = click.option(
     "-o",
     "--cache",
     "cache",
-    type=click.Path(path_type=Path),
+    type=Location(exists=False),
     default=None,
-    help="Cache folder (default: $PARADIAG_CACHE_DIR or ~/.cache/paradiag/<folder>-<hash>; never inside PATH).",
+    help="Cache folder, or an fsspec URL (s3://BUCKET/JOB; needs paradiag[remote]) (default: $PARADIAG_CACHE_DIR or"
+    " ~/.cache/paradiag/<folder>-<hash>; never inside PATH).",
 )
 strict_option = click.option("--strict", is_flag=True, help="Fail on any problem with any source instead of skipping it.")
 workers_option = click.option("--workers", type=click.IntRange(1), default=None, help="Parser processes (default: one per core).")
@@ -74,7 +92,7 @@ def _progress(enabled: bool) -> Iterator[ProgressCallback | None]:
 
 
 def _open(
-    path: Path, cache: Path | None, strict: bool, workers: int | None, refresh: bool = False, verify: bool = False, dask: str | None = None
+    path: Path | str, cache: Path | str | None, strict: bool, workers: int | None, refresh: bool = False, verify: bool = False, dask: str | None = None
 ) -> Job:
     try:
         with _progress(sys.stderr.isatty()) as progress:
@@ -103,7 +121,7 @@ def _size(n: float) -> str:
 @strict_option
 @workers_option
 @dask_option
-def ingest(path: Path, cache: Path | None, strict: bool, workers: int | None, dask: str | None) -> None:
+def ingest(path: Path | str, cache: Path | str | None, strict: bool, workers: int | None, dask: str | None) -> None:
     """Parse every trace under PATH and write the Parquet cache (rebuilt even when current)."""
     t0 = time.perf_counter()
     job = _open(path, cache, strict, workers, refresh=True, dask=dask)
@@ -113,7 +131,7 @@ def ingest(path: Path, cache: Path | None, strict: bool, workers: int | None, da
     _print_problems(job)
     out.print(
         f"{job.ranks.num_rows} ranks, {events:,} events from {_size(size)} in {elapsed:.2f} s "
-        f"({size / 1e6 / elapsed:.0f} MB/s) -> {job.cache_dir}",
+        f"({size / 1e6 / elapsed:.0f} MB/s) -> {job.url + f' (local mirror {job.cache_dir})' if job.url else job.cache_dir}",
         highlight=False,
     )
 
@@ -125,7 +143,7 @@ def ingest(path: Path, cache: Path | None, strict: bool, workers: int | None, da
 @workers_option
 @verify_option
 @click.option("--json", "as_json", is_flag=True, help="Print what was found as JSON.")
-def info(path: Path, cache: Path | None, strict: bool, workers: int | None, verify: bool, as_json: bool) -> None:
+def info(path: Path | str, cache: Path | str | None, strict: bool, workers: int | None, verify: bool, as_json: bool) -> None:
     """What PATH holds: ranks, formats, sizes, steps, and every problem found (parses and caches if needed)."""
     job = _open(path, cache, strict, workers, verify=verify)
     sizes = {f["path"]: f["size"] for f in job.manifest["files"]}
@@ -138,7 +156,7 @@ def info(path: Path, cache: Path | None, strict: bool, workers: int | None, veri
     if as_json:
         doc = {
             "source": job.source,
-            "cache": str(job.cache_dir),
+            "cache": job.url or str(job.cache_dir),
             "ranks": [{**ranks[r["rank"]], **r} for r in rows],
             "problems": [p.__dict__ for p in job.problems],
         }
@@ -169,7 +187,7 @@ def info(path: Path, cache: Path | None, strict: bool, workers: int | None, veri
     help="Breakdown definitions: paradiag's (every step, all device work), HTA's (drops the last step) or torch_npu's "
     "step_trace_time (per step, compute and communication span)  [default: ascend on NPUs, paradiag elsewhere]",
 )  # fmt: skip
-def analyze(path: Path, cache: Path | None, strict: bool, workers: int | None, as_json: bool, write: Path | None, convention: str | None) -> None:
+def analyze(path: Path | str, cache: Path | str | None, strict: bool, workers: int | None, as_json: bool, write: Path | None, convention: str | None) -> None:
     """Per-rank time breakdown over the profiled steps, step times and the job summary."""
     from paradiag.analysis.report import build_report
 
@@ -213,7 +231,7 @@ def finding_line(f: Finding) -> str:
     "pipeline a step's saving can show in the next one.",
 )  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def whatif(path: Path, cache: Path | None, strict: bool, workers: int | None, edits: tuple[str, ...], steps: tuple[int, ...], as_json: bool) -> None:
+def whatif(path: Path | str, cache: Path | str | None, strict: bool, workers: int | None, edits: tuple[str, ...], steps: tuple[int, ...], as_json: bool) -> None:
     """Replay the profiled steps on their dependency graph with some cause removed, and predict the step time."""
     from paradiag.analysis import whatif as replay
 

@@ -244,7 +244,7 @@ def _first_start(job: Job) -> int:
 @cache_option
 @strict_option
 @workers_option
-def export(path: Path, perfetto: Path, cache: Path | None, strict: bool, workers: int | None) -> None:
+def export(path: Path | str, perfetto: Path, cache: Path | str | None, strict: bool, workers: int | None) -> None:
     """Write PATH as one aligned multi-rank trace for Perfetto: a process per rank named by its mesh
     coordinates, flows joining collective members and send/recv pairs, findings as instant events."""
     try:

@@ -393,7 +393,12 @@ class Writer:
             wrong = sorted(f for f, size in local.items() if there.get(f) != size)
             if wrong:
                 raise _job_error(f"{self.store.name}: {len(wrong)} file(s) of {self.generation} are missing or differ after the upload ({wrong[0]}, ...); nothing was committed")
-            self.store.fs.pipe_file(self.store.at(POINTER), json.dumps({**pointer, "format": POINTER_FORMAT, "generation": self.generation}, indent=1).encode())
+        self.point({**pointer, "format": POINTER_FORMAT, "generation": self.generation})
+
+    def point(self, pointer: dict[str, Any]) -> None:
+        """Write the pointer: the commit (one object's write, atomic on the store)."""
+        with self.store.errors(f"committing {self.generation}"):
+            self.store.fs.pipe_file(self.store.at(POINTER), json.dumps(pointer, indent=1).encode())
 
     def clean(self) -> None:
         """After the commit: remove the previous generation and stale ones (best effort)."""

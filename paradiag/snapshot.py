@@ -15,12 +15,12 @@ from typing import Any
 import click
 
 from paradiag import gate
-from paradiag.commands import path_argument, strict_option, workers_option
+from paradiag.commands import Location, path_argument, strict_option, workers_option
 from paradiag.dataset import Job, JobError, open_job
 from paradiag.units import ms
 
 
-def _open(path: Path, cache: Path | None, strict: bool, workers: int | None) -> Job:
+def _open(path: Path | str, cache: Path | str | None, strict: bool, workers: int | None) -> Job:
     try:
         return open_job(path, cache, strict=strict, workers=workers)
     except JobError as exc:
@@ -37,11 +37,11 @@ def _json(doc: Any) -> str:
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=Path("report.html"), show_default=True, help="The HTML report to write.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the paradiag.report/1 verdict JSON here.")
 @click.option("--fail-on", "fail_on", default=None, metavar="EXPR", help="Exit 3 when a condition holds, e.g. 'stage_imbalance>1.15,bubble_ratio>0.3,finding:slow_link'. Names: " + ", ".join(gate.ALIASES) + ", or a dotted path into the report; finding:KIND[>=low|medium|high]; finding:any.")
-@click.option("--cache", type=click.Path(path_type=Path), default=None, help="Cache folder (default: $PARADIAG_CACHE_DIR or ~/.cache/paradiag/...).")
+@click.option("--cache", type=Location(exists=False), default=None, help="Cache folder or fsspec URL (default: $PARADIAG_CACHE_DIR or ~/.cache/paradiag/...).")
 @click.option("--title", default=None, help="The report's title (default: the job folder's name; never its full path, which a published report would leak).")
 @strict_option
 @workers_option
-def snapshot(path: Path, output: Path, json_path: Path | None, fail_on: str | None, cache: Path | None, title: str | None, strict: bool, workers: int | None) -> None:
+def snapshot(path: Path | str, output: Path, json_path: Path | None, fail_on: str | None, cache: Path | str | None, title: str | None, strict: bool, workers: int | None) -> None:
     """Write a self-contained HTML report of PATH (works offline) and, with --json, the verdict JSON.
 
     Exit codes: 0 all good, 1 the job could not be read, 2 bad usage or --fail-on expression,
@@ -63,7 +63,7 @@ def snapshot(path: Path, output: Path, json_path: Path | None, fail_on: str | No
         "conditions": [o.__dict__ for o in outcomes],
     }
     # The page is titled by report.job.source; the HTML gets the folder's name (or --title), the JSON the path.
-    shown = title or path.resolve().name
+    shown = title or (path.resolve().name if isinstance(path, Path) else path.rstrip("/").rsplit("/", 1)[-1])
     output.write_text(render_snapshot(job, {**report, "job": {**report["job"], "source": shown}}), encoding="utf-8")
     if json_path is not None:
         json_path.write_text(_json(report), encoding="utf-8")
@@ -75,12 +75,12 @@ def snapshot(path: Path, output: Path, json_path: Path | None, fail_on: str | No
 
 
 @click.command()
-@click.argument("baseline", type=click.Path(exists=True, path_type=Path))
-@click.argument("candidate", type=click.Path(exists=True, path_type=Path))
+@click.argument("baseline", type=Location(exists=True))
+@click.argument("candidate", type=Location(exists=True))
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write an HTML diff report here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the paradiag.compare/1 JSON document.")
 @strict_option
-def compare(baseline: Path, candidate: Path, output: Path | None, as_json: bool, strict: bool) -> None:
+def compare(baseline: Path | str, candidate: Path | str, output: Path | None, as_json: bool, strict: bool) -> None:
     """Compare two runs: step time and breakdown per rank and stage, operators that got slower or faster,
     findings that appeared or disappeared, and the top change. Works across GPU and NPU runs of one model
     (operators are then matched by category)."""

@@ -1,0 +1,297 @@
+"""The cache at an fsspec URL (paradiag.remote), against a real S3 protocol server on loopback.
+
+moto's ThreadedMotoServer speaks S3 over HTTP on a free port; s3fs reaches it through AWS_ENDPOINT_URL with dummy
+keys, set in this process's environment (so the Dask workers started here and the CLI subprocesses inherit them).
+An ingest to ``s3://BUCKET/job`` writes a generation and commits it with the pointer object; the generation's
+objects equal a local ingest's cache byte for byte, and a reader elsewhere (a fresh local cache root) gets the same
+report."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from paradiag import dataset, remote
+from paradiag.analysis.report import build_report
+from paradiag.cli import main
+from paradiag.simulator import faults
+from paradiag.simulator.config import SimConfig
+from paradiag.simulator.run import simulate
+from tests.helpers import assert_same_cache, write_job
+
+pytest.importorskip("s3fs")
+moto_server = pytest.importorskip("moto.server")
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[Any]:
+    """An S3 server on loopback and the environment that points s3fs at it; yields an S3FileSystem."""
+    import fsspec
+
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = pytest.MonkeyPatch()
+    for name, value in {
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+        "AWS_ACCESS_KEY_ID": "testing-key",
+        "AWS_SECRET_ACCESS_KEY": "testing-secret",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }.items():
+        env.setenv(name, value)
+    try:
+        yield fsspec.filesystem("s3", skip_instance_cache=True)
+    finally:
+        env.undo()
+        server.stop()
+
+
+@pytest.fixture
+def bucket(s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A new bucket, and a local cache root of this test's own (where mirrors go)."""
+    name = f"b-{uuid.uuid4().hex[:12]}"
+    s3.mkdir(name)
+    monkeypatch.setenv("PARADIAG_CACHE_DIR", str(tmp_path / "root"))
+    return name
+
+
+def _simulate(out: Path) -> Path:
+    """As tests/test_dask.py's: a small pipelined job on two hosts, one slow rank, clocks apart."""
+    injected = tuple(faults.parse(f) for f in ("slow_device:ranks=2,factor=1.4", "clock_skew:nodes=1,ms=3.0417"))
+    simulate(SimConfig(output=out, dp=2, pp=2, layers=2, hidden=256, heads=4, seq_len=128, vocab=1024, steps=2, faults=injected, devices_per_node=2))
+    return out
+
+
+@pytest.fixture(scope="module")
+def sim_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _simulate(tmp_path_factory.mktemp("sim") / "job")
+
+
+@pytest.fixture(scope="module")
+def local_cache(sim_job: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    cache = tmp_path_factory.mktemp("local") / "cache"
+    dataset.ingest(sim_job, cache, workers=1)
+    return cache
+
+
+def _pointer(s3: Any, url: str) -> dict[str, Any] | None:
+    path = url.removeprefix("s3://") + "/" + remote.POINTER
+    s3.invalidate_cache()
+    return json.loads(s3.cat_file(path)) if s3.exists(path) else None
+
+
+def _entries(s3: Any, url: str) -> list[str]:
+    s3.invalidate_cache()
+    return sorted(p.rsplit("/", 1)[-1] for p in s3.ls(url.removeprefix("s3://"), detail=False))
+
+
+def _download(s3: Any, url: str, into: Path) -> Path:
+    """The committed generation's objects, as a folder (to compare with a local cache file by file)."""
+    prefix = url.removeprefix("s3://") + "/" + _pointer(s3, url)["generation"]  # type: ignore[index]
+    for path in s3.find(prefix):
+        target = into / path[len(prefix) + 1 :]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(s3.cat_file(path))
+    return into
+
+
+def _analyze(*args: str) -> dict[str, Any]:
+    result = CliRunner().invoke(main, ["analyze", "--json", *args])
+    assert result.exit_code == 0, result.output
+    return dict(json.loads(result.output))
+
+
+def _assert_same_as_local(s3: Any, url: str, local_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The generation's objects equal the local ingest's files; a reader with an empty cache root (which
+    downloads the generation) gets the local cache's report from ``paradiag analyze --json URL``."""
+    pointer = _pointer(s3, url)
+    assert pointer is not None and pointer["format"] == remote.POINTER_FORMAT
+    assert _entries(s3, url) == sorted([pointer["generation"], remote.POINTER])
+    assert_same_cache(_download(s3, url, tmp_path / "objects"), local_cache)
+    monkeypatch.setenv("PARADIAG_CACHE_DIR", str(tmp_path / "elsewhere"))
+    assert _analyze(url) == _analyze(str(local_cache))
+    assert next((tmp_path / "elsewhere" / "remote").iterdir()).name.startswith("job-")
+
+
+def test_local_pool_ingest_to_s3_equals_local_ingest(sim_job: Path, local_cache: Path, bucket: str, s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``paradiag ingest FOLDER -o s3://…`` in a fresh process whose two worker processes (forked) parse and
+    upload their ranks; the client uploads the rest and commits."""
+    url = f"s3://{bucket}/job"
+    code = "import sys; from paradiag import dataset; dataset.IN_PROCESS_BYTES = 0; from paradiag.cli import main; sys.exit(main())"
+    run = subprocess.run(
+        [sys.executable, "-c", code, "ingest", str(sim_job), "-o", url, "--workers", "2"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert "4 ranks" in run.stdout and f"-> {url} (local mirror " in run.stdout
+    mirror = tmp_path / "root" / "remote"
+    (folder,) = [p for p in mirror.glob("*/gen-*") if p.is_dir()]  # the client kept its folder as the mirror
+    assert_same_cache(folder, local_cache)
+    _assert_same_as_local(s3, url, local_cache, tmp_path, monkeypatch)
+
+
+def test_dask_ingest_to_s3_equals_local_ingest(sim_job: Path, local_cache: Path, bucket: str, s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two Dask worker processes (started after the S3 environment, which they inherit) each parse into a
+    scratch folder of their own and upload; the client downloads the ranks for the reduce."""
+    distributed = pytest.importorskip("distributed")
+    url = f"s3://{bucket}/job"
+    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0") as cluster:
+        job = dataset.ingest(sim_job, url, dask=cluster.scheduler_address)
+    assert job.url == url and job.rank_ids == [0, 1, 2, 3] and job.problems == []
+    assert_same_cache(job.cache_dir, local_cache)
+    _assert_same_as_local(s3, url, local_cache, tmp_path, monkeypatch)
+
+
+def test_second_ingest_replaces_the_first_atomically(sim_job: Path, bucket: str, s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = f"s3://{bucket}/job"
+    first = dataset.ingest(sim_job, url, workers=1)
+    old = _pointer(s3, url)
+    other = write_job(tmp_path / "other", ranks=2)
+    seen: list[str] = []
+    real = remote.Writer.point
+
+    def point(self: remote.Writer, pointer: dict[str, Any]) -> None:
+        """Just before the commit: every file of the new generation is there, yet a reader sees the old job."""
+        assert _pointer(s3, url) == old
+        assert len(_entries(s3, url)) == 3  # the old generation, the new one, the pointer
+        with monkeypatch.context() as m:
+            m.setenv("PARADIAG_CACHE_DIR", str(tmp_path / f"reader{len(seen)}"))
+            reader = dataset.open_job(url)
+            seen.append(reader.source)
+            assert build_report(reader) == build_report(first)
+        real(self, pointer)
+
+    monkeypatch.setattr(remote.Writer, "point", point)
+    second = dataset.ingest(other, url, workers=1)
+    assert seen == [str(sim_job)]
+    new = _pointer(s3, url)
+    assert new is not None and old is not None and new["generation"] != old["generation"]
+    assert _entries(s3, url) == sorted([new["generation"], remote.POINTER])  # the old generation is gone
+    assert [p.name for p in second.cache_dir.parent.iterdir()] == [new["generation"].lstrip(".")]  # and its mirror
+    monkeypatch.setenv("PARADIAG_CACHE_DIR", str(tmp_path / "later"))
+    assert dataset.open_job(url).source == str(other) and new["source"] == str(other)
+
+
+def test_failed_ingest_keeps_the_committed_cache(sim_job: Path, bucket: str, s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A strict ingest with a broken rank, and one whose parse raises, leave no new pointer and no new
+    generation; the committed cache still opens."""
+    url = f"s3://{bucket}/job"
+    dataset.ingest(sim_job, url, workers=1)
+    committed = _pointer(s3, url)
+    broken = write_job(tmp_path / "broken", ranks=2)
+    (broken / "rank1.pt.trace.json.gz").write_bytes(b"not gzip")
+    with pytest.raises(dataset.JobError, match=r"rank1\.pt\.trace\.json\.gz"):
+        dataset.ingest(broken, url, workers=1, strict=True)
+    assert _pointer(s3, url) == committed and len(_entries(s3, url)) == 2
+
+    def parse(source: Any, root: Path, out_dir: Path, index: int) -> Any:
+        raise RuntimeError("a worker's bug")
+
+    monkeypatch.setattr(dataset, "parse_rank", parse)
+    with pytest.raises(RuntimeError, match="a worker's bug"):
+        dataset.ingest(write_job(tmp_path / "fine", ranks=2), url, workers=1)
+    assert _pointer(s3, url) == committed and len(_entries(s3, url)) == 2
+    monkeypatch.undo()
+    monkeypatch.setenv("PARADIAG_CACHE_DIR", str(tmp_path / "reader"))
+    assert dataset.open_job(url).source == str(sim_job)
+
+
+def test_stale_generations_are_removed(sim_job: Path, bucket: str, s3: Any) -> None:
+    """A killed ingest's generation (this host, its process gone; or another host's, a day old) is removed by the
+    next commit; another host's recent one (an ingest that may be running) is left alone."""
+    url = f"s3://{bucket}/job"
+    host = dataset._HOST
+    dead = 2**22 + 12345  # above Linux's largest pid: no such process
+    now = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    stale = [".gen-20260101T000000Z-otherhost-7-0123abcd", f".gen-{now}-{host}-{dead}-0123abcd"]
+    running = f".gen-{now}-otherhost-7-0123abcd"
+    for name in [*stale, running]:
+        s3.pipe_file(f"{bucket}/job/{name}/events/part-00000.parquet", b"half")
+    dataset.ingest(sim_job, url, workers=1)
+    assert _entries(s3, url) == sorted([_pointer(s3, url)["generation"], running, remote.POINTER])  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("s3://{bucket}/nojob", "s3://{bucket}/nojob: not a paradiag cache (no paradiag-cache.json there"),
+        ("s3://no-such-bucket-x/job", "s3://no-such-bucket-x/job: the bucket 'no-such-bucket-x' does not exist"),
+        ("nosuchscheme://host/job", "nosuchscheme://host/job: not a URL fsspec can use"),
+    ],
+)
+def test_unusable_url_is_a_one_line_error(bucket: str, url: str, expected: str) -> None:
+    for command in (["analyze"], ["info"], ["snapshot", "-o", os.devnull]):
+        result = CliRunner().invoke(main, [*command, url.format(bucket=bucket)])
+        assert result.exit_code == 1, result.output
+        assert expected.format(bucket=bucket) in result.output and "Traceback" not in result.output
+        assert len(result.output.strip().splitlines()) == 1
+
+
+def test_ingest_to_a_missing_bucket_writes_nothing(sim_job: Path, bucket: str, tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["ingest", str(sim_job), "-o", "s3://no-such-bucket-y/job"])
+    assert result.exit_code == 1 and "the bucket 'no-such-bucket-y' does not exist" in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "root").exists()
+
+
+def test_refused_credentials_are_a_one_line_error(sim_job: Path, bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server (in this process) made to check credentials: its IAM knows no user, so every key is refused."""
+    from moto import settings
+    from moto.core.authorization import ActionAuthenticatorMixin
+
+    url = f"s3://{bucket}/job"
+    dataset.ingest(sim_job, url, workers=1)
+    monkeypatch.setattr(settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)
+    monkeypatch.setattr(ActionAuthenticatorMixin, "request_count", 0)
+    for args in (["analyze", url], ["ingest", str(sim_job), "-o", url]):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+        assert f"{url}: access refused while" in result.output and "check the credentials" in result.output
+        assert "testing-secret" not in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_secret_in_the_url_is_never_shown(bucket: str) -> None:
+    url = f"s3://AKIDEXAMPLE:wJalrXUtnFEMIsecret@{bucket}/nojob"
+    result = CliRunner().invoke(main, ["analyze", url])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert "wJalrXUtnFEMIsecret" not in result.output and "AKIDEXAMPLE" not in result.output
+    assert "s3://***@" in result.output
+    assert remote.shown("https://user:pw@host/x/") == "https://***@host/x"
+
+
+def test_without_the_remote_extra(sim_job: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "fsspec", None)  # import fsspec then fails
+    for args in (["analyze", "s3://bucket/job"], ["ingest", str(sim_job), "-o", "s3://bucket/job"]):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 1 and "pip install 'paradiag[remote]'" in result.output
+        assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("text", ["C:\\traces\\job", "C://traces/job", "c:/traces", "runs/x://y", "./s3://x", "job42", "/data/a://b"])
+def test_paths_are_not_urls(text: str) -> None:
+    assert not remote.is_url(text)
+
+
+def test_urls(tmp_path: Path) -> None:
+    assert remote.is_url("s3://bucket/job") and remote.is_url("gcs://b/j") and remote.is_url("file:///tmp/x")
+    assert not remote.is_url(Path("s3://bucket/job")) and not remote.is_url(None)
+
+
+def test_local_folder_with_colon_slashes_is_a_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``runs/x://y`` names the local folder runs/x:/y, not a URL: the CLI parses it as a path."""
+    write_job(tmp_path / "runs" / "x:" / "y", ranks=2)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PARADIAG_CACHE_DIR", str(tmp_path / "root"))
+    result = CliRunner().invoke(main, ["info", "--json", "runs/x://y"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["source"] == str(tmp_path / "runs" / "x:" / "y")
