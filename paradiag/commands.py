@@ -62,7 +62,7 @@ dask_option = click.option(
     metavar="ADDRESS",
     default=None,
     help="Parse on a Dask cluster: its scheduler (tcp://HOST:8786) or local:N (N local worker processes). The cache"
-    " must be on storage every worker reaches at the same path (docs/scale.md).",
+    " must be on storage every worker reaches at the same path, or an fsspec URL (docs/scale.md).",
 )
 verify_option = click.option(
     "--verify", is_flag=True, help="Hash every source file to check the cache (default: size and mtime; see docs/schema.md)."

@@ -117,7 +117,7 @@ def _check_workers(client: Client, spec: str, root: Path, tmp: Path, upload: rem
         worker, missing = sorted(blind.items())[0]
         raise JobError(
             f"--dask {spec}: worker {worker} (and {len(blind) - 1} more) cannot see {missing[0]}: the trace folder and"
-            " the cache must be on storage every worker mounts at the same path (give --cache a shared path)"
+            " the cache must be on storage every worker mounts at the same path (give --cache a shared path, or a URL)"
         )
 
 

@@ -93,7 +93,8 @@ def _pointer(s3: Any, url: str) -> dict[str, Any] | None:
 
 def _entries(s3: Any, url: str) -> list[str]:
     s3.invalidate_cache()
-    return sorted(p.rsplit("/", 1)[-1] for p in s3.ls(url.removeprefix("s3://"), detail=False))
+    prefix = url.removeprefix("s3://")
+    return sorted(p.rsplit("/", 1)[-1] for p in s3.ls(prefix, detail=False)) if s3.exists(prefix) else []
 
 
 def _download(s3: Any, url: str, into: Path) -> Path:
@@ -295,3 +296,17 @@ def test_local_folder_with_colon_slashes_is_a_path(tmp_path: Path, monkeypatch: 
     result = CliRunner().invoke(main, ["info", "--json", "runs/x://y"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["source"] == str(tmp_path / "runs" / "x:" / "y")
+
+
+def test_dask_worker_that_cannot_reach_the_store_is_refused(sim_job: Path, bucket: str, s3: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a cache at a URL the workers need not see the client's folders, but must reach the store: checked
+    on every worker before any task is sent, and nothing is committed."""
+    distributed = pytest.importorskip("distributed")
+    monkeypatch.setattr(remote, "worker_check", lambda url: f"{remote.shown(url)}: access refused (a test)")
+    url = f"s3://{bucket}/job"
+    with (
+        distributed.LocalCluster(n_workers=1, processes=False, threads_per_worker=1, dashboard_address=":0") as cluster,
+        pytest.raises(dataset.JobError, match=rf"worker .* cannot use the cache: {url}: access refused"),
+    ):
+        dataset.ingest(sim_job, url, dask=cluster.scheduler_address)
+    assert _pointer(s3, url) is None and _entries(s3, url) == []
