@@ -346,8 +346,7 @@ def open_job(
 def _open_url(url: str, refresh: bool, verify: bool, options: dict[str, Any]) -> Job:
     """The cache at ``url``, from its local mirror; ingested again into ``url`` when its source folder is here
     and changed (as a cache folder is)."""
-    folder, _ = remote.mirror(url)
-    job = replace(_load(folder), url=remote.shown(url))
+    job = replace(_load(remote.mirror(remote.connect(url))), url=remote.shown(url))
     origin = Path(job.source)
     if refresh or (origin.exists() and not _is_current(job.manifest, origin, verify)):
         return ingest(origin, url, **options)
@@ -365,7 +364,7 @@ def _open_with_url(target: Path, url: str, refresh: bool, verify: bool, options:
         if pointer is not None:
             manifest = remote.read_manifest(store, pointer)
             if Path(manifest.get("source", "")) == target.resolve() and _is_current(manifest, target, verify):
-                return _check_strict(replace(_load(remote.mirror(url)[0]), url=store.name), options["strict"])
+                return _check_strict(replace(_load(remote.mirror(store, pointer)), url=store.name), options["strict"])
     return ingest(target, url, **options)
 
 
@@ -470,10 +469,7 @@ def parse_in_worker(source: Source, root: Path, out_dir: Path | None, index: int
     client does not share) a scratch folder of this worker's, removed afterwards."""
     folder = remote.scratch() if out_dir is None else out_dir
     try:
-        parsed = parse_rank(source, root, folder, index)
-        if upload is not None:
-            parsed.uploaded = remote.put_files(upload, folder, parsed.rank_files())
-        return parsed
+        return _parse_and_upload(source, root, folder, index, upload)
     finally:
         if out_dir is None:
             shutil.rmtree(folder, ignore_errors=True)
@@ -481,6 +477,14 @@ def parse_in_worker(source: Source, root: Path, out_dir: Path | None, index: int
             gc.collect()
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def _parse_and_upload(source: Source, root: Path, out_dir: Path, index: int, upload: remote.Upload | None) -> Parsed:
+    """parse_rank, then (a cache at a URL) the rank's files uploaded to the generation being written."""
+    parsed = parse_rank(source, root, out_dir, index)
+    if upload is not None:
+        parsed.uploaded = remote.put_files(upload, out_dir, parsed.rank_files())
+    return parsed
 
 
 RETRIES = 1  # a parse that fails for another reason than its input (a storage error, a killed worker) runs once more
@@ -523,10 +527,7 @@ def _parse_here(source: Source, root: Path, tmp: Path, index: int, upload: remot
     parse is a problem of its own); failing again, a problem naming the source."""
     for _ in range(RETRIES + 1):
         try:
-            parsed = parse_rank(source, root, tmp, index)
-            if upload is not None:
-                parsed.uploaded = remote.put_files(upload, tmp, parsed.rank_files())
-            return parsed
+            return _parse_and_upload(source, root, tmp, index, upload)
         except OSError as exc:
             error: BaseException = exc
     return failed_parse(source, root, tmp, index, f"its parse failed twice (retried once); last error: {_why(error)}")
@@ -639,11 +640,10 @@ def ingest(
     if remote.is_url(path):
         raise JobError(f"{remote.shown(str(path))}: the trace folder must be a path (only the cache may be a URL)")
     root = Path(path).resolve()
-    writer = remote.Writer.start(str(cache_dir)) if remote.is_url(cache_dir) else None
-    cache = writer.mirror if writer else Path(cache_dir) if cache_dir is not None else cache_dir_for(root)
-    inside = Path(writer.store.path) if writer and remote._is_local(writer.store.fs) else None if writer else cache
-    if inside is not None and (inside.resolve() == root or root in inside.resolve().parents):
-        raise JobError(f"{cache_dir}: the cache must not be inside the source folder (it is never modified)")
+    url = str(cache_dir) if remote.is_url(cache_dir) else None
+    cache = Path(cache_dir) if cache_dir is not None and url is None else cache_dir_for(root)
+    if url is None and (cache.resolve() == root or root in cache.resolve().parents):
+        raise JobError(f"{cache}: the cache must not be inside the source folder (it is never modified)")
     skipped: list[tuple[Path, str]] = []
     sources, others = discover(root, skipped)
     base = root if root.is_dir() else root.parent
@@ -656,6 +656,9 @@ def ingest(
                 " traces: open the *_ascend_pt folders it was computed from"
             )
         raise JobError(f"{root}: no trace found (looked for PyTorch profiler *.json[.gz] files and Ascend *_ascend_pt folders){hint}")
+    writer = remote.Writer.start(url, root) if url else None  # the store reached and writable, or a JobError now
+    if writer:
+        cache = writer.mirror  # the folder built here becomes the local mirror of the new generation
     cache.parent.mkdir(parents=True, exist_ok=True)
     remove_stale(cache.parent)
     tmp = cache.parent / _scratch_name(cache, "tmp")
@@ -683,7 +686,6 @@ def ingest(
         raise
     if writer:
         writer.clean()
-        remote._forget_other_mirrors(cache)
         return replace(_load(cache), url=writer.store.name)
     return _load(cache)
 

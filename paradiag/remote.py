@@ -72,10 +72,6 @@ def _redact(text: str, url: str) -> str:
     return text
 
 
-class RemoteError(Exception):
-    """A URL that cannot be used as a cache (raised as paradiag.dataset.JobError by the callers' wrapper)."""
-
-
 def _job_error(message: str) -> Exception:
     from paradiag.dataset import JobError
 
@@ -118,7 +114,7 @@ class Store:
 
     def _container_exists(self) -> bool:
         """Whether the bucket (the path's first part) exists; a local file system has none to miss."""
-        if _is_local(self.fs):
+        if is_local(self.fs):
             return True
         try:
             return bool(self.fs.exists(self.path.split("/")[0]))
@@ -126,7 +122,7 @@ class Store:
             return False
 
 
-def _is_local(fs: AbstractFileSystem) -> bool:
+def is_local(fs: AbstractFileSystem) -> bool:
     from fsspec.implementations.local import LocalFileSystem
 
     return isinstance(fs, LocalFileSystem)
@@ -134,7 +130,8 @@ def _is_local(fs: AbstractFileSystem) -> bool:
 
 def connect(url: str) -> Store:
     """The store of ``url``; a JobError when fsspec (or the scheme's implementation) is missing or unknown."""
-    scheme = _URL.match(url)["scheme"] if _URL.match(url) else "?"  # type: ignore[index]
+    match = _URL.match(url)
+    scheme = match["scheme"] if match else "?"
     name = shown(url)
     try:
         import fsspec
@@ -148,8 +145,12 @@ def connect(url: str) -> Store:
         raise _job_error(f"{name}: not a URL fsspec can use ({_redact(str(exc), url)})") from None
     except Exception as exc:
         raise _job_error(f"{name}: cannot open the store ({type(exc).__name__}: {_redact(str(exc), url)})") from None
+    if is_local(fs):  # an object store has no folders to make; a file system needs them before a write
+        from fsspec.implementations.local import LocalFileSystem
+
+        fs = LocalFileSystem(auto_mkdir=True)
     path = str(path).rstrip("/")
-    if not path or ("/" not in path and not _is_local(fs)):
+    if not path or ("/" not in path and not is_local(fs)):
         raise _job_error(f"{name}: name a prefix inside the bucket (s3://BUCKET/JOB), not a whole bucket")
     return Store(url.rstrip("/"), fs, path)
 
@@ -201,25 +202,25 @@ def mirror_dir(url: str, generation: str) -> Path:
     return default_cache_root() / "remote" / f"{leaf}-{digest}" / generation.lstrip(".")
 
 
-def mirror(url: str) -> tuple[Path, dict[str, Any]]:
-    """The local mirror of the committed generation of ``url`` (downloaded once, into a temporary sibling
-    renamed into place), and its pointer. A generation removed while it downloads (a newer ingest committed)
-    is retried once with the new pointer."""
-    store = connect(url)
+def mirror(store: Store, pointer: dict[str, Any] | None = None) -> Path:
+    """The local mirror of the committed generation (``pointer``'s, read when not given): downloaded once, into
+    a temporary sibling renamed into place. A generation removed before or while it downloads (a newer ingest
+    committed) is followed once to the new pointer."""
     for attempt in range(2):
-        pointer = read_pointer(store)
+        pointer = pointer or read_pointer(store)
         assert pointer is not None
-        target = mirror_dir(url, pointer["generation"])
+        target = mirror_dir(store.url, pointer["generation"])
         if _complete(target):
-            return target, pointer
+            return target
         try:
             _download(store, pointer["generation"], target)
         except _Vanished:
             if attempt:
                 raise _job_error(f"{store.name}: its generation {pointer['generation']} vanished while it was read (an ingest is replacing it?)") from None
+            pointer = None
             continue
-        _forget_other_mirrors(target)
-        return target, pointer
+        forget_other_mirrors(target)
+        return target
     raise AssertionError("unreachable")
 
 
@@ -276,7 +277,7 @@ def _relative(path: str, prefix: str) -> str:
     return path[len(prefix) + 1 :]
 
 
-def _forget_other_mirrors(keep: Path) -> None:
+def forget_other_mirrors(keep: Path) -> None:
     """Remove this URL's mirrors of other generations (best effort; scratch folders are remove_stale's)."""
     with contextlib.suppress(OSError):
         for entry in keep.parent.iterdir():
@@ -364,13 +365,18 @@ class Writer:
         return mirror_dir(self.store.url, self.generation)
 
     @classmethod
-    def start(cls, url: str) -> Writer:
+    def start(cls, url: str, source: Path) -> Writer:
+        """A new generation at ``url`` for the trace folder ``source``: the store reached, its pointer (if any)
+        read, writing to it checked with a probe object (refused credentials or a read-only store are said
+        now, not once per rank)."""
         store = connect(url)
+        if is_local(store.fs) and (Path(store.path).resolve() == source or source in Path(store.path).resolve().parents):
+            raise _job_error(f"{store.name}: the cache must not be inside the source folder (it is never modified)")
         old = read_pointer(store, required=False)
         host, pid = _host_and_pid()
         generation = f".gen-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{host}-{pid}-{uuid.uuid4().hex[:8]}"
         probe = store.at(generation, ".probe")
-        with store.errors("writing to it"):  # refused credentials or a read-only store: said now, not per rank
+        with store.errors("writing to it"):
             store.fs.pipe_file(probe, b"")
             store.fs.rm_file(probe)
         return cls(store, generation, old["generation"] if old else None)
@@ -401,9 +407,11 @@ class Writer:
             self.store.fs.pipe_file(self.store.at(POINTER), json.dumps(pointer, indent=1).encode())
 
     def clean(self) -> None:
-        """After the commit: remove the previous generation and stale ones (best effort)."""
+        """After the commit: remove the previous generation and stale ones, and this URL's older mirrors here
+        (best effort)."""
         with contextlib.suppress(Exception):
             remove_generations(self.store, keep=self.generation, also=self.previous)
+        forget_other_mirrors(self.mirror)
 
     def abandon(self) -> None:
         """After a failure: remove what this generation uploaded (best effort; it is unreferenced anyway)."""

@@ -310,3 +310,29 @@ def test_dask_worker_that_cannot_reach_the_store_is_refused(sim_job: Path, bucke
     ):
         dataset.ingest(sim_job, url, dask=cluster.scheduler_address)
     assert _pointer(s3, url) is None and _entries(s3, url) == []
+
+
+def test_reader_follows_a_newer_commit(sim_job: Path, bucket: str, s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader that read the pointer before a newer ingest committed (and removed the generation it named)
+    follows the new pointer instead of failing."""
+    url = f"s3://{bucket}/job"
+    dataset.ingest(sim_job, url, workers=1)
+    old = _pointer(s3, url)
+    dataset.ingest(write_job(tmp_path / "other", ranks=2), url, workers=1)
+    monkeypatch.setenv("PARADIAG_CACHE_DIR", str(tmp_path / "reader"))
+    folder = remote.mirror(remote.connect(url), old)
+    assert folder.name == _pointer(s3, url)["generation"].lstrip(".")  # type: ignore[index]
+    assert dataset.open_job(str(folder)).source == str(tmp_path / "other")
+
+
+def test_file_url_and_a_cache_inside_the_source(sim_job: Path, local_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any fsspec file system serves: file:// here (no server). A URL inside the trace folder is refused as a
+    path there is."""
+    monkeypatch.setenv("PARADIAG_CACHE_DIR", str(tmp_path / "root"))
+    url = f"file://{tmp_path}/store/job"
+    job = dataset.ingest(sim_job, url, workers=1)
+    assert job.url == url and sorted(p.name for p in (tmp_path / "store" / "job").iterdir()) == sorted([f".{job.cache_dir.name}", remote.POINTER])
+    assert_same_cache(tmp_path / "store" / "job" / f".{job.cache_dir.name}", local_cache)
+    with pytest.raises(dataset.JobError, match="must not be inside the source folder"):
+        dataset.ingest(sim_job, f"file://{sim_job}/cache", workers=1)
+    assert not (sim_job / "cache").exists()
