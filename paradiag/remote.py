@@ -62,9 +62,10 @@ def shown(url: str) -> str:
 
 
 def _redact(text: str, url: str) -> str:
-    """An error's text with the URL's userinfo (and each of its parts, which a library may quote alone) removed."""
+    """An error's text on one line, with the URL's userinfo (and each of its parts, which a library may quote
+    alone) removed."""
     match = re.match(r"^[A-Za-z][A-Za-z0-9+.-]+://(?P<info>[^/@\s]*)@", url)
-    text = _USERINFO.sub(r"\g<scheme>***@", text)
+    text = _USERINFO.sub(r"\g<scheme>***@", " ".join(text.split()))
     if match:
         for secret in sorted({match["info"], *match["info"].split(":")}, key=len, reverse=True):
             if len(secret) >= 3:
@@ -73,6 +74,7 @@ def _redact(text: str, url: str) -> str:
 
 
 def _job_error(message: str) -> Exception:
+    """A paradiag.dataset.JobError (imported here: paradiag.dataset imports this module)."""
     from paradiag.dataset import JobError
 
     return JobError(message)
