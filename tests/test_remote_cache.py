@@ -336,3 +336,21 @@ def test_file_url_and_a_cache_inside_the_source(sim_job: Path, local_cache: Path
     with pytest.raises(dataset.JobError, match="must not be inside the source folder"):
         dataset.ingest(sim_job, f"file://{sim_job}/cache", workers=1)
     assert not (sim_job / "cache").exists()
+
+
+def test_snapshot_and_the_dashboard_open_a_url(sim_job: Path, bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``paradiag snapshot URL`` titles the page by the URL's last part (never a path); the dashboard's served
+    job keeps the URL (a Path would collapse its slashes) and opens it."""
+    from paradiag.app import jobs
+    from paradiag.app.config import Config
+
+    url = f"s3://{bucket}/job42"
+    dataset.ingest(sim_job, url, workers=1)
+    monkeypatch.setenv("PARADIAG_CACHE_DIR", str(tmp_path / "reader"))
+    result = CliRunner().invoke(main, ["snapshot", url, "-o", str(tmp_path / "report.html")])
+    assert result.exit_code == 0, result.output
+    assert "<title>paradiag: job42</title>" in (tmp_path / "report.html").read_text()
+    assert jobs.path_of("served", Config(job=url), "someone") == url
+    job = jobs.open_path(url)
+    assert job.url == url and job.source == str(sim_job)
+    jobs.forget(url)
