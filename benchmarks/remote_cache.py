@@ -7,7 +7,9 @@ benchmarks/scale.py) and starts ``moto_server`` (moto's S3 server, a separate pr
 fresh process: ``paradiag ingest`` into a local folder and into ``s3://bench/jobN`` (``--workers 2``), ``paradiag
 analyze --json`` on the local cache, on the URL from an empty local cache root (the generation is downloaded:
 a cold reader) and again (the mirror is there: only the pointer is read). Per run: wall time, CPU seconds of the
-process tree, peak PSS of the tree, and the HTTP requests the S3 server answered (counted from its log). A
+process tree (every process's user + system ticks, sampled every 20 ms: worker processes a fork server started
+are not the command's waited-for children, so rusage alone would miss them), peak PSS of the tree, and the HTTP
+requests the S3 server answered (counted from its log). A
 loopback server has no latency and unlimited bandwidth: against a real store add its round trips (the requests,
 mostly in parallel batches) and the cache's size over its bandwidth.
 """
@@ -19,12 +21,13 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import measure, scratch, table
+from common import _children, _tree_pss_kb, scratch, table
 
 from paradiag.simulator import SimConfig, parse_fault, simulate
 
@@ -36,6 +39,49 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _tree(pid: int) -> list[int]:
+    found, stack = [], [pid]
+    while stack:
+        p = stack.pop()
+        found.append(p)
+        stack.extend(_children(p))
+    return found
+
+
+def _ticks(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime, stime
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def measure(cmd: list[str], env: dict[str, str]) -> tuple[float, float, float, str, int]:
+    """Wall seconds, CPU seconds of the process tree, its peak PSS in MB, the output and the exit status."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **env})
+    ticks: dict[int, int] = {}
+    peak = 0
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            for p in _tree(proc.pid):
+                ticks[p] = max(ticks.get(p, 0), _ticks(p))
+            peak = max(peak, _tree_pss_kb(proc.pid))
+            time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    output, _ = proc.communicate()
+    seconds = time.perf_counter() - t0
+    done.set()
+    sampler.join()
+    return seconds, sum(ticks.values()) / os.sysconf("SC_CLK_TCK"), peak / 1024, output, proc.returncode
 
 
 def _requests(log: Path) -> int:
@@ -86,11 +132,11 @@ def main() -> None:
             ]
             for label, cmd, root in runs:
                 before = _requests(log)
-                run = measure(label, [*CLI, *cmd], env={"PARADIAG_CACHE_DIR": str(root)})
-                if run.returncode:
-                    raise SystemExit(f"{label} failed:\n{run.output[-3000:]}")
+                seconds, cpu, peak, output, code = measure([*CLI, *cmd], {"PARADIAG_CACHE_DIR": str(root)})
+                if code:
+                    raise SystemExit(f"{label} failed:\n{output[-3000:]}")
                 time.sleep(0.2)  # the server's log line of the last request
-                rows.append([str(ranks), label, f"{run.seconds:.2f}", f"{run.cpu_seconds:.2f}", f"{run.peak_pss_mb:.0f}", str(_requests(log) - before)])
+                rows.append([str(ranks), label, f"{seconds:.2f}", f"{cpu:.2f}", f"{peak:.0f}", str(_requests(log) - before)])
             size = sum(p.stat().st_size for p in local.rglob("*") if p.is_file())
             files = sum(1 for p in local.rglob("*") if p.is_file())
             print(f"{ranks} ranks: cache {size / 1e6:.1f} MB in {files} files")

@@ -586,8 +586,8 @@ def _pool_round(
 
 def _pool_context() -> BaseContext:
     """fork shares the parent's imported modules with the workers (no extra process, least memory); from a
-    threaded parent (the web app) forking is unsafe, so a forkserver starts the workers there."""
-    if threading.active_count() == 1:
+    threaded parent (the web app) forking is unsafe, so a forkserver starts the workers there (see _forkable)."""
+    if _forkable():
         return get_context("fork")
     ctx = get_context("forkserver")
     # pyarrow imports pandas, when installed, in any process that converts Python values (pa.array asks whether
@@ -595,6 +595,16 @@ def _pool_context() -> BaseContext:
     # CPU-seconds per worker otherwise). A module that is not installed is skipped.
     ctx.set_forkserver_preload(["paradiag.discover", *PARSER_MODULES, "pandas"])
     return ctx
+
+
+def _forkable() -> bool:
+    """No thread but the main one, or only fsspec's: its I/O thread and its event loop's executor threads
+    (``asyncio_N``), which an ingest to a cache at a URL starts (paradiag.remote) and which wait idle between
+    transfers. fsspec resets its loop and its file systems in a forked child (os.register_at_fork), so a fork is
+    safe there; a forkserver would cost each worker its own import of the store's client (at 256 ranks to s3://:
+    20 against 14 CPU-seconds, 410 against 290 MB, benchmarks/remote_cache.py)."""
+    names = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    return all(n == "fsspecIO" or (n.startswith("asyncio_") and "fsspecIO" in names) for n in names)
 
 
 def _parse_tracked(source: Source, root: Path, out_dir: Path, index: int, upload: remote.Upload | None = None) -> Parsed:

@@ -354,3 +354,15 @@ def test_snapshot_and_the_dashboard_open_a_url(sim_job: Path, bucket: str, tmp_p
     job = jobs.open_path(url)
     assert job.url == url and job.source == str(sim_job)
     jobs.forget(url)
+
+
+def test_pool_still_forks_after_talking_to_the_store(bucket: str) -> None:
+    """An ingest to a URL reaches the store (fsspec's I/O threads start) before its pool starts: the workers are
+    still forked, sharing the client's imports, rather than started by a fork server."""
+    code = (
+        "import sys; from paradiag import dataset, remote; s = remote.connect(sys.argv[1]); remote.read_pointer(s, required=False);"
+        " s.fs.ls(s.path.split('/')[0]); print(dataset._pool_context().get_start_method())"
+    )
+    run = subprocess.run([sys.executable, "-c", code, f"s3://{bucket}/job"], capture_output=True, text=True, timeout=120, env=os.environ)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["fork"]
