@@ -158,7 +158,8 @@ def connect(url: str) -> Store:
 
 
 def read_pointer(store: Store, required: bool = True) -> dict[str, Any] | None:
-    """The committed pointer; None when there is none (a JobError "not a paradiag cache" when ``required``)."""
+    """The committed pointer; None when there is none (a JobError "not a paradiag cache" when ``required``).
+    Not ``required`` (a writer, about to replace it), a pointer this version cannot read is None too."""
     from paradiag.dataset import CACHE_FORMAT
 
     with store.errors("reading its pointer"):
@@ -178,6 +179,8 @@ def read_pointer(store: Store, required: bool = True) -> dict[str, Any] | None:
         ok = pointer.get("format") == POINTER_FORMAT and _GEN.match(pointer.get("generation", ""))
     except (ValueError, AttributeError):
         ok = False
+    if not required and (not ok or pointer.get("cache_format") != CACHE_FORMAT):
+        return None
     if not ok:
         raise _job_error(f"{store.name}: not a paradiag cache ({POINTER} is not a {POINTER_FORMAT} pointer)")
     if pointer.get("cache_format") != CACHE_FORMAT:
@@ -351,12 +354,12 @@ def _host_and_pid() -> tuple[str, int]:
 
 @dataclass
 class Writer:
-    """One ingest's generation at a URL: started (the store reached, the old pointer read, writing checked),
-    then committed or abandoned."""
+    """One ingest's generation at a URL: started (the store reached, its pointer read, writing checked), then
+    committed or abandoned."""
 
     store: Store
     generation: str
-    previous: str | None
+    replaced: str | None = None  # the generation the pointer named just before this one's commit
 
     @property
     def upload(self) -> Upload:
@@ -374,14 +377,14 @@ class Writer:
         store = connect(url)
         if is_local(store.fs) and (Path(store.path).resolve() == source or source in Path(store.path).resolve().parents):
             raise _job_error(f"{store.name}: the cache must not be inside the source folder (it is never modified)")
-        old = read_pointer(store, required=False)
+        read_pointer(store, required=False)  # a missing bucket, refused credentials: said before any parse
         host, pid = _host_and_pid()
         generation = f".gen-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{host}-{pid}-{uuid.uuid4().hex[:8]}"
         probe = store.at(generation, ".probe")
         with store.errors("writing to it"):
             store.fs.pipe_file(probe, b"")
             store.fs.rm_file(probe)
-        return cls(store, generation, old["generation"] if old else None)
+        return cls(store, generation)
 
     def commit(self, folder: Path, uploaded: Iterable[str], pointer: dict[str, Any]) -> None:
         """Upload the files of ``folder`` not ``uploaded`` yet, check that the generation holds exactly the
@@ -401,6 +404,10 @@ class Writer:
             wrong = sorted(f for f, size in local.items() if there.get(f) != size)
             if wrong:
                 raise _job_error(f"{self.store.name}: {len(wrong)} file(s) of {self.generation} are missing or differ after the upload ({wrong[0]}, ...); nothing was committed")
+        # Read again now, not at the start: another ingest may have committed meanwhile, and its generation is
+        # the one this commit replaces (otherwise it would be left for STALE_AFTER_S).
+        old = read_pointer(self.store, required=False)
+        self.replaced = old["generation"] if old else None
         self.point({**pointer, "format": POINTER_FORMAT, "generation": self.generation})
 
     def point(self, pointer: dict[str, Any]) -> None:
@@ -412,7 +419,7 @@ class Writer:
         """After the commit: remove the previous generation and stale ones, and this URL's older mirrors here
         (best effort)."""
         with contextlib.suppress(Exception):
-            remove_generations(self.store, keep=self.generation, also=self.previous)
+            remove_generations(self.store, keep=self.generation, also=self.replaced)
         forget_other_mirrors(self.mirror)
 
     def abandon(self) -> None:

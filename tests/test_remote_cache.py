@@ -366,3 +366,25 @@ def test_pool_still_forks_after_talking_to_the_store(bucket: str) -> None:
     run = subprocess.run([sys.executable, "-c", code, f"s3://{bucket}/job"], capture_output=True, text=True, timeout=120, env=os.environ)
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["fork"]
+
+
+def test_overlapping_ingests_leave_the_last_commit_alone(sim_job: Path, bucket: str, s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ingest B commits while ingest A is still uploading: A's commit then replaces B's (the last commit wins),
+    and removes B's generation rather than leaving it behind."""
+    url = f"s3://{bucket}/job"
+    dataset.ingest(sim_job, url, workers=1)
+    real, nested = remote.Writer.commit, []
+
+    def commit(self: remote.Writer, *args: Any) -> None:
+        if not nested:
+            nested.append(self.generation)
+            dataset.ingest(write_job(tmp_path / "b", ranks=2), url, workers=1)
+            assert _pointer(s3, url)["source"] == str(tmp_path / "b")  # type: ignore[index]
+        real(self, *args)
+
+    monkeypatch.setattr(remote.Writer, "commit", commit)
+    job = dataset.ingest(sim_job, url, workers=1)
+    pointer = _pointer(s3, url)
+    assert pointer is not None and pointer["source"] == str(sim_job) and pointer["generation"] == nested[0]
+    assert _entries(s3, url) == sorted([pointer["generation"], remote.POINTER])
+    assert [p.name for p in job.cache_dir.parent.iterdir()] == [job.cache_dir.name]
