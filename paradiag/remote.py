@@ -4,7 +4,8 @@ An object store has no atomic folder rename, so the rule "a reader never sees a 
 another way: each ingest writes its files under a fresh **generation** prefix (``URL/.gen-TIME-HOST-PID-ID/``,
 laid out as a local cache folder) and commits by writing one small **pointer** object last
 (``URL/paradiag-cache.json``, naming the generation and the versions). A reader follows only the pointer, so an
-unfinished generation is never read; a single object's write is atomic on every store fsspec serves. After the
+unfinished generation is never read: an object store (S3, GCS, Azure) writes one object atomically, and on a
+file system (``file://``) the pointer is written beside and renamed. After the
 commit the previous generation and stale ones (their ingest died) are removed, best effort: a killed ingest
 leaves only an unreferenced prefix.
 
@@ -412,8 +413,14 @@ class Writer:
 
     def point(self, pointer: dict[str, Any]) -> None:
         """Write the pointer: the commit (one object's write, atomic on the store)."""
+        data, target = json.dumps(pointer, indent=1).encode(), self.store.at(POINTER)
         with self.store.errors(f"committing {self.generation}"):
-            self.store.fs.pipe_file(self.store.at(POINTER), json.dumps(pointer, indent=1).encode())
+            if is_local(self.store.fs):  # a file is written in place: write it beside, then rename it over
+                beside = Path(self.store.at(f".{POINTER}{self.generation}"))
+                beside.write_bytes(data)
+                os.replace(beside, target)
+            else:
+                self.store.fs.pipe_file(target, data)
 
     def clean(self) -> None:
         """After the commit: remove the previous generation and stale ones, and this URL's older mirrors here
