@@ -388,3 +388,27 @@ def test_overlapping_ingests_leave_the_last_commit_alone(sim_job: Path, bucket: 
     assert pointer is not None and pointer["source"] == str(sim_job) and pointer["generation"] == nested[0]
     assert _entries(s3, url) == sorted([pointer["generation"], remote.POINTER])
     assert [p.name for p in job.cache_dir.parent.iterdir()] == [job.cache_dir.name]
+
+
+def test_rank_whose_upload_fails_twice_is_a_problem_and_leaves_no_object(sim_job: Path, bucket: str, s3: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One rank's upload dies half-way twice (its events are up, the rest is not): the rank is a problem, as for
+    a local storage error, and the commit removes its partial objects: the generation holds the cache's files only."""
+    name = sorted(p.name for p in sim_job.glob("*.pt.trace.json"))[1]  # source 1 (sources are sorted by path)
+    real, calls = remote.put_files, []
+
+    def put_files(upload: remote.Upload, folder: Path, files: Any) -> list[str]:
+        files = list(files)
+        if any("part-00001." in f for f in files):
+            calls.append(name)
+            real(upload, folder, files[:1])
+            raise OSError("connection reset while uploading (a test)")
+        return real(upload, folder, files)
+
+    monkeypatch.setattr(remote, "put_files", put_files)
+    url = f"s3://{bucket}/job"
+    job = dataset.ingest(sim_job, url, workers=1)
+    assert calls == [name, name] and [(p.source, p.severity) for p in job.problems] == [(name, "error")]
+    assert "connection reset" in job.problems[0].message and len(job.rank_ids) == 3
+    prefix = f"{bucket}/job/{_pointer(s3, url)['generation']}"  # type: ignore[index]
+    there = sorted(p[len(prefix) + 1 :] for p in s3.find(prefix))
+    assert there == sorted(str(p.relative_to(job.cache_dir)) for p in job.cache_dir.rglob("*") if p.is_file())
