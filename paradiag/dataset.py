@@ -323,6 +323,8 @@ def open_job(
     ``cache_dir`` one to read or write (``s3://bucket/job``; paradiag.remote)."""
     options: dict[str, Any] = {"strict": strict, "workers": workers, "progress": progress, "dask": dask}
     if remote.is_url(path):
+        if cache_dir is not None:
+            raise JobError(f"{remote.shown(str(path))}: a cache's URL is opened as it is: give no other cache (-o {cache_dir})")
         return _open_url(str(path), refresh, verify, options)
     if remote.is_url(cache_dir):
         return _open_with_url(Path(path), str(cache_dir), refresh, verify, options)

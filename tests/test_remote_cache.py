@@ -239,6 +239,11 @@ def test_unusable_url_is_a_one_line_error(bucket: str, url: str, expected: str) 
         assert len(result.output.strip().splitlines()) == 1
 
 
+def test_url_with_another_cache_is_refused(bucket: str, tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["analyze", f"s3://{bucket}/job", "-o", str(tmp_path / "cache")])
+    assert result.exit_code == 1 and "a cache's URL is opened as it is: give no other cache" in result.output
+
+
 def test_ingest_to_a_missing_bucket_writes_nothing(sim_job: Path, bucket: str, tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["ingest", str(sim_job), "-o", "s3://no-such-bucket-y/job"])
     assert result.exit_code == 1 and "the bucket 'no-such-bucket-y' does not exist" in result.output
