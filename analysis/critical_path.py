@@ -61,10 +61,10 @@ def critical_path(frame: Frame, participation: pa.Table, p2p: pa.Table, steps: p
     end_ns; in time order."""
     releases = _releases(participation, p2p)
     host_start = {(r, s): t for r, s, t in zip(*steps.select(["rank", "step", "start_ns"]).to_pydict().values(), strict=True)}
-    work = frame.take((frame.step >= 0) & (frame.end > frame.start))
+    timed = frame.end > frame.start
     rows: list[tuple[Any, ...]] = []
-    for step in np.unique(work.step).tolist():
-        rows += reversed(_walk(work.take(work.step == step), step, releases, host_start))
+    for step in np.unique(frame.step[timed & (frame.step >= 0)]).tolist():  # one step's events copied at a time
+        rows += reversed(_walk(frame.take(timed & (frame.step == step)), step, releases, host_start))
     cols: list[Any] = list(zip(*rows, strict=True)) if rows else [()] * 7
     return pa.table(
         {

@@ -210,21 +210,26 @@ def diagnose(job: Job) -> Diagnosis:
         found += findings.stage_findings(metrics)
         found += findings.link_findings(instances, p2p, members, host_of, step_ns, steps_total, job.extra("links"))
     found += findings.clock_findings(job.ranks)
+    operators = [OperatorImbalance(**o) for o in operator_imbalance(frame, peers)]
+    times = operator_times(frame, len(set(job.steps.column("step").to_pylist())))
+    path = critical_path(frame, participation, p2p, job.steps)
     if any(whatif.finding_edits(f) for f in found):  # the graph costs seconds at 1024 ranks: only for a replay
+        # The replay comes last: its graph takes the frame's arrays over (the events are not held twice).
         graph = whatif.build_graph(frame, job.steps, p2p, host_of, passes)
+        del frame
         whatif.replay_findings(found, graph, whatif.peers_of(layout.stage_of, figures, metrics))
-        del graph  # about 330 MB at 1024 ranks: not held through the critical path, the reduce's other peak
+        del graph
     return Diagnosis(
         version=analysis_version(),
         layout=layout,
         groups=_groups(job.groups, layout),
         step_time_ns=step_ns,
         stage_metrics=StageMetrics.from_json(metrics) if metrics else None,
-        operators=[OperatorImbalance(**o) for o in operator_imbalance(frame, peers)],
+        operators=operators,
         findings=[Finding.from_json(f) for f in findings.ranked(found)],
         communication=communication_summary(instances, p2p),
         communication_matrix=[CommLink(**c) for c in comm.comm_matrix(instances, p2p, members, host_of, job.extra("links"), layout.world)],
-        operator_times=operator_times(frame, len(set(job.steps.column("step").to_pylist()))),
+        operator_times=times,
         rank_steps=rank_step_table(job.steps, figures, waits, layout),
         breakdowns=_concat(per_rank["breakdowns"], "breakdowns"),
         participation=participation,
@@ -232,7 +237,7 @@ def diagnose(job: Job) -> Diagnosis:
         p2p=p2p,
         passes=passes,
         operator_totals=_concat(per_rank["operator_totals"], "operator_totals"),
-        critical_path=critical_path(frame, participation, p2p, job.steps),
+        critical_path=path,
     )
 
 

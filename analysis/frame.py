@@ -71,6 +71,12 @@ class Frame:
         arrays = {k: getattr(self, k)[mask] for k in NUMERIC}
         return Frame(**arrays, kinds=self.kinds, names=self.names, collectives=self.collectives, groups=self.groups)
 
+    def keep(self, rows: np.ndarray) -> None:
+        """Keep only ``rows`` (indices, in that order), in place and one array at a time: a frame of millions of
+        events is never held twice, as ``take`` would hold it while its result is built."""
+        for k in NUMERIC:
+            setattr(self, k, getattr(self, k)[rows])
+
     def by_rank(self) -> dict[int, Frame]:
         """One frame per rank (slices: rows are sorted by rank, so nothing is copied)."""
         ranks, firsts = np.unique(self.rank, return_index=True)

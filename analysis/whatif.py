@@ -181,10 +181,14 @@ class Graph:
 
 def build_graph(frame: Frame, steps: pa.Table, p2p: pa.Table, host_of: Mapping[int, str | None], passes: pa.Table | None = None) -> Graph:
     """The replay graph of ``frame``'s steps (``p2p``: the matched send/receive pairs; ``passes``: the pipeline
-    passes, whose model chunks ``stages=balanced`` moves layers within)."""
+    passes, whose model chunks ``stages=balanced`` moves layers within). ``frame`` is consumed: its rows are put in
+    the graph's order in place (``Frame.keep``) and the graph shares its arrays, so that a job's millions of events
+    are never held twice; pass a copy (``frame.take(slice(None))``) to keep using it."""
     keep = (frame.step >= 0) & (frame.end >= frame.start)
     order = np.flatnonzero(keep)[np.lexsort((frame.rank[keep], frame.start[keep]))]
-    f = frame.take(order)
+    del keep
+    frame.keep(order)
+    f = frame
     n = len(f)
     pred, lag = _stream_predecessors(f)
     anchor, gap = _anchors(f)
