@@ -224,11 +224,7 @@ def p2p_transfers(frame: Frame) -> pa.Table:
     # Rows are sorted by (group, step, src, dst, collective, start): the ordinal is the position in the run.
     ordinal = np.empty(len(order), dtype=np.int64)
     ordinal[order] = np.arange(len(order)) - firsts[run] if len(order) else 0
-    sends = dict(zip(_keys(p, src, dst, ordinal, p.collective == send), np.flatnonzero(p.collective == send).tolist(), strict=True))
-    recvs = np.flatnonzero(p.collective == recv)
-    rows = [(sends[k], i) for k, i in zip(_keys(p, src, dst, ordinal, p.collective == recv), recvs.tolist(), strict=True) if k in sends]
-    s = np.array([r[0] for r in rows], dtype=np.int64)
-    r = np.array([r[1] for r in rows], dtype=np.int64)
+    s, r = _match(p, src, dst, ordinal, p.collective == send, p.collective == recv)
     return pa.table(
         {
             "src": p.rank[s],
@@ -249,8 +245,22 @@ def p2p_transfers(frame: Frame) -> pa.Table:
     )
 
 
-def _keys(p: Frame, src: np.ndarray, dst: np.ndarray, ordinal: np.ndarray, rows: np.ndarray) -> list[tuple[int, ...]]:
-    return list(zip(p.group[rows].tolist(), p.step[rows].tolist(), src[rows].tolist(), dst[rows].tolist(), ordinal[rows].tolist(), strict=True))
+def _match(p: Frame, src: np.ndarray, dst: np.ndarray, ordinal: np.ndarray, is_send: np.ndarray, is_recv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of the sends and of the receives with the same (group, step, src, dst, ordinal), in the order of
+    the receives (each key is one send and one receive at most: the ordinal numbers them). Sorted numbers, not a
+    dict of tuples: at 1024 ranks those were a million Python tuples."""
+    rows = np.flatnonzero(is_send | is_recv)
+    keys = (p.group[rows], p.step[rows], src[rows], dst[rows], ordinal[rows])
+    order = np.lexsort((is_recv[rows], *reversed(keys)))  # a send just before the receive with its key
+    same = np.ones(max(len(order) - 1, 0), dtype=bool)
+    for key in keys:
+        k = key[order]
+        same &= k[1:] == k[:-1]
+    a, b = rows[order[:-1]], rows[order[1:]]
+    pair = same & is_send[a] & is_recv[b]
+    s, r = a[pair], b[pair]
+    by_recv = np.argsort(r, kind="stable")
+    return s[by_recv].astype(np.int64), r[by_recv].astype(np.int64)
 
 
 def rank_waits(participation: pa.Table, p2p: pa.Table) -> dict[tuple[int, int], dict[str, int]]:

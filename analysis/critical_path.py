@@ -36,22 +36,50 @@ TOP_OPERATORS = 10
 # microseconds, float microseconds on an epoch clock), so a kernel that waited for another can seem to start 1 ns
 # before the other ended.
 END_TOLERANCE_NS = 1000
-Release = tuple[int, int]  # (rank, time): the other rank whose arrival released this work, and when it arrived
 
 
-def _releases(participation: pa.Table, p2p: pa.Table) -> dict[tuple[int, int, int], Release]:
-    """(rank, start, end) of a communication kernel that waited for another rank -> (that rank, its arrival)."""
-    out: dict[tuple[int, int, int], Release] = {}
-    p = participation.select(["rank", "start_ns", "end_ns", "last_arrival_ns", "late_rank"]).to_pydict()
-    for rank, start, end, last, late in zip(*p.values(), strict=True):
-        if late >= 0 and late != rank and last > start:
-            out[(rank, start, end)] = (late, last)
-    q = p2p.select(["src", "dst", "send_start_ns", "send_end_ns", "recv_start_ns", "recv_end_ns"]).to_pydict()
-    for src, dst, s0, s1, r0, r1 in zip(*q.values(), strict=True):
-        if s0 > r0 and src != dst:
-            out[(dst, r0, r1)] = (src, s0)
-        elif r0 > s0 and src != dst:
-            out[(src, s0, s1)] = (dst, r0)
+def _releases(participation: pa.Table, p2p: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """The communication kernels that waited for another rank: (rank, start, end) of each (columns of the first
+    array, rows sorted) and, in the same rows of the second, (that rank, its arrival). A kernel listed twice keeps
+    its last release (the send/receive pairs' over the collectives'). Numbers, not a dict of tuples: at 1024 ranks
+    a dict of the million waits held hundreds of MB of Python objects."""
+
+    def col(table: pa.Table, name: str) -> np.ndarray:
+        return np.asarray(table.column(name).to_numpy(), dtype=np.int64)
+
+    rank, start, end, last, late = (col(participation, k) for k in ("rank", "start_ns", "end_ns", "last_arrival_ns", "late_rank"))
+    src, dst, s0, s1, r0, r1 = (col(p2p, k) for k in ("src", "dst", "send_start_ns", "send_end_ns", "recv_start_ns", "recv_end_ns"))
+    c = (late >= 0) & (late != rank) & (last > start)
+    recv_waited = (s0 > r0) & (src != dst)
+    send_waited = ~recv_waited & (r0 > s0) & (src != dst)
+    parts = ((c, rank, start, end, late, last), (recv_waited, dst, r0, r1, src, s0), (send_waited, src, s0, s1, dst, r0))
+    keys = np.stack([np.concatenate([p[i][p[0]] for p in parts]) for i in (1, 2, 3)], axis=1)
+    values = np.stack([np.concatenate([p[i][p[0]] for p in parts]) for i in (4, 5)], axis=1)
+    listed = np.concatenate([np.flatnonzero(c), len(c) + np.flatnonzero(recv_waited), len(c) + np.flatnonzero(send_waited)])
+    order = np.lexsort((listed, keys[:, 2], keys[:, 1], keys[:, 0]))
+    keys, values = keys[order], values[order]
+    last_of_key = np.append((keys[1:] != keys[:-1]).any(axis=1), True)[: len(keys)]  # the last listed of equal keys
+    return keys[last_of_key], values[last_of_key]
+
+
+def _released(work: Frame, releases: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Per row of ``work``, its release (the rank it waited for and that rank's arrival; -1, -1 for none)."""
+    keys, values = releases
+    out = np.full((len(work), 2), -1, np.int64)
+    comm = np.flatnonzero(work.kind == work.code("kinds", "communication"))  # only a transfer waits for a rank
+    if not len(keys) or not len(comm):
+        return out
+    inside = (keys[:, 1] >= work.start.min()) & (keys[:, 1] <= work.start.max())  # this step's, give or take
+    keys, values = keys[inside], values[inside]
+    rows = np.stack([work.rank[comm].astype(np.int64), work.start[comm], work.end[comm]], axis=1)
+    both = np.concatenate([keys, rows])
+    is_key = np.arange(len(both)) < len(keys)
+    order = np.lexsort((~is_key, both[:, 2], both[:, 1], both[:, 0]))  # a key before the rows that equal it
+    seen = np.maximum.accumulate(np.where(is_key[order], np.arange(len(order)), -1))  # the last key up to here
+    found = np.flatnonzero((seen >= 0) & ~is_key[order])
+    key = order[seen[found]]
+    same = (both[key] == both[order[found]]).all(axis=1)
+    out[comm[order[found[same]] - len(keys)]] = values[key[same]]
     return out
 
 
@@ -64,7 +92,8 @@ def critical_path(frame: Frame, participation: pa.Table, p2p: pa.Table, steps: p
     timed = frame.end > frame.start
     rows: list[tuple[Any, ...]] = []
     for step in np.unique(frame.step[timed & (frame.step >= 0)]).tolist():  # one step's events copied at a time
-        rows += reversed(_walk(frame.take(timed & (frame.step == step)), step, releases, host_start))
+        work = frame.take(timed & (frame.step == step))
+        rows += reversed(_walk(work, step, _released(work, releases), host_start))
     cols: list[Any] = list(zip(*rows, strict=True)) if rows else [()] * 7
     return pa.table(
         {
@@ -87,7 +116,7 @@ def _by_end(work: Frame) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     return {int(r): (work.end[order[a:b]], order[a:b]) for r, a, b in zip(ranks.tolist(), bounds[:-1], bounds[1:], strict=True)}
 
 
-def _walk(work: Frame, step: int, releases: dict[tuple[int, int, int], Release], host_start: dict[tuple[int, int], int]) -> list[tuple[Any, ...]]:
+def _walk(work: Frame, step: int, released: np.ndarray, host_start: dict[tuple[int, int], int]) -> list[tuple[Any, ...]]:
     """The segments of one step's path, latest first."""
     ends = _by_end(work)
     last = int(np.argmax(work.end))
@@ -105,10 +134,10 @@ def _walk(work: Frame, step: int, releases: dict[tuple[int, int, int], Release],
         start, end = int(work.start[e]), min(int(work.end[e]), t)
         if end < t:
             out.append((step, rank, -1, "host", None, end, t))
-        release = releases.get((rank, start, int(work.end[e])))
-        if release is not None and release[0] in ends and release[1] < end:
-            out.append((step, rank, int(work.track[e]), "communication", _operator(work, e), release[1], end))
-            rank, t = release
+        by, arrival = int(released[e, 0]), int(released[e, 1])
+        if by >= 0 and by in ends and arrival < end:
+            out.append((step, rank, int(work.track[e]), "communication", _operator(work, e), arrival, end))
+            rank, t = by, arrival
             continue
         kind = _kind(work, e)
         other = _other_stream_before(work, ends[rank], e, end, visited) if kind == "waiting" else None

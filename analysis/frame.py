@@ -213,19 +213,26 @@ def job_frame(job: Job, events_by_rank: Mapping[int, pa.Table] | None = None) ->
 
 
 def concat(frames: list[Frame]) -> Frame:
-    """Frames of different ranks as one, their string codes mapped onto shared lists."""
+    """Frames of different ranks as one, their string codes mapped onto shared lists. The frames are emptied on
+    the way, each array dropped once it is merged, so that a job's events are not held twice (the parts and the
+    whole): pass copies to keep using them."""
     vocab: dict[str, dict[str, int]] = {v: {} for v in VOCABULARIES}
-    arrays: dict[str, list[np.ndarray]] = {k: [] for k in NUMERIC}
-    for f in frames:
-        for k in NUMERIC:
+    remaps: list[dict[str, np.ndarray]] = []
+    for f in frames:  # the shared lists in order of first use, frame by frame
+        mine = {}
+        for v in dict.fromkeys(VOCABULARY_OF.values()):
+            seen = vocab[v]
+            mine[v] = np.array([seen.setdefault(w, len(seen)) for w in getattr(f, v)] + [-1], dtype=np.int32)
+        remaps.append(mine)
+    merged: dict[str, Any] = {}
+    for k in NUMERIC:
+        parts = []
+        for f, remap in zip(frames, remaps, strict=True):
             values = getattr(f, k)
-            if k in VOCABULARY_OF:
-                words = getattr(f, VOCABULARY_OF[k])
-                seen = vocab[VOCABULARY_OF[k]]
-                remap = np.array([seen.setdefault(w, len(seen)) for w in words] + [-1], dtype=np.int32)
-                values = remap[values]  # -1 (absent) indexes the trailing -1
-            arrays[k].append(values)
-    merged: dict[str, Any] = {k: np.concatenate(v) if v else np.empty(0, np.int64) for k, v in arrays.items()}
+            parts.append(remap[VOCABULARY_OF[k]][values] if k in VOCABULARY_OF else values)  # -1 (absent) indexes the trailing -1
+            setattr(f, k, np.empty(0, values.dtype))  # not a view: that would keep the array
+        merged[k] = np.concatenate(parts) if parts else np.empty(0, np.int64)
+        del parts
     merged.update({v: list(vocab[v]) for v in VOCABULARIES})
     return Frame(**merged)
 

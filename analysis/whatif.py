@@ -244,10 +244,12 @@ def _anchors(f: Frame) -> tuple[np.ndarray, np.ndarray]:
     ends = (f.rank.astype(np.int64) * span) + (f.end - base)
     by_end = np.argsort(ends, kind="stable")
     sorted_ends = ends[by_end]
+    del ends  # each of these is as long as the job's events: dropped once used
     query = f.rank.astype(np.int64) * span + (f.start - base + END_TOLERANCE_NS)
     by_query = np.argsort(query, kind="stable")  # sorted queries walk the ends in order: many times faster
     pos = np.empty(n, np.int64)
     pos[by_query] = np.searchsorted(sorted_ends, query[by_query], side="right") - 1
+    del sorted_ends, query, by_query
     # Step back over the event itself, zero-length events replayed after it and work launched after it (a few
     # receives posted ahead); where that finds nothing, the latest of the rank's work replayed before it.
     launched = _step_back(f, by_end, pos, 16, by_launch=True)
@@ -364,8 +366,9 @@ def _first_after(f: Frame, kernels: np.ndarray, kernel_at: np.ndarray, recv: np.
     out = np.full(len(recv), -1, np.int64)
     if not len(kernels):
         return out
-    times = np.concatenate([f.start, f.end, kernel_at, recv_at])
-    base, span = int(times.min()), int(times.max() - times.min()) + 1
+    times = (f.start, f.end, kernel_at, recv_at)  # not concatenated: that would copy the job's events twice
+    base = min(int(t.min()) for t in times if len(t))
+    span = max(int(t.max()) for t in times if len(t)) - base + 1
     order = np.lexsort((kernel_at, f.rank[kernels]))
     k, rank = kernels[order], f.rank[recv].astype(np.int64) * span
     first = np.searchsorted(f.rank[k].astype(np.int64) * span + (kernel_at[order] - base), rank + (recv_at - base), side="right")
@@ -418,16 +421,27 @@ def _pairs(f: Frame, p2p: pa.Table) -> tuple[np.ndarray, np.ndarray]:
 
 @dataclass
 class Timing:
-    """What an edit changes: per event duration, tail, floor and host gap (copies of the graph's)."""
+    """What an edit changes: per event duration, tail, floor and host gap. The last three are the graph's own
+    arrays until an edit first changes one (``own`` copies it then): a replay of a compute edit holds one array
+    of its own, not four (17 MB each at 1024 ranks)."""
 
     dur: np.ndarray
     tail: np.ndarray
     floor: np.ndarray
     gap: np.ndarray
+    shared: set[str] = field(default_factory=set)  # those still the graph's
 
     @classmethod
     def of(cls, g: Graph) -> Timing:
-        return cls((g.end - g.start).copy(), g.tail.copy(), g.floor.copy(), g.gap.copy())
+        return cls(g.end - g.start, g.tail, g.floor, g.gap, {"tail", "floor", "gap"})
+
+    def own(self, name: str) -> np.ndarray:
+        """The array ``name`` for an edit to change: a copy, where it was still the graph's."""
+        if name in self.shared:
+            setattr(self, name, getattr(self, name).copy())
+            self.shared.discard(name)
+        values: np.ndarray = getattr(self, name)
+        return values
 
 
 PER_RANK = 4  # events per rank replayed together: few, so that the chains inside a block stay short
@@ -481,9 +495,21 @@ def _compressed(g: Graph, t: Timing, head: np.ndarray, offset: np.ndarray) -> _C
     size = len(heads)
     position = np.full(len(g), size, np.int64)
     position[heads] = np.arange(size)
+
+    # Field by field, each one's temporaries dropped before the next: at 1024 ranks each is a million heads long.
+    def at(on: np.ndarray) -> np.ndarray:
+        """The head position of each head's dependency ``on`` (an event; -1: none, then ``size``)."""
+        return np.where(on >= 0, position[head[np.maximum(on, 0)]], size)
+
+    def after(on: np.ndarray, extra: np.ndarray) -> np.ndarray:
+        """What a head adds after its dependency ``on``'s head ends: ``on``'s end after its head's, + ``extra``."""
+        return np.where(on >= 0, offset[np.maximum(on, 0)] + extra, 0)
+
     p, a = g.pred[heads], g.anchor[heads]
-    has_p, has_a = p >= 0, a >= 0
-    pp, aa = np.maximum(p, 0), np.maximum(a, 0)
+    pred, after_pred, anchor, after_anchor = at(p), after(p, g.lag[heads]), at(a), after(a, t.gap[heads])
+    base = np.where((p >= 0) | (a >= 0), NEVER, t.gap[heads])
+    del p, a
+    received = at(g.received[heads])
     inst = g.instance[heads]
     waits = (inst >= 0) & (t.floor[heads] <= 0)
     dur = np.where(inst >= 0, t.floor[heads], t.dur[heads])
@@ -502,12 +528,12 @@ def _compressed(g: Graph, t: Timing, head: np.ndarray, offset: np.ndarray) -> _C
     return _Compressed(
         size=size,
         position=position,
-        pred=np.where(has_p, position[head[pp]], size),
-        after_pred=np.where(has_p, offset[pp] + g.lag[heads], 0),
-        anchor=np.where(has_a, position[head[aa]], size),
-        after_anchor=np.where(has_a, offset[aa] + t.gap[heads], 0),
-        received=np.where(g.received[heads] >= 0, position[head[np.maximum(g.received[heads], 0)]], size),
-        base=np.where(has_p | has_a, NEVER, t.gap[heads]),
+        pred=pred,
+        after_pred=after_pred,
+        anchor=anchor,
+        after_anchor=after_anchor,
+        received=received,
+        base=base,
         dur=dur,
         waits=waits,
         tail=t.tail[heads],
@@ -835,27 +861,27 @@ def _balance(g: Graph, t: Timing, peers: Peers, steps: np.ndarray) -> LayerSplit
     place = np.where((g.chunk >= 0) & (g.chunk < v), g.chunk + 1, 0)
     f = np.where(si >= 0, split.factor[np.maximum(si, 0), place], 1.0)
     sel = steps & g.compute & (si >= 0) & (g.name >= 0)
-    t.dur[sel] = np.rint(t.dur[sel] * split.kernels[si[sel], place[sel], g.name[sel]]).astype(np.int64)
+    t.own("dur")[sel] = np.rint(t.dur[sel] * split.kernels[si[sel], place[sel], g.name[sel]]).astype(np.int64)
     a = np.maximum(g.anchor, 0)
     p2p = (g.instance[a] >= 0) & (g.inst_key[np.maximum(g.instance[a], 0), 0] < 0)
     inside = steps & (g.anchor >= 0) & (g.step[a] == g.step) & (t.gap > 0) & ~p2p
-    t.gap[inside] = np.rint(t.gap[inside] * f[inside]).astype(np.int64)
+    t.own("gap")[inside] = np.rint(t.gap[inside] * f[inside]).astype(np.int64)
     collective = steps & (g.instance >= 0) & (g.inst_key[np.maximum(g.instance, 0), 0] >= 0)
     gradients = _gradient_factors(g, peers, split, si)
     f = np.where(np.isnan(gradients), f, gradients)
-    t.tail[collective] = np.rint(t.tail[collective] * f[collective]).astype(np.int64)
+    t.own("tail")[collective] = np.rint(t.tail[collective] * f[collective]).astype(np.int64)
     return split
 
 
 def _part(g: Graph, t: Timing, peers: Peers, e: Edit, steps: np.ndarray) -> None:
     """A rank's compute kernels' durations, or its communication's transfers, to its peers' or by a factor."""
     is_part = g.compute if e.part == "compute" else g.instance >= 0
-    values = t.dur if e.part == "compute" else t.tail
+    values = t.own("dur" if e.part == "compute" else "tail")
     mine = steps & is_part & np.isin(g.rank, e.ranks)
     if isinstance(e.value, float):
         values[mine] = np.rint(values[mine] * e.value).astype(np.int64)
         if e.part == "communication":
-            t.floor[mine] = np.rint(t.floor[mine] * e.value).astype(np.int64)
+            t.own("floor")[mine] = np.rint(t.floor[mine] * e.value).astype(np.int64)
         return
     balanced = e.value == BALANCED
     key = _occurrence_key(g, is_part)
@@ -872,7 +898,7 @@ def _part(g: Graph, t: Timing, peers: Peers, e: Edit, steps: np.ndarray) -> None
         rows = np.flatnonzero(ours)[hit]
         values[rows] = value[found[hit]]
         if e.part == "communication":
-            t.floor[rows] = np.minimum(t.floor[rows], values[rows])
+            t.own("floor")[rows] = np.minimum(t.floor[rows], values[rows])
 
 
 def _occurrence_key(g: Graph, rows: np.ndarray) -> np.ndarray:
@@ -910,7 +936,7 @@ def _host(g: Graph, t: Timing, peers: Peers, e: Edit, steps: np.ndarray) -> None
         others = [peers.launch_delay[(r, step)] for r in peers.stages[peers.stage_of[rank]] if r not in e.ranks and (r, step) in peers.launch_delay]
         own = peers.launch_delay.get((rank, step))
         if others and own is not None:
-            t.gap[i] -= max(own - int(statistics.median(others)), 0)
+            t.own("gap")[i] -= max(own - int(statistics.median(others)), 0)
 
 
 def _link(g: Graph, t: Timing, e: Edit, steps: np.ndarray) -> None:
@@ -937,8 +963,8 @@ def _link(g: Graph, t: Timing, e: Edit, steps: np.ndarray) -> None:
         scale = np.where(np.isfinite(ref) & (transfer > 0), ref / np.maximum(transfer, 1), 1.0)
     mine = has & steps & on_link[np.maximum(g.instance, 0)]
     factor = scale[g.instance[mine]]
-    t.tail[mine] = np.rint(t.tail[mine] * factor).astype(np.int64)
-    t.floor[mine] = np.rint(t.floor[mine] * factor).astype(np.int64)
+    t.own("tail")[mine] = np.rint(t.tail[mine] * factor).astype(np.int64)
+    t.own("floor")[mine] = np.rint(t.floor[mine] * factor).astype(np.int64)
 
 
 def peers_of(stage_of: Mapping[int, int], figures: Mapping[tuple[int, int], Mapping[str, Any]], metrics: Mapping[str, Any] | None) -> Peers:
