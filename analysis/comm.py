@@ -92,23 +92,25 @@ def collective_instances(participation: pa.Table, group_size: Mapping[str, int] 
     uses the group's size (``group_size``, where the traces list its members; else the members present): a job
     profiled on a few of its ranks still moves the whole group's data. Bus bandwidth is NaN (null in the report)
     where it cannot be computed: size unknown, one member, or no transfer time."""
-    p = {k: participation.column(k).to_numpy(zero_copy_only=False) for k in participation.column_names}
+    strings = ("group", "collective")  # read for the first row of each instance only: not a Python str per row
+    p = {k: participation.column(k).to_numpy(zero_copy_only=False) for k in participation.column_names if k not in strings}
     _, firsts = np.unique(p["instance"], return_index=True)
+    head = {k: participation.column(k).take(pa.array(firsts, pa.int64())).to_numpy(zero_copy_only=False) for k in strings}
     wait_sum = np.bincount(p["instance"], weights=p["wait_ns"]).astype(np.int64) if len(firsts) else np.zeros(0, np.int64)
     n = p["members"][firsts]
     sizes = group_size or {}
-    size = np.array([max(sizes.get(g, 0), m) for g, m in zip(p["group"][firsts], n, strict=True)], dtype=np.int64)
-    factor = np.array([BUS_FACTOR.get(k, lambda m: 0.0)(m) for k, m in zip(p["collective"][firsts], size, strict=True)])
+    size = np.array([max(sizes.get(g, 0), m) for g, m in zip(head["group"], n, strict=True)], dtype=np.int64)
+    factor = np.array([BUS_FACTOR.get(k, lambda m: 0.0)(m) for k, m in zip(head["collective"], size, strict=True)])
     transfer, nbytes = p["transfer_ns"][firsts], p["bytes"][firsts]
     computable = (transfer > 0) & (nbytes > 0) & (factor > 0)
     busbw = np.where(computable, np.maximum(nbytes, 0) * factor / np.maximum(transfer, 1), np.nan)
     return pa.table(
         {
             "instance": p["instance"][firsts],
-            "group": p["group"][firsts],
+            "group": head["group"],
             "step": p["step"][firsts],
             "seq": p["seq"][firsts],
-            "collective": p["collective"][firsts],
+            "collective": head["collective"],
             "bytes": p["bytes"][firsts],
             "members": n,
             "skew_ns": (p["last_arrival_ns"] - p["first_arrival_ns"])[firsts],

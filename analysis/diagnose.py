@@ -306,7 +306,7 @@ _EMPTY = {
 
 def communication_summary(instances: pa.Table, p2p: pa.Table) -> CommunicationSummary:
     """Arrival skew over the collective instances, and bus bandwidth per collective kind (medians)."""
-    inst = instances.to_pydict()
+    inst = instances.select(["skew_ns", "collective", "busbw_gbps", "late_rank", "total_wait_ns"]).to_pydict()
     skew = sorted(inst["skew_ns"])
     by_kind: dict[str, list[float]] = {}
     for kind, bw in zip(inst["collective"], inst["busbw_gbps"], strict=True):

@@ -323,7 +323,7 @@ def link_findings(
     slowest unit's ranks."""
     from paradiag.analysis.comm import link_type
 
-    i = instances.to_pydict()
+    i = instances.select(["group", "collective", "bytes", "members", "transfer_ns", "step"]).to_pydict()  # what is read: a Python object per value
     keys: list[tuple[Any, ...]] = []
     units: list[tuple[int, ...]] = []
     span = {g: "intra" if len({host_of.get(r) for r in m}) == 1 else "inter" for g, m in members.items()}
@@ -332,7 +332,7 @@ def link_findings(
         units.append(tuple(members.get(group, ())))
     slow = _slow_units(keys, units, np.asarray(i["transfer_ns"], dtype=np.int64), np.asarray(i["step"]))
     # A send completes eagerly: only where the receiver was already waiting does the pair time the link itself.
-    p = p2p.filter(p2p.column("receiver_waited")).to_pydict()
+    p = p2p.filter(p2p.column("receiver_waited")).select(["src", "dst", "bytes", "transfer_ns", "step"]).to_pydict()
     pair_keys = [("p2p", size, link_type(a, b, host_of)) for a, b, size in zip(p["src"], p["dst"], p["bytes"], strict=True)]
     pair_units = [tuple(sorted((a, b))) for a, b in zip(p["src"], p["dst"], strict=True)]
     slow += _slow_units(pair_keys, pair_units, np.asarray(p["transfer_ns"], dtype=np.int64), np.asarray(p["step"]))
