@@ -12,7 +12,7 @@ import pytest
 from paradiag import align, schema
 from paradiag.analysis import comm, findings, stages
 from paradiag.analysis.cluster_csv import read_cluster_step_trace_time, slow_rank
-from paradiag.analysis.frame import device_frame, robust_z
+from paradiag.analysis.frame import concat, device_frame, robust_z, table_frame
 from paradiag.analysis.layout import parallel_layout, role_from_description
 from paradiag.analysis.operators import concentration, operator_imbalance, short_name
 
@@ -379,3 +379,18 @@ def test_alignment_ignores_receives_that_found_their_data_waiting() -> None:
         r0.append(("recv", 1, k, t + 1_000_000, 1_000_000 + send_us + 2_000))
     result = align.estimate({0: p2p_table(r0), 1: p2p_table(r1)}, {0: "hostA", 1: "hostB"})
     assert abs(result.offset_ns[1]) < 5_000
+
+
+def test_frames_merge_onto_shared_lists_and_give_their_arrays_up() -> None:
+    """concat maps each rank's string codes onto one list (in order of first use) and empties the parts as it
+    merges them, so that a job's events are never held twice."""
+    a = table_frame(pa.table({"rank": pa.array([0, 0], pa.int32()), "name": pa.array(["mm", "ar"]).dictionary_encode(), "start": pa.array([1, 2])}))
+    b = table_frame(pa.table({"rank": pa.array([1], pa.int32()), "name": pa.array(["zz"]).dictionary_encode(), "start": pa.array([3])}))
+    merged = concat([a, b])
+    assert merged.names == ["ar", "mm", "zz"]
+    assert [merged.names[c] for c in merged.name] == ["mm", "ar", "zz"]
+    assert merged.rank.tolist() == [0, 0, 1] and merged.start.tolist() == [1, 2, 3] and merged.op.tolist() == [-1, -1, -1]
+    assert len(a.rank) == len(a.name) == len(b.start) == 0
+    kept = merged.take(slice(None))
+    merged.keep(np.array([2, 0]))
+    assert [merged.names[c] for c in merged.name] == ["zz", "mm"] and len(kept) == 3

@@ -124,6 +124,19 @@ def _path(frame: Frame, ranks: int) -> list[tuple[int, str, int, int]]:
     return [(r["rank"], r["kind"], r["start_ns"], r["end_ns"]) for r in table.to_pylist()]
 
 
+def test_a_kernel_released_twice_keeps_its_last_release() -> None:
+    """A send/receive pair's release overrides a collective's for the same kernel (the order they are listed in),
+    and only communication kernels are released: a compute kernel with the same rank and times is not."""
+    from paradiag.analysis.critical_path import _released, _releases
+
+    participation = pa.table({"rank": [0], "start_ns": [10], "end_ns": [50], "last_arrival_ns": [40], "late_rank": [1]})
+    p2p = pa.table({"src": [2], "dst": [0], "send_start_ns": [30], "send_end_ns": [50], "recv_start_ns": [10], "recv_end_ns": [50]})
+    frame = _frame([(0, 1, "compute", "a", 10, 50, -1), (0, 2, "communication", "recv", 10, 50, 2), (0, 2, "communication", "recv", 60, 70, 2)])
+    released = _released(frame, _releases(participation, p2p))
+    assert released.tolist() == [[-1, -1], [2, 30], [-1, -1]]
+    assert _released(frame, _releases(participation.slice(0, 0), p2p.slice(0, 0))).tolist() == [[-1, -1]] * 3
+
+
 def test_a_collective_hands_the_path_to_its_last_arrival() -> None:
     frame = _frame([
         (0, 1, "compute", "a", 0, 10, -1), (0, 2, "communication", "all_reduce", 10, 50, -1), (0, 1, "compute", "c", 52, 60, -1),

@@ -200,3 +200,17 @@ def test_stages_need_a_pipeline(root: Path) -> None:
     job = _job(root, "no-pipeline", dp=4, pp=1, tp=1)
     result = CliRunner().invoke(main, ["whatif", str(job.source), "-o", str(root / "no-pipeline.cache"), "--set", "stages=balanced"])
     assert result.exit_code == 1 and "no pipeline stages to balance" in result.output
+
+
+def test_edits_leave_the_graph_as_the_traces_have_it(root: Path) -> None:
+    """An edit changes a copy of what it edits (``Timing.own``), never the graph: the diagnosis replays every
+    finding on one graph, so one edit's change must not leak into the next replay."""
+    job = _job(root, "slow_device", "slow_device:ranks=5,factor=1.3")
+    graph, peers = job_graph(job, job.diagnosis())
+    kept = {k: getattr(graph, k).copy() for k in ("start", "end", "tail", "floor", "gap")}
+    edits = ["rank=5:compute=peer-median", "rank=5:communication=2", "rank=1:host=remove", "link=4-6:transfer=comparable", "stages=balanced"]
+    first = [what_if(graph, peers, [parse_edit(e)]).as_json() for e in edits]
+    for name, values in kept.items():
+        assert (getattr(graph, name) == values).all(), name
+    assert [what_if(graph, peers, [parse_edit(e)]).as_json() for e in edits] == first
+    assert replay_error(graph) == (0, 0.0)
