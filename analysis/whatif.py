@@ -153,7 +153,8 @@ def parse_edit(text: str) -> Edit:
 @dataclass
 class Graph:
     """The device events of the profiled steps, in order of measured start, with their dependencies (see the
-    module docstring). Indices are positions in this order; -1 where there is none."""
+    module docstring). Indices are positions in this order (int32: a job's events number far fewer than 2**31, and
+    a 1024-rank job's graph holds 2 M of each); -1 where there is none."""
 
     rank: np.ndarray
     step: np.ndarray
@@ -208,7 +209,7 @@ def build_graph(frame: Frame, steps: pa.Table, p2p: pa.Table, host_of: Mapping[i
 
 def _chunks(f: Frame, passes: pa.Table | None) -> np.ndarray:
     """Per event, the model chunk of the pass of its rank and step that it starts in, -1 for none."""
-    chunk = np.full(len(f), -1, np.int64)
+    chunk = np.full(len(f), -1, np.int32)
     if passes is None or not passes.num_rows or not len(f):
         return chunk
     p = {k: np.asarray(passes.column(k).to_numpy(), np.int64) for k in ("rank", "step", "chunk", "start_ns", "end_ns")}
@@ -226,7 +227,7 @@ def _chunks(f: Frame, passes: pa.Table | None) -> np.ndarray:
 def _stream_predecessors(f: Frame) -> tuple[np.ndarray, np.ndarray]:
     """Per event, the previous event of its stream (rank, track) and how far before its end it started (0 or less)."""
     order = np.lexsort((np.arange(len(f)), f.track, f.rank))  # rows are in start order: stable keeps it per stream
-    pred = np.full(len(f), -1, np.int64)
+    pred = np.full(len(f), -1, np.int32)
     same = (f.rank[order][1:] == f.rank[order][:-1]) & (f.track[order][1:] == f.track[order][:-1])
     pred[order[1:][same]] = order[:-1][same]
     lag = np.where(pred >= 0, np.minimum(f.start - f.end[np.maximum(pred, 0)], 0), 0)
@@ -255,7 +256,7 @@ def _anchors(f: Frame) -> tuple[np.ndarray, np.ndarray]:
     launched = _step_back(f, by_end, pos, 16, by_launch=True)
     anchor = np.where(launched >= 0, launched, _step_back(f, by_end, pos, 4, by_launch=False))
     gap = np.where(anchor >= 0, f.start - f.end[np.maximum(anchor, 0)], f.start)
-    return anchor, gap
+    return anchor.astype(np.int32), gap
 
 
 def _step_back(f: Frame, by_end: np.ndarray, pos: np.ndarray, tries: int, by_launch: bool) -> np.ndarray:
@@ -283,7 +284,7 @@ def _instances(f: Frame, send: np.ndarray, recv: np.ndarray, host_of: Mapping[in
     the matched pairs), tail and floor; per instance what makes transfers comparable: collective (-1: a
     send/receive pair), bytes, members and 1 where every member is on one host (columns of one array)."""
     n = len(f)
-    instance = np.full(n, -1, np.int64)
+    instance = np.full(n, -1, np.int32)
     is_coll = (f.kind == f.code("kinds", "communication")) & ~np.isin(f.collective, f.codes("collectives", P2P)) & (f.group >= 0) & (f.seq >= 0)
     rows = np.flatnonzero(is_coll)
     order, firsts = group_bounds(f.seq[rows], f.step[rows], f.group[rows])
@@ -346,7 +347,7 @@ def _consumers(f: Frame, recv: np.ndarray) -> np.ndarray:
     compute kernel of the step launched after the receive that started once it had ended: a kernel launched
     before it (queued, say, behind a collective that a late peer held) did not wait for its data even when it
     started after it. Where the traces do not give the receive's launch: the first kernel that started after it."""
-    received = np.full(len(f), -1, np.int64)
+    received = np.full(len(f), -1, np.int32)
     kernels = np.flatnonzero(f.kind == f.code("kinds", "compute"))
     if not len(recv) or not len(kernels):
         return received
@@ -493,7 +494,7 @@ class _Compressed:
 def _compressed(g: Graph, t: Timing, head: np.ndarray, offset: np.ndarray) -> _Compressed:
     heads = np.flatnonzero(head == np.arange(len(g)))
     size = len(heads)
-    position = np.full(len(g), size, np.int64)
+    position = np.full(len(g), size, np.int32)  # so are the dependencies below: int32, as the graph's indices
     position[heads] = np.arange(size)
 
     # Field by field, each one's temporaries dropped before the next: at 1024 ranks each is a million heads long.
