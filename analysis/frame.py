@@ -73,9 +73,17 @@ class Frame:
 
     def keep(self, rows: np.ndarray) -> None:
         """Keep only ``rows`` (indices, in that order), in place and one array at a time: a frame of millions of
-        events is never held twice, as ``take`` would hold it while its result is built."""
+        events is never held twice, as ``take`` would hold it while its result is built. Dropped arrays stay empty."""
+        n = len(self)
         for k in NUMERIC:
-            setattr(self, k, getattr(self, k)[rows])
+            values = getattr(self, k)
+            setattr(self, k, values[rows] if len(values) == n else values)
+
+    def drop(self, *names: str) -> None:
+        """Empty the arrays ``names``: what a consumer of the frame (``whatif.build_graph``) no longer reads, freed
+        before it is done with the rest."""
+        for k in names:
+            setattr(self, k, np.empty(0, getattr(self, k).dtype))
 
     def by_rank(self) -> dict[int, Frame]:
         """One frame per rank (slices: rows are sorted by rank, so nothing is copied)."""

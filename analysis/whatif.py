@@ -188,21 +188,27 @@ def build_graph(frame: Frame, steps: pa.Table, p2p: pa.Table, host_of: Mapping[i
     keep = (frame.step >= 0) & (frame.end >= frame.start)
     order = np.flatnonzero(keep)[np.lexsort((frame.rank[keep], frame.start[keep]))]
     del keep
-    frame.keep(order)
     f = frame
+    f.drop("op", "peer")  # each array is dropped once the graph no longer reads it (at 1024 ranks 8-17 MB each)
+    f.keep(order)
     n = len(f)
     pred, lag = _stream_predecessors(f)
+    f.drop("track")
     anchor, gap = _anchors(f)
     send, recv = _pairs(f, p2p)
     instance, tail, floor, inst_key = _instances(f, send, recv, host_of)
+    f.drop("collective", "group", "seq", "bytes")
     cols = steps.select(["rank", "step", "start_ns", "end_ns"]).to_pydict()
     step_ns = {(r, s): e - b for r, s, b, e in zip(cols["rank"], cols["step"], cols["start_ns"], cols["end_ns"], strict=True)}
     by_end, firsts = group_bounds(f.step, f.rank, within=f.end)
     lasts = np.append(firsts[1:], n) - 1 if n else firsts
     last = {(int(f.rank[by_end[i]]), int(f.step[by_end[i]])): int(by_end[i]) for i in lasts.tolist()}
+    del by_end, firsts, lasts
+    compute, received = f.kind == f.code("kinds", "compute"), _consumers(f, recv)
+    f.drop("kind", "launch")
     return Graph(
-        rank=f.rank, step=f.step, name=f.name, compute=f.kind == f.code("kinds", "compute"), start=f.start, end=f.end,
-        pred=pred, lag=lag, anchor=anchor, received=_consumers(f, recv), chunk=_chunks(f, passes), gap=gap, instance=instance, tail=tail, floor=floor,
+        rank=f.rank, step=f.step, name=f.name, compute=compute, start=f.start, end=f.end,
+        pred=pred, lag=lag, anchor=anchor, received=received, chunk=_chunks(f, passes), gap=gap, instance=instance, tail=tail, floor=floor,
         copy=_receive_copy(f, send, recv, floor), inst_key=inst_key, last=last, step_ns=step_ns,
     )  # fmt: skip
 
