@@ -85,7 +85,7 @@ def main() -> None:
         (kineto, "parse", "parse: the rest (stream cuts, metadata)"),
         (discover, "file_hash", "hash the source files"),
         (pq, "write_table", "Parquet write"),
-        (dataset, "parse_source", "sort, communication rows"),
+        (dataset, "parse_and_keep", "sort, communication rows"),
         (align, "estimate", "clock alignment"),
         (diagnose, "read_frame", "diagnosis: read the events back"),
         (diagnose, "diagnose", "diagnosis: compute"),

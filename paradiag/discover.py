@@ -7,7 +7,7 @@ import errno
 import importlib
 import os
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -193,6 +193,13 @@ def file_hash(path: Path) -> str:
 def parse_source(source: Source, root: Path, out_dir: Path, index: int) -> SourceResult:
     """Parse one source and write its events (sorted by start time) to ``out_dir``; never raises. The source's
     files are hashed here too (for the cache manifest), in parallel with the other workers."""
+    return parse_and_keep(source, root, out_dir, index, ())[0]
+
+
+def parse_and_keep(source: Source, root: Path, out_dir: Path, index: int, columns: Sequence[str]) -> tuple[SourceResult, pa.Table | None]:
+    """parse_source, and ``columns`` of the events it wrote (sorted, as written; None when nothing was): the
+    per-rank analysis runs on them where they are, instead of decoding them back from the Parquet part. They are
+    columns of the table that was written, so they cost no memory beyond what the write held already."""
     shown = str(source.path.relative_to(root)) if source.path != root else source.path.name
     result = SourceResult(source=shown, parser=source.parser)
     with contextlib.suppress(OSError):
@@ -203,18 +210,18 @@ def parse_source(source: Source, root: Path, out_dir: Path, index: int) -> Sourc
     except TraceError as exc:  # named by the file inside a folder source that has the problem
         inner = exc.source.removeprefix(shown + os.sep) if exc.source.startswith(shown + os.sep) else None
         result.error = f"{inner}: {exc.problem}" if inner else exc.problem
-        return result
+        return result, None
     except MemoryError:
         result.error = "out of memory while parsing"
-        return result
+        return result, None
     except OSError as exc:  # the file went away or became unreadable after discovery, a disk error
         name = Path(exc.filename).name if exc.filename else shown
         result.error = f"cannot read {name} ({exc.strerror or exc})"
-        return result
+        return result, None
     except Exception as exc:  # a parser bug must not take the rest of the folder down
         result.error = f"internal error while parsing ({type(exc).__name__}: {exc}); please report it"
         result.error += "\n" + traceback.format_exc(limit=3)
-        return result
+        return result, None
     _check_ranges(parsed)
     release_memory()  # what the parse freed, before the events are sorted and written
     events = parsed.events
@@ -243,9 +250,10 @@ def parse_source(source: Source, root: Path, out_dir: Path, index: int) -> Sourc
     result.comm = events.filter(pa.array(is_comm)).select(list(COMM_COLUMNS))
     parsed.extra = {}
     result.parsed = parsed
+    kept = events.select(list(columns)) if columns else None
     del events
-    release_memory()  # the written events, before the caller reads them back for the per-rank analysis
-    return result
+    release_memory()  # the columns of the written events that are not kept
+    return result, kept
 
 
 def _time_range(result: SourceResult, events: pa.Table) -> None:
