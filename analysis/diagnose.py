@@ -20,6 +20,7 @@ operator imbalance and totals, and the what-if replay of a finding."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import statistics
 from typing import TYPE_CHECKING, Any
 
@@ -53,7 +54,15 @@ from paradiag.analysis.diagnosis_types import (
     save,
 )
 from paradiag.analysis.frame import COLUMNS as FRAME_COLUMNS
-from paradiag.analysis.frame import Frame, concat, device_frame, group_bounds, robust_z, table_frame
+from paradiag.analysis.frame import (
+    Frame,
+    concat,
+    device_frame,
+    group_bounds,
+    load_frame,
+    robust_z,
+    table_frame,
+)
 from paradiag.analysis.layout import Layout, parallel_layout
 from paradiag.analysis.operators import operator_imbalance
 
@@ -89,16 +98,17 @@ ON_OWN_CLOCK = {"communication": ("start", "end"), "passes": ("start_ns", "end_n
 WORK_COLUMNS = ("rank", "device", "track", "kind", "category", "name", "start_ns", "dur_ns", "step", "correlation", "external_id", "collective")
 
 
-def rank_tables(events: pa.Table, steps: pa.Table, convention: str) -> dict[str, pa.Table]:
+def rank_tables(events: pa.Table, steps: pa.Table, convention: str, frame: Frame | None = None) -> dict[str, pa.Table]:
     """The per-rank part of the analysis, from one rank's events (``EVENT_COLUMNS`` at least) and its steps
     (sorted by step): its breakdowns (one row per step, and a row with a null step over all its steps, in the
     device's ``convention``), its device time per (step, operator), its communication records
     (``comm.communication_records``), its figures per step (``findings.step_figures``) and its pipeline passes
     (``stages.rank_pass_table``). Breakdowns, totals and figures are durations, so any one clock serves; the
     records' and passes' times are on the clock of ``events`` (the rank's own at ingest: the reduce shifts them).
-    The tables carry no rank id: the rank a source gets is settled later, across sources."""
+    The tables carry no rank id: the rank a source gets is settled later, across sources. ``frame`` is
+    ``device_frame(events)`` where the caller has it already."""
     device = events.filter(pc.greater_equal(events.column("device"), 0))
-    frame = device_frame(events)
+    frame = device_frame(events) if frame is None else frame
     return {
         "breakdowns": _breakdown_table(_rank_breakdowns(device, steps, convention)),
         "operator_totals": _operator_totals(frame),
@@ -134,8 +144,37 @@ def _shifted(table: pa.Table, columns: tuple[str, ...], offset: int) -> pa.Table
 def read_frame(job: Job) -> Frame:
     """The job's device events as one :class:`Frame` of the ``WORK_COLUMNS`` (the communication columns -1:
     :func:`add_communication` fills them in), each rank's events read once (and dropped before the next rank is
-    read)."""
-    return concat([device_frame(job.events(ranks=[rank], columns=WORK_COLUMNS)) for rank in job.rank_ids])
+    read). A job just ingested has each rank's frame from its map (``Job.work_frame_file``): read instead of the
+    events, it is the same frame, without decoding a Parquet part and building the frame again."""
+    offsets = job.by_rank("clock_offset_ns")
+    frames = []
+    for rank in job.rank_ids:
+        file = job.work_frame_file(rank)
+        if file is None:
+            frames.append(device_frame(job.events(ranks=[rank], columns=WORK_COLUMNS)))
+        else:
+            frames.append(_aligned(load_frame(file), rank, offsets.get(rank) or 0))
+    return concat(frames)
+
+
+def work_frame(frame: Frame) -> Frame:
+    """What :func:`read_frame` gets of a rank's events, from the map's ``device_frame`` of them: the same but
+    for the communication columns, which the reduce fills in from the records (:func:`add_communication`)."""
+    n = len(frame)
+    return dataclasses.replace(
+        frame, group=np.full(n, -1, np.int32), peer=np.full(n, -1, np.int32), bytes=np.full(n, -1, np.int64), seq=np.full(n, -1, np.int32), groups=[]
+    )
+
+
+def _aligned(frame: Frame, rank: int, offset: int) -> Frame:
+    """A map's :func:`work_frame` (rank -1, times on the rank's own clock) given its rank and the job's clock.
+    A launch of -1 is none (times are never negative: the parsers drop them; -1 marks an invalid one)."""
+    frame.rank[:] = rank
+    if offset:
+        frame.start += offset
+        frame.end += offset
+        frame.launch = np.where(frame.launch != -1, frame.launch + offset, -1)
+    return frame
 
 
 def add_communication(frame: Frame, records: Frame) -> None:

@@ -6,8 +6,10 @@ so the codes are unified here); the analyses then group and sort integers only.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -215,6 +217,23 @@ def table_frame(table: pa.Table) -> Frame:
         elif name in arrays:
             arrays[name] = np.asarray(table.column(name).to_numpy(), dtype=arrays[name].dtype)
     return Frame(**arrays, **lists)
+
+
+def save_frame(frame: Frame, path: Path) -> None:
+    """``frame`` as an Arrow IPC file, its arrays as columns and its string lists in the schema's metadata, for
+    another process to read back with :func:`load_frame` (the ingest's map hands its frames to the reduce so)."""
+    table = pa.table({k: getattr(frame, k) for k in NUMERIC}, metadata={v: json.dumps(getattr(frame, v)) for v in VOCABULARIES})
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+
+
+def load_frame(path: Path) -> Frame:
+    """A frame :func:`save_frame` wrote: the same arrays (writable copies: the reduce fills some in) and lists."""
+    table = pa.ipc.open_file(pa.py_buffer(path.read_bytes())).read_all()
+    meta = table.schema.metadata or {}
+    arrays: dict[str, Any] = {k: np.array(table.column(k).to_numpy()) for k in NUMERIC}
+    arrays.update({v: json.loads(meta[v.encode()]) for v in VOCABULARIES})
+    return Frame(**arrays)
 
 
 def job_frame(job: Job, events_by_rank: Mapping[int, pa.Table] | None = None) -> Frame:

@@ -70,6 +70,7 @@ CACHE_FORMAT = "paradiag.cache/1"
 PARSER_VERSION = 3  # bump when a parser (or the cache's layout) changes what is written: every cache is then rebuilt
 MANIFEST = "manifest.json"
 IN_PROCESS_BYTES = 16 * 1024 * 1024  # below this much input, parsing in worker processes costs more than it saves
+FRAMES = "frames"  # the map's frames for the reduce, in the ingest's temporary folder only (never in a cache)
 
 
 class JobError(Exception):
@@ -165,6 +166,9 @@ class Job:
     _sources: dict[int, dict[str, Any]] | None = field(default=None, repr=False)  # rank -> manifest entry
     _offsets: dict[int, int] | None = field(default=None, repr=False)  # rank -> clock offset
     url: str | None = None  # the URL of a cache at a URL (without userinfo); cache_dir is then its local mirror
+    # rank -> the file of its device events' frame, as the ingest that built the job got it from the map (in the
+    # ingest's temporary folder: removed before the cache is moved into place)
+    _work_frames: dict[int, Path] = field(default_factory=dict, repr=False)
 
     def diagnosis(self) -> Diagnosis:
         """The analysis of the job: stored in the cache at ingest, read on first use."""
@@ -277,6 +281,11 @@ class Job:
         if self.manifest.get("analysis_version") != analysis_version() or any(name not in stored for name in names):
             return None
         return {name: pa.ipc.open_file(pa.py_buffer((self.cache_dir / stored[name]).read_bytes())).read_all() for name in names}
+
+    def work_frame_file(self, rank: int) -> Path | None:
+        """The file of ``rank``'s work frame from the map (paradiag.analysis.diagnose.read_frame), while the ingest
+        that parsed it runs; None otherwise (the frame is then built from the events)."""
+        return self._work_frames.get(rank)
 
     def extra(self, name: str) -> pa.Table | None:
         """A format-specific table (e.g. ``links`` from NPU communication matrices), all ranks concatenated."""
@@ -430,6 +439,7 @@ class Parsed:
     files: dict[str, str] = field(default_factory=dict)  # per-rank analysis table -> its file in the cache
     tables: dict[str, pa.Table] = field(default_factory=dict)  # the same tables (small), so the reduce reads none back
     uploaded: list[str] = field(default_factory=list)  # the rank's files its parse uploaded to a cache at a URL
+    frame_file: str | None = None  # the rank's work frame for the reduce (removed before the cache is in place)
 
     def rank_files(self) -> list[str]:
         """Every file of the cache this parse wrote (relative to the cache folder)."""
@@ -440,14 +450,22 @@ class Parsed:
 def parse_rank(source: Source, root: Path, out_dir: Path, index: int) -> Parsed:
     """parse_source, then the per-rank part of the analysis on the columns it needs of the events just written
     (kept in memory: decoding them back from the Parquet part cost about 15 ms per 200k events, and the tables
-    are the same), its tables written beside them."""
+    are the same), its tables written beside them. The device events' frame the map builds is written for the
+    reduce too (FRAMES), which would otherwise read the events back and build it again."""
     from paradiag.analysis.breakdown import default_convention
-    from paradiag.analysis.diagnose import EVENT_COLUMNS, rank_tables
+    from paradiag.analysis.diagnose import EVENT_COLUMNS, rank_tables, work_frame
+    from paradiag.analysis.frame import device_frame, save_frame
 
     result, events = parse_and_keep(source, root, out_dir, index, EVENT_COLUMNS)
     if result.parsed is None or events is None:
         return Parsed(result)
-    parsed = Parsed(result, tables=rank_tables(events, result.parsed.steps.sort_by("step"), default_convention(result.parsed.device_type)))
+    frame = device_frame(events)
+    tables = rank_tables(events, result.parsed.steps.sort_by("step"), default_convention(result.parsed.device_type), frame)
+    frame_file = f"{FRAMES}/part-{index:05d}.arrow"
+    (out_dir / FRAMES).mkdir(exist_ok=True)
+    save_frame(work_frame(frame), out_dir / frame_file)
+    del frame
+    parsed = Parsed(result, tables=tables, frame_file=frame_file)
     for name, table in parsed.tables.items():
         (out_dir / "analysis" / name).mkdir(parents=True, exist_ok=True)
         parsed.files[name] = f"analysis/{name}/part-{index:05d}.arrow"
@@ -461,7 +479,8 @@ def parse_rank(source: Source, root: Path, out_dir: Path, index: int) -> Parsed:
 def part_files(out_dir: Path, index: int) -> list[Path]:
     """Every file the parse of source ``index`` may have written into ``out_dir`` (to drop a failed one's)."""
     name = f"part-{index:05d}.parquet"
-    return [out_dir / "events" / name, *out_dir.glob(f"extra/*/{name}"), *out_dir.glob(f"analysis/*/part-{index:05d}.arrow")]
+    arrow = f"part-{index:05d}.arrow"
+    return [out_dir / "events" / name, *out_dir.glob(f"extra/*/{name}"), *out_dir.glob(f"analysis/*/{arrow}"), out_dir / FRAMES / arrow]
 
 
 def parse_in_worker(source: Source, root: Path, out_dir: Path | None, index: int, upload: remote.Upload | None = None) -> Parsed:
@@ -472,7 +491,10 @@ def parse_in_worker(source: Source, root: Path, out_dir: Path | None, index: int
     client does not share) a scratch folder of this worker's, removed afterwards."""
     folder = remote.scratch() if out_dir is None else out_dir
     try:
-        return _parse_and_upload(source, root, folder, index, upload)
+        parsed = _parse_and_upload(source, root, folder, index, upload)
+        if out_dir is None:  # its work frame stays in the scratch folder: the client reads the rank's events instead
+            parsed.frame_file = None
+        return parsed
     finally:
         if out_dir is None:
             shutil.rmtree(folder, ignore_errors=True)
@@ -697,6 +719,7 @@ def ingest(
         if progress:
             progress(len(sources), len(sources), "analysing")
         job.diagnosis()  # computed once here and stored in the cache, inside the same atomic build
+        shutil.rmtree(tmp / FRAMES, ignore_errors=True)  # read by the reduce just run; no part of the cache
         if writer:
             writer.commit(tmp, [f for p in parsed for f in p.uploaded], _pointer(job))
         _replace(tmp, cache)
@@ -876,7 +899,7 @@ def _finish(
     kept_names = {k.result.source for k in kept}
     for p in parsed:  # parts of skipped duplicates are not part of the cache
         if p.result.source not in kept_names:
-            for file in [p.result.events_file, *p.files.values()]:
+            for file in [p.result.events_file, *p.files.values(), p.frame_file]:
                 if file:
                     (tmp / file).unlink(missing_ok=True)
     hashed = {Path(p): h for r in results for p, h in r.file_hashes.items()}  # the workers hashed their sources
@@ -897,7 +920,8 @@ def _finish(
         "problems": [p.__dict__ for p in problems],
     }
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
-    return Job(tmp, manifest, ranks, steps, groups, problems, _rank_tables={k.rank: k.analysis.tables for k in kept})
+    frames = {k.rank: tmp / k.analysis.frame_file for k in kept if k.analysis.frame_file}
+    return Job(tmp, manifest, ranks, steps, groups, problems, _rank_tables={k.rank: k.analysis.tables for k in kept}, _work_frames=frames)
 
 
 def _source_entry(k: _Kept) -> dict[str, Any]:

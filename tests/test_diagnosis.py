@@ -17,6 +17,7 @@ import pyarrow as pa
 import pytest
 
 import paradiag
+from paradiag import dataset
 from paradiag.analysis import diagnosis_types
 from paradiag.analysis.diagnose import stored_or_computed
 from paradiag.analysis.report import build_report
@@ -143,6 +144,47 @@ def test_a_diagnosis_from_another_analysis_version_is_computed_again(tmp_path: P
     again = stored_or_computed(job)
     assert [f.kind for f in again.findings] == [f["kind"] for f in stored["findings"]]
     assert json.loads(document.read_text())["version"] == diagnosis_types.analysis_version()
+
+
+@pytest.mark.parametrize("device", ["h100", "910b"])
+def test_the_reduce_at_ingest_reads_the_maps_frames_which_are_the_events_frames(
+    device: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reduce of an ingest takes each rank's device frame from the map instead of reading the events back:
+    the same frame the events give (two nodes, one with a skewed clock: the frames are shifted onto the job's
+    clock), and the same Diagnosis as a reduce that reads the events; the frames are not left in the cache."""
+    from click.testing import CliRunner
+
+    from paradiag.analysis import diagnose
+    from paradiag.analysis.frame import concat, device_frame
+    from paradiag.simulator.cli import simulate
+
+    folder = tmp_path / "job"
+    args = ["--device", device, "--format", "kineto" if device == "h100" else "ascend", "--dp", "2", "--tp", "8", "--layers", "2", "--steps", "2"]
+    result = CliRunner().invoke(simulate, [*args, "--inject", "clock_skew:nodes=1,ms=3", "--quiet", "-o", str(folder)])
+    assert result.exit_code == 0, result.output
+    read, compared = diagnose.read_frame, []
+
+    def checked(job: Job) -> Any:
+        frame = read(job)
+        assert all(job.work_frame_file(r) is not None for r in job.rank_ids)
+        expected = concat([device_frame(job.events(ranks=[r], columns=diagnose.WORK_COLUMNS)) for r in job.rank_ids])
+        for name, value in vars(expected).items():
+            assert (getattr(frame, name) == value).all() if hasattr(value, "dtype") else getattr(frame, name) == value, name
+            assert getattr(getattr(frame, name), "dtype", None) == getattr(value, "dtype", None), name
+        compared.append(len(frame))
+        return frame
+
+    monkeypatch.setattr(diagnose, "read_frame", checked)
+    cache = tmp_path / "cache"
+    job = paradiag.open(folder, cache_dir=cache)
+    assert compared and compared[0] > 0
+    assert set(job.by_rank("clock_offset_ns").values()) == {0, -3_000_000}
+    assert not (cache / dataset.FRAMES).exists() and not any(cache.parent.glob(".*tmp*"))
+    monkeypatch.undo()
+    again = diagnose.diagnose(paradiag.open(cache))  # reopened: no frames, the events are read
+    assert again.document() == job.diagnosis().document()
+    assert all(getattr(again, name).equals(getattr(job.diagnosis(), name)) for name in diagnosis_types.TABLES)
 
 
 def test_typed_objects_round_trip_through_the_cache(tmp_path: Path) -> None:
