@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import SHARED, hta_python, measure, table
+from common import SHARED, hta_python, measure, precompile, table
 
 REAL_RANK = SHARED / "traces" / "gpu" / "hta_16rank_job_rank0" / "rank0.json.gz"
 
@@ -136,6 +136,7 @@ def main() -> None:
     json_mb = sum(len(gzip.decompress(p.read_bytes())) if p.suffix == ".gz" else p.stat().st_size for p in files) / 1e6
     print(f"folder {folder}: {len(files)} files, {json_mb:.0f} MB of JSON")
 
+    precompile()
     cache = Path(tempfile.mkdtemp(prefix="paradiag-bench-cache-"))
     try:
         ours = measure("paradiag ingest", [sys.executable, "-c", PARADIAG_PARSE, str(folder), str(cache / "c")])

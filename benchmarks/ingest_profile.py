@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import scratch
+from common import precompile, scratch
 
 DEFAULT = Path(tempfile.gettempdir()) / "paradiag-bench" / "kineto-8x50"
 
@@ -63,6 +63,7 @@ def main() -> None:
     folder = parser.parse_args().folder
     if not folder.is_dir():
         sys.exit(f"{folder}: no such folder (python benchmarks/ingest.py builds the default one)")
+    precompile()
     start = cpu()
     import pyarrow.parquet as pq
 
