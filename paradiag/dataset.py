@@ -609,24 +609,26 @@ def _pool_round(
     return not_started, failed
 
 
-# The per-rank analysis a worker runs after each parse (parse_rank imports it): imported before the workers start,
-# as the parsers are, so that they share it instead of each importing it on its first rank (about 0.1 CPU-second
-# per worker, and its objects then sit outside gc.freeze()). Under fork the parent, which needs it for the reduce
-# anyway, imports it; under forkserver the fork server does.
-ANALYSIS_MODULE = "paradiag.analysis.diagnose"
+# What a worker imports on its first rank besides the parsers: the per-rank analysis (parse_rank imports it) and
+# Arrow's query engine (Table.group_by loads pyarrow.acero and pyarrow.dataset). Imported before the workers
+# start, as the parsers are, so that they share them instead of each importing them (about 0.15 CPU-second per
+# worker, and their objects then sit outside gc.freeze()). Under fork the parent, which needs them for the reduce
+# anyway, imports them; under forkserver the fork server does.
+WORKER_MODULES = ("paradiag.analysis.diagnose", "pyarrow.acero")
 
 
 def _pool_context() -> BaseContext:
     """fork shares the parent's imported modules with the workers (no extra process, least memory); from a
     threaded parent (the web app) forking is unsafe, so a forkserver starts the workers there (see _forkable)."""
     if _forkable():
-        importlib.import_module(ANALYSIS_MODULE)
+        for name in WORKER_MODULES:
+            importlib.import_module(name)
         return get_context("fork")
     ctx = get_context("forkserver")
     # pyarrow imports pandas, when installed, in any process that converts Python values (pa.array asks whether
     # they are pandas objects): imported once in the fork server, every worker shares it (+40 MB and 0.2
     # CPU-seconds per worker otherwise). A module that is not installed is skipped.
-    ctx.set_forkserver_preload(["paradiag.discover", *PARSER_MODULES, ANALYSIS_MODULE, "pandas"])
+    ctx.set_forkserver_preload(["paradiag.discover", *PARSER_MODULES, *WORKER_MODULES, "pandas"])
     return ctx
 
 
