@@ -71,6 +71,7 @@ def main() -> None:
     import paradiag.align as align
     import paradiag.analysis.diagnose as diagnose
     import paradiag.analysis.diagnosis_types as diagnosis_types
+    import paradiag.analysis.frame as frame
     import paradiag.dataset as dataset
     import paradiag.discover as discover
     from paradiag.parsers import json_stream, kineto, kineto_decode
@@ -89,9 +90,10 @@ def main() -> None:
         (pq, "write_table", "Parquet write"),
         (dataset, "parse_and_keep", "sort, communication rows"),
         (align, "estimate", "clock alignment"),
-        (diagnose, "rank_tables", "per-rank analysis tables (the map)"),
+        (frame, "device_frame", "the map: device frame"),
+        (diagnose, "rank_tables", "the map: per-rank analysis tables"),
         (dataset, "_finish", "ranks, steps, groups tables, manifest"),
-        (diagnose, "read_frame", "diagnosis: read the events back"),
+        (diagnose, "read_frame", "diagnosis: the map's frames"),
         (diagnosis_types, "save", "diagnosis: store it"),
         (diagnose, "diagnose", "diagnosis: compute"),
         (dataset, "ingest", "ingest: the rest (manifest, tables, store)"),
