@@ -256,8 +256,9 @@ def test_failed_sign_ins_are_throttled(server: tuple[str, Path]) -> None:
 
 @pytest.fixture(scope="module")
 def big_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One 48 MB trace (300k events): its parse needs more than a second and more than 480 MB of address space."""
-    return write_trace(tmp_path_factory.mktemp("big") / "rank0.pt.trace.json", kineto_trace(0, steps=100, world=1, kernels_per_step=1000))
+    """One 96 MB trace (600k events): its parse needs more than a second and more than 480 MB of address space
+    (half of it, 300k events, parsed within 480 MB once the per-rank analysis stopped reading its events back)."""
+    return write_trace(tmp_path_factory.mktemp("big") / "rank0.pt.trace.json", kineto_trace(0, steps=200, world=1, kernels_per_step=1000))
 
 
 @pytest.fixture
