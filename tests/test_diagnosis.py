@@ -187,6 +187,19 @@ def test_the_reduce_at_ingest_reads_the_maps_frames_which_are_the_events_frames(
     assert all(getattr(again, name).equals(getattr(job.diagnosis(), name)) for name in diagnosis_types.TABLES)
 
 
+def test_the_maps_frames_are_not_uploaded_to_a_cache_at_a_url(tmp_path: Path) -> None:
+    """Ingested into a cache at a URL, the map's frames stay out of the committed generation (they are removed
+    before the commit uploads what the parse did not) and the Diagnosis is the one a local cache gets."""
+    pytest.importorskip("fsspec")
+    store = tmp_path / "store"
+    job = paradiag.open(SAMPLES / "gpu_llm_slow_rank", f"file://{store}")
+    generation = next(p for p in store.iterdir() if p.is_dir())
+    assert (generation / dataset.MANIFEST).is_file() and not (generation / dataset.FRAMES).exists()
+    assert not (job.cache_dir / dataset.FRAMES).exists()
+    local = paradiag.open(SAMPLES / "gpu_llm_slow_rank", cache_dir=tmp_path / "local")
+    assert job.diagnosis().document() == local.diagnosis().document()
+
+
 def test_typed_objects_round_trip_through_the_cache(tmp_path: Path) -> None:
     job = paradiag.open(SAMPLES / "gpu_moe_expert_imbalance", cache_dir=tmp_path / "cache")
     d = job.diagnosis()
