@@ -21,13 +21,12 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import _children, _tree_pss_kb, scratch, table
+from common import measure, scratch, table
 
 from paradiag.simulator import SimConfig, parse_fault, simulate
 
@@ -40,48 +39,6 @@ def _free_port() -> int:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
-
-def _tree(pid: int) -> list[int]:
-    found, stack = [], [pid]
-    while stack:
-        p = stack.pop()
-        found.append(p)
-        stack.extend(_children(p))
-    return found
-
-
-def _ticks(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return int(fields[11]) + int(fields[12])  # utime, stime
-    except (OSError, IndexError, ValueError):
-        return 0
-
-
-def measure(cmd: list[str], env: dict[str, str]) -> tuple[float, float, float, str, int]:
-    """Wall seconds, CPU seconds of the process tree, its peak PSS in MB, the output and the exit status."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **env})
-    ticks: dict[int, int] = {}
-    peak = 0
-    done = threading.Event()
-
-    def sample() -> None:
-        nonlocal peak
-        while not done.is_set():
-            for p in _tree(proc.pid):
-                ticks[p] = max(ticks.get(p, 0), _ticks(p))
-            peak = max(peak, _tree_pss_kb(proc.pid))
-            time.sleep(0.02)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    output, _ = proc.communicate()
-    seconds = time.perf_counter() - t0
-    done.set()
-    sampler.join()
-    return seconds, sum(ticks.values()) / os.sysconf("SC_CLK_TCK"), peak / 1024, output, proc.returncode
 
 
 def _requests(log: Path) -> int:
@@ -132,7 +89,8 @@ def main() -> None:
             ]
             for label, cmd, root in runs:
                 before = _requests(log)
-                seconds, cpu, peak, output, code = measure([*CLI, *cmd], {"PARADIAG_CACHE_DIR": str(root)})
+                run = measure(" ".join(cmd), [*CLI, *cmd], {"PARADIAG_CACHE_DIR": str(root)})
+                seconds, cpu, peak, output, code = run.seconds, run.cpu_seconds, run.peak_pss_mb, run.output, run.returncode
                 if code:
                     raise SystemExit(f"{label} failed:\n{output[-3000:]}")
                 time.sleep(0.2)  # the server's log line of the last request

@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import _children, scratch, table
+from common import cpu_ticks, process_tree, scratch, table
 
 from paradiag.simulator import SimConfig, parse_fault, simulate
 
@@ -62,29 +62,12 @@ def _pss_kb(pid: int) -> int:
         return 0
 
 
-def _cpu_ticks(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return int(fields[11]) + int(fields[12])  # utime, stime
-    except (OSError, IndexError, ValueError):
-        return 0
-
-
-def _tree(pid: int) -> list[int]:
-    found, stack = [], [pid]
-    while stack:
-        p = stack.pop()
-        found.append(p)
-        stack.extend(_children(p))
-    return found
-
 
 def measure(label: str, cmd: list[str], also: tuple[int, ...] = ()) -> Run:
     """Run ``cmd``; its wall time, the peak PSS of each process of its tree and of the trees of ``also``, and
     the CPU time they all spent meanwhile. Sampled every 0.1 s: reading a process's PSS walks its page tables,
     and on a busy machine a faster sampler would take the CPU it measures."""
-    first = {p: _cpu_ticks(p) for root in also for p in _tree(root)}  # what the long-running ones had spent before
+    first = {p: cpu_ticks(p) for root in also for p in process_tree(root)}  # what the long-running ones had spent before
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -96,11 +79,11 @@ def measure(label: str, cmd: list[str], also: tuple[int, ...] = ()) -> Run:
     def sample() -> None:
         nonlocal total
         while not done.is_set():
-            now = {p: _pss_kb(p) for root in (proc.pid, *also) for p in _tree(root)}
+            now = {p: _pss_kb(p) for root in (proc.pid, *also) for p in process_tree(root)}
             for p, kb in now.items():
                 peaks[p] = max(peaks.get(p, 0), kb)
-            for p in (p for root in also for p in _tree(root)):
-                ticks[p] = max(ticks.get(p, 0), _cpu_ticks(p) - first.get(p, 0))
+            for p in (p for root in also for p in process_tree(root)):
+                ticks[p] = max(ticks.get(p, 0), cpu_ticks(p) - first.get(p, 0))
             total = max(total, sum(now.values()))
             time.sleep(0.1)
 

@@ -1,4 +1,5 @@
-"""Shared fixtures: where the real traces are, and a private cache folder per test."""
+"""Shared fixtures: where the real traces are, a private cache folder per test, the two-host job and its local
+cache (a module of its own each, as the Dask and remote-cache tests compare their caches with it)."""
 
 from __future__ import annotations
 
@@ -26,3 +27,19 @@ def private_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     root = tmp_path_factory.mktemp("cache")
     monkeypatch.setenv("PARADIAG_CACHE_DIR", str(root))
     return root
+
+
+@pytest.fixture(scope="module")
+def sim_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.helpers import two_host_job
+
+    return two_host_job(tmp_path_factory.mktemp("sim") / "job")
+
+
+@pytest.fixture(scope="module")
+def local_cache(sim_job: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from paradiag import dataset
+
+    cache = tmp_path_factory.mktemp("local") / "cache"
+    dataset.ingest(sim_job, cache, workers=1)
+    return cache

@@ -95,6 +95,19 @@ def make_prof(job: Path, rank: Path, name: str = "PROF_000001_20250109155803704_
     return prof
 
 
+def two_host_job(out: Path, **options: Any) -> Path:
+    """A small pipelined job on two hosts whose clocks differ, with a slow rank (so that the findings say
+    something): the job the Dask and the remote-cache tests compare caches on."""
+    from paradiag.simulator import faults
+    from paradiag.simulator.config import SimConfig
+    from paradiag.simulator.run import simulate
+
+    injected = tuple(faults.parse(f) for f in ("slow_device:ranks=2,factor=1.4", "clock_skew:nodes=1,ms=3.0417"))
+    config = SimConfig(output=out, dp=2, pp=2, layers=2, hidden=256, heads=4, seq_len=128, vocab=1024, steps=2, faults=injected, devices_per_node=2, **options)
+    simulate(config)
+    return out
+
+
 def assert_same_cache(cache: Path, expected: Path) -> None:
     """Every file byte for byte, the manifest but for its creation time; then the same report."""
     files = sorted(p.relative_to(expected) for p in expected.rglob("*") if p.is_file())

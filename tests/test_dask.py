@@ -26,34 +26,13 @@ from paradiag import dataset
 from paradiag.analysis.diagnose import RANK_TABLES, diagnose
 from paradiag.analysis.diagnosis_types import TABLES
 from paradiag.cli import main
-from paradiag.simulator import faults
 from paradiag.simulator.config import SimConfig
 from paradiag.simulator.run import simulate
-from tests.helpers import assert_same_cache
+from tests.helpers import assert_same_cache, two_host_job
 
 distributed = pytest.importorskip("distributed")
 VENV_BIN = Path(sys.executable).parent
 
-
-def _simulate(out: Path, **options: Any) -> Path:
-    """A small pipelined job on two hosts whose clocks differ, with a slow rank (so that the findings say
-    something)."""
-    injected = tuple(faults.parse(f) for f in ("slow_device:ranks=2,factor=1.4", "clock_skew:nodes=1,ms=3.0417"))
-    config = SimConfig(output=out, dp=2, pp=2, layers=2, hidden=256, heads=4, seq_len=128, vocab=1024, steps=2, faults=injected, devices_per_node=2, **options)
-    simulate(config)
-    return out
-
-
-@pytest.fixture(scope="module")
-def sim_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _simulate(tmp_path_factory.mktemp("sim") / "job")
-
-
-@pytest.fixture(scope="module")
-def local_cache(sim_job: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    cache = tmp_path_factory.mktemp("local") / "cache"
-    dataset.ingest(sim_job, cache, workers=1)
-    return cache
 
 
 @pytest.fixture(scope="module")
@@ -200,7 +179,7 @@ def test_rank_tables_give_the_whole_job_diagnosis(device: str, local_cache: Path
     """The map's tables, computed on each rank's own clock at parse time, give the Diagnosis that computing them
     from the aligned events does (what a cache written before they existed gets)."""
     if device != "h100":
-        local_cache = dataset.ingest(_simulate(tmp_path / "job", device=device, format="ascend"), tmp_path / "cache").cache_dir
+        local_cache = dataset.ingest(two_host_job(tmp_path / "job", device=device, format="ascend"), tmp_path / "cache").cache_dir
     old = tmp_path / "old"
     shutil.copytree(local_cache, old)
     manifest = json.loads((old / dataset.MANIFEST).read_text())

@@ -24,9 +24,6 @@ from click.testing import CliRunner
 from paradiag import dataset, remote
 from paradiag.analysis.report import build_report
 from paradiag.cli import main
-from paradiag.simulator import faults
-from paradiag.simulator.config import SimConfig
-from paradiag.simulator.run import simulate
 from tests.helpers import assert_same_cache, write_job
 
 pytest.importorskip("s3fs")
@@ -65,24 +62,6 @@ def bucket(s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv("PARADIAG_CACHE_DIR", str(tmp_path / "root"))
     return name
 
-
-def _simulate(out: Path) -> Path:
-    """As tests/test_dask.py's: a small pipelined job on two hosts, one slow rank, clocks apart."""
-    injected = tuple(faults.parse(f) for f in ("slow_device:ranks=2,factor=1.4", "clock_skew:nodes=1,ms=3.0417"))
-    simulate(SimConfig(output=out, dp=2, pp=2, layers=2, hidden=256, heads=4, seq_len=128, vocab=1024, steps=2, faults=injected, devices_per_node=2))
-    return out
-
-
-@pytest.fixture(scope="module")
-def sim_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _simulate(tmp_path_factory.mktemp("sim") / "job")
-
-
-@pytest.fixture(scope="module")
-def local_cache(sim_job: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    cache = tmp_path_factory.mktemp("local") / "cache"
-    dataset.ingest(sim_job, cache, workers=1)
-    return cache
 
 
 def _pointer(s3: Any, url: str) -> dict[str, Any] | None:
