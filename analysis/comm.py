@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from paradiag.analysis.frame import Frame, frame_table, group_bounds
+from paradiag.analysis.frame import Frame, find_rows, frame_table, group_bounds
 
 P2P = ("send", "recv", "send_recv")
 BUS_FACTOR = {
@@ -249,20 +249,15 @@ def p2p_transfers(frame: Frame) -> pa.Table:
 
 def _match(p: Frame, src: np.ndarray, dst: np.ndarray, ordinal: np.ndarray, is_send: np.ndarray, is_recv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The rows of the sends and of the receives with the same (group, step, src, dst, ordinal), in the order of
-    the receives (each key is one send and one receive at most: the ordinal numbers them). Sorted numbers, not a
-    dict of tuples: at 1024 ranks those were a million Python tuples."""
-    rows = np.flatnonzero(is_send | is_recv)
-    keys = (p.group[rows], p.step[rows], src[rows], dst[rows], ordinal[rows])
-    order = np.lexsort((is_recv[rows], *reversed(keys)))  # a send just before the receive with its key
-    same = np.ones(max(len(order) - 1, 0), dtype=bool)
-    for key in keys:
-        k = key[order]
-        same &= k[1:] == k[:-1]
-    a, b = rows[order[:-1]], rows[order[1:]]
-    pair = same & is_send[a] & is_recv[b]
-    s, r = a[pair], b[pair]
-    by_recv = np.argsort(r, kind="stable")
-    return s[by_recv].astype(np.int64), r[by_recv].astype(np.int64)
+    the receives (each key is one send and one receive at most: the ordinal numbers them)."""
+    sends, recvs = np.flatnonzero(is_send), np.flatnonzero(is_recv)
+
+    def keys(rows: np.ndarray) -> np.ndarray:
+        return np.stack([p.group[rows], p.step[rows], src[rows], dst[rows], ordinal[rows]], axis=1).astype(np.int64)
+
+    found = find_rows(keys(sends), keys(recvs))
+    hit = found >= 0
+    return sends[found[hit]].astype(np.int64), recvs[hit].astype(np.int64)
 
 
 def rank_waits(participation: pa.Table, p2p: pa.Table) -> dict[tuple[int, int], dict[str, int]]:

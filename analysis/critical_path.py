@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from paradiag.analysis.frame import Frame
+from paradiag.analysis.frame import Frame, find_rows
 
 PATH_KINDS = ("compute", "communication", "waiting", "host")
 TOP_OPERATORS = 10
@@ -72,14 +72,9 @@ def _released(work: Frame, releases: tuple[np.ndarray, np.ndarray]) -> np.ndarra
     inside = (keys[:, 1] >= work.start.min()) & (keys[:, 1] <= work.start.max())  # this step's, give or take
     keys, values = keys[inside], values[inside]
     rows = np.stack([work.rank[comm].astype(np.int64), work.start[comm], work.end[comm]], axis=1)
-    both = np.concatenate([keys, rows])
-    is_key = np.arange(len(both)) < len(keys)
-    order = np.lexsort((~is_key, both[:, 2], both[:, 1], both[:, 0]))  # a key before the rows that equal it
-    seen = np.maximum.accumulate(np.where(is_key[order], np.arange(len(order)), -1))  # the last key up to here
-    found = np.flatnonzero((seen >= 0) & ~is_key[order])
-    key = order[seen[found]]
-    same = (both[key] == both[order[found]]).all(axis=1)
-    out[comm[order[found[same]] - len(keys)]] = values[key[same]]
+    found = find_rows(keys, rows)
+    hit = found >= 0
+    out[comm[hit]] = values[found[hit]]
     return out
 
 

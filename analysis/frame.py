@@ -294,6 +294,23 @@ def robust_spread(values: np.ndarray) -> float:
     return MAD_TO_SIGMA * float(np.median(np.abs(values - np.median(values)))) if len(values) else 0.0
 
 
+def find_rows(keys: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """For each row of ``query`` (m x k integers), the index of the equal row of ``keys`` (n x k, rows distinct),
+    -1 where there is none: a join on several integer columns by one sort, without a Python tuple per row."""
+    out = np.full(len(query), -1, np.int64)
+    if not len(keys) or not len(query):
+        return out
+    both = np.concatenate([keys, query])
+    is_key = np.arange(len(both)) < len(keys)
+    order = np.lexsort((~is_key, *both.T[::-1]))  # equal rows together, a key before the queries equal to it
+    last_key = np.maximum.accumulate(np.where(is_key[order], np.arange(len(order)), -1))  # at or before each place
+    at = np.flatnonzero(~is_key[order] & (last_key >= 0))
+    key, asked = order[last_key[at]], order[at]
+    same = (both[key] == both[asked]).all(axis=1)
+    out[asked[same] - len(keys)] = key[same]
+    return out
+
+
 def robust_z(values: np.ndarray, floor_ratio: float = 0.01) -> np.ndarray:
     """(x - median) / robust spread. The spread is floored at ``floor_ratio`` x |median| so that identical peers
     (a MAD of zero) do not turn a 0.1 % difference into a huge score."""

@@ -12,7 +12,7 @@ import pytest
 from paradiag import align, schema
 from paradiag.analysis import comm, findings, stages
 from paradiag.analysis.cluster_csv import read_cluster_step_trace_time, slow_rank
-from paradiag.analysis.frame import concat, device_frame, robust_z, table_frame
+from paradiag.analysis.frame import concat, device_frame, find_rows, robust_z, table_frame
 from paradiag.analysis.layout import parallel_layout, role_from_description
 from paradiag.analysis.operators import concentration, operator_imbalance, short_name
 
@@ -394,3 +394,11 @@ def test_frames_merge_onto_shared_lists_and_give_their_arrays_up() -> None:
     kept = merged.take(slice(None))
     merged.keep(np.array([2, 0]))
     assert [merged.names[c] for c in merged.name] == ["zz", "mm"] and len(kept) == 3
+
+
+def test_find_rows_joins_on_every_column() -> None:
+    keys = np.array([[1, 2, 3], [1, 2, 4], [0, 9, 9], [5, 5, 5]])
+    query = np.array([[1, 2, 4], [1, 2, 5], [5, 5, 5], [0, 9, 9], [1, 2, 3], [-1, -1, -1], [5, 5, 5]])
+    assert find_rows(keys, query).tolist() == [1, -1, 3, 2, 0, -1, 3]
+    assert find_rows(keys[:0], query).tolist() == [-1] * len(query)
+    assert find_rows(keys, query[:0]).tolist() == []
