@@ -222,14 +222,12 @@ def table_frame(table: pa.Table) -> Frame:
 def save_frame(frame: Frame, path: Path) -> None:
     """``frame`` as an Arrow IPC file, its arrays as columns and its string lists in the schema's metadata, for
     another process to read back with :func:`load_frame` (the ingest's map hands its frames to the reduce so)."""
-    table = pa.table({k: getattr(frame, k) for k in NUMERIC}, metadata={v: json.dumps(getattr(frame, v)) for v in VOCABULARIES})
-    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-        writer.write_table(table)
+    schema.write_arrow_file(pa.table({k: getattr(frame, k) for k in NUMERIC}, metadata={v: json.dumps(getattr(frame, v)) for v in VOCABULARIES}), path)
 
 
 def load_frame(path: Path) -> Frame:
     """A frame :func:`save_frame` wrote: the same arrays (writable copies: the reduce fills some in) and lists."""
-    table = pa.ipc.open_file(pa.py_buffer(path.read_bytes())).read_all()
+    table = schema.read_arrow_file(path)
     meta = table.schema.metadata or {}
     arrays: dict[str, Any] = {k: np.array(table.column(k).to_numpy()) for k in NUMERIC}
     arrays.update({v: json.loads(meta[v.encode()]) for v in VOCABULARIES})

@@ -28,7 +28,6 @@ err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 out = Console(width=None if sys.stdout.isatty() else 160)
 
 
-
 class Location(click.ParamType):
     """A path, or the URL of a cache (``s3://bucket/job``, kept as a string: paradiag.remote): a URL is checked
     when it is opened, a path as click.Path checks it."""

@@ -16,6 +16,7 @@ Columns are narrow integers and dictionary-encoded strings so that an event cost
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -184,3 +185,15 @@ def empty(schema: pa.Schema) -> pa.Table:
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """Cast ``table`` to ``schema`` (column order, types, dictionary index widths), checking required columns."""
     return build(schema, {name: table.column(name).combine_chunks() for name in table.column_names}, table.num_rows)
+
+
+def write_arrow_file(table: pa.Table, path: Path) -> None:
+    """``table`` as an Arrow IPC file: the small per-rank tables the map hands the reduce, which opens thousands of
+    them (an IPC file opens in 0.1-0.2 ms of CPU, a tiny Parquet file in about 0.8)."""
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+
+
+def read_arrow_file(path: Path) -> pa.Table:
+    """A table :func:`write_arrow_file` wrote, read whole into memory (no file stays open or mapped)."""
+    return pa.ipc.open_file(pa.py_buffer(path.read_bytes())).read_all()
