@@ -460,7 +460,8 @@ def parse_rank(source: Source, root: Path, out_dir: Path, index: int) -> Parsed:
     if result.parsed is None or events is None:
         return Parsed(result)
     frame = device_frame(events)
-    tables = rank_tables(events, result.parsed.steps.sort_by("step"), default_convention(result.parsed.device_type), frame)
+    kind = result.parsed.device_type
+    tables = rank_tables(events, result.parsed.steps.sort_by("step"), default_convention(kind), frame, host_lanes=kind == "cpu")
     frame_file = f"{FRAMES}/part-{index:05d}.arrow"
     (out_dir / FRAMES).mkdir(exist_ok=True)
     save_frame(work_frame(frame), out_dir / frame_file)
