@@ -98,7 +98,7 @@ ON_OWN_CLOCK = {"communication": ("start", "end"), "passes": ("start_ns", "end_n
 WORK_COLUMNS = ("rank", "device", "track", "kind", "category", "name", "start_ns", "dur_ns", "step", "correlation", "external_id", "collective")
 
 
-def rank_tables(events: pa.Table, steps: pa.Table, convention: str, frame: Frame | None = None) -> dict[str, pa.Table]:
+def rank_tables(events: pa.Table, steps: pa.Table, convention: str, frame: Frame | None = None, host_lanes: bool = False) -> dict[str, pa.Table]:
     """The per-rank part of the analysis, from one rank's events (``EVENT_COLUMNS`` at least) and its steps
     (sorted by step): its breakdowns (one row per step, and a row with a null step over all its steps, in the
     device's ``convention``), its device time per (step, operator), its communication records
@@ -106,14 +106,15 @@ def rank_tables(events: pa.Table, steps: pa.Table, convention: str, frame: Frame
     (``stages.rank_pass_table``). Breakdowns, totals and figures are durations, so any one clock serves; the
     records' and passes' times are on the clock of ``events`` (the rank's own at ingest: the reduce shifts them).
     The tables carry no rank id: the rank a source gets is settled later, across sources. ``frame`` is
-    ``device_frame(events)`` where the caller has it already."""
+    ``device_frame(events)`` where the caller has it already; ``host_lanes``: the rank's device is its threads (a
+    CPU rank: ``findings.step_figures``)."""
     device = events.filter(pc.greater_equal(events.column("device"), 0))
     frame = device_frame(events) if frame is None else frame
     return {
         "breakdowns": _breakdown_table(_rank_breakdowns(device, steps, convention)),
         "operator_totals": _operator_totals(frame),
         "communication": comm.communication_records(frame),
-        "step_figures": findings.step_figures(frame, steps),
+        "step_figures": findings.step_figures(frame, steps, host_lanes),
         "passes": stages.rank_pass_table(frame),
     }
 
@@ -127,7 +128,8 @@ def read_rank_tables(job: Job) -> dict[str, list[pa.Table]]:
         tables, shift = job.rank_tables(rank, RANK_TABLES), offset.get(rank) or 0
         if tables is None:  # read on the aligned clock: nothing to shift
             events = job.events(ranks=[rank], columns=EVENT_COLUMNS)
-            tables, shift = rank_tables(events, rank_steps(job.steps, rank), default_convention(device_type.get(rank))), 0
+            kind = device_type.get(rank)
+            tables, shift = rank_tables(events, rank_steps(job.steps, rank), default_convention(kind), host_lanes=kind == "cpu"), 0
         for name in RANK_TABLES:
             table = _shifted(tables[name], ON_OWN_CLOCK.get(name, ()), shift)
             parts[name].append(table.add_column(0, "rank", pa.array(np.full(table.num_rows, rank, np.int32))))

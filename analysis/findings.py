@@ -57,11 +57,15 @@ def finding(kind: str, culprit: dict[str, Any], steps: list[int], impact_pct: fl
 STEP_FIGURES = ("compute_ns", "launch_delay_ns", "idle_ns", "step_ns")
 
 
-def step_figures(frame: Frame, steps: pa.Table) -> pa.Table:
+def step_figures(frame: Frame, steps: pa.Table, host_lanes: bool = False) -> pa.Table:
     """Per step of one rank (``frame``: its events; ``steps``: its steps) with device work: ``compute_ns``
     (union of compute), ``launch_delay_ns`` (from the step's host start to its first device work: the data loader
     and anything else the host does before it feeds the device), ``idle_ns`` (no device work between the step's
-    host start and its last device work) and ``step_ns`` (host span). Durations only: any one clock serves."""
+    host start and its last device work) and ``step_ns`` (host span). Durations only: any one clock serves.
+
+    ``host_lanes``: the rank's device is its own threads (a CPU rank, ``parsers.kineto_host``), so the host never
+    runs ahead of it: what it does outside any operator and any communication (the data loader, a sleep, Python
+    between operators) is idle time wherever it falls in the step, and that idle time is its launch delay."""
     cols: dict[str, list[int]] = {k: [] for k in ("step", *STEP_FIGURES)}
     compute_code = frame.code("kinds", "compute")
     rows = steps.select(["step", "start_ns", "end_ns", "device_start_ns", "device_end_ns"]).to_pylist() if len(frame) else []
@@ -74,8 +78,9 @@ def step_figures(frame: Frame, steps: pa.Table) -> pa.Table:
         window = max(row["device_end_ns"], row["end_ns"]) - row["start_ns"]
         cols["step"].append(row["step"])
         cols["compute_ns"].append(union_length(frame.start[c], frame.end[c]))
-        cols["launch_delay_ns"].append(max(row["device_start_ns"] - row["start_ns"], 0))
-        cols["idle_ns"].append(max(window - busy, 0))
+        idle = max(window - busy, 0)
+        cols["launch_delay_ns"].append(idle if host_lanes else max(row["device_start_ns"] - row["start_ns"], 0))
+        cols["idle_ns"].append(idle)
         cols["step_ns"].append(row["end_ns"] - row["start_ns"])
     return pa.table({k: pa.array(v, pa.int32() if k == "step" else pa.int64()) for k, v in cols.items()})
 

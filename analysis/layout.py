@@ -17,15 +17,9 @@ import numpy as np
 import pyarrow as pa
 
 from paradiag.analysis.frame import Frame
+from paradiag.parsers.base import group_role
 
 AXES = ("dp", "tp", "pp", "ep")
-# Expert first: Megatron's EXPERT_DATA_PARALLEL_GROUP is an expert group, not the data-parallel one.
-ROLE_WORDS = {
-    "ep": ("expert", "ep"),
-    "tp": ("tensor_model", "tp"),
-    "dp": ("data_parallel", "dp"),
-    "pp": ("pipeline", "pp"),
-}
 P2P = ("send", "recv", "send_recv")
 
 
@@ -75,25 +69,41 @@ class Layout:
 
 
 def role_from_description(description: str | None, size: int, world: int) -> str | None:
-    """dp/tp/pp/ep/world from a process group's name, None when the name says nothing."""
+    """dp/tp/pp/ep/cp/world from a process group's name (``parsers.base.group_role``: DeviceMesh ``mesh_dp``,
+    Megatron ``TENSOR_MODEL_PARALLEL_GROUP``, ...), None when the name says nothing."""
     text = (description or "").lower()
-    if text in ("default_pg", "default_group", "hccl_world_group") or (size == world and "default" in text):
+    if size == world and "default" in text:
         return "world"
-    for role, words in ROLE_WORDS.items():
-        if any(text == w or text.startswith(w + "_group") or (len(w) > 2 and w in text) for w in words):
-            return role
-    return None
+    return group_role(description)
+
+
+# Roles that are no axis of their own: context parallel shards the sequence across ranks that do the same work
+# as data-parallel replicas, so its index counts on the dp axis.
+AXIS_OF_ROLE = {"cp": "dp"}
 
 
 def _coords_from_groups(ranks: list[int], members: dict[str, list[int]], roles: dict[str, str]) -> dict[int, dict[str, int]]:
     """A rank's coordinate on an axis is its position in its group of that role (Megatron lists the pipeline
-    group's stages in order); without a group on an axis it is 0."""
+    group's stages in order); without a group on an axis it is 0. Several groups on one axis (HSDP's
+    ``dp_replicate`` x ``dp_shard``, dp x cp) combine in mixed radix, the group of widest rank stride outermost;
+    a group holding all the others' members (torchtitan's flattened ``dp``) is the axis by itself."""
     coords = {r: dict.fromkeys(AXES, 0) for r in ranks}
-    for group, role in roles.items():
-        if role in AXES:
-            for position, rank in enumerate(members.get(group, [])):
-                if rank in coords:
-                    coords[rank][role] = position
+    for rank in ranks:
+        by_axis: dict[str, list[list[int]]] = {}
+        for group, role in roles.items():
+            axis = AXIS_OF_ROLE.get(role, role)
+            group_ranks = members.get(group, [])
+            if axis in AXES and rank in group_ranks:
+                by_axis.setdefault(axis, []).append(group_ranks)
+        for axis, found in by_axis.items():
+            widest = max(found, key=len)
+            if all(set(g) <= set(widest) for g in found):
+                found = [widest]
+            found.sort(key=lambda g: -(min(np.diff(sorted(g))) if len(g) > 1 else 0))
+            coordinate = 0
+            for g in found:
+                coordinate = coordinate * len(g) + g.index(rank)
+            coords[rank][axis] = coordinate
     return coords
 
 
@@ -111,7 +121,7 @@ def layout_from_metadata(ranks: pa.Table, groups: pa.Table) -> Layout | None:
     if all(v is not None for a in ("dp", "tp", "pp") for v in stated[a]):
         coords = {r: {a: int(stated[a][i] or 0) for a in AXES} for i, r in enumerate(rank_ids)}
         return Layout(coords, roles, "metadata:coordinates")
-    if any(role in AXES for role in roles.values()):
+    if any(AXIS_OF_ROLE.get(role, role) in AXES for role in roles.values()):
         return Layout(_coords_from_groups(rank_ids, members, roles), roles, "metadata:group_names")
     return None
 

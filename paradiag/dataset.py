@@ -67,7 +67,7 @@ if TYPE_CHECKING:
     from paradiag.frames import Frames
 
 CACHE_FORMAT = "paradiag.cache/1"
-PARSER_VERSION = 3  # bump when a parser (or the cache's layout) changes what is written: every cache is then rebuilt
+PARSER_VERSION = 4  # bump when a parser (or the cache's layout) changes what is written: every cache is then rebuilt
 MANIFEST = "manifest.json"
 IN_PROCESS_BYTES = 16 * 1024 * 1024  # below this much input, parsing in worker processes costs more than it saves
 FRAMES = "frames"  # the map's frames for the reduce, in the ingest's temporary folder only (never in a cache)
@@ -460,7 +460,8 @@ def parse_rank(source: Source, root: Path, out_dir: Path, index: int) -> Parsed:
     if result.parsed is None or events is None:
         return Parsed(result)
     frame = device_frame(events)
-    tables = rank_tables(events, result.parsed.steps.sort_by("step"), default_convention(result.parsed.device_type), frame)
+    kind = result.parsed.device_type
+    tables = rank_tables(events, result.parsed.steps.sort_by("step"), default_convention(kind), frame, host_lanes=kind == "cpu")
     frame_file = f"{FRAMES}/part-{index:05d}.arrow"
     (out_dir / FRAMES).mkdir(exist_ok=True)
     save_frame(work_frame(frame), out_dir / frame_file)

@@ -241,3 +241,37 @@ def sequence_numbers(events: pa.Table) -> pa.Array:
             counters[key] = counters.get(key, -1) + 1
             seq[idx[j]] = counters[key]
     return pa.array(np.minimum(seq, 2**15 - 1), type=pa.int16(), mask=seq < 0)
+
+
+# How frameworks name their process groups (pg_desc, HCCL group names), by role. DeviceMesh: ``mesh_<dim>``
+# (``mesh_dp``, ``mesh_dp_shard``, ``mesh_dp_replicate``, torchtitan's flattened ``mesh_dp_shard_cp``);
+# Megatron: ``TENSOR_MODEL_PARALLEL_GROUP``, ``CONTEXT_PARALLEL_GROUP``, ...; DeepSpeed: ``ep_size_4``; Ascend:
+# ``tp``, ``dp``. Expert first: Megatron's EXPERT_DATA_PARALLEL_GROUP is an expert group, not a data one.
+_ROLE_PHRASES = (
+    ("ep", ("expert",)),
+    ("tp", ("tensor_model", "tensor_parallel")),
+    ("cp", ("context_parallel", "sequence_parallel")),
+    ("pp", ("pipeline",)),
+    ("dp", ("data_parallel",)),
+)
+_ROLE_TOKENS = {
+    **dict.fromkeys(("dp", "ddp", "fsdp", "hsdp", "zero", "replicate", "shard", "data", "batch"), "dp"),
+    **dict.fromkeys(("tp", "tensor", "mp"), "tp"),
+    **dict.fromkeys(("pp", "pipe", "pipeline", "stage"), "pp"),
+    **dict.fromkeys(("ep", "expert", "moe"), "ep"),
+    **dict.fromkeys(("cp", "sp", "context", "seq", "ulysses", "ring"), "cp"),
+}
+_WORLD_NAMES = frozenset({"default_pg", "default_group", "hccl_world_group", "world", "global"})
+
+
+def group_role(description: str | None) -> str | None:
+    """dp, tp, pp, ep, cp or world from a process group's name; None when the name says nothing. The first
+    word decides a short name (``mesh_dp_shard_cp`` is FSDP's group: dp), a phrase a long one."""
+    text = (description or "").strip().lower()
+    if text in _WORLD_NAMES:
+        return "world"
+    for role, phrases in _ROLE_PHRASES:
+        if any(p in text for p in phrases):
+            return role
+    tokens = [t for t in re.split(r"[^a-z]+", text) if t and t not in ("mesh", "group", "pg", "process", "size")]
+    return _ROLE_TOKENS.get(tokens[0]) if tokens else None

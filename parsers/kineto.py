@@ -44,6 +44,7 @@ from paradiag.parsers.kineto_decode import (
     read_bytes,
     str_or_none,
 )
+from paradiag.parsers.kineto_host import host_lanes
 
 __all__ = ["FORMAT", "detect", "parse", "read_bytes"]
 
@@ -81,7 +82,8 @@ def parse(path: Path, root: Path | None = None) -> ParsedRank:
     outer = decode_outer(stream.rest, shown)
     if columns.n == 0:
         raise TraceError(shown, "the trace holds no complete ('X') events")
-    table, dropped = _events_table(columns, _base_ns(outer.baseTimeNanoseconds, warnings))
+    table, dropped, kept = _events_table(columns, _base_ns(outer.baseTimeNanoseconds, warnings))
+    comm_inputs = _kept_rows(columns.comm_inputs, kept)
     del columns
     if dropped:
         warnings.append(f"{dropped} events with a missing, negative or out-of-range timestamp or duration were skipped")
@@ -89,10 +91,19 @@ def parse(path: Path, root: Path | None = None) -> ParsedRank:
         raise TraceError(shown, "no event has a valid timestamp and duration")
     info = outer.distributedInfo if isinstance(outer.distributedInfo, dict) else {}
     rank, rank_from = _rank(info, path, warnings)
-    table, steps = _attribute_steps(table, warnings)
+    groups = _groups(info, table)
     device_values = table.column("device").to_numpy()
     device_values = device_values[device_values >= 0]
     device = int(np.bincount(device_values).argmax()) if len(device_values) else None  # the most common
+    step_from = None
+    if device is None and (comm_inputs or info.get("backend") or (int_or_none(info.get("world_size")) or 1) > 1):
+        # A rank of a distributed job without device activity: its threads are its device.
+        lanes, lane_step_from = host_lanes(table, comm_inputs, groups, rank)
+        if lanes.num_rows:
+            step_from = np.concatenate([np.full(table.num_rows, -1, np.int64), lane_step_from])
+            table = pa.concat_tables([table, lanes])
+            groups = _groups(info, table)
+    table, steps = _attribute_steps(table, warnings, step_from)
     tb_name = _TB_FILE_NAME.match(path.name)
     return ParsedRank(
         source=str(shown),
@@ -105,7 +116,7 @@ def parse(path: Path, root: Path | None = None) -> ParsedRank:
         host=str_or_none(outer.host_name) or (tb_name.group("host") if tb_name else None),
         device=device,
         world_size=_counted(info, "world_size", 1, warnings),
-        groups=_groups(info, table),
+        groups=groups,
         warnings=warnings,
     )
 
@@ -150,8 +161,9 @@ def _rank(info: dict[str, Any], path: Path, warnings: list[str]) -> tuple[int | 
     return rank, "file name"
 
 
-def _events_table(columns: Columns, base_ns: int | None) -> tuple[pa.Table, int]:
-    """The events table from the accumulated columns; events with an invalid time are removed."""
+def _events_table(columns: Columns, base_ns: int | None) -> tuple[pa.Table, int, np.ndarray]:
+    """The events table from the accumulated columns, events with an invalid time removed; how many were, and
+    the rows kept."""
     n = columns.n
     names = columns.take_strings("name", "event name")
     cats = columns.take_strings("category", "event category")
@@ -201,7 +213,17 @@ def _events_table(columns: Columns, base_ns: int | None) -> tuple[pa.Table, int]
         n,
     )
     dropped = int((~valid).sum())
-    return (table.filter(pa.array(valid)) if dropped else table), dropped
+    return (table.filter(pa.array(valid)) if dropped else table), dropped, np.flatnonzero(valid)
+
+
+def _kept_rows(by_row: dict[int, Any], kept: np.ndarray) -> dict[int, Any]:
+    """``by_row`` re-keyed by the rows' positions once the invalid rows are removed (``kept``: the kept rows)."""
+    out = {}
+    for row, value in by_row.items():
+        at = int(np.searchsorted(kept, row))
+        if at < len(kept) and kept[at] == row:
+            out[at] = value
+    return out
 
 
 def _clip32(values: np.ndarray) -> np.ndarray:
@@ -312,8 +334,9 @@ def _step_names(name_values: list[str | None], warnings: list[str]) -> dict[int,
     return steps
 
 
-def _attribute_steps(table: pa.Table, warnings: list[str]) -> tuple[pa.Table, pa.Table]:
-    """Fill ``step`` (host work by time inside ProfilerStep#N, device work through its launch) and ``seq``;
+def _attribute_steps(table: pa.Table, warnings: list[str], step_from: np.ndarray | None = None) -> tuple[pa.Table, pa.Table]:
+    """Fill ``step`` (host work by time inside ProfilerStep#N, device work through its launch, a row whose
+    ``step_from`` names another row through that row: a host lane's collective through its enqueue) and ``seq``;
     return the events and the steps table. Every step is kept, the last one included."""
     names = table.column("name").combine_chunks()
     device = table.column("device").to_numpy()
@@ -342,6 +365,9 @@ def _attribute_steps(table: pa.Table, warnings: list[str]) -> tuple[pa.Table, pa
         pos = np.searchsorted(launch_corr, correlation[dev_rows])
         found = (pos < len(launch_corr)) & (launch_corr[np.minimum(pos, len(launch_corr) - 1)] == correlation[dev_rows])
         step[dev_rows[found]] = launch_step[pos[found]]
+    if step_from is not None:
+        linked = np.flatnonzero(step_from >= 0)
+        step[linked] = step[step_from[linked]]
     step[step_rows] = step_ids
     table = table.set_column(table.schema.get_field_index("step"), "step", pa.array(step.astype(np.int32)))
     table = table.set_column(table.schema.get_field_index("seq"), "seq", sequence_numbers(table))

@@ -23,6 +23,8 @@ from paradiag import schema
 from paradiag.parsers.base import MAX_RANK, TraceError, normalize_collective, parse_rank_list, ranks_key
 from paradiag.parsers.json_stream import BLOCK, check_names, open_text, skipped_phases
 
+_NULL = msgspec.Raw(b"null")
+
 
 class Args(msgspec.Struct, gc=False, frozen=True):
     """The event args paradiag keeps; everything else in ``args`` is skipped by the decoder."""
@@ -38,6 +40,10 @@ class Args(msgspec.Struct, gc=False, frozen=True):
     pg_name: str | None = msgspec.field(default=None, name="Process Group Name")
     pg_ranks: str | None = msgspec.field(default=None, name="Process Group Ranks")
     rank: int | None = msgspec.field(default=None, name="Rank")
+    # Shapes and scalar inputs (record_shapes): kept undecoded, read only for the few communication operators.
+    input_dims: msgspec.Raw = msgspec.field(default=_NULL, name="Input Dims")
+    input_type: msgspec.Raw = msgspec.field(default=_NULL, name="Input type")
+    concrete: msgspec.Raw = msgspec.field(default=_NULL, name="Concrete Inputs")
 
 
 class _Fields(msgspec.Struct, gc=False):
@@ -83,6 +89,9 @@ class LooseArgs(msgspec.Struct, gc=False, frozen=True):
     pg_name: Any = msgspec.field(default=None, name="Process Group Name")
     pg_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
     rank: Any = msgspec.field(default=None, name="Rank")
+    input_dims: Any = msgspec.field(default=None, name="Input Dims")
+    input_type: Any = msgspec.field(default=None, name="Input type")
+    concrete: Any = msgspec.field(default=None, name="Concrete Inputs")
 
 
 class LooseEvent(msgspec.Struct, gc=False):
@@ -264,6 +273,33 @@ def comm_meta(args: Any) -> CommMeta | None:
     return CommMeta(coll, str_or_none(args.pg_name), ranks_key(members), peer, nbytes)
 
 
+COMM_OPERATOR = re.compile(r"^(c10d::|gloo:)")
+
+
+def _decoded(value: Any) -> Any:
+    """A Raw JSON value decoded (None when it is not valid JSON); other values as they are (the loose decoder's)."""
+    if isinstance(value, msgspec.Raw):
+        try:
+            return msgspec.json.decode(value)
+        except (msgspec.DecodeError, RecursionError):
+            return None
+    return value
+
+
+@dataclass
+class OperatorInputs:
+    """What ``record_shapes`` says of an operator's inputs: their shapes, types and scalar values."""
+
+    dims: list[Any]
+    types: list[Any]
+    concrete: list[Any]
+
+    @classmethod
+    def of(cls, args: Any) -> OperatorInputs:
+        values = [_decoded(v) for v in (args.input_dims, args.input_type, args.concrete)]
+        return cls(*(v if isinstance(v, list) else [] for v in values))
+
+
 @dataclass
 class Columns:
     """Columns accumulated chunk by chunk, plus the collective metadata of the few events whose args name one."""
@@ -273,6 +309,8 @@ class Columns:
     n: int = 0
     # row -> (its collective metadata, its External id, whether the collective is named by a string)
     collective_args: dict[int, tuple[CommMeta | None, int | None, bool]] = field(default_factory=dict)
+    # row -> the shapes and scalar inputs of a communication operator (``c10d::*``, ``gloo:*``)
+    comm_inputs: dict[int, OperatorInputs] = field(default_factory=dict)
 
     def _put(self, name: str, array: pa.Array) -> None:
         self.parts.setdefault(name, []).append(array)
@@ -290,7 +328,8 @@ class Columns:
             return
         n = len(complete)
         self._put("category", cats)
-        self._put("name", dictionary_column(list(map(_get["name"], complete))))
+        names = dictionary_column(list(map(_get["name"], complete)))
+        self._put("name", names)
         for key in ("ts", "dur"):
             self._put(key, num_column(list(map(_get[key], complete))))
         for key in ("pid", "tid"):
@@ -302,6 +341,8 @@ class Columns:
         for i in np.flatnonzero(has_collective).tolist():
             a = args[i]
             self.collective_args[self.n + i] = (comm_meta(a), int_or_none(a.external_id), isinstance(a.collective, str))
+        for i in np.flatnonzero(_by_code(names, pc.match_substring_regex(names.dictionary, COMM_OPERATOR.pattern))).tolist():
+            self.comm_inputs[self.n + i] = OperatorInputs.of(args[i])
         self.n += n
 
     def take(self, name: str) -> pa.Array:

@@ -83,7 +83,12 @@ def test_layout_from_group_names() -> None:
 def test_role_from_description() -> None:
     assert role_from_description("EXPERT_MODEL_PARALLEL_GROUP", 4, 8) == "ep"
     assert role_from_description("dp", 2, 8) == "dp"
-    assert role_from_description("dp_cp", 2, 8) is None
+    # dp x cp's gradient group (torchtitan's flattened mesh_dp_cp, Ascend's dp_cp): a dp group spanning cp too,
+    # which the dp axis takes whole (it holds the dp and cp groups' members).
+    assert role_from_description("dp_cp", 2, 8) == "dp"
+    for name, role in (("mesh_dp", "dp"), ("mesh_dp_shard", "dp"), ("mesh_dp_replicate", "dp"), ("mesh_pp", "pp"), ("mesh_tp", "tp"), ("mesh_cp", "cp"), ("mesh_ep", "ep")):
+        assert role_from_description(name, 2, 8) == role
+    assert role_from_description("undefined", 2, 8) is None
     assert role_from_description("hccl_world_group", 8, 8) == "world"
 
 

@@ -1,0 +1,288 @@
+"""Host lanes: the device of a rank that has none (a CPU job on gloo), made of its own threads.
+
+A rank whose trace holds no device activity computes on its threads: the main thread (and, on CPU, autograd runs
+backward there too) runs the ``cpu_op``s, and gloo runs collectives on its ``pt_gloo_runloop`` threads, recording
+each as a ``gloo:all_reduce`` / ``gloo:all_gather`` / ... ``user_annotation`` that lasts as long as the slowest
+member makes it last (synchronous ``gloo:send`` / ``gloo:recv`` run on the calling thread). The host operators
+``c10d::allreduce_``, ``c10d::send``, ... only enqueue that work. So the rank gets device-like rows (device 0, one
+track per thread), which the whole analysis then measures as it measures a GPU:
+
+* **compute**: each operator's *self* time on its thread (its span less its children's): operators nest, and
+  their self times tile the thread's busy time once (the sum of nested spans would count a GEMM inside
+  ``aten::linear`` twice). The time inside ``c10d::*`` operators (enqueueing) and under gloo annotations is not
+  compute.
+* **communication**: each gloo annotation, linked to the ``c10d::*`` operator that enqueued it (the earliest
+  one not yet linked, of the same collective, started before it: gloo runs a group's work first in, first out;
+  the annotations' External ids are the runloop thread's own). The link gives the step (the enqueue's), the
+  group, and for send/recv the peer: ``Concrete Inputs`` holds the peer's index *in the group*, mapped to a
+  global rank through the group's members. Sizes come from ``Input Dims`` and ``Input type``.
+
+gloo does not record which process group ran a collective. The group is the rank's one group that fits: for
+send/recv the pipeline group (by name) where the peer index names another rank, else the default group; for
+collectives the rank's groups other than pipeline groups, a named (DeviceMesh, Megatron, ...) group before the
+default one. Where several such groups remain, the runloop threads are given to them in the order the groups were
+created (gloo starts the same number of threads for each), which is the order of their thread ids.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from paradiag import schema
+from paradiag.parsers.base import Group, group_role, normalize_collective, ranks_key
+from paradiag.parsers.kineto_decode import DTYPE_BYTES, INT64_MAX, OperatorInputs, int_or_none
+
+GLOO_ANNOTATION = re.compile(r"^gloo:([A-Za-z_]+)$")
+HOST_COLLECTIVE = re.compile(r"^c10d::_*([A-Za-z_]+?)_*$")  # c10d::allreduce_, c10d::_allgather_base_, c10d::recv_
+COMPUTE_CATEGORIES = ("cpu_op", "Operator")
+# c10d operator -> the gloo work that runs it, where the names differ (gloo reduce-scatters by all-reducing).
+RUNS_AS = {"reduce_scatter": ("reduce_scatter", "all_reduce")}
+
+
+def host_lanes(table: pa.Table, inputs: dict[int, OperatorInputs], groups: list[Group], rank: int | None) -> tuple[pa.Table, np.ndarray]:
+    """The device-like rows of a rank without device activity (``table``: its events; ``inputs``: row -> the
+    recorded inputs of its ``c10d::``/``gloo:`` events): compute slices and gloo communication, and for each new
+    row the row of ``table`` whose step it takes (its enqueue), -1 where its own time decides."""
+    names = table.column("name").combine_chunks()
+    words = [w or "" for w in names.dictionary.to_pylist()]
+    codes = names.indices.to_numpy(zero_copy_only=False)
+    category = table.column("category").combine_chunks()
+    cat_words = category.dictionary.to_pylist()
+    cat_codes = category.indices.to_numpy(zero_copy_only=False)
+    is_op = np.isin(cat_codes, [i for i, c in enumerate(cat_words) if c in COMPUTE_CATEGORIES])
+    host = table.column("device").to_numpy() < 0
+    gloo_of_word = {i: GLOO_ANNOTATION.match(w) for i, w in enumerate(words)}
+    enqueue_word = {i: HOST_COLLECTIVE.match(w) for i, w in enumerate(words)}
+    is_gloo = host & np.isin(codes, [i for i, m in gloo_of_word.items() if m])
+    is_enqueue = host & is_op & np.isin(codes, [i for i, m in enqueue_word.items() if m])
+    start = table.column("start_ns").to_numpy()
+    end = start + table.column("dur_ns").to_numpy()
+    track = table.column("track").to_numpy()
+    external = table.column("external_id").to_numpy()
+
+    pieces = _compute_pieces(np.flatnonzero(host & is_op), is_enqueue, np.flatnonzero(is_gloo), start, end, track)
+    comm = _communication(np.flatnonzero(is_gloo), np.flatnonzero(is_enqueue), codes, words, start, end, track, inputs, groups, rank)
+    n_pieces, n_comm = len(pieces[0]), len(comm["rows"])
+    rows = np.concatenate([pieces[2], comm["rows"]]).astype(np.int64)
+    kinds = np.array([schema.KINDS.index(schema.COMPUTE)] * n_pieces + [schema.KINDS.index(schema.COMMUNICATION)] * n_comm, dtype=np.int8)
+    lane_start = np.concatenate([pieces[0], start[comm["rows"]]]).astype(np.int64)
+    lane_end = np.concatenate([pieces[1], end[comm["rows"]]]).astype(np.int64)
+    n = n_pieces + n_comm
+    lanes = schema.build(
+        schema.EVENTS,
+        {
+            "rank": np.full(n, -1, np.int32),
+            "device": np.zeros(n, np.int8),
+            "track": track[rows],
+            "kind": schema.dictionary_array(kinds, schema.KINDS, pa.int8()),
+            "category": category.take(pa.array(rows)),
+            "name": names.take(pa.array(rows)),
+            "start_ns": lane_start,
+            "dur_ns": lane_end - lane_start,
+            "step": np.full(n, -1, np.int32),
+            "correlation": np.full(n, -1, np.int32),
+            "external_id": external[rows],
+            "collective": [None] * n_pieces + comm["collective"],
+            "group": [None] * n_pieces + comm["group"],
+            "group_ranks": [None] * n_pieces + comm["group_ranks"],
+            "peer": pa.array([None] * n_pieces + comm["peer"], pa.int32()),
+            "bytes": pa.array([None] * n_pieces + comm["bytes"], pa.int64()),
+        },
+        n,
+    )
+    return lanes, np.concatenate([np.full(n_pieces, -1, np.int64), np.array(comm["enqueue"], dtype=np.int64)])
+
+
+def _compute_pieces(
+    ops: np.ndarray, is_enqueue: np.ndarray, gloo: np.ndarray, start: np.ndarray, end: np.ndarray, track: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(start, end, operator row) of the operators' self time, thread by thread, less enqueues and gloo work."""
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    for tid in np.unique(track[ops]).tolist():
+        mine = ops[track[ops] == tid]
+        s, e, owner = _self_time(mine, start, end, is_enqueue)
+        g = gloo[track[gloo] == tid]
+        if len(g):
+            s, e, owner = _subtract(s, e, owner, start[g], end[g])
+        parts.append((s, e, owner))
+    if not parts:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return tuple(np.concatenate(p) for p in zip(*parts, strict=True))  # type: ignore[return-value]
+
+
+def _self_time(rows: np.ndarray, start: np.ndarray, end: np.ndarray, excluded: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The self-time pieces of nested operators on one thread: each instant belongs to the innermost operator
+    running then. An operator that overlaps its parent's end is cut there; ``excluded`` operators and everything
+    inside them yield no piece."""
+    order = rows[np.lexsort((-end[rows], start[rows]))]
+    out_s: list[int] = []
+    out_e: list[int] = []
+    out_o: list[int] = []
+    stack: list[tuple[int, int, bool]] = []  # (row, end, excluded)
+    cursor = 0
+
+    def emit(top: tuple[int, int, bool], until: int) -> None:
+        if not top[2] and until > cursor:
+            out_s.append(cursor)
+            out_e.append(until)
+            out_o.append(top[0])
+
+    for row in order.tolist():
+        s, e = int(start[row]), int(end[row])
+        while stack and stack[-1][1] <= s:
+            top = stack.pop()
+            emit(top, top[1])
+            cursor = max(cursor, top[1])
+        if stack:
+            emit(stack[-1], s)
+            e = min(e, stack[-1][1])
+        stack.append((row, e, bool(excluded[row]) or (bool(stack) and stack[-1][2])))
+        cursor = s
+    while stack:
+        top = stack.pop()
+        emit(top, top[1])
+        cursor = max(cursor, top[1])
+    return np.array(out_s, np.int64), np.array(out_e, np.int64), np.array(out_o, np.int64)
+
+
+def _subtract(s: np.ndarray, e: np.ndarray, owner: np.ndarray, cut_s: np.ndarray, cut_e: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pieces [s, e) less the intervals [cut_s, cut_e) (a piece cut in the middle becomes two)."""
+    pieces = list(zip(s.tolist(), e.tolist(), owner.tolist(), strict=True))
+    for a, b in zip(cut_s.tolist(), cut_e.tolist(), strict=True):
+        kept: list[tuple[int, int, int]] = []
+        for ps, pe, po in pieces:
+            if pe <= a or ps >= b:
+                kept.append((ps, pe, po))
+                continue
+            if ps < a:
+                kept.append((ps, a, po))
+            if pe > b:
+                kept.append((b, pe, po))
+        pieces = kept
+    out_s, out_e, out_o = ([p[i] for p in pieces] for i in range(3))
+    return np.array(out_s, np.int64), np.array(out_e, np.int64), np.array(out_o, np.int64)
+
+
+def tensor_bytes(op: OperatorInputs | None) -> int | None:
+    """The largest tensor (or tensor list) among an operator's inputs, in bytes, from its dims and type."""
+    if op is None:
+        return None
+    best = 0
+    for i, dims in enumerate(op.dims):
+        dtype = op.types[i] if i < len(op.types) and isinstance(op.types[i], str) else ""
+        size = DTYPE_BYTES.get(dtype.lower(), 4 if dtype in ("TensorList", "Tensor") or not dtype else 0)
+        best = max(best, _numel(dims) * size)
+    return best if 0 < best <= INT64_MAX else None
+
+
+def _numel(dims: Any) -> int:
+    """Elements of a shape ``[a, b]``, or of the largest shape of a tensor list ``[[a, b], [c]]``."""
+    if not isinstance(dims, list) or not dims:
+        return 0
+    if all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
+        return math.prod(max(d, 0) for d in dims)
+    return max((_numel(d) for d in dims), default=0)
+
+
+def _communication(
+    gloo: np.ndarray,
+    enqueues: np.ndarray,
+    codes: np.ndarray,
+    words: list[str],
+    start: np.ndarray,
+    end: np.ndarray,
+    track: np.ndarray,
+    inputs: dict[int, OperatorInputs],
+    groups: list[Group],
+    rank: int | None,
+) -> dict[str, list[Any]]:
+    """One record per gloo annotation: its collective, group, peer, bytes and the enqueue it links to."""
+    kind_of = {int(r): _collective(HOST_COLLECTIVE, words[codes[r]]) for r in enqueues}
+    pending = sorted((int(start[r]), int(r)) for r in enqueues if kind_of[int(r)])
+    runloop = sorted({int(track[r]) for r in gloo if _collective(GLOO_ANNOTATION, words[codes[r]]) not in schema.P2P_COLLECTIVES})
+    thread_group = _runloop_groups(runloop, groups, rank)
+    out: dict[str, list[Any]] = {k: [] for k in ("rows", "collective", "group", "group_ranks", "peer", "bytes", "enqueue")}
+    for row in sorted(gloo.tolist(), key=lambda r: (int(start[r]), r)):
+        collective = _collective(GLOO_ANNOTATION, words[codes[row]]) or "other"
+        nbytes = tensor_bytes(inputs.get(row))
+        link = _link(row, collective, nbytes, pending, kind_of, start, inputs)
+        p2p = collective in schema.P2P_COLLECTIVES
+        local = _peer_index(inputs.get(link)) if p2p and link >= 0 else None
+        group = _p2p_group(groups, rank, local) if p2p else thread_group.get(int(track[row]))
+        peer = None
+        if group is not None and local is not None and 0 <= local < len(group.ranks):
+            peer = group.ranks[local]
+        elif group is None and local is not None:
+            peer = local  # no group known: the default group, whose indices are global ranks
+        out["rows"].append(row)
+        out["collective"].append(collective)
+        out["group"].append(group.group if group is not None else "0")
+        out["group_ranks"].append(ranks_key(group.ranks) if group is not None and group.ranks else None)
+        out["peer"].append(peer)
+        out["bytes"].append(nbytes if nbytes is not None else tensor_bytes(inputs.get(link)) if link >= 0 else None)
+        out["enqueue"].append(link)
+    return out
+
+
+def _collective(pattern: re.Pattern[str], name: str) -> str | None:
+    match = pattern.match(name)
+    return normalize_collective(match.group(1)) if match else None
+
+
+def _link(row: int, collective: str, nbytes: int | None, pending: list[tuple[int, int]], kind_of: dict[int, str | None], start: np.ndarray, inputs: dict[int, OperatorInputs]) -> int:
+    """The enqueue of a gloo annotation: the earliest pending ``c10d::`` operator of its collective that started
+    before it, one of the same size first; removed from ``pending``. -1 when none (enqueued before the window)."""
+    fits = [
+        i
+        for i, (s, op) in enumerate(pending)
+        if s <= int(start[row]) and (kind_of[op] == collective or collective in RUNS_AS.get(kind_of[op] or "", ()))
+    ]
+    if not fits:
+        return -1
+    same = [i for i in fits if nbytes is not None and tensor_bytes(inputs.get(pending[i][1])) == nbytes]
+    return pending.pop((same or fits)[0])[1]
+
+
+def _peer_index(op: OperatorInputs | None) -> int | None:
+    """The peer of ``c10d::send(tensors, group, dst, tag)`` / ``c10d::recv_(tensors, group, src, tag)``: the third
+    input, an index in the group."""
+    if op is None or len(op.concrete) < 3:
+        return None
+    value = int_or_none(op.concrete[2])
+    return value if value is not None and value >= 0 else None
+
+
+def _is_default(group: Group, world: int | None) -> bool:
+    return group_role(group.description) == "world" or group.group == "0" or (world is not None and len(group.ranks) == world)
+
+
+def _p2p_group(groups: list[Group], rank: int | None, local: int | None) -> Group | None:
+    """The group of a send/recv: a pipeline group in which the peer index names another rank, else the default
+    group, else any group where it does."""
+    mine = [g for g in groups if rank is None or rank in g.ranks]
+    fits = [g for g in mine if local is None or (0 <= local < len(g.ranks) and g.ranks[local] != rank)]
+    world = max((len(g.ranks) for g in groups), default=None)
+    for wanted in (lambda g: group_role(g.description) == "pp", lambda g: _is_default(g, world), lambda g: True):
+        found = sorted((g for g in fits if wanted(g)), key=lambda g: len(g.ranks))
+        if found:
+            return found[0]
+    return None
+
+
+def _runloop_groups(threads: list[int], groups: list[Group], rank: int | None) -> dict[int, Group]:
+    """runloop thread id -> the group whose collectives it runs (see the module's docstring)."""
+    mine = [g for g in groups if rank is None or rank in g.ranks or not g.ranks]
+    candidates = [g for g in mine if group_role(g.description) != "pp"] or mine
+    world = max((len(g.ranks) for g in groups), default=None)
+    named = [g for g in candidates if not _is_default(g, world)]
+    candidates = named or candidates
+    if not candidates:
+        return {}
+    candidates.sort(key=lambda g: (int(g.group) if g.group.isdigit() else 2**31, g.group))
+    per_group = max(len(threads) // len(candidates), 1)
+    return {tid: candidates[min(i // per_group, len(candidates) - 1)] for i, tid in enumerate(threads)}

@@ -1,0 +1,102 @@
+"""CPU ranks (gloo, no device activity): their threads become their device (parsers/kineto_host.py), on small
+hand-made traces shaped as PyTorch 2.13 writes them (record_shapes, gloo annotations, c10d enqueues)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow.compute as pc
+
+from paradiag.parsers import kineto
+
+MAIN, RUNLOOP = 100, 200
+
+
+def _op(name: str, ts: float, dur: float, tid: int = MAIN, cat: str = "cpu_op", args: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": args or {}}
+
+
+def _trace(rank: int, groups: list[dict[str, Any]], events: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 4, "pg_config": groups}, "traceEvents": events}
+
+
+GROUPS = [
+    {"pg_name": "0", "pg_desc": "default_pg", "ranks": [0, 1, 2, 3]},
+    {"pg_name": "1", "pg_desc": "mesh_dp", "ranks": [1, 3]},
+    {"pg_name": "3", "pg_desc": "mesh_pp", "ranks": [0, 1]},
+]
+
+
+def _rank1(tmp_path: Path) -> kineto.ParsedRank:
+    """Rank 1 of a dp x pp mesh: a forward (aten::linear > aten::addmm), a blocking send to its pipeline peer
+    (group-local index 0 = global rank 0), and an all-reduce on its dp group run by a runloop thread."""
+    tensors: dict[str, Any] = {"Input type": ["TensorList", "", "Scalar", "Scalar"], "Input Dims": [[[32, 256]], [], [], []]}
+    events = [
+        _op("ProfilerStep#5", 0, 1000, cat="user_annotation"),
+        _op("aten::linear", 10, 100),
+        _op("aten::addmm", 20, 70),
+        _op("c10d::send", 120, 10, args={"Concrete Inputs": ["", "", "0", "0"], **tensors}),
+        _op("gloo:send", 128, 50, cat="user_annotation", args={"Input type": ["float"], "Input Dims": [[32, 256]]}),
+        _op("c10d::allreduce_", 300, 20, args={"Concrete Inputs": ["", "", "", "", "False", "-1"], "Input type": ["TensorList"], "Input Dims": [[[256, 256]]]}),
+        _op("aten::mul", 330, 40),
+        _op("gloo:all_reduce", 325, 400, tid=RUNLOOP, cat="user_annotation", args={"Input type": ["float"], "Input Dims": [[256, 256]]}),
+    ]
+    path = tmp_path / "rank1.pt.trace.json"
+    path.write_text(json.dumps(_trace(1, GROUPS, events)))
+    return kineto.parse(path)
+
+
+def test_cpu_ops_become_compute_lanes_counted_by_self_time(tmp_path: Path) -> None:
+    parsed = _rank1(tmp_path)
+    assert parsed.device_type == "cpu"
+    ev = parsed.events
+    lanes = ev.filter(pc.greater_equal(ev.column("device"), 0))
+    compute = lanes.filter(pc.equal(lanes.column("kind").cast("string"), "compute")).to_pylist()
+    by_name: dict[str, int] = {}
+    for row in compute:
+        by_name[row["name"]] = by_name.get(row["name"], 0) + row["dur_ns"]
+    # aten::linear's 100 us hold aten::addmm's 70: 30 us of its own; the enqueue is no compute.
+    assert by_name == {"aten::linear": 30_000, "aten::addmm": 70_000, "aten::mul": 40_000}
+    assert all(row["step"] == 5 and row["track"] == MAIN for row in compute)
+    # The host events themselves are all still there.
+    assert ev.filter(pc.less(ev.column("device"), 0)).num_rows == 8
+
+
+def test_gloo_annotations_are_communication_with_group_global_peer_and_bytes(tmp_path: Path) -> None:
+    ev = _rank1(tmp_path).events
+    comm = ev.filter(pc.equal(ev.column("kind").cast("string"), "communication")).sort_by("start_ns").to_pylist()
+    assert [(c["name"], c["collective"], c["group"], c["group_ranks"], c["peer"], c["bytes"], c["step"], c["seq"]) for c in comm] == [
+        ("gloo:send", "send", "3", "0,1", 0, 32 * 256 * 4, 5, 0),  # the pipeline group; its index 0 is global rank 0
+        ("gloo:all_reduce", "all_reduce", "1", "1,3", None, 256 * 256 * 4, 5, 0),  # the rank's named non-pipeline group
+    ]
+    assert comm[1]["track"] == RUNLOOP and comm[1]["dur_ns"] == 400_000
+
+
+def test_a_collective_takes_the_step_of_its_enqueue(tmp_path: Path) -> None:
+    """An asynchronous all-reduce enqueued at the end of a step runs into the next one: it is the first step's."""
+    events = [
+        _op("ProfilerStep#1", 0, 500, cat="user_annotation"),
+        _op("ProfilerStep#2", 500, 500, cat="user_annotation"),
+        _op("aten::mm", 10, 400),
+        _op("c10d::allreduce_", 480, 10, args={"Input type": ["TensorList"], "Input Dims": [[[1024]]]}),
+        _op("gloo:all_reduce", 505, 100, tid=RUNLOOP, cat="user_annotation", args={"Input type": ["float"], "Input Dims": [[1024]]}),
+        _op("aten::mm", 520, 300),
+    ]
+    path = tmp_path / "rank0.pt.trace.json"
+    path.write_text(json.dumps(_trace(0, GROUPS[:1], events)))
+    ev = kineto.parse(path).events
+    comm = ev.filter(pc.equal(ev.column("kind").cast("string"), "communication")).to_pylist()
+    assert [(c["step"], c["group"], c["bytes"]) for c in comm] == [(1, "0", 4096)]
+
+
+def test_a_trace_with_device_activity_gets_no_host_lanes(tmp_path: Path) -> None:
+    from tests.helpers import kineto_trace
+
+    path = tmp_path / "rank0.pt.trace.json"
+    path.write_text(json.dumps(kineto_trace(0)))
+    parsed = kineto.parse(path)
+    assert parsed.device_type == "gpu"
+    lanes = parsed.events.filter(pc.greater_equal(parsed.events.column("device"), 0))
+    assert set(lanes.column("category").cast("string").to_pylist()) == {"kernel"}
