@@ -67,6 +67,7 @@ class Peek:
     end_ns: int | None = None  # wall clock: the last event's start (a full peek only)
     steps: tuple[int, ...] = ()
     name_ns: int | None = None  # the time in a tensorboard_trace_handler file name
+    first_ts: bytes | None = None  # the first event's timestamp as written
     mtime_ns: int = 0
 
 
@@ -332,11 +333,21 @@ def head_peek(source: Source) -> Peek:
     host = _HOST.search(meta)
     peek.host = host.group(1).decode(errors="replace") if host else None
     base = _small_int(_BASE.search(meta), 2**62)
+    if base is None and not path.name.endswith(".gz"):  # written after the events (older Kineto, other writers)
+        base = _tail_base(path)
     if events:
         ts = _TS.search(head, events.end())
         if ts:
+            peek.first_ts = ts.group(1)
             peek.start_ns = _wall_ns(ts.group(1), base)
     return peek
+
+
+def _tail_base(path: Path) -> int | None:
+    with contextlib.suppress(*_UNREADABLE), open(path, "rb") as f:
+        f.seek(max(0, os.stat(path).st_size - 64 * 1024))
+        return _small_int(_BASE.search(f.read()), 2**62)
+    return None
 
 
 def full_peek(source: Source, peek: Peek) -> None:
@@ -355,12 +366,13 @@ def full_peek(source: Source, peek: Peek) -> None:
                 found = _PID.search(text, events.end() if events else 0)
                 pid = int(found.group(1)) if found and len(found.group(1)) < 10 else None
             if base is None:
-                base_match = _BASE.search(text)
-                base = _small_int(base_match, 2**62)
+                base = _small_int(_BASE.search(text), 2**62)
             tail = text[-4096:]
     except _UNREADABLE:
         return
     peek.steps = tuple(sorted(steps))
+    if peek.start_ns is None and peek.first_ts is not None:
+        peek.start_ns = _wall_ns(peek.first_ts, base)
     if peek.pid is None:
         peek.pid = pid
     stamps = _TS.findall(tail)
