@@ -59,7 +59,7 @@ from paradiag.discover import (
     group_table,
     parse_and_keep,
 )
-from paradiag.parsers.base import ParsedRank
+from paradiag.parsers.base import ParsedRank, rank_from_name
 from paradiag.side_inputs import store_side_inputs
 
 if TYPE_CHECKING:
@@ -875,17 +875,24 @@ class _Context:
         }
 
 
-def _missing_ranks(kept: list[_Kept], context: _Context) -> str | None:
-    """Which ranks of the world have no trace (the run manifest's world size, else the largest one a rank states)."""
+def _missing_ranks(kept: list[_Kept], failed: set[int | None], context: _Context) -> str | None:
+    """Which ranks of the world have no trace (the run manifest's world size, else the largest one a rank states);
+    a rank whose file is there but failed (``failed``: their ranks) has its own problem already."""
     stated = [k.parsed.world_size for k in kept if k.parsed.world_size]
     world = context.run.world_size if context.run else max(stated, default=0)
-    have = {k.rank for k in kept}
+    have = {k.rank for k in kept} | {r for r in failed if r is not None}
     missing = [r for r in range(world) if r not in have]
     if not missing:
         return None
     where = f" in window {context.window.index} ({context.window.label})" if len(context.plan.windows) > 1 else ""
     named = ", ".join(map(str, missing[:16])) + (", ..." if len(missing) > 16 else "")
     return f"{len(missing)} of the world size's {world} ranks have no trace{where}: rank{'s' if len(missing) > 1 else ''} {named}"
+
+
+def _rank_of(source: Source) -> int | None:
+    """The rank a source that could not be parsed was of, as far as its head or its name tell."""
+    peek = windows.head_peek(source) if source.parser == windows.KINETO else None
+    return peek.rank if peek is not None and peek.rank is not None else rank_from_name(source.path)
 
 
 def _assign_ranks(results: list[Parsed], problems: list[Problem]) -> list[_Kept]:
@@ -988,7 +995,9 @@ def _finish(
     results = [p.result for p in parsed]
     if not kept:
         raise JobError(f"{root}: no trace could be read: " + "; ".join(str(p) for p in problems))
-    missing = _missing_ranks(kept, context)
+    errors = {r.source for r in results if r.error}
+    failed = {_rank_of(s) for s in context.window.sources if _shown(s.path, base) in errors}
+    missing = _missing_ranks(kept, failed, context)
     if missing:
         problems.append(Problem(".", "warning", missing))
     domain: dict[int, object] = {k.rank: (k.parsed.host or f"rank{k.rank}") for k in kept}

@@ -273,3 +273,20 @@ def test_a_real_job_rerun_into_its_folder(tmp_path: Path) -> None:
     assert job.rank_ids == [0, 1, 2, 3] and len(job.windows) == 1
     assert not set(job.windows[0]["files"]) & set(older)
     assert sorted(p.source for p in job.problems if "older profiling run" in p.message and p.source != ".") == older
+
+
+def test_the_dashboard_opens_a_window_by_its_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from paradiag.app import jobs
+    from paradiag.app.callbacks.header import window_picker
+
+    assert jobs.split_window("upload:abc@w3") == ("upload:abc", 3) and jobs.split_window("sample:a@wx") == ("sample:a@wx", None)
+    assert jobs.with_window("upload:abc@w3", 0) == "upload:abc@w0" and jobs.with_window("upload:abc@w3", None) == "upload:abc"
+    monkeypatch.setenv("PARADIAG_CACHE_DIR", str(tmp_path / "caches"))
+    folder = tmp_path / "job"
+    write_run(folder, [4001, 4002], [(2, 0.0), (7, 5.0)])
+    latest, first = jobs.open_path(folder), jobs.open_path(folder, 0)
+    assert (latest.window, first.window) == (1, 0) and steps_of(first) == {2, 3}
+    picker = str(window_picker("served:", latest.window, latest.windows).to_plotly_json())
+    assert "job=served%3A%40w0" in picker and "window 1 of 2" in picker
+    jobs.forget(folder)
+    assert jobs.open_path(folder, 0) is not first  # forgotten, every window of it
