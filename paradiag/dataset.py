@@ -115,6 +115,12 @@ def window_cache(cache: Path, window: int | None) -> Path:
 _WINDOW_SUFFIX = re.compile(r"\.window\d+$")
 
 
+def window_url(url: str, window: int | None) -> str:
+    """The cache URL of profiling window ``window`` of a job whose cache is at ``url`` (as :func:`window_cache`)."""
+    base = _WINDOW_SUFFIX.sub("", url.rstrip("/"))
+    return base if window is None else f"{base}.window{window}"
+
+
 def cached_window(manifest: dict[str, Any]) -> tuple[int | None, int | None]:
     """(the window a cache holds, the window it was asked for: None for the latest)."""
     w = manifest.get("window") or {}
@@ -376,19 +382,19 @@ def open_job(
             raise JobError(f"{remote.shown(str(path))}: a cache's URL is opened as it is: give no other cache (-o {cache_dir})")
         return _open_url(str(path), refresh, verify, options)
     if remote.is_url(cache_dir):
-        return _open_with_url(Path(path), str(cache_dir), refresh, verify, options)
+        return _open_with_url(Path(path), window_url(str(cache_dir), window), refresh, verify, options)
     target = Path(path)
     if not target.exists():
         raise JobError(f"{target}: no such file or folder")
     if target.is_dir() and is_cache(target):
         job = _load(target)
         origin = Path(job.source)
-        if not _holds(job.manifest, window):  # another window of the job: its own cache beside this one
+        if window is not None and not _holds(job.manifest, window):  # another window: its own cache beside this one
             if not origin.exists():
                 raise JobError(f"{target}: this cache holds window {job.window} of {origin}, which is not here to read window {window} from")
             return open_job(origin, window_cache(target, window), strict=strict, workers=workers, refresh=refresh, progress=progress, verify=verify, dask=dask, window=window)
-        if refresh or (origin.exists() and not _is_current(job.manifest, origin, verify)):
-            return ingest(origin, target, **options)
+        if refresh or (origin.exists() and not _is_current(job.manifest, origin, verify)):  # the window it was made for
+            return ingest(origin, target, **{**options, "window": cached_window(job.manifest)[1]})
         return _check_strict(job, strict)
     cache = Path(cache_dir) if cache_dir is not None else cache_dir_for(target)
     if not refresh and window is not None and is_cache(cache):  # the default cache may hold that window already
@@ -409,12 +415,12 @@ def _open_url(url: str, refresh: bool, verify: bool, options: dict[str, Any]) ->
     job = replace(_load(remote.mirror(remote.connect(url))), url=remote.shown(url))
     origin = Path(job.source)
     window = options["window"]
-    if not _holds(job.manifest, window):  # a cache at a URL holds one window: another is ingested into it
+    if window is not None and not _holds(job.manifest, window):  # another window of the job: its own cache beside this one
         if not origin.exists():
             raise JobError(f"{remote.shown(url)}: this cache holds window {job.window} of {origin}, which is not here to read window {window} from")
-        return ingest(origin, url, **options)
-    if refresh or (origin.exists() and not _is_current(job.manifest, origin, verify)):
-        return ingest(origin, url, **options)
+        return _open_with_url(origin, window_url(url, window), refresh, verify, options)
+    if refresh or (origin.exists() and not _is_current(job.manifest, origin, verify)):  # the window it was made for
+        return ingest(origin, url, **{**options, "window": cached_window(job.manifest)[1]})
     return _check_strict(job, options["strict"])
 
 

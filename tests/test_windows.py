@@ -69,6 +69,8 @@ def test_two_cycles_of_one_run_are_two_windows_the_latest_by_default(tmp_path: P
     stamp = (tmp_path / "cache" / dataset.MANIFEST).stat().st_mtime_ns
     assert paradiag.open(folder, tmp_path / "cache").window == 1
     assert (tmp_path / "cache" / dataset.MANIFEST).stat().st_mtime_ns == stamp
+    assert paradiag.open(tmp_path / "cache.window0").window == 0  # a cache folder opened: the window it holds
+    assert paradiag.open(tmp_path / "cache", window=0).cache_dir == tmp_path / "cache.window0"
     # Asking the latest by number reuses the default cache too.
     assert paradiag.open(folder, tmp_path / "cache", window=1).cache_dir == tmp_path / "cache"
     with pytest.raises(JobError, match="no window 2: the job has windows 0-1"):
@@ -290,3 +292,28 @@ def test_the_dashboard_opens_a_window_by_its_token(tmp_path: Path, monkeypatch: 
     assert "job=served%3A%40w0" in picker and "window 1 of 2" in picker
     jobs.forget(folder)
     assert jobs.open_path(folder, 0) is not first  # forgotten, every window of it
+
+
+def test_windows_of_a_cache_at_a_url_are_caches_of_their_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any fsspec file system serves (file:// here): window N goes to <url>.windowN, as a folder cache's does."""
+    pytest.importorskip("fsspec")
+    monkeypatch.setenv("PARADIAG_CACHE_DIR", str(tmp_path / "root"))
+    folder = tmp_path / "job"
+    write_run(folder, [4001, 4002], [(2, 0.0), (7, 5.0)])
+    url = f"file://{tmp_path}/store/job"
+    latest = paradiag.open(folder, url)
+    first = paradiag.open(folder, url, window=0)
+    assert (latest.window, first.window) == (1, 0) and steps_of(first) == {2, 3}
+    assert first.url == url + ".window0" and latest.url == url
+    assert paradiag.open(url).window == 1 and paradiag.open(url + ".window0").window == 0  # a cache opened: its window
+    assert paradiag.open(url, window=0).url == url + ".window0"  # the URL of the latest, asked for another window
+
+
+def test_a_window_parsed_on_a_dask_cluster(tmp_path: Path) -> None:
+    distributed = pytest.importorskip("distributed")
+    folder = tmp_path / "job"
+    write_run(folder, [4001, 4002], [(2, 0.0), (7, 5.0)])
+    with distributed.LocalCluster(n_workers=1, processes=False, threads_per_worker=1, dashboard_address=":0") as cluster:
+        job = dataset.open_job(folder, tmp_path / "cache", window=0, dask=cluster.scheduler_address)
+    assert job.window == 0 and steps_of(job) == {2, 3} and job.rank_ids == [0, 1] and job.problems == []
+    assert sorted(job.by_rank("source").values()) == sorted(job.windows[0]["files"])
