@@ -9,6 +9,7 @@ START_PAGE = "start-page"
 JOB_PAGE = "job-page"
 
 SUMMARY_FACTS = "summary-facts"
+WINDOW_PICKER = "window-picker"
 FINDINGS = "findings"
 FINDING_BUTTON = "finding-button"  # pattern-matching: {"type": FINDING_BUTTON, "index": i}
 

@@ -24,7 +24,8 @@ from paradiag.dataset import Job
 from paradiag.remote import is_url
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}$")  # no leading dot: never "." or ".."
-_OPEN: OrderedDict[str, Job] = OrderedDict()
+_OPEN: OrderedDict[tuple[str, int | None], Job] = OrderedDict()  # (path, profiling window) -> the open job
+WINDOW_MARK = "@w"  # a job token's profiling window: ``sample:name@w0`` (none: the latest)
 _LOCK = threading.Lock()
 _KEEP = 8
 log = logging.getLogger("paradiag.app.jobs")
@@ -63,6 +64,7 @@ def path_of(token: str, config: Config, user: str) -> Path | str:
     """The folder (or cache) a job token names; raises JobNotFound when it names nothing this user may see.
     An upload counts only once its parse is done: opening it earlier would parse it here, in the web worker,
     without the limits its own parse process runs under."""
+    token, _ = split_window(token)
     kind, _, name = token.partition(":")
     if kind == "served" and config.job:
         return config.job if is_url(config.job) else Path(config.job)  # a cache's URL stays a string
@@ -76,22 +78,36 @@ def path_of(token: str, config: Config, user: str) -> Path | str:
 
 
 def open_token(token: str, config: Config, user: str) -> Job:
-    return open_path(path_of(token, config, user))
+    return open_path(path_of(token, config, user), split_window(token)[1])
+
+
+def split_window(token: str) -> tuple[str, int | None]:
+    """(the job part of a token, its profiling window: None for the latest)."""
+    job, mark, number = token.rpartition(WINDOW_MARK)
+    if mark and number.isdigit() and len(number) <= 6:
+        return job, int(number)
+    return token, None
+
+
+def with_window(token: str, window: int | None) -> str:
+    """The token of another profiling window of the same job."""
+    job = split_window(token)[0]
+    return job if window is None else f"{job}{WINDOW_MARK}{window}"
 
 
 def _key(path: Path | str) -> str:
     return path if isinstance(path, str) else str(path.resolve())
 
 
-def open_path(path: Path | str) -> Job:
-    key = _key(path)
+def open_path(path: Path | str, window: int | None = None) -> Job:
+    key = (_key(path), window)
     with _LOCK:
         job = _OPEN.get(key)
         if job is not None:
             _OPEN.move_to_end(key)
             return job
     start = time.perf_counter()
-    job = paradiag.open(path)
+    job = paradiag.open(path, window=window)
     log.info("opened job %s (%d ranks) in %.0f ms", job.url or Path(path).name, len(job.rank_ids), 1000 * (time.perf_counter() - start))
     with _LOCK:
         _OPEN[key] = job
@@ -102,4 +118,5 @@ def open_path(path: Path | str) -> Job:
 
 def forget(path: Path | str) -> None:
     with _LOCK:
-        _OPEN.pop(_key(path), None)
+        for key in [k for k in _OPEN if k[0] == _key(path)]:
+            _OPEN.pop(key)

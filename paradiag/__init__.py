@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
 def open(path: Any, cache_dir: Any = None, **options: Any) -> Job:
     """Open a trace folder, a single trace file or a paradiag cache folder; parse and cache when the cache
-    is missing or stale. Options: ``strict``, ``workers``, ``refresh``, ``progress`` (see ``open_job``)."""
+    is missing or stale. Options: ``strict``, ``workers``, ``refresh``, ``progress``, ``window`` (the profiling
+    window when the folder holds several, default the latest; ``Job.windows`` lists them) (see ``open_job``)."""
     from paradiag.dataset import open_job
 
     return open_job(path, cache_dir, **options)

@@ -63,6 +63,15 @@ dask_option = click.option(
     help="Parse on a Dask cluster: its scheduler (tcp://HOST:8786) or local:N (N local worker processes). The cache"
     " must be on storage every worker reaches at the same path, or an fsspec URL (docs/scale.md).",
 )
+window_option = click.option(
+    "--window",
+    "window",
+    type=click.IntRange(0),
+    default=None,
+    metavar="N",
+    help="The profiling window to analyse when PATH holds several (profiler cycles, iteration_N folders; `paradiag info`"
+    " lists them), each cached on its own  [default: the latest]",
+)
 verify_option = click.option(
     "--verify", is_flag=True, help="Hash every source file to check the cache (default: size and mtime; see docs/schema.md)."
 )
@@ -91,11 +100,18 @@ def _progress(enabled: bool) -> Iterator[ProgressCallback | None]:
 
 
 def _open(
-    path: Path | str, cache: Path | str | None, strict: bool, workers: int | None, refresh: bool = False, verify: bool = False, dask: str | None = None
+    path: Path | str,
+    cache: Path | str | None,
+    strict: bool,
+    workers: int | None,
+    refresh: bool = False,
+    verify: bool = False,
+    dask: str | None = None,
+    window: int | None = None,
 ) -> Job:
     try:
         with _progress(sys.stderr.isatty()) as progress:
-            return open_job(path, cache, strict=strict, workers=workers, refresh=refresh, progress=progress, verify=verify, dask=dask)
+            return open_job(path, cache, strict=strict, workers=workers, refresh=refresh, progress=progress, verify=verify, dask=dask, window=window)
     except JobError as exc:
         raise click.ClickException(str(exc)) from exc
 
@@ -120,16 +136,17 @@ def _size(n: float) -> str:
 @strict_option
 @workers_option
 @dask_option
-def ingest(path: Path | str, cache: Path | str | None, strict: bool, workers: int | None, dask: str | None) -> None:
-    """Parse every trace under PATH and write the Parquet cache (rebuilt even when current)."""
+@window_option
+def ingest(path: Path | str, cache: Path | str | None, strict: bool, workers: int | None, dask: str | None, window: int | None) -> None:
+    """Parse every trace under PATH (of one profiling window) and write the Parquet cache (rebuilt even when current)."""
     t0 = time.perf_counter()
-    job = _open(path, cache, strict, workers, refresh=True, dask=dask)
+    job = _open(path, cache, strict, workers, refresh=True, dask=dask, window=window)
     elapsed = time.perf_counter() - t0
     size = sum(f["size"] for f in job.manifest["files"])
     events = sum(job.ranks.column("num_events").to_pylist())
     _print_problems(job)
     out.print(
-        f"{job.ranks.num_rows} ranks, {events:,} events from {_size(size)} in {elapsed:.2f} s "
+        f"{job.ranks.num_rows} ranks, {events:,} events{_window_text(job)} from {_size(size)} in {elapsed:.2f} s "
         f"({size / 1e6 / elapsed:.0f} MB/s) -> {job.url + f' (local mirror {job.cache_dir})' if job.url else job.cache_dir}",
         highlight=False,
     )
@@ -141,10 +158,12 @@ def ingest(path: Path | str, cache: Path | str | None, strict: bool, workers: in
 @strict_option
 @workers_option
 @verify_option
+@window_option
 @click.option("--json", "as_json", is_flag=True, help="Print what was found as JSON.")
-def info(path: Path | str, cache: Path | str | None, strict: bool, workers: int | None, verify: bool, as_json: bool) -> None:
-    """What PATH holds: ranks, formats, sizes, steps, and every problem found (parses and caches if needed)."""
-    job = _open(path, cache, strict, workers, verify=verify)
+def info(path: Path | str, cache: Path | str | None, strict: bool, workers: int | None, verify: bool, window: int | None, as_json: bool) -> None:
+    """What PATH holds: ranks, formats, sizes, steps, its profiling windows, and every problem found (parses and
+    caches if needed)."""
+    job = _open(path, cache, strict, workers, verify=verify, window=window)
     sizes = {f["path"]: f["size"] for f in job.manifest["files"]}
     rows = []
     for s in job.manifest["sources"]:
@@ -157,6 +176,8 @@ def info(path: Path | str, cache: Path | str | None, strict: bool, workers: int 
             "source": job.source,
             "cache": job.url or str(job.cache_dir),
             "ranks": [{**ranks[r["rank"]], **r} for r in rows],
+            "window": job.window,
+            "windows": job.windows,
             "problems": [p.__dict__ for p in job.problems],
         }
         out.print_json(json.dumps(doc, default=str))
@@ -171,7 +192,27 @@ def info(path: Path | str, cache: Path | str | None, strict: bool, workers: int 
         offset = f"{meta['clock_offset_ns'] / 1e3:+.1f} us"
         table.add_row(str(r["rank"]), r["source"], r["format"], device, f"{r['num_events']:,}", _size(r["size"]), steps, offset)
     out.print(table)
+    if len(job.windows) > 1:
+        _print_windows(job)
     _print_problems(job)
+
+
+def _window_text(job: Job) -> str:
+    return f" (window {job.window} of {len(job.windows)})" if len(job.windows) > 1 else ""
+
+
+def _print_windows(job: Job) -> None:
+    """The folder's profiling windows, the one shown marked."""
+    table = Table(title=f"{len(job.windows)} profiling windows (--window N; default the latest)", title_justify="left")
+    for col in ("window", "label", "steps", "start (UTC)", "files"):
+        table.add_column(col, justify="right" if col in ("window", "files") else "left")
+    for w in job.windows:
+        steps = w.get("steps") or []
+        shown = f"{steps[0]}..{steps[-1]}" if steps else "-"
+        start = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(w["start_ns"] / 1e9)) if w.get("start_ns") else "-"
+        mark = " (shown)" if w["index"] == job.window else ""
+        table.add_row(f"{w['index']}{mark}", w["label"], shown, start, str(len(w["files"])))
+    out.print(table)
 
 
 @click.command()
@@ -179,6 +220,7 @@ def info(path: Path | str, cache: Path | str | None, strict: bool, workers: int 
 @cache_option
 @strict_option
 @workers_option
+@window_option
 @click.option("--json", "as_json", is_flag=True, help="Print the paradiag.report/1 JSON document.")
 @click.option("-w", "--write", "write", type=click.Path(path_type=Path), default=None, help="Also write the JSON report to this file.")
 @click.option(
@@ -186,11 +228,13 @@ def info(path: Path | str, cache: Path | str | None, strict: bool, workers: int 
     help="Breakdown definitions: paradiag's (every step, all device work), HTA's (drops the last step) or torch_npu's "
     "step_trace_time (per step, compute and communication span)  [default: ascend on NPUs, paradiag elsewhere]",
 )  # fmt: skip
-def analyze(path: Path | str, cache: Path | str | None, strict: bool, workers: int | None, as_json: bool, write: Path | None, convention: str | None) -> None:
+def analyze(
+    path: Path | str, cache: Path | str | None, strict: bool, workers: int | None, window: int | None, as_json: bool, write: Path | None, convention: str | None
+) -> None:
     """Per-rank time breakdown over the profiled steps, step times and the job summary."""
     from paradiag.analysis.report import build_report
 
-    job = _open(path, cache, strict, workers)
+    job = _open(path, cache, strict, workers, window=window)
     report = build_report(job, convention)
     text = json.dumps(report, indent=1, default=_json_default)
     if write is not None:
@@ -223,6 +267,7 @@ def finding_line(f: Finding) -> str:
 @cache_option
 @strict_option
 @workers_option
+@window_option
 @click.option("--set", "edits", multiple=True, required=True, metavar="EDIT", help="A change to replay (repeatable): " + WHATIF_SET_HELP)
 @click.option(
     "--step", "steps", type=int, multiple=True,
@@ -230,7 +275,9 @@ def finding_line(f: Finding) -> str:
     "pipeline a step's saving can show in the next one.",
 )  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def whatif(path: Path | str, cache: Path | str | None, strict: bool, workers: int | None, edits: tuple[str, ...], steps: tuple[int, ...], as_json: bool) -> None:
+def whatif(
+    path: Path | str, cache: Path | str | None, strict: bool, workers: int | None, window: int | None, edits: tuple[str, ...], steps: tuple[int, ...], as_json: bool
+) -> None:
     """Replay the profiled steps on their dependency graph with some cause removed, and predict the step time."""
     from paradiag.analysis import whatif as replay
 
@@ -243,7 +290,7 @@ def whatif(path: Path | str, cache: Path | str | None, strict: bool, workers: in
         for e, text in zip(parsed, edits, strict=True):
             if not e.steps:
                 raise click.BadParameter(f"{text!r} names no step among --step {', '.join(map(str, steps))}", param_hint="--set")
-    job = _open(path, cache, strict, workers)
+    job = _open(path, cache, strict, workers, window=window)
     graph, peers = replay.job_graph(job, job.diagnosis())
     try:
         result = replay.what_if(graph, peers, parsed)

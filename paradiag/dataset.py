@@ -49,7 +49,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from paradiag import __version__, align, remote, schema
+from paradiag import __version__, align, remote, run_manifest, schema, windows
 from paradiag.discover import (
     PARSER_MODULES,
     Source,
@@ -59,7 +59,7 @@ from paradiag.discover import (
     group_table,
     parse_and_keep,
 )
-from paradiag.parsers.base import ParsedRank
+from paradiag.parsers.base import ParsedRank, rank_from_name
 from paradiag.side_inputs import store_side_inputs
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ if TYPE_CHECKING:
     from paradiag.frames import Frames
 
 CACHE_FORMAT = "paradiag.cache/1"
-PARSER_VERSION = 4  # bump when a parser (or the cache's layout) changes what is written: every cache is then rebuilt
+PARSER_VERSION = 5  # bump when a parser (or the cache's layout) changes what is written: every cache is then rebuilt
 MANIFEST = "manifest.json"
 IN_PROCESS_BYTES = 16 * 1024 * 1024  # below this much input, parsing in worker processes costs more than it saves
 FRAMES = "frames"  # the map's frames for the reduce, in the ingest's temporary folder only (never in a cache)
@@ -102,6 +102,36 @@ def cache_dir_for(source: Path, cache_root: Path | None = None) -> Path:
     resolved = source.resolve()
     digest = hashlib.sha256(str(resolved).encode()).hexdigest()[:16]
     return (cache_root or default_cache_root()) / f"{resolved.name}-{digest}"
+
+
+def window_cache(cache: Path, window: int | None) -> Path:
+    """The cache folder of profiling window ``window`` of a job whose cache is ``cache``: ``cache`` itself for the
+    default (the latest window), a sibling ``<cache>.window<N>`` for another, so that each window is parsed once
+    and switching windows reparses none (paradiag.windows)."""
+    name = _WINDOW_SUFFIX.sub("", cache.name)
+    return cache.with_name(name if window is None else f"{name}.window{window}")
+
+
+_WINDOW_SUFFIX = re.compile(r"\.window\d+$")
+
+
+def window_url(url: str, window: int | None) -> str:
+    """The cache URL of profiling window ``window`` of a job whose cache is at ``url`` (as :func:`window_cache`)."""
+    base = _WINDOW_SUFFIX.sub("", url.rstrip("/"))
+    return base if window is None else f"{base}.window{window}"
+
+
+def cached_window(manifest: dict[str, Any]) -> tuple[int | None, int | None]:
+    """(the window a cache holds, the window it was asked for: None for the latest)."""
+    w = manifest.get("window") or {}
+    index, asked = w.get("index"), w.get("asked")
+    return (index if isinstance(index, int) else None), (asked if isinstance(asked, int) else None)
+
+
+def _holds(manifest: dict[str, Any], window: int | None) -> bool:
+    """Whether a cache of ``manifest`` is the one asked for ``window`` (None: the latest)."""
+    index, asked = cached_window(manifest)
+    return asked is None if window is None else window in (index, asked) or (index is None and window == 0)
 
 
 def is_cache(path: Path) -> bool:
@@ -188,6 +218,17 @@ class Job:
     @property
     def source(self) -> str:
         return str(self.manifest.get("source", ""))
+
+    @property
+    def window(self) -> int:
+        """The profiling window this job holds (index into :attr:`windows`)."""
+        return cached_window(self.manifest)[0] or 0
+
+    @property
+    def windows(self) -> list[dict[str, Any]]:
+        """Every profiling window of the job's folder, oldest first: index, label, steps (when read), start_ns
+        (wall clock, when known) and files; open another with ``paradiag.open(path, window=N)``."""
+        return list(self.manifest.get("windows") or [{"index": 0, "label": "all", "steps": [], "start_ns": None, "files": [s["source"] for s in self.manifest["sources"]]}])
 
     @property
     def content_hash(self) -> str:
@@ -325,34 +366,47 @@ def open_job(
     progress: ProgressCallback | None = None,
     verify: bool = False,
     dask: str | None = None,
+    window: int | None = None,
 ) -> Job:
     """Open a trace folder (or one trace file, or a cache folder): read the cache when it is current,
     otherwise parse and cache. ``strict`` turns any problem with a source into a :class:`JobError`;
     ``verify`` hashes every source file to decide whether the cache is current (see :func:`_is_current`);
     ``dask`` parses on a Dask cluster (see :func:`ingest`). ``path`` may also be the URL of a cache, and
-    ``cache_dir`` one to read or write (``s3://bucket/job``; paradiag.remote)."""
-    options: dict[str, Any] = {"strict": strict, "workers": workers, "progress": progress, "dask": dask}
+    ``cache_dir`` one to read or write (``s3://bucket/job``; paradiag.remote). ``window``: the profiling window
+    to open (:attr:`Job.windows`; default the latest), each cached on its own (:func:`window_cache`)."""
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 0):
+        raise JobError(f"window {window!r}: a window is a number from 0 (see Job.windows)")
+    options: dict[str, Any] = {"strict": strict, "workers": workers, "progress": progress, "dask": dask, "window": window}
     if remote.is_url(path):
         if cache_dir is not None:
             raise JobError(f"{remote.shown(str(path))}: a cache's URL is opened as it is: give no other cache (-o {cache_dir})")
         return _open_url(str(path), refresh, verify, options)
     if remote.is_url(cache_dir):
-        return _open_with_url(Path(path), str(cache_dir), refresh, verify, options)
+        return _open_with_url(Path(path), window_url(str(cache_dir), window), refresh, verify, options)
     target = Path(path)
     if not target.exists():
         raise JobError(f"{target}: no such file or folder")
     if target.is_dir() and is_cache(target):
         job = _load(target)
         origin = Path(job.source)
-        if refresh or (origin.exists() and not _is_current(job.manifest, origin, verify)):
-            return ingest(origin, target, strict=strict, workers=workers, progress=progress, dask=dask)
+        if window is not None and not _holds(job.manifest, window):  # another window: its own cache beside this one
+            if not origin.exists():
+                raise JobError(f"{target}: this cache holds window {job.window} of {origin}, which is not here to read window {window} from")
+            return open_job(origin, window_cache(target, window), strict=strict, workers=workers, refresh=refresh, progress=progress, verify=verify, dask=dask, window=window)
+        if refresh or (origin.exists() and not _is_current(job.manifest, origin, verify)):  # the window it was made for
+            return ingest(origin, target, **{**options, "window": cached_window(job.manifest)[1]})
         return _check_strict(job, strict)
     cache = Path(cache_dir) if cache_dir is not None else cache_dir_for(target)
+    if not refresh and window is not None and is_cache(cache):  # the default cache may hold that window already
+        job = _load(cache)
+        if cached_window(job.manifest)[0] == window and Path(job.source) == target.resolve() and _is_current(job.manifest, target, verify):
+            return _check_strict(job, strict)
+    cache = window_cache(cache, window)
     if not refresh and is_cache(cache):
         job = _load(cache)
-        if Path(job.source) == target.resolve() and _is_current(job.manifest, target, verify):
+        if Path(job.source) == target.resolve() and _holds(job.manifest, window) and _is_current(job.manifest, target, verify):
             return _check_strict(job, strict)
-    return ingest(target, cache, strict=strict, workers=workers, progress=progress, dask=dask)
+    return ingest(target, cache, **options)
 
 
 def _open_url(url: str, refresh: bool, verify: bool, options: dict[str, Any]) -> Job:
@@ -360,8 +414,13 @@ def _open_url(url: str, refresh: bool, verify: bool, options: dict[str, Any]) ->
     and changed (as a cache folder is)."""
     job = replace(_load(remote.mirror(remote.connect(url))), url=remote.shown(url))
     origin = Path(job.source)
-    if refresh or (origin.exists() and not _is_current(job.manifest, origin, verify)):
-        return ingest(origin, url, **options)
+    window = options["window"]
+    if window is not None and not _holds(job.manifest, window):  # another window of the job: its own cache beside this one
+        if not origin.exists():
+            raise JobError(f"{remote.shown(url)}: this cache holds window {job.window} of {origin}, which is not here to read window {window} from")
+        return _open_with_url(origin, window_url(url, window), refresh, verify, options)
+    if refresh or (origin.exists() and not _is_current(job.manifest, origin, verify)):  # the window it was made for
+        return ingest(origin, url, **{**options, "window": cached_window(job.manifest)[1]})
     return _check_strict(job, options["strict"])
 
 
@@ -375,7 +434,7 @@ def _open_with_url(target: Path, url: str, refresh: bool, verify: bool, options:
         pointer = remote.read_pointer(store, required=False)
         if pointer is not None:
             manifest = remote.read_manifest(store, pointer)
-            if Path(manifest.get("source", "")) == target.resolve() and _is_current(manifest, target, verify):
+            if Path(manifest.get("source", "")) == target.resolve() and _holds(manifest, options["window"]) and _is_current(manifest, target, verify):
                 return _check_strict(replace(_load(remote.mirror(store, pointer)), url=store.name), options["strict"])
     return ingest(target, url, **options)
 
@@ -674,8 +733,10 @@ def ingest(
     workers: int | None = None,
     progress: ProgressCallback | None = None,
     dask: str | None = None,
+    window: int | None = None,
 ) -> Job:
-    """Parse every source under ``path`` and write the cache atomically; return the job. ``dask`` parses the
+    """Parse every source of profiling window ``window`` (default the latest; paradiag.windows) under ``path``
+    and write the cache atomically; return the job. ``dask`` parses the
     sources on a Dask cluster instead of local processes: a scheduler address (``tcp://host:8786``) or
     ``local:N`` (a local cluster of N worker processes); see paradiag.distributed. ``cache_dir`` may be an fsspec
     URL (``s3://bucket/job``): the cache is then written as a new generation there and committed by its pointer,
@@ -691,6 +752,9 @@ def ingest(
     sources, others = discover(root, skipped)
     base = root if root.is_dir() else root.parent
     problems = [Problem(_shown(path, base), "error", why) for path, why in skipped]
+    run, broken = run_manifest.read(root)
+    if broken:
+        problems.append(Problem(run_manifest.shown(root), "warning", f"{broken}; the run manifest is ignored"))
     if not sources:
         hint = ""
         if root.is_dir() and any(root.rglob("cluster_step_trace_time.csv")):
@@ -699,6 +763,17 @@ def ingest(
                 " traces: open the *_ascend_pt folders it was computed from"
             )
         raise JobError(f"{root}: no trace found (looked for PyTorch profiler *.json[.gz] files and Ascend *_ascend_pt folders){hint}")
+    plan = windows.plan(root, sources, run.started_ns if run else None)
+    try:
+        chosen = plan.pick(window)
+    except ValueError as exc:
+        raise JobError(f"{root}: {exc}") from None
+    problems.extend(Problem(_shown(s.path, base), "warning", why) for s, why in plan.set_aside)
+    problems.extend(Problem(".", "warning", note) for note in plan.notes)
+    if not chosen.sources:
+        raise JobError(f"{root}: no trace of the run's latest window (every trace was set aside: " + "; ".join(str(p) for p in problems) + ")")
+    context = _Context(run, plan, chosen, window)
+    everything, sources = sources, chosen.sources
     writer = remote.Writer.start(url, root) if url else None  # the store reached and writable, or a JobError now
     if writer:
         cache = writer.mirror  # the folder built here becomes the local mirror of the new generation
@@ -709,10 +784,10 @@ def ingest(
     try:
         parsed = _parse_all(sources, root, tmp, workers, progress, dask, writer.upload if writer else None)
         results = [p.result for p in parsed]
-        problems.extend(Problem(r.source, "error", r.error) for r in results if r.error)
+        problems.extend(Problem(r.source, "warning", f"not a trace: skipped ({r.error})") if r.not_trace else Problem(r.source, "error", r.error) for r in results if r.error)
         if strict and problems:
             raise JobError("; ".join(str(p) for p in problems))
-        job = _finish(root, base, tmp, sources, others, parsed, problems)
+        job = _finish(root, base, tmp, everything, others, parsed, problems, context)
         if strict and job.problems:
             raise JobError("; ".join(str(p) for p in job.problems))
         store_side_inputs(root, tmp)
@@ -786,6 +861,44 @@ class _Kept:
     parsed: ParsedRank
     rank: int
     analysis: Parsed  # for the per-rank analysis tables
+
+
+@dataclass
+class _Context:
+    """What the ingest knows beyond the sources it parsed: the run manifest, the folder's windows and the one
+    parsed (and the window asked for: None for the latest)."""
+
+    run: run_manifest.RunManifest | None
+    plan: windows.Plan
+    window: windows.Window
+    asked: int | None
+
+    def manifest(self, root: Path) -> dict[str, Any]:
+        return {
+            "window": {"index": self.window.index, "asked": self.asked, "count": len(self.plan.windows)},
+            "windows": [w.describe(root) for w in self.plan.windows],
+            "run_manifest": self.run.describe() if self.run else None,
+        }
+
+
+def _missing_ranks(kept: list[_Kept], failed: set[int | None], context: _Context) -> str | None:
+    """Which ranks of the world have no trace (the run manifest's world size, else the largest one a rank states);
+    a rank whose file is there but failed (``failed``: their ranks) has its own problem already."""
+    stated = [k.parsed.world_size for k in kept if k.parsed.world_size]
+    world = context.run.world_size if context.run else max(stated, default=0)
+    have = {k.rank for k in kept} | {r for r in failed if r is not None}
+    missing = [r for r in range(world) if r not in have]
+    if not missing:
+        return None
+    where = f" in window {context.window.index} ({context.window.label})" if len(context.plan.windows) > 1 else ""
+    named = ", ".join(map(str, missing[:16])) + (", ..." if len(missing) > 16 else "")
+    return f"{len(missing)} of the world size's {world} ranks have no trace{where}: rank{'s' if len(missing) > 1 else ''} {named}"
+
+
+def _rank_of(source: Source) -> int | None:
+    """The rank a source that could not be parsed was of, as far as its head or its name tell."""
+    peek = windows.head_peek(source) if source.parser == windows.KINETO else None
+    return peek.rank if peek is not None and peek.rank is not None else rank_from_name(source.path)
 
 
 def _assign_ranks(results: list[Parsed], problems: list[Problem]) -> list[_Kept]:
@@ -880,6 +993,7 @@ def _finish(
     others: list[Path],
     parsed: list[Parsed],
     problems: list[Problem],
+    context: _Context,
 ) -> Job:
     from paradiag.analysis.diagnosis_types import analysis_version
 
@@ -887,12 +1001,17 @@ def _finish(
     results = [p.result for p in parsed]
     if not kept:
         raise JobError(f"{root}: no trace could be read: " + "; ".join(str(p) for p in problems))
+    errors = {r.source for r in results if r.error}
+    failed = {_rank_of(s) for s in context.window.sources if _shown(s.path, base) in errors}
+    missing = _missing_ranks(kept, failed, context)
+    if missing:
+        problems.append(Problem(".", "warning", missing))
     domain: dict[int, object] = {k.rank: (k.parsed.host or f"rank{k.rank}") for k in kept}
     comm = {k.rank: k.result.comm for k in kept if k.result.comm is not None}
     alignment = align.estimate(comm, domain)
-    ranks = _ranks_table(kept, alignment)
+    ranks = _ranks_table(kept, alignment, context.run)
     steps = _steps_table(kept, alignment)
-    groups = group_table({k.rank: k.parsed.groups for k in kept})
+    groups = group_table({k.rank: k.parsed.groups for k in kept}, context.run.groups if context.run else ())
     pq.write_table(ranks, tmp / "ranks.parquet")
     pq.write_table(steps, tmp / "steps.parquet")
     pq.write_table(groups, tmp / "groups.parquet")
@@ -904,7 +1023,10 @@ def _finish(
                     (tmp / file).unlink(missing_ok=True)
     hashed = {Path(p): h for r in results for p, h in r.file_hashes.items()}  # the workers hashed their sources
     files = [dict(_stat_entry(f, base), hash=hashed.get(f) or file_hash(f)) for f in _source_files(root, sources, others)]
-    content = hashlib.sha256(json.dumps([(f["path"], f["hash"]) for f in files]).encode()).hexdigest()
+    # The window's files (and the folder's other files): two windows of one folder are two jobs to cached work.
+    aside = {_shown(p, base) for w in context.plan.windows if w is not context.window for p in _source_files(root, w.sources, [])}
+    aside |= {_shown(p, base) for s, _ in context.plan.set_aside for p in s.files}
+    content = hashlib.sha256(json.dumps([(f["path"], f["hash"]) for f in files if f["path"] not in aside]).encode()).hexdigest()
     manifest = {
         "format": CACHE_FORMAT,
         "schema_version": schema.SCHEMA_VERSION,
@@ -918,6 +1040,7 @@ def _finish(
         "alignment": {"instances": alignment.instances},
         "analysis_version": analysis_version(),  # of the per-rank analysis tables (sources' "rank_tables")
         "problems": [p.__dict__ for p in problems],
+        **context.manifest(root),
     }
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
     frames = {k.rank: tmp / k.analysis.frame_file for k in kept if k.analysis.frame_file}
@@ -941,7 +1064,8 @@ def _source_entry(k: _Kept) -> dict[str, Any]:
     }
 
 
-def _ranks_table(kept: list[_Kept], alignment: align.Alignment) -> pa.Table:
+def _ranks_table(kept: list[_Kept], alignment: align.Alignment, run: run_manifest.RunManifest | None = None) -> pa.Table:
+    """One row per rank; the run manifest's world size and mesh coordinates where the trace states none."""
     rows: dict[str, list[Any]] = {f.name: [] for f in schema.RANKS}
     for k in kept:
         p = k.parsed
@@ -949,9 +1073,10 @@ def _ranks_table(kept: list[_Kept], alignment: align.Alignment) -> pa.Table:
         rows["host"].append(p.host)
         rows["device"].append(p.device)
         rows["device_type"].append(p.device_type)
-        rows["world_size"].append(p.world_size)
+        rows["world_size"].append(p.world_size or (run.world_size if run else None))
+        coords = p.parallel or (run.coords.get(k.rank, {}) if run else {})
         for axis in ("dp", "tp", "pp", "ep"):
-            rows[axis].append(p.parallel.get(axis))
+            rows[axis].append(coords.get(axis))
         rows["clock_offset_ns"].append(alignment.offset_ns.get(k.rank, 0))
         rows["clock_uncertainty_ns"].append(alignment.uncertainty_ns.get(k.rank))
         rows["format"].append(p.format)

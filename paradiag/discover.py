@@ -31,9 +31,11 @@ PARSER_MODULES = (
     "paradiag.parsers.kineto",
 )
 # Files in a job folder that are not traces of a rank (profiler metadata outside a rank folder, our ground truth).
-NOT_TRACES = frozenset({"ground_truth.json", "manifest.json", "README.md", "profiler_metadata.json"})
+NOT_TRACES = frozenset({"ground_truth.json", "manifest.json", "README.md", "profiler_metadata.json", "paradiag_run.json"})
 # Folders of results derived from traces (msprof-analyze's output), not traces themselves.
 DERIVED_FOLDERS = frozenset({"cluster_analysis_output"})
+# How a parser's TraceError begins for valid JSON that holds no trace (parsers.kineto): a stray file, a warning.
+NOT_A_TRACE = "not a PyTorch profiler trace"
 ROW_GROUP_ROWS = 128 * 1024
 PARQUET_COMPRESSION = "lz4"  # decodes ~1.5x faster than zstd for ~40% more disk: the cache is read far more than written
 # Row-group statistics only where reads filter (Job.events on start_ns; step ranges): on every column (names'
@@ -175,6 +177,7 @@ class SourceResult:
     comm: pa.Table | None = None  # device collectives, for clock alignment
     extra_files: dict[str, str] = field(default_factory=dict)
     file_hashes: dict[str, str] = field(default_factory=dict)  # path -> xxh3-128 of each file of the source
+    not_trace: bool = False  # the file is valid JSON of another kind (a stray file, not a broken trace)
 
 
 COMM_COLUMNS = ("collective", "group", "group_ranks", "peer", "step", "seq", "start_ns", "dur_ns")
@@ -210,6 +213,7 @@ def parse_and_keep(source: Source, root: Path, out_dir: Path, index: int, column
     except TraceError as exc:  # named by the file inside a folder source that has the problem
         inner = exc.source.removeprefix(shown + os.sep) if exc.source.startswith(shown + os.sep) else None
         result.error = f"{inner}: {exc.problem}" if inner else exc.problem
+        result.not_trace = exc.problem.startswith(NOT_A_TRACE)
         return result, None
     except MemoryError:
         result.error = "out of memory while parsing"
@@ -282,10 +286,13 @@ def _check_ranges(parsed: ParsedRank) -> None:
     parsed.groups = [g for g in parsed.groups if all(isinstance(r, int) and 0 <= r < 2**31 for r in g.ranks)]
 
 
-def group_table(reported: dict[int, list[Group]]) -> pa.Table:
+def group_table(reported: dict[int, list[Group]], stated: Sequence[Group] = ()) -> pa.Table:
     """The ``groups`` table from the groups every rank reported (rank -> its groups; first description wins).
     A group whose members no trace lists (HCCL without metadata) gets the ranks that reported it, but only when
-    all its members were profiled (their number is the group's size); otherwise its member list stays empty."""
+    all its members were profiled (their number is the group's size); otherwise its member list stays empty.
+    ``stated``: the groups of the job's run manifest (global members, paradiag.run_manifest): one a rank reported
+    (same id) gets their members if it lists fewer; one that no rank reported under its id or its description
+    and members (a DeviceMesh slice named ``mesh_dp[0,2]``) is added."""
     merged: dict[str, Group] = {}
     reporters: dict[str, set[int]] = {}
     for rank, groups in reported.items():
@@ -299,6 +306,15 @@ def group_table(reported: dict[int, list[Group]]) -> pa.Table:
     for name, g in merged.items():
         if not g.ranks and g.size is not None and len(reporters[name]) == g.size:
             g.ranks = sorted(reporters[name])
+    seen = {(g.description, tuple(sorted(g.ranks))) for g in merged.values()}
+    for g in stated:
+        known = merged.get(g.group)
+        if known is not None:
+            if len(known.ranks) < len(g.ranks):
+                known.ranks = list(g.ranks)
+            known.description = known.description or g.description
+        elif (g.description, tuple(sorted(g.ranks))) not in seen:
+            merged[g.group] = Group(g.group, list(g.ranks), g.description)
     rows = sorted(merged.values(), key=lambda g: (len(g.ranks), g.group))
     return schema.build(
         schema.GROUPS,

@@ -29,7 +29,14 @@ import pyarrow.compute as pc
 
 from paradiag import schema
 from paradiag.analysis.diagnosis_types import Diagnosis, Finding
-from paradiag.commands import _print_problems, cache_option, path_argument, strict_option, workers_option
+from paradiag.commands import (
+    _print_problems,
+    cache_option,
+    path_argument,
+    strict_option,
+    window_option,
+    workers_option,
+)
 from paradiag.dataset import Job, JobError, open_job
 from paradiag.parsers.kineto_decode import DEVICE_CATEGORIES, HOST_CATEGORIES
 
@@ -244,11 +251,12 @@ def _first_start(job: Job) -> int:
 @cache_option
 @strict_option
 @workers_option
-def export(path: Path | str, perfetto: Path, cache: Path | str | None, strict: bool, workers: int | None) -> None:
+@window_option
+def export(path: Path | str, perfetto: Path, cache: Path | str | None, strict: bool, workers: int | None, window: int | None) -> None:
     """Write PATH as one aligned multi-rank trace for Perfetto: a process per rank named by its mesh
     coordinates, flows joining collective members and send/recv pairs, findings as instant events."""
     try:
-        job = open_job(path, cache, strict=strict, workers=workers)
+        job = open_job(path, cache, strict=strict, workers=workers, window=window)
     except JobError as exc:
         raise click.ClickException(str(exc)) from exc
     _print_problems(job)

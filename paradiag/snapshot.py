@@ -15,14 +15,14 @@ from typing import Any
 import click
 
 from paradiag import gate
-from paradiag.commands import Location, path_argument, strict_option, workers_option
+from paradiag.commands import Location, path_argument, strict_option, window_option, workers_option
 from paradiag.dataset import Job, JobError, open_job
 from paradiag.units import ms
 
 
-def _open(path: Path | str, cache: Path | str | None, strict: bool, workers: int | None) -> Job:
+def _open(path: Path | str, cache: Path | str | None, strict: bool, workers: int | None, window: int | None = None) -> Job:
     try:
-        return open_job(path, cache, strict=strict, workers=workers)
+        return open_job(path, cache, strict=strict, workers=workers, window=window)
     except JobError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(gate.EXIT_ERROR)
@@ -41,7 +41,10 @@ def _json(doc: Any) -> str:
 @click.option("--title", default=None, help="The report's title (default: the job folder's name; never its full path, which a published report would leak).")
 @strict_option
 @workers_option
-def snapshot(path: Path | str, output: Path, json_path: Path | None, fail_on: str | None, cache: Path | str | None, title: str | None, strict: bool, workers: int | None) -> None:
+@window_option
+def snapshot(
+    path: Path | str, output: Path, json_path: Path | None, fail_on: str | None, cache: Path | str | None, title: str | None, strict: bool, workers: int | None, window: int | None
+) -> None:
     """Write a self-contained HTML report of PATH (works offline) and, with --json, the verdict JSON.
 
     Exit codes: 0 all good, 1 the job could not be read, 2 bad usage or --fail-on expression,
@@ -54,7 +57,7 @@ def snapshot(path: Path | str, output: Path, json_path: Path | None, fail_on: st
             gate.parse(fail_on)
         except gate.GateError as exc:
             raise click.UsageError(str(exc)) from exc
-    job = _open(path, cache, strict, workers)
+    job = _open(path, cache, strict, workers, window)
     report = build_report(job)
     outcomes = gate.evaluate(report, fail_on) if fail_on else []
     report["verdict"] = {

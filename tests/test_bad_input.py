@@ -25,8 +25,6 @@ from tests.helpers import kineto_trace, write_job, write_trace
 BAD_FILES = {
     "truncated.json.gz": (lambda: gzip.compress(json.dumps(kineto_trace(5)).encode())[:300], "truncated or corrupt gzip"),
     "invalid.json": (lambda: b'{"traceEvents": [{"ph": "X", "ts": 1,', "invalid JSON"),
-    "notatrace.json": (lambda: b'{"model": "resnet50", "lr": 0.1}', "not a PyTorch profiler trace: no 'traceEvents' list"),
-    "array.json": (lambda: b"[1, 2, 3]", "not a PyTorch profiler trace"),
     "empty.json": (lambda: b"", "the file is empty"),
     "no_events.json": (lambda: b'{"traceEvents": []}', "no complete ('X') events"),
 }
@@ -44,6 +42,26 @@ def test_each_bad_file_is_reported_and_the_rest_loads(tmp_path: Path, name: str)
     assert errors[0].source == name
     assert message in errors[0].message
     assert name in str(errors[0])
+
+
+# Valid JSON of another kind beside the traces (a config, a metrics dump): a stray file, not a broken trace.
+NOT_TRACES = {
+    "notatrace.json": (b'{"model": "resnet50", "lr": 0.1}', "not a PyTorch profiler trace: no 'traceEvents' list"),
+    "array.json": (b"[1, 2, 3]", "not a PyTorch profiler trace"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NOT_TRACES))
+def test_a_stray_json_file_is_a_warning_and_the_rest_loads(tmp_path: Path, name: str) -> None:
+    folder = write_job(tmp_path / "job", ranks=2)
+    content, message = NOT_TRACES[name]
+    (folder / name).write_bytes(content)
+    job = paradiag.open(folder)
+    assert job.rank_ids == [0, 1]
+    assert [p for p in job.problems if p.severity == "error"] == []
+    (warning,) = job.problems
+    assert warning.source == name and warning.severity == "warning"
+    assert warning.message.startswith("not a trace: skipped") and message in warning.message
 
 
 def test_strict_fails_instead(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from dash import Dash, Input, Output, dcc, html, no_update
 
@@ -41,7 +42,7 @@ def summary(sel: dict[str, Any] | None) -> tuple[Any, Any]:
     mesh = mesh_of(job)
     axes = " × ".join(f"{a.upper()}{v}" for a, v in layout.items() if a in ("dp", "tp", "pp", "ep") and v) or f"{len(mesh.stages)} stage(s), found by {mesh.found_by}"
     items = [
-        ("job", sel["job"].partition(":")[2] or job.source.rsplit("/", 1)[-1]),
+        ("job", jobs.split_window(sel["job"])[0].partition(":")[2] or job.source.rsplit("/", 1)[-1]),
         ("ranks", str(facts["num_ranks"])),
         ("device", facts["device_type"]),
         ("layout", axes),
@@ -49,8 +50,22 @@ def summary(sel: dict[str, Any] | None) -> tuple[Any, Any]:
         ("median step", f"{median / 1e6:.2f} ms" if median else "–"),
         ("events", f"{facts['num_events']:,}"),
     ]
-    facts_div = [html.Span([html.B(k + " "), v], className="pd-fact") for k, v in items]
+    facts_div: list[Any] = [html.Span([html.B(k + " "), v], className="pd-fact") for k, v in items]
+    if len(job.windows) > 1:
+        facts_div.append(window_picker(sel["job"], job.window, job.windows))
     return facts_div, findings_list(findings_of(job))
+
+
+def window_picker(token: str, current: int, windows: list[dict[str, Any]]) -> html.Details:
+    """The job's profiling windows as a drop-down of links (the URL, which the selection owns, opens the other)."""
+    links = []
+    for w in windows:
+        label = f"{w['index']}: {w['label']}"
+        if w["index"] == current:
+            links.append(html.Li(html.B(label)))
+        else:
+            links.append(html.Li(dcc.Link(label, href="?" + urlencode({"job": jobs.with_window(token, w["index"])}))))
+    return html.Details([html.Summary(f"window {current} of {len(windows)} ▾"), html.Ul(links)], id=ids.WINDOW_PICKER, className="pd-fact pd-window-picker")
 
 
 def findings_list(found: list[dict[str, Any]]) -> list[Any]:
