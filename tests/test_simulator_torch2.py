@@ -156,7 +156,7 @@ def test_gpu_job_is_shaped_as_nccl_records_it(gpu_job: Path) -> None:
         assert backward and all(e["tid"] == autograd for e in backward)
 
 
-def test_torch2_options_refused_where_they_mean_nothing() -> None:
+def test_torch2_options_refused_where_they_mean_nothing(tmp_path: Path) -> None:
     runner = CliRunner()
     for args, message in (
         (["--device", "cpu"], "needs --shape torch2"),
@@ -165,8 +165,9 @@ def test_torch2_options_refused_where_they_mean_nothing() -> None:
         (["--shape", "torch2", "--format", "ascend"], "use --format kineto"),
         (["--shape", "torch2", "--steps", "2", "--windows", "2", "--inject", "host_stall:ranks=0,steps=2"], "step 2 is not profiled"),
     ):
-        result = runner.invoke(simulate_cli, [*args, "-o", "unused"])
+        result = runner.invoke(simulate_cli, [*args, "-o", str(tmp_path / "job")])
         assert result.exit_code == 2 and message in result.output, (args, result.output)
+        assert not (tmp_path / "job").exists()
     assert "--shape" in runner.invoke(simulate_cli, ["--help"]).output
 
 
