@@ -1,9 +1,12 @@
 """Benchmark: the scenario matrix at scale, with the confusion table.
 
-    python benchmarks/scenarios.py [--plan 256|1024|all] [--mesh NAME ...] [--kind KIND ...] [--seeds N] [--job DIR ...]
+    python benchmarks/scenarios.py [--plan 256|1024|torch2|torch2_1024|all] [--mesh NAME ...] [--kind KIND ...] [--seeds N] [--job DIR ...]
 
 Simulates jobs of 256 ranks (DP8 x TP4 x PP8, 16 micro-batches; send/recv with and without their peer) and, with
 ``--plan 1024`` or ``all``, 1024 ranks (DP16 x TP8 x PP8), one fault of each kind per seed plus fault-free ones,
+``--plan torch2`` (256 ranks) and ``torch2_1024`` simulate the same faults in jobs shaped as real PyTorch 2.x jobs
+record them (``--shape torch2``: a CPU job over gloo with two profiler windows and an older fault-free rerun in the
+folder, a GPU job with FSDP2 over ``mesh_dp_shard`` and the run manifest; issue 22). The harness
 diagnoses each and scores it against its ground truth exactly as tests/test_analysis_scenarios.py does (inherent
 conditions such as an LM-head-heavy last stage are expected, not false). ``--job`` scores existing simulated
 folders (with their ground_truth.json) instead. Prints one line per job, the confusion table (injected kind x top
@@ -33,9 +36,21 @@ MESHES: dict[str, dict[str, Any]] = {
     "gpu256": {"dp": 8, "tp": 4, "pp": 8},
     "gpu256_nopeer": {"dp": 8, "tp": 4, "pp": 8, "p2p_peer": False, "vocab": 8192},
     "gpu1024": {"dp": 16, "tp": 8, "pp": 8, "vocab": 8192},
+    # torch2: what a real PyTorch 2.x job writes (a CPU job: a smaller model keeps its steps near a real CPU job's)
+    "cpu256_torch2": {"dp": 8, "tp": 4, "pp": 8, "device": "cpu", "shape": "torch2", "hidden": 512, "seq_len": 512, "vocab": 8192,
+                      "windows": 2, "rerun": True},
+    "gpu256_torch2": {"dp": 8, "tp": 4, "pp": 8, "shape": "torch2", "dp_mode": "fsdp", "dp_dim": "dp_shard", "trace_names": "window",
+                      "manifest": True, "vocab": 8192},
+    "cpu1024_torch2": {"dp": 16, "tp": 8, "pp": 8, "device": "cpu", "shape": "torch2", "hidden": 512, "seq_len": 512, "vocab": 8192,
+                       "windows": 2, "trace_names": "rank"},
+    "gpu1024_torch2": {"dp": 16, "tp": 8, "pp": 8, "shape": "torch2", "dp_dim": "dp_replicate", "vocab": 8192, "windows": 2},
 }
 KINDS = ("slow_device", "host_stall", "operator_hotspot", "stage_imbalance", "slow_link", "none")
-PLANS = {"256": ("gpu256", "gpu256_nopeer"), "1024": ("gpu1024",), "all": ("gpu256", "gpu256_nopeer", "gpu1024")}
+PLANS = {
+    "256": ("gpu256", "gpu256_nopeer"), "1024": ("gpu1024",), "torch2": ("cpu256_torch2", "gpu256_torch2"),
+    "torch2_1024": ("cpu1024_torch2", "gpu1024_torch2"),
+    "all": ("gpu256", "gpu256_nopeer", "gpu1024", "cpu256_torch2", "gpu256_torch2", "cpu1024_torch2", "gpu1024_torch2"),
+}
 
 
 def run_one(label: str, folder: Path, cache: Path) -> tuple[str, groundtruth.Score, dict[str, Any], list[dict[str, Any]]]:
@@ -66,7 +81,8 @@ def main() -> None:
         for seed in range(1, args.seeds + 1):
             for kind in args.kind or KINDS:
                 settings = {**MODEL, **MESHES[mesh]}
-                text = random_fault(kind, settings, random.Random(f"{mesh}-{kind}-{seed}"))
+                last_step = SimConfig(**settings).profiled_steps[-1][-1]  # a one-step stall lands in the latest window
+                text = random_fault(kind, settings, random.Random(f"{mesh}-{kind}-{seed}"), step=last_step)
                 name = f"{mesh}-{kind}-{seed}"
                 faults = (parse_fault(text),) if text else ()
                 simulate(SimConfig(output=work / name, seed=seed, faults=faults, **settings))

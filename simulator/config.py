@@ -12,6 +12,10 @@ DEVICES_PER_NODE = 8
 MODELS = ("llm", "resnet50")
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 FORMATS = ("kineto", "ascend")
+SHAPES = ("megatron", "torch2")  # megatron: record_param_comms and Megatron group names; torch2: what a PyTorch 2.x job records
+TRACE_NAMES = ("worker", "rank", "window")  # torch2 file names: {host}_{pid}.{ns}, rank{R}.{ns} (tensorboard_trace_handler), rank{R}.window{W}
+DP_DIMS = ("dp", "dp_shard", "dp_replicate")  # torch2: the DeviceMesh dim name of the data-parallel groups
+DP_MODES = ("ddp", "fsdp")
 
 
 class ConfigError(ValueError):
@@ -51,6 +55,33 @@ class SimConfig:
     devices_per_node: int = DEVICES_PER_NODE
     first_step: int = 0
     name: str = field(default="")
+    # The torch2 shape (docs/simulator.md "PyTorch 2.x shape"); the defaults write the megatron shape, unchanged.
+    shape: str = "megatron"
+    dp_mode: str = "ddp"  # torch2: ddp (bucketed all-reduce) or fsdp (FSDP2: per-layer all-gather and reduce-scatter)
+    dp_dim: str = "dp"
+    windows: int = 1  # profiler cycles (schedule repeat): one trace file per rank and window
+    window_gap: int = 2  # unprofiled steps (wait + warmup) before each window after the first
+    trace_names: str = "worker"
+    rerun: bool = False  # torch2: an older, fault-free run's files are left in the folder (one hour earlier)
+    manifest: bool = False  # torch2: paradiag_run.json as paradiag.torch writes it
+
+    @property
+    def torch2(self) -> bool:
+        return self.shape == "torch2"
+
+    @property
+    def cpu(self) -> bool:
+        return self.device == "cpu"
+
+    @property
+    def profiled_steps(self) -> list[list[int]]:
+        """The profiler step numbers of each window (ProfilerStep#N continues across windows)."""
+        period = self.steps + self.window_gap
+        return [[self.first_step + w * period + i for i in range(self.steps)] for w in range(self.windows)]
+
+    @property
+    def last_step(self) -> int:
+        return self.profiled_steps[-1][-1]
 
     @property
     def world_size(self) -> int:
@@ -87,6 +118,19 @@ def validate(cfg: SimConfig) -> None:
     for name in ("dp", "tp", "pp", "ep", "steps", "virtual_stages", "layers", "num_microbatches"):
         _check(getattr(cfg, name) >= 1, f"--{name.replace('_', '-')} must be at least 1")
     _check(0.0 <= cfg.jitter <= 0.5, "--jitter must be between 0 and 0.5")
+    _check(cfg.shape in SHAPES, f"--shape must be one of {', '.join(SHAPES)}")
+    _check(cfg.windows >= 1 and cfg.window_gap >= 0, "--windows must be at least 1 and --window-gap at least 0")
+    if cfg.torch2:
+        _check(cfg.format == "kineto", "--shape torch2 writes PyTorch profiler (Kineto) traces: use --format kineto")
+        _check(cfg.trace_names in TRACE_NAMES, f"--trace-names must be one of {', '.join(TRACE_NAMES)}")
+        _check(cfg.dp_dim in DP_DIMS, f"--dp-dim must be one of {', '.join(DP_DIMS)}")
+        _check(cfg.dp_mode in DP_MODES, f"--dp-mode must be one of {', '.join(DP_MODES)}")
+        _check(not (cfg.rerun and cfg.trace_names == "window"), "--rerun needs time-stamped file names (--trace-names worker or rank): a rerun with rank{R}.window{W} names overwrites the older files")
+        _check(cfg.dp_mode != "fsdp" or cfg.model == "llm", "--dp-mode fsdp needs --model llm")
+    else:
+        _check(cfg.device != "cpu", "--device cpu writes what a CPU (gloo) job records: it needs --shape torch2")
+        extras = [name for name, on in (("--windows", cfg.windows != 1), ("--rerun", cfg.rerun), ("--manifest", cfg.manifest), ("--dp-mode fsdp", cfg.dp_mode != "ddp")) if on]
+        _check(not extras, f"{', '.join(extras)} need --shape torch2")
     _check(cfg.tp <= cfg.devices_per_node, f"--tp {cfg.tp} is larger than a node ({cfg.devices_per_node} devices): tensor parallelism stays inside a node")
     if cfg.model == "resnet50":
         _check(cfg.tp == 1 and cfg.pp == 1 and cfg.ep == 1, "--model resnet50 is data parallel only: use --tp 1 --pp 1 --ep 1")

@@ -25,6 +25,7 @@ class DeviceSpec:
     inter_link: str
     launch_us: float  # host cost of one kernel launch
     kernel_floor_us: float  # the shortest kernel
+    host_comm_us: float = 16.0  # torch2: host cost of a c10d op (CPU: enqueueing the gloo work)
 
 
 DEVICES: dict[str, DeviceSpec] = {
@@ -39,6 +40,11 @@ DEVICES: dict[str, DeviceSpec] = {
     "910b": DeviceSpec(
         "910b", "Ascend910B2", "npu", 376.0, 1600.0, 68_719_476_736, 24, (0, 0),
         110.0, 23.0, 6.0, 14.0, "HCCS", "ROCE", 9.0, 3.0,
+    ),
+    # A CPU socket running one rank per NUMA slice (gloo over TCP: loopback inside a host, Ethernet across hosts).
+    "cpu": DeviceSpec(
+        "cpu", "CPU", "cpu", 2.5, 180.0, 137_438_953_472, 0, (0, 0),
+        6.0, 3.0, 25.0, 60.0, "LOOPBACK", "ETHERNET", 2.0, 4.0, 150.0,
     ),
 }
 

@@ -21,7 +21,9 @@ from paradiag.simulator.model import Op
 
 # Record fields: [code, name, host_ts, host_dur, launch_ts, launch_dur, dev_ts, dev_dur, stream, info].
 # info: K -> Op; C -> (Coll, group, algorithm, transfer us); S/R -> (peer, nelems, group, transfer us);
-# M -> bytes; P -> step; H -> category. Times in us on the job's true clock (no clock skew).
+# M -> bytes; P -> step; H -> category; T -> None (the host thread that runs what follows: main or autograd).
+# Times in us on the job's true clock (no clock skew). On a CPU device (``cpu``) the host thread is the device:
+# a kernel runs on it (host span = device span), a stream sync or wait leaves a gap on it, and nothing is launched.
 CODE, NAME, HTS, HDUR, LTS, LDUR, DTS, DDUR, STREAM, INFO = range(10)
 COMPUTE = "compute"
 HOST_OP_US = {"K": 9.0, "C": 16.0, "S": 14.0, "R": 14.0, "M": 12.0}
@@ -77,10 +79,13 @@ class Engine:
         self.states = [RankState(r, job.cfg.seed) for r in range(job.mesh.world)]
         self.op_us: dict[Op, float] = {}
         self.coll_us: dict[tuple[Any, ...], tuple[float, str]] = {}
+        self.cpu = job.spec.kind == "cpu"
         self._handlers: dict[str, Callable[[RankState, program.Instr, int], tuple[int, ...] | None]] = {
             "K": self._kernel, "C": self._collective, "S": self._send, "R": self._recv, "H": self._host,
-            "M": self._memcpy, "Y": self._sync, "W": self._wait, "A": self._open, "Z": self._close,
+            "M": self._memcpy, "Y": self._sync, "W": self._wait, "A": self._open, "Z": self._close, "T": self._thread,
         }
+        if self.cpu:
+            self._handlers.update({"K": self._cpu_kernel, "M": self._cpu_memcpy, "Y": self._cpu_sync, "W": self._cpu_wait})
 
     # ---- driving -------------------------------------------------------------------------------------------
     def run_step(self, step: int) -> list[list[Record]]:
@@ -104,6 +109,13 @@ class Engine:
             where = ", ".join(f"rank {st.rank} at {st.prog[st.pc][:2]}" for st in stuck[:4])
             raise DeadlockError(f"step {step}: {len(stuck)} ranks cannot progress ({where})")
         return [st.records for st in self.states]
+
+    def idle(self, us: float) -> None:
+        """Let ``us`` pass on every rank alike (steps run but not profiled between two profiler windows)."""
+        for st in self.states:
+            st.host += us
+            for stream in st.tail:
+                st.tail[stream] += us
 
     def _begin(self, st: RankState, step: int) -> None:
         st.prog = program.build(self.job, st.rank, step)
@@ -150,6 +162,15 @@ class Engine:
         st.host = hts + hdur + 1.5
         return hts, hdur, lts, ldur
 
+    def _comm_launch(self, st: RankState, code: str) -> tuple[float, float, float, float]:
+        """Host span of a c10d op: a kernel launch on a GPU; on a CPU, enqueueing the gloo work (no launch)."""
+        if not self.cpu:
+            return self._launch(st, HOST_OP_US[code])
+        hts = st.host
+        hdur = self.job.spec.host_comm_us * (1.0 + 0.25 * st.n())
+        st.host = hts + hdur + 1.5
+        return hts, hdur, hts + hdur * 0.5, 0.0
+
     def _jitter(self, st: RankState) -> float:
         return max(0.5, 1.0 + self.cfg.jitter * st.n())
 
@@ -177,6 +198,49 @@ class Engine:
         dur = base * self._factor(st, op, step) * self._jitter(st)
         st.tail[COMPUTE] = start + dur
         st.records.append(["K", op.aten, hts, hdur, lts, ldur, start, dur, COMPUTE, op])
+        return None
+
+    def _cpu_kernel(self, st: RankState, ins: program.Instr, step: int) -> tuple[int, ...] | None:
+        key = self._blocked(st, COMPUTE)
+        if key is not None:
+            return key
+        op: Op = ins[1]
+        base = self.op_us.get(op)
+        if base is None:
+            base = self.op_us[op] = devices.op_time_us(self.job.spec, op.flops, op.nbytes, op.dense)
+        start = max(st.host, st.tail[COMPUTE])  # a blocking collective or receive ends first: a gap on the thread
+        dur = base * self._factor(st, op, step) * self._jitter(st)
+        st.host = st.tail[COMPUTE] = start + dur + 1.0
+        st.records.append(["K", op.aten, start, dur, start, 0.0, start, dur, COMPUTE, op])
+        return None
+
+    def _cpu_memcpy(self, st: RankState, ins: program.Instr, step: int) -> tuple[int, ...] | None:
+        start = max(st.host, st.tail[COMPUTE])
+        dur = (ins[1] / (self.job.spec.hbm_gbps * 1e3) + 2.0) * self._jitter(st)
+        st.host = st.tail[COMPUTE] = start + dur + 1.0
+        st.records.append(["M", "aten::copy_", start, dur, start, 0.0, start, dur, COMPUTE, ins[1]])
+        return None
+
+    def _cpu_sync(self, st: RankState, ins: program.Instr, step: int) -> tuple[int, ...] | None:
+        """work.wait() on the main thread: no event, a gap until the stream(s) are done."""
+        streams = [ins[1]] if ins[1] else [COMPUTE, *st.gate, *st.tail]
+        for stream in streams:
+            key = self._blocked(st, stream)
+            if key is not None:
+                return key
+        st.host = max(st.host, *(st.tail[s] for s in streams)) + 2.0 + abs(st.n())
+        return None
+
+    def _cpu_wait(self, st: RankState, ins: program.Instr, step: int) -> tuple[int, ...] | None:
+        """DDP waiting for its gradient buckets: the main thread has no event until they are reduced."""
+        key = self._blocked(st, ins[1])
+        if key is not None:
+            return key
+        st.host = st.tail[COMPUTE] = max(st.host, st.tail[ins[1]]) + 3.0
+        return None
+
+    def _thread(self, st: RankState, ins: program.Instr, step: int) -> tuple[int, ...] | None:
+        st.records.append(["T", ins[1], st.host, 0.0, 0.0, 0.0, 0.0, 0.0, None, None])
         return None
 
     def _memcpy(self, st: RankState, ins: program.Instr, step: int) -> tuple[int, ...] | None:
@@ -246,7 +310,7 @@ class Engine:
             key = self._blocked(st, stream)
             if key is not None:
                 return key
-        hts, hdur, lts, ldur = self._launch(st, HOST_OP_US["C"])
+        hts, hdur, lts, ldur = self._comm_launch(st, "C")
         arrival = max(lts + ldur * 0.6, st.tail[role], st.tail[COMPUTE])
         st.seq[group.index] += 1
         key = (0, step, group.index, st.seq[group.index])
@@ -309,7 +373,7 @@ class Engine:
                 return key
         _, peer, nelems, tag = ins
         group = self._pp_group(st.rank)
-        hts, hdur, lts, ldur = self._launch(st, HOST_OP_US["S"])
+        hts, hdur, lts, ldur = self._comm_launch(st, "S")
         arrival = max(lts + ldur * 0.6, st.tail["pp"], st.tail[COMPUTE])
         dur = self._p2p_us(st.rank, peer, nelems * 2, step) * self._jitter(st)
         st.tail["pp"] = arrival + dur
@@ -327,7 +391,7 @@ class Engine:
             return key
         _, peer, nelems, tag = ins
         group = self._pp_group(st.rank)
-        hts, hdur, lts, ldur = self._launch(st, HOST_OP_US["R"])
+        hts, hdur, lts, ldur = self._comm_launch(st, "R")
         arrival = max(lts + ldur * 0.6, st.tail["pp"])
         record = ["R", "recv", hts, hdur, lts, ldur, arrival, None, "pp", (peer, nelems, group, 0.0)]
         st.records.append(record)

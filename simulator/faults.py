@@ -129,16 +129,17 @@ def check(fault: Fault, world: int, nodes: int, steps: range, ep: int, moe: bool
         raise FaultError(f"{fault.kind}: factor must be positive")
 
 
-def random_fault(kind: str, mesh: dict[str, Any], rng: random.Random) -> str | None:
+def random_fault(kind: str, mesh: dict[str, Any], rng: random.Random, step: int = 1) -> str | None:
     """An ``--inject`` text for one fault of ``kind`` with a culprit drawn from ``mesh`` (dp, tp, pp, ep; Megatron rank
-    order: tp fastest, then dp, pp); None for ``none``. The scenario matrices draw their faults with it."""
+    order: tp fastest, then dp, pp); None for ``none``. A host stall hits profiler step ``step`` only. The scenario
+    matrices draw their faults with it."""
     dp, tp, pp = mesh["dp"], mesh["tp"], mesh["pp"]
     world = dp * tp * pp
     rank = rng.randrange(world)
     if kind == "slow_device":
         return f"slow_device:ranks={rank},factor={rng.choice([1.3, 1.4, 1.5])}"
     if kind == "host_stall":
-        return f"host_stall:ranks={rank},steps=1,ms={rng.choice([20, 30, 40])}"
+        return f"host_stall:ranks={rank},steps={step},ms={rng.choice([20, 30, 40])}"
     if kind == "operator_hotspot":
         return f"operator_hotspot:ranks={rank},operator=flash_attention,factor=3"
     if kind == "stage_imbalance":

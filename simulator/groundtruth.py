@@ -59,8 +59,9 @@ def inherent(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"kind": "stage_imbalance", "stage": heavy, "ranks": ranks_of[heavy], "imbalance": round(per_stage[heavy] / mean, 3), "cause": cause}]
 
 
-def build(job: Job, files: dict[int, str], timings: dict[str, dict[int, list[float]]]) -> dict[str, Any]:
-    """The ground truth document; ``timings`` holds per-rank, per-step figures (host step span, busy compute)."""
+def build(job: Job, files: dict[int, str], timings: dict[str, dict[int, list[float]]], torch2: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ground truth document; ``timings`` holds per-rank, per-step figures (host step span, busy compute);
+    ``torch2`` (the torch2 shape only) each rank's file per window (``windows``) and an older run's (``stale_files``)."""
     cfg, mesh = job.cfg, job.mesh
     model: dict[str, Any] = {"kind": cfg.model}
     if cfg.model == "llm":
@@ -91,20 +92,34 @@ def build(job: Job, files: dict[int, str], timings: dict[str, dict[int, list[flo
         "layout": layout,
         "schedule": {
             "kind": cfg.schedule if cfg.pp > 1 else "none", "microbatches": cfg.num_microbatches,
-            "virtual_stages": cfg.virtual_stages, "steps": list(range(cfg.first_step, cfg.first_step + cfg.steps)),
+            "virtual_stages": cfg.virtual_stages, "steps": [s for window in cfg.profiled_steps for s in window],
         },
         "jitter": cfg.jitter,
         "faults": [_fault(job, f) for f in cfg.faults],
         "files": {str(r): files[r] for r in sorted(files)},
         **{name: {str(r): [round(v, 3) for v in values[r]] for r in sorted(values)} for name, values in timings.items()},
     }
+    if torch2 is not None:
+        names = mesh.torch2_names(cfg.dp_dim)
+        layout["groups"] = [{"name": names[g.index][0], "role": g.role, "description": names[g.index][1], "ranks": list(g.ranks)} for g in mesh.groups]
+        layout["mesh"] = mesh.device_mesh(cfg.dp_dim)
+        per_rank = torch2["windows"]
+        doc["shape"] = {
+            "kind": "torch2", "backend": "gloo" if job.spec.kind == "cpu" else "nccl", "device_kind": job.spec.kind, "dp_mode": cfg.dp_mode,
+            "dp_dim": cfg.dp_dim, "trace_names": cfg.trace_names, "manifest": cfg.manifest,
+        }
+        doc["windows"] = [
+            {"window": w, "steps": steps, "files": {str(r): per_rank[r][w] for r in sorted(per_rank)}}
+            for w, steps in enumerate(cfg.profiled_steps)
+        ]
+        doc["stale_files"] = torch2["stale_files"]
     doc["inherent"] = inherent(doc)
     return doc
 
 
-def write(job: Job, out: Path, files: dict[int, str], timings: dict[str, dict[int, list[float]]]) -> Path:
+def write(job: Job, out: Path, files: dict[int, str], timings: dict[str, dict[int, list[float]]], torch2: dict[str, Any] | None = None) -> Path:
     path = out / FILE_NAME
-    path.write_text(json.dumps(build(job, files, timings), indent=1) + "\n")
+    path.write_text(json.dumps(build(job, files, timings, torch2), indent=1) + "\n")
     return path
 
 

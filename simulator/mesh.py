@@ -33,6 +33,9 @@ DESCRIPTIONS = {
 }
 
 
+MESH_ORDER = ("pp", "dp", "tp", "ep")  # DeviceMesh dims outermost first (Megatron rank order: tp fastest), EP last
+
+
 class Mesh:
     """Coordinates of every rank and the groups it belongs to."""
 
@@ -89,3 +92,31 @@ class Mesh:
         """The rank holding ``stage`` in the same pipeline as ``rank``."""
         _, d, t = self.coords(rank)
         return self.rank(stage, d, t)
+
+    def torch2_names(self, dp_dim: str = "dp") -> dict[int, tuple[str, str]]:
+        """group index -> (pg_name, pg_desc) as a PyTorch 2.x job with ``init_device_mesh`` names its groups: the
+        default group ``"0"``, then every slice of each mesh dimension (outermost first) numbered in creation order,
+        described ``mesh_<dim>`` (the data-parallel dim called ``dp_dim``: dp, dp_shard or dp_replicate)."""
+        out = {g.index: ("0", "default_pg") for g in self.groups if g.role == "world"}
+        counter = 1
+        for role in MESH_ORDER:
+            for g in self.groups:
+                if g.role == role:
+                    out[g.index] = (str(counter), f"mesh_{dp_dim if role == 'dp' else role}")
+                    counter += 1
+        return out
+
+    def device_mesh(self, dp_dim: str = "dp") -> dict[str, object] | None:
+        """The DeviceMesh of the job (dims of size > 1, outermost first, EP aside): dim names, shape, global ranks."""
+        dims = [(role, n) for role, n in (("pp", self.pp), ("dp", self.dp), ("tp", self.tp)) if n > 1]
+        if not dims:
+            return None
+
+        def nest(level: int, coords: dict[str, int]) -> object:
+            if level == len(dims):
+                return self.rank(coords.get("pp", 0), coords.get("dp", 0), coords.get("tp", 0))
+            role, n = dims[level]
+            return [nest(level + 1, {**coords, role: i}) for i in range(n)]
+
+        names = [dp_dim if role == "dp" else role for role, _ in dims]
+        return {"dim_names": names, "shape": [n for _, n in dims], "ranks": nest(0, {})}

@@ -10,6 +10,8 @@ Instructions are tuples (cheap to build by the hundred thousand):
 * ``("Y", role)``: the host waits for the device (role None: every stream)
 * ``("W", role)``: the compute stream waits for the ``role`` communication stream
 * ``("A", name)`` / ``("Z",)``: a host annotation range opens / closes
+* ``("T", thread)``: the host work that follows runs on ``thread`` (``main``, or ``autograd``: the backward pass of
+  a GPU job under PyTorch 2.x, whose autograd engine runs it on its own thread; torch2 shape only)
 """
 
 from __future__ import annotations
@@ -56,19 +58,23 @@ def _dims(job: Job) -> Dims:
     return Dims(c.micro_batch_size * c.seq_len, c.seq_len, c.micro_batch_size, c.hidden, c.tp, c.vocab)
 
 
-def _chunk(job: Job, d: Dims, g: int, rank: int, step: int) -> tuple[list[Item], list[list[Item]], list[int]]:
-    """Forward items of global chunk ``g``, backward items per layer (backward order), params per layer."""
+def _chunk(job: Job, d: Dims, g: int, rank: int, step: int) -> tuple[list[Item], list[list[Item]], list[int], list[list[Item]]]:
+    """Forward items of global chunk ``g``, backward items per layer (backward order), params per layer (backward
+    order), and the forward items per layer (forward order: embedding, layers, head)."""
     layers = job.chunk_layers[g]
     forward: list[Item] = model.embedding(d) if g == 0 else []
+    units: list[list[Item]] = [model.embedding(d)] if g == 0 else []
     backward_layers: list[list[Item]] = []
     params: list[int] = []
     for layer in layers:
         f, b = _layer(job, d, layer, rank, step)
         forward += f
+        units.append(f)
         backward_layers.append(b)
         params.append(model.layer_params(d.hidden, d.tp))
     if g == job.chunks - 1:
         forward += model.head(d)
+        units.append(model.head(d))
         backward_layers.append(model.backward(model.head(d)))
         params.append(d.vocab * d.hidden // d.tp)
     backward_layers.reverse()
@@ -76,7 +82,7 @@ def _chunk(job: Job, d: Dims, g: int, rank: int, step: int) -> tuple[list[Item],
     if g == 0:
         backward_layers.append(model.backward(model.embedding(d)))
         params.append(d.vocab * d.hidden // d.tp)
-    return forward, backward_layers, params
+    return forward, backward_layers, params, units
 
 
 def _backward_with_buckets(layers: list[list[Item]], params: list[int], reduce: bool, bucket: int = BUCKET_PARAMS) -> list[Instr]:
@@ -93,6 +99,39 @@ def _backward_with_buckets(layers: list[list[Item]], params: list[int], reduce: 
     return out
 
 
+def _fsdp_forward(layers: list[list[Item]], params: list[int], dp: int) -> list[Instr]:
+    """FSDP2's forward: each layer's parameters all-gathered over the data-parallel group before it runs, the
+    next layer's gather issued (prefetched) before this layer computes."""
+    out: list[Instr] = [("C", Coll("_allgather_base", "dp", params[0] // dp, params[0], "BFloat16"), False)]
+    for i, items in enumerate(layers):
+        out.append(("W", "dp"))
+        if i + 1 < len(layers):
+            out.append(("C", Coll("_allgather_base", "dp", params[i + 1] // dp, params[i + 1], "BFloat16"), False))
+        out += _kernels(items)
+    return out
+
+
+def _fsdp_backward(layers: list[list[Item]], params: list[int], dp: int, reduce: bool) -> list[Instr]:
+    """FSDP2's backward: each layer's parameters gathered again (prefetched one layer ahead), its gradients
+    reduce-scattered once it is done (on the last micro-batch only, as with gradient accumulation)."""
+    out: list[Instr] = [("C", Coll("_allgather_base", "dp", params[0] // dp, params[0], "BFloat16"), False)]
+    for i, items in enumerate(layers):
+        out.append(("W", "dp"))
+        if i + 1 < len(layers):
+            out.append(("C", Coll("_allgather_base", "dp", params[i + 1] // dp, params[i + 1], "BFloat16"), False))
+        out += _kernels(items)
+        if reduce:
+            out.append(("C", Coll("_reduce_scatter_base", "dp", params[i], params[i] // dp, "Float"), False))
+    return out
+
+
+def _backward(job: Job, items: list[Instr]) -> list[Instr]:
+    """A backward pass; under the torch2 shape a GPU job runs it on the autograd engine's thread."""
+    if job.cfg.torch2 and not job.cfg.cpu:
+        return [("T", "autograd"), *items, ("T", "main")]
+    return items
+
+
 def llm(job: Job, rank: int, step: int) -> list[Instr]:
     """One training step of a transformer LLM on ``rank``: data, the pipeline schedule, gradients, optimizer."""
     cfg, mesh, d = job.cfg, job.mesh, _dims(job)
@@ -104,6 +143,7 @@ def llm(job: Job, rank: int, step: int) -> list[Instr]:
             prog.append(("C", Coll("broadcast", "tp", d.tokens * 2, d.tokens * 2, "Long"), True))
         prog.append(("M", d.tokens * 8 * 2))
     chunks: dict[int, Any] = {}
+    fsdp = cfg.torch2 and cfg.dp_mode == "fsdp" and cfg.dp > 1
     total_params = 0
     for c in range(cfg.virtual_stages):
         g = c * pp + stage
@@ -111,17 +151,23 @@ def llm(job: Job, rank: int, step: int) -> list[Instr]:
         total_params += sum(chunks[g][2])
     for phase, mb, c in schedule.order(cfg.schedule, pp, stage, m, cfg.virtual_stages):
         g = c * pp + stage
-        forward, backward_layers, params = chunks[g]
+        forward, backward_layers, params, units = chunks[g]
         if phase == "F":
             if g > 0:
                 prog += [("R", mesh.stage_rank(rank, (g - 1) % pp), act, (0, mb, g)), ("Y", "pp")]
-            prog += _kernels(forward)
+            if fsdp:
+                prog += _fsdp_forward(units, params[::-1], cfg.dp)
+            else:
+                prog += _kernels(forward)
             if g < last:
                 prog.append(("S", mesh.stage_rank(rank, (g + 1) % pp), act, (0, mb, g + 1)))
         else:
             if g < last:
                 prog += [("R", mesh.stage_rank(rank, (g + 1) % pp), act, (1, mb, g)), ("Y", "pp")]
-            prog += _backward_with_buckets(backward_layers, params, cfg.dp > 1 and mb == m - 1)
+            if fsdp:
+                prog += _backward(job, _fsdp_backward(backward_layers, params, cfg.dp, mb == m - 1))
+            else:
+                prog += _backward(job, _backward_with_buckets(backward_layers, params, cfg.dp > 1 and mb == m - 1))
             if g > 0:
                 prog.append(("S", mesh.stage_rank(rank, (g - 1) % pp), act, (1, mb, g - 1)))
     if cfg.dp > 1:
@@ -144,7 +190,7 @@ def cnn(job: Job, rank: int, step: int) -> list[Instr]:
     prog: list[Instr] = [("H", DATA_LOADER, "user_annotation", 1800.0), ("M", batch * 3 * 224 * 224 * 2)]
     prog += _kernels(forward)
     reduce = job.cfg.dp > 1
-    prog += _backward_with_buckets(backward_layers, params, reduce, DDP_BUCKET_PARAMS)
+    prog += _backward(job, _backward_with_buckets(backward_layers, params, reduce, DDP_BUCKET_PARAMS))
     if reduce:
         prog.append(("W", "dp"))
     return [*prog, *_optimizer(sum(params)), ("Y", None)]

@@ -9,12 +9,18 @@ than 5 %. benchmarks/scenarios.py runs the bigger matrix (256 and 1024 ranks) wi
 
 Jobs are small (8 layers, 2 steps) and generated once per session; the whole matrix takes about three minutes on
 two cores.
+
+``test_torch2_scenarios``: the same faults in jobs shaped as real PyTorch 2.x jobs record them (``shape="torch2"``,
+issue 22): a CPU job over gloo (DeviceMesh groups, gloo runloop threads, two profiler windows, an older fault-free
+rerun left in the folder: the latest window of the newer run must be diagnosed) and a GPU job (FSDP2 over
+``mesh_dp_shard``, c10d ops without record_param_comms, the run manifest). Every one must be diagnosed right.
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -49,6 +55,19 @@ PLAN: list[tuple[str, tuple[str, ...], list[int]]] = [  # mesh, fault kinds, see
 ]
 
 
+TORCH2_MESHES: dict[str, dict[str, Any]] = {
+    # a CPU job computes ~400x slower than an H100: a smaller model keeps its steps near a real CPU job's (~50 ms)
+    "cpu16_torch2": {"dp": 2, "tp": 2, "pp": 4, "microbatches": 4, "schedule": "1f1b", "device": "cpu", "shape": "torch2",
+                     "hidden": 512, "seq_len": 512, "windows": 2, "rerun": True},
+    "gpu16_torch2_fsdp": {"dp": 2, "tp": 2, "pp": 4, "microbatches": 4, "schedule": "gpipe", "shape": "torch2", "dp_mode": "fsdp",
+                          "dp_dim": "dp_shard", "trace_names": "window", "manifest": True},
+}
+TORCH2_PLAN: list[tuple[str, tuple[str, ...], list[int]]] = [
+    ("cpu16_torch2", ("slow_device", "host_stall", "operator_hotspot", "stage_imbalance", "slow_link", "none"), [21]),
+    ("gpu16_torch2_fsdp", ("slow_device", "stage_imbalance", "slow_link", "none"), [22]),
+]
+
+
 @dataclass
 class Scenario:
     mesh: str
@@ -62,22 +81,21 @@ class Scenario:
         return f"{self.mesh}-{self.kind}-{self.seed}"
 
 
-def scenarios() -> list[Scenario]:
+def scenarios(plan: list[tuple[str, tuple[str, ...], list[int]]] = PLAN, meshes: dict[str, dict[str, Any]] = MESHES) -> list[Scenario]:
     out = []
-    for mesh, kinds, seeds in PLAN:
+    for mesh, kinds, seeds in plan:
+        last_step = SimConfig(**{**MODEL, **meshes[mesh]}).profiled_steps[-1][-1]  # a one-step stall in the latest window
         for seed in seeds:
             for kind in kinds:
                 rng = random.Random(f"{mesh}-{kind}-{seed}")
-                out.append(Scenario(mesh, kind, seed, random_fault(kind, MESHES[mesh], rng)))
+                out.append(Scenario(mesh, kind, seed, random_fault(kind, meshes[mesh], rng, step=last_step)))
     return out
 
 
-@pytest.fixture(scope="session")
-def outcomes(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[Scenario, list[dict[str, Any]]]]:
-    root = tmp_path_factory.mktemp("scenarios")
+def _diagnose(root: Path, plan: list[tuple[str, tuple[str, ...], list[int]]], meshes: dict[str, dict[str, Any]]) -> list[tuple[Scenario, list[dict[str, Any]]]]:
     results = []
-    for sc in scenarios():
-        settings = {**MODEL, **MESHES[sc.mesh]}
+    for sc in scenarios(plan, meshes):
+        settings = {**MODEL, **meshes[sc.mesh]}
         out = root / sc.name
         faults = (parse_fault(sc.fault),) if sc.fault else ()
         simulate(SimConfig(output=out, seed=sc.seed, faults=faults, **settings))
@@ -85,6 +103,16 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[Scenario, l
         sc.truth = groundtruth.read(out)
         results.append((sc, [f.as_json() for f in job.diagnosis().findings]))
     return results
+
+
+@pytest.fixture(scope="session")
+def outcomes(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[Scenario, list[dict[str, Any]]]]:
+    return _diagnose(tmp_path_factory.mktemp("scenarios"), PLAN, MESHES)
+
+
+@pytest.fixture(scope="session")
+def torch2_outcomes(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[Scenario, list[dict[str, Any]]]]:
+    return _diagnose(tmp_path_factory.mktemp("torch2_scenarios"), TORCH2_PLAN, TORCH2_MESHES)
 
 
 def test_scenario_matrix(outcomes: list[tuple[Scenario, list[dict[str, Any]]]]) -> None:
@@ -102,3 +130,11 @@ def test_scenario_matrix(outcomes: list[tuple[Scenario, list[dict[str, Any]]]]) 
     assert sum(s.right for *_, s in faulty) >= 0.95 * len(faulty), "\n".join(wrong)
     assert sum(s.right for *_, s in clean) >= 0.95 * len(clean), "\n".join(wrong)
     assert sum(not s.false_kinds for *_, s in scores) >= 0.95 * len(scores), "\n".join(wrong)
+
+
+def test_torch2_scenarios(torch2_outcomes: list[tuple[Scenario, list[dict[str, Any]]]]) -> None:
+    scores = [(sc, f, groundtruth.score(f, sc.truth)) for sc, f in torch2_outcomes]
+    wrong = [f"  {sc.name}: injected {sc.fault or 'nothing'}; found {[(x['kind'], x['culprit']) for x in f]}" for sc, f, s in scores if not s.right or s.false_kinds]
+    print(f"\n{groundtruth.confusion_table([(sc.kind, s.top) for sc, _, s in scores])}")
+    assert len(scores) == 10 and {sc.truth["shape"]["device_kind"] for sc, _, _ in scores} == {"cpu", "gpu"}
+    assert not wrong, "\n".join(wrong)

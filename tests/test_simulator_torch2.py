@@ -1,0 +1,246 @@
+"""``--shape torch2``: the simulator writes what a real PyTorch 2.x job records (issue 22).
+
+CPU/gloo and GPU/NCCL jobs with DeviceMesh group names, c10d host ops without record_param_comms, group-local
+send/recv peers, gloo runloop threads, several profiler windows, an older rerun and the run manifest; and the same
+keys, categories, arg names and thread names as real traces: the gloo ones made by real torch.distributed jobs
+(``$PARADIAG_REAL_TRACES``, default ``../realtraces`` beside the repo) and the NCCL one in ../shared/traces.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from paradiag.simulator import SimConfig, groundtruth, parse_fault, simulate
+from paradiag.simulator.cli import simulate as simulate_cli
+from tests.conftest import REPO, shared_path
+
+MODEL: dict[str, Any] = {"layers": 4, "hidden": 256, "heads": 16, "seq_len": 128, "vocab": 1024, "steps": 2, "microbatches": 2}
+REAL_TRACES = Path(os.environ.get("PARADIAG_REAL_TRACES") or REPO.parent / "realtraces")
+GLOO_NAMES = {"gloo:all_reduce", "gloo:all_gather", "gloo:broadcast", "gloo:send", "gloo:recv", "gloo:all_to_all"}
+
+
+def _load(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def _threads(trace: dict[str, Any]) -> dict[int, set[str]]:
+    names: dict[int, set[str]] = defaultdict(set)
+    for e in trace["traceEvents"]:
+        if e.get("ph") == "M" and e["name"] == "thread_name":
+            names[e["tid"]].add(re.sub(r"^thread \d+ \((.*)\)$", r"\1", e["args"]["name"]))
+    return names
+
+
+def _events(trace: dict[str, Any], name: str | None = None, cat: str | None = None) -> list[dict[str, Any]]:
+    return [e for e in trace["traceEvents"] if e.get("ph") == "X" and (name is None or e["name"] == name) and (cat is None or e.get("cat") == cat)]
+
+
+@pytest.fixture(scope="module")
+def cpu_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("torch2") / "cpu"
+    simulate(SimConfig(output=out, device="cpu", shape="torch2", dp=2, tp=2, pp=2, windows=2, rerun=True, manifest=True,
+                       faults=(parse_fault("slow_device:ranks=5,factor=1.5"),), seed=3, **MODEL))
+    return out
+
+
+@pytest.fixture(scope="module")
+def gpu_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("torch2") / "gpu"
+    simulate(SimConfig(output=out, device="h100", shape="torch2", dp=2, tp=2, pp=2, dp_mode="fsdp", dp_dim="dp_shard",
+                       trace_names="rank", seed=4, **MODEL))
+    return out
+
+
+def _latest(job: Path) -> dict[int, dict[str, Any]]:
+    truth = groundtruth.read(job)
+    return {int(r): _load(job / f) for r, f in truth["files"].items()}
+
+
+def test_cpu_job_is_shaped_as_gloo_records_it(cpu_job: Path) -> None:
+    truth = groundtruth.read(cpu_job)
+    groups = {tuple(g["ranks"]): g for g in truth["layout"]["groups"]}
+    for rank, trace in _latest(cpu_job).items():
+        info = trace["distributedInfo"]
+        assert trace["deviceProperties"] == [] and info["backend"] == "gloo" and info["rank"] == rank
+        assert info["pg_count"] == len(truth["layout"]["groups"])
+        own = [g for g in truth["layout"]["groups"] if rank in g["ranks"]]
+        assert sorted(p["pg_name"] for p in info["pg_config"]) == sorted(g["name"] for g in own)  # only its own groups
+        assert {p["pg_desc"] for p in info["pg_config"]} <= {"default_pg", "mesh_pp", "mesh_dp", "mesh_tp"}
+        assert all(p["pg_name"].isdigit() and p["backend_config"] == "cpu:gloo,cuda:gloo" for p in info["pg_config"])
+        text = json.dumps(trace)
+        assert "record_param_comms" not in text and "Collective name" not in text
+        main = next(e["pid"] for e in trace["traceEvents"] if e.get("ph") == "X" and e["name"].startswith("ProfilerStep#"))
+        assert {e["pid"] for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") != "Trace"} == {main}  # no device rows
+        threads = _threads(trace)
+        assert threads[main] == {"python3"}
+        gloo = [e for e in _events(trace, cat="user_annotation") if e["name"].startswith("gloo:")]
+        assert gloo and {e["name"] for e in gloo} <= GLOO_NAMES
+        for e in gloo:  # collectives on the group's runloop threads, send/recv on the main thread
+            assert ("pt_gloo_runloop" in threads[e["tid"]]) == (e["name"] not in ("gloo:send", "gloo:recv")), e
+            assert list(e["args"]) == ["External id", "Record function id", "Concrete Inputs", "Input type", "Input Strides", "Input Dims", "Ev Idx"]
+        # send/recv: the peer is group-local (Concrete Inputs[2]) in the pipeline group, the sequence number autograd's
+        stage = truth["layout"]["stages"][rank]
+        pp_group = next(g for g in own if g["description"] == "mesh_pp")
+        for op in ("c10d::send", "c10d::recv_"):
+            for e in _events(trace, op):
+                peer = pp_group["ranks"][int(e["args"]["Concrete Inputs"][2])]
+                assert truth["layout"]["stages"][peer] in (stage - 1, stage + 1) and tuple(pp_group["ranks"]) in groups
+                assert "Sequence number" in e["args"] and e["args"]["Input type"] == ["TensorList", "", "Scalar", "Scalar"]
+        assert _events(trace, "c10d::allreduce_") and all(e["dur"] < 1000 for e in _events(trace, "c10d::allreduce_"))
+
+
+def test_gloo_work_lasts_as_long_as_the_slowest_member(cpu_job: Path) -> None:
+    """The dp all-reduce of ranks 5 (1.5x slower) and 7 ends together on both; rank 7 waits in it much longer."""
+    traces = _latest(cpu_job)
+    ends, durs = {}, {}
+    for rank in (5, 7):
+        reduce = [e for e in _events(traces[rank], "gloo:all_reduce") if e["args"]["Input type"] == ["float"] and e["args"]["Input Dims"][0][0] > 10_000]
+        ends[rank] = [e["ts"] + e["dur"] for e in reduce]
+        durs[rank] = sum(e["dur"] for e in reduce)
+    assert len(ends[5]) == len(ends[7]) == 2
+    assert all(abs(a - b) < 1e-2 for a, b in zip(ends[5], ends[7], strict=True))
+    assert durs[7] > 1.5 * durs[5]
+
+
+def test_windows_rerun_and_manifest(cpu_job: Path) -> None:
+    truth = groundtruth.read(cpu_job)
+    assert [w["steps"] for w in truth["windows"]] == [[0, 1], [4, 5]]
+    assert truth["files"] == truth["windows"][-1]["files"]
+    names = sorted(p.name for p in cpu_job.glob("*.pt.trace.json"))
+    assert len(names) == 8 * 2 * 2 and len(truth["stale_files"]) == 16
+    stamp = {n: int(n.split(".")[1]) for n in names}  # tensorboard_trace_handler: {worker}.{time_ns}
+    newest_old = max(stamp[n] for n in truth["stale_files"])
+    assert all(stamp[f] > newest_old for w in truth["windows"] for f in w["files"].values())
+    for w in truth["windows"]:
+        for rank, name in w["files"].items():
+            trace = _load(cpu_job / name)
+            assert trace["distributedInfo"]["rank"] == int(rank)
+            assert [e["name"] for e in _events(trace, cat="user_annotation") if e["name"].startswith("ProfilerStep#")] == [f"ProfilerStep#{s}" for s in w["steps"]]
+    old = _load(cpu_job / truth["stale_files"][0])
+    assert max(e["ts"] for e in _events(old)) < min(e["ts"] for e in _events(_load(cpu_job / truth["files"]["0"])))
+    manifest = _load(cpu_job / "paradiag_run.json")
+    assert manifest["format"] == "paradiag.torch/1" and manifest["backend"] == "gloo" and manifest["world_size"] == 8
+    assert manifest["mesh"]["dim_names"] == ["pp", "dp", "tp"] and manifest["mesh"]["shape"] == [2, 2, 2]
+    assert manifest["mesh"]["ranks"][1][0] == [4, 5]
+    assert sorted((g["name"], g["desc"], g["ranks"]) for g in manifest["groups"]) == sorted((g["name"], g["description"], g["ranks"]) for g in truth["layout"]["groups"])
+    assert manifest["schedule"]["repeat"] == 2 and manifest["schedule"]["active"] == 2
+
+
+def test_gpu_job_is_shaped_as_nccl_records_it(gpu_job: Path) -> None:
+    truth = groundtruth.read(gpu_job)
+    assert all(re.fullmatch(r"rank\d+\.\d+\.pt\.trace\.json", f) for f in truth["files"].values())
+    for trace in _latest(gpu_job).values():
+        info = trace["distributedInfo"]
+        assert info["backend"] == "nccl" and {p["pg_desc"] for p in info["pg_config"]} <= {"default_pg", "mesh_pp", "mesh_dp_shard", "mesh_tp"}
+        assert "record_param_comms" not in json.dumps(trace) and "Collective name" not in json.dumps(trace)
+        kernels = _events(trace, cat="kernel")
+        nccl = [k for k in kernels if k["name"].startswith("ncclDevKernel_")]
+        assert {k["name"].split("(")[0] for k in nccl} >= {"ncclDevKernel_AllGather_RING_LL128", "ncclDevKernel_SendRecv"}
+        ops = {e["args"]["External id"]: e["name"] for e in _events(trace, cat="cpu_op")}
+        assert all(ops[k["args"]["External id"]].startswith("c10d::") for k in nccl)  # each kernel launched by its c10d op
+        assert {ops[k["args"]["External id"]] for k in nccl} >= {"c10d::_allgather_base_", "c10d::_reduce_scatter_base_", "c10d::send", "c10d::recv_"}
+        annotations = {e["name"] for e in _events(trace, cat="gpu_user_annotation")}
+        assert "nccl:_reduce_scatter_base" in annotations and any(re.fullmatch(r"nccl:(send \d->\d|recv \d<-\d)", a) for a in annotations)
+        threads = _threads(trace)
+        autograd = next(t for t, n in threads.items() if "pt_autograd_0" in n)
+        backward = _events(trace, "aten::_flash_attention_backward")
+        assert backward and all(e["tid"] == autograd for e in backward)
+
+
+def test_torch2_options_refused_where_they_mean_nothing(tmp_path: Path) -> None:
+    runner = CliRunner()
+    for args, message in (
+        (["--device", "cpu"], "needs --shape torch2"),
+        (["--windows", "2"], "need --shape torch2"),
+        (["--shape", "torch2", "--rerun", "--trace-names", "window"], "overwrites the older files"),
+        (["--shape", "torch2", "--format", "ascend"], "use --format kineto"),
+        (["--shape", "torch2", "--steps", "2", "--windows", "2", "--inject", "host_stall:ranks=0,steps=2"], "step 2 is not profiled"),
+    ):
+        result = runner.invoke(simulate_cli, [*args, "-o", str(tmp_path / "job")])
+        assert result.exit_code == 2 and message in result.output, (args, result.output)
+        assert not (tmp_path / "job").exists()
+    assert "--shape" in runner.invoke(simulate_cli, ["--help"]).output
+
+
+# ---- the same structure as real traces ----------------------------------------------------------------------------
+
+
+def _real_gloo() -> list[dict[str, Any]]:
+    by_folder: dict[Path, list[Path]] = defaultdict(list)
+    for path in sorted(REAL_TRACES.rglob("*.pt.trace.json")) if REAL_TRACES.is_dir() else []:
+        by_folder[path.parent].append(path)
+    files = [p for paths in by_folder.values() for p in paths[:2]][:40]  # two ranks of each real job
+    traces = [t for t in map(_load, files) if t.get("distributedInfo", {}).get("backend") == "gloo"]
+    if not traces:
+        pytest.skip(f"no real gloo trace: {REAL_TRACES} holds none (set PARADIAG_REAL_TRACES to a folder of real torch.distributed CPU traces)")
+    return traces
+
+
+def _shape(traces: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a structural comparison looks at: top-level keys, distributedInfo and pg_config keys, event categories,
+    arg names per (category, name) of the communication events, thread name kinds."""
+    args: dict[tuple[str, str], set[str]] = defaultdict(set)
+    cpu_args: set[str] = set()
+    for t in traces:
+        for e in t["traceEvents"]:
+            if e.get("ph") != "X":
+                continue
+            key = (e.get("cat", ""), re.sub(r" \d+(->|<-)\d+$", "", e["name"]))
+            if key[1].startswith(("gloo:", "nccl:", "c10d::", "ProfilerStep#")):
+                args[(key[0], "ProfilerStep#" if key[1].startswith("ProfilerStep#") else key[1])] |= set(e.get("args", {}))
+            elif key[0] == "cpu_op":
+                cpu_args |= set(e.get("args", {}))
+    return {
+        "top": set().union(*(set(t) for t in traces)),
+        "dist": set().union(*(set(t["distributedInfo"]) for t in traces)),
+        "pg": set().union(*(set(p) for t in traces for p in t["distributedInfo"]["pg_config"])),
+        "cats": {(e.get("ph"), e.get("cat")) for t in traces for e in t["traceEvents"] if e.get("ph") in ("X", "i")},
+        "args": args,
+        "cpu_args": cpu_args,
+        "threads": {n for t in traces for names in _threads(t).values() for n in names},
+    }
+
+
+def test_cpu_traces_have_the_structure_of_real_gloo_traces(cpu_job: Path) -> None:
+    real = _shape(_real_gloo())
+    sim = _shape(list(_latest(cpu_job).values()))
+    assert sim["top"] == real["top"]
+    assert sim["dist"] == real["dist"] and sim["pg"] == real["pg"]
+    assert sim["cats"] - {("X", "cpu_op"), ("X", "user_annotation"), ("X", "Trace"), ("i", None)} == set()
+    assert {c for c in real["cats"] if c[0] == "X"} >= {c for c in sim["cats"] if c[0] == "X"}
+    kinds = {"pt_gloo_runloop", "process"}  # threads are gloo's runloops or named after the process (python, python3)
+    assert {re.sub(r"^python\d*$", "process", n) for n in sim["threads"]} == {re.sub(r"^python\d*$", "process", n) for n in real["threads"]} == kinds
+    common = set(sim["args"]) & set(real["args"])
+    assert any(k[1].startswith("gloo:") for k in common) and any(k[1].startswith("c10d::") for k in common)
+    optional = {"finished", "Sequence number", "Fwd thread id"}  # a gloo work still running when the profiler stopped
+    for key in common:  # (never in a simulated window); an op called under autograd (DTensor's tensor parallel)
+        assert sim["args"][key] <= real["args"][key] and real["args"][key] - sim["args"][key] <= optional, key
+    assert sim["cpu_args"] <= real["cpu_args"] | {"Sequence number", "Fwd thread id"}
+
+
+def test_gpu_traces_have_the_structure_of_a_real_nccl_trace(gpu_job: Path) -> None:
+    import gzip
+
+    real_trace = json.loads(gzip.decompress(shared_path("gpu", "tracelens_b200", "eager_trace.json.gz").read_bytes()))
+    sim_traces = list(_latest(gpu_job).values())
+    for key in ("schemaVersion", "deviceProperties", "distributedInfo", "traceEvents", "baseTimeNanoseconds", "displayTimeUnit", "traceName", "trace_id"):
+        assert all(key in t for t in sim_traces) and key in real_trace
+    assert {p for t in sim_traces for pg in t["distributedInfo"]["pg_config"] for p in pg} == {p for pg in real_trace["distributedInfo"]["pg_config"] for p in pg}
+    real, sim = _shape([real_trace]), _shape(sim_traces)
+    assert {c for c in sim["cats"] if c[0] == "X"} - {("X", "Trace")} <= {c for c in real["cats"] if c[0] == "X"}  # that file has no profiler span
+    real_kernel = next(e for e in real_trace["traceEvents"] if e.get("cat") == "kernel" and e["name"].startswith("ncclDevKernel_"))
+    sim_kernel = next(e for t in sim_traces for e in t["traceEvents"] if e.get("cat") == "kernel" and e["name"].startswith("ncclDevKernel_"))
+    collective_args = {"Collective name", "In msg nelems", "Out msg nelems", "Group size", "dtype", "In split size", "Out split size",
+                       "Process Group Name", "Process Group Description", "Process Group Ranks"}
+    assert set(sim_kernel["args"]) == set(real_kernel["args"]) - collective_args  # the torch2 shape: no collective args
+    for key in set(sim["args"]) & set(real["args"]):
+        assert sim["args"][key] == real["args"][key], key
