@@ -68,6 +68,26 @@ CORE: list[JobSpec] = [
             profiler="paradiag"),
     JobSpec("ddp_clean", "ddp", hidden=512, batch=64),
     JobSpec("pipe_1f1b_clean", "pipe_1f1b", hidden=384, batch=64, profiler="paradiag"),
+    # then the rest of the fault kinds and APIs
+    JobSpec("ddp_slow_collective", "ddp", "slow_collective", rank=0, strength=15, hidden=512, batch=64),
+    JobSpec("ddp_hotspot", "ddp", "hotspot", rank=3, strength=24, hidden=512, batch=64, profiler="paradiag"),
+    JobSpec("isend_slow_link", "isend", "slow_link", rank=1, strength=8, hidden=384, batch=64),
+    JobSpec("pipe_gpipe_heavy_stage", "pipe_gpipe", "heavy_stage", rank=1, strength=0.5, blocks=4, hidden=256,
+            batch=64, profiler="default"),
+    JobSpec("pipe_interleaved_heavy_stage", "pipe_interleaved", "heavy_stage", rank=3, strength=1.0, hidden=384,
+            batch=64, profiler="paradiag"),
+    JobSpec("mesh_dp_pp_heavy_stage", "mesh_dp_pp", "heavy_stage", rank=1, strength=1.0, hidden=384, batch=64,
+            profiler="paradiag", dp_wrap="fsdp"),
+    JobSpec("mesh_dp_tp_slow_rank", "mesh_dp_tp", "slow_rank", rank=2, strength=0.6, hidden=512, batch=64,
+            profiler="paradiag"),
+    JobSpec("mesh_dp_tp_clean", "mesh_dp_tp", hidden=512, batch=64, profiler="paradiag"),
+    JobSpec("fsdp2_host_stall", "fsdp2", "host_stall", rank=2, strength=80, hidden=512, batch=64, repeat=2,
+            profiler="paradiag"),
+    JobSpec("ddp8_slow_rank", "ddp", "slow_rank", rank=5, strength=0.8, world=8, hidden=384, batch=32,
+            slow_mode="batch"),
+    JobSpec("pipe_1f1b_w2_heavy_stage", "pipe_1f1b", "heavy_stage", rank=0, strength=1.0, world=2, hidden=384,
+            batch=64, micro_batches=8),
+    JobSpec("pipe_1f1b_slow_link", "pipe_1f1b", "slow_link", rank=1, strength=8, hidden=384, batch=64),
 ]
 
 

@@ -166,9 +166,15 @@ def sidecar_path(spec: JobSpec, out_dir: Path) -> Path:
     return Path(out_dir) / f"{spec.name}{SIDECAR}"
 
 
-def _tail(text: str, lines: int = 40) -> str:
+def _tail(text: str, lines: int = 30) -> str:
+    """The first rank's traceback (torchrun's own report hides it) and the output's last lines."""
     kept = [line for line in text.splitlines() if "USDT:" not in line]  # the profiler's start/stop chatter
-    return "\n".join(kept[-lines:])
+    first = next((i for i, line in enumerate(kept) if line.startswith("[rank") and "Traceback" in line), None)
+    head = []
+    if first is not None:
+        prefix = kept[first].split("]")[0] + "]"
+        head = [*[line for line in kept[first:] if line.startswith(prefix)][:40], "..."]
+    return "\n".join(head + kept[-lines:])
 
 
 def make_job(spec: JobSpec, out_dir: Path | str, *, timeout_s: float = 600, reuse: bool = True) -> Path:
@@ -270,9 +276,13 @@ def layout_read(spec: JobSpec, report: dict[str, Any]) -> tuple[bool, str]:
     return ok, f"{got} found_by {found_by or '?'} (job: dp{want['dp']} tp{want['tp']} pp{want['pp']})"
 
 
-def analyze(folder: Path, python: str | None = None, timeout_s: float = 600) -> dict[str, Any]:
-    """`paradiag analyze --json FOLDER` in a subprocess of this interpreter (the checkout's paradiag): its object."""
+def analyze(folder: Path, cache_dir: Path | None = None, python: str | None = None,
+            timeout_s: float = 600) -> dict[str, Any]:
+    """`paradiag analyze --json FOLDER` in a subprocess of this interpreter (the checkout's paradiag), with its
+    cache under `cache_dir` when given: the report's object."""
     env = dict(os.environ)
+    if cache_dir is not None:
+        env["PARADIAG_CACHE_DIR"] = str(cache_dir)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
     done = subprocess.run([python or sys.executable, "-m", "paradiag", "analyze", "--json", str(folder)],
                           capture_output=True, text=True, env=env, timeout=timeout_s)

@@ -183,7 +183,7 @@ def run_data_parallel(args: argparse.Namespace, rank: int, world: int) -> None:
         if args.fault == "slow_collective":
             delay = args.strength / 1000 if rank == args.rank else 0.0
 
-            def hook(state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+            def hook(state, bucket):  # no annotations: DDP checks them, and they are strings here
                 if delay:
                     time.sleep(delay)
                 tensor = bucket.buffer().div_(world)
