@@ -58,13 +58,13 @@ PROFILERS = [("named", 1), ("default", 1), ("named", 2), ("paradiag", 1), ("para
 
 # The first real traces other work waits for (written to /work/realtraces by --make-only --keep ... --only core).
 CORE: list[JobSpec] = [
-    JobSpec("ddp_slow_rank", "ddp", "slow_rank", rank=2, strength=0.6, hidden=512, batch=64),
+    JobSpec("ddp_slow_rank", "ddp", "slow_rank", rank=2, slow_mode="extra", strength=0.6, hidden=512, batch=64),
     JobSpec("ddp_host_stall", "ddp", "host_stall", rank=1, strength=60, hidden=512, batch=64, profiler="default"),
-    JobSpec("fsdp2_slow_rank", "fsdp2", "slow_rank", rank=3, strength=0.6, hidden=512, batch=64, profiler="paradiag"),
+    JobSpec("fsdp2_slow_rank", "fsdp2", "slow_rank", rank=3, slow_mode="extra", strength=0.6, hidden=512, batch=64, profiler="paradiag"),
     JobSpec("pipe_1f1b_heavy_stage", "pipe_1f1b", "heavy_stage", rank=2, strength=1.0, hidden=384, batch=64,
             micro_batches=4),
     JobSpec("isend_heavy_stage", "isend", "heavy_stage", rank=1, strength=1.0, hidden=384, batch=64, repeat=2),
-    JobSpec("mesh_dp_pp_slow_rank", "mesh_dp_pp", "slow_rank", rank=3, strength=0.6, hidden=384, batch=64,
+    JobSpec("mesh_dp_pp_slow_rank", "mesh_dp_pp", "slow_rank", rank=3, slow_mode="extra", strength=0.6, hidden=384, batch=64,
             profiler="paradiag"),
     JobSpec("ddp_clean", "ddp", hidden=512, batch=64),
     JobSpec("pipe_1f1b_clean", "pipe_1f1b", hidden=384, batch=64, profiler="paradiag"),
@@ -78,7 +78,7 @@ CORE: list[JobSpec] = [
             batch=64, profiler="paradiag"),
     JobSpec("mesh_dp_pp_heavy_stage", "mesh_dp_pp", "heavy_stage", rank=1, strength=1.0, hidden=384, batch=64,
             profiler="paradiag", dp_wrap="fsdp"),
-    JobSpec("mesh_dp_tp_slow_rank", "mesh_dp_tp", "slow_rank", rank=2, strength=0.6, hidden=512, batch=64,
+    JobSpec("mesh_dp_tp_slow_rank", "mesh_dp_tp", "slow_rank", rank=2, slow_mode="extra", strength=0.6, hidden=512, batch=64,
             profiler="paradiag"),
     JobSpec("mesh_dp_tp_clean", "mesh_dp_tp", hidden=512, batch=64, profiler="paradiag"),
     JobSpec("fsdp2_host_stall", "fsdp2", "host_stall", rank=2, strength=80, hidden=512, batch=64, repeat=2,
@@ -88,6 +88,10 @@ CORE: list[JobSpec] = [
     JobSpec("pipe_1f1b_w2_heavy_stage", "pipe_1f1b", "heavy_stage", rank=0, strength=1.0, world=2, hidden=384,
             batch=64, micro_batches=8),
     JobSpec("pipe_1f1b_slow_link", "pipe_1f1b", "slow_link", rank=1, strength=8, hidden=384, batch=64),
+    JobSpec("ddp_slowdown", "ddp", "slow_rank", rank=1, strength=0.5, hidden=512, batch=64),
+    JobSpec("mesh_dp_pp_slowdown", "mesh_dp_pp", "slow_rank", rank=2, strength=0.6, hidden=384, batch=64,
+            profiler="paradiag"),
+    JobSpec("fsdp2_slowdown", "fsdp2", "slow_rank", rank=0, strength=0.5, hidden=512, batch=64, profiler="default"),
 ]
 
 
@@ -119,7 +123,7 @@ def matrix_spec(api: str, fault: str, seed: int) -> JobSpec:
     }[fault]
     blocks = 2 if fault != "heavy_stage" or strength >= 1.0 else 2 * rng.choice([1, 2])
     profiler, repeat = PROFILERS[(seed + len(api) + len(fault)) % len(PROFILERS)]
-    slow_mode = "batch" if fault == "slow_rank" and api in ("ddp", "fsdp2") and seed % 2 else "extra"
+    slow_mode = "slowdown" if seed % 2 == 0 else "batch" if api in ("ddp", "fsdp2") else "extra"
     dp_wrap = "fsdp" if api == "mesh_dp_pp" and seed % 2 else "ddp"
     return JobSpec(f"{api}_{fault}_s{seed}", api, fault, rank=rank, strength=strength, world=world, hidden=hidden,
                    blocks=blocks, batch=batch, micro_batches=micro, dp=dp, dp_wrap=dp_wrap, slow_mode=slow_mode,
@@ -190,7 +194,7 @@ def write_readme(keep: Path) -> Path:
     return path
 
 
-def run_one(spec: JobSpec, keep: Path, make_only: bool) -> dict[str, object]:
+def run_one(spec: JobSpec, keep: Path, make_only: bool, cache: Path) -> dict[str, object]:
     start = time.monotonic()
     try:
         folder = make_job(spec, keep)
@@ -201,7 +205,7 @@ def run_one(spec: JobSpec, keep: Path, make_only: bool) -> dict[str, object]:
         return {"spec": spec, "folder": folder, "job_s": job_s}
     start = time.monotonic()
     try:
-        report = analyze(folder)
+        report = analyze(folder, cache_dir=cache / spec.name)
     except Exception as exc:  # a failure of the analysis is a result of the benchmark: print it, go on
         return {"spec": spec, "error": f"analysis failed: {exc}", "job_s": job_s}
     ok, why = judge(spec, report)
@@ -237,8 +241,9 @@ def main() -> int:
     keep.mkdir(parents=True, exist_ok=True)
     print(f"{len(specs)} jobs, folders in {keep}", flush=True)
     results = []
+    cache = Path(tempfile.mkdtemp(prefix="paradiag-real-jobs-cache-"))  # paradiag's caches, never in the folders
     with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
-        for res in pool.map(lambda s: run_one(s, keep, args.make_only), specs):
+        for res in pool.map(lambda s: run_one(s, keep, args.make_only, cache), specs):
             results.append(res)
             spec: JobSpec = res["spec"]  # type: ignore[assignment]
             head = f"{spec.name:32s} {res['job_s']:5.1f}s"

@@ -36,7 +36,8 @@ Made = tuple[JobSpec, Path, dict[str, Any]]
 
 @pytest.fixture(scope="module")
 def real_job(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Made]:
-    """A job by key: (spec, trace folder, `paradiag analyze --json` report); each made and analysed once."""
+    """A job by key: (spec, trace folder, `paradiag analyze --json` report); each made once, analysed once when
+    its report is first read (the report is a dict that analyses on first access)."""
     reason = unavailable()
     if reason:
         pytest.skip(reason)
@@ -47,10 +48,30 @@ def real_job(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Made]:
         if key not in made:
             spec = JOBS[key]
             folder = make_job(spec, root / "jobs")
-            made[key] = (spec, folder, analyze(folder, cache_dir=root / f"cache-{key}"))
+            made[key] = (spec, folder, _Report(folder, root / f"cache-{key}"))
         return made[key]
 
     return get
+
+
+class _Report(dict):  # type: ignore[type-arg]
+    """`paradiag analyze --json`'s object, computed when first read."""
+
+    def __init__(self, folder: Path, cache: Path) -> None:
+        super().__init__()
+        self.folder, self.cache = folder, cache
+
+    def _load(self) -> None:
+        if not super().__len__():
+            self.update(analyze(self.folder, cache_dir=self.cache))
+
+    def __getitem__(self, key: str) -> Any:
+        self._load()
+        return super().__getitem__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self._load()
+        return super().get(key, default)
 
 
 def _errors(report: dict[str, Any]) -> list[str]:

@@ -16,8 +16,8 @@ The model is a stack of blocks (Linear h->2h, GELU, Linear 2h->h). APIs:
   mesh_dp_tp   init_device_mesh("cpu", (dp, tp), ("dp", "tp")): parallelize_module ColwiseParallel/RowwiseParallel
                over tp (DTensor), gradients averaged over dp
 Faults (on --rank; pipeline faults on the stage that rank holds):
-  none; slow_rank (extra matmul work, --strength = extra fraction of the layers' flops, or a bigger local batch with
-  --slow-mode batch); host_stall (sleeps --strength ms once, in one profiled step); heavy_stage (the stage holds
+  none; slow_rank (--slow-mode slowdown: every op runs (1 + strength)x as long, a slower device; extra: extra
+  matmuls worth --strength x the layers' flops; batch: a (1 + strength)x local batch, DDP/FSDP2 only); host_stall (sleeps --strength ms once, in one profiled step); heavy_stage (the stage holds
   (1 + strength) x the blocks); slow_collective (a DDP comm hook that sleeps --strength ms before each bucket's
   all_reduce); slow_link (the rank sleeps --strength ms before each send to the next stage); hotspot (GELU on that
   rank computes --strength x the elements in one call).
@@ -49,7 +49,7 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
                    choices=["none", "slow_rank", "host_stall", "heavy_stage", "slow_collective", "slow_link", "hotspot"])
     p.add_argument("--rank", type=int, default=1, help="the rank the fault is injected on")
     p.add_argument("--strength", type=float, default=0.5)
-    p.add_argument("--slow-mode", choices=["extra", "batch"], default="extra")
+    p.add_argument("--slow-mode", choices=["slowdown", "extra", "batch"], default="slowdown")
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--blocks", type=int, default=2, help="blocks per stage (pipelines) or in the model")
     p.add_argument("--batch", type=int, default=32)
@@ -113,6 +113,40 @@ def add_extra_work(model: nn.Module, strength: float) -> None:
             module.register_forward_pre_hook(hook)
 
 
+class Slowdown:
+    """A slower device: every operator on this rank's thread (forward, backward, optimizer) runs again for a
+    `strength` fraction of its calls, its result dropped, so every kind of op takes (1 + strength)x on average.
+    Collectives, in-place ops and ops on tensor subclasses (DTensor) are never rerun."""
+
+    def __init__(self, strength: float) -> None:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        outer = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                out = func(*args, **kwargs)
+                if outer.safe(func, args):
+                    outer.credit += outer.strength
+                    while outer.credit >= 1:
+                        outer.credit -= 1
+                        func(*args, **kwargs)
+                return out
+
+        self.strength = strength
+        self.credit = 0.0
+        self.mode = Mode()
+
+    @staticmethod
+    def safe(func, args) -> bool:
+        schema = func._schema
+        if schema.is_mutable or "c10d" in schema.name or schema.name.startswith("profiler::"):
+            return False
+        flat = torch.utils._pytree.tree_leaves(args)
+        return all(type(a) is torch.Tensor or not isinstance(a, torch.Tensor) for a in flat)
+
+
 def make_profiler(args: argparse.Namespace, rank: int, mesh: object = None):
     out = Path(args.out)
     if args.profiler == "paradiag":
@@ -165,6 +199,14 @@ def inject(args: argparse.Namespace, model: nn.Module, rank: int) -> None:
 
 def train(args: argparse.Namespace, rank: int, world: int, step_fn, mesh: object = None) -> None:
     stall_at = stall_iteration(args)
+    if args.fault == "slow_rank" and args.slow_mode == "slowdown" and rank == args.rank:
+        inner = step_fn
+        slow = Slowdown(args.strength)
+
+        def step_fn(step: int) -> None:
+            with slow.mode:
+                inner(step)
+
     with make_profiler(args, rank, mesh) as prof:
         for step in range(total_steps(args)):
             if args.fault == "host_stall" and rank == args.rank and step == stall_at:
