@@ -10,6 +10,10 @@ PEERS ?= $(HOME)/.cache/paradiag-peers
 BUILD_TOOLS := "pip>=24" "setuptools>=77,<90" "wheel>=0.44"
 export PARADIAG_HTA_PYTHON ?= $(PEERS)/hta/bin/python
 export PARADIAG_MSPROF ?= $(PEERS)/msprof/bin/msprof-analyze
+export PARADIAG_TORCH_PYTHON ?= $(PEERS)/torch/bin/python
+# Extra pip options for torch, e.g. TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu" where the
+# default index would fetch a CUDA build of several GB (this machine's pip finds the CPU wheel on disk).
+TORCH_PIP_ARGS ?=
 
 .PHONY: demo test venv setup-test browser lint peers
 
@@ -44,8 +48,9 @@ lint: $(VENV)/.ready
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-## Peer tools (HTA, msprof-analyze), each in its own venv: their pins clash with ours.
-peers: $(PEERS)/hta/.done $(PEERS)/msprof/.done
+## Peer tools (HTA, msprof-analyze), each in its own venv: their pins clash with ours; and PyTorch (CPU) for the
+## real torch.distributed jobs of tests/realjobs (never a dependency of paradiag).
+peers: $(PEERS)/hta/.done $(PEERS)/msprof/.done $(PEERS)/torch/.done
 
 $(PEERS)/hta/.done:
 	rm -rf $(PEERS)/hta && $(PYTHON) -m venv $(PEERS)/hta
@@ -56,4 +61,11 @@ $(PEERS)/hta/.done:
 $(PEERS)/msprof/.done:
 	rm -rf $(PEERS)/msprof && $(PYTHON) -m venv $(PEERS)/msprof
 	$(PEERS)/msprof/bin/pip install --quiet --disable-pip-version-check msprof-analyze
+	touch $@
+
+# A venv that already holds torch 2.13.0 (made by hand) is kept, not rebuilt.
+$(PEERS)/torch/.done:
+	@if ! $(PEERS)/torch/bin/python -c 'import sys, numpy, torch, torch.distributed as d; sys.exit(not (torch.__version__.startswith("2.13.0") and d.is_available()))' 2>/dev/null; then \
+		rm -rf $(PEERS)/torch && $(PYTHON) -m venv $(PEERS)/torch && \
+		$(PEERS)/torch/bin/pip install --quiet --disable-pip-version-check $(TORCH_PIP_ARGS) torch==2.13.0 numpy; fi
 	touch $@

@@ -1,0 +1,431 @@
+"""A small real torch.distributed training job with a fault injected in its own code, profiled as users do.
+
+Run by torchrun (tests/realjobs/__init__.py: make_job), one process per rank, gloo on loopback, one thread each:
+
+    OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME=lo torchrun --nproc-per-node 4 --master-addr 127.0.0.1 --master-port P \
+        tests/realjobs/job.py --api pipe_1f1b --fault heavy_stage --rank 2 --strength 0.5 --out DIR
+
+The model is a stack of blocks (Linear h->2h, GELU, Linear 2h->h). APIs:
+  ddp          DistributedDataParallel over every rank (an optional comm hook)
+  fsdp2        fully_shard per block and on the root, over init_device_mesh("cpu", (W,), ("dp",))
+  pipe_gpipe, pipe_1f1b, pipe_interleaved
+               torch.distributed.pipelining: one PipelineStage per rank (interleaved: two, virtual stages)
+  isend        a hand-written GPipe: forward every micro-batch with dist.isend/irecv, then backward in reverse
+  mesh_dp_pp   init_device_mesh("cpu", (dp, pp), ("dp", "pp")): Schedule1F1B over the pp dimension, each stage
+               wrapped in DDP (or fully_shard, --dp-wrap fsdp) over the dp dimension
+  mesh_dp_tp   init_device_mesh("cpu", (dp, tp), ("dp", "tp")): parallelize_module ColwiseParallel/RowwiseParallel
+               over tp (DTensor), gradients averaged over dp
+Faults (on --rank; pipeline faults on the stage that rank holds):
+  none; slow_rank (--slow-mode slowdown: every op runs (1 + strength)x as long, a slower device; extra: extra
+  matmuls worth --strength x the layers' flops; batch: a (1 + strength)x local batch, DDP/FSDP2 only); host_stall (sleeps --strength ms once, in one profiled step); heavy_stage (the stage holds
+  (1 + strength) x the blocks); slow_collective (a DDP comm hook that sleeps --strength ms before each bucket's
+  all_reduce); slow_link (the rank sleeps --strength ms before each send to the next stage); hotspot (GELU on that
+  rank computes --strength x the elements in one call).
+Profilers: named (tensorboard_trace_handler with worker_name=rank{R}), default (default worker_name), paradiag
+(paradiag.torch.profile); --repeat N gives N windows per rank.
+Nothing but what the profiler writes goes into --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+PIPE_SCHEDULES = {"pipe_gpipe": "ScheduleGPipe", "pipe_1f1b": "Schedule1F1B", "pipe_interleaved": "ScheduleInterleaved1F1B"}
+
+
+def options(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--api", required=True, choices=["ddp", "fsdp2", *PIPE_SCHEDULES, "isend", "mesh_dp_pp", "mesh_dp_tp"])
+    p.add_argument("--fault", default="none",
+                   choices=["none", "slow_rank", "host_stall", "heavy_stage", "slow_collective", "slow_link", "hotspot"])
+    p.add_argument("--rank", type=int, default=1, help="the rank the fault is injected on")
+    p.add_argument("--strength", type=float, default=0.5)
+    p.add_argument("--slow-mode", choices=["slowdown", "extra", "batch"], default="slowdown")
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--blocks", type=int, default=2, help="blocks per stage (pipelines) or in the model")
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--micro-batches", type=int, default=4)
+    p.add_argument("--dp", type=int, default=2, help="mesh jobs: size of the dp dimension")
+    p.add_argument("--dp-wrap", choices=["ddp", "fsdp"], default="ddp")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--profiler", choices=["named", "default", "paradiag"], default="named")
+    p.add_argument("--wait", type=int, default=1)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--active", type=int, default=3)
+    p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--stall-step", type=int, default=1, help="host_stall: the active step (of the last window) it hits")
+    p.add_argument("--out", required=True)
+    return p.parse_args(argv)
+
+
+def block(hidden: int) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(hidden, 2 * hidden), nn.GELU(), nn.Linear(2 * hidden, hidden))
+
+
+class SlowGELU(nn.Module):
+    """GELU that computes `factor` times the elements in the one aten::gelu call (an operator hotspot)."""
+
+    def __init__(self, factor: int) -> None:
+        super().__init__()
+        self.factor = factor
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.gelu(x.expand(self.factor, *x.shape))[0]
+
+
+def add_hotspot(model: nn.Module, factor: int) -> None:
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, nn.GELU):
+                setattr(module, name, SlowGELU(factor))
+
+
+def add_extra_work(model: nn.Module, strength: float) -> None:
+    """Before every Linear's forward, an extra matmul sized to `strength` x the layer's forward + backward flops
+    (a rank that does more work per step: a slower device, a noisy neighbour)."""
+    buffers: dict[int, torch.Tensor] = {}
+
+    def hook(module: nn.Module, args: tuple[torch.Tensor, ...]) -> None:
+        x = args[0]
+        rows = x.shape[0] if x.dim() == 2 else int(torch.tensor(x.shape[:-1]).prod())
+        weight = module.weight
+        out_features = weight.to_local().shape[0] if hasattr(weight, "to_local") else weight.shape[0]
+        in_features = x.shape[-1]
+        k = max(1, round(strength * 3 * rows * out_features / in_features))
+        key = in_features
+        if key not in buffers or buffers[key].shape[0] < k:
+            buffers[key] = torch.randn(k, in_features)
+            buffers[-key] = torch.randn(in_features, in_features)
+        with torch.no_grad():
+            torch.mm(buffers[key][:k], buffers[-key])
+
+    for module in model.modules():
+        if isinstance(module, nn.Linear):
+            module.register_forward_pre_hook(hook)
+
+
+class Slowdown:
+    """A slower device: every operator on this rank's thread (forward, backward, optimizer) runs again for a
+    `strength` fraction of its calls, its result dropped, so every kind of op takes (1 + strength)x on average.
+    Collectives, in-place ops and ops on tensor subclasses (DTensor) are never rerun."""
+
+    def __init__(self, strength: float) -> None:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        outer = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                out = func(*args, **kwargs)
+                if outer.safe(func, args):
+                    outer.credit += outer.strength
+                    while outer.credit >= 1:
+                        outer.credit -= 1
+                        func(*args, **kwargs)
+                return out
+
+        self.strength = strength
+        self.credit = 0.0
+        self.mode = Mode()
+
+    @staticmethod
+    def safe(func, args) -> bool:
+        schema = func._schema
+        if schema.is_mutable or "c10d" in schema.name or schema.name.startswith("profiler::"):
+            return False
+        flat = torch.utils._pytree.tree_leaves(args)
+        return all(type(a) is torch.Tensor or not isinstance(a, torch.Tensor) for a in flat)
+
+
+def make_profiler(args: argparse.Namespace, rank: int, mesh: object = None):
+    out = Path(args.out)
+    if args.profiler == "paradiag":
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout's paradiag (torch.py: stdlib only)
+        import paradiag.torch
+
+        return paradiag.torch.profile(out, mesh=mesh, wait=args.wait, warmup=args.warmup, active=args.active,
+                                      repeat=args.repeat)
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+    handler = (tensorboard_trace_handler(str(out), worker_name=f"rank{rank}") if args.profiler == "named"
+               else tensorboard_trace_handler(str(out)))
+    return profile(activities=[ProfilerActivity.CPU], record_shapes=True, on_trace_ready=handler,
+                   schedule=schedule(wait=args.wait, warmup=args.warmup, active=args.active, repeat=args.repeat))
+
+
+def total_steps(args: argparse.Namespace) -> int:
+    return args.repeat * (args.wait + args.warmup + args.active) + 1
+
+
+def stall_iteration(args: argparse.Namespace) -> int:
+    cycle = args.wait + args.warmup + args.active
+    return (args.repeat - 1) * cycle + args.wait + args.warmup + min(args.stall_step, args.active - 1)
+
+
+def batch_for(args: argparse.Namespace, step: int, who: int, rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(args.seed * 100003 + step * 101 + who)
+    n = rows or args.batch
+    return torch.randn(n, args.hidden, generator=g), torch.randn(n, args.hidden, generator=g)
+
+
+def loss_fn(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return F.mse_loss(out, target)
+
+
+def stage_blocks(args: argparse.Namespace, stage: int, num_stages: int, fault_stage: int | None) -> int:
+    if args.fault == "heavy_stage" and stage == fault_stage:
+        return max(args.blocks + 1, round(args.blocks * (1 + args.strength)))
+    return args.blocks
+
+
+def inject(args: argparse.Namespace, model: nn.Module, rank: int) -> None:
+    if rank != args.rank:
+        return
+    if args.fault == "slow_rank" and args.slow_mode == "extra":
+        add_extra_work(model, args.strength)
+    elif args.fault == "hotspot":
+        add_hotspot(model, max(2, round(args.strength)))
+
+
+def train(args: argparse.Namespace, rank: int, world: int, step_fn, mesh: object = None) -> None:
+    stall_at = stall_iteration(args)
+    if args.fault == "slow_rank" and args.slow_mode == "slowdown" and rank == args.rank:
+        inner = step_fn
+        slow = Slowdown(args.strength)
+
+        def step_fn(step: int) -> None:
+            with slow.mode:
+                inner(step)
+
+    with make_profiler(args, rank, mesh) as prof:
+        for step in range(total_steps(args)):
+            if args.fault == "host_stall" and rank == args.rank and step == stall_at:
+                time.sleep(args.strength / 1000)
+            step_fn(step)
+            prof.step()
+
+
+def run_data_parallel(args: argparse.Namespace, rank: int, world: int) -> None:
+    torch.manual_seed(args.seed)
+    model = nn.Sequential(*[block(args.hidden) for _ in range(args.blocks)])
+    inject(args, model, rank)
+    mesh = None
+    if args.api == "ddp":
+        wrapped = nn.parallel.DistributedDataParallel(model)
+        if args.fault == "slow_collective":
+            delay = args.strength / 1000 if rank == args.rank else 0.0
+
+            def hook(state, bucket):  # no annotations: DDP checks them, and they are strings here
+                if delay:
+                    time.sleep(delay)
+                tensor = bucket.buffer().div_(world)
+                return dist.all_reduce(tensor, async_op=True).get_future().then(lambda fut: fut.value()[0])
+
+            wrapped.register_comm_hook(None, hook)
+    else:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("dp",))
+        for layer in model:
+            fully_shard(layer, mesh=mesh)
+        wrapped = fully_shard(model, mesh=mesh)
+    opt = torch.optim.SGD(wrapped.parameters(), lr=0.01)
+    rows = args.batch
+    if args.fault == "slow_rank" and args.slow_mode == "batch" and rank == args.rank:
+        rows = round(args.batch * (1 + args.strength))
+
+    def step_fn(step: int) -> None:
+        x, y = batch_for(args, step, rank, rows)
+        loss_fn(wrapped(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+
+    train(args, rank, world, step_fn, mesh)
+
+
+def run_pipeline(args: argparse.Namespace, rank: int, world: int) -> None:
+    from torch.distributed import pipelining
+
+    mesh = dp_group = None
+    pp_group = None
+    if args.api == "mesh_dp_pp":
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh("cpu", (args.dp, world // args.dp), mesh_dim_names=("dp", "pp"))
+        pp_group = mesh.get_group("pp")
+        dp_group = mesh.get_group("dp")
+        pp_rank, num_ranks = mesh.get_local_rank("pp"), world // args.dp
+        dp_rank = mesh.get_local_rank("dp")
+        fault_pp = None
+        if args.fault == "heavy_stage":
+            fault_pp = int((mesh.mesh == args.rank).nonzero()[0][1])
+        schedule_name = "Schedule1F1B"
+    else:
+        pp_rank, num_ranks, dp_rank = rank, world, 0
+        fault_pp = args.rank if args.fault == "heavy_stage" else None
+        schedule_name = PIPE_SCHEDULES[args.api]
+    virtual = 2 if args.api == "pipe_interleaved" else 1
+    num_stages = num_ranks * virtual
+    stage_ids = [pp_rank + v * num_ranks for v in range(virtual)]
+    stages = []
+    modules = []
+    for s in stage_ids:
+        torch.manual_seed(args.seed * 1000 + s)
+        heavy = fault_pp is not None and s % num_ranks == fault_pp and s == stage_ids[0]
+        n = stage_blocks(args, s, num_stages, s if heavy else None)
+        module = nn.Sequential(*[block(args.hidden) for _ in range(n)])
+        inject(args, module, rank)
+        if dp_group is not None:
+            if args.dp_wrap == "ddp":
+                module = nn.parallel.DistributedDataParallel(module, process_group=dp_group)
+            else:
+                from torch.distributed.fsdp import fully_shard
+
+                module = fully_shard(module, mesh=mesh["dp"])
+        modules.append(module)
+        stages.append(pipelining.PipelineStage(module, s, num_stages, torch.device("cpu"), group=pp_group))
+    schedule_cls = getattr(pipelining, schedule_name)
+    if virtual > 1:
+        schedule = schedule_cls(stages, n_microbatches=args.micro_batches, loss_fn=loss_fn)
+    else:
+        schedule = schedule_cls(stages[0], n_microbatches=args.micro_batches, loss_fn=loss_fn)
+    opt = torch.optim.SGD([p for m in modules for p in m.parameters()], lr=0.01)
+    first = 0 in stage_ids
+    last = num_stages - 1 in stage_ids
+    delay = args.strength / 1000 if args.fault == "slow_link" and rank == args.rank else 0.0
+    if delay:  # a late peer on every send: the stage's forward returns late
+        for stage in stages:
+            stage.submod.register_forward_hook(lambda m, i, o: time.sleep(delay))
+
+    def step_fn(step: int) -> None:
+        x, y = batch_for(args, step, dp_rank)
+        if first and last:
+            schedule.step(x, target=y)
+        elif first:
+            schedule.step(x)
+        elif last:
+            schedule.step(target=y, losses=[])
+        else:
+            schedule.step()
+        opt.step()
+        opt.zero_grad()
+
+    train(args, rank, world, step_fn, mesh)
+
+
+def run_isend(args: argparse.Namespace, rank: int, world: int) -> None:
+    """GPipe by hand: every micro-batch forward (irecv from the previous stage, compute, isend to the next), then
+    every backward in reverse (irecv the output's gradient, backward, isend the input's gradient)."""
+    torch.manual_seed(args.seed * 1000 + rank)
+    n = stage_blocks(args, rank, world, args.rank if args.fault == "heavy_stage" else None)
+    module = nn.Sequential(*[block(args.hidden) for _ in range(n)])
+    inject(args, module, rank)
+    opt = torch.optim.SGD(module.parameters(), lr=0.01)
+    m = args.micro_batches
+    rows = args.batch // m
+    delay = args.strength / 1000 if args.fault == "slow_link" and rank == args.rank else 0.0
+
+    def step_fn(step: int) -> None:
+        x, y = batch_for(args, step, 0)
+        inputs, outputs, sends = [], [], []
+        for mb in range(m):
+            if rank == 0:
+                inp = x[mb * rows:(mb + 1) * rows].clone()
+            else:
+                inp = torch.empty(rows, args.hidden)
+                dist.irecv(inp, src=rank - 1).wait()
+            inp.requires_grad_(rank > 0)
+            out = module(inp)
+            if rank < world - 1:
+                if delay:
+                    time.sleep(delay)
+                sends.append(dist.isend(out.detach(), dst=rank + 1))
+            inputs.append(inp)
+            outputs.append(out)
+        for mb in reversed(range(m)):
+            if rank == world - 1:
+                loss_fn(outputs[mb], y[mb * rows:(mb + 1) * rows]).backward()
+            else:
+                grad = torch.empty(rows, args.hidden)
+                dist.irecv(grad, src=rank + 1).wait()
+                outputs[mb].backward(grad)
+            if rank > 0:
+                if delay:
+                    time.sleep(delay)
+                sends.append(dist.isend(inputs[mb].grad, dst=rank - 1))
+        for work in sends:
+            work.wait()
+        opt.step()
+        opt.zero_grad()
+
+    train(args, rank, world, step_fn)
+
+
+def run_tensor_parallel(args: argparse.Namespace, rank: int, world: int) -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    mesh = init_device_mesh("cpu", (args.dp, world // args.dp), mesh_dim_names=("dp", "tp"))
+    torch.manual_seed(args.seed)
+    model = nn.Sequential(*[block(args.hidden) for _ in range(args.blocks)])
+    plan = {}
+    for i in range(args.blocks):
+        plan[f"{i}.0"] = ColwiseParallel()
+        plan[f"{i}.2"] = RowwiseParallel()
+    model = parallelize_module(model, mesh["tp"], plan)
+    inject(args, model, rank)
+    dp_group = mesh.get_group("dp")
+    dp_rank = mesh.get_local_rank("dp")
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def step_fn(step: int) -> None:
+        x, y = batch_for(args, step, dp_rank)
+        loss_fn(model(x), y).backward()
+        local = [p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad for p in model.parameters()]
+        flat = torch.cat([g.reshape(-1) for g in local])
+        dist.all_reduce(flat, group=dp_group)
+        flat.div_(args.dp)
+        offset = 0
+        for g in local:
+            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            offset += g.numel()
+        opt.step()
+        opt.zero_grad()
+
+    train(args, rank, world, step_fn, mesh)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = options(argv)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    try:
+        if args.api in ("ddp", "fsdp2"):
+            run_data_parallel(args, rank, world)
+        elif args.api == "isend":
+            run_isend(args, rank, world)
+        elif args.api == "mesh_dp_tp":
+            run_tensor_parallel(args, rank, world)
+        else:
+            run_pipeline(args, rank, world)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    if rank == 0:
+        print(f"job done: {os.listdir(args.out)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
