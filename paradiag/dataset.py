@@ -365,7 +365,7 @@ def _check_manifest(manifest: Any, cache_dir: Path) -> None:
     _typed(manifest, {"content_hash": str, "source": str, "sources": list, "files": list, "problems": list})
     for entry in manifest["files"]:
         _typed(entry, {"path": str, "size": int, "mtime_ns": int, "hash": str})
-        safepath.relative(entry["path"])  # relative to the source folder: never read, but never absolute either
+        safepath.inside(cache_dir, entry["path"], exact=True)  # relative to the source: never read here, never absolute
     for entry in manifest["problems"]:
         _typed(entry, {"source": str, "severity": str, "message": str})
     for entry in manifest["sources"]:
@@ -376,7 +376,7 @@ def _check_manifest(manifest: Any, cache_dir: Path) -> None:
                 if not isinstance(file, str):
                     raise ValueError(f"source {entry['rank']}: a file name that is no text: {file!r}")
                 try:
-                    safepath.inside(cache_dir, file)
+                    safepath.inside(cache_dir, file, exact=True)
                 except safepath.UnsafeName as exc:
                     raise ValueError(f"source {entry['rank']}: {file!r} {exc}") from None
 

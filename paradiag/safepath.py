@@ -47,9 +47,10 @@ def relative(name: str) -> PurePosixPath:
         if part in ("", "."):
             continue
         folded = unicodedata.normalize("NFKC", part)
-        if not folded.rstrip(". ") or re.split(r"[\\/]", folded)[0] != folded:
-            # "..", "...", ". .", ".. " (Windows drops trailing dots and spaces), "．．" or "a／b" after NFKC
-            raise UnsafeName("names a parent folder" if "." in folded else "has a part of only dots or spaces, or a separator in disguise")
+        if not folded.strip(". "):  # "..", "...", ".. " (Windows drops trailing dots and spaces), "．．" (NFKC)
+            raise UnsafeName("names a parent folder" if ".." in folded.replace(" ", "") else "has a part of only dots or spaces")
+        if re.search(r"[\\/]", folded):  # "a／b": a separator once folded
+            raise UnsafeName("holds a separator in disguise")
         parts.append(_short(part))
     if not parts:
         raise UnsafeName("names no file")
@@ -68,10 +69,14 @@ def _short(part: str) -> str:
     return f"{stem}~{digest}{suffix}"
 
 
-def inside(root: Path, name: str | PurePosixPath) -> Path:
+def inside(root: Path, name: str | PurePosixPath, exact: bool = False) -> Path:
     """Where ``name`` lands under ``root``: the resolved path, refused (UnsafeName) unless it is inside the
-    resolved ``root``, so that a symbolic link on the way (to another folder, or a parent) cannot take it out."""
+    resolved ``root``, so that a symbolic link on the way (to another folder, or a parent) cannot take it out.
+    ``exact`` (a name paradiag wrote itself, as in a cache's manifest) also refuses a name that is not already
+    plain and relative, instead of making it so: an absolute one is then no name of this folder."""
     rel = relative(str(name))
+    if exact and str(rel) != str(name):
+        raise UnsafeName("leads outside its folder (absolute, or not a plain relative name)")
     base = root.resolve()
     target = (base / rel).resolve()
     if target != base and base not in target.parents:
