@@ -129,7 +129,7 @@ def test_a_taken_name_gets_a_new_one_and_both_stay(tmp_path: Path) -> None:
     assert (a, b) == (PurePosixPath("a/b.json"), PurePosixPath("a/_b.json"))
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.one_of(st.sampled_from(["/", "\\", "..", ".", "C:", "\\\\?\\", "//", " ", "\0", "\uff0e", "~", "x"]), st.text(max_size=12)), max_size=12))
 def test_any_text_is_refused_or_resolves_inside(tmp_path_factory: pytest.TempPathFactory, pieces: list[str]) -> None:
     name = "".join(pieces)
