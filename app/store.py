@@ -1,8 +1,8 @@
 """Computed aggregates, shared by every worker through files, keyed by the job (as the server opened it) and
 paradiag's version (an upgrade computes afresh instead of serving what the old code made).
 
-Nothing read back can run code: an entry is data only (JSON for plain values, Arrow IPC for tables, NumPy's
-``.npy`` without pickles for arrays; see :func:`encode`), and it is used only when its HMAC-SHA256, keyed by the
+Nothing read back can run code: an entry is data only (MessagePack for plain values, Arrow IPC for tables,
+NumPy's ``.npy`` without pickles for arrays; see :func:`encode`), and it is used only when its HMAC-SHA256, keyed by the
 server's secret key and bound to the entry's key, is right: a planted or altered file (or one moved to another
 key's name) is a miss, computed again. The folder (``PARADIAG_APP_CACHE_DIR/aggregates``) lies outside every
 upload folder; entries are written to a temporary file and renamed into place (readers never see half of
@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import msgspec
 import numpy as np
 import pyarrow as pa
 
@@ -50,9 +51,9 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 MAX_ENTRIES = 2000
 MAX_ENTRY_BYTES = 512 << 20
+PRUNE_EVERY = 32  # writes of one worker between two counts of the entries (so a cap may be passed by that many per worker)
 MAGIC = b"paradiag-aggregate/1\n"
-_HEAD = struct.Struct(">dQ")  # expiry (Unix seconds), length of the JSON document
-_LEN = struct.Struct(">Q")
+_HEAD = struct.Struct(">dQ")  # expiry (Unix seconds), length of the encoded value
 _ENTRY = re.compile(r"^[0-9a-f]{64}$")
 log = logging.getLogger("paradiag.app.store")
 
@@ -66,6 +67,7 @@ class _Store:
     folder: Path
     mac_key: bytes
     timeout_s: int
+    writes: int = 0
 
 
 _bound: list[_Store] = []
@@ -157,35 +159,22 @@ def get(store: _Store, key: str) -> Any:
         return None
     start = m + _HEAD.size
     try:
-        return decode(json.loads(bytes(data[start : start + doc_len])), _blobs(data, start + doc_len))
-    except (ValueError, KeyError, IndexError, TypeError, struct.error, pa.ArrowException) as exc:  # our own bug
+        return loads(data[start : start + doc_len])
+    except (ValueError, KeyError, IndexError, TypeError, struct.error, pa.ArrowException, msgspec.DecodeError) as exc:  # our own bug
         log.error("aggregate %s: cannot be decoded (%s): computed again", path.name, exc)
         return None
-
-
-def _blobs(data: memoryview, at: int) -> list[memoryview]:
-    out = []
-    while at < len(data):
-        (size,) = _LEN.unpack_from(data, at)
-        out.append(data[at + _LEN.size : at + _LEN.size + size])
-        at += _LEN.size + size
-    return out
 
 
 def put(store: _Store, key: str, value: Any) -> None:
     """Store ``value`` for ``key`` (atomically); a value without a data-only encoding, or a too big one, is not kept."""
     try:
-        blobs: list[bytes] = []
-        doc = json.dumps(encode(value, blobs), separators=(",", ":")).encode()
+        doc = dumps(value)
     except (Unstorable, ValueError, pa.ArrowException) as exc:
         log.warning("aggregate %s: not stored (%s)", key.split(":")[2], exc)
         return
     body = io.BytesIO()
     body.write(_HEAD.pack(time.time() + store.timeout_s, len(doc)))
     body.write(doc)
-    for blob in blobs:
-        body.write(_LEN.pack(len(blob)))
-        body.write(blob)
     payload = body.getbuffer()
     if len(payload) > MAX_ENTRY_BYTES:
         log.warning("aggregate %s: not stored (%d MB)", key.split(":")[2], len(payload) >> 20)
@@ -203,7 +192,9 @@ def put(store: _Store, key: str, value: Any) -> None:
         log.warning("aggregate %s: not stored (%s)", key.split(":")[2], exc)
         _remove(tmp)
         return
-    _prune(store)
+    store.writes += 1
+    if (store.writes - 1) % PRUNE_EVERY == 0:  # this worker's first write, then every PRUNE_EVERY-th
+        _prune(store)
 
 
 def _remove(path: Path) -> None:
@@ -228,68 +219,89 @@ def _prune(store: _Store) -> None:
         _remove(Path(path))
 
 
-# The encoding: JSON as it is for None, booleans, numbers, strings, lists and dicts with text keys; what JSON
-# cannot say is an object with one key that starts with NUL (no plain dict key read from data does).
-_TUPLE, _DICT, _SET, _ARRAY, _OBJECTS, _TABLE = "\0t", "\0d", "\0s", "\0n", "\0o", "\0a"
+# The encoding: MessagePack (msgspec) as it is for None, booleans, numbers, strings, lists and dicts with such
+# keys; what it cannot say is an extension type of ours, whose data is again this encoding, or a NumPy ``.npy``
+# (never with pickles) or an Arrow IPC stream. Decoding builds data only: no class is looked up, no code is run.
+_TUPLE, _DICT, _SET, _ARRAY, _OBJECTS, _TABLE = 1, 2, 3, 4, 5, 6
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+_encoder = msgspec.msgpack.Encoder()
 
 
-def encode(value: Any, blobs: list[bytes]) -> Any:
-    """``value`` as JSON data, its arrays and tables appended to ``blobs`` (NumPy ``.npy`` with no pickle,
-    Arrow IPC streams). Unstorable for anything else (a class instance, a function)."""
-    if value is None or isinstance(value, str | bool | int | float):
+def dumps(value: Any) -> bytes:
+    """``value`` as bytes; Unstorable for what has no data form (a class instance, an int beyond 64 bits)."""
+    try:
+        return _encoder.encode(encode(value))
+    except (OverflowError, TypeError, msgspec.EncodeError) as exc:
+        raise Unstorable(str(exc)) from None
+
+
+def loads(data: bytes | memoryview) -> Any:
+    """The value :func:`dumps` wrote."""
+    return _decoder.decode(data)
+
+
+def encode(value: Any) -> Any:
+    """``value`` with what MessagePack cannot say as it is (tuples, sets, dicts with other keys, arrays, tables)
+    made extension types. Unstorable for anything else."""
+    if type(value) in _PLAIN:
         return value
     if isinstance(value, np.generic):
-        return encode(value.item(), blobs)
+        return encode(value.item())
+    if isinstance(value, str):  # a subclass (a StrEnum, an IntEnum): the plain value it holds
+        return str.__str__(value)
+    if isinstance(value, int | float):
+        return (int if isinstance(value, int) else float)(value)
     if isinstance(value, list):
-        return [encode(v, blobs) for v in value]
-    if isinstance(value, tuple):
-        return {_TUPLE: [encode(v, blobs) for v in value]}
+        if _PLAIN.issuperset(map(type, value)):  # most lists (coordinates, names): as they are
+            return value
+        return [encode(v) for v in value]
     if isinstance(value, dict):
-        if all(isinstance(k, str) and not k.startswith("\0") for k in value):
-            return {k: encode(v, blobs) for k, v in value.items()}
-        return {_DICT: [[encode(k, blobs), encode(v, blobs)] for k, v in value.items()]}
+        if _PLAIN.issuperset(map(type, value)):
+            return {k: v if type(v) in _PLAIN else encode(v) for k, v in value.items()}
+        return _ext(_DICT, [[encode(k), encode(v)] for k, v in value.items()])
+    if isinstance(value, tuple):
+        return _ext(_TUPLE, [encode(v) for v in value])
     if isinstance(value, set | frozenset):
-        return {_SET: [encode(v, blobs) for v in value]}
+        return _ext(_SET, [encode(v) for v in value])
     if isinstance(value, np.ndarray):
         if value.dtype.hasobject:
-            return {_OBJECTS: encode(value.ravel().tolist(), blobs), "shape": list(value.shape)}
+            return _ext(_OBJECTS, [encode(value.ravel().tolist()), list(value.shape)])
         out = io.BytesIO()
         np.save(out, value, allow_pickle=False)
-        blobs.append(out.getvalue())
-        return {_ARRAY: len(blobs) - 1}
+        return msgspec.msgpack.Ext(_ARRAY, out.getvalue())
     if isinstance(value, pa.Table):
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, value.schema) as writer:
             writer.write_table(value)
-        blobs.append(sink.getvalue().to_pybytes())
-        return {_TABLE: len(blobs) - 1}
+        return msgspec.msgpack.Ext(_TABLE, sink.getvalue().to_pybytes())
     raise Unstorable(f"a {type(value).__name__} has no data-only encoding")
 
 
-def decode(doc: Any, blobs: list[memoryview]) -> Any:
-    """The value :func:`encode` wrote: never more than data (no class is looked up, no code run)."""
-    if isinstance(doc, list):
-        return [decode(v, blobs) for v in doc]
-    if not isinstance(doc, dict):
-        return doc
-    if len(doc) in (1, 2):
-        tag = next(iter(doc))
-        if tag == _TUPLE:
-            return tuple(decode(v, blobs) for v in doc[tag])
-        if tag == _DICT:
-            return {_hashable(decode(k, blobs)): decode(v, blobs) for k, v in doc[tag]}
-        if tag == _SET:
-            return {_hashable(decode(v, blobs)) for v in doc[tag]}
-        if tag == _ARRAY:
-            return np.load(io.BytesIO(blobs[doc[tag]]), allow_pickle=False)
-        if tag == _OBJECTS:
-            items = decode(doc[tag], blobs)
-            out = np.empty(len(items), dtype=object)
-            out[:] = items
-            return out.reshape(doc["shape"])
-        if tag == _TABLE:
-            return pa.ipc.open_stream(pa.py_buffer(blobs[doc[tag]])).read_all()
-    return {k: decode(v, blobs) for k, v in doc.items()}
+def _ext(code: int, inner: Any) -> msgspec.msgpack.Ext:
+    return msgspec.msgpack.Ext(code, _encoder.encode(inner))
+
+
+def _untag(code: int, data: memoryview) -> Any:
+    if code == _ARRAY:
+        return np.load(io.BytesIO(data), allow_pickle=False)
+    if code == _TABLE:
+        return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+    inner = _decoder.decode(data)
+    if code == _TUPLE:
+        return tuple(inner)
+    if code == _DICT:
+        return {_hashable(k): v for k, v in inner}
+    if code == _SET:
+        return {_hashable(v) for v in inner}
+    if code == _OBJECTS:
+        items, shape = inner
+        out = np.empty(len(items), dtype=object)
+        out[:] = items
+        return out.reshape(shape)
+    raise ValueError(f"an unknown extension type {code}")
+
+
+_decoder = msgspec.msgpack.Decoder(ext_hook=_untag)
 
 
 def _hashable(key: Any) -> Any:

@@ -71,7 +71,7 @@ def same(a: Any, b: Any) -> bool:
 
 def test_values_of_every_kind_round_trip(bound: Any, tmp_path: Path) -> None:
     value = {
-        "text": "é", "n": 2**70, "f": float("nan"), "inf": -math.inf, "none": None, "flag": True,
+        "text": "é", "n": 2**63, "f": float("nan"), "inf": -math.inf, "none": None, "flag": True,
         "tuple": (1, (2, "3")), "ints": {1: "a", (2, 3): [4]}, "set": {1, 2}, "\0t": "a key like a tag",
         "np": np.arange(6, dtype=np.int32).reshape(2, 3), "f32": np.float32(1.5), "objects": np.array(["a", None], dtype=object),
         "table": pa.table({"a": pa.array([1, None], pa.int64()), "s": pa.array(["x", "y"]).dictionary_encode()}),
@@ -141,6 +141,7 @@ def test_expired_entries_are_computed_again_and_the_store_keeps_a_cap(bound: Any
     store.memo("k", job, 1, lambda: [1])
     assert store.memo("k", job, 1, lambda: [2]) == [2]
     monkeypatch.setattr(store, "MAX_ENTRIES", 10)
+    monkeypatch.setattr(store, "PRUNE_EVERY", 1)
     store._bound[:] = [bound]
     for i in range(30):
         store.memo("k", job, i, lambda: [0])
@@ -164,15 +165,11 @@ def test_every_aggregate_of_the_pages_round_trips(tmp_path: Path, monkeypatch: p
     put, get = store.put, store.get
 
     def checked_put(s: Any, key: str, value: Any) -> None:
-        blobs: list[bytes] = []
         try:
-            doc = store.encode(value, blobs)
+            back = store.loads(store.dumps(value))
         except store.Unstorable as exc:
             unstorable.append(f"{key.split(':')[2]}: {exc}")
             return
-        import json
-
-        back = store.decode(json.loads(json.dumps(doc)), [memoryview(b) for b in blobs])
         assert same(back, value), key
         stored[key] = stored.get(key, 0) + 1
         put(s, key, value)
