@@ -15,12 +15,13 @@ import re
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import paradiag
 from paradiag.app.config import Config
-from paradiag.dataset import Job
+from paradiag.dataset import Job, JobError, cache_dir_for, load_cache, window_cache
 from paradiag.remote import is_url
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}$")  # no leading dot: never "." or ".."
@@ -78,7 +79,11 @@ def path_of(token: str, config: Config, user: str) -> Path | str:
 
 
 def open_token(token: str, config: Config, user: str) -> Job:
-    return open_path(path_of(token, config, user), split_window(token)[1])
+    path = path_of(token, config, user)
+    window = split_window(token)[1]
+    if token.startswith("upload:") and isinstance(path, Path):
+        return _remember((_key(path), window), path.parent.name, lambda: open_upload(path.parent, window))
+    return open_path(path, window)
 
 
 def split_window(token: str) -> tuple[str, int | None]:
@@ -95,20 +100,41 @@ def with_window(token: str, window: int | None) -> str:
     return job if window is None else f"{job}{WINDOW_MARK}{window}"
 
 
+def upload_cache(upload: Path, window: int | None = None) -> Path:
+    """Where the parse of ``upload`` keeps its cache (of profiling ``window``, None: the latest): under the
+    server's cache root (the same for every worker and the parse process), never inside an upload folder."""
+    return window_cache(cache_dir_for(upload / "files"), window)
+
+
+def open_upload(upload: Path, window: int | None = None) -> Job:
+    """The job of a parsed upload, from the cache its limited parse process wrote, read as it is
+    (dataset.load_cache): never parsed here, whatever the upload's files hold or claim."""
+    try:
+        return load_cache(upload_cache(upload, window), source=upload / "files")
+    except JobError as exc:
+        log.warning("upload %s (window %s): its cache cannot be opened: %s", upload.name, window, exc)
+        what = f"upload:{upload.name}" + ("" if window is None else f" window {window}")
+        raise JobNotFound(f"{what} (its parse is gone, was made by another version, or this window was not parsed: upload it again)") from None
+
+
 def _key(path: Path | str) -> str:
     return path if isinstance(path, str) else str(path.resolve())
 
 
 def open_path(path: Path | str, window: int | None = None) -> Job:
-    key = (_key(path), window)
+    shown = path if isinstance(path, str) else path.name
+    return _remember((_key(path), window), shown, lambda: paradiag.open(path, window=window))
+
+
+def _remember(key: tuple[str, int | None], shown: str, opener: Callable[[], Job]) -> Job:
     with _LOCK:
         job = _OPEN.get(key)
         if job is not None:
             _OPEN.move_to_end(key)
             return job
     start = time.perf_counter()
-    job = paradiag.open(path, window=window)
-    log.info("opened job %s (%d ranks) in %.0f ms", job.url or Path(path).name, len(job.rank_ids), 1000 * (time.perf_counter() - start))
+    job = opener()
+    log.info("opened job %s (%d ranks) in %.0f ms", job.url or shown, len(job.rank_ids), 1000 * (time.perf_counter() - start))
     with _LOCK:
         _OPEN[key] = job
         while len(_OPEN) > _KEEP:

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import logging
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tarfile
@@ -39,14 +39,13 @@ from werkzeug.datastructures import FileStorage
 from werkzeug.exceptions import RequestEntityTooLarge
 
 import paradiag
+from paradiag import safepath
 from paradiag.app import context, jobs
 from paradiag.app.config import Config, private_dir
 from paradiag.dataset import JobError
 
 ARCHIVES = (".zip", ".tar.gz", ".tgz", ".tar")
 MAX_FILES = 20_000  # entries per upload: more is an inode bomb, not a training job
-MAX_DEPTH = 32
-MAX_NAME_BYTES = 200  # below the 255 bytes most file systems allow per name
 RATIO_FLOOR = 1 << 20  # an entry may always unpack to 1 MB, whatever its ratio (tiny files compress oddly)
 CHUNK = 1 << 20
 STALE_S = 60  # a parse silent this long past its time limit died with its worker
@@ -63,57 +62,68 @@ class UploadRejected(Exception):
 
 
 def safe_relative(name: str) -> PurePosixPath | None:
-    """A client-given path kept only if it stays inside the upload folder; over-long names are shortened
-    (keeping their extension and a hash, so two long names stay two files) and control characters replaced."""
-    clean = "".join("_" if ord(c) < 32 else c for c in name.replace("\\", "/"))
-    parts = [p for p in PurePosixPath(clean).parts if p not in ("", ".", "/")]
-    if not parts or any(p == ".." for p in parts) or len(parts) > MAX_DEPTH:
+    """A client-given name as a path inside the upload folder (paradiag.safepath.relative), or None when it maps
+    under no folder."""
+    try:
+        return safepath.relative(name)
+    except safepath.UnsafeName:
         return None
-    return PurePosixPath(*(_short(p) for p in parts))
-
-
-def _short(part: str) -> str:
-    if len(part.encode()) <= MAX_NAME_BYTES:
-        return part
-    suffix = "".join(PurePosixPath(part).suffixes[-2:])
-    suffix = suffix if len(suffix.encode()) <= 32 else ""
-    digest = hashlib.sha256(part.encode()).hexdigest()[:12]
-    stem = part.encode()[: MAX_NAME_BYTES - len(suffix.encode()) - 13].decode(errors="ignore")
-    return f"{stem}~{digest}{suffix}"
 
 
 def save_upload(files: list[FileStorage], root: Path, config: Config | None = None) -> tuple[str, Path]:
     """Write the files into a new private folder under ``root``; unpack a single archive. Returns (id, folder).
-    On any failure the new folder is removed whole; UploadRejected says which rule the upload broke."""
+    Every name (a file's, an archive entry's) goes through paradiag.safepath: one that maps under no folder, and
+    an archive's links and devices, are skipped, and the upload's status lists them. On any failure the new
+    folder is removed whole; UploadRejected says which rule the upload broke."""
     cfg = config or context.config()
     upload_id = uuid.uuid4().hex[:16]
     upload = private_dir(root / upload_id)
     write_status(upload, {"state": "receiving"})
     folder = private_dir(upload / "files")
+    skipped: list[str] = []
     try:
-        _store(files, folder)
-        saved = [p for p in folder.rglob("*") if p.is_file()]
-        if len(saved) == 1 and saved[0].name.lower().endswith(ARCHIVES):
-            unpack(saved[0], folder, cfg)
-            saved[0].unlink()
+        stored = _store(files, folder, skipped)
+        if len(stored) == 1 and stored[0].name.lower().endswith(ARCHIVES):
+            archive = folder / stored[0]
+            unpack(archive, folder, cfg, skipped)
+            archive.unlink()
     except BaseException:
         shutil.rmtree(upload, ignore_errors=True)
         raise
-    write_status(upload, {"state": "queued", "done": 0, "total": 0})
+    if skipped:
+        log.warning("upload %s: skipped %d entries: %s", upload_id, len(skipped), "; ".join(skipped[:20]))
+    write_status(upload, {"state": "queued", "done": 0, "total": 0, "skipped": skipped[:MAX_SKIPPED_SHOWN]})
     return upload_id, folder
 
 
-def _store(files: list[FileStorage], folder: Path) -> None:
+MAX_SKIPPED_SHOWN = 20
+
+
+def _store(files: list[FileStorage], folder: Path, skipped: list[str]) -> list[PurePosixPath]:
     if len(files) > MAX_FILES:
         raise UploadRejected(f"{len(files)} files in one upload; at most {MAX_FILES} are accepted")
+    stored = []
     for f in files:
-        rel = safe_relative(f.filename or "")
-        if rel is None:
-            continue
-        with _storing(str(rel)):
-            dest = _free_name(folder, rel)
-            f.save(dest)
-            dest.chmod(0o600)
+        name = f.filename or ""
+        with _storing(name):
+            created = _create(folder, name, skipped)
+            if created is None:
+                continue
+            fd, rel = created
+            with os.fdopen(fd, "wb") as dst:
+                f.save(dst)
+            stored.append(rel)
+    return stored
+
+
+def _create(folder: Path, name: str, skipped: list[str]) -> tuple[int, PurePosixPath] | None:
+    """A new private file for the client-given ``name`` under ``folder`` (its folders made private on the way),
+    or None, noted in ``skipped``, when the name maps under no folder."""
+    try:
+        return safepath.create(folder, safepath.relative(name))
+    except safepath.UnsafeName as exc:
+        skipped.append(f"{_shown(name)}: skipped, the name {exc}")
+        return None
 
 
 @contextlib.contextmanager
@@ -130,50 +140,54 @@ def _shown(name: str) -> str:
     return repr(name if len(name) <= 80 else name[:77] + "...")
 
 
-def _free_name(folder: Path, rel: PurePosixPath) -> Path:
-    """Where ``rel`` goes under ``folder`` (parents made private); two parts with one name: keep both."""
-    dest = folder / rel
-    private_dir(dest.parent)
-    while dest.exists():
-        dest = dest.with_name("_" + dest.name)
-    return dest
-
-
-def unpack(archive: Path, into: Path, config: Config) -> None:
-    """Extract regular files only, each kept inside ``into`` (no links, no absolute or parent paths), each
-    streamed in chunks under the limits of ``config``."""
+def unpack(archive: Path, into: Path, config: Config, skipped: list[str] | None = None) -> None:
+    """Extract regular files only, each kept inside ``into`` (paradiag.safepath: no absolute or parent paths,
+    no links followed), each streamed in chunks under the limits of ``config``. Links, devices and names that
+    map under no folder are skipped, noted in ``skipped``."""
+    skipped = [] if skipped is None else skipped
     budget = _Budget(config, archive.stat().st_size)
-    entries = _zip_entries(archive) if archive.name.lower().endswith(".zip") else _tar_entries(archive)
+    entries = _zip_entries(archive, skipped) if archive.name.lower().endswith(".zip") else _tar_entries(archive, skipped)
     try:
         for count, (name, packed, stream) in enumerate(entries, start=1):
             if count > MAX_FILES:
                 raise UploadRejected(f"the archive holds more than {MAX_FILES} files")
-            rel = safe_relative(name)
-            if rel is None:
-                continue
-            with _storing(name), stream, open(_free_name(into, rel), "xb", opener=_private_opener) as dst:
-                budget.copy(name, packed, stream, dst)
+            with _storing(name), stream:
+                created = _create(into, name, skipped)
+                if created is None:
+                    continue
+                with os.fdopen(created[0], "wb") as dst:
+                    budget.copy(name, packed, stream, dst)
     except (zipfile.BadZipFile, tarfile.TarError, EOFError, zlib.error, NotImplementedError) as exc:
         raise UploadRejected(f"{archive.name}: not a readable archive ({type(exc).__name__})", 400) from exc
 
 
-def _zip_entries(archive: Path) -> Iterator[tuple[str, int | None, IO[bytes]]]:
+def _zip_entries(archive: Path, skipped: list[str]) -> Iterator[tuple[str, int | None, IO[bytes]]]:
     with zipfile.ZipFile(archive) as z:
         for info in z.infolist():
-            if not info.is_dir():
-                yield info.filename, info.compress_size, z.open(info)
+            kind = stat.S_IFMT(info.external_attr >> 16)  # the Unix mode, where the zip was made on Unix
+            if info.is_dir():
+                continue
+            if kind not in (0, stat.S_IFREG):
+                skipped.append(f"{_shown(info.filename)}: skipped, a {_KINDS.get(kind, 'special file')} (only files are unpacked)")
+                continue
+            yield info.filename, info.compress_size, z.open(info)
 
 
-def _tar_entries(archive: Path) -> Iterator[tuple[str, int | None, IO[bytes]]]:
+_KINDS = {stat.S_IFLNK: "symbolic link", stat.S_IFCHR: "device", stat.S_IFBLK: "device", stat.S_IFIFO: "FIFO", stat.S_IFSOCK: "socket"}
+
+
+def _tar_entries(archive: Path, skipped: list[str]) -> Iterator[tuple[str, int | None, IO[bytes]]]:
     with tarfile.open(archive, "r|*") as t:  # streamed: no index of a huge archive is built first
         for member in t:
-            data = t.extractfile(member) if member.isfile() else None
+            if member.isdir():
+                continue
+            if not member.isfile():
+                kind = "symbolic link" if member.issym() else "hard link" if member.islnk() else "device or FIFO"
+                skipped.append(f"{_shown(member.name)}: skipped, a {kind} (only files are unpacked)")
+                continue
+            data = t.extractfile(member)
             if data is not None:
                 yield member.name, None, data
-
-
-def _private_opener(path: str, flags: int) -> int:
-    return os.open(path, flags, 0o600)
 
 
 class _Budget:
@@ -268,7 +282,8 @@ def _run_child(upload: Path, config: Config) -> None:
     }
     code = "from paradiag.app.uploads import parse_main; parse_main()"
     start = time.perf_counter()
-    child = subprocess.Popen([sys.executable, "-c", code, str(upload)], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    cache = jobs.upload_cache(upload)
+    child = subprocess.Popen([sys.executable, "-c", code, str(upload), str(cache)], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         _, err = child.communicate(timeout=config.parse_seconds)
     except subprocess.TimeoutExpired:
@@ -298,7 +313,9 @@ def _fail(upload: Path, message: str) -> None:
 
 
 def parse_main() -> None:
-    """The parse child: limit itself, parse ``argv[1]/files`` into the cache, report through status.json."""
+    """The parse child: limit itself, parse ``argv[1]/files`` into the cache ``argv[2]`` (outside the upload,
+    jobs.upload_cache), report through status.json. The files are traces only (``as_source``): a manifest or
+    cache among them is never believed, its trace files are parsed like any other."""
     import resource
 
     upload = Path(sys.argv[1])
@@ -307,14 +324,16 @@ def parse_main() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     resource.setrlimit(resource.RLIMIT_CPU, (seconds + 5, seconds + 10))  # a backstop to the parent's clock
     folder = upload / "files"
+    skipped = [str(s) for s in read_status(upload).get("skipped", [])]
 
     def progress(done: int, total: int, source: str) -> None:
         write_status(upload, {"state": "parsing", "done": done, "total": total, "source": source})
 
     try:
         # One process: RLIMIT_AS binds each process alone, so parse workers would multiply the budget.
-        job = paradiag.open(folder, progress=progress, workers=1)
-        write_status(upload, {"state": "done", "done": 1, "total": 1, "ranks": len(job.rank_ids), "problems": [str(p) for p in job.problems][:20]})
+        job = paradiag.open(folder, Path(sys.argv[2]), progress=progress, workers=1, as_source=True)
+        problems = [*skipped, *(str(p) for p in job.problems)]
+        write_status(upload, {"state": "done", "done": 1, "total": 1, "ranks": len(job.rank_ids), "problems": problems[:20]})
     except MemoryError:
         _fail(upload, f"parsing needs more than {memory >> 20} MB of memory (limit PARADIAG_UPLOAD_PARSE_MEMORY_MB)")
     except JobError as exc:

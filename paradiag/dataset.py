@@ -49,7 +49,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from paradiag import __version__, align, remote, run_manifest, schema, windows
+from paradiag import __version__, align, remote, run_manifest, safepath, schema, windows
 from paradiag.discover import (
     PARSER_MODULES,
     Source,
@@ -341,16 +341,87 @@ class Job:
 
 
 def _load(cache_dir: Path) -> Job:
-    manifest = json.loads((cache_dir / MANIFEST).read_text())
-    problems = [Problem(**p) for p in manifest.get("problems", [])]
-    return Job(
-        cache_dir=cache_dir,
-        manifest=manifest,
-        ranks=pq.read_table(cache_dir / "ranks.parquet"),
-        steps=pq.read_table(cache_dir / "steps.parquet"),
-        groups=pq.read_table(cache_dir / "groups.parquet"),
-        problems=problems,
-    )
+    """The cache in ``cache_dir`` as it is. Its manifest is checked first (paradiag.safepath): every file it
+    names must lie inside ``cache_dir``, and every entry be of its type, so a crafted or broken manifest is a
+    JobError naming what is wrong, never a read elsewhere or a crash later."""
+    try:
+        manifest = json.loads((cache_dir / MANIFEST).read_text())
+        _check_manifest(manifest, cache_dir)
+        problems = [Problem(str(p["source"]), str(p["severity"]), str(p["message"])) for p in manifest.get("problems", [])]
+        tables = {name: pq.read_table(safepath.inside(cache_dir, f"{name}.parquet")) for name in ("ranks", "steps", "groups")}
+        for name, fields in (("ranks", schema.RANKS), ("steps", schema.STEPS)):
+            absent = [f.name for f in fields if f.name not in tables[name].column_names]
+            if absent:
+                raise ValueError(f"{name}.parquet lacks column(s) {', '.join(absent)}")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, pa.ArrowException, safepath.UnsafeName) as exc:
+        raise JobError(f"{cache_dir}: not a readable paradiag cache ({type(exc).__name__}: {exc})") from exc
+    return Job(cache_dir=cache_dir, manifest=manifest, ranks=tables["ranks"], steps=tables["steps"], groups=tables["groups"], problems=problems)
+
+
+def _check_manifest(manifest: Any, cache_dir: Path) -> None:
+    """ValueError unless ``manifest`` has the shape _finish writes and names files inside ``cache_dir`` only."""
+    if not isinstance(manifest, dict) or manifest.get("format") != CACHE_FORMAT:
+        raise ValueError(f"{MANIFEST} is not a {CACHE_FORMAT} manifest")
+    _typed(manifest, {"content_hash": str, "source": str, "sources": list, "files": list, "problems": list})
+    for entry in manifest["files"]:
+        _typed(entry, {"path": str, "size": int, "mtime_ns": int, "hash": str})
+        safepath.inside(cache_dir, entry["path"], exact=True)  # relative to the source: never read here, never absolute
+    for entry in manifest["problems"]:
+        _typed(entry, {"source": str, "severity": str, "message": str})
+    for entry in manifest["sources"]:
+        _typed(entry, {"rank": int, "max_dur_ns": int, "extra_files": dict, "rank_tables": dict})
+        files = [entry.get("events_file"), *entry["extra_files"].values(), *entry["rank_tables"].values()]
+        for file in files:
+            if file is not None:
+                if not isinstance(file, str):
+                    raise ValueError(f"source {entry['rank']}: a file name that is no text: {file!r}")
+                try:
+                    safepath.inside(cache_dir, file, exact=True)
+                except safepath.UnsafeName as exc:
+                    raise ValueError(f"source {entry['rank']}: {file!r} {exc}") from None
+
+
+def _typed(entry: Any, fields: dict[str, type]) -> None:
+    if not isinstance(entry, dict):
+        raise ValueError(f"an entry that is no object: {str(entry)[:80]!r}")
+    for name, kind in fields.items():
+        value = entry.get(name)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise ValueError(f"entry {name!r} is {type(value).__name__}, not {kind.__name__}")
+
+
+def load_cache(cache_dir: Path, source: Path | None = None) -> Job:
+    """The cache in ``cache_dir``, read as it is: never parsed again, whatever its source says (how the team
+    server opens an upload, which its limited parse process cached). JobError when there is no valid cache there,
+    when this version of paradiag wrote another layout, or when it is not the cache of ``source``."""
+    if not is_cache(cache_dir):
+        raise JobError(f"{cache_dir}: no paradiag cache")
+    job = _load(cache_dir)
+    m = job.manifest
+    if m.get("parser_version") != PARSER_VERSION or m.get("schema_version") != schema.SCHEMA_VERSION:
+        raise JobError(f"{cache_dir}: a cache written by another version of paradiag")
+    if source is not None and job.source != str(source.resolve()):
+        raise JobError(f"{cache_dir}: not the cache of {source}")
+    return job
+
+
+def followed_source(job: Job, cache_dir: Path) -> Path | None:
+    """The source folder of the cache ``cache_dir`` that opening it by its path may parse again when changed, or
+    None. The rule: a cache's ``source`` is only ever followed when its caller opened the cache folder itself
+    (the command line, the library: the caller reads the source with its own rights, for itself), never for a
+    folder opened as a source (``as_source``: the team server's uploads) nor by :func:`load_cache`; and only
+    when it names an existing folder or file by an absolute path that neither is nor holds nor lies inside the
+    cache folder (an ingest never writes a cache into its source)."""
+    text = job.source
+    if not text or not os.path.isabs(text) or "\0" in text:
+        return None
+    origin = Path(text)
+    if not origin.exists():
+        return None
+    here, there = cache_dir.resolve(), origin.resolve()
+    if here == there or here in there.parents or there in here.parents:
+        return None
+    return origin
 
 
 ProgressCallback = Callable[[int, int, str], None]  # (done, total, source just finished)
@@ -367,13 +438,16 @@ def open_job(
     verify: bool = False,
     dask: str | None = None,
     window: int | None = None,
+    as_source: bool = False,
 ) -> Job:
     """Open a trace folder (or one trace file, or a cache folder): read the cache when it is current,
     otherwise parse and cache. ``strict`` turns any problem with a source into a :class:`JobError`;
     ``verify`` hashes every source file to decide whether the cache is current (see :func:`_is_current`);
     ``dask`` parses on a Dask cluster (see :func:`ingest`). ``path`` may also be the URL of a cache, and
     ``cache_dir`` one to read or write (``s3://bucket/job``; paradiag.remote). ``window``: the profiling window
-    to open (:attr:`Job.windows`; default the latest), each cached on its own (:func:`window_cache`)."""
+    to open (:attr:`Job.windows`; default the latest), each cached on its own (:func:`window_cache`).
+    ``as_source``: ``path`` is a folder of traces, never taken for a cache whatever it holds (a manifest in it is
+    no trace and is left out), its cache ``cache_dir`` or the default one (how the team server parses an upload)."""
     if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 0):
         raise JobError(f"window {window!r}: a window is a number from 0 (see Job.windows)")
     options: dict[str, Any] = {"strict": strict, "workers": workers, "progress": progress, "dask": dask, "window": window}
@@ -386,26 +460,30 @@ def open_job(
     target = Path(path)
     if not target.exists():
         raise JobError(f"{target}: no such file or folder")
-    if target.is_dir() and is_cache(target):
+    if not as_source and target.is_dir() and is_cache(target):
         job = _load(target)
-        origin = Path(job.source)
+        origin = followed_source(job, target)
         if window is not None and not _holds(job.manifest, window):  # another window: its own cache beside this one
-            if not origin.exists():
-                raise JobError(f"{target}: this cache holds window {job.window} of {origin}, which is not here to read window {window} from")
+            if origin is None:
+                raise JobError(f"{target}: this cache holds window {job.window} of {job.source!r}, which is not here to read window {window} from")
             return open_job(origin, window_cache(target, window), strict=strict, workers=workers, refresh=refresh, progress=progress, verify=verify, dask=dask, window=window)
-        if refresh or (origin.exists() and not _is_current(job.manifest, origin, verify)):  # the window it was made for
+        if refresh and origin is None:
+            raise JobError(f"{target}: cannot be parsed again: its source {job.source!r} is no folder it may be rebuilt from (see followed_source)")
+        if origin is not None and (refresh or not _is_current(job.manifest, origin, verify)):  # the window it was made for
             return ingest(origin, target, **{**options, "window": cached_window(job.manifest)[1]})
         return _check_strict(job, strict)
     cache = Path(cache_dir) if cache_dir is not None else cache_dir_for(target)
     if not refresh and window is not None and is_cache(cache):  # the default cache may hold that window already
-        job = _load(cache)
-        if cached_window(job.manifest)[0] == window and Path(job.source) == target.resolve() and _is_current(job.manifest, target, verify):
-            return _check_strict(job, strict)
+        with contextlib.suppress(JobError):  # a broken cache is built again
+            job = _load(cache)
+            if cached_window(job.manifest)[0] == window and job.source == str(target.resolve()) and _is_current(job.manifest, target, verify):
+                return _check_strict(job, strict)
     cache = window_cache(cache, window)
     if not refresh and is_cache(cache):
-        job = _load(cache)
-        if Path(job.source) == target.resolve() and _holds(job.manifest, window) and _is_current(job.manifest, target, verify):
-            return _check_strict(job, strict)
+        with contextlib.suppress(JobError):  # a broken cache is built again
+            job = _load(cache)
+            if job.source == str(target.resolve()) and _holds(job.manifest, window) and _is_current(job.manifest, target, verify):
+                return _check_strict(job, strict)
     return ingest(target, cache, **options)
 
 
@@ -413,13 +491,13 @@ def _open_url(url: str, refresh: bool, verify: bool, options: dict[str, Any]) ->
     """The cache at ``url``, from its local mirror; ingested again into ``url`` when its source folder is here
     and changed (as a cache folder is)."""
     job = replace(_load(remote.mirror(remote.connect(url))), url=remote.shown(url))
-    origin = Path(job.source)
+    origin = followed_source(job, job.cache_dir)
     window = options["window"]
     if window is not None and not _holds(job.manifest, window):  # another window of the job: its own cache beside this one
-        if not origin.exists():
-            raise JobError(f"{remote.shown(url)}: this cache holds window {job.window} of {origin}, which is not here to read window {window} from")
+        if origin is None:
+            raise JobError(f"{remote.shown(url)}: this cache holds window {job.window} of {job.source!r}, which is not here to read window {window} from")
         return _open_with_url(origin, window_url(url, window), refresh, verify, options)
-    if refresh or (origin.exists() and not _is_current(job.manifest, origin, verify)):  # the window it was made for
+    if origin is not None and (refresh or not _is_current(job.manifest, origin, verify)):  # the window it was made for
         return ingest(origin, url, **{**options, "window": cached_window(job.manifest)[1]})
     return _check_strict(job, options["strict"])
 

@@ -105,7 +105,7 @@ def view_data(job: Job, ranks: list[int], sel: dict[str, Any], expand: list[str]
 
     if sel.get("window"):
         return compute()
-    return store.memo("timeline-step", job.content_hash, [sel.get("step"), ranks, PIXELS, limit, instance, opened, path], compute)
+    return store.memo("timeline-step", job, [sel.get("step"), ranks, PIXELS, limit, instance, opened, path], compute)
 
 
 def render_timeline(view: dict[str, Any] | None, expand: list[str] | None = None, path: list[str] | None = None) -> tuple[go.Figure, str, list[str]] | tuple[Any, Any, Any]:

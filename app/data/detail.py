@@ -21,7 +21,7 @@ BREAKDOWN = ("compute_ns", "comm_exposed_ns", "memory_exposed_ns", "sync_exposed
 
 
 def detail_data(job: Job, rank: int, step: int, operator: str | None = None) -> dict[str, Any]:
-    return store.memo("detail", job.content_hash, [rank, step, operator], lambda: _detail(job, rank, step, operator))
+    return store.memo("detail", job, [rank, step, operator], lambda: _detail(job, rank, step, operator))
 
 
 def peers_of(job: Job, rank: int) -> list[int]:
@@ -32,7 +32,7 @@ def peers_of(job: Job, rank: int) -> list[int]:
 def operator_totals(job: Job) -> pa.Table:
     """Device time per (step, rank, operator) over the whole job, computed once: the detail of any rank in any
     step then reads no events for its top operators."""
-    return store.memo("operator-totals", job.content_hash, 1, lambda: _operator_totals(job))
+    return store.memo("operator-totals", job, 1, lambda: _operator_totals(job))
 
 
 def _operator_totals(job: Job) -> pa.Table:

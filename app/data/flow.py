@@ -45,7 +45,7 @@ _VERSION = re.compile(r"v\d+$")  # MatMulV2, LayerNormV4 -> matmul, layernorm
 def flow_data(job: Job, step: int, expand: bool = False) -> dict[str, Any]:
     """Per stage, the nodes (or collapsed blocks, each holding its ``members``) in execution order, and the
     stage the top finding is about; computed once per job, step and expansion."""
-    return store.memo("flow", job.content_hash, [step, expand], lambda: _flow_data(job, step, expand))
+    return store.memo("flow", job, [step, expand], lambda: _flow_data(job, step, expand))
 
 
 def flow_view(job: Job, step: int, opened: list[str] | None = None, expand_all: bool = False) -> dict[str, Any]:

@@ -47,7 +47,7 @@ def step_bands(job: Job, step: int) -> dict[str, Any]:
 def stage_bands(job: Job, step: int, stage: int, extra: tuple[int, ...] = ()) -> dict[str, Any]:
     """One stage's bands over :func:`read_ranks` and the ranks ``extra`` (an opened group's devices)."""
     ranks = read_ranks(job, step, stage, extra)
-    return store.memo("marey-stage", job.content_hash, [step, stage, ranks], lambda: _stage_bands(job, step, stage, ranks))
+    return store.memo("marey-stage", job, [step, stage, ranks], lambda: _stage_bands(job, step, stage, ranks))
 
 
 def read_ranks(job: Job, step: int, stage: int, extra: tuple[int, ...] = ()) -> list[int]:
@@ -55,7 +55,7 @@ def read_ranks(job: Job, step: int, stage: int, extra: tuple[int, ...] = ()) -> 
     differ from the rest (the top finding's ranks, those whose compute time in the step stands out in the
     Diagnosis, ``extra``) and one device per mesh group (a group running late shows on it). The others are
     drawn with their group's row, or the stage's: a cold step at 1024 ranks reads ~20 devices a stage, not 128."""
-    return store.memo("marey-read", job.content_hash, [step, stage, sorted(extra), READ_ALL], lambda: _read_ranks(job, step, stage, extra))
+    return store.memo("marey-read", job, [step, stage, sorted(extra), READ_ALL], lambda: _read_ranks(job, step, stage, extra))
 
 
 def _read_ranks(job: Job, step: int, stage: int, extra: tuple[int, ...]) -> list[int]:
@@ -87,7 +87,7 @@ def _standing_out(job: Job, step: int, ranks: list[int]) -> set[int]:
 
 def band_span(job: Job, step: int) -> tuple[int, int]:
     """The step's first band start and last band end over all stages."""
-    lo, hi = store.memo("marey-span", job.content_hash, step, lambda: _span(step_bands(job, step)))
+    lo, hi = store.memo("marey-span", job, step, lambda: _span(step_bands(job, step)))
     return int(lo), int(hi)
 
 
@@ -144,7 +144,7 @@ def marey_data(job: Job, step: int, window: tuple[int, int] | None, merge_frac: 
     opened = sorted(set(expand or []))
     kept = sorted(set(keep if keep is not None else top_culprits(job)))
     if window is None:
-        return store.memo("marey-step", job.content_hash, [step, merge_frac, opened, kept, SMALL_JOB, READ_ALL], lambda: _marey_data(job, step, None, merge_frac, opened, kept))
+        return store.memo("marey-step", job, [step, merge_frac, opened, kept, SMALL_JOB, READ_ALL], lambda: _marey_data(job, step, None, merge_frac, opened, kept))
     return _marey_data(job, step, window, merge_frac, opened, kept)
 
 
@@ -165,7 +165,7 @@ def folded(job: Job, step: int, expand: list[str], keep: list[int]) -> dict[str,
         how = "devices" if every else "groups" if f"stage:{s}" in expand else ""
         opened = sorted(int(e.split(":")[2]) for e in expand if e.startswith(f"group:{s}:"))
         kept = [r for r in keep if mesh.stage.get(r) == s]
-        stages.append(store.memo("marey-rows", job.content_hash, [step, s, how, opened, kept, READ_ALL], partial(_stage_rows, job, step, s, how, opened, kept, hi - lo)))
+        stages.append(store.memo("marey-rows", job, [step, s, how, opened, kept, READ_ALL], partial(_stage_rows, job, step, s, how, opened, kept, hi - lo)))
     return {"step": step, "span": (lo, hi), "stages": stages}
 
 
@@ -292,7 +292,7 @@ def _slowest(rank: np.ndarray, ns: np.ndarray, group: np.ndarray, n: int) -> tup
 def p2p_pairs(job: Job, step: int, heads: list[int] | None = None) -> list[dict[str, Any]]:
     """The step's send/recv pairs; with ``heads``, only those sent or received by one of these ranks."""
     chosen = sorted(set(heads)) if heads is not None else None
-    return store.memo("marey-p2p", job.content_hash, [step, chosen], lambda: _p2p(job, step, origin_ns(job), chosen))
+    return store.memo("marey-p2p", job, [step, chosen], lambda: _p2p(job, step, origin_ns(job), chosen))
 
 
 def _span(bands: dict[str, Any]) -> tuple[int, int]:
@@ -338,7 +338,7 @@ def critical_path(job: Job, step: int, window: tuple[int, int] | None = None) ->
     of one rank and kind are one piece (their longest operator named); beyond MAX_PATH pieces, neighbours on one
     rank merge whatever their kind (the kind holding most of the time named), so a zoomed window shows more."""
     if window is None:
-        return store.memo("marey-path", job.content_hash, step, lambda: _path_pieces(job, step, None))
+        return store.memo("marey-path", job, step, lambda: _path_pieces(job, step, None))
     return _path_pieces(job, step, window)
 
 

@@ -38,7 +38,7 @@ RANK_KINDS = ("slow_device", "host_stall", "operator_hotspot", "expert_imbalance
 
 
 def report(job: Job) -> dict[str, Any]:
-    return store.memo("report", job.content_hash, 1, lambda: report_of(job, diagnosis(job)))
+    return store.memo("report", job, 1, lambda: report_of(job, diagnosis(job)))
 
 
 def focus(job: Job) -> dict[str, Any]:
@@ -74,7 +74,7 @@ def culprits(job: Job) -> dict[int, str]:
 
 def overview(job: Job) -> dict[str, Any]:
     """``{"ranks", "steps", "stage", "dp", "metrics": {name: rows x steps list}, "found_by"}``."""
-    return store.memo("overview", job.content_hash, 2, lambda: _overview(job))
+    return store.memo("overview", job, 2, lambda: _overview(job))
 
 
 def _overview(job: Job) -> dict[str, Any]:

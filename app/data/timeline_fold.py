@@ -92,7 +92,7 @@ def fold_times(job: Job, step: int, folds: list[dict[str, Any]]) -> list[dict[st
         times = model.row_times(st["start"], st["end"], cols)
         return {**{k: times[k] for k in ("start", "end", "lo", "hi", "slow_ns")}, "slow_rank": np.asarray(st["ranks"], dtype=np.int64)[times["slow_col"]], "names": st["names"], "category": st["category"], "read": len(cols)}
 
-    return [store.memo("timeline-fold", job.content_hash, [step, f["key"], f["ranks"]], partial(compute, f)) for f in folds]
+    return [store.memo("timeline-fold", job, [step, f["key"], f["ranks"]], partial(compute, f)) for f in folds]
 
 
 def lanes_of(times: dict[str, Any]) -> list[str]:
