@@ -19,7 +19,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from dash import Dash
-from flask import Flask, Request, Response, jsonify, redirect, request, session
+from dash.exceptions import DependencyException
+from flask import Flask, Request, Response, abort, jsonify, redirect, request, session
 from flask.sessions import SecureCookieSessionInterface
 from flask_login import LoginManager, UserMixin, current_user, login_user, logout_user
 from werkzeug.security import check_password_hash, generate_password_hash
@@ -217,6 +218,19 @@ def harden(app: Dash, config: Config) -> None:
     server.config.update(REMEMBER_COOKIE_HTTPONLY=True, REMEMBER_COOKIE_SAMESITE="Lax", REMEMBER_COOKIE_SECURE=config.secure_cookies)
     server.session_interface = _SessionInterface()
     csp: list[str] = []  # built on the first response: Dash knows its inline scripts only once all are registered
+
+    @server.before_request
+    def static_files_only() -> None:
+        """Under the open prefixes only their static files are served (nothing else is open to a stranger):
+        a path no static rule matches (``/assets/``, ``/_dash-component-suites/x``) would reach the page's
+        catch-all rule."""
+        rule = request.url_rule
+        if request.path.startswith(OPEN_PREFIXES) and (rule is None or not rule.rule.startswith(OPEN_PREFIXES)):
+            abort(404)
+
+    # Dash refuses a component file it did not register (a name with "..", another package's, any other) with
+    # this exception, which would answer 500: nothing is served, and that is a 404.
+    server.register_error_handler(DependencyException, lambda _exc: (jsonify({"error": "not found"}), 404))
 
     @server.before_request
     def same_origin() -> tuple[Response, int] | None:

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import TRACES
-from tests.fuzzing import Seed, ascend_seeds, kineto_seeds, run_case
+from tests.fuzzing import SEEDS_OF, Seed, ascend_seeds, kineto_seeds, run_case
 
 CASE_NUMBERS = st.integers(min_value=0, max_value=2**32 - 1)
 SETTINGS = {
@@ -60,7 +60,17 @@ def test_kineto_parser_survives_mutations(tmp_path: Path, name: str) -> None:
     case()
 
 
-@pytest.mark.parametrize("name", ["ascend:text", "ascend:db", "ascend:mindspore", "ascend:msprof"])
+def test_every_registered_reader_is_fuzzed(ascend: dict[str, Seed]) -> None:
+    """Each reader discover.parsers() registers has its seeds, and those that need no shared trace are built."""
+    from paradiag import discover
+
+    assert set(SEEDS_OF) == {m.__name__ for m in discover.parsers()}
+    built = set(KINETO) | set(ascend)
+    needs_shared = {"ascend:db", "ascend:mindspore_db"}
+    assert {name for names in SEEDS_OF.values() for name in names} - needs_shared <= built
+
+
+@pytest.mark.parametrize("name", sorted(n for names in SEEDS_OF.values() for n in names if n.startswith("ascend:")))
 def test_ascend_parsers_survive_mutations(tmp_path: Path, name: str, ascend: dict[str, Seed]) -> None:
     seed = _seed(ascend, name, tmp_path / "case")
 
