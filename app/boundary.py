@@ -153,7 +153,9 @@ def options(value: Any) -> list[dict[str, Any]] | None:
 
 def drawn(value: Any) -> dict[str, Any] | None:
     """What a figure shows (``{"key": [...], "traces": n}``, written by its callback to patch it later)."""
-    value = coerce.mapping(value) or {}
+    value = coerce.mapping(value)
+    if not value:
+        return value  # {}: nothing drawn yet (the layout's value)
     key, traces = value.get("key"), coerce.integer(value.get("traces"), 1)
     return {"key": key, "traces": traces} if isinstance(key, list) and traces is not None else None
 
@@ -161,8 +163,8 @@ def drawn(value: Any) -> dict[str, Any] | None:
 def drill(value: Any) -> dict[str, Any] | None:
     """The communication matrix's opened blocks: ``{"job": token, "path": [{"src": ranks, "dst": ranks}, ...]}``."""
     value = coerce.mapping(value)
-    if value is None:
-        return None
+    if not value:
+        return value  # {}: nothing opened (the layout's value)
 
     def block(item: Any) -> dict[str, Any] | None:
         item = coerce.mapping(item) or {}

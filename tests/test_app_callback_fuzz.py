@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 from werkzeug.security import generate_password_hash
 
 from benchmarks.load import Client, production_server
@@ -28,7 +29,7 @@ from benchmarks.load import _walk as walk
 pytestmark = pytest.mark.slow
 USERS = {"alice": "a-secret", "bob": "b-secret"}
 JOB = "sample:gpu_llm_slow_rank"
-CASES_PER_CALLBACK = int(os.environ.get("PARADIAG_FUZZ_CALLBACK_CASES", "24"))  # more for a longer hunt
+CASES_PER_CALLBACK = int(os.environ.get("PARADIAG_FUZZ_CALLBACK_CASES", "16"))  # more for a longer hunt
 SEED = int(os.environ.get("PARADIAG_FUZZ_SEED", "21"))
 
 
@@ -241,3 +242,52 @@ def test_forged_values_read_as_absent() -> None:
         assert Selection.from_store(value) == Selection() or isinstance(value, dict)
     assert Selection.from_store({"job": JOB, "window": [None, None], "ranks": ["a"], "step": True}) == Selection(job=JOB)
     assert Selection.from_store({"job": JOB, "window": ["1.5", 2], "ranks": [3, 3, "4"], "step": 2.0}) == Selection(job=JOB, window=[1.5, 2.0], ranks=[3, 4], step=2)
+
+
+def raw_get(url: str, path: str) -> tuple[int, bytes]:
+    """GET ``path`` exactly as written (no client normalises its dots away), without a session."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    conn.putrequest("GET", path, skip_host=False, skip_accept_encoding=True)
+    conn.endheaders()
+    reply = conn.getresponse()
+    body = reply.read()
+    conn.close()
+    return reply.status, body
+
+
+def test_the_open_prefixes_serve_their_files_and_nothing_else(server: tuple[str, Path]) -> None:
+    """Without a session, the static prefixes serve the component files and assets; a path that climbs out, names
+    an unknown package or file, or stops at the prefix is a 404 that serves nothing (it was a 500, or the page)."""
+    url, root = server
+    deps = requests.get(url + "/_dash-component-suites/dash/dcc/async-graph.js", timeout=30)
+    assert deps.status_code == 200 and b"passwd" not in deps.content
+    hostile = [
+        "/_dash-component-suites/dash/../../../../etc/passwd",
+        "/_dash-component-suites/dash/dcc/../../../../../../etc/passwd",
+        "/_dash-component-suites/dash/%2e%2e/%2e%2e/%2e%2e/etc/passwd",
+        "/_dash-component-suites/dash/..%2f..%2f..%2f..%2fetc%2fpasswd",
+        "/_dash-component-suites/dash/dcc/async-graph.js%00.txt",
+        "/_dash-component-suites/os/path.py",
+        "/_dash-component-suites/paradiag/app/config.py",
+        "/_dash-component-suites/dash/no-such.js",
+        "/_dash-component-suites/",
+        "/_dash-component-suites/dash",
+        "/assets/../../../../etc/passwd",
+        "/assets/%2e%2e/%2e%2e/pyproject.toml",
+        "/assets/..%2f..%2fpyproject.toml",
+        "/assets/",
+        "/assets/no-such.css",
+        "/static/../../etc/passwd",
+        "//etc/passwd",
+        "/_dash-component-suites/plotly/package_data/../../../../etc/passwd",
+    ]
+    for path in hostile:
+        status, body = raw_get(url, path)
+        assert status in (302, 404), (path, status)  # 302: outside the open prefixes, sign in first
+        assert b"root:" not in body and b"_dash-config" not in body and b"[project]" not in body, path
+    log = (root / "server.log").read_text(errors="replace")
+    assert "Traceback" not in log, log[-2000:]

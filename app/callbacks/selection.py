@@ -26,7 +26,7 @@ from paradiag.app.selection import VIEW_FIELDS, Selection, view_store
 # as None, and a None value changes nothing (``select``).
 READS: dict[tuple[str, str], boundary.Spec] = {
     (ids.URL, "search"): boundary.text(boundary.MAX_URL),
-    (ids.URL, "href"): boundary.query_of_href,
+    (ids.URL, "href"): boundary.text(boundary.MAX_URL),
     (ids.HEATMAP, "clickData"): boundary.event,
     (ids.TIMELINE, "relayoutData"): boundary.event,
     (ids.MAREY_CLICK, "data"): boundary.event,
@@ -280,7 +280,7 @@ def register(app: Dash) -> None:
         stored, stack, unfolded, unfold_options, metric = args[len(INPUTS) + 1 :]
         shown = dict(zip(INPUTS, values, strict=True))
         # A callback that sets the href (an upload that finished) may reach us before the search is updated.
-        href = values[1]
+        href = boundary.query_of_href(values[1])
         search = "?" + href if href else values[0]
         trigger = _trigger()
         if isinstance(trigger, dict) and not any(finding_clicks or []):
