@@ -250,7 +250,7 @@ def raw_get(url: str, path: str) -> tuple[int, bytes]:
     from urllib.parse import urlsplit
 
     parts = urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=30)
     conn.putrequest("GET", path, skip_host=False, skip_accept_encoding=True)
     conn.endheaders()
     reply = conn.getresponse()
