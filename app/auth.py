@@ -2,7 +2,8 @@
 
 Sign-in uses flask-login when ``PARADIAG_USERS`` names a users file (``name:password-hash`` per line, the hash
 from ``werkzeug.security.generate_password_hash``). Without it the app is open and uploads are private to a
-browser session. Failed sign-ins are throttled per user name and per client address (exponential lock-out);
+browser session. Failed sign-ins are throttled per (client address, user name), with looser caps per address and
+per name (``FREE_TRIES``; exponential lock-out beyond them);
 signing out ends every cookie issued to that user before (a per-user session generation kept on disk, so every
 worker agrees). Throttle counts and generations live in one SQLite file beside the app cache (mode 0600).
 """
@@ -19,7 +20,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from dash import Dash
-from flask import Flask, Request, Response, jsonify, redirect, request, session
+from dash.exceptions import DependencyException
+from flask import Flask, Request, Response, abort, jsonify, redirect, request, session
 from flask.sessions import SecureCookieSessionInterface
 from flask_login import LoginManager, UserMixin, current_user, login_user, logout_user
 from werkzeug.security import check_password_hash, generate_password_hash
@@ -35,8 +37,11 @@ _FORM = """<!doctype html><title>paradiag · sign in</title>
 OPEN_PATHS = frozenset({"/login", "/healthz", "/_favicon.ico"})
 OPEN_PREFIXES = ("/_dash-component-suites/", "/assets/")
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-# Failed sign-ins allowed before lock-outs start (per name, per address), and the longest lock-out.
-FREE_TRIES = {"user": 5, "addr": 20}
+# Failed sign-ins allowed before lock-outs start, and the longest lock-out. A guesser is stopped by its
+# (address, name) pair; the looser caps stop one address guessing many names ("addr") and many addresses guessing
+# one name ("user"), without one user's typos (or a guesser behind a shared NAT or proxy) locking out the others at
+# that address, or a guesser elsewhere locking out a user at once.
+FREE_TRIES = {"pair": 5, "addr": 100, "user": 50}
 MAX_LOCK_S = 15 * 60
 log = logging.getLogger("paradiag.app.auth")
 
@@ -101,12 +106,16 @@ class AuthStore:
                 db.execute("INSERT OR REPLACE INTO failures VALUES (?, ?, ?)", (key, count, until))
         return 0.0
 
-    def succeeded(self, user_key: str, addr_key: str) -> None:
-        """The user's count starts afresh; the address gives back the attempt it was charged."""
-        free = FREE_TRIES["addr"]
+    def succeeded(self, keys: list[str]) -> None:
+        """The (address, name) pair's count starts afresh; the address and the name give back the attempt they
+        were charged."""
         with self._db() as db:
-            db.execute("DELETE FROM failures WHERE key = ?", (user_key,))
-            db.execute("UPDATE failures SET count = count - 1, until = CASE WHEN count - 1 <= ? THEN 0 ELSE until END WHERE key = ?", (free, addr_key))
+            for key in keys:
+                kind = key.partition(":")[0]
+                if kind == "pair":
+                    db.execute("DELETE FROM failures WHERE key = ?", (key,))
+                else:
+                    db.execute("UPDATE failures SET count = count - 1, until = CASE WHEN count - 1 <= ? THEN 0 ELSE until END WHERE key = ?", (FREE_TRIES[kind], key))
 
     def generation(self, user: str) -> int:
         with self._db(write=False) as db:
@@ -159,7 +168,7 @@ def setup_login(server: Flask, users_file: Path, store: AuthStore, max_age_s: in
         if request.method != "POST":
             return _FORM.format(error="")
         name, password = request.form.get("user", ""), request.form.get("password", "")
-        keys = [f"user:{name}", f"addr:{request.remote_addr}"]
+        keys = throttle_keys(request.remote_addr, name)
         wait = store.attempt(keys)
         if wait > 0:
             log.warning("sign-in as %r from %s refused: locked for %.0f s", name, request.remote_addr, wait)
@@ -168,7 +177,7 @@ def setup_login(server: Flask, users_file: Path, store: AuthStore, max_age_s: in
         if not checker.check(users.get(name), password, users):
             log.warning("failed sign-in as %r from %s", name, request.remote_addr)
             return _FORM.format(error=_error("wrong user or password")), 401
-        store.succeeded(*keys)
+        store.succeeded(keys)
         session.clear()  # nothing from before sign-in carries over (no session fixation)
         session["since"] = time.time()
         login_user(User(name, store.generation(name)))
@@ -191,6 +200,12 @@ def setup_login(server: Flask, users_file: Path, store: AuthStore, max_age_s: in
         if request.method in UNSAFE_METHODS:
             return jsonify({"error": "sign in first"}), 401
         return redirect("/login")  # type: ignore[return-value]
+
+
+def throttle_keys(addr: str | None, name: str) -> list[str]:
+    """The counters one sign-in attempt is charged to: its (address, name) pair, its address, its name."""
+    name = name[:256]  # a longer one is no user: it need not fill the table with keys of its own
+    return [f"pair:{addr}|{name}", f"addr:{addr}", f"user:{name}"]
 
 
 def _error(text: str) -> str:
@@ -219,6 +234,19 @@ def harden(app: Dash, config: Config) -> None:
     csp: list[str] = []  # built on the first response: Dash knows its inline scripts only once all are registered
 
     @server.before_request
+    def static_files_only() -> None:
+        """Under the open prefixes only their static files are served (nothing else is open to a stranger):
+        a path no static rule matches (``/assets/``, ``/_dash-component-suites/x``) would reach the page's
+        catch-all rule."""
+        rule = request.url_rule
+        if request.path.startswith(OPEN_PREFIXES) and (rule is None or not rule.rule.startswith(OPEN_PREFIXES)):
+            abort(404)
+
+    # Dash refuses a component file it did not register (a name with "..", another package's, any other) with
+    # this exception, which would answer 500: nothing is served, and that is a 404.
+    server.register_error_handler(DependencyException, lambda _exc: (jsonify({"error": "not found"}), 404))
+
+    @server.before_request
     def same_origin() -> tuple[Response, int] | None:
         if request.method in UNSAFE_METHODS and not _same_origin(request, config.allowed_origins):
             log.warning("refused %s %s from origin %s", request.method, request.path, request.headers.get("Origin") or request.referrer)
@@ -240,9 +268,11 @@ def harden(app: Dash, config: Config) -> None:
 
 
 def _policy(app: Dash) -> str:
-    # 'unsafe-eval': plotly's WebGL traces (Scattergl, the timeline) compile shaders through regl's Function();
-    # inline scripts stay forbidden except Dash's own, by hash. Plotly sets inline styles.
-    scripts = " ".join(["'self'", *app.csp_hashes(), "'unsafe-eval'"])
+    # No 'unsafe-eval': the cartesian plotly.js bundle and Dash's renderer run without it (no figure uses a WebGL
+    # trace, whose shaders regl compiles through Function()); tests/test_app_browser_csp.py draws every view under
+    # this policy and finds no violation. Inline scripts stay forbidden except Dash's own, by hash. Plotly sets
+    # inline styles.
+    scripts = " ".join(["'self'", *app.csp_hashes()])
     return (
         f"default-src 'self'; script-src {scripts}; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; "
         "font-src 'self' data:; worker-src 'self' blob:; connect-src 'self'; object-src 'none'; base-uri 'self'; "

@@ -13,7 +13,7 @@ from flask import Flask, g, jsonify, request, send_file
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from paradiag import plotly_bundle
-from paradiag.app import context, warm
+from paradiag.app import boundary, context, warm
 from paradiag.app.auth import AuthStore, harden, setup_login
 from paradiag.app.config import Config, private_dir
 from paradiag.app.layouts import shell
@@ -53,6 +53,7 @@ def create_app(config: Config | None = None) -> Dash:
     from paradiag.app.callbacks import register
 
     uploads.register_routes(server)
+    server.before_request(boundary.check_request(app))  # after sign-in's check: a stranger is answered 401
     # The page request fixes the browser's anonymous id, so its callbacks and uploads all see the same user.
     server.before_request(_fix_user)
     with server.app_context():  # Dash builds the layout once here to validate it; it reads this config

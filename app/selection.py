@@ -9,9 +9,12 @@ callbacks read it back with ``Selection.from_store``.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields, replace
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 from urllib.parse import parse_qs, urlencode
+
+from paradiag.app import coerce
 
 # The fields each view is drawn from: the reducer writes a view's store only when one of them changed, so a
 # click recomputes the views it concerns and no other (``view_store`` names the store).
@@ -42,10 +45,12 @@ class Selection:
     base: str | None = None
 
     @classmethod
-    def from_store(cls, data: dict[str, Any] | None) -> Selection:
-        """The selection a store (or any dict with some of the fields) holds; other keys are ignored."""
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in (data or {}).items() if k in names})
+    def from_store(cls, data: Any) -> Selection:
+        """The selection a store (or any dict with some of the fields) holds: the one place a selection sent by
+        a client is read. Each field is checked for its type and bounds (``FIELDS``); a field that fails is
+        dropped (as if it were not set), other keys are ignored, and anything but a dict is the empty selection."""
+        given = coerce.mapping(data) or {}
+        return cls(**{k: read(given[k]) for k, read in FIELDS.items() if given.get(k) is not None})
 
     def to_store(self) -> dict[str, Any]:
         return asdict(self)
@@ -61,19 +66,9 @@ class Selection:
     def from_query(cls, search: str | None) -> Selection:
         """The selection a URL query string names (unknown or malformed parts are ignored)."""
         q = {k: v[-1] for k, v in parse_qs((search or "").lstrip("?")).items()}
-        bounds = [_float(x) for x in q.get("t", "").split(",")]
-        window = [v for v in bounds if v is not None]
-        return cls(
-            job=q.get("job") or None,
-            step=_int(q.get("step")),
-            ranks=[r for r in (_int(x) for x in q.get("ranks", "").split(",")) if r is not None] or None,
-            stage=_int(q.get("stage")),
-            op=q.get("op") or None,
-            at=_float(q.get("at")),
-            collective=q.get("coll") or None,
-            window=window if len(bounds) == 2 and len(window) == 2 and window[0] < window[1] else None,
-            base=q.get("base") or None,
-        )
+        ranks = [r for r in (coerce.integer(x, 0) for x in q.get("ranks", "").split(",")) if r is not None]
+        raw = {"job": q.get("job"), "step": q.get("step"), "ranks": ranks, "stage": q.get("stage"), "op": q.get("op"), "at": q.get("at")}
+        return cls.from_store({**raw, "collective": q.get("coll"), "window": q.get("t", "").split(","), "base": q.get("base")})
 
     def to_query(self) -> str:
         q: dict[str, str] = {}
@@ -115,20 +110,31 @@ class Selection:
         return " · ".join(parts) or "nothing selected"
 
 
+def _token(value: Any) -> str | None:
+    return coerce.text(value, MAX_TOKEN) or None
+
+
+def _ranks(value: Any) -> list[int] | None:
+    ranks = coerce.integers(value)
+    return list(dict.fromkeys(ranks)) if ranks else None
+
+
+MAX_TOKEN = 200  # a job token: ``served``, ``sample:<name>``, ``upload:<id>`` (names of at most 128 characters)
+# How each field is read from what a client sent (None: the field is not set).
+FIELDS: dict[str, Callable[[Any], Any]] = {
+    "job": _token,
+    "step": lambda v: coerce.integer(v, 0),
+    "ranks": _ranks,
+    "stage": lambda v: coerce.integer(v, 0),
+    "op": lambda v: coerce.text(v) or None,
+    "at": coerce.number,
+    "collective": lambda v: coerce.text(v, 1024) or None,
+    "window": coerce.window,
+    "base": _token,
+}
+
+
 def view_store(name: str) -> str:
     """The id of the store that holds view ``name``'s part of the selection."""
     return f"selection-{name}"
 
-
-def _int(text: str | None) -> int | None:
-    try:
-        return int(text) if text not in (None, "") else None
-    except ValueError:
-        return None
-
-
-def _float(text: str | None) -> float | None:
-    try:
-        return float(text) if text not in (None, "") else None
-    except ValueError:
-        return None

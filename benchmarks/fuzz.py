@@ -96,7 +96,7 @@ def main() -> int:
     parser.add_argument("--cases", type=int, default=500, help="cases per seed (default 500)")
     parser.add_argument("--first", type=int, default=1_000_000, help="first case number (the suite uses others)")
     parser.add_argument("--bombs-only", action="store_true", help="only time the gzip bombs")
-    parser.add_argument("--seed", action="append", help="only this seed (repeatable): kineto:helper, kineto:sample, ascend:text, ascend:db, ascend:mindspore, ascend:msprof")
+    parser.add_argument("--seed", action="append", help="only this seed (repeatable): see tests/fuzzing.SEEDS_OF")
     parser.add_argument("--no-bombs", action="store_true", help="skip the gzip bombs")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="paradiag-fuzz-") as tmp:

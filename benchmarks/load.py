@@ -145,14 +145,15 @@ class Client:
     def sign_in(self, user: str, password: str) -> None:
         self.request("POST", "/login", data={"user": user, "password": password}, allow_redirects=False)
 
-    def request(self, method: str, path: str, **kw: Any) -> requests.Response | None:
+    def request(self, method: str, path: str, label: str | None = None, **kw: Any) -> requests.Response | None:
+        """``label``: what the request is recorded as (default: its path)."""
         t = time.perf_counter()
         try:
             reply = self.http.request(method, self.url + path, timeout=120, **kw)
         except requests.RequestException as exc:
-            self.record(path, 0, time.perf_counter() - t, repr(exc))
+            self.record(label or path, 0, time.perf_counter() - t, repr(exc))
             return None
-        self.record(path, reply.status_code, time.perf_counter() - t, "")
+        self.record(label or path, reply.status_code, time.perf_counter() - t, "")
         return reply
 
     def act(self, changed: dict[str, Any]) -> None:
@@ -177,7 +178,8 @@ class Client:
             "state": [self._value(d) for d in dep.get("state", [])],
             "changedPropIds": changed_ids,
         }
-        reply = self.request("POST", "/_dash-update-component", json=body)
+        first = outputs[0]["id"] + ("" if len(outputs) == 1 else f" (+{len(outputs) - 1})")
+        reply = self.request("POST", "/_dash-update-component", label=f"callback {first}", json=body)
         if reply is None or reply.status_code != 200:
             return set()
         new = set()
@@ -214,24 +216,25 @@ def _walk(node: Any, props: dict[str, Any]) -> None:
         _walk(p.get("children"), props)
 
 
-def windows(seed: int) -> list[tuple[str, int, tuple[float, float]]]:
+def windows(seed: int, served: Path | None = None) -> list[tuple[str, int, tuple[float, float]]]:
     """Zoom windows (ms since the job's start) over every sample job's steps: wide and narrow ones, spread
-    over the step, and the quoted one."""
+    over the step, and the quoted one; with ``served``, over that job's steps alone (token ``served``)."""
     import paradiag
     from paradiag.app.config import SAMPLES_DIR
     from paradiag.app.data.common import origin_ns, step_span, steps_of
 
     rng = random.Random(seed)
-    out = [QUOTED]
-    for folder in sorted(p for p in SAMPLES_DIR.iterdir() if (p / "ground_truth.json").is_file()):
-        job = paradiag.open(folder)
+    jobs = [(folder, f"sample:{folder.name}") for folder in sorted(p for p in SAMPLES_DIR.iterdir() if (p / "ground_truth.json").is_file())]
+    out = [] if served else [QUOTED]
+    for folder, token in [(served, "served")] if served else jobs:
+        job = paradiag.open(folder)  # parsed here once, into the cache the server reads
         zero = origin_ns(job)
         for step in steps_of(job):
             lo, hi = ((v - zero) / 1e6 for v in step_span(job, step))
             for _ in range(6):
                 width = (hi - lo) * rng.choice([0.005, 0.02, 0.1, 0.4])
                 start = rng.uniform(lo, hi - width)
-                out.append((f"sample:{folder.name}", step, (round(start, 3), round(start + width, 3))))
+                out.append((token, step, (round(start, 3), round(start + width, 3))))
     return out
 
 
@@ -268,23 +271,24 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--attacks", action="store_true", help="hostile uploads instead of the load")
+    parser.add_argument("--job", type=Path, help="serve this job (paradiag serve's PARADIAG_JOB) and visit it alone, not the samples")
     args = parser.parse_args()
     if args.attacks:
         for row in run_attacks(args.workers):
             print(json.dumps(row))
         return
-    result = run_load(args.users, args.seconds, args.workers, args.seed)
+    result = run_load(args.users, args.seconds, args.workers, args.seed, args.job)
     print(json.dumps({k: v for k, v in result.items() if k != "server_errors"}, indent=1))
     for line, count in result["server_errors"]:
         print(f"server logged {count}x: {line}")
 
 
-def run_load(users: int, seconds: float, workers: int, seed: int = 7) -> dict[str, Any]:
+def run_load(users: int, seconds: float, workers: int, seed: int = 7, served: Path | None = None) -> dict[str, Any]:
     from werkzeug.security import generate_password_hash
 
     root = scratch("paradiag-load-")
     os.environ.setdefault("PARADIAG_CACHE_DIR", str(root / "cache"))  # the windows' own parse, reused by the server
-    visits = windows(seed)
+    visits = windows(seed, served)
     password = "load-test-password"
     digest = generate_password_hash(password)
     (root / "users").write_text("".join(f"user{n}:{digest}\n" for n in range(users)))
@@ -296,16 +300,32 @@ def run_load(users: int, seconds: float, workers: int, seed: int = 7) -> dict[st
             rows.append((path, status, seconds_, error))
 
     env = {"PARADIAG_USERS": str(root / "users"), "PARADIAG_LOG_LEVEL": "WARNING"}
+    if served:
+        env["PARADIAG_JOB"] = str(served.resolve())
+    load: list[float] = []
     with production_server(root, env, workers=workers) as url:
         start = time.time()
         until = start + seconds
         threads = [threading.Thread(target=user, args=(url, n, until, visits, record, password)) for n in range(users)]
         for t in threads:
             t.start()
-        for t in threads:
-            t.join()
+        while any(t.is_alive() for t in threads):  # the machine's 1-minute load average, every 5 s
+            load.append(os.getloadavg()[0])
+            for t in threads:
+                t.join(timeout=5 / len(threads))
         elapsed = time.time() - start
-    return summarise(rows, elapsed, users, workers, root / "server.log")
+    result = summarise(rows, elapsed, users, workers, root / "server.log")
+    result["load_average"] = {"min": round(min(load), 2), "max": round(max(load), 2), "cores": os.cpu_count()} if load else {}
+    return result
+
+
+def _slowest(rows: list[tuple[str, int, float, str]], top: int = 8) -> dict[str, float]:
+    """p95 latency (ms) per request kind (path, or callback by its first output), the slowest first."""
+    by: dict[str, list[float]] = {}
+    for label, _, seconds_, _ in rows:
+        by.setdefault(label, []).append(seconds_ * 1000)
+    p95 = {k: (statistics.quantiles(v, n=20)[18] if len(v) > 1 else v[0]) for k, v in by.items()}
+    return {f"{k} ({len(by[k])})": round(v, 1) for k, v in sorted(p95.items(), key=lambda kv: -kv[1])[:top]}
 
 
 def summarise(rows: list[tuple[str, int, float, str]], elapsed: float, users: int, workers: int, log: Path) -> dict[str, Any]:
@@ -323,6 +343,7 @@ def summarise(rows: list[tuple[str, int, float, str]], elapsed: float, users: in
         "p95_ms": round(q[94], 1),
         "p99_ms": round(q[98], 1),
         "errors": len(errors),
+        "slowest_p95_ms": _slowest(rows),
         "error_paths": dict(Counter(f"{p} {s}" for p, s, _, _ in errors)),
         "server_errors": logged.most_common(10),
     }

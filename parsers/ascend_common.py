@@ -298,9 +298,10 @@ class EventColumns:
             return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
         kind = pa.int64() if key in self.INTEGER else pa.string()
         arrays = [self._values(b[key], b["n"], kind) for b in self.blocks]
-        if key in self.INTEGER or not arrays:
-            arrays = [a if a.type == kind else a.cast(kind) for a in arrays]
-            return pa.concat_arrays(arrays) if arrays else pa.array([], type=kind)
+        if not arrays:  # no event at all (a timeline cut before its first): the column keeps its type
+            return pa.array([], type=kind) if key in self.INTEGER else pa.DictionaryArray.from_arrays(pa.array([], pa.int32()), pa.array([], pa.string()))
+        if key in self.INTEGER:
+            return pa.concat_arrays([a if a.type == kind else a.cast(kind) for a in arrays])
         encoded = [a if isinstance(a, pa.DictionaryArray) else a.cast(pa.string()).dictionary_encode() for a in arrays]
         return compact(pa.chunked_array(encoded).unify_dictionaries().combine_chunks())
 

@@ -106,7 +106,11 @@ def read_csv(path: Path, shown: Path, warnings: list[str]) -> list[dict[str, str
         warnings.append(f"{shown}: cannot read the file ({exc})")
         return []
     reader = csv.reader(io.StringIO(text))
-    header = [h.strip() for h in next(reader, [])]
+    try:
+        header = [h.strip() for h in next(reader, [])]
+    except csv.Error as exc:  # a header cell over the csv module's size limit
+        warnings.append(f"{shown}: malformed CSV header ({exc}); skipped")
+        return []
     if not header:
         warnings.append(f"{shown}: empty file")
         return []

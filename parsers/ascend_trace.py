@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from paradiag.parsers import ascend_common as common
 from paradiag.parsers.base import TraceError
 from paradiag.parsers.json_stream import ArrayStream, LimitError, check_names, open_text, skipped_phases
 from paradiag.parsers.kineto_decode import int_column, text_column
@@ -143,20 +144,12 @@ def ts_ns(value: Any) -> int | None:
         return None
     if isinstance(value, int):
         return value * 1000
-    if isinstance(value, float) and value == value:
-        return round(value * 1000)
-    return None
+    return common.scaled(value, 1000) if isinstance(value, float) else None
 
 
 def dur_ns(value: Any) -> int | None:
-    if isinstance(value, int | float) and not isinstance(value, bool) and value == value:
-        return round(value * 1000)
-    if isinstance(value, str):
-        try:
-            return round(float(value) * 1000)
-        except (ValueError, OverflowError):
-            return None
-    return None
+    """One ``dur`` (µs, a number or numeric text) in integer ns; None for anything else, infinite or beyond int64."""
+    return common.scaled(value, 1000)
 
 
 def _int64(value: int | None) -> int | None:
@@ -408,8 +401,10 @@ class TraceColumns:
         return parts[0] if parts else pa.array([], type=pa.int64())
 
     def rare_table(self) -> pa.Table:
+        """The HCCL args, every column present even when no row has any (a timeline cut before its HCCL events)."""
         if not self.rare:
-            return pa.table({"row": pa.array([], type=pa.int64())})
+            empty = {"row": pa.array([], type=pa.int64())} | {k: pa.array([], type=pa.int64()) for k in RARE_INT}
+            return pa.table(empty | {k: pa.array([], type=pa.string()) for k in RARE_TEXT})
         return pa.Table.from_batches(self.rare)
 
 

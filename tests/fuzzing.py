@@ -34,7 +34,8 @@ OUT = "ASCEND_PROFILER_OUTPUT"
 
 HOSTILE: list[Any] = [
     0, -1, 1, 2**31 - 1, 2**31, -(2**31) - 1, 2**32 - 1, 2**53 + 1, 2**63 - 1, 2**63, -(2**63) - 1, 10**20, 10**40,
-    1e30, -1e30, 1e300, -1e300, 0.5, -0.0, 5e-324, "", "x", "0", "-1", "1e20", "4294967295", "12.5.3", "\u0000\u00e9",
+    1e30, -1e30, 1e300, -1e300, 1e308, -1e308, 0.5, -0.0, 5e-324, "", "x", "0", "-1", "1e20", "1e308", "-1e308", "inf",
+    "NaN", "4294967295", "12.5.3", "\u0000\u00e9",
     "ProfilerStep#100000000000000000000", "ProfilerStep#-1", None, True, False, [], {}, [1, "a", None], {"a": {"b": 1}},
 ]  # fmt: skip
 KINETO_FIELDS = ("ph", "name", "cat", "pid", "tid", "ts", "dur", "args", "id")
@@ -168,15 +169,20 @@ def mutate_json_doc(doc: Any, rng: random.Random) -> Any:
             parent = parent[key]
         if rng.random() < 0.2 and isinstance(parent, dict):
             parent.pop(path[-1], None)
+        elif rng.random() < 0.15 and isinstance(parent[path[-1]], list):
+            del parent[path[-1]][rng.randrange(len(parent[path[-1]]) + 1) :]  # a list cut short
         else:
             parent[path[-1]] = hostile(rng)
     return doc
 
 
 def mutate_trace_view(events: Any, rng: random.Random) -> Any:
-    """Hostile values on a few events of an Ascend trace_view.json (ts is a string of microseconds there)."""
+    """Hostile values on a few events of an Ascend trace_view.json (ts is a string of microseconds there), or the
+    timeline cut after some event (valid JSON, a profile stopped early: processes named, their events missing)."""
     if not isinstance(events, list) or not events:
         return mutate_json_doc(events, rng)
+    if rng.random() < 0.2:
+        return events[: rng.randrange(len(events))]
     for _ in range(rng.randint(1, 4)):
         event = rng.choice(events)
         if not isinstance(event, dict):
@@ -268,9 +274,21 @@ def kineto_seeds() -> list[Seed]:
     return [Seed(name, lambda folder, rng, d=doc: kineto_case(folder, rng, d)) for name, doc in docs.items()]
 
 
+# The seeds of each reader paradiag.discover.parsers() registers: every one is fuzzed (tests/test_fuzz_parsers.py
+# checks that none is left out). The db seeds need the shared traces; the others are built from bundled samples.
+SEEDS_OF = {
+    "paradiag.parsers.kineto": ("kineto:helper", "kineto:sample"),
+    "paradiag.parsers.ascend": ("ascend:text", "ascend:db"),
+    "paradiag.parsers.mindspore": ("ascend:mindspore", "ascend:mindspore_db"),
+    "paradiag.parsers.msprof": ("ascend:msprof",),
+    "paradiag.parsers.ascend_legacy": ("ascend:legacy",),
+}
+
+
 def ascend_seeds(shared_npu: Path | None, work: Path | None = None) -> list[Seed]:
     """torch_npu text (a bundled sample) and db (shared traces); with ``work``, a folder to build them in, also
-    MindSpore (the sample's ranks renamed ``*_ascend_ms``) and msprof (PROF_ folders made from a shared rank)."""
+    MindSpore text and db (the ranks renamed ``*_ascend_ms``), msprof (PROF_ folders made from a shared rank, else
+    from the sample's) and the legacy layouts paradiag names but does not read (beside an intact sample rank)."""
     seeds = []
     sample = sorted((REPO / "sample_traces" / "npu_slow_link").glob("*_ascend_pt"))
     if len(sample) >= 2:
@@ -280,16 +298,50 @@ def ascend_seeds(shared_npu: Path | None, work: Path | None = None) -> list[Seed
             for src, dst in zip(sample, ms, strict=False):
                 shutil.copytree(src, dst, dirs_exist_ok=True)
             seeds.append(Seed("ascend:mindspore", lambda folder, rng: ascend_case(folder, rng, ms[1], ms[0])))
+            legacy = _legacy_folders(work / "legacy", sample[1])
+
+            def legacy_case(folder: Path, rng: random.Random) -> None:
+                ascend_case(folder, rng, rng.choice(legacy), sample[0])
+
+            seeds.append(Seed("ascend:legacy", legacy_case))
     text_job = shared_npu / "msinsight_alexnet_dp8_text_level1" if shared_npu else None
-    if work is not None and text_job is not None and (text_job / "rank1_ascend_pt").is_dir():
-        profs = [make_prof(work / "msprof", text_job / f"rank{r}_ascend_pt", f"PROF_00000{r}_20250109155803704_ABCDEFG{r}") for r in (0, 1)]
+    text_ranks = [text_job / f"rank{r}_ascend_pt" for r in (0, 1)] if text_job is not None and (text_job / "rank1_ascend_pt").is_dir() else sample[:2]
+    if work is not None and len(text_ranks) == 2:
+        profs = [make_prof(work / "msprof", rank, f"PROF_00000{r}_20250109155803704_ABCDEFG{r}") for r, rank in enumerate(text_ranks)]
         seeds.append(Seed("ascend:msprof", lambda folder, rng: ascend_case(folder, rng, profs[1], profs[0])))
     db_job = shared_npu / "msinsight_alexnet_dp8_db_level1" if shared_npu else None
     if db_job is not None and (db_job / "rank1_ascend_pt").is_dir():
         seeds.append(
             Seed("ascend:db", lambda folder, rng: ascend_case(folder, rng, db_job / "rank1_ascend_pt", db_job / "rank0_ascend_pt"))
         )
+        if work is not None:
+            msdb = [_mindspore_db(db_job / f"rank{r}_ascend_pt", work / "mindspore_db" / f"rank{r}_ascend_ms") for r in (0, 1)]
+            seeds.append(Seed("ascend:mindspore_db", lambda folder, rng: ascend_case(folder, rng, msdb[1], msdb[0])))
     return seeds
+
+
+def _mindspore_db(rank: Path, dst: Path) -> Path:
+    """A torch_npu db rank as MindSpore writes it: ``*_ascend_ms`` holding ``ascend_mindspore_profiler_{rank}.db``."""
+    shutil.copytree(rank, dst, dirs_exist_ok=True)
+    for db in (dst / OUT).glob("ascend_pytorch_profiler*.db"):
+        db.rename(db.with_name(db.name.replace("ascend_pytorch_profiler", "ascend_mindspore_profiler")))
+    return dst
+
+
+def _legacy_folders(work: Path, rank: Path) -> list[Path]:
+    """A MindSpore <= 2.2 ``profiler/`` folder and a CANN <= 6.3 ``PROF_`` collection, their files taken from a
+    torch_npu rank (the readers only recognise them)."""
+    out = rank / OUT
+    mindspore = work / "profiler"
+    mindspore.mkdir(parents=True, exist_ok=True)
+    shutil.copy(out / "trace_view.json", mindspore / "ascend_timeline_display_1.json")
+    (mindspore / "step_trace_raw_1_detail_time.csv").write_text("step_num,start_point,end_point\n1,100,200\n")
+    cann = work / "PROF_000001_20250109155803704_OLDCANNX" / "device_1"
+    (cann / "timeline").mkdir(parents=True, exist_ok=True)
+    (cann / "data").mkdir(exist_ok=True)
+    shutil.copy(out / "trace_view.json", cann / "timeline" / "task_time_1.json")
+    (cann / "data" / "ts_track.data.1.slice_0").write_bytes(bytes(range(256)))
+    return [mindspore, cann.parent]
 
 
 def run_case(seed: Seed, number: int, work: Path) -> list[str]:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from dash import Dash, Input, Output, html, no_update
+from dash import Dash, Output, html, no_update
 
-from paradiag.app import context, ids, jobs, uploads
+from paradiag.app import boundary, context, ids, jobs, uploads
+from paradiag.app.boundary import In
 from paradiag.app.data.compare import compare_jobs
 from paradiag.app.data.overview import report
 from paradiag.app.figures.common import empty_figure
@@ -91,10 +92,11 @@ def _culprit(culprit: Any) -> str:
 
 
 def register(app: Dash) -> None:
-    app.callback(
+    boundary.callback(
+        app,
         Output(ids.COMPARE_SUMMARY, "children"),
         Output(ids.COMPARE_RANKS, "figure"),
         Output(ids.COMPARE_OPERATORS, "figure"),
-        Input(view_store("compare"), "data"),
+        In(view_store("compare"), "data", boundary.selection),
         prevent_initial_call=True,
     )(render_compare)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from dash import Dash, Input, Output, no_update
+from dash import Dash, Output, no_update
 
-from paradiag.app import context, ids
+from paradiag.app import boundary, context, ids
+from paradiag.app.boundary import In
 from paradiag.app.data.detail import detail_data
 from paradiag.app.data.mesh import mesh_of
 from paradiag.app.data.overview import focus
@@ -33,12 +34,13 @@ def render_detail(view: dict[str, Any] | None) -> tuple[Any, ...]:
 
 
 def register(app: Dash) -> None:
-    app.callback(
+    boundary.callback(
+        app,
         Output(ids.DETAIL_TITLE, "children"),
         Output(ids.DETAIL_OPERATORS, "figure"),
         Output(ids.DETAIL_BREAKDOWN, "figure"),
         Output(ids.DETAIL_DISTRIBUTION, "figure"),
         Output(ids.DETAIL_COLLECTIVES, "figure"),
-        Input(view_store("detail"), "data"),
+        In(view_store("detail"), "data", boundary.selection),
         prevent_initial_call=True,
     )(render_detail)

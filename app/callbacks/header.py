@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlencode
 
-from dash import Dash, Input, Output, dcc, html, no_update
+from dash import Dash, Output, dcc, html, no_update
 
-from paradiag.app import context, ids, jobs, palette
+from paradiag.app import boundary, context, ids, jobs, palette
+from paradiag.app.boundary import In
 from paradiag.app.data.findings import findings_of
 from paradiag.app.data.overview import report
 from paradiag.app.selection import Selection, view_store
@@ -107,6 +108,7 @@ def sample_links(_: Any) -> list[Any]:
 
 
 def register(app: Dash) -> None:
-    app.callback(Output(ids.START_PAGE, "style"), Output(ids.JOB_PAGE, "style"), Input(view_store("job"), "data"), prevent_initial_call=True)(page)
-    app.callback(Output(ids.SUMMARY_FACTS, "children"), Output(ids.FINDINGS, "children"), Input(view_store("job"), "data"), prevent_initial_call=True)(summary)
-    app.callback(Output(ids.SAMPLE_LIST, "children"), Input(ids.URL, "pathname"))(sample_links)
+    job_view = In(view_store("job"), "data", boundary.selection)
+    boundary.callback(app, Output(ids.START_PAGE, "style"), Output(ids.JOB_PAGE, "style"), job_view, prevent_initial_call=True)(page)
+    boundary.callback(app, Output(ids.SUMMARY_FACTS, "children"), Output(ids.FINDINGS, "children"), job_view, prevent_initial_call=True)(summary)
+    boundary.callback(app, Output(ids.SAMPLE_LIST, "children"), In(ids.URL, "pathname", boundary.ignored))(sample_links)

@@ -7,10 +7,19 @@ from __future__ import annotations
 from typing import Any
 
 import plotly.graph_objects as go
-from dash import Dash, Input, Output, Patch, ctx, no_update
+from dash import Dash, Output, Patch, ctx, no_update
 
-from paradiag.app import context, ids
-from paradiag.app.data.overview import METRICS, Z_METRICS, culprits, focus, heatmap_rows, overview
+from paradiag.app import boundary, coerce, context, ids
+from paradiag.app.boundary import In
+from paradiag.app.data.overview import (
+    DEFAULT_METRIC,
+    METRICS,
+    Z_METRICS,
+    culprits,
+    focus,
+    heatmap_rows,
+    overview,
+)
 from paradiag.app.figures.heatmap import heatmap_figure, heatmap_shapes
 from paradiag.app.figures.steps import step_marker, steps_figure
 from paradiag.app.selection import Selection, view_store
@@ -95,8 +104,8 @@ def toggle_group(click: dict[str, Any] | None, expanded: list[str] | None, known
     if not click or not sel.job:
         return no_update, no_update
     rows = rows_of(context.job(sel.job), metric, expanded)
-    y = int(click["points"][0]["y"])
-    row = rows[y] if y < len(rows) else None
+    y = coerce.integer((coerce.first_point(click) or {}).get("y"), 0)
+    row = rows[y] if y is not None and y < len(rows) else None
     if not row or not row.get("group") or len(row["ranks"]) < 2 or row["group"] in (expanded or []):
         return no_update, no_update
     names = [o["value"] for o in known or []]
@@ -105,18 +114,20 @@ def toggle_group(click: dict[str, Any] | None, expanded: list[str] | None, known
 
 
 def register(app: Dash) -> None:
-    app.callback(
+    boundary.callback(
+        app,
         Output(ids.HEATMAP, "figure"),
-        Input(view_store("job"), "data"),
-        Input(ids.HEATMAP_METRIC, "value"),
-        Input(ids.HEATMAP_EXPAND, "value"),
-        Input(view_store("mark"), "data"),
+        In(view_store("job"), "data", boundary.selection),
+        In(ids.HEATMAP_METRIC, "value", boundary.one_of(METRICS, DEFAULT_METRIC)),
+        In(ids.HEATMAP_EXPAND, "value", boundary.texts),
+        In(view_store("mark"), "data", boundary.selection),
         prevent_initial_call=True,
     )(heatmap)
-    app.callback(Output(ids.STEPS, "figure"), Input(view_store("job"), "data"), Input(view_store("mark"), "data"), prevent_initial_call=True)(steps)
-    app.callback(
+    boundary.callback(app, Output(ids.STEPS, "figure"), In(view_store("job"), "data", boundary.selection), In(view_store("mark"), "data", boundary.selection), prevent_initial_call=True)(steps)
+    boundary.callback(
+        app,
         Output(ids.HEATMAP_EXPAND, "value", allow_duplicate=True),
         Output(ids.HEATMAP_EXPAND, "options", allow_duplicate=True),
-        Input(ids.HEATMAP_FOLD, "n_clicks"),
+        In(ids.HEATMAP_FOLD, "n_clicks", boundary.ignored),
         prevent_initial_call=True,
     )(lambda _: ([], []))

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from dash import Dash, Input, Output, Patch, State, ctx, html, no_update
+from dash import Dash, Input, Output, Patch, ctx, html, no_update
 
-from paradiag.app import context, ids
+from paradiag.app import boundary, coerce, context, ids
+from paradiag.app.boundary import In, St
 from paradiag.app.data.comm import METRICS, block_at, link_instances, view
 from paradiag.app.data.common import origin_ns
 from paradiag.app.data.flow import flow_p2p, flow_view
-from paradiag.app.data.marey import critical_path, marey_data
+from paradiag.app.data.marey import EXPAND_KEY, critical_path, marey_data
 from paradiag.app.figures.comm import comm_figure
 from paradiag.app.figures.flow import flow_figure, ring
 from paradiag.app.figures.marey import highlight, marey_figure
@@ -68,17 +69,18 @@ def render_flow(sel: dict[str, Any] | None, color_by: str, expand: list[str] | N
         patch = Patch()
         patch["data"][drawn["traces"] - 1] = ring(data, selected).to_plotly_json()
         return patch, no_update, no_update
-    options = [{"label": " expand every repeated block", "value": REPEATS}] + [{"label": f" stage {k.split(':')[0]} block {k.split(':')[1]}", "value": k} for k in opened]
+    options = [{"label": " expand every repeated block", "value": REPEATS}] + [{"label": f" stage {k.partition(':')[0]} block {k.partition(':')[2]}", "value": k} for k in opened]
     fig = flow_figure(data, color_by, flow_p2p(job, sel["step"]), selected)
     return fig, options, {"key": key, "traces": len(fig.data)}
 
 
 def open_block(click: dict[str, Any] | None, expand: list[str] | None) -> Any:
     """A click on a collapsed block opens it (its nodes take its place)."""
-    custom = (click or {}).get("points", [{}])[0].get("customdata")
-    if not isinstance(custom, list) or len(custom) < 4 or not custom[3] or custom[3] in (expand or []):
+    custom = (coerce.first_point(click) or {}).get("customdata")
+    block = coerce.text(custom[3], 200) if isinstance(custom, list) and len(custom) >= 4 else None
+    if not block or block in (expand or []):
         return no_update
-    return [*(expand or []), custom[3]]
+    return [*(expand or []), block]
 
 
 def _drilled(drill: dict[str, Any] | None, job: str) -> dict[str, Any]:
@@ -103,21 +105,21 @@ def drill_comm(click: dict[str, Any] | None, _up: int | None, drill: dict[str, A
     path = list((drill or {}).get("path") or []) if (drill or {}).get("job") == sel["job"] else []
     if ctx.triggered_id == ids.COMM_UP:
         return {"job": sel["job"], "path": path[:-1]}
-    if not click:
+    point = coerce.first_point(click)
+    if not point:
         return no_update
     opened = path[-1] if path else {}
-    point = click["points"][0]
-    block = block_at(view(context.job(sel["job"]), opened.get("src"), opened.get("dst")), str(point["y"]), str(point["x"]))
+    block = block_at(view(context.job(sel["job"]), opened.get("src"), opened.get("dst")), str(point.get("y"))[:200], str(point.get("x"))[:200])
     return {"job": sel["job"], "path": [*path, block]} if block else no_update
 
 
 def comm_instances(click: dict[str, Any] | None, sel: dict[str, Any] | None) -> Any:
-    if not click or not sel or not sel.get("job"):
+    point = coerce.first_point(click)
+    if not point or not sel or not sel.get("job"):
         return no_update
-    point = click["points"][0]
-    if not (str(point["y"]).isdigit() and str(point["x"]).isdigit()):
-        return html.P(f"{point['y']} → {point['x']} opened: click a link between two ranks for its instances", className="pd-help")
-    src, dst = int(point["y"]), int(point["x"])
+    src, dst = coerce.integer(point.get("y"), 0), coerce.integer(point.get("x"), 0)
+    if src is None or dst is None:
+        return html.P(f"{str(point.get('y'))[:80]} → {str(point.get('x'))[:80]} opened: click a link between two ranks for its instances", className="pd-help")
     rows = link_instances(context.job(sel["job"]), src, dst)
     if not rows:
         return html.P(f"no collective instance shared by ranks {src} and {dst}", className="pd-help")
@@ -127,12 +129,15 @@ def comm_instances(click: dict[str, Any] | None, sel: dict[str, Any] | None) -> 
 
 
 def register(app: Dash) -> None:
-    app.clientside_callback(DEFER_CLICK, Output(ids.MAREY_CLICK, "data"), Input(ids.MAREY, "clickData"), prevent_initial_call=True)
-    app.callback(Output(ids.MAREY, "figure"), Output(ids.MAREY_EXPAND, "options"), Output(ids.MAREY_DRAWN, "data"), Input(view_store("marey"), "data"), Input(ids.MAREY_EXPAND, "value"), Input(ids.MAREY_PATH, "value"), State(ids.MAREY_DRAWN, "data"), prevent_initial_call=True)(render_marey)
-    app.callback(Output(ids.FLOW, "figure"), Output(ids.FLOW_EXPAND, "options"), Output(ids.FLOW_DRAWN, "data"), Input(view_store("flow"), "data"), Input(ids.FLOW_COLOR, "value"), Input(ids.FLOW_EXPAND, "value"), State(ids.FLOW_DRAWN, "data"), prevent_initial_call=True)(render_flow)
+    boundary.clientside(app, DEFER_CLICK, Output(ids.MAREY_CLICK, "data"), Input(ids.MAREY, "clickData"), prevent_initial_call=True)
+    sel = boundary.selection
+    boundary.callback(app, Output(ids.MAREY, "figure"), Output(ids.MAREY_EXPAND, "options"), Output(ids.MAREY_DRAWN, "data"), In(view_store("marey"), "data", sel), In(ids.MAREY_EXPAND, "value", boundary.keys(EXPAND_KEY)), In(ids.MAREY_PATH, "value", boundary.texts), St(ids.MAREY_DRAWN, "data", boundary.drawn), prevent_initial_call=True)(render_marey)
+    flow_colors = boundary.one_of(("imbalance", "time"), "imbalance")
+    boundary.callback(app, Output(ids.FLOW, "figure"), Output(ids.FLOW_EXPAND, "options"), Output(ids.FLOW_DRAWN, "data"), In(view_store("flow"), "data", sel), In(ids.FLOW_COLOR, "value", flow_colors), In(ids.FLOW_EXPAND, "value", boundary.texts), St(ids.FLOW_DRAWN, "data", boundary.drawn), prevent_initial_call=True)(render_flow)
     # These three answer clicks only: their calls on a new page (three requests, each answered with nothing) went
     # ahead of the first screen's.
-    app.callback(Output(ids.FLOW_EXPAND, "value"), Input(ids.FLOW, "clickData"), State(ids.FLOW_EXPAND, "value"), prevent_initial_call=True)(open_block)
-    app.callback(Output(ids.COMM_MATRIX, "figure"), Input(view_store("comm"), "data"), Input(ids.COMM_METRIC, "value"), Input(ids.COMM_DRILL, "data"), prevent_initial_call=True)(render_comm)
-    app.callback(Output(ids.COMM_DRILL, "data"), Input(ids.COMM_MATRIX, "clickData"), Input(ids.COMM_UP, "n_clicks"), State(ids.COMM_DRILL, "data"), State(ids.SELECTION, "data"), prevent_initial_call=True)(drill_comm)
-    app.callback(Output(ids.COMM_INSTANCES, "children"), Input(ids.COMM_MATRIX, "clickData"), State(ids.SELECTION, "data"), prevent_initial_call=True)(comm_instances)
+    boundary.callback(app, Output(ids.FLOW_EXPAND, "value"), In(ids.FLOW, "clickData", boundary.event), St(ids.FLOW_EXPAND, "value", boundary.texts), prevent_initial_call=True)(open_block)
+    comm_metric = boundary.one_of(METRICS, "slowness")
+    boundary.callback(app, Output(ids.COMM_MATRIX, "figure"), In(view_store("comm"), "data", sel), In(ids.COMM_METRIC, "value", comm_metric), In(ids.COMM_DRILL, "data", boundary.drill), prevent_initial_call=True)(render_comm)
+    boundary.callback(app, Output(ids.COMM_DRILL, "data"), In(ids.COMM_MATRIX, "clickData", boundary.event), In(ids.COMM_UP, "n_clicks", boundary.count), St(ids.COMM_DRILL, "data", boundary.drill), St(ids.SELECTION, "data", sel), prevent_initial_call=True)(drill_comm)
+    boundary.callback(app, Output(ids.COMM_INSTANCES, "children"), In(ids.COMM_MATRIX, "clickData", boundary.event), St(ids.SELECTION, "data", sel), prevent_initial_call=True)(comm_instances)

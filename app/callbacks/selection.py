@@ -8,39 +8,42 @@ a view's callback reads its own store, so a click recomputes the views it concer
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit
 
-from dash import ALL, Dash, Input, Output, State, ctx, no_update
+from dash import ALL, Dash, Output, ctx, no_update
 
-from paradiag.app import context, ids
+from paradiag.app import boundary, coerce, context, ids
+from paradiag.app.boundary import In, St
 from paradiag.app.callbacks.compare import baseline_options
 from paradiag.app.callbacks.header import selection_text
 from paradiag.app.callbacks.overview import toggle_group
 from paradiag.app.data.comm import link_instances
 from paradiag.app.data.common import steps_of
 from paradiag.app.data.findings import findings_of
-from paradiag.app.data.overview import cited_step, opening_step, overview
+from paradiag.app.data.overview import DEFAULT_METRIC, METRICS, cited_step, opening_step, overview
 from paradiag.app.selection import VIEW_FIELDS, Selection, view_store
 
-INPUTS = [
-    (ids.URL, "search"),
-    (ids.URL, "href"),
-    (ids.HEATMAP, "clickData"),
-    (ids.TIMELINE, "relayoutData"),
-    (ids.MAREY_CLICK, "data"),
-    (ids.MAREY, "relayoutData"),
-    (ids.MAREY_BACK, "n_clicks"),
-    (ids.DETAIL_OPERATORS, "clickData"),
-    (ids.COMM_MATRIX, "clickData"),
-    (ids.FLOW, "clickData"),
-    (ids.STEP_PICKER, "value"),
-    (ids.CLEAR_SELECTION, "n_clicks"),
-    (ids.BASELINE_PICKER, "value"),
-    (ids.STEPS, "clickData"),
-    (ids.STEPS, "selectedData"),
-    (ids.TIMELINE_RANKS, "value"),
-    (ids.OP_SEARCH, "value"),
-]
+# The reducer's inputs, each with the reading of its value (``paradiag.app.boundary``): a forged value is read
+# as None, and a None value changes nothing (``select``).
+READS: dict[tuple[str, str], boundary.Spec] = {
+    (ids.URL, "search"): boundary.text(boundary.MAX_URL),
+    (ids.URL, "href"): boundary.text(boundary.MAX_URL),
+    (ids.HEATMAP, "clickData"): boundary.event,
+    (ids.TIMELINE, "relayoutData"): boundary.event,
+    (ids.MAREY_CLICK, "data"): boundary.event,
+    (ids.MAREY, "relayoutData"): boundary.event,
+    (ids.MAREY_BACK, "n_clicks"): boundary.count,
+    (ids.DETAIL_OPERATORS, "clickData"): boundary.event,
+    (ids.COMM_MATRIX, "clickData"): boundary.event,
+    (ids.FLOW, "clickData"): boundary.event,
+    (ids.STEP_PICKER, "value"): boundary.step,
+    (ids.CLEAR_SELECTION, "n_clicks"): boundary.count,
+    (ids.BASELINE_PICKER, "value"): boundary.text(200),
+    (ids.STEPS, "clickData"): boundary.event,
+    (ids.STEPS, "selectedData"): boundary.event,
+    (ids.TIMELINE_RANKS, "value"): boundary.ranks,
+    (ids.OP_SEARCH, "value"): boundary.text(),
+}
+INPUTS = list(READS)
 # The views drawn first on a new page (the summary, the step chart and the heatmap); the others' stores are written
 # once the heatmap's figure has arrived (``release``), so that the first screen does not wait behind them.
 FIRST = ("job", "mark")
@@ -65,7 +68,7 @@ def select(trigger: Any, value: Any, sel: Selection | None, search: str | None) 
             new = new.but(job="served")
         return _with_defaults(new)
     if isinstance(trigger, dict) and trigger.get("type") == ids.FINDING_BUTTON:
-        return _finding(sel, trigger["index"])
+        return _finding(sel, coerce.integer(trigger.get("index"), 0))
     handler = _HANDLERS.get(trigger)
     return _with_defaults(handler(sel, value)) if handler and value is not None else sel
 
@@ -92,39 +95,52 @@ def _back(sel: Selection, stack: list[Any]) -> Selection:
     return sel.but(window=stack[-1] if stack else None)
 
 
+# Each handler reads the plotly event it is given with ``coerce``: a point that is not what the figure draws
+# leaves the selection as it was.
+
+
 def _heatmap(sel: Selection, click: dict[str, Any]) -> Selection:
-    point = click["points"][0]
-    ranks = [int(r) for r in str(point["customdata"]).split(",") if r != ""]
-    return sel.but(ranks=ranks, step=int(point["x"]), window=None, collective=None)
+    point = coerce.first_point(click) or {}
+    step = coerce.integer(point.get("x"), 0)
+    ranks = coerce.integers([r for r in str(point.get("customdata", ""))[: coerce.MAX_TEXT * 16].split(",") if r != ""])
+    if step is None or not ranks:
+        return sel
+    return sel.but(ranks=ranks, step=step, window=None, collective=None)
 
 
 def _timeline_zoom(sel: Selection, relayout: dict[str, Any]) -> Selection:
     if "xaxis.range[0]" in relayout and "xaxis.range[1]" in relayout:
-        return sel.but(window=[float(relayout["xaxis.range[0]"]), float(relayout["xaxis.range[1]"])])
-    if relayout.get("xaxis.autorange"):
+        window = coerce.window([relayout["xaxis.range[0]"], relayout["xaxis.range[1]"]])
+        return sel.but(window=window) if window else sel
+    if relayout.get("xaxis.autorange") is True:
         return sel.but(window=None)
     return sel
 
 
 def _marey_click(sel: Selection, click: dict[str, Any]) -> Selection:
-    custom = click["points"][0].get("customdata")
+    point = coerce.first_point(click) or {}
+    custom = point.get("customdata")
     if not isinstance(custom, list) or len(custom) < 2:
         return sel
-    at = custom[2] if len(custom) > 2 else click["points"][0].get("x")  # which instance of the operator (and so which flow node)
-    return sel.but(op=custom[0], stage=int(custom[1]), at=float(at) if at is not None else None)
+    op, stage = coerce.text(custom[0]), coerce.integer(custom[1], 0)
+    if not op or stage is None:
+        return sel
+    at = custom[2] if len(custom) > 2 else point.get("x")  # which instance of the operator (and so which flow node)
+    return sel.but(op=op, stage=stage, at=coerce.number(at))
 
 
 def _operator_click(sel: Selection, click: dict[str, Any]) -> Selection:
-    name = click["points"][0].get("customdata")
+    name = coerce.text((coerce.first_point(click) or {}).get("customdata"))
     return sel.but(op=name, at=None) if name else sel
 
 
 def _comm_click(sel: Selection, click: dict[str, Any]) -> Selection:
     """A link: its slowest collective instance is selected (its ranks, step and a window around it)."""
-    point = click["points"][0]
-    if not (str(point["y"]).isdigit() and str(point["x"]).isdigit()):
+    point = coerce.first_point(click) or {}
+    src, dst = coerce.integer(point.get("y"), 0), coerce.integer(point.get("x"), 0)
+    if src is None or dst is None:
         return sel  # a block of ranks (stage or node): the matrix opens it
-    found = link_instances(context.job(str(sel.job)), int(point["y"]), int(point["x"]), top=1)
+    found = link_instances(context.job(str(sel.job)), src, dst, top=1)
     if not found:
         return sel
     slowest = found[0]
@@ -133,22 +149,26 @@ def _comm_click(sel: Selection, click: dict[str, Any]) -> Selection:
 
 
 def _flow_click(sel: Selection, click: dict[str, Any]) -> Selection:
-    custom = click["points"][0].get("customdata")
+    custom = (coerce.first_point(click) or {}).get("customdata")
     if not isinstance(custom, list) or len(custom) < 3:
         return sel
-    span = custom[2]
-    return sel.but(op=custom[0], stage=int(custom[1]), window=span, at=(span[0] + span[1]) / 2)
+    op, stage, span = coerce.text(custom[0]), coerce.integer(custom[1], 0), coerce.window(custom[2])
+    if not op or stage is None or span is None:
+        return sel
+    return sel.but(op=op, stage=stage, window=span, at=(span[0] + span[1]) / 2)
 
 
 def _step_click(sel: Selection, click: dict[str, Any]) -> Selection:
-    return sel.but(step=int(click["points"][0]["x"]), window=None, collective=None)
+    step = coerce.integer((coerce.first_point(click) or {}).get("x"), 0)
+    return sel if step is None else sel.but(step=step, window=None, collective=None)
 
 
 def _step_brush(sel: Selection, brushed: dict[str, Any]) -> Selection:
     """A brushed range of steps: its slowest step (by median step time over the ranks)."""
-    lo, hi = (brushed.get("range") or {}).get("x") or [None, None]
-    if lo is None:
+    span = coerce.items((coerce.mapping(brushed.get("range")) or {}).get("x"), coerce.number, 2)
+    if not span or len(span) != 2:
         return sel
+    lo, hi = span
     ov = overview(context.job(str(sel.job)))
     inside = [(j, s) for j, s in enumerate(ov["steps"]) if lo <= s <= hi]
     if not inside:
@@ -158,10 +178,10 @@ def _step_brush(sel: Selection, brushed: dict[str, Any]) -> Selection:
     return sel.but(step=slowest, window=None, collective=None)
 
 
-def _finding(sel: Selection, index: int) -> Selection:
+def _finding(sel: Selection, index: int | None) -> Selection:
     """A finding: its culprit ranks, stage and operator, in the step its evidence cites."""
     found = findings_of(context.job(str(sel.job)))
-    if not 0 <= index < len(found):
+    if index is None or not 0 <= index < len(found):
         return sel
     f = found[index]
     step = cited_step(f)
@@ -176,12 +196,12 @@ _HANDLERS = {
     (ids.DETAIL_OPERATORS, "clickData"): _operator_click,
     (ids.COMM_MATRIX, "clickData"): _comm_click,
     (ids.FLOW, "clickData"): _flow_click,
-    (ids.STEP_PICKER, "value"): lambda sel, step: sel.but(step=int(step), window=None, collective=None),
+    (ids.STEP_PICKER, "value"): lambda sel, step: sel.but(step=step, window=None, collective=None),
     (ids.CLEAR_SELECTION, "n_clicks"): lambda sel, _: Selection(job=sel.job, step=sel.step, base=sel.base),
     (ids.BASELINE_PICKER, "value"): lambda sel, base: sel.but(base=base or None),
     (ids.STEPS, "clickData"): _step_click,
     (ids.STEPS, "selectedData"): _step_brush,
-    (ids.TIMELINE_RANKS, "value"): lambda sel, ranks: sel.but(ranks=[int(r) for r in ranks] or None, collective=None),
+    (ids.TIMELINE_RANKS, "value"): lambda sel, ranks: sel.but(ranks=list(dict.fromkeys(ranks)) or None, collective=None),
     (ids.OP_SEARCH, "value"): lambda sel, op: sel.but(op=op or None, at=None),
 }
 
@@ -231,7 +251,8 @@ def _changed(value: Any, shown: Any) -> Any:
 
 
 def register(app: Dash) -> None:
-    @app.callback(
+    @boundary.callback(
+        app,
         Output(ids.SELECTION, "data"),
         Output(ids.URL, "search"),
         Output(ids.STEP_PICKER, "value"),
@@ -246,20 +267,20 @@ def register(app: Dash) -> None:
         Output(ids.SELECTION_TEXT, "children"),
         Output(context.NOTICE, "hidden"),
         *[Output(view_store(name), "data") for name in VIEW_FIELDS],
-        *[Input(cid, prop) for cid, prop in INPUTS],
-        Input({"type": ids.FINDING_BUTTON, "index": ALL}, "n_clicks"),
-        State(ids.SELECTION, "data"),
-        State(ids.ZOOM_STACK, "data"),
-        State(ids.HEATMAP_EXPAND, "value"),
-        State(ids.HEATMAP_EXPAND, "options"),
-        State(ids.HEATMAP_METRIC, "value"),
+        *[In(cid, prop, spec) for (cid, prop), spec in READS.items()],
+        In({"type": ids.FINDING_BUTTON, "index": ALL}, "n_clicks", boundary.counts),
+        St(ids.SELECTION, "data", boundary.selection),
+        St(ids.ZOOM_STACK, "data", boundary.windows),
+        St(ids.HEATMAP_EXPAND, "value", boundary.texts),
+        St(ids.HEATMAP_EXPAND, "options", boundary.options),
+        St(ids.HEATMAP_METRIC, "value", boundary.one_of(METRICS, DEFAULT_METRIC)),
     )
     def on_change(*args: Any) -> tuple[Any, ...]:
         values, finding_clicks = args[: len(INPUTS)], args[len(INPUTS)]
         stored, stack, unfolded, unfold_options, metric = args[len(INPUTS) + 1 :]
         shown = dict(zip(INPUTS, values, strict=True))
         # A callback that sets the href (an upload that finished) may reach us before the search is updated.
-        href = urlsplit(values[1]).query if values[1] else ""
+        href = boundary.query_of_href(values[1])
         search = "?" + href if href else values[0]
         trigger = _trigger()
         if isinstance(trigger, dict) and not any(finding_clicks or []):
@@ -294,11 +315,12 @@ def register(app: Dash) -> None:
         )
 
 
-    app.callback(
+    boundary.callback(
+        app,
         *[Output(view_store(name), "data", allow_duplicate=True) for name in LATER],
-        Input(ids.HEATMAP, "figure"),
-        State(ids.SELECTION, "data"),
-        *[State(view_store(name), "data") for name in LATER],
+        In(ids.HEATMAP, "figure", boundary.ignored),
+        St(ids.SELECTION, "data", boundary.selection),
+        *[St(view_store(name), "data", boundary.selection) for name in LATER],
         prevent_initial_call=True,
     )(release)
 

@@ -9,9 +9,10 @@ import re
 from typing import Any
 
 import plotly.graph_objects as go
-from dash import Dash, Input, Output, State, no_update
+from dash import Dash, Output, no_update
 
-from paradiag.app import context, ids, store
+from paradiag.app import boundary, coerce, context, ids, store
+from paradiag.app.boundary import In, St
 from paradiag.app.data.common import origin_ns, step_span
 from paradiag.app.data.detail import operator_totals
 from paradiag.app.data.mesh import Mesh, mesh_of
@@ -141,8 +142,8 @@ def open_fold(click: dict[str, Any] | None, folds: list[str] | None, expanded: l
     """A click on a folded row opens it: (folds opened, the tick boxes of every fold opened so far)."""
     if not click or not folds:
         return no_update, no_update
-    y = click["points"][0].get("y")
-    key = folds[int(y)] if isinstance(y, (int, float)) and 0 <= int(y) < len(folds) else ""
+    y = coerce.integer((coerce.first_point(click) or {}).get("y"), 0)
+    key = folds[y] if y is not None and y < len(folds) else ""
     if not key or key in (expanded or []):
         return no_update, no_update
     names = [o["value"] for o in known or []]
@@ -160,28 +161,31 @@ def operator_names(view: dict[str, Any] | None) -> Any:
 
 
 def register(app: Dash) -> None:
-    app.callback(
+    boundary.callback(
+        app,
         Output(ids.TIMELINE, "figure"),
         Output(ids.TIMELINE_INFO, "children"),
         Output(ids.TIMELINE_FOLDS, "data"),
-        Input(view_store("timeline"), "data"),
-        Input(ids.TIMELINE_EXPAND, "value"),
-        Input(ids.TIMELINE_PATH, "value"),
+        In(view_store("timeline"), "data", boundary.selection),
+        In(ids.TIMELINE_EXPAND, "value", boundary.texts),
+        In(ids.TIMELINE_PATH, "value", boundary.texts),
         prevent_initial_call=True,
     )(render_timeline)
-    app.callback(
+    boundary.callback(
+        app,
         Output(ids.TIMELINE_EXPAND, "value"),
         Output(ids.TIMELINE_EXPAND, "options"),
-        Input(ids.TIMELINE, "clickData"),
-        State(ids.TIMELINE_FOLDS, "data"),
-        State(ids.TIMELINE_EXPAND, "value"),
-        State(ids.TIMELINE_EXPAND, "options"),
+        In(ids.TIMELINE, "clickData", boundary.event),
+        St(ids.TIMELINE_FOLDS, "data", boundary.texts),
+        St(ids.TIMELINE_EXPAND, "value", boundary.texts),
+        St(ids.TIMELINE_EXPAND, "options", boundary.options),
         prevent_initial_call=True,
     )(open_fold)
-    app.callback(
+    boundary.callback(
+        app,
         Output(ids.TIMELINE_EXPAND, "value", allow_duplicate=True),
         Output(ids.TIMELINE_EXPAND, "options", allow_duplicate=True),
-        Input(ids.TIMELINE_FOLD_ALL, "n_clicks"),
+        In(ids.TIMELINE_FOLD_ALL, "n_clicks", boundary.ignored),
         prevent_initial_call=True,
     )(lambda _: ([], []))
-    app.callback(Output(ids.OP_SEARCH, "options"), Input(view_store("search"), "data"), prevent_initial_call=True)(operator_names)
+    boundary.callback(app, Output(ids.OP_SEARCH, "options"), In(view_store("search"), "data", boundary.selection), prevent_initial_call=True)(operator_names)

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from dash import Dash, Input, Output, State, no_update
+from dash import Dash, Output, no_update
 
-from paradiag.app import context, ids, jobs
+from paradiag.app import boundary, context, ids, jobs
+from paradiag.app.boundary import In, St
 from paradiag.app.uploads import live_status
 
 
@@ -35,13 +36,14 @@ def poll(_: int | None, state: dict[str, Any] | None) -> tuple[Any, Any, Any, An
 
 
 def register(app: Dash) -> None:
-    app.callback(
+    boundary.callback(
+        app,
         Output(ids.UPLOAD_PROGRESS, "value"),
         Output(ids.UPLOAD_MESSAGE, "children"),
         Output(ids.UPLOAD_POLL, "disabled"),
         Output(ids.URL, "href"),
-        Input(ids.UPLOAD_POLL, "n_intervals"),
-        Input(ids.UPLOAD_STATE, "data"),
-        State(ids.UPLOAD_STATE, "data"),
+        In(ids.UPLOAD_POLL, "n_intervals", boundary.count),
+        In(ids.UPLOAD_STATE, "data", boundary.ignored),
+        St(ids.UPLOAD_STATE, "data", boundary.upload_state),
         prevent_initial_call=True,
     )(lambda n, _state, state: poll(n, state))

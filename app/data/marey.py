@@ -34,6 +34,7 @@ SMALL_JOB = 16  # ranks up to which every device has a row from the start
 READ_ALL = 16  # devices of a stage read whole; a larger stage reads those that can differ (``read_ranks``)
 ALL = "devices"  # the expand value that opens every stage to its devices ...
 MAX_ALL = 64  # ... offered up to this many ranks (beyond, a stage or a group opens at a time)
+EXPAND_KEY = r"devices|stage:\d{1,9}|group:\d{1,9}:\d{1,9}"  # every expand value ``marey_data`` reads
 MAX_PATH = 600  # critical-path pieces drawn (each with its hover); beyond, neighbours on one rank merge
 
 

@@ -1,0 +1,53 @@
+"""The page under its own Content-Security-Policy (no 'unsafe-eval') in headless Chromium: it loads, every view
+draws its figure, the views answer a click, and the browser reports no policy violation (the page's
+``securitypolicyviolation`` events and the console)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.test_app_browser import wait_idle
+from tests.test_app_support import click_data_point, composite, severe_logs, wait_plot
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.filterwarnings("ignore:HTTPResponse.getheader:DeprecationWarning")]
+SAMPLE = "gpu_llm_slow_rank"
+VIEWS = ("heatmap", "steps", "timeline", "marey", "detail-operators", "detail-breakdown", "detail-collectives", "comm-matrix", "flow")
+# Installed before any of the page's scripts runs: every violation the browser reports is kept.
+RECORD = "window.__cspViolations = []; document.addEventListener('securitypolicyviolation', e => window.__cspViolations.push([e.violatedDirective, e.blockedURI, e.sourceFile, e.lineNumber].join(' ')));"
+
+
+@pytest.fixture(scope="module")
+def duo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from paradiag.app.config import Config
+    from paradiag.app.factory import create_app
+
+    root: Path = tmp_path_factory.mktemp("app")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("PARADIAG_CACHE_DIR", str(root / "cache"))
+    yield from composite(create_app(Config.from_env(upload_dir=root / "uploads", app_cache_dir=root / "app-cache")))
+    mp.undo()
+
+
+def test_every_view_draws_under_the_policy_without_unsafe_eval(duo: Any) -> None:
+    import requests
+
+    policy = requests.get(duo.server_url + "/", timeout=30).headers["Content-Security-Policy"]
+    assert "'unsafe-eval'" not in policy and "script-src 'self'" in policy
+    duo.driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": RECORD})
+    duo.driver.get(duo.server_url + f"/?job=sample:{SAMPLE}")
+    for graph_id in VIEWS:
+        wait_plot(duo, graph_id)
+    click_data_point(duo, "heatmap", 2, 0)  # a click on a cell: the selection and every view follow
+    duo.wait_for_contains_text("#selection-text", "step 2", timeout=30)
+    for graph_id in VIEWS:
+        wait_plot(duo, graph_id)
+    wait_idle(duo)  # no request left in flight when the server stops
+    violations = duo.driver.execute_script("return window.__cspViolations")
+    assert violations == [], violations
+    logs = severe_logs(duo)
+    assert not [e for e in logs if "Content Security Policy" in str(e.get("message")) or "unsafe-eval" in str(e.get("message"))], logs
+    assert logs == []
