@@ -267,7 +267,7 @@ def diagnose(job: Job) -> Diagnosis:
         step_time_ns=step_ns,
         stage_metrics=StageMetrics.from_json(metrics) if metrics else None,
         operators=operators,
-        findings=[Finding.from_json(f) for f in findings.ranked(findings.material(found))],
+        findings=[Finding.from_json(f) for f in findings.ranked(found)],
         communication=communication_summary(instances, p2p),
         communication_matrix=[CommLink(**c) for c in comm.comm_matrix(instances, p2p, members, host_of, job.extra("links"), layout.world)],
         operator_times=times,

@@ -8,11 +8,9 @@ compute and idle time are normal, their communication time is not). Transfers th
 arrived point at a link, not a rank. Whole stages that compute longer per micro-batch are a stage imbalance.
 
 Kinds are the simulator's vocabulary. ``impact_pct`` estimates the step-time reduction if the cause were
-fixed; findings below ``MIN_IMPACT_PCT`` are not reported, neither by the heuristic estimate nor, for a culprit
-rank, by the what-if replay (``material``); except clock skew (a data problem that paradiag corrects, reported with impact 0 once larger
-than ``CLOCK_SKEW_NS``) and a slow link (a hardware fault, reported however much of it the job hides once its
-transfers take SLOW_LINK_RATIO x those of comparable links in nearly every step and their extra time is
-MIN_IMPACT_PCT of the step: a slow 20 us transfer is no fault worth a finding).
+fixed; findings below ``MIN_IMPACT_PCT`` are not reported, except a slow link (a hardware fault, reported once its
+transfers take SLOW_LINK_RATIO x those of comparable links in nearly every step, however much of it the job hides)
+and clock skew (a data problem that paradiag corrects, reported with impact 0 once larger than ``CLOCK_SKEW_NS``).
 
 Durations are noisy on a busy host (CPU ranks sharing cores with each other and with other work: an operator
 lasts as long as the scheduler lets it), so a culprit rank must stand out against the job's own noise floor, the
@@ -45,7 +43,6 @@ STAGE_IMBALANCE = 1.15  # max / mean compute per micro-batch across stages
 SLOW_LINK_RATIO = 1.6  # transfer time against comparable transfers elsewhere
 HOTSPOT_REST = 1.05  # the rest of a hotspot rank's operators run within 5 % of its peers
 CLOCK_SKEW_NS = 100_000
-NOT_BY_REPLAY = ("clock_skew", "slow_link", "stage_imbalance")  # kinds a replay's small saving does not drop (material)
 
 
 def severity(impact_pct: float) -> str:
@@ -128,18 +125,24 @@ def _excess(figures: Mapping[tuple[int, int], Mapping[str, int]], peers: list[in
     return out
 
 
-def _noise(figures: Mapping[tuple[int, int], Mapping[str, int]], peers: list[int], steps: list[int], part: str, rank: int) -> tuple[float, float]:
-    """The job's own noise floor for ``rank``'s excess: (spread, largest) of the excesses the *other* peers show
-    against each other, ``rank`` left out (how far ranks without its fault stray from their peers, step by
-    step). With one other peer there is nobody to compare it with: the spread of ``rank``'s own excess from step
-    to step, and the largest of its magnitudes, stand in."""
+def _noise(figures: Mapping[tuple[int, int], Mapping[str, int]], peers: list[int], steps: list[int], part: str, rank: int) -> tuple[float, dict[int, tuple[float, float]]]:
+    """The job's own noise floor for ``rank``'s excess: its spread over the steps, and per step (spread, largest
+    excess) outside that step's cell of ``rank``. The noise is the excesses the *other* peers show against each
+    other, ``rank`` left out: how far ranks without its fault stray from their peers, in any step. With one other
+    peer there is nobody to compare it with: ``rank``'s own excess in the other steps stands in (its spread and
+    the largest of its magnitudes)."""
     others = [r for r in peers if r != rank]
     cells = [e for per in _excess(figures, others, steps, part).values() for e in per.values()]
     if not cells:
-        own = list(_excess(figures, peers, steps, part).get(rank, {}).values())
-        return robust_spread(np.array(own, dtype=float)), max((abs(e) for e in own), default=0.0)
+        own = _excess(figures, peers, steps, part).get(rank, {})
+        per_step = {}
+        for s in own:
+            rest = np.array([e for t, e in own.items() if t != s], dtype=float)
+            per_step[s] = (robust_spread(rest), float(np.abs(rest).max()) if len(rest) else 0.0)
+        return robust_spread(np.array(list(own.values()), dtype=float)), per_step
     # Centred on 0, not on the cells' median: a leave-one-out excess is 0 where nobody strays.
-    return MAD_TO_SIGMA * float(np.median(np.abs(cells))), float(max(cells))
+    spread = MAD_TO_SIGMA * float(np.median(np.abs(cells)))
+    return spread, dict.fromkeys(steps, (spread, float(max(cells))))
 
 
 def rank_excess(figures: Mapping[tuple[int, int], Mapping[str, int]], peer_sets: list[list[int]], step_ns: float) -> list[dict[str, Any]]:
@@ -160,7 +163,7 @@ def rank_excess(figures: Mapping[tuple[int, int], Mapping[str, int]], peer_sets:
         for part in ("compute_ns", "launch_delay_ns"):
             excess = _excess(figures, peers, steps, part)
             for rank, per_step in excess.items():
-                spread, largest = _noise(figures, peers, steps, part, rank)
+                spread, outside = _noise(figures, peers, steps, part, rank)
                 values = list(per_step.values())
                 persistent = (
                     sum(e > 0 for e in values) >= PERSISTENT_SHARE * len(values)
@@ -171,7 +174,8 @@ def rank_excess(figures: Mapping[tuple[int, int], Mapping[str, int]], peer_sets:
                     ref = value - e
                     if e <= 0 or value < MIN_RATIO * ref or e < floor:
                         continue
-                    if persistent or e >= max(NOISE_MADS * spread, OUTLIER_RATIO * largest):
+                    noise, largest = outside.get(step, (spread, 0.0))
+                    if persistent or (step in outside and e >= max(NOISE_MADS * noise, OUTLIER_RATIO * largest)):
                         out.append({"rank": rank, "step": step, "part": part, "excess_ns": e, "value_ns": value, "peer_ns": ref})
     return out
 
@@ -332,16 +336,6 @@ def clock_findings(ranks: pa.Table) -> list[dict[str, Any]]:
     return [finding("clock_skew", {"ranks": sorted(r["rank"] for r in skewed), "hosts": hosts}, [], 0.0, evidence)]
 
 
-def material(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The findings worth reporting once their impact is known (the what-if replay's where it ran): MIN_IMPACT_PCT
-    of the step at least, except clock skew (impact 0 by definition), a slow link, whose own extra transfer time
-    passed that bar (:func:`link_findings`): a link at a fraction of its speed is a hardware fault worth naming
-    even where the job hides it, and a stage imbalance, which passed it on the pipeline's estimate
-    (:func:`stage_findings`): its replay moves whole layers between stages and can come out worse than the
-    imbalance it removes where a stage holds an indivisible heavy layer."""
-    return [f for f in findings if f["kind"] in NOT_BY_REPLAY or f["impact_pct"] >= MIN_IMPACT_PCT]
-
-
 def ranked(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Largest impact first; clock skew (impact 0) after the performance findings."""
     return sorted(findings, key=lambda f: (-f["impact_pct"], f["kind"]))
@@ -422,9 +416,6 @@ def link_findings(
     slow += _slow_units(pair_keys, pair_units, np.asarray(p["transfer_ns"], dtype=np.int64), np.asarray(p["step"]))
     if links is not None:
         slow += _slow_npu_links(links)
-    # A link worth naming costs time: its transfers' extra time is MIN_IMPACT_PCT of the step (a hardware fault is
-    # reported however much of it the job hides, but a slow 20 us transfer is no fault worth a finding).
-    slow = [s for s in slow if s["extra_ns"] / steps_total >= MIN_IMPACT_PCT / 100 * step_ns]
     if not slow:
         return []
     common = set.intersection(*(set(s["unit"]) for s in slow))
