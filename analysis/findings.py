@@ -9,8 +9,13 @@ arrived point at a link, not a rank. Whole stages that compute longer per micro-
 
 Kinds are the simulator's vocabulary. ``impact_pct`` estimates the step-time reduction if the cause were
 fixed; findings below ``MIN_IMPACT_PCT`` are not reported, except a slow link (a hardware fault, reported once its
-transfers take SLOW_LINK_RATIO x those of comparable links, however much of it the job hides) and clock skew (a
-data problem that paradiag corrects, reported with impact 0 once larger than ``CLOCK_SKEW_NS``).
+transfers take SLOW_LINK_RATIO x those of comparable links in nearly every step, however much of it the job hides)
+and clock skew (a data problem that paradiag corrects, reported with impact 0 once larger than ``CLOCK_SKEW_NS``).
+
+Durations are noisy on a busy host (CPU ranks sharing cores with each other and with other work: an operator
+lasts as long as the scheduler lets it), so a culprit rank must stand out against the job's own noise floor, the
+excesses its peers show against each other, consistently across the profiled steps or exceptionally in one of
+them (:func:`rank_excess`).
 """
 
 from __future__ import annotations
@@ -23,13 +28,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from paradiag.analysis.frame import Frame, robust_spread
+from paradiag.analysis.frame import MAD_TO_SIGMA, Frame, robust_spread
 from paradiag.analysis.intervals import union_length
 from paradiag.analysis.operators import concentration, operator_time, rank_operator_excess, short_name
 
 MIN_IMPACT_PCT = 2.0  # below this a difference is within what jitter and launch noise produce
 MIN_RATIO = 1.05  # a culprit's own time must also be 5 % above its peers'
 NOISE_MADS = 4.0  # ... and stand NOISE_MADS robust deviations above theirs (launch delays vary by a few 100 us)
+PERSISTENT_SHARE = 0.75  # a consistent culprit is above its peers in this share of the steps (all of 2 to 4) ...
+PERSISTENT_MADS = 2.0  # ... by a median excess of this many robust deviations of the other peers' excesses
+MERGE_SHARE = 0.5  # culprits of one kind are named together when each has half the worst one's excess
+OUTLIER_RATIO = 2.0  # one exceptional step: twice the largest excess any other peer shows in any step
 STAGE_IMBALANCE = 1.15  # max / mean compute per micro-batch across stages
 SLOW_LINK_RATIO = 1.6  # transfer time against comparable transfers elsewhere
 HOTSPOT_REST = 1.05  # the rest of a hotspot rank's operators run within 5 % of its peers
@@ -74,8 +83,13 @@ def step_figures(frame: Frame, steps: pa.Table, host_lanes: bool = False) -> pa.
             continue
         mine = frame.step == row["step"]
         c = mine & (frame.kind == compute_code)
-        busy = union_length(np.maximum(frame.start[mine], row["start_ns"]), frame.end[mine])
-        window = max(row["device_end_ns"], row["end_ns"]) - row["start_ns"]
+        if host_lanes:  # the step is the host's span: communication a runloop thread runs on after it is not idle
+            lo, hi = row["start_ns"], row["end_ns"]
+            busy = union_length(np.clip(frame.start[mine], lo, hi), np.clip(frame.end[mine], lo, hi))
+            window = hi - lo
+        else:
+            busy = union_length(np.maximum(frame.start[mine], row["start_ns"]), frame.end[mine])
+            window = max(row["device_end_ns"], row["end_ns"]) - row["start_ns"]
         cols["step"].append(row["step"])
         cols["compute_ns"].append(union_length(frame.start[c], frame.end[c]))
         idle = max(window - busy, 0)
@@ -94,31 +108,75 @@ def rank_step_figures(per_rank: pa.Table, steps: pa.Table) -> dict[tuple[int, in
     return {k: found[k] for k in keys if k in found}
 
 
-def _spread(values: dict[int, int], rank: int) -> float:
-    """1.4826 x MAD of the other peers' values: how much peers differ without a fault."""
-    return robust_spread(np.array([v for r, v in values.items() if r != rank], dtype=float))
-
-
 def _leave_one_out(values: dict[int, int], rank: int) -> float | None:
     others = [v for r, v in values.items() if r != rank]
     return statistics.median(others) if others else None
 
 
+def _excess(figures: Mapping[tuple[int, int], Mapping[str, int]], peers: list[int], steps: list[int], part: str) -> dict[int, dict[int, float]]:
+    """rank -> step -> its ``part`` above the median of its other ``peers`` in that step."""
+    out: dict[int, dict[int, float]] = {}
+    for step in steps:
+        values = {r: figures[(r, step)][part] for r in peers if (r, step) in figures}
+        for rank, value in values.items():
+            ref = _leave_one_out(values, rank)
+            if ref is not None:
+                out.setdefault(rank, {})[step] = value - ref
+    return out
+
+
+def _noise(figures: Mapping[tuple[int, int], Mapping[str, int]], peers: list[int], steps: list[int], part: str, rank: int) -> tuple[float, dict[int, tuple[float, float]]]:
+    """The job's own noise floor for ``rank``'s excess: its spread over the steps, and per step (spread, largest
+    excess) outside that step's cell of ``rank``. The noise is the excesses the *other* peers show against each
+    other, ``rank`` left out: how far ranks without its fault stray from their peers, in any step. With one other
+    peer there is nobody to compare it with: ``rank``'s own excess in the other steps stands in (its spread and
+    the largest of its magnitudes)."""
+    others = [r for r in peers if r != rank]
+    cells = [e for per in _excess(figures, others, steps, part).values() for e in per.values()]
+    if not cells:
+        own = _excess(figures, peers, steps, part).get(rank, {})
+        per_step = {}
+        for s in own:
+            rest = np.array([e for t, e in own.items() if t != s], dtype=float)
+            per_step[s] = (robust_spread(rest), float(np.abs(rest).max()) if len(rest) else 0.0)
+        return robust_spread(np.array(list(own.values()), dtype=float)), per_step
+    # Centred on 0, not on the cells' median: a leave-one-out excess is 0 where nobody strays.
+    spread = MAD_TO_SIGMA * float(np.median(np.abs(cells)))
+    return spread, dict.fromkeys(steps, (spread, float(max(cells))))
+
+
 def rank_excess(figures: Mapping[tuple[int, int], Mapping[str, int]], peer_sets: list[list[int]], step_ns: float) -> list[dict[str, Any]]:
-    """Per (rank, step) where a rank's own time stands out from its peers': which part (compute or idle) and by
-    how much (ns, and ratio to the peers)."""
+    """Per (rank, step) where a rank's own time (compute, or the host starting the device late) stands out from
+    its peers': which part and by how much (ns, and the peers' median).
+
+    Durations on a busy host are noisy (a preempted rank's operators last longer for nothing it did), so an
+    excess counts only against the job's own noise floor (:func:`_noise`, from the other peers), and only if it
+    is consistent or exceptional. *Consistent*: the rank is above its peers in (nearly) every profiled step
+    (PERSISTENT_SHARE), by a median over the steps of at least PERSISTENT_MADS noise spreads; every step of it
+    counts. *Exceptional*: one step (a stall, once) that stands NOISE_MADS spreads above the peers and
+    OUTLIER_RATIO x above the largest excess any other peer shows in any step. Either way the excess must also
+    be MIN_IMPACT_PCT of the step and MIN_RATIO x the peers' time."""
     out = []
-    for step in sorted({s for _, s in figures}):
-        for peers in peer_sets:
-            for part in ("compute_ns", "launch_delay_ns"):
-                values = {r: figures[(r, step)][part] for r in peers if (r, step) in figures}
-                for rank, value in values.items():
-                    ref = _leave_one_out(values, rank)
-                    if ref is None:
+    steps = sorted({s for _, s in figures})
+    floor = MIN_IMPACT_PCT / 100 * step_ns
+    for peers in peer_sets:
+        for part in ("compute_ns", "launch_delay_ns"):
+            excess = _excess(figures, peers, steps, part)
+            for rank, per_step in excess.items():
+                spread, outside = _noise(figures, peers, steps, part, rank)
+                values = list(per_step.values())
+                persistent = (
+                    sum(e > 0 for e in values) >= PERSISTENT_SHARE * len(values)
+                    and statistics.median(values) >= max(floor, PERSISTENT_MADS * spread)
+                )
+                for step, e in per_step.items():
+                    value = figures[(rank, step)][part]
+                    ref = value - e
+                    if e <= 0 or value < MIN_RATIO * ref or e < floor:
                         continue
-                    excess = value - ref
-                    if excess >= max(MIN_IMPACT_PCT / 100 * step_ns, NOISE_MADS * _spread(values, rank)) and value >= MIN_RATIO * ref:
-                        out.append({"rank": rank, "step": step, "part": part, "excess_ns": excess, "value_ns": value, "peer_ns": ref})
+                    noise, largest = outside.get(step, (spread, 0.0))
+                    if persistent or (step in outside and e >= max(NOISE_MADS * noise, OUTLIER_RATIO * largest)):
+                        out.append({"rank": rank, "step": step, "part": part, "excess_ns": e, "value_ns": value, "peer_ns": ref})
     return out
 
 
@@ -192,8 +250,20 @@ def _merge_ranks(raw: list[dict[str, Any]], waits: Mapping[tuple[int, int], Mapp
     observable = any(w.get("wait_ns") for w in waits.values())
     for r in raw:
         merged.setdefault((r["kind"], r["operator"]), []).append(r)
-    out = []
+    groups: list[tuple[str, str | None, list[dict[str, Any]]]] = []
     for (kind, operator), items in merged.items():
+        # Culprits of one kind are one finding (a whole slow group) when their excesses are alike; a rank far
+        # behind the worst is a finding of its own, not named beside it.
+        items = sorted(items, key=lambda r: -sum(row["excess_ns"] for row in r["rows"]))
+        lead = 0.0
+        for r in items:
+            total = sum(row["excess_ns"] for row in r["rows"])
+            if not groups or groups[-1][:2] != (kind, operator) or total < MERGE_SHARE * lead:
+                groups.append((kind, operator, []))
+                lead = total
+            groups[-1][2].append(r)
+    out = []
+    for kind, operator, items in groups:
         ranks = sorted(r["rank"] for r in items)
         rows = [row for r in items for row in r["rows"]]
         steps = sorted({row["step"] for row in rows})
@@ -285,7 +355,10 @@ def _slow_units(keys: list[tuple[Any, ...]], units: list[tuple[int, ...]], trans
             if not others:
                 continue
             ref = statistics.median(others)
-            if ref > 0 and len(rows) >= 2 and medians[unit] >= SLOW_LINK_RATIO * ref:
+            # Slow in (nearly) every step it transfers in, not in one step a busy host stretched.
+            by_step = [float(np.median(transfer[rows][step[rows] == s])) for s in np.unique(step[rows])]
+            consistent = sum(m >= SLOW_LINK_RATIO * ref for m in by_step) >= PERSISTENT_SHARE * len(by_step)
+            if ref > 0 and len(rows) >= 2 and medians[unit] >= SLOW_LINK_RATIO * ref and consistent:
                 extra = np.clip(transfer[rows] - ref, 0, None)
                 out.append({"unit": unit, "key": key, "ratio": medians[unit] / ref, "extra_ns": float(extra.sum()), "steps": sorted(set(step[rows].tolist())), "ref_ns": ref, "median_ns": medians[unit]})
     return out

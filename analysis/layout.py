@@ -129,7 +129,8 @@ def layout_from_metadata(ranks: pa.Table, groups: pa.Table) -> Layout | None:
 def infer_roles(frame: Frame, members: dict[str, list[int]], world: int) -> dict[str, str]:
     """Group roles from the traffic: p2p -> pp, all-to-all -> ep, the whole world -> world; among the other
     collective groups the busiest (instances per step and rank) are tp when a second, quieter family exists
-    or when they gather/scatter activations, otherwise dp."""
+    or when they gather/scatter activations (not a lone family over every rank: FSDP's parameter gathers),
+    otherwise dp."""
     comm = frame.of_kind("communication")
     roles: dict[str, str] = {}
     busy: dict[str, float] = {}
@@ -150,7 +151,11 @@ def infer_roles(frame: Frame, members: dict[str, list[int]], world: int) -> dict
         quiet = [g for g, b in busy.items() if b < top / 4]
         for g, b in busy.items():
             activations = any(comm.collectives[c] in ("all_gather", "reduce_scatter") for c in comm.collective[comm.group == comm.groups.index(g)])
-            roles[g] = "tp" if b >= top / 4 and (quiet or activations) else "dp"
+            # A lone family spanning every rank gathers parameters, not activations: sharded data parallel (FSDP,
+            # ZeRO-3) over the world, which a 1-D DeviceMesh runs on the default group. Tensor parallelism over the
+            # whole world alone is told only by its group's name.
+            lone = len(busy) == 1 and len(members.get(g, ())) == world
+            roles[g] = "tp" if b >= top / 4 and (quiet or (activations and not lone)) else "dp"
     return roles
 
 

@@ -118,11 +118,35 @@ def build_report(job: Job, convention: str | None = None) -> dict[str, Any]:
     return report
 
 
+def analysis_problems(job: Job, d: Diagnosis, ranks: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """What the analysis could not find, as problems of the job (source ``.``, severity ``error``): no profiled
+    step, no device or compute activity on any rank, no collective or send/recv between several ranks. Without
+    them the breakdown, waits, findings and critical path are empty for want of data, not for want of a fault, and
+    every output must say so (``analysed`` false; the snapshot's verdict is "could not analyse")."""
+    out = []
+    if job.steps.num_rows == 0:
+        out.append("no profiled step was found (no ProfilerStep#N or step annotation on any rank): the per-step "
+                   "figures, findings and critical path need steps; profile with torch.profiler's schedule and call "
+                   "prof.step() once per iteration")  # fmt: skip
+    if not any((r["breakdown"] or {}).get("compute_ns") for r in ranks):
+        out.append("no device or compute activity was found on any rank (no kernel, no device track, no CPU "
+                   "operator in a profiled step): nothing to break down or compare")  # fmt: skip
+    if len(job.rank_ids) > 1 and not d.communication.collective_instances and not d.communication.p2p_transfers:
+        out.append(f"no collective and no send/recv was found among the {len(job.rank_ids)} ranks: who waits for "
+                   "whom, slow links and the critical path across ranks cannot be measured (were the traces recorded "
+                   "with the communication activity, and from the same job?)")  # fmt: skip
+    return [{"source": ".", "severity": "error", "message": m} for m in out]
+
+
 def report_of(job: Job, d: Diagnosis) -> dict[str, Any]:
     ranks = rank_entries(job, d)
+    facts = job_facts(job, d)
+    missing = analysis_problems(job, d, ranks)
+    facts["problems"] = [*facts["problems"], *missing]
+    facts["analysed"] = not missing
     return {
         "schema": REPORT_SCHEMA,
-        "job": job_facts(job, d),
+        "job": facts,
         "ranks": ranks,
         "findings": [f.as_json() for f in d.findings],
         "metrics": {**job_metrics(ranks), **analysis_metrics(d)},

@@ -116,10 +116,12 @@ def _open(
         raise click.ClickException(str(exc)) from exc
 
 
-def _print_problems(job: Job) -> None:
-    for p in job.problems:
-        colour = "red" if p.severity == "error" else "yellow"
-        err.print(f"[{colour}]{p.severity}[/]: {p.source}: {p.message}", highlight=False, soft_wrap=True)
+def _print_problems(job: Job, report: dict[str, Any] | None = None) -> None:
+    """The job's problems, or the report's (the job's and what the analysis could not find) when given."""
+    found = report["job"]["problems"] if report is not None else [p.__dict__ for p in job.problems]
+    for p in found:
+        colour = "red" if p["severity"] == "error" else "yellow"
+        err.print(f"[{colour}]{p['severity']}[/]: {p['source']}: {p['message']}", highlight=False, soft_wrap=True)
 
 
 def _size(n: float) -> str:
@@ -242,7 +244,7 @@ def analyze(
     if as_json:
         click.echo(text)
         return
-    _print_problems(job)
+    _print_problems(job, report)
     _print_report(report, job.diagnosis().findings)
 
 
@@ -354,7 +356,9 @@ def _print_report(report: dict[str, Any], findings: list[Finding]) -> None:
         )
     out.print(table)
     m = report["metrics"]
-    out.print(f"median step time {ms(m['step_time_ns']['median'])} ms; findings: {len(findings)}", highlight=False)
+    analysed = report["job"].get("analysed", True)
+    what = f"findings: {len(findings)}" if analysed else f"findings: {len(findings)} (could not analyse the job fully: see the errors above)"
+    out.print(f"median step time {ms(m['step_time_ns']['median'])} ms; {what}", highlight=False)
     for i, f in enumerate(findings, start=1):
         out.print(f"{i}. {finding_line(f)}", highlight=False)
     for step in report.get("critical_path", []):

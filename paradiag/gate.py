@@ -51,6 +51,9 @@ class GateError(ValueError):
     """A condition that does not parse."""
 
 
+COULD_NOT_ANALYSE = "could not analyse"
+
+
 @dataclass
 class Outcome:
     condition: str
@@ -120,3 +123,25 @@ def _finding_outcome(report: dict[str, Any], condition: str, kind: str, min_seve
         return Outcome(condition, False, 0, what + (f" of severity {min_severity} or more" if min_severity else ""))
     top = hits[0]
     return Outcome(condition, True, len(hits), f"{top['kind']} ({top.get('severity')}): {top.get('evidence', '')}")
+
+
+def verdict(report: dict[str, Any], fail_on: str | None, outcomes: list[Outcome]) -> dict[str, Any]:
+    """The snapshot's verdict: ``status`` "could not analyse" when the analysis lacked steps, compute or
+    communication (``job.analysed`` false: the report's problems say what), else "failed" when a --fail-on
+    condition was crossed, "passed" under --fail-on, or "no finding" / "findings" without one; ``passed`` is false
+    when the job could not be analysed, whatever the conditions say (none of them was measured)."""
+    analysed = report.get("job", {}).get("analysed", True)
+    crossed = any(o.crossed for o in outcomes)
+    if not analysed:
+        status = COULD_NOT_ANALYSE
+    elif fail_on:
+        status = "failed" if crossed else "passed"
+    else:
+        status = "findings" if report.get("findings") else "no finding"
+    return {
+        "fail_on": fail_on,
+        "status": status,
+        "passed": analysed and not crossed,
+        "reasons": [p["message"] for p in report.get("job", {}).get("problems", []) if p.get("source") == "." and not analysed],
+        "conditions": [o.__dict__ for o in outcomes],
+    }

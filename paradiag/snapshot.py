@@ -60,20 +60,22 @@ def snapshot(
     job = _open(path, cache, strict, workers, window)
     report = build_report(job)
     outcomes = gate.evaluate(report, fail_on) if fail_on else []
-    report["verdict"] = {
-        "fail_on": fail_on,
-        "passed": not any(o.crossed for o in outcomes),
-        "conditions": [o.__dict__ for o in outcomes],
-    }
+    report["verdict"] = gate.verdict(report, fail_on, outcomes)
     # The page is titled by report.job.source; the HTML gets the folder's name (or --title), the JSON the path.
     shown = title or (path.resolve().name if isinstance(path, Path) else path.rstrip("/").rsplit("/", 1)[-1])
     output.write_text(render_snapshot(job, {**report, "job": {**report["job"], "source": shown}}), encoding="utf-8")
     if json_path is not None:
         json_path.write_text(_json(report), encoding="utf-8")
     click.echo(f"wrote {output} ({output.stat().st_size / 1e6:.1f} MB)" + (f" and {json_path}" if json_path else ""))
+    for p in report["job"]["problems"]:
+        if p["source"] == ".":
+            click.echo(f"{p['severity']}: {p['message']}", err=True)
     for o in outcomes:
         click.echo(f"{'FAIL' if o.crossed else 'ok  '} {o.condition}: {o.reason}")
-    if not report["verdict"]["passed"]:
+    click.echo(f"verdict: {report['verdict']['status']}")
+    if report["verdict"]["status"] == gate.COULD_NOT_ANALYSE and fail_on:
+        sys.exit(gate.EXIT_ERROR)  # a gate that nothing could be measured against has not passed
+    if fail_on and not report["verdict"]["passed"]:
         sys.exit(gate.EXIT_GATE)
 
 

@@ -72,16 +72,27 @@ def finding_item(f: Finding) -> str:
     )
 
 
-def _findings(findings: list[Finding]) -> str:
+def _findings(findings: list[Finding], report: dict[str, Any] | None = None) -> str:
+    missing = _could_not_analyse(report or {})
     if not findings:
-        return "<p>No finding above the threshold.</p>"
-    return f"<ol>{''.join(finding_item(f) for f in findings)}</ol>"
+        return missing or "<p>No finding above the threshold.</p>"
+    return missing + f"<ol>{''.join(finding_item(f) for f in findings)}</ol>"
+
+
+def _could_not_analyse(report: dict[str, Any]) -> str:
+    """What the analysis lacked (``job.analysed`` false), in words: an empty findings list is no clean bill."""
+    if report.get("job", {}).get("analysed", True):
+        return ""
+    items = "".join(f"<li>{html.escape(p['message'])}</li>" for p in report["job"]["problems"] if p["source"] == ".")
+    return f"<p><span class='fail'>Could not analyse this job</span>: no finding means nothing here.</p><ul>{items}</ul>"
 
 
 def _verdict(report: dict[str, Any]) -> str:
     verdict = report.get("verdict") or {}
-    if not verdict.get("fail_on"):
+    if not verdict.get("fail_on") and verdict.get("status") != "could not analyse":
         return ""
+    if verdict.get("status") == "could not analyse":
+        return _could_not_analyse(report)
     status = "<span class='pass'>PASSED</span>" if verdict["passed"] else "<span class='fail'>FAILED</span>"
     items = "".join(f"<li>{'FAIL' if c['crossed'] else 'ok'}: <code>{html.escape(c['condition'])}</code> {html.escape(c['reason'])}</li>" for c in verdict["conditions"])
     return f"<p>{status} <code>--fail-on {html.escape(verdict['fail_on'])}</code></p><ul>{items}</ul>"
@@ -135,8 +146,9 @@ def render_snapshot(job: Job, report: dict[str, Any]) -> str:
 
     ov = overview(job)
     d = diagnosis(job)
-    sections = [("Verdict", _verdict(report))] if report.get("verdict", {}).get("fail_on") else []
-    sections.append(("Findings", _findings(d.findings)))
+    verdict = _verdict(report)
+    sections = [("Verdict", verdict)] if verdict else []
+    sections.append(("Findings", _findings(d.findings, report)))
     top = list(d.findings[0].culprit.ranks) if d.findings else []
     rows = _overview_rows(ov, top)
     sections.append((f"Overview: {METRICS[HEATMAP_METRIC]} per rank and step", _figure(heatmap_figure(rows, ov["steps"], HEATMAP_METRIC, METRICS[HEATMAP_METRIC]))))

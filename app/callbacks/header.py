@@ -54,7 +54,7 @@ def summary(sel: dict[str, Any] | None) -> tuple[Any, Any]:
     facts_div: list[Any] = [html.Span([html.B(k + " "), v], className="pd-fact") for k, v in items]
     if len(job.windows) > 1:
         facts_div.append(window_picker(sel["job"], job.window, job.windows))
-    return facts_div, findings_list(findings_of(job))
+    return facts_div, findings_list(findings_of(job), facts)
 
 
 def window_picker(token: str, current: int, windows: list[dict[str, Any]]) -> html.Details:
@@ -69,10 +69,16 @@ def window_picker(token: str, current: int, windows: list[dict[str, Any]]) -> ht
     return html.Details([html.Summary(f"window {current} of {len(windows)} ▾"), html.Ul(links)], id=ids.WINDOW_PICKER, className="pd-fact pd-window-picker")
 
 
-def findings_list(found: list[dict[str, Any]]) -> list[Any]:
+def findings_list(found: list[dict[str, Any]], facts: dict[str, Any] | None = None) -> list[Any]:
+    """The findings bar; first, where the analysis lacked steps, compute or communication (``facts``: the
+    report's ``job``), what it lacked, so that an empty list is not read as a clean job."""
+    missing = [p["message"] for p in (facts or {}).get("problems", []) if p.get("source") == "."] if not (facts or {}).get("analysed", True) else []
+    out: list[Any] = [
+        html.Li([html.Span("could not analyse", className="pd-kind", style={"background": palette.SEVERITY["high"]}), " ", m], className="pd-finding pd-problem")
+        for m in missing
+    ]
     if not found:
-        return [html.Li("no finding above threshold", className="pd-finding pd-none")]
-    out = []
+        return out or [html.Li("no finding above threshold", className="pd-finding pd-none")]
     for i, f in enumerate(found[:8]):
         color = palette.SEVERITY.get(str(f.get("severity")), palette.SEVERITY["low"])
         culprit = f"ranks {rank_list(f['ranks'])}" if f.get("ranks") else ""
