@@ -144,11 +144,13 @@ SKIPPED_CATEGORIES = frozenset({"Trace"})  # the profiler's own whole-window spa
 _STRINGS = pa.dictionary(pa.int32(), pa.string())
 _RECORD_PARAM_COMMS = pa.array(["record_param_comms"])
 COMM_KERNEL = re.compile(r"^(nccl|rccl)[A-Za-z]*Kernel|^ncclDevKernel|^mscclKernel")
-DTYPE_BYTES = {
-    **dict.fromkeys(("float", "float32", "int", "int32"), 4),
-    **dict.fromkeys(("double", "float64", "long", "int64"), 8),
-    **dict.fromkeys(("half", "float16", "bfloat16", "c10::bfloat16", "c10::half", "short", "int16"), 2),
-    **dict.fromkeys(("byte", "char", "bool", "int8", "uint8", "unsigned char", "float8_e4m3fn", "float8_e5m2"), 1),
+DTYPE_BYTES = {  # dtype names and the C++ type names "Input type" gives (lower case)
+    **dict.fromkeys(("float", "float32", "int", "int32", "unsigned int", "c10::complex<c10::half>"), 4),
+    **dict.fromkeys(("double", "float64", "long", "int64", "long int", "long long", "unsigned long", "c10::complex<float>"), 8),
+    **dict.fromkeys(("half", "float16", "bfloat16", "c10::bfloat16", "c10::half", "short", "int16", "short int", "unsigned short"), 2),
+    **dict.fromkeys(("byte", "char", "bool", "int8", "uint8", "unsigned char", "signed char", "float8_e4m3fn", "float8_e5m2",
+                     "c10::float8_e4m3fn", "c10::float8_e5m2"), 1),
+    "c10::complex<double>": 16,
 }
 
 

@@ -18,8 +18,9 @@ From them, as record_param_comms would give them:
 * the **group**, from the rank's own groups (``distributedInfo.pg_config``): for a send/recv the group in which
   ``A`` is this rank and ``B`` another one (a pipeline group first, then the default group, where several fit);
   for collectives, NCCL runs each group on its own stream, so a stream is one group: the group whose size fits
-  every all-gather's output/input and reduce-scatter's input/output ratio on the stream, and a stream left with
-  one candidate takes it from the others. A stream this leaves with several candidates keeps them in its label
+  every all-gather's output/input and reduce-scatter's input/output ratio on the stream, a stream left with one
+  candidate taking it from the others, and a pipeline group only where no other group fits (pipeline groups send
+  and receive). A stream this leaves with several candidates keeps them in its label
   (``stream:13?5|13``), without members: no two ranks then take it for one collective by a stream id they share.
   Without any pg_config the stream stands in for the group (``stream:13``) and a peer index for a global rank.
 """
@@ -41,8 +42,9 @@ from paradiag.parsers.base import (
 )
 from paradiag.parsers.kineto_decode import DTYPE_BYTES, INT64_MAX, CommMeta, OperatorInputs, int_or_none
 
-NCCL_ANNOTATION = re.compile(r"^nccl:_*([A-Za-z_]+?)_*(?:\s+(\d+)\s*(->|<-)\s*(\d+))?\s*$")
-HOST_OPERATOR = re.compile(r"^c10d::_*([A-Za-z_]+?)_*$")  # c10d::allreduce_, c10d::_allgather_base_, c10d::recv_
+# nccl:all_reduce, nccl:_all_gather_base, nccl:send 0->1, nccl:recv 1<-0
+NCCL_ANNOTATION = re.compile(r"^nccl:_*([A-Za-z_]+?)(?:_base)?_*(?:\s+(\d+)\s*(->|<-)\s*(\d+))?\s*$")
+HOST_OPERATOR = re.compile(r"^c10d::_*([A-Za-z_]+?)(?:_base)?_*$")  # c10d::allreduce_, c10d::_allgather_base_, c10d::recv_
 
 
 @dataclass
@@ -239,6 +241,19 @@ def _stream_groups(kernels: list[_Kernel], rows: Rows, mine: list[Group]) -> dic
         hints.setdefault(int(rows.track[k.row]), set()).update([k.size_hint] if k.size_hint else [])
     candidates = {s: [g for g in mine if all(len(g.ranks) == h for h in h_set)] for s, h_set in hints.items()}
     resolved: dict[int, Group | list[Group]] = {}
+    _eliminate(candidates, resolved)
+    for s, cands in candidates.items():  # pipeline groups send and receive: a collective is another group's first
+        others = [g for g in cands if group_role(g.description) != "pp"]
+        if s not in resolved and others and len(others) < len(cands):
+            candidates[s] = others
+    _eliminate(candidates, resolved)
+    for s, cands in candidates.items():
+        resolved.setdefault(s, cands)
+    return resolved
+
+
+def _eliminate(candidates: dict[int, list[Group]], resolved: dict[int, Group | list[Group]]) -> None:
+    """Streams left with one candidate take it; it is then no other stream's (in place)."""
     changed = True
     while changed:
         changed = False
@@ -249,9 +264,6 @@ def _stream_groups(kernels: list[_Kernel], rows: Rows, mine: list[Group]) -> dic
                     if t != s and t not in resolved and cands[0] in candidates[t]:
                         candidates[t] = [g for g in candidates[t] if g is not cands[0]]
                 changed = True
-    for s, cands in candidates.items():
-        resolved.setdefault(s, cands)
-    return resolved
 
 
 def _unresolved(rows: Rows, row: int, groups: list[Group], candidates: list[Group], rank: int | None) -> str | None:
