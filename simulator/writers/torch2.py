@@ -4,7 +4,7 @@ What differs from the megatron shape (:mod:`kineto`), as PyTorch 2.13 records it
 
 * ``distributedInfo.pg_config`` lists the rank's own groups with DeviceMesh names (``mesh_pp``, ``mesh_dp``, ...,
   pg_name numbered in creation order); ``pg_count`` counts every group of the job.
-* No ``record_param_comms`` and no collective args: a collective is its ``c10d::`` host op (``c10d::allreduce_``,
+* gloo: no ``record_param_comms`` and no collective args: a collective is its ``c10d::`` host op (``c10d::allreduce_``,
   ``c10d::_allgather_base_``, ...) whose sizes are only in ``Input Dims`` / ``Input type``; send/recv
   (``c10d::send`` / ``c10d::recv_``) carry the peer's group-local rank in ``Concrete Inputs`` and autograd's
   ``Sequence number``, which pairs nothing.
@@ -12,8 +12,10 @@ What differs from the megatron shape (:mod:`kineto`), as PyTorch 2.13 records it
   a ``gloo:<op>`` ``user_annotation`` on one of the group's two ``pt_gloo_runloop`` threads lasts as long as the
   slowest member makes it (a reduce-scatter runs as ``gloo:all_reduce``); send/recv's ``gloo:send`` /
   ``gloo:recv`` are on the main thread; a wait is a gap.
-* GPU (NCCL): kernels on streams named ``ncclDevKernel_*``, the host op holding a ``nccl:<op>`` annotation and the
-  launch, a ``gpu_user_annotation`` on the stream; the backward pass on the autograd engine's thread.
+* GPU (NCCL): kernels on streams named ``ncclDevKernel_*``, the host op holding ProcessGroupNCCL's
+  ``record_param_comms`` (collective args, copied onto the kernel less the rank fields, as PyTorch >= 2.2 records
+  them; ``collective_args=False``: none, as older PyTorch), a ``nccl:<op>`` annotation and the launch, a
+  ``gpu_user_annotation`` on the stream; the backward pass on the autograd engine's thread.
 * Timestamps as the profiler writes them: ``ts`` in us since the machine's boot, ``baseTimeNanoseconds`` its epoch.
 * One file per rank and profiler window (``{host}_{pid}.{time_ns}``, ``rank{R}.{time_ns}`` or ``rank{R}.window{W}``).
 """
