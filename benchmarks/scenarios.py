@@ -41,6 +41,9 @@ MESHES: dict[str, dict[str, Any]] = {
                       "windows": 2, "rerun": True},
     "gpu256_torch2": {"dp": 8, "tp": 4, "pp": 8, "shape": "torch2", "dp_mode": "fsdp", "dp_dim": "dp_shard", "trace_names": "window",
                       "manifest": True, "vocab": 8192},
+    # the same GPU job as older PyTorch records NCCL work (no record_param_comms args); only with --mesh
+    "gpu256_torch2_noargs": {"dp": 8, "tp": 4, "pp": 8, "shape": "torch2", "dp_mode": "fsdp", "dp_dim": "dp_shard", "trace_names": "window",
+                             "vocab": 8192, "collective_args": False},
     "cpu1024_torch2": {"dp": 16, "tp": 8, "pp": 8, "device": "cpu", "shape": "torch2", "hidden": 512, "seq_len": 512, "vocab": 8192,
                        "windows": 2, "trace_names": "rank"},
     "gpu1024_torch2": {"dp": 16, "tp": 8, "pp": 8, "shape": "torch2", "dp_dim": "dp_replicate", "vocab": 8192, "windows": 2},

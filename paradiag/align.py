@@ -33,7 +33,10 @@ def _collective_ends(comm: dict[int, pa.Table]) -> tuple[dict[tuple[object, ...]
 
     Only a receive that was posted before its data arrived ends with the send; one that lasted less than its send
     found the data already there (a busy or late receiver) and ends whenever it was posted, which says nothing
-    about the clocks. Such transfers are dropped when the two ranks have waiting ones (in either direction)."""
+    about the clocks. Such transfers are dropped when the two ranks have waiting ones (in either direction).
+
+    A collective whose group's members are known is an instance of that group only: a rank that is not among
+    them (a group label two groups share) does not join it."""
     ends: dict[tuple[object, ...], dict[int, int]] = defaultdict(dict)
     sends: dict[tuple[object, ...], tuple[int, int, int]] = {}
     recvs: dict[tuple[object, ...], tuple[int, int, int]] = {}
@@ -41,11 +44,13 @@ def _collective_ends(comm: dict[int, pa.Table]) -> tuple[dict[tuple[object, ...]
         if table is None or table.num_rows == 0:
             continue
         cols = {c: table.column(c).to_pylist() for c in ("collective", "group", "step", "seq", "peer")}
+        members = table.column("group_ranks").to_pylist() if "group_ranks" in table.column_names else [None] * table.num_rows
+        outside = {m for m in set(members) if m is not None and str(rank) not in str(m).split(",")}
         dur = table.column("dur_ns").to_numpy()
         end, dur = (table.column("start_ns").to_numpy() + dur).tolist(), dur.tolist()
         for i, coll in enumerate(cols["collective"]):
             seq, peer = cols["seq"][i], cols["peer"][i]
-            if seq is None:
+            if seq is None or members[i] in outside:
                 continue
             if coll == "send" and peer is not None:
                 sends[(cols["group"][i], cols["step"][i], rank, peer, seq)] = (rank, end[i], dur[i])

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from paradiag import schema
+from paradiag.parsers import kineto_nccl
 from paradiag.parsers.base import (
     MAX_NS,
     MAX_RANK,
@@ -23,7 +24,6 @@ from paradiag.parsers.base import (
     ParsedRank,
     TraceError,
     collective_from_kernel_name,
-    normalize_collective,
     parse_rank_list,
     rank_from_name,
     sequence_numbers,
@@ -52,7 +52,6 @@ FORMAT = "kineto"
 
 _LAUNCH_CATEGORIES = frozenset({"cuda_runtime", "Runtime", "cuda_driver"})
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
-_HOST_COLLECTIVE = re.compile(r"^(?:nccl:|c10d::)_*([A-Za-z_]+?)(?:_base)?_*$")  # nccl:all_to_all, c10d::alltoall_base_
 _TB_FILE_NAME = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)\.\d+\.pt\.trace\.json(\.gz)?$")
 MAX_STEP = 2**31 - 1  # steps are int32
 EPOCH_US_THRESHOLD = 1e14  # timestamps below this (about 1973 in epoch microseconds) are relative
@@ -82,15 +81,15 @@ def parse(path: Path, root: Path | None = None) -> ParsedRank:
     outer = decode_outer(stream.rest, shown)
     if columns.n == 0:
         raise TraceError(shown, "the trace holds no complete ('X') events")
-    table, dropped, kept = _events_table(columns, _base_ns(outer.baseTimeNanoseconds, warnings))
+    info = outer.distributedInfo if isinstance(outer.distributedInfo, dict) else {}
+    rank, rank_from = _rank(info, path, warnings)
+    table, dropped, kept = _events_table(columns, _base_ns(outer.baseTimeNanoseconds, warnings), _config_groups(info), rank)
     comm_inputs = _kept_rows(columns.comm_inputs, kept)
     del columns
     if dropped:
         warnings.append(f"{dropped} events with a missing, negative or out-of-range timestamp or duration were skipped")
     if table.num_rows == 0:
         raise TraceError(shown, "no event has a valid timestamp and duration")
-    info = outer.distributedInfo if isinstance(outer.distributedInfo, dict) else {}
-    rank, rank_from = _rank(info, path, warnings)
     groups = _groups(info, table)
     device_values = table.column("device").to_numpy()
     device_values = device_values[device_values >= 0]
@@ -161,9 +160,10 @@ def _rank(info: dict[str, Any], path: Path, warnings: list[str]) -> tuple[int | 
     return rank, "file name"
 
 
-def _events_table(columns: Columns, base_ns: int | None) -> tuple[pa.Table, int, np.ndarray]:
+def _events_table(columns: Columns, base_ns: int | None, groups: list[Group], rank: int | None) -> tuple[pa.Table, int, np.ndarray]:
     """The events table from the accumulated columns, events with an invalid time removed; how many were, and
-    the rows kept."""
+    the rows kept (``groups``, ``rank``: the rank's process groups and rank, which name the groups of NCCL work
+    that no record_param_comms describes)."""
     n = columns.n
     names = columns.take_strings("name", "event name")
     cats = columns.take_strings("category", "event category")
@@ -208,7 +208,7 @@ def _events_table(columns: Columns, base_ns: int | None) -> tuple[pa.Table, int,
             "step": np.full(n, -1, dtype=np.int32),
             "correlation": _clip32(correlation),
             "external_id": _clip32(external_id),
-            **_comm_columns(comm, n, names, track, _enclosing_collectives(comm, names, correlation, ts, dur, tid, on_device)),
+            **_comm_columns(comm, n, names, track, _described_elsewhere(columns, comm, names, on_device, correlation, external_id, ts, dur, tid, track, device, groups, rank)),
         },
         n,
     )
@@ -230,44 +230,39 @@ def _clip32(values: np.ndarray) -> np.ndarray:
     return np.where((values > 2**31 - 1) | (values < -(2**31)), -1, values).astype(np.int32)
 
 
-def _enclosing_collectives(
+def _described_elsewhere(
+    columns: Columns,
     comm: Communication,
     names: pa.DictionaryArray,
+    on_device: np.ndarray,
     correlation: np.ndarray,
+    external_id: np.ndarray,
     ts: np.ndarray,
     dur: np.ndarray,
     tid: np.ndarray,
-    on_device: np.ndarray,
+    track: np.ndarray,
+    device: np.ndarray,
+    groups: list[Group],
+    rank: int | None,
 ) -> dict[int, CommMeta]:
-    """Communication kernels without a record_param_comms call: the collective the host was running when it
-    launched them (older PyTorch names it ``nccl:all_to_all``, ``c10d::alltoall_base_``, ...; the launch is the
-    runtime call with the kernel's correlation id, inside that operator on the same thread). NCCL runs all-to-all
-    and send/recv both as SendRecv kernels: only the host operator tells them apart."""
+    """Communication kernels without a record_param_comms call: what their c10d operator, nccl annotation and
+    stream say of them (:mod:`paradiag.parsers.kineto_nccl`)."""
     pending = [row for row, ext in comm.pending if ext not in comm.host_meta]
     if not pending:
         return {}
-    words = names.dictionary.to_pylist()
-    codes = names.indices.to_numpy(zero_copy_only=False)
-    word_meta = {i: _HOST_COLLECTIVE.match(w or "") for i, w in enumerate(words)}
-    ops = np.flatnonzero(~on_device & np.isin(codes, [i for i, m in word_meta.items() if m]))
-    # The launch of a kernel: the host row with its correlation id (the last one, should ids repeat).
-    launches = np.flatnonzero((correlation >= 0) & ~on_device) if len(ops) else np.zeros(0, np.int64)
-    launches = launches[np.argsort(correlation[launches], kind="stable")]
-    launch_ids = correlation[launches]
-    out = {}
-    for row in pending:
-        at = int(np.searchsorted(launch_ids, correlation[row], side="right")) - 1
-        if at < 0 or launch_ids[at] != correlation[row]:
-            continue
-        launch = launches[at]
-        inside = ops[(tid[ops] == tid[launch]) & (ts[ops] <= ts[launch]) & (ts[ops] + dur[ops] >= ts[launch])]
-        if len(inside):
-            op = inside[np.argmin(dur[inside])]  # the innermost one
-            match = word_meta[int(codes[op])]
-            collective = normalize_collective(match.group(1)) if match else None
-            if collective is not None:
-                out[row] = CommMeta(collective, None, None, None, None)
-    return out
+    rows = kineto_nccl.Rows(
+        words=[w or "" for w in names.dictionary.to_pylist()],
+        codes=names.indices.to_numpy(zero_copy_only=False),
+        on_device=on_device,
+        correlation=correlation,
+        external_id=external_id,
+        ts=ts,
+        dur=dur,
+        tid=tid,
+        track=track,
+        device=device,
+    )
+    return kineto_nccl.infer(rows, pending, {**columns.comm_inputs, **columns.nccl_inputs}, groups, rank)
 
 
 def _comm_columns(comm: Communication, n: int, names: pa.DictionaryArray, track: np.ndarray, enclosing: dict[int, CommMeta]) -> dict[str, Any]:
@@ -398,6 +393,18 @@ def _device_spans(step: np.ndarray, start: np.ndarray, end: np.ndarray) -> dict[
 
 def _groups(info: dict[str, Any], table: pa.Table) -> list[Group]:
     """Process groups from ``distributedInfo.pg_config``, completed by the groups named on events."""
+    found = {g.group: g for g in _config_groups(info)}
+    pairs = table.select(["group", "group_ranks"]).drop_null().group_by(["group", "group_ranks"]).aggregate([])
+    for name, members in zip(pairs.column("group").to_pylist(), pairs.column("group_ranks").to_pylist(), strict=True):
+        if name not in found:
+            parsed = parse_rank_list(members)
+            if parsed is not None:
+                found[name] = Group(name, parsed)
+    return list(found.values())
+
+
+def _config_groups(info: dict[str, Any]) -> list[Group]:
+    """The process groups ``distributedInfo.pg_config`` lists (the rank's own, in PyTorch 2.x)."""
     found: dict[str, Group] = {}
     configs = info.get("pg_config")
     for pg in configs if isinstance(configs, list) else []:
@@ -409,10 +416,4 @@ def _groups(info: dict[str, Any], table: pa.Table) -> list[Group]:
         if name is None or members is None:
             continue
         found[name] = Group(name, members, str_or_none(pg.get("pg_desc")), str_or_none(pg.get("backend_config")))
-    pairs = table.select(["group", "group_ranks"]).drop_null().group_by(["group", "group_ranks"]).aggregate([])
-    for name, members in zip(pairs.column("group").to_pylist(), pairs.column("group_ranks").to_pylist(), strict=True):
-        if name not in found:
-            parsed = parse_rank_list(members)
-            if parsed is not None:
-                found[name] = Group(name, parsed)
     return list(found.values())

@@ -144,11 +144,13 @@ SKIPPED_CATEGORIES = frozenset({"Trace"})  # the profiler's own whole-window spa
 _STRINGS = pa.dictionary(pa.int32(), pa.string())
 _RECORD_PARAM_COMMS = pa.array(["record_param_comms"])
 COMM_KERNEL = re.compile(r"^(nccl|rccl)[A-Za-z]*Kernel|^ncclDevKernel|^mscclKernel")
-DTYPE_BYTES = {
-    **dict.fromkeys(("float", "float32", "int", "int32"), 4),
-    **dict.fromkeys(("double", "float64", "long", "int64"), 8),
-    **dict.fromkeys(("half", "float16", "bfloat16", "c10::bfloat16", "c10::half", "short", "int16"), 2),
-    **dict.fromkeys(("byte", "char", "bool", "int8", "uint8", "unsigned char", "float8_e4m3fn", "float8_e5m2"), 1),
+DTYPE_BYTES = {  # dtype names and the C++ type names "Input type" gives (lower case)
+    **dict.fromkeys(("float", "float32", "int", "int32", "unsigned int", "c10::complex<c10::half>"), 4),
+    **dict.fromkeys(("double", "float64", "long", "int64", "long int", "long long", "unsigned long", "c10::complex<float>"), 8),
+    **dict.fromkeys(("half", "float16", "bfloat16", "c10::bfloat16", "c10::half", "short", "int16", "short int", "unsigned short"), 2),
+    **dict.fromkeys(("byte", "char", "bool", "int8", "uint8", "unsigned char", "signed char", "float8_e4m3fn", "float8_e5m2",
+                     "c10::float8_e4m3fn", "c10::float8_e5m2"), 1),
+    "c10::complex<double>": 16,
 }
 
 
@@ -274,6 +276,7 @@ def comm_meta(args: Any) -> CommMeta | None:
 
 
 COMM_OPERATOR = re.compile(r"^(c10d::|gloo:)")
+NCCL_OPERATOR = re.compile(r"^nccl:")
 
 
 def _decoded(value: Any) -> Any:
@@ -311,6 +314,8 @@ class Columns:
     collective_args: dict[int, tuple[CommMeta | None, int | None, bool]] = field(default_factory=dict)
     # row -> the shapes and scalar inputs of a communication operator (``c10d::*``, ``gloo:*``)
     comm_inputs: dict[int, OperatorInputs] = field(default_factory=dict)
+    # row -> the recorded inputs of ProcessGroupNCCL's ``nccl:*`` annotations
+    nccl_inputs: dict[int, OperatorInputs] = field(default_factory=dict)
 
     def _put(self, name: str, array: pa.Array) -> None:
         self.parts.setdefault(name, []).append(array)
@@ -343,6 +348,8 @@ class Columns:
             self.collective_args[self.n + i] = (comm_meta(a), int_or_none(a.external_id), isinstance(a.collective, str))
         for i in np.flatnonzero(_by_code(names, pc.match_substring_regex(names.dictionary, COMM_OPERATOR.pattern))).tolist():
             self.comm_inputs[self.n + i] = OperatorInputs.of(args[i])
+        for i in np.flatnonzero(_by_code(names, pc.match_substring_regex(names.dictionary, NCCL_OPERATOR.pattern))).tolist():
+            self.nccl_inputs[self.n + i] = OperatorInputs.of(args[i])
         self.n += n
 
     def take(self, name: str) -> pa.Array:
@@ -377,10 +384,25 @@ class Columns:
             found.comm_rows.append(row)
             meta = self.collective_args[row][0] if named[row] else None
             if meta is not None:
-                found.meta[row] = meta
+                # PyTorch copies the collective args onto the kernel but not the rank fields: a send/recv's peer
+                # is only on its record_param_comms (the kernel's External id).
+                found.meta[row] = _completed(meta, found.host_meta.get(int(external_id[row])))
             else:
                 found.pending.append((row, int(external_id[row])))
         return found
+
+
+def _completed(meta: CommMeta, host: CommMeta | None) -> CommMeta:
+    """A kernel's own collective metadata, what it lacks taken from its record_param_comms call (same collective)."""
+    if host is None or host.collective != meta.collective:
+        return meta
+    return CommMeta(
+        meta.collective,
+        meta.group or host.group,
+        meta.group_ranks or host.group_ranks,
+        meta.peer if meta.peer is not None else host.peer,
+        meta.nbytes if meta.nbytes is not None else host.nbytes,
+    )
 
 
 @dataclass

@@ -59,6 +59,7 @@ def _parse_faults(values: tuple[str, ...]) -> tuple[faults.Fault, ...]:
 @click.option("--trace-names", type=click.Choice(TRACE_NAMES), default="worker", show_default=True, help="torch2 file names: worker ({host}_{pid}.{time_ns}), rank (rank{R}.{time_ns}), window (rank{R}.window{W}).")
 @click.option("--rerun/--no-rerun", default=False, show_default=True, help="torch2: also leave an older, fault-free run's files (an hour earlier) in the folder.")
 @click.option("--manifest/--no-manifest", default=False, show_default=True, help="torch2: write paradiag_run.json as paradiag.torch does.")
+@click.option("--collective-args/--no-collective-args", default=True, show_default=True, help="torch2 on GPU: record_param_comms and the kernel's collective args (group, sizes), as PyTorch >= 2.2 records NCCL work; --no-collective-args writes only the c10d op, the nccl annotation and the kernel, as older PyTorch did.")
 @click.option("--jitter", type=click.FloatRange(0.0, 0.5), default=0.03, show_default=True, help="Run-to-run noise on kernel and transfer times (relative).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed: the same seed and options give byte-identical output.")
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), required=True, help="Job folder to write (created; earlier simulator output in it is replaced).")
@@ -66,7 +67,7 @@ def _parse_faults(values: tuple[str, ...]) -> tuple[faults.Fault, ...]:
 def simulate(model: str, device: str, dp: int, tp: int, pp: int, ep: int, schedule: str, virtual_stages: int, microbatches: int | None,
              steps: int, layers: int, hidden: int, seq_len: int, vocab: int, experts: int, injects: tuple[str, ...], fmt: str | None, gzip_: bool,
              p2p_peer: bool, shape: str, dp_mode: str, dp_dim: str, windows: int, window_gap: int, trace_names: str, rerun: bool, manifest: bool,
-             jitter: float, seed: int, output: Path, quiet: bool) -> None:
+             collective_args: bool, jitter: float, seed: int, output: Path, quiet: bool) -> None:
     """Simulate a distributed training job and write one trace per rank plus ground_truth.json.
 
     Example: paradiag simulate --dp 4 --tp 2 --pp 4 --schedule 1f1b --microbatches 8 --steps 4
@@ -77,6 +78,7 @@ def simulate(model: str, device: str, dp: int, tp: int, pp: int, ep: int, schedu
         microbatches=microbatches, steps=steps, layers=layers, hidden=hidden, seq_len=seq_len, vocab=vocab, experts=experts,
         faults=_parse_faults(injects), format=fmt or ("ascend" if device == "910b" else "kineto"), gzip=gzip_, p2p_peer=p2p_peer, jitter=jitter, seed=seed,
         shape=shape, dp_mode=dp_mode, dp_dim=dp_dim, windows=windows, window_gap=window_gap, trace_names=trace_names, rerun=rerun, manifest=manifest,
+        collective_args=collective_args,
     )
     try:
         job = prepare(config)

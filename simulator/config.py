@@ -64,6 +64,9 @@ class SimConfig:
     trace_names: str = "worker"
     rerun: bool = False  # torch2: an older, fault-free run's files are left in the folder (one hour earlier)
     manifest: bool = False  # torch2: paradiag_run.json as paradiag.torch writes it
+    # torch2 on GPU: record_param_comms and the kernel's collective args, as PyTorch >= 2.2 records NCCL work;
+    # False writes what older PyTorch (or a profile without them) holds: the c10d op, nccl annotation and kernel only
+    collective_args: bool = True
 
     @property
     def torch2(self) -> bool:
@@ -129,7 +132,7 @@ def validate(cfg: SimConfig) -> None:
         _check(cfg.dp_mode != "fsdp" or cfg.model == "llm", "--dp-mode fsdp needs --model llm")
     else:
         _check(cfg.device != "cpu", "--device cpu writes what a CPU (gloo) job records: it needs --shape torch2")
-        extras = [name for name, on in (("--windows", cfg.windows != 1), ("--rerun", cfg.rerun), ("--manifest", cfg.manifest), ("--dp-mode fsdp", cfg.dp_mode != "ddp")) if on]
+        extras = [name for name, on in (("--windows", cfg.windows != 1), ("--rerun", cfg.rerun), ("--manifest", cfg.manifest), ("--dp-mode fsdp", cfg.dp_mode != "ddp"), ("--no-collective-args", not cfg.collective_args)) if on]
         _check(not extras, f"{', '.join(extras)} need --shape torch2")
     _check(cfg.tp <= cfg.devices_per_node, f"--tp {cfg.tp} is larger than a node ({cfg.devices_per_node} devices): tensor parallelism stays inside a node")
     if cfg.model == "resnet50":

@@ -107,6 +107,7 @@ def build(job: Job, files: dict[int, str], timings: dict[str, dict[int, list[flo
         doc["shape"] = {
             "kind": "torch2", "backend": "gloo" if job.spec.kind == "cpu" else "nccl", "device_kind": job.spec.kind, "dp_mode": cfg.dp_mode,
             "dp_dim": cfg.dp_dim, "trace_names": cfg.trace_names, "manifest": cfg.manifest,
+            "collective_args": cfg.collective_args and job.spec.kind != "cpu",
         }
         doc["windows"] = [
             {"window": w, "steps": steps, "files": {str(r): per_rank[r][w] for r in sorted(per_rank)}}

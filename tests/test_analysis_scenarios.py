@@ -13,7 +13,8 @@ two cores.
 ``test_torch2_scenarios``: the same faults in jobs shaped as real PyTorch 2.x jobs record them (``shape="torch2"``,
 issue 22): a CPU job over gloo (DeviceMesh groups, gloo runloop threads, two profiler windows, an older fault-free
 rerun left in the folder: the latest window of the newer run must be diagnosed) and a GPU job (FSDP2 over
-``mesh_dp_shard``, c10d ops without record_param_comms, the run manifest). Every one must be diagnosed right.
+``mesh_dp_shard``, NCCL's record_param_comms, the run manifest) and the same GPU job as older PyTorch records it (no
+collective args: the groups told from the c10d ops, nccl annotations and streams). Every one must be diagnosed right.
 """
 
 from __future__ import annotations
@@ -61,10 +62,14 @@ TORCH2_MESHES: dict[str, dict[str, Any]] = {
                      "hidden": 512, "seq_len": 512, "windows": 2, "rerun": True},
     "gpu16_torch2_fsdp": {"dp": 2, "tp": 2, "pp": 4, "microbatches": 4, "schedule": "gpipe", "shape": "torch2", "dp_mode": "fsdp",
                           "dp_dim": "dp_shard", "trace_names": "window", "manifest": True},
+    # as older PyTorch records NCCL work: no record_param_comms args, groups told from the c10d ops and streams
+    "gpu16_torch2_noargs": {"dp": 2, "tp": 2, "pp": 4, "microbatches": 4, "schedule": "1f1b", "shape": "torch2", "dp_mode": "fsdp",
+                            "dp_dim": "dp_shard", "collective_args": False},
 }
 TORCH2_PLAN: list[tuple[str, tuple[str, ...], list[int]]] = [
     ("cpu16_torch2", ("slow_device", "host_stall", "operator_hotspot", "stage_imbalance", "slow_link", "none"), [21]),
     ("gpu16_torch2_fsdp", ("slow_device", "stage_imbalance", "slow_link", "none"), [22]),
+    ("gpu16_torch2_noargs", ("slow_link", "clock_skew", "none"), [23]),
 ]
 
 
@@ -136,5 +141,5 @@ def test_torch2_scenarios(torch2_outcomes: list[tuple[Scenario, list[dict[str, A
     scores = [(sc, f, groundtruth.score(f, sc.truth)) for sc, f in torch2_outcomes]
     wrong = [f"  {sc.name}: injected {sc.fault or 'nothing'}; found {[(x['kind'], x['culprit']) for x in f]}" for sc, f, s in scores if not s.right or s.false_kinds]
     print(f"\n{groundtruth.confusion_table([(sc.kind, s.top) for sc, _, s in scores])}")
-    assert len(scores) == 10 and {sc.truth["shape"]["device_kind"] for sc, _, _ in scores} == {"cpu", "gpu"}
+    assert len(scores) == 13 and {sc.truth["shape"]["device_kind"] for sc, _, _ in scores} == {"cpu", "gpu"}
     assert not wrong, "\n".join(wrong)

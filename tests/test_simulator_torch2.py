@@ -1,6 +1,7 @@
 """``--shape torch2``: the simulator writes what a real PyTorch 2.x job records (issue 22).
 
-CPU/gloo and GPU/NCCL jobs with DeviceMesh group names, c10d host ops without record_param_comms, group-local
+CPU/gloo and GPU/NCCL jobs with DeviceMesh group names, c10d host ops (gloo and older NCCL without record_param_comms; NCCL
+with it, as PyTorch >= 2.2 records it), group-local
 send/recv peers, gloo runloop threads, several profiler windows, an older rerun and the run manifest; and the same
 keys, categories, arg names and thread names as real traces: the gloo ones made by real torch.distributed jobs
 (``$PARADIAG_REAL_TRACES``, default ``../realtraces`` beside the repo) and the NCCL one in ../shared/traces.
@@ -52,12 +53,18 @@ def cpu_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-@pytest.fixture(scope="module")
-def gpu_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+@pytest.fixture(scope="module", params=[True, False], ids=["collective_args", "no_collective_args"])
+def gpu_job(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
+    """PyTorch >= 2.2 records NCCL work with record_param_comms (its args copied onto the kernel); older versions
+    (``collective_args=False``) only the c10d op, the nccl annotation and the kernel."""
     out = tmp_path_factory.mktemp("torch2") / "gpu"
     simulate(SimConfig(output=out, device="h100", shape="torch2", dp=2, tp=2, pp=2, dp_mode="fsdp", dp_dim="dp_shard",
-                       trace_names="rank", seed=4, **MODEL))
+                       trace_names="rank", seed=4, collective_args=request.param, **MODEL))
     return out
+
+
+def _with_args(job: Path) -> bool:
+    return any(e["name"] == "record_param_comms" for t in _latest(job).values() for e in _events(t, cat="cpu_op"))
 
 
 def _latest(job: Path) -> dict[int, dict[str, Any]]:
@@ -138,16 +145,35 @@ def test_windows_rerun_and_manifest(cpu_job: Path) -> None:
 def test_gpu_job_is_shaped_as_nccl_records_it(gpu_job: Path) -> None:
     truth = groundtruth.read(gpu_job)
     assert all(re.fullmatch(r"rank\d+\.\d+\.pt\.trace\.json", f) for f in truth["files"].values())
-    for trace in _latest(gpu_job).values():
+    with_args = _with_args(gpu_job)
+    for rank, trace in _latest(gpu_job).items():
         info = trace["distributedInfo"]
         assert info["backend"] == "nccl" and {p["pg_desc"] for p in info["pg_config"]} <= {"default_pg", "mesh_pp", "mesh_dp_shard", "mesh_tp"}
-        assert "record_param_comms" not in json.dumps(trace) and "Collective name" not in json.dumps(trace)
+        assert ("Collective name" in json.dumps(trace)) == with_args
         kernels = _events(trace, cat="kernel")
         nccl = [k for k in kernels if k["name"].startswith("ncclDevKernel_")]
         assert {k["name"].split("(")[0] for k in nccl} >= {"ncclDevKernel_AllGather_RING_LL128", "ncclDevKernel_SendRecv"}
-        ops = {e["args"]["External id"]: e["name"] for e in _events(trace, cat="cpu_op")}
-        assert all(ops[k["args"]["External id"]].startswith("c10d::") for k in nccl)  # each kernel launched by its c10d op
-        assert {ops[k["args"]["External id"]] for k in nccl} >= {"c10d::_allgather_base_", "c10d::_reduce_scatter_base_", "c10d::send", "c10d::recv_"}
+        cpu_ops = _events(trace, cat="cpu_op")
+        ops = {e["args"]["External id"]: e["name"] for e in cpu_ops}
+        c10d = [e for e in cpu_ops if e["name"].startswith("c10d::")]
+        if with_args:  # launched by record_param_comms inside the c10d op, which has the group and the sizes
+            assert all(ops[k["args"]["External id"]] == "record_param_comms" for k in nccl)
+            params = {e["args"]["External id"]: e for e in cpu_ops if e["name"] == "record_param_comms"}
+            pgs = {p["pg_name"]: p for p in info["pg_config"]}
+            for k in nccl:
+                call = params[k["args"]["External id"]]
+                pg = pgs[call["args"]["Process Group Name"]]
+                assert call["args"]["Process Group Description"] == pg["pg_desc"] and call["args"]["Process Group Ranks"] == str(pg["ranks"])
+                assert all(k["args"][key] == call["args"][key] for key in ("Collective name", "In msg nelems", "Process Group Name"))
+                assert "Rank" not in k["args"]  # the rank fields stay on record_param_comms
+                if call["args"]["Collective name"] in ("send", "recv"):
+                    assert pg["ranks"][call["args"]["Rank"]] != rank  # the peer's index in the group
+                assert any(o["ts"] <= call["ts"] and call["ts"] + call["dur"] <= o["ts"] + o["dur"] for o in c10d)
+        else:
+            assert "record_param_comms" not in json.dumps(trace)
+            assert all(ops[k["args"]["External id"]].startswith("c10d::") for k in nccl)  # each kernel launched by its c10d op
+        names = {e["name"] for e in c10d}
+        assert names >= {"c10d::_allgather_base_", "c10d::_reduce_scatter_base_", "c10d::send", "c10d::recv_"}
         annotations = {e["name"] for e in _events(trace, cat="gpu_user_annotation")}
         assert "nccl:_reduce_scatter_base" in annotations and any(re.fullmatch(r"nccl:(send \d->\d|recv \d<-\d)", a) for a in annotations)
         threads = _threads(trace)
@@ -241,6 +267,13 @@ def test_gpu_traces_have_the_structure_of_a_real_nccl_trace(gpu_job: Path) -> No
     sim_kernel = next(e for t in sim_traces for e in t["traceEvents"] if e.get("cat") == "kernel" and e["name"].startswith("ncclDevKernel_"))
     collective_args = {"Collective name", "In msg nelems", "Out msg nelems", "Group size", "dtype", "In split size", "Out split size",
                        "Process Group Name", "Process Group Description", "Process Group Ranks"}
-    assert set(sim_kernel["args"]) == set(real_kernel["args"]) - collective_args  # the torch2 shape: no collective args
+    if _with_args(gpu_job):
+        assert set(sim_kernel["args"]) == set(real_kernel["args"])
+        real_call = next(e for e in real_trace["traceEvents"] if e.get("name") == "record_param_comms")
+        sim_call = next(e for t in sim_traces for e in _events(t, "record_param_comms"))
+        assert set(sim_call["args"]) == set(real_call["args"])
+        assert sim_call["args"]["Input type"][3:] == real_call["args"]["Input type"][3:]
+    else:
+        assert set(sim_kernel["args"]) == set(real_kernel["args"]) - collective_args  # older PyTorch: no collective args
     for key in set(sim["args"]) & set(real["args"]):
         assert sim["args"][key] == real["args"][key], key

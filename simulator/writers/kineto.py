@@ -202,10 +202,11 @@ class _Rank:
         self._device("kernel", kernel, rec, ext, corr, ", " + KERNEL_EXTRA + ", " + args)
 
 
-def comm_args(rec: Record, rank: int, peer_rank: bool = True) -> tuple[str, str]:
+def comm_args(rec: Record, rank: int, peer_rank: bool = True, names: tuple[str, str] | None = None) -> tuple[str, str]:
     """The collective args PyTorch records (on ``record_param_comms`` and, NCCL >= 2.19, on the kernel)
     and the NCCL kernel name. Without ``peer_rank`` a send/recv carries no ``Rank`` (only its process group and
-    the group's ranks), as older PyTorch versions record them."""
+    the group's ranks), as older PyTorch versions record them. ``names``: the group's (pg_name, pg_desc) when they
+    are not the Megatron ones."""
     if rec[0] == "C":
         coll, group, algorithm = rec[9][:3]
         name, n_in, n_out, dtype, index = coll.collective, coll.in_nelems, coll.out_nelems, coll.dtype, group.ranks.index(rank)
@@ -215,11 +216,12 @@ def comm_args(rec: Record, rank: int, peer_rank: bool = True) -> tuple[str, str]
         index = group.ranks.index(peer)
     nbytes = max(n_in, n_out) * DTYPE_BYTES.get(dtype, 4)
     ranks = group.ranks
+    pg_name, pg_desc = names or (group.name, group.description)
     stride = ranks[1] - ranks[0] if len(ranks) > 1 and all(b - a == ranks[1] - ranks[0] for a, b in itertools.pairwise(ranks)) else -1
     args = (
         f'"Collective name": "{name}", "In msg nelems": {n_in}, "Out msg nelems": {n_out}, "Group size": {group.size}, '
-        f'"dtype": "{dtype}", "In split size": "[]", "Out split size": "[]", "Process Group Name": "{group.name}", '
-        f'"Process Group Description": "{group.description}", "Process Group Ranks": "{_ranks_text(ranks)}", '
+        f'"dtype": "{dtype}", "In split size": "[]", "Out split size": "[]", "Process Group Name": "{pg_name}", '
+        f'"Process Group Description": "{pg_desc}", "Process Group Ranks": "{_ranks_text(ranks)}", '
         + (f'"Rank": {index}, ' if peer_rank or rec[0] == "C" else "")
         + f'"Global rank start": {ranks[0]}, "Global rank stride": {stride}'
     )

@@ -4,7 +4,7 @@ What differs from the megatron shape (:mod:`kineto`), as PyTorch 2.13 records it
 
 * ``distributedInfo.pg_config`` lists the rank's own groups with DeviceMesh names (``mesh_pp``, ``mesh_dp``, ...,
   pg_name numbered in creation order); ``pg_count`` counts every group of the job.
-* No ``record_param_comms`` and no collective args: a collective is its ``c10d::`` host op (``c10d::allreduce_``,
+* gloo: no ``record_param_comms`` and no collective args: a collective is its ``c10d::`` host op (``c10d::allreduce_``,
   ``c10d::_allgather_base_``, ...) whose sizes are only in ``Input Dims`` / ``Input type``; send/recv
   (``c10d::send`` / ``c10d::recv_``) carry the peer's group-local rank in ``Concrete Inputs`` and autograd's
   ``Sequence number``, which pairs nothing.
@@ -12,8 +12,10 @@ What differs from the megatron shape (:mod:`kineto`), as PyTorch 2.13 records it
   a ``gloo:<op>`` ``user_annotation`` on one of the group's two ``pt_gloo_runloop`` threads lasts as long as the
   slowest member makes it (a reduce-scatter runs as ``gloo:all_reduce``); send/recv's ``gloo:send`` /
   ``gloo:recv`` are on the main thread; a wait is a gap.
-* GPU (NCCL): kernels on streams named ``ncclDevKernel_*``, the host op holding a ``nccl:<op>`` annotation and the
-  launch, a ``gpu_user_annotation`` on the stream; the backward pass on the autograd engine's thread.
+* GPU (NCCL): kernels on streams named ``ncclDevKernel_*``, the host op holding ProcessGroupNCCL's
+  ``record_param_comms`` (collective args, copied onto the kernel less the rank fields, as PyTorch >= 2.2 records
+  them; ``collective_args=False``: none, as older PyTorch), a ``nccl:<op>`` annotation and the launch, a
+  ``gpu_user_annotation`` on the stream; the backward pass on the autograd engine's thread.
 * Timestamps as the profiler writes them: ``ts`` in us since the machine's boot, ``baseTimeNanoseconds`` its epoch.
 * One file per rank and profiler window (``{host}_{pid}.{time_ns}``, ``rank{R}.{time_ns}`` or ``rank{R}.window{W}``).
 """
@@ -28,7 +30,7 @@ from paradiag.simulator import collectives, kernels
 from paradiag.simulator.engine import COMPUTE, DTYPE_BYTES, Record
 from paradiag.simulator.job import Job
 from paradiag.simulator.writers.common import EPOCH_NS, STREAM_IDS, escape, fmt, gzip_file, host_name, pid
-from paradiag.simulator.writers.kineto import CBID, KERNEL_EXTRA
+from paradiag.simulator.writers.kineto import CBID, KERNEL_EXTRA, comm_args
 
 BOOT_US = 5_286_360_000_000.0  # the profiler's clock: microseconds since the machine booted
 RERUN_EARLIER_US = 3_600e6  # an older run's files: one hour before this run
@@ -343,16 +345,37 @@ class _RankFile:
         if self.cpu:
             self._gloo(rec, group, label, ann_inputs, name, n_in, n_out, dtype)
             return
+        launcher, kernel_args = host_ext, ""
+        if self.job.cfg.collective_args:
+            launcher, kernel_args = self._param_comms(rec, group, t, shape)
         ann = self._id()
         self._x("user_annotation", label, self.thread, rec[2] + rec[3] * 0.2, rec[3] * 0.75, self._host_args(ann, ann_inputs))
-        corr = self._launch(rec, host_ext)
+        corr = self._launch(rec, launcher)
         nbytes = max(n_in, n_out) * DTYPE_BYTES.get(dtype, 4)
         algorithm = rec[9][2] if rec[0] == "C" else "RING"
-        self._device("kernel", kernels.nccl_kernel(name, dtype, algorithm, collectives.protocol(nbytes)), rec, host_ext, corr, ", " + KERNEL_EXTRA)
+        self._device("kernel", kernels.nccl_kernel(name, dtype, algorithm, collectives.protocol(nbytes)), rec, launcher, corr, ", " + KERNEL_EXTRA + kernel_args)
         self.lines.append(
             f'{{"ph": "X", "cat": "gpu_user_annotation", "name": {escape(label)}, "pid": {self.dev}, "tid": {STREAM_IDS[rec[8]]}, '
             f'"ts": {fmt(rec[6] + self.shift)}, "dur": {fmt(rec[7])}, "args": {{"External id": {ann}}}}}'
         )
+
+    def _param_comms(self, rec: Record, group: Any, t: str, shape: list[int]) -> tuple[int, str]:
+        """ProcessGroupNCCL's ``record_param_comms`` inside the c10d op (PyTorch >= 2.2): the collective args, which
+        the kernel it launches (its External id) carries too, less the rank fields. Returns (External id, kernel
+        args)."""
+        args, _ = comm_args(rec, self.rank, self.job.cfg.p2p_peer, self.w.names[group.index])
+        local = group.ranks.index(rec[9][0]) if rec[0] != "C" else group.ranks.index(self.rank)
+        ranks = group.ranks
+        stride = ranks[1] - ranks[0] if len(ranks) > 1 else 1
+        inputs = self._inputs(
+            ["", "", "", str(local), "", "[]", "[]", str(ranks[0]), str(stride), str(group.size)],
+            [t, "", "", "Scalar", "", "ScalarList", "ScalarList", "Scalar", "Scalar", "Scalar"],
+            [shape, [], [], [], [], [], [], [], [], []], [_strides(shape), [], [], [], [], [], [], [], [], []],
+        )
+        ext = self._id()
+        self._x("cpu_op", "record_param_comms", self.thread, rec[2] + rec[3] * 0.1, rec[3] * 0.85, self._host_args(ext, args + ", " + inputs))
+        on_kernel = args.split(', "Rank"')[0].split(', "Global rank start"')[0]
+        return ext, ", " + on_kernel
 
     def _collective_inputs(self, name: str, n_in: int, n_out: int, t: str) -> str:
         if name == "allreduce":
