@@ -21,13 +21,12 @@ from typing import Any
 
 import pytest
 import requests
-from werkzeug.security import generate_password_hash
 
-from benchmarks.load import Client, production_server
+from benchmarks.load import Client
 from benchmarks.load import _walk as walk
+from tests.teamserver import USERS, team_server
 
 pytestmark = pytest.mark.slow
-USERS = {"alice": "a-secret", "bob": "b-secret"}
 JOB = "sample:gpu_llm_slow_rank"
 CASES_PER_CALLBACK = int(os.environ.get("PARADIAG_FUZZ_CALLBACK_CASES", "16"))  # more for a longer hunt
 SEED = int(os.environ.get("PARADIAG_FUZZ_SEED", "21"))
@@ -36,8 +35,7 @@ SEED = int(os.environ.get("PARADIAG_FUZZ_SEED", "21"))
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     root = tmp_path_factory.mktemp("team")
-    (root / "users").write_text("".join(f"{n}:{generate_password_hash(p, method='pbkdf2:sha256:1000')}\n" for n, p in USERS.items()))
-    with production_server(root, {"PARADIAG_USERS": str(root / "users")}, workers=2) as url:
+    with team_server(root) as url:
         yield url, root
 
 

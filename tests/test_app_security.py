@@ -19,12 +19,11 @@ import pytest
 import requests
 from werkzeug.security import generate_password_hash
 
-from benchmarks.load import production_server
 from tests.conftest import REPO
 from tests.helpers import kineto_trace, write_trace
+from tests.teamserver import USERS, post_upload, signed_in, team_server, wait_parsed
 
 pytestmark = pytest.mark.slow
-USERS = {"alice": "a-secret", "bob": "b-secret", "carol": "c-secret", "dave": "d-secret", "erin": "e-secret", "frank": "f-secret"}
 FOREIGN = "https://evil.example"
 SAMPLE = REPO / "sample_traces" / "gpu_moe_expert_imbalance"
 
@@ -32,36 +31,8 @@ SAMPLE = REPO / "sample_traces" / "gpu_moe_expert_imbalance"
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     root = tmp_path_factory.mktemp("team")
-    # Cheap hashes keep the test quick; the dummy hash for unknown names follows the file's method.
-    (root / "users").write_text("".join(f"{n}:{generate_password_hash(p, method='pbkdf2:sha256:1000')}\n" for n, p in USERS.items()))
-    env = {
-        "PARADIAG_USERS": str(root / "users"),
-        "PARADIAG_UPLOAD_MAX_UNPACKED_MB": "16",
-        "PARADIAG_UPLOAD_MAX_RATIO": "50",
-    }
-    with production_server(root, env, workers=2) as url:
+    with team_server(root, {"PARADIAG_UPLOAD_MAX_UNPACKED_MB": "16", "PARADIAG_UPLOAD_MAX_RATIO": "50"}) as url:
         yield url, root
-
-
-def signed_in(url: str, name: str) -> requests.Session:
-    s = requests.Session()
-    r = s.post(url + "/login", data={"user": name, "password": USERS[name]}, allow_redirects=False, timeout=30)
-    assert r.status_code == 302, r.text
-    return s
-
-
-def upload(s: requests.Session, url: str, files: list[tuple[str, bytes]]) -> requests.Response:
-    return s.post(url + "/api/upload", files=[("files", (name, data)) for name, data in files], timeout=120)
-
-
-def wait_parsed(s: requests.Session, url: str, upload_id: str) -> dict[str, Any]:
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        state = dict(s.get(url + f"/api/upload/{upload_id}/status", timeout=10).json())
-        if state.get("state") in ("done", "error"):
-            return state
-        time.sleep(0.3)
-    raise AssertionError("the parse never finished")
 
 
 def uploads_of(root: Path, user: str) -> list[Path]:
@@ -83,20 +54,20 @@ def test_archive_bombs_are_refused_named_and_removed(server: tuple[str, Path]) -
     alice = signed_in(url, "alice")
     before = uploads_of(root, "alice")
     bomb = zip_bomb(64)  # 64 MB of zeros in ~64 KB: 1000x
-    r = upload(alice, url, [("bomb.zip", bomb)])
+    r = post_upload(alice, url, [("bomb.zip", bomb)])
     assert r.status_code == 413 and "PARADIAG_UPLOAD_MAX_RATIO" in r.json()["error"], r.text
     tar = io.BytesIO()
     with tarfile.open(fileobj=tar, mode="w:gz") as t:
         info = tarfile.TarInfo("job/rank0.json")
         info.size = 64 << 20
         t.addfile(info, io.BytesIO(b"\0" * info.size))
-    r = upload(alice, url, [("bomb.tar.gz", tar.getvalue())])
+    r = post_upload(alice, url, [("bomb.tar.gz", tar.getvalue())])
     assert r.status_code == 413 and "PARADIAG_UPLOAD_MAX_RATIO" in r.json()["error"], r.text
     stored = io.BytesIO()
     with zipfile.ZipFile(stored, "w", zipfile.ZIP_STORED) as z:  # no compression: only the total cap stops it
         for i in range(3):
             z.writestr(f"rank{i}.json", os.urandom(8 << 20))
-    r = upload(alice, url, [("big.zip", stored.getvalue())])
+    r = post_upload(alice, url, [("big.zip", stored.getvalue())])
     assert r.status_code == 413 and "16 MB" in r.json()["error"] and "PARADIAG_UPLOAD_MAX_UNPACKED_MB" in r.json()["error"], r.text
     assert uploads_of(root, "alice") == before, "what a refused archive wrote stays behind"
 
@@ -104,7 +75,7 @@ def test_archive_bombs_are_refused_named_and_removed(server: tuple[str, Path]) -
 def test_secrets_and_user_data_are_private(server: tuple[str, Path]) -> None:
     url, root = server
     alice = signed_in(url, "alice")
-    r = upload(alice, url, [(p.name, p.read_bytes()) for p in sorted(SAMPLE.iterdir()) if p.is_file()])
+    r = post_upload(alice, url, [(p.name, p.read_bytes()) for p in sorted(SAMPLE.iterdir()) if p.is_file()])
     assert r.status_code == 200, r.text
     assert wait_parsed(alice, url, r.json()["id"])["state"] == "done"
     mode = lambda p: stat.S_IMODE(p.stat().st_mode)  # noqa: E731
@@ -186,7 +157,7 @@ def call(s: requests.Session, url: str, dep: dict[str, Any], values: dict[str, A
 def test_forged_and_foreign_job_tokens_answer_not_found(server: tuple[str, Path]) -> None:
     url, _ = server
     alice, erin = signed_in(url, "alice"), signed_in(url, "erin")
-    r = upload(alice, url, [(p.name, p.read_bytes()) for p in sorted(SAMPLE.iterdir()) if p.is_file()])
+    r = post_upload(alice, url, [(p.name, p.read_bytes()) for p in sorted(SAMPLE.iterdir()) if p.is_file()])
     alices = f"upload:{r.json()['id']}"
     assert wait_parsed(alice, url, r.json()["id"])["state"] == "done"
     deps = callbacks_on_selection(erin, url)
@@ -210,7 +181,7 @@ def test_upload_names_unknown_ids_and_errors_are_clean(server: tuple[str, Path],
     dave = signed_in(url, "dave")
     trace = write_trace(tmp_path / "t.json", kineto_trace(0, world=1)).read_bytes()
     long_name = "r" * 300 + ".pt.trace.json"
-    r = upload(dave, url, [(long_name, trace), ("x" * 300 + "/" + long_name, trace)])
+    r = post_upload(dave, url, [(long_name, trace), ("x" * 300 + "/" + long_name, trace)])
     assert r.status_code == 200, r.text
     state = wait_parsed(dave, url, r.json()["id"])
     assert state["state"] in ("done", "error") and str(root) not in str(state)
@@ -220,7 +191,7 @@ def test_upload_names_unknown_ids_and_errors_are_clean(server: tuple[str, Path],
     reply = call(dave, url, poll, {"upload-state.data": {"id": "feedfacefeedface"}})
     answer = reply.json()["response"]
     assert "no such upload" in answer["upload-message"]["children"] and answer["upload-poll"]["disabled"] is True
-    r = upload(dave, url, [("rank0.pt.trace.json", b'{"traceEvents": [{"ph": "X", "name": ')])
+    r = post_upload(dave, url, [("rank0.pt.trace.json", b'{"traceEvents": [{"ph": "X", "name": ')])
     state = wait_parsed(dave, url, r.json()["id"])
     assert state["state"] == "error", state
     assert str(root) not in state["message"] and "Traceback" not in state["message"] and "/tmp" not in state["message"]

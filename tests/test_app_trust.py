@@ -11,7 +11,6 @@ import pickle
 import re
 import shutil
 import tarfile
-import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,15 +18,13 @@ from typing import Any
 
 import pytest
 import requests
-from werkzeug.security import generate_password_hash
 
-from benchmarks.load import production_server
 from paradiag.app.store import MAGIC
 from tests.conftest import REPO
 from tests.helpers import kineto_trace
+from tests.teamserver import post_upload, signed_in, team_server, wait_parsed
 
 pytestmark = pytest.mark.slow
-USERS = {"alice": "a-secret", "bob": "b-secret"}
 SAMPLE = REPO / "sample_traces" / "gpu_moe_expert_imbalance"
 TRACE = json.dumps(kineto_trace(0, world=1)).encode()  # one rank: never mistaken for the 8-rank sample
 
@@ -35,28 +32,14 @@ TRACE = json.dumps(kineto_trace(0, world=1)).encode()  # one rank: never mistake
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     root = tmp_path_factory.mktemp("trust")
-    (root / "users").write_text("".join(f"{n}:{generate_password_hash(p, method='pbkdf2:sha256:1000')}\n" for n, p in USERS.items()))
-    with production_server(root, {"PARADIAG_USERS": str(root / "users")}, workers=2) as url:
+    with team_server(root) as url:
         yield url, root
 
 
-def signed_in(url: str, name: str) -> requests.Session:
-    s = requests.Session()
-    r = s.post(url + "/login", data={"user": name, "password": USERS[name]}, allow_redirects=False, timeout=30)
-    assert r.status_code == 302, r.text
-    return s
-
-
 def upload(s: requests.Session, url: str, files: list[tuple[str, bytes]]) -> dict[str, Any]:
-    r = s.post(url + "/api/upload", files=[("files", (name, data)) for name, data in files], timeout=120)
+    r = post_upload(s, url, files)
     assert r.status_code == 200, r.text
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        state = dict(s.get(url + f"/api/upload/{r.json()['id']}/status", timeout=10).json())
-        if state.get("state") in ("done", "error"):
-            return {**state, "id": r.json()["id"]}
-        time.sleep(0.3)
-    raise AssertionError("the parse never finished")
+    return {**wait_parsed(s, url, r.json()["id"]), "id": r.json()["id"]}
 
 
 def every_file(root: Path) -> set[Path]:
