@@ -369,8 +369,11 @@ def _check_manifest(manifest: Any, cache_dir: Path) -> None:
     for entry in manifest["problems"]:
         _typed(entry, {"source": str, "severity": str, "message": str})
     for entry in manifest["sources"]:
-        _typed(entry, {"rank": int, "max_dur_ns": int, "extra_files": dict, "rank_tables": dict})
-        files = [entry.get("events_file"), *entry["extra_files"].values(), *entry["rank_tables"].values()]
+        _typed(entry, {"rank": int, "max_dur_ns": int, "extra_files": dict})
+        tables = entry.get("rank_tables", {})  # absent in a cache written before the per-rank tables existed
+        if not isinstance(tables, dict):
+            raise ValueError(f"entry 'rank_tables' is {type(tables).__name__}, not dict")
+        files = [entry.get("events_file"), *entry["extra_files"].values(), *tables.values()]
         for file in files:
             if file is not None:
                 if not isinstance(file, str):
