@@ -115,7 +115,7 @@ def rank_tables(events: pa.Table, steps: pa.Table, convention: str, frame: Frame
         "operator_totals": _operator_totals(frame),
         "communication": comm.communication_records(frame),
         "step_figures": findings.step_figures(frame, steps, host_lanes),
-        "passes": stages.rank_pass_table(frame),
+        "passes": stages.rank_pass_table(frame, host_lanes),
     }
 
 
@@ -247,7 +247,8 @@ def diagnose(job: Job) -> Diagnosis:
     found: list[dict[str, Any]] = []
     if step_ns > 0:
         ep_of = {r: c["ep"] for r, c in layout.coords.items()}
-        found += findings.rank_findings(frame, figures, peers, ep_of, waits, step_ns)
+        host_ranks = frozenset(r for r, kind in job.by_rank("device_type").items() if kind == "cpu")
+        found += findings.rank_findings(frame, figures, peers, ep_of, waits, step_ns, host_ranks)
         found += findings.stage_findings(metrics)
         found += findings.link_findings(instances, p2p, members, host_of, step_ns, steps_total, job.extra("links"))
     found += findings.clock_findings(job.ranks)

@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 
 from paradiag.analysis.frame import MAD_TO_SIGMA, Frame, robust_spread
 from paradiag.analysis.intervals import union_length
-from paradiag.analysis.operators import concentration, operator_time, rank_operator_excess, short_name
+from paradiag.analysis.operators import concentration, operator_time, rank_operator_excess, short_name, typical_durations
 
 MIN_IMPACT_PCT = 2.0  # below this a difference is within what jitter and launch noise produce
 MIN_RATIO = 1.05  # a culprit's own time must also be 5 % above its peers'
@@ -74,9 +74,13 @@ def step_figures(frame: Frame, steps: pa.Table, host_lanes: bool = False) -> pa.
 
     ``host_lanes``: the rank's device is its own threads (a CPU rank, ``parsers.kineto_host``), so the host never
     runs ahead of it: what it does outside any operator and any communication (the data loader, a sleep, Python
-    between operators) is idle time wherever it falls in the step, and that idle time is its launch delay."""
+    between operators) is idle time wherever it falls in the step, and that idle time is its launch delay. Its
+    ``compute_ns`` is then its operators' calls counted at their typical durations
+    (``operators.typical_durations``): the work it did, not how long the scheduler let it take (the idle time
+    stays the clock's)."""
     cols: dict[str, list[int]] = {k: [] for k in ("step", *STEP_FIGURES)}
     compute_code = frame.code("kinds", "compute")
+    typical = typical_durations(frame) if host_lanes else None
     rows = steps.select(["step", "start_ns", "end_ns", "device_start_ns", "device_end_ns"]).to_pylist() if len(frame) else []
     for row in rows:
         if row["device_end_ns"] is None:
@@ -91,7 +95,7 @@ def step_figures(frame: Frame, steps: pa.Table, host_lanes: bool = False) -> pa.
             busy = union_length(np.maximum(frame.start[mine], row["start_ns"]), frame.end[mine])
             window = max(row["device_end_ns"], row["end_ns"]) - row["start_ns"]
         cols["step"].append(row["step"])
-        cols["compute_ns"].append(union_length(frame.start[c], frame.end[c]))
+        cols["compute_ns"].append(int(round(typical[c].sum())) if typical is not None else union_length(frame.start[c], frame.end[c]))
         idle = max(window - busy, 0)
         cols["launch_delay_ns"].append(idle if host_lanes else max(row["device_start_ns"] - row["start_ns"], 0))
         cols["idle_ns"].append(idle)
@@ -188,11 +192,17 @@ def _op_code(frame: Frame) -> Frame:
     return named
 
 
-def classify_compute(frame: Frame, rank: int, peers: list[int], ep_of: Mapping[int, int], is_moe: bool) -> tuple[str, str | None]:
+def classify_compute(
+    frame: Frame, rank: int, peers: list[int], ep_of: Mapping[int, int], is_moe: bool, host_ranks: frozenset[int] = frozenset()
+) -> tuple[str, str | None]:
     """slow_device, operator_hotspot (the extra time sits in a few operators, the rest runs normally) or
-    expert_imbalance (a MoE job, decided by the caller from the EP coordinates)."""
-    named = _op_code(frame.take(np.isin(frame.rank, peers)))
-    times = operator_time(named)
+    expert_imbalance (a MoE job, decided by the caller from the EP coordinates). Operators of ``host_ranks`` (CPU
+    ranks) count at their typical durations (``operators.typical_durations``)."""
+    mine = frame.take(np.isin(frame.rank, peers))
+    host = [p for p in peers if p in host_ranks]
+    typical = typical_durations(mine, np.array(host)) if host else None  # per operator as named, before renaming
+    named = _op_code(mine)
+    times = operator_time(named, typical)
     excess = rank_operator_excess(times, rank, peers)
     own = {n: float(np.median(t)) for (r, n), t in times.items() if r == rank}
     hot, rest_ratio = concentration(excess, own)
@@ -208,9 +218,10 @@ def rank_findings(
     ep_of: Mapping[int, int],
     waits: Mapping[tuple[int, int], Mapping[str, int]],
     step_ns: float,
+    host_ranks: frozenset[int] = frozenset(),
 ) -> list[dict[str, Any]]:
     """Culprit ranks: host_stall when the extra own time is the host starting the device late, else a compute
-    kind."""
+    kind (``host_ranks``: CPU ranks, :func:`classify_compute`)."""
     excess = rank_excess(figures, peer_sets, step_ns)
     steps_total = len({s for _, s in figures}) or 1
     by_rank: dict[int, dict[str, list[dict[str, Any]]]] = {}
@@ -225,7 +236,7 @@ def rank_findings(
         if part == "launch_delay_ns":
             kind, operator = "host_stall", None
         else:
-            kind, operator = classify_compute(frame, rank, peers, ep_of, is_moe)
+            kind, operator = classify_compute(frame, rank, peers, ep_of, is_moe, host_ranks)
         raw.append({"rank": rank, "kind": kind, "operator": operator, "rows": rows, "peers": peers})
     return _merge_ranks(_expert(raw, peer_sets, ep_of, is_moe), waits, steps_total, step_ns)
 

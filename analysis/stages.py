@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 
 from paradiag.analysis.frame import Frame
 from paradiag.analysis.intervals import union_length
+from paradiag.analysis.operators import typical_durations
 
 BACKWARD = re.compile(r"backward|bwd|grad|dgrad|wgrad", re.IGNORECASE)
 OPTIMIZER = re.compile(r"adam|multi_tensor|foreach|sgd|lamb|optimizer|apply_?gradient", re.IGNORECASE)
@@ -74,21 +75,34 @@ def split_passes(classes: np.ndarray, segment: np.ndarray) -> tuple[np.ndarray, 
     return pass_id, np.array(backward, dtype=bool)
 
 
-def rank_passes(frame: Frame, step: int, classes: np.ndarray) -> list[dict[str, Any]]:
+def row_classes(frame: Frame, classes: np.ndarray, by_operator: bool = False) -> np.ndarray:
+    """Per row of ``frame``, the class of its name (:func:`name_classes` of ``frame.names``); ``by_operator`` (a
+    CPU rank), backward where the host operator it runs under (``op``) is a backward one: an ``aten::mm`` that
+    autograd runs inside ``MmBackward0`` (``parsers.kineto_host``)."""
+    own = classes[frame.name]
+    if not by_operator:
+        return own
+    under = np.where(frame.op >= 0, classes[np.maximum(frame.op, 0)], 0)
+    return np.where((under == 1) & (own != 2), 1, own).astype(np.int8)
+
+
+def rank_passes(frame: Frame, step: int, classes: np.ndarray, durations: np.ndarray | None = None) -> list[dict[str, Any]]:
     """The passes of one rank (``frame``: its events) in one step, in time order: direction, start, end, compute
-    time."""
+    time (the union of its compute, or the sum of ``durations``, one per row of ``frame``, where given: a CPU
+    rank's typical durations, ``operators.typical_durations``). ``classes``: per row (:func:`row_classes`)."""
     mine = frame.step == step
     compute = mine & (frame.kind == frame.code("kinds", "compute"))
-    compute &= classes[frame.name] != 2
+    compute &= classes != 2
     p2p = mine & np.isin(frame.collective, frame.codes("collectives", P2P))
     if not compute.any():
         return []
-    starts, ends, names = frame.start[compute], frame.end[compute], frame.name[compute]
+    starts, ends, row_class = frame.start[compute], frame.end[compute], classes[compute]
+    spent = durations[compute] if durations is not None else None
     # Launch order is program order; a receive posted early (the host ahead of the device) starts before kernels
     # launched ahead of it, and its start would cut their pass.
     by = frame.launch if (frame.launch[compute | p2p] >= 0).all() else frame.start
     segment = np.searchsorted(np.sort(by[p2p]), by[compute], side="right")
-    pass_id, backward = split_passes(classes[names], segment)
+    pass_id, backward = split_passes(row_class, segment)
     out = []
     for p in range(len(backward)):
         rows = pass_id == p
@@ -97,7 +111,7 @@ def rank_passes(frame: Frame, step: int, classes: np.ndarray) -> list[dict[str, 
                 "direction": "backward" if backward[p] else "forward",
                 "start_ns": int(starts[rows].min()),
                 "end_ns": int(ends[rows].max()),
-                "compute_ns": union_length(starts[rows], ends[rows]),
+                "compute_ns": union_length(starts[rows], ends[rows]) if spent is None else int(round(spent[rows].sum())),
             }
         )
     return out
@@ -116,14 +130,16 @@ def chunk_and_micro_batch(k: int, stages: int, virtual: int, backward: bool) -> 
 PASS_COLUMNS = ("direction", "start_ns", "end_ns", "compute_ns")
 
 
-def rank_pass_table(frame: Frame) -> pa.Table:
+def rank_pass_table(frame: Frame, host_lanes: bool = False) -> pa.Table:
     """The per-rank part of the passes table: one rank's passes (``frame``: its events), step by step in time
     order (step, direction, start, end, compute), and on each row the model chunks its first step shows
-    (:func:`model_chunks`)."""
-    classes = name_classes(frame.names)
+    (:func:`model_chunks`). ``host_lanes`` (a CPU rank): compute counts its operators at their typical durations
+    (``operators.typical_durations``), as the findings do."""
+    classes = row_classes(frame, name_classes(frame.names), host_lanes)
+    durations = typical_durations(frame) if host_lanes else None
     rows: dict[str, list[Any]] = {k: [] for k in ("step", *PASS_COLUMNS)}
     for step in np.unique(frame.step[frame.step >= 0]).tolist():
-        for p in rank_passes(frame, step, classes):
+        for p in rank_passes(frame, step, classes, durations):
             rows["step"].append(step)
             for key in PASS_COLUMNS:
                 rows[key].append(p[key])
