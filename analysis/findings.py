@@ -30,7 +30,13 @@ import pyarrow.compute as pc
 
 from paradiag.analysis.frame import MAD_TO_SIGMA, Frame, robust_spread
 from paradiag.analysis.intervals import union_length
-from paradiag.analysis.operators import concentration, operator_time, rank_operator_excess, short_name, typical_durations
+from paradiag.analysis.operators import (
+    concentration,
+    operator_time,
+    rank_operator_excess,
+    short_name,
+    typical_durations,
+)
 
 MIN_IMPACT_PCT = 2.0  # below this a difference is within what jitter and launch noise produce
 MIN_RATIO = 1.05  # a culprit's own time must also be 5 % above its peers'
@@ -95,7 +101,7 @@ def step_figures(frame: Frame, steps: pa.Table, host_lanes: bool = False) -> pa.
             busy = union_length(np.maximum(frame.start[mine], row["start_ns"]), frame.end[mine])
             window = max(row["device_end_ns"], row["end_ns"]) - row["start_ns"]
         cols["step"].append(row["step"])
-        cols["compute_ns"].append(int(round(typical[c].sum())) if typical is not None else union_length(frame.start[c], frame.end[c]))
+        cols["compute_ns"].append(round(typical[c].sum()) if typical is not None else union_length(frame.start[c], frame.end[c]))
         idle = max(window - busy, 0)
         cols["launch_delay_ns"].append(idle if host_lanes else max(row["device_start_ns"] - row["start_ns"], 0))
         cols["idle_ns"].append(idle)

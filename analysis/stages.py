@@ -111,7 +111,7 @@ def rank_passes(frame: Frame, step: int, classes: np.ndarray, durations: np.ndar
                 "direction": "backward" if backward[p] else "forward",
                 "start_ns": int(starts[rows].min()),
                 "end_ns": int(ends[rows].max()),
-                "compute_ns": union_length(starts[rows], ends[rows]) if spent is None else int(round(spent[rows].sum())),
+                "compute_ns": union_length(starts[rows], ends[rows]) if spent is None else round(spent[rows].sum()),
             }
         )
     return out
