@@ -57,7 +57,7 @@ class Frame:
     names: list[str]
     collectives: list[str]
     groups: list[str]
-    call: np.ndarray | None = None  # type: ignore[assignment]
+    call: np.ndarray = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         if self.call is None:
