@@ -86,10 +86,17 @@ def row_classes(frame: Frame, classes: np.ndarray, by_operator: bool = False) ->
     return np.where((under == 1) & (own != 2), 1, own).astype(np.int8)
 
 
+# On a CPU rank every host operator is compute: between two p2p operations there are also the step's data
+# preparation (``aten::randn``, ``tensor_split`` into micro-batches), the loss bookkeeping and the step's end. A pass
+# computing less than this share of the largest pass of its direction in the step is such work, not a micro-batch.
+MINOR_PASS = 0.3
+
+
 def rank_passes(frame: Frame, step: int, classes: np.ndarray, durations: np.ndarray | None = None) -> list[dict[str, Any]]:
     """The passes of one rank (``frame``: its events) in one step, in time order: direction, start, end, compute
     time (the union of its compute, or the sum of ``durations``, one per row of ``frame``, where given: a CPU
-    rank's typical durations, ``operators.typical_durations``). ``classes``: per row (:func:`row_classes`)."""
+    rank's typical durations, ``operators.typical_durations``; its minor passes, MINOR_PASS, are then left out).
+    ``classes``: per row (:func:`row_classes`)."""
     mine = frame.step == step
     compute = mine & (frame.kind == frame.code("kinds", "compute"))
     compute &= classes != 2
@@ -114,6 +121,9 @@ def rank_passes(frame: Frame, step: int, classes: np.ndarray, durations: np.ndar
                 "compute_ns": union_length(starts[rows], ends[rows]) if spent is None else round(spent[rows].sum()),
             }
         )
+    if spent is not None:
+        largest = {d: max(p["compute_ns"] for p in out if p["direction"] == d) for d in {p["direction"] for p in out}}
+        out = [p for p in out if p["compute_ns"] >= MINOR_PASS * largest[p["direction"]]]
     return out
 
 
@@ -144,7 +154,7 @@ def rank_pass_table(frame: Frame, host_lanes: bool = False) -> pa.Table:
             for key in PASS_COLUMNS:
                 rows[key].append(p[key])
     table = pa.table(rows, schema=pa.schema([(k, pa.string() if k == "direction" else pa.int64()) for k in rows]))
-    return table.append_column("chunks", pa.array(np.full(table.num_rows, model_chunks(frame, classes), np.int64)))
+    return table.append_column("chunks", pa.array(np.full(table.num_rows, model_chunks(frame, classes, durations), np.int64)))
 
 
 def number_passes(passes: pa.Table, stage_of: dict[int, int], virtual: int, stages: int) -> pa.Table:
@@ -163,7 +173,7 @@ def number_passes(passes: pa.Table, stage_of: dict[int, int], virtual: int, stag
     return pa.table(rows, schema=pa.schema([(k, pa.string() if k == "direction" else pa.int64()) for k in rows]))
 
 
-def model_chunks(frame: Frame, classes: np.ndarray) -> int:
+def model_chunks(frame: Frame, classes: np.ndarray, durations: np.ndarray | None = None) -> int:
     """Model chunks of one rank (``frame``: its events), from its first step. In interleaved 1F1B, stage 0 also
     receives activations (from the last stage, for its later chunks): with m x v forward passes of which
     m (v - 1) start after a receive, v = F / (F - R). Meaningful on a rank of stage 0 (:func:`virtual_stages`)."""
@@ -171,7 +181,7 @@ def model_chunks(frame: Frame, classes: np.ndarray) -> int:
     if len(steps) == 0:
         return 1
     step = int(steps[0])
-    passes = rank_passes(frame, step, classes)
+    passes = rank_passes(frame, step, classes, durations)
     forward = [p for p in passes if p["direction"] == "forward"]
     recv = frame.code("collectives", "recv")
     recv_ends = np.sort(frame.end[(frame.step == step) & (frame.collective == recv) & (recv >= 0)])

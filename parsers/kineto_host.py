@@ -117,7 +117,7 @@ def _compute_pieces(
         s, e, owner, back = _self_time(mine, start, end, is_enqueue, is_backward)
         g = gloo[track[gloo] == tid]
         if len(g):
-            s, e, owner, back = _subtract(s, e, owner, back, start[g], end[g])
+            s, e, owner, back = _subtract(s, e, owner, back, start[g], end[g], start, end)
         parts.append((s, e, owner, back))
     if not parts:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
@@ -166,15 +166,18 @@ def _self_time(
 
 
 def _subtract(
-    s: np.ndarray, e: np.ndarray, owner: np.ndarray, back: np.ndarray, cut_s: np.ndarray, cut_e: np.ndarray
+    s: np.ndarray, e: np.ndarray, owner: np.ndarray, back: np.ndarray, cut_s: np.ndarray, cut_e: np.ndarray, op_start: np.ndarray, op_end: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The pieces [s, e) (with their owner and backward rows) less the intervals [cut_s, cut_e) (a piece cut in
-    the middle becomes two)."""
+    the middle becomes two) that their owner operator (``op_start``/``op_end`` by row) encloses: an operator that
+    waits for a synchronous gloo transfer inside it. An asynchronous one (``isend``: its ``gloo:send`` lasts on the
+    calling thread until the transfer completes, while the thread runs on) does not stop the operators that start
+    after it."""
     pieces = list(zip(s.tolist(), e.tolist(), owner.tolist(), back.tolist(), strict=True))
     for a, b in zip(cut_s.tolist(), cut_e.tolist(), strict=True):
         kept: list[tuple[int, int, int, int]] = []
         for ps, pe, po, pb in pieces:
-            if pe <= a or ps >= b:
+            if pe <= a or ps >= b or op_start[po] > a or op_end[po] < b:
                 kept.append((ps, pe, po, pb))
                 continue
             if ps < a:
