@@ -115,7 +115,7 @@ def rank_tables(events: pa.Table, steps: pa.Table, convention: str, frame: Frame
         "operator_totals": _operator_totals(frame),
         "communication": comm.communication_records(frame),
         "step_figures": findings.step_figures(frame, steps, host_lanes),
-        "passes": stages.rank_pass_table(frame, host_lanes),
+        "passes": stages.rank_pass_table(frame, events if host_lanes else None),
     }
 
 

@@ -75,15 +75,44 @@ def split_passes(classes: np.ndarray, segment: np.ndarray) -> tuple[np.ndarray, 
     return pass_id, np.array(backward, dtype=bool)
 
 
-def row_classes(frame: Frame, classes: np.ndarray, by_operator: bool = False) -> np.ndarray:
-    """Per row of ``frame``, the class of its name (:func:`name_classes` of ``frame.names``); ``by_operator`` (a
-    CPU rank), backward where the host operator it runs under (``op``) is a backward one: an ``aten::mm`` that
-    autograd runs inside ``MmBackward0`` (``parsers.kineto_host``)."""
+# autograd's backward nodes on a host thread (``MmBackward0``, ``autograd::engine::evaluate_function:
+# AddmmBackward0``, ``torch::autograd::AccumulateGrad``) and explicit backward operators (``aten::gelu_backward``).
+BACKWARD_OPERATOR = re.compile(r"Backward\d*$|^autograd::engine::evaluate_function:|AccumulateGrad|_backward$")
+
+
+def inside_backward(frame: Frame, events: pa.Table) -> np.ndarray:
+    """Per row of ``frame`` (one CPU rank's host lanes, ``parsers.kineto_host``), whether it runs inside a backward
+    host operator (BACKWARD_OPERATOR) of ``events`` on its thread: on CPU autograd runs the forward's ATen
+    operators (``aten::mm``) inside its backward nodes, and only the node says which direction the work is."""
+    out = np.zeros(len(frame), bool)
+    host = events.filter(pc.less(events.column("device"), 0)).select(["name", "track", "start_ns", "dur_ns"])
+    if not host.num_rows or not len(frame):
+        return out
+    names = host.column("name").combine_chunks()
+    if not pa.types.is_dictionary(names.type):
+        names = pc.dictionary_encode(names)
+    back_codes = [i for i, w in enumerate(names.dictionary.to_pylist()) if w and BACKWARD_OPERATOR.search(w)]
+    is_back = np.isin(names.indices.fill_null(-1).to_numpy(zero_copy_only=False), back_codes)
+    track = host.column("track").fill_null(-1).to_numpy()[is_back]
+    start = host.column("start_ns").to_numpy()[is_back]
+    end = start + host.column("dur_ns").to_numpy()[is_back]
+    mid = (frame.start + frame.end) // 2
+    for tid in np.unique(track).tolist():
+        order = np.argsort(start[track == tid], kind="stable")
+        s, e = start[track == tid][order], np.maximum.accumulate(end[track == tid][order])  # reach of the nodes so far
+        rows = np.flatnonzero(frame.track == tid)
+        at = np.searchsorted(s, mid[rows], side="right") - 1
+        out[rows] = (at >= 0) & (mid[rows] < e[np.maximum(at, 0)])
+    return out
+
+
+def row_classes(frame: Frame, classes: np.ndarray, backward: np.ndarray | None = None) -> np.ndarray:
+    """Per row of ``frame``, the class of its name (:func:`name_classes` of ``frame.names``), and backward where
+    ``backward`` says the row runs inside a backward operator (a CPU rank: :func:`inside_backward`)."""
     own = classes[frame.name]
-    if not by_operator:
+    if backward is None:
         return own
-    under = np.where(frame.op >= 0, classes[np.maximum(frame.op, 0)], 0)
-    return np.where((under == 1) & (own != 2), 1, own).astype(np.int8)
+    return np.where(backward & (own != 2), 1, own).astype(np.int8)
 
 
 # On a CPU rank every host operator is compute: between two p2p operations there are also the step's data
@@ -110,7 +139,7 @@ def rank_passes(frame: Frame, step: int, classes: np.ndarray, durations: np.ndar
     by = frame.launch if (frame.launch[compute | p2p] >= 0).all() else frame.start
     segment = np.searchsorted(np.sort(by[p2p]), by[compute], side="right")
     pass_id, backward = split_passes(row_class, segment)
-    out = []
+    out: list[dict[str, Any]] = []
     for p in range(len(backward)):
         rows = pass_id == p
         out.append(
@@ -122,8 +151,10 @@ def rank_passes(frame: Frame, step: int, classes: np.ndarray, durations: np.ndar
             }
         )
     if spent is not None:
-        largest = {d: max(p["compute_ns"] for p in out if p["direction"] == d) for d in {p["direction"] for p in out}}
-        out = [p for p in out if p["compute_ns"] >= MINOR_PASS * largest[p["direction"]]]
+        largest: dict[str, int] = {}
+        for one in out:
+            largest[one["direction"]] = max(largest.get(one["direction"], 0), one["compute_ns"])
+        out = [one for one in out if one["compute_ns"] >= MINOR_PASS * largest[one["direction"]]]
     return out
 
 
@@ -140,12 +171,14 @@ def chunk_and_micro_batch(k: int, stages: int, virtual: int, backward: bool) -> 
 PASS_COLUMNS = ("direction", "start_ns", "end_ns", "compute_ns")
 
 
-def rank_pass_table(frame: Frame, host_lanes: bool = False) -> pa.Table:
+def rank_pass_table(frame: Frame, events: pa.Table | None = None) -> pa.Table:
     """The per-rank part of the passes table: one rank's passes (``frame``: its events), step by step in time
     order (step, direction, start, end, compute), and on each row the model chunks its first step shows
-    (:func:`model_chunks`). ``host_lanes`` (a CPU rank): compute counts its operators at their typical durations
-    (``operators.typical_durations``), as the findings do."""
-    classes = row_classes(frame, name_classes(frame.names), host_lanes)
+    (:func:`model_chunks`). ``events``: the rank's events where it is a CPU rank (host lanes): its operators'
+    direction is that of the autograd node they run in (:func:`inside_backward`), and compute counts them at
+    their typical durations (``operators.typical_durations``), as the findings do."""
+    host_lanes = events is not None
+    classes = row_classes(frame, name_classes(frame.names), inside_backward(frame, events) if events is not None else None)
     durations = typical_durations(frame) if host_lanes else None
     rows: dict[str, list[Any]] = {k: [] for k in ("step", *PASS_COLUMNS)}
     for step in np.unique(frame.step[frame.step >= 0]).tolist():

@@ -11,10 +11,6 @@ track per thread), which the whole analysis then measures as it measures a GPU:
   their self times tile the thread's busy time once (the sum of nested spans would count a GEMM inside
   ``aten::linear`` twice). The time inside ``c10d::*`` operators (enqueueing) and under gloo annotations is not
   compute.
-  On CPU autograd's backward runs the same ATen operators as the forward (``aten::mm``) inside its backward
-  nodes (``autograd::engine::evaluate_function: MmBackward0``): a piece that runs inside one takes the node's
-  External id, so that the host operator it is read under (``analysis.frame``'s ``op``) says it is backward work
-  (the pipeline's passes, ``analysis.stages``), as a GPU kernel is read under the operator that launched it.
 * **communication**: each gloo annotation, linked to the ``c10d::*`` operator that enqueued it (the earliest
   one not yet linked, of the same collective, started before it: gloo runs a group's work first in, first out;
   the annotations' External ids are the runloop thread's own). The link gives the step (the enqueue's), the
@@ -46,9 +42,6 @@ HOST_COLLECTIVE = re.compile(r"^c10d::_*([A-Za-z_]+?)_*$")  # c10d::allreduce_, 
 COMPUTE_CATEGORIES = ("cpu_op", "Operator")
 # c10d operator -> the gloo work that runs it, where the names differ (gloo reduce-scatters by all-reducing).
 RUNS_AS = {"reduce_scatter": ("reduce_scatter", "all_reduce")}
-# autograd's backward nodes (``MmBackward0``, ``autograd::engine::evaluate_function: AddmmBackward0``,
-# ``torch::autograd::AccumulateGrad``) and explicit backward operators (``aten::gelu_backward``).
-BACKWARD_OPERATOR = re.compile(r"Backward\d*$|^autograd::engine::evaluate_function:|AccumulateGrad|_backward$|^backward$")
 
 
 def host_lanes(table: pa.Table, inputs: dict[int, OperatorInputs], groups: list[Group], rank: int | None) -> tuple[pa.Table, np.ndarray]:
@@ -72,8 +65,7 @@ def host_lanes(table: pa.Table, inputs: dict[int, OperatorInputs], groups: list[
     track = table.column("track").to_numpy()
     external = table.column("external_id").to_numpy()
 
-    is_backward = np.isin(codes, [i for i, w in enumerate(words) if BACKWARD_OPERATOR.search(w)])
-    pieces = _compute_pieces(np.flatnonzero(host & is_op), is_enqueue, np.flatnonzero(is_gloo), start, end, track, is_backward)
+    pieces = _compute_pieces(np.flatnonzero(host & is_op), is_enqueue, np.flatnonzero(is_gloo), start, end, track)
     comm = _communication(np.flatnonzero(is_gloo), np.flatnonzero(is_enqueue), codes, words, start, end, track, inputs, groups, rank)
     n_pieces, n_comm = len(pieces[0]), len(comm["rows"])
     rows = np.concatenate([pieces[2], comm["rows"]]).astype(np.int64)
@@ -94,7 +86,7 @@ def host_lanes(table: pa.Table, inputs: dict[int, OperatorInputs], groups: list[
             "dur_ns": lane_end - lane_start,
             "step": np.full(n, -1, np.int32),
             "correlation": np.full(n, -1, np.int32),
-            "external_id": np.concatenate([external[np.where(pieces[3] >= 0, pieces[3], pieces[2])], external[comm["rows"]]]),
+            "external_id": external[rows],
             "collective": [None] * n_pieces + comm["collective"],
             "group": [None] * n_pieces + comm["group"],
             "group_ranks": [None] * n_pieces + comm["group_ranks"],
@@ -107,44 +99,39 @@ def host_lanes(table: pa.Table, inputs: dict[int, OperatorInputs], groups: list[
 
 
 def _compute_pieces(
-    ops: np.ndarray, is_enqueue: np.ndarray, gloo: np.ndarray, start: np.ndarray, end: np.ndarray, track: np.ndarray, is_backward: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(start, end, operator row, innermost backward operator row around it or -1) of the operators' self time,
-    thread by thread, less enqueues and gloo work."""
+    ops: np.ndarray, is_enqueue: np.ndarray, gloo: np.ndarray, start: np.ndarray, end: np.ndarray, track: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(start, end, operator row) of the operators' self time, thread by thread, less enqueues and the gloo work
+    an operator waits in."""
     parts: list[tuple[np.ndarray, ...]] = []
     for tid in np.unique(track[ops]).tolist():
         mine = ops[track[ops] == tid]
-        s, e, owner, back = _self_time(mine, start, end, is_enqueue, is_backward)
+        s, e, owner = _self_time(mine, start, end, is_enqueue)
         g = gloo[track[gloo] == tid]
         if len(g):
-            s, e, owner, back = _subtract(s, e, owner, back, start[g], end[g], start, end)
-        parts.append((s, e, owner, back))
+            s, e, owner = _subtract(s, e, owner, start[g], end[g], start, end)
+        parts.append((s, e, owner))
     if not parts:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
     return tuple(np.concatenate(p) for p in zip(*parts, strict=True))  # type: ignore[return-value]
 
 
-def _self_time(
-    rows: np.ndarray, start: np.ndarray, end: np.ndarray, excluded: np.ndarray, backward: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _self_time(rows: np.ndarray, start: np.ndarray, end: np.ndarray, excluded: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The self-time pieces of nested operators on one thread: each instant belongs to the innermost operator
-    running then, and with it the innermost ``backward`` operator around it (itself included; -1 when none). An
-    operator that overlaps its parent's end is cut there; ``excluded`` operators and everything inside them yield
-    no piece."""
+    running then. An operator that overlaps its parent's end is cut there; ``excluded`` operators and everything
+    inside them yield no piece."""
     order = rows[np.lexsort((-end[rows], start[rows]))]
     out_s: list[int] = []
     out_e: list[int] = []
     out_o: list[int] = []
-    out_b: list[int] = []
-    stack: list[tuple[int, int, bool, int]] = []  # (row, end, excluded, backward row around it)
+    stack: list[tuple[int, int, bool]] = []  # (row, end, excluded)
     cursor = 0
 
-    def emit(top: tuple[int, int, bool, int], until: int) -> None:
+    def emit(top: tuple[int, int, bool], until: int) -> None:
         if not top[2] and until > cursor:
             out_s.append(cursor)
             out_e.append(until)
             out_o.append(top[0])
-            out_b.append(top[3])
 
     for row in order.tolist():
         s, e = int(start[row]), int(end[row])
@@ -155,37 +142,36 @@ def _self_time(
         if stack:
             emit(stack[-1], s)
             e = min(e, stack[-1][1])
-        around = row if backward[row] else stack[-1][3] if stack else -1
-        stack.append((row, e, bool(excluded[row]) or (bool(stack) and stack[-1][2]), around))
+        stack.append((row, e, bool(excluded[row]) or (bool(stack) and stack[-1][2])))
         cursor = s
     while stack:
         top = stack.pop()
         emit(top, top[1])
         cursor = max(cursor, top[1])
-    return np.array(out_s, np.int64), np.array(out_e, np.int64), np.array(out_o, np.int64), np.array(out_b, np.int64)
+    return np.array(out_s, np.int64), np.array(out_e, np.int64), np.array(out_o, np.int64)
 
 
 def _subtract(
-    s: np.ndarray, e: np.ndarray, owner: np.ndarray, back: np.ndarray, cut_s: np.ndarray, cut_e: np.ndarray, op_start: np.ndarray, op_end: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The pieces [s, e) (with their owner and backward rows) less the intervals [cut_s, cut_e) (a piece cut in
+    s: np.ndarray, e: np.ndarray, owner: np.ndarray, cut_s: np.ndarray, cut_e: np.ndarray, op_start: np.ndarray, op_end: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pieces [s, e) (with their owner rows) less the intervals [cut_s, cut_e) (a piece cut in
     the middle becomes two) that their owner operator (``op_start``/``op_end`` by row) encloses: an operator that
     waits for a synchronous gloo transfer inside it. An asynchronous one (``isend``: its ``gloo:send`` lasts on the
     calling thread until the transfer completes, while the thread runs on) does not stop the operators that start
     after it."""
-    pieces = list(zip(s.tolist(), e.tolist(), owner.tolist(), back.tolist(), strict=True))
+    pieces = list(zip(s.tolist(), e.tolist(), owner.tolist(), strict=True))
     for a, b in zip(cut_s.tolist(), cut_e.tolist(), strict=True):
-        kept: list[tuple[int, int, int, int]] = []
-        for ps, pe, po, pb in pieces:
+        kept: list[tuple[int, int, int]] = []
+        for ps, pe, po in pieces:
             if pe <= a or ps >= b or op_start[po] > a or op_end[po] < b:
-                kept.append((ps, pe, po, pb))
+                kept.append((ps, pe, po))
                 continue
             if ps < a:
-                kept.append((ps, a, po, pb))
+                kept.append((ps, a, po))
             if pe > b:
-                kept.append((b, pe, po, pb))
+                kept.append((b, pe, po))
         pieces = kept
-    out = ([p[i] for p in pieces] for i in range(4))
+    out = ([p[i] for p in pieces] for i in range(3))
     return tuple(np.array(v, np.int64) for v in out)  # type: ignore[return-value]
 
 
