@@ -248,7 +248,8 @@ def diagnose(job: Job) -> Diagnosis:
     if step_ns > 0:
         ep_of = {r: c["ep"] for r, c in layout.coords.items()}
         host_ranks = frozenset(r for r, kind in job.by_rank("device_type").items() if kind == "cpu")
-        found += findings.rank_findings(frame, figures, peers, ep_of, waits, step_ns, host_ranks)
+        stretch = _host_stretch(per_rank["breakdowns"], figures, host_ranks)
+        found += findings.rank_findings(frame, figures, peers, ep_of, waits, step_ns / stretch, host_ranks)
         found += findings.stage_findings(metrics)
         found += findings.link_findings(instances, p2p, members, host_of, step_ns, steps_total, job.extra("links"))
     found += findings.clock_findings(job.ranks)
@@ -281,6 +282,21 @@ def diagnose(job: Job) -> Diagnosis:
         operator_totals=_concat(per_rank["operator_totals"], "operator_totals"),
         critical_path=path,
     )
+
+
+def _host_stretch(breakdowns: list[pa.Table], figures: dict[tuple[int, int], dict[str, int]], host_ranks: frozenset[int]) -> float:
+    """How much longer the clock's compute of CPU ranks is than their compute at typical durations (the median
+    over their steps, at least 1; 1 without CPU ranks): on a busy host every rank's step is stretched by its
+    share of the cores, so a rank's extra work (counted at typical durations) is weighed against the step at
+    that speed too."""
+    ratios = []
+    for table in breakdowns:
+        cols = table.select(["rank", "step", "compute_ns"]).to_pydict()
+        for rank, step, wall in zip(cols["rank"], cols["step"], cols["compute_ns"], strict=True):
+            typical = figures.get((rank, step), {}).get("compute_ns") if rank in host_ranks and step is not None else None
+            if typical and wall:
+                ratios.append(wall / typical)
+    return max(float(statistics.median(ratios)), 1.0) if ratios else 1.0
 
 
 def _groups(groups: pa.Table, layout: Layout) -> list[GroupInfo]:

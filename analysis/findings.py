@@ -244,7 +244,7 @@ def rank_findings(
         else:
             kind, operator = classify_compute(frame, rank, peers, ep_of, is_moe, host_ranks)
         raw.append({"rank": rank, "kind": kind, "operator": operator, "rows": rows, "peers": peers})
-    return _merge_ranks(_expert(raw, peer_sets, ep_of, is_moe), waits, steps_total, step_ns)
+    return _merge_ranks(_expert(raw, peer_sets, ep_of, is_moe), waits, steps_total, step_ns, host_ranks)
 
 
 def _expert(raw: list[dict[str, Any]], peer_sets: list[list[int]], ep_of: Mapping[int, int], is_moe: bool) -> list[dict[str, Any]]:
@@ -262,7 +262,9 @@ def _expert(raw: list[dict[str, Any]], peer_sets: list[list[int]], ep_of: Mappin
     return raw
 
 
-def _merge_ranks(raw: list[dict[str, Any]], waits: Mapping[tuple[int, int], Mapping[str, int]], steps_total: int, step_ns: float) -> list[dict[str, Any]]:
+def _merge_ranks(
+    raw: list[dict[str, Any]], waits: Mapping[tuple[int, int], Mapping[str, int]], steps_total: int, step_ns: float, host_ranks: frozenset[int] = frozenset()
+) -> list[dict[str, Any]]:
     merged: dict[tuple[str, str | None], list[dict[str, Any]]] = {}
     observable = any(w.get("wait_ns") for w in waits.values())
     for r in raw:
@@ -290,7 +292,10 @@ def _merge_ranks(raw: list[dict[str, Any]], waits: Mapping[tuple[int, int], Mapp
         caused = sum(waits.get((r, s), {}).get("caused_ns", 0) for r in ranks for s in steps)
         # Extra own time slows the job only through the waits it makes others do: where waits are seen at all,
         # the impact is at most what the culprits' peers waited for them (none: the job absorbed it).
-        delay = min(sum(per_step.values()), caused) if observable else sum(per_step.values())
+        # On CPU ranks (``host_ranks``) compute is counted at typical durations while the waits are the clock's,
+        # which the scheduler moves as much as the work: the waits do not bound the work's cost there.
+        bounded = observable and not (kind != "host_stall" and set(ranks) <= host_ranks)
+        delay = min(sum(per_step.values()), caused) if bounded else sum(per_step.values())
         impact = 100 * delay / steps_total / step_ns
         if delay < sum(per_step.values()) and impact < MIN_IMPACT_PCT:
             continue  # the job absorbed it: not worth a finding

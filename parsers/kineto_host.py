@@ -9,7 +9,8 @@ track per thread), which the whole analysis then measures as it measures a GPU:
 
 * **compute**: each operator's *self* time on its thread (its span less its children's): operators nest, and
   their self times tile the thread's busy time once (the sum of nested spans would count a GEMM inside
-  ``aten::linear`` twice). The time inside ``c10d::*`` operators (enqueueing) and under gloo annotations is not
+  ``aten::linear`` twice). The time inside ``c10d::*`` operators (enqueueing), functional collectives
+  (``_c10d_functional::wait_tensor``: waiting) and gloo annotations an operator waits in is not
   compute.
 * **communication**: each gloo annotation, linked to the ``c10d::*`` operator that enqueued it (the earliest
   one not yet linked, of the same collective, started before it: gloo runs a group's work first in, first out;
@@ -39,6 +40,9 @@ from paradiag.parsers.kineto_decode import DTYPE_BYTES, INT64_MAX, OperatorInput
 
 GLOO_ANNOTATION = re.compile(r"^gloo:([A-Za-z_]+)$")
 HOST_COLLECTIVE = re.compile(r"^c10d::_*([A-Za-z_]+?)_*$")  # c10d::allreduce_, c10d::_allgather_base_, c10d::recv_
+# Functional collectives (DTensor, torch.compile): ``_c10d_functional::all_reduce`` enqueues through c10d, and
+# ``_c10d_functional::wait_tensor`` blocks the thread until the transfer is done: waiting, not compute.
+FUNCTIONAL_COLLECTIVE = re.compile(r"^_?c10d_functional::")
 COMPUTE_CATEGORIES = ("cpu_op", "Operator")
 # c10d operator -> the gloo work that runs it, where the names differ (gloo reduce-scatters by all-reducing).
 RUNS_AS = {"reduce_scatter": ("reduce_scatter", "all_reduce")}
@@ -65,7 +69,8 @@ def host_lanes(table: pa.Table, inputs: dict[int, OperatorInputs], groups: list[
     track = table.column("track").to_numpy()
     external = table.column("external_id").to_numpy()
 
-    pieces = _compute_pieces(np.flatnonzero(host & is_op), is_enqueue, np.flatnonzero(is_gloo), start, end, track)
+    is_functional = host & is_op & np.isin(codes, [i for i, w in enumerate(words) if FUNCTIONAL_COLLECTIVE.match(w)])
+    pieces = _compute_pieces(np.flatnonzero(host & is_op), is_enqueue | is_functional, np.flatnonzero(is_gloo), start, end, track)
     comm = _communication(np.flatnonzero(is_gloo), np.flatnonzero(is_enqueue), codes, words, start, end, track, inputs, groups, rank)
     n_pieces, n_comm = len(pieces[0]), len(comm["rows"])
     rows = np.concatenate([pieces[2], comm["rows"]]).astype(np.int64)
