@@ -245,11 +245,11 @@ def diagnose(job: Job) -> Diagnosis:
     peers = peer_sets(layout)
     steps_total = len({s for _, s in figures}) or 1
     found: list[dict[str, Any]] = []
+    host_ranks = frozenset(r for r, kind in job.by_rank("device_type").items() if kind == "cpu")
     if step_ns > 0:
         ep_of = {r: c["ep"] for r, c in layout.coords.items()}
-        host_ranks = frozenset(r for r, kind in job.by_rank("device_type").items() if kind == "cpu")
         stretch = _host_stretch(per_rank["breakdowns"], figures, host_ranks)
-        found += findings.rank_findings(frame, figures, peers, ep_of, waits, step_ns / stretch, host_ranks)
+        found += findings.rank_findings(frame, figures, peers, ep_of, waits, step_ns, host_ranks, stretch)
         found += findings.stage_findings(metrics)
         found += findings.link_findings(instances, p2p, members, host_of, step_ns, steps_total, job.extra("links"))
     found += findings.clock_findings(job.ranks)
@@ -260,7 +260,7 @@ def diagnose(job: Job) -> Diagnosis:
         # The replay comes last: its graph takes the frame's arrays over (the events are not held twice).
         graph = whatif.build_graph(frame, job.steps, p2p, host_of, passes)
         del frame
-        whatif.replay_findings(found, graph, whatif.peers_of(layout.stage_of, figures, metrics))
+        whatif.replay_findings(found, graph, whatif.peers_of(layout.stage_of, figures, metrics), host_ranks)
         del graph
     return Diagnosis(
         version=analysis_version(),

@@ -155,7 +155,9 @@ def _noise(figures: Mapping[tuple[int, int], Mapping[str, int]], peers: list[int
     return spread, dict.fromkeys(steps, (spread, float(max(cells))))
 
 
-def rank_excess(figures: Mapping[tuple[int, int], Mapping[str, int]], peer_sets: list[list[int]], step_ns: float) -> list[dict[str, Any]]:
+def rank_excess(
+    figures: Mapping[tuple[int, int], Mapping[str, int]], peer_sets: list[list[int]], step_ns: float, compute_scale: float = 1.0
+) -> list[dict[str, Any]]:
     """Per (rank, step) where a rank's own time (compute, or the host starting the device late) stands out from
     its peers': which part and by how much (ns, and the peers' median).
 
@@ -165,12 +167,14 @@ def rank_excess(figures: Mapping[tuple[int, int], Mapping[str, int]], peer_sets:
     (PERSISTENT_SHARE), by a median over the steps of at least PERSISTENT_MADS noise spreads; every step of it
     counts. *Exceptional*: one step (a stall, once) that stands NOISE_MADS spreads above the peers and
     OUTLIER_RATIO x above the largest excess any other peer shows in any step. Either way the excess must also
-    be MIN_IMPACT_PCT of the step and MIN_RATIO x the peers' time."""
+    be MIN_IMPACT_PCT of the step and MIN_RATIO x the peers' time. ``compute_scale``: the clock's time per ns of
+    ``compute_ns`` (CPU ranks count compute at typical durations, a busy host runs it slower: the floor is the
+    step's share at that speed; the impact stays the typical excess over the clock's step, a lower bound)."""
     out = []
     steps = sorted({s for _, s in figures})
-    floor = MIN_IMPACT_PCT / 100 * step_ns
     for peers in peer_sets:
         for part in ("compute_ns", "launch_delay_ns"):
+            floor = MIN_IMPACT_PCT / 100 * step_ns / (compute_scale if part == "compute_ns" else 1.0)
             excess = _excess(figures, peers, steps, part)
             for rank, per_step in excess.items():
                 spread, outside = _noise(figures, peers, steps, part, rank)
@@ -225,10 +229,11 @@ def rank_findings(
     waits: Mapping[tuple[int, int], Mapping[str, int]],
     step_ns: float,
     host_ranks: frozenset[int] = frozenset(),
+    compute_scale: float = 1.0,
 ) -> list[dict[str, Any]]:
     """Culprit ranks: host_stall when the extra own time is the host starting the device late, else a compute
-    kind (``host_ranks``: CPU ranks, :func:`classify_compute`)."""
-    excess = rank_excess(figures, peer_sets, step_ns)
+    kind (``host_ranks``: CPU ranks, :func:`classify_compute`; ``compute_scale``: :func:`rank_excess`)."""
+    excess = rank_excess(figures, peer_sets, step_ns, compute_scale)
     steps_total = len({s for _, s in figures}) or 1
     by_rank: dict[int, dict[str, list[dict[str, Any]]]] = {}
     for e in excess:
@@ -263,7 +268,11 @@ def _expert(raw: list[dict[str, Any]], peer_sets: list[list[int]], ep_of: Mappin
 
 
 def _merge_ranks(
-    raw: list[dict[str, Any]], waits: Mapping[tuple[int, int], Mapping[str, int]], steps_total: int, step_ns: float, host_ranks: frozenset[int] = frozenset()
+    raw: list[dict[str, Any]],
+    waits: Mapping[tuple[int, int], Mapping[str, int]],
+    steps_total: int,
+    step_ns: float,
+    host_ranks: frozenset[int] = frozenset(),
 ) -> list[dict[str, Any]]:
     merged: dict[tuple[str, str | None], list[dict[str, Any]]] = {}
     observable = any(w.get("wait_ns") for w in waits.values())
@@ -294,10 +303,12 @@ def _merge_ranks(
         # the impact is at most what the culprits' peers waited for them (none: the job absorbed it).
         # On CPU ranks (``host_ranks``) compute is counted at typical durations while the waits are the clock's,
         # which the scheduler moves as much as the work: the waits do not bound the work's cost there.
-        bounded = observable and not (kind != "host_stall" and set(ranks) <= host_ranks)
-        delay = min(sum(per_step.values()), caused) if bounded else sum(per_step.values())
+        on_host = kind != "host_stall" and set(ranks) <= host_ranks
+        bounded = observable and not on_host
+        extra = sum(per_step.values())
+        delay = min(extra, caused) if bounded else extra
         impact = 100 * delay / steps_total / step_ns
-        if delay < sum(per_step.values()) and impact < MIN_IMPACT_PCT:
+        if delay < extra and impact < MIN_IMPACT_PCT:
             continue  # the job absorbed it: not worth a finding
         worst = max(rows, key=lambda row: row["excess_ns"])
         what = "first device work after" if kind == "host_stall" else "compute"
