@@ -115,7 +115,7 @@ def rank_tables(events: pa.Table, steps: pa.Table, convention: str, frame: Frame
         "operator_totals": _operator_totals(frame),
         "communication": comm.communication_records(frame),
         "step_figures": findings.step_figures(frame, steps, host_lanes),
-        "passes": stages.rank_pass_table(frame),
+        "passes": stages.rank_pass_table(frame, events if host_lanes else None),
     }
 
 
@@ -245,9 +245,11 @@ def diagnose(job: Job) -> Diagnosis:
     peers = peer_sets(layout)
     steps_total = len({s for _, s in figures}) or 1
     found: list[dict[str, Any]] = []
+    host_ranks = frozenset(r for r, kind in job.by_rank("device_type").items() if kind == "cpu")
     if step_ns > 0:
         ep_of = {r: c["ep"] for r, c in layout.coords.items()}
-        found += findings.rank_findings(frame, figures, peers, ep_of, waits, step_ns)
+        stretch = _host_stretch(per_rank["breakdowns"], figures, host_ranks)
+        found += findings.rank_findings(frame, figures, peers, ep_of, waits, step_ns, host_ranks, stretch)
         found += findings.stage_findings(metrics)
         found += findings.link_findings(instances, p2p, members, host_of, step_ns, steps_total, job.extra("links"))
     found += findings.clock_findings(job.ranks)
@@ -258,7 +260,7 @@ def diagnose(job: Job) -> Diagnosis:
         # The replay comes last: its graph takes the frame's arrays over (the events are not held twice).
         graph = whatif.build_graph(frame, job.steps, p2p, host_of, passes)
         del frame
-        whatif.replay_findings(found, graph, whatif.peers_of(layout.stage_of, figures, metrics))
+        whatif.replay_findings(found, graph, whatif.peers_of(layout.stage_of, figures, metrics), host_ranks)
         del graph
     return Diagnosis(
         version=analysis_version(),
@@ -280,6 +282,21 @@ def diagnose(job: Job) -> Diagnosis:
         operator_totals=_concat(per_rank["operator_totals"], "operator_totals"),
         critical_path=path,
     )
+
+
+def _host_stretch(breakdowns: list[pa.Table], figures: dict[tuple[int, int], dict[str, int]], host_ranks: frozenset[int]) -> float:
+    """How much longer the clock's compute of CPU ranks is than their compute at typical durations (the median
+    over their steps, at least 1; 1 without CPU ranks): on a busy host every rank's step is stretched by its
+    share of the cores, so a rank's extra work (counted at typical durations) is weighed against the step at
+    that speed too."""
+    ratios = []
+    for table in breakdowns:
+        cols = table.select(["rank", "step", "compute_ns"]).to_pydict()
+        for rank, step, wall in zip(cols["rank"], cols["step"], cols["compute_ns"], strict=True):
+            typical = figures.get((rank, step), {}).get("compute_ns") if rank in host_ranks and step is not None else None
+            if typical and wall:
+                ratios.append(wall / typical)
+    return max(float(statistics.median(ratios)), 1.0) if ratios else 1.0
 
 
 def _groups(groups: pa.Table, layout: Layout) -> list[GroupInfo]:

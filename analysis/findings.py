@@ -30,7 +30,13 @@ import pyarrow.compute as pc
 
 from paradiag.analysis.frame import MAD_TO_SIGMA, Frame, robust_spread
 from paradiag.analysis.intervals import union_length
-from paradiag.analysis.operators import concentration, operator_time, rank_operator_excess, short_name
+from paradiag.analysis.operators import (
+    concentration,
+    operator_time,
+    rank_operator_excess,
+    short_name,
+    typical_durations,
+)
 
 MIN_IMPACT_PCT = 2.0  # below this a difference is within what jitter and launch noise produce
 MIN_RATIO = 1.05  # a culprit's own time must also be 5 % above its peers'
@@ -74,9 +80,13 @@ def step_figures(frame: Frame, steps: pa.Table, host_lanes: bool = False) -> pa.
 
     ``host_lanes``: the rank's device is its own threads (a CPU rank, ``parsers.kineto_host``), so the host never
     runs ahead of it: what it does outside any operator and any communication (the data loader, a sleep, Python
-    between operators) is idle time wherever it falls in the step, and that idle time is its launch delay."""
+    between operators) is idle time wherever it falls in the step, and that idle time is its launch delay. Its
+    ``compute_ns`` is then its operators' calls counted at their typical durations
+    (``operators.typical_durations``): the work it did, not how long the scheduler let it take (the idle time
+    stays the clock's)."""
     cols: dict[str, list[int]] = {k: [] for k in ("step", *STEP_FIGURES)}
     compute_code = frame.code("kinds", "compute")
+    typical = typical_durations(frame) if host_lanes else None
     rows = steps.select(["step", "start_ns", "end_ns", "device_start_ns", "device_end_ns"]).to_pylist() if len(frame) else []
     for row in rows:
         if row["device_end_ns"] is None:
@@ -91,7 +101,7 @@ def step_figures(frame: Frame, steps: pa.Table, host_lanes: bool = False) -> pa.
             busy = union_length(np.maximum(frame.start[mine], row["start_ns"]), frame.end[mine])
             window = max(row["device_end_ns"], row["end_ns"]) - row["start_ns"]
         cols["step"].append(row["step"])
-        cols["compute_ns"].append(union_length(frame.start[c], frame.end[c]))
+        cols["compute_ns"].append(round(typical[c].sum()) if typical is not None else union_length(frame.start[c], frame.end[c]))
         idle = max(window - busy, 0)
         cols["launch_delay_ns"].append(idle if host_lanes else max(row["device_start_ns"] - row["start_ns"], 0))
         cols["idle_ns"].append(idle)
@@ -145,7 +155,9 @@ def _noise(figures: Mapping[tuple[int, int], Mapping[str, int]], peers: list[int
     return spread, dict.fromkeys(steps, (spread, float(max(cells))))
 
 
-def rank_excess(figures: Mapping[tuple[int, int], Mapping[str, int]], peer_sets: list[list[int]], step_ns: float) -> list[dict[str, Any]]:
+def rank_excess(
+    figures: Mapping[tuple[int, int], Mapping[str, int]], peer_sets: list[list[int]], step_ns: float, compute_scale: float = 1.0
+) -> list[dict[str, Any]]:
     """Per (rank, step) where a rank's own time (compute, or the host starting the device late) stands out from
     its peers': which part and by how much (ns, and the peers' median).
 
@@ -155,12 +167,14 @@ def rank_excess(figures: Mapping[tuple[int, int], Mapping[str, int]], peer_sets:
     (PERSISTENT_SHARE), by a median over the steps of at least PERSISTENT_MADS noise spreads; every step of it
     counts. *Exceptional*: one step (a stall, once) that stands NOISE_MADS spreads above the peers and
     OUTLIER_RATIO x above the largest excess any other peer shows in any step. Either way the excess must also
-    be MIN_IMPACT_PCT of the step and MIN_RATIO x the peers' time."""
+    be MIN_IMPACT_PCT of the step and MIN_RATIO x the peers' time. ``compute_scale``: the clock's time per ns of
+    ``compute_ns`` (CPU ranks count compute at typical durations, a busy host runs it slower: the floor is the
+    step's share at that speed; the impact stays the typical excess over the clock's step, a lower bound)."""
     out = []
     steps = sorted({s for _, s in figures})
-    floor = MIN_IMPACT_PCT / 100 * step_ns
     for peers in peer_sets:
         for part in ("compute_ns", "launch_delay_ns"):
+            floor = MIN_IMPACT_PCT / 100 * step_ns / (compute_scale if part == "compute_ns" else 1.0)
             excess = _excess(figures, peers, steps, part)
             for rank, per_step in excess.items():
                 spread, outside = _noise(figures, peers, steps, part, rank)
@@ -188,11 +202,17 @@ def _op_code(frame: Frame) -> Frame:
     return named
 
 
-def classify_compute(frame: Frame, rank: int, peers: list[int], ep_of: Mapping[int, int], is_moe: bool) -> tuple[str, str | None]:
+def classify_compute(
+    frame: Frame, rank: int, peers: list[int], ep_of: Mapping[int, int], is_moe: bool, host_ranks: frozenset[int] = frozenset()
+) -> tuple[str, str | None]:
     """slow_device, operator_hotspot (the extra time sits in a few operators, the rest runs normally) or
-    expert_imbalance (a MoE job, decided by the caller from the EP coordinates)."""
-    named = _op_code(frame.take(np.isin(frame.rank, peers)))
-    times = operator_time(named)
+    expert_imbalance (a MoE job, decided by the caller from the EP coordinates). Operators of ``host_ranks`` (CPU
+    ranks) count at their typical durations (``operators.typical_durations``)."""
+    mine = frame.take(np.isin(frame.rank, peers))
+    host = [p for p in peers if p in host_ranks]
+    typical = typical_durations(mine, np.array(host)) if host else None  # per operator as named, before renaming
+    named = _op_code(mine)
+    times = operator_time(named, typical)
     excess = rank_operator_excess(times, rank, peers)
     own = {n: float(np.median(t)) for (r, n), t in times.items() if r == rank}
     hot, rest_ratio = concentration(excess, own)
@@ -208,10 +228,12 @@ def rank_findings(
     ep_of: Mapping[int, int],
     waits: Mapping[tuple[int, int], Mapping[str, int]],
     step_ns: float,
+    host_ranks: frozenset[int] = frozenset(),
+    compute_scale: float = 1.0,
 ) -> list[dict[str, Any]]:
     """Culprit ranks: host_stall when the extra own time is the host starting the device late, else a compute
-    kind."""
-    excess = rank_excess(figures, peer_sets, step_ns)
+    kind (``host_ranks``: CPU ranks, :func:`classify_compute`; ``compute_scale``: :func:`rank_excess`)."""
+    excess = rank_excess(figures, peer_sets, step_ns, compute_scale)
     steps_total = len({s for _, s in figures}) or 1
     by_rank: dict[int, dict[str, list[dict[str, Any]]]] = {}
     for e in excess:
@@ -225,9 +247,9 @@ def rank_findings(
         if part == "launch_delay_ns":
             kind, operator = "host_stall", None
         else:
-            kind, operator = classify_compute(frame, rank, peers, ep_of, is_moe)
+            kind, operator = classify_compute(frame, rank, peers, ep_of, is_moe, host_ranks)
         raw.append({"rank": rank, "kind": kind, "operator": operator, "rows": rows, "peers": peers})
-    return _merge_ranks(_expert(raw, peer_sets, ep_of, is_moe), waits, steps_total, step_ns)
+    return _merge_ranks(_expert(raw, peer_sets, ep_of, is_moe), waits, steps_total, step_ns, host_ranks)
 
 
 def _expert(raw: list[dict[str, Any]], peer_sets: list[list[int]], ep_of: Mapping[int, int], is_moe: bool) -> list[dict[str, Any]]:
@@ -245,7 +267,13 @@ def _expert(raw: list[dict[str, Any]], peer_sets: list[list[int]], ep_of: Mappin
     return raw
 
 
-def _merge_ranks(raw: list[dict[str, Any]], waits: Mapping[tuple[int, int], Mapping[str, int]], steps_total: int, step_ns: float) -> list[dict[str, Any]]:
+def _merge_ranks(
+    raw: list[dict[str, Any]],
+    waits: Mapping[tuple[int, int], Mapping[str, int]],
+    steps_total: int,
+    step_ns: float,
+    host_ranks: frozenset[int] = frozenset(),
+) -> list[dict[str, Any]]:
     merged: dict[tuple[str, str | None], list[dict[str, Any]]] = {}
     observable = any(w.get("wait_ns") for w in waits.values())
     for r in raw:
@@ -273,9 +301,14 @@ def _merge_ranks(raw: list[dict[str, Any]], waits: Mapping[tuple[int, int], Mapp
         caused = sum(waits.get((r, s), {}).get("caused_ns", 0) for r in ranks for s in steps)
         # Extra own time slows the job only through the waits it makes others do: where waits are seen at all,
         # the impact is at most what the culprits' peers waited for them (none: the job absorbed it).
-        delay = min(sum(per_step.values()), caused) if observable else sum(per_step.values())
+        # On CPU ranks (``host_ranks``) compute is counted at typical durations while the waits are the clock's,
+        # which the scheduler moves as much as the work: the waits do not bound the work's cost there.
+        on_host = kind != "host_stall" and set(ranks) <= host_ranks
+        bounded = observable and not on_host
+        extra = sum(per_step.values())
+        delay = min(extra, caused) if bounded else extra
         impact = 100 * delay / steps_total / step_ns
-        if delay < sum(per_step.values()) and impact < MIN_IMPACT_PCT:
+        if delay < extra and impact < MIN_IMPACT_PCT:
             continue  # the job absorbed it: not worth a finding
         worst = max(rows, key=lambda row: row["excess_ns"])
         what = "first device work after" if kind == "host_stall" else "compute"

@@ -21,7 +21,7 @@ from paradiag import schema
 if TYPE_CHECKING:
     from paradiag.dataset import Job
 
-NUMERIC = ("rank", "track", "kind", "name", "op", "launch", "start", "end", "step", "collective", "group", "peer", "bytes", "seq")
+NUMERIC = ("rank", "track", "kind", "name", "op", "launch", "start", "end", "step", "collective", "group", "peer", "bytes", "seq", "call")
 VOCABULARY_OF = {"kind": "kinds", "name": "names", "op": "names", "collective": "collectives", "group": "groups"}
 VOCABULARIES = ("kinds", "names", "collectives", "groups")
 COLUMNS = ("rank", "device", "track", "kind", "category", "name", "start_ns", "dur_ns", "step", "correlation", "external_id", "collective", "group", "peer", "bytes", "seq")
@@ -35,7 +35,9 @@ class Frame:
     ``kind``, ``name``, ``collective`` and ``group`` are codes into ``kinds``, ``names``, ``collectives`` and
     ``groups`` (-1 where the event has none); ``track`` is the event's row in the timeline (stream); ``op`` is the code (in ``names``) of the host operator that launched
     the kernel (Kineto ``External id``), -1 if unknown; ``launch`` the start of the host call that launched it (its
-    correlation id's runtime event), -1 if unknown; ``peer``, ``bytes`` and ``seq`` are -1 where absent."""
+    correlation id's runtime event), -1 if unknown; ``peer``, ``bytes`` and ``seq`` are -1 where absent. ``call``
+    is the event's External id (-1 if none): on host lanes (a CPU rank, ``parsers.kineto_host``) the operator call
+    a self-time piece belongs to, so that the pieces of one call are counted as one."""
 
     rank: np.ndarray
     track: np.ndarray
@@ -55,6 +57,11 @@ class Frame:
     names: list[str]
     collectives: list[str]
     groups: list[str]
+    call: np.ndarray = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.call is None:
+            self.call = np.full(len(self.rank), -1, np.int64)
 
     def __len__(self) -> int:
         return len(self.rank)
@@ -183,6 +190,7 @@ def device_frame(events: pa.Table) -> Frame:
         peer=ints("peer", np.int32),
         bytes=ints("bytes", np.int64),
         seq=ints("seq", np.int32),
+        call=ints("external_id", np.int64),
         kinds=kinds,
         names=names,
         collectives=collectives,
@@ -209,7 +217,7 @@ def table_frame(table: pa.Table) -> Frame:
     """A :func:`frame_table` (a ``rank`` column added) back as a :class:`Frame`; arrays it lacks are -1, lists it
     lacks empty. ``name`` and ``op`` share one list: a table holds at most one of them."""
     n = table.num_rows
-    arrays: dict[str, Any] = {k: np.full(n, -1, np.int64 if k in ("launch", "start", "end", "bytes") else np.int32) for k in NUMERIC}
+    arrays: dict[str, Any] = {k: np.full(n, -1, np.int64 if k in ("launch", "start", "end", "bytes", "call") else np.int32) for k in NUMERIC}
     lists: dict[str, Any] = {v: [] for v in VOCABULARIES}
     for name in table.column_names:
         if name in VOCABULARY_OF:

@@ -24,12 +24,52 @@ def short_name(name: str) -> str:
     return text.split("<", 1)[0].split("(", 1)[0].rsplit("::", 1)[-1].strip() or name
 
 
-def operator_time(frame: Frame) -> dict[tuple[int, int], np.ndarray]:
+TYPICAL_QUANTILE = 0.25  # of an operator's calls on one rank: what a call takes when the scheduler lets it run
+
+
+def typical_durations(frame: Frame, ranks: np.ndarray | None = None) -> np.ndarray:
+    """Per row of ``frame``, its duration, or for the compute rows of ``ranks`` (host lanes: a CPU rank's operators
+    run as long as the scheduler lets them) its share of the typical duration of its operator's calls on its rank:
+    the TYPICAL_QUANTILE of the self times of that rank's calls of the same name (a call: the rows of one name and
+    ``call``, the self-time pieces of one operator call), spread over the call's rows in proportion to their
+    lengths. Preemption lengthens some calls of an operator, not all (a call of a few 100 us mostly runs inside one
+    time slice), so the low quantile is what the work takes, and a rank's compute counted so (its calls x their
+    typical durations) moves with the work it does (more calls, bigger shapes) and with a slower device (every
+    call longer), not with the share of the CPU it got. With ``ranks`` None, every rank's compute rows."""
+    dur = (frame.end - frame.start).astype(np.int64)
+    rows = frame.kind == frame.code("kinds", "compute")
+    if ranks is not None:
+        rows &= np.isin(frame.rank, ranks)
+    idx = np.flatnonzero(rows)
+    out = dur.astype(np.float64)
+    if not len(idx):
+        return dur
+    # One call per (rank, name, call id); rows without an id are calls of their own.
+    call = np.where(frame.call[idx] >= 0, frame.call[idx], -2 - np.arange(len(idx)))
+    order, firsts = group_bounds(call, frame.name[idx], frame.rank[idx])
+    calls = np.zeros(len(idx), np.int64)
+    calls[order] = np.cumsum(np.isin(np.arange(len(order)), firsts)) - 1
+    self_time = np.bincount(calls, weights=dur[idx]).astype(np.float64)
+    head = idx[order[firsts]]
+    c_order, c_firsts = group_bounds(frame.name[head], frame.rank[head], within=self_time)
+    bounds = np.append(c_firsts, len(c_order))
+    typical = np.zeros(len(head))
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        members = c_order[a:b]  # the calls of one (rank, name), shortest first
+        typical[members] = self_time[members[int(TYPICAL_QUANTILE * (b - a - 1))]]
+    share = np.divide(dur[idx], self_time[calls], out=np.zeros(len(idx)), where=self_time[calls] > 0)
+    out[idx] = typical[calls] * share
+    return out
+
+
+def operator_time(frame: Frame, durations: np.ndarray | None = None) -> dict[tuple[int, int], np.ndarray]:
     """(rank, name code) -> total compute time per step (median over the rank's steps), from the compute
-    kernels of ``frame``."""
-    c = frame.of_kind("compute")
+    kernels of ``frame`` (their ``durations`` where given, one per row of ``frame``: :func:`typical_durations`)."""
+    compute = frame.kind == frame.code("kinds", "compute")
+    c = frame.take(compute)
     keep = c.step >= 0
-    rank, name, step, dur = c.rank[keep], c.name[keep], c.step[keep], (c.end - c.start)[keep]
+    dur_all = (c.end - c.start) if durations is None else durations[compute]
+    rank, name, step, dur = c.rank[keep], c.name[keep], c.step[keep], dur_all[keep]
     order, firsts = group_bounds(step, name, rank)
     if len(order) == 0:
         return {}

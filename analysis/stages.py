@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 
 from paradiag.analysis.frame import Frame
 from paradiag.analysis.intervals import union_length
+from paradiag.analysis.operators import typical_durations
 
 BACKWARD = re.compile(r"backward|bwd|grad|dgrad|wgrad", re.IGNORECASE)
 OPTIMIZER = re.compile(r"adam|multi_tensor|foreach|sgd|lamb|optimizer|apply_?gradient", re.IGNORECASE)
@@ -74,22 +75,71 @@ def split_passes(classes: np.ndarray, segment: np.ndarray) -> tuple[np.ndarray, 
     return pass_id, np.array(backward, dtype=bool)
 
 
-def rank_passes(frame: Frame, step: int, classes: np.ndarray) -> list[dict[str, Any]]:
+# autograd's backward nodes on a host thread (``MmBackward0``, ``autograd::engine::evaluate_function:
+# AddmmBackward0``, ``torch::autograd::AccumulateGrad``) and explicit backward operators (``aten::gelu_backward``).
+BACKWARD_OPERATOR = re.compile(r"Backward\d*$|^autograd::engine::evaluate_function:|AccumulateGrad|_backward$")
+
+
+def inside_backward(frame: Frame, events: pa.Table) -> np.ndarray:
+    """Per row of ``frame`` (one CPU rank's host lanes, ``parsers.kineto_host``), whether it runs inside a backward
+    host operator (BACKWARD_OPERATOR) of ``events`` on its thread: on CPU autograd runs the forward's ATen
+    operators (``aten::mm``) inside its backward nodes, and only the node says which direction the work is."""
+    out = np.zeros(len(frame), bool)
+    host = events.filter(pc.less(events.column("device"), 0)).select(["name", "track", "start_ns", "dur_ns"])
+    if not host.num_rows or not len(frame):
+        return out
+    names = host.column("name").combine_chunks()
+    if not pa.types.is_dictionary(names.type):
+        names = pc.dictionary_encode(names)
+    back_codes = [i for i, w in enumerate(names.dictionary.to_pylist()) if w and BACKWARD_OPERATOR.search(w)]
+    is_back = np.isin(names.indices.fill_null(-1).to_numpy(zero_copy_only=False), back_codes)
+    track = host.column("track").fill_null(-1).to_numpy()[is_back]
+    start = host.column("start_ns").to_numpy()[is_back]
+    end = start + host.column("dur_ns").to_numpy()[is_back]
+    mid = (frame.start + frame.end) // 2
+    for tid in np.unique(track).tolist():
+        order = np.argsort(start[track == tid], kind="stable")
+        s, e = start[track == tid][order], np.maximum.accumulate(end[track == tid][order])  # reach of the nodes so far
+        rows = np.flatnonzero(frame.track == tid)
+        at = np.searchsorted(s, mid[rows], side="right") - 1
+        out[rows] = (at >= 0) & (mid[rows] < e[np.maximum(at, 0)])
+    return out
+
+
+def row_classes(frame: Frame, classes: np.ndarray, backward: np.ndarray | None = None) -> np.ndarray:
+    """Per row of ``frame``, the class of its name (:func:`name_classes` of ``frame.names``), and backward where
+    ``backward`` says the row runs inside a backward operator (a CPU rank: :func:`inside_backward`)."""
+    own = classes[frame.name]
+    if backward is None:
+        return own
+    return np.where(backward & (own != 2), 1, own).astype(np.int8)
+
+
+# On a CPU rank every host operator is compute: between two p2p operations there are also the step's data
+# preparation (``aten::randn``, ``tensor_split`` into micro-batches), the loss bookkeeping and the step's end. A pass
+# computing less than this share of the largest pass of its direction in the step is such work, not a micro-batch.
+MINOR_PASS = 0.3
+
+
+def rank_passes(frame: Frame, step: int, classes: np.ndarray, durations: np.ndarray | None = None) -> list[dict[str, Any]]:
     """The passes of one rank (``frame``: its events) in one step, in time order: direction, start, end, compute
-    time."""
+    time (the union of its compute, or the sum of ``durations``, one per row of ``frame``, where given: a CPU
+    rank's typical durations, ``operators.typical_durations``; its minor passes, MINOR_PASS, are then left out).
+    ``classes``: per row (:func:`row_classes`)."""
     mine = frame.step == step
     compute = mine & (frame.kind == frame.code("kinds", "compute"))
-    compute &= classes[frame.name] != 2
+    compute &= classes != 2
     p2p = mine & np.isin(frame.collective, frame.codes("collectives", P2P))
     if not compute.any():
         return []
-    starts, ends, names = frame.start[compute], frame.end[compute], frame.name[compute]
+    starts, ends, row_class = frame.start[compute], frame.end[compute], classes[compute]
+    spent = durations[compute] if durations is not None else None
     # Launch order is program order; a receive posted early (the host ahead of the device) starts before kernels
     # launched ahead of it, and its start would cut their pass.
     by = frame.launch if (frame.launch[compute | p2p] >= 0).all() else frame.start
     segment = np.searchsorted(np.sort(by[p2p]), by[compute], side="right")
-    pass_id, backward = split_passes(classes[names], segment)
-    out = []
+    pass_id, backward = split_passes(row_class, segment)
+    out: list[dict[str, Any]] = []
     for p in range(len(backward)):
         rows = pass_id == p
         out.append(
@@ -97,9 +147,14 @@ def rank_passes(frame: Frame, step: int, classes: np.ndarray) -> list[dict[str, 
                 "direction": "backward" if backward[p] else "forward",
                 "start_ns": int(starts[rows].min()),
                 "end_ns": int(ends[rows].max()),
-                "compute_ns": union_length(starts[rows], ends[rows]),
+                "compute_ns": union_length(starts[rows], ends[rows]) if spent is None else round(spent[rows].sum()),
             }
         )
+    if spent is not None:
+        largest: dict[str, int] = {}
+        for one in out:
+            largest[one["direction"]] = max(largest.get(one["direction"], 0), one["compute_ns"])
+        out = [one for one in out if one["compute_ns"] >= MINOR_PASS * largest[one["direction"]]]
     return out
 
 
@@ -116,19 +171,23 @@ def chunk_and_micro_batch(k: int, stages: int, virtual: int, backward: bool) -> 
 PASS_COLUMNS = ("direction", "start_ns", "end_ns", "compute_ns")
 
 
-def rank_pass_table(frame: Frame) -> pa.Table:
+def rank_pass_table(frame: Frame, events: pa.Table | None = None) -> pa.Table:
     """The per-rank part of the passes table: one rank's passes (``frame``: its events), step by step in time
     order (step, direction, start, end, compute), and on each row the model chunks its first step shows
-    (:func:`model_chunks`)."""
-    classes = name_classes(frame.names)
+    (:func:`model_chunks`). ``events``: the rank's events where it is a CPU rank (host lanes): its operators'
+    direction is that of the autograd node they run in (:func:`inside_backward`), and compute counts them at
+    their typical durations (``operators.typical_durations``), as the findings do."""
+    host_lanes = events is not None
+    classes = row_classes(frame, name_classes(frame.names), inside_backward(frame, events) if events is not None else None)
+    durations = typical_durations(frame) if host_lanes else None
     rows: dict[str, list[Any]] = {k: [] for k in ("step", *PASS_COLUMNS)}
     for step in np.unique(frame.step[frame.step >= 0]).tolist():
-        for p in rank_passes(frame, step, classes):
+        for p in rank_passes(frame, step, classes, durations):
             rows["step"].append(step)
             for key in PASS_COLUMNS:
                 rows[key].append(p[key])
     table = pa.table(rows, schema=pa.schema([(k, pa.string() if k == "direction" else pa.int64()) for k in rows]))
-    return table.append_column("chunks", pa.array(np.full(table.num_rows, model_chunks(frame, classes), np.int64)))
+    return table.append_column("chunks", pa.array(np.full(table.num_rows, model_chunks(frame, classes, durations), np.int64)))
 
 
 def number_passes(passes: pa.Table, stage_of: dict[int, int], virtual: int, stages: int) -> pa.Table:
@@ -147,7 +206,7 @@ def number_passes(passes: pa.Table, stage_of: dict[int, int], virtual: int, stag
     return pa.table(rows, schema=pa.schema([(k, pa.string() if k == "direction" else pa.int64()) for k in rows]))
 
 
-def model_chunks(frame: Frame, classes: np.ndarray) -> int:
+def model_chunks(frame: Frame, classes: np.ndarray, durations: np.ndarray | None = None) -> int:
     """Model chunks of one rank (``frame``: its events), from its first step. In interleaved 1F1B, stage 0 also
     receives activations (from the last stage, for its later chunks): with m x v forward passes of which
     m (v - 1) start after a receive, v = F / (F - R). Meaningful on a rank of stage 0 (:func:`virtual_stages`)."""
@@ -155,7 +214,7 @@ def model_chunks(frame: Frame, classes: np.ndarray) -> int:
     if len(steps) == 0:
         return 1
     step = int(steps[0])
-    passes = rank_passes(frame, step, classes)
+    passes = rank_passes(frame, step, classes, durations)
     forward = [p for p in passes if p["direction"] == "forward"]
     recv = frame.code("collectives", "recv")
     recv_ends = np.sort(frame.end[(frame.step == step) & (frame.collective == recv) & (recv >= 0)])

@@ -1004,8 +1004,14 @@ def finding_edits(f: Mapping[str, Any]) -> list[Edit]:
     return []
 
 
-def replay_findings(found: list[dict[str, Any]], g: Graph, peers: Peers) -> None:
-    """Each finding's ``what_if`` (its cause removed, the steps replayed), and its ``impact_pct`` from it."""
+WORK_KINDS = ("slow_device", "operator_hotspot", "expert_imbalance", "stage_imbalance")
+
+
+def replay_findings(found: list[dict[str, Any]], g: Graph, peers: Peers, host_ranks: frozenset[int] = frozenset()) -> None:
+    """Each finding's ``what_if`` (its cause removed, the steps replayed), and its ``impact_pct`` from it. A
+    finding of extra work (WORK_KINDS) on CPU ranks only (``host_ranks``) keeps its own estimate, made from typical
+    durations: the replay runs the clock's durations, which on a busy host the scheduler moves more than the
+    work does."""
     from paradiag.analysis.findings import severity, stage_evidence
 
     for f in found:
@@ -1017,6 +1023,8 @@ def replay_findings(found: list[dict[str, Any]], g: Graph, peers: Peers) -> None
         except EditError:
             continue  # the culprit has no peer or link to compare with: the estimate stays the heuristic one
         f["what_if"] = result.as_json()
+        if f["kind"] in WORK_KINDS and host_ranks and set(f["culprit"].get("ranks") or ()) <= host_ranks:
+            continue
         if result.layers is not None and peers.stage_metrics:
             f["evidence"] = stage_evidence(peers.stage_metrics, result.predicted_step_ns, f["what_if"]["layers"])
         f["impact_pct"] = round(max(result.saving_pct, 0.0), 2)

@@ -9,7 +9,8 @@ track per thread), which the whole analysis then measures as it measures a GPU:
 
 * **compute**: each operator's *self* time on its thread (its span less its children's): operators nest, and
   their self times tile the thread's busy time once (the sum of nested spans would count a GEMM inside
-  ``aten::linear`` twice). The time inside ``c10d::*`` operators (enqueueing) and under gloo annotations is not
+  ``aten::linear`` twice). The time inside ``c10d::*`` operators (enqueueing), functional collectives
+  (``_c10d_functional::wait_tensor``: waiting) and gloo annotations an operator waits in is not
   compute.
 * **communication**: each gloo annotation, linked to the ``c10d::*`` operator that enqueued it (the earliest
   one not yet linked, of the same collective, started before it: gloo runs a group's work first in, first out;
@@ -39,6 +40,9 @@ from paradiag.parsers.kineto_decode import DTYPE_BYTES, INT64_MAX, OperatorInput
 
 GLOO_ANNOTATION = re.compile(r"^gloo:([A-Za-z_]+)$")
 HOST_COLLECTIVE = re.compile(r"^c10d::_*([A-Za-z_]+?)_*$")  # c10d::allreduce_, c10d::_allgather_base_, c10d::recv_
+# Functional collectives (DTensor, torch.compile): ``_c10d_functional::all_reduce`` enqueues through c10d, and
+# ``_c10d_functional::wait_tensor`` blocks the thread until the transfer is done: waiting, not compute.
+FUNCTIONAL_COLLECTIVE = re.compile(r"^_?c10d_functional::")
 COMPUTE_CATEGORIES = ("cpu_op", "Operator")
 # c10d operator -> the gloo work that runs it, where the names differ (gloo reduce-scatters by all-reducing).
 RUNS_AS = {"reduce_scatter": ("reduce_scatter", "all_reduce")}
@@ -65,7 +69,8 @@ def host_lanes(table: pa.Table, inputs: dict[int, OperatorInputs], groups: list[
     track = table.column("track").to_numpy()
     external = table.column("external_id").to_numpy()
 
-    pieces = _compute_pieces(np.flatnonzero(host & is_op), is_enqueue, np.flatnonzero(is_gloo), start, end, track)
+    is_functional = host & is_op & np.isin(codes, [i for i, w in enumerate(words) if FUNCTIONAL_COLLECTIVE.match(w)])
+    pieces = _compute_pieces(np.flatnonzero(host & is_op), is_enqueue | is_functional, np.flatnonzero(is_gloo), start, end, track)
     comm = _communication(np.flatnonzero(is_gloo), np.flatnonzero(is_enqueue), codes, words, start, end, track, inputs, groups, rank)
     n_pieces, n_comm = len(pieces[0]), len(comm["rows"])
     rows = np.concatenate([pieces[2], comm["rows"]]).astype(np.int64)
@@ -101,14 +106,15 @@ def host_lanes(table: pa.Table, inputs: dict[int, OperatorInputs], groups: list[
 def _compute_pieces(
     ops: np.ndarray, is_enqueue: np.ndarray, gloo: np.ndarray, start: np.ndarray, end: np.ndarray, track: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(start, end, operator row) of the operators' self time, thread by thread, less enqueues and gloo work."""
-    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    """(start, end, operator row) of the operators' self time, thread by thread, less enqueues and the gloo work
+    an operator waits in."""
+    parts: list[tuple[np.ndarray, ...]] = []
     for tid in np.unique(track[ops]).tolist():
         mine = ops[track[ops] == tid]
         s, e, owner = _self_time(mine, start, end, is_enqueue)
         g = gloo[track[gloo] == tid]
         if len(g):
-            s, e, owner = _subtract(s, e, owner, start[g], end[g])
+            s, e, owner = _subtract(s, e, owner, start[g], end[g], start, end)
         parts.append((s, e, owner))
     if not parts:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
@@ -150,13 +156,19 @@ def _self_time(rows: np.ndarray, start: np.ndarray, end: np.ndarray, excluded: n
     return np.array(out_s, np.int64), np.array(out_e, np.int64), np.array(out_o, np.int64)
 
 
-def _subtract(s: np.ndarray, e: np.ndarray, owner: np.ndarray, cut_s: np.ndarray, cut_e: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The pieces [s, e) less the intervals [cut_s, cut_e) (a piece cut in the middle becomes two)."""
+def _subtract(
+    s: np.ndarray, e: np.ndarray, owner: np.ndarray, cut_s: np.ndarray, cut_e: np.ndarray, op_start: np.ndarray, op_end: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pieces [s, e) (with their owner rows) less the intervals [cut_s, cut_e) (a piece cut in
+    the middle becomes two) that their owner operator (``op_start``/``op_end`` by row) encloses: an operator that
+    waits for a synchronous gloo transfer inside it. An asynchronous one (``isend``: its ``gloo:send`` lasts on the
+    calling thread until the transfer completes, while the thread runs on) does not stop the operators that start
+    after it."""
     pieces = list(zip(s.tolist(), e.tolist(), owner.tolist(), strict=True))
     for a, b in zip(cut_s.tolist(), cut_e.tolist(), strict=True):
         kept: list[tuple[int, int, int]] = []
         for ps, pe, po in pieces:
-            if pe <= a or ps >= b:
+            if pe <= a or ps >= b or op_start[po] > a or op_end[po] < b:
                 kept.append((ps, pe, po))
                 continue
             if ps < a:
@@ -164,8 +176,8 @@ def _subtract(s: np.ndarray, e: np.ndarray, owner: np.ndarray, cut_s: np.ndarray
             if pe > b:
                 kept.append((b, pe, po))
         pieces = kept
-    out_s, out_e, out_o = ([p[i] for p in pieces] for i in range(3))
-    return np.array(out_s, np.int64), np.array(out_e, np.int64), np.array(out_o, np.int64)
+    out = ([p[i] for p in pieces] for i in range(3))
+    return tuple(np.array(v, np.int64) for v in out)  # type: ignore[return-value]
 
 
 def tensor_bytes(op: OperatorInputs | None) -> int | None:

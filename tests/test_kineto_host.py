@@ -100,3 +100,30 @@ def test_a_trace_with_device_activity_gets_no_host_lanes(tmp_path: Path) -> None
     assert parsed.device_type == "gpu"
     lanes = parsed.events.filter(pc.greater_equal(parsed.events.column("device"), 0))
     assert set(lanes.column("category").cast("string").to_pylist()) == {"kernel"}
+
+
+def _compute_by_name(ev: Any) -> dict[str, int]:
+    lanes = ev.filter(pc.greater_equal(ev.column("device"), 0))
+    out: dict[str, int] = {}
+    for row in lanes.filter(pc.equal(lanes.column("kind").cast("string"), "compute")).to_pylist():
+        out[row["name"]] = out.get(row["name"], 0) + row["dur_ns"]
+    return out
+
+
+def test_an_isend_lasting_on_the_thread_keeps_the_compute_that_runs_meanwhile(tmp_path: Path) -> None:
+    """isend's gloo:send lasts on the calling thread until the transfer completes while the thread computes on; a
+    synchronous transfer inside an operator is that operator waiting, and functional collectives' waits are no
+    compute either."""
+    events = [
+        _op("ProfilerStep#1", 0, 2000, cat="user_annotation"),
+        _op("c10d::send", 10, 10, args={"Concrete Inputs": ["", "", "1", "0"], "Input type": ["TensorList"], "Input Dims": [[[64]]]}),
+        _op("gloo:send", 18, 500, cat="user_annotation", args={"Input type": ["float"], "Input Dims": [[64]]}),
+        _op("aten::mm", 40, 300),  # the next micro-batch, while the send is in flight
+        _op("Wrapper", 600, 300),  # an operator that waits for a blocking transfer inside it
+        _op("gloo:recv", 650, 200, cat="user_annotation", args={"Input type": ["float"], "Input Dims": [[64]]}),
+        _op("_c10d_functional::wait_tensor", 1000, 400),
+        _op("aten::add", 1500, 100),
+    ]
+    path = tmp_path / "rank0.pt.trace.json"
+    path.write_text(json.dumps(_trace(0, GROUPS[:1], events)))
+    assert _compute_by_name(kineto.parse(path).events) == {"aten::mm": 300_000, "Wrapper": 100_000, "aten::add": 100_000}

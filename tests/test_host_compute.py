@@ -1,0 +1,81 @@
+"""CPU ranks' compute as the work they do (analysis.operators.typical_durations) and the direction of their
+pipeline passes (analysis.stages.inside_backward), on small hand-made host-lane traces (PyTorch 2.13 CPU shapes:
+autograd's backward runs aten::mm inside its backward nodes on the main thread)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from paradiag.analysis import stages
+from paradiag.analysis.frame import device_frame
+from paradiag.analysis.operators import typical_durations
+from paradiag.parsers import kineto
+
+GROUPS = [{"pg_name": "0", "pg_desc": "default_pg", "ranks": [0, 1]}]
+
+
+def _op(name: str, ts: float, dur: float, cat: str = "cpu_op", args: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 7, "ts": ts, "dur": dur, "args": args or {}}
+
+
+def _events(tmp_path: Path, events: list[dict[str, Any]]) -> pa.Table:
+    path = tmp_path / "rank0.pt.trace.json"
+    path.write_text(json.dumps({"distributedInfo": {"backend": "gloo", "rank": 0, "world_size": 2, "pg_config": GROUPS}, "traceEvents": events}))
+    return kineto.parse(path).events
+
+
+def test_a_preempted_call_counts_as_long_as_its_operator_typically_takes(tmp_path: Path) -> None:
+    """Four calls of aten::mm of 100 us, one of them stretched to 900 us by the scheduler, and aten::linear's own
+    time split in two pieces around its child: each call counts its operator's typical self time, a call's pieces
+    share it."""
+    events = [_op("ProfilerStep#1", 0, 10_000, cat="user_annotation")]
+    t = 10
+    for i, dur in enumerate((100, 100, 900, 100)):
+        events += [_op("aten::linear", t, dur + 20, args={"External id": 10 + i}), _op("aten::mm", t + 10, dur, args={"External id": 20 + i})]
+        t += dur + 100
+    frame = device_frame(_events(tmp_path, events))
+    typical = typical_durations(frame)
+    mm = frame.name == frame.names.index("aten::mm")
+    linear = frame.name == frame.names.index("aten::linear")
+    assert (frame.end - frame.start)[mm].sum() == 1_200_000
+    assert np.allclose(typical[mm], 100_000)
+    assert mm.sum() == 4 and linear.sum() == 8  # two self-time pieces per aten::linear call
+    assert np.isclose(typical[linear].sum(), 4 * 20_000)
+
+
+def test_operators_inside_backward_nodes_are_backward_work(tmp_path: Path) -> None:
+    """A last pipeline stage: recv, forward (aten::addmm), backward (aten::mm inside MmBackward0), send; twice.
+    aten::mm's own name says nothing about its direction: the node it runs in does. The data preparation before
+    the first receive is no micro-batch."""
+    recv = {"Concrete Inputs": ["", "", "1", "0"], "Input type": ["TensorList"], "Input Dims": [[[64]]]}
+    gloo = {"Input type": ["float"], "Input Dims": [[64]]}
+    events = [_op("ProfilerStep#1", 0, 10_000, cat="user_annotation"), _op("aten::randn", 5, 20)]
+    t = 100
+    for _ in range(2):
+        events += [
+            _op("c10d::recv_", t, 10, args=recv),
+            _op("gloo:recv", t + 5, 50, cat="user_annotation", args=gloo),
+            _op("aten::addmm", t + 100, 300),
+            _op("autograd::engine::evaluate_function: MmBackward0", t + 500, 620),
+            _op("MmBackward0", t + 505, 610),
+            _op("aten::mm", t + 510, 300),
+            _op("aten::mm", t + 810, 300),
+            _op("c10d::send", t + 1200, 10, args=recv),
+            _op("gloo:send", t + 1205, 50, cat="user_annotation", args=gloo),
+        ]
+        t += 2000
+    events_table = _events(tmp_path, events)
+    frame = device_frame(events_table)
+    back = stages.inside_backward(frame, events_table)
+    names = np.array(frame.names)[frame.name]
+    compute = frame.kind == frame.code("kinds", "compute")
+    assert set(names[back & compute]) == {"aten::mm", "MmBackward0", "autograd::engine::evaluate_function: MmBackward0"}
+    assert not back[compute & (names == "aten::addmm")].any()
+    passes = stages.rank_pass_table(frame, events_table).to_pylist()
+    assert [p["direction"] for p in passes] == ["forward", "backward", "forward", "backward"]
+    assert [p["compute_ns"] for p in passes if p["direction"] == "backward"] == [620_000, 620_000]
