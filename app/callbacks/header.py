@@ -109,8 +109,10 @@ def rank_list(ranks: list[int]) -> str:
 
 
 def sample_links(_: Any) -> list[Any]:
+    """The start page's jobs: the folders the server serves, then the bundled samples."""
     cfg = context.config()
-    return [html.Li(dcc.Link(name, href=f"/?job=sample:{name}")) for name in jobs.samples(cfg)]
+    served = [html.Li(dcc.Link(f"{name} (served)", href="/?" + urlencode({"job": token}))) for token, name in jobs.served(cfg)]
+    return served + [html.Li(dcc.Link(name, href=f"/?job=sample:{name}")) for name in jobs.samples(cfg)]
 
 
 def register(app: Dash) -> None:
