@@ -6,6 +6,7 @@ ZOOM_STACK = "marey-zoom-stack"
 EXPANDED = "expanded-stages"
 
 START_PAGE = "start-page"
+START_LINK = "start-link"
 JOB_PAGE = "job-page"
 
 SUMMARY_FACTS = "summary-facts"

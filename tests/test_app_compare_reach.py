@@ -106,3 +106,18 @@ def test_every_served_folder_is_a_baseline_and_opens_by_its_token(served_app: An
     assert "slow device of rank 5" in summary
     links = str(sample_links(None))
     assert "gpu_llm_slow_rank (served)" in links and "job=served%3A2" in links
+
+
+def test_the_start_page_is_reachable_from_a_served_job(served_app: Any) -> None:
+    from paradiag.app import ids
+    from paradiag.app.callbacks.header import page
+    from paradiag.app.callbacks.selection import address, select
+    from paradiag.app.layouts.shell import layout
+
+    assert select(None, None, None, "").job == "served"  # plain "/" opens the served job
+    start = select(None, None, None, "?start")
+    assert start.job is None and address(start) == "?start"  # a reload stays on the start page
+    assert page(start.view("job"))[0] == {"display": "block"}
+    header = layout().children[2]
+    assert [(a.children, a.href) for a in header.children[:2]] == [("paradiag", "?start"), ("open or upload a job", "?start")]
+    assert header.children[1].id == ids.START_LINK

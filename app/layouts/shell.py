@@ -8,6 +8,7 @@ from paradiag.app import ids
 from paradiag.app.callbacks.header import HIDDEN, SHOWN
 from paradiag.app.context import NOTICE, config
 from paradiag.app.layouts import job_page, start_page
+from paradiag.app.selection import START
 
 
 def layout() -> html.Div:
@@ -20,7 +21,9 @@ def layout() -> html.Div:
             html.Header(
                 className="pd-header",
                 children=[
-                    html.A("paradiag", href="/", className="pd-brand"),
+                    # The start page (samples, served folders, upload) from anywhere, a served job's page too.
+                    html.A("paradiag", href=START, className="pd-brand", title="start page: open another job or upload one"),
+                    html.A("open or upload a job", href=START, id=ids.START_LINK, className="pd-header-link"),
                     html.Span(id=ids.SELECTION_TEXT, className="pd-selection"),
                     dcc.Dropdown(id=ids.STEP_PICKER, placeholder="step", clearable=False, className="pd-step-picker"),
                     html.Button("clear selection", id=ids.CLEAR_SELECTION, className="pd-button"),
