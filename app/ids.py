@@ -7,6 +7,8 @@ EXPANDED = "expanded-stages"
 
 START_PAGE = "start-page"
 START_LINK = "start-link"
+THEME_TOGGLE = "theme-toggle"  # assets/ux.js
+GUIDE = "guide"
 JOB_PAGE = "job-page"
 
 SUMMARY_FACTS = "summary-facts"

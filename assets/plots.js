@@ -22,6 +22,28 @@
   const plots = {inFlight: 0, drawn: {}};
   window.__pdPlots = plots;
 
+  // The dark theme (assets/ux.js sets data-theme on <html>): a figure's layout is drawn with dark paper, plot and
+  // grid colours; the data keep their colours (a kind or category has one colour everywhere). The server's layout is
+  // kept on the div (_pdLayout), so a switch back redraws it as it came.
+  const DARK = {paper: "#161b22", plot: "#0d1117", font: "#d0d7de", grid: "#30363d"};
+  function themed(layout) {
+    if (!layout || document.documentElement.dataset.theme !== "dark") { return layout; }
+    const out = Object.assign({}, layout, {paper_bgcolor: DARK.paper, plot_bgcolor: DARK.plot});
+    out.font = Object.assign({}, layout.font, {color: DARK.font});
+    Object.keys(layout).concat(["xaxis", "yaxis"]).forEach(function (key) {
+      if (/^[xy]axis\d*$/.test(key)) {
+        out[key] = Object.assign({}, layout[key], {gridcolor: DARK.grid, zerolinecolor: DARK.grid, linecolor: DARK.grid});
+      }
+    });
+    if (layout.legend) { out.legend = Object.assign({}, layout.legend, {bgcolor: "rgba(0,0,0,0)"}); }
+    return out;
+  }
+  window.__pdRetheme = function () {
+    document.querySelectorAll(".js-plotly-plot").forEach(function (gd) {
+      if (gd._fullLayout && plotly) { plotly.react(gd, gd.data, gd._pdLayout || gd.layout); }
+    });
+  };
+
   function counted(el, promise) {
     if (!promise || typeof promise.then !== "function") { return promise; }
     const host = el && el.parentElement && el.parentElement.closest("[id]");
@@ -47,6 +69,10 @@
     P.react = function (gd, figure) {
       const el = typeof gd === "string" ? document.getElementById(gd) : gd;
       const layout = (figure && figure.layout) || arguments[2];
+      if (el && layout && layout.meta !== PENDING) {
+        el._pdLayout = layout;
+        if (figure && figure.layout) { arguments[1] = Object.assign({}, figure, {layout: themed(layout)}); } else { arguments[2] = themed(layout); }
+      }
       if (el && !el._fullLayout && layout && layout.meta === PENDING) {
         hold(el);
         return Promise.resolve(el);

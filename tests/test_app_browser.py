@@ -299,3 +299,33 @@ def test_double_click_on_the_timeline_zooms_out_to_the_whole_step(duo: Any) -> N
     settle(duo)
     assert float(duo.driver.execute_script(span)) > whole * 0.9  # the whole step again
     assert severe_logs(duo) == []
+
+
+def test_question_mark_lists_the_keys_and_the_dark_theme_is_remembered(duo: Any) -> None:
+    from selenium.webdriver.common.keys import Keys
+
+    open_job(duo, f"?job=sample:{SAMPLE}")
+    settle(duo)
+    body = duo.driver.find_element("tag name", "body")
+    body.send_keys("?")
+    help_box = duo.wait_for_element("#pd-keys-help", timeout=10)
+    assert help_box.is_displayed() and "zoom in around the centre" in help_box.text and "double-click" in help_box.text
+    screenshot(duo, "keys_help")
+    body.send_keys(Keys.ESCAPE)
+    assert not help_box.is_displayed()
+    assert "How to read this page" in duo.find_element("#guide").text
+    duo.find_element("#theme-toggle").click()
+    paper = "return document.querySelector('#heatmap .js-plotly-plot')._fullLayout.paper_bgcolor"
+    deadline = time.time() + 20
+    while time.time() < deadline and duo.driver.execute_script(paper) == "#fff":
+        time.sleep(0.1)
+    assert duo.driver.execute_script("return document.documentElement.dataset.theme") == "dark"
+    assert duo.driver.execute_script(paper) != "#fff"
+    open_job(duo, f"?job=sample:{SAMPLE}")  # a new page keeps the theme, and draws its graphs dark
+    settle(duo)
+    assert duo.driver.execute_script("return document.documentElement.dataset.theme") == "dark"
+    assert duo.driver.execute_script(paper) != "#fff"
+    screenshot(duo, "dark_theme")
+    duo.find_element("#theme-toggle").click()
+    assert duo.driver.execute_script("return document.documentElement.dataset.theme") == "light"
+    assert severe_logs(duo) == []

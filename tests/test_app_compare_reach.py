@@ -121,3 +121,19 @@ def test_the_start_page_is_reachable_from_a_served_job(served_app: Any) -> None:
     header = layout().children[2]
     assert [(a.children, a.href) for a in header.children[:2]] == [("paradiag", "?start"), ("open or upload a job", "?start")]
     assert header.children[1].id == ids.START_LINK
+
+
+def test_finding_badges_explain_their_colour_and_the_job_page_opens_with_a_guide() -> None:
+    from paradiag.app import palette
+    from paradiag.app.callbacks.header import findings_list
+    from paradiag.app.layouts.job_page import guide
+
+    found = [{"kind": "slow_device", "severity": "high", "ranks": [5], "impact_pct": 12, "evidence": "e"}, {"kind": "clock_skew", "severity": "info", "ranks": [1], "evidence": "x"}]
+    items = findings_list(found)
+    badge = items[0].children.children[0]
+    assert badge.style["background"] == palette.SEVERITY["high"] and badge.title.startswith("high severity: a fix saves ≥ 10 %")
+    assert items[1].children.children[0].title.startswith("info severity")
+    legend = str(items[-1])
+    assert "badge colour = severity" in legend and all(name in legend for name in ("high", "medium", "low"))
+    text = str(guide())
+    assert "How to read this page" in text and "in ms" in text and "press ? for the keys" in text

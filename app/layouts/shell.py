@@ -27,6 +27,9 @@ def layout() -> html.Div:
                     html.Span(id=ids.SELECTION_TEXT, className="pd-selection"),
                     dcc.Dropdown(id=ids.STEP_PICKER, placeholder="step", clearable=False, className="pd-step-picker"),
                     html.Button("clear selection", id=ids.CLEAR_SELECTION, className="pd-button"),
+                    # Switched in the browser alone (assets/ux.js, remembered there); "?" lists the keys.
+                    html.Button("◐ dark", id=ids.THEME_TOGGLE, className="pd-button", title="dark or light theme (remembered in this browser)"),
+                    html.Span("? keys", className="pd-help pd-keys-hint", title="press ? for the keys and gestures"),
                 ],
             ),
             # Filled by context.on_callback_error when a job token names nothing this user may open.
