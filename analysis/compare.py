@@ -272,14 +272,107 @@ def top_change(step: dict[str, Any], ranks: list[dict[str, Any]], findings: dict
 
 def _facts(report: dict[str, Any]) -> dict[str, Any]:
     job = report["job"]
-    return {k: job.get(k) for k in ("source", "content_hash", "formats", "device_type", "num_ranks", "world_size")}
+    return {**{k: job.get(k) for k in ("source", "content_hash", "formats", "device_type", "num_ranks", "world_size")}, "layout": layout_text(report)}
+
+
+def layout_text(report: dict[str, Any]) -> str:
+    """A job's size and parallel layout in words: ``256 ranks (DP4 × TP8 × PP8)``."""
+    job = report["job"]
+    layout = job.get("parallel_layout") or {}
+    axes = " × ".join(f"{a.upper()}{layout[a]}" for a in ("dp", "tp", "pp", "ep") if isinstance(layout.get(a), int) and layout[a] > 1)
+    size = job.get("num_ranks") or len(report.get("ranks") or [])
+    return f"{size} rank{'s' if size != 1 else ''} ({axes or 'no parallel layout known'})"
+
+
+def _degree(report: dict[str, Any], axis: str) -> int | None:
+    value = (report["job"].get("parallel_layout") or {}).get(axis)
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def incomparable(base: dict[str, Any], cand: dict[str, Any], pairing: dict[str, Any]) -> str | None:
+    """Why the two runs cannot be compared position by position, naming both sizes and layouts; None when they can.
+
+    Two runs compare when each paired position does the same share of the same model in both: the pipelines have
+    the same depth (else stage i is not the same part of the model), and a tensor- or expert-parallel degree that
+    differs leaves at least one mesh axis of more than one position to pair on (else the whole of one job would
+    stand against the whole of the other, and its median rank does a different share of the work). A data-parallel
+    degree may differ (its replicas are folded: each does the same work). Rank counts alone differing is no reason:
+    without mesh coordinates ranks pair by id and the unpaired ones are named."""
+    reasons = []
+    b_pp, c_pp = _degree(base, "pp"), _degree(cand, "pp")
+    if b_pp is not None and c_pp is not None and b_pp != c_pp:
+        reasons.append(f"their pipelines differ in depth ({b_pp} stages against {c_pp}), so a stage of one is not the same part of the model as a stage of the other")
+    elif not pairing["groups"]:
+        reasons.append("no rank of one holds a place in the mesh that a rank of the other holds")
+    elif pairing["by"] == "mesh coordinates" and set(pairing["folded"]) & {"tp", "ep"} and not pairing["axes"]:
+        split = ", ".join(f"{a.upper()} {b} against {c}" for a, (b, c) in pairing["folded"].items() if a in ("tp", "ep"))
+        reasons.append(f"they split the model differently ({split}) and share no mesh axis to pair ranks on, so no rank of one does the work of a rank of the other")
+    if not reasons:
+        return None
+    return f"cannot compare the baseline, {layout_text(base)}, with this job, {layout_text(cand)}: {'; '.join(reasons)}. Pick a baseline of the same pipeline depth and model split."
+
+
+def kind_text(kind: str | None) -> str:
+    """A finding or change kind in words: ``slow_link`` -> ``slow link``."""
+    return (kind or "").replace("_", " ")
+
+
+def culprit_text(culprit: Any) -> str:
+    """A finding's culprit in words: ``link between ranks 70, 78, 86, 94``, ``stage 5 (ranks 40–47)``,
+    ``rank 3, operator aten::mm``."""
+    if not isinstance(culprit, dict):
+        return "" if culprit is None else str(culprit)
+    parts: list[str] = []
+    link = culprit.get("link")
+    if isinstance(link, dict):
+        for what in ("ranks", "nodes"):
+            if link.get(what):
+                parts.append(f"link between {what} {_ranges(link[what])}")
+    if culprit.get("stage") is not None:
+        ranks = culprit.get("ranks")
+        parts.append(f"stage {culprit['stage']}" + (f" (ranks {_ranges(ranks)})" if ranks else ""))
+    elif culprit.get("ranks") and not isinstance(link, dict):
+        ranks = list(culprit["ranks"])
+        parts.append(f"rank{'s' if len(ranks) > 1 else ''} {_ranges(ranks)}")
+    if culprit.get("hosts"):
+        parts.append(f"hosts {', '.join(map(str, culprit['hosts']))}")
+    if culprit.get("operator"):
+        parts.append(f"operator {culprit['operator']}")
+    known = {"link", "stage", "ranks", "hosts", "operator"}
+    parts += [f"{k} {v}" for k, v in culprit.items() if k not in known and v not in (None, [], "", {})]
+    return ", ".join(parts)
+
+
+def _ranges(values: Any) -> str:
+    """Numbers with runs of three or more as ranges: ``40–47``, ``70, 78, 86, 94``."""
+    if not isinstance(values, list | tuple) or not all(isinstance(v, int) for v in values):
+        return str(values)
+    runs: list[list[int]] = []
+    for v in sorted(set(values)):
+        if runs and v == runs[-1][-1] + 1:
+            runs[-1].append(v)
+        else:
+            runs.append([v])
+    return ", ".join(f"{r[0]}–{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs)
+
+
+def change_text(top: dict[str, Any]) -> str:
+    """The top change in words: what kind, about whom, and its evidence."""
+    if not top.get("kind"):
+        return str(top.get("evidence") or "no change beyond noise")
+    who = culprit_text(top.get("culprit"))
+    return f"{kind_text(top['kind'])}" + (f" of {who}" if who else "") + f": {top['evidence']}"
 
 
 def compare(base: dict[str, Any], cand: dict[str, Any], base_ops: dict[str, dict[str, Any]], cand_ops: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The ``paradiag.compare/1`` document for a baseline and a candidate run."""
+    """The ``paradiag.compare/1`` document for a baseline and a candidate run. Runs that cannot be compared
+    (``incomparable``) get a document with ``refused`` (why, in words) and no deltas."""
+    pairing = rank_pairing(base, cand)
+    refused = incomparable(base, cand, pairing)
+    if refused:
+        return {"schema": COMPARE_SCHEMA, "baseline": _facts(base), "candidate": _facts(cand), "refused": refused, "rank_pairing": {**{k: v for k, v in pairing.items() if k != "groups"}, "text": pairing_text(pairing)}}
     same_format = base["job"].get("device_type") == cand["job"].get("device_type")
     step = delta(_median_step(base), _median_step(cand))
-    pairing = rank_pairing(base, cand)
     ranks = rank_deltas(base, cand, pairing)
     findings = finding_changes(base, cand)
     operators = operator_deltas(base_ops, cand_ops, same_format)
@@ -289,6 +382,7 @@ def compare(base: dict[str, Any], cand: dict[str, Any], base_ops: dict[str, dict
         "schema": COMPARE_SCHEMA,
         "baseline": _facts(base),
         "candidate": _facts(cand),
+        "refused": None,
         "step_time_ns": step,
         "compute_ns_median_rank": delta(statistics.median(compute_b) if compute_b else None, statistics.median(compute_c) if compute_c else None),
         "rank_pairing": {**{k: v for k, v in pairing.items() if k != "groups"}, "text": pairing_text(pairing)},

@@ -18,6 +18,9 @@ class Config:
     """Where jobs come from, where the app keeps its files, how it signs users in and what an upload may cost."""
 
     job: str | None = None
+    # More job folders or caches the server serves beside ``job`` (``paradiag serve A B C``, or
+    # ``PARADIAG_MORE_JOBS``, comma-separated): ``served:1``, ``served:2``, ... to open or to compare against.
+    more_jobs: tuple[str, ...] = ()
     samples_dir: Path = SAMPLES_DIR
     upload_dir: Path = Path("uploads")
     app_cache_dir: Path = Path("app-cache")
@@ -49,6 +52,7 @@ class Config:
         app_cache = Path(env.get("PARADIAG_APP_CACHE_DIR") or root / "app")
         values: dict[str, object] = {
             "job": env.get("PARADIAG_JOB") or None,
+            "more_jobs": tuple(p.strip() for p in env.get("PARADIAG_MORE_JOBS", "").split(",") if p.strip()),
             "samples_dir": Path(env.get("PARADIAG_SAMPLES_DIR") or SAMPLES_DIR),
             "upload_dir": Path(env.get("PARADIAG_UPLOAD_DIR") or root / "uploads"),
             "app_cache_dir": app_cache,

@@ -6,6 +6,9 @@ ZOOM_STACK = "marey-zoom-stack"
 EXPANDED = "expanded-stages"
 
 START_PAGE = "start-page"
+START_LINK = "start-link"
+THEME_TOGGLE = "theme-toggle"  # assets/ux.js
+GUIDE = "guide"
 JOB_PAGE = "job-page"
 
 SUMMARY_FACTS = "summary-facts"

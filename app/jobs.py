@@ -1,7 +1,7 @@
 """Which job a request means, and opening it.
 
 A job is named by a token that any worker can resolve from disk alone: ``served`` (the folder given to
-``paradiag serve``), ``sample:<name>`` (a bundled sample) or ``upload:<id>`` (an upload of the current user whose
+``paradiag serve``; ``served:1``, ``served:2``, ... the further folders it was given), ``sample:<name>`` (a bundled sample) or ``upload:<id>`` (an upload of the current user whose
 parse has finished). Opened jobs are kept per process only as a memo of what is on disk; losing it costs a
 re-open, never data.
 """
@@ -44,6 +44,14 @@ def samples(config: Config) -> list[str]:
     return sorted(p.name for p in root.iterdir() if (p / "ground_truth.json").is_file())
 
 
+def served(config: Config) -> list[tuple[str, str]]:
+    """(token, shown name) of every job folder or cache the server was started on: ``served`` first, then
+    ``served:1``, ``served:2``, ... for the further ones."""
+    paths = ([config.job] if config.job else []) + list(config.more_jobs)
+    tokens = ["served"] + [f"served:{i}" for i in range(1, len(config.more_jobs) + 1)] if config.job else [f"served:{i}" for i in range(1, len(paths) + 1)]
+    return [(t, p.rstrip("/").rsplit("/", 1)[-1] or p) for t, p in zip(tokens, paths, strict=True)]
+
+
 def user_upload_root(config: Config, user: str) -> Path:
     """The user's own uploads folder: named after the user, or after a hash of a name that is no safe folder
     name (sign-in names come from the users file, which may hold "j. doe" or "j@team")."""
@@ -67,8 +75,11 @@ def path_of(token: str, config: Config, user: str) -> Path | str:
     without the limits its own parse process runs under."""
     token, _ = split_window(token)
     kind, _, name = token.partition(":")
-    if kind == "served" and config.job:
-        return config.job if is_url(config.job) else Path(config.job)  # a cache's URL stays a string
+    served_path = config.job if kind == "served" and not name else None
+    if kind == "served" and name.isdigit() and len(name) <= 4 and 1 <= int(name) <= len(config.more_jobs):
+        served_path = config.more_jobs[int(name) - 1]
+    if served_path:
+        return served_path if is_url(served_path) else Path(served_path)  # a cache's URL stays a string
     if kind == "sample" and SAFE_NAME.match(name) and name in samples(config):
         return config.samples_dir / name
     if kind == "upload" and SAFE_NAME.match(name):

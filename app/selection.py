@@ -119,6 +119,14 @@ def _ranks(value: Any) -> list[int] | None:
     return list(dict.fromkeys(ranks)) if ranks else None
 
 
+START = "?start"  # the start page's address on a server that serves a job (plain "/" opens the served job)
+
+
+def wants_start(search: str | None) -> bool:
+    """Whether a URL query asks for the start page (``?start``): the header's brand and "open a job" links."""
+    return "start" in parse_qs((search or "").lstrip("?"), keep_blank_values=True)
+
+
 MAX_TOKEN = 200  # a job token: ``served``, ``sample:<name>``, ``upload:<id>`` (names of at most 128 characters)
 # How each field is read from what a client sent (None: the field is not set).
 FIELDS: dict[str, Callable[[Any], Any]] = {

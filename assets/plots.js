@@ -12,10 +12,47 @@
    Not laid out again at the same size: dcc.Graph lays a plot out again (Plotly.Plots.resize, a relayout of the
    whole plot) whenever its box changes size, which a new figure of another height does by itself: the plot is
    drawn at its new size, then drawn again for it. A resize that finds the plot already as wide and as high as
-   its box is skipped, and so is one of a div not plotted yet (its first plot fits its box). */
+   its box is skipped, and so is one of a div not plotted yet (its first plot fits its box).
+
+   The page's own signal of what is drawn (tests wait on it, not on fixed sleeps): window.__pdPlots holds
+   inFlight (plots and resizes begun and not finished) and drawn[graph id] (plots and resizes finished). */
 (function () {
   const PENDING = "pending";
   let plotly;
+  const plots = {inFlight: 0, drawn: {}};
+  window.__pdPlots = plots;
+
+  // The dark theme (assets/ux.js sets data-theme on <html>): a figure's layout is drawn with dark paper, plot and
+  // grid colours; the data keep their colours (a kind or category has one colour everywhere). The server's layout is
+  // kept on the div (_pdLayout), so a switch back redraws it as it came.
+  const DARK = {paper: "#161b22", plot: "#0d1117", font: "#d0d7de", grid: "#30363d"};
+  function themed(layout) {
+    if (!layout || document.documentElement.dataset.theme !== "dark") { return layout; }
+    const out = Object.assign({}, layout, {paper_bgcolor: DARK.paper, plot_bgcolor: DARK.plot});
+    out.font = Object.assign({}, layout.font, {color: DARK.font});
+    Object.keys(layout).concat(["xaxis", "yaxis"]).forEach(function (key) {
+      if (/^[xy]axis\d*$/.test(key)) {
+        out[key] = Object.assign({}, layout[key], {gridcolor: DARK.grid, zerolinecolor: DARK.grid, linecolor: DARK.grid});
+      }
+    });
+    if (layout.legend) { out.legend = Object.assign({}, layout.legend, {bgcolor: "rgba(0,0,0,0)"}); }
+    return out;
+  }
+  window.__pdRetheme = function () {
+    document.querySelectorAll(".js-plotly-plot").forEach(function (gd) {
+      if (gd._fullLayout && plotly) { plotly.react(gd, gd.data, gd._pdLayout || gd.layout); }
+    });
+  };
+
+  function counted(el, promise) {
+    if (!promise || typeof promise.then !== "function") { return promise; }
+    const host = el && el.parentElement && el.parentElement.closest("[id]");
+    const id = (host && host.id) || (el && el.id) || "?";
+    plots.inFlight += 1;
+    const done = function () { plots.inFlight -= 1; plots.drawn[id] = (plots.drawn[id] || 0) + 1; };
+    promise.then(done, done);
+    return promise;
+  }
 
   function hold(el) {
     if (el._pdHeld) { return; }
@@ -32,18 +69,22 @@
     P.react = function (gd, figure) {
       const el = typeof gd === "string" ? document.getElementById(gd) : gd;
       const layout = (figure && figure.layout) || arguments[2];
+      if (el && layout && layout.meta !== PENDING) {
+        el._pdLayout = layout;
+        if (figure && figure.layout) { arguments[1] = Object.assign({}, figure, {layout: themed(layout)}); } else { arguments[2] = themed(layout); }
+      }
       if (el && !el._fullLayout && layout && layout.meta === PENDING) {
         hold(el);
         return Promise.resolve(el);
       }
       const held = el && el._pdHeld;
-      if (!held) { return react.apply(this, arguments); }
+      if (!held) { return counted(el, react.apply(this, arguments)); }
       delete el._pdHeld;
       delete el.on;
       delete el.removeAllListeners;
       const plotted = react.apply(this, arguments);  // makes the div's event emitter (el.on) first of all
       held.forEach(function (h) { el.on(h[0], h[1]); });
-      return plotted;
+      return counted(el, plotted);
     };
     // dcc.Graph also resizes a graph after its first plot; plotly's resize relayouts the div 100 ms later, by
     // when the real figure may be there: drawn twice.
@@ -52,7 +93,7 @@
       const el = typeof gd === "string" ? document.getElementById(gd) : gd;
       const full = el && el._fullLayout;
       const fits = full && Math.round(full.width) === el.clientWidth && Math.round(full.height) === el.clientHeight;
-      return el && (el._pdHeld || fits) ? Promise.resolve(el) : resize.apply(this, arguments);
+      return el && (el._pdHeld || fits) ? Promise.resolve(el) : counted(el, resize.apply(this, arguments));
     };
   }
 

@@ -79,6 +79,9 @@ def snapshot(
         sys.exit(gate.EXIT_GATE)
 
 
+EXIT_REFUSED = 2  # ``paradiag compare`` of runs that cannot be compared (click's usage errors exit 2 too: both "not run")
+
+
 @click.command()
 @click.argument("baseline", type=Location(exists=True))
 @click.argument("candidate", type=Location(exists=True))
@@ -88,7 +91,10 @@ def snapshot(
 def compare(baseline: Path | str, candidate: Path | str, output: Path | None, as_json: bool, strict: bool) -> None:
     """Compare two runs: step time and breakdown per rank and stage, operators that got slower or faster,
     findings that appeared or disappeared, and the top change. Works across GPU and NPU runs of one model
-    (operators are then matched by category)."""
+    (operators are then matched by category). Runs whose pipelines differ in depth, or that split the model
+    differently with no mesh axis to pair ranks on, are refused (exit 2, saying why; --json prints the document
+    with its ``refused`` reason)."""
+    from paradiag.analysis.compare import change_text, culprit_text, kind_text
     from paradiag.analysis.compare import compare as compare_reports
     from paradiag.analysis.report import build_report
 
@@ -97,6 +103,11 @@ def compare(baseline: Path | str, candidate: Path | str, output: Path | None, as
         job = _open(path, None, strict, None)
         docs.append((build_report(job), job.diagnosis().operator_times))
     result = compare_reports(docs[0][0], docs[1][0], docs[0][1], docs[1][1])
+    if result["refused"]:
+        if as_json:
+            click.echo(_json(result))
+        click.echo(f"paradiag compare: {result['refused']}", err=True)
+        sys.exit(EXIT_REFUSED)
     if output is not None:
         from paradiag.static import render_compare
 
@@ -107,11 +118,11 @@ def compare(baseline: Path | str, candidate: Path | str, output: Path | None, as
     top = result["top_change"]
     step = result["step_time_ns"]
     click.echo(f"step time {ms(step['baseline'])} -> {ms(step['candidate'])} ms ({_pct(step['delta_pct'])})")
-    click.echo(f"top change: {top['evidence']}" + (f" [{top['kind']}: {top['culprit']}]" if top["kind"] else ""))
-    for f in result["findings"]["appeared"]:
-        click.echo(f"+ {f['kind']}: {f.get('evidence', '')}")
-    for f in result["findings"]["disappeared"]:
-        click.echo(f"- {f['kind']}: {f.get('evidence', '')}")
+    click.echo(f"top change: {change_text(top)}")
+    for sign, what in (("+", "appeared"), ("-", "disappeared")):
+        for f in result["findings"][what]:
+            who = culprit_text(f.get("culprit"))
+            click.echo(f"{sign} {kind_text(f['kind'])}" + (f" ({who})" if who else "") + f": {f.get('evidence', '')}")
     for op in result["operators"]["slower"][:5]:
         click.echo(f"slower {html.unescape(op['operator'])[:60]}: {op['change_ns_per_step'] / 1e6:+.3f} ms/step")
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from paradiag.app import palette
-from tests.test_app_support import click_data_point, composite, screenshot, severe_logs, wait_plot
+from tests.test_app_support import click_data_point, composite, screenshot, settle, severe_logs, wait_plot
 
 pytestmark = [
     pytest.mark.browser,
@@ -44,17 +44,6 @@ def current_search(duo: Any) -> str:
     return str(duo.driver.execute_script("return window.location.search"))
 
 
-def wait_idle(duo: Any, timeout: float = 30) -> None:
-    """Until no Dash component has been loading for half a second."""
-    deadline, quiet_since = time.time() + timeout, None
-    while time.time() < deadline:
-        busy = duo.driver.execute_script("return document.querySelectorAll('[data-dash-is-loading=\"true\"]').length")
-        quiet_since = None if busy else (quiet_since or time.time())
-        if quiet_since and time.time() - quiet_since > 0.5:
-            return
-        time.sleep(0.1)
-
-
 def wait_search(duo: Any, part: str, timeout: float = 20) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline and part not in current_search(duo):
@@ -66,7 +55,7 @@ def test_every_view_renders(duo: Any) -> None:
     open_job(duo, f"?job=sample:{SAMPLE}")
     for graph_id in ("heatmap", "timeline", "marey", "detail-operators", "detail-breakdown", "detail-collectives", "comm-matrix", "flow"):
         wait_plot(duo, graph_id)
-    time.sleep(1.0)
+    settle(duo)
     screenshot(duo, "job_page")
     for element in ("heatmap", "timeline", "marey", "flow", "comm-matrix"):
         screenshot(duo, element, element)
@@ -91,7 +80,7 @@ def test_the_first_screen_shows_the_culprit(duo: Any) -> None:
     rows = duo.driver.execute_script("return document.querySelector('#timeline .js-plotly-plot').layout.yaxis.ticktext")
     assert rows[0].startswith("<b>r5 compute") and all(not r.startswith("<b>") for r in rows if "r5 " not in r)
     assert "step=1" in current_search(duo)
-    time.sleep(0.5)
+    settle(duo)
     screenshot(duo, "first_screen")
     screenshot(duo, "heatmap_culprit", "heatmap")
     screenshot(duo, "timeline_culprit", "timeline")
@@ -102,7 +91,7 @@ def test_the_critical_path_toggle_draws_the_path_on_the_culprit(duo: Any) -> Non
     """Read from the page: the slow rank 5 is the timeline's first row; ticking "critical path" draws the path's
     segments, and those on rank 5's rows name it in their hover."""
     open_job(duo, f"?job=sample:{SAMPLE}")
-    wait_idle(duo)
+    settle(duo)
     script = "return document.querySelector('#timeline .js-plotly-plot').layout.yaxis.ticktext"
     assert duo.driver.execute_script(script)[0].startswith("<b>r5 compute")
     toggle = duo.find_element("#timeline-path input")
@@ -119,7 +108,7 @@ def test_the_critical_path_toggle_draws_the_path_on_the_culprit(duo: Any) -> Non
     on_culprit = [text for row, text in zip(drawn["rows"], drawn["text"], strict=True) if drawn["labels"][row].startswith("<b>r5 ")]
     assert on_culprit and all("rank 5" in text for text in on_culprit)
     assert {text.split(" · ")[0] for text in drawn["text"]} <= {"compute", "communication", "waiting", "host"}
-    time.sleep(0.5)
+    settle(duo)
     screenshot(duo, "timeline_critical_path", "timeline")
     assert severe_logs(duo) == []
 
@@ -140,7 +129,7 @@ def test_a_timeline_interval_answers_hover_and_click_at_its_middle_without_a_nod
     from selenium.webdriver.common.action_chains import ActionChains
 
     open_job(duo, f"?job=sample:{SAMPLE}")
-    wait_idle(duo)
+    settle(duo)
     x, y, intervals, nodes = duo.driver.execute_script(
         """const gd = document.querySelector('#timeline .js-plotly-plot');
         gd.on('plotly_click', e => { window.__timelineClick = e.points.map(p => [p.data.name, p.y]); });
@@ -175,7 +164,7 @@ def test_keys_zoom_the_timeline_and_slash_searches_an_operator(duo: Any) -> None
     from selenium.webdriver.common.keys import Keys
 
     open_job(duo, f"?job=sample:{SAMPLE}")
-    wait_idle(duo)  # a view still arriving would redraw the timeline under the key
+    settle(duo)  # a view still arriving would redraw the timeline under the key
     body = duo.driver.find_element("tag name", "body")
     body.send_keys("w")  # zoom in around the centre: the window goes into the URL
     wait_search(duo, "t=")
@@ -189,7 +178,8 @@ def test_keys_zoom_the_timeline_and_slash_searches_an_operator(duo: Any) -> None
             box = duo.driver.switch_to.active_element
             if box.tag_name == "input" and "gemm" not in (box.get_attribute("value") or ""):
                 box.send_keys("gemm")
-            time.sleep(0.5)
+            if not wait_option(duo, "gemm"):  # the dropdown has filtered its options to the matches
+                continue
             duo.driver.switch_to.active_element.send_keys(Keys.ENTER)
         except StaleElementReferenceException:
             continue
@@ -208,7 +198,7 @@ def test_finding_click_focuses_its_culprit(duo: Any) -> None:
     wait_search(duo, "ranks=5")
     duo.wait_for_contains_text("#detail-title", "rank 5, step 1", timeout=20)  # the step its evidence quotes
     pick_baseline(duo, "gpu_llm_fault_free")
-    duo.wait_for_contains_text("#compare-summary", "ranks 5", timeout=30)  # against the fault-free run, rank 5 is the top change
+    duo.wait_for_contains_text("#compare-summary", "rank 5", timeout=30)  # against the fault-free run, rank 5 is the top change
     wait_plot(duo, "compare-ranks")
     assert "base=sample%3Agpu_llm_fault_free" in current_search(duo)
     screenshot(duo, "compare", "compare-summary")
@@ -223,8 +213,19 @@ def pick_baseline(duo: Any, name: str) -> None:
     duo.find_element("#baseline-picker").click()
     search = duo.wait_for_element("#baseline-picker input, .dash-dropdown-search, input[type=search]", timeout=10)
     search.send_keys(name)
-    time.sleep(0.3)
+    assert wait_option(duo, name), f"no dropdown option holding {name!r}"
     search.send_keys(Keys.ENTER)
+
+
+def wait_option(duo: Any, text: str, timeout: float = 5) -> bool:
+    """Whether an open dropdown came to list an option holding ``text`` (it filters as one types)."""
+    script = "return Array.from(document.querySelectorAll('[role=option]')).map(o => o.textContent.toLowerCase())"
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if any(text.lower() in o for o in duo.driver.execute_script(script) or []):
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def test_marey_band_click_selects_the_flow_node(duo: Any) -> None:
@@ -267,4 +268,64 @@ def test_upload_of_a_sample_folder_parses_and_opens(duo: Any) -> None:
     wait_plot(duo, "heatmap")
     wait_plot(duo, "timeline")
     screenshot(duo, "after_upload")
+    assert severe_logs(duo) == []
+
+
+def test_double_click_on_the_timeline_zooms_out_to_the_whole_step(duo: Any) -> None:
+    """W zooms in (the window goes into the link); a double-click on the plot zooms back out to the whole step."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    open_job(duo, f"?job=sample:{SAMPLE}&step=1")
+    settle(duo)
+    span = "const r = document.querySelector('#timeline .js-plotly-plot')._fullLayout.xaxis.range; return r[1] - r[0];"
+    whole = float(duo.driver.execute_script(span))
+    duo.driver.find_element("tag name", "body").send_keys("w")
+    wait_search(duo, "t=")
+    settle(duo)  # the zoomed figure drawn: no plot lands between the double-click's two clicks
+    assert float(duo.driver.execute_script(span)) < whole * 0.6
+    pos = duo.driver.execute_script(
+        """const gd = document.querySelector('#timeline .js-plotly-plot'); gd.scrollIntoView({block: 'center'});
+        const fl = gd._fullLayout, box = gd.getBoundingClientRect();
+        return [box.left + fl.xaxis._offset + fl.xaxis._length * 0.5, box.top + fl.yaxis._offset + fl.yaxis._length * 0.5];"""
+    )
+    actions = ActionChains(duo.driver)
+    actions.w3c_actions.pointer_action.move_to_location(int(pos[0]), int(pos[1]))
+    actions.w3c_actions.pointer_action.double_click()
+    actions.perform()
+    deadline = time.time() + 30
+    while time.time() < deadline and "t=" in current_search(duo):
+        time.sleep(0.1)
+    assert "t=" not in current_search(duo)
+    settle(duo)
+    assert float(duo.driver.execute_script(span)) > whole * 0.9  # the whole step again
+    assert severe_logs(duo) == []
+
+
+def test_question_mark_lists_the_keys_and_the_dark_theme_is_remembered(duo: Any) -> None:
+    from selenium.webdriver.common.keys import Keys
+
+    open_job(duo, f"?job=sample:{SAMPLE}")
+    settle(duo)
+    body = duo.driver.find_element("tag name", "body")
+    body.send_keys("?")
+    help_box = duo.wait_for_element("#pd-keys-help", timeout=10)
+    assert help_box.is_displayed() and "zoom in around the centre" in help_box.text and "double-click" in help_box.text
+    screenshot(duo, "keys_help")
+    body.send_keys(Keys.ESCAPE)
+    assert not help_box.is_displayed()
+    assert "How to read this page" in duo.find_element("#guide").text
+    duo.find_element("#theme-toggle").click()
+    paper = "return document.querySelector('#heatmap .js-plotly-plot')._fullLayout.paper_bgcolor"
+    deadline = time.time() + 20
+    while time.time() < deadline and duo.driver.execute_script(paper) == "#fff":
+        time.sleep(0.1)
+    assert duo.driver.execute_script("return document.documentElement.dataset.theme") == "dark"
+    assert duo.driver.execute_script(paper) != "#fff"
+    open_job(duo, f"?job=sample:{SAMPLE}")  # a new page keeps the theme, and draws its graphs dark
+    settle(duo)
+    assert duo.driver.execute_script("return document.documentElement.dataset.theme") == "dark"
+    assert duo.driver.execute_script(paper) != "#fff"
+    screenshot(duo, "dark_theme")
+    duo.find_element("#theme-toggle").click()
+    assert duo.driver.execute_script("return document.documentElement.dataset.theme") == "light"
     assert severe_logs(duo) == []

@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_app_browser import wait_idle
-from tests.test_app_support import click_data_point, composite, severe_logs, wait_plot
+from tests.test_app_support import click_data_point, composite, settle, severe_logs, wait_plot
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.filterwarnings("ignore:HTTPResponse.getheader:DeprecationWarning")]
 SAMPLE = "gpu_llm_slow_rank"
@@ -45,7 +44,7 @@ def test_every_view_draws_under_the_policy_without_unsafe_eval(duo: Any) -> None
     duo.wait_for_contains_text("#selection-text", "step 2", timeout=30)
     for graph_id in VIEWS:
         wait_plot(duo, graph_id)
-    wait_idle(duo)  # no request left in flight when the server stops
+    settle(duo)  # no request left in flight when the server stops
     violations = duo.driver.execute_script("return window.__cspViolations")
     assert violations == [], violations
     logs = severe_logs(duo)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_app_support import click_data_point, composite, screenshot, severe_logs, wait_plot
+from tests.test_app_support import click_data_point, composite, screenshot, settle, severe_logs, wait_plot
 from tests.test_app_timeline_folds import CULPRIT, MESH
 
 pytestmark = [
@@ -101,7 +101,7 @@ def test_a_click_on_a_folded_heatmap_row_selects_its_ranks_unfolds_it_and_draws_
     opened = wait_for(duo, heat, lambda t: len(t) > len(ticks))
     assert ticks[row] not in opened  # the folded row gave way to its groups or ranks
     wait_for(duo, TICKS, lambda t: t and t[0].startswith("<b>r"))
-    time.sleep(1.5)  # a second layout for the new size would come within Plotly's resize delay (100 ms)
+    settle(duo)  # a second layout for the new size would be a plot or resize in flight, then drawn
     assert duo.driver.execute_script("return window.__draws") == {"heatmap": 1, "timeline": 1}
     assert len(search.split("ranks=")[1].split("&")[0].split("%2C")) > 1
     assert severe_logs(duo) == []

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.test_app_support import click_data_point, composite, screenshot, severe_logs, wait_plot
+from paradiag.app.callbacks.pipeline import CLICK_DELAY_MS
+from tests.test_app_support import click_data_point, composite, screenshot, settle, severe_logs, wait_plot
 
 pytestmark = [
     pytest.mark.browser,
@@ -78,19 +79,22 @@ def pointer(duo: Any, x: float, y: float, gesture: str) -> None:
 def test_double_click_resets_the_zoom_and_selects_nothing_a_click_selects(duo: Any) -> None:
     duo.driver.get(f"{duo.server_url}/?job=sample:{SAMPLE}&step=1")
     wait_plot(duo, "marey")
-    assert until(lambda: not duo.driver.execute_script("return document.querySelectorAll('[data-dash-is-loading=\"true\"]').length"))
-    time.sleep(1.0)  # every view drawn: nothing redraws the graph under the zoom
+    settle(duo)  # every view drawn: nothing redraws the graph under the zoom
     duo.driver.execute_script(
         """const gd = document.querySelector('#marey .js-plotly-plot'); gd.scrollIntoView({block: 'center'});
         const [a, b] = gd._fullLayout.xaxis.range;
         Plotly.relayout(gd, {'xaxis.range[0]': a + (b - a) * 0.3, 'xaxis.range[1]': a + (b - a) * 0.6});"""
     )
     assert until(lambda: "t=" in search(duo)), search(duo)  # zoomed: the window is in the link
-    time.sleep(1.0)
+    # The zoomed window's figures drawn: a plot landing between the double-click's two clicks (a busy page draws
+    # for longer than plotly's 300 ms double-click delay) made them two single clicks, and the zoom stayed.
+    settle(duo)
     pointer(duo, *gemm_bar(duo), "double_click")
     assert until(lambda: "t=" not in search(duo)), search(duo)  # the zoom was reset ...
-    time.sleep(1.5)
-    assert "op=" not in search(duo), search(duo)  # ... and nothing was selected
+    # ... and nothing was selected: the first click's deferral has run out and every answer is in.
+    assert until(lambda: duo.driver.execute_script("return Date.now() - window.__pdMareyClicks.pressAt") > CLICK_DELAY_MS + 100)
+    settle(duo)
+    assert "op=" not in search(duo), search(duo)
     click_data_point(duo, "marey", *gemm_bar(duo))
     assert until(lambda: "op=" in search(duo)), search(duo)  # a single click selects the instance
     assert "gemm" in search(duo).lower()
@@ -119,8 +123,7 @@ def test_the_critical_path_toggle_draws_the_path(duo: Any) -> None:
 def test_a_long_bar_answers_hover_and_click_away_from_its_middle(duo: Any) -> None:
     duo.driver.get(f"{duo.server_url}/?job=sample:{SAMPLE}&step=1")
     wait_plot(duo, "marey")
-    assert until(lambda: not duo.driver.execute_script("return document.querySelectorAll('[data-dash-is-loading=\"true\"]').length"))
-    time.sleep(1.0)
+    settle(duo)
     # The longest bar's hover points (those sharing an instance and a row), and a spot in its first quarter.
     bar = duo.driver.execute_script(
         """const gd = document.querySelector('#marey .js-plotly-plot'); gd.scrollIntoView({block: 'center'});

@@ -42,6 +42,33 @@ def composite(app: Any) -> Iterator[Any]:
         yield duo
 
 
+# The page's own signals of work in progress: Dash's callbacks not yet answered (its store, as dash.testing reads
+# it), components marked loading, and plots begun and not finished (assets/plots.js, window.__pdPlots).
+BUSY = """const s = window.store && window.store.getState();
+if (!s || !window.__pdPlots) { return -1; }
+const c = s.callbacks || {};
+let n = 0;
+for (const k of Object.keys(c)) { if (k !== 'stored' && k !== 'completed' && Array.isArray(c[k])) { n += c[k].length; } }
+return n + document.querySelectorAll('[data-dash-is-loading="true"]').length + window.__pdPlots.inFlight;"""
+
+
+def settle(duo: Any, timeout: float = 90, polls: int = 3) -> None:
+    """Until the page has no callback pending, nothing loading and no plot being drawn, on ``polls`` polls in a
+    row (a callback's answer can queue the next one a tick later). A busy machine only makes it take longer."""
+    deadline, quiet = time.time() + timeout, 0
+    while time.time() < deadline:
+        quiet = quiet + 1 if duo.driver.execute_script(BUSY) == 0 else 0
+        if quiet >= polls:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"the page never settled in {timeout} s (busy: {duo.driver.execute_script(BUSY)})")
+
+
+def drawn(duo: Any, graph_id: str) -> int:
+    """How many times the graph ``graph_id`` has been drawn (plots and resizes finished)."""
+    return int(duo.driver.execute_script("return (window.__pdPlots && window.__pdPlots.drawn[arguments[0]]) || 0", graph_id))
+
+
 def plot_state(duo: Any, graph_id: str) -> dict[str, Any]:
     """How many traces and points the plot in ``graph_id`` holds."""
     return duo.driver.execute_script(

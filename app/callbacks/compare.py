@@ -7,6 +7,7 @@ from typing import Any
 
 from dash import Dash, Output, html, no_update
 
+from paradiag.analysis.compare import change_text, culprit_text, kind_text, layout_text
 from paradiag.app import boundary, context, ids, jobs, uploads
 from paradiag.app.boundary import In
 from paradiag.app.data.compare import compare_jobs
@@ -21,12 +22,13 @@ NONE = {"label": "no baseline", "value": ""}
 
 
 def baseline_options(sel: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every job this user may open, but the current one."""
+    """Every job this user may open, but the current one: the folders the server serves, the bundled samples and
+    this user's finished uploads."""
     cfg = context.config()
-    tokens = ["served"] if cfg.job else []
-    tokens += [f"sample:{name}" for name in jobs.samples(cfg)]
-    tokens += [f"upload:{u}" for u in _uploads(cfg)]
-    return [NONE] + [{"label": t.replace("sample:", "sample ").replace("upload:", "upload "), "value": t} for t in tokens if t != sel.get("job")]
+    shown = [(token, f"served {name}") for token, name in jobs.served(cfg)]
+    shown += [(f"sample:{name}", f"sample {name}") for name in jobs.samples(cfg)]
+    shown += [(f"upload:{u}", f"upload {u}") for u in _uploads(cfg)]
+    return [NONE] + [{"label": label, "value": token} for token, label in shown if token != sel.get("job")]
 
 
 def _uploads(cfg: Any) -> list[str]:
@@ -53,6 +55,9 @@ def render_compare(view: dict[str, Any] | None) -> tuple[Any, Any, Any]:
         missing = empty_figure("baseline not found", height=160)
         return html.P(f"no baseline {view['base']!r} you may open", className="pd-help"), missing, missing
     doc = compare_jobs(base, job)
+    if doc.get("refused"):
+        refused = empty_figure("not comparable", height=160)
+        return [html.P(doc["refused"], className="pd-warning pd-compare-refused")], refused, refused
     warning = layout_warning(base, job)
     pairing = html.P(doc["rank_pairing"]["text"], className="pd-help")
     return ([html.P(warning, className="pd-warning")] if warning else []) + [pairing, *summary(doc)], rank_changes_figure(doc), operator_changes_figure(doc)
@@ -60,15 +65,10 @@ def render_compare(view: dict[str, Any] | None) -> tuple[Any, Any, Any]:
 
 def layout_warning(base: Job, job: Job) -> str | None:
     """What differs between the two jobs' sizes and parallel layouts, or None when they match."""
-    a, b = report(base)["job"], report(job)["job"]
-    axes = ("dp", "tp", "pp", "ep")
-    shape = {n: " × ".join(f"{k.upper()}{v}" for k, v in d["parallel_layout"].items() if k in axes and v) or "unknown layout" for n, d in (("base", a), ("this", b))}
-    if a["num_ranks"] == b["num_ranks"] and shape["base"] == shape["this"]:
+    a, b = layout_text(report(base)), layout_text(report(job))
+    if a == b:
         return None
-    return (
-        f"the jobs differ: baseline {a['num_ranks']} ranks ({shape['base']}), this job {b['num_ranks']} ranks ({shape['this']}); "
-        "ranks are compared by their place in the mesh, as said below"
-    )
+    return f"the jobs differ: baseline {a}, this job {b}; ranks are compared by their place in the mesh, as said below"
 
 
 def summary(doc: dict[str, Any]) -> list[Any]:
@@ -76,19 +76,16 @@ def summary(doc: dict[str, Any]) -> list[Any]:
     top, step, found = doc["top_change"], doc["step_time_ns"], doc["findings"]
     pct = step["delta_pct"]
     items = [
-        html.P([html.B("top change: "), f"{top.get('kind') or '-'} {_culprit(top.get('culprit'))} · {top['evidence']}"], className="pd-compare-top"),
+        html.P([html.B("top change: "), change_text(top)], className="pd-compare-top"),
         html.P(f"median step {ms(step['baseline'])} → {ms(step['candidate'])} ms" + (f" ({pct:+.1f}%)" if pct is not None else "")),
     ]
-    changes = [html.Li(f"+ appeared: {f['kind']}: {f.get('evidence', '')}") for f in found["appeared"]]
-    changes += [html.Li(f"− disappeared: {f['kind']}: {f.get('evidence', '')}") for f in found["disappeared"]]
+    changes = [html.Li(f"{sign} {what}: {_finding(f)}") for sign, what in (("+", "appeared"), ("−", "disappeared")) for f in found[what]]
     return [*items, html.Ul(changes or [html.Li("no finding appeared or disappeared")], className="pd-compare-findings")]
 
 
-def _culprit(culprit: Any) -> str:
-    if isinstance(culprit, dict):
-        return " ".join(f"{k} {', '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in culprit.items() if v not in (None, [], ""))
-    return "" if culprit is None else str(culprit)
-
+def _finding(f: dict[str, Any]) -> str:
+    who = culprit_text(f.get("culprit"))
+    return kind_text(f.get("kind")) + (f" ({who})" if who else "") + f": {f.get('evidence', '')}"
 
 
 def register(app: Dash) -> None:

@@ -80,19 +80,35 @@ def findings_list(found: list[dict[str, Any]], facts: dict[str, Any] | None = No
     if not found:
         return out or [html.Li("no finding above threshold", className="pd-finding pd-none")]
     for i, f in enumerate(found[:8]):
-        color = palette.SEVERITY.get(str(f.get("severity")), palette.SEVERITY["low"])
+        severity = str(f.get("severity")) if f.get("severity") in SEVERITY_MEANS else "low"
         culprit = f"ranks {rank_list(f['ranks'])}" if f.get("ranks") else ""
+        badge = html.Span(f.get("kind", "?"), className="pd-kind", style={"background": _colour(severity)}, title=f"{severity} severity: {SEVERITY_MEANS[severity]}")
         out.append(
             html.Li(
                 html.Button(
-                    [html.Span(f.get("kind", "?"), className="pd-kind", style={"background": color}), f" {culprit} · ~{f.get('impact_pct', 0)}% · ", f.get("evidence", "")],
+                    [badge, f" {culprit} · ~{f.get('impact_pct', 0)}% · ", f.get("evidence", "")],
                     id={"type": ids.FINDING_BUTTON, "index": i},
                     className="pd-finding",
                     n_clicks=0,
                 )
             )
         )
-    return out
+    return [*out, severity_legend()]
+
+
+# What a finding badge's colour says (palette.SEVERITY): the analysis rates a finding by its impact, the step time a
+# fix would save (analysis/findings.severity); a condition that costs nothing by itself (clock skew) is "info".
+SEVERITY_MEANS = {"high": "a fix saves ≥ 10 % of the step", "medium": "4–10 %", "low": "under 4 %", "info": "a condition to know of"}
+
+
+def _colour(severity: str) -> str:
+    return palette.SEVERITY.get(severity, palette.SEVERITY["low"])
+
+
+def severity_legend() -> html.Li:
+    """The badges' colours explained, under the findings."""
+    keys = [html.Span([html.Span(name, className="pd-kind", style={"background": _colour(name)}), f" {means}"], className="pd-legend-item") for name, means in SEVERITY_MEANS.items() if name != "info"]
+    return html.Li(["badge colour = severity: ", *keys, " · ~% = the step time a fix would save"], className="pd-none pd-severity-legend")
 
 
 def rank_list(ranks: list[int]) -> str:
@@ -109,8 +125,10 @@ def rank_list(ranks: list[int]) -> str:
 
 
 def sample_links(_: Any) -> list[Any]:
+    """The start page's jobs: the folders the server serves, then the bundled samples."""
     cfg = context.config()
-    return [html.Li(dcc.Link(name, href=f"/?job=sample:{name}")) for name in jobs.samples(cfg)]
+    served = [html.Li(dcc.Link(f"{name} (served)", href="/?" + urlencode({"job": token}))) for token, name in jobs.served(cfg)]
+    return served + [html.Li(dcc.Link(name, href=f"/?job=sample:{name}")) for name in jobs.samples(cfg)]
 
 
 def register(app: Dash) -> None:

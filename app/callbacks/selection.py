@@ -20,7 +20,7 @@ from paradiag.app.data.comm import link_instances
 from paradiag.app.data.common import steps_of
 from paradiag.app.data.findings import findings_of
 from paradiag.app.data.overview import DEFAULT_METRIC, METRICS, cited_step, opening_step, overview
-from paradiag.app.selection import VIEW_FIELDS, Selection, view_store
+from paradiag.app.selection import START, VIEW_FIELDS, Selection, view_store, wants_start
 
 # The reducer's inputs, each with the reading of its value (``paradiag.app.boundary``): a forged value is read
 # as None, and a None value changes nothing (``select``).
@@ -64,13 +64,19 @@ def select(trigger: Any, value: Any, sel: Selection | None, search: str | None) 
     delivered ``value``."""
     if trigger in (None, (ids.URL, "search"), (ids.URL, "href")) or sel is None or not sel.job:
         new = Selection.from_query(search)
-        if not new.job and context.config().job:
+        if not new.job and context.config().job and not wants_start(search):
             new = new.but(job="served")
         return _with_defaults(new)
     if isinstance(trigger, dict) and trigger.get("type") == ids.FINDING_BUTTON:
         return _finding(sel, coerce.integer(trigger.get("index"), 0))
     handler = _HANDLERS.get(trigger)
     return _with_defaults(handler(sel, value)) if handler and value is not None else sel
+
+
+def address(sel: Selection) -> str:
+    """The URL query of a selection; the start page's on a server that serves a job, so a reload stays there."""
+    query = sel.to_query()
+    return query or (START if context.config().job else "")
 
 
 def _with_defaults(sel: Selection) -> Selection:
@@ -296,7 +302,7 @@ def register(app: Dash) -> None:
             unchanged[FIXED_OUTPUTS - 3 : FIXED_OUTPUTS - 1] = unfold
             unchanged[FIXED_OUTPUTS - 1] = True if trigger in (None, *URL_TRIGGERS) else no_update
             return tuple(unchanged)
-        query = new.to_query()
+        query = address(new)
         new_job = old is None or old.job != new.job
         return (
             new.to_store(),

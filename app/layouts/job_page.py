@@ -65,6 +65,7 @@ def timeline_panel() -> html.Section:
         html.Div(id=ids.TIMELINE_INFO, className="pd-help"),
         graph(ids.TIMELINE, scroll_zoom=True),
         class_name="pd-timeline",
+        help_text="time in ms since the job's first step · drag, wheel or W/S to zoom, A/D to pan, double-click to zoom out",
     )
 
 
@@ -88,12 +89,28 @@ def marey_panel() -> html.Section:
     )
 
 
+GUIDE = (
+    "How to read this page: the findings above name what slows the job, ranked by the step time a fix would save; "
+    "click one to select its culprit in every view. Overview: step time per step (ms), then ranks × steps "
+    "(blamed ranks outlined red; click a cell for that rank and step). Timeline: the selected ranks' devices in ms "
+    "since the job's first step, the culprit first and the ranks that wait for it next. Marey's graph: each pipeline "
+    "stage's operators across its devices, so a late device or stage slants its bands. Below: the selected device's "
+    "operators, the communication matrix (links slower than comparable ones), a baseline to compare with, and the "
+    "execution flow. Times are in ms unless a label says µs; press ? for the keys."
+)
+
+
+def guide() -> html.Details:
+    """The one-paragraph guide on a job's first page (open; a click folds it away)."""
+    return html.Details([html.Summary("guide"), html.P(GUIDE, className="pd-help pd-guide")], open=True, id=ids.GUIDE, className="pd-guide-box")
+
+
 def layout() -> html.Div:
     return html.Div(
         className="pd-job",
         children=[
             *[dcc.Store(id=view_store(name)) for name in VIEW_FIELDS],
-            html.Div(className="pd-summary", children=[html.Div(id=ids.SUMMARY_FACTS, className="pd-facts"), html.Ol(id=ids.FINDINGS, className="pd-findings")]),
+            html.Div(className="pd-summary", children=[html.Div(id=ids.SUMMARY_FACTS, className="pd-facts"), html.Ol(id=ids.FINDINGS, className="pd-findings"), guide()]),
             # The first screen: where the fault is (overview) and who waits for whom (timeline).
             html.Div(className="pd-row", children=[overview_panel(), timeline_panel()]),
             marey_panel(),
@@ -128,7 +145,7 @@ def layout() -> html.Div:
                 html.Div(id=ids.COMPARE_SUMMARY, className="pd-compare-summary"),
                 html.Div(className="pd-row", children=[graph(ids.COMPARE_RANKS, modebar=False), graph(ids.COMPARE_OPERATORS, modebar=False)]),
                 class_name="pd-compare",
-                help_text="paradiag compare: this job against a sample, one of your uploads or the served job",
+                help_text="paradiag compare: this job against a served folder, a sample or one of your uploads",
             ),
             panel(
                 "Execution flow",

@@ -8,6 +8,7 @@ from paradiag.app import ids
 from paradiag.app.callbacks.header import HIDDEN, SHOWN
 from paradiag.app.context import NOTICE, config
 from paradiag.app.layouts import job_page, start_page
+from paradiag.app.selection import START
 
 
 def layout() -> html.Div:
@@ -20,10 +21,15 @@ def layout() -> html.Div:
             html.Header(
                 className="pd-header",
                 children=[
-                    html.A("paradiag", href="/", className="pd-brand"),
+                    # The start page (samples, served folders, upload) from anywhere, a served job's page too.
+                    html.A("paradiag", href=START, className="pd-brand", title="start page: open another job or upload one"),
+                    html.A("open or upload a job", href=START, id=ids.START_LINK, className="pd-header-link"),
                     html.Span(id=ids.SELECTION_TEXT, className="pd-selection"),
                     dcc.Dropdown(id=ids.STEP_PICKER, placeholder="step", clearable=False, className="pd-step-picker"),
                     html.Button("clear selection", id=ids.CLEAR_SELECTION, className="pd-button"),
+                    # Switched in the browser alone (assets/ux.js, remembered there); "?" lists the keys.
+                    html.Button("◐ dark", id=ids.THEME_TOGGLE, className="pd-button", title="dark or light theme (remembered in this browser)"),
+                    html.Span("? keys", className="pd-help pd-keys-hint", title="press ? for the keys and gestures"),
                 ],
             ),
             # Filled by context.on_callback_error when a job token names nothing this user may open.

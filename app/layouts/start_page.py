@@ -17,11 +17,11 @@ def layout() -> html.Div:
         className="pd-start",
         children=[
             html.H2("Open a training job"),
-            html.P("Pick a bundled sample job, or upload the per-device traces of your own (Kineto JSON, Ascend *_ascend_pt folders)."),
+            html.P("Pick a job this server serves or a bundled sample, or upload the per-device traces of your own (Kineto JSON, Ascend *_ascend_pt folders)."),
             html.Div(
                 className="pd-row",
                 children=[
-                    html.Section(className="pd-panel", children=[html.H3("Sample jobs"), html.Ul(id=ids.SAMPLE_LIST, className="pd-samples")]),
+                    html.Section(className="pd-panel", children=[html.H3("Jobs"), html.P("served by this server, then the bundled samples", className="pd-help"), html.Ul(id=ids.SAMPLE_LIST, className="pd-samples")]),
                     html.Section(
                         className="pd-panel",
                         children=[
