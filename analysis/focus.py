@@ -232,12 +232,13 @@ def _headline(d: Diagnosis, top: Finding, ranks: list[int], step: int | None, re
         delay = f" {late[0] - late[1]:.1f} ms late" if late else " late"
         return f"The host of {_names(ranks)} starts its device{delay}{where}"
     first = reasons.get(ranks[0], "") if ranks else ""
-    what = f" ({first} its stage peers)" if first.startswith("compute") else ""
+    times = f" {first.removeprefix('compute ')} its stage peers' compute" if first.startswith("compute ") else " more than its stage peers' compute"
+    who = _names(ranks).capitalize()
     if top.kind == "operator_hotspot" and c.operator:
-        return f"{_names(ranks).capitalize()} spend{'s' if len(ranks) == 1 else ''} too long in {c.operator}{what}{where}"
+        return f"{who} spend{'s' if len(ranks) == 1 else ''}{times}, in {c.operator}{where}"
     if top.kind == "expert_imbalance":
-        return f"{_names(ranks).capitalize()} (one expert-parallel index) compute longer{what}{where}"
-    return f"{_names(ranks).capitalize()} compute{'s' if len(ranks) == 1 else ''} slower than {'its' if len(ranks) == 1 else 'their'} stage peers{what}{where}"
+        return f"{who} (one expert-parallel index) spend{'s' if len(ranks) == 1 else ''}{times}{where}"
+    return f"{who} spend{'s' if len(ranks) == 1 else ''}{times}{where}"
 
 
 def shown_ranks(

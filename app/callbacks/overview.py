@@ -13,6 +13,7 @@ from paradiag.app import boundary, coerce, context, ids
 from paradiag.app.boundary import In
 from paradiag.app.data.overview import (
     DEFAULT_METRIC,
+    HEATMAP_MAX_ROWS,
     METRICS,
     focus,
     focus_of,
@@ -26,7 +27,7 @@ from paradiag.app.figures.steps import step_marker, steps_figure
 from paradiag.app.selection import Selection, view_store
 from paradiag.dataset import Job
 
-MAX_ROWS = 32
+MAX_ROWS = HEATMAP_MAX_ROWS
 
 
 def rows_of(job: Job, metric: str, expanded: list[str] | None) -> list[dict[str, Any]]:

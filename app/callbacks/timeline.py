@@ -16,18 +16,14 @@ from paradiag.app.boundary import In, St
 from paradiag.app.data import overview as overview_data
 from paradiag.app.data.common import origin_ns, step_span
 from paradiag.app.data.detail import operator_totals
-from paradiag.app.data.mesh import mesh_of
 from paradiag.app.data.overview import focus, opening_step
 from paradiag.app.data.timeline import timeline_data
-from paradiag.app.data.timeline_fold import MAX_SINGLE_RANKS, SMALL_JOB, fold_plan
+from paradiag.app.data.timeline_fold import LIMITS, timeline_rows
 from paradiag.app.figures.common import short_name
 from paradiag.app.figures.timeline import timeline_figure
 from paradiag.app.selection import Selection, view_store
 from paradiag.dataset import Job
 
-MAX_RANKS = 8
-MAX_SELECTED = MAX_RANKS  # a folded heatmap row, or a stage's finding, names many ranks: the first ones are drawn
-LIMITS = (SMALL_JOB, MAX_SELECTED, MAX_RANKS, MAX_SINGLE_RANKS)  # the shown ranks' (``shown_ranks``)
 PIXELS = 800
 # Intervals drawn one by one (each with its hover line) up to this many; beyond, merged per pixel column. A step of
 # 8 ranks holds ~12k intervals, 1.5 MB with their names: a zoom (drag, wheel, W) shows single kernels.
@@ -47,7 +43,7 @@ def shown_ranks(job: Job, selected: list[int] | None, step: int | None = None) -
 def rows_of(job: Job, ranks: list[int], expand: list[str] | None) -> list[int | dict[str, Any]]:
     """What the timeline draws top to bottom: ``ranks``, then (beyond SMALL_JOB ranks) every other rank in the
     fold of its stage or, where ``expand`` opened them, of its mesh group or on its own."""
-    return list(ranks) if len(mesh_of(job).ranks) <= SMALL_JOB else fold_plan(job, ranks, expand)
+    return timeline_rows(job, ranks, expand)
 
 
 def window_ns(job: Job, sel: dict[str, Any], ranks: list[int] | None) -> tuple[int, int]:

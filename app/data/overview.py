@@ -30,6 +30,8 @@ __all__ = ["DEFAULT_METRIC", "METRICS", "PCT_METRICS", "RANK_KINDS", "Z_METRICS"
 # The metrics read from each (rank, step)'s breakdown. The focus metrics (own time against the stage, compute and
 # transfers against the job) are the analysis' (``paradiag.analysis.focus``): they tell the rank everybody waits
 # for from those who wait in a synchronous step, where every rank's step time is the same.
+HEATMAP_MAX_ROWS = 32  # beyond, alike ranks fold
+
 _FROM_BREAKDOWN = {"compute_ms": "compute_ns", "comm_exposed_ms": "comm_exposed_ns", "idle_ms": "idle_ns"}
 
 

@@ -49,12 +49,11 @@ def heatmap_figure(
             **scale,
         )
     )
-    fig.update_yaxes(tickvals=list(range(len(rows))), ticktext=[row_label(r) for r in rows], autorange="reversed", showgrid=False)
+    fig.update_yaxes(tickvals=list(range(len(rows))), ticktext=[row_label(r) for r in rows], autorange="reversed", showgrid=False, automargin=True)
     fig.update_xaxes(title="step", type="category", showgrid=False)
     # Room above the cells for the modebar (and the caption), so that it never covers the top rows.
-    longest = max((len(row_label(r)) for r in rows), default=10)
     title = {"text": caption, "x": 0, "xanchor": "left", "y": 0.995, "yanchor": "top", "font": {"size": 12}} if caption else None
-    fig.update_layout(margin={"l": min(60 + 6 * longest, 260), "t": 30 + 16 * lines, "r": 10}, title=title, shapes=heatmap_shapes(rows, steps, selected))
+    fig.update_layout(margin={"l": 110, "t": 30 + 16 * lines, "r": 10}, title=title, shapes=heatmap_shapes(rows, steps, selected))
     return fig
 
 
@@ -63,7 +62,7 @@ def row_label(row: dict[str, Any]) -> str:
     if not row.get("culprit"):
         return str(row["label"])
     why = row.get("reason") or str(row["culprit"]).replace("_", " ")
-    return f"<span style='color:{palette.CULPRIT}'><b>⚠ {row['label']} · {why}</b></span>"
+    return f"⚠ {row['label']} <span style='color:{palette.CULPRIT}'><b>· {why}</b></span>"
 
 
 def heatmap_shapes(rows: list[dict[str, Any]], steps: list[int], selected: dict[str, Any] | None) -> list[dict[str, Any]]:
