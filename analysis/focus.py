@@ -45,6 +45,7 @@ PCT_METRICS = ("compute_job_pct", "transfer_job_pct")
 METRIC_OF = {"stage_imbalance": "compute_job_pct", "slow_link": "transfer_job_pct"}
 BASE_METRIC = "own_z"  # what a job without a finding is coloured by
 DEFAULT_METRIC = "focus"  # the dropdown's first value: the metric of what the top finding is about
+SEPARATES_PCT = 10.0  # a % against the job's median that tells a culprit from launch jitter (a few %)
 CAPTION_WIDTH = 78  # characters per line of a caption (a figure's title does not wrap by itself)
 
 
@@ -160,7 +161,27 @@ def focus_of(d: Diagnosis) -> Focus:
     single = sorted({r for r, k in blamed.items() if k in RANK_KINDS} | (set() if whole_stage or subject == "stage" else set(ranks)))
     stage = top.culprit.stage if top.culprit.stage is not None else (stage_of.get(ranks[0]) if whole_stage else None)
     caption = f"{headline}: coloured by {METRICS[metric]}"
+    if ranks and not separates(d, metric, ranks):
+        elsewhere = " (the communication matrix does)" if subject == "link" else ""
+        caption += f"; the ranks' own figures do not show it{elsewhere}"
     return Focus(top.kind, subject, ranks, stage, top.culprit.link, step, metric, headline, caption, single, blamed, reasons)
+
+
+def separates(d: Diagnosis, metric: str, ranks: Sequence[int]) -> bool:
+    """Whether ``metric`` tells ``ranks`` from the others: in some step they are the farthest from 0 and beyond
+    the noise (OUTLIER_DEVIATIONS robust deviations, SEPARATES_PCT % of the job's median). A link the job hides
+    (every rank in its collectives spends the same) does not show in any rank's own figures."""
+    everyone = sorted(d.layout.coords)
+    steps = sorted({s for _, s in d.figures()})
+    if metric not in ("own_z", *PCT_METRICS) or not everyone or not steps:
+        return True
+    values = np.abs(figures(d, everyone, steps)[metric])
+    mine = np.isin(np.asarray(everyone), np.asarray(list(ranks)))
+    with np.errstate(all="ignore"):
+        top = float(np.nanmax(values[mine])) if mine.any() else float("nan")
+        rest = float(np.nanmax(values[~mine])) if (~mine).any() else 0.0
+    floor = OUTLIER_DEVIATIONS if metric == "own_z" else SEPARATES_PCT
+    return top == top and top >= floor and top > (rest if rest == rest else 0.0)
 
 
 def wrap(text: str, width: int = CAPTION_WIDTH) -> str:
@@ -224,7 +245,8 @@ def _headline(d: Diagnosis, top: Finding, ranks: list[int], step: int | None, re
         return f"Stage {c.stage} computes {ratio:.2f}x the other stages per micro-batch" if ratio else f"Stage {c.stage} is the pipeline's bottleneck"
     if top.kind == "slow_link":
         link = c.link or ranks
-        return f"The link of {_names(link)} is slow ({top.impact_pct:.0f}% of the step)"
+        cost = f"costs {top.impact_pct:.0f}% of the step" if top.impact_pct >= 1 else "the job hides most of it"
+        return f"The link of {_names(link)} is slow ({cost})"
     if top.kind == "clock_skew":
         return f"The clocks of {', '.join(c.hosts or []) or _names(ranks)} ran off (corrected before analysis; no time lost)"
     if top.kind == "host_stall":
@@ -232,7 +254,8 @@ def _headline(d: Diagnosis, top: Finding, ranks: list[int], step: int | None, re
         delay = f" {late[0] - late[1]:.1f} ms late" if late else " late"
         return f"The host of {_names(ranks)} starts its device{delay}{where}"
     first = reasons.get(ranks[0], "") if ranks else ""
-    times = f" {first.removeprefix('compute ')} its stage peers' compute" if first.startswith("compute ") else " more than its stage peers' compute"
+    their = "its" if len(ranks) == 1 else "their"
+    times = f" {first.removeprefix('compute ')} {their} stage peers' compute" if first.startswith("compute ") else f" more than {their} stage peers' compute"
     who = _names(ranks).capitalize()
     if top.kind == "operator_hotspot" and c.operator:
         return f"{who} spend{'s' if len(ranks) == 1 else ''}{times}, in {c.operator}{where}"

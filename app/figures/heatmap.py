@@ -7,11 +7,13 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from paradiag.analysis.focus import SEPARATES_PCT, wrap
 from paradiag.app import palette
 from paradiag.app.figures.common import base_figure, empty_figure
 
 Z_FLOOR = 3.0  # a z-score colour scale spans at least ±3: within it, ranks differ as much as jitter makes them
-PCT_FLOOR = 10.0  # a % against the job's median spans at least ±10 %: launch jitter moves a rank by a few %
+CAPTION_WIDTH = 72  # characters a caption line holds in the overview panel
+PCT_FLOOR = SEPARATES_PCT  # a % against the job's median spans at least ±10 %: launch jitter moves a rank by a few %
 
 
 def heatmap_figure(
@@ -33,6 +35,7 @@ def heatmap_figure(
     custom = [[",".join(map(str, r["ranks"]))] * len(steps) for r in rows]
     floor = PCT_FLOOR if pct else Z_FLOOR
     scale = {"colorscale": palette.DIVERGING_SCALE, "zmid": 0, "zmin": -max(top, floor), "zmax": max(top, floor)} if diverging else {"colorscale": palette.HEAT_SCALE, "zmin": 0, "zmax": top or 1.0}
+    caption = wrap(caption, CAPTION_WIDTH) if caption else ""
     lines = caption.count("<br>") + 1 if caption else 0
     fig = base_figure(uirevision="heatmap", height=max(240, 60 + 18 * len(rows) + 16 * lines))
     fig.add_trace(

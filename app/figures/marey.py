@@ -163,14 +163,16 @@ def _bars(fig: go.Figure, data: dict[str, Any], row_y: list[list[float]]) -> Non
 
 def _stacked(st: dict[str, Any], ys: list[float]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per category, the slices of a stage's bars it holds (x, y of NaN-separated closed polygons): a band's
-    categories stacked bottom to top, largest first, each as high as its share of the band's time."""
+    categories stacked top to bottom in one order for every band (compute first: its share compares across
+    stages at a glance), each as high as its share of the band's time."""
     starts, ends = _arrays(st, "start"), _arrays(st, "end")
     y = np.asarray(ys, dtype=np.float64)
     mixes = st.get("shares") or [[[c, 1.0]] for c in st["category"]]
     out: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+    order = {c: k for k, c in enumerate(palette.CATEGORY)}
     for i, mix in enumerate(mixes):
         low = 0.0
-        for cat, share in mix:
+        for cat, share in sorted(mix, key=lambda cs: order.get(cs[0], len(order))):
             if share <= 0:
                 continue
             y0 = y - HALF + 2 * HALF * low
@@ -309,7 +311,7 @@ def _anomalies(fig: go.Figure, data: dict[str, Any], row_y: list[list[float]]) -
             _note(fig, rows[0] - 0.5, f"⚠ {focus.get('headline') or 'stage ' + str(st['stage'])}")
         for row, y in zip(st["rows"], rows, strict=True):
             mine = [r for r in row["ranks"] if r in named]
-            if (mine and focus.get("stage") is None and len(row["ranks"]) == len(mine)) or (mine and len(row["ranks"]) == 1):
+            if mine and focus.get("stage") is None and len(mine) == len(row["ranks"]):
                 why = reasons.get(mine[0], str(focus.get("kind") or "").replace("_", " "))
                 _note(fig, y - HALF, f"⚠ {row['label']}: {why}")
             if row["anomalous"]:

@@ -20,13 +20,13 @@ APART = 0.005  # a blamed rank's line is drawn where it leaves the median by 0.5
 def steps_figure(
     steps: list[int], ranks: list[int], step_ms: list[list[float | None]], culprit: list[int] | None = None, selected: int | None = None, focus: dict[str, Any] | None = None
 ) -> go.Figure:
-    """``step_ms``: ranks x steps (rows in ``ranks`` order). ``culprit``: ranks a finding blames, each drawn as
-    its own line (the first three) where it is not the median's. ``focus``: ``{"what": the top finding in a few
+    """``step_ms``: ranks x steps (rows in ``ranks`` order). ``culprit``: ranks a finding blames, the first drawn
+    as its own line where it is not the median's (the others are alike, or their own lines). ``focus``: ``{"what": the top finding in a few
     words, "predicted_ms": the replay's step time without its cause (or None), "step": the step it cites}``."""
     if not steps:
         return empty_figure("no steps in this job", height=150)
     block = np.array([[np.nan if v is None else v for v in row] for row in step_ms], dtype=float)
-    fig = base_figure(uirevision="steps", height=170)
+    fig = base_figure(uirevision="steps", height=210)
     with np.errstate(all="ignore"):
         median, lo, hi = np.nanmedian(block, axis=0), np.nanmin(block, axis=0), np.nanmax(block, axis=0)
     hover = "step %{x}: %{y:.2f} ms<extra>"
@@ -35,7 +35,7 @@ def steps_figure(
     fig.add_trace(go.Scatter(x=steps, y=median, mode="lines+markers", name="median rank", line={"color": palette.STAGE, "width": 2}, hovertemplate=hover + "median rank</extra>"))
     fig.add_trace(go.Scatter(x=steps, y=hi, mode="markers", name="slowest rank", marker={"color": palette.KIND["communication"], "size": 6, "symbol": "triangle-up"}, hovertemplate=hover + "slowest rank</extra>"))
     row = {r: i for i, r in enumerate(ranks)}
-    for r in [r for r in culprit or [] if r in row][:3]:
+    for r in [r for r in culprit or [] if r in row][:1]:
         values = block[row[r]]
         with np.errstate(all="ignore"):
             if np.nanmax(np.abs(values - median) / median) >= APART:
@@ -44,10 +44,14 @@ def steps_figure(
     if predicted:
         fig.add_trace(go.Scatter(x=[steps[0] - 0.5, steps[-1] + 0.5], y=[predicted] * 2, mode="lines", name=f"without it (replay): {predicted:.1f} ms", line={"color": palette.CULPRIT, "width": 1.5, "dash": "dash"}, hovertemplate=f"without {(focus or {}).get('what', 'the cause')}: %{{y:.2f}} ms<extra>replay</extra>"))
     fig.update_layout(shapes=step_marker(steps, selected))
-    fig.update_xaxes(title="step", tickmode="array", tickvals=steps, range=[min(steps) - 0.5, max(steps) + 0.5])
+    fig.update_xaxes(title=None, tickprefix="step ", tickmode="array", tickvals=steps, range=[min(steps) - 0.5, max(steps) + 0.5])
     fig.update_yaxes(title="ms", range=y_range([lo, hi, np.array([predicted or np.nan])]), fixedrange=True)
     fig.update_layout(
-        dragmode="select", selectdirection="h", margin={"t": 30, "b": 30}, hovermode="x unified", legend={"orientation": "v", "x": 1.02, "xanchor": "left", "y": 1, "yanchor": "top", "font": {"size": 10}},
+        dragmode="select",
+        selectdirection="h",
+        margin={"t": 44, "b": 30, "r": 10},
+        hovermode="x unified",
+        legend={"orientation": "h", "x": 0, "xanchor": "left", "y": -0.3, "yanchor": "top", "font": {"size": 10}},
         title={"text": summary(steps, median, lo, hi, focus), "x": 0, "xanchor": "left", "y": 0.98, "yanchor": "top", "font": {"size": 12}},
     )
     return fig
@@ -74,7 +78,7 @@ def summary(steps: list[int], median: np.ndarray, lo: np.ndarray, hi: np.ndarray
     text = f"step {mid:.1f} ms (median) · ranks within {spread:.1f} ms ({100 * spread / mid:.0f}%)" if mid == mid and mid > 0 else "step time"
     predicted = (focus or {}).get("predicted_ms")
     if predicted and mid > 0:
-        text += f" · without {(focus or {}).get('what', 'the top finding')}: {predicted:.1f} ms ({100 * (predicted - mid) / mid:+.0f}%)"
+        text += f"<br>without {(focus or {}).get('what', 'the top finding')} (replay): {predicted:.1f} ms ({100 * (predicted - mid) / mid:+.0f}%)"
     return text
 
 
