@@ -161,7 +161,7 @@ def focus_of(d: Diagnosis) -> Focus:
     single = sorted({r for r, k in blamed.items() if k in RANK_KINDS} | (set() if whole_stage or subject == "stage" else set(ranks)))
     stage = top.culprit.stage if top.culprit.stage is not None else (stage_of.get(ranks[0]) if whole_stage else None)
     caption = f"{headline}: coloured by {METRICS[metric]}"
-    if ranks and not separates(d, metric, ranks):
+    if ranks and subject != "clock" and not separates(d, metric, ranks):
         elsewhere = " (the communication matrix does)" if subject == "link" else ""
         caption += f"; the ranks' own figures do not show it{elsewhere}"
     return Focus(top.kind, subject, ranks, stage, top.culprit.link, step, metric, headline, caption, single, blamed, reasons)

@@ -132,13 +132,14 @@ def render_snapshot(job: Job, report: dict[str, Any]) -> str:
     """The snapshot page of one job: summary, findings, heatmap, Marey graph and timeline of the slowest step,
     stage and rank tables, communication matrix."""
     from paradiag.app.data.comm import view
-    from paradiag.app.data.common import diagnosis, slowest_step, step_span
+    from paradiag.app.data.common import diagnosis, step_span
     from paradiag.app.data.marey import critical_path, marey_data
     from paradiag.app.data.overview import (
         HEATMAP_MAX_ROWS,
         METRICS,
         focus_of,
         heatmap_rows,
+        opening_step,
         overview,
         shown_ranks,
         steps_focus,
@@ -162,10 +163,11 @@ def render_snapshot(job: Job, report: dict[str, Any]) -> str:
     sections.append(("Step time", _figure(steps_figure(ov["steps"], ov["ranks"], ov["metrics"]["step_ms"], f.single, f.step, focus=steps_focus(job)))))
     heatmap = heatmap_figure(rows, ov["steps"], f.metric, METRICS[f.metric], {"ranks": f.ranks, "step": f.step}, caption=f.caption)
     sections.append((f"Overview: {METRICS[f.metric]} per rank and step", _figure(heatmap)))
-    step = slowest_step(job)
+    step = opening_step(job)  # the dashboard's: the step the top finding cites, else the slowest
     if step is not None:
         marey = marey_figure(marey_data(job, step, None, merge_frac=MAREY_MERGE_FRAC), path=critical_path(job, step))
-        sections.append((f"Marey's graph of the slowest step ({step}) with its critical path", _path_text(report, step) + _figure(marey)))
+        which = "the step the top finding cites" if step == f.step else "the slowest step"
+        sections.append((f"Marey's graph of step {step} ({which}) with its critical path", _path_text(report, step) + _figure(marey)))
         ranks = shown_ranks(job, None, step, LIMITS)  # the dashboard's: the focus' ranks first, then those apart
         entries = timeline_rows(job, ranks, None)
         folded = any(isinstance(e, dict) for e in entries)

@@ -153,13 +153,13 @@ def test_the_snapshot_shows_the_ranks_and_the_metric_the_app_shows(jobs: dict[st
     caption."""
     from paradiag.analysis.report import report_of
     from paradiag.app.callbacks.timeline import shown_ranks
-    from paradiag.app.data.common import slowest_step
+    from paradiag.app.data.overview import opening_step
     from paradiag.static import render_snapshot
 
     job = jobs["npu_slow_link"]
     f = focus_of(job.diagnosis())
     page = render_snapshot(job, report_of(job, job.diagnosis()))
-    step = slowest_step(job)
+    step = opening_step(job)  # the step both open on
     ranks = shown_ranks(job, None, step)
     assert f"Timeline of step {step} (ranks {', '.join(map(str, ranks))}" in page
     assert f.caption.split(":")[0] in page and METRICS[f.metric] in page
