@@ -156,7 +156,8 @@ def test_step_chart_click_and_brush_pick_a_step(sel: Selection) -> None:
     # What the chart says: the step, the ranks' spread, what the replay predicts without the slow device; an axis
     # around the data (not from 0), the replay's line inside it.
     replay = next(t for t in fig.data if (t.name or "").startswith("without it (replay)"))
-    assert fig.layout.title.text.startswith("step ") and "without slow device (replay):" in fig.layout.title.text
+    caption = next(a.text for a in fig.layout.annotations if a.name == "caption")
+    assert caption.startswith("step ") and "without slow device (replay):" in caption
     lo, hi = fig.layout.yaxis.range
     assert lo > 0.5 * hi and lo <= replay.y[0] < hi
     assert [s.x0 for s in fig.layout.shapes] == [sel.step]

@@ -55,7 +55,7 @@ def test_the_overview_opens_on_the_top_finding_with_its_metric_and_caption(jobs:
     assert f.caption.endswith("; the ranks' own figures do not show it (the communication matrix does)") == hidden
     rows = _rows(job)
     fig = heatmap_figure(rows, overview(job)["steps"], f.metric, "", caption=f.caption)
-    assert fig.layout.title.text.replace("<br>", " ") == f.caption
+    assert next(a.text for a in fig.layout.annotations if a.name == "caption").replace("<br>", " ") == f.caption
     labels = list(fig.layout.yaxis.ticktext)
     red = [labels[round(s.y0 + 0.45)] for s in fig.layout.shapes if s.type == "rect" and s.line.color == palette.CULPRIT]
     culprit_rows = [r for r in rows if r["culprit"]]
@@ -98,7 +98,7 @@ def test_the_step_chart_spans_its_data_and_says_what_the_fault_costs(jobs: dict[
     assert 0 < lo <= step.min() and step.max() <= hi < 1.5 * step.max()
     band = next(t for t in fig.data if t.name == "fastest–slowest rank")
     assert band.fill == "tonexty"
-    title = fig.layout.title.text
+    title = next(a.text for a in fig.layout.annotations if a.name == "caption")
     assert title.startswith("step ") and "ranks within" in title
     predicted = steps_focus(job)["predicted_ms"]
     if predicted:

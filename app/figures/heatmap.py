@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 
 from paradiag.analysis.focus import SEPARATES_PCT, wrap
 from paradiag.app import palette
-from paradiag.app.figures.common import base_figure, empty_figure
+from paradiag.app.figures.common import add_caption, base_figure, empty_figure
 
 Z_FLOOR = 3.0  # a z-score colour scale spans at least ±3: within it, ranks differ as much as jitter makes them
 CAPTION_WIDTH = 72  # characters a caption line holds in the overview panel
@@ -55,8 +55,9 @@ def heatmap_figure(
     fig.update_yaxes(tickvals=list(range(len(rows))), ticktext=[row_label(r) for r in rows], autorange="reversed", showgrid=False, automargin=True)
     fig.update_xaxes(title="step", type="category", showgrid=False)
     # Room above the cells for the modebar (and the caption), so that it never covers the top rows.
-    title = {"text": caption, "x": 0, "xanchor": "left", "y": 0.995, "yanchor": "top", "font": {"size": 12}} if caption else None
-    fig.update_layout(margin={"l": 110, "t": 30 + 16 * lines, "r": 10}, title=title, shapes=heatmap_shapes(rows, steps, selected))
+    fig.update_layout(margin={"l": 110, "t": 30 + 16 * lines, "r": 10}, shapes=heatmap_shapes(rows, steps, selected))
+    if caption:
+        add_caption(fig, caption, 100)
     return fig
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from paradiag.app import palette
-from paradiag.app.figures.common import base_figure, empty_figure
+from paradiag.app.figures.common import add_caption, base_figure, empty_figure
 
 SPREAD = "rgba(96,125,139,0.25)"
 APART = 0.005  # a blamed rank's line is drawn where it leaves the median by 0.5 % in some step (else it is the median)
@@ -52,8 +52,8 @@ def steps_figure(
         margin={"t": 44, "b": 30, "r": 10},
         hovermode="x unified",
         legend={"orientation": "h", "x": 0, "xanchor": "left", "y": -0.3, "yanchor": "top", "font": {"size": 10}},
-        title={"text": summary(steps, median, lo, hi, focus), "x": 0, "xanchor": "left", "y": 0.98, "yanchor": "top", "font": {"size": 12}},
     )
+    add_caption(fig, summary(steps, median, lo, hi, focus), 50)
     return fig
 
 
