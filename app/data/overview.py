@@ -58,11 +58,11 @@ def metric_of(job: Job, metric: str) -> str:
 
 def steps_focus(job: Job) -> dict[str, Any]:
     """What the step chart says of the top finding: ``{"what", "predicted_ms" (the replay's step time without its
-    cause, None without a replay), "step"}``."""
+    cause, None without a replay), "saving_pct" (what that saves of the measured step), "step"}``."""
     f = focus_of(job)
     top = rules.top_finding(diagnosis(job))
-    predicted = (top.what_if or {}).get("predicted_step_ms") if top is not None else None
-    return {"what": (f.kind or "the cause").replace("_", " "), "predicted_ms": predicted, "step": f.step}
+    replay = (top.what_if or {}) if top is not None else {}
+    return {"what": (f.kind or "the cause").replace("_", " "), "predicted_ms": replay.get("predicted_step_ms"), "saving_pct": replay.get("saving_pct"), "step": f.step}
 
 
 def opening_step(job: Job) -> int | None:

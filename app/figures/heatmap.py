@@ -3,6 +3,7 @@ finding blames outlined in red, the selection in black."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import plotly.graph_objects as go
@@ -12,7 +13,7 @@ from paradiag.app import palette
 from paradiag.app.figures.common import add_caption, base_figure, empty_figure
 
 Z_FLOOR = 3.0  # a z-score colour scale spans at least ±3: within it, ranks differ as much as jitter makes them
-CAPTION_WIDTH = 72  # characters a caption line holds in the overview panel
+CAPTION_WIDTH = 66  # characters a caption line holds in the overview panel
 PCT_FLOOR = SEPARATES_PCT  # a % against the job's median spans at least ±10 %: launch jitter moves a rank by a few %
 
 
@@ -52,12 +53,15 @@ def heatmap_figure(
             **scale,
         )
     )
-    fig.update_yaxes(tickvals=list(range(len(rows))), ticktext=[row_label(r) for r in rows], autorange="reversed", showgrid=False, automargin=True)
+    fig.update_yaxes(tickvals=list(range(len(rows))), ticktext=[row_label(r) for r in rows], autorange="reversed", showgrid=False)
     fig.update_xaxes(title="step", type="category", showgrid=False)
     # Room above the cells for the modebar (and the caption), so that it never covers the top rows.
-    fig.update_layout(margin={"l": 110, "t": 30 + 16 * lines, "r": 10}, shapes=heatmap_shapes(rows, steps, selected))
+    # The labels' room, from their text (a blamed row's carries its reason), so that the caption starts at the
+    # figure's left edge.
+    left = min(max(110, 20 + 7 * max(len(re.sub("<[^>]+>", "", row_label(r))) for r in rows)), 320)
+    fig.update_layout(margin={"l": left, "t": 30 + 16 * lines, "r": 10}, shapes=heatmap_shapes(rows, steps, selected))
     if caption:
-        add_caption(fig, caption, 100)
+        add_caption(fig, caption, left - 8)
     return fig
 
 

@@ -22,7 +22,8 @@ def steps_figure(
 ) -> go.Figure:
     """``step_ms``: ranks x steps (rows in ``ranks`` order). ``culprit``: ranks a finding blames, the first drawn
     as its own line where it is not the median's (the others are alike, or their own lines). ``focus``: ``{"what": the top finding in a few
-    words, "predicted_ms": the replay's step time without its cause (or None), "step": the step it cites}``."""
+    words, "predicted_ms": the replay's step time without its cause (or None), "saving_pct": what it saves of the
+    measured step, "step": the step it cites}``."""
     if not steps:
         return empty_figure("no steps in this job", height=150)
     block = np.array([[np.nan if v is None else v for v in row] for row in step_ms], dtype=float)
@@ -76,9 +77,10 @@ def summary(steps: list[int], median: np.ndarray, lo: np.ndarray, hi: np.ndarray
         mid = float(np.nanmedian(median))
         spread = float(np.nanmax(hi - lo))
     text = f"step {mid:.1f} ms (median) · ranks within {spread:.1f} ms ({100 * spread / mid:.0f}%)" if mid == mid and mid > 0 else "step time"
-    predicted = (focus or {}).get("predicted_ms")
-    if predicted and mid > 0:
-        text += f"<br>without {(focus or {}).get('what', 'the top finding')} (replay): {predicted:.1f} ms ({100 * (predicted - mid) / mid:+.0f}%)"
+    predicted, saving = (focus or {}).get("predicted_ms"), (focus or {}).get("saving_pct")
+    if predicted:
+        saves = f" (saves {saving:.0f}% of the step)" if saving is not None else ""
+        text += f"<br>without {(focus or {}).get('what', 'the top finding')} (replay): {predicted:.1f} ms{saves}"
     return text
 
 
