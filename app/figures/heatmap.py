@@ -13,7 +13,7 @@ from paradiag.app import palette
 from paradiag.app.figures.common import add_caption, base_figure, empty_figure
 
 Z_FLOOR = 3.0  # a z-score colour scale spans at least ±3: within it, ranks differ as much as jitter makes them
-CAPTION_WIDTH = 66  # characters a caption line holds in the overview panel
+CAPTION_WIDTH = 60  # characters a caption line holds in the overview panel
 PCT_FLOOR = SEPARATES_PCT  # a % against the job's median spans at least ±10 %: launch jitter moves a rank by a few %
 
 
