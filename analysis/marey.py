@@ -191,6 +191,22 @@ def dominant(category: list[str], dur: np.ndarray, group: np.ndarray) -> list[st
     return [best[g][1] for g in range(len(best))]
 
 
+def shares(category: list[str], dur: np.ndarray, group: np.ndarray) -> list[list[tuple[str, float]]]:
+    """Per merged group, each category's share of its time, largest first: a band merged from neighbours of
+    several categories shows each (the dominant alone would paint a stage of compute and collectives as all
+    collectives)."""
+    totals: dict[int, dict[str, float]] = {}
+    for g, c, d in zip(group.tolist(), category, dur.tolist(), strict=True):
+        mine = totals.setdefault(g, {})
+        mine[c] = mine.get(c, 0.0) + max(d, 0.0)
+    out = []
+    for g in range(len(totals)):
+        total = sum(totals[g].values())
+        parts = sorted(totals[g].items(), key=lambda kv: -kv[1])
+        out.append([(c, round(t / total, 4)) for c, t in parts] if total > 0 else [(parts[0][0], 1.0)])
+    return out
+
+
 def bubbles(start: np.ndarray, end: np.ndarray, compute: np.ndarray, lo: int, hi: int, min_ns: float) -> list[np.ndarray]:
     """Per row (column of ``start``/``end``): [start, end] pairs of the gaps with no compute longer than
     ``min_ns`` within the step, that overlap [lo, hi)."""

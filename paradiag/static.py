@@ -7,7 +7,6 @@ embedded once in a ``<script>`` tag, so a page opens from disk with no server an
 from __future__ import annotations
 
 import html
-from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import plotly.graph_objects as go
@@ -17,14 +16,12 @@ from paradiag import plotly_bundle
 from paradiag.units import ms
 
 if TYPE_CHECKING:
-    from paradiag.analysis.diagnosis_types import Diagnosis, Finding, StageMetrics
+    from paradiag.analysis.diagnosis_types import Finding, StageMetrics
     from paradiag.dataset import Job
 
 # The snapshot of a 64-rank job must stay under 10 MB: figures are aggregated to screen resolution.
 TIMELINE_PIXELS = 1400
 TIMELINE_MAX_PRIMITIVES = 12_000
-TIMELINE_MAX_RANKS = 16
-HEATMAP_METRIC = "zscore"  # a slow rank stands out from its stage peers (its step time is everyone's)
 MAREY_MERGE_FRAC = 0.01  # neighbouring bands closer than 1% of the step merge (the live view refines on zoom)
 FIGURE_CONFIG = {"displaylogo": False, "responsive": True}
 
@@ -135,13 +132,24 @@ def render_snapshot(job: Job, report: dict[str, Any]) -> str:
     """The snapshot page of one job: summary, findings, heatmap, Marey graph and timeline of the slowest step,
     stage and rank tables, communication matrix."""
     from paradiag.app.data.comm import view
-    from paradiag.app.data.common import diagnosis, slowest_step, step_span
+    from paradiag.app.data.common import diagnosis, step_span
     from paradiag.app.data.marey import critical_path, marey_data
-    from paradiag.app.data.overview import METRICS, overview
+    from paradiag.app.data.overview import (
+        HEATMAP_MAX_ROWS,
+        METRICS,
+        focus_of,
+        heatmap_rows,
+        opening_step,
+        overview,
+        shown_ranks,
+        steps_focus,
+    )
     from paradiag.app.data.timeline import timeline_data
+    from paradiag.app.data.timeline_fold import LIMITS, timeline_rows
     from paradiag.app.figures.comm import comm_figure
     from paradiag.app.figures.heatmap import heatmap_figure
     from paradiag.app.figures.marey import marey_figure
+    from paradiag.app.figures.steps import steps_figure
     from paradiag.app.figures.timeline import timeline_figure
 
     ov = overview(job)
@@ -149,17 +157,23 @@ def render_snapshot(job: Job, report: dict[str, Any]) -> str:
     verdict = _verdict(report)
     sections = [("Verdict", verdict)] if verdict else []
     sections.append(("Findings", _findings(d.findings, report)))
-    top = list(d.findings[0].culprit.ranks) if d.findings else []
-    rows = _overview_rows(ov, top)
-    sections.append((f"Overview: {METRICS[HEATMAP_METRIC]} per rank and step", _figure(heatmap_figure(rows, ov["steps"], HEATMAP_METRIC, METRICS[HEATMAP_METRIC]))))
-    step = slowest_step(job)
+    # The dashboard's first screen: its focus (the analysis' ``paradiag.analysis.focus``), metric, rows and caption.
+    f = focus_of(job)
+    rows = heatmap_rows(ov, f.metric, None, HEATMAP_MAX_ROWS, f.blamed, set(f.single), f.reasons)
+    sections.append(("Step time", _figure(steps_figure(ov["steps"], ov["ranks"], ov["metrics"]["step_ms"], f.single, f.step, focus=steps_focus(job)))))
+    heatmap = heatmap_figure(rows, ov["steps"], f.metric, METRICS[f.metric], {"ranks": f.ranks, "step": f.step}, caption=f.caption)
+    sections.append((f"Overview: {METRICS[f.metric]} per rank and step", _figure(heatmap)))
+    step = opening_step(job)  # the dashboard's: the step the top finding cites, else the slowest
     if step is not None:
         marey = marey_figure(marey_data(job, step, None, merge_frac=MAREY_MERGE_FRAC), path=critical_path(job, step))
-        sections.append((f"Marey's graph of the slowest step ({step}) with its critical path", _path_text(report, step) + _figure(marey)))
-        ranks = _timeline_ranks(job, d)
-        window = step_span(job, step, ranks)
-        data = timeline_data(job, ranks, window, pixels=TIMELINE_PIXELS, max_primitives=TIMELINE_MAX_PRIMITIVES)
-        sections.append((f"Timeline of step {step} (ranks {_rank_list(ranks)})", _figure(timeline_figure(data))))
+        which = "the step the top finding cites" if step == f.step else "the slowest step"
+        sections.append((f"Marey's graph of step {step} ({which}) with its critical path", _path_text(report, step) + _figure(marey)))
+        ranks = shown_ranks(job, None, step, LIMITS)  # the dashboard's: the focus' ranks first, then those apart
+        entries = timeline_rows(job, ranks, None)
+        folded = any(isinstance(e, dict) for e in entries)
+        window = step_span(job, step, None if folded else ranks)
+        data = timeline_data(job, entries, window, pixels=TIMELINE_PIXELS, max_primitives=TIMELINE_MAX_PRIMITIVES, step=step)
+        sections.append((f"Timeline of step {step} (ranks {_rank_list(ranks)}{', the others folded' if folded else ''})", _figure(timeline_figure(data, marked=list(f.ranks)))))
     sections.append(("Pipeline stages", _stage_table(d.stage_metrics)))
     sections.append(("Ranks", _rank_table(report)))
     sections.append(("Communication matrix (how much slower each link is than comparable links)", _figure(comm_figure(view(job), "slowness"))))
@@ -173,51 +187,6 @@ def _path_text(report: dict[str, Any], step: int) -> str:
     found = next((c for c in report.get("critical_path", []) if c["step"] == step), None)
     what = html.escape(critical_path_line(found)) + "." if found else "No critical path was found for this step."
     return f"<p>The thick orange line is the step's critical path: the work that set the step's end, through the ranks it passed (hover for each piece's kind, rank, operator and duration). {what}</p>"
-
-
-def _overview_rows(ov: dict[str, Any], culprits: list[int]) -> list[dict[str, Any]]:
-    """The heatmap's rows folded as the dashboard folds them, the top finding's ranks (``culprits``) on rows of
-    their own after their stage's; a finding about a whole stage keeps the stage's row."""
-    from paradiag.app.data.overview import heatmap_rows
-
-    rows = heatmap_rows(ov, HEATMAP_METRIC)
-    stage_of = dict(zip(ov["ranks"], ov["stage"], strict=True))
-    size = Counter(ov["stage"])
-    named = Counter(stage_of[r] for r in culprits if r in stage_of)
-    apart = {r for r in culprits if r in stage_of and named[stage_of[r]] < size[stage_of[r]]}
-    if not apart or len(rows) == len(ov["ranks"]):
-        return rows
-    index = [i for i, r in enumerate(ov["ranks"]) if r not in apart]
-    singles = heatmap_rows(_subset(ov, [i for i, r in enumerate(ov["ranks"]) if r in apart]), HEATMAP_METRIC)
-    out: list[dict[str, Any]] = []
-    rest = heatmap_rows(_subset(ov, index), HEATMAP_METRIC)
-    for k, row in enumerate(rest):
-        out.append(row)
-        if k + 1 == len(rest) or rest[k + 1]["stage"] != row["stage"]:
-            out += [single for single in singles if single["stage"] == row["stage"]]
-    return out
-
-
-def _subset(ov: dict[str, Any], index: list[int]) -> dict[str, Any]:
-    """The overview restricted to the ranks at ``index``: every per-rank list (also inside dicts) filtered."""
-    n = len(ov["ranks"])
-
-    def pick(value: Any) -> Any:
-        if isinstance(value, dict):
-            return {k: pick(v) for k, v in value.items()}
-        return [value[i] for i in index] if isinstance(value, list) and len(value) == n else value
-
-    return {k: pick(v) for k, v in ov.items()}
-
-
-def _timeline_ranks(job: Job, d: Diagnosis) -> list[int]:
-    """All ranks when few; else the culprits of the findings first, then the others up to the limit."""
-    ranks = job.rank_ids
-    if len(ranks) <= TIMELINE_MAX_RANKS:
-        return ranks
-    culprits = list(d.culprits())
-    chosen = list(dict.fromkeys(culprits + ranks))[:TIMELINE_MAX_RANKS]
-    return sorted(chosen)
 
 
 def _rank_list(ranks: list[int]) -> str:

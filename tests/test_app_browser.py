@@ -76,7 +76,7 @@ def test_the_first_screen_shows_the_culprit(duo: Any) -> None:
             .map(s => labels[Math.round((s.y0 + s.y1) / 2)]);""",
         palette.CULPRIT,
     )
-    assert outlined == ["⚠ rank 5 · s1"]
+    assert len(outlined) == 1 and outlined[0].startswith("⚠ rank 5 · s1 ")
     rows = duo.driver.execute_script("return document.querySelector('#timeline .js-plotly-plot').layout.yaxis.ticktext")
     assert rows[0].startswith("<b>r5 compute") and all(not r.startswith("<b>") for r in rows if "r5 " not in r)
     assert "step=1" in current_search(duo)

@@ -127,12 +127,12 @@ def test_snapshot_renders_offline_in_chromium(slow_rank_snapshot: tuple[Path, di
         drawn = 0
         while time.time() < deadline:
             drawn = driver.execute_script("return [...document.querySelectorAll('.js-plotly-plot')].filter(g => g.data && g.querySelector('.main-svg')).length")
-            if drawn >= 4:
+            if drawn >= 5:
                 break
             time.sleep(0.3)
-        # heatmap, Marey graph, timeline, communication matrix: every figure on the page is drawn
-        assert drawn == 4
-        assert driver.execute_script("return document.querySelectorAll('.js-plotly-plot').length") == 4
+        # step chart, heatmap, Marey graph, timeline, communication matrix: every figure on the page is drawn
+        assert drawn == 5
+        assert driver.execute_script("return document.querySelectorAll('.js-plotly-plot').length") == 5
         OUT.mkdir(parents=True, exist_ok=True)
         driver.save_screenshot(str(OUT / "snapshot_gpu_llm_slow_rank.png"))
         severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]

@@ -13,23 +13,34 @@ from paradiag.app import boundary, coerce, context, ids
 from paradiag.app.boundary import In
 from paradiag.app.data.overview import (
     DEFAULT_METRIC,
+    HEATMAP_MAX_ROWS,
     METRICS,
-    Z_METRICS,
-    culprits,
     focus,
+    focus_of,
     heatmap_rows,
+    metric_of,
     overview,
+    steps_focus,
 )
 from paradiag.app.figures.heatmap import heatmap_figure, heatmap_shapes
 from paradiag.app.figures.steps import step_marker, steps_figure
 from paradiag.app.selection import Selection, view_store
 from paradiag.dataset import Job
 
-MAX_ROWS = 32
+MAX_ROWS = HEATMAP_MAX_ROWS
 
 
 def rows_of(job: Job, metric: str, expanded: list[str] | None) -> list[dict[str, Any]]:
-    return heatmap_rows(overview(job), metric, expanded, MAX_ROWS, culprits(job))
+    """The heatmap's rows: the ranks the focus keeps single on rows of their own, the blamed ones marked."""
+    f = focus_of(job)
+    return heatmap_rows(overview(job), metric_of(job, metric), expanded, MAX_ROWS, f.blamed, set(f.single), f.reasons)
+
+
+def caption(job: Job, metric: str) -> str:
+    """The heatmap's title: what the top finding is about and what the cells show."""
+    f = focus_of(job)
+    shown = metric_of(job, metric)
+    return f.caption if shown == f.metric else f"{f.headline}: coloured by {METRICS[shown]}"
 
 
 def marked(job: Job, mark: Selection) -> dict[str, Any]:
@@ -44,7 +55,8 @@ def render_heatmap(job_view: dict[str, Any] | None, metric: str, expanded: list[
         return no_update
     job = context.job(sel.job)
     rows = rows_of(job, metric, expanded)
-    return heatmap_figure(rows, overview(job)["steps"], metric, METRICS[metric], marked(job, Selection.from_store(mark_view)), diverging=metric in Z_METRICS)
+    shown = metric_of(job, metric)
+    return heatmap_figure(rows, overview(job)["steps"], shown, METRICS[shown], marked(job, Selection.from_store(mark_view)), caption=caption(job, metric))
 
 
 def mark_heatmap(mark_view: dict[str, Any] | None, metric: str, expanded: list[str] | None) -> Any:
@@ -76,7 +88,8 @@ def render_steps(job_view: dict[str, Any] | None, mark_view: dict[str, Any] | No
         return no_update
     job = context.job(sel.job)
     ov = overview(job)
-    return steps_figure(ov["steps"], ov["ranks"], ov["metrics"]["step_ms"], list(culprits(job)), Selection.from_store(mark_view).step)
+    f = focus_of(job)
+    return steps_figure(ov["steps"], ov["ranks"], ov["metrics"]["step_ms"], f.single, Selection.from_store(mark_view).step, focus=steps_focus(job))
 
 
 def mark_steps(mark_view: dict[str, Any] | None) -> Any:

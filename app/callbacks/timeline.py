@@ -13,19 +13,17 @@ from dash import Dash, Output, no_update
 
 from paradiag.app import boundary, coerce, context, ids, store
 from paradiag.app.boundary import In, St
+from paradiag.app.data import overview as overview_data
 from paradiag.app.data.common import origin_ns, step_span
 from paradiag.app.data.detail import operator_totals
-from paradiag.app.data.mesh import Mesh, mesh_of
-from paradiag.app.data.overview import culprits, focus, opening_step, overview, stands_apart
+from paradiag.app.data.overview import focus, opening_step
 from paradiag.app.data.timeline import timeline_data
-from paradiag.app.data.timeline_fold import MAX_SINGLE_RANKS, SMALL_JOB, fold_plan
+from paradiag.app.data.timeline_fold import LIMITS, timeline_rows
 from paradiag.app.figures.common import short_name
 from paradiag.app.figures.timeline import timeline_figure
 from paradiag.app.selection import Selection, view_store
 from paradiag.dataset import Job
 
-MAX_RANKS = 8
-MAX_SELECTED = MAX_RANKS  # a folded heatmap row, or a stage's finding, names many ranks: the first ones are drawn
 PIXELS = 800
 # Intervals drawn one by one (each with its hover line) up to this many; beyond, merged per pixel column. A step of
 # 8 ranks holds ~12k intervals, 1.5 MB with their names: a zoom (drag, wheel, W) shows single kernels.
@@ -34,46 +32,18 @@ MAX_OPERATORS = 400
 
 
 def shown_ranks(job: Job, selected: list[int] | None, step: int | None = None) -> list[int]:
-    """The ranks drawn one by one: the selected ranks (else the ranks the top finding blames) first. Up to
+    """The ranks drawn one by one: the selected ranks (else the ranks the top finding names) first. Up to
     SMALL_JOB ranks, then the ranks that wait for them the longest in ``step`` (default: the step a new page
     opens on): their stage peers and their pipeline neighbours, up to MAX_RANKS in all. In a larger job, then
-    the ranks that stand apart (the heatmap's rule), the others fold (``rows_of``)."""
-    mesh = mesh_of(job)
-    first = list(dict.fromkeys(selected or focus(job)["ranks"] or mesh.ranks[:1]))[:MAX_SELECTED]
-    ov = overview(job)
-    if len(mesh.ranks) > SMALL_JOB:
-        blamed = culprits(job)
-        apart = [r for r, own in zip(ov["ranks"], ov["metrics"]["own_z"], strict=True) if r not in first and stands_apart(own, blamed.get(r))]
-        return (first + apart)[:MAX_SINGLE_RANKS]
-    step = opening_step(job) if step is None else step
-    row = {r: i for i, r in enumerate(ov["ranks"])}
-    col = ov["steps"].index(step) if step in ov["steps"] else None
-    near = _neighbours(mesh, first)
-
-    def waited(r: int) -> float:
-        value = ov["metrics"]["wait_ms"][row[r]][col] if col is not None and r in row else None
-        return -(value or 0.0)
-
-    return first + sorted(near, key=waited)[: max(MAX_RANKS - len(first), 0)]
+    the ranks that stand apart (the heatmap's rule), the others fold (``rows_of``). The rule is the analysis'
+    (``paradiag.analysis.focus.shown_ranks``), which the snapshot reads too."""
+    return overview_data.shown_ranks(job, selected, step, LIMITS)
 
 
 def rows_of(job: Job, ranks: list[int], expand: list[str] | None) -> list[int | dict[str, Any]]:
     """What the timeline draws top to bottom: ``ranks``, then (beyond SMALL_JOB ranks) every other rank in the
     fold of its stage or, where ``expand`` opened them, of its mesh group or on its own."""
-    return list(ranks) if len(mesh_of(job).ranks) <= SMALL_JOB else fold_plan(job, ranks, expand)
-
-
-def _neighbours(mesh: Mesh, first: list[int]) -> list[int]:
-    """Ranks that wait for ``first``: those of their stages, and those of the adjacent stages on their pipeline
-    (same DP and TP coordinates)."""
-    stages = {mesh.stage.get(r, 0) for r in first}
-    lines = {(mesh.dp.get(r, 0), mesh.tp.get(r, 0)) for r in first}
-
-    def near(r: int) -> bool:
-        s = mesh.stage[r]
-        return s in stages or ((s - 1 in stages or s + 1 in stages) and (mesh.dp[r], mesh.tp[r]) in lines)
-
-    return [r for r in mesh.ranks if r not in first and near(r)]
+    return timeline_rows(job, ranks, expand)
 
 
 def window_ns(job: Job, sel: dict[str, Any], ranks: list[int] | None) -> tuple[int, int]:

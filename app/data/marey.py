@@ -21,8 +21,8 @@ import pyarrow.compute as pc
 from paradiag.analysis import marey as model
 from paradiag.app import palette, store
 from paradiag.app.data.common import diagnosis, origin_ns, read_events
-from paradiag.app.data.findings import findings_of
 from paradiag.app.data.mesh import mesh_of
+from paradiag.app.data.overview import focus_of
 from paradiag.dataset import Job
 
 COLUMNS = ["rank", "device", "kind", "name", "start_ns", "dur_ns", "step", "collective"]
@@ -69,7 +69,7 @@ def _read_ranks(job: Job, step: int, stage: int, extra: tuple[int, ...]) -> list
     for r in ranks:
         first_of_group.setdefault(mesh.dp[r], r)
     named = set(top_culprits(job)) & mine
-    named = named if len(named) <= READ_ALL else set()  # a finding about the whole stage: its rows are alike
+    named = named if len(named) <= READ_ALL else set()  # too many to read one by one: their rows are alike
     return sorted(set(first_of_group.values()) | named | _standing_out(job, step, ranks) | (set(extra) & mine))
 
 
@@ -150,9 +150,16 @@ def marey_data(job: Job, step: int, window: tuple[int, int] | None, merge_frac: 
 
 
 def top_culprits(job: Job) -> list[int]:
-    """The ranks the top finding is about (what every view opens on)."""
-    found = findings_of(job)
-    return [int(r) for r in found[0]["ranks"]] if found else []
+    """The ranks that keep a row of their own (the analysis' focus: the findings' culprit ranks, a link's ranks;
+    not a whole stage, which its rows draw already)."""
+    return list(focus_of(job).single)
+
+
+def focus_marks(job: Job) -> dict[str, Any]:
+    """What the graph marks of the top finding: ``{"kind", "stage" (a whole stage's finding, else None), "ranks"
+    (the ranks it names), "reasons" (rank -> why), "headline"}``."""
+    f = focus_of(job)
+    return {"kind": f.kind, "stage": f.stage if f.subject == "stage" else None, "ranks": list(f.ranks), "reasons": {int(r): t for r, t in f.reasons.items()}, "headline": f.headline}
 
 
 def folded(job: Job, step: int, expand: list[str], keep: list[int]) -> dict[str, Any]:
@@ -229,7 +236,7 @@ def _marey_data(job: Job, step: int, window: tuple[int, int] | None, merge_frac:
     stages = [{"stage": st["stage"], "rows": st["rows"], **_window(st, lo, hi, merge_frac, t0, drawn), "bubbles": _bubbles(st, lo, hi, t0, BUBBLE_FRAC * (step_hi - step_lo))} for st in rows["stages"]]
     heads = sorted({row["ranks"][0] for st in stages for row in st["rows"]})
     p2p = p2p_pairs(job, step, heads)  # one device per row (its first): the others' lines would overlap them
-    return {"step": step, "window_ms": [(lo - t0) / 1e6, (hi - t0) / 1e6], "stages": stages, "p2p": p2p, "expandable": _expandable(job, rows)}
+    return {"step": step, "window_ms": [(lo - t0) / 1e6, (hi - t0) / 1e6], "stages": stages, "p2p": p2p, "expandable": _expandable(job, rows), "focus": focus_marks(job)}
 
 
 def _expandable(job: Job, rows: dict[str, Any]) -> list[dict[str, str]]:
@@ -251,7 +258,7 @@ def _window(st: dict[str, Any], lo: int, hi: int, merge_frac: float, t0: int, dr
     most = max(MIN_BANDS, min(model.MAX_BANDS, MAX_BARS // max(len(st["rows"]), 1), TOTAL_BARS // max(drawn, 1)))  # more rows, fewer bands
     visible, group = model.merge_bands(st["start"], st["end"], st["category"], lo, hi, merge_frac, most)
     if len(visible) == 0:
-        return {"start": [], "end": [], "lo": [], "hi": [], "slow_rank": [], "slow_ms": [], "category": [], "label": [], "operator": [], "pass": []}
+        return {"start": [], "end": [], "lo": [], "hi": [], "slow_rank": [], "slow_ms": [], "category": [], "shares": [], "label": [], "operator": [], "pass": []}
     cats = [st["category"][i] for i in visible.tolist()]
     names = [st["names"][i] for i in visible.tolist()]
     passes = [st["pass"][i] for i in visible.tolist()]
@@ -260,6 +267,7 @@ def _window(st: dict[str, Any], lo: int, hi: int, merge_frac: float, t0: int, dr
     count = np.bincount(group, minlength=n)
     dur = (st["end"][visible] - st["start"][visible]).sum(axis=1)
     category = model.dominant(cats, dur, group)
+    mix = model.shares(cats, dur, group)
     slow_rank, slow_ns = _slowest(st["slow_rank"][visible], st["slow_ns"][visible], group, n)
 
     def ms(values: np.ndarray) -> list[list[float]]:
@@ -273,6 +281,7 @@ def _window(st: dict[str, Any], lo: int, hi: int, merge_frac: float, t0: int, dr
         "slow_rank": slow_rank.tolist(),
         "slow_ms": (slow_ns / 1e6).round(4).tolist(),
         "category": category,
+        "shares": [[[c, f] for c, f in parts] for parts in mix],
         "label": [names[i] if c == 1 else f"{c} operators from {names[i][:50]}" for i, c in zip(first.tolist(), count.tolist(), strict=True)],
         "pass": [passes[i] for i in first.tolist()],
         "operator": [names[i] for i in first.tolist()],

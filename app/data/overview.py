@@ -3,11 +3,22 @@ finding is about, where every view opens."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
 
-from paradiag.analysis.frame import OUTLIER_DEVIATIONS, robust_z
+from paradiag.analysis import focus as rules
+from paradiag.analysis.focus import (
+    DEFAULT_METRIC,
+    METRICS,
+    PCT_METRICS,
+    RANK_KINDS,
+    Z_METRICS,
+    Focus,
+    cited_step,
+    stands_apart,
+)
 from paradiag.analysis.report import report_of
 from paradiag.app import store
 from paradiag.app.data.collectives import wait_by_rank_step
@@ -15,42 +26,43 @@ from paradiag.app.data.common import diagnosis, slowest_step
 from paradiag.app.data.mesh import mesh_of
 from paradiag.dataset import Job
 
-METRICS = {
-    "own_z": "own time vs stage peers (robust z)",
-    "step_ms": "step time (ms)",
-    "compute_ms": "compute (ms)",
-    "launch_ms": "launch delay (ms)",
-    "comm_exposed_ms": "exposed communication (ms)",
-    "idle_ms": "idle (ms)",
-    "wait_ms": "wait in collectives (ms)",
-    "zscore": "compute vs stage peers (robust z)",
-}
-DEFAULT_METRIC = "own_z"
-Z_METRICS = ("own_z", "zscore")
-# A rank's own time is what it spends before its peers can go on: its compute, and the time its host takes to
-# feed the device (a data loader stall). In a synchronous step every rank's step time is the same, so only the
-# own time, compared within the stage, separates the rank everybody waits for from the ranks that wait. It is
-# scored on the sum (with the analysis' ``robust_z``): the analysis' ``launch_delay_z`` alone calls a 50 us
-# launch jitter 20 deviations when the launch delays are a few 100 us, however small against the step.
+__all__ = ["DEFAULT_METRIC", "METRICS", "PCT_METRICS", "RANK_KINDS", "Z_METRICS", "cited_step", "stands_apart"]
+# The metrics read from each (rank, step)'s breakdown. The focus metrics (own time against the stage, compute and
+# transfers against the job) are the analysis' (``paradiag.analysis.focus``): they tell the rank everybody waits
+# for from those who wait in a synchronous step, where every rank's step time is the same.
+HEATMAP_MAX_ROWS = 32  # beyond, alike ranks fold
+
 _FROM_BREAKDOWN = {"compute_ms": "compute_ns", "comm_exposed_ms": "comm_exposed_ns", "idle_ms": "idle_ns"}
-# Findings about a rank itself (not a stage, a link or the clocks): their ranks are outlined as culprits.
-RANK_KINDS = ("slow_device", "host_stall", "operator_hotspot", "expert_imbalance")
 
 
 def report(job: Job) -> dict[str, Any]:
     return store.memo("report", job, 1, lambda: report_of(job, diagnosis(job)))
 
 
+def focus_of(job: Job) -> Focus:
+    """What the first screen is about (the analysis' :func:`paradiag.analysis.focus.focus_of`), once per job."""
+    return Focus.from_json(store.memo("focus", job, 1, lambda: rules.focus_of(diagnosis(job)).as_json()))
+
+
 def focus(job: Job) -> dict[str, Any]:
-    """Where every view opens: the top finding that blames ranks themselves (else the top finding that names
-    ranks) as ``{"ranks", "step", "stage", "kind"}`` (ranks empty and step None when nothing stands out)."""
-    found = [f for f in diagnosis(job).findings if f.culprit.ranks]
-    # The per-rank views (timeline, detail) are about ranks: a finding that blames ranks themselves comes first;
-    # a stage or a link is what Marey, the flow graph and the matrix show.
-    top = next((f for f in found if f.kind in RANK_KINDS), found[0] if found else None)
-    if top is None:
-        return {"ranks": [], "step": None, "stage": None, "kind": None}
-    return {"ranks": list(top.culprit.ranks), "step": cited_step(top.as_json()), "stage": top.culprit.stage, "kind": top.kind}
+    """Where every view opens: ``{"ranks", "step", "stage", "kind"}`` of the top finding (ranks empty and step
+    None when nothing stands out)."""
+    f = focus_of(job)
+    return {"ranks": list(f.ranks), "step": f.step, "stage": f.stage, "kind": f.kind}
+
+
+def metric_of(job: Job, metric: str) -> str:
+    """The metric drawn for the dropdown's ``metric``: ``focus`` is the one that shows the top finding."""
+    return focus_of(job).metric if metric == "focus" else metric
+
+
+def steps_focus(job: Job) -> dict[str, Any]:
+    """What the step chart says of the top finding: ``{"what", "predicted_ms" (the replay's step time without its
+    cause, None without a replay), "saving_pct" (what that saves of the measured step), "step"}``."""
+    f = focus_of(job)
+    top = rules.top_finding(diagnosis(job))
+    replay = (top.what_if or {}) if top is not None else {}
+    return {"what": (f.kind or "the cause").replace("_", " "), "predicted_ms": replay.get("predicted_step_ms"), "saving_pct": replay.get("saving_pct"), "step": f.step}
 
 
 def opening_step(job: Job) -> int | None:
@@ -59,22 +71,28 @@ def opening_step(job: Job) -> int | None:
     return step if step is not None else slowest_step(job)
 
 
-def cited_step(finding: dict[str, Any]) -> int | None:
-    """The step a finding's evidence cites (the analysis' ``step``), else its first step."""
-    if finding.get("step") is not None:
-        return int(finding["step"])
-    steps = finding.get("steps") or []
-    return int(steps[0]) if steps else None
-
-
 def culprits(job: Job) -> dict[int, str]:
-    """Rank -> kind of the first finding that names the rank itself as the cause."""
-    return {r: next(k for k in kinds if k in RANK_KINDS) for r, kinds in diagnosis(job).culprits().items() if any(k in RANK_KINDS for k in kinds)}
+    """Rank -> kind of the finding that blames it: every finding about ranks themselves, and the top finding's
+    ranks (a stage's, a link's)."""
+    return focus_of(job).blamed
+
+
+def shown_ranks(job: Job, selected: list[int] | None, step: int | None, limits: tuple[int, int, int, int]) -> list[int]:
+    """The ranks a per-rank view draws one by one (the analysis' rule, :func:`paradiag.analysis.focus.shown_ranks`),
+    ``step`` defaulting to the step a new page opens on."""
+    ov = overview(job)
+    own = dict(zip(ov["ranks"], ov["metrics"]["own_z"], strict=True))
+    return rules.shown_ranks(diagnosis(job), focus_of(job), ov["ranks"], own, selected, opening_step(job) if step is None else step, limits)
+
+
+def single(job: Job) -> set[int]:
+    """The ranks that keep a row of their own in every view (the focus' ``single``)."""
+    return set(focus_of(job).single)
 
 
 def overview(job: Job) -> dict[str, Any]:
     """``{"ranks", "steps", "stage", "dp", "metrics": {name: rows x steps list}, "found_by"}``."""
-    return store.memo("overview", job, 2, lambda: _overview(job))
+    return store.memo("overview", job, 3, lambda: _overview(job))
 
 
 def _overview(job: Job) -> dict[str, Any]:
@@ -83,7 +101,7 @@ def _overview(job: Job) -> dict[str, Any]:
     steps = sorted(rep["job"]["steps"])
     col = {s: i for i, s in enumerate(steps)}
     row = {r: i for i, r in enumerate(mesh.ranks)}
-    values = {m: np.full((len(mesh.ranks), len(steps)), np.nan) for m in METRICS}
+    values = {m: np.full((len(mesh.ranks), len(steps)), np.nan) for m in METRICS if m != "focus"}
     for entry in rep["ranks"]:
         i = row[entry["rank"]]
         for s in entry["steps"]:
@@ -95,14 +113,12 @@ def _overview(job: Job) -> dict[str, Any]:
     for (rank, step), wait in wait_by_rank_step(job).items():
         if rank in row and step in col:
             values["wait_ms"][row[rank], col[step]] = wait / 1e6
-    own = np.full((len(mesh.ranks), len(steps)), np.nan)
     for (rank, step), f in diagnosis(job).figures().items():
         if rank in row and step in col and f["compute_ns"] is not None:
             i, j = row[rank], col[step]
             values["launch_ms"][i, j] = f["launch_delay_ns"] / 1e6
             values["zscore"][i, j] = _number(f["compute_z"])
-            own[i, j] = f["compute_ns"] + f["launch_delay_ns"]
-    values["own_z"] = _stage_z(own, [mesh.stage[r] for r in mesh.ranks])
+    values.update(rules.figures(diagnosis(job), mesh.ranks, steps))
     return {
         "ranks": mesh.ranks,
         "steps": steps,
@@ -117,65 +133,57 @@ def _number(value: float | None) -> float:
     return float("nan") if value is None else float(value)
 
 
-def _stage_z(values: np.ndarray, stages: list[int]) -> np.ndarray:
-    """Per step, each rank's robust z-score (the analysis' ``robust_z``) among the ranks of its stage."""
-    out = np.full_like(values, np.nan)
-    stage_arr = np.asarray(stages)
-    for stage in set(stages):
-        rows = np.flatnonzero(stage_arr == stage)
-        for j in range(values.shape[1]):
-            column = values[rows, j]
-            ok = np.isfinite(column)
-            if ok.sum() >= 2:
-                out[rows[ok], j] = robust_z(column[ok])
-    return out
-
-
 def _listed(matrix: np.ndarray) -> list[list[float | None]]:
     return [[None if np.isnan(v) else round(float(v), 4) for v in row] for row in matrix]
 
 
-def heatmap_rows(ov: dict[str, Any], metric: str, expanded: list[str] | None = None, max_rows: int = 32, culprit: dict[int, str] | None = None) -> list[dict[str, Any]]:
+def heatmap_rows(
+    ov: dict[str, Any], metric: str, expanded: list[str] | None = None, max_rows: int = 32, culprit: dict[int, str] | None = None, single: set[int] | None = None, reasons: dict[int, str] | None = None
+) -> list[dict[str, Any]]:
     """Rows for the heatmap, top to bottom: one per rank; with more than ``max_rows`` ranks, each stage folds
     into one row of its alike ranks (coloured by their median; hover: min/median/max) while the ranks whose own
-    time stands out (``OUTLIER_DEVIATIONS``) and the ``culprit`` ranks keep a row each. An ``expanded`` stage (``s3``)
-    unfolds into its DP groups (``s3.dp1``), folded the same way; an expanded DP group into its ranks."""
+    time stands out (``stands_apart``) and the ``single`` ranks (default: the ``culprit`` ranks) keep a row each.
+    A row whose ranks a finding all blames (``culprit``: rank -> kind) is marked, with the ``reasons`` of its first
+    rank. An ``expanded`` stage (``s3``) unfolds into its DP groups (``s3.dp1``), folded the same way; an expanded
+    DP group into its ranks."""
     culprit = culprit or {}
+    single = set(culprit) if single is None else single
+    reasons = reasons or {}
     matrix, own = ov["metrics"][metric], ov["metrics"]["own_z"]
     ranks, stages, dps = ov["ranks"], ov["stage"], ov["dp"]
     singles = [
-        {"label": f"rank {r} · s{st}", "ranks": [r], "stage": st, "values": matrix[i], "spread": None, "group": None, "culprit": culprit.get(r)}
+        {"label": f"rank {r} · s{st}", "ranks": [r], "stage": st, "values": matrix[i], "spread": None, "group": None, "culprit": culprit.get(r), "reason": reasons.get(r)}
         for i, (r, st) in enumerate(zip(ranks, stages, strict=True))
     ]
     if len(ranks) <= max_rows:
         return singles
     expanded_set = set(expanded or [])
+    fold = partial(_fold, singles=singles, matrix=matrix, own=own, single=single)
     out: list[dict[str, Any]] = []
     for stage in dict.fromkeys(stages):
         members = [i for i, st in enumerate(stages) if st == stage]
         name = f"s{stage}"
         if name not in expanded_set:
-            out += _fold(name, members, singles, matrix, own)
+            out += fold(name, members)
             continue
         for dp in dict.fromkeys(dps[i] for i in members):
             sub = [i for i in members if dps[i] == dp]
             sub_name = f"{name}.dp{dp}"
-            out += [dict(singles[i], group=sub_name) for i in sub] if sub_name in expanded_set else _fold(sub_name, sub, singles, matrix, own)
+            out += [dict(singles[i], group=sub_name) for i in sub] if sub_name in expanded_set else fold(sub_name, sub)
     return out
 
 
-def _fold(name: str, members: list[int], singles: list[dict[str, Any]], matrix: list[list[float | None]], own: list[list[float | None]]) -> list[dict[str, Any]]:
+def _fold(name: str, members: list[int], singles: list[dict[str, Any]], matrix: list[list[float | None]], own: list[list[float | None]], single: set[int]) -> list[dict[str, Any]]:
     """One row for the alike ``members`` of a group, then one per member that stands out."""
-    apart = [i for i in members if stands_apart(own[i], singles[i]["culprit"])]
+    apart = [i for i in members if stands_apart(own[i], singles[i]["ranks"][0] in single)]
     alike = [i for i in members if i not in apart]
-    rows = [_group_row(name, singles[alike[0]]["stage"], [singles[i]["ranks"][0] for i in alike], [matrix[i] for i in alike], len(apart))] if alike else []
-    return rows + [dict(singles[i], group=name) for i in apart]
-
-
-def stands_apart(own_z: list[float | None], culprit: str | None) -> bool:
-    """Whether a rank keeps a row of its own when alike ranks fold (heatmap, timeline): a finding blames it, or its
-    own time (``own_z``, per step) leaves its stage's noise band in some step."""
-    return bool(culprit) or max((abs(v) for v in own_z if v is not None), default=0.0) >= OUTLIER_DEVIATIONS
+    if not alike:
+        return [dict(singles[i], group=name) for i in apart]
+    row = _group_row(name, singles[alike[0]]["stage"], [singles[i]["ranks"][0] for i in alike], [matrix[i] for i in alike], len(apart))
+    kinds = {singles[i]["culprit"] for i in alike}
+    if len(kinds) == 1 and None not in kinds:  # a finding about the whole group (a stage): the row is the culprit
+        row.update(culprit=kinds.pop(), reason=singles[alike[0]]["reason"])
+    return [row] + [dict(singles[i], group=name) for i in apart]
 
 
 def _group_row(name: str, stage: int, ranks: list[int], values: list[list[float | None]], apart: int) -> dict[str, Any]:
@@ -191,4 +199,5 @@ def _group_row(name: str, stage: int, ranks: list[int], values: list[list[float 
         "spread": [f"{a:.3f} / {b:.3f} / {c:.3f}" for a, b, c in zip(lo, med, hi, strict=True)],
         "group": name,
         "culprit": None,
+        "reason": None,
     }

@@ -27,6 +27,9 @@ from paradiag.dataset import Job
 
 SMALL_JOB = 8  # ranks up to which every rank has its rows (nothing folds)
 MAX_SINGLE_RANKS = 32  # ranks drawn one by one at most; an opened group beyond it stays folded
+MAX_RANKS = 8  # in a small job, the ranks drawn: the focus' and those that wait for them the longest
+MAX_SELECTED = MAX_RANKS  # a folded heatmap row, or a stage's finding, names many ranks: the first ones are drawn
+LIMITS = (SMALL_JOB, MAX_SELECTED, MAX_RANKS, MAX_SINGLE_RANKS)  # the shown ranks' (``analysis.focus.shown_ranks``)
 # A fold's lanes: compute, collectives (data and tensor parallel) and the pipeline's send/recv, which on one lane
 # would tile the step (collectives run between the pipeline's transfers) and hide each other's gaps.
 LANE = {"compute": "compute", "memory": "compute", "collective": "collective", "send": "p2p", "recv": "p2p"}
@@ -36,6 +39,13 @@ FOLD_BANDS = 1600  # merged instances over all folded lanes of a drawing ...
 MIN_BANDS = 24  # ... at least this many a lane
 MAX_PATH = 1500  # path segments drawn one by one; beyond, runs on one row and kind merge
 HOVER_NAME = 36
+
+
+def timeline_rows(job: Job, ranks: list[int], expand: list[str] | None) -> list[int | dict[str, Any]]:
+    """What a timeline draws top to bottom (the dashboard's and the snapshot's): ``ranks``, then (beyond SMALL_JOB
+    ranks) every other rank in the fold of its stage or, where ``expand`` opened them, of its mesh group or on its
+    own."""
+    return list(ranks) if len(mesh_of(job).ranks) <= SMALL_JOB else fold_plan(job, ranks, expand)
 
 
 def fold_plan(job: Job, singles: list[int], expand: list[str] | None) -> list[int | dict[str, Any]]:

@@ -16,6 +16,15 @@ _AXIS = {"gridcolor": "#EBF0F8", "linecolor": "#EBF0F8", "zerolinecolor": "#EBF0
 TEMPLATE = go.layout.Template(layout={"paper_bgcolor": "white", "plot_bgcolor": "white", "xaxis": _AXIS, "yaxis": _AXIS, "hoverlabel": {"align": "left"}})
 
 
+def add_caption(fig: go.Figure, text: str, left_px: int) -> None:
+    """A caption in the figure's top margin, its lines growing upwards from the plot area, from the figure's left
+    edge (``left_px``: the left margin). An annotation, not the title: a title of several lines anchored at its
+    top draws its first lines above the figure. ``name="caption"`` finds it."""
+    fig.add_annotation(
+        name="caption", text=text, xref="paper", yref="paper", x=0, y=1, xanchor="left", yanchor="bottom", xshift=-left_px, yshift=6, align="left", showarrow=False, font={"size": 12}
+    )
+
+
 def base_figure(title: str = "", uirevision: Any = None, height: int | None = None) -> go.Figure:
     fig = go.Figure()
     fig.update_layout(

@@ -12,7 +12,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from paradiag.app import palette
-from paradiag.app.figures.common import bars, base_figure, compact, empty_figure, short_name
+from paradiag.app.figures.common import base_figure, compact, empty_figure, short_name
 
 HALF = 0.32  # half the height of a row
 STAGE_GAP = 0.7  # extra space between stages
@@ -141,19 +141,51 @@ def _connectors(fig: go.Figure, data: dict[str, Any], row_y: list[list[float]]) 
 def _bars(fig: go.Figure, data: dict[str, Any], row_y: list[list[float]]) -> None:
     """Per category, its bars as one filled path (NaN-separated polygons: one SVG node, where a ``go.Bar``
     draws a path per bar and a 256-rank graph took 0.4-0.5 s to redraw) and undrawn points carrying their hover
-    and click (:func:`_hover_points`)."""
+    and click (:func:`_hover_points`). A band merged from neighbours of several categories is drawn stacked: each
+    category a slice of the bar's height by its share of the band's time."""
     parts: dict[str, list[dict[str, np.ndarray]]] = {}
+    boxes: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
     for st, ys in zip(data["stages"], row_y, strict=True):
         if len(st["start"]):
             for cat, part in _stage_bars(st, ys).items():
                 parts.setdefault(cat, []).append(part)
+            for cat, box in _stacked(st, ys).items():
+                boxes.setdefault(cat, []).append(box)
     step = HOVER_STEP * (data["window_ms"][1] - data["window_ms"][0])
-    for cat, chunks in parts.items():
-        bar = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+    for cat in dict.fromkeys([*boxes, *parts]):
         color = palette.CATEGORY.get(cat, "#888")
-        x, y = bars(bar["start"], bar["end"], bar["y"], HALF)
-        fig.add_trace(go.Scatter(x=x, y=y, mode="none", fill="toself", fillcolor=color, opacity=0.85, hoverinfo="skip", name=cat, legendgroup=cat))
-        _hover_points(fig, cat, color, bar, step)
+        if cat in boxes:
+            fig.add_trace(go.Scatter(**_joined(boxes[cat]), mode="none", fill="toself", fillcolor=color, opacity=0.85, hoverinfo="skip", name=cat, legendgroup=cat))
+        if cat in parts:
+            bar = {k: np.concatenate([c[k] for c in parts[cat]]) for k in parts[cat][0]}
+            _hover_points(fig, cat, color, bar, step)
+
+
+def _stacked(st: dict[str, Any], ys: list[float]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per category, the slices of a stage's bars it holds (x, y of NaN-separated closed polygons): a band's
+    categories stacked top to bottom in one order for every band (compute first: its share compares across
+    stages at a glance), each as high as its share of the band's time."""
+    starts, ends = _arrays(st, "start"), _arrays(st, "end")
+    y = np.asarray(ys, dtype=np.float64)
+    mixes = st.get("shares") or [[[c, 1.0]] for c in st["category"]]
+    out: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+    order = {c: k for k, c in enumerate(palette.CATEGORY)}
+    for i, mix in enumerate(mixes):
+        low = 0.0
+        for cat, share in sorted(mix, key=lambda cs: order.get(cs[0], len(order))):
+            if share <= 0:
+                continue
+            y0 = y - HALF + 2 * HALF * low
+            y1 = y0 + 2 * HALF * share
+            out.setdefault(cat, []).append(_boxes(starts[i], ends[i], y0, y1))
+            low += share
+    return {cat: (np.concatenate([b[0] for b in b_]), np.concatenate([b[1] for b in b_])) for cat, b_ in out.items()}
+
+
+def _boxes(a: np.ndarray, b: np.ndarray, y0: np.ndarray, y1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Closed rectangles [a, b] x [y0, y1], NaN-separated."""
+    gap = np.full(len(a), np.nan)
+    return np.column_stack([a, b, b, a, a, gap]).ravel(), np.column_stack([y0, y0, y1, y1, y0, gap]).ravel()
 
 
 def _stage_bars(st: dict[str, Any], ys: list[float]) -> dict[str, dict[str, np.ndarray]]:
@@ -165,7 +197,10 @@ def _stage_bars(st: dict[str, Any], ys: list[float]) -> dict[str, dict[str, np.n
     per_band = {
         "op": np.array(st["operator"], dtype=object),
         "mid": ((lo.min(axis=1) + hi.max(axis=1)) / 2).round(4),
-        "head": np.array([f"{short_name(label, 48)} · {cat}{_pass_text(p)}" for label, cat, p in zip(st["label"], st["category"], st.get("pass") or [""] * len(st["label"]), strict=True)], dtype=object),
+        "head": np.array(
+            [f"{short_name(label, 48)} · {_mix_text(mix) or cat}{_pass_text(p)}" for label, cat, p, mix in zip(st["label"], st["category"], st.get("pass") or [""] * len(st["label"]), st.get("shares") or [[]] * len(st["label"]), strict=True)],
+            dtype=object,
+        ),
         "merged": np.array([op != label for op, label in zip(st["operator"], st["label"], strict=True)]),
     }
     per_row = {"y": np.asarray(ys, dtype=np.float32), "label": np.array([r["label"] for r in st["rows"]], dtype=object), "many": np.array([len(r["ranks"]) > 1 for r in st["rows"]])}
@@ -230,6 +265,11 @@ def _point_trace(cat: str, color: str, x: np.ndarray, bar: dict[str, np.ndarray]
     )
 
 
+def _mix_text(mix: list[list[Any]]) -> str:
+    """"collective 62% · compute 38%" for a band of several categories; "" for one of a single category."""
+    return " · ".join(f"{c} {100 * f:.0f}%" for c, f in mix) if len(mix) > 1 else ""
+
+
 def _pass_text(label: str) -> str:
     """"F3" -> " · micro-batch 3 forward", "B3 c1" -> " · micro-batch 3 backward (chunk 1)", "" -> ""."""
     if not label:
@@ -258,11 +298,22 @@ def _p2p(fig: go.Figure, data: dict[str, Any], rank_y: dict[int, float]) -> None
 
 def _anomalies(fig: go.Figure, data: dict[str, Any], row_y: list[list[float]]) -> None:
     """The paper's anomaly marks: a red mark at the left of each row holding an anomalous device, and a red
-    outline around the row."""
+    outline around the row; the top finding (``data["focus"]``) marked in its own terms, its reason written on the
+    graph: a whole stage's rows outlined together, a named rank's row with why."""
     ys, text = [], []
     x0 = data["window_ms"][0]
+    focus = data.get("focus") or {}
+    named = set(focus.get("ranks") or [])
+    reasons = {int(r): t for r, t in (focus.get("reasons") or {}).items()}
     for st, rows in zip(data["stages"], row_y, strict=True):
+        if focus.get("stage") is not None and st["stage"] == focus["stage"] and rows:
+            fig.add_shape(type="rect", xref="paper", x0=0, x1=1, y0=rows[0] - 0.55, y1=rows[-1] + 0.55, line={"color": ANOMALY, "width": 2.5}, fillcolor="rgba(198,40,40,0.05)", layer="below")
+            _note(fig, rows[0] - 0.5, f"⚠ {focus.get('headline') or 'stage ' + str(st['stage'])}")
         for row, y in zip(st["rows"], rows, strict=True):
+            mine = [r for r in row["ranks"] if r in named]
+            if mine and focus.get("stage") is None and len(mine) == len(row["ranks"]):
+                why = reasons.get(mine[0], str(focus.get("kind") or "").replace("_", " "))
+                _note(fig, y - HALF, f"⚠ {row['label']}: {why}")
             if row["anomalous"]:
                 ys.append(y)
                 more = f"<br>… {len(row['anomalous']) - len(row.get('why', []))} more" if len(row["anomalous"]) > len(row.get("why", [])) else ""
@@ -270,6 +321,11 @@ def _anomalies(fig: go.Figure, data: dict[str, Any], row_y: list[list[float]]) -
                 fig.add_shape(type="rect", xref="paper", x0=0, x1=1, y0=y - 0.5, y1=y + 0.5, line={"color": ANOMALY, "width": 1.5}, fillcolor="rgba(198,40,40,0.06)", layer="below")
     if ys:
         fig.add_trace(go.Scatter(x=[x0] * len(ys), y=ys, mode="markers", marker={"symbol": "triangle-right", "size": 13, "color": ANOMALY}, hovertext=text, hovertemplate="%{hovertext}<extra></extra>", name="anomalous device", cliponaxis=False))
+
+
+def _note(fig: go.Figure, y: float, text: str) -> None:
+    """A red note at the right end of a row, above its bars: why the row is marked, readable without a hover."""
+    fig.add_annotation(xref="paper", x=0.995, y=y, yref="y", xanchor="right", yanchor="bottom", text=f"<b>{text}</b>", showarrow=False, font={"color": ANOMALY, "size": 11}, bgcolor="rgba(255,255,255,0.85)", borderpad=1)
 
 
 def critical_path_trace(path: list[dict[str, Any]], rank_y: dict[int, float]) -> go.Scatter:

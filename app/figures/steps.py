@@ -1,5 +1,7 @@
-"""The step chart: step time per step (median over the ranks, and the slowest rank), the selected step marked.
-Click a step or brush a range of steps (the slowest step of the range is taken) to pick one."""
+"""The step chart: step time per step (the median rank, the slowest, the spread over the ranks as a band), the
+step time the replay predicts with the top finding's cause removed, the selected step marked. Its axis spans the
+data, not 0: in a synchronous job every rank's step time is within a few % of the others', which a chart from 0
+draws as one line. Click a step or brush a range of steps (the slowest step of the range is taken) to pick one."""
 
 from __future__ import annotations
 
@@ -9,29 +11,77 @@ import numpy as np
 import plotly.graph_objects as go
 
 from paradiag.app import palette
-from paradiag.app.figures.common import base_figure, empty_figure
+from paradiag.app.figures.common import add_caption, base_figure, empty_figure
+
+SPREAD = "rgba(96,125,139,0.25)"
+APART = 0.005  # a blamed rank's line is drawn where it leaves the median by 0.5 % in some step (else it is the median)
 
 
-def steps_figure(steps: list[int], ranks: list[int], step_ms: list[list[float | None]], culprit: list[int] | None = None, selected: int | None = None) -> go.Figure:
-    """``step_ms``: ranks x steps (rows in ``ranks`` order). ``culprit``: ranks a finding blames, each drawn as
-    its own line (the first three)."""
+def steps_figure(
+    steps: list[int], ranks: list[int], step_ms: list[list[float | None]], culprit: list[int] | None = None, selected: int | None = None, focus: dict[str, Any] | None = None
+) -> go.Figure:
+    """``step_ms``: ranks x steps (rows in ``ranks`` order). ``culprit``: ranks a finding blames, the first drawn
+    as its own line where it is not the median's (the others are alike, or their own lines). ``focus``: ``{"what": the top finding in a few
+    words, "predicted_ms": the replay's step time without its cause (or None), "saving_pct": what it saves of the
+    measured step, "step": the step it cites}``."""
     if not steps:
         return empty_figure("no steps in this job", height=150)
     block = np.array([[np.nan if v is None else v for v in row] for row in step_ms], dtype=float)
-    fig = base_figure(uirevision="steps", height=160)
+    fig = base_figure(uirevision="steps", height=210)
     with np.errstate(all="ignore"):
-        lines = {"median rank": np.nanmedian(block, axis=0), "slowest rank": np.nanmax(block, axis=0)}
-    for name, values in lines.items():
-        fig.add_trace(go.Scatter(x=steps, y=values, mode="lines+markers", name=name, line={"color": palette.STAGE if name == "median rank" else palette.KIND["communication"], "width": 2}, hovertemplate="step %{x}: %{y:.2f} ms<extra>" + name + "</extra>"))
+        median, lo, hi = np.nanmedian(block, axis=0), np.nanmin(block, axis=0), np.nanmax(block, axis=0)
+    hover = "step %{x}: %{y:.2f} ms<extra>"
+    fig.add_trace(go.Scatter(x=steps, y=lo, mode="lines", line={"width": 0}, showlegend=False, hoverinfo="skip"))
+    fig.add_trace(go.Scatter(x=steps, y=hi, mode="lines", line={"width": 0}, fill="tonexty", fillcolor=SPREAD, name="fastest–slowest rank", hoverinfo="skip"))
+    fig.add_trace(go.Scatter(x=steps, y=median, mode="lines+markers", name="median rank", line={"color": palette.STAGE, "width": 2}, hovertemplate=hover + "median rank</extra>"))
+    fig.add_trace(go.Scatter(x=steps, y=hi, mode="markers", name="slowest rank", marker={"color": palette.KIND["communication"], "size": 6, "symbol": "triangle-up"}, hovertemplate=hover + "slowest rank</extra>"))
     row = {r: i for i, r in enumerate(ranks)}
-    for r in (culprit or [])[:3]:
-        if r in row:
-            fig.add_trace(go.Scatter(x=steps, y=block[row[r]], mode="lines", name=f"rank {r}", line={"color": palette.CULPRIT, "width": 1, "dash": "dot"}, hovertemplate="step %{x}: %{y:.2f} ms<extra>rank " + str(r) + "</extra>"))
+    for r in [r for r in culprit or [] if r in row][:1]:
+        values = block[row[r]]
+        with np.errstate(all="ignore"):
+            if np.nanmax(np.abs(values - median) / median) >= APART:
+                fig.add_trace(go.Scatter(x=steps, y=values, mode="lines", name=f"rank {r}", line={"color": palette.CULPRIT, "width": 1.5, "dash": "dot"}, hovertemplate=hover + f"rank {r}</extra>"))
+    predicted = (focus or {}).get("predicted_ms")
+    if predicted:
+        fig.add_trace(go.Scatter(x=[steps[0] - 0.5, steps[-1] + 0.5], y=[predicted] * 2, mode="lines", name=f"without it (replay): {predicted:.1f} ms", line={"color": palette.CULPRIT, "width": 1.5, "dash": "dash"}, hovertemplate=f"without {(focus or {}).get('what', 'the cause')}: %{{y:.2f}} ms<extra>replay</extra>"))
     fig.update_layout(shapes=step_marker(steps, selected))
-    fig.update_xaxes(title="step", tickmode="array", tickvals=steps, range=[min(steps) - 0.5, max(steps) + 0.5])
-    fig.update_yaxes(title="ms", rangemode="tozero", fixedrange=True)
-    fig.update_layout(dragmode="select", selectdirection="h", margin={"t": 24, "b": 30}, hovermode="x unified", legend={"orientation": "v", "x": 1.02, "xanchor": "left", "y": 1, "yanchor": "top"})
+    fig.update_xaxes(title=None, tickprefix="step ", tickmode="array", tickvals=steps, range=[min(steps) - 0.5, max(steps) + 0.5])
+    fig.update_yaxes(title="ms", range=y_range([lo, hi, np.array([predicted or np.nan])]), fixedrange=True)
+    fig.update_layout(
+        dragmode="select",
+        selectdirection="h",
+        margin={"t": 44, "b": 30, "r": 10},
+        hovermode="x unified",
+        legend={"orientation": "h", "x": 0, "xanchor": "left", "y": -0.3, "yanchor": "top", "font": {"size": 10}},
+    )
+    add_caption(fig, summary(steps, median, lo, hi, focus), 50)
     return fig
+
+
+def y_range(parts: list[np.ndarray]) -> list[float]:
+    """The y axis around the data: its extent padded by a tenth (at least 1 % of its top, so that a flat line
+    sits in the middle), not from 0."""
+    values = np.concatenate([np.asarray(p, dtype=float).ravel() for p in parts])
+    values = values[np.isfinite(values)]
+    if not len(values):
+        return [0.0, 1.0]
+    a, b = float(values.min()), float(values.max())
+    pad = max(0.1 * (b - a), 0.01 * abs(b), 1e-3)
+    return [max(a - pad, 0.0), b + pad]
+
+
+def summary(steps: list[int], median: np.ndarray, lo: np.ndarray, hi: np.ndarray, focus: dict[str, Any] | None) -> str:
+    """The chart's title: the step time, how far apart the ranks are, what the replay saves without the top
+    finding's cause."""
+    with np.errstate(all="ignore"):
+        mid = float(np.nanmedian(median))
+        spread = float(np.nanmax(hi - lo))
+    text = f"step {mid:.1f} ms (median) · ranks within {spread:.1f} ms ({100 * spread / mid:.0f}%)" if mid == mid and mid > 0 else "step time"
+    predicted, saving = (focus or {}).get("predicted_ms"), (focus or {}).get("saving_pct")
+    if predicted:
+        saves = f" (saves {saving:.0f}% of the step)" if saving is not None else ""
+        text += f"<br>without {(focus or {}).get('what', 'the top finding')} (replay): {predicted:.1f} ms{saves}"
+    return text
 
 
 def step_marker(steps: list[int], selected: int | None) -> list[dict[str, Any]]:
