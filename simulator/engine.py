@@ -141,6 +141,14 @@ class Engine:
     def _wake(self, key: tuple[int, ...]) -> None:
         self.runnable.extend(self.waiting.pop(key, ()))
 
+    def _blocked_on(self, st: RankState, streams: list[str]) -> tuple[int, ...] | None:
+        """The first of ``streams`` still waiting on an unresolved event, or None when all are free."""
+        for stream in streams:
+            key = self._blocked(st, stream)
+            if key is not None:
+                return key
+        return None
+
     def _blocked(self, st: RankState, stream: str) -> tuple[int, ...] | None:
         key = st.gate.get(stream)
         if key is None:
@@ -185,14 +193,19 @@ class Engine:
             st.factors[op] = factor
         return factor
 
+    def _op_us(self, op: Op) -> float:
+        """The operator's time on this job's device before faults and jitter (computed once per operator)."""
+        base = self.op_us.get(op)
+        if base is None:
+            base = self.op_us[op] = devices.op_time_us(self.job.spec, op.flops, op.nbytes, op.dense)
+        return base
+
     def _kernel(self, st: RankState, ins: program.Instr, step: int) -> tuple[int, ...] | None:
         key = self._blocked(st, COMPUTE)
         if key is not None:
             return key
         op: Op = ins[1]
-        base = self.op_us.get(op)
-        if base is None:
-            base = self.op_us[op] = devices.op_time_us(self.job.spec, op.flops, op.nbytes, op.dense)
+        base = self._op_us(op)
         hts, hdur, lts, ldur = self._launch(st, HOST_OP_US["K"])
         start = max(lts + ldur * 0.6, st.tail[COMPUTE])
         dur = base * self._factor(st, op, step) * self._jitter(st)
@@ -205,9 +218,7 @@ class Engine:
         if key is not None:
             return key
         op: Op = ins[1]
-        base = self.op_us.get(op)
-        if base is None:
-            base = self.op_us[op] = devices.op_time_us(self.job.spec, op.flops, op.nbytes, op.dense)
+        base = self._op_us(op)
         start = max(st.host, st.tail[COMPUTE])  # a blocking collective or receive ends first: a gap on the thread
         dur = base * self._factor(st, op, step) * self._jitter(st)
         st.host = st.tail[COMPUTE] = start + dur + 1.0
@@ -224,10 +235,9 @@ class Engine:
     def _cpu_sync(self, st: RankState, ins: program.Instr, step: int) -> tuple[int, ...] | None:
         """work.wait() on the main thread: no event, a gap until the stream(s) are done."""
         streams = [ins[1]] if ins[1] else [COMPUTE, *st.gate, *st.tail]
-        for stream in streams:
-            key = self._blocked(st, stream)
-            if key is not None:
-                return key
+        key = self._blocked_on(st, streams)
+        if key is not None:
+            return key
         st.host = max(st.host, *(st.tail[s] for s in streams)) + 2.0 + abs(st.n())
         return None
 
@@ -265,10 +275,9 @@ class Engine:
 
     def _sync(self, st: RankState, ins: program.Instr, step: int) -> tuple[int, ...] | None:
         streams = [ins[1]] if ins[1] else [COMPUTE, *st.gate, *st.tail]
-        for stream in streams:
-            key = self._blocked(st, stream)
-            if key is not None:
-                return key
+        key = self._blocked_on(st, streams)
+        if key is not None:
+            return key
         end = max((st.tail[s] for s in streams), default=0.0)
         hts = st.host
         hdur = max(end - hts, 0.0) + 3.0 + abs(st.n())

@@ -99,21 +99,10 @@ def _backward_with_buckets(layers: list[list[Item]], params: list[int], reduce: 
     return out
 
 
-def _fsdp_forward(layers: list[list[Item]], params: list[int], dp: int) -> list[Instr]:
-    """FSDP2's forward: each layer's parameters all-gathered over the data-parallel group before it runs, the
-    next layer's gather issued (prefetched) before this layer computes."""
-    out: list[Instr] = [("C", Coll("_allgather_base", "dp", params[0] // dp, params[0], "BFloat16"), False)]
-    for i, items in enumerate(layers):
-        out.append(("W", "dp"))
-        if i + 1 < len(layers):
-            out.append(("C", Coll("_allgather_base", "dp", params[i + 1] // dp, params[i + 1], "BFloat16"), False))
-        out += _kernels(items)
-    return out
-
-
-def _fsdp_backward(layers: list[list[Item]], params: list[int], dp: int, reduce: bool) -> list[Instr]:
-    """FSDP2's backward: each layer's parameters gathered again (prefetched one layer ahead), its gradients
-    reduce-scattered once it is done (on the last micro-batch only, as with gradient accumulation)."""
+def _fsdp_pass(layers: list[list[Item]], params: list[int], dp: int, reduce: bool) -> list[Instr]:
+    """One FSDP2 pass: each layer's parameters all-gathered over the data-parallel group before it runs, the next
+    layer's gather issued (prefetched) before this layer computes; in the backward (``reduce``, on the last
+    micro-batch only, as with gradient accumulation) each layer's gradients reduce-scattered once it is done."""
     out: list[Instr] = [("C", Coll("_allgather_base", "dp", params[0] // dp, params[0], "BFloat16"), False)]
     for i, items in enumerate(layers):
         out.append(("W", "dp"))
@@ -156,7 +145,7 @@ def llm(job: Job, rank: int, step: int) -> list[Instr]:
             if g > 0:
                 prog += [("R", mesh.stage_rank(rank, (g - 1) % pp), act, (0, mb, g)), ("Y", "pp")]
             if fsdp:
-                prog += _fsdp_forward(units, params[::-1], cfg.dp)
+                prog += _fsdp_pass(units, params[::-1], cfg.dp, False)
             else:
                 prog += _kernels(forward)
             if g < last:
@@ -165,7 +154,7 @@ def llm(job: Job, rank: int, step: int) -> list[Instr]:
             if g < last:
                 prog += [("R", mesh.stage_rank(rank, (g + 1) % pp), act, (1, mb, g)), ("Y", "pp")]
             if fsdp:
-                prog += _backward(job, _fsdp_backward(backward_layers, params, cfg.dp, mb == m - 1))
+                prog += _backward(job, _fsdp_pass(backward_layers, params, cfg.dp, mb == m - 1))
             else:
                 prog += _backward(job, _backward_with_buckets(backward_layers, params, cfg.dp > 1 and mb == m - 1))
             if g > 0:

@@ -24,6 +24,21 @@ def _ranks_text(ranks: tuple[int, ...]) -> str:
     return "[" + ", ".join(map(str, ranks)) + "]"
 
 
+
+def device_lines(cat: str, quoted_name: str, rec: Record, shift: float, where: tuple[int, int, int], ext: int, corr: int, args: str) -> list[str]:
+    """A device event (kernel, memcpy) and its launch flow (``ac2g`` start on the launching host thread, end on
+    the stream), as the profiler writes them; ``where`` is (host pid, launching thread, device)."""
+    host_pid, host_tid, dev = where
+    stream = STREAM_IDS[rec[8]]
+    ts = fmt(rec[6] + shift)
+    return [
+        f'{{"ph": "X", "cat": "{cat}", "name": {quoted_name}, "pid": {dev}, "tid": {stream}, "ts": {ts}, '
+        f'"dur": {fmt(rec[7])}, "args": {{"External id": {ext}, "queued": 0, "device": {dev}, "context": 1, '
+        f'"stream": {stream}, "correlation": {corr}{args}}}}}',
+        f'{{"ph": "s", "id": {corr}, "pid": {host_pid}, "tid": {host_tid}, "ts": {fmt(rec[4] + shift)}, "cat": "ac2g", "name": "ac2g"}}',
+        f'{{"ph": "f", "id": {corr}, "pid": {dev}, "tid": {stream}, "ts": {ts}, "cat": "ac2g", "name": "ac2g", "bp": "e"}}',
+    ]
+
 class KinetoWriter:
     """Writes each rank's ``*.pt.trace.json`` under the job folder."""
 
@@ -173,15 +188,7 @@ class _Rank:
         return corr
 
     def _device(self, cat: str, name: str, rec: Record, ext: int, corr: int, args: str) -> None:
-        stream = STREAM_IDS[rec[8]]
-        ts = fmt(rec[6] + self.shift)
-        self.lines.append(
-            f'{{"ph": "X", "cat": "{cat}", "name": {self.w._q(name)}, "pid": {self.dev}, "tid": {stream}, "ts": {ts}, '
-            f'"dur": {fmt(rec[7])}, "args": {{"External id": {ext}, "queued": 0, "device": {self.dev}, "context": 1, '
-            f'"stream": {stream}, "correlation": {corr}{args}}}}}'
-        )
-        self.lines.append(f'{{"ph": "s", "id": {corr}, "pid": {self.pid}, "tid": {self.pid}, "ts": {fmt(rec[4] + self.shift)}, "cat": "ac2g", "name": "ac2g"}}')
-        self.lines.append(f'{{"ph": "f", "id": {corr}, "pid": {self.dev}, "tid": {stream}, "ts": {ts}, "cat": "ac2g", "name": "ac2g", "bp": "e"}}')
+        self.lines += device_lines(cat, self.w._q(name), rec, self.shift, (self.pid, self.pid, self.dev), ext, corr, args)
 
     def _kernel(self, rec: Record) -> None:
         op = rec[9]

@@ -30,7 +30,7 @@ from paradiag.simulator import collectives, kernels
 from paradiag.simulator.engine import COMPUTE, DTYPE_BYTES, Record
 from paradiag.simulator.job import Job
 from paradiag.simulator.writers.common import EPOCH_NS, STREAM_IDS, escape, fmt, gzip_file, host_name, pid
-from paradiag.simulator.writers.kineto import CBID, KERNEL_EXTRA, comm_args
+from paradiag.simulator.writers.kineto import CBID, KERNEL_EXTRA, comm_args, device_lines
 
 BOOT_US = 5_286_360_000_000.0  # the profiler's clock: microseconds since the machine booted
 RERUN_EARLIER_US = 3_600e6  # an older run's files: one hour before this run
@@ -293,15 +293,7 @@ class _RankFile:
         return corr
 
     def _device(self, cat: str, name: str, rec: Record, ext: int, corr: int, args: str) -> None:
-        stream = STREAM_IDS[rec[8]]
-        ts = fmt(rec[6] + self.shift)
-        self.lines.append(
-            f'{{"ph": "X", "cat": "{cat}", "name": {escape(name)}, "pid": {self.dev}, "tid": {stream}, "ts": {ts}, '
-            f'"dur": {fmt(rec[7])}, "args": {{"External id": {ext}, "queued": 0, "device": {self.dev}, "context": 1, '
-            f'"stream": {stream}, "correlation": {corr}{args}}}}}'
-        )
-        self.lines.append(f'{{"ph": "s", "id": {corr}, "pid": {self.pid}, "tid": {self.thread}, "ts": {fmt(rec[4] + self.shift)}, "cat": "ac2g", "name": "ac2g"}}')
-        self.lines.append(f'{{"ph": "f", "id": {corr}, "pid": {self.dev}, "tid": {stream}, "ts": {ts}, "cat": "ac2g", "name": "ac2g", "bp": "e"}}')
+        self.lines += device_lines(cat, escape(name), rec, self.shift, (self.pid, self.thread, self.dev), ext, corr, args)
 
     def _memcpy(self, rec: Record) -> None:
         ext = self._id()
