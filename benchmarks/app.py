@@ -52,11 +52,14 @@ class Browser:
             "outputs": outputs if len(outputs) > 1 else outputs[0],
             "inputs": [self._value(d) for d in spec["inputs"]],
             "state": [self._value(d) for d in spec["state"]],
-            "changedPropIds": [f"{i}.{p}" for i, p in changed],
+            # only the callback's own inputs, as the renderer sends (the server refuses any other id)
+            "changedPropIds": [f"{i}.{p}" for i, p in changed if {"id": i, "property": p} in spec["inputs"]],
         }
         t = time.perf_counter()
         reply = self.client.post("/_dash-update-component", json=body)
         ms = (time.perf_counter() - t) * 1000
+        if reply.status_code != 200:
+            raise RuntimeError(f"{label}: {output_key} answered {reply.status_code}: {reply.get_data(as_text=True)[:300]}")
         if reply.status_code == 200:
             for cid, values in reply.get_json()["response"].items():
                 for prop, value in values.items():
