@@ -44,6 +44,12 @@ HOST_COLLECTIVE = re.compile(r"^c10d::_*([A-Za-z_]+?)_*$")  # c10d::allreduce_, 
 # ``_c10d_functional::wait_tensor`` blocks the thread until the transfer is done: waiting, not compute.
 FUNCTIONAL_COLLECTIVE = re.compile(r"^_?c10d_functional::")
 COMPUTE_CATEGORIES = ("cpu_op", "Operator")
+# A dispatcher operator (``aten::mm``, ``fsdp::chunk_cat``, ``c10d::send``, ``mylib::op.overload``) does the work
+# it is named for; anything else a ``cpu_op`` names is a wrapper (an autograd node ``AddmmBackward0``,
+# ``autograd::engine::evaluate_function: ...``, FSDP's ``RegisterPostBackwardFunctionBackward``,
+# ``Optimizer.step#SGD.step``, a module's ``forward``) whose self time is glue, or the thread blocked in a wait.
+DISPATCHER_OP = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_.]*$")
+NOT_AN_OP_LIBRARY = ("autograd", "torch", "profiler")
 # c10d operator -> the gloo work that runs it, where the names differ (gloo reduce-scatters by all-reducing).
 RUNS_AS = {"reduce_scatter": ("reduce_scatter", "all_reduce")}
 
@@ -70,7 +76,8 @@ def host_lanes(table: pa.Table, inputs: dict[int, OperatorInputs], groups: list[
     external = table.column("external_id").to_numpy()
 
     is_functional = host & is_op & np.isin(codes, [i for i, w in enumerate(words) if FUNCTIONAL_COLLECTIVE.match(w)])
-    pieces = _compute_pieces(np.flatnonzero(host & is_op), is_enqueue | is_functional, np.flatnonzero(is_gloo), start, end, track)
+    is_wrapper = ~np.isin(codes, [i for i, w in enumerate(words) if DISPATCHER_OP.match(w) and w.split("::")[0] not in NOT_AN_OP_LIBRARY])
+    pieces = _compute_pieces(np.flatnonzero(host & is_op), is_enqueue | is_functional, np.flatnonzero(is_gloo), start, end, track, is_wrapper)
     comm = _communication(np.flatnonzero(is_gloo), np.flatnonzero(is_enqueue), codes, words, start, end, track, inputs, groups, rank)
     n_pieces, n_comm = len(pieces[0]), len(comm["rows"])
     rows = np.concatenate([pieces[2], comm["rows"]]).astype(np.int64)
@@ -104,17 +111,26 @@ def host_lanes(table: pa.Table, inputs: dict[int, OperatorInputs], groups: list[
 
 
 def _compute_pieces(
-    ops: np.ndarray, is_enqueue: np.ndarray, gloo: np.ndarray, start: np.ndarray, end: np.ndarray, track: np.ndarray
+    ops: np.ndarray,
+    is_enqueue: np.ndarray,
+    gloo: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    track: np.ndarray,
+    is_wrapper: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(start, end, operator row) of the operators' self time, thread by thread, less enqueues and the gloo work
-    an operator waits in."""
+    """(start, end, operator row) of the operators' self time, thread by thread, less enqueues, the gloo work
+    an operator waits in, and the time wrappers (``is_wrapper`` by row) spend while the rank's collectives are in
+    flight (:func:`_without_waits`)."""
     parts: list[tuple[np.ndarray, ...]] = []
+    in_flight = _union(start[gloo], end[gloo])
     for tid in np.unique(track[ops]).tolist():
         mine = ops[track[ops] == tid]
         s, e, owner = _self_time(mine, start, end, is_enqueue)
         g = gloo[track[gloo] == tid]
         if len(g):
             s, e, owner = _subtract(s, e, owner, start[g], end[g], start, end)
+        s, e, owner = _without_waits(s, e, owner, is_wrapper, in_flight)
         parts.append((s, e, owner))
     if not parts:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
@@ -154,6 +170,62 @@ def _self_time(rows: np.ndarray, start: np.ndarray, end: np.ndarray, excluded: n
         emit(top, top[1])
         cursor = max(cursor, top[1])
     return np.array(out_s, np.int64), np.array(out_e, np.int64), np.array(out_o, np.int64)
+
+
+def _union(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The intervals [s, e) merged into disjoint ones, in order."""
+    if not len(s):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    order = np.argsort(s, kind="stable")
+    s, e = s[order].astype(np.int64), np.maximum.accumulate(e[order].astype(np.int64))
+    new = np.r_[True, s[1:] > e[:-1]]
+    firsts = np.flatnonzero(new)
+    lasts = np.r_[firsts[1:] - 1, len(s) - 1]
+    return s[firsts], e[lasts]
+
+
+def _without_waits(
+    s: np.ndarray, e: np.ndarray, owner: np.ndarray, is_wrapper: np.ndarray, in_flight: tuple[np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pieces less the time a *wrapper* operator (``is_wrapper`` by row: not a dispatcher operator) spends
+    while work of the rank's gloo is in flight (``in_flight``: the union of its gloo work on every thread): a
+    wrapper with no child running is the thread blocked in a ``Work.wait()``, which records no event (FSDP2 waits
+    for each reduce-scatter inside ``RegisterPostBackwardFunctionBackward``, for each all-gather inside the
+    autograd node that needs it), or Python glue; not computing. A dispatcher operator's own time (``aten::mm``
+    while DDP all-reduces a bucket on the runloop thread, or a pipeline stage's ``isend`` transfers) is compute,
+    in flight or not."""
+    lo, hi = in_flight
+    gap = is_wrapper[owner]
+    if not len(lo) or not gap.any():
+        return s, e, owner
+    # The windows a piece may overlap: from the last one starting before its end, back to the first ending after its start.
+    first = np.searchsorted(hi, s, side="right")
+    last = np.searchsorted(lo, e, side="left")
+    hit = gap & (last > first)
+    if not hit.any():
+        return s, e, owner
+    keep_s, keep_e, keep_o = [s[~hit]], [e[~hit]], [owner[~hit]]
+    out_s: list[int] = []
+    out_e: list[int] = []
+    out_o: list[int] = []
+    for i in np.flatnonzero(hit).tolist():
+        cursor, stop = int(s[i]), int(e[i])
+        for a, b in zip(lo[first[i] : last[i]].tolist(), hi[first[i] : last[i]].tolist(), strict=True):
+            if a > cursor:
+                out_s.append(cursor)
+                out_e.append(min(a, stop))
+                out_o.append(int(owner[i]))
+            cursor = max(cursor, b)
+        if cursor < stop:
+            out_s.append(cursor)
+            out_e.append(stop)
+            out_o.append(int(owner[i]))
+    keep_s.append(np.array(out_s, np.int64))
+    keep_e.append(np.array(out_e, np.int64))
+    keep_o.append(np.array(out_o, np.int64))
+    s2, e2, o2 = np.concatenate(keep_s), np.concatenate(keep_e), np.concatenate(keep_o)
+    order = np.argsort(s2, kind="stable")
+    return s2[order], e2[order], o2[order]
 
 
 def _subtract(
