@@ -35,7 +35,9 @@ def typical_durations(frame: Frame, ranks: np.ndarray | None = None) -> np.ndarr
     lengths. Preemption lengthens some calls of an operator, not all (a call of a few 100 us mostly runs inside one
     time slice), so the low quantile is what the work takes, and a rank's compute counted so (its calls x their
     typical durations) moves with the work it does (more calls, bigger shapes) and with a slower device (every
-    call longer), not with the share of the CPU it got. With ``ranks`` None, every rank's compute rows."""
+    call longer), not with the share of the CPU it got. Calls are grouped by their kind of work too (the frame's
+    ``work``: operator and caller, where the parser knows them), so that an operator's cheap calls
+    do not set the typical duration of its costly ones. With ``ranks`` None, every rank's compute rows."""
     dur = (frame.end - frame.start).astype(np.int64)
     rows = frame.kind == frame.code("kinds", "compute")
     if ranks is not None:
@@ -51,7 +53,7 @@ def typical_durations(frame: Frame, ranks: np.ndarray | None = None) -> np.ndarr
     calls[order] = np.cumsum(np.isin(np.arange(len(order)), firsts)) - 1
     self_time = np.bincount(calls, weights=dur[idx]).astype(np.float64)
     head = idx[order[firsts]]
-    c_order, c_firsts = group_bounds(frame.name[head], frame.rank[head], within=self_time)
+    c_order, c_firsts = group_bounds(frame.work[head], frame.name[head], frame.rank[head], within=self_time)
     bounds = np.append(c_firsts, len(c_order))
     typical = np.zeros(len(head))
     for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):

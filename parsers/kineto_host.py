@@ -57,7 +57,8 @@ RUNS_AS = {"reduce_scatter": ("reduce_scatter", "all_reduce")}
 def host_lanes(table: pa.Table, inputs: dict[int, OperatorInputs], groups: list[Group], rank: int | None) -> tuple[pa.Table, np.ndarray]:
     """The device-like rows of a rank without device activity (``table``: its events; ``inputs``: row -> the
     recorded inputs of its ``c10d::``/``gloo:`` events): compute slices and gloo communication, and for each new
-    row the row of ``table`` whose step it takes (its enqueue), -1 where its own time decides."""
+    row the row of ``table`` whose step it takes (its enqueue), -1 where its own time decides. Each compute slice
+    carries its caller (:func:`callers`)."""
     names = table.column("name").combine_chunks()
     words = [w or "" for w in names.dictionary.to_pylist()]
     codes = names.indices.to_numpy(zero_copy_only=False)
@@ -77,7 +78,8 @@ def host_lanes(table: pa.Table, inputs: dict[int, OperatorInputs], groups: list[
 
     is_functional = host & is_op & np.isin(codes, [i for i, w in enumerate(words) if FUNCTIONAL_COLLECTIVE.match(w)])
     is_wrapper = ~np.isin(codes, [i for i, w in enumerate(words) if DISPATCHER_OP.match(w) and w.split("::")[0] not in NOT_AN_OP_LIBRARY])
-    pieces = _compute_pieces(np.flatnonzero(host & is_op), is_enqueue | is_functional, np.flatnonzero(is_gloo), start, end, track, is_wrapper)
+    parent = np.full(len(start), -1, np.int64)
+    pieces = _compute_pieces(np.flatnonzero(host & is_op), is_enqueue | is_functional, np.flatnonzero(is_gloo), start, end, track, is_wrapper, parent)
     comm = _communication(np.flatnonzero(is_gloo), np.flatnonzero(is_enqueue), codes, words, start, end, track, inputs, groups, rank)
     n_pieces, n_comm = len(pieces[0]), len(comm["rows"])
     rows = np.concatenate([pieces[2], comm["rows"]]).astype(np.int64)
@@ -97,7 +99,10 @@ def host_lanes(table: pa.Table, inputs: dict[int, OperatorInputs], groups: list[
             "start_ns": lane_start,
             "dur_ns": lane_end - lane_start,
             "step": np.full(n, -1, np.int32),
-            "correlation": np.full(n, -1, np.int32),
+            # A compute slice's correlation is the External id of its operator's caller (-1 at the top): what
+            # launched it, as a kernel's correlation is its launch. It tells calls of one name apart by caller
+            # (``analysis.frame``'s ``work``).
+            "correlation": np.r_[callers(pieces[2], parent, external), np.full(n_comm, -1)].astype(np.int32),
             "external_id": external[rows],
             "collective": [None] * n_pieces + comm["collective"],
             "group": [None] * n_pieces + comm["group"],
@@ -110,6 +115,13 @@ def host_lanes(table: pa.Table, inputs: dict[int, OperatorInputs], groups: list[
     return lanes, np.concatenate([np.full(n_pieces, -1, np.int64), np.array(comm["enqueue"], dtype=np.int64)])
 
 
+def callers(owner: np.ndarray, parent: np.ndarray, external: np.ndarray) -> np.ndarray:
+    """Per compute piece (``owner``: its operator's row), the External id of the operator that called it
+    (``parent`` by row), -1 at the top or where it has none."""
+    up = parent[owner]
+    return np.where(up >= 0, external[np.maximum(up, 0)], -1) if len(owner) else np.zeros(0, np.int64)
+
+
 def _compute_pieces(
     ops: np.ndarray,
     is_enqueue: np.ndarray,
@@ -118,15 +130,16 @@ def _compute_pieces(
     end: np.ndarray,
     track: np.ndarray,
     is_wrapper: np.ndarray,
+    parent: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(start, end, operator row) of the operators' self time, thread by thread, less enqueues, the gloo work
     an operator waits in, and the time wrappers (``is_wrapper`` by row) spend while the rank's collectives are in
-    flight (:func:`_without_waits`)."""
+    flight (:func:`_without_waits`). ``parent`` is filled with each operator's caller (:func:`_self_time`)."""
     parts: list[tuple[np.ndarray, ...]] = []
     in_flight = _union(start[gloo], end[gloo])
     for tid in np.unique(track[ops]).tolist():
         mine = ops[track[ops] == tid]
-        s, e, owner = _self_time(mine, start, end, is_enqueue)
+        s, e, owner = _self_time(mine, start, end, is_enqueue, parent)
         g = gloo[track[gloo] == tid]
         if len(g):
             s, e, owner = _subtract(s, e, owner, start[g], end[g], start, end)
@@ -137,10 +150,12 @@ def _compute_pieces(
     return tuple(np.concatenate(p) for p in zip(*parts, strict=True))  # type: ignore[return-value]
 
 
-def _self_time(rows: np.ndarray, start: np.ndarray, end: np.ndarray, excluded: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _self_time(
+    rows: np.ndarray, start: np.ndarray, end: np.ndarray, excluded: np.ndarray, parent: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The self-time pieces of nested operators on one thread: each instant belongs to the innermost operator
     running then. An operator that overlaps its parent's end is cut there; ``excluded`` operators and everything
-    inside them yield no piece."""
+    inside them yield no piece. ``parent`` (by row), where given, gets each operator's enclosing one."""
     order = rows[np.lexsort((-end[rows], start[rows]))]
     out_s: list[int] = []
     out_e: list[int] = []
@@ -163,6 +178,8 @@ def _self_time(rows: np.ndarray, start: np.ndarray, end: np.ndarray, excluded: n
         if stack:
             emit(stack[-1], s)
             e = min(e, stack[-1][1])
+            if parent is not None:
+                parent[row] = stack[-1][0]
         stack.append((row, e, bool(excluded[row]) or (bool(stack) and stack[-1][2])))
         cursor = s
     while stack:
