@@ -40,6 +40,9 @@ from paradiag.analysis.operators import (
 
 MIN_IMPACT_PCT = 2.0  # below this a difference is within what jitter and launch noise produce
 MIN_RATIO = 1.05  # a culprit's own time must also be 5 % above its peers'
+# ... 20 % on CPU ranks: their compute at typical durations differs by up to 15-20 % for the same work on a host
+# whose cores they share with each other (measured on real gloo jobs of 2-8 ranks on 2 cores)
+MIN_RATIO_HOST = 1.2
 NOISE_MADS = 4.0  # ... and stand NOISE_MADS robust deviations above theirs (launch delays vary by a few 100 us)
 PERSISTENT_SHARE = 0.75  # a consistent culprit is above its peers in this share of the steps (all of 2 to 4) ...
 PERSISTENT_MADS = 2.0  # ... by a median excess of this many robust deviations of the other peers' excesses
@@ -48,6 +51,9 @@ OUTLIER_RATIO = 2.0  # one exceptional step: twice the largest excess any other 
 STAGE_IMBALANCE = 1.15  # max / mean compute per micro-batch across stages
 SLOW_LINK_RATIO = 1.6  # transfer time against comparable transfers elsewhere
 HOTSPOT_REST = 1.05  # the rest of a hotspot rank's operators run within 5 % of its peers
+HOTSPOT_REST_HOST = 1.5  # ... within 50 % on CPU ranks, where they share caches and cores with the hot ones (a 24x GELU slows the next GEMMs by 30 %)
+HOT_RATIO = 2.0  # a hot operator runs at least twice its peers' time ...
+HOT_SHARE = 0.7  # ... and the hot operators carry this share of the rank's extra time
 CLOCK_SKEW_NS = 100_000
 
 
@@ -156,7 +162,11 @@ def _noise(figures: Mapping[tuple[int, int], Mapping[str, int]], peers: list[int
 
 
 def rank_excess(
-    figures: Mapping[tuple[int, int], Mapping[str, int]], peer_sets: list[list[int]], step_ns: float, compute_scale: float = 1.0
+    figures: Mapping[tuple[int, int], Mapping[str, int]],
+    peer_sets: list[list[int]],
+    step_ns: float,
+    compute_scale: float = 1.0,
+    host_ranks: frozenset[int] = frozenset(),
 ) -> list[dict[str, Any]]:
     """Per (rank, step) where a rank's own time (compute, or the host starting the device late) stands out from
     its peers': which part and by how much (ns, and the peers' median).
@@ -169,7 +179,8 @@ def rank_excess(
     OUTLIER_RATIO x above the largest excess any other peer shows in any step. Either way the excess must also
     be MIN_IMPACT_PCT of the step and MIN_RATIO x the peers' time. ``compute_scale``: the clock's time per ns of
     ``compute_ns`` (CPU ranks count compute at typical durations, a busy host runs it slower: the floor is the
-    step's share at that speed; the impact stays the typical excess over the clock's step, a lower bound)."""
+    step's share at that speed; the impact stays the typical excess over the clock's step, a lower bound), and the
+    compute of ``host_ranks`` (CPU ranks) must be MIN_RATIO_HOST x its peers'."""
     out = []
     steps = sorted({s for _, s in figures})
     for peers in peer_sets:
@@ -186,7 +197,8 @@ def rank_excess(
                 for step, e in per_step.items():
                     value = figures[(rank, step)][part]
                     ref = value - e
-                    if e <= 0 or value < MIN_RATIO * ref or e < floor:
+                    ratio = MIN_RATIO_HOST if part == "compute_ns" and rank in host_ranks else MIN_RATIO
+                    if e <= 0 or value < ratio * ref or e < floor:
                         continue
                     noise, largest = outside.get(step, (spread, 0.0))
                     if persistent or (step in outside and e >= max(NOISE_MADS * noise, OUTLIER_RATIO * largest)):
@@ -216,9 +228,28 @@ def classify_compute(
     excess = rank_operator_excess(times, rank, peers)
     own = {n: float(np.median(t)) for (r, n), t in times.items() if r == rank}
     hot, rest_ratio = concentration(excess, own)
-    if hot and rest_ratio < HOTSPOT_REST and sum(own[n] for n in hot) < 0.6 * sum(own.values()):
+    if not (hot and rest_ratio < HOTSPOT_REST and sum(own[n] for n in hot) < 0.6 * sum(own.values())):
+        hot = far_slower(excess, own, HOTSPOT_REST_HOST if rank in host_ranks else HOTSPOT_REST)
+    if hot:
         return "operator_hotspot", " + ".join(short_name(named.names[n]) for n in hot[:3])
     return "slow_device", None
+
+
+def far_slower(excess: Mapping[int, float], own: Mapping[int, float], rest_limit: float) -> list[int]:
+    """The operators (name codes, most extra time first) of a hotspot told by ratios: each runs HOT_RATIO x its
+    peers' time or more, together they carry HOT_SHARE of the rank's extra time, and the others run within
+    ``rest_limit`` x of the peers' (the bulk of the work at normal speed: not a slower device, which slows
+    every operator alike). A hotspot may be the largest part of the rank's time (a GELU made 24x as big, with
+    its backward and the reduction of its gradient); [] when it is not one."""
+    total = sum(v for v in excess.values() if v > 0)
+    hot = [n for n, e in excess.items() if e > 0 and own[n] >= HOT_RATIO * (own[n] - e)]
+    if total <= 0 or sum(excess[n] for n in hot) < HOT_SHARE * total:
+        return []
+    rest_own = sum(t for n, t in own.items() if n not in hot)
+    rest_peer = sum(own[n] - excess.get(n, 0.0) for n in own if n not in hot)
+    if rest_peer <= 0 or rest_own > rest_limit * rest_peer:
+        return []
+    return sorted(hot, key=lambda n: -excess[n])
 
 
 def rank_findings(
@@ -233,7 +264,7 @@ def rank_findings(
 ) -> list[dict[str, Any]]:
     """Culprit ranks: host_stall when the extra own time is the host starting the device late, else a compute
     kind (``host_ranks``: CPU ranks, :func:`classify_compute`; ``compute_scale``: :func:`rank_excess`)."""
-    excess = rank_excess(figures, peer_sets, step_ns, compute_scale)
+    excess = rank_excess(figures, peer_sets, step_ns, compute_scale, host_ranks)
     steps_total = len({s for _, s in figures}) or 1
     by_rank: dict[int, dict[str, list[dict[str, Any]]]] = {}
     for e in excess:

@@ -210,7 +210,8 @@ def _without_waits(
     for each reduce-scatter inside ``RegisterPostBackwardFunctionBackward``, for each all-gather inside the
     autograd node that needs it), or Python glue; not computing. A dispatcher operator's own time (``aten::mm``
     while DDP all-reduces a bucket on the runloop thread, or a pipeline stage's ``isend`` transfers) is compute,
-    in flight or not."""
+    in flight or not. The wrapper's piece is waiting from the in-flight work's start to the piece's end: a thread
+    blocked in a wait resumes when the scheduler runs it, after the work completed."""
     lo, hi = in_flight
     gap = is_wrapper[owner]
     if not len(lo) or not gap.any():
@@ -221,28 +222,11 @@ def _without_waits(
     hit = gap & (last > first)
     if not hit.any():
         return s, e, owner
-    keep_s, keep_e, keep_o = [s[~hit]], [e[~hit]], [owner[~hit]]
-    out_s: list[int] = []
-    out_e: list[int] = []
-    out_o: list[int] = []
-    for i in np.flatnonzero(hit).tolist():
-        cursor, stop = int(s[i]), int(e[i])
-        for a, b in zip(lo[first[i] : last[i]].tolist(), hi[first[i] : last[i]].tolist(), strict=True):
-            if a > cursor:
-                out_s.append(cursor)
-                out_e.append(min(a, stop))
-                out_o.append(int(owner[i]))
-            cursor = max(cursor, b)
-        if cursor < stop:
-            out_s.append(cursor)
-            out_e.append(stop)
-            out_o.append(int(owner[i]))
-    keep_s.append(np.array(out_s, np.int64))
-    keep_e.append(np.array(out_e, np.int64))
-    keep_o.append(np.array(out_o, np.int64))
-    s2, e2, o2 = np.concatenate(keep_s), np.concatenate(keep_e), np.concatenate(keep_o)
-    order = np.argsort(s2, kind="stable")
-    return s2[order], e2[order], o2[order]
+    # The thread blocked in the wait stays blocked after the work completes, until the scheduler runs it again (ms on
+    # a busy host): the piece is waiting from the first window it overlaps to its end.
+    cut = np.maximum(lo[np.minimum(first, len(lo) - 1)], s)
+    keep = ~hit | (cut > s)
+    return s[keep], np.where(hit, cut, e)[keep], owner[keep]
 
 
 def _subtract(
