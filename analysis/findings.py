@@ -47,6 +47,7 @@ MERGE_SHARE = 0.5  # culprits of one kind are named together when each has half 
 OUTLIER_RATIO = 2.0  # one exceptional step: twice the largest excess any other peer shows in any step
 STAGE_IMBALANCE = 1.15  # max / mean compute per micro-batch across stages
 SLOW_LINK_RATIO = 1.6  # transfer time against comparable transfers elsewhere
+LINK_QUANTILE = 0.25  # a slow link's fast quarter of transfers is slower than the slow quarter of comparable ones
 HOTSPOT_REST = 1.05  # the rest of a hotspot rank's operators run within 5 % of its peers
 CLOCK_SKEW_NS = 100_000
 
@@ -405,7 +406,12 @@ def ranked(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _slow_units(keys: list[tuple[Any, ...]], units: list[tuple[int, ...]], transfer: np.ndarray, step: np.ndarray) -> list[dict[str, Any]]:
     """Units (a group's ranks or a rank pair) whose median transfer time is SLOW_LINK_RATIO x that of comparable
-    units (same key: collective, size, group size, link type) elsewhere; with their extra time per step."""
+    units (same key: collective, size, group size, link type) elsewhere; with their extra time per step.
+
+    A slow link moves every transfer slower, so its transfers stand apart from the comparable ones: its fast
+    quarter (LINK_QUANTILE) is still slower than the comparable transfers' slow quarter. A link whose median alone
+    is slow is one whose transfers the host's scheduling stretched now and then (CPU ranks on a busy host: a
+    transfer of a few kB lasts as long as its threads wait for a core, 0.1 to 60 ms), not a slow link."""
     per_unit: dict[tuple[Any, ...], dict[tuple[int, ...], list[int]]] = {}
     for i, (key, unit) in enumerate(zip(keys, units, strict=True)):
         per_unit.setdefault(key, {}).setdefault(unit, []).append(i)
@@ -417,10 +423,12 @@ def _slow_units(keys: list[tuple[Any, ...]], units: list[tuple[int, ...]], trans
             if not others:
                 continue
             ref = statistics.median(others)
+            elsewhere = np.concatenate([rows_of for u, rows_of in by_unit.items() if u != unit])
+            apart = np.quantile(transfer[rows], LINK_QUANTILE) > np.quantile(transfer[elsewhere], 1 - LINK_QUANTILE)
             # Slow in (nearly) every step it transfers in, not in one step a busy host stretched.
             by_step = [float(np.median(transfer[rows][step[rows] == s])) for s in np.unique(step[rows])]
             consistent = sum(m >= SLOW_LINK_RATIO * ref for m in by_step) >= PERSISTENT_SHARE * len(by_step)
-            if ref > 0 and len(rows) >= 2 and medians[unit] >= SLOW_LINK_RATIO * ref and consistent:
+            if ref > 0 and len(rows) >= 2 and medians[unit] >= SLOW_LINK_RATIO * ref and consistent and apart:
                 extra = np.clip(transfer[rows] - ref, 0, None)
                 out.append({"unit": unit, "key": key, "ratio": medians[unit] / ref, "extra_ns": float(extra.sum()), "steps": sorted(set(step[rows].tolist())), "ref_ns": ref, "median_ns": medians[unit]})
     return out
