@@ -21,7 +21,7 @@ them (:func:`rank_excess`).
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -161,14 +161,21 @@ def _excess(figures: Mapping[tuple[int, int], Mapping[str, int]], peers: list[in
     return out
 
 
-def _noise(figures: Mapping[tuple[int, int], Mapping[str, int]], peers: list[int], steps: list[int], part: str, rank: int) -> tuple[float, dict[int, tuple[float, float]]]:
+def _noise(
+    figures: Mapping[tuple[int, int], Mapping[str, int]], peers: list[int], steps: list[int], part: str, rank: int, elsewhere: Sequence[list[int]] = ()
+) -> tuple[float, dict[int, tuple[float, float]]]:
     """The job's own noise floor for ``rank``'s excess: its spread over the steps, and per step (spread, largest
     excess) outside that step's cell of ``rank``. The noise is the excesses the *other* peers show against each
     other, ``rank`` left out: how far ranks without its fault stray from their peers, in any step. With one other
-    peer there is nobody to compare it with: ``rank``'s own excess in the other steps stands in (its spread and
-    the largest of its magnitudes)."""
+    peer there is nobody to compare it with: the excesses the ranks of the job's other peer sets (``elsewhere``:
+    a dp x pp job's other stages) show against each other stand in, how far replicas stray from each other in
+    this job (a CPU rank's compute counted at typical durations is the same in every step, so its own steps show
+    no spread even where its replicas differ by a fifth); without other peer sets, ``rank``'s own excess in the
+    other steps (its spread and the largest of its magnitudes)."""
     others = [r for r in peers if r != rank]
     cells = [e for per in _excess(figures, others, steps, part).values() for e in per.values()]
+    if not cells:
+        cells = [e for group in elsewhere if rank not in group for per in _excess(figures, group, steps, part).values() for e in per.values()]
     if not cells:
         own = _excess(figures, peers, steps, part).get(rank, {})
         per_step = {}
@@ -178,7 +185,7 @@ def _noise(figures: Mapping[tuple[int, int], Mapping[str, int]], peers: list[int
         return robust_spread(np.array(list(own.values()), dtype=float)), per_step
     # Centred on 0, not on the cells' median: a leave-one-out excess is 0 where nobody strays.
     spread = MAD_TO_SIGMA * float(np.median(np.abs(cells)))
-    return spread, dict.fromkeys(steps, (spread, float(max(cells))))
+    return spread, dict.fromkeys(steps, (spread, float(max(np.abs(cells)) if len(others) < 2 else max(cells))))
 
 
 def rank_excess(
@@ -207,7 +214,7 @@ def rank_excess(
             floor = MIN_IMPACT_PCT / 100 * step_ns / (compute_scale if part == "compute_ns" else 1.0)
             excess = _excess(figures, peers, steps, part)
             for rank, per_step in excess.items():
-                spread, outside = _noise(figures, peers, steps, part, rank)
+                spread, outside = _noise(figures, peers, steps, part, rank, sets)
                 values = list(per_step.values())
                 persistent = (
                     sum(e > 0 for e in values) >= PERSISTENT_SHARE * len(values)
