@@ -89,7 +89,6 @@ def step_figures(frame: Frame, steps: pa.Table, host_lanes: bool = False) -> pa.
     compute_code = frame.code("kinds", "compute")
     typical = typical_durations(frame) if host_lanes else None
     rows = steps.select(["step", "start_ns", "end_ns", "device_start_ns", "device_end_ns"]).to_pylist() if len(frame) else []
-    held = blocking_end(frame) if host_lanes else frame.end
     for row in rows:
         if row["device_end_ns"] is None:
             continue
@@ -97,7 +96,7 @@ def step_figures(frame: Frame, steps: pa.Table, host_lanes: bool = False) -> pa.
         c = mine & (frame.kind == compute_code)
         if host_lanes:  # the step is the host's span: communication a runloop thread runs on after it is not idle
             lo, hi = row["start_ns"], row["end_ns"]
-            busy = union_length(np.clip(frame.start[mine], lo, hi), np.clip(held[mine], lo, hi))
+            busy = union_length(np.clip(frame.start[mine], lo, hi), np.clip(frame.end[mine], lo, hi))
             window = hi - lo
         else:
             busy = union_length(np.maximum(frame.start[mine], row["start_ns"]), frame.end[mine])
@@ -109,30 +108,6 @@ def step_figures(frame: Frame, steps: pa.Table, host_lanes: bool = False) -> pa.
         cols["idle_ns"].append(idle)
         cols["step_ns"].append(row["end_ns"] - row["start_ns"])
     return pa.table({k: pa.array(v, pa.int32() if k == "step" else pa.int64()) for k, v in cols.items()})
-
-
-def blocking_end(frame: Frame) -> np.ndarray:
-    """Per row of one CPU rank's host lanes (``frame``), the end of the time it holds its thread: its end, but for
-    communication on a thread that also computes, the start of the next row on that thread where that comes first.
-    An asynchronous send or receive (``isend``, a pipeline schedule's batched p2p) records a gloo annotation on the
-    calling thread that lasts until the transfer is waited for, while the thread runs on: only until the thread's
-    next operator is it waiting in it (a receive waited for at once, ``irecv().wait()``, holds it to its end). What
-    the thread does meanwhile outside any operator (a sleep before the next send) is idle time, not
-    communication."""
-    end = frame.end.copy()
-    is_comm = frame.kind == frame.code("kinds", "communication")
-    computes = set(np.unique(frame.track[frame.kind == frame.code("kinds", "compute")]).tolist())
-    for tid in np.unique(frame.track[is_comm]).tolist():
-        if tid not in computes:
-            continue  # a runloop thread: its communication is all it does
-        rows = np.flatnonzero(frame.track == tid)
-        rows = rows[np.argsort(frame.start[rows], kind="stable")]
-        starts = frame.start[rows]
-        following = np.searchsorted(starts, starts, side="right")  # the first row starting after each one
-        nxt = np.where(following < len(rows), starts[np.minimum(following, len(rows) - 1)], np.iinfo(np.int64).max)
-        comm = is_comm[rows]
-        end[rows[comm]] = np.minimum(frame.end[rows[comm]], nxt[comm])
-    return end
 
 
 def rank_step_figures(per_rank: pa.Table, steps: pa.Table) -> dict[tuple[int, int], dict[str, int]]:
@@ -205,12 +180,8 @@ def rank_excess(
     step's share at that speed; the impact stays the typical excess over the clock's step, a lower bound)."""
     out = []
     steps = sorted({s for _, s in figures})
-    # Compute is compared within a stage (its ranks do the same work); the launch delay, the host's own time
-    # before and between its work (a data loader, a sleep), across the job: every rank's host runs the same loop
-    # whatever its stage, and a pipeline stage of one rank has no peer of its own.
-    every = [sorted({r for peers in peer_sets for r in peers})]
-    for part, sets in (("compute_ns", peer_sets), ("launch_delay_ns", every)):
-        for peers in sets:
+    for peers in peer_sets:
+        for part in ("compute_ns", "launch_delay_ns"):
             floor = MIN_IMPACT_PCT / 100 * step_ns / (compute_scale if part == "compute_ns" else 1.0)
             excess = _excess(figures, peers, steps, part)
             for rank, per_step in excess.items():

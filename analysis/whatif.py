@@ -935,27 +935,15 @@ def _by_key(key: np.ndarray, values: np.ndarray, mean: bool) -> tuple[np.ndarray
 
 def _host(g: Graph, t: Timing, peers: Peers, e: Edit, steps: np.ndarray) -> None:
     """The first device work of each of the rank's steps launched no later after the step's host start than on
-    the other ranks of the job (median; ``findings.rank_excess`` compares launch delays so: every rank's host runs
-    the same loop, whatever its stage): the stall before it removed."""
-    events: dict[tuple[int, int], list[int]] = {}
+    its peers (median): the stall before it removed."""
+    first: dict[tuple[int, int], int] = {}
     for i in np.flatnonzero(steps & np.isin(g.rank, e.ranks)).tolist():
-        events.setdefault((int(g.rank[i]), int(g.step[i])), []).append(i)
-    for (rank, step), rows in events.items():
-        others = [peers.launch_delay[(r, step)] for r in peers.stage_of if r not in e.ranks and (r, step) in peers.launch_delay]
+        first.setdefault((int(g.rank[i]), int(g.step[i])), i)
+    for (rank, step), i in first.items():
+        others = [peers.launch_delay[(r, step)] for r in peers.stages[peers.stage_of[rank]] if r not in e.ranks and (r, step) in peers.launch_delay]
         own = peers.launch_delay.get((rank, step))
-        if not others or own is None:
-            continue
-        excess = max(own - int(statistics.median(others)), 0)
-        gap = t.own("gap")
-        first = rows[0]
-        taken = min(excess, max(int(gap[first]), 0))
-        gap[first] -= taken
-        # A CPU rank's launch delay is all its idle time in the step (``findings.step_figures``): what the gap
-        # before its first work does not hold lies in the host gaps between its later work, shortened alike.
-        later = np.array([i for i in rows[1:] if g.anchor[i] >= 0 and g.step[g.anchor[i]] == step and gap[i] > 0], np.int64)
-        held = int(gap[later].sum()) if len(later) else 0
-        if excess > taken and held > 0:
-            gap[later] = np.rint(gap[later] * max(1 - (excess - taken) / held, 0.0)).astype(np.int64)
+        if others and own is not None:
+            t.own("gap")[i] -= max(own - int(statistics.median(others)), 0)
 
 
 def _link(g: Graph, t: Timing, e: Edit, steps: np.ndarray) -> None:
