@@ -185,7 +185,7 @@ def rank_excess(
             floor = MIN_IMPACT_PCT / 100 * step_ns / (compute_scale if part == "compute_ns" else 1.0)
             excess = _excess(figures, peers, steps, part)
             for rank, per_step in excess.items():
-                spread, outside = _noise(figures, peers, steps, part, rank, sets)
+                spread, outside = _noise(figures, peers, steps, part, rank, peer_sets)
                 values = list(per_step.values())
                 persistent = (
                     sum(e > 0 for e in values) >= PERSISTENT_SHARE * len(values)

@@ -1,7 +1,5 @@
 """Findings on pipeline and DeviceMesh jobs of CPU ranks (issue 22): the cases real gloo jobs showed, built small.
 
-* a rank that sleeps before each asynchronous send (its gloo annotation lasts until waited for, on the thread that
-  runs on) is idle, not communicating, and a pipeline stage of one rank is compared with the job's other hosts;
 * a stage imbalance's saving is weighed at the speed the clock ran the compute;
 * a p2p pair whose transfers a busy host stretched now and then is no slow link; one slow in every transfer is;
 * a replica with a single peer is weighed against how far the job's other replicas stray from each other.
@@ -16,7 +14,6 @@ import pytest
 
 from paradiag import schema
 from paradiag.analysis import findings, stages
-from paradiag.analysis.frame import device_frame
 
 MS = 1_000_000
 
@@ -27,56 +24,8 @@ def events(rows: list[dict[str, Any]]) -> pa.Table:
     return schema.build(schema.EVENTS, {f.name: [r.get(f.name) for r in full] for f in schema.EVENTS})
 
 
-def op(name: str, start_ms: float, end_ms: float, call: int, track: int = 1) -> dict[str, Any]:
-    return {"name": name, "start_ns": int(start_ms * MS), "dur_ns": int((end_ms - start_ms) * MS), "external_id": call, "track": track}
-
-
-def gloo(kind: str, start_ms: float, end_ms: float, track: int = 1, peer: int = 1) -> dict[str, Any]:
-    return {"kind": "communication", "name": f"gloo:{kind}", "category": "user_annotation", "start_ns": int(start_ms * MS),
-            "dur_ns": int((end_ms - start_ms) * MS), "collective": kind, "group": "0", "peer": peer, "bytes": 24576, "track": track}  # fmt: skip
-
-
-def steps_table(end_ms: float) -> pa.Table:
-    return pa.table({"step": pa.array([0], pa.int32()), "start_ns": [0], "end_ns": [int(end_ms * MS)], "device_start_ns": [0], "device_end_ns": [int(end_ms * MS)]})
-
-
-def test_a_sleep_while_an_asynchronous_send_is_in_flight_is_idle_time() -> None:
-    """Main thread, two micro-batches: a receive waited for at once, forward, 8 ms asleep, an isend whose
-    annotation lasts to the step's end (its final wait); the sleep of the second micro-batch falls while the first
-    send is in flight, and is idle all the same. The runloop thread's collective, the thread's only work, is held
-    to its end."""
-    rows = [
-        gloo("recv", 0, 10),  # irecv().wait(): the thread waits in it
-        op("aten::mm", 10, 14, 1),
-        gloo("send", 22, 40),  # after 8 ms asleep; in flight until the final wait
-        gloo("recv", 22.5, 24),
-        op("aten::mm", 24, 28, 2),
-        gloo("send", 36, 40),  # after 8 ms asleep; then the thread waits for both sends
-        gloo("all_reduce", 0, 40, track=9),
-    ]
-    frame = device_frame(events(rows))
-    held = findings.blocking_end(frame)
-    sends = [i for i in range(len(frame)) if frame.names[frame.name[i]] == "gloo:send"]
-    runloop = next(i for i in range(len(frame)) if frame.track[i] == 9)
-    assert [held[i] for i in sends] == [int(22.5 * MS), 40 * MS]  # until the thread's next row; the last: its end
-    assert held[runloop] == 40 * MS
-    # Without the runloop thread (whose collective covers the step) the two sleeps are the step's idle time.
-    alone = device_frame(events(rows[:-1]))
-    (fig,) = findings.step_figures(alone, steps_table(40), host_lanes=True).to_pylist()
-    assert fig["idle_ns"] == 16 * MS
-    assert fig["launch_delay_ns"] == fig["idle_ns"]
-
-
 def figure(compute: float, delay: float, step_ns: float = 100 * MS) -> dict[str, int]:
     return {"compute_ns": int(compute), "launch_delay_ns": int(delay), "idle_ns": int(delay), "step_ns": int(step_ns)}
-
-
-def test_a_one_rank_stage_is_compared_with_the_other_hosts_of_the_job() -> None:
-    """Four stages of one rank each: rank 1's host idles 30 ms more than the others' in every step."""
-    figures = {(r, s): figure(20 * MS, (35 if r == 1 else 5 + r + s) * MS) for r in range(4) for s in range(3)}
-    rows = findings.rank_excess(figures, [[0], [1], [2], [3]], 100 * MS)
-    assert {(r["rank"], r["part"]) for r in rows} == {(1, "launch_delay_ns")}
-    assert len(rows) == 3
 
 
 def test_a_replica_with_one_peer_is_weighed_against_the_other_replicas_spread() -> None:
