@@ -21,7 +21,7 @@ them (:func:`rank_excess`).
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -50,6 +50,7 @@ MERGE_SHARE = 0.5  # culprits of one kind are named together when each has half 
 OUTLIER_RATIO = 2.0  # one exceptional step: twice the largest excess any other peer shows in any step
 STAGE_IMBALANCE = 1.15  # max / mean compute per micro-batch across stages
 SLOW_LINK_RATIO = 1.6  # transfer time against comparable transfers elsewhere
+LINK_QUANTILE = 0.25  # a slow link's fast quarter of transfers is slower than the slow quarter of comparable ones
 HOTSPOT_REST = 1.05  # the rest of a hotspot rank's operators run within 5 % of its peers
 HOTSPOT_REST_HOST = 1.5  # ... within 50 % on CPU ranks, where they share caches and cores with the hot ones (a 24x GELU slows the next GEMMs by 30 %)
 HOT_RATIO = 2.0  # a hot operator runs at least twice its peers' time ...
@@ -141,14 +142,21 @@ def _excess(figures: Mapping[tuple[int, int], Mapping[str, int]], peers: list[in
     return out
 
 
-def _noise(figures: Mapping[tuple[int, int], Mapping[str, int]], peers: list[int], steps: list[int], part: str, rank: int) -> tuple[float, dict[int, tuple[float, float]]]:
+def _noise(
+    figures: Mapping[tuple[int, int], Mapping[str, int]], peers: list[int], steps: list[int], part: str, rank: int, elsewhere: Sequence[list[int]] = ()
+) -> tuple[float, dict[int, tuple[float, float]]]:
     """The job's own noise floor for ``rank``'s excess: its spread over the steps, and per step (spread, largest
     excess) outside that step's cell of ``rank``. The noise is the excesses the *other* peers show against each
     other, ``rank`` left out: how far ranks without its fault stray from their peers, in any step. With one other
-    peer there is nobody to compare it with: ``rank``'s own excess in the other steps stands in (its spread and
-    the largest of its magnitudes)."""
+    peer there is nobody to compare it with: the excesses the ranks of the job's other peer sets (``elsewhere``:
+    a dp x pp job's other stages) show against each other stand in, how far replicas stray from each other in
+    this job (a CPU rank's compute counted at typical durations is the same in every step, so its own steps show
+    no spread even where its replicas differ by a fifth); without other peer sets, ``rank``'s own excess in the
+    other steps (its spread and the largest of its magnitudes)."""
     others = [r for r in peers if r != rank]
     cells = [e for per in _excess(figures, others, steps, part).values() for e in per.values()]
+    if not cells:
+        cells = [e for group in elsewhere if rank not in group for per in _excess(figures, group, steps, part).values() for e in per.values()]
     if not cells:
         own = _excess(figures, peers, steps, part).get(rank, {})
         per_step = {}
@@ -158,7 +166,7 @@ def _noise(figures: Mapping[tuple[int, int], Mapping[str, int]], peers: list[int
         return robust_spread(np.array(list(own.values()), dtype=float)), per_step
     # Centred on 0, not on the cells' median: a leave-one-out excess is 0 where nobody strays.
     spread = MAD_TO_SIGMA * float(np.median(np.abs(cells)))
-    return spread, dict.fromkeys(steps, (spread, float(max(cells))))
+    return spread, dict.fromkeys(steps, (spread, float(max(np.abs(cells)) if len(others) < 2 else max(cells))))
 
 
 def rank_excess(
@@ -188,7 +196,7 @@ def rank_excess(
             floor = MIN_IMPACT_PCT / 100 * step_ns / (compute_scale if part == "compute_ns" else 1.0)
             excess = _excess(figures, peers, steps, part)
             for rank, per_step in excess.items():
-                spread, outside = _noise(figures, peers, steps, part, rank)
+                spread, outside = _noise(figures, peers, steps, part, rank, peer_sets)
                 values = list(per_step.values())
                 persistent = (
                     sum(e > 0 for e in values) >= PERSISTENT_SHARE * len(values)
@@ -407,7 +415,12 @@ def ranked(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _slow_units(keys: list[tuple[Any, ...]], units: list[tuple[int, ...]], transfer: np.ndarray, step: np.ndarray) -> list[dict[str, Any]]:
     """Units (a group's ranks or a rank pair) whose median transfer time is SLOW_LINK_RATIO x that of comparable
-    units (same key: collective, size, group size, link type) elsewhere; with their extra time per step."""
+    units (same key: collective, size, group size, link type) elsewhere; with their extra time per step.
+
+    A slow link moves every transfer slower, so its transfers stand apart from the comparable ones: its fast
+    quarter (LINK_QUANTILE) is still slower than the comparable transfers' slow quarter. A link whose median alone
+    is slow is one whose transfers the host's scheduling stretched now and then (CPU ranks on a busy host: a
+    transfer of a few kB lasts as long as its threads wait for a core, 0.1 to 60 ms), not a slow link."""
     per_unit: dict[tuple[Any, ...], dict[tuple[int, ...], list[int]]] = {}
     for i, (key, unit) in enumerate(zip(keys, units, strict=True)):
         per_unit.setdefault(key, {}).setdefault(unit, []).append(i)
@@ -419,10 +432,12 @@ def _slow_units(keys: list[tuple[Any, ...]], units: list[tuple[int, ...]], trans
             if not others:
                 continue
             ref = statistics.median(others)
+            elsewhere = np.concatenate([rows_of for u, rows_of in by_unit.items() if u != unit])
+            apart = np.quantile(transfer[rows], LINK_QUANTILE) > np.quantile(transfer[elsewhere], 1 - LINK_QUANTILE)
             # Slow in (nearly) every step it transfers in, not in one step a busy host stretched.
             by_step = [float(np.median(transfer[rows][step[rows] == s])) for s in np.unique(step[rows])]
             consistent = sum(m >= SLOW_LINK_RATIO * ref for m in by_step) >= PERSISTENT_SHARE * len(by_step)
-            if ref > 0 and len(rows) >= 2 and medians[unit] >= SLOW_LINK_RATIO * ref and consistent:
+            if ref > 0 and len(rows) >= 2 and medians[unit] >= SLOW_LINK_RATIO * ref and consistent and apart:
                 extra = np.clip(transfer[rows] - ref, 0, None)
                 out.append({"unit": unit, "key": key, "ratio": medians[unit] / ref, "extra_ns": float(extra.sum()), "steps": sorted(set(step[rows].tolist())), "ref_ns": ref, "median_ns": medians[unit]})
     return out
