@@ -20,6 +20,7 @@ them (:func:`rank_excess`).
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -37,6 +38,7 @@ from paradiag.analysis.operators import (
     short_name,
     typical_durations,
 )
+from paradiag.parsers.kineto_host import is_operator
 
 MIN_IMPACT_PCT = 2.0  # below this a difference is within what jitter and launch noise produce
 MIN_RATIO = 1.05  # a culprit's own time must also be 5 % above its peers'
@@ -54,7 +56,7 @@ LINK_QUANTILE = 0.25  # a slow link's fast quarter of transfers is slower than t
 HOTSPOT_REST = 1.05  # the rest of a hotspot rank's operators run within 5 % of its peers
 HOTSPOT_REST_HOST = 1.5  # ... within 50 % on CPU ranks, where they share caches and cores with the hot ones (a 24x GELU slows the next GEMMs by 30 %)
 HOT_RATIO = 2.0  # a hot operator runs at least twice its peers' time ...
-HOT_SHARE = 0.7  # ... and the hot operators carry this share of the rank's extra time
+HOT_SHARE = 0.5  # ... and the hot operators carry most of the rank's extra time
 CLOCK_SKEW_NS = 100_000
 
 
@@ -235,29 +237,74 @@ def classify_compute(
     times = operator_time(named, typical)
     excess = rank_operator_excess(times, rank, peers)
     own = {n: float(np.median(t)) for (r, n), t in times.items() if r == rank}
-    hot, rest_ratio = concentration(excess, own)
-    if not (hot and rest_ratio < HOTSPOT_REST and sum(own[n] for n in hot) < 0.6 * sum(own.values())):
-        hot = far_slower(excess, own, HOTSPOT_REST_HOST if rank in host_ranks else HOTSPOT_REST)
+    hot: list[int] = []
+    if rank not in host_ranks:  # on CPU ranks only ratios tell (their wrappers' glue would be "hot" by share)
+        hot, rest_ratio = concentration(excess, own)
+        if not (hot and rest_ratio < HOTSPOT_REST and sum(own[n] for n in hot) < 0.6 * sum(own.values())):
+            hot = []
+    hot = hot or far_slower(excess, own, *((HOTSPOT_REST_HOST, named.names) if rank in host_ranks else (HOTSPOT_REST, None)))
     if hot:
         return "operator_hotspot", " + ".join(short_name(named.names[n]) for n in hot[:3])
     return "slow_device", None
 
 
-def far_slower(excess: Mapping[int, float], own: Mapping[int, float], rest_limit: float) -> list[int]:
+def far_slower(excess: Mapping[int, float], own: Mapping[int, float], rest_limit: float, names: list[str] | None = None) -> list[int]:
     """The operators (name codes, most extra time first) of a hotspot told by ratios: each runs HOT_RATIO x its
     peers' time or more, together they carry HOT_SHARE of the rank's extra time, and the others run within
     ``rest_limit`` x of the peers' (the bulk of the work at normal speed: not a slower device, which slows
     every operator alike). A hotspot may be the largest part of the rank's time (a GELU made 24x as big, with
-    its backward and the reduction of its gradient); [] when it is not one."""
+    its backward and the reduction of its gradient); [] when it is not one. ``names`` (the codes' names), on CPU
+    ranks: only dispatcher operators can be hot (a wrapper's self time, an autograd node's or a dispatch mode's,
+    is glue around the operators, ``parsers.kineto_host.is_operator``)."""
     total = sum(v for v in excess.values() if v > 0)
-    hot = [n for n, e in excess.items() if e > 0 and own[n] >= HOT_RATIO * (own[n] - e)]
-    if total <= 0 or sum(excess[n] for n in hot) < HOT_SHARE * total:
+    if total <= 0:
         return []
-    rest_own = sum(t for n, t in own.items() if n not in hot)
-    rest_peer = sum(own[n] - excess.get(n, 0.0) for n in own if n not in hot)
-    if rest_peer <= 0 or rest_own > rest_limit * rest_peer:
+
+    def rest_ratio(hot: list[int]) -> float:
+        rest_own = sum(t for n, t in own.items() if n not in hot)
+        rest_peer = sum(own[n] - excess.get(n, 0.0) for n in own if n not in hot)
+        return rest_own / rest_peer if rest_peer > 0 else math.inf
+
+    def ratio(n: int) -> float:
+        peer = own[n] - excess[n]
+        return own[n] / peer if peer > 0 else math.inf
+
+    hot = [n for n, e in excess.items() if e > 0 and ratio(n) >= HOT_RATIO and (names is None or is_operator(names[n]))]
+    # ... and HOT_RATIO x as slow as the rest: a rank (or stage) with twice the work of every kind is no hotspot
+    hot = [n for n in hot if ratio(n) >= HOT_RATIO * max(rest_ratio(hot), 1.0)]
+    if sum(excess[n] for n in hot) < HOT_SHARE * total or rest_ratio(hot) > rest_limit:
         return []
     return sorted(hot, key=lambda n: -excess[n])
+
+
+def stage_hotspots(
+    found: list[dict[str, Any]], frame: Frame, stages: list[list[int]], host_ranks: frozenset[int] = frozenset()
+) -> list[dict[str, Any]]:
+    """``found`` with a stage imbalance whose stage is heavy because a few operators run far slower on it
+    (:func:`far_slower`, its ranks against the other stages' ranks, which run the same layers) named an
+    operator_hotspot of its ranks: the remedy is the operator, not the split of the layers."""
+    out = []
+    for f in found:
+        ranks = f["culprit"].get("ranks") or []
+        others = [r for s in stages for r in s if r not in ranks]
+        if f["kind"] != "stage_imbalance" or not ranks or not others:
+            out.append(f)
+            continue
+        named = _op_code(frame.take(np.isin(frame.rank, [*ranks, *others])))
+        host = np.array([r for r in (*ranks, *others) if r in host_ranks])
+        times = operator_time(named, typical_durations(named, host) if len(host) else None)
+        hot_sets = []
+        for rank in ranks:
+            excess = rank_operator_excess(times, rank, [rank, *others])
+            own = {n: float(np.median(t)) for (r, n), t in times.items() if r == rank}
+            hot_sets.append(far_slower(excess, own, *((HOTSPOT_REST_HOST, named.names) if rank in host_ranks else (HOTSPOT_REST, None))))
+        if not all(hot_sets):
+            out.append(f)
+            continue
+        operator = " + ".join(short_name(named.names[n]) for n in hot_sets[0][:3])
+        evidence = f"stage {f['culprit'].get('stage')} is heavy in {operator} alone, which runs {HOT_RATIO:g}x or more its time on the other stages; " + f["evidence"]
+        out.append(finding("operator_hotspot", {"ranks": ranks, "operator": operator}, f["steps"], f["impact_pct"], evidence, step=f.get("step")))
+    return out
 
 
 def rank_findings(
@@ -280,14 +327,18 @@ def rank_findings(
     is_moe = "all_to_all" in frame.collectives
     raw = []
     for rank, parts in by_rank.items():
-        part = max(parts, key=lambda p: sum(e["excess_ns"] for e in parts[p]))
-        rows = parts[part]
+        # A rank is late for one reason, the larger excess; on a CPU rank its compute (at typical durations) is
+        # the firmer evidence, its idle time the clock's (a rank with more work also idles more between its
+        # operators, in Python): both are reported.
+        both = rank in host_ranks and "compute_ns" in parts
+        chosen = list(parts) if both else [max(parts, key=lambda p: sum(e["excess_ns"] for e in parts[p]))]
         peers = next(p for p in peer_sets if rank in p)
-        if part == "launch_delay_ns":
-            kind, operator = "host_stall", None
-        else:
-            kind, operator = classify_compute(frame, rank, peers, ep_of, is_moe, host_ranks)
-        raw.append({"rank": rank, "kind": kind, "operator": operator, "rows": rows, "peers": peers})
+        for part in chosen:
+            if part == "launch_delay_ns":
+                kind, operator = "host_stall", None
+            else:
+                kind, operator = classify_compute(frame, rank, peers, ep_of, is_moe, host_ranks)
+            raw.append({"rank": rank, "kind": kind, "operator": operator, "rows": parts[part], "peers": peers})
     return _merge_ranks(_expert(raw, peer_sets, ep_of, is_moe), waits, steps_total, step_ns, host_ranks)
 
 

@@ -50,6 +50,11 @@ COMPUTE_CATEGORIES = ("cpu_op", "Operator")
 # ``Optimizer.step#SGD.step``, a module's ``forward``) whose self time is glue, or the thread blocked in a wait.
 DISPATCHER_OP = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_.]*$")
 NOT_AN_OP_LIBRARY = ("autograd", "torch", "profiler")
+
+
+def is_operator(name: str) -> bool:
+    """Whether a ``cpu_op`` name is a dispatcher operator (DISPATCHER_OP), not a wrapper."""
+    return bool(DISPATCHER_OP.match(name)) and name.split("::")[0] not in NOT_AN_OP_LIBRARY
 # c10d operator -> the gloo work that runs it, where the names differ (gloo reduce-scatters by all-reducing).
 RUNS_AS = {"reduce_scatter": ("reduce_scatter", "all_reduce")}
 
@@ -77,7 +82,7 @@ def host_lanes(table: pa.Table, inputs: dict[int, OperatorInputs], groups: list[
     external = table.column("external_id").to_numpy()
 
     is_functional = host & is_op & np.isin(codes, [i for i, w in enumerate(words) if FUNCTIONAL_COLLECTIVE.match(w)])
-    is_wrapper = ~np.isin(codes, [i for i, w in enumerate(words) if DISPATCHER_OP.match(w) and w.split("::")[0] not in NOT_AN_OP_LIBRARY])
+    is_wrapper = ~np.isin(codes, [i for i, w in enumerate(words) if is_operator(w)])
     parent = np.full(len(start), -1, np.int64)
     pieces = _compute_pieces(np.flatnonzero(host & is_op), is_enqueue | is_functional, np.flatnonzero(is_gloo), start, end, track, is_wrapper, parent)
     comm = _communication(np.flatnonzero(is_gloo), np.flatnonzero(is_enqueue), codes, words, start, end, track, inputs, groups, rank)
