@@ -250,7 +250,8 @@ def diagnose(job: Job) -> Diagnosis:
     if step_ns > 0:
         ep_of = {r: c["ep"] for r, c in layout.coords.items()}
         found += findings.rank_findings(frame, figures, peers, ep_of, waits, step_ns, host_ranks, stretch)
-        found += findings.stage_hotspots(findings.stage_findings(metrics), frame, layout.stages, host_ranks)
+        on_host = bool(host_ranks) and set(job.rank_ids) <= host_ranks
+        found += findings.stage_hotspots(findings.stage_findings(metrics, on_host), frame, layout.stages, host_ranks)
         found += findings.link_findings(instances, p2p, members, host_of, step_ns, steps_total, job.extra("links"))
     found += findings.clock_findings(job.ranks)
     operators = [OperatorImbalance(**o) for o in operator_imbalance(frame, peers)]

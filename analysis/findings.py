@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 from paradiag.analysis.frame import MAD_TO_SIGMA, Frame, robust_spread
 from paradiag.analysis.intervals import union_length
 from paradiag.analysis.operators import (
+    call_counts,
     concentration,
     operator_time,
     rank_operator_excess,
@@ -51,6 +52,8 @@ PERSISTENT_MADS = 2.0  # ... by a median excess of this many robust deviations o
 MERGE_SHARE = 0.5  # culprits of one kind are named together when each has half the worst one's excess
 OUTLIER_RATIO = 2.0  # one exceptional step: twice the largest excess any other peer shows in any step
 STAGE_IMBALANCE = 1.15  # max / mean compute per micro-batch across stages
+# ... and, on CPU ranks, the heaviest stage MIN_RATIO_HOST x the median of the others (as a rank against its peers:
+# past the noise band of CPU ranks' compute)
 SLOW_LINK_RATIO = 1.6  # transfer time against comparable transfers elsewhere
 LINK_QUANTILE = 0.25  # a slow link's fast quarter of transfers is slower than the slow quarter of comparable ones
 HOTSPOT_REST = 1.05  # the rest of a hotspot rank's operators run within 5 % of its peers
@@ -248,14 +251,16 @@ def classify_compute(
     return "slow_device", None
 
 
-def far_slower(excess: Mapping[int, float], own: Mapping[int, float], rest_limit: float, names: list[str] | None = None) -> list[int]:
+def far_slower(
+    excess: Mapping[int, float], own: Mapping[int, float], rest_limit: float, names: list[str] | None = None, only: set[int] | None = None
+) -> list[int]:
     """The operators (name codes, most extra time first) of a hotspot told by ratios: each runs HOT_RATIO x its
     peers' time or more, together they carry HOT_SHARE of the rank's extra time, and the others run within
     ``rest_limit`` x of the peers' (the bulk of the work at normal speed: not a slower device, which slows
     every operator alike). A hotspot may be the largest part of the rank's time (a GELU made 24x as big, with
     its backward and the reduction of its gradient); [] when it is not one. ``names`` (the codes' names), on CPU
     ranks: only dispatcher operators can be hot (a wrapper's self time, an autograd node's or a dispatch mode's,
-    is glue around the operators, ``parsers.kineto_host.is_operator``)."""
+    is glue around the operators, ``parsers.kineto_host.is_operator``); ``only``: the codes that may be hot."""
     total = sum(v for v in excess.values() if v > 0)
     if total <= 0:
         return []
@@ -269,7 +274,7 @@ def far_slower(excess: Mapping[int, float], own: Mapping[int, float], rest_limit
         peer = own[n] - excess[n]
         return own[n] / peer if peer > 0 else math.inf
 
-    hot = [n for n, e in excess.items() if e > 0 and ratio(n) >= HOT_RATIO and (names is None or is_operator(names[n]))]
+    hot = [n for n, e in excess.items() if e > 0 and ratio(n) >= HOT_RATIO and (names is None or is_operator(names[n])) and (only is None or n in only)]
     # ... and HOT_RATIO x as slow as the rest: a rank (or stage) with twice the work of every kind is no hotspot
     hot = [n for n in hot if ratio(n) >= HOT_RATIO * max(rest_ratio(hot), 1.0)]
     if sum(excess[n] for n in hot) < HOT_SHARE * total or rest_ratio(hot) > rest_limit:
@@ -282,7 +287,9 @@ def stage_hotspots(
 ) -> list[dict[str, Any]]:
     """``found`` with a stage imbalance whose stage is heavy because a few operators run far slower on it
     (:func:`far_slower`, its ranks against the other stages' ranks, which run the same layers) named an
-    operator_hotspot of its ranks: the remedy is the operator, not the split of the layers."""
+    operator_hotspot of its ranks: the remedy is the operator, not the split of the layers. Stages are no replicas
+    (the last one runs the LM head and the loss too): only operators that the stage calls as often as the others do
+    can be hot, the same calls taking longer."""
     out = []
     for f in found:
         ranks = f["culprit"].get("ranks") or []
@@ -293,11 +300,14 @@ def stage_hotspots(
         named = _op_code(frame.take(np.isin(frame.rank, [*ranks, *others])))
         host = np.array([r for r in (*ranks, *others) if r in host_ranks])
         times = operator_time(named, typical_durations(named, host) if len(host) else None)
+        counts = call_counts(named)
         hot_sets = []
         for rank in ranks:
             excess = rank_operator_excess(times, rank, [rank, *others])
             own = {n: float(np.median(t)) for (r, n), t in times.items() if r == rank}
-            hot_sets.append(far_slower(excess, own, *((HOTSPOT_REST_HOST, named.names) if rank in host_ranks else (HOTSPOT_REST, None))))
+            alike = {n for n in own if counts.get((rank, n)) == statistics.median(counts.get((r, n), 0.0) for r in others)}
+            on_host = rank in host_ranks
+            hot_sets.append(far_slower(excess, own, HOTSPOT_REST_HOST if on_host else HOTSPOT_REST, named.names if on_host else None, alike))
         if not all(hot_sets):
             out.append(f)
             continue
@@ -415,10 +425,16 @@ def _merge_ranks(
     return out
 
 
-def stage_findings(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """stage_imbalance when the heaviest stage computes STAGE_IMBALANCE x the mean per micro-batch."""
+def stage_findings(metrics: Mapping[str, Any], on_host: bool = False) -> list[dict[str, Any]]:
+    """stage_imbalance when the heaviest stage computes STAGE_IMBALANCE x the mean per micro-batch (and, with
+    ``on_host``, CPU ranks: MIN_RATIO_HOST x the median of the other stages)."""
     if not metrics or metrics.get("num_stages", 1) < 2 or (metrics.get("imbalance") or 0) < STAGE_IMBALANCE:
         return []
+    if on_host:
+        per = {s["stage"]: s["compute_per_micro_batch_ns"] for s in metrics["stages"]}
+        others = [v for s, v in per.items() if s != metrics["bottleneck_stage"]]
+        if not others or per[metrics["bottleneck_stage"]] < MIN_RATIO_HOST * statistics.median(others):
+            return []
     step = metrics["step_time_ns"]
     impact = 100 * (step - metrics["balanced_step_time_ns"]) / step if step else 0.0
     if impact < MIN_IMPACT_PCT:

@@ -140,3 +140,20 @@ def concentration(excess: dict[int, float], own: dict[int, float]) -> tuple[list
     rest_own = sum(t for n, t in own.items() if n not in hot)
     rest_peer = sum(own[n] - excess.get(n, 0.0) for n in own if n not in hot)
     return hot, (rest_own / rest_peer if rest_peer > 0 else 1.0)
+
+
+def call_counts(frame: Frame) -> dict[tuple[int, int], float]:
+    """(rank, name code) -> how many calls of that compute operator the rank makes per step (median over its
+    steps): a call is one ``call`` id (the pieces of one host-lane operator call), or one row where it has none."""
+    compute = (frame.kind == frame.code("kinds", "compute")) & (frame.step >= 0)
+    rank, name, step, call = frame.rank[compute], frame.name[compute], frame.step[compute], frame.call[compute]
+    call = np.where(call >= 0, call, -2 - np.arange(len(call)))
+    order, firsts = group_bounds(call, step, name, rank)
+    if not len(order):
+        return {}
+    keys = np.stack([rank[order][firsts], name[order][firsts], step[order][firsts]], axis=1)
+    per: dict[tuple[int, int], dict[int, int]] = {}
+    for r, n, s in keys.tolist():
+        counts = per.setdefault((r, n), {})
+        counts[s] = counts.get(s, 0) + 1
+    return {k: float(np.median(list(v.values()))) for k, v in per.items()}
