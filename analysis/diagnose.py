@@ -236,7 +236,9 @@ def diagnose(job: Job) -> Diagnosis:
     rank_passes = pa.concat_tables(per_rank.pop("passes"))
     virtual = stages.virtual_stages(rank_passes, layout.stages[0] if layout.stages else [], layout.size["pp"])
     passes = stages.number_passes(rank_passes, layout.stage_of, virtual, layout.size["pp"])
-    metrics = stages.stage_metrics(passes, layout.stages, virtual, step_ns)
+    host_ranks = frozenset(r for r, kind in job.by_rank("device_type").items() if kind == "cpu")
+    stretch = _host_stretch(per_rank["breakdowns"], figures, host_ranks)
+    metrics = stages.stage_metrics(passes, layout.stages, virtual, step_ns, stretch)
     if metrics:
         metrics["schedule"] = stages.schedule_kind(passes, layout.size["pp"], virtual)
     frame = read_frame(job)
@@ -245,12 +247,11 @@ def diagnose(job: Job) -> Diagnosis:
     peers = peer_sets(layout)
     steps_total = len({s for _, s in figures}) or 1
     found: list[dict[str, Any]] = []
-    host_ranks = frozenset(r for r, kind in job.by_rank("device_type").items() if kind == "cpu")
     if step_ns > 0:
         ep_of = {r: c["ep"] for r, c in layout.coords.items()}
-        stretch = _host_stretch(per_rank["breakdowns"], figures, host_ranks)
         found += findings.rank_findings(frame, figures, peers, ep_of, waits, step_ns, host_ranks, stretch)
-        found += findings.stage_findings(metrics)
+        on_host = bool(host_ranks) and set(job.rank_ids) <= host_ranks
+        found += findings.stage_hotspots(findings.stage_findings(metrics, on_host), frame, layout.stages, host_ranks)
         found += findings.link_findings(instances, p2p, members, host_of, step_ns, steps_total, job.extra("links"))
     found += findings.clock_findings(job.ranks)
     operators = [OperatorImbalance(**o) for o in operator_imbalance(frame, peers)]

@@ -20,8 +20,9 @@ them (:func:`rank_excess`).
 
 from __future__ import annotations
 
+import math
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -31,23 +32,34 @@ import pyarrow.compute as pc
 from paradiag.analysis.frame import MAD_TO_SIGMA, Frame, robust_spread
 from paradiag.analysis.intervals import union_length
 from paradiag.analysis.operators import (
+    call_counts,
     concentration,
     operator_time,
     rank_operator_excess,
     short_name,
     typical_durations,
 )
+from paradiag.parsers.kineto_host import is_operator
 
 MIN_IMPACT_PCT = 2.0  # below this a difference is within what jitter and launch noise produce
 MIN_RATIO = 1.05  # a culprit's own time must also be 5 % above its peers'
+# ... 20 % on CPU ranks: their compute at typical durations differs by up to 15-20 % for the same work on a host
+# whose cores they share with each other (measured on real gloo jobs of 2-8 ranks on 2 cores)
+MIN_RATIO_HOST = 1.2
 NOISE_MADS = 4.0  # ... and stand NOISE_MADS robust deviations above theirs (launch delays vary by a few 100 us)
 PERSISTENT_SHARE = 0.75  # a consistent culprit is above its peers in this share of the steps (all of 2 to 4) ...
 PERSISTENT_MADS = 2.0  # ... by a median excess of this many robust deviations of the other peers' excesses
 MERGE_SHARE = 0.5  # culprits of one kind are named together when each has half the worst one's excess
 OUTLIER_RATIO = 2.0  # one exceptional step: twice the largest excess any other peer shows in any step
 STAGE_IMBALANCE = 1.15  # max / mean compute per micro-batch across stages
+# ... and, on CPU ranks, the heaviest stage MIN_RATIO_HOST x the median of the others (as a rank against its peers:
+# past the noise band of CPU ranks' compute)
 SLOW_LINK_RATIO = 1.6  # transfer time against comparable transfers elsewhere
+LINK_QUANTILE = 0.25  # a slow link's fast quarter of transfers is slower than the slow quarter of comparable ones
 HOTSPOT_REST = 1.05  # the rest of a hotspot rank's operators run within 5 % of its peers
+HOTSPOT_REST_HOST = 1.5  # ... within 50 % on CPU ranks, where they share caches and cores with the hot ones (a 24x GELU slows the next GEMMs by 30 %)
+HOT_RATIO = 2.0  # a hot operator runs at least twice its peers' time ...
+HOT_SHARE = 0.5  # ... and the hot operators carry most of the rank's extra time
 CLOCK_SKEW_NS = 100_000
 
 
@@ -135,14 +147,21 @@ def _excess(figures: Mapping[tuple[int, int], Mapping[str, int]], peers: list[in
     return out
 
 
-def _noise(figures: Mapping[tuple[int, int], Mapping[str, int]], peers: list[int], steps: list[int], part: str, rank: int) -> tuple[float, dict[int, tuple[float, float]]]:
+def _noise(
+    figures: Mapping[tuple[int, int], Mapping[str, int]], peers: list[int], steps: list[int], part: str, rank: int, elsewhere: Sequence[list[int]] = ()
+) -> tuple[float, dict[int, tuple[float, float]]]:
     """The job's own noise floor for ``rank``'s excess: its spread over the steps, and per step (spread, largest
     excess) outside that step's cell of ``rank``. The noise is the excesses the *other* peers show against each
     other, ``rank`` left out: how far ranks without its fault stray from their peers, in any step. With one other
-    peer there is nobody to compare it with: ``rank``'s own excess in the other steps stands in (its spread and
-    the largest of its magnitudes)."""
+    peer there is nobody to compare it with: the excesses the ranks of the job's other peer sets (``elsewhere``:
+    a dp x pp job's other stages) show against each other stand in, how far replicas stray from each other in
+    this job (a CPU rank's compute counted at typical durations is the same in every step, so its own steps show
+    no spread even where its replicas differ by a fifth); without other peer sets, ``rank``'s own excess in the
+    other steps (its spread and the largest of its magnitudes)."""
     others = [r for r in peers if r != rank]
     cells = [e for per in _excess(figures, others, steps, part).values() for e in per.values()]
+    if not cells:
+        cells = [e for group in elsewhere if rank not in group for per in _excess(figures, group, steps, part).values() for e in per.values()]
     if not cells:
         own = _excess(figures, peers, steps, part).get(rank, {})
         per_step = {}
@@ -152,11 +171,15 @@ def _noise(figures: Mapping[tuple[int, int], Mapping[str, int]], peers: list[int
         return robust_spread(np.array(list(own.values()), dtype=float)), per_step
     # Centred on 0, not on the cells' median: a leave-one-out excess is 0 where nobody strays.
     spread = MAD_TO_SIGMA * float(np.median(np.abs(cells)))
-    return spread, dict.fromkeys(steps, (spread, float(max(cells))))
+    return spread, dict.fromkeys(steps, (spread, float(max(np.abs(cells)) if len(others) < 2 else max(cells))))
 
 
 def rank_excess(
-    figures: Mapping[tuple[int, int], Mapping[str, int]], peer_sets: list[list[int]], step_ns: float, compute_scale: float = 1.0
+    figures: Mapping[tuple[int, int], Mapping[str, int]],
+    peer_sets: list[list[int]],
+    step_ns: float,
+    compute_scale: float = 1.0,
+    host_ranks: frozenset[int] = frozenset(),
 ) -> list[dict[str, Any]]:
     """Per (rank, step) where a rank's own time (compute, or the host starting the device late) stands out from
     its peers': which part and by how much (ns, and the peers' median).
@@ -169,7 +192,8 @@ def rank_excess(
     OUTLIER_RATIO x above the largest excess any other peer shows in any step. Either way the excess must also
     be MIN_IMPACT_PCT of the step and MIN_RATIO x the peers' time. ``compute_scale``: the clock's time per ns of
     ``compute_ns`` (CPU ranks count compute at typical durations, a busy host runs it slower: the floor is the
-    step's share at that speed; the impact stays the typical excess over the clock's step, a lower bound)."""
+    step's share at that speed; the impact stays the typical excess over the clock's step, a lower bound), and the
+    compute of ``host_ranks`` (CPU ranks) must be MIN_RATIO_HOST x its peers'."""
     out = []
     steps = sorted({s for _, s in figures})
     for peers in peer_sets:
@@ -177,7 +201,7 @@ def rank_excess(
             floor = MIN_IMPACT_PCT / 100 * step_ns / (compute_scale if part == "compute_ns" else 1.0)
             excess = _excess(figures, peers, steps, part)
             for rank, per_step in excess.items():
-                spread, outside = _noise(figures, peers, steps, part, rank)
+                spread, outside = _noise(figures, peers, steps, part, rank, peer_sets)
                 values = list(per_step.values())
                 persistent = (
                     sum(e > 0 for e in values) >= PERSISTENT_SHARE * len(values)
@@ -186,7 +210,8 @@ def rank_excess(
                 for step, e in per_step.items():
                     value = figures[(rank, step)][part]
                     ref = value - e
-                    if e <= 0 or value < MIN_RATIO * ref or e < floor:
+                    ratio = MIN_RATIO_HOST if part == "compute_ns" and rank in host_ranks else MIN_RATIO
+                    if e <= 0 or value < ratio * ref or e < floor:
                         continue
                     noise, largest = outside.get(step, (spread, 0.0))
                     if persistent or (step in outside and e >= max(NOISE_MADS * noise, OUTLIER_RATIO * largest)):
@@ -215,10 +240,81 @@ def classify_compute(
     times = operator_time(named, typical)
     excess = rank_operator_excess(times, rank, peers)
     own = {n: float(np.median(t)) for (r, n), t in times.items() if r == rank}
-    hot, rest_ratio = concentration(excess, own)
-    if hot and rest_ratio < HOTSPOT_REST and sum(own[n] for n in hot) < 0.6 * sum(own.values()):
+    hot: list[int] = []
+    if rank not in host_ranks:  # on CPU ranks only ratios tell (their wrappers' glue would be "hot" by share)
+        hot, rest_ratio = concentration(excess, own)
+        if not (hot and rest_ratio < HOTSPOT_REST and sum(own[n] for n in hot) < 0.6 * sum(own.values())):
+            hot = []
+    hot = hot or far_slower(excess, own, *((HOTSPOT_REST_HOST, named.names) if rank in host_ranks else (HOTSPOT_REST, None)))
+    if hot:
         return "operator_hotspot", " + ".join(short_name(named.names[n]) for n in hot[:3])
     return "slow_device", None
+
+
+def far_slower(
+    excess: Mapping[int, float], own: Mapping[int, float], rest_limit: float, names: list[str] | None = None, only: set[int] | None = None
+) -> list[int]:
+    """The operators (name codes, most extra time first) of a hotspot told by ratios: each runs HOT_RATIO x its
+    peers' time or more, together they carry HOT_SHARE of the rank's extra time, and the others run within
+    ``rest_limit`` x of the peers' (the bulk of the work at normal speed: not a slower device, which slows
+    every operator alike). A hotspot may be the largest part of the rank's time (a GELU made 24x as big, with
+    its backward and the reduction of its gradient); [] when it is not one. ``names`` (the codes' names), on CPU
+    ranks: only dispatcher operators can be hot (a wrapper's self time, an autograd node's or a dispatch mode's,
+    is glue around the operators, ``parsers.kineto_host.is_operator``); ``only``: the codes that may be hot."""
+    total = sum(v for v in excess.values() if v > 0)
+    if total <= 0:
+        return []
+
+    def rest_ratio(hot: list[int]) -> float:
+        rest_own = sum(t for n, t in own.items() if n not in hot)
+        rest_peer = sum(own[n] - excess.get(n, 0.0) for n in own if n not in hot)
+        return rest_own / rest_peer if rest_peer > 0 else math.inf
+
+    def ratio(n: int) -> float:
+        peer = own[n] - excess[n]
+        return own[n] / peer if peer > 0 else math.inf
+
+    hot = [n for n, e in excess.items() if e > 0 and ratio(n) >= HOT_RATIO and (names is None or is_operator(names[n])) and (only is None or n in only)]
+    # ... and HOT_RATIO x as slow as the rest: a rank (or stage) with twice the work of every kind is no hotspot
+    hot = [n for n in hot if ratio(n) >= HOT_RATIO * max(rest_ratio(hot), 1.0)]
+    if sum(excess[n] for n in hot) < HOT_SHARE * total or rest_ratio(hot) > rest_limit:
+        return []
+    return sorted(hot, key=lambda n: -excess[n])
+
+
+def stage_hotspots(
+    found: list[dict[str, Any]], frame: Frame, stages: list[list[int]], host_ranks: frozenset[int] = frozenset()
+) -> list[dict[str, Any]]:
+    """``found`` with a stage imbalance whose stage is heavy because a few operators run far slower on it
+    (:func:`far_slower`, its ranks against the other stages' ranks, which run the same layers) named an
+    operator_hotspot of its ranks: the remedy is the operator, not the split of the layers. Stages are no replicas
+    (the last one runs the LM head and the loss too): only operators that the stage calls as often as the others do
+    can be hot, the same calls taking longer."""
+    out = []
+    for f in found:
+        ranks = f["culprit"].get("ranks") or []
+        others = [r for s in stages for r in s if r not in ranks]
+        if f["kind"] != "stage_imbalance" or not ranks or not others:
+            out.append(f)
+            continue
+        named = _op_code(frame.take(np.isin(frame.rank, [*ranks, *others])))
+        host = np.array([r for r in (*ranks, *others) if r in host_ranks])
+        times = operator_time(named, typical_durations(named, host) if len(host) else None)
+        counts = call_counts(named)
+        hot_sets = []
+        for rank in ranks:
+            excess = rank_operator_excess(times, rank, [rank, *others])
+            own = {n: float(np.median(t)) for (r, n), t in times.items() if r == rank}
+            alike = {n for n in own if counts.get((rank, n)) == statistics.median(counts.get((r, n), 0.0) for r in others)}
+            on_host = rank in host_ranks
+            hot_sets.append(far_slower(excess, own, HOTSPOT_REST_HOST if on_host else HOTSPOT_REST, named.names if on_host else None, alike))
+        if not all(hot_sets):
+            out.append(f)
+            continue
+        operator = " + ".join(short_name(named.names[n]) for n in hot_sets[0][:3])
+        evidence = f"stage {f['culprit'].get('stage')} is heavy in {operator} alone, which runs {HOT_RATIO:g}x or more its time on the other stages; " + f["evidence"]
+        out.append(finding("operator_hotspot", {"ranks": ranks, "operator": operator}, f["steps"], f["impact_pct"], evidence, step=f.get("step")))
+    return out
 
 
 def rank_findings(
@@ -233,7 +329,7 @@ def rank_findings(
 ) -> list[dict[str, Any]]:
     """Culprit ranks: host_stall when the extra own time is the host starting the device late, else a compute
     kind (``host_ranks``: CPU ranks, :func:`classify_compute`; ``compute_scale``: :func:`rank_excess`)."""
-    excess = rank_excess(figures, peer_sets, step_ns, compute_scale)
+    excess = rank_excess(figures, peer_sets, step_ns, compute_scale, host_ranks)
     steps_total = len({s for _, s in figures}) or 1
     by_rank: dict[int, dict[str, list[dict[str, Any]]]] = {}
     for e in excess:
@@ -241,14 +337,18 @@ def rank_findings(
     is_moe = "all_to_all" in frame.collectives
     raw = []
     for rank, parts in by_rank.items():
-        part = max(parts, key=lambda p: sum(e["excess_ns"] for e in parts[p]))
-        rows = parts[part]
+        # A rank is late for one reason, the larger excess; on a CPU rank its compute (at typical durations) is
+        # the firmer evidence, its idle time the clock's (a rank with more work also idles more between its
+        # operators, in Python): both are reported.
+        both = rank in host_ranks and "compute_ns" in parts
+        chosen = list(parts) if both else [max(parts, key=lambda p: sum(e["excess_ns"] for e in parts[p]))]
         peers = next(p for p in peer_sets if rank in p)
-        if part == "launch_delay_ns":
-            kind, operator = "host_stall", None
-        else:
-            kind, operator = classify_compute(frame, rank, peers, ep_of, is_moe, host_ranks)
-        raw.append({"rank": rank, "kind": kind, "operator": operator, "rows": rows, "peers": peers})
+        for part in chosen:
+            if part == "launch_delay_ns":
+                kind, operator = "host_stall", None
+            else:
+                kind, operator = classify_compute(frame, rank, peers, ep_of, is_moe, host_ranks)
+            raw.append({"rank": rank, "kind": kind, "operator": operator, "rows": parts[part], "peers": peers})
     return _merge_ranks(_expert(raw, peer_sets, ep_of, is_moe), waits, steps_total, step_ns, host_ranks)
 
 
@@ -325,10 +425,16 @@ def _merge_ranks(
     return out
 
 
-def stage_findings(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """stage_imbalance when the heaviest stage computes STAGE_IMBALANCE x the mean per micro-batch."""
+def stage_findings(metrics: Mapping[str, Any], on_host: bool = False) -> list[dict[str, Any]]:
+    """stage_imbalance when the heaviest stage computes STAGE_IMBALANCE x the mean per micro-batch (and, with
+    ``on_host``, CPU ranks: MIN_RATIO_HOST x the median of the other stages)."""
     if not metrics or metrics.get("num_stages", 1) < 2 or (metrics.get("imbalance") or 0) < STAGE_IMBALANCE:
         return []
+    if on_host:
+        per = {s["stage"]: s["compute_per_micro_batch_ns"] for s in metrics["stages"]}
+        others = [v for s, v in per.items() if s != metrics["bottleneck_stage"]]
+        if not others or per[metrics["bottleneck_stage"]] < MIN_RATIO_HOST * statistics.median(others):
+            return []
     step = metrics["step_time_ns"]
     impact = 100 * (step - metrics["balanced_step_time_ns"]) / step if step else 0.0
     if impact < MIN_IMPACT_PCT:
@@ -376,7 +482,12 @@ def ranked(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _slow_units(keys: list[tuple[Any, ...]], units: list[tuple[int, ...]], transfer: np.ndarray, step: np.ndarray) -> list[dict[str, Any]]:
     """Units (a group's ranks or a rank pair) whose median transfer time is SLOW_LINK_RATIO x that of comparable
-    units (same key: collective, size, group size, link type) elsewhere; with their extra time per step."""
+    units (same key: collective, size, group size, link type) elsewhere; with their extra time per step.
+
+    A slow link moves every transfer slower, so its transfers stand apart from the comparable ones: its fast
+    quarter (LINK_QUANTILE) is still slower than the comparable transfers' slow quarter. A link whose median alone
+    is slow is one whose transfers the host's scheduling stretched now and then (CPU ranks on a busy host: a
+    transfer of a few kB lasts as long as its threads wait for a core, 0.1 to 60 ms), not a slow link."""
     per_unit: dict[tuple[Any, ...], dict[tuple[int, ...], list[int]]] = {}
     for i, (key, unit) in enumerate(zip(keys, units, strict=True)):
         per_unit.setdefault(key, {}).setdefault(unit, []).append(i)
@@ -388,10 +499,12 @@ def _slow_units(keys: list[tuple[Any, ...]], units: list[tuple[int, ...]], trans
             if not others:
                 continue
             ref = statistics.median(others)
+            elsewhere = np.concatenate([rows_of for u, rows_of in by_unit.items() if u != unit])
+            apart = np.quantile(transfer[rows], LINK_QUANTILE) > np.quantile(transfer[elsewhere], 1 - LINK_QUANTILE)
             # Slow in (nearly) every step it transfers in, not in one step a busy host stretched.
             by_step = [float(np.median(transfer[rows][step[rows] == s])) for s in np.unique(step[rows])]
             consistent = sum(m >= SLOW_LINK_RATIO * ref for m in by_step) >= PERSISTENT_SHARE * len(by_step)
-            if ref > 0 and len(rows) >= 2 and medians[unit] >= SLOW_LINK_RATIO * ref and consistent:
+            if ref > 0 and len(rows) >= 2 and medians[unit] >= SLOW_LINK_RATIO * ref and consistent and apart:
                 extra = np.clip(transfer[rows] - ref, 0, None)
                 out.append({"unit": unit, "key": key, "ratio": medians[unit] / ref, "extra_ns": float(extra.sum()), "steps": sorted(set(step[rows].tolist())), "ref_ns": ref, "median_ns": medians[unit]})
     return out

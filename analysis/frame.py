@@ -7,6 +7,7 @@ so the codes are unified here); the analyses then group and sort integers only.
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,7 @@ from paradiag import schema
 if TYPE_CHECKING:
     from paradiag.dataset import Job
 
-NUMERIC = ("rank", "track", "kind", "name", "op", "launch", "start", "end", "step", "collective", "group", "peer", "bytes", "seq", "call")
+NUMERIC = ("rank", "track", "kind", "name", "op", "launch", "start", "end", "step", "collective", "group", "peer", "bytes", "seq", "call", "work")
 VOCABULARY_OF = {"kind": "kinds", "name": "names", "op": "names", "collective": "collectives", "group": "groups"}
 VOCABULARIES = ("kinds", "names", "collectives", "groups")
 COLUMNS = ("rank", "device", "track", "kind", "category", "name", "start_ns", "dur_ns", "step", "correlation", "external_id", "collective", "group", "peer", "bytes", "seq")
@@ -37,7 +38,9 @@ class Frame:
     the kernel (Kineto ``External id``), -1 if unknown; ``launch`` the start of the host call that launched it (its
     correlation id's runtime event), -1 if unknown; ``peer``, ``bytes`` and ``seq`` are -1 where absent. ``call``
     is the event's External id (-1 if none): on host lanes (a CPU rank, ``parsers.kineto_host``) the operator call
-    a self-time piece belongs to, so that the pieces of one call are counted as one."""
+    a self-time piece belongs to, so that the pieces of one call are counted as one; ``work`` there the kind of
+    work of that call, a checksum of its caller's name (the parser gives a host-lane piece its caller's External
+    id as correlation): calls of one name and caller do the same kind of work; -1 elsewhere."""
 
     rank: np.ndarray
     track: np.ndarray
@@ -58,10 +61,13 @@ class Frame:
     collectives: list[str]
     groups: list[str]
     call: np.ndarray = None  # type: ignore[assignment]
+    work: np.ndarray = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         if self.call is None:
             self.call = np.full(len(self.rank), -1, np.int64)
+        if self.work is None:
+            self.work = np.full(len(self.rank), -1, np.int32)
 
     def __len__(self) -> int:
         return len(self.rank)
@@ -122,17 +128,31 @@ def _ints(column: pa.ChunkedArray, dtype: type = np.int64) -> np.ndarray:
     return np.asarray(column.fill_null(-1).to_numpy(), dtype=dtype)
 
 
-def _host_operator(events: pa.Table, name: np.ndarray, kind: np.ndarray, kinds: list[str], rows: np.ndarray) -> np.ndarray:
+def _callers(events: pa.Table, name: np.ndarray, names: list[str], kind: np.ndarray, kinds: list[str], rows: np.ndarray) -> np.ndarray:
+    """For the events at ``rows``, where they are host-lane operator pieces (a host operator's category on a
+    device row), a checksum of the name of the operator that called them (their correlation is its External id);
+    -1 elsewhere and at the top."""
+    category, categories = _codes(events.column("category"))
+    on_lane = np.isin(category[rows], [i for i, c in enumerate(categories) if c in HOST_OPERATOR_CATEGORIES])
+    if not on_lane.any():
+        return np.full(len(rows), -1, np.int32)
+    caller = _host_operator(events, name, kind, kinds, rows, _ints(events.column("correlation")))
+    sums = np.array([zlib.crc32(n.encode()) & 0x7FFFFFFF for n in names] + [-1], np.int64)
+    return np.where(on_lane, sums[caller], -1).astype(np.int32)
+
+
+def _host_operator(events: pa.Table, name: np.ndarray, kind: np.ndarray, kinds: list[str], rows: np.ndarray, key: np.ndarray | None = None) -> np.ndarray:
     """For the events at ``rows``, the name code of the host operator with the same external id (-1 when none):
-    the ATen op that launched a kernel. Meaningful within one rank (external ids are per process). Looked up for
-    ``rows`` only (the device events, about a tenth of a Kineto rank), not for every event."""
+    the ATen op that launched a kernel (``key``, by row, instead of the rows' own external ids, where given).
+    Meaningful within one rank (external ids are per process). Looked up for ``rows`` only (the device events,
+    about a tenth of a Kineto rank), not for every event."""
     external = _ints(events.column("external_id"))
     category, categories = _codes(events.column("category"))
     is_op = np.isin(category, [i for i, c in enumerate(categories) if c in HOST_OPERATOR_CATEGORIES])
     is_op &= (kind == (kinds.index(schema.HOST) if schema.HOST in kinds else -2)) & (external >= 0)
     ids, first = np.unique(external[is_op], return_index=True)
     op_name = name[is_op][first]
-    wanted = external[rows]
+    wanted = (external if key is None else key)[rows]
     pos = np.clip(np.searchsorted(ids, wanted), 0, max(len(ids) - 1, 0))
     found = (len(ids) > 0) & (wanted >= 0) & (ids[pos] == wanted) if len(ids) else np.zeros(len(wanted), bool)
     return np.where(found, op_name[pos] if len(ids) else -1, -1).astype(np.int32)
@@ -191,6 +211,7 @@ def device_frame(events: pa.Table) -> Frame:
         bytes=ints("bytes", np.int64),
         seq=ints("seq", np.int32),
         call=ints("external_id", np.int64),
+        work=_callers(events, name, names, kind, kinds, idx) if "correlation" in events.column_names else np.full(len(idx), -1, np.int32),
         kinds=kinds,
         names=names,
         collectives=collectives,

@@ -35,7 +35,9 @@ def typical_durations(frame: Frame, ranks: np.ndarray | None = None) -> np.ndarr
     lengths. Preemption lengthens some calls of an operator, not all (a call of a few 100 us mostly runs inside one
     time slice), so the low quantile is what the work takes, and a rank's compute counted so (its calls x their
     typical durations) moves with the work it does (more calls, bigger shapes) and with a slower device (every
-    call longer), not with the share of the CPU it got. With ``ranks`` None, every rank's compute rows."""
+    call longer), not with the share of the CPU it got. Calls are grouped by their kind of work too (the frame's
+    ``work``: operator and caller, where the parser knows them), so that an operator's cheap calls
+    do not set the typical duration of its costly ones. With ``ranks`` None, every rank's compute rows."""
     dur = (frame.end - frame.start).astype(np.int64)
     rows = frame.kind == frame.code("kinds", "compute")
     if ranks is not None:
@@ -51,7 +53,7 @@ def typical_durations(frame: Frame, ranks: np.ndarray | None = None) -> np.ndarr
     calls[order] = np.cumsum(np.isin(np.arange(len(order)), firsts)) - 1
     self_time = np.bincount(calls, weights=dur[idx]).astype(np.float64)
     head = idx[order[firsts]]
-    c_order, c_firsts = group_bounds(frame.name[head], frame.rank[head], within=self_time)
+    c_order, c_firsts = group_bounds(frame.work[head], frame.name[head], frame.rank[head], within=self_time)
     bounds = np.append(c_firsts, len(c_order))
     typical = np.zeros(len(head))
     for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
@@ -138,3 +140,20 @@ def concentration(excess: dict[int, float], own: dict[int, float]) -> tuple[list
     rest_own = sum(t for n, t in own.items() if n not in hot)
     rest_peer = sum(own[n] - excess.get(n, 0.0) for n in own if n not in hot)
     return hot, (rest_own / rest_peer if rest_peer > 0 else 1.0)
+
+
+def call_counts(frame: Frame) -> dict[tuple[int, int], float]:
+    """(rank, name code) -> how many calls of that compute operator the rank makes per step (median over its
+    steps): a call is one ``call`` id (the pieces of one host-lane operator call), or one row where it has none."""
+    compute = (frame.kind == frame.code("kinds", "compute")) & (frame.step >= 0)
+    rank, name, step, call = frame.rank[compute], frame.name[compute], frame.step[compute], frame.call[compute]
+    call = np.where(call >= 0, call, -2 - np.arange(len(call)))
+    order, firsts = group_bounds(call, step, name, rank)
+    if not len(order):
+        return {}
+    keys = np.stack([rank[order][firsts], name[order][firsts], step[order][firsts]], axis=1)
+    per: dict[tuple[int, int], dict[int, int]] = {}
+    for r, n, s in keys.tolist():
+        counts = per.setdefault((r, n), {})
+        counts[s] = counts.get(s, 0) + 1
+    return {k: float(np.median(list(v.values()))) for k, v in per.items()}

@@ -264,11 +264,13 @@ def schedule_kind(passes: pa.Table, stages: int, virtual: int) -> str:
     return "gpipe" if gpipe else "1f1b"
 
 
-def stage_metrics(passes: pa.Table, stages: list[list[int]], virtual: int, step_time_ns: float) -> dict[str, Any]:
+def stage_metrics(passes: pa.Table, stages: list[list[int]], virtual: int, step_time_ns: float, compute_scale: float = 1.0) -> dict[str, Any]:
     """Per stage: compute per micro-batch (median over steps, the least loaded of its ranks, so that one slow rank
     does not make its stage look heavy), the measured bubble; imbalance = max / mean; the bottleneck stage; the
     step time a balanced split would give, estimating the pipeline as (m + (p - 1) / v) slots of the slowest
-    stage's per-micro-batch time."""
+    stage's per-micro-batch time. ``compute_scale``: the clock's time per ns of the passes' compute (CPU ranks
+    count it at typical durations while a busy host runs it slower, ``diagnose._host_stretch``; 1 elsewhere): the
+    time a balanced split saves on the clock's step is the saving in compute at that speed."""
     cols = passes.to_pydict()
     per_rank_step: dict[tuple[int, int], list[int]] = {}
     spans: dict[tuple[int, int], list[int]] = {}
@@ -303,16 +305,16 @@ def stage_metrics(passes: pa.Table, stages: list[list[int]], virtual: int, step_
                     "bubble_ratio": round(statistics.median(bubbles), 4),
                 }
             )
-    return _stage_summary(out_stages, micro_batches, virtual, step_time_ns)
+    return _stage_summary(out_stages, micro_batches, virtual, step_time_ns, compute_scale)
 
 
-def _stage_summary(stages: list[dict[str, Any]], micro_batches: int, virtual: int, step_time_ns: float) -> dict[str, Any]:
+def _stage_summary(stages: list[dict[str, Any]], micro_batches: int, virtual: int, step_time_ns: float, compute_scale: float = 1.0) -> dict[str, Any]:
     p = len(stages)
     times = [s["compute_per_micro_batch_ns"] for s in stages]
     mean = statistics.fmean(times) if times else 0.0
     worst = max(range(p), key=lambda i: times[i]) if times else None
     slots = micro_batches + (p - 1) / max(virtual, 1)
-    saved = slots * (max(times) - mean) if times else 0.0
+    saved = slots * (max(times) - mean) * compute_scale if times else 0.0
     return {
         "stages": stages,
         "num_stages": p,

@@ -67,7 +67,7 @@ if TYPE_CHECKING:
     from paradiag.frames import Frames
 
 CACHE_FORMAT = "paradiag.cache/1"
-PARSER_VERSION = 7  # bump when a parser (or the cache's layout) changes what is written: every cache is then rebuilt
+PARSER_VERSION = 8  # bump when a parser (or the cache's layout) changes what is written: every cache is then rebuilt
 MANIFEST = "manifest.json"
 IN_PROCESS_BYTES = 16 * 1024 * 1024  # below this much input, parsing in worker processes costs more than it saves
 FRAMES = "frames"  # the map's frames for the reduce, in the ingest's temporary folder only (never in a cache)

@@ -44,6 +44,17 @@ HOST_COLLECTIVE = re.compile(r"^c10d::_*([A-Za-z_]+?)_*$")  # c10d::allreduce_, 
 # ``_c10d_functional::wait_tensor`` blocks the thread until the transfer is done: waiting, not compute.
 FUNCTIONAL_COLLECTIVE = re.compile(r"^_?c10d_functional::")
 COMPUTE_CATEGORIES = ("cpu_op", "Operator")
+# A dispatcher operator (``aten::mm``, ``fsdp::chunk_cat``, ``c10d::send``, ``mylib::op.overload``) does the work
+# it is named for; anything else a ``cpu_op`` names is a wrapper (an autograd node ``AddmmBackward0``,
+# ``autograd::engine::evaluate_function: ...``, FSDP's ``RegisterPostBackwardFunctionBackward``,
+# ``Optimizer.step#SGD.step``, a module's ``forward``) whose self time is glue, or the thread blocked in a wait.
+DISPATCHER_OP = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_.]*$")
+NOT_AN_OP_LIBRARY = ("autograd", "torch", "profiler")
+
+
+def is_operator(name: str) -> bool:
+    """Whether a ``cpu_op`` name is a dispatcher operator (DISPATCHER_OP), not a wrapper."""
+    return bool(DISPATCHER_OP.match(name)) and name.split("::")[0] not in NOT_AN_OP_LIBRARY
 # c10d operator -> the gloo work that runs it, where the names differ (gloo reduce-scatters by all-reducing).
 RUNS_AS = {"reduce_scatter": ("reduce_scatter", "all_reduce")}
 
@@ -51,7 +62,8 @@ RUNS_AS = {"reduce_scatter": ("reduce_scatter", "all_reduce")}
 def host_lanes(table: pa.Table, inputs: dict[int, OperatorInputs], groups: list[Group], rank: int | None) -> tuple[pa.Table, np.ndarray]:
     """The device-like rows of a rank without device activity (``table``: its events; ``inputs``: row -> the
     recorded inputs of its ``c10d::``/``gloo:`` events): compute slices and gloo communication, and for each new
-    row the row of ``table`` whose step it takes (its enqueue), -1 where its own time decides."""
+    row the row of ``table`` whose step it takes (its enqueue), -1 where its own time decides. Each compute slice
+    carries its caller (:func:`callers`)."""
     names = table.column("name").combine_chunks()
     words = [w or "" for w in names.dictionary.to_pylist()]
     codes = names.indices.to_numpy(zero_copy_only=False)
@@ -70,7 +82,9 @@ def host_lanes(table: pa.Table, inputs: dict[int, OperatorInputs], groups: list[
     external = table.column("external_id").to_numpy()
 
     is_functional = host & is_op & np.isin(codes, [i for i, w in enumerate(words) if FUNCTIONAL_COLLECTIVE.match(w)])
-    pieces = _compute_pieces(np.flatnonzero(host & is_op), is_enqueue | is_functional, np.flatnonzero(is_gloo), start, end, track)
+    is_wrapper = ~np.isin(codes, [i for i, w in enumerate(words) if is_operator(w)])
+    parent = np.full(len(start), -1, np.int64)
+    pieces = _compute_pieces(np.flatnonzero(host & is_op), is_enqueue | is_functional, np.flatnonzero(is_gloo), start, end, track, is_wrapper, parent)
     comm = _communication(np.flatnonzero(is_gloo), np.flatnonzero(is_enqueue), codes, words, start, end, track, inputs, groups, rank)
     n_pieces, n_comm = len(pieces[0]), len(comm["rows"])
     rows = np.concatenate([pieces[2], comm["rows"]]).astype(np.int64)
@@ -90,7 +104,10 @@ def host_lanes(table: pa.Table, inputs: dict[int, OperatorInputs], groups: list[
             "start_ns": lane_start,
             "dur_ns": lane_end - lane_start,
             "step": np.full(n, -1, np.int32),
-            "correlation": np.full(n, -1, np.int32),
+            # A compute slice's correlation is the External id of its operator's caller (-1 at the top): what
+            # launched it, as a kernel's correlation is its launch. It tells calls of one name apart by caller
+            # (``analysis.frame``'s ``work``).
+            "correlation": np.r_[callers(pieces[2], parent, external), np.full(n_comm, -1)].astype(np.int32),
             "external_id": external[rows],
             "collective": [None] * n_pieces + comm["collective"],
             "group": [None] * n_pieces + comm["group"],
@@ -103,28 +120,47 @@ def host_lanes(table: pa.Table, inputs: dict[int, OperatorInputs], groups: list[
     return lanes, np.concatenate([np.full(n_pieces, -1, np.int64), np.array(comm["enqueue"], dtype=np.int64)])
 
 
+def callers(owner: np.ndarray, parent: np.ndarray, external: np.ndarray) -> np.ndarray:
+    """Per compute piece (``owner``: its operator's row), the External id of the operator that called it
+    (``parent`` by row), -1 at the top or where it has none."""
+    up = parent[owner]
+    return np.where(up >= 0, external[np.maximum(up, 0)], -1) if len(owner) else np.zeros(0, np.int64)
+
+
 def _compute_pieces(
-    ops: np.ndarray, is_enqueue: np.ndarray, gloo: np.ndarray, start: np.ndarray, end: np.ndarray, track: np.ndarray
+    ops: np.ndarray,
+    is_enqueue: np.ndarray,
+    gloo: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    track: np.ndarray,
+    is_wrapper: np.ndarray,
+    parent: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(start, end, operator row) of the operators' self time, thread by thread, less enqueues and the gloo work
-    an operator waits in."""
+    """(start, end, operator row) of the operators' self time, thread by thread, less enqueues, the gloo work
+    an operator waits in, and the time wrappers (``is_wrapper`` by row) spend while the rank's collectives are in
+    flight (:func:`_without_waits`). ``parent`` is filled with each operator's caller (:func:`_self_time`)."""
     parts: list[tuple[np.ndarray, ...]] = []
+    in_flight = _union(start[gloo], end[gloo])
     for tid in np.unique(track[ops]).tolist():
         mine = ops[track[ops] == tid]
-        s, e, owner = _self_time(mine, start, end, is_enqueue)
+        s, e, owner = _self_time(mine, start, end, is_enqueue, parent)
         g = gloo[track[gloo] == tid]
         if len(g):
             s, e, owner = _subtract(s, e, owner, start[g], end[g], start, end)
+        s, e, owner = _without_waits(s, e, owner, is_wrapper, in_flight)
         parts.append((s, e, owner))
     if not parts:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
     return tuple(np.concatenate(p) for p in zip(*parts, strict=True))  # type: ignore[return-value]
 
 
-def _self_time(rows: np.ndarray, start: np.ndarray, end: np.ndarray, excluded: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _self_time(
+    rows: np.ndarray, start: np.ndarray, end: np.ndarray, excluded: np.ndarray, parent: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The self-time pieces of nested operators on one thread: each instant belongs to the innermost operator
     running then. An operator that overlaps its parent's end is cut there; ``excluded`` operators and everything
-    inside them yield no piece."""
+    inside them yield no piece. ``parent`` (by row), where given, gets each operator's enclosing one."""
     order = rows[np.lexsort((-end[rows], start[rows]))]
     out_s: list[int] = []
     out_e: list[int] = []
@@ -147,6 +183,8 @@ def _self_time(rows: np.ndarray, start: np.ndarray, end: np.ndarray, excluded: n
         if stack:
             emit(stack[-1], s)
             e = min(e, stack[-1][1])
+            if parent is not None:
+                parent[row] = stack[-1][0]
         stack.append((row, e, bool(excluded[row]) or (bool(stack) and stack[-1][2])))
         cursor = s
     while stack:
@@ -154,6 +192,46 @@ def _self_time(rows: np.ndarray, start: np.ndarray, end: np.ndarray, excluded: n
         emit(top, top[1])
         cursor = max(cursor, top[1])
     return np.array(out_s, np.int64), np.array(out_e, np.int64), np.array(out_o, np.int64)
+
+
+def _union(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The intervals [s, e) merged into disjoint ones, in order."""
+    if not len(s):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    order = np.argsort(s, kind="stable")
+    s, e = s[order].astype(np.int64), np.maximum.accumulate(e[order].astype(np.int64))
+    new = np.r_[True, s[1:] > e[:-1]]
+    firsts = np.flatnonzero(new)
+    lasts = np.r_[firsts[1:] - 1, len(s) - 1]
+    return s[firsts], e[lasts]
+
+
+def _without_waits(
+    s: np.ndarray, e: np.ndarray, owner: np.ndarray, is_wrapper: np.ndarray, in_flight: tuple[np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pieces less the time a *wrapper* operator (``is_wrapper`` by row: not a dispatcher operator) spends
+    while work of the rank's gloo is in flight (``in_flight``: the union of its gloo work on every thread): a
+    wrapper with no child running is the thread blocked in a ``Work.wait()``, which records no event (FSDP2 waits
+    for each reduce-scatter inside ``RegisterPostBackwardFunctionBackward``, for each all-gather inside the
+    autograd node that needs it), or Python glue; not computing. A dispatcher operator's own time (``aten::mm``
+    while DDP all-reduces a bucket on the runloop thread, or a pipeline stage's ``isend`` transfers) is compute,
+    in flight or not. The wrapper's piece is waiting from the in-flight work's start to the piece's end: a thread
+    blocked in a wait resumes when the scheduler runs it, after the work completed."""
+    lo, hi = in_flight
+    gap = is_wrapper[owner]
+    if not len(lo) or not gap.any():
+        return s, e, owner
+    # The windows a piece may overlap: from the last one starting before its end, back to the first ending after its start.
+    first = np.searchsorted(hi, s, side="right")
+    last = np.searchsorted(lo, e, side="left")
+    hit = gap & (last > first)
+    if not hit.any():
+        return s, e, owner
+    # The thread blocked in the wait stays blocked after the work completes, until the scheduler runs it again (ms on
+    # a busy host): the piece is waiting from the first window it overlaps to its end.
+    cut = np.maximum(lo[np.minimum(first, len(lo) - 1)], s)
+    keep = ~hit | (cut > s)
+    return s[keep], np.where(hit, cut, e)[keep], owner[keep]
 
 
 def _subtract(

@@ -79,3 +79,25 @@ def test_operators_inside_backward_nodes_are_backward_work(tmp_path: Path) -> No
     passes = stages.rank_pass_table(frame, events_table).to_pylist()
     assert [p["direction"] for p in passes] == ["forward", "backward", "forward", "backward"]
     assert [p["compute_ns"] for p in passes if p["direction"] == "backward"] == [620_000, 620_000]
+
+
+def test_calls_of_one_operator_under_different_callers_keep_their_own_typical_durations(tmp_path: Path) -> None:
+    """A dispatch mode re-enters every aten::mm: the outer call (under MmBackward0) is 10 us of glue, the inner one
+    (under PythonDispatchMode) the 500 us of work, and one inner call is preempted. Typical durations per operator
+    alone would give every call the glue's 10 us (the 25th percentile of all eight); per caller, the work counts."""
+    events = [_op("ProfilerStep#1", 0, 100_000, cat="user_annotation")]
+    t, ext = 10, 100
+    for dur in (500, 500, 2000, 500):
+        events += [
+            _op("MmBackward0", t, dur + 40, args={"External id": ext}),
+            _op("aten::mm", t + 5, dur + 30, args={"External id": ext + 1}),
+            _op("PythonDispatchMode", t + 10, dur + 20, args={"External id": ext + 2}),
+            _op("aten::mm", t + 20, dur, args={"External id": ext + 3}),
+        ]
+        t, ext = t + dur + 100, ext + 4
+    frame = device_frame(_events(tmp_path, events))
+    typical = typical_durations(frame)
+    mm = frame.name == frame.names.index("aten::mm")
+    assert len(set(frame.work[mm].tolist())) == 2  # two kinds of aten::mm call: by caller
+    # 4 inner calls at 500 us + 4 outer calls' own 10 us (two pieces of 5 us each)
+    assert np.isclose(typical[mm].sum(), 4 * 500_000 + 4 * 10_000)

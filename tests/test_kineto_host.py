@@ -127,3 +127,44 @@ def test_an_isend_lasting_on_the_thread_keeps_the_compute_that_runs_meanwhile(tm
     path = tmp_path / "rank0.pt.trace.json"
     path.write_text(json.dumps(_trace(0, GROUPS[:1], events)))
     assert _compute_by_name(kineto.parse(path).events) == {"aten::mm": 300_000, "Wrapper": 100_000, "aten::add": 100_000}
+
+
+def test_a_wrapper_waiting_for_in_flight_gloo_work_is_not_computing(tmp_path: Path) -> None:
+    """FSDP2's post-backward: RegisterPostBackwardFunctionBackward (a wrapper, no dispatcher operator) enqueues a
+    reduce-scatter and blocks in Work.wait() until the runloop thread's gloo:all_reduce is done, and a little after
+    (the thread wakes when the scheduler runs it). Its self time from the enqueue on is waiting; an aten::mm that
+    runs while DDP-style work is in flight is compute all the same."""
+    events = [
+        _op("ProfilerStep#1", 0, 3000, cat="user_annotation"),
+        _op("RegisterPostBackwardFunctionBackward", 10, 1000, args={"External id": 1}),
+        _op("aten::mm", 20, 100, args={"External id": 2}),
+        _op("c10d::_reduce_scatter_base_", 130, 20, args={"Concrete Inputs": ["", "", "", "False", "-1"], "Input type": ["float"], "Input Dims": [[64]]}),
+        _op("gloo:all_reduce", 150, 800, tid=RUNLOOP, cat="user_annotation", args={"Input type": ["float"], "Input Dims": [[64]]}),
+        _op("aten::copy_", 1000, 5, args={"External id": 3}),
+        _op("c10d::allreduce_", 1100, 10, args={"Concrete Inputs": ["", "", "", "", "False", "-1"], "Input type": ["TensorList"], "Input Dims": [[[64]]]}),
+        _op("gloo:all_reduce", 1115, 600, tid=RUNLOOP, cat="user_annotation", args={"Input type": ["float"], "Input Dims": [[64]]}),
+        _op("aten::mm", 1200, 300, args={"External id": 4}),  # compute while the all-reduce is in flight
+    ]
+    path = tmp_path / "rank0.pt.trace.json"
+    path.write_text(json.dumps(_trace(0, GROUPS[:1], events)))
+    by_name = _compute_by_name(kineto.parse(path).events)
+    # The wrapper's own time before the reduce-scatter (10-20 and 120-130 us) is its glue; from 150 us until the
+    # copy_ it wakes to at 1000 (50 us after the all-reduce ended) it waits; after the copy_ (1005-1010) glue again.
+    assert by_name == {"RegisterPostBackwardFunctionBackward": 25_000, "aten::mm": 400_000, "aten::copy_": 5_000}
+
+
+def test_a_compute_slice_names_its_callers_external_id(tmp_path: Path) -> None:
+    """The caller of each piece is the operator it runs inside, by External id (its correlation)."""
+    events = [
+        _op("ProfilerStep#1", 0, 1000, cat="user_annotation"),
+        _op("MmBackward0", 10, 200, args={"External id": 7}),
+        _op("aten::mm", 20, 100, args={"External id": 8}),
+        _op("aten::mm", 300, 100, args={"External id": 9}),
+    ]
+    path = tmp_path / "rank0.pt.trace.json"
+    path.write_text(json.dumps(_trace(0, GROUPS[:1], events)))
+    ev = kineto.parse(path).events
+    lanes = ev.filter(pc.greater_equal(ev.column("device"), 0)).sort_by("start_ns").to_pylist()
+    assert [(r["name"], r["external_id"], r["correlation"]) for r in lanes] == [
+        ("MmBackward0", 7, -1), ("aten::mm", 8, 7), ("MmBackward0", 7, -1), ("aten::mm", 9, -1)
+    ]

@@ -35,6 +35,10 @@ JOBS = {
     "clean": JobSpec("ddp_clean_repeat", "ddp", hidden=384, batch=64, profiler="default", repeat=2),
     "mesh": JobSpec("mesh_dp_pp_slow_rank", "mesh_dp_pp", "slow_rank", rank=3, strength=1.0, slow_mode="extra",
                     hidden=256, batch=64, profiler="paradiag"),
+    # FSDP2 waits for its reduce-scatters and all-gathers inside autograd nodes, and the slow rank waits least; the
+    # slowdown reruns every op under a dispatch mode, which re-enters each aten op (an outer call of glue)
+    "fsdp2_slow": JobSpec("fsdp2_slowdown", "fsdp2", "slow_rank", rank=1, strength=0.8, slow_mode="slowdown",
+                          hidden=384, batch=64, profiler="named"),
 }
 
 Made = tuple[JobSpec, Path, dict[str, Any]]
@@ -201,3 +205,17 @@ def test_device_mesh_dp_x_pp_layout_is_read_and_the_slow_rank_named(real_job: Ca
     assert all(compute[3][i] > compute[1][i] for i in range(len(compute[3]))), compute
     # No "no other culprit" check here: with two ranks per stage the noise floor rests on one peer, and a fresh CI
     # run (4 ranks on 2 cores) once named rank 2 of the other stage (slow_device, 2.3%) beside it.
+
+
+def test_fsdp2_slow_rank_does_the_most_work_though_it_waits_least(real_job: Callable[[str], Made]) -> None:
+    """Counted as the work each rank does, rank 1 (every op 1.8x, by reruns) is above its peers in every step: the
+    time FSDP2's wrappers spend blocked in waits is not compute (the slow rank, waiting least, would look lightest),
+    and the dispatch mode's outer calls do not set the typical duration of the inner ones."""
+    _spec, folder, report = real_job("fsdp2_slow")
+    assert not _errors(report)
+    layout = report["job"]["parallel_layout"]
+    assert (layout["dp"], layout["tp"], layout["pp"]) == (4, 1, 1)
+    assert report["metrics"]["communication"]["collective_instances"] >= 3
+    compute = _compute_by_rank(folder, cast("_Report", report).cache)
+    assert all(compute[1][i] > max(compute[r][i] for r in (0, 2, 3)) for i in range(len(compute[1]))), compute
+    _no_other_culprit(report, [1])
