@@ -125,8 +125,8 @@ def run(job: Path) -> list[tuple[str, float, int]]:
     click_heatmap(b, reducer, culprit)
     views(b, app, "after the click")
     lo = b.props[("timeline", "figure")]["layout"]["xaxis"]["range"]
-    b.props[("timeline", "relayoutData")] = {"xaxis.range[0]": lo[0], "xaxis.range[1]": lo[0] + (lo[1] - lo[0]) / 10}
-    b.call("zoom the timeline", reducer, [("timeline", "relayoutData")])
+    b.props[("timeline-zoom", "data")] = {"xaxis.range[0]": lo[0], "xaxis.range[1]": lo[0] + (lo[1] - lo[0]) / 10}
+    b.call("zoom the timeline", reducer, [("timeline-zoom", "data")])
     b.call("timeline re-query (zoomed)", key_for(app, "timeline.figure"), [("selection", "data")])
     b.call("marey re-merge (zoomed)", key_for(app, "marey.figure"), [("selection", "data")])
     pipeline_views(b, app, reducer)

@@ -111,7 +111,7 @@ def test_a_change_reaches_only_the_views_it_concerns(sel: Selection) -> None:
     linked = sel.but(ranks=[4, 5], collective="all_reduce/group g/#3")
     assert {name for name, v in zip(VIEW_FIELDS, view_updates(linked, linked.but(ranks=[6])), strict=True) if v is not no_update} >= {"comm"}  # its members are outlined
     assert updated(select((ids.OP_SEARCH, "value"), "gemm", sel, "")) == {"detail", "marey", "flow"}
-    assert updated(select((ids.TIMELINE, "relayoutData"), {"xaxis.range[0]": 1.0, "xaxis.range[1]": 2.0}, sel, "")) == {"timeline", "marey"}
+    assert updated(select((ids.TIMELINE_ZOOM, "data"), {"xaxis.range[0]": 1.0, "xaxis.range[1]": 2.0}, sel, "")) == {"timeline", "marey"}
     assert updated(select((ids.BASELINE_PICKER, "value"), "sample:gpu_llm_fault_free", sel, "")) == {"compare"}
     assert updated(select(None, None, None, f"?job=sample:{SAMPLE}&step=2")) == {"mark", "timeline", "detail", "marey", "flow"}
 
@@ -223,12 +223,12 @@ def test_finding_click_selects_the_culprit(sel: Selection) -> None:
 def test_timeline_zoom_sets_the_window_and_back_returns(sel: Selection) -> None:
     from paradiag.app.callbacks.selection import _back, select, zoom_stack
 
-    zoomed = select((ids.TIMELINE, "relayoutData"), {"xaxis.range[0]": 11.0, "xaxis.range[1]": 12.0}, sel, "")
+    zoomed = select((ids.TIMELINE_ZOOM, "data"), {"xaxis.range[0]": 11.0, "xaxis.range[1]": 12.0}, sel, "")
     assert zoomed.window == [11.0, 12.0]
-    stack = zoom_stack((ids.TIMELINE, "relayoutData"), sel, zoomed, [])
+    stack = zoom_stack((ids.TIMELINE_ZOOM, "data"), sel, zoomed, [])
     assert stack == [None]
     assert _back(zoomed, stack).window is None
-    assert select((ids.TIMELINE, "relayoutData"), {"xaxis.autorange": True}, zoomed, "").window is None
+    assert select((ids.TIMELINE_ZOOM, "data"), {"xaxis.autorange": True}, zoomed, "").window is None
 
 
 def test_marey_click_selects_operator_and_flow_rings_it(sel: Selection) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dash import ALL, Dash, Output, ctx, no_update
+from dash import ALL, Dash, Input, Output, ctx, no_update
 
 from paradiag.app import boundary, coerce, context, ids
 from paradiag.app.boundary import In, St
@@ -28,9 +28,9 @@ READS: dict[tuple[str, str], boundary.Spec] = {
     (ids.URL, "search"): boundary.text(boundary.MAX_URL),
     (ids.URL, "href"): boundary.text(boundary.MAX_URL),
     (ids.HEATMAP, "clickData"): boundary.event,
-    (ids.TIMELINE, "relayoutData"): boundary.event,
+    (ids.TIMELINE_ZOOM, "data"): boundary.event,
     (ids.MAREY_CLICK, "data"): boundary.event,
-    (ids.MAREY, "relayoutData"): boundary.event,
+    (ids.MAREY_ZOOM, "data"): boundary.event,
     (ids.MAREY_BACK, "n_clicks"): boundary.count,
     (ids.DETAIL_OPERATORS, "clickData"): boundary.event,
     (ids.COMM_MATRIX, "clickData"): boundary.event,
@@ -56,7 +56,16 @@ LATER = tuple(name for name in VIEW_FIELDS if name not in FIRST)
 # drawn twice when the two arrive apart).
 FIXED_OUTPUTS = 13
 URL_TRIGGERS = ((ids.URL, "search"), (ids.URL, "href"))
-ZOOMS = ((ids.TIMELINE, "relayoutData"), (ids.MAREY, "relayoutData"))
+ZOOMS = ((ids.TIMELINE_ZOOM, "data"), (ids.MAREY_ZOOM, "data"))
+# A graph's zoom, passed on in the browser to its zoom store (``ids.TIMELINE_ZOOM``) with the time it came, and
+# the graph's relayoutData cleared: dcc.Graph reports no relayout equal to the last one it reported, so without
+# it the same drag again (after "back" or another step) or a second double-click reached nobody.
+FORWARD_ZOOM = """
+function(relayout) {
+    if (!relayout) { return [window.dash_clientside.no_update, window.dash_clientside.no_update]; }
+    return [Object.assign({}, relayout, {"paradiag.at": Date.now()}), null];
+}
+"""
 
 
 def select(trigger: Any, value: Any, sel: Selection | None, search: str | None) -> Selection:
@@ -196,9 +205,9 @@ def _finding(sel: Selection, index: int | None) -> Selection:
 
 _HANDLERS = {
     (ids.HEATMAP, "clickData"): _heatmap,
-    (ids.TIMELINE, "relayoutData"): _timeline_zoom,
+    (ids.TIMELINE_ZOOM, "data"): _timeline_zoom,
     (ids.MAREY_CLICK, "data"): _marey_click,
-    (ids.MAREY, "relayoutData"): _timeline_zoom,
+    (ids.MAREY_ZOOM, "data"): _timeline_zoom,
     (ids.DETAIL_OPERATORS, "clickData"): _operator_click,
     (ids.COMM_MATRIX, "clickData"): _comm_click,
     (ids.FLOW, "clickData"): _flow_click,
@@ -257,6 +266,9 @@ def _changed(value: Any, shown: Any) -> Any:
 
 
 def register(app: Dash) -> None:
+    for graph, zoom in ((ids.TIMELINE, ids.TIMELINE_ZOOM), (ids.MAREY, ids.MAREY_ZOOM)):
+        boundary.clientside(app, FORWARD_ZOOM, Output(zoom, "data"), Output(graph, "relayoutData"), Input(graph, "relayoutData"), prevent_initial_call=True)
+
     @boundary.callback(
         app,
         Output(ids.SELECTION, "data"),

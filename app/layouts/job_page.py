@@ -62,6 +62,7 @@ def timeline_panel() -> html.Section:
         # The folded rows opened: a click on a folded row (▸) adds one, unticking folds it back; kept across steps.
         dcc.Checklist(id=ids.TIMELINE_EXPAND, options=[], value=[], inline=True, className="pd-unfolded"),
         dcc.Store(id=ids.TIMELINE_FOLDS, data=[]),
+        dcc.Store(id=ids.TIMELINE_ZOOM),
         html.Div(id=ids.TIMELINE_INFO, className="pd-help"),
         graph(ids.TIMELINE, scroll_zoom=True),
         class_name="pd-timeline",
@@ -82,6 +83,7 @@ def marey_panel() -> html.Section:
         ),
         dcc.Store(id=ids.ZOOM_STACK, data=[]),
         dcc.Store(id=ids.MAREY_CLICK),
+        dcc.Store(id=ids.MAREY_ZOOM),
         dcc.Store(id=ids.MAREY_DRAWN, data={}),
         graph(ids.MAREY),
         class_name="pd-marey",
