@@ -14,21 +14,33 @@ from paradiag.app.data.flow import flow_p2p, flow_view
 from paradiag.app.data.marey import EXPAND_KEY, critical_path, marey_data
 from paradiag.app.figures.comm import comm_figure
 from paradiag.app.figures.flow import flow_figure, ring
-from paradiag.app.figures.marey import highlight, marey_figure
+from paradiag.app.figures.marey import OPERATORS, highlight, marey_figure
 from paradiag.app.selection import view_store
 
 REPEATS = "repeats"  # the flow's expand value that opens every repeated block
 # A double-click resets the zoom; plotly reports its first click as a click too. A click reaches the selection
 # only when no double-click followed within plotly's double-click delay (300 ms) and a margin.
 CLICK_DELAY_MS = 400
+# The click passed on names its operator (a hover point's customdata holds the operator's index in the figure's
+# list of names: paradiag.app.figures.marey.OPERATORS).
 DEFER_CLICK = """
 async function(click) {
     const times = window.__pdMareyClicks || {pressAt: Date.now(), resetAt: 0};  // assets/marey_clicks.js
     const pressed = times.pressAt;
     await new Promise(resolve => setTimeout(resolve, DELAY));
-    return times.resetAt >= pressed ? window.dash_clientside.no_update : click;
+    if (times.resetAt >= pressed) { return window.dash_clientside.no_update; }
+    const gd = document.querySelector('#MAREY .js-plotly-plot');
+    const names = ((gd && gd.layout && gd.layout.meta) || {})["OPERATORS"] || [];
+    const points = ((click && click.points) || []).map(function (p) {
+        const c = p.customdata;
+        if (!Array.isArray(c) && !(c && c.length)) { return p; }
+        const custom = Array.from(c);
+        custom[0] = names[custom[0]];
+        return Object.assign({}, p, {customdata: custom});
+    });
+    return Object.assign({}, click, {points: points});
 }
-""".replace("DELAY", str(CLICK_DELAY_MS))
+""".replace("DELAY", str(CLICK_DELAY_MS)).replace("MAREY", ids.MAREY).replace("OPERATORS", OPERATORS)
 
 
 def render_marey(sel: dict[str, Any] | None, expand: list[str] | None, toggles: list[str] | None = None, drawn: dict[str, Any] | None = None) -> tuple[Any, Any, Any]:
