@@ -159,7 +159,8 @@ def click_at(driver: Any, graph_id: str, x: Any, y: Any) -> None:
         gd.scrollIntoView({block: 'center'});
         const fl = gd._fullLayout, xa = fl.xaxis, ya = fl.yaxis, box = gd.getBoundingClientRect();
         const xv = xa.type === 'category' ? xa.d2l(String(arguments[1])) : arguments[1];
-        return [box.left + xa._offset + xa.l2p(xv), box.top + ya._offset + ya.l2p(arguments[2])];""",
+        const yv = ya.type === 'category' ? ya.d2l(String(arguments[2])) : arguments[2];
+        return [box.left + xa._offset + xa.l2p(xv), box.top + ya._offset + ya.l2p(yv)];""",
         graph_id,
         x,
         y,
@@ -398,7 +399,11 @@ def visit(url: str, name: str, shots: Path, verbose: bool, server: int) -> list[
         for label, act, dragged in interactions(driver):
             t0 = reset(driver)
             cpu = (cpu_ms(chrome), cpu_ms([server]))
-            act()
+            try:
+                act()
+            except Exception as e:  # a gesture the page did not let the driver make: noted, the others still run
+                rows.append((f"click: {label}: COULD NOT BE MADE ({type(e).__name__}: {str(e).splitlines()[0][:120]})", float("nan"), 0, 0, 0.0))
+                continue
             t0 = float(driver.execute_script("return window.__pd.resetAt;")) if label.startswith("comm") else t0
             try:
                 state = settle(driver, t0, timeout=GESTURE_TIMEOUT_S)
