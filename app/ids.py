@@ -2,6 +2,7 @@
 
 URL = "url"
 SELECTION = "selection"
+RELEASE = "selection-release"  # asks for the views held back on a new page (once the heatmap is drawn)
 ZOOM_STACK = "marey-zoom-stack"
 EXPANDED = "expanded-stages"
 
@@ -29,6 +30,7 @@ TIMELINE_INFO = "timeline-info"
 # change the selection hears (dcc.Graph reports no relayout equal to the last one it reported).
 TIMELINE_ZOOM = "timeline-zoom"
 MAREY_ZOOM = "marey-zoom"
+TIMELINE_CLICK = "timeline-click"  # a click on the timeline that was not half of a double-click (which zooms out)
 TIMELINE_RANKS = "timeline-ranks"
 TIMELINE_EXPAND = "timeline-expand"  # the folded rows opened (a stage, then a mesh group)
 TIMELINE_FOLDS = "timeline-folds"  # which fold each drawn row belongs to (so a click on a row opens it)

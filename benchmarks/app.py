@@ -115,7 +115,7 @@ def run(job: Path) -> list[tuple[str, float, int]]:
     reducer = key_for(app, "selection.data")
     first = b.get("/") + b.get("/_dash-layout") + b.get("/_dash-dependencies")
     first += b.call("selection (open the job)", reducer, [("url", "search")])
-    first += b.call("release the views that follow the heatmap", key_for(app, "selection-timeline.data"), [("heatmap", "figure")])
+    first += b.call("release the views that follow the heatmap", key_for(app, "selection-timeline.data"), [("selection-release", "data")])
     first += views(b, app, "(first page)")
     b.rows.append(("FIRST PAGE total", first, 0))
     with app.server.app_context():

@@ -51,7 +51,8 @@ def gemm_bar(duo: Any) -> tuple[float, float]:
         """const gd = document.querySelector('#marey .js-plotly-plot');
         const [lo, hi] = gd._fullLayout.xaxis.range;
         for (const t of gd._fullData.filter(d => d.hoveron === 'points' && d.name === 'compute')) {
-            const i = [...t.customdata.keys()].find(k => t.customdata[k][0].includes('gemm') && t.x[k] > lo && t.x[k] < hi);
+            const names = gd.layout.meta.operators;  // a point's operator is its index there
+            const i = [...t.customdata.keys()].find(k => names[t.customdata[k][0]].includes('gemm') && t.x[k] > lo && t.x[k] < hi);
             if (i !== undefined) { return [t.x[i], t.y[i]]; }
         }"""
     )

@@ -121,7 +121,7 @@ def cases(dep: dict[str, Any], page: dict[str, Any], rng: random.Random, n: int)
             key = f"{d['id']}.{d['property']}"
             if d["property"] in ("clickData", "relayoutData", "selectedData"):
                 props[key] = events(rng)[d["property"]]
-            elif key == "marey-click.data":
+            elif key in ("marey-click.data", "timeline-click.data"):  # a click passed on once no double-click followed
                 props[key] = events(rng)["data"]
             elif key in ("timeline-zoom.data", "marey-zoom.data"):  # a graph's relayoutData passed on (ids.TIMELINE_ZOOM)
                 props[key] = events(rng)["relayoutData"]

@@ -30,6 +30,7 @@ def layout() -> html.Div:
         className="pd-job",
         children=[
             *[dcc.Store(id=view_store(name)) for name in VIEW_FIELDS],
+            dcc.Store(id=ids.RELEASE),
             html.Div(className="pd-summary", children=[html.Div(id=ids.SUMMARY_FACTS, className="pd-facts"), html.Ol(id=ids.FINDINGS, className="pd-findings"), guide()]),
             # The first screen: where the fault is (overview) and who waits for whom (timeline).
             html.Div(className="pd-row", children=[overview.panel(), timeline.panel()]),

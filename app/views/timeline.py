@@ -10,7 +10,7 @@ import re
 from typing import Any
 
 import plotly.graph_objects as go
-from dash import Dash, Output, dcc, html, no_update
+from dash import Dash, Input, Output, dcc, html, no_update
 
 from paradiag.app import boundary, coerce, context, ids, store
 from paradiag.app.boundary import In, St
@@ -37,6 +37,18 @@ STATIC_PIXELS, STATIC_MAX_PRIMITIVES = 1400, 12_000
 # 8 ranks holds ~12k intervals, 1.5 MB with their names: a zoom (drag, wheel, W) shows single kernels.
 MAX_INTERVALS = 5000
 MAX_OPERATORS = 400
+# A double-click zooms out; plotly reports its clicks as clicks too, which opened the fold under the mouse. A click
+# opens a fold only when no double-click followed within plotly's double-click delay and a margin (as on Marey's
+# graph: assets/marey_clicks.js).
+CLICK_DELAY_MS = 400
+DEFER_CLICK = """
+async function(click) {
+    const times = (window.__pdClicks || {}).timeline || {pressAt: Date.now(), resetAt: 0};
+    const pressed = times.pressAt;
+    await new Promise(resolve => setTimeout(resolve, DELAY));
+    return times.resetAt >= pressed ? window.dash_clientside.no_update : click;
+}
+""".replace("DELAY", str(CLICK_DELAY_MS))
 
 
 def shown_ranks(job: Job, selected: list[int] | None, step: int | None = None) -> list[int]:
@@ -154,6 +166,7 @@ def panel() -> html.Section:
         dcc.Checklist(id=ids.TIMELINE_EXPAND, options=[], value=[], inline=True, className="pd-unfolded"),
         dcc.Store(id=ids.TIMELINE_FOLDS, data=[]),
         dcc.Store(id=ids.TIMELINE_ZOOM),
+        dcc.Store(id=ids.TIMELINE_CLICK),
         html.Div(id=ids.TIMELINE_INFO, className="pd-help"),
         graph(ids.TIMELINE, scroll_zoom=True),
         class_name="pd-timeline",
@@ -186,11 +199,12 @@ def register(app: Dash) -> None:
         In(ids.TIMELINE_PATH, "value", boundary.texts),
         prevent_initial_call=True,
     )(render_timeline)
+    boundary.clientside(app, DEFER_CLICK, Output(ids.TIMELINE_CLICK, "data"), Input(ids.TIMELINE, "clickData"), prevent_initial_call=True)
     boundary.callback(
         app,
         Output(ids.TIMELINE_EXPAND, "value"),
         Output(ids.TIMELINE_EXPAND, "options"),
-        In(ids.TIMELINE, "clickData", boundary.event),
+        In(ids.TIMELINE_CLICK, "data", boundary.event),
         St(ids.TIMELINE_FOLDS, "data", boundary.texts),
         St(ids.TIMELINE_EXPAND, "value", boundary.texts),
         St(ids.TIMELINE_EXPAND, "options", boundary.options),
