@@ -36,17 +36,20 @@ DEFER_CLICK = """
 async function(click) {
     const times = window.__pdMareyClicks || {pressAt: Date.now(), resetAt: 0};  // assets/marey_clicks.js
     const pressed = times.pressAt;
-    await new Promise(resolve => setTimeout(resolve, DELAY));
-    if (times.resetAt >= pressed) { return window.dash_clientside.no_update; }
+    // The point's customdata is a row of a typed array, which dcc.Graph leaves out of clickData: read from the
+    // figure as it is now, the operator named from the figure's list of names.
     const gd = document.querySelector('#MAREY .js-plotly-plot');
     const names = ((gd && gd.layout && gd.layout.meta) || {})["OPERATORS"] || [];
     const points = ((click && click.points) || []).map(function (p) {
-        const c = p.customdata;
-        if (!Array.isArray(c) && !(c && c.length)) { return p; }
-        const custom = Array.from(c);
+        const trace = gd && gd._fullData && gd._fullData[p.curveNumber];
+        const row = trace && trace.customdata ? trace.customdata[p.pointNumber] : p.customdata;
+        if (!row || !row.length) { return p; }
+        const custom = Array.from(row);
         custom[0] = names[custom[0]];
         return Object.assign({}, p, {customdata: custom});
     });
+    await new Promise(resolve => setTimeout(resolve, DELAY));
+    if (times.resetAt >= pressed) { return window.dash_clientside.no_update; }
     return Object.assign({}, click, {points: points});
 }
 """.replace("DELAY", str(CLICK_DELAY_MS)).replace("MAREY", ids.MAREY).replace("OPERATORS", OPERATORS)
