@@ -81,10 +81,20 @@ ZOOMS = ((ids.TIMELINE_ZOOM, "data"), (ids.MAREY_ZOOM, "data"))
 # A graph's zoom, passed on in the browser to its zoom store (``ids.TIMELINE_ZOOM``) with the time it came, and
 # the graph's relayoutData cleared: dcc.Graph reports no relayout equal to the last one it reported, so without
 # it the same drag again (after "back" or another step) or a second double-click reached nobody.
+# A zoom-out (autorange) within a second of the last one is the same double-click told twice: by plotly and by the
+# browser's dblclick (assets/marey_clicks.js), and is dropped.
 FORWARD_ZOOM = """
 function(relayout) {
-    if (!relayout) { return [window.dash_clientside.no_update, window.dash_clientside.no_update]; }
-    return [Object.assign({}, relayout, {"paradiag.at": Date.now()}), null];
+    const none = window.dash_clientside.no_update;
+    if (!relayout) { return [none, none]; }
+    const graph = window.dash_clientside.callback_context.triggered_id;
+    const last = (window.__pdZoomOut = window.__pdZoomOut || {});
+    const now = Date.now();
+    if (relayout["xaxis.autorange"] === true) {
+        if (now - (last[graph] || 0) < 1000) { return [none, null]; }
+        last[graph] = now;
+    }
+    return [Object.assign({}, relayout, {"paradiag.at": now}), null];
 }
 """
 
