@@ -129,8 +129,14 @@ def settle(driver: Any, since: float, timeout: float = 300.0, quiet_ms: float = 
     the page's counters. (A new page can be quiet for longer while it lays itself out between two callbacks.)
     Raises ``Unanswered`` when it does not happen within ``timeout``."""
     end = time.time() + timeout
+    from selenium.common.exceptions import TimeoutException
+
+    state: dict[str, Any] = {}
     while time.time() < end:
-        state = driver.execute_script("const p = window.__pd; return {pending: p.pending, calls: p.calls, bytes: p.bytes, lastDone: p.lastDone, draws: p.draws, times: p.times, firstPaint: p.firstPaint, now: performance.now()};")
+        try:
+            state = driver.execute_script("const p = window.__pd; return {pending: p.pending, calls: p.calls, bytes: p.bytes, lastDone: p.lastDone, draws: p.draws, times: p.times, firstPaint: p.firstPaint, now: performance.now()};")
+        except TimeoutException:  # the page's main thread busy for longer than the driver's script timeout (a loaded machine)
+            continue
         last = max([state["lastDone"], *state["draws"].values()])
         drawn = all(v in state["draws"] for v in views)
         if drawn and state["pending"] == 0 and state["calls"] and state["now"] - last > quiet_ms and last > since:
