@@ -2,6 +2,7 @@
 
 URL = "url"
 SELECTION = "selection"
+RELEASE = "selection-release"  # asks for the views held back on a new page (once the heatmap is drawn)
 ZOOM_STACK = "marey-zoom-stack"
 EXPANDED = "expanded-stages"
 
@@ -24,6 +25,12 @@ STEPS = "steps"
 
 TIMELINE = "timeline"
 TIMELINE_INFO = "timeline-info"
+# A zoom of the timeline or of Marey's graph, as its graph reported it (relayoutData) and stamped with when: the
+# graph's relayoutData is cleared once read, so the same zoom again (after "back", a click, another step) is a
+# change the selection hears (dcc.Graph reports no relayout equal to the last one it reported).
+TIMELINE_ZOOM = "timeline-zoom"
+MAREY_ZOOM = "marey-zoom"
+TIMELINE_CLICK = "timeline-click"  # a click on the timeline that was not half of a double-click (which zooms out)
 TIMELINE_RANKS = "timeline-ranks"
 TIMELINE_EXPAND = "timeline-expand"  # the folded rows opened (a stage, then a mesh group)
 TIMELINE_FOLDS = "timeline-folds"  # which fold each drawn row belongs to (so a click on a row opens it)

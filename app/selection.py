@@ -1,5 +1,5 @@
-"""The one selection state every view reads and writes, its form in the URL's query string, and the part of it
-each view depends on.
+"""The one selection state every view reads and writes and its form in the URL's query string (the part of it
+each view depends on is the view's: ``paradiag.app.views``).
 
 ``window`` is ``[t0, t1]`` in ms since the job origin; ``collective`` names one instance (``.../#42``); ``op`` an
 operator name and ``at`` (ms) which of its instances, when one was clicked; ``base`` the token of the baseline job
@@ -15,21 +15,6 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode
 
 from paradiag.app import coerce
-
-# The fields each view is drawn from: the reducer writes a view's store only when one of them changed, so a
-# click recomputes the views it concerns and no other (``view_store`` names the store).
-VIEW_FIELDS: dict[str, tuple[str, ...]] = {
-    "job": ("job",),
-    "mark": ("job", "step", "ranks"),
-    "timeline": ("job", "step", "ranks", "window", "collective"),
-    "detail": ("job", "step", "ranks", "op"),
-    "marey": ("job", "step", "window", "op", "stage", "at"),
-    "flow": ("job", "step", "op", "stage", "at"),
-    "comm": ("job", "ranks", "collective"),
-    "compare": ("job", "base"),
-    # The operator search's choices: 400 of them are not needed to draw the first screen (they follow it).
-    "search": ("job",),
-}
 
 
 @dataclass(frozen=True)
@@ -59,7 +44,9 @@ class Selection:
         return replace(self, **changes)
 
     def view(self, name: str) -> dict[str, Any]:
-        """The fields view ``name`` is drawn from (what its store holds)."""
+        """The fields view store ``name`` holds (each view declares what it reads: ``paradiag.app.views``)."""
+        from paradiag.app.views import VIEW_FIELDS
+
         return {k: getattr(self, k) for k in VIEW_FIELDS[name]}
 
     @classmethod

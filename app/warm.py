@@ -18,9 +18,6 @@ import time
 from dash import Dash
 
 from paradiag.app import context
-from paradiag.app.callbacks.details import detail_rank
-from paradiag.app.callbacks.overview import rows_of
-from paradiag.app.callbacks.timeline import shown_ranks, view_data
 from paradiag.app.data.collectives import instances
 from paradiag.app.data.comm import view as comm_view
 from paradiag.app.data.common import steps_of
@@ -31,6 +28,9 @@ from paradiag.app.data.flow import flow_data, flow_p2p
 from paradiag.app.data.marey import marey_data
 from paradiag.app.data.mesh import mesh_of
 from paradiag.app.data.overview import DEFAULT_METRIC, opening_step, overview
+from paradiag.app.views.detail import detail_rank
+from paradiag.app.views.overview import rows_of
+from paradiag.app.views.timeline import shown_ranks, view_data
 from paradiag.dataset import Job
 
 QUIET_S = 0.3  # no request for this long: the page has what it asked for, the next step may be warmed

@@ -14,6 +14,8 @@
    drawn at its new size, then drawn again for it. A resize that finds the plot already as wide and as high as
    its box is skipped, and so is one of a div not plotted yet (its first plot fits its box).
 
+   Not drawn again as it is: see ``unchanged``.
+
    The page's own signal of what is drawn (tests wait on it, not on fixed sleeps): window.__pdPlots holds
    inFlight (plots and resizes begun and not finished) and drawn[graph id] (plots and resizes finished). */
 (function () {
@@ -54,6 +56,35 @@
     return promise;
   }
 
+  // Not drawn again as it is: after a zoom or pan by the mouse, dcc.Graph writes the plot's new axes back into
+  // its figure, and a new figure is plotted (Plotly.react), which drew the plot a second time as it already was
+  // (a drag zoom drew the graph three times: the zoom, this, then the server's figure). A figure whose data are
+  // the ones plotted last and whose layout differs from the one plotted last only by values the plot already
+  // holds is skipped (compared key by key as JSON, taken before plotly fills the layout in).
+  function unchanged(el, figure) {
+    const last = el._pdLast;  // the layout plotted last, key by key as JSON (plotly then fills the object in)
+    const now = {};
+    Object.keys(figure.layout).forEach(function (key) { now[key] = JSON.stringify(figure.layout[key]); });
+    el._pdLast = now;
+    if (!el._fullLayout || !last || figure.data !== el._pdData) { return false; }
+    const keys = Object.keys(now);
+    return keys.length === Object.keys(last).length && keys.every(function (key) {
+      return now[key] === last[key] || (/^[xy]axis\d*$/.test(key) && key in last && sameAxis(figure.layout[key], JSON.parse(last[key]), el._fullLayout[key]));
+    });
+  }
+
+  // An axis written back: as plotted last but for its range (and autorange, type), which is the one on screen.
+  function sameAxis(axis, plotted, live) {
+    if (!axis || !plotted || !live || !Array.isArray(axis.range) || !Array.isArray(live.range)) { return false; }
+    const rest = function (a) {
+      const out = Object.assign({}, a);
+      delete out.range; delete out.autorange; delete out.type;
+      return JSON.stringify(out);
+    };
+    const near = function (a, b) { return Math.abs(Number(a) - Number(b)) <= 1e-9 * Math.max(1, Math.abs(Number(b))); };
+    return rest(axis) === rest(plotted) && near(axis.range[0], live.range[0]) && near(axis.range[1], live.range[1]);
+  }
+
   function hold(el) {
     if (el._pdHeld) { return; }
     const held = [];
@@ -69,6 +100,11 @@
     P.react = function (gd, figure) {
       const el = typeof gd === "string" ? document.getElementById(gd) : gd;
       const layout = (figure && figure.layout) || arguments[2];
+      if (el && figure && figure.layout) {
+        const same = unchanged(el, figure);
+        el._pdData = figure.data;
+        if (same) { el._pdLayout = layout; return Promise.resolve(el); }
+      }
       if (el && layout && layout.meta !== PENDING) {
         el._pdLayout = layout;
         if (figure && figure.layout) { arguments[1] = Object.assign({}, figure, {layout: themed(layout)}); } else { arguments[2] = themed(layout); }

@@ -115,7 +115,7 @@ def run(job: Path) -> list[tuple[str, float, int]]:
     reducer = key_for(app, "selection.data")
     first = b.get("/") + b.get("/_dash-layout") + b.get("/_dash-dependencies")
     first += b.call("selection (open the job)", reducer, [("url", "search")])
-    first += b.call("release the views that follow the heatmap", key_for(app, "selection-timeline.data"), [("heatmap", "figure")])
+    first += b.call("release the views that follow the heatmap", key_for(app, "selection-timeline.data"), [("selection-release", "data")])
     first += views(b, app, "(first page)")
     b.rows.append(("FIRST PAGE total", first, 0))
     with app.server.app_context():
@@ -125,8 +125,8 @@ def run(job: Path) -> list[tuple[str, float, int]]:
     click_heatmap(b, reducer, culprit)
     views(b, app, "after the click")
     lo = b.props[("timeline", "figure")]["layout"]["xaxis"]["range"]
-    b.props[("timeline", "relayoutData")] = {"xaxis.range[0]": lo[0], "xaxis.range[1]": lo[0] + (lo[1] - lo[0]) / 10}
-    b.call("zoom the timeline", reducer, [("timeline", "relayoutData")])
+    b.props[("timeline-zoom", "data")] = {"xaxis.range[0]": lo[0], "xaxis.range[1]": lo[0] + (lo[1] - lo[0]) / 10}
+    b.call("zoom the timeline", reducer, [("timeline-zoom", "data")])
     b.call("timeline re-query (zoomed)", key_for(app, "timeline.figure"), [("selection", "data")])
     b.call("marey re-merge (zoomed)", key_for(app, "marey.figure"), [("selection", "data")])
     pipeline_views(b, app, reducer)
@@ -147,6 +147,18 @@ def click_heatmap(b: Browser, reducer: str, rank: int) -> None:
     b.call("click a heatmap cell", reducer, [("heatmap", "clickData")])
 
 
+def _rows(values: Any) -> list[list[float]]:
+    """A figure's 2-D array as sent: a typed array ({dtype, bdata, shape}) or nested lists."""
+    if isinstance(values, dict) and "bdata" in values:
+        import base64
+
+        import numpy as np
+
+        flat = np.frombuffer(base64.b64decode(values["bdata"]), dtype=np.dtype(values["dtype"]))
+        return flat.reshape([int(n) for n in str(values["shape"]).split(",")]).tolist()
+    return [list(v) for v in values]
+
+
 def pipeline_views(b: Browser, app: Any, reducer: str) -> None:
     """Marey: open the first stage offered, click a band; matrix: open a block (when drawn by blocks), click a
     link, go up; flow: open a block."""
@@ -157,7 +169,11 @@ def pipeline_views(b: Browser, app: Any, reducer: str) -> None:
         b.call(f"marey: open {stage}", key_for(app, "marey.figure"), [("marey-expand", "value")])
     bar = next((t for t in b.props[("marey", "figure")]["data"] if t.get("hoveron") == "points" and t.get("customdata")), None)  # a bar's hover points
     if bar:
-        b.props[("marey-click", "data")] = {"points": [{"customdata": bar["customdata"][0], "x": 0.0}]}
+        # what the browser's deferred click passes on: the point's customdata row (a typed array), its operator named
+        # from the figure's list (paradiag.app.views.marey.DEFER_CLICK)
+        first = _rows(bar["customdata"])[0]
+        names = b.props[("marey", "figure")]["layout"]["meta"]["operators"]
+        b.props[("marey-click", "data")] = {"points": [{"customdata": [names[int(first[0])], *first[1:]], "x": 0.0}]}
         b.call("click a marey band", reducer, [("marey-click", "data")])
         b.call("marey (one instance outlined)", key_for(app, "marey.figure"), [("selection", "data")])
         b.call("flow (its node ringed)", key_for(app, "flow.figure"), [("selection", "data")])

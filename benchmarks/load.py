@@ -261,7 +261,7 @@ def user(url: str, n: int, until: float, visits: list[tuple[str, int, tuple[floa
             width = (t1 - t0) * rng.choice([0.05, 0.3])
             t0 = rng.uniform(t0, t1 - width)
             t1 = t0 + width
-            c.act({"timeline.relayoutData": {"xaxis.range[0]": t0, "xaxis.range[1]": t1}})
+            c.act({"timeline-zoom.data": {"xaxis.range[0]": t0, "xaxis.range[1]": t1}})
 
 
 def main() -> None:

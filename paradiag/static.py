@@ -19,10 +19,8 @@ if TYPE_CHECKING:
     from paradiag.analysis.diagnosis_types import Finding, StageMetrics
     from paradiag.dataset import Job
 
-# The snapshot of a 64-rank job must stay under 10 MB: figures are aggregated to screen resolution.
-TIMELINE_PIXELS = 1400
-TIMELINE_MAX_PRIMITIVES = 12_000
-MAREY_MERGE_FRAC = 0.01  # neighbouring bands closer than 1% of the step merge (the live view refines on zoom)
+# The snapshot of a 64-rank job must stay under 10 MB: each view's static render aggregates its figures to screen
+# resolution (``paradiag.app.views``).
 FIGURE_CONFIG = {"displaylogo": False, "responsive": True}
 
 STYLE = """
@@ -129,68 +127,28 @@ def _job_subtitle(report: dict[str, Any]) -> str:
 
 
 def render_snapshot(job: Job, report: dict[str, Any]) -> str:
-    """The snapshot page of one job: summary, findings, heatmap, Marey graph and timeline of the slowest step,
-    stage and rank tables, communication matrix."""
-    from paradiag.app.data.comm import view
-    from paradiag.app.data.common import diagnosis, step_span
-    from paradiag.app.data.marey import critical_path, marey_data
-    from paradiag.app.data.overview import (
-        HEATMAP_MAX_ROWS,
-        METRICS,
-        focus_of,
-        heatmap_rows,
-        opening_step,
-        overview,
-        shown_ranks,
-        steps_focus,
-    )
-    from paradiag.app.data.timeline import timeline_data
-    from paradiag.app.data.timeline_fold import LIMITS, timeline_rows
-    from paradiag.app.figures.comm import comm_figure
-    from paradiag.app.figures.heatmap import heatmap_figure
-    from paradiag.app.figures.marey import marey_figure
-    from paradiag.app.figures.steps import steps_figure
-    from paradiag.app.figures.timeline import timeline_figure
+    """The snapshot page of one job: summary, findings, then each dashboard view's static render (the same unit as
+    the live view: ``paradiag.app.views``, so the snapshot shows the ranks, stages and culprit marks the dashboard
+    opens on), then the stage and rank tables."""
+    from paradiag.app.data.common import diagnosis
+    from paradiag.app.views import VIEWS
 
-    ov = overview(job)
     d = diagnosis(job)
     verdict = _verdict(report)
     sections = [("Verdict", verdict)] if verdict else []
     sections.append(("Findings", _findings(d.findings, report)))
-    # The dashboard's first screen: its focus (the analysis' ``paradiag.analysis.focus``), metric, rows and caption.
-    f = focus_of(job)
-    rows = heatmap_rows(ov, f.metric, None, HEATMAP_MAX_ROWS, f.blamed, set(f.single), f.reasons)
-    sections.append(("Step time", _figure(steps_figure(ov["steps"], ov["ranks"], ov["metrics"]["step_ms"], f.single, f.step, focus=steps_focus(job)))))
-    heatmap = heatmap_figure(rows, ov["steps"], f.metric, METRICS[f.metric], {"ranks": f.ranks, "step": f.step}, caption=f.caption)
-    sections.append((f"Overview: {METRICS[f.metric]} per rank and step", _figure(heatmap)))
-    step = opening_step(job)  # the dashboard's: the step the top finding cites, else the slowest
-    if step is not None:
-        marey = marey_figure(marey_data(job, step, None, merge_frac=MAREY_MERGE_FRAC), path=critical_path(job, step))
-        which = "the step the top finding cites" if step == f.step else "the slowest step"
-        sections.append((f"Marey's graph of step {step} ({which}) with its critical path", _path_text(report, step) + _figure(marey)))
-        ranks = shown_ranks(job, None, step, LIMITS)  # the dashboard's: the focus' ranks first, then those apart
-        entries = timeline_rows(job, ranks, None)
-        folded = any(isinstance(e, dict) for e in entries)
-        window = step_span(job, step, None if folded else ranks)
-        data = timeline_data(job, entries, window, pixels=TIMELINE_PIXELS, max_primitives=TIMELINE_MAX_PRIMITIVES, step=step)
-        sections.append((f"Timeline of step {step} (ranks {_rank_list(ranks)}{', the others folded' if folded else ''})", _figure(timeline_figure(data, marked=list(f.ranks)))))
+    for view in VIEWS:
+        sections += [(title, _content(content)) for title, content in view.static(job, report)]
     sections.append(("Pipeline stages", _stage_table(d.stage_metrics)))
     sections.append(("Ranks", _rank_table(report)))
-    sections.append(("Communication matrix (how much slower each link is than comparable links)", _figure(comm_figure(view(job), "slowness"))))
     return _page(f"paradiag: {report['job']['source']}", _job_subtitle(report), sections)
 
 
-def _path_text(report: dict[str, Any], step: int) -> str:
-    """What the thick line in the Marey graph is: the step's critical path, its length and what it is made of."""
-    from paradiag.commands import critical_path_line
-
-    found = next((c for c in report.get("critical_path", []) if c["step"] == step), None)
-    what = html.escape(critical_path_line(found)) + "." if found else "No critical path was found for this step."
-    return f"<p>The thick orange line is the step's critical path: the work that set the step's end, through the ranks it passed (hover for each piece's kind, rank, operator and duration). {what}</p>"
-
-
-def _rank_list(ranks: list[int]) -> str:
-    return ", ".join(map(str, ranks[:12])) + (" ..." if len(ranks) > 12 else "")
+def _content(content: Any) -> str:
+    """A view's static section as HTML: a figure, an HTML string, or (HTML, figure)."""
+    if isinstance(content, tuple):
+        return "".join(_content(part) for part in content)
+    return content if isinstance(content, str) else _figure(content)
 
 
 def render_compare(doc: dict[str, Any]) -> str:

@@ -234,8 +234,9 @@ def test_marey_band_click_selects_the_flow_node(duo: Any) -> None:
     wait_plot(duo, "flow")
     x, y = duo.driver.execute_script(
         """const gd = document.querySelector('#marey .js-plotly-plot');
-        const t = gd._fullData.find(d => d.hoveron === 'points' && d.name === 'compute' && d.customdata.some(c => c[0].includes('gemm')));
-        const i = t.customdata.findIndex(c => c[0].includes('gemm'));  // the bars' hover points (typed arrays decoded)
+        const gemm = c => gd.layout.meta.operators[c[0]].includes('gemm');  // a point's operator: its index there
+        const t = gd._fullData.find(d => d.hoveron === 'points' && d.name === 'compute' && Array.from(d.customdata).some(gemm));
+        const i = Array.from(t.customdata).findIndex(gemm);  // the bars' hover points (typed arrays decoded)
         return [t.x[i], t.y[i]];"""
     )
     click_data_point(duo, "marey", x, y)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from paradiag.app.callbacks.pipeline import CLICK_DELAY_MS
+from paradiag.app.views.marey import CLICK_DELAY_MS
 from tests.test_app_support import click_data_point, composite, screenshot, settle, severe_logs, wait_plot
 
 pytestmark = [
@@ -51,7 +51,8 @@ def gemm_bar(duo: Any) -> tuple[float, float]:
         """const gd = document.querySelector('#marey .js-plotly-plot');
         const [lo, hi] = gd._fullLayout.xaxis.range;
         for (const t of gd._fullData.filter(d => d.hoveron === 'points' && d.name === 'compute')) {
-            const i = [...t.customdata.keys()].find(k => t.customdata[k][0].includes('gemm') && t.x[k] > lo && t.x[k] < hi);
+            const names = gd.layout.meta.operators;  // a point's operator is its index there
+            const i = [...t.customdata.keys()].find(k => names[t.customdata[k][0]].includes('gemm') && t.x[k] > lo && t.x[k] < hi);
             if (i !== undefined) { return [t.x[i], t.y[i]]; }
         }"""
     )
@@ -129,10 +130,10 @@ def test_a_long_bar_answers_hover_and_click_away_from_its_middle(duo: Any) -> No
         """const gd = document.querySelector('#marey .js-plotly-plot'); gd.scrollIntoView({block: 'center'});
         const bars = {};
         for (const t of gd._fullData.filter(d => d.hoveron === 'points' && d.customdata)) {
-            t.customdata.forEach((c, i) => { (bars[c[2] + '|' + t.y[i]] ??= {op: c[0], mid: c[2], y: t.y[i], xs: []}).xs.push(t.x[i]); });
+            t.customdata.forEach((c, i) => { (bars[c[2] + '|' + t.y[i]] ??= {op: gd.layout.meta.operators[c[0]], mid: c[2], y: t.y[i], xs: []}).xs.push(t.x[i]); });
         }
         const bar = Object.values(bars).sort((a, b) => b.xs.length - a.xs.length)[0];
-        gd.on('plotly_hover', e => { window.__pdHovered = [...e.points[0].customdata, e.points[0].y]; });
+        gd.on('plotly_hover', e => { const c = [...e.points[0].customdata]; window.__pdHovered = [gd.layout.meta.operators[c[0]], ...c.slice(1), e.points[0].y]; });
         return bar;"""
     )
     xs = sorted(bar["xs"])

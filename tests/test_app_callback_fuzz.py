@@ -119,8 +119,12 @@ def cases(dep: dict[str, Any], page: dict[str, Any], rng: random.Random, n: int)
         props = dict(page)
         for d in deps:  # the events a user's click would send
             key = f"{d['id']}.{d['property']}"
-            if d["property"] in ("clickData", "relayoutData", "selectedData") or key == "marey-click.data":
+            if d["property"] in ("clickData", "relayoutData", "selectedData"):
                 props[key] = events(rng)[d["property"]]
+            elif key in ("marey-click.data", "timeline-click.data"):  # a click passed on once no double-click followed
+                props[key] = events(rng)["data"]
+            elif key in ("timeline-zoom.data", "marey-zoom.data"):  # a graph's relayoutData passed on (ids.TIMELINE_ZOOM)
+                props[key] = events(rng)["relayoutData"]
             if d["id"].startswith("{"):
                 props[key] = [{"id": {"type": "finding-button", "index": rng.choice([0, 1, 99, -1, "a"])}, "property": "n_clicks", "value": rng.choice([1, None, hostile(rng)])}]
         for d in rng.sample(deps, min(len(deps), rng.randint(1, 3))):

@@ -47,10 +47,10 @@ def test_url_round_trips_the_selection() -> None:
 
 def test_opening_a_job_opens_on_its_top_finding(sel: Selection) -> None:
     """The slow rank's finding quotes step 1: the page opens there, and every view is about rank 5."""
-    from paradiag.app.callbacks.details import render_detail
-    from paradiag.app.callbacks.overview import render_heatmap
-    from paradiag.app.callbacks.timeline import render_timeline
     from paradiag.app.data.overview import DEFAULT_METRIC
+    from paradiag.app.views.detail import render_detail
+    from paradiag.app.views.overview import render_heatmap
+    from paradiag.app.views.timeline import render_timeline
 
     assert sel.job == f"sample:{SAMPLE}" and sel.step == 1 and sel.ranks is None
     heat = render_heatmap(sel.view("job"), DEFAULT_METRIC, [], sel.view("mark"))
@@ -70,10 +70,10 @@ def test_the_first_screen_follows_the_fault_of_any_job(app_ctx: Any, sample: str
     """A host stall (the host feeds the device late; its compute is normal) stands out in own time as a slow
     device does; a fault-free run outlines nobody and nothing leaves the noise band."""
     from paradiag.analysis.frame import OUTLIER_DEVIATIONS
-    from paradiag.app.callbacks.overview import render_heatmap
     from paradiag.app.callbacks.selection import select
-    from paradiag.app.callbacks.timeline import render_timeline
     from paradiag.app.data.overview import DEFAULT_METRIC
+    from paradiag.app.views.overview import render_heatmap
+    from paradiag.app.views.timeline import render_timeline
 
     sel = select(None, None, None, f"?job=sample:{sample}")
     heat = render_heatmap(sel.view("job"), DEFAULT_METRIC, [], sel.view("mark"))
@@ -102,7 +102,7 @@ def test_a_change_reaches_only_the_views_it_concerns(sel: Selection) -> None:
     from dash import no_update
 
     from paradiag.app.callbacks.selection import select, view_updates
-    from paradiag.app.selection import VIEW_FIELDS
+    from paradiag.app.views import VIEW_FIELDS
 
     def updated(new: Selection) -> set[str]:
         return {name for name, v in zip(VIEW_FIELDS, view_updates(sel, new), strict=True) if v is not no_update}
@@ -111,7 +111,7 @@ def test_a_change_reaches_only_the_views_it_concerns(sel: Selection) -> None:
     linked = sel.but(ranks=[4, 5], collective="all_reduce/group g/#3")
     assert {name for name, v in zip(VIEW_FIELDS, view_updates(linked, linked.but(ranks=[6])), strict=True) if v is not no_update} >= {"comm"}  # its members are outlined
     assert updated(select((ids.OP_SEARCH, "value"), "gemm", sel, "")) == {"detail", "marey", "flow"}
-    assert updated(select((ids.TIMELINE, "relayoutData"), {"xaxis.range[0]": 1.0, "xaxis.range[1]": 2.0}, sel, "")) == {"timeline", "marey"}
+    assert updated(select((ids.TIMELINE_ZOOM, "data"), {"xaxis.range[0]": 1.0, "xaxis.range[1]": 2.0}, sel, "")) == {"timeline", "marey"}
     assert updated(select((ids.BASELINE_PICKER, "value"), "sample:gpu_llm_fault_free", sel, "")) == {"compare"}
     assert updated(select(None, None, None, f"?job=sample:{SAMPLE}&step=2")) == {"mark", "timeline", "detail", "marey", "flow"}
 
@@ -121,7 +121,7 @@ def test_a_new_page_draws_summary_and_heatmap_first(sel: Selection) -> None:
     from dash import no_update
 
     from paradiag.app.callbacks.selection import FIRST, LATER, release, view_updates
-    from paradiag.app.selection import VIEW_FIELDS
+    from paradiag.app.views import VIEW_FIELDS
 
     first = dict(zip(VIEW_FIELDS, view_updates(None, sel), strict=True))
     assert {k for k, v in first.items() if v is not no_update} == set(FIRST) == {"job", "mark"}
@@ -133,7 +133,7 @@ def test_a_new_page_draws_summary_and_heatmap_first(sel: Selection) -> None:
 def test_a_folded_row_unfolds_and_folds_back(sel: Selection, monkeypatch: pytest.MonkeyPatch) -> None:
     """With fewer rows allowed than ranks, each stage folds, the slow rank keeps its row; a click unfolds a
     stage into its DP groups and adds a tick box for it; unticking (the value without it) folds it back."""
-    from paradiag.app.callbacks import overview as ov_cb
+    from paradiag.app.views import overview as ov_cb
 
     monkeypatch.setattr(ov_cb, "MAX_ROWS", 4)
     labels = list(ov_cb.render_heatmap(sel.view("job"), "own_z", [], sel.view("mark")).layout.yaxis.ticktext)
@@ -146,9 +146,9 @@ def test_a_folded_row_unfolds_and_folds_back(sel: Selection, monkeypatch: pytest
 
 
 def test_step_chart_click_and_brush_pick_a_step(sel: Selection) -> None:
-    from paradiag.app.callbacks.overview import render_steps
     from paradiag.app.callbacks.selection import select
     from paradiag.app.data.overview import overview
+    from paradiag.app.views.overview import render_steps
 
     fig = render_steps(sel.view("job"), sel.view("mark"))
     names = [t.name for t in fig.data]
@@ -171,8 +171,8 @@ def test_step_chart_click_and_brush_pick_a_step(sel: Selection) -> None:
 def test_a_new_step_moves_only_the_step_charts_marker(sel: Selection) -> None:
     """A click that changes the step sends the marker line alone (a Patch of the shapes), where the full figure
     draws it; a click on ranks keeps it."""
-    from paradiag.app.callbacks.overview import mark_steps, render_steps
     from paradiag.app.callbacks.selection import select
+    from paradiag.app.views.overview import mark_steps, render_steps
 
     new = select((ids.STEPS, "clickData"), {"points": [{"x": 2}]}, sel, "")
     ops = mark_steps(new.view("mark")).to_plotly_json()["operations"]
@@ -190,10 +190,10 @@ def context_job(sel: Selection) -> Any:
 
 
 def test_heatmap_click_selects_rank_and_step_and_views_follow(sel: Selection) -> None:
-    from paradiag.app.callbacks.details import render_detail
-    from paradiag.app.callbacks.overview import mark_heatmap
     from paradiag.app.callbacks.selection import select
-    from paradiag.app.callbacks.timeline import render_timeline
+    from paradiag.app.views.detail import render_detail
+    from paradiag.app.views.overview import mark_heatmap
+    from paradiag.app.views.timeline import render_timeline
 
     click = {"points": [{"x": "2", "y": 6, "customdata": "6"}]}
     new = select((ids.HEATMAP, "clickData"), click, sel, "")
@@ -223,17 +223,18 @@ def test_finding_click_selects_the_culprit(sel: Selection) -> None:
 def test_timeline_zoom_sets_the_window_and_back_returns(sel: Selection) -> None:
     from paradiag.app.callbacks.selection import _back, select, zoom_stack
 
-    zoomed = select((ids.TIMELINE, "relayoutData"), {"xaxis.range[0]": 11.0, "xaxis.range[1]": 12.0}, sel, "")
+    zoomed = select((ids.TIMELINE_ZOOM, "data"), {"xaxis.range[0]": 11.0, "xaxis.range[1]": 12.0}, sel, "")
     assert zoomed.window == [11.0, 12.0]
-    stack = zoom_stack((ids.TIMELINE, "relayoutData"), sel, zoomed, [])
+    stack = zoom_stack((ids.TIMELINE_ZOOM, "data"), sel, zoomed, [])
     assert stack == [None]
     assert _back(zoomed, stack).window is None
-    assert select((ids.TIMELINE, "relayoutData"), {"xaxis.autorange": True}, zoomed, "").window is None
+    assert select((ids.TIMELINE_ZOOM, "data"), {"xaxis.autorange": True}, zoomed, "").window is None
 
 
 def test_marey_click_selects_operator_and_flow_rings_it(sel: Selection) -> None:
-    from paradiag.app.callbacks.pipeline import render_flow, render_marey
     from paradiag.app.callbacks.selection import select
+    from paradiag.app.views.flow import render_flow
+    from paradiag.app.views.marey import render_marey
 
     marey, options, drawn = render_marey(sel.view("marey"), ["devices"])
     assert options[0]["value"] == "devices"
@@ -255,7 +256,7 @@ def test_marey_click_selects_operator_and_flow_rings_it(sel: Selection) -> None:
 
 
 def test_marey_zoom_merges_fewer_bands(sel: Selection) -> None:
-    from paradiag.app.callbacks.pipeline import render_marey
+    from paradiag.app.views.marey import render_marey
 
     full = {float(c[2]) for c in _compute_points(render_marey(sel.view("marey"), [])[0])}  # the instances' middles
     middle = sorted(full)
@@ -266,13 +267,15 @@ def test_marey_zoom_merges_fewer_bands(sel: Selection) -> None:
 
 
 def _compute_points(fig: Any) -> list[Any]:
-    """The customdata of Marey's compute bars (their undrawn hover points)."""
-    return [c for t in fig.data if t.name == "compute" and t.hoveron == "points" for c in t.customdata]
+    """The customdata of Marey's compute bars (their undrawn hover points), each naming its operator as a click
+    passed on by the browser does (the figure holds its index into layout.meta's names: DEFER_CLICK)."""
+    names = fig.layout.meta["operators"]
+    return [[names[int(c[0])], *(float(v) for v in c[1:])] for t in fig.data if t.name == "compute" and t.hoveron == "points" for c in t.customdata]
 
 
 def test_comm_click_selects_the_slowest_instance_on_the_link(sel: Selection) -> None:
-    from paradiag.app.callbacks.pipeline import comm_instances, render_comm
     from paradiag.app.callbacks.selection import select
+    from paradiag.app.views.comm import comm_instances, render_comm
 
     fig = render_comm(sel.view("comm"), "bandwidth")
     assert fig.data[0].type == "heatmap"
@@ -280,7 +283,7 @@ def test_comm_click_selects_the_slowest_instance_on_the_link(sel: Selection) -> 
     new = select((ids.COMM_MATRIX, "clickData"), click, sel, "")
     assert new.ranks == [0, 1] and new.collective and new.window
     assert "link 0 → 1" in str(comm_instances(click, sel.to_store()))
-    from paradiag.app.callbacks.timeline import render_timeline
+    from paradiag.app.views.timeline import render_timeline
 
     fig, *_ = render_timeline(new.view("timeline"))
     outlined = [t for t in fig.data if t.name == "selected collective"]
@@ -310,8 +313,8 @@ def test_upload_saves_privately_and_never_overwrites(app_ctx: Any, tmp_path: Pat
 
 
 def test_picking_a_baseline_compares_and_names_the_culprit(sel: Selection) -> None:
-    from paradiag.app.callbacks.compare import baseline_options, render_compare
     from paradiag.app.callbacks.selection import select
+    from paradiag.app.views.compare import baseline_options, render_compare
 
     choices = [o["value"] for o in baseline_options(sel.to_store())]
     assert "sample:gpu_llm_fault_free" in choices and sel.job not in choices and choices[0] == ""

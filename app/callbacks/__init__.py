@@ -1,4 +1,5 @@
-"""Callbacks, one module per area. Each module's functions are plain (tests call them); ``register`` wires them."""
+"""Callbacks: the selection reducer, the page shell (header, start page, upload), then each view's own
+(``paradiag.app.views``). Each module's functions are plain (tests call them); ``register`` wires them."""
 
 from __future__ import annotations
 
@@ -6,16 +7,8 @@ from dash import Dash
 
 
 def register(app: Dash) -> None:
-    from paradiag.app.callbacks import (
-        compare,
-        details,
-        header,
-        overview,
-        pipeline,
-        selection,
-        timeline,
-        upload,
-    )
+    from paradiag.app.callbacks import header, selection, upload
+    from paradiag.app.views import VIEWS
 
-    for module in (selection, header, overview, timeline, details, pipeline, compare, upload):
+    for module in (selection, header, *VIEWS, upload):
         module.register(app)

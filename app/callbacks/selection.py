@@ -9,18 +9,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from dash import ALL, Dash, Output, ctx, no_update
+from dash import ALL, Dash, Input, Output, ctx, no_update
 
 from paradiag.app import boundary, coerce, context, ids
 from paradiag.app.boundary import In, St
-from paradiag.app.callbacks.compare import baseline_options
 from paradiag.app.callbacks.header import selection_text
-from paradiag.app.callbacks.overview import toggle_group
 from paradiag.app.data.comm import link_instances
 from paradiag.app.data.common import steps_of
 from paradiag.app.data.findings import findings_of
 from paradiag.app.data.overview import DEFAULT_METRIC, METRICS, cited_step, opening_step, overview
-from paradiag.app.selection import START, VIEW_FIELDS, Selection, view_store, wants_start
+from paradiag.app.selection import START, Selection, view_store, wants_start
+from paradiag.app.views import VIEW_FIELDS
+from paradiag.app.views.compare import baseline_options
+from paradiag.app.views.overview import toggle_group
 
 # The reducer's inputs, each with the reading of its value (``paradiag.app.boundary``): a forged value is read
 # as None, and a None value changes nothing (``select``).
@@ -28,9 +29,9 @@ READS: dict[tuple[str, str], boundary.Spec] = {
     (ids.URL, "search"): boundary.text(boundary.MAX_URL),
     (ids.URL, "href"): boundary.text(boundary.MAX_URL),
     (ids.HEATMAP, "clickData"): boundary.event,
-    (ids.TIMELINE, "relayoutData"): boundary.event,
+    (ids.TIMELINE_ZOOM, "data"): boundary.event,
     (ids.MAREY_CLICK, "data"): boundary.event,
-    (ids.MAREY, "relayoutData"): boundary.event,
+    (ids.MAREY_ZOOM, "data"): boundary.event,
     (ids.MAREY_BACK, "n_clicks"): boundary.count,
     (ids.DETAIL_OPERATORS, "clickData"): boundary.event,
     (ids.COMM_MATRIX, "clickData"): boundary.event,
@@ -48,15 +49,54 @@ INPUTS = list(READS)
 # once the heatmap's figure has arrived (``release``), so that the first screen does not wait behind them.
 FIRST = ("job", "mark")
 LATER = tuple(name for name in VIEW_FIELDS if name not in FIRST)
-# Outputs besides the views' stores: selection, URL, step picker (value, options), zoom stack, baseline picker
-# (value, options), timeline rank picker (value, options), the heatmap's unfolded groups (value, options: a click on
-# a folded row selects its ranks and unfolds it), the header's selection text and the "not found" banner's hidden
-# flag (written here rather than by callbacks of their own: each callback is one more request and one more round of
-# the page's renderer per click, and the heatmap, which follows both the selection and its unfolded rows, would be
-# drawn twice when the two arrive apart).
-FIXED_OUTPUTS = 13
+# The reducer's outputs besides the views' stores, by name (``reply``): the selection, the URL, the step picker
+# (value, options), the zoom stack, the baseline picker (value, options), the timeline's rank picker (value,
+# options), the heatmap's unfolded groups (value, options: a click on a folded row selects its ranks and unfolds it),
+# the header's selection text and the "not found" banner's hidden flag. They follow the selection alone and are
+# written here rather than by callbacks of their own: each callback is one more request and one more round of the
+# page's renderer per click, and the heatmap, which follows both the selection and its unfolded rows, would be
+# drawn twice when the two arrive apart.
+OUTPUTS: dict[str, tuple[str, str]] = {
+    "selection": (ids.SELECTION, "data"),
+    "search": (ids.URL, "search"),
+    "step": (ids.STEP_PICKER, "value"),
+    "step_options": (ids.STEP_PICKER, "options"),
+    "zoom_stack": (ids.ZOOM_STACK, "data"),
+    "base": (ids.BASELINE_PICKER, "value"),
+    "base_options": (ids.BASELINE_PICKER, "options"),
+    "ranks": (ids.TIMELINE_RANKS, "value"),
+    "rank_options": (ids.TIMELINE_RANKS, "options"),
+    "unfolded": (ids.HEATMAP_EXPAND, "value"),
+    "unfold_options": (ids.HEATMAP_EXPAND, "options"),
+    "text": (ids.SELECTION_TEXT, "children"),
+    "notice_hidden": (context.NOTICE, "hidden"),
+}
+RELEASE_WHEN_EMPTY = """
+function(_figure, ...later) {
+    return later.some(v => v === null || v === undefined) ? Date.now() : window.dash_clientside.no_update;
+}
+"""
 URL_TRIGGERS = ((ids.URL, "search"), (ids.URL, "href"))
-ZOOMS = ((ids.TIMELINE, "relayoutData"), (ids.MAREY, "relayoutData"))
+ZOOMS = ((ids.TIMELINE_ZOOM, "data"), (ids.MAREY_ZOOM, "data"))
+# A graph's zoom, passed on in the browser to its zoom store (``ids.TIMELINE_ZOOM``) with the time it came, and
+# the graph's relayoutData cleared: dcc.Graph reports no relayout equal to the last one it reported, so without
+# it the same drag again (after "back" or another step) or a second double-click reached nobody.
+# A zoom-out (autorange) within a second of the last one is the same double-click told twice: by plotly and by the
+# browser's dblclick (assets/marey_clicks.js), and is dropped.
+FORWARD_ZOOM = """
+function(relayout) {
+    const none = window.dash_clientside.no_update;
+    if (!relayout) { return [none, none]; }
+    const graph = window.dash_clientside.callback_context.triggered_id;
+    const last = (window.__pdZoomOut = window.__pdZoomOut || {});
+    const now = Date.now();
+    if (relayout["xaxis.autorange"] === true) {
+        if (now - (last[graph] || 0) < 1000) { return [none, null]; }
+        last[graph] = now;
+    }
+    return [Object.assign({}, relayout, {"paradiag.at": now}), null];
+}
+"""
 
 
 def select(trigger: Any, value: Any, sel: Selection | None, search: str | None) -> Selection:
@@ -196,9 +236,9 @@ def _finding(sel: Selection, index: int | None) -> Selection:
 
 _HANDLERS = {
     (ids.HEATMAP, "clickData"): _heatmap,
-    (ids.TIMELINE, "relayoutData"): _timeline_zoom,
+    (ids.TIMELINE_ZOOM, "data"): _timeline_zoom,
     (ids.MAREY_CLICK, "data"): _marey_click,
-    (ids.MAREY, "relayoutData"): _timeline_zoom,
+    (ids.MAREY_ZOOM, "data"): _timeline_zoom,
     (ids.DETAIL_OPERATORS, "clickData"): _operator_click,
     (ids.COMM_MATRIX, "clickData"): _comm_click,
     (ids.FLOW, "clickData"): _flow_click,
@@ -246,7 +286,7 @@ def view_updates(old: Selection | None, new: Selection) -> list[Any]:
     return [view_of(new, name) if view_of(old, name) != view_of(new, name) else no_update for name in VIEW_FIELDS]
 
 
-def release(_figure: Any, stored: dict[str, Any] | None, *later: Any) -> tuple[Any, ...]:
+def release(_asked: Any, stored: dict[str, Any] | None, *later: Any) -> tuple[Any, ...]:
     """Once the heatmap is there, the stores of the views that were held back, each written once."""
     sel = Selection.from_store(stored)
     return tuple(view_of(sel, name) if sel.job and value is None else no_update for name, value in zip(LATER, later, strict=True))
@@ -257,21 +297,12 @@ def _changed(value: Any, shown: Any) -> Any:
 
 
 def register(app: Dash) -> None:
+    for graph, zoom in ((ids.TIMELINE, ids.TIMELINE_ZOOM), (ids.MAREY, ids.MAREY_ZOOM)):
+        boundary.clientside(app, FORWARD_ZOOM, Output(zoom, "data"), Output(graph, "relayoutData"), Input(graph, "relayoutData"), prevent_initial_call=True)
+
     @boundary.callback(
         app,
-        Output(ids.SELECTION, "data"),
-        Output(ids.URL, "search"),
-        Output(ids.STEP_PICKER, "value"),
-        Output(ids.STEP_PICKER, "options"),
-        Output(ids.ZOOM_STACK, "data"),
-        Output(ids.BASELINE_PICKER, "value"),
-        Output(ids.BASELINE_PICKER, "options"),
-        Output(ids.TIMELINE_RANKS, "value"),
-        Output(ids.TIMELINE_RANKS, "options"),
-        Output(ids.HEATMAP_EXPAND, "value"),
-        Output(ids.HEATMAP_EXPAND, "options"),
-        Output(ids.SELECTION_TEXT, "children"),
-        Output(context.NOTICE, "hidden"),
+        *[Output(cid, prop) for cid, prop in OUTPUTS.values()],
         *[Output(view_store(name), "data") for name in VIEW_FIELDS],
         *[In(cid, prop, spec) for (cid, prop), spec in READS.items()],
         In({"type": ids.FINDING_BUTTON, "index": ALL}, "n_clicks", boundary.counts),
@@ -290,45 +321,53 @@ def register(app: Dash) -> None:
         search = "?" + href if href else values[0]
         trigger = _trigger()
         if isinstance(trigger, dict) and not any(finding_clicks or []):
-            return (no_update,) * (FIXED_OUTPUTS + len(VIEW_FIELDS))  # finding buttons appearing, not clicked
+            return reply()  # finding buttons appearing, not clicked
         old = Selection.from_store(stored) if stored else None
         if trigger == (ids.MAREY_BACK, "n_clicks"):
             new = _back(old or Selection(), stack or [])
         else:
             new = select(trigger, shown.get(trigger) if isinstance(trigger, tuple) else None, old, search)
         unfold = toggle_group(shown[(ids.HEATMAP, "clickData")], unfolded, unfold_options, stored, metric) if trigger == (ids.HEATMAP, "clickData") else (no_update, no_update)
-        if new == old:  # a new address still clears the banner of the last one
-            unchanged: list[Any] = [no_update] * (FIXED_OUTPUTS + len(VIEW_FIELDS))
-            unchanged[FIXED_OUTPUTS - 3 : FIXED_OUTPUTS - 1] = unfold
-            unchanged[FIXED_OUTPUTS - 1] = True if trigger in (None, *URL_TRIGGERS) else no_update
-            return tuple(unchanged)
-        query = address(new)
+        banner = True if trigger in (None, *URL_TRIGGERS) else no_update  # a new address clears the last one's banner
+        if new == old:
+            return reply(unfolded=unfold[0], unfold_options=unfold[1], notice_hidden=banner)
         new_job = old is None or old.job != new.job
-        return (
-            new.to_store(),
-            _changed(query, search or ""),
-            _changed(new.step, shown[(ids.STEP_PICKER, "value")]),
-            step_options(new) if new_job else no_update,
-            zoom_stack(trigger, old, new, stack),
-            _changed(new.base or "", shown[(ids.BASELINE_PICKER, "value")] or ""),
-            baseline_options(new.to_store()) if new_job else no_update,
-            _changed(new.ranks or [], shown[(ids.TIMELINE_RANKS, "value")] or []),
-            rank_options(new) if new_job else no_update,
-            *unfold,
-            selection_text(new.to_store()),
-            True if trigger in (None, *URL_TRIGGERS) else no_update,
-            *view_updates(old, new),
+        return reply(
+            views=view_updates(old, new),
+            selection=new.to_store(),
+            search=_changed(address(new), search or ""),
+            step=_changed(new.step, shown[(ids.STEP_PICKER, "value")]),
+            step_options=step_options(new) if new_job else no_update,
+            zoom_stack=zoom_stack(trigger, old, new, stack),
+            base=_changed(new.base or "", shown[(ids.BASELINE_PICKER, "value")] or ""),
+            base_options=baseline_options(new.to_store()) if new_job else no_update,
+            ranks=_changed(new.ranks or [], shown[(ids.TIMELINE_RANKS, "value")] or []),
+            rank_options=rank_options(new) if new_job else no_update,
+            unfolded=unfold[0],
+            unfold_options=unfold[1],
+            text=selection_text(new.to_store()),
+            notice_hidden=banner,
         )
 
-
+    # The views held back on a new page are released once the heatmap has its first figure: the browser asks only
+    # while one of their stores is still empty (a Patch of the heatmap's marks, on every click, sent a request each).
+    boundary.clientside(app, RELEASE_WHEN_EMPTY, Output(ids.RELEASE, "data"), In(ids.HEATMAP, "figure", boundary.ignored), *[St(view_store(name), "data", boundary.selection) for name in LATER], prevent_initial_call=True)
     boundary.callback(
         app,
         *[Output(view_store(name), "data", allow_duplicate=True) for name in LATER],
-        In(ids.HEATMAP, "figure", boundary.ignored),
+        In(ids.RELEASE, "data", boundary.ignored),
         St(ids.SELECTION, "data", boundary.selection),
         *[St(view_store(name), "data", boundary.selection) for name in LATER],
         prevent_initial_call=True,
     )(release)
+
+
+def reply(views: list[Any] | None = None, **values: Any) -> tuple[Any, ...]:
+    """The reducer's answer: each of ``OUTPUTS`` by its name (no_update where not given), then each view's store."""
+    unknown = set(values) - set(OUTPUTS)
+    if unknown:
+        raise ValueError(f"the reducer has no output {sorted(unknown)}")
+    return (*[values.get(name, no_update) for name in OUTPUTS], *(views or [no_update] * len(VIEW_FIELDS)))
 
 
 def _trigger() -> Any:

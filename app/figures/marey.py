@@ -17,6 +17,9 @@ from paradiag.app.figures.common import base_figure, compact, empty_figure, shor
 HALF = 0.32  # half the height of a row
 STAGE_GAP = 0.7  # extra space between stages
 ANOMALY = "#c62828"
+# The operators' names, once per figure (layout.meta[OPERATORS]): a hover point's customdata holds its operator's
+# index there (a name per point was most of the figure's bytes and of the time it took to build and encode).
+OPERATORS = "operators"
 HOVER_STEP = 1 / 80  # the hover points along a long bar: this fraction of the window apart at most
 
 
@@ -50,7 +53,7 @@ def marey_figure(data: dict[str, Any], selected: tuple[Any, ...] | None = None, 
     _bubbles(fig, data, row_y)
     _spread(fig, data, row_y)
     _connectors(fig, data, row_y)
-    _bars(fig, data, row_y)
+    operators = _bars(fig, data, row_y)
     _p2p(fig, data, rank_y)
     _anomalies(fig, data, row_y)
     if path is not None:
@@ -58,7 +61,7 @@ def marey_figure(data: dict[str, Any], selected: tuple[Any, ...] | None = None, 
     fig.add_trace(highlight(data, selected))
     fig.update_yaxes(tickvals=[t[0] for t in ticks], ticktext=[t[1] for t in ticks], autorange="reversed", showgrid=False, zeroline=False, fixedrange=True)
     fig.update_xaxes(title=f"time since job start (ms) · step {data['step']}", range=data["window_ms"], showgrid=True)
-    fig.update_layout(dragmode="zoom", hovermode="closest", margin={"l": 90, "t": 40}, legend={"font": {"size": 10}, "y": 1.0, "yanchor": "bottom"})
+    fig.update_layout(dragmode="zoom", hovermode="closest", margin={"l": 90, "t": 40}, legend={"font": {"size": 10}, "y": 1.0, "yanchor": "bottom"}, meta={OPERATORS: operators})
     return fig
 
 
@@ -138,16 +141,17 @@ def _connectors(fig: go.Figure, data: dict[str, Any], row_y: list[list[float]]) 
         fig.add_trace(go.Scatter(**_joined(parts), fill="toself", mode="none", fillcolor=color, opacity=0.35, legendgroup=cat, showlegend=False, hoverinfo="skip"))
 
 
-def _bars(fig: go.Figure, data: dict[str, Any], row_y: list[list[float]]) -> None:
+def _bars(fig: go.Figure, data: dict[str, Any], row_y: list[list[float]]) -> list[str]:
     """Per category, its bars as one filled path (NaN-separated polygons: one SVG node, where a ``go.Bar``
     draws a path per bar and a 256-rank graph took 0.4-0.5 s to redraw) and undrawn points carrying their hover
     and click (:func:`_hover_points`). A band merged from neighbours of several categories is drawn stacked: each
     category a slice of the bar's height by its share of the band's time."""
     parts: dict[str, list[dict[str, np.ndarray]]] = {}
     boxes: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+    ops: dict[str, int] = {}
     for st, ys in zip(data["stages"], row_y, strict=True):
         if len(st["start"]):
-            for cat, part in _stage_bars(st, ys).items():
+            for cat, part in _stage_bars(st, ys, ops).items():
                 parts.setdefault(cat, []).append(part)
             for cat, box in _stacked(st, ys).items():
                 boxes.setdefault(cat, []).append(box)
@@ -159,6 +163,7 @@ def _bars(fig: go.Figure, data: dict[str, Any], row_y: list[list[float]]) -> Non
         if cat in parts:
             bar = {k: np.concatenate([c[k] for c in parts[cat]]) for k in parts[cat][0]}
             _hover_points(fig, cat, color, bar, step)
+    return list(ops)
 
 
 def _stacked(st: dict[str, Any], ys: list[float]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -168,18 +173,25 @@ def _stacked(st: dict[str, Any], ys: list[float]) -> dict[str, tuple[np.ndarray,
     starts, ends = _arrays(st, "start"), _arrays(st, "end")
     y = np.asarray(ys, dtype=np.float64)
     mixes = st.get("shares") or [[[c, 1.0]] for c in st["category"]]
-    out: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
     order = {c: k for k, c in enumerate(palette.CATEGORY)}
+    slices: dict[str, tuple[list[int], list[float], list[float]]] = {}  # per category: band, low, share
     for i, mix in enumerate(mixes):
         low = 0.0
         for cat, share in sorted(mix, key=lambda cs: order.get(cs[0], len(order))):
             if share <= 0:
                 continue
-            y0 = y - HALF + 2 * HALF * low
-            y1 = y0 + 2 * HALF * share
-            out.setdefault(cat, []).append(_boxes(starts[i], ends[i], y0, y1))
+            band, lows, shares = slices.setdefault(cat, ([], [], []))
+            band.append(i)
+            lows.append(low)
+            shares.append(share)
             low += share
-    return {cat: (np.concatenate([b[0] for b in b_]), np.concatenate([b[1] for b in b_])) for cat, b_ in out.items()}
+    out = {}
+    for cat, (band, lows, shares) in slices.items():
+        idx = np.asarray(band)
+        y0 = y[None, :] - HALF + 2 * HALF * np.asarray(lows)[:, None]  # band x row
+        y1 = y0 + 2 * HALF * np.asarray(shares)[:, None]
+        out[cat] = _boxes(starts[idx].ravel(), ends[idx].ravel(), y0.ravel(), y1.ravel())
+    return out
 
 
 def _boxes(a: np.ndarray, b: np.ndarray, y0: np.ndarray, y1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -188,14 +200,14 @@ def _boxes(a: np.ndarray, b: np.ndarray, y0: np.ndarray, y1: np.ndarray) -> tupl
     return np.column_stack([a, b, b, a, a, gap]).ravel(), np.column_stack([y0, y0, y1, y1, y0, gap]).ravel()
 
 
-def _stage_bars(st: dict[str, Any], ys: list[float]) -> dict[str, dict[str, np.ndarray]]:
+def _stage_bars(st: dict[str, Any], ys: list[float], ops: dict[str, int]) -> dict[str, dict[str, np.ndarray]]:
     """Per category, a stage's bars (band by band, row by row): extent, row, and what the hover and the click
-    carry: the operator, the instance's middle (which instance a click selects), the row's time and spread over
+    carry: the operator (its index in ``ops``, which it is added to), the instance's middle (which instance a click selects), the row's time and spread over
     its devices, the slowest device and its time, the band's head line and the row's label."""
     starts, ends, lo, hi = _arrays(st, "start"), _arrays(st, "end"), _arrays(st, "lo"), _arrays(st, "hi")
     rows = len(ys)
     per_band = {
-        "op": np.array(st["operator"], dtype=object),
+        "op": np.array([ops.setdefault(name, len(ops)) for name in st["operator"]], dtype=np.float64),
         "mid": ((lo.min(axis=1) + hi.max(axis=1)) / 2).round(4),
         "head": np.array(
             [f"{short_name(label, 48)} · {_mix_text(mix) or cat}{_pass_text(p)}" for label, cat, p, mix in zip(st["label"], st["category"], st.get("pass") or [""] * len(st["label"]), st.get("shares") or [[]] * len(st["label"]), strict=True)],
@@ -227,7 +239,7 @@ def _hover_points(fig: go.Figure, cat: str, color: str, bar: dict[str, np.ndarra
     the point nearest the mouse, so a bar has one at its middle or, when longer than ``step``, evenly spaced
     along it at most ``step`` apart (with a point at its middle only, the mouse on a long bar's end is too far from
     it to be answered, or answered by a neighbour).
-    customdata = (operator, stage, the instance's middle in ms: what a click selects; then the row's time, the
+    customdata = (operator's index in layout.meta[OPERATORS], stage, the instance's middle in ms: what a click selects; then the row's time, the
     slowest device and its time, the spread over the row's devices); the sentence is the template, so the only
     text a point carries is its band's name and pass and its row's label. One trace per wording: a row of
     several devices shows their spread, a merged band names its longest single operator."""
@@ -256,7 +268,7 @@ def _point_trace(cat: str, color: str, x: np.ndarray, bar: dict[str, np.ndarray]
         mode="none",
         hoveron="points",
         hoverlabel={"bgcolor": color},
-        customdata=np.column_stack(columns).astype(object),
+        customdata=np.column_stack(columns).astype(np.float32),
         text=bar["head"] + "<br>" + bar["label"],
         hovertemplate="%{text}: %{customdata[3]:.3f} ms" + spread + f"<br>{slowest}: rank %{{customdata[4]}}: %{{customdata[5]:.3f}} ms<extra></extra>",
         name=cat,

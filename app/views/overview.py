@@ -1,4 +1,5 @@
-"""The overview: the step chart and the heatmap. Each is rebuilt when the job (the heatmap: or its metric or
+"""The overview, one view unit (its panel, the selection fields it reads, its callbacks, its static render): the
+step chart and the heatmap. Each is rebuilt when the job (the heatmap: or its metric or
 folding) changes; a new selection only moves its marks (a ``Patch`` of the shapes: the cells are not sent again
 nor redrawn). One callback per graph decides which, so a new page asks once for each."""
 
@@ -7,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import plotly.graph_objects as go
-from dash import Dash, Output, Patch, ctx, no_update
+from dash import Dash, Output, Patch, ctx, dcc, html, no_update
 
 from paradiag.app import boundary, coerce, context, ids
 from paradiag.app.boundary import In
@@ -24,10 +25,15 @@ from paradiag.app.data.overview import (
 )
 from paradiag.app.figures.heatmap import heatmap_figure, heatmap_shapes
 from paradiag.app.figures.steps import step_marker, steps_figure
+from paradiag.app.layouts.common import graph
+from paradiag.app.layouts.common import panel as panel_of
 from paradiag.app.selection import Selection, view_store
 from paradiag.dataset import Job
 
 MAX_ROWS = HEATMAP_MAX_ROWS
+# The selection's fields each of its stores holds: the figures are built for a job ("job"); a click moves their
+# marks ("mark": a Patch of the shapes).
+FIELDS = {"job": ("job",), "mark": ("job", "step", "ranks")}
 
 
 def rows_of(job: Job, metric: str, expanded: list[str] | None) -> list[dict[str, Any]]:
@@ -124,6 +130,35 @@ def toggle_group(click: dict[str, Any] | None, expanded: list[str] | None, known
     names = [o["value"] for o in known or []]
     options = (known or []) + ([] if row["group"] in names else [{"label": f" {row['group']}", "value": row["group"]}])
     return [*(expanded or []), row["group"]], options
+
+
+def panel() -> html.Section:
+    return panel_of(
+        "Overview",
+        graph(ids.STEPS, modebar=False),
+        html.Div(
+            className="pd-toolbar",
+            children=[
+                dcc.Dropdown(id=ids.HEATMAP_METRIC, options=[{"label": v, "value": k} for k, v in METRICS.items()], value=DEFAULT_METRIC, clearable=False, className="pd-metric"),
+                html.Button("fold all", id=ids.HEATMAP_FOLD, className="pd-button"),
+            ],
+        ),
+        # The unfolded groups: a click on a folded row adds one, unticking folds it back.
+        dcc.Checklist(id=ids.HEATMAP_EXPAND, options=[], value=[], inline=True, className="pd-unfolded"),
+        graph(ids.HEATMAP),
+        class_name="pd-overview",
+        help_text="steps: click or brush to pick one · heatmap: ranks × steps by stage, blamed ranks outlined red; click a cell, or a folded row to unfold it",
+    )
+
+
+def static(job: Job, report: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The first screen as the dashboard opens it: its focus (``paradiag.analysis.focus``), metric, rows and caption."""
+    ov = overview(job)
+    f = focus_of(job)
+    rows = rows_of(job, f.metric, None)
+    steps_fig = steps_figure(ov["steps"], ov["ranks"], ov["metrics"]["step_ms"], f.single, f.step, focus=steps_focus(job))
+    heat = heatmap_figure(rows, ov["steps"], f.metric, METRICS[f.metric], {"ranks": f.ranks, "step": f.step}, caption=f.caption)
+    return [("Step time", steps_fig), (f"Overview: {METRICS[f.metric]} per rank and step", heat)]
 
 
 def register(app: Dash) -> None:

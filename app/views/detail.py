@@ -1,10 +1,11 @@
-"""Per-device detail for the first selected rank (else the first the top finding blames) in the selected step."""
+"""The device detail, one view unit (its panel, the selection fields it reads, its callback): per-device detail for
+the first selected rank (else the first the top finding blames) in the selected step."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from dash import Dash, Output, no_update
+from dash import Dash, Output, html, no_update
 
 from paradiag.app import boundary, context, ids
 from paradiag.app.boundary import In
@@ -12,8 +13,12 @@ from paradiag.app.data.detail import detail_data
 from paradiag.app.data.mesh import mesh_of
 from paradiag.app.data.overview import focus
 from paradiag.app.figures import detail as fig
+from paradiag.app.layouts.common import graph
+from paradiag.app.layouts.common import panel as panel_of
 from paradiag.app.selection import Selection, view_store
 from paradiag.dataset import Job
+
+FIELDS = {"detail": ("job", "step", "ranks", "op")}
 
 
 def detail_rank(job: Job, ranks: list[int] | None) -> int:
@@ -31,6 +36,19 @@ def render_detail(view: dict[str, Any] | None) -> tuple[Any, ...]:
     peers = data["peers"]
     title = f"rank {rank}, step {sel.step}, against stage peers {', '.join(map(str, peers[:12])) or '(none)'}" + (f" and {len(peers) - 12} more" if len(peers) > 12 else "")
     return title, fig.operators_figure(data), fig.breakdown_figure(data), fig.distribution_figure(data), fig.collectives_figure(data)
+
+
+def panel() -> html.Section:
+    return panel_of(
+        "Device detail",
+        html.Div(id=ids.DETAIL_TITLE, className="pd-help"),
+        html.Div(className="pd-detail-grid", children=[graph(g, modebar=False) for g in (ids.DETAIL_OPERATORS, ids.DETAIL_BREAKDOWN, ids.DETAIL_DISTRIBUTION, ids.DETAIL_COLLECTIVES)]),
+        class_name="pd-detail",
+    )
+
+
+def static(job: Job, report: dict[str, Any]) -> list[tuple[str, Any]]:
+    return []  # the snapshot's per-rank table (paradiag.static) stands for it
 
 
 def register(app: Dash) -> None:

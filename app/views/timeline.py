@@ -1,4 +1,5 @@
-"""The Gantt timeline: the selected ranks (else those the top finding blames) first. In a small job, then the ranks
+"""The Gantt timeline, one view unit (its panel, the selection fields it reads, its callbacks, its static render):
+the selected ranks (else those the top finding blames) first. In a small job, then the ranks
 that wait for them; in a larger one, then the ranks that stand apart, and every other rank folded with the alike
 ranks of its stage (a click on a folded row opens it: a stage into its mesh groups, a group into its ranks). A
 toggle draws the step's critical path over the rows."""
@@ -9,26 +10,45 @@ import re
 from typing import Any
 
 import plotly.graph_objects as go
-from dash import Dash, Output, no_update
+from dash import Dash, Input, Output, dcc, html, no_update
 
 from paradiag.app import boundary, coerce, context, ids, store
 from paradiag.app.boundary import In, St
 from paradiag.app.data import overview as overview_data
 from paradiag.app.data.common import origin_ns, step_span
 from paradiag.app.data.detail import operator_totals
-from paradiag.app.data.overview import focus, opening_step
+from paradiag.app.data.overview import focus, focus_of, opening_step
 from paradiag.app.data.timeline import timeline_data
 from paradiag.app.data.timeline_fold import LIMITS, timeline_rows
 from paradiag.app.figures.common import short_name
 from paradiag.app.figures.timeline import timeline_figure
+from paradiag.app.layouts.common import graph
+from paradiag.app.layouts.common import panel as panel_of
 from paradiag.app.selection import Selection, view_store
 from paradiag.dataset import Job
 
+# The selection's fields it is drawn from, and the operator search's (its choices follow the job alone: 400 of them
+# are not needed to draw the first screen).
+FIELDS = {"timeline": ("job", "step", "ranks", "window", "collective"), "search": ("job",)}
 PIXELS = 800
+# The snapshot's: a wider page, aggregated to screen resolution (a 64-rank snapshot stays under 10 MB).
+STATIC_PIXELS, STATIC_MAX_PRIMITIVES = 1400, 12_000
 # Intervals drawn one by one (each with its hover line) up to this many; beyond, merged per pixel column. A step of
 # 8 ranks holds ~12k intervals, 1.5 MB with their names: a zoom (drag, wheel, W) shows single kernels.
 MAX_INTERVALS = 5000
 MAX_OPERATORS = 400
+# A double-click zooms out; plotly reports its clicks as clicks too, which opened the fold under the mouse. A click
+# opens a fold only when no double-click followed within plotly's double-click delay and a margin (as on Marey's
+# graph: assets/marey_clicks.js).
+CLICK_DELAY_MS = 400
+DEFER_CLICK = """
+async function(click) {
+    const times = (window.__pdClicks || {}).timeline || {pressAt: Date.now(), resetAt: 0};
+    const pressed = times.pressAt;
+    await new Promise(resolve => setTimeout(resolve, DELAY));
+    return times.resetAt >= pressed ? window.dash_clientside.no_update : click;
+}
+""".replace("DELAY", str(CLICK_DELAY_MS))
 
 
 def shown_ranks(job: Job, selected: list[int] | None, step: int | None = None) -> list[int]:
@@ -130,6 +150,44 @@ def operator_names(view: dict[str, Any] | None) -> Any:
     return [{"label": short_name(name, 60), "value": name} for _, name in order[:MAX_OPERATORS]]
 
 
+def panel() -> html.Section:
+    return panel_of(
+        "Timeline",
+        html.Div(
+            className="pd-toolbar",
+            children=[
+                dcc.Dropdown(id=ids.TIMELINE_RANKS, multi=True, placeholder="ranks to show first (type to search)", className="pd-rank-picker"),
+                dcc.Dropdown(id=ids.OP_SEARCH, options=[], placeholder="/ search an operator", className="pd-op-search"),
+                dcc.Checklist(id=ids.TIMELINE_PATH, options=[{"label": " critical path", "value": "path"}], value=[], inline=True),
+                html.Button("fold all", id=ids.TIMELINE_FOLD_ALL, className="pd-button"),
+            ],
+        ),
+        # The folded rows opened: a click on a folded row (▸) adds one, unticking folds it back; kept across steps.
+        dcc.Checklist(id=ids.TIMELINE_EXPAND, options=[], value=[], inline=True, className="pd-unfolded"),
+        dcc.Store(id=ids.TIMELINE_FOLDS, data=[]),
+        dcc.Store(id=ids.TIMELINE_ZOOM),
+        dcc.Store(id=ids.TIMELINE_CLICK),
+        html.Div(id=ids.TIMELINE_INFO, className="pd-help"),
+        graph(ids.TIMELINE, scroll_zoom=True),
+        class_name="pd-timeline",
+        help_text="time in ms since the job's first step · drag, wheel or W/S to zoom, A/D to pan, double-click to zoom out",
+    )
+
+
+def static(job: Job, report: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The timeline of the step a new page opens on, the ranks it opens on first (the analysis' rule)."""
+    step = opening_step(job)
+    if step is None:
+        return []
+    ranks = shown_ranks(job, None, step)
+    entries = rows_of(job, ranks, None)
+    folded = any(isinstance(e, dict) for e in entries)
+    window = step_span(job, step, None if folded else ranks)
+    data = timeline_data(job, entries, window, pixels=STATIC_PIXELS, max_primitives=STATIC_MAX_PRIMITIVES, step=step)
+    shown = ", ".join(map(str, ranks[:12])) + (" ..." if len(ranks) > 12 else "")
+    return [(f"Timeline of step {step} (ranks {shown}{', the others folded' if folded else ''})", timeline_figure(data, marked=list(focus_of(job).ranks)))]
+
+
 def register(app: Dash) -> None:
     boundary.callback(
         app,
@@ -141,11 +199,12 @@ def register(app: Dash) -> None:
         In(ids.TIMELINE_PATH, "value", boundary.texts),
         prevent_initial_call=True,
     )(render_timeline)
+    boundary.clientside(app, DEFER_CLICK, Output(ids.TIMELINE_CLICK, "data"), Input(ids.TIMELINE, "clickData"), prevent_initial_call=True)
     boundary.callback(
         app,
         Output(ids.TIMELINE_EXPAND, "value"),
         Output(ids.TIMELINE_EXPAND, "options"),
-        In(ids.TIMELINE, "clickData", boundary.event),
+        In(ids.TIMELINE_CLICK, "data", boundary.event),
         St(ids.TIMELINE_FOLDS, "data", boundary.texts),
         St(ids.TIMELINE_EXPAND, "value", boundary.texts),
         St(ids.TIMELINE_EXPAND, "options", boundary.options),

@@ -1,11 +1,11 @@
-"""The compare panel: the current job against a baseline picked from the bundled samples, this user's uploads or
+"""The compare panel, one view unit (its panel, the selection fields it reads, its callback): the current job against a baseline picked from the bundled samples, this user's uploads or
 the served job (``base`` in the selection and the URL)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from dash import Dash, Output, html, no_update
+from dash import Dash, Output, dcc, html, no_update
 
 from paradiag.analysis.compare import change_text, culprit_text, kind_text, layout_text
 from paradiag.app import boundary, context, ids, jobs, uploads
@@ -14,10 +14,13 @@ from paradiag.app.data.compare import compare_jobs
 from paradiag.app.data.overview import report
 from paradiag.app.figures.common import empty_figure
 from paradiag.app.figures.compare import operator_changes_figure, rank_changes_figure
+from paradiag.app.layouts.common import graph
+from paradiag.app.layouts.common import panel as panel_of
 from paradiag.app.selection import view_store
 from paradiag.dataset import Job
 from paradiag.units import ms
 
+FIELDS = {"compare": ("job", "base")}
 NONE = {"label": "no baseline", "value": ""}
 
 
@@ -86,6 +89,21 @@ def summary(doc: dict[str, Any]) -> list[Any]:
 def _finding(f: dict[str, Any]) -> str:
     who = culprit_text(f.get("culprit"))
     return kind_text(f.get("kind")) + (f" ({who})" if who else "") + f": {f.get('evidence', '')}"
+
+
+def panel() -> html.Section:
+    return panel_of(
+        "Compare with a baseline",
+        dcc.Dropdown(id=ids.BASELINE_PICKER, options=[], value="", clearable=False, placeholder="baseline job", className="pd-baseline-picker"),
+        html.Div(id=ids.COMPARE_SUMMARY, className="pd-compare-summary"),
+        html.Div(className="pd-row", children=[graph(ids.COMPARE_RANKS, modebar=False), graph(ids.COMPARE_OPERATORS, modebar=False)]),
+        class_name="pd-compare",
+        help_text="paradiag compare: this job against a served folder, a sample or one of your uploads",
+    )
+
+
+def static(job: Job, report: dict[str, Any]) -> list[tuple[str, Any]]:
+    return []  # a snapshot is of one job (paradiag compare writes the diff page)
 
 
 def register(app: Dash) -> None:

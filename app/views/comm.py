@@ -1,0 +1,98 @@
+"""The communication matrix, one view unit: sender x receiver (stages, then nodes, then ranks: a click on a block
+opens it), coloured by how much slower each link is than comparable links; a click on a link selects its slowest
+collective instance and lists the others. Its panel, the selection fields it reads, its callbacks, its static
+render."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dash import Dash, Output, ctx, dcc, html, no_update
+
+from paradiag.app import boundary, coerce, context, ids
+from paradiag.app.boundary import In, St
+from paradiag.app.data.comm import METRICS, block_at, link_instances, view
+from paradiag.app.figures.comm import comm_figure
+from paradiag.app.layouts.common import graph
+from paradiag.app.layouts.common import panel as panel_of
+from paradiag.app.selection import view_store
+from paradiag.dataset import Job
+
+# The matrix outlines the selected ranks only as the members of the selected collective (the reducer blanks
+# ``ranks`` in its store while no collective is selected: a click on other ranks leaves it as it is).
+FIELDS = {"comm": ("job", "ranks", "collective")}
+
+
+def _drilled(drill: dict[str, Any] | None, job: str) -> dict[str, Any]:
+    """The block of the matrix opened last for this job (``{}``: the whole job)."""
+    path = (drill or {}).get("path") or []
+    return path[-1] if path and (drill or {}).get("job") == job else {}
+
+
+def render_comm(sel: dict[str, Any] | None, metric: str, drill: dict[str, Any] | None = None) -> Any:
+    if not sel or not sel.get("job"):
+        return no_update
+    opened = _drilled(drill, sel["job"])
+    data = view(context.job(sel["job"]), opened.get("src"), opened.get("dst"))
+    selected = sel.get("ranks") if sel.get("collective") else None
+    return comm_figure(data, metric if metric in METRICS else "slowness", selected)
+
+
+def drill_comm(click: dict[str, Any] | None, _up: int | None, drill: dict[str, Any] | None, sel: dict[str, Any] | None) -> Any:
+    """A click on a block (stage or node) opens it; "up" goes back one level."""
+    if not sel or not sel.get("job"):
+        return no_update
+    path = list((drill or {}).get("path") or []) if (drill or {}).get("job") == sel["job"] else []
+    if ctx.triggered_id == ids.COMM_UP:
+        return {"job": sel["job"], "path": path[:-1]}
+    point = coerce.first_point(click)
+    if not point:
+        return no_update
+    opened = path[-1] if path else {}
+    block = block_at(view(context.job(sel["job"]), opened.get("src"), opened.get("dst")), str(point.get("y"))[:200], str(point.get("x"))[:200])
+    return {"job": sel["job"], "path": [*path, block]} if block else no_update
+
+
+def comm_instances(click: dict[str, Any] | None, sel: dict[str, Any] | None) -> Any:
+    point = coerce.first_point(click)
+    if not point or not sel or not sel.get("job"):
+        return no_update
+    src, dst = coerce.integer(point.get("y"), 0), coerce.integer(point.get("x"), 0)
+    if src is None or dst is None:
+        return html.P(f"{str(point.get('y'))[:80]} → {str(point.get('x'))[:80]} opened: click a link between two ranks for its instances", className="pd-help")
+    rows = link_instances(context.job(sel["job"]), src, dst)
+    if not rows:
+        return html.P(f"no collective instance shared by ranks {src} and {dst}", className="pd-help")
+    head = html.Tr([html.Th(h) for h in ("collective", "group", "step", "transfer ms", "wait ms", "MB")])
+    body = [html.Tr([html.Td(r["collective"]), html.Td(r["group"][:12]), html.Td(r["step"]), html.Td(f"{r['transfer_ms']:.3f}"), html.Td(f"{r['wait_ms']:.3f}"), html.Td(f"{(r['bytes'] or 0) / 1e6:.1f}")]) for r in rows]
+    return [html.P(f"link {src} → {dst}: slowest instances first (the slowest is selected in the timeline)", className="pd-help"), html.Table([head, *body])]
+
+
+
+def panel() -> html.Section:
+    return panel_of(
+        "Communication matrix",
+        html.Div(
+            className="pd-toolbar",
+            children=[
+                html.Button("◀ up", id=ids.COMM_UP, className="pd-button"),
+                dcc.RadioItems(id=ids.COMM_METRIC, options=[{"label": f" {m}", "value": m} for m in ("slowness", "bandwidth", "bytes", "time")], value="slowness", inline=True),
+            ],
+        ),
+        dcc.Store(id=ids.COMM_DRILL, data={}),
+        graph(ids.COMM_MATRIX),
+        html.Div(id=ids.COMM_INSTANCES, className="pd-instances"),
+        class_name="pd-comm",
+    )
+
+
+def static(job: Job, report: dict[str, Any]) -> list[tuple[str, Any]]:
+    return [("Communication matrix (how much slower each link is than comparable links)", comm_figure(view(job), "slowness"))]
+
+
+def register(app: Dash) -> None:
+    sel = boundary.selection
+    comm_metric = boundary.one_of(METRICS, "slowness")
+    boundary.callback(app, Output(ids.COMM_MATRIX, "figure"), In(view_store("comm"), "data", sel), In(ids.COMM_METRIC, "value", comm_metric), In(ids.COMM_DRILL, "data", boundary.drill), prevent_initial_call=True)(render_comm)
+    boundary.callback(app, Output(ids.COMM_DRILL, "data"), In(ids.COMM_MATRIX, "clickData", boundary.event), In(ids.COMM_UP, "n_clicks", boundary.count), St(ids.COMM_DRILL, "data", boundary.drill), St(ids.SELECTION, "data", sel), prevent_initial_call=True)(drill_comm)
+    boundary.callback(app, Output(ids.COMM_INSTANCES, "children"), In(ids.COMM_MATRIX, "clickData", boundary.event), St(ids.SELECTION, "data", sel), prevent_initial_call=True)(comm_instances)

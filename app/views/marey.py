@@ -1,0 +1,126 @@
+"""Marey's graph, one view unit: its panel, the selection fields it reads, its callbacks and its static render.
+
+Stages top to bottom, time across; a drag zooms (the window is the selection's, shared with the timeline), ◀ back
+returns to the last window, a click on a band selects that instance of its operator (once no double-click
+followed: a double-click zooms out)."""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+from dash import Dash, Input, Output, Patch, dcc, html, no_update
+
+from paradiag.app import boundary, context, ids
+from paradiag.app.boundary import In, St
+from paradiag.app.data.common import origin_ns
+from paradiag.app.data.marey import EXPAND_KEY, critical_path, marey_data
+from paradiag.app.data.overview import focus_of, opening_step
+from paradiag.app.figures.marey import OPERATORS, highlight, marey_figure
+from paradiag.app.layouts.common import graph
+from paradiag.app.layouts.common import panel as panel_of
+from paradiag.app.selection import view_store
+from paradiag.dataset import Job
+
+# The selection's fields this view is drawn from (its store, ``view_store("marey")``).
+FIELDS = {"marey": ("job", "step", "window", "op", "stage", "at")}
+# The snapshot's bands: neighbouring bands closer than 1% of the step merge (the live view refines on zoom).
+STATIC_MERGE_FRAC = 0.01
+
+# A double-click resets the zoom; plotly reports its first click as a click too. A click reaches the selection
+# only when no double-click followed within plotly's double-click delay (300 ms) and a margin.
+CLICK_DELAY_MS = 400
+# The click passed on names its operator (a hover point's customdata holds the operator's index in the figure's
+# list of names: paradiag.app.figures.marey.OPERATORS).
+DEFER_CLICK = """
+async function(click) {
+    const times = window.__pdMareyClicks || {pressAt: Date.now(), resetAt: 0};  // assets/marey_clicks.js
+    const pressed = times.pressAt;
+    // The point's customdata is a row of a typed array, which dcc.Graph leaves out of clickData: read from the
+    // figure as it is now, the operator named from the figure's list of names.
+    const gd = document.querySelector('#MAREY .js-plotly-plot');
+    const names = ((gd && gd.layout && gd.layout.meta) || {})["OPERATORS"] || [];
+    const points = ((click && click.points) || []).map(function (p) {
+        const trace = gd && gd._fullData && gd._fullData[p.curveNumber];
+        const row = trace && trace.customdata ? trace.customdata[p.pointNumber] : p.customdata;
+        if (!row || !row.length) { return p; }
+        const custom = Array.from(row);
+        custom[0] = names[custom[0]];
+        return Object.assign({}, p, {customdata: custom});
+    });
+    await new Promise(resolve => setTimeout(resolve, DELAY));
+    if (times.resetAt >= pressed) { return window.dash_clientside.no_update; }
+    return Object.assign({}, click, {points: points});
+}
+""".replace("DELAY", str(CLICK_DELAY_MS)).replace("MAREY", ids.MAREY).replace("OPERATORS", OPERATORS)
+
+
+def render_marey(sel: dict[str, Any] | None, expand: list[str] | None, toggles: list[str] | None = None, drawn: dict[str, Any] | None = None) -> tuple[Any, Any, Any]:
+    """The figure, the expand options that fit it (every device, each stage by mesh group, each group drawn
+    folded), and what is drawn; when only the selected instance changed, a ``Patch`` of the outline alone.
+    ``toggles`` holding "path": the step's critical path drawn too."""
+    if not sel or not sel.get("job") or sel.get("step") is None:
+        return no_update, no_update, no_update
+    job = context.job(sel["job"])
+    window = None
+    if sel.get("window"):
+        t0 = origin_ns(job)
+        window = (t0 + int(sel["window"][0] * 1e6), t0 + int(sel["window"][1] * 1e6))
+    data = marey_data(job, sel["step"], window, expand=expand or [])
+    selected = (sel["op"], sel.get("stage"), sel.get("at")) if sel.get("op") else None
+    with_path = "path" in (toggles or [])
+    key = [sel["job"], sel["step"], sel.get("window"), sorted(expand or []), with_path]
+    if drawn and drawn.get("key") == key:
+        patch = Patch()
+        patch["data"][drawn["traces"] - 1] = highlight(data, selected).to_plotly_json()
+        return patch, no_update, no_update
+    path = critical_path(job, sel["step"], window) if with_path else None
+    fig = marey_figure(data, selected=selected, uirevision=f"{sel['job']}|{sel['step']}|{','.join(key[3])}", path=path)
+    return fig, data["expandable"], {"key": key, "traces": len(fig.data)}
+
+
+
+def panel() -> html.Section:
+    return panel_of(
+        "Marey's graph",
+        html.Div(
+            className="pd-toolbar",
+            children=[
+                html.Button("◀ back", id=ids.MAREY_BACK, className="pd-button"),
+                dcc.Checklist(id=ids.MAREY_EXPAND, options=[{"label": " all devices", "value": "devices"}], value=[], inline=True),
+                dcc.Checklist(id=ids.MAREY_PATH, options=[{"label": " critical path", "value": "path"}], value=[], inline=True),
+            ],
+        ),
+        dcc.Store(id=ids.ZOOM_STACK, data=[]),
+        dcc.Store(id=ids.MAREY_CLICK),
+        dcc.Store(id=ids.MAREY_ZOOM),
+        dcc.Store(id=ids.MAREY_DRAWN, data={}),
+        graph(ids.MAREY),
+        class_name="pd-marey",
+        help_text="stages top to bottom, time across; drag to zoom, double-click to zoom out",
+    )
+
+
+def static(job: Job, report: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The snapshot's Marey graph of the step a new page opens on, with its critical path and what that is."""
+    step = opening_step(job)
+    if step is None:
+        return []
+    fig = marey_figure(marey_data(job, step, None, merge_frac=STATIC_MERGE_FRAC), path=critical_path(job, step))
+    which = "the step the top finding cites" if step == focus_of(job).step else "the slowest step"
+    return [(f"Marey's graph of step {step} ({which}) with its critical path", (path_text(report, step), fig))]
+
+
+def path_text(report: dict[str, Any], step: int) -> str:
+    """What the thick line in the snapshot's Marey graph is: the step's critical path, its length and parts."""
+    from paradiag.commands import critical_path_line
+
+    found = next((c for c in report.get("critical_path", []) if c["step"] == step), None)
+    what = escape(critical_path_line(found)) + "." if found else "No critical path was found for this step."
+    return f"<p>The thick orange line is the step's critical path: the work that set the step's end, through the ranks it passed (hover for each piece's kind, rank, operator and duration). {what}</p>"
+
+
+def register(app: Dash) -> None:
+    boundary.clientside(app, DEFER_CLICK, Output(ids.MAREY_CLICK, "data"), Input(ids.MAREY, "clickData"), prevent_initial_call=True)
+    sel = boundary.selection
+    boundary.callback(app, Output(ids.MAREY, "figure"), Output(ids.MAREY_EXPAND, "options"), Output(ids.MAREY_DRAWN, "data"), In(view_store("marey"), "data", sel), In(ids.MAREY_EXPAND, "value", boundary.keys(EXPAND_KEY)), In(ids.MAREY_PATH, "value", boundary.texts), St(ids.MAREY_DRAWN, "data", boundary.drawn), prevent_initial_call=True)(render_marey)

@@ -1,0 +1,130 @@
+"""Zoom gestures in real headless Chromium, counted by the page's own signal of what it drew (assets/plots.js,
+``window.__pdPlots.drawn``): a drag redraws the two views that show the window once each and no other; the same
+drag again after "back" is heard; a double-click on the timeline zooms out."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.test_app_support import composite, drawn, settle, severe_logs, wait_plot
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore:HTTPResponse.getheader:DeprecationWarning"),
+]
+SAMPLE = "gpu_llm_slow_rank"
+GRAPHS = ("steps", "heatmap", "timeline", "marey", "flow", "comm-matrix", "detail-operators")
+
+
+@pytest.fixture(scope="module")
+def duo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from paradiag.app.config import Config
+    from paradiag.app.factory import create_app
+
+    root = tmp_path_factory.mktemp("app")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("PARADIAG_CACHE_DIR", str(root / "cache"))
+    yield from composite(create_app(Config.from_env(upload_dir=root / "uploads", app_cache_dir=root / "app-cache")))
+    mp.undo()
+
+
+def window(duo: Any) -> str | None:
+    """The selected window in the URL (``t=``), None when there is none."""
+    return duo.driver.execute_script("return new URLSearchParams(window.location.search).get('t')")
+
+
+def until(check: Any, timeout: float = 30) -> bool:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if check():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def counts(duo: Any) -> dict[str, int]:
+    return {g: drawn(duo, g) for g in GRAPHS}
+
+
+def point(duo: Any, graph_id: str, fx: float, fy: float = 0.5) -> tuple[int, int]:
+    pos = duo.driver.execute_script(
+        """const gd = document.querySelector('#' + arguments[0] + ' .js-plotly-plot');
+        gd.scrollIntoView({block: 'center'});
+        const fl = gd._fullLayout, box = gd.getBoundingClientRect();
+        return [box.left + fl.xaxis._offset + fl.xaxis._length * arguments[1], box.top + fl.yaxis._offset + fl.yaxis._length * arguments[2]];""",
+        graph_id,
+        fx,
+        fy,
+    )
+    return int(pos[0]), int(pos[1])
+
+
+def drag(duo: Any, graph_id: str, fx0: float, fx1: float) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    (x0, y), (x1, _) = point(duo, graph_id, fx0), point(duo, graph_id, fx1)
+    actions = ActionChains(duo.driver, duration=50)
+    pointer = actions.w3c_actions.pointer_action
+    pointer.move_to_location(x0, y)
+    pointer.pointer_down()
+    for k in range(1, 6):
+        pointer.move_to_location(x0 + (x1 - x0) * k // 5, y)
+    pointer.pointer_up()
+    actions.perform()
+
+
+def double_click(duo: Any, graph_id: str) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    x, y = point(duo, graph_id, 0.5)
+    actions = ActionChains(duo.driver, duration=10)
+    actions.w3c_actions.pointer_action.move_to_location(x, y)
+    actions.w3c_actions.pointer_action.double_click()
+    actions.perform()
+
+
+def redrawn_by(duo: Any, gesture: Any, changed: Any) -> dict[str, int]:
+    """Each graph's redraws (plots finished) from ``gesture`` until ``changed`` holds and the page settled."""
+    before = counts(duo)
+    gesture()
+    assert until(changed), window(duo)
+    settle(duo)
+    after = counts(duo)
+    return {g: after[g] - before[g] for g in GRAPHS if after[g] != before[g]}
+
+
+def test_zooms_redraw_the_window_views_once_and_are_heard_every_time(duo: Any) -> None:
+    duo.driver.get(f"{duo.server_url}/?job=sample:{SAMPLE}&step=1")
+    for g in ("timeline", "marey", "heatmap"):
+        wait_plot(duo, g)
+    settle(duo)
+    assert window(duo) is None
+    # A drag on the timeline: it and Marey (which share the window) drawn once each with the new window's data;
+    # the graph's own zoom is plotly's, and dcc.Graph's write-back of the axes it already shows is not drawn again.
+    assert redrawn_by(duo, lambda: drag(duo, "timeline", 0.3, 0.5), lambda: window(duo) is not None) == {"timeline": 1, "marey": 1}
+    first = window(duo)
+    # A double-click zooms out: no window, both views drawn once more.
+    assert redrawn_by(duo, lambda: double_click(duo, "timeline"), lambda: window(duo) is None) == {"timeline": 1, "marey": 1}
+    # The same on Marey's graph; then back, then the very same drag again, which must be heard (dcc.Graph drops a
+    # relayout equal to the last one it reported: the zoom stores clear it once read).
+    assert redrawn_by(duo, lambda: drag(duo, "marey", 0.3, 0.5), lambda: window(duo) is not None) == {"timeline": 1, "marey": 1}
+    zoomed = window(duo)
+    assert zoomed != first or zoomed is not None
+    duo.driver.find_element("id", "marey-back").click()
+    assert until(lambda: window(duo) is None)
+    settle(duo)
+    assert redrawn_by(duo, lambda: drag(duo, "marey", 0.3, 0.5), lambda: window(duo) is not None) == {"timeline": 1, "marey": 1}
+    assert window(duo) == zoomed
+    # ... and a second double-click after a zoom is heard too.
+    assert redrawn_by(duo, lambda: double_click(duo, "marey"), lambda: window(duo) is None) == {"timeline": 1, "marey": 1}
+    # A double-click that plotly did not tell (on a busy page its handlers of the two presses run more than its
+    # 300 ms apart): the browser's own dblclick event on the plot area zooms out, once.
+    assert redrawn_by(duo, lambda: drag(duo, "timeline", 0.2, 0.6), lambda: window(duo) is not None) == {"timeline": 1, "marey": 1}
+    only_dom = "document.querySelector('#timeline .nsewdrag').dispatchEvent(new MouseEvent('dblclick', {bubbles: true}))"
+    assert redrawn_by(duo, lambda: duo.driver.execute_script(only_dom), lambda: window(duo) is None) == {"timeline": 1, "marey": 1}
+    assert severe_logs(duo) == []
