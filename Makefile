@@ -15,7 +15,7 @@ export PARADIAG_TORCH_PYTHON ?= $(PEERS)/torch/bin/python
 # default index would fetch a CUDA build of several GB (this machine's pip finds the CPU wheel on disk).
 TORCH_PIP_ARGS ?=
 
-.PHONY: demo test venv setup-test browser lint peers
+.PHONY: demo test unit venv setup-test browser lint peers
 
 ## Install paradiag into .venv and open a bundled sample job.
 demo: $(VENV)/.ready
@@ -25,6 +25,11 @@ demo: $(VENV)/.ready
 ## and run the whole suite: lint, types, tests.
 test: setup-test lint
 	$(PY) -m pytest
+
+## The fast tests only, in under a minute (no browser, no real or peer-tool jobs, no big simulated jobs, no
+## servers): a test is one unless marked slow, browser, real or peer (tests/conftest.py).
+unit: $(VENV)/.ready
+	$(PY) -m pytest --unit -q
 
 venv: $(VENV)/.ready
 
