@@ -3,7 +3,8 @@ cache (a module of its own each, as the Dask and remote-cache tests compare thei
 are slow.
 
 ``make unit`` (``pytest --unit``) runs the tests marked none of ``slow``, ``browser``, ``real`` and ``peer``
-(UNIT_MARKERS), in under a minute; ``make test`` runs them all. A test is a unit test unless marked: in its file (``pytestmark`` or a
+(UNIT_MARKERS), in under a minute; ``make test`` runs them all: those under coverage, then the others
+(``pytest --not-unit``). A test is a unit test unless marked: in its file (``pytestmark`` or a
 decorator) or here, by file (SLOW_FILES), by a module fixture that makes something big (SLOW_FIXTURES: every
 test that uses it) or by function, every parametrization (SLOW_TESTS). A unit run lists the
 unmarked tests that took longer than UNIT_BUDGET_S (a note, never a failure: timings are the benchmarks' business),
@@ -148,7 +149,8 @@ _stale: list[str] = []
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--unit", action="store_true", help="only the fast tests: none marked " + ", ".join(UNIT_MARKERS))
+    parser.addoption("--unit", action="store_true", help="only the fast tests: those marked none of " + ", ".join(UNIT_MARKERS))
+    parser.addoption("--not-unit", action="store_true", help="only the others (with --unit's run: the whole suite)")
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by the markers added here
@@ -173,11 +175,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     collected = {item.path.name for item in items}
     _stale.extend(f"{f} (SLOW_FILES)" for f in SLOW_FILES if f in collected and f not in seen_files)
     _stale.extend(f"{f}::{n} (SLOW_TESTS or SLOW_FIXTURES)" for f, n in sorted((named | fixtures) - seen) if f in collected)
-    if config.getoption("unit"):
-        dropped = [item for item in items if item.nodeid not in _unmarked]
-        if dropped:
-            config.hook.pytest_deselected(items=dropped)
-            items[:] = [item for item in items if item.nodeid in _unmarked]
+    for option, wanted in (("unit", True), ("not_unit", False)):
+        if config.getoption(option):
+            dropped = [item for item in items if (item.nodeid in _unmarked) != wanted]
+            if dropped:
+                config.hook.pytest_deselected(items=dropped)
+                items[:] = [item for item in items if (item.nodeid in _unmarked) == wanted]
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
