@@ -84,8 +84,16 @@ SLOW_TESTS = {
         "test_the_first_screen_follows_the_fault_of_any_job",
     ],
     "test_app_compare_reach.py": ["test_paradiag_compare_refuses_a_mismatch_with_exit_2_and_says_why"],
-    "test_app_critical_path_views.py": ["test_the_path_runs_along_the_slow_ranks_row", "test_the_snapshot_draws_the_path_and_says_so"],
-    "test_app_flow_collapse.py": ["test_each_direction_of_a_pipeline_is_one_block_of_its_passes", "test_more_layers_lengthen_a_pass_not_the_row"],
+    "test_app_critical_path_views.py": [
+        "test_a_zoomed_window_shows_the_path_in_more_detail",
+        "test_the_path_runs_along_the_slow_ranks_row",
+        "test_the_snapshot_draws_the_path_and_says_so",
+    ],
+    "test_app_flow_collapse.py": [
+        "test_each_direction_of_a_pipeline_is_one_block_of_its_passes",
+        "test_more_layers_lengthen_a_pass_not_the_row",
+        "test_samples_open_within_the_visible_budget",
+    ],
     "test_app_pipeline_views.py": [
         "test_a_large_stage_reads_the_devices_that_can_differ_and_draws_the_others_with_their_row",
         "test_flow_blocks_open_one_at_a_time",
