@@ -99,16 +99,20 @@ def _progress(enabled: bool) -> Iterator[ProgressCallback | None]:
         yield update
 
 
-def _open(
+def open_for_command(
     path: Path | str,
-    cache: Path | str | None,
-    strict: bool,
-    workers: int | None,
+    cache: Path | str | None = None,
+    *,
+    strict: bool = False,
+    workers: int | None = None,
     refresh: bool = False,
     verify: bool = False,
     dask: str | None = None,
     window: int | None = None,
 ) -> Job:
+    """The one way a command (``paradiag ingest``/``info``/``analyze``/``whatif``, the snapshot, compare, export)
+    opens a job: ``open_job`` with a progress bar on a terminal, and a JobError turned into a one-line CLI error
+    (``Error: ...``, exit 1 = ``gate.EXIT_ERROR``, no traceback)."""
     try:
         with _progress(sys.stderr.isatty()) as progress:
             return open_job(path, cache, strict=strict, workers=workers, refresh=refresh, progress=progress, verify=verify, dask=dask, window=window)
@@ -116,7 +120,7 @@ def _open(
         raise click.ClickException(str(exc)) from exc
 
 
-def _print_problems(job: Job, report: dict[str, Any] | None = None) -> None:
+def print_problems(job: Job, report: dict[str, Any] | None = None) -> None:
     """The job's problems, or the report's (the job's and what the analysis could not find) when given."""
     found = report["job"]["problems"] if report is not None else [p.__dict__ for p in job.problems]
     for p in found:
@@ -142,11 +146,11 @@ def _size(n: float) -> str:
 def ingest(path: Path | str, cache: Path | str | None, strict: bool, workers: int | None, dask: str | None, window: int | None) -> None:
     """Parse every trace under PATH (of one profiling window) and write the Parquet cache (rebuilt even when current)."""
     t0 = time.perf_counter()
-    job = _open(path, cache, strict, workers, refresh=True, dask=dask, window=window)
+    job = open_for_command(path, cache, strict=strict, workers=workers, refresh=True, dask=dask, window=window)
     elapsed = time.perf_counter() - t0
     size = sum(f["size"] for f in job.manifest["files"])
     events = sum(job.ranks.column("num_events").to_pylist())
-    _print_problems(job)
+    print_problems(job)
     out.print(
         f"{job.ranks.num_rows} ranks, {events:,} events{_window_text(job)} from {_size(size)} in {elapsed:.2f} s "
         f"({size / 1e6 / elapsed:.0f} MB/s) -> {job.url + f' (local mirror {job.cache_dir})' if job.url else job.cache_dir}",
@@ -165,7 +169,7 @@ def ingest(path: Path | str, cache: Path | str | None, strict: bool, workers: in
 def info(path: Path | str, cache: Path | str | None, strict: bool, workers: int | None, verify: bool, window: int | None, as_json: bool) -> None:
     """What PATH holds: ranks, formats, sizes, steps, its profiling windows, and every problem found (parses and
     caches if needed)."""
-    job = _open(path, cache, strict, workers, verify=verify, window=window)
+    job = open_for_command(path, cache, strict=strict, workers=workers, verify=verify, window=window)
     sizes = {f["path"]: f["size"] for f in job.manifest["files"]}
     rows = []
     for s in job.manifest["sources"]:
@@ -196,7 +200,7 @@ def info(path: Path | str, cache: Path | str | None, strict: bool, workers: int 
     out.print(table)
     if len(job.windows) > 1:
         _print_windows(job)
-    _print_problems(job)
+    print_problems(job)
 
 
 def _window_text(job: Job) -> str:
@@ -236,7 +240,7 @@ def analyze(
     """Per-rank time breakdown over the profiled steps, step times and the job summary."""
     from paradiag.analysis.report import build_report
 
-    job = _open(path, cache, strict, workers, window=window)
+    job = open_for_command(path, cache, strict=strict, workers=workers, window=window)
     report = build_report(job, convention)
     text = json.dumps(report, indent=1, default=_json_default)
     if write is not None:
@@ -244,7 +248,7 @@ def analyze(
     if as_json:
         click.echo(text)
         return
-    _print_problems(job, report)
+    print_problems(job, report)
     _print_report(report, job.diagnosis().findings)
 
 
@@ -292,7 +296,7 @@ def whatif(
         for e, text in zip(parsed, edits, strict=True):
             if not e.steps:
                 raise click.BadParameter(f"{text!r} names no step among --step {', '.join(map(str, steps))}", param_hint="--set")
-    job = _open(path, cache, strict, workers, window=window)
+    job = open_for_command(path, cache, strict=strict, workers=workers, window=window)
     graph, peers = replay.job_graph(job, job.diagnosis())
     try:
         result = replay.what_if(graph, peers, parsed)
@@ -308,7 +312,7 @@ def whatif(
     if as_json:
         click.echo(json.dumps(doc, indent=1))
         return
-    _print_problems(job)
+    print_problems(job)
     out.print(
         f"[bold]{job.source}[/]: with {', '.join(result.edits)}, the median step would take {doc['predicted_step_ms']:.2f} ms "
         f"instead of {doc['step_time_ms']:.2f} ms (saving {doc['saving_ms']:.2f} ms per step, {doc['saving_pct']:.1f}%)",

@@ -30,14 +30,15 @@ import pyarrow.compute as pc
 from paradiag import schema
 from paradiag.analysis.diagnosis_types import Diagnosis, Finding
 from paradiag.commands import (
-    _print_problems,
     cache_option,
+    open_for_command,
     path_argument,
+    print_problems,
     strict_option,
     window_option,
     workers_option,
 )
-from paradiag.dataset import Job, JobError, open_job
+from paradiag.dataset import Job
 from paradiag.parsers.kineto_decode import DEVICE_CATEGORIES, HOST_CATEGORIES
 
 # A source category the Kineto parser does not know (Ascend's AI_CORE, HCCL, ...) or reads as another kind is
@@ -255,11 +256,8 @@ def _first_start(job: Job) -> int:
 def export(path: Path | str, perfetto: Path, cache: Path | str | None, strict: bool, workers: int | None, window: int | None) -> None:
     """Write PATH as one aligned multi-rank trace for Perfetto: a process per rank named by its mesh
     coordinates, flows joining collective members and send/recv pairs, findings as instant events."""
-    try:
-        job = open_job(path, cache, strict=strict, workers=workers, window=window)
-    except JobError as exc:
-        raise click.ClickException(str(exc)) from exc
-    _print_problems(job)
+    job = open_for_command(path, cache, strict=strict, workers=workers, window=window)
+    print_problems(job)
     if not perfetto.parent.is_dir():
         raise click.ClickException(f"{perfetto}: folder {perfetto.parent} does not exist")
     try:

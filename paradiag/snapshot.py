@@ -15,17 +15,15 @@ from typing import Any
 import click
 
 from paradiag import gate
-from paradiag.commands import Location, path_argument, strict_option, window_option, workers_option
-from paradiag.dataset import Job, JobError, open_job
+from paradiag.commands import (
+    Location,
+    open_for_command,
+    path_argument,
+    strict_option,
+    window_option,
+    workers_option,
+)
 from paradiag.units import ms
-
-
-def _open(path: Path | str, cache: Path | str | None, strict: bool, workers: int | None, window: int | None = None) -> Job:
-    try:
-        return open_job(path, cache, strict=strict, workers=workers, window=window)
-    except JobError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(gate.EXIT_ERROR)
 
 
 def _json(doc: Any) -> str:
@@ -57,7 +55,7 @@ def snapshot(
             gate.parse(fail_on)
         except gate.GateError as exc:
             raise click.UsageError(str(exc)) from exc
-    job = _open(path, cache, strict, workers, window)
+    job = open_for_command(path, cache, strict=strict, workers=workers, window=window)
     report = build_report(job)
     outcomes = gate.evaluate(report, fail_on) if fail_on else []
     report["verdict"] = gate.verdict(report, fail_on, outcomes)
@@ -100,7 +98,7 @@ def compare(baseline: Path | str, candidate: Path | str, output: Path | None, as
 
     docs = []
     for path in (baseline, candidate):
-        job = _open(path, None, strict, None)
+        job = open_for_command(path, strict=strict)
         docs.append((build_report(job), job.diagnosis().operator_times))
     result = compare_reports(docs[0][0], docs[1][0], docs[0][1], docs[1][1])
     if result["refused"]:
