@@ -5,12 +5,11 @@ draws its figure, the views answer a click, and the browser reports no policy vi
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.test_app_support import click_data_point, composite, settle, severe_logs, wait_plot
+from tests.test_app_support import click_data_point, fresh_app, settle, severe_logs, wait_plot
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.filterwarnings("ignore:HTTPResponse.getheader:DeprecationWarning")]
 SAMPLE = "gpu_llm_slow_rank"
@@ -21,14 +20,7 @@ RECORD = "window.__cspViolations = []; document.addEventListener('securitypolicy
 
 @pytest.fixture(scope="module")
 def duo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from paradiag.app.config import Config
-    from paradiag.app.factory import create_app
-
-    root: Path = tmp_path_factory.mktemp("app")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("PARADIAG_CACHE_DIR", str(root / "cache"))
-    yield from composite(create_app(Config.from_env(upload_dir=root / "uploads", app_cache_dir=root / "app-cache")))
-    mp.undo()
+    yield from fresh_app(tmp_path_factory)
 
 
 def test_every_view_draws_under_the_policy_without_unsafe_eval(duo: Any) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_app_support import composite, drawn, settle, severe_logs, wait_plot
+from tests.test_app_support import drawn, fresh_app, settle, severe_logs, wait_plot
 
 pytestmark = [
     pytest.mark.browser,
@@ -23,14 +23,7 @@ GRAPHS = ("steps", "heatmap", "timeline", "marey", "flow", "comm-matrix", "detai
 
 @pytest.fixture(scope="module")
 def duo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from paradiag.app.config import Config
-    from paradiag.app.factory import create_app
-
-    root = tmp_path_factory.mktemp("app")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("PARADIAG_CACHE_DIR", str(root / "cache"))
-    yield from composite(create_app(Config.from_env(upload_dir=root / "uploads", app_cache_dir=root / "app-cache")))
-    mp.undo()
+    yield from fresh_app(tmp_path_factory)
 
 
 def window(duo: Any) -> str | None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from paradiag.app.views.marey import CLICK_DELAY_MS
-from tests.test_app_support import click_data_point, composite, screenshot, settle, severe_logs, wait_plot
+from tests.test_app_support import click_data_point, fresh_app, screenshot, settle, severe_logs, wait_plot
 
 pytestmark = [
     pytest.mark.browser,
@@ -22,14 +22,7 @@ SAMPLE = "gpu_llm_slow_rank"  # rank 5 computes 1.4x slower
 
 @pytest.fixture(scope="module")
 def duo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from paradiag.app.config import Config
-    from paradiag.app.factory import create_app
-
-    root = tmp_path_factory.mktemp("app")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("PARADIAG_CACHE_DIR", str(root / "cache"))
-    yield from composite(create_app(Config.from_env(upload_dir=root / "uploads", app_cache_dir=root / "app-cache")))
-    mp.undo()
+    yield from fresh_app(tmp_path_factory)
 
 
 def search(duo: Any) -> str:

@@ -42,6 +42,20 @@ def composite(app: Any) -> Iterator[Any]:
         yield duo
 
 
+def fresh_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """:func:`composite` on a new app with its own caches and upload folder (a module fixture's body)."""
+    from paradiag.app.config import Config
+    from paradiag.app.factory import create_app
+
+    root: Path = tmp_path_factory.mktemp("app")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("PARADIAG_CACHE_DIR", str(root / "cache"))
+    try:
+        yield from composite(create_app(Config.from_env(upload_dir=root / "uploads", app_cache_dir=root / "app-cache")))
+    finally:
+        mp.undo()
+
+
 # The page's own signals of work in progress: Dash's callbacks not yet answered (its store, as dash.testing reads
 # it), components marked loading, and plots begun and not finished (assets/plots.js, window.__pdPlots).
 BUSY = """const s = window.store && window.store.getState();
