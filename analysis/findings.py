@@ -301,13 +301,24 @@ def stage_hotspots(
         host = np.array([r for r in (*ranks, *others) if r in host_ranks])
         times = operator_time(named, typical_durations(named, host) if len(host) else None)
         counts = call_counts(named)
+        # The other stages' reference per operator, once (at 1024 ranks a stage of 128 is weighed against 896):
+        # the median over their ranks of each one's time per step and of its calls (0 where it has none).
+        per_rank: dict[int, dict[int, float]] = {}
+        for (r, n), t in times.items():
+            per_rank.setdefault(r, {})[n] = float(np.median(t))
+        theirs = [per_rank.get(r, {}) for r in others]
+        names = {n for r in ranks for n in per_rank.get(r, {})}
+        ref = {n: float(np.median([m.get(n, 0.0) for m in theirs])) for n in names}
+        ref_calls = {n: float(np.median([counts.get((r, n), 0.0) for r in others])) for n in names}
         hot_sets = []
         for rank in ranks:
-            excess = rank_operator_excess(times, rank, [rank, *others])
-            own = {n: float(np.median(t)) for (r, n), t in times.items() if r == rank}
-            alike = {n for n in own if counts.get((rank, n)) == statistics.median(counts.get((r, n), 0.0) for r in others)}
+            own = per_rank.get(rank, {})
+            excess = {n: v - ref[n] for n, v in own.items()}
+            alike = {n for n in own if counts.get((rank, n)) == ref_calls[n]}
             on_host = rank in host_ranks
             hot_sets.append(far_slower(excess, own, HOTSPOT_REST_HOST if on_host else HOTSPOT_REST, named.names if on_host else None, alike))
+            if not hot_sets[-1]:
+                break  # every rank of the stage must be hot
         if not all(hot_sets):
             out.append(f)
             continue

@@ -148,12 +148,14 @@ def call_counts(frame: Frame) -> dict[tuple[int, int], float]:
     compute = (frame.kind == frame.code("kinds", "compute")) & (frame.step >= 0)
     rank, name, step, call = frame.rank[compute], frame.name[compute], frame.step[compute], frame.call[compute]
     call = np.where(call >= 0, call, -2 - np.arange(len(call)))
-    order, firsts = group_bounds(call, step, name, rank)
+    order, firsts = group_bounds(call, step, name, rank)  # one row per call
     if not len(order):
         return {}
-    keys = np.stack([rank[order][firsts], name[order][firsts], step[order][firsts]], axis=1)
-    per: dict[tuple[int, int], dict[int, int]] = {}
-    for r, n, s in keys.tolist():
-        counts = per.setdefault((r, n), {})
-        counts[s] = counts.get(s, 0) + 1
-    return {k: float(np.median(list(v.values()))) for k, v in per.items()}
+    head = order[firsts]
+    c_order, c_firsts = group_bounds(step[head], name[head], rank[head])  # calls per (rank, name, step)
+    per_step = np.diff(np.append(c_firsts, len(c_order)))
+    first = head[c_order[c_firsts]]
+    out: dict[tuple[int, int], list[int]] = {}
+    for r, n, c in zip(rank[first].tolist(), name[first].tolist(), per_step.tolist(), strict=True):
+        out.setdefault((r, n), []).append(c)
+    return {k: float(np.median(v)) for k, v in out.items()}
