@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from paradiag import schema
-from paradiag.analysis.intervals import union_length
+from paradiag.intervals import union_length
 
 if TYPE_CHECKING:
     from paradiag.dataset import Job

@@ -30,7 +30,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from paradiag.analysis.frame import MAD_TO_SIGMA, Frame, robust_spread
-from paradiag.analysis.intervals import union_length
 from paradiag.analysis.operators import (
     call_counts,
     concentration,
@@ -39,6 +38,7 @@ from paradiag.analysis.operators import (
     short_name,
     typical_durations,
 )
+from paradiag.intervals import union_length
 from paradiag.parsers.kineto_host import is_operator
 
 MIN_IMPACT_PCT = 2.0  # below this a difference is within what jitter and launch noise produce

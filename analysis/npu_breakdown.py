@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from paradiag.analysis.intervals import merge, union_length
+from paradiag.intervals import merge, union_length
 
 COLUMNS = (
     "computing_ns",

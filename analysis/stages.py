@@ -24,8 +24,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from paradiag.analysis.frame import Frame
-from paradiag.analysis.intervals import union_length
 from paradiag.analysis.operators import typical_durations
+from paradiag.intervals import union_length
 
 BACKWARD = re.compile(r"backward|bwd|grad|dgrad|wgrad", re.IGNORECASE)
 OPTIMIZER = re.compile(r"adam|multi_tensor|foreach|sgd|lamb|optimizer|apply_?gradient", re.IGNORECASE)

@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 
 from paradiag import schema
+from paradiag.intervals import merge
 from paradiag.parsers.base import Group, group_role, normalize_collective, ranks_key
 from paradiag.parsers.kineto_decode import DTYPE_BYTES, INT64_MAX, OperatorInputs, int_or_none
 
@@ -55,6 +56,8 @@ NOT_AN_OP_LIBRARY = ("autograd", "torch", "profiler")
 def is_operator(name: str) -> bool:
     """Whether a ``cpu_op`` name is a dispatcher operator (DISPATCHER_OP), not a wrapper."""
     return bool(DISPATCHER_OP.match(name)) and name.split("::")[0] not in NOT_AN_OP_LIBRARY
+
+
 # c10d operator -> the gloo work that runs it, where the names differ (gloo reduce-scatters by all-reducing).
 RUNS_AS = {"reduce_scatter": ("reduce_scatter", "all_reduce")}
 
@@ -141,7 +144,7 @@ def _compute_pieces(
     an operator waits in, and the time wrappers (``is_wrapper`` by row) spend while the rank's collectives are in
     flight (:func:`_without_waits`). ``parent`` is filled with each operator's caller (:func:`_self_time`)."""
     parts: list[tuple[np.ndarray, ...]] = []
-    in_flight = _union(start[gloo], end[gloo])
+    in_flight = merge(start[gloo], end[gloo])
     for tid in np.unique(track[ops]).tolist():
         mine = ops[track[ops] == tid]
         s, e, owner = _self_time(mine, start, end, is_enqueue, parent)
@@ -192,18 +195,6 @@ def _self_time(
         emit(top, top[1])
         cursor = max(cursor, top[1])
     return np.array(out_s, np.int64), np.array(out_e, np.int64), np.array(out_o, np.int64)
-
-
-def _union(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The intervals [s, e) merged into disjoint ones, in order."""
-    if not len(s):
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    order = np.argsort(s, kind="stable")
-    s, e = s[order].astype(np.int64), np.maximum.accumulate(e[order].astype(np.int64))
-    new = np.r_[True, s[1:] > e[:-1]]
-    firsts = np.flatnonzero(new)
-    lasts = np.r_[firsts[1:] - 1, len(s) - 1]
-    return s[firsts], e[lasts]
 
 
 def _without_waits(

@@ -5,7 +5,7 @@ import pyarrow as pa
 
 from paradiag import schema
 from paradiag.analysis.breakdown import breakdown_of, device_work
-from paradiag.analysis.intervals import covered_within, merge, union_length
+from paradiag.intervals import covered_within, merge, union_length
 
 
 def arr(*values: int) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Interval arithmetic on numpy arrays of [start, end) nanoseconds."""
+"""Interval arithmetic on numpy arrays of [start, end) nanoseconds (the parsers and the analysis share it)."""
 
 from __future__ import annotations
 
