@@ -41,11 +41,15 @@ def fed_by(app: Any, component: str, prop: str) -> set[str]:
 
 
 def test_every_view_is_one_unit() -> None:
-    from paradiag.app.views import VIEW_FIELDS, VIEWS
+    from paradiag.app.views import NAMES, part, static_renders
+    from paradiag.app.views.live import VIEW_FIELDS, VIEWS
 
+    assert [view.__name__ for view in VIEWS] == [f"paradiag.app.views.{name}.live" for name in NAMES]
     for view in VIEWS:
-        assert callable(view.panel) and callable(view.register) and callable(view.static), view.__name__
+        assert callable(view.panel) and callable(view.register), view.__name__
         assert view.FIELDS and all(set(fields) <= set(Selection.__dataclass_fields__) for fields in view.FIELDS.values()), view.__name__
+    # The snapshot's half of each unit, in the same order, beside its live half.
+    assert static_renders() == tuple(part(name, "static").static for name in NAMES)
     assert set(VIEW_FIELDS) == {"job", "mark", "timeline", "search", "marey", "detail", "comm", "compare", "flow"}
 
 
@@ -82,7 +86,7 @@ def test_a_gesture_redraws_the_graphs_whose_fields_it_changed(app: Any) -> None:
     from dash import no_update
 
     from paradiag.app.callbacks.selection import select, view_updates
-    from paradiag.app.views import VIEW_FIELDS
+    from paradiag.app.views.live import VIEW_FIELDS
 
     with app.server.app_context():
         sel = select(None, None, None, f"?job=sample:{SAMPLE}&step=1")
