@@ -90,6 +90,7 @@ def init_cache(server: Flask | None, config: Config) -> None:
     secret = config.secret_key.encode() if config.secret_key else secrets.token_bytes(32)  # no key: this process only
     mac_key = hmac.new(secret, b"paradiag aggregates", hashlib.sha256).digest()
     _bound[:] = [_Store(folder, mac_key, config.cache_timeout_s)]
+    hash_loaded_code()
     for entry in folder.iterdir():  # another format's entries (Flask-Caching's pickles) are never read: removed
         if not _ENTRY.match(entry.name) and not entry.name.startswith("."):
             with contextlib.suppress(OSError):
@@ -156,9 +157,21 @@ def code_version(compute: Callable[..., Any]) -> str:
 def _module_hash(module: str) -> str:
     digest = hashlib.sha256()
     for name, path in sources_of(module).items():
-        digest.update(f"{name}\0".encode())
-        digest.update(path.read_bytes())
+        digest.update(f"{name}\0{_file_digest(path)}\0".encode())
     return digest.hexdigest()
+
+
+@functools.cache
+def _file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def hash_loaded_code() -> None:
+    """Hash the sources of the app's modules loaded now (the server's, as it starts), so that an entry's key
+    names the code this process runs even if a file changes while it runs (a module loaded later is hashed when
+    its first aggregate is asked for)."""
+    for name in sorted(m for m in sys.modules if m.startswith("paradiag.app.")):
+        _module_hash(name)
 
 
 def sources_of(module: str) -> dict[str, Path]:

@@ -206,6 +206,7 @@ def _load(folder: Path, name: str, monkeypatch: pytest.MonkeyPatch) -> Any:
     would run it: its sources hashed afresh."""
     store._module_hash.cache_clear()
     store._imported.cache_clear()
+    store._file_digest.cache_clear()
     spec = importlib.util.spec_from_file_location(f"paradiag.{name}", folder / f"{name}.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
