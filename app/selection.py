@@ -45,7 +45,7 @@ class Selection:
 
     def view(self, name: str) -> dict[str, Any]:
         """The fields view store ``name`` holds (each view declares what it reads: ``paradiag.app.views``)."""
-        from paradiag.app.views.live import VIEW_FIELDS
+        from paradiag.app.views import VIEW_FIELDS
 
         return {k: getattr(self, k) for k in VIEW_FIELDS[name]}
 

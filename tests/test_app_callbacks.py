@@ -102,7 +102,7 @@ def test_a_change_reaches_only_the_views_it_concerns(sel: Selection) -> None:
     from dash import no_update
 
     from paradiag.app.callbacks.selection import select, view_updates
-    from paradiag.app.views.live import VIEW_FIELDS
+    from paradiag.app.views import VIEW_FIELDS
 
     def updated(new: Selection) -> set[str]:
         return {name for name, v in zip(VIEW_FIELDS, view_updates(sel, new), strict=True) if v is not no_update}
@@ -121,7 +121,7 @@ def test_a_new_page_draws_summary_and_heatmap_first(sel: Selection) -> None:
     from dash import no_update
 
     from paradiag.app.callbacks.selection import FIRST, LATER, release, view_updates
-    from paradiag.app.views.live import VIEW_FIELDS
+    from paradiag.app.views import VIEW_FIELDS
 
     first = dict(zip(VIEW_FIELDS, view_updates(None, sel), strict=True))
     assert {k for k, v in first.items() if v is not no_update} == set(FIRST) == {"job", "mark"}

@@ -94,7 +94,7 @@ def test_a_gesture_redraws_the_graphs_whose_fields_it_changed(app: Any) -> None:
     from dash import no_update
 
     from paradiag.app.callbacks.selection import select, view_updates
-    from paradiag.app.views.live import VIEW_FIELDS
+    from paradiag.app.views import VIEW_FIELDS
 
     with app.server.app_context():
         sel = select(None, None, None, f"?job=sample:{SAMPLE}&step=1")

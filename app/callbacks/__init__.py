@@ -8,7 +8,7 @@ from dash import Dash
 
 def register(app: Dash) -> None:
     from paradiag.app.callbacks import header, selection, upload
-    from paradiag.app.views.live import VIEWS
+    from paradiag.app.views import VIEWS
 
     for module in (selection, header, *VIEWS, upload):
         module.register(app)

@@ -6,14 +6,16 @@ micro-batches, the pipeline schedule and its bubbles show."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import plotly.graph_objects as go
 
 from paradiag.app import palette
-from paradiag.app.data.shapes import MareyData, MareyStage, MareyTimes, PathPiece
 from paradiag.app.figures.common import base_figure, compact, empty_figure, short_name
+
+if TYPE_CHECKING:  # the view data's shapes (the figure reads them, the data layer builds them)
+    from paradiag.app.data.shapes import MareyData, MareyStage, MareyTimes, PathPiece
 
 HALF = 0.32  # half the height of a row
 STAGE_GAP = 0.7  # extra space between stages

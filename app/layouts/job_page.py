@@ -7,11 +7,11 @@ from dash import dcc, html
 
 from paradiag.app import ids
 from paradiag.app.selection import view_store
+from paradiag.app.views import VIEW_FIELDS
 from paradiag.app.views.comm import live as comm
 from paradiag.app.views.compare import live as compare
 from paradiag.app.views.detail import live as detail
 from paradiag.app.views.flow import live as flow
-from paradiag.app.views.live import VIEW_FIELDS
 from paradiag.app.views.marey import live as marey
 from paradiag.app.views.overview import live as overview
 from paradiag.app.views.timeline import live as timeline

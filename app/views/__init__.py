@@ -9,7 +9,8 @@ The figures' builders (``paradiag.app.figures``) and the view data (``paradiag.a
 several views and the snapshot. Adding a view is adding its folder and naming it in ``NAMES``.
 
 This module and every ``static.py`` import no Dash, so the CLI and the snapshot run in the core install (without
-``paradiag[web]``); the live views in order and their stores' fields are ``paradiag.app.views.live``.
+``paradiag[web]``); the live views in order (``VIEWS``) and their stores' fields (``VIEW_FIELDS``), built by
+``paradiag.app.views.live``, are read from here too, importing Dash on first use.
 
 The selection reducer (``paradiag.app.callbacks.selection``) writes a view's store only when one of the fields it
 reads changed, so a click recomputes and redraws the views it concerns and no other."""
@@ -21,6 +22,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from paradiag.app.views.live import VIEW_FIELDS as VIEW_FIELDS
+    from paradiag.app.views.live import VIEWS as VIEWS
     from paradiag.dataset import Job
 
 # In the page's order (the snapshot's too). ``layouts.job_page`` places their panels.
@@ -38,3 +41,12 @@ def part(name: str, which: str) -> Any:
 def static_renders() -> tuple[StaticRender, ...]:
     """Each view's static render, in the page's order (no Dash is imported)."""
     return tuple(part(name, "static").static for name in NAMES)
+
+
+def __getattr__(name: str) -> Any:
+    """``VIEWS`` and ``VIEW_FIELDS``: the live halves (Dash), imported when first asked for."""
+    if name in ("VIEWS", "VIEW_FIELDS"):
+        from paradiag.app.views import live
+
+        return getattr(live, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
