@@ -38,6 +38,19 @@ def part(name: str, which: str) -> Any:
     return importlib.import_module(f"{__name__}.{name}.{which}")
 
 
+def name_of(view: str, name: str) -> Any:
+    """Name ``name`` read from view package ``view`` (``paradiag.app.views.timeline.render_timeline``): from its
+    static half, else from its live half (which imports Dash), so code that reads a view as one module keeps
+    working. Its halves themselves are its submodules ``static`` and ``live``."""
+    if name.startswith("__") or name in ("live", "static"):
+        raise AttributeError(f"module {view!r} has no attribute {name!r}")
+    for which in ("static", "live"):
+        module = importlib.import_module(f"{view}.{which}")
+        if hasattr(module, name):
+            return getattr(module, name)
+    raise AttributeError(f"module {view!r} has no attribute {name!r}")
+
+
 def static_renders() -> tuple[StaticRender, ...]:
     """Each view's static render, in the page's order (no Dash is imported)."""
     return tuple(part(name, "static").static for name in NAMES)
