@@ -14,9 +14,10 @@ RUN python -m venv /opt/paradiag \
  && /opt/paradiag/bin/pip install "pip>=24" "setuptools>=77,<90" "wheel>=0.44"
 WORKDIR /src
 COPY . .
-# A regular (not editable) install: the app, its assets and the bundled sample jobs (package data) land in
-# the venv, so the runtime stage needs no source tree.
-RUN /opt/paradiag/bin/pip install . \
+# A regular (not editable) install with the web extra (the dashboard and gunicorn: the core install is the CLI and
+# the snapshot only): the app, its assets and the bundled sample jobs (package data) land in the venv, so the
+# runtime stage needs no source tree.
+RUN /opt/paradiag/bin/pip install ".[web]" \
  && /opt/paradiag/bin/python -c "import paradiag.app.config as c; assert any(c.SAMPLES_DIR.iterdir()), 'no sample jobs'"
 # plotly.js's cartesian partial bundle from the npm registry, checked against its integrity, into the venv
 # (paradiag/plotly_bundle.py: the dashboard's first page draws sooner); without the registry the full one serves.

@@ -40,7 +40,7 @@ $(VENV)/.ready: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "paradiag needs Python >= 3.11 (set PYTHON=...)")'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade $(BUILD_TOOLS)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[web,dev]'  # the dashboard (web) and the tests' tools
 	$(PY) -m paradiag.plotly_bundle  # plotly.js's cartesian bundle from the npm registry (paradiag/plotly_bundle.py)
 	touch $@
 

@@ -1,5 +1,7 @@
-"""Computed aggregates, shared by every worker through files, keyed by the job (as the server opened it) and
-paradiag's version (an upgrade computes afresh instead of serving what the old code made).
+"""Computed aggregates, shared by every worker through files, keyed by the job (as the server opened it) and the
+code that computed them: paradiag's version, the analysis sources and the sources of the module that defines the
+compute function and of every paradiag module it imports, directly or not (:func:`code_version`), so an upgrade or
+a changed function computes afresh instead of serving what the old code made, and no key holds a number to bump.
 
 Nothing read back can run code: an entry is data only (MessagePack for plain values, Arrow IPC for tables,
 NumPy's ``.npy`` without pickles for arrays; see :func:`encode`), and it is used only when its HMAC-SHA256, keyed by the
@@ -17,6 +19,7 @@ server's cache root, named after the user's upload folder), so one user's job ne
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import hmac
 import io
@@ -27,6 +30,7 @@ import re
 import secrets
 import stat
 import struct
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -38,6 +42,7 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
+import paradiag
 from paradiag import __version__
 from paradiag.analysis.diagnosis_types import analysis_version
 from paradiag.app.config import Config, private_dir
@@ -85,6 +90,7 @@ def init_cache(server: Flask | None, config: Config) -> None:
     secret = config.secret_key.encode() if config.secret_key else secrets.token_bytes(32)  # no key: this process only
     mac_key = hmac.new(secret, b"paradiag aggregates", hashlib.sha256).digest()
     _bound[:] = [_Store(folder, mac_key, config.cache_timeout_s)]
+    hash_loaded_code()
     for entry in folder.iterdir():  # another format's entries (Flask-Caching's pickles) are never read: removed
         if not _ENTRY.match(entry.name) and not entry.name.startswith("."):
             with contextlib.suppress(OSError):
@@ -104,19 +110,26 @@ def scope(job: Job) -> str:
     return hashlib.sha256(json.dumps(where).encode()).hexdigest()[:32]
 
 
-def key_of(kind: str, job_scope: str, params: Any) -> str:
+def key_of(kind: str, job_scope: str, params: Any, code: str = "") -> str:
     """The key of an aggregate: also of paradiag's and the analysis version, as aggregates are shaped from the
-    job's Diagnosis by this version's code."""
+    job's Diagnosis by this version's code, and of the code that computes it (``code``: :func:`code_version`)."""
     blob = json.dumps(params, sort_keys=True, default=str)
-    return f"paradiag:{__version__}:{kind}:{job_scope}:{analysis_version()}:{hashlib.sha256(blob.encode()).hexdigest()[:24]}"
+    return f"paradiag:{__version__}:{kind}:{job_scope}:{analysis_version()}:{code}:{hashlib.sha256(blob.encode()).hexdigest()[:24]}"
+
+
+def memo_key(kind: str, job: Job, params: Any, compute: Callable[[], Any]) -> str:
+    """The key under which :func:`memo` keeps ``compute()`` for ``job``."""
+    return key_of(kind, scope(job), params, code_version(compute))
 
 
 def memo(kind: str, job: Job, params: Any, compute: Callable[[], T]) -> T:
-    """``compute()`` once per (kind, job, params) for all workers; computed directly without a store."""
+    """``compute()`` once per (kind, job, params, the code behind ``compute``) for all workers; computed directly
+    without a store. ``params`` holds what the value depends on besides the job and the code (a step, a rank,
+    the folds opened): never a version number, as a change to the code makes a new key by itself."""
     if not _bound:
         return compute()
     store = _bound[0]
-    key = key_of(kind, scope(job), params)
+    key = memo_key(kind, job, params, compute)
     found = get(store, key)
     if found is not None:
         return found
@@ -124,6 +137,103 @@ def memo(kind: str, job: Job, params: Any, compute: Callable[[], T]) -> T:
     if value is not None:
         put(store, key, value)
     return value
+
+
+def code_version(compute: Callable[..., Any]) -> str:
+    """What identifies the code behind ``compute`` (a function, a lambda, a ``functools.partial`` or a bound
+    method): its module and qualified name, and the sources of that module and of every paradiag module it
+    imports, directly or through others (:func:`sources_of`). Hashed once per module and process, as the sources
+    of the code it runs (as ``analysis_version``)."""
+    fn: Any = compute
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    fn = getattr(fn, "__func__", fn)
+    module = getattr(fn, "__module__", None) or ""
+    name = getattr(fn, "__qualname__", type(fn).__qualname__)
+    return hashlib.sha256(f"{module}:{name}:{_module_hash(module)}".encode()).hexdigest()[:16]
+
+
+@functools.cache
+def _module_hash(module: str) -> str:
+    digest = hashlib.sha256()
+    for name, path in sources_of(module).items():
+        digest.update(f"{name}\0{_file_digest(path)}\0".encode())
+    return digest.hexdigest()
+
+
+@functools.cache
+def _file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def hash_loaded_code() -> None:
+    """Hash the sources of the app's modules loaded now (the server's, as it starts), so that an entry's key
+    names the code this process runs even if a file changes while it runs (a module loaded later is hashed when
+    its first aggregate is asked for)."""
+    for name in sorted(m for m in sys.modules if m.startswith("paradiag.app.")):
+        _module_hash(name)
+
+
+def sources_of(module: str) -> dict[str, Path]:
+    """The source file of ``module`` and of each paradiag module its code imports (at the top, inside functions or
+    for type checking alike), followed through their imports, by module name; read from the files, so nothing is
+    imported (a module of the web extra needs no Dash to be hashed). A module with no source file (a built-in one)
+    has none."""
+    found: dict[str, Path] = {}
+    todo = [module]
+    while todo:
+        name = todo.pop()
+        if name in found:
+            continue
+        path = _source_file(name)
+        if path is None:
+            continue
+        found[name] = path
+        todo += [m for m in _imported(path, name) if m not in found]
+    return dict(sorted(found.items()))
+
+
+def _source_file(name: str) -> Path | None:
+    """Where module ``name``'s source is: a paradiag module's under the package's folder (without importing it),
+    another's where it was loaded from."""
+    if name == "paradiag" or name.startswith("paradiag."):
+        base = _PACKAGE.joinpath(*name.split(".")[1:])
+        for path in (base.with_suffix(".py"), base / "__init__.py"):
+            if path.is_file():
+                return path
+        return None
+    file = getattr(sys.modules.get(name), "__file__", None)
+    return Path(file) if file and file.endswith(".py") else None
+
+
+# An import statement (its names in parentheses may span lines); read as text, not parsed: a name in a docstring
+# that reads like an import only adds a module to hash.
+_IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)|import[ \t]+([^\n]*))", re.MULTILINE)
+
+
+@functools.cache
+def _imported(path: Path, name: str) -> list[str]:
+    """The paradiag modules that module ``name`` (its source at ``path``) imports: ``import paradiag.x``, and
+    ``from paradiag.x import y`` (paradiag.x, and paradiag.x.y where that is a module)."""
+    out: list[str] = []
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for source, names, plain in _IMPORT.findall(path.read_text(encoding="utf-8")):
+        if plain:
+            out += [part.split()[0] for part in plain.split("#")[0].split(",") if part.strip()]
+            continue
+        base = source.lstrip(".")
+        if level := len(source) - len(base):
+            parts = package.split(".")
+            base = ".".join([*parts[: len(parts) - level + 1], *([base] if base else [])])
+        out.append(base)
+        for part in re.sub(r"#[^\n]*", "", names).strip("()").split(","):
+            item = part.split()[0] if part.split() else ""
+            if item.isidentifier() and _source_file(f"{base}.{item}") is not None:
+                out.append(f"{base}.{item}")
+    return [m for m in out if m == "paradiag" or m.startswith("paradiag.")]
+
+
+_PACKAGE = Path(paradiag.__file__).parent  # paradiag's folder (its app, analysis, ... through it, as imported)
 
 
 def _path(store: _Store, key: str) -> Path:

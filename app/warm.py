@@ -28,9 +28,10 @@ from paradiag.app.data.flow import flow_data, flow_p2p
 from paradiag.app.data.marey import marey_data
 from paradiag.app.data.mesh import mesh_of
 from paradiag.app.data.overview import DEFAULT_METRIC, opening_step, overview
-from paradiag.app.views.detail import detail_rank
-from paradiag.app.views.overview import rows_of
-from paradiag.app.views.timeline import shown_ranks, view_data
+from paradiag.app.views.detail.live import detail_rank
+from paradiag.app.views.overview.static import rows_of
+from paradiag.app.views.timeline.live import view_data
+from paradiag.app.views.timeline.static import shown_ranks
 from paradiag.dataset import Job
 
 QUIET_S = 0.3  # no request for this long: the page has what it asked for, the next step may be warmed

@@ -170,7 +170,7 @@ def pipeline_views(b: Browser, app: Any, reducer: str) -> None:
     bar = next((t for t in b.props[("marey", "figure")]["data"] if t.get("hoveron") == "points" and t.get("customdata")), None)  # a bar's hover points
     if bar:
         # what the browser's deferred click passes on: the point's customdata row (a typed array), its operator named
-        # from the figure's list (paradiag.app.views.marey.DEFER_CLICK)
+        # from the figure's list (paradiag.app.views.marey.live.DEFER_CLICK)
         first = _rows(bar["customdata"])[0]
         names = b.props[("marey", "figure")]["layout"]["meta"]["operators"]
         b.props[("marey-click", "data")] = {"points": [{"customdata": [names[int(first[0])], *first[1:]], "x": 0.0}]}

@@ -7,6 +7,8 @@ each area (simulator, app, snapshot) owns its command.
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import sys
 from typing import Any
 
 import click
@@ -26,6 +28,34 @@ COMMANDS: dict[str, str] = {
     "export": "paradiag.export:export",
 }
 
+# name -> (the extra it needs, the modules of that extra it imports): without them the command says what to install
+# (the core install, `pip install paradiag`, holds the CLI, the snapshot and the Python API; the dashboard is
+# `paradiag[web]`).
+EXTRAS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "serve": ("web", ("dash", "flask", "flask_login")),
+}
+EXIT_MISSING_EXTRA = 2  # as a usage error: nothing was run
+
+
+def _needs_extra(name: str, extra: str, missing: list[str]) -> click.Command:
+    """A stand-in for command ``name`` when the modules of its extra are missing: it names what to install."""
+
+    def refuse() -> None:
+        click.echo(
+            f"error: paradiag {name} needs paradiag's {extra} extra ({', '.join(missing)} not installed):"
+            f" pip install 'paradiag[{extra}]'",
+            err=True,
+        )
+        sys.exit(EXIT_MISSING_EXTRA)
+
+    return click.Command(
+        name,
+        callback=refuse,
+        help=f"Needs paradiag's {extra} extra, which is not installed: pip install 'paradiag[{extra}]'.",
+        short_help=f"(needs pip install 'paradiag[{extra}]')",
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    )
+
 
 class LazyGroup(click.Group):
     """A click group whose subcommands are imported when invoked; those not built yet are not listed."""
@@ -41,6 +71,11 @@ class LazyGroup(click.Group):
         target = COMMANDS.get(name)
         if target is None:
             return None
+        if name in EXTRAS:
+            extra, modules = EXTRAS[name]
+            missing = [m for m in modules if importlib.util.find_spec(m) is None]
+            if missing:
+                return _needs_extra(name, extra, missing)
         module_name, attribute = target.split(":")
         try:
             module = importlib.import_module(module_name)

@@ -131,14 +131,14 @@ def render_snapshot(job: Job, report: dict[str, Any]) -> str:
     the live view: ``paradiag.app.views``, so the snapshot shows the ranks, stages and culprit marks the dashboard
     opens on), then the stage and rank tables."""
     from paradiag.app.data.common import diagnosis
-    from paradiag.app.views import VIEWS
+    from paradiag.app.views import static_renders
 
     d = diagnosis(job)
     verdict = _verdict(report)
     sections = [("Verdict", verdict)] if verdict else []
     sections.append(("Findings", _findings(d.findings, report)))
-    for view in VIEWS:
-        sections += [(title, _content(content)) for title, content in view.static(job, report)]
+    for static in static_renders():
+        sections += [(title, _content(content)) for title, content in static(job, report)]
     sections.append(("Pipeline stages", _stage_table(d.stage_metrics)))
     sections.append(("Ranks", _rank_table(report)))
     return _page(f"paradiag: {report['job']['source']}", _job_subtitle(report), sections)

@@ -65,6 +65,7 @@ SLOW_FILES = {
     "test_remote_cache.py": "an S3 server (moto) on loopback and ingests into it",
     "test_dask.py": "local Dask clusters",
     "test_app_warm.py": "warms every view of a job",
+    "test_core_install.py": "a fresh interpreter per command",
 }
 # Module fixtures that open or build something big: every test that uses one is slow.
 SLOW_FIXTURES = {

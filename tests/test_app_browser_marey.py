@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from paradiag.app.views.marey import CLICK_DELAY_MS
+from paradiag.app.views.marey.live import CLICK_DELAY_MS
 from tests.test_app_support import click_data_point, fresh_app, screenshot, settle, severe_logs, wait_plot
 
 pytestmark = [

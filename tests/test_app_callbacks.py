@@ -48,9 +48,9 @@ def test_url_round_trips_the_selection() -> None:
 def test_opening_a_job_opens_on_its_top_finding(sel: Selection) -> None:
     """The slow rank's finding quotes step 1: the page opens there, and every view is about rank 5."""
     from paradiag.app.data.overview import DEFAULT_METRIC
-    from paradiag.app.views.detail import render_detail
-    from paradiag.app.views.overview import render_heatmap
-    from paradiag.app.views.timeline import render_timeline
+    from paradiag.app.views.detail.live import render_detail
+    from paradiag.app.views.overview.live import render_heatmap
+    from paradiag.app.views.timeline.live import render_timeline
 
     assert sel.job == f"sample:{SAMPLE}" and sel.step == 1 and sel.ranks is None
     heat = render_heatmap(sel.view("job"), DEFAULT_METRIC, [], sel.view("mark"))
@@ -72,8 +72,8 @@ def test_the_first_screen_follows_the_fault_of_any_job(app_ctx: Any, sample: str
     from paradiag.analysis.frame import OUTLIER_DEVIATIONS
     from paradiag.app.callbacks.selection import select
     from paradiag.app.data.overview import DEFAULT_METRIC
-    from paradiag.app.views.overview import render_heatmap
-    from paradiag.app.views.timeline import render_timeline
+    from paradiag.app.views.overview.live import render_heatmap
+    from paradiag.app.views.timeline.live import render_timeline
 
     sel = select(None, None, None, f"?job=sample:{sample}")
     heat = render_heatmap(sel.view("job"), DEFAULT_METRIC, [], sel.view("mark"))
@@ -133,9 +133,10 @@ def test_a_new_page_draws_summary_and_heatmap_first(sel: Selection) -> None:
 def test_a_folded_row_unfolds_and_folds_back(sel: Selection, monkeypatch: pytest.MonkeyPatch) -> None:
     """With fewer rows allowed than ranks, each stage folds, the slow rank keeps its row; a click unfolds a
     stage into its DP groups and adds a tick box for it; unticking (the value without it) folds it back."""
-    from paradiag.app.views import overview as ov_cb
+    from paradiag.app.views.overview import live as ov_cb
+    from paradiag.app.views.overview import static as ov_static
 
-    monkeypatch.setattr(ov_cb, "MAX_ROWS", 4)
+    monkeypatch.setattr(ov_static, "MAX_ROWS", 4)  # the rows' rule, which the live view draws
     labels = list(ov_cb.render_heatmap(sel.view("job"), "own_z", [], sel.view("mark")).layout.yaxis.ticktext)
     assert labels[:2] == ["s0 · 4 ranks", "s1 · 3 alike ranks"] and labels[2].startswith("⚠ rank 5 · s1 ") and len(labels) == 3
     value, options = ov_cb.toggle_group({"points": [{"y": 0}]}, [], [], sel.view("job"), "own_z")
@@ -148,7 +149,7 @@ def test_a_folded_row_unfolds_and_folds_back(sel: Selection, monkeypatch: pytest
 def test_step_chart_click_and_brush_pick_a_step(sel: Selection) -> None:
     from paradiag.app.callbacks.selection import select
     from paradiag.app.data.overview import overview
-    from paradiag.app.views.overview import render_steps
+    from paradiag.app.views.overview.live import render_steps
 
     fig = render_steps(sel.view("job"), sel.view("mark"))
     names = [t.name for t in fig.data]
@@ -172,7 +173,7 @@ def test_a_new_step_moves_only_the_step_charts_marker(sel: Selection) -> None:
     """A click that changes the step sends the marker line alone (a Patch of the shapes), where the full figure
     draws it; a click on ranks keeps it."""
     from paradiag.app.callbacks.selection import select
-    from paradiag.app.views.overview import mark_steps, render_steps
+    from paradiag.app.views.overview.live import mark_steps, render_steps
 
     new = select((ids.STEPS, "clickData"), {"points": [{"x": 2}]}, sel, "")
     ops = mark_steps(new.view("mark")).to_plotly_json()["operations"]
@@ -191,9 +192,9 @@ def context_job(sel: Selection) -> Any:
 
 def test_heatmap_click_selects_rank_and_step_and_views_follow(sel: Selection) -> None:
     from paradiag.app.callbacks.selection import select
-    from paradiag.app.views.detail import render_detail
-    from paradiag.app.views.overview import mark_heatmap
-    from paradiag.app.views.timeline import render_timeline
+    from paradiag.app.views.detail.live import render_detail
+    from paradiag.app.views.overview.live import mark_heatmap
+    from paradiag.app.views.timeline.live import render_timeline
 
     click = {"points": [{"x": "2", "y": 6, "customdata": "6"}]}
     new = select((ids.HEATMAP, "clickData"), click, sel, "")
@@ -233,8 +234,8 @@ def test_timeline_zoom_sets_the_window_and_back_returns(sel: Selection) -> None:
 
 def test_marey_click_selects_operator_and_flow_rings_it(sel: Selection) -> None:
     from paradiag.app.callbacks.selection import select
-    from paradiag.app.views.flow import render_flow
-    from paradiag.app.views.marey import render_marey
+    from paradiag.app.views.flow.live import render_flow
+    from paradiag.app.views.marey.live import render_marey
 
     marey, options, drawn = render_marey(sel.view("marey"), ["devices"])
     assert options[0]["value"] == "devices"
@@ -256,7 +257,7 @@ def test_marey_click_selects_operator_and_flow_rings_it(sel: Selection) -> None:
 
 
 def test_marey_zoom_merges_fewer_bands(sel: Selection) -> None:
-    from paradiag.app.views.marey import render_marey
+    from paradiag.app.views.marey.live import render_marey
 
     full = {float(c[2]) for c in _compute_points(render_marey(sel.view("marey"), [])[0])}  # the instances' middles
     middle = sorted(full)
@@ -275,7 +276,7 @@ def _compute_points(fig: Any) -> list[Any]:
 
 def test_comm_click_selects_the_slowest_instance_on_the_link(sel: Selection) -> None:
     from paradiag.app.callbacks.selection import select
-    from paradiag.app.views.comm import comm_instances, render_comm
+    from paradiag.app.views.comm.live import comm_instances, render_comm
 
     fig = render_comm(sel.view("comm"), "bandwidth")
     assert fig.data[0].type == "heatmap"
@@ -283,7 +284,7 @@ def test_comm_click_selects_the_slowest_instance_on_the_link(sel: Selection) -> 
     new = select((ids.COMM_MATRIX, "clickData"), click, sel, "")
     assert new.ranks == [0, 1] and new.collective and new.window
     assert "link 0 → 1" in str(comm_instances(click, sel.to_store()))
-    from paradiag.app.views.timeline import render_timeline
+    from paradiag.app.views.timeline.live import render_timeline
 
     fig, *_ = render_timeline(new.view("timeline"))
     outlined = [t for t in fig.data if t.name == "selected collective"]
@@ -314,7 +315,7 @@ def test_upload_saves_privately_and_never_overwrites(app_ctx: Any, tmp_path: Pat
 
 def test_picking_a_baseline_compares_and_names_the_culprit(sel: Selection) -> None:
     from paradiag.app.callbacks.selection import select
-    from paradiag.app.views.compare import baseline_options, render_compare
+    from paradiag.app.views.compare.live import baseline_options, render_compare
 
     choices = [o["value"] for o in baseline_options(sel.to_store())]
     assert "sample:gpu_llm_fault_free" in choices and sel.job not in choices and choices[0] == ""

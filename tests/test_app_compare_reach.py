@@ -94,7 +94,7 @@ def test_every_served_folder_is_a_baseline_and_opens_by_its_token(served_app: An
     from paradiag.app.callbacks.header import sample_links
     from paradiag.app.context import config
     from paradiag.app.selection import Selection
-    from paradiag.app.views.compare import baseline_options, render_compare
+    from paradiag.app.views.compare.live import baseline_options, render_compare
 
     options = {o["value"]: o["label"] for o in baseline_options({"job": "served"})}
     assert options["served:1"] == "served gpu_llm_fault_free" and options["served:2"] == "served npu_slow_link" and "served" not in options

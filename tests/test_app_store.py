@@ -4,9 +4,12 @@ computed again; every aggregate the pages ask for survives the round trip as it 
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import math
 import os
 import pickle
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -91,14 +94,16 @@ def test_a_value_with_no_data_encoding_is_computed_each_time_never_pickled(bound
     assert len(calls) == 2 and not [p for p in bound.folder.iterdir() if not p.name.startswith(".")]
 
 
-def entry_of(bound: Any, kind: str, job: Any, params: Any) -> Path:
-    return store._path(bound, store.key_of(kind, store.scope(job), params))
+def entry_of(bound: Any, kind: str, job: Any, params: Any, compute: Any) -> Path:
+    """The file of the entry ``store.memo(kind, job, params, compute)`` keeps (``compute``: a lambda of the same
+    function as the memo's, so of the same code)."""
+    return store._path(bound, store.memo_key(kind, job, params, compute))
 
 
 def test_a_planted_pickle_is_never_unpickled_and_the_value_is_computed(bound: Any, tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     job = Job(tmp_path)
-    entry = entry_of(bound, "overview", job, 2)
+    entry = entry_of(bound, "overview", job, 2, lambda: None)
     for planted in (
         pickle.dumps(Marker(marker)),  # Flask-Caching's own layout: expiry, then the pickle
         (2**31).to_bytes(4, "little") + pickle.dumps(Marker(marker)),
@@ -115,7 +120,7 @@ def test_forged_moved_altered_or_linked_entries_are_not_used(bound: Any, tmp_pat
     job, other = Job(tmp_path / "a"), Job(tmp_path / "b")
     store.memo("report", job, 1, lambda: {"facts": "job a"})
     store.memo("report", other, 1, lambda: {"facts": "job b"})
-    a, b = entry_of(bound, "report", job, 1), entry_of(bound, "report", other, 1)
+    a, b = entry_of(bound, "report", job, 1, lambda: None), entry_of(bound, "report", other, 1, lambda: None)
     # Another key's entry under this key's name (its MAC binds it to its key): not used.
     b.write_bytes(a.read_bytes())
     assert store.memo("report", other, 1, lambda: {"facts": "computed"}) == {"facts": "computed"}
@@ -126,7 +131,7 @@ def test_forged_moved_altered_or_linked_entries_are_not_used(bound: Any, tmp_pat
     assert store.memo("report", job, 1, lambda: {"facts": "again"}) == {"facts": "again"}
     # An entry written with another server's key.
     foreign = store._Store(bound.folder, b"another key", bound.timeout_s)
-    store.put(foreign, store.key_of("report", store.scope(job), 1), {"facts": "forged"})
+    store.put(foreign, store.memo_key("report", job, 1, lambda: None), {"facts": "forged"})
     assert store.memo("report", job, 1, lambda: {"facts": "mine"}) == {"facts": "mine"}
     # A link in its place, to a file the server wrote for another key.
     a.unlink()
@@ -194,3 +199,57 @@ def test_every_aggregate_of_the_pages_round_trips(tmp_path: Path, monkeypatch: p
     warm(app, "served").join()  # the second time, every aggregate is read back: nothing is computed or stored
     assert hits and stored == before
     store._bound.clear()
+
+
+def _load(folder: Path, name: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Module ``paradiag.<name>`` from ``folder`` (which stands for paradiag's own), loaded as a new server process
+    would run it: its sources hashed afresh."""
+    store._module_hash.cache_clear()
+    store._imported.cache_clear()
+    store._file_digest.cache_clear()
+    spec = importlib.util.spec_from_file_location(f"paradiag.{name}", folder / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_changed_compute_function_gets_a_new_key_an_unchanged_one_reuses_its_entry(bound: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The key follows the code: the module that defines the compute function and the paradiag modules it imports
+    (here ``paradiag.probe`` and its helper, in a folder standing for paradiag's); no number is bumped by hand."""
+    code = tmp_path / "code"
+    code.mkdir()
+    monkeypatch.setattr(store, "_PACKAGE", code)
+    probe = "from paradiag.probe_helper import BASE\n\n\ndef compute(calls):\n    calls.append(1)\n    return BASE + {n}\n"
+    (code / "probe.py").write_text(probe.format(n=2))
+    (code / "probe_helper.py").write_text("BASE = 40\n")
+    calls: list[int] = []
+    job = Job(tmp_path)
+
+    def answer() -> tuple[Any, int]:
+        _load(code, "probe_helper", monkeypatch)
+        module = _load(code, "probe", monkeypatch)
+        return store.memo("probe", job, None, functools.partial(module.compute, calls)), len(calls)
+
+    assert answer() == (42, 1)
+    assert answer() == (42, 1)  # the same code, loaded again: its entry is used, nothing is computed
+    (code / "probe.py").write_text(probe.format(n=3))  # the compute function changed
+    assert answer() == (43, 2)
+    (code / "probe_helper.py").write_text("BASE = 50\n")  # a module it imports changed
+    assert answer() == (53, 3)
+    (code / "probe_helper.py").write_text("BASE = 40\n")  # as it was: that code's entry is there still
+    assert answer() == (43, 3)
+
+
+def test_the_code_hashed_is_what_the_compute_function_reaches() -> None:
+    """An aggregate's sources: its module, what it imports and what those import (the analysis, the dataset), and
+    nothing of the web extra (the view data import no Dash, nor does hashing them import anything)."""
+    sources = store.sources_of("paradiag.app.data.comm")
+    assert {"paradiag.app.data.comm", "paradiag.app.data.common", "paradiag.analysis.comm", "paradiag.dataset", "paradiag.schema"} <= set(sources)
+    assert not {m for m in sources if m.startswith(("paradiag.app.views", "paradiag.app.callbacks", "paradiag.app.context"))}
+    assert all(path.is_file() for path in sources.values())
+    live = store.sources_of("paradiag.app.views.timeline.live")
+    assert {"paradiag.app.views.timeline.static", "paradiag.app.data.timeline", "paradiag.app.boundary"} <= set(live)
+    # Two functions of one module: two keys.
+    assert store.code_version(test_the_code_hashed_is_what_the_compute_function_reaches) != store.code_version(_load)

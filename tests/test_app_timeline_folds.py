@@ -42,7 +42,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Path
 
 def _drawn(served: tuple[Any, Path], expand: list[str], path: bool = False) -> tuple[Any, dict[str, Any], list[Any]]:
     from paradiag.app import context
-    from paradiag.app.views.timeline import rows_of, shown_ranks
+    from paradiag.app.views.timeline.static import rows_of, shown_ranks
 
     job = context.job("served")
     step = opening_step(job)
@@ -119,7 +119,7 @@ def test_a_click_on_a_folded_row_opens_it_and_the_state_survives_a_step_change(s
     from paradiag.app import context
     from paradiag.app.callbacks.selection import select
     from paradiag.app.data.common import steps_of
-    from paradiag.app.views.timeline import open_fold, render_timeline
+    from paradiag.app.views.timeline.live import open_fold, render_timeline
 
     sel = select(None, None, None, "?job=served")
     _, info, folds = render_timeline(sel.view("timeline"), [], [])

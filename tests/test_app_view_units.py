@@ -4,6 +4,7 @@ graphs of the views whose fields it changed and no other."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -41,11 +42,22 @@ def fed_by(app: Any, component: str, prop: str) -> set[str]:
 
 
 def test_every_view_is_one_unit() -> None:
-    from paradiag.app.views import VIEW_FIELDS, VIEWS
+    from paradiag import app
+    from paradiag.app.views import NAMES, part, static_renders
+    from paradiag.app.views.live import VIEW_FIELDS, VIEWS
 
+    # Every view folder is named in the registry (a folder left out would be neither on the page nor in the snapshot).
+    folder = Path(app.__file__).parent / "views"
+    assert sorted(NAMES) == sorted(p.name for p in folder.iterdir() if (p / "__init__.py").is_file())
+
+    assert [view.__name__ for view in VIEWS] == [f"paradiag.app.views.{name}.live" for name in NAMES]
     for view in VIEWS:
-        assert callable(view.panel) and callable(view.register) and callable(view.static), view.__name__
+        assert callable(view.panel) and callable(view.register), view.__name__
         assert view.FIELDS and all(set(fields) <= set(Selection.__dataclass_fields__) for fields in view.FIELDS.values()), view.__name__
+    # The snapshot's half of each unit, in the same order, beside its live half (in the same folder).
+    renders = static_renders()
+    assert [r.__module__ for r in renders] == [f"paradiag.app.views.{name}.static" for name in NAMES]
+    assert all(Path(str(part(name, "static").__file__)).parent == Path(str(view.__file__)).parent for name, view in zip(NAMES, VIEWS, strict=True))
     assert set(VIEW_FIELDS) == {"job", "mark", "timeline", "search", "marey", "detail", "comm", "compare", "flow"}
 
 

@@ -120,7 +120,7 @@ def test_compare_panel_says_how_ranks_were_paired(tmp_path: Path) -> None:
     from paradiag.app.config import Config
     from paradiag.app.factory import create_app
     from paradiag.app.selection import Selection
-    from paradiag.app.views.compare import render_compare
+    from paradiag.app.views.compare.live import render_compare
 
     app = create_app(Config.from_env(upload_dir=tmp_path / "uploads", app_cache_dir=tmp_path / "app-cache"))
     with app.server.test_request_context("/"):

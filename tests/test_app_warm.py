@@ -34,10 +34,10 @@ def warmed_app(folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, wh
 
 def test_every_step_is_warmed_and_a_step_change_reads_no_events(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from paradiag.app.data.common import steps_of
-    from paradiag.app.views.detail import render_detail
-    from paradiag.app.views.flow import render_flow
-    from paradiag.app.views.marey import render_marey
-    from paradiag.app.views.timeline import render_timeline
+    from paradiag.app.views.detail.live import render_detail
+    from paradiag.app.views.flow.live import render_flow
+    from paradiag.app.views.marey.live import render_marey
+    from paradiag.app.views.timeline.live import render_timeline
 
     app = warmed_app(SAMPLE, tmp_path, monkeypatch, "a step view")
     with app.server.test_request_context("/"):
@@ -76,9 +76,9 @@ def test_a_click_on_any_row_of_the_first_heatmap_reads_no_events_after_warming(t
     """A folded row selects all its ranks: their timeline and detail are warmed too, in every step."""
     from paradiag.app.callbacks.selection import select
     from paradiag.app.data.overview import DEFAULT_METRIC
-    from paradiag.app.views.detail import render_detail
-    from paradiag.app.views.overview import render_heatmap
-    from paradiag.app.views.timeline import render_timeline
+    from paradiag.app.views.detail.live import render_detail
+    from paradiag.app.views.overview.live import render_heatmap
+    from paradiag.app.views.timeline.live import render_timeline
     from paradiag.simulator import SimConfig, parse_fault, simulate
     from tests.test_app_timeline_folds import CULPRIT, MESH
 

@@ -30,6 +30,8 @@ def test_multi_stage_slim_non_root() -> None:
     # The package builds with its bundled sample jobs (package data), which the build stage checks.
     assert "sample_traces" in (REPO / "pyproject.toml").read_text()
     assert any(word == "RUN" and "SAMPLES_DIR" in args for word, args in steps)
+    # The server is the web extra (the core install has no Dash, flask-login or gunicorn).
+    assert any(word == "RUN" and re.search(r"pip install [\"']?\.\[([a-z,]*,)?web[],]", args) for word, args in steps)
 
 
 def test_health_volume_settings_and_command() -> None:

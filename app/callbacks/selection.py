@@ -20,8 +20,8 @@ from paradiag.app.data.findings import findings_of
 from paradiag.app.data.overview import DEFAULT_METRIC, METRICS, cited_step, opening_step, overview
 from paradiag.app.selection import START, Selection, view_store, wants_start
 from paradiag.app.views import VIEW_FIELDS
-from paradiag.app.views.compare import baseline_options
-from paradiag.app.views.overview import toggle_group
+from paradiag.app.views.compare.live import baseline_options
+from paradiag.app.views.overview.live import toggle_group
 
 # The reducer's inputs, each with the reading of its value (``paradiag.app.boundary``): a forged value is read
 # as None, and a None value changes nothing (``select``).

@@ -28,7 +28,7 @@ def matrix(job: Job) -> dict[str, Any]:
     """``{"ranks", "cells": [{src, dst, link_type, bytes, time_ns, bandwidth_gbps, instances}], "source"}``: the
     Diagnosis's matrix, rated here. ``ranks`` also holds the ranks only named as link ends (an export that traced
     some ranks of a group records their links to the others)."""
-    return store.memo("comm-matrix", job, 3, lambda: _matrix(job))
+    return store.memo("comm-matrix", job, None, lambda: _matrix(job))
 
 
 def _matrix(job: Job) -> dict[str, Any]:
@@ -100,7 +100,7 @@ def view(job: Job, src: list[int] | None = None, dst: list[int] | None = None) -
     into at most MAX_GROUPS (single ranks when they are few): ``{"level", "src", "dst": [{"label", "ranks"}],
     "cells": {metric: rows x columns}, "hover", "source"}``. The whole job's view is computed once."""
     if src is None and dst is None:
-        return store.memo("comm-view", job, [MAX_GROUPS, 2], lambda: _view(job, None, None))
+        return store.memo("comm-view", job, MAX_GROUPS, lambda: _view(job, None, None))
     return _view(job, src, dst)
 
 

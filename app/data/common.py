@@ -53,7 +53,7 @@ def diagnosis(job: Job) -> Diagnosis:
 def strategy(job: Job) -> dict[str, Any]:
     """The MindSpore parallel strategy read at ingest (``side_inputs.parallel_strategy``): ``files``, ``ops``
     (rank -> op rows), ``stage_of`` and ``problems``; it needs no source folder."""
-    return store.memo("strategy", job, 1, lambda: parallel_strategy(job.cache_dir))
+    return store.memo("strategy", job, None, lambda: parallel_strategy(job.cache_dir))
 
 
 def origin_ns(job: Job) -> int:

@@ -32,7 +32,7 @@ def peers_of(job: Job, rank: int) -> list[int]:
 def operator_totals(job: Job) -> pa.Table:
     """Device time per (step, rank, operator) over the whole job, computed once: the detail of any rank in any
     step then reads no events for its top operators."""
-    return store.memo("operator-totals", job, 1, lambda: _operator_totals(job))
+    return store.memo("operator-totals", job, None, lambda: _operator_totals(job))
 
 
 def _operator_totals(job: Job) -> pa.Table:

@@ -28,6 +28,7 @@ from paradiag.app.data.common import origin_ns
 from paradiag.app.data.findings import findings_of
 from paradiag.app.data.marey import p2p_pairs, step_bands
 from paradiag.app.data.mesh import mesh_of
+from paradiag.app.data.shapes import P2PPair
 from paradiag.app.figures.common import short_name
 from paradiag.dataset import Job
 
@@ -77,7 +78,7 @@ def _finish(node: dict[str, Any], key: str, t0: int) -> None:
             _finish(m, f"{key}.{j}", t0)
 
 
-def flow_p2p(job: Job, step: int) -> list[dict[str, Any]]:
+def flow_p2p(job: Job, step: int) -> list[P2PPair]:
     """The step's send/recv pairs the graph draws: those of each stage's first device (its devices send alike)."""
     mesh = mesh_of(job)
     return p2p_pairs(job, step, [mesh.ranks_of_stage(s)[0] for s in mesh.stages])

@@ -23,6 +23,16 @@ from paradiag.app import palette, store
 from paradiag.app.data.common import diagnosis, origin_ns, read_events
 from paradiag.app.data.mesh import mesh_of
 from paradiag.app.data.overview import focus_of
+from paradiag.app.data.shapes import (
+    ExpandOption,
+    FocusMarks,
+    MareyBands,
+    MareyData,
+    MareyRow,
+    MareyStage,
+    P2PPair,
+    PathPiece,
+)
 from paradiag.dataset import Job
 
 COLUMNS = ["rank", "device", "kind", "name", "start_ns", "dur_ns", "step", "collective"]
@@ -137,7 +147,7 @@ def _stage_table(arrays: dict[str, np.ndarray], words: list[str], kinds: pa.Tabl
     }
 
 
-def marey_data(job: Job, step: int, window: tuple[int, int] | None, merge_frac: float = 0.005, expand: list[str] | None = None, keep: list[int] | None = None) -> dict[str, Any]:
+def marey_data(job: Job, step: int, window: tuple[int, int] | None, merge_frac: float = 0.005, expand: list[str] | None = None, keep: list[int] | None = None) -> MareyData:
     """Everything the Marey figure draws for a step (ms since the job origin), merged for the window. ``expand``:
     "devices" (every device a row), "stage:S" (stage S by mesh group), "group:S:G" (group G of stage S by
     device); ``keep``: ranks that stay single rows (default: the top finding's ranks). The whole step, the view
@@ -155,7 +165,7 @@ def top_culprits(job: Job) -> list[int]:
     return list(focus_of(job).single)
 
 
-def focus_marks(job: Job) -> dict[str, Any]:
+def focus_marks(job: Job) -> FocusMarks:
     """What the graph marks of the top finding: ``{"kind", "stage" (a whole stage's finding, else None), "ranks"
     (the ranks it names), "reasons" (rank -> why), "headline"}``."""
     f = focus_of(job)
@@ -212,7 +222,7 @@ def _unread_rows(rows: list[model.Row], ranks: list[int], unread: list[int], dp:
     return out
 
 
-def _row(row: model.Row, ranks: list[int], groups: list[int], stage: int, busy_ms: np.ndarray, unread: list[int]) -> dict[str, Any]:
+def _row(row: model.Row, ranks: list[int], groups: list[int], stage: int, busy_ms: np.ndarray, unread: list[int]) -> MareyRow:
     """A row as drawn: its label, ranks (those read first, then the others it stands for), anomalous ranks and
     why (busy compute time against the stage's median)."""
     members = [ranks[c] for c in row.members] + unread
@@ -227,22 +237,22 @@ def _row(row: model.Row, ranks: list[int], groups: list[int], stage: int, busy_m
     return {"kind": row.kind, "label": label, "ranks": members, "anomalous": [ranks[c] for c in row.anomalous], "why": why, "group": groups[row.members[0]]}
 
 
-def _marey_data(job: Job, step: int, window: tuple[int, int] | None, merge_frac: float, expand: list[str], keep: list[int]) -> dict[str, Any]:
+def _marey_data(job: Job, step: int, window: tuple[int, int] | None, merge_frac: float, expand: list[str], keep: list[int]) -> MareyData:
     rows = folded(job, step, expand, keep)
     t0 = origin_ns(job)
     lo, hi = window or rows["span"]
     step_lo, step_hi = rows["span"]
     drawn = sum(len(st["rows"]) for st in rows["stages"])
-    stages = [{"stage": st["stage"], "rows": st["rows"], **_window(st, lo, hi, merge_frac, t0, drawn), "bubbles": _bubbles(st, lo, hi, t0, BUBBLE_FRAC * (step_hi - step_lo))} for st in rows["stages"]]
+    stages: list[MareyStage] = [{"stage": st["stage"], "rows": st["rows"], **_window(st, lo, hi, merge_frac, t0, drawn), "bubbles": _bubbles(st, lo, hi, t0, BUBBLE_FRAC * (step_hi - step_lo))} for st in rows["stages"]]
     heads = sorted({row["ranks"][0] for st in stages for row in st["rows"]})
     p2p = p2p_pairs(job, step, heads)  # one device per row (its first): the others' lines would overlap them
     return {"step": step, "window_ms": [(lo - t0) / 1e6, (hi - t0) / 1e6], "stages": stages, "p2p": p2p, "expandable": _expandable(job, rows), "focus": focus_marks(job)}
 
 
-def _expandable(job: Job, rows: dict[str, Any]) -> list[dict[str, str]]:
+def _expandable(job: Job, rows: dict[str, Any]) -> list[ExpandOption]:
     """The expand options that change something: a stage with mesh groups of several devices, and its groups."""
     mesh = mesh_of(job)
-    out = [{"label": " all devices", "value": ALL}] if len(mesh.ranks) <= MAX_ALL else []
+    out: list[ExpandOption] = [{"label": " all devices", "value": ALL}] if len(mesh.ranks) <= MAX_ALL else []
     for st in rows["stages"]:
         ranks = mesh.ranks_of_stage(st["stage"])
         groups = sorted({mesh.dp[r] for r in ranks})
@@ -253,7 +263,7 @@ def _expandable(job: Job, rows: dict[str, Any]) -> list[dict[str, str]]:
     return out
 
 
-def _window(st: dict[str, Any], lo: int, hi: int, merge_frac: float, t0: int, drawn: int) -> dict[str, Any]:
+def _window(st: dict[str, Any], lo: int, hi: int, merge_frac: float, t0: int, drawn: int) -> MareyBands:
     """A stage's bands overlapping [lo, hi), merged: times in ms, per row; labels; the slowest device."""
     most = max(MIN_BANDS, min(model.MAX_BANDS, MAX_BARS // max(len(st["rows"]), 1), TOTAL_BARS // max(drawn, 1)))  # more rows, fewer bands
     visible, group = model.merge_bands(st["start"], st["end"], st["category"], lo, hi, merge_frac, most)
@@ -299,7 +309,7 @@ def _slowest(rank: np.ndarray, ns: np.ndarray, group: np.ndarray, n: int) -> tup
     return out_rank, out_ns
 
 
-def p2p_pairs(job: Job, step: int, heads: list[int] | None = None) -> list[dict[str, Any]]:
+def p2p_pairs(job: Job, step: int, heads: list[int] | None = None) -> list[P2PPair]:
     """The step's send/recv pairs; with ``heads``, only those sent or received by one of these ranks."""
     chosen = sorted(set(heads)) if heads is not None else None
     return store.memo("marey-p2p", job, [step, chosen], lambda: _p2p(job, step, origin_ns(job), chosen))
@@ -317,7 +327,7 @@ def _bubbles(st: dict[str, Any], lo: int, hi: int, t0: int, min_ns: float) -> li
     return [((gaps - t0) / 1e6).round(5).tolist() for gaps in model.bubbles(st["start"], st["end"], compute, lo, hi, min_ns)]
 
 
-def _p2p(job: Job, step: int, t0: int, heads: list[int] | None) -> list[dict[str, Any]]:
+def _p2p(job: Job, step: int, t0: int, heads: list[int] | None) -> list[P2PPair]:
     """The step's send/recv pairs the analysis matched (``Diagnosis.p2p``): sender, receiver, send start,
     receive end, the receiver's wait (until the send started, at most the receive's length)."""
     table = diagnosis(job).p2p
@@ -342,7 +352,7 @@ def _p2p(job: Job, step: int, t0: int, heads: list[int] | None) -> list[dict[str
     ]
 
 
-def critical_path(job: Job, step: int, window: tuple[int, int] | None = None) -> list[dict[str, Any]]:
+def critical_path(job: Job, step: int, window: tuple[int, int] | None = None) -> list[PathPiece]:
     """The step's critical path as the analysis stored it (``Diagnosis.critical_path``), in ms since the job
     origin, within ``window`` (clipped to it): pieces of rank, kind, operator, start, end. Neighbouring segments
     of one rank and kind are one piece (their longest operator named); beyond MAX_PATH pieces, neighbours on one
@@ -352,7 +362,7 @@ def critical_path(job: Job, step: int, window: tuple[int, int] | None = None) ->
     return _path_pieces(job, step, window)
 
 
-def _path_pieces(job: Job, step: int, window: tuple[int, int] | None) -> list[dict[str, Any]]:
+def _path_pieces(job: Job, step: int, window: tuple[int, int] | None) -> list[PathPiece]:
     path = diagnosis(job).critical_path
     keep = pc.equal(path.column("step"), step)
     if window is not None:

@@ -36,12 +36,12 @@ _FROM_BREAKDOWN = {"compute_ms": "compute_ns", "comm_exposed_ms": "comm_exposed_
 
 
 def report(job: Job) -> dict[str, Any]:
-    return store.memo("report", job, 1, lambda: report_of(job, diagnosis(job)))
+    return store.memo("report", job, None, lambda: report_of(job, diagnosis(job)))
 
 
 def focus_of(job: Job) -> Focus:
     """What the first screen is about (the analysis' :func:`paradiag.analysis.focus.focus_of`), once per job."""
-    return Focus.from_json(store.memo("focus", job, 1, lambda: rules.focus_of(diagnosis(job)).as_json()))
+    return Focus.from_json(store.memo("focus", job, None, lambda: rules.focus_of(diagnosis(job)).as_json()))
 
 
 def focus(job: Job) -> dict[str, Any]:
@@ -92,7 +92,7 @@ def single(job: Job) -> set[int]:
 
 def overview(job: Job) -> dict[str, Any]:
     """``{"ranks", "steps", "stage", "dp", "metrics": {name: rows x steps list}, "found_by"}``."""
-    return store.memo("overview", job, 3, lambda: _overview(job))
+    return store.memo("overview", job, None, lambda: _overview(job))
 
 
 def _overview(job: Job) -> dict[str, Any]:

@@ -9,6 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from paradiag.app import palette
+from paradiag.app.data.shapes import P2PPair
 from paradiag.app.figures.common import base_figure, empty_figure, short_name
 
 SHARDED = "#00838f"  # outline of a node holding an operator split across devices (parallel_strategy)
@@ -16,7 +17,7 @@ CULPRIT = "#c62828"
 SYMBOL = {"compute": "circle", "collective": "diamond", "send": "triangle-right", "recv": "triangle-left", "memory": "circle", "block": "square"}
 
 
-def flow_figure(data: dict[str, Any], color_by: str = "imbalance", p2p: list[dict[str, Any]] | None = None, selected: tuple[Any, ...] | None = None) -> go.Figure:
+def flow_figure(data: dict[str, Any], color_by: str = "imbalance", p2p: list[P2PPair] | None = None, selected: tuple[Any, ...] | None = None) -> go.Figure:
     """``selected``: (operator, stage or None[, at ms or None]). Colour: each computing node's imbalance over the
     devices of its stage (max / median), or its measured time; communication nodes are grey (their time, and its
     spread over the devices, is mostly waiting; the hover gives both). The stage the top finding is about is emphasised; one label per stage (its most imbalanced node),
@@ -129,7 +130,7 @@ def _strategy_legend(fig: go.Figure, info: dict[str, Any]) -> None:
     fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", marker={"size": 12, "symbol": "circle-open", "color": SHARDED, "line": {"width": 2.5, "color": SHARDED}}, name=name, hovertext=hover, showlegend=True))
 
 
-def _p2p_edges(fig: go.Figure, data: dict[str, Any], p2p: list[dict[str, Any]]) -> None:
+def _p2p_edges(fig: go.Figure, data: dict[str, Any], p2p: list[P2PPair]) -> None:
     """A send/recv pair joins the node holding the send on one stage to the node holding the receive."""
     stage_of = {r: st["stage"] for st in data["stages"] for r in st["ranks"]}
     heads = {st["ranks"][0] for st in data["stages"] if st["ranks"]}  # the devices of a stage send alike

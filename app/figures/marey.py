@@ -6,13 +6,16 @@ micro-batches, the pipeline schedule and its bubbles show."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import plotly.graph_objects as go
 
 from paradiag.app import palette
 from paradiag.app.figures.common import base_figure, compact, empty_figure, short_name
+
+if TYPE_CHECKING:  # the view data's shapes (the figure reads them, the data layer builds them)
+    from paradiag.app.data.shapes import MareyData, MareyStage, MareyTimes, PathPiece
 
 HALF = 0.32  # half the height of a row
 STAGE_GAP = 0.7  # extra space between stages
@@ -23,7 +26,7 @@ OPERATORS = "operators"
 HOVER_STEP = 1 / 80  # the hover points along a long bar: this fraction of the window apart at most
 
 
-def rows_of(data: dict[str, Any]) -> tuple[list[list[float]], dict[int, float], list[tuple[float, str]]]:
+def rows_of(data: MareyData) -> tuple[list[list[float]], dict[int, float], list[tuple[float, str]]]:
     """y of each row of each stage, the y of each rank (its row's), and the tick labels (anomalies in red)."""
     row_y: list[list[float]] = []
     rank_y: dict[int, float] = {}
@@ -42,7 +45,7 @@ def rows_of(data: dict[str, Any]) -> tuple[list[list[float]], dict[int, float], 
     return row_y, rank_y, ticks
 
 
-def marey_figure(data: dict[str, Any], selected: tuple[Any, ...] | None = None, uirevision: Any = None, path: list[dict[str, Any]] | None = None) -> go.Figure:
+def marey_figure(data: MareyData, selected: tuple[Any, ...] | None = None, uirevision: Any = None, path: list[PathPiece] | None = None) -> go.Figure:
     """``selected``: (operator, stage or None, at ms or None): the instance holding ``at`` (else every instance
     of the operator, in that stage when given) is outlined. ``path``: the step's critical path
     (``paradiag.app.data.marey.critical_path``), drawn through the rows of the ranks it passes."""
@@ -65,7 +68,7 @@ def marey_figure(data: dict[str, Any], selected: tuple[Any, ...] | None = None, 
     return fig
 
 
-def _arrays(st: dict[str, Any], key: str) -> np.ndarray:
+def _arrays(st: MareyStage, key: MareyTimes) -> np.ndarray:
     return np.asarray(st[key], dtype=np.float64).reshape(len(st[key]), len(st["rows"]))
 
 
@@ -99,7 +102,7 @@ def _trapezoids(starts: np.ndarray, ends: np.ndarray, ys: list[float]) -> tuple[
     return (np.concatenate(xs), np.concatenate(yv)) if xs else (np.array([]), np.array([]))
 
 
-def _bubbles(fig: go.Figure, data: dict[str, Any], row_y: list[list[float]]) -> None:
+def _bubbles(fig: go.Figure, data: MareyData, row_y: list[list[float]]) -> None:
     parts = []
     for st, ys in zip(data["stages"], row_y, strict=True):
         for y, gaps in zip(ys, st["bubbles"], strict=True):
@@ -110,7 +113,7 @@ def _bubbles(fig: go.Figure, data: dict[str, Any], row_y: list[list[float]]) -> 
         fig.add_trace(go.Scatter(**_joined(parts), fill="toself", mode="none", fillcolor="rgba(189,189,189,0.35)", fillpattern={"shape": "/", "fgcolor": "#9e9e9e", "size": 6}, name="bubble (no compute)", hoverinfo="skip"))
 
 
-def _spread(fig: go.Figure, data: dict[str, Any], row_y: list[list[float]]) -> None:
+def _spread(fig: go.Figure, data: MareyData, row_y: list[list[float]]) -> None:
     """Behind each band of a folded row: from its devices' earliest start to their latest end (where that is
     wider than the bar by a pixel or more)."""
     parts = []
@@ -127,7 +130,7 @@ def _spread(fig: go.Figure, data: dict[str, Any], row_y: list[list[float]]) -> N
         fig.add_trace(go.Scatter(**_joined(parts), fill="toself", mode="none", fillcolor="rgba(120,144,156,0.3)", name="spread over the row's devices", hoverinfo="skip"))
 
 
-def _connectors(fig: go.Figure, data: dict[str, Any], row_y: list[list[float]]) -> None:
+def _connectors(fig: go.Figure, data: MareyData, row_y: list[list[float]]) -> None:
     polys: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
     for st, ys in zip(data["stages"], row_y, strict=True):
         if len(ys) < 2 or not len(st["start"]):
@@ -141,7 +144,7 @@ def _connectors(fig: go.Figure, data: dict[str, Any], row_y: list[list[float]]) 
         fig.add_trace(go.Scatter(**_joined(parts), fill="toself", mode="none", fillcolor=color, opacity=0.35, legendgroup=cat, showlegend=False, hoverinfo="skip"))
 
 
-def _bars(fig: go.Figure, data: dict[str, Any], row_y: list[list[float]]) -> list[str]:
+def _bars(fig: go.Figure, data: MareyData, row_y: list[list[float]]) -> list[str]:
     """Per category, its bars as one filled path (NaN-separated polygons: one SVG node, where a ``go.Bar``
     draws a path per bar and a 256-rank graph took 0.4-0.5 s to redraw) and undrawn points carrying their hover
     and click (:func:`_hover_points`). A band merged from neighbours of several categories is drawn stacked: each
@@ -166,7 +169,7 @@ def _bars(fig: go.Figure, data: dict[str, Any], row_y: list[list[float]]) -> lis
     return list(ops)
 
 
-def _stacked(st: dict[str, Any], ys: list[float]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def _stacked(st: MareyStage, ys: list[float]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per category, the slices of a stage's bars it holds (x, y of NaN-separated closed polygons): a band's
     categories stacked top to bottom in one order for every band (compute first: its share compares across
     stages at a glance), each as high as its share of the band's time."""
@@ -200,7 +203,7 @@ def _boxes(a: np.ndarray, b: np.ndarray, y0: np.ndarray, y1: np.ndarray) -> tupl
     return np.column_stack([a, b, b, a, a, gap]).ravel(), np.column_stack([y0, y0, y1, y1, y0, gap]).ravel()
 
 
-def _stage_bars(st: dict[str, Any], ys: list[float], ops: dict[str, int]) -> dict[str, dict[str, np.ndarray]]:
+def _stage_bars(st: MareyStage, ys: list[float], ops: dict[str, int]) -> dict[str, dict[str, np.ndarray]]:
     """Per category, a stage's bars (band by band, row by row): extent, row, and what the hover and the click
     carry: the operator (its index in ``ops``, which it is added to), the instance's middle (which instance a click selects), the row's time and spread over
     its devices, the slowest device and its time, the band's head line and the row's label."""
@@ -290,7 +293,7 @@ def _pass_text(label: str) -> str:
     return f" · micro-batch {mb} {'forward' if label[0] == 'F' else 'backward'}" + (f" (chunk {chunk})" if chunk else "")
 
 
-def _p2p(fig: go.Figure, data: dict[str, Any], rank_y: dict[int, float]) -> None:
+def _p2p(fig: go.Figure, data: MareyData, rank_y: dict[int, float]) -> None:
     lx: list[Any] = []
     ly: list[Any] = []
     wx: list[Any] = []
@@ -308,7 +311,7 @@ def _p2p(fig: go.Figure, data: dict[str, Any], rank_y: dict[int, float]) -> None
         fig.add_trace(go.Scatter(x=compact(np.array(wx, dtype=np.float64)), y=np.array(wy, dtype=np.float64), mode="lines", line={"color": palette.WAIT, "width": 4}, name="receiver waiting", hoverinfo="skip"))
 
 
-def _anomalies(fig: go.Figure, data: dict[str, Any], row_y: list[list[float]]) -> None:
+def _anomalies(fig: go.Figure, data: MareyData, row_y: list[list[float]]) -> None:
     """The paper's anomaly marks: a red mark at the left of each row holding an anomalous device, and a red
     outline around the row; the top finding (``data["focus"]``) marked in its own terms, its reason written on the
     graph: a whole stage's rows outlined together, a named rank's row with why."""
@@ -340,7 +343,7 @@ def _note(fig: go.Figure, y: float, text: str) -> None:
     fig.add_annotation(xref="paper", x=0.995, y=y, yref="y", xanchor="right", yanchor="bottom", text=f"<b>{text}</b>", showarrow=False, font={"color": ANOMALY, "size": 11}, bgcolor="rgba(255,255,255,0.85)", borderpad=1)
 
 
-def critical_path_trace(path: list[dict[str, Any]], rank_y: dict[int, float]) -> go.Scatter:
+def critical_path_trace(path: list[PathPiece], rank_y: dict[int, float]) -> go.Scatter:
     """The critical path as one thick line: along the row of each rank it passes for as long as it stays there,
     jumping to the next rank where that rank released it; the hover names kind, rank, operator and duration."""
     xs: list[float] = []
@@ -365,7 +368,7 @@ def critical_path_trace(path: list[dict[str, Any]], rank_y: dict[int, float]) ->
     )
 
 
-def highlight(data: dict[str, Any], selected: tuple[Any, ...] | None) -> go.Scatter:
+def highlight(data: MareyData, selected: tuple[Any, ...] | None) -> go.Scatter:
     """The outline of the selected instance (or instances); always the figure's last trace, empty when nothing is
     selected, so a new selection replaces it alone (a ``Patch``)."""
     row_y = rows_of(data)[0]

@@ -7,7 +7,14 @@ from dash import dcc, html
 
 from paradiag.app import ids
 from paradiag.app.selection import view_store
-from paradiag.app.views import VIEW_FIELDS, comm, compare, detail, flow, marey, overview, timeline
+from paradiag.app.views import VIEW_FIELDS
+from paradiag.app.views.comm import live as comm
+from paradiag.app.views.compare import live as compare
+from paradiag.app.views.detail import live as detail
+from paradiag.app.views.flow import live as flow
+from paradiag.app.views.marey import live as marey
+from paradiag.app.views.overview import live as overview
+from paradiag.app.views.timeline import live as timeline
 
 GUIDE = (
     "How to read this page: the findings above name what slows the job, ranked by the step time a fix would save; "

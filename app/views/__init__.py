@@ -1,30 +1,65 @@
-"""The job page's views, each one unit: a module holding its panel (``panel()``), the selection fields it reads
-(``FIELDS``: a store per part, ``paradiag.app.selection.view_store``), its callbacks (``register``) and the
-static render the snapshot uses (``static(job, report)``: titled sections, each a figure, an HTML string or both).
+"""The job page's views, each one unit: a folder ``app/views/<name>/`` holding
+
+- ``live.py`` (Dash): its panel (``panel()``), the selection fields it reads (``FIELDS``: a store per part,
+  ``paradiag.app.selection.view_store``) and its callbacks (``register``);
+- ``static.py`` (no Dash): the static render the snapshot uses (``static(job, report)``: titled sections, each a
+  figure, an HTML string or both) and the rules the live view shares with it (which ranks, which rows).
+
 The figures' builders (``paradiag.app.figures``) and the view data (``paradiag.app.data``) they call are shared by
-several views and the snapshot. Adding a view is adding a module here and naming it in ``VIEWS``.
+several views and the snapshot. Adding a view is adding its folder and naming it in ``NAMES``.
+
+This module and every ``static.py`` import no Dash, so the CLI and the snapshot run in the core install (without
+``paradiag[web]``); the live views in order (``VIEWS``) and their stores' fields (``VIEW_FIELDS``), built by
+``paradiag.app.views.live``, are read from here too, importing Dash on first use.
 
 The selection reducer (``paradiag.app.callbacks.selection``) writes a view's store only when one of the fields it
 reads changed, so a click recomputes and redraws the views it concerns and no other."""
 
 from __future__ import annotations
 
-from types import ModuleType
+import importlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from paradiag.app.views import comm, compare, detail, flow, marey, overview, timeline
+if TYPE_CHECKING:
+    from paradiag.app.views.live import VIEW_FIELDS as VIEW_FIELDS
+    from paradiag.app.views.live import VIEWS as VIEWS
+    from paradiag.dataset import Job
 
 # In the page's order (the snapshot's too). ``layouts.job_page`` places their panels.
-VIEWS: tuple[ModuleType, ...] = (overview, timeline, marey, detail, comm, compare, flow)
+NAMES: tuple[str, ...] = ("overview", "timeline", "marey", "detail", "comm", "compare", "flow")
+
+# A view's static render: (title, content) sections, each content a figure, an HTML string or (HTML, figure).
+StaticRender = Callable[["Job", dict[str, Any]], list[tuple[str, Any]]]
 
 
-def _fields() -> dict[str, tuple[str, ...]]:
-    out: dict[str, tuple[str, ...]] = {}
-    for view in VIEWS:
-        for store, fields in view.FIELDS.items():
-            if out.setdefault(store, fields) != fields:
-                raise ValueError(f"views disagree on the fields of store {store!r}: {out[store]} vs {fields}")
-    return out
+def part(name: str, which: str) -> Any:
+    """View ``name``'s module ``which`` ("live" or "static")."""
+    return importlib.import_module(f"{__name__}.{name}.{which}")
 
 
-# Each view store and the selection's fields it holds (the header's page switch and summary read "job" too).
-VIEW_FIELDS: dict[str, tuple[str, ...]] = _fields()
+def name_of(view: str, name: str) -> Any:
+    """Name ``name`` read from view package ``view`` (``paradiag.app.views.timeline.render_timeline``): from its
+    static half, else from its live half (which imports Dash), so code that reads a view as one module keeps
+    working. Its halves themselves are its submodules ``static`` and ``live``."""
+    if name.startswith("__") or name in ("live", "static"):
+        raise AttributeError(f"module {view!r} has no attribute {name!r}")
+    for which in ("static", "live"):
+        module = importlib.import_module(f"{view}.{which}")
+        if hasattr(module, name):
+            return getattr(module, name)
+    raise AttributeError(f"module {view!r} has no attribute {name!r}")
+
+
+def static_renders() -> tuple[StaticRender, ...]:
+    """Each view's static render, in the page's order (no Dash is imported)."""
+    return tuple(part(name, "static").static for name in NAMES)
+
+
+def __getattr__(name: str) -> Any:
+    """``VIEWS`` and ``VIEW_FIELDS``: the live halves (Dash), imported when first asked for."""
+    if name in ("VIEWS", "VIEW_FIELDS"):
+        from paradiag.app.views import live
+
+        return getattr(live, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -47,10 +47,6 @@ def panel() -> html.Section:
     )
 
 
-def static(job: Job, report: dict[str, Any]) -> list[tuple[str, Any]]:
-    return []  # the snapshot's per-rank table (paradiag.static) stands for it
-
-
 def register(app: Dash) -> None:
     boundary.callback(
         app,

@@ -14,7 +14,6 @@ from paradiag.app.figures.flow import flow_figure, ring
 from paradiag.app.layouts.common import graph
 from paradiag.app.layouts.common import panel as panel_of
 from paradiag.app.selection import view_store
-from paradiag.dataset import Job
 
 FIELDS = {"flow": ("job", "step", "op", "stage", "at")}
 REPEATS = "repeats"  # the flow's expand value that opens every repeated block
@@ -64,10 +63,6 @@ def panel() -> html.Section:
         class_name="pd-flow",
         help_text="operators in execution order per stage; repeated layers collapsed; click a node",
     )
-
-
-def static(job: Job, report: dict[str, Any]) -> list[tuple[str, Any]]:
-    return []
 
 
 def register(app: Dash) -> None:

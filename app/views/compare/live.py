@@ -102,10 +102,6 @@ def panel() -> html.Section:
     )
 
 
-def static(job: Job, report: dict[str, Any]) -> list[tuple[str, Any]]:
-    return []  # a snapshot is of one job (paradiag compare writes the diff page)
-
-
 def register(app: Dash) -> None:
     boundary.callback(
         app,

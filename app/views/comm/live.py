@@ -16,7 +16,6 @@ from paradiag.app.figures.comm import comm_figure
 from paradiag.app.layouts.common import graph
 from paradiag.app.layouts.common import panel as panel_of
 from paradiag.app.selection import view_store
-from paradiag.dataset import Job
 
 # The matrix outlines the selected ranks only as the members of the selected collective (the reducer blanks
 # ``ranks`` in its store while no collective is selected: a click on other ranks leaves it as it is).
@@ -84,10 +83,6 @@ def panel() -> html.Section:
         html.Div(id=ids.COMM_INSTANCES, className="pd-instances"),
         class_name="pd-comm",
     )
-
-
-def static(job: Job, report: dict[str, Any]) -> list[tuple[str, Any]]:
-    return [("Communication matrix (how much slower each link is than comparable links)", comm_figure(view(job), "slowness"))]
 
 
 def register(app: Dash) -> None:

@@ -14,11 +14,9 @@ from paradiag.app import boundary, coerce, context, ids
 from paradiag.app.boundary import In
 from paradiag.app.data.overview import (
     DEFAULT_METRIC,
-    HEATMAP_MAX_ROWS,
     METRICS,
     focus,
     focus_of,
-    heatmap_rows,
     metric_of,
     overview,
     steps_focus,
@@ -28,18 +26,12 @@ from paradiag.app.figures.steps import step_marker, steps_figure
 from paradiag.app.layouts.common import graph
 from paradiag.app.layouts.common import panel as panel_of
 from paradiag.app.selection import Selection, view_store
+from paradiag.app.views.overview.static import rows_of
 from paradiag.dataset import Job
 
-MAX_ROWS = HEATMAP_MAX_ROWS
 # The selection's fields each of its stores holds: the figures are built for a job ("job"); a click moves their
 # marks ("mark": a Patch of the shapes).
 FIELDS = {"job": ("job",), "mark": ("job", "step", "ranks")}
-
-
-def rows_of(job: Job, metric: str, expanded: list[str] | None) -> list[dict[str, Any]]:
-    """The heatmap's rows: the ranks the focus keeps single on rows of their own, the blamed ones marked."""
-    f = focus_of(job)
-    return heatmap_rows(overview(job), metric_of(job, metric), expanded, MAX_ROWS, f.blamed, set(f.single), f.reasons)
 
 
 def caption(job: Job, metric: str) -> str:
@@ -149,16 +141,6 @@ def panel() -> html.Section:
         class_name="pd-overview",
         help_text="steps: click or brush to pick one · heatmap: ranks × steps by stage, blamed ranks outlined red; click a cell, or a folded row to unfold it",
     )
-
-
-def static(job: Job, report: dict[str, Any]) -> list[tuple[str, Any]]:
-    """The first screen as the dashboard opens it: its focus (``paradiag.analysis.focus``), metric, rows and caption."""
-    ov = overview(job)
-    f = focus_of(job)
-    rows = rows_of(job, f.metric, None)
-    steps_fig = steps_figure(ov["steps"], ov["ranks"], ov["metrics"]["step_ms"], f.single, f.step, focus=steps_focus(job))
-    heat = heatmap_figure(rows, ov["steps"], f.metric, METRICS[f.metric], {"ranks": f.ranks, "step": f.step}, caption=f.caption)
-    return [("Step time", steps_fig), (f"Overview: {METRICS[f.metric]} per rank and step", heat)]
 
 
 def register(app: Dash) -> None:

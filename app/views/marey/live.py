@@ -6,7 +6,6 @@ followed: a double-click zooms out)."""
 
 from __future__ import annotations
 
-from html import escape
 from typing import Any
 
 from dash import Dash, Input, Output, Patch, dcc, html, no_update
@@ -15,17 +14,13 @@ from paradiag.app import boundary, context, ids
 from paradiag.app.boundary import In, St
 from paradiag.app.data.common import origin_ns
 from paradiag.app.data.marey import EXPAND_KEY, critical_path, marey_data
-from paradiag.app.data.overview import focus_of, opening_step
 from paradiag.app.figures.marey import OPERATORS, highlight, marey_figure
 from paradiag.app.layouts.common import graph
 from paradiag.app.layouts.common import panel as panel_of
 from paradiag.app.selection import view_store
-from paradiag.dataset import Job
 
 # The selection's fields this view is drawn from (its store, ``view_store("marey")``).
 FIELDS = {"marey": ("job", "step", "window", "op", "stage", "at")}
-# The snapshot's bands: neighbouring bands closer than 1% of the step merge (the live view refines on zoom).
-STATIC_MERGE_FRAC = 0.01
 
 # A double-click resets the zoom; plotly reports its first click as a click too. A click reaches the selection
 # only when no double-click followed within plotly's double-click delay (300 ms) and a margin.
@@ -99,25 +94,6 @@ def panel() -> html.Section:
         class_name="pd-marey",
         help_text="stages top to bottom, time across; drag to zoom, double-click to zoom out",
     )
-
-
-def static(job: Job, report: dict[str, Any]) -> list[tuple[str, Any]]:
-    """The snapshot's Marey graph of the step a new page opens on, with its critical path and what that is."""
-    step = opening_step(job)
-    if step is None:
-        return []
-    fig = marey_figure(marey_data(job, step, None, merge_frac=STATIC_MERGE_FRAC), path=critical_path(job, step))
-    which = "the step the top finding cites" if step == focus_of(job).step else "the slowest step"
-    return [(f"Marey's graph of step {step} ({which}) with its critical path", (path_text(report, step), fig))]
-
-
-def path_text(report: dict[str, Any], step: int) -> str:
-    """What the thick line in the snapshot's Marey graph is: the step's critical path, its length and parts."""
-    from paradiag.commands import critical_path_line
-
-    found = next((c for c in report.get("critical_path", []) if c["step"] == step), None)
-    what = escape(critical_path_line(found)) + "." if found else "No critical path was found for this step."
-    return f"<p>The thick orange line is the step's critical path: the work that set the step's end, through the ranks it passed (hover for each piece's kind, rank, operator and duration). {what}</p>"
 
 
 def register(app: Dash) -> None:

@@ -14,25 +14,22 @@ from dash import Dash, Input, Output, dcc, html, no_update
 
 from paradiag.app import boundary, coerce, context, ids, store
 from paradiag.app.boundary import In, St
-from paradiag.app.data import overview as overview_data
 from paradiag.app.data.common import origin_ns, step_span
 from paradiag.app.data.detail import operator_totals
-from paradiag.app.data.overview import focus, focus_of, opening_step
+from paradiag.app.data.overview import focus, opening_step
 from paradiag.app.data.timeline import timeline_data
-from paradiag.app.data.timeline_fold import LIMITS, timeline_rows
 from paradiag.app.figures.common import short_name
 from paradiag.app.figures.timeline import timeline_figure
 from paradiag.app.layouts.common import graph
 from paradiag.app.layouts.common import panel as panel_of
 from paradiag.app.selection import Selection, view_store
+from paradiag.app.views.timeline.static import rows_of, shown_ranks
 from paradiag.dataset import Job
 
 # The selection's fields it is drawn from, and the operator search's (its choices follow the job alone: 400 of them
 # are not needed to draw the first screen).
 FIELDS = {"timeline": ("job", "step", "ranks", "window", "collective"), "search": ("job",)}
 PIXELS = 800
-# The snapshot's: a wider page, aggregated to screen resolution (a 64-rank snapshot stays under 10 MB).
-STATIC_PIXELS, STATIC_MAX_PRIMITIVES = 1400, 12_000
 # Intervals drawn one by one (each with its hover line) up to this many; beyond, merged per pixel column. A step of
 # 8 ranks holds ~12k intervals, 1.5 MB with their names: a zoom (drag, wheel, W) shows single kernels.
 MAX_INTERVALS = 5000
@@ -49,21 +46,6 @@ async function(click) {
     return times.resetAt >= pressed ? window.dash_clientside.no_update : click;
 }
 """.replace("DELAY", str(CLICK_DELAY_MS))
-
-
-def shown_ranks(job: Job, selected: list[int] | None, step: int | None = None) -> list[int]:
-    """The ranks drawn one by one: the selected ranks (else the ranks the top finding names) first. Up to
-    SMALL_JOB ranks, then the ranks that wait for them the longest in ``step`` (default: the step a new page
-    opens on): their stage peers and their pipeline neighbours, up to MAX_RANKS in all. In a larger job, then
-    the ranks that stand apart (the heatmap's rule), the others fold (``rows_of``). The rule is the analysis'
-    (``paradiag.analysis.focus.shown_ranks``), which the snapshot reads too."""
-    return overview_data.shown_ranks(job, selected, step, LIMITS)
-
-
-def rows_of(job: Job, ranks: list[int], expand: list[str] | None) -> list[int | dict[str, Any]]:
-    """What the timeline draws top to bottom: ``ranks``, then (beyond SMALL_JOB ranks) every other rank in the
-    fold of its stage or, where ``expand`` opened them, of its mesh group or on its own."""
-    return timeline_rows(job, ranks, expand)
 
 
 def window_ns(job: Job, sel: dict[str, Any], ranks: list[int] | None) -> tuple[int, int]:
@@ -172,20 +154,6 @@ def panel() -> html.Section:
         class_name="pd-timeline",
         help_text="time in ms since the job's first step · drag, wheel or W/S to zoom, A/D to pan, double-click to zoom out",
     )
-
-
-def static(job: Job, report: dict[str, Any]) -> list[tuple[str, Any]]:
-    """The timeline of the step a new page opens on, the ranks it opens on first (the analysis' rule)."""
-    step = opening_step(job)
-    if step is None:
-        return []
-    ranks = shown_ranks(job, None, step)
-    entries = rows_of(job, ranks, None)
-    folded = any(isinstance(e, dict) for e in entries)
-    window = step_span(job, step, None if folded else ranks)
-    data = timeline_data(job, entries, window, pixels=STATIC_PIXELS, max_primitives=STATIC_MAX_PRIMITIVES, step=step)
-    shown = ", ".join(map(str, ranks[:12])) + (" ..." if len(ranks) > 12 else "")
-    return [(f"Timeline of step {step} (ranks {shown}{', the others folded' if folded else ''})", timeline_figure(data, marked=list(focus_of(job).ranks)))]
 
 
 def register(app: Dash) -> None:
