@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from paradiag.analysis import kinds
 from paradiag.analysis.frame import MAD_TO_SIGMA, Frame, robust_spread
 from paradiag.analysis.operators import (
     call_counts,
@@ -68,14 +69,14 @@ def severity(impact_pct: float) -> str:
 
 
 def finding(kind: str, culprit: dict[str, Any], steps: list[int], impact_pct: float, evidence: str, step: int | None = None) -> dict[str, Any]:
-    """A finding as the analysis builds it (``paradiag.analysis.diagnosis_types.Finding`` types it); ``step`` is
-    the step its evidence cites."""
+    """A finding as the analysis builds it (``paradiag.analysis.diagnosis_types.Finding`` types it): ``kind`` one
+    of the registry's (``paradiag.analysis.kinds``); ``step`` is the step its evidence cites."""
     return {
-        "kind": kind,
+        "kind": kinds.check(kind),
         "culprit": culprit,
         "steps": steps,
         "impact_pct": round(impact_pct, 2),
-        "severity": "info" if kind == "clock_skew" else severity(impact_pct),
+        "severity": "info" if kinds.of(kind).informative else severity(impact_pct),
         "evidence": evidence,
         "step": step,
     }
