@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from paradiag import schema
-from paradiag.analysis import comm, findings, stages, whatif
+from paradiag.analysis import comm, findings, kinds, stages, whatif
 from paradiag.analysis.breakdown import (
     BREAKDOWN_COLUMNS,
     Breakdown,
@@ -257,7 +257,7 @@ def diagnose(job: Job) -> Diagnosis:
     operators = [OperatorImbalance(**o) for o in operator_imbalance(frame, peers)]
     times = operator_times(frame, len(set(job.steps.column("step").to_pylist())))
     path = critical_path(frame, participation, p2p, job.steps)
-    if any(whatif.finding_edits(f) for f in found):  # the graph costs seconds at 1024 ranks: only for a replay
+    if any(kinds.finding_edits(f) for f in found):  # the graph costs seconds at 1024 ranks: only for a replay
         # The replay comes last: its graph takes the frame's arrays over (the events are not held twice).
         graph = whatif.build_graph(frame, job.steps, p2p, host_of, passes)
         del frame
