@@ -103,9 +103,9 @@ def critical_path(frame: Frame, participation: pa.Table, p2p: pa.Table, steps: p
     )
 
 
-def _by_end(work: Frame) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """rank -> (ends in increasing order, the matching row indices of ``work``)."""
-    order = np.lexsort((work.end, work.rank))
+def _by_end(work: Frame, index: EndIndex) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """rank -> (ends in increasing order, the matching row indices of ``work``), from its ``index``."""
+    order = index.by_end
     ranks, firsts = np.unique(work.rank[order], return_index=True)
     bounds = np.append(firsts, len(order))
     return {int(r): (work.end[order[a:b]], order[a:b]) for r, a, b in zip(ranks.tolist(), bounds[:-1], bounds[1:], strict=True)}
@@ -113,14 +113,22 @@ def _by_end(work: Frame) -> dict[int, tuple[np.ndarray, np.ndarray]]:
 
 def _walk(work: Frame, step: int, released: np.ndarray, host_start: dict[tuple[int, int], int]) -> list[tuple[Any, ...]]:
     """The segments of one step's path, latest first."""
-    ends = _by_end(work)
     index, arriving = EndIndex.of(work), _arriving(work)
+    ends = _by_end(work, index)
+    # What released each event's start, asked once for all of them: the walk's answer unless it is on the path
+    # already (then asked again, the path left out: the answer is the same wherever it is not on the path).
+    anchor = released_by(work, index.by_end, index.position(work.rank, work.start), work.rank, work.start, work.launch)
     last = int(np.argmax(work.end))
     rank, t, launch = int(work.rank[last]), int(work.end[last]), -1
     visited = np.zeros(len(work), bool)
     out: list[tuple[Any, ...]] = []
+    at_start: int | None = None  # the event whose start ``t`` is
     while True:
-        e = _released_at(work, index, rank, t, launch, visited)
+        a = int(anchor[at_start]) if at_start is not None else -2
+        if a == -1 or (a >= 0 and not visited[a]):
+            e: int | None = a if a >= 0 else None
+        else:
+            e = _released_at(work, index, rank, t, launch, visited)
         if e is None:
             begin = host_start.get((rank, step))
             if begin is not None and begin < t:
@@ -133,14 +141,15 @@ def _walk(work: Frame, step: int, released: np.ndarray, host_start: dict[tuple[i
         by, arrival = int(released[e, 0]), int(released[e, 1])
         if by >= 0 and by in ends and arrival < end:
             out.append((step, rank, int(work.track[e]), "communication", _operator(work, e), arrival, end))
-            rank, t, launch = by, arrival, arriving(by, arrival)
+            k = arriving(by, arrival)  # the other rank's kernel that arrived: what released its start goes on
+            rank, t, launch, at_start = by, arrival, int(work.launch[k]) if k >= 0 else -1, k if k >= 0 else None
             continue
         kind = _kind(work, e)
         other = _other_stream_before(work, ends[rank], e, end, visited) if kind == "waiting" else None
         if other is not None:  # the wait ended when that work did: only the rest of it is on the path
             start = min(int(work.end[other]), end)
         out.append((step, rank, int(work.track[e]), kind, _operator(work, e), start, end))
-        t, launch = start, int(work.launch[e])
+        t, launch, at_start = start, int(work.launch[e]), e if other is None else None
 
 
 def _released_at(work: Frame, index: EndIndex, rank: int, t: int, launch: int, visited: np.ndarray) -> int | None:
@@ -153,8 +162,8 @@ def _released_at(work: Frame, index: EndIndex, rank: int, t: int, launch: int, v
 
 
 def _arriving(work: Frame) -> Callable[[int, int], int]:
-    """(rank, arrival) -> the launch of the rank's communication kernel that started at ``arrival`` (the last member
-    of a collective, the other half of a send/receive pair: what the path continues from), -1 unknown."""
+    """(rank, arrival) -> the row of the rank's communication kernel that started at ``arrival`` (the last member
+    of a collective, the other half of a send/receive pair: what the path continues from), -1 for none."""
     comm = np.flatnonzero(work.kind == work.code("kinds", "communication"))
     base = int(work.start.min()) if len(work) else 0
     span = int(work.start.max()) - base + 1 if len(work) else 1
@@ -162,14 +171,14 @@ def _arriving(work: Frame) -> Callable[[int, int], int]:
     order = np.argsort(keys, kind="stable")
     keys, rows = keys[order], comm[order]
 
-    def launch(rank: int, arrival: int) -> int:
+    def row(rank: int, arrival: int) -> int:
         if not len(keys) or not base <= arrival < base + span:
             return -1
         key = rank * span + arrival - base
         i = int(np.searchsorted(keys, key))
-        return int(work.launch[rows[i]]) if i < len(keys) and keys[i] == key else -1
+        return int(rows[i]) if i < len(keys) and keys[i] == key else -1
 
-    return launch
+    return row
 
 
 def _other_stream_before(work: Frame, by_end: tuple[np.ndarray, np.ndarray], wait: int, t: int, visited: np.ndarray) -> int | None:

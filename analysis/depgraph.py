@@ -1,9 +1,9 @@
 """The dependency graph of the profiled steps: which work released each device event.
 
 One rule for which work released an event (:func:`released_by`), walked back by the critical path
-(``paradiag.analysis.critical_path``, step by step) and, as each event's anchor in the :class:`Graph` of the profiled
-steps (:func:`build_graph`), replayed forward by the what-if (``paradiag.analysis.replay``). Every device event of a profiled step is a node;
-each waits for
+(``paradiag.analysis.critical_path``, step by step) and, as each event's anchor in the :class:`Graph` of the
+profiled steps (:func:`build_graph`), replayed forward by the what-if (``paradiag.analysis.replay``). Every device
+event of a profiled step is a node; each waits for
 
 * the previous work of its stream (a stream runs in order), and
 * the work of its rank that ended last before it started (its *anchor*, any stream: :func:`released_by`): the event
@@ -176,8 +176,11 @@ def released_by(
     before it (ANY_TRIES). ``before``: the query is the start of the event at this row of ``f`` (in order of start):
     work that started at the same time and comes before it in that order counts; ``excluded``: rows that never
     count (the work already on a path). -1 where none."""
-    launched = _step_back(f, by_end, pos, rank, t, launch, before, excluded, LAUNCH_TRIES)
-    return np.where(launched >= 0, launched, _step_back(f, by_end, pos, rank, t, None, before, excluded, ANY_TRIES))
+    found = _step_back(f, by_end, pos, rank, t, launch, before, excluded, LAUNCH_TRIES)
+    missing = np.flatnonzero(found < 0)
+    if len(missing):
+        found[missing] = _step_back(f, by_end, pos[missing], rank[missing], t[missing], None, None if before is None else before[missing], excluded, ANY_TRIES)
+    return found
 
 
 def anchors(f: Frame) -> tuple[np.ndarray, np.ndarray]:
