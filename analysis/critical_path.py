@@ -4,8 +4,9 @@ A step ends with the last device work of any rank. Walking back from there, each
 what came right before it:
 
 * on one rank, device work runs after the work that ended last before it started (whatever its stream: a kernel
-  waits on its own stream and on the events other streams record); the time between the two is a **host** gap (the
-  device had nothing launched: the host was late);
+  waits on its own stream and on the events other streams record) and was launched before it: the dependency
+  graph's rule (``paradiag.analysis.depgraph.released_by``), the one the what-if replays; the time between the two
+  is a **host** gap (the device had nothing launched: the host was late);
 * a collective kernel cannot finish before its last member arrives: where this rank arrived before the last one,
   the path goes to the last arrival (``late_rank`` in ``participation``) and continues on that rank from its
   arrival; the time after the last arrival is **communication**;
@@ -22,20 +23,19 @@ before its first kernel is host time). The segments tile the path without gaps, 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from paradiag.analysis.depgraph import END_TOLERANCE_NS, EndIndex, released_by
 from paradiag.analysis.frame import Frame, find_rows
 
+__all__ = ["END_TOLERANCE_NS", "PATH_KINDS", "TOP_OPERATORS", "composition", "critical_path"]
 PATH_KINDS = ("compute", "communication", "waiting", "host")
 TOP_OPERATORS = 10
-# Work that ends this little after the next work starts still released it: traces round times (Kineto's integer
-# microseconds, float microseconds on an epoch clock), so a kernel that waited for another can seem to start 1 ns
-# before the other ended.
-END_TOLERANCE_NS = 1000
 
 
 def _releases(participation: pa.Table, p2p: pa.Table) -> tuple[np.ndarray, np.ndarray]:
@@ -103,9 +103,9 @@ def critical_path(frame: Frame, participation: pa.Table, p2p: pa.Table, steps: p
     )
 
 
-def _by_end(work: Frame) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """rank -> (ends in increasing order, the matching row indices of ``work``)."""
-    order = np.lexsort((work.end, work.rank))
+def _by_end(work: Frame, index: EndIndex) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """rank -> (ends in increasing order, the matching row indices of ``work``), from its ``index``."""
+    order = index.by_end
     ranks, firsts = np.unique(work.rank[order], return_index=True)
     bounds = np.append(firsts, len(order))
     return {int(r): (work.end[order[a:b]], order[a:b]) for r, a, b in zip(ranks.tolist(), bounds[:-1], bounds[1:], strict=True)}
@@ -113,53 +113,82 @@ def _by_end(work: Frame) -> dict[int, tuple[np.ndarray, np.ndarray]]:
 
 def _walk(work: Frame, step: int, released: np.ndarray, host_start: dict[tuple[int, int], int]) -> list[tuple[Any, ...]]:
     """The segments of one step's path, latest first."""
-    ends = _by_end(work)
+    index, arriving = EndIndex.of(work), _arriving(work)
+    ends = _by_end(work, index)
+    # What released each event's start, asked once for all of them: the walk's answer unless it is on the path
+    # already (then asked again, the path left out: the answer is the same wherever it is not on the path).
+    anchor = released_by(work, index.by_end, index.position(work.rank, work.start), work.rank, work.start, work.launch)
     last = int(np.argmax(work.end))
-    rank, t = int(work.rank[last]), int(work.end[last])
-    visited: set[int] = set()
+    rank, t, launch = int(work.rank[last]), int(work.end[last]), -1
+    visited = np.zeros(len(work), bool)
     out: list[tuple[Any, ...]] = []
+    at_start: int | None = None  # the event whose start ``t`` is
     while True:
-        e = _latest_before(work, ends[rank], t, visited)
+        a = int(anchor[at_start]) if at_start is not None else -2
+        if a == -1 or (a >= 0 and not visited[a]):
+            e: int | None = a if a >= 0 else None
+        else:
+            e = _released_at(work, index, rank, t, launch, visited)
         if e is None:
             begin = host_start.get((rank, step))
             if begin is not None and begin < t:
                 out.append((step, rank, -1, "host", None, begin, t))
             return out
-        visited.add(e)
+        visited[e] = True
         start, end = int(work.start[e]), min(int(work.end[e]), t)
         if end < t:
             out.append((step, rank, -1, "host", None, end, t))
         by, arrival = int(released[e, 0]), int(released[e, 1])
         if by >= 0 and by in ends and arrival < end:
             out.append((step, rank, int(work.track[e]), "communication", _operator(work, e), arrival, end))
-            rank, t = by, arrival
+            k = arriving(by, arrival)  # the other rank's kernel that arrived: what released its start goes on
+            rank, t, launch, at_start = by, arrival, int(work.launch[k]) if k >= 0 else -1, k if k >= 0 else None
             continue
         kind = _kind(work, e)
         other = _other_stream_before(work, ends[rank], e, end, visited) if kind == "waiting" else None
         if other is not None:  # the wait ended when that work did: only the rest of it is on the path
             start = min(int(work.end[other]), end)
         out.append((step, rank, int(work.track[e]), kind, _operator(work, e), start, end))
-        t = start
+        t, launch, at_start = start, int(work.launch[e]), e if other is None else None
 
 
-def _latest_before(work: Frame, by_end: tuple[np.ndarray, np.ndarray], t: int, visited: set[int]) -> int | None:
-    """The row of the rank's work that started before ``t`` and ended last at or before it (within
-    ``END_TOLERANCE_NS``), not already on the path."""
-    ends, rows = by_end
-    pos = int(np.searchsorted(ends, t + END_TOLERANCE_NS, side="right")) - 1
-    while pos >= 0 and (int(rows[pos]) in visited or work.start[rows[pos]] >= t):
-        pos -= 1
-    return int(rows[pos]) if pos >= 0 else None
+def _released_at(work: Frame, index: EndIndex, rank: int, t: int, launch: int, visited: np.ndarray) -> int | None:
+    """The row of the rank's work that released time ``t`` of the path (``depgraph.released_by``: it ended last at
+    or before ``t`` and started before it; ``launch``: the launch of the work released, -1 unknown), not already on
+    the path."""
+    r, at = np.array([rank], np.int64), np.array([t], np.int64)
+    found = int(released_by(work, index.by_end, index.position(r, at), r, at, np.array([launch], np.int64), excluded=visited)[0])
+    return found if found >= 0 else None
 
 
-def _other_stream_before(work: Frame, by_end: tuple[np.ndarray, np.ndarray], wait: int, t: int, visited: set[int]) -> int | None:
+def _arriving(work: Frame) -> Callable[[int, int], int]:
+    """(rank, arrival) -> the row of the rank's communication kernel that started at ``arrival`` (the last member
+    of a collective, the other half of a send/receive pair: what the path continues from), -1 for none."""
+    comm = np.flatnonzero(work.kind == work.code("kinds", "communication"))
+    base = int(work.start.min()) if len(work) else 0
+    span = int(work.start.max()) - base + 1 if len(work) else 1
+    keys = work.rank[comm].astype(np.int64) * span + (work.start[comm] - base)
+    order = np.argsort(keys, kind="stable")
+    keys, rows = keys[order], comm[order]
+
+    def row(rank: int, arrival: int) -> int:
+        if not len(keys) or not base <= arrival < base + span:
+            return -1
+        key = rank * span + arrival - base
+        i = int(np.searchsorted(keys, key))
+        return int(rows[i]) if i < len(keys) and keys[i] == key else -1
+
+    return row
+
+
+def _other_stream_before(work: Frame, by_end: tuple[np.ndarray, np.ndarray], wait: int, t: int, visited: np.ndarray) -> int | None:
     """The work of another stream that ended last while the device-side wait ``wait`` ran (up to ``t``): the
     work it waited for."""
     ends, rows = by_end
     pos = int(np.searchsorted(ends, t + END_TOLERANCE_NS, side="right")) - 1
     while pos >= 0 and ends[pos] > work.start[wait]:
         row = int(rows[pos])
-        if row not in visited and work.track[row] != work.track[wait] and work.start[row] < t:
+        if not visited[row] and work.track[row] != work.track[wait] and work.start[row] < t:
             return row
         pos -= 1
     return None

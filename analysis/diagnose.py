@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from paradiag import schema
-from paradiag.analysis import comm, findings, stages, whatif
+from paradiag.analysis import comm, findings, kinds, stages, whatif
 from paradiag.analysis.breakdown import (
     BREAKDOWN_COLUMNS,
     Breakdown,
@@ -246,18 +246,18 @@ def diagnose(job: Job) -> Diagnosis:
     del records  # the frame holds them now (the peak comes later: the critical path, the replay)
     peers = peer_sets(layout)
     steps_total = len({s for _, s in figures}) or 1
-    found: list[dict[str, Any]] = []
-    if step_ns > 0:
-        ep_of = {r: c["ep"] for r, c in layout.coords.items()}
-        found += findings.rank_findings(frame, figures, peers, ep_of, waits, step_ns, host_ranks, stretch)
-        on_host = bool(host_ranks) and set(job.rank_ids) <= host_ranks
-        found += findings.stage_hotspots(findings.stage_findings(metrics, on_host), frame, layout.stages, host_ranks)
-        found += findings.link_findings(instances, p2p, members, host_of, step_ns, steps_total, job.extra("links"))
-    found += findings.clock_findings(job.ranks)
+    evidence = findings.Evidence(
+        frame=frame, figures=figures, peer_sets=peers, ep_of={r: c["ep"] for r, c in layout.coords.items()}, waits=waits, step_ns=step_ns,
+        host_ranks=host_ranks, compute_scale=stretch, stage_metrics=metrics, on_host=bool(host_ranks) and set(job.rank_ids) <= host_ranks,
+        stages=layout.stages, instances=instances, p2p=p2p, members=members, host_of=host_of, steps_total=steps_total,
+        links=job.extra("links") if step_ns > 0 else None, ranks=job.ranks,
+    )  # fmt: skip
+    found = findings.detect(evidence)
+    del evidence
     operators = [OperatorImbalance(**o) for o in operator_imbalance(frame, peers)]
     times = operator_times(frame, len(set(job.steps.column("step").to_pylist())))
     path = critical_path(frame, participation, p2p, job.steps)
-    if any(whatif.finding_edits(f) for f in found):  # the graph costs seconds at 1024 ranks: only for a replay
+    if any(kinds.finding_edits(f) for f in found):  # the graph costs seconds at 1024 ranks: only for a replay
         # The replay comes last: its graph takes the frame's arrays over (the events are not held twice).
         graph = whatif.build_graph(frame, job.steps, p2p, host_of, passes)
         del frame

@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from paradiag.analysis.breakdown import Breakdown
+from paradiag.analysis.kinds import Kind, check
 from paradiag.analysis.layout import Layout
 
 FOLDER = "diagnosis"
@@ -107,7 +108,7 @@ class Finding:
     the replay of the steps with the cause removed (predicted step time, saving, the edits), None (absent from the
     JSON) where there is nothing to replay (clock skew)."""
 
-    kind: str
+    kind: Kind  # one of the registry's (paradiag.analysis.kinds)
     culprit: Culprit
     steps: list[int]
     impact_pct: float
@@ -132,7 +133,7 @@ class Finding:
     def from_json(cls, data: dict[str, Any]) -> Finding:
         _known(cls, data, set(cls.__dataclass_fields__))
         return cls(
-            kind=data["kind"],
+            kind=check(data["kind"]),
             culprit=Culprit.from_json(data.get("culprit") or {}),
             steps=[int(s) for s in data.get("steps") or []],
             impact_pct=float(data["impact_pct"]),
@@ -253,9 +254,9 @@ class Diagnosis:
     operator_totals: pa.Table
     critical_path: pa.Table
 
-    def culprits(self) -> dict[int, list[str]]:
+    def culprits(self) -> dict[int, list[Kind]]:
         """rank -> the kinds of the findings that name it as a culprit (link ends included)."""
-        out: dict[int, list[str]] = {}
+        out: dict[int, list[Kind]] = {}
         for f in self.findings:
             for r in dict.fromkeys([*f.culprit.ranks, *(f.culprit.link or [])]):
                 out.setdefault(r, []).append(f.kind)

@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from paradiag.analysis import kinds
 from paradiag.analysis.frame import MAD_TO_SIGMA, Frame, robust_spread
 from paradiag.analysis.operators import (
     call_counts,
@@ -68,14 +70,14 @@ def severity(impact_pct: float) -> str:
 
 
 def finding(kind: str, culprit: dict[str, Any], steps: list[int], impact_pct: float, evidence: str, step: int | None = None) -> dict[str, Any]:
-    """A finding as the analysis builds it (``paradiag.analysis.diagnosis_types.Finding`` types it); ``step`` is
-    the step its evidence cites."""
+    """A finding as the analysis builds it (``paradiag.analysis.diagnosis_types.Finding`` types it): ``kind`` one
+    of the registry's (``paradiag.analysis.kinds``); ``step`` is the step its evidence cites."""
     return {
-        "kind": kind,
+        "kind": kinds.check(kind),
         "culprit": culprit,
         "steps": steps,
         "impact_pct": round(impact_pct, 2),
-        "severity": "info" if kind == "clock_skew" else severity(impact_pct),
+        "severity": "info" if kinds.of(kind).informative else severity(impact_pct),
         "evidence": evidence,
         "step": step,
     }
@@ -590,3 +592,63 @@ def link_findings(
     )
     steps = sorted({s for u in involved for s in u["steps"]})
     return [finding("slow_link", {"link": {"ranks": link}, "ranks": link}, steps, impact, evidence)]
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the detectors read of a job (``diagnose`` gathers it once): its device events (``frame``), the
+    per-(rank, step) ``figures`` and ``waits``, the ``peer_sets`` (each stage's ranks) and ``ep_of`` (rank -> expert
+    index), the median ``step_ns``, the CPU ranks (``host_ranks``, ``compute_scale``, ``on_host``: every rank one),
+    the ``stage_metrics`` and ``stages``, the collective ``instances``, the matched ``p2p`` pairs, the groups'
+    ``members``, ``host_of`` each rank, ``steps_total``, the Ascend per-link traffic (``links``) and the ranks table."""
+
+    frame: Frame
+    figures: Mapping[tuple[int, int], Mapping[str, int]]
+    peer_sets: list[list[int]]
+    ep_of: Mapping[int, int]
+    waits: Mapping[tuple[int, int], Mapping[str, int]]
+    step_ns: float
+    host_ranks: frozenset[int]
+    compute_scale: float
+    stage_metrics: Mapping[str, Any]
+    on_host: bool
+    stages: list[list[int]]
+    instances: pa.Table
+    p2p: pa.Table
+    members: Mapping[str, list[int]]
+    host_of: Mapping[int, str | None]
+    steps_total: int
+    links: pa.Table | None
+    ranks: pa.Table
+
+
+def _rank_detector(e: Evidence) -> list[dict[str, Any]]:
+    return rank_findings(e.frame, e.figures, e.peer_sets, e.ep_of, e.waits, e.step_ns, e.host_ranks, e.compute_scale)
+
+
+def _stage_detector(e: Evidence) -> list[dict[str, Any]]:
+    return stage_hotspots(stage_findings(e.stage_metrics, e.on_host), e.frame, e.stages, e.host_ranks)
+
+
+def _link_detector(e: Evidence) -> list[dict[str, Any]]:
+    return link_findings(e.instances, e.p2p, e.members, e.host_of, e.step_ns, e.steps_total, e.links)
+
+
+def _clock_detector(e: Evidence) -> list[dict[str, Any]]:
+    return clock_findings(e.ranks)
+
+
+# The detectors, in the order their findings are listed (``ranked`` orders them later), and whether each needs the
+# job's step time (work measured against the step): a new kind's detector is added here.
+DETECTORS: tuple[tuple[Callable[[Evidence], list[dict[str, Any]]], bool], ...] = (
+    (_rank_detector, True),
+    (_stage_detector, True),
+    (_link_detector, True),
+    (_clock_detector, False),
+)
+
+
+def detect(e: Evidence) -> list[dict[str, Any]]:
+    """Every detector's findings (those that need a step time only where the job has one)."""
+    return [f for detector, timed in DETECTORS if e.step_ns > 0 or not timed for f in detector(e)]
+

@@ -19,11 +19,13 @@ from typing import Any
 
 import numpy as np
 
+from paradiag.analysis import kinds
 from paradiag.analysis.diagnosis_types import Diagnosis, Finding
 from paradiag.analysis.frame import OUTLIER_DEVIATIONS, robust_z
 
-# Findings about a rank itself (not a stage, a link or the clocks): their ranks are outlined as culprits.
-RANK_KINDS = ("slow_device", "host_stall", "operator_hotspot", "expert_imbalance")
+# Findings about a rank itself (not a stage, a link or the clocks): their ranks are outlined as culprits (the
+# registry's ``outlined``).
+RANK_KINDS = kinds.OUTLINED
 # The overview's metrics: name -> label. ``focus`` is the metric of what the top finding is about (Focus.metric).
 METRICS = {
     "focus": "what the top finding is about (auto)",
@@ -40,9 +42,9 @@ METRICS = {
 }
 Z_METRICS = ("own_z", "zscore")
 PCT_METRICS = ("compute_job_pct", "transfer_job_pct")
-# What each kind of finding is seen by: a rank against its stage, a stage's compute or a link's transfers against
-# the job.
-METRIC_OF = {"stage_imbalance": "compute_job_pct", "slow_link": "transfer_job_pct"}
+# What each kind of finding is seen by (the registry's ``metric``): a rank against its stage, a stage's compute or a
+# link's transfers against the job.
+METRIC_OF = {k: e.metric for k, e in kinds.KINDS.items()}
 BASE_METRIC = "own_z"  # what a job without a finding is coloured by
 DEFAULT_METRIC = "focus"  # the dropdown's first value: the metric of what the top finding is about
 SEPARATES_PCT = 10.0  # a % against the job's median that tells a culprit from launch jitter (a few %)
@@ -58,7 +60,7 @@ class Focus:
     words, for the views' row labels; ``metric``: the overview's metric that shows it; ``headline`` the finding in
     a line, ``caption`` the headline and what the overview is coloured by."""
 
-    kind: str | None
+    kind: kinds.Kind | None
     subject: str
     ranks: list[int]
     stage: int | None
@@ -68,7 +70,7 @@ class Focus:
     headline: str
     caption: str
     single: list[int] = field(default_factory=list)
-    blamed: dict[int, str] = field(default_factory=dict)
+    blamed: dict[int, kinds.Kind] = field(default_factory=dict)
     reasons: dict[int, str] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
@@ -145,7 +147,7 @@ def figures(d: Diagnosis, ranks: Sequence[int], steps: Sequence[int]) -> dict[st
 def focus_of(d: Diagnosis) -> Focus:
     """What the first screen of the job is about (see :class:`Focus`)."""
     top = top_finding(d)
-    blamed = {r: next(k for k in kinds if k in RANK_KINDS) for r, kinds in d.culprits().items() if any(k in RANK_KINDS for k in kinds)}
+    blamed = {r: next(k for k in named if k in RANK_KINDS) for r, named in d.culprits().items() if any(k in RANK_KINDS for k in named)}
     if top is None:
         caption = f"No finding stands out: coloured by {METRICS[BASE_METRIC]}"
         return Focus(None, "none", [], None, None, None, BASE_METRIC, "No finding stands out", caption, sorted(blamed), blamed, {})
@@ -153,8 +155,8 @@ def focus_of(d: Diagnosis) -> Focus:
     step = cited_step(top)
     stage_of = d.layout.stage_of
     whole_stage = bool(ranks) and len({stage_of.get(r) for r in ranks}) == 1 and len(ranks) == sum(1 for s in stage_of.values() if s == stage_of.get(ranks[0]))
-    subject = "stage" if top.kind == "stage_imbalance" else "link" if top.culprit.link else "clock" if top.kind == "clock_skew" else "rank"
-    metric = METRIC_OF.get(top.kind, BASE_METRIC)
+    subject = kinds.of(top.kind).opens_on
+    metric = METRIC_OF[top.kind]
     reasons = _reasons(d, top, ranks, step)
     headline = _headline(d, top, ranks, step, reasons)
     blamed = {**blamed, **{r: top.kind for r in ranks if r not in blamed}}

@@ -1,6 +1,8 @@
 """Faults injected on purpose: parsing ``--inject KIND:key=val,...`` and the factors the engine applies.
 
-The kind names are the analysis's vocabulary: a finding and the fault that caused it carry the same name.
+The kinds are the analysis's registry's (``paradiag.analysis.kinds``: each finding kind names the fault that
+produces it): a finding and the fault that caused it carry the same name. A fault's parameters, and how the engine
+and the ground truth resolve them, are the simulator's.
 """
 
 from __future__ import annotations
@@ -9,15 +11,9 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-KINDS = (
-    "slow_device",
-    "slow_link",
-    "stage_imbalance",
-    "host_stall",
-    "operator_hotspot",
-    "clock_skew",
-    "expert_imbalance",
-)
+from paradiag.analysis import kinds as finding_kinds
+
+KINDS = finding_kinds.faults()
 
 # kind -> {parameter: (type, default)}; types: ranks (a list), pair, steps, float, int, str, layers.
 PARAMS: dict[str, dict[str, tuple[str, Any]]] = {
@@ -29,6 +25,7 @@ PARAMS: dict[str, dict[str, tuple[str, Any]]] = {
     "clock_skew": {"nodes": ("ranks", [1]), "ms": ("float", 3.0)},
     "expert_imbalance": {"ep_rank": ("int", 0), "factor": ("float", 2.5), "steps": ("steps", None)},
 }
+assert set(PARAMS) == set(KINDS), "every fault the registry names has its parameters here, and no other"
 ALIASES = {"rank": "ranks", "node": "nodes", "step": "steps", "op": "operator", "host": "nodes", "hosts": "nodes"}
 HELP = (
     "slow_device:ranks=5,factor=1.3[,steps=1-2]  slow_link:ranks=8-16|nodes=0-1,factor=4  "
@@ -111,7 +108,7 @@ def check(fault: Fault, world: int, nodes: int, steps: range, ep: int, moe: bool
     p = fault.params
     for key, limit, what in (("ranks", world, "rank"), ("nodes", nodes, "node")):
         values = p.get(key)
-        if fault.kind in ("slow_device", "host_stall", "operator_hotspot") and key == "ranks" and not values:
+        if key == "ranks" and PARAMS[fault.kind].get("ranks") == ("ranks", None) and not values:  # a culprit list, no default
             raise FaultError(f"{fault.kind}: ranks= is required (e.g. {fault.kind}:ranks=3)")
         bad = [v for v in values or [] if not 0 <= v < limit]
         if bad:

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from paradiag.analysis import kinds
 from paradiag.simulator.faults import Fault
 from paradiag.simulator.job import Job
 
@@ -134,14 +135,16 @@ def read(path: Path) -> dict[str, Any]:
 
 
 def matches(finding: dict[str, Any], entry: dict[str, Any]) -> bool:
-    """Whether a paradiag finding names this fault or inherent condition: same kind and culprit (the stage of a
-    stage imbalance, the rank pair of a slow link, the ranks otherwise)."""
-    if finding["kind"] != entry["kind"]:
+    """Whether a paradiag finding names this fault or inherent condition: the kind the fault produces
+    (``paradiag.analysis.kinds``) and the culprit it blames (a stage: its stage; a link: its rank pair; the ranks
+    otherwise)."""
+    kind = kinds.produced_by(entry["kind"])
+    if finding["kind"] != kind:
         return False
-    culprit = finding["culprit"]
-    if entry["kind"] == "stage_imbalance":
+    culprit, blames = finding["culprit"], kinds.KINDS[kind].blames
+    if blames == "stage":
         return bool(culprit.get("stage") == entry["stage"])
-    if entry["kind"] == "slow_link":
+    if blames == "link":
         return sorted(culprit.get("link", {}).get("ranks", [])) == sorted(entry["link"]["ranks"])
     return sorted(culprit.get("ranks", [])) == sorted(entry["ranks"])
 

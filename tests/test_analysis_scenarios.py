@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 import paradiag
+from paradiag.analysis import kinds as finding_kinds
 from paradiag.simulator import SimConfig, groundtruth, parse_fault, simulate
 from paradiag.simulator.faults import random_fault
 
@@ -43,14 +44,16 @@ MESHES: dict[str, dict[str, Any]] = {
     "gpu16_pp8_nopeer": {"dp": 2, "tp": 1, "pp": 8, "microbatches": 8, "schedule": "1f1b", "p2p_peer": False},
     "gpu16_pp4_nopeer": {"dp": 4, "tp": 1, "pp": 4, "microbatches": 4, "schedule": "1f1b", "p2p_peer": False},
 }
-DENSE_KINDS = ("slow_device", "host_stall", "operator_hotspot", "stage_imbalance", "slow_link", "clock_skew")
+# Every kind the registry has a simulator fault for: those a dense model can have, and those only an MoE model has.
+DENSE_KINDS: tuple[str, ...] = finding_kinds.scenario_kinds(moe=False)
+MOE_KINDS: tuple[str, ...] = tuple(k for k in finding_kinds.scenario_kinds(moe=True) if k not in DENSE_KINDS)
 PLAN: list[tuple[str, tuple[str, ...], list[int]]] = [  # mesh, fault kinds, seeds (each kind and seed: one job)
     ("gpu16_1f1b", (*DENSE_KINDS, "none"), [1, 2]),
     ("npu16_gpipe", (*DENSE_KINDS, "none"), [3, 4]),
     ("gpu32_interleaved", (*DENSE_KINDS, "none"), [5]),
     ("gpu64_1f1b", (*DENSE_KINDS, "none"), [6]),
-    ("gpu16_moe", ("expert_imbalance", "none"), [7, 8]),
-    ("npu16_moe", ("expert_imbalance",), [9]),
+    ("gpu16_moe", (*MOE_KINDS, "none"), [7, 8]),
+    ("npu16_moe", MOE_KINDS, [9]),
     ("gpu16_pp8_nopeer", ("slow_link", "slow_device", "none"), [10, 11]),
     ("gpu16_pp4_nopeer", ("slow_link", "stage_imbalance", "none"), [12]),
 ]

@@ -168,6 +168,24 @@ def test_a_device_wait_hands_the_path_to_the_stream_it_waited_for() -> None:
     assert _path(frame, 1) == [*expected, (0, "compute", 5_000_000, 6_000_000)]
 
 
+def test_work_launched_later_did_not_release_it() -> None:
+    """Where the critical path and the what-if disagreed (issue 24): a receive posted after the all-reduce was
+    launched, that happened to end just before the all-reduce started, did not release it (its launch came later:
+    the host had already queued the all-reduce). The path goes back to the work launched before it, the host gap
+    after it, as the replay's graph anchors the all-reduce (both ask depgraph.released_by); without the launches
+    (-1) the receive is the latest work before it and releases it."""
+    from paradiag.analysis.depgraph import anchors
+
+    rows = [(0, 1, "compute", "a", 0, 30_000, -1), (0, 3, "communication", "recv", 5_000, 39_800, 1), (0, 2, "communication", "all_reduce", 40_000, 50_000, -1)]
+    frame = _frame(rows)
+    frame.launch[:] = [1_000, 3_000, 2_000]  # a, then the all-reduce, then the receive
+    assert _path(frame, 1) == [(0, "compute", 0, 30_000), (0, "host", 30_000, 40_000), (0, "communication", 40_000, 50_000)]
+    assert anchors(frame)[0].tolist() == [-1, -1, 0]
+    unknown = _frame(rows)  # no launch in the traces: the latest work that ended before it released it
+    assert _path(unknown, 1) == [(0, "host", 0, 5_000), (0, "communication", 5_000, 39_800), (0, "host", 39_800, 40_000), (0, "communication", 40_000, 50_000)]
+    assert anchors(unknown)[0].tolist() == [-1, -1, 1]
+
+
 def test_real_npu_wait_is_followed_to_the_collective() -> None:
     """On the real Ascend trace the compute stream's long EVENT_WAIT waited for the all-reduce on the
     communication stream: the path goes on through the all-reduce, not through the wait."""

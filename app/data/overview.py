@@ -3,6 +3,7 @@ finding is about, where every view opens."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
@@ -19,6 +20,7 @@ from paradiag.analysis.focus import (
     cited_step,
     stands_apart,
 )
+from paradiag.analysis.kinds import Kind
 from paradiag.analysis.report import report_of
 from paradiag.app import store
 from paradiag.app.data.collectives import wait_by_rank_step
@@ -71,7 +73,7 @@ def opening_step(job: Job) -> int | None:
     return step if step is not None else slowest_step(job)
 
 
-def culprits(job: Job) -> dict[int, str]:
+def culprits(job: Job) -> dict[int, Kind]:
     """Rank -> kind of the finding that blames it: every finding about ranks themselves, and the top finding's
     ranks (a stage's, a link's)."""
     return focus_of(job).blamed
@@ -138,7 +140,7 @@ def _listed(matrix: np.ndarray) -> list[list[float | None]]:
 
 
 def heatmap_rows(
-    ov: dict[str, Any], metric: str, expanded: list[str] | None = None, max_rows: int = 32, culprit: dict[int, str] | None = None, single: set[int] | None = None, reasons: dict[int, str] | None = None
+    ov: dict[str, Any], metric: str, expanded: list[str] | None = None, max_rows: int = 32, culprit: Mapping[int, str] | None = None, single: set[int] | None = None, reasons: dict[int, str] | None = None
 ) -> list[dict[str, Any]]:
     """Rows for the heatmap, top to bottom: one per rank; with more than ``max_rows`` ranks, each stage folds
     into one row of its alike ranks (coloured by their median; hover: min/median/max) while the ranks whose own

@@ -1,0 +1,168 @@
+"""The finding kinds: one entry per kind, which every layer reads.
+
+An entry says what a finding of the kind blames (``blames``: the ranks themselves, an operator on them, a pipeline
+stage, a link, the clocks), how its cause is removed in the what-if replay (``edits``: ``paradiag.analysis.whatif``),
+how the first screen opens on it (``opens_on`` the Focus' subject, ``metric`` the overview's metric that shows it,
+``outlined`` whether its ranks are outlined as culprits in every view: ``paradiag.analysis.focus``), whether it is
+extra work (``extra_work``: on CPU ranks its estimate from typical durations stands, not the replay's) or only
+informative (``informative``: a data problem paradiag corrects, severity ``info``), and the simulator fault that
+produces it (``fault``, with ``fault_needs_moe`` where only an MoE model has it: ``paradiag.simulator.faults``, whose
+ground truth a finding is scored against by ``blames``).
+
+The detectors stay where they are (``paradiag.analysis.findings``); what they name is a :data:`Kind`. The report
+schema's enum (docs/report.schema.json) is generated from :data:`KINDS`: ``python -m paradiag.analysis.kinds``
+rewrites it, and a test checks that it is current. Adding a kind is its entry here, its detector, its simulator
+fault and its tests.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, cast, get_args
+
+from paradiag.analysis.edit import BALANCED, COMPARABLE, PEER_MEDIAN, REMOVE, Edit
+
+Kind = Literal["slow_device", "slow_link", "stage_imbalance", "host_stall", "operator_hotspot", "clock_skew", "expert_imbalance"]
+Blames = Literal["rank", "operator", "stage", "link", "clock"]
+Subject = Literal["rank", "stage", "link", "clock"]
+
+
+def _steps(f: Mapping[str, Any]) -> tuple[int, ...] | None:
+    return tuple(f["steps"]) or None
+
+
+def _ranks(f: Mapping[str, Any]) -> tuple[int, ...]:
+    return tuple(f["culprit"]["ranks"])
+
+
+def compute_to_peers(f: Mapping[str, Any]) -> list[Edit]:
+    """The culprit ranks' compute kernels run as long as their stage peers' (kernel by kernel)."""
+    return [Edit("rank", _ranks(f), "compute", PEER_MEDIAN, _steps(f))]
+
+
+def compute_balanced(f: Mapping[str, Any]) -> list[Edit]:
+    """The tokens spread evenly: every rank of the culprits' stage runs each kernel for the stage's mean (the experts
+    that got fewer get more)."""
+    return [Edit("rank", _ranks(f), "compute", BALANCED, _steps(f))]
+
+
+def stall_removed(f: Mapping[str, Any]) -> list[Edit]:
+    """The culprit ranks' host starts their devices no later than their peers'."""
+    return [Edit("rank", _ranks(f), "host", REMOVE, _steps(f))]
+
+
+def link_comparable(f: Mapping[str, Any]) -> list[Edit]:
+    """The link's transfers as long as comparable transfers on other links."""
+    return [Edit("link", tuple(f["culprit"]["link"]["ranks"]), "transfer", COMPARABLE, _steps(f))]
+
+
+def stages_balanced(f: Mapping[str, Any]) -> list[Edit]:
+    """The pipeline's layers split evenly over the stages (whole layers)."""
+    return [Edit("stages", value=BALANCED)]
+
+
+def nothing(f: Mapping[str, Any]) -> list[Edit]:
+    """No time lost: nothing to replay."""
+    return []
+
+
+@dataclass(frozen=True)
+class KindEntry:
+    """One finding kind (see the module docstring)."""
+
+    name: Kind
+    blames: Blames
+    edits: Callable[[Mapping[str, Any]], list[Edit]]
+    opens_on: Subject
+    metric: str  # the overview's metric (paradiag.analysis.focus.METRICS) that shows it
+    outlined: bool  # a finding about ranks themselves: every view outlines them as culprits
+    extra_work: bool = False
+    informative: bool = False
+    fault: str | None = None  # the simulator fault (paradiag.simulator.faults) that produces it
+    fault_needs_moe: bool = False
+
+
+KINDS: dict[Kind, KindEntry] = {
+    e.name: e
+    for e in (
+        KindEntry("slow_device", "rank", compute_to_peers, "rank", "own_z", outlined=True, extra_work=True, fault="slow_device"),
+        KindEntry("slow_link", "link", link_comparable, "link", "transfer_job_pct", outlined=False, fault="slow_link"),
+        KindEntry("stage_imbalance", "stage", stages_balanced, "stage", "compute_job_pct", outlined=False, extra_work=True, fault="stage_imbalance"),
+        KindEntry("host_stall", "rank", stall_removed, "rank", "own_z", outlined=True, fault="host_stall"),
+        KindEntry("operator_hotspot", "operator", compute_to_peers, "rank", "own_z", outlined=True, extra_work=True, fault="operator_hotspot"),
+        KindEntry("clock_skew", "clock", nothing, "clock", "own_z", outlined=False, informative=True, fault="clock_skew"),
+        KindEntry("expert_imbalance", "rank", compute_balanced, "rank", "own_z", outlined=True, extra_work=True, fault="expert_imbalance", fault_needs_moe=True),
+    )
+}
+assert tuple(KINDS) == get_args(Kind), "every Kind has one entry, in the order of the Literal"
+
+NAMES: tuple[Kind, ...] = tuple(KINDS)
+OUTLINED: tuple[Kind, ...] = tuple(k for k, e in KINDS.items() if e.outlined)  # findings about ranks themselves
+EXTRA_WORK: tuple[Kind, ...] = tuple(k for k, e in KINDS.items() if e.extra_work)
+
+
+def check(name: str) -> Kind:
+    """``name`` as a :data:`Kind`; a ValueError naming the known kinds for any other."""
+    if name not in KINDS:
+        raise ValueError(f"unknown finding kind {name!r}; known kinds: {', '.join(KINDS)}")
+    return cast(Kind, name)
+
+
+def of(name: str) -> KindEntry:
+    """The entry of the kind ``name`` (a ValueError for an unknown one)."""
+    return KINDS[check(name)]
+
+
+def finding_edits(f: Mapping[str, Any]) -> list[Edit]:
+    """The cause of a finding (its JSON form), removed: the edits its kind's entry makes of its culprit and steps."""
+    return of(f["kind"]).edits(f)
+
+
+def faults() -> tuple[str, ...]:
+    """The simulator faults that produce the kinds, in the kinds' order."""
+    return tuple(e.fault for e in KINDS.values() if e.fault is not None)
+
+
+def produced_by(fault: str) -> Kind:
+    """The kind of the finding the simulator fault ``fault`` produces (a ValueError for a fault no kind names)."""
+    found = next((k for k, e in KINDS.items() if e.fault == fault), None)
+    if found is None:
+        raise ValueError(f"no finding kind is produced by the fault {fault!r}; faults: {', '.join(faults())}")
+    return found
+
+
+def scenario_kinds(moe: bool) -> tuple[Kind, ...]:
+    """The kinds whose simulator fault a job of a dense model (``moe`` False) or an MoE one can have."""
+    return tuple(k for k, e in KINDS.items() if e.fault is not None and (moe or not e.fault_needs_moe))
+
+
+# The report schema's enum of finding kinds, on one line of docs/report.schema.json.
+_SCHEMA_ENUM = re.compile(r'("kind": \{"enum": )\[[^\]]*\](\},?\n\s*"culprit")')
+
+
+def schema_text(text: str) -> str:
+    """docs/report.schema.json's text with the findings' kind enum made :data:`NAMES` (the rest kept as written)."""
+    new, count = _SCHEMA_ENUM.subn(lambda m: m.group(1) + json.dumps(list(NAMES)) + m.group(2), text)
+    if count != 1:
+        raise ValueError("docs/report.schema.json: the findings' kind enum was not found (one line: \"kind\": {\"enum\": [...]}, before \"culprit\")")
+    return new
+
+
+def main(argv: list[str]) -> int:
+    """``python -m paradiag.analysis.kinds [SCHEMA]``: rewrite the report schema's kind enum from the registry."""
+    path = Path(argv[0]) if argv else Path(__file__).resolve().parents[1] / "docs" / "report.schema.json"
+    text = path.read_text()
+    new = schema_text(text)
+    if new != text:
+        path.write_text(new)
+    print(f"{path}: finding kinds {', '.join(NAMES)}{'' if new != text else ' (unchanged)'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
