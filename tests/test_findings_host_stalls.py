@@ -137,3 +137,27 @@ def test_a_cpu_rank_running_every_operator_slower_at_the_same_calls_is_weighed_a
     # Ranks with a core each (the clock's compute as long as the typical one): a rank slower at every operator is
     # a slower device, weighed as it is.
     assert host_speeds(device_frame(_events(rows)), [[0, 1, 2, 3]], frozenset(range(4)), stretch=1.0) == {}
+
+
+def _pipeline(gaps_ms: dict[int, float]) -> tuple[Any, pa.Table]:
+    """pp4, one CPU rank per stage, 3 steps of 4 micro-batches: each rank's receive completes, it computes 2 ms,
+    idles ``gaps_ms[rank]``, then sends to the next stage."""
+    rows, p2p = [], {"src": [], "dst": [], "step": [], "send_start_ns": [], "recv_end_ns": []}
+    arrive = {(r, s, k): s * 100 * MS + k * 20 * MS + r * MS for r in range(4) for s in range(3) for k in range(4)}
+    for (r, s, k), t in arrive.items():
+        rows.append({"rank": r, "name": "aten::mm", "start_ns": t, "dur_ns": 2 * MS, "step": s})
+        for key, v in zip(p2p, (r, (r + 1) % 4, s, t + 2 * MS + int(gaps_ms[r] * MS), arrive[((r + 1) % 4, s, k)]), strict=True):
+            p2p[key].append(v)
+    return device_frame(_events(rows)), pa.table(p2p)
+
+
+def test_a_lone_pipeline_rank_idling_before_each_of_its_sends_is_a_late_sender() -> None:
+    host = frozenset(range(4))
+    frame, p2p = _pipeline({0: 0.2, 1: 8.0, 2: 0.3, 3: 0.2})
+    found = findings.late_senders(frame, p2p, set(), host, 100 * MS, 3)
+    assert [(f["kind"], f["culprit"]["ranks"]) for f in found] == [("host_stall", [1])]
+    assert "idle 8.00 ms (80 %)" in found[0]["evidence"]
+    # Alike senders, a rank already blamed for its own time, or another sender nearly as idle: none.
+    assert findings.late_senders(*_pipeline({0: 0.2, 1: 0.5, 2: 0.3, 3: 0.2}), set(), host, 100 * MS, 3) == []
+    assert findings.late_senders(frame, p2p, {1}, host, 100 * MS, 3) == []
+    assert findings.late_senders(*_pipeline({0: 0.2, 1: 8.0, 2: 5.0, 3: 0.2}), set(), host, 100 * MS, 3) == []
