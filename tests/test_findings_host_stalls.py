@@ -142,7 +142,8 @@ def test_a_cpu_rank_running_every_operator_slower_at_the_same_calls_is_weighed_a
 def _pipeline(gaps_ms: dict[int, float]) -> tuple[Any, pa.Table]:
     """pp4, one CPU rank per stage, 3 steps of 4 micro-batches: each rank's receive completes, it computes 2 ms,
     idles ``gaps_ms[rank]``, then sends to the next stage."""
-    rows, p2p = [], {"src": [], "dst": [], "step": [], "send_start_ns": [], "recv_end_ns": []}
+    rows: list[dict[str, Any]] = []
+    p2p: dict[str, list[int]] = {"src": [], "dst": [], "step": [], "send_start_ns": [], "recv_end_ns": []}
     arrive = {(r, s, k): s * 100 * MS + k * 20 * MS + r * MS for r in range(4) for s in range(3) for k in range(4)}
     for (r, s, k), t in arrive.items():
         rows.append({"rank": r, "name": "aten::mm", "start_ns": t, "dur_ns": 2 * MS, "step": s})
