@@ -64,7 +64,7 @@ from paradiag.analysis.frame import (
     table_frame,
 )
 from paradiag.analysis.layout import Layout, parallel_layout
-from paradiag.analysis.operators import operator_imbalance
+from paradiag.analysis.operators import host_speeds, operator_imbalance
 
 if TYPE_CHECKING:
     from paradiag.dataset import Job
@@ -246,9 +246,12 @@ def diagnose(job: Job) -> Diagnosis:
     del records  # the frame holds them now (the peak comes later: the critical path, the replay)
     peers = peer_sets(layout)
     steps_total = len({s for _, s in figures}) or 1
+    speeds = host_speeds(frame, peers, host_ranks, stretch)  # a CPU rank's compute weighed at its own speed per call
+    at_speed = {k: {**v, "compute_ns": round(v["compute_ns"] / speeds[k[0]])} if k[0] in speeds else v for k, v in figures.items()}
+    on_host = bool(host_ranks) and set(job.rank_ids) <= host_ranks
     evidence = findings.Evidence(
-        frame=frame, figures=figures, peer_sets=peers, ep_of={r: c["ep"] for r, c in layout.coords.items()}, waits=waits, step_ns=step_ns,
-        host_ranks=host_ranks, compute_scale=stretch, stage_metrics=metrics, on_host=bool(host_ranks) and set(job.rank_ids) <= host_ranks,
+        frame=frame, figures=at_speed, peer_sets=peers, ep_of={r: c["ep"] for r, c in layout.coords.items()}, waits=waits, step_ns=step_ns,
+        host_ranks=host_ranks, compute_scale=stretch, stage_metrics=metrics, on_host=on_host, pp=layout.size["pp"], tp=layout.size["tp"],
         stages=layout.stages, instances=instances, p2p=p2p, members=members, host_of=host_of, steps_total=steps_total,
         links=job.extra("links") if step_ns > 0 else None, ranks=job.ranks,
     )  # fmt: skip
@@ -263,6 +266,9 @@ def diagnose(job: Job) -> Diagnosis:
         del frame
         whatif.replay_findings(found, graph, whatif.peers_of(layout.stage_of, figures, metrics), host_ranks)
         del graph
+        if on_host:  # a gloo transfer's time after the last arrival is its runloop threads' scheduling: a slow one
+            # is a cause only where the replay, its transfers as fast as comparable ones, saves anything
+            found = [f for f in found if not (f["kind"] == "slow_link" and "what_if" in f and f["impact_pct"] <= 0)]
     return Diagnosis(
         version=analysis_version(),
         layout=layout,

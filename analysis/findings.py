@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,7 +41,7 @@ from paradiag.analysis.operators import (
     short_name,
     typical_durations,
 )
-from paradiag.intervals import union_length
+from paradiag.intervals import merge, union_length
 from paradiag.parsers.kineto_host import is_operator
 
 MIN_IMPACT_PCT = 2.0  # below this a difference is within what jitter and launch noise produce
@@ -84,6 +85,7 @@ def finding(kind: str, culprit: dict[str, Any], steps: list[int], impact_pct: fl
 
 
 STEP_FIGURES = ("compute_ns", "launch_delay_ns", "idle_ns", "step_ns")
+HOST_PARTS = {"launch_delay_ns": "first device work after", "idle_ns": "idle"}  # a host_stall's figures, as its evidence names them
 
 
 def step_figures(frame: Frame, steps: pa.Table, host_lanes: bool = False) -> pa.Table:
@@ -94,8 +96,9 @@ def step_figures(frame: Frame, steps: pa.Table, host_lanes: bool = False) -> pa.
 
     ``host_lanes``: the rank's device is its own threads (a CPU rank, ``parsers.kineto_host``), so the host never
     runs ahead of it: what it does outside any operator and any communication (the data loader, a sleep, Python
-    between operators) is idle time wherever it falls in the step, and that idle time is its launch delay. Its
-    ``compute_ns`` is then its operators' calls counted at their typical durations
+    between operators) is idle time wherever it falls in the step. Its launch delay is, as on a GPU, the part of
+    that before its first work of the step (an operator or a communication): the data loader, a stall before the
+    step's work began. Its ``compute_ns`` is then its operators' calls counted at their typical durations
     (``operators.typical_durations``): the work it did, not how long the scheduler let it take (the idle time
     stays the clock's)."""
     cols: dict[str, list[int]] = {k: [] for k in ("step", *STEP_FIGURES)}
@@ -117,7 +120,11 @@ def step_figures(frame: Frame, steps: pa.Table, host_lanes: bool = False) -> pa.
         cols["step"].append(row["step"])
         cols["compute_ns"].append(round(typical[c].sum()) if typical is not None else union_length(frame.start[c], frame.end[c]))
         idle = max(window - busy, 0)
-        cols["launch_delay_ns"].append(idle if host_lanes else max(row["device_start_ns"] - row["start_ns"], 0))
+        if host_lanes:
+            first = int(frame.start[mine].min()) if mine.any() else row["end_ns"]
+            cols["launch_delay_ns"].append(min(max(first - row["start_ns"], 0), idle))
+        else:
+            cols["launch_delay_ns"].append(max(row["device_start_ns"] - row["start_ns"], 0))
         cols["idle_ns"].append(idle)
         cols["step_ns"].append(row["end_ns"] - row["start_ns"])
     return pa.table({k: pa.array(v, pa.int32() if k == "step" else pa.int64()) for k, v in cols.items()})
@@ -198,17 +205,28 @@ def rank_excess(
     compute of ``host_ranks`` (CPU ranks) must be MIN_RATIO_HOST x its peers'."""
     out = []
     steps = sorted({s for _, s in figures})
+    alone = [p[0] for p in peer_sets if len(p) == 1]
     for peers in peer_sets:
-        for part in ("compute_ns", "launch_delay_ns"):
+        # A CPU rank's idle time (between its operators, outside any communication) counts only where it is
+        # its habit: once, a hole mid-step is as often the scheduler's (a shared host preempts a rank for tens of
+        # ms) as its own; a stall before the step's first work is its launch delay.
+        parts = ("compute_ns", "launch_delay_ns", "idle_ns") if len(peers) > 1 and set(peers) <= host_ranks else ("compute_ns", "launch_delay_ns")
+        for part in parts:
             floor = MIN_IMPACT_PCT / 100 * step_ns / (compute_scale if part == "compute_ns" else 1.0)
-            excess = _excess(figures, peers, steps, part)
+            # A rank alone in its stage (a pipeline of one rank per stage) has no replica to be compared with; the
+            # start of a step is alike on every stage (the host takes the next batch, then works), so a lone
+            # rank's launch delay is weighed against the other lone ranks'.
+            against = alone if part == "launch_delay_ns" and len(peers) == 1 and len(alone) > 2 else peers
+            excess = {r: e for r, e in _excess(figures, against, steps, part).items() if r in peers}
             for rank, per_step in excess.items():
-                spread, outside = _noise(figures, peers, steps, part, rank, peer_sets)
+                spread, outside = _noise(figures, against, steps, part, rank, peer_sets)
                 values = list(per_step.values())
                 persistent = (
                     sum(e > 0 for e in values) >= PERSISTENT_SHARE * len(values)
                     and statistics.median(values) >= max(floor, PERSISTENT_MADS * spread)
                 )
+                if part == "idle_ns" and not persistent:
+                    continue
                 for step, e in per_step.items():
                     value = figures[(rank, step)][part]
                     ref = value - e
@@ -353,16 +371,123 @@ def rank_findings(
         # A rank is late for one reason, the larger excess; on a CPU rank its compute (at typical durations) is
         # the firmer evidence, its idle time the clock's (a rank with more work also idles more between its
         # operators, in Python): both are reported.
+        if "launch_delay_ns" in parts and "idle_ns" in parts:  # one stall, seen twice: the larger view of it
+            del parts[min(("launch_delay_ns", "idle_ns"), key=lambda p: sum(e["excess_ns"] for e in parts[p]))]
         both = rank in host_ranks and "compute_ns" in parts
         chosen = list(parts) if both else [max(parts, key=lambda p: sum(e["excess_ns"] for e in parts[p]))]
         peers = next(p for p in peer_sets if rank in p)
         for part in chosen:
-            if part == "launch_delay_ns":
+            if part in HOST_PARTS:
                 kind, operator = "host_stall", None
             else:
                 kind, operator = classify_compute(frame, rank, peers, ep_of, is_moe, host_ranks)
             raw.append({"rank": rank, "kind": kind, "operator": operator, "rows": parts[part], "peers": peers})
     return _merge_ranks(_expert(raw, peer_sets, ep_of, is_moe), waits, steps_total, step_ns, host_ranks)
+
+
+LATE_SHARE = 0.9  # a late arriver is the last member of this share of its group's collectives that anyone waited in ...
+LATE_INSTANCES = 6  # ... of at least this many
+
+
+def late_arrivals(instances: pa.Table, named: set[int], step_ns: float, steps_total: int) -> list[dict[str, Any]]:
+    """host_stall for a rank that arrives last at (nearly) every collective of its data-parallel group in every
+    profiled step, while its own time (``named``: the ranks :func:`rank_findings` blames) is like its peers': the
+    host holds it back between its work and the collective's launch (a slow communication hook, a busy host
+    thread), which neither its compute nor its launch delay shows. Which member is last is chance in a clean job
+    (each is last in about 1/members of the instances); only a data-parallel job's groups are weighed, since a
+    pipeline's or a tensor-parallel group's arrival order is the schedule's. The impact: the skew of those
+    instances (how long the group waited for it) per step."""
+    t = instances.select(["group", "step", "late_rank", "total_wait_ns", "skew_ns", "members"]).to_pydict()
+    groups: dict[str, list[tuple[int, int, int]]] = {}
+    for g, step, late, wait, skew, members in zip(*t.values(), strict=True):
+        if members > 1 and wait > 0 and late >= 0:
+            groups.setdefault(g, []).append((step, late, skew))
+    out = []
+    for group, rows in sorted(groups.items()):
+        counts = Counter(late for _, late, _ in rows)
+        rank, n = counts.most_common(1)[0]
+        steps = sorted({s for s, late, _ in rows if late == rank})
+        every = {s for s, _, _ in rows}
+        if rank in named or len(rows) < LATE_INSTANCES or n < LATE_SHARE * len(rows) or len(steps) < PERSISTENT_SHARE * len(every):
+            continue
+        skew = [sk for _, late, sk in rows if late == rank]
+        impact = min(100 * sum(skew) / max(len(every), 1) / step_ns, 100.0) if step_ns else 0.0
+        if impact < MIN_IMPACT_PCT or len(every) < 2 or len(every) < PERSISTENT_SHARE * steps_total:
+            continue
+        evidence = (
+            f"rank {rank} arrived last at {n} of the {len(rows)} collectives of group {group} that anyone waited in, in "
+            f"{len(steps)} of {len(every)} steps (the group waited {statistics.median(skew) / 1e6:.2f} ms for it each time, median), "
+            "while its compute and its start of the step are like its peers': the host holds it back before it joins"
+        )
+        out.append(finding("host_stall", {"ranks": [rank]}, steps, impact, evidence, step=steps[0]))
+    return out
+
+
+LATE_SENDER_RATIO = 2.0  # a late sender idles before its sends twice as long as any other sender does (medians) ...
+LATE_SENDER_WINDOWS = 4  # ... over at least this many sends per profiled step ...
+LATE_SENDER_SHARE = 0.5  # ... and idles for most of the time between its previous communication and the send
+
+
+def _busy_before(start: np.ndarray, end: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Per time in ``t``, how much of the disjoint sorted intervals (``start``, ``end``) lies before it."""
+    if not len(start):
+        return np.zeros(len(t), np.int64)
+    cum = np.concatenate([[0], np.cumsum(end - start)])
+    k = np.searchsorted(start, t, side="right") - 1
+    inside = np.where(k >= 0, np.clip(t - start[np.maximum(k, 0)], 0, (end - start)[np.maximum(k, 0)]), 0)
+    return np.asarray(cum[np.maximum(k, 0)] * (k >= 0) + inside, np.int64)
+
+
+def late_senders(frame: Frame, p2p: pa.Table, named: set[int], host_ranks: frozenset[int], step_ns: float, steps_total: int) -> list[dict[str, Any]]:
+    """host_stall for a pipeline rank (a CPU rank: ``host_ranks``) whose host idles before each of its sends: in
+    the window from its previous communication (a receive completing, a send posted) to the send, the time it
+    computed nothing, median over its sends, is LATE_SENDER_RATIO x that of every other sender (at least two) and
+    most of the window (LATE_SENDER_SHARE), over at least LATE_SENDER_WINDOWS sends per step. Its next stage waits for data the rank had ready (a sleep or a busy host
+    before the send); on a stage of its own there is no replica to compare its compute or idle time with, and its
+    total idle time in a step is as noisy as the scheduler (tens of ms). The impact: that median idle per send
+    times its sends per step, over the step. ``named``: ranks already blamed for their own time."""
+    if not len(p2p) or not host_ranks or not step_ns:
+        return []
+    t = p2p.select(["src", "dst", "step", "send_start_ns", "recv_end_ns"]).to_pydict()
+    src, dst, step = (np.asarray(t[k], np.int64) for k in ("src", "dst", "step"))
+    send, recv_end = np.asarray(t["send_start_ns"], np.int64), np.asarray(t["recv_end_ns"], np.int64)
+    compute = frame.kind == frame.code("kinds", "compute")
+    medians: dict[int, tuple[float, float, int, bool]] = {}  # rank -> median idle, median idle share, sends, enough
+    for rank in sorted(set(src.tolist()) & host_ranks):
+        mine = src == rank
+        mark_t = np.concatenate([send[mine], recv_end[dst == rank]])
+        mark_s = np.concatenate([step[mine], step[dst == rank]])
+        order = np.lexsort((mark_t, mark_s))
+        mark_t, mark_s = mark_t[order], mark_s[order]
+        at, in_step = send[mine], step[mine]
+        # the previous mark of the same step before each send (the send itself is a mark: strictly before it)
+        prev = np.array([mark_t[(mark_s == s) & (mark_t < a)].max(initial=-1) for a, s in zip(at.tolist(), in_step.tolist(), strict=True)], np.int64)
+        keep = prev >= 0
+        if not keep.any():
+            continue
+        rows = (frame.rank == rank) & compute
+        s, e = merge(frame.start[rows], frame.end[rows])
+        window = at[keep] - prev[keep]
+        idle = window - (_busy_before(s, e, at[keep]) - _busy_before(s, e, prev[keep]))
+        enough = keep.sum() >= LATE_SENDER_WINDOWS * max(len(set(in_step.tolist())), 1)
+        medians[rank] = (float(np.median(idle)), float(np.median(idle / np.maximum(window, 1))), int(keep.sum()), bool(enough))
+    out = []
+    for rank, (idle, share, sends, enough) in medians.items():
+        others = [m for r, (m, *_) in medians.items() if r != rank]
+        if rank in named or not enough or len(others) < 2 or idle < LATE_SENDER_RATIO * max(others) or share < LATE_SENDER_SHARE:
+            continue
+        per_step = idle * sends / max(steps_total, 1)
+        impact = 100 * per_step / step_ns
+        if impact < MIN_IMPACT_PCT:
+            continue
+        steps = sorted(set(step[src == rank].tolist()))
+        evidence = (
+            f"rank {rank}: idle {idle / 1e6:.2f} ms ({100 * share:.0f} %) between its previous communication and each "
+            f"of its sends (median over {sends}) vs at most "
+            f"{max(others) / 1e6:.2f} ms on the other senders: its host is late to send what its next stage waits for"
+        )
+        out.append(finding("host_stall", {"ranks": [rank]}, steps, impact, evidence, step=steps[0] if steps else None))
+    return out
 
 
 def _expert(raw: list[dict[str, Any]], peer_sets: list[list[int]], ep_of: Mapping[int, int], is_moe: bool) -> list[dict[str, Any]]:
@@ -421,10 +546,12 @@ def _merge_ranks(
         extra = sum(per_step.values())
         delay = min(extra, caused) if bounded else extra
         impact = 100 * delay / steps_total / step_ns
-        if delay < extra and impact < MIN_IMPACT_PCT:
-            continue  # the job absorbed it: not worth a finding
+        # The job absorbed it, or (a CPU rank's stall: its clock is the scheduler's, which holds a rank back for
+        # a few ms now and then) it costs the profiled steps too little: not worth a finding.
+        if impact < MIN_IMPACT_PCT and (delay < extra or (kind == "host_stall" and set(ranks) <= host_ranks)):
+            continue
         worst = max(rows, key=lambda row: row["excess_ns"])
-        what = "first device work after" if kind == "host_stall" else "compute"
+        what = HOST_PARTS.get(worst["part"], "compute")
         culprit: dict[str, Any] = {"ranks": ranks}
         if operator:
             culprit["operator"] = operator
@@ -612,6 +739,8 @@ class Evidence:
     compute_scale: float
     stage_metrics: Mapping[str, Any]
     on_host: bool
+    pp: int
+    tp: int
     stages: list[list[int]]
     instances: pa.Table
     p2p: pa.Table
@@ -623,7 +752,15 @@ class Evidence:
 
 
 def _rank_detector(e: Evidence) -> list[dict[str, Any]]:
-    return rank_findings(e.frame, e.figures, e.peer_sets, e.ep_of, e.waits, e.step_ns, e.host_ranks, e.compute_scale)
+    """Culprit ranks by their own time, then (not those) ranks that hold their peers back from outside it: late
+    arrivers of a data-parallel job, late senders of a pipeline."""
+    found = rank_findings(e.frame, e.figures, e.peer_sets, e.ep_of, e.waits, e.step_ns, e.host_ranks, e.compute_scale)
+    named = {r for f in found for r in f["culprit"].get("ranks", [])}
+    if e.pp == e.tp == 1:
+        found += late_arrivals(e.instances, named, e.step_ns, e.steps_total)
+    elif e.pp > 1:
+        found += late_senders(e.frame, e.p2p, named, e.host_ranks, e.step_ns, e.steps_total)
+    return found
 
 
 def _stage_detector(e: Evidence) -> list[dict[str, Any]]:

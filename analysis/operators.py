@@ -64,6 +64,62 @@ def typical_durations(frame: Frame, ranks: np.ndarray | None = None) -> np.ndarr
     return out
 
 
+SHARED_STRETCH = 1.5  # CPU ranks' clock compute this many times their typical compute: they share the cores
+SHARED_SLOWER = 1.1  # ... and several ranks of a stage run every operator this much slower than the others
+SPEED_MIN_CALLS = 3  # per profiled step: an operator called this often on a rank tells how fast its calls run there
+SPEED_MIN_OPERATORS = 5  # ... and a rank's speed is told by at least this many of them
+
+
+def host_speeds(frame: Frame, peer_sets: list[list[int]], host_ranks: frozenset[int], stretch: float = SHARED_STRETCH) -> dict[int, float]:
+    """Per CPU rank (``host_ranks``) with peers, how much slower its calls run than its peers' calls of the same
+    operators (the median over its frequent operators of its typical call / its peers' median typical call; at
+    least 1). Ranks sharing a machine's cores run at different speeds for as long as the scheduler keeps them so:
+    a rank on a shared core runs *every* operator 20-45 % slower (seen on clean 8-rank jobs on 2 cores), doing
+    the same calls as its peers. Extra work shows elsewhere: more calls (extra layers, reruns), or some operators
+    slower than the rest (bigger inputs to the activations' operators while the optimizer's stay, a hot
+    operator), which leaves the median operator alone. Dividing a CPU rank's compute by its speed before it is
+    weighed against its peers' keeps the work and drops the scheduler's share. Only where the ranks share the
+    cores (``stretch``, the clock's compute over the typical one, at least SHARED_STRETCH; else {}): on a host
+    with a core per rank, a rank slower at every operator is a slower device; and only in a stage where at least
+    two ranks run SHARED_SLOWER x slower (the ranks on the busier cores): a lone rank slower at every operator
+    than all its peers is a slow rank, whatever slows it."""
+    ranks = np.array(sorted(host_ranks), dtype=np.int64)
+    if not len(ranks) or stretch < SHARED_STRETCH:
+        return {}
+    typical = typical_durations(frame, ranks)
+    idx = np.flatnonzero((frame.kind == frame.code("kinds", "compute")) & np.isin(frame.rank, ranks) & (frame.step >= 0))
+    if not len(idx):
+        return {}
+    steps = max(len(np.unique(frame.step[idx])), 1)
+    call = np.where(frame.call[idx] >= 0, frame.call[idx], -2 - np.arange(len(idx)))
+    order, firsts = group_bounds(call, frame.work[idx], frame.name[idx], frame.rank[idx])
+    per_call = np.add.reduceat(typical[idx][order], firsts) if len(order) else np.zeros(0)
+    head = idx[order[firsts]]
+    medians: dict[int, dict[tuple[int, int], tuple[float, int]]] = {}
+    o2, f2 = group_bounds(frame.work[head], frame.name[head], frame.rank[head])
+    for a, b in zip(f2.tolist(), [*f2[1:].tolist(), len(o2)], strict=True):
+        members = o2[a:b]
+        h = head[members[0]]
+        medians.setdefault(int(frame.rank[h]), {})[(int(frame.name[h]), int(frame.work[h]))] = (float(np.median(per_call[members])), b - a)
+    out: dict[int, float] = {}
+    for peers in peer_sets:
+        mine = [r for r in peers if r in medians]
+        if len(mine) < 2:
+            continue
+        speed: dict[int, float] = {}
+        for rank in mine:
+            ratios = []
+            for key, (med, count) in medians[rank].items():
+                others = [medians[r][key][0] for r in mine if r != rank and key in medians[r]]
+                if count >= SPEED_MIN_CALLS * steps and others and med > 0:
+                    ratios.append(med / float(np.median(others)))
+            if len(ratios) >= SPEED_MIN_OPERATORS:
+                speed[rank] = max(float(np.median(ratios)), 1.0)
+        if sum(v >= SHARED_SLOWER for v in speed.values()) >= 2:  # a lone rank slower at everything is a slow rank
+            out.update(speed)
+    return out
+
+
 def operator_time(frame: Frame, durations: np.ndarray | None = None) -> dict[tuple[int, int], np.ndarray]:
     """(rank, name code) -> total compute time per step (median over the rank's steps), from the compute
     kernels of ``frame`` (their ``durations`` where given, one per row of ``frame``: :func:`typical_durations`)."""

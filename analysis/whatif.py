@@ -188,6 +188,8 @@ def _host(g: Graph, t: Timing, peers: Peers, e: Edit, steps: np.ndarray) -> None
         first.setdefault((int(g.rank[i]), int(g.step[i])), i)
     for (rank, step), i in first.items():
         others = [peers.launch_delay[(r, step)] for r in peers.stages[peers.stage_of[rank]] if r not in e.ranks and (r, step) in peers.launch_delay]
+        if not others:  # alone in its stage: as late as the other lone ranks (findings.rank_excess weighs it so)
+            others = [d for (r, s), d in peers.launch_delay.items() if s == step and r not in e.ranks and len(peers.stages[peers.stage_of[r]]) == 1]
         own = peers.launch_delay.get((rank, step))
         if others and own is not None:
             t.own("gap")[i] -= max(own - int(statistics.median(others)), 0)
