@@ -9,7 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from paradiag.app import palette
-from paradiag.app.figures.common import bars, base_figure, compact, empty_figure
+from paradiag.app.figures.common import bars, base_figure, compact, empty_figure, shared_text
 
 ROW_PX = 22
 
@@ -62,7 +62,7 @@ def _add_folded(fig: go.Figure, kind: str, seg: dict[str, Any], width: float, le
         color,
         kind,
         f"{kind} folded",
-        text=np.array(seg["hover"], dtype=object),
+        meta=shared_text(seg["hover"]),
         customdata=np.column_stack([seg["dur_us"], seg["count"], seg["slow_rank"], seg["slow_us"]]).astype(np.float32),
         hovertemplate="%{text} (%{customdata[1]} merged at this zoom)<br>median %{customdata[0]:.1f} µs over the folded ranks · at %{x:.3f} ms"
         "<br>slowest: rank %{customdata[2]}, %{customdata[3]:.1f} µs · light band: earliest start to latest end<extra>" + kind + "</extra>",
@@ -146,10 +146,10 @@ def _hover(name: str, seg: dict[str, Any]) -> dict[str, Any]:
         return {"customdata": np.asarray(seg["count"], dtype=np.int32), "hovertemplate": f"{name}: %{{customdata}} intervals merged at this zoom<br>%{{x:.3f}} ms<extra></extra>"}
     if "wait_us" in seg:
         return {"customdata": np.asarray(seg["wait_us"], dtype=np.float32), "hovertemplate": "waited %{customdata:.1f} µs for the last member<br>%{x:.3f} ms<extra>" + name + "</extra>"}
-    text = np.array(seg["hover"], dtype=object)
+    text = shared_text(seg["hover"])  # names repeat (a kernel's name on each of its launches): each sent once
     if "dur_us" not in seg:
-        return {"text": text, "hovertemplate": "%{text}<br>%{x:.3f} ms<extra>" + name + "</extra>"}
-    return {"text": text, "customdata": np.asarray(seg["dur_us"], dtype=np.float32), "hovertemplate": "%{text}<br>%{customdata:.1f} µs · at %{x:.3f} ms<extra>" + name + "</extra>"}
+        return {"meta": text, "hovertemplate": "%{text}<br>%{x:.3f} ms<extra>" + name + "</extra>"}
+    return {"meta": text, "customdata": np.asarray(seg["dur_us"], dtype=np.float32), "hovertemplate": "%{text}<br>%{customdata:.1f} µs · at %{x:.3f} ms<extra>" + name + "</extra>"}
 
 
 def _selected(fig: go.Figure, members: dict[str, Any], width: float) -> None:
