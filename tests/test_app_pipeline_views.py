@@ -3,6 +3,7 @@ data (folding, windows, expansion) and the pure figure builders."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -222,8 +223,15 @@ def test_flow_opens_on_the_culprit_stage_of_the_pangu_sample() -> None:
     assert fig.layout.shapes[0].y0 == pytest.approx(-0.4)
     assert {t.name for t in fig.data if t.showlegend} >= {"compute", "collective", "send", "receive", "repeated block"}
     points = next(t for t in fig.data if t.name == "operators")
-    for stage in {int(y) for y in points.y}:
-        assert sum(1 for y, label in zip(points.y, points.text, strict=True) if y == stage and label) <= 1  # labels never pile up
+    from paradiag.app.figures.flow import LABEL_APART
+
+    for st in data["stages"]:  # each stage's hottest operator named with its time; labels never pile up
+        mine = [(x, label) for x, y, label in zip(points.x, points.y, points.text, strict=True) if y == st["stage"] and label]
+        computing = [n for n in st["nodes"] if n["kind"] in ("compute", "memory", "block")]
+        if computing:
+            hot = max(computing, key=lambda n: n["time_ms"])
+            assert any(f"{hot['time_ms']:.1f} ms" in label for _, label in mine)
+        assert len(mine) <= 2 and all(abs(a[0] - b[0]) >= LABEL_APART for a, b in itertools.pairwise(mine))
     by_time = flow_figure(data, "time")
     timed = next(t for t in by_time.data if t.name == "operators")
     kinds = [n["kind"] for st in data["stages"] for n in st["nodes"]]
