@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -133,3 +134,24 @@ def test_search_finds_an_event_by_a_substring_of_its_name_in_any_case(sel: Any) 
     rank, at = re.match(r"r(\d+) · .* · at ([0-9.]+) ms", first.children).groups()  # type: ignore[union-attr]
     assert linked.job == sel.job and linked.step == sel.step and linked.ranks == [int(rank)] and linked.window[0] < float(at) < linked.window[1]
     assert "no event of step" in matches("no-such-event-name-xyz", sel.view("timeline")) and matches("  ", sel.view("timeline")) == []
+
+
+def test_the_snapshot_writes_each_points_hover_text_out(app_ctx: Any) -> None:
+    """A page without the dashboard's scripts (the snapshot) gets the hover text the live page writes out."""
+    import paradiag
+    from paradiag.analysis.report import report_of
+    from paradiag.app.data.marey import marey_data
+    from paradiag.app.data.overview import opening_step
+    from paradiag.app.figures.common import text_of
+    from paradiag.app.figures.marey import marey_figure
+    from paradiag.static import _figure, render_snapshot
+
+    job = paradiag.open(f"sample_traces/{SAMPLE}")
+    page = render_snapshot(job, report_of(job, job.diagnosis()))
+    assert "pdText" not in page
+    step = opening_step(job)
+    assert step is not None
+    fig = marey_figure(marey_data(job, step, None))
+    texts = [text for t in fig.data if t.hoveron == "points" and t.meta for text in text_of(t)]
+    html = _figure(fig)  # the snapshot's own rendering of a figure
+    assert texts and "pdText" not in html and all(json.dumps(text)[1:-1].replace("<", "\\u003c").replace(">", "\\u003e") in html for text in texts[:20])
