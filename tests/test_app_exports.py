@@ -155,3 +155,16 @@ def test_the_snapshot_writes_each_points_hover_text_out(app_ctx: Any) -> None:
     texts = [text for t in fig.data if t.hoveron == "points" and t.meta for text in text_of(t)]
     html = _figure(fig)  # the snapshot's own rendering of a figure
     assert texts and "pdText" not in html and all(json.dumps(text)[1:-1].replace("<", "\\u003c").replace(">", "\\u003e") in html for text in texts[:20])
+
+
+def test_names_match_alike_whether_dictionary_encoded_or_plain() -> None:
+    import pyarrow as pa
+
+    from paradiag.app.data.search import _matching
+
+    names = ["ncclDevKernel_AllReduce", "aten::mm", None, "AllGather", "gemm"]
+    plain = pa.chunked_array([pa.array(names[:3]), pa.array(names[3:])])
+    encoded = pa.chunked_array([pa.array(names[:3]).dictionary_encode(), pa.array(names[3:]).dictionary_encode()])
+    for column in (plain, encoded):
+        assert _matching(column, "ALL").to_pylist() == [True, False, False, True, False]
+        assert _matching(column, "m").to_pylist() == [False, True, False, False, True]

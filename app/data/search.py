@@ -29,9 +29,7 @@ def search_events(job: Job, step: int, text: str, first: list[int] | None = None
     events = read_events(job, start_ns=lo, end_ns=hi, columns=["rank", "kind", "name", "start_ns", "dur_ns"])
     if not events.num_rows:
         return out
-    names = events.column("name").cast(pa.string())
-    hit = pc.fill_null(pc.match_substring(names, text, ignore_case=True), False)
-    found = events.filter(hit)
+    found = events.filter(_matching(events.column("name"), text))
     out["count"] = found.num_rows
     if not found.num_rows:
         return out
@@ -49,3 +47,17 @@ def search_events(job: Job, step: int, text: str, first: list[int] | None = None
         {"rank": int(data["rank"][i]), "kind": str(data["kind"][i]), "name": str(data["name"][i]), "start_ms": (data["start_ns"][i] - t0) / 1e6, "dur_us": data["dur_ns"][i] / 1e3} for i in range(len(pick))
     ]
     return out
+
+
+def _matching(names: pa.ChunkedArray, text: str) -> pa.ChunkedArray:
+    """Which ``names`` hold ``text`` (case ignored). Names are dictionary-encoded: each chunk's distinct names are
+    matched once and its rows picked by their index (a step of 256 ranks: 0.04 s, not 0.4 s casting 830k names)."""
+    masks = []
+    for chunk in names.chunks:
+        if pa.types.is_dictionary(chunk.type):
+            hit = pc.fill_null(pc.match_substring(chunk.dictionary, text, ignore_case=True), False)
+            idx = pa.array(np.flatnonzero(hit.to_numpy(zero_copy_only=False)), type=chunk.indices.type)
+            masks.append(pc.fill_null(pc.is_in(chunk.indices, value_set=idx), False))
+        else:
+            masks.append(pc.fill_null(pc.match_substring(chunk.cast(pa.string()), text, ignore_case=True), False))
+    return pa.chunked_array(masks, type=pa.bool_())
