@@ -16,6 +16,10 @@
 
    Not drawn again as it is: see ``unchanged``.
 
+   Hover text sent once per name: a trace whose meta holds pdText (paradiag.app.figures.common.shared_text: each
+   part's distinct strings, and per point each part's index) gets its per-point text written here, before plotly
+   reads it (a Marey graph's band and row names, repeated on every hover point, were a third of its bytes).
+
    The page's own signal of what is drawn (tests wait on it, not on fixed sleeps): window.__pdPlots holds
    inFlight (plots and resizes begun and not finished) and drawn[graph id] (plots and resizes finished). */
 (function () {
@@ -85,6 +89,22 @@
     return rest(axis) === rest(plotted) && near(axis.range[0], live.range[0]) && near(axis.range[1], live.range[1]);
   }
 
+  const SHARED_TEXT = "pdText";
+  function expandTexts(figure) {
+    ((figure && figure.data) || []).forEach(function (trace) {
+      const shared = trace && trace.meta && trace.meta[SHARED_TEXT];
+      if (!shared || trace.text !== undefined) { return; }
+      const n = shared.index.length ? shared.index[0].length : 0;
+      const text = new Array(n);
+      for (let i = 0; i < n; i++) {
+        const parts = new Array(shared.parts.length);
+        for (let k = 0; k < parts.length; k++) { parts[k] = shared.parts[k][shared.index[k][i]]; }
+        text[i] = parts.join(shared.sep);
+      }
+      trace.text = text;
+    });
+  }
+
   function hold(el) {
     if (el._pdHeld) { return; }
     const held = [];
@@ -100,6 +120,7 @@
     P.react = function (gd, figure) {
       const el = typeof gd === "string" ? document.getElementById(gd) : gd;
       const layout = (figure && figure.layout) || arguments[2];
+      expandTexts(figure && figure.data ? figure : {data: figure});
       if (el && figure && figure.layout) {
         const same = unchanged(el, figure);
         el._pdData = figure.data;

@@ -39,7 +39,10 @@ li{margin:3px 0;font-size:13px}
 
 
 def _figure(fig: go.Figure) -> str:
-    return pio.to_html(fig, full_html=False, include_plotlyjs=False, config=FIGURE_CONFIG)
+    # the hover text the live page's script writes out (assets/plots.js)
+    from paradiag.app.figures.common import inline_texts
+
+    return pio.to_html(inline_texts(fig), full_html=False, include_plotlyjs=False, config=FIGURE_CONFIG)
 
 
 def _page(title: str, subtitle: str, sections: list[tuple[str, str]]) -> str:

@@ -211,7 +211,7 @@ def pick_baseline(duo: Any, name: str) -> None:
     from selenium.webdriver.common.keys import Keys
 
     duo.find_element("#baseline-picker").click()
-    search = duo.wait_for_element("#baseline-picker input, .dash-dropdown-search, input[type=search]", timeout=10)
+    search = duo.wait_for_element("#baseline-picker input, .dash-dropdown-search, input[type=search]:not(#event-search)", timeout=10)
     search.send_keys(name)
     assert wait_option(duo, name), f"no dropdown option holding {name!r}"
     search.send_keys(Keys.ENTER)

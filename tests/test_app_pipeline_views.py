@@ -3,6 +3,8 @@ data (folding, windows, expansion) and the pure figure builders."""
 
 from __future__ import annotations
 
+import itertools
+import json
 from typing import Any
 
 import numpy as np
@@ -10,6 +12,7 @@ import pytest
 
 from paradiag.analysis import marey as model
 from paradiag.app import palette
+from paradiag.app.figures.common import inline_texts, text_of
 from paradiag.app.figures.marey import marey_figure
 
 SAMPLES = "sample_traces"
@@ -143,12 +146,17 @@ def test_marey_bars_answer_the_mouse_and_a_click_outlines_one_instance() -> None
     points = [t for t in fig.data if t.hoveron == "points" and t.name == "compute"]
     assert points and all(t.mode == "none" for t in points)  # the bars' hover, drawn as nothing
     compute = next(t for t in points if "slowest device: rank %{customdata[4]}" in t.hovertemplate)
-    texts = [text for t in points for text in t.text]
+    texts = [text for t in points for text in text_of(t)]
     assert any("micro-batch 0 forward" in t for t in texts) and any("backward" in t for t in texts)
     index, stage, at, ms, slow_rank, slow_ms = compute.customdata[0][:6]
     op, stage = fig.layout.meta["operators"][int(index)], int(stage)  # the operator's name is the figure's, once
-    assert any(compute.text[0].endswith(f"<br>{row['label']}") for st in data["stages"] for row in st["rows"]) and ms > 0 and slow_ms > 0
+    assert any(text_of(compute)[0].endswith(f"<br>{row['label']}") for st in data["stages"] for row in st["rows"]) and ms > 0 and slow_ms > 0
     assert slow_rank in {r for st in data["stages"] for row in st["rows"] for r in row["ranks"]}
+    # each name travels once (trace meta), the page writes the points' text out: fewer bytes, the same words
+    sent = sum(len(json.dumps(t.meta)) for t in points)
+    assert sent < sum(len(text) for text in texts) and not any(t.text for t in points)
+    written = inline_texts(marey_figure(data))
+    assert [text for t in written.data if t.hoveron == "points" and t.name == "compute" for text in t.text] == texts
     every = marey_figure(data, selected=(op, stage, None))
     one = marey_figure(data, selected=(op, stage, at))
     outline = next(t for t in one.data if t.name == "selected operator")
@@ -215,8 +223,15 @@ def test_flow_opens_on_the_culprit_stage_of_the_pangu_sample() -> None:
     assert fig.layout.shapes[0].y0 == pytest.approx(-0.4)
     assert {t.name for t in fig.data if t.showlegend} >= {"compute", "collective", "send", "receive", "repeated block"}
     points = next(t for t in fig.data if t.name == "operators")
-    for stage in {int(y) for y in points.y}:
-        assert sum(1 for y, label in zip(points.y, points.text, strict=True) if y == stage and label) <= 1  # labels never pile up
+    from paradiag.app.figures.flow import LABEL_APART
+
+    for st in data["stages"]:  # each stage's hottest operator named with its time; labels never pile up
+        mine = [(x, label) for x, y, label in zip(points.x, points.y, points.text, strict=True) if y == st["stage"] and label]
+        computing = [n for n in st["nodes"] if n["kind"] in ("compute", "memory", "block")]
+        if computing:
+            hot = max(computing, key=lambda n: n["time_ms"])
+            assert any(f"{hot['time_ms']:.1f} ms" in label for _, label in mine)
+        assert len(mine) <= 2 and all(abs(a[0] - b[0]) >= LABEL_APART for a, b in itertools.pairwise(mine))
     by_time = flow_figure(data, "time")
     timed = next(t for t in by_time.data if t.name == "operators")
     kinds = [n["kind"] for st in data["stages"] for n in st["nodes"]]

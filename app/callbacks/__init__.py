@@ -7,8 +7,8 @@ from dash import Dash
 
 
 def register(app: Dash) -> None:
-    from paradiag.app.callbacks import header, selection, upload
+    from paradiag.app.callbacks import export, header, search, selection, upload
     from paradiag.app.views import VIEWS
 
-    for module in (selection, header, *VIEWS, upload):
+    for module in (selection, header, *VIEWS, export, search, upload):
         module.register(app)

@@ -121,11 +121,25 @@ def _rows(events: pa.Table, entries: Sequence[int | dict[str, Any]], lanes: dict
             rows += [{"rank": None, "fold": entry["key"], "members": len(entry["ranks"]), "lane": lane, "label": f"{entry['key']} ×{len(entry['ranks'])} {lane}"} for lane in lanes.get(entry["key"], [])]
             continue
         tracks = [(STREAM_ORDER.index(names[entry * 1_000_000_000 + t]), t) for t in by_rank.pop(entry, [])]
-        for _, track in sorted(tracks):
-            key = entry * 1_000_000_000 + track
+        for key, label in lane_labels(entry, [entry * 1_000_000_000 + t for _, t in sorted(tracks)], names).items():
             row_of[key] = len(rows)
-            rows.append({"rank": entry, "track": track, "label": f"r{entry} {names[key]} {track}"})
+            rows.append({"rank": entry, "track": key % 1_000_000_000, "label": label})
     return rows, row_of, fold_rows
+
+
+def lane_labels(rank: int, keys: list[int], names: dict[int, str]) -> dict[int, str]:
+    """A rank's lanes (row keys, in order) named by what they run, not by the trace's thread or stream id (a
+    number the user cannot act on): "r3 compute"; "r3 compute 2" for its second lane of that kind."""
+    count: dict[str, int] = {}
+    for key in keys:
+        count[names[key]] = count.get(names[key], 0) + 1
+    seen: dict[str, int] = {}
+    out = {}
+    for key in keys:
+        name = names[key]
+        seen[name] = seen.get(name, 0) + 1
+        out[key] = f"r{rank} {name}" + (f" {seen[name]}" if count[name] > 1 else "")
+    return out
 
 
 def _stream_names(events: pa.Table) -> dict[int, str]:

@@ -74,6 +74,45 @@ def bars(x0: Any, x1: Any, y: Any, half: float) -> tuple[np.ndarray, np.ndarray]
     return compact(xs), ys.astype(np.float32)
 
 
+# Per-point hover text sent once per distinct string (trace.meta[SHARED_TEXT]): the strings of each part, then per
+# point each part's index among them, joined by a separator. assets/plots.js writes the points' text from it before
+# plotly draws; ``inline_texts`` does the same for a figure drawn without that script (the snapshot). A Marey graph's
+# hover points repeated their band's and row's names on each point: a third of its bytes.
+SHARED_TEXT = "pdText"
+
+
+def shared_text(*parts: Any, sep: str = "<br>") -> dict[str, Any]:
+    """A trace's ``meta`` carrying per-point text made of ``parts`` (equal-length sequences of strings, joined
+    by ``sep``), each part's distinct strings once and an index per point."""
+    lists, index = [], []
+    for part in parts:
+        names, idx = np.unique(np.asarray(part, dtype=object).astype(str), return_inverse=True)
+        lists.append(names.tolist())
+        index.append(idx.astype(np.int64).tolist())
+    return {SHARED_TEXT: {"parts": lists, "index": index, "sep": sep}}
+
+
+def text_of(trace: Any) -> list[str]:
+    """The per-point text of a trace as the browser shows it: its ``text``, else the one its meta shares."""
+    meta = trace.meta if hasattr(trace, "meta") else trace.get("meta")
+    shared = meta.get(SHARED_TEXT) if isinstance(meta, dict) else None
+    if not shared:
+        text = trace.text if hasattr(trace, "text") else trace.get("text")
+        return [] if text is None else [text] if isinstance(text, str) else list(text)
+    columns = [[names[i] for i in idx] for names, idx in zip(shared["parts"], shared["index"], strict=True)]
+    return [shared["sep"].join(row) for row in zip(*columns, strict=True)]
+
+
+def inline_texts(fig: go.Figure) -> go.Figure:
+    """``fig`` with each shared text written out per point (for a page without assets/plots.js)."""
+    for trace in fig.data:
+        if isinstance(trace.meta, dict) and SHARED_TEXT in trace.meta:
+            text = text_of(trace)
+            trace.meta = {k: v for k, v in trace.meta.items() if k != SHARED_TEXT} or None
+            trace.text = np.array(text, dtype=object)
+    return fig
+
+
 def short_name(name: str, width: int = 44) -> str:
     """The analysis' short name of a kernel or operator, cut to ``width`` characters."""
     text = operators.short_name(name)

@@ -20,8 +20,8 @@ SYMBOL = {"compute": "circle", "collective": "diamond", "send": "triangle-right"
 def flow_figure(data: dict[str, Any], color_by: str = "imbalance", p2p: list[P2PPair] | None = None, selected: tuple[Any, ...] | None = None) -> go.Figure:
     """``selected``: (operator, stage or None[, at ms or None]). Colour: each computing node's imbalance over the
     devices of its stage (max / median), or its measured time; communication nodes are grey (their time, and its
-    spread over the devices, is mostly waiting; the hover gives both). The stage the top finding is about is emphasised; one label per stage (its most imbalanced node),
-    the others on hover."""
+    spread over the devices, is mostly waiting; the hover gives both). The stage the top finding is about is emphasised; a stage's hottest node is labelled with its time and its most
+    imbalanced one with its imbalance (the others on hover)."""
     if not data["stages"] or not any(st["nodes"] for st in data["stages"]):
         return empty_figure("no operators in this step", height=240)
     fig = base_figure(height=140 + 70 * len(data["stages"]), uirevision=f"flow|{data['step']}")
@@ -32,7 +32,7 @@ def flow_figure(data: dict[str, Any], color_by: str = "imbalance", p2p: list[P2P
     ey: list[Any] = []
     for st in data["stages"]:
         y = st["stage"]
-        label_at = _label_node(st["nodes"])
+        label_at = _label_nodes(st["nodes"])
         for i, n in enumerate(st["nodes"]):
             if i:
                 ex += [i - 1, i, None]
@@ -45,7 +45,7 @@ def flow_figure(data: dict[str, Any], color_by: str = "imbalance", p2p: list[P2P
             symbols.append(SYMBOL.get(n["kind"], "circle"))
             text.append(_hover(n, st))
             custom.append([n["operators"][0], y, n["span_ms"], n.get("key", "")])
-            labels.append(n["label"] if i == label_at else "")
+            labels.append(label_at.get(i, ""))
             outline_color.append(SHARDED if n.get("sharded") else "#555")
             outline_width.append(2.5 if n.get("sharded") else 0.6)
     _culprit(fig, data)
@@ -89,13 +89,26 @@ def flow_figure(data: dict[str, Any], color_by: str = "imbalance", p2p: list[P2P
     return fig
 
 
-def _label_node(nodes: list[dict[str, Any]]) -> int | None:
-    """The one node of a stage that gets a label: the most imbalanced computing node, when it is notably so."""
+# Labelled nodes closer than this (in execution order) would write over each other: the second is left to the hover.
+LABEL_APART = 4
+
+
+def _label_nodes(nodes: list[dict[str, Any]]) -> dict[int, str]:
+    """The nodes of a stage that get a label, and their labels: its hottest computing node (the most measured
+    time: "name · 3.2 ms") and its most imbalanced one when notably so ("name · 1.6x"), unless too close to
+    the first to be read apart."""
     computing = [k for k, n in enumerate(nodes) if n["kind"] in ("compute", "memory", "block")]
     if not computing:
-        return None
+        return {}
+    hot = max(computing, key=lambda k: nodes[k]["time_ms"])
+    out = {hot: f"{short_name(nodes[hot]['label'], 28)} · {nodes[hot]['time_ms']:.1f} ms"}
     worst = max(computing, key=lambda k: nodes[k]["imbalance"])
-    return worst if nodes[worst]["imbalance"] > 1.25 else None
+    if nodes[worst]["imbalance"] > 1.25:
+        if worst == hot:
+            out[hot] += f" · {nodes[hot]['imbalance']:.2f}x"
+        elif abs(worst - hot) >= LABEL_APART:
+            out[worst] = f"{short_name(nodes[worst]['label'], 28)} · {nodes[worst]['imbalance']:.2f}x"
+    return out
 
 
 def _stage_tick(st: dict[str, Any], data: dict[str, Any]) -> str:

@@ -12,7 +12,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from paradiag.app import palette
-from paradiag.app.figures.common import base_figure, compact, empty_figure, short_name
+from paradiag.app.figures.common import base_figure, compact, empty_figure, shared_text, short_name
 
 if TYPE_CHECKING:  # the view data's shapes (the figure reads them, the data layer builds them)
     from paradiag.app.data.shapes import MareyData, MareyStage, MareyTimes, PathPiece
@@ -212,10 +212,11 @@ def _stage_bars(st: MareyStage, ys: list[float], ops: dict[str, int]) -> dict[st
     per_band = {
         "op": np.array([ops.setdefault(name, len(ops)) for name in st["operator"]], dtype=np.float64),
         "mid": ((lo.min(axis=1) + hi.max(axis=1)) / 2).round(4),
-        "head": np.array(
-            [f"{short_name(label, 48)} · {_mix_text(mix) or cat}{_pass_text(p)}" for label, cat, p, mix in zip(st["label"], st["category"], st.get("pass") or [""] * len(st["label"]), st.get("shares") or [[]] * len(st["label"]), strict=True)],
-            dtype=object,
-        ),
+        # the band's head line in three parts, each sent once per distinct string (shared_text): its name, its
+        # categories' shares, its pass
+        "name": np.array([short_name(label, 48) for label in st["label"]], dtype=object),
+        "mix": np.array([f" · {_mix_text(mix) or cat}" for cat, mix in zip(st["category"], st.get("shares") or [[]] * len(st["label"]), strict=True)], dtype=object),
+        "pass": np.array([_pass_text(p) for p in st.get("pass") or [""] * len(st["label"])], dtype=object),
         "merged": np.array([op != label for op, label in zip(st["operator"], st["label"], strict=True)]),
     }
     per_row = {"y": np.asarray(ys, dtype=np.float32), "label": np.array([r["label"] for r in st["rows"]], dtype=object), "many": np.array([len(r["ranks"]) > 1 for r in st["rows"]])}
@@ -244,7 +245,7 @@ def _hover_points(fig: go.Figure, cat: str, color: str, bar: dict[str, np.ndarra
     it to be answered, or answered by a neighbour).
     customdata = (operator's index in layout.meta[OPERATORS], stage, the instance's middle in ms: what a click selects; then the row's time, the
     slowest device and its time, the spread over the row's devices); the sentence is the template, so the only
-    text a point carries is its band's name and pass and its row's label. One trace per wording: a row of
+    text a point carries is its band's name and pass and its row's label, each name sent once (``shared_text``). One trace per wording: a row of
     several devices shows their spread, a merged band names its longest single operator."""
     length = bar["end"] - bar["start"]
     count = np.maximum(1, np.ceil(length / step)).astype(np.int64) if step > 0 else np.ones(len(length), dtype=np.int64)
@@ -272,7 +273,7 @@ def _point_trace(cat: str, color: str, x: np.ndarray, bar: dict[str, np.ndarray]
         hoveron="points",
         hoverlabel={"bgcolor": color},
         customdata=np.column_stack(columns).astype(np.float32),
-        text=bar["head"] + "<br>" + bar["label"],
+        meta=shared_text(bar["name"], bar["mix"], bar["pass"], "<br>" + bar["label"], sep=""),
         hovertemplate="%{text}: %{customdata[3]:.3f} ms" + spread + f"<br>{slowest}: rank %{{customdata[4]}}: %{{customdata[5]:.3f}} ms<extra></extra>",
         name=cat,
         legendgroup=cat,

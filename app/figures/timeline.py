@@ -9,9 +9,10 @@ import numpy as np
 import plotly.graph_objects as go
 
 from paradiag.app import palette
-from paradiag.app.figures.common import bars, base_figure, compact, empty_figure
+from paradiag.app.figures.common import bars, base_figure, compact, empty_figure, shared_text
 
 ROW_PX = 22
+TOP_PX, BOTTOM_PX, LEGEND_PX = 84, 12, 50  # margins (the time axis is on top) and the legend's height above the area
 
 
 def timeline_figure(data: dict[str, Any], uirevision: Any = None, marked: list[int] | None = None) -> go.Figure:
@@ -23,7 +24,7 @@ def timeline_figure(data: dict[str, Any], uirevision: Any = None, marked: list[i
     rows = data["rows"]
     if not rows:
         return empty_figure("no device events for these ranks in this window", height=220)
-    height = 70 + ROW_PX * len(rows)
+    height = TOP_PX + BOTTOM_PX + 20 + ROW_PX * len(rows)
     width = max(3.0, min(16.0, ROW_PX * 0.7))
     fig = base_figure(uirevision=uirevision, height=height)
     path = data.get("path")
@@ -46,7 +47,7 @@ def timeline_figure(data: dict[str, Any], uirevision: Any = None, marked: list[i
     _handles(fig, rows, data["window_ms"][0])
     _axes(fig, rows, data["window_ms"], set(marked or []), (path or {}).get("ranks", {}))
     if data.get("aggregated"):
-        fig.add_annotation(text=f"{data['num_events']:,} events merged to screen resolution: zoom in for single kernels", xref="paper", yref="paper", x=0, y=1.0, yanchor="bottom", xanchor="left", showarrow=False, font={"size": 10, "color": "#666"})
+        fig.add_annotation(text=f"{data['num_events']:,} events merged to screen resolution: zoom in for single kernels", xref="paper", yref="paper", x=1, y=1.0, yanchor="bottom", xanchor="right", yshift=LEGEND_PX + 4, showarrow=False, font={"size": 10, "color": "#666"})
     return fig
 
 
@@ -62,7 +63,7 @@ def _add_folded(fig: go.Figure, kind: str, seg: dict[str, Any], width: float, le
         color,
         kind,
         f"{kind} folded",
-        text=np.array(seg["hover"], dtype=object),
+        meta=shared_text(seg["hover"]),
         customdata=np.column_stack([seg["dur_us"], seg["count"], seg["slow_rank"], seg["slow_us"]]).astype(np.float32),
         hovertemplate="%{text} (%{customdata[1]} merged at this zoom)<br>median %{customdata[0]:.1f} µs over the folded ranks · at %{x:.3f} ms"
         "<br>slowest: rank %{customdata[2]}, %{customdata[3]:.1f} µs · light band: earliest start to latest end<extra>" + kind + "</extra>",
@@ -146,10 +147,10 @@ def _hover(name: str, seg: dict[str, Any]) -> dict[str, Any]:
         return {"customdata": np.asarray(seg["count"], dtype=np.int32), "hovertemplate": f"{name}: %{{customdata}} intervals merged at this zoom<br>%{{x:.3f}} ms<extra></extra>"}
     if "wait_us" in seg:
         return {"customdata": np.asarray(seg["wait_us"], dtype=np.float32), "hovertemplate": "waited %{customdata:.1f} µs for the last member<br>%{x:.3f} ms<extra>" + name + "</extra>"}
-    text = np.array(seg["hover"], dtype=object)
+    text = shared_text(seg["hover"])  # names repeat (a kernel's name on each of its launches): each sent once
     if "dur_us" not in seg:
-        return {"text": text, "hovertemplate": "%{text}<br>%{x:.3f} ms<extra>" + name + "</extra>"}
-    return {"text": text, "customdata": np.asarray(seg["dur_us"], dtype=np.float32), "hovertemplate": "%{text}<br>%{customdata:.1f} µs · at %{x:.3f} ms<extra>" + name + "</extra>"}
+        return {"meta": text, "hovertemplate": "%{text}<br>%{x:.3f} ms<extra>" + name + "</extra>"}
+    return {"meta": text, "customdata": np.asarray(seg["dur_us"], dtype=np.float32), "hovertemplate": "%{text}<br>%{customdata:.1f} µs · at %{x:.3f} ms<extra>" + name + "</extra>"}
 
 
 def _selected(fig: go.Figure, members: dict[str, Any], width: float) -> None:
@@ -178,7 +179,8 @@ def _axes(fig: go.Figure, rows: list[dict[str, Any]], window: list[float], marke
         zeroline=False,
         fixedrange=True,
     )
-    fig.update_xaxes(title="time since job start (ms)", range=window, showgrid=True, zeroline=False)
+    # The time axis on top: a tall timeline's bottom is screens down, and its unit is read first.
+    fig.update_xaxes(title={"text": "time since job start (ms)", "standoff": 4}, side="top", range=window, showgrid=True, zeroline=False)
     # Separators and shading as plain shapes in one update, one per block of rows (a rank's streams, a fold's
     # lanes): add_hline resolves axes per call and costs ~5 ms each, and every shape is validated and copied.
     starts = [i for i in range(len(rows)) if i == 0 or _block(rows[i]) != _block(rows[i - 1])]
@@ -189,7 +191,9 @@ def _axes(fig: go.Figure, rows: list[dict[str, Any]], window: list[float], marke
         if rows[a]["rank"] in marked or rows[a]["rank"] is None
     ]
     # The legend on the left: the modebar takes the top right corner.
-    fig.update_layout(margin={"l": 120, "t": 30}, dragmode="zoom", hovermode="closest", shapes=bands + lines, legend={"x": 0, "xanchor": "left"})
+    # The legend above the axis: LEGEND_PX above the plotting area, in its fraction of the area's height.
+    area = max(1, (fig.layout.height or 400) - TOP_PX - BOTTOM_PX)
+    fig.update_layout(margin={"l": 120, "t": TOP_PX, "b": BOTTOM_PX}, dragmode="zoom", hovermode="closest", shapes=bands + lines, legend={"x": 0, "xanchor": "left", "y": 1 + LEGEND_PX / area, "yanchor": "bottom"})
 
 
 def _block(row: dict[str, Any]) -> Any:

@@ -8,7 +8,13 @@ from dash import dcc, html
 
 # A double-click zooms out to all the figure holds (the server then sends the whole step), not back to the range the
 # graph was first drawn with (plotly's default): that would be a zoomed window when the page opened on one.
-GRAPH_CONFIG: dict[str, Any] = {"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "select2d", "autoScale2d"], "doubleClick": "autosize"}
+# The camera of the modebar saves the figure as SVG (vector, with its legend); a panel's export bar saves PNG too.
+GRAPH_CONFIG: dict[str, Any] = {
+    "displaylogo": False,
+    "modeBarButtonsToRemove": ["lasso2d", "select2d", "autoScale2d"],
+    "doubleClick": "autosize",
+    "toImageButtonOptions": {"format": "svg", "filename": "paradiag"},
+}
 # What a graph holds until its callback sends the first figure: a Patch (the heatmap's outline) may arrive before
 # it does. Marked pending, it is not drawn (assets/plots.js): drawn, it was a whole empty plot per graph.
 PENDING: dict[str, Any] = {"data": [], "layout": {"meta": "pending"}}
@@ -22,3 +28,28 @@ def panel(title: str, *children: Any, class_name: str = "", help_text: str = "")
 def graph(graph_id: str, modebar: bool = True, scroll_zoom: bool = False) -> dcc.Loading:
     config = {**(GRAPH_CONFIG if modebar else {**GRAPH_CONFIG, "displayModeBar": False}), "scrollZoom": scroll_zoom}
     return dcc.Loading(dcc.Graph(id=graph_id, config=config, figure=PENDING), type="dot", delay_show=400)  # type: ignore[arg-type]
+
+
+def csv_button(view: str) -> str:
+    """The id of a view's "CSV" button (its download: ``csv_download``)."""
+    return f"{view}-csv"
+
+
+def csv_download(view: str) -> str:
+    return f"{view}-download"
+
+
+def export_bar(view: str, graph_id: str, table: bool = True) -> html.Div:
+    """A view's exports: its table as CSV (the server's ``paradiag.app.data.export``) and its figure as SVG or
+    PNG with its legend, drawn by plotly in the browser (assets/exports.js reads ``data-pd-image``)."""
+    data: list[dict[str, Any]] = [{"data-pd-image": graph_id, "data-format": fmt} for fmt in ("svg", "png")]
+    image = [html.Button(d["data-format"].upper(), className="pd-button pd-export-button", title=f"the figure as {d['data-format'].upper()}", **d) for d in data]
+    csv = [html.Button("CSV", id=csv_button(view), className="pd-button pd-export-button", title="the table behind this view as CSV", n_clicks=0), dcc.Download(id=csv_download(view))] if table else []
+    return html.Div(["⤓ ", *csv, *image], className="pd-export")
+
+
+def with_exports(section: html.Section, view: str, graph_id: str, table: bool = True) -> html.Section:
+    """``section`` (a ``panel``) with its export bar at the end of its head line."""
+    head = section.children[0]
+    head.children = [*head.children, export_bar(view, graph_id, table)]
+    return section

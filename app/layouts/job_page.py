@@ -6,6 +6,7 @@ from __future__ import annotations
 from dash import dcc, html
 
 from paradiag.app import ids
+from paradiag.app.layouts.common import with_exports
 from paradiag.app.selection import view_store
 from paradiag.app.views import VIEW_FIELDS
 from paradiag.app.views.comm import live as comm
@@ -40,10 +41,10 @@ def layout() -> html.Div:
             dcc.Store(id=ids.RELEASE),
             html.Div(className="pd-summary", children=[html.Div(id=ids.SUMMARY_FACTS, className="pd-facts"), html.Ol(id=ids.FINDINGS, className="pd-findings"), guide()]),
             # The first screen: where the fault is (overview) and who waits for whom (timeline).
-            html.Div(className="pd-row", children=[overview.panel(), timeline.panel()]),
-            marey.panel(),
-            html.Div(className="pd-row", children=[detail.panel(), comm.panel()]),
-            compare.panel(),
-            flow.panel(),
+            html.Div(className="pd-row", children=[with_exports(overview.panel(), "overview", ids.HEATMAP), with_exports(timeline.panel(), "timeline", ids.TIMELINE)]),
+            with_exports(marey.panel(), "marey", ids.MAREY),
+            html.Div(className="pd-row", children=[with_exports(detail.panel(), "detail", ids.DETAIL_OPERATORS), with_exports(comm.panel(), "comm", ids.COMM_MATRIX)]),
+            with_exports(compare.panel(), "compare", ids.COMPARE_RANKS, table=False),
+            with_exports(flow.panel(), "flow", ids.FLOW),
         ],
     )

@@ -142,8 +142,10 @@ def panel() -> html.Section:
                 dcc.Dropdown(id=ids.OP_SEARCH, options=[], placeholder="/ search an operator", className="pd-op-search"),
                 dcc.Checklist(id=ids.TIMELINE_PATH, options=[{"label": " critical path", "value": "path"}], value=[], inline=True),
                 html.Button("fold all", id=ids.TIMELINE_FOLD_ALL, className="pd-button"),
+                dcc.Input(id=ids.EVENT_SEARCH, type="search", debounce=True, placeholder="find events by name (Enter)", className="pd-event-search"),
             ],
         ),
+        html.Div(id=ids.EVENT_MATCHES, className="pd-help pd-event-matches"),
         # The folded rows opened: a click on a folded row (▸) adds one, unticking folds it back; kept across steps.
         dcc.Checklist(id=ids.TIMELINE_EXPAND, options=[], value=[], inline=True, className="pd-unfolded"),
         dcc.Store(id=ids.TIMELINE_FOLDS, data=[]),
