@@ -58,6 +58,7 @@ STAGE_IMBALANCE = 1.15  # max / mean compute per micro-batch across stages
 # ... and, on CPU ranks, the heaviest stage MIN_RATIO_HOST x the median of the others (as a rank against its peers:
 # past the noise band of CPU ranks' compute)
 SLOW_LINK_RATIO = 1.6  # transfer time against comparable transfers elsewhere
+LINK_NAMED = 8  # a slow link's evidence names this many of its ranks (a group's), then how many more
 LINK_QUANTILE = 0.25  # a slow link's fast quarter of transfers is slower than the slow quarter of comparable ones
 HOTSPOT_REST = 1.05  # the rest of a hotspot rank's operators run within 5 % of its peers
 HOTSPOT_REST_HOST = 1.5  # ... within 50 % on CPU ranks, where they share caches and cores with the hot ones (a 24x GELU slows the next GEMMs by 30 %)
@@ -712,8 +713,11 @@ def link_findings(
     # it needs SLOW_LINK_RATIO on the median of its transfers, not MIN_IMPACT_PCT.
     impact = 100 * sum(s["extra_ns"] for s in involved) / steps_total / step_ns
     what = f"{worst['key'][0]} of {worst['key'][1] / 1e6:.1f} MB"
+    named = f"link {link[0]}-{link[1]}" if len(link) == 2 else "link of ranks " + ", ".join(map(str, link[:LINK_NAMED])) + (
+        f" and {len(link) - LINK_NAMED} more" if len(link) > LINK_NAMED else ""
+    )
     evidence = (
-        f"link {link[0]}-{link[1]}{'…' if len(link) > 2 else ''} ({link_type(link[0], link[-1], host_of)}-node): {what} takes "
+        f"{named} ({link_type(link[0], link[-1], host_of)}-node): {what} takes "
         f"{worst['median_ns'] / 1e6:.2f} ms once every rank is there vs {worst['ref_ns'] / 1e6:.2f} ms on comparable "
         f"links ({worst['ratio']:.1f}x); {len(involved)} group(s)/pair(s)/link(s) affected"
     )

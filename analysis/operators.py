@@ -80,9 +80,9 @@ def host_speeds(frame: Frame, peer_sets: list[list[int]], host_ranks: frozenset[
     operator), which leaves the median operator alone. Dividing a CPU rank's compute by its speed before it is
     weighed against its peers' keeps the work and drops the scheduler's share. Only where the ranks share the
     cores (``stretch``, the clock's compute over the typical one, at least SHARED_STRETCH; else {}): on a host
-    with a core per rank, a rank slower at every operator is a slower device; and only in a stage where at least
-    two ranks run SHARED_SLOWER x slower (the ranks on the busier cores): a lone rank slower at every operator
-    than all its peers is a slow rank, whatever slows it."""
+    with a core per rank, a rank slower at every operator is a slower device; and only where at least two ranks of
+    the job run SHARED_SLOWER x slower than their peers (the ranks on the busier cores): a lone rank slower at every
+    operator than all the others is a slow rank, whatever slows it."""
     ranks = np.array(sorted(host_ranks), dtype=np.int64)
     if not len(ranks) or stretch < SHARED_STRETCH:
         return {}
@@ -115,9 +115,9 @@ def host_speeds(frame: Frame, peer_sets: list[list[int]], host_ranks: frozenset[
                     ratios.append(med / float(np.median(others)))
             if len(ratios) >= SPEED_MIN_OPERATORS:
                 speed[rank] = max(float(np.median(ratios)), 1.0)
-        if sum(v >= SHARED_SLOWER for v in speed.values()) >= 2:  # a lone rank slower at everything is a slow rank
-            out.update(speed)
-    return out
+        out.update(speed)
+    # A lone rank slower at everything than the whole job is a slow rank, whatever slows it.
+    return out if sum(v >= SHARED_SLOWER for v in out.values()) >= 2 else {}
 
 
 def operator_time(frame: Frame, durations: np.ndarray | None = None) -> dict[tuple[int, int], np.ndarray]:

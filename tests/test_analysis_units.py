@@ -337,6 +337,23 @@ def test_slow_link_from_collective_groups() -> None:
     assert f["impact_pct"] == pytest.approx(100 * 3 * 300 / 10_000)
 
 
+def test_a_slow_group_link_names_every_rank_of_it() -> None:
+    """Four DP groups of four ranks run the same all-reduce; group (4, 5, 6, 7) takes 4x longer: the evidence
+    names the group's ranks, not two of them and an ellipsis."""
+    rows = []
+    for g in range(4):
+        for seq in range(3):
+            t = seq * 1000
+            dur = 400 if g == 1 else 100
+            rows += [coll(4 * g + i, t, t + dur, group=str(g), seq=seq, kind="all_reduce") for i in range(4)]
+    frame = device_frame(events(rows))
+    inst = comm.collective_instances(comm.collective_participation(frame))
+    members = {str(g): [4 * g + i for i in range(4)] for g in range(4)}
+    (f,) = findings.link_findings(inst, comm.p2p_transfers(frame), members, dict.fromkeys(range(16), "h"), 10_000, 1)
+    assert f["culprit"]["ranks"] == [4, 5, 6, 7]
+    assert f["evidence"].startswith("link of ranks 4, 5, 6, 7 (intra-node)")
+
+
 # ---- aggregated Ascend cluster step times ----
 
 
