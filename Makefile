@@ -54,6 +54,7 @@ browser:
 
 lint: $(VENV)/.ready
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
 ## Peer tools (HTA, msprof-analyze), each in its own venv: their pins clash with ours; and PyTorch (CPU) for the

@@ -88,7 +88,9 @@ def device_work(events: pa.Table, steps: list[int] | None = None) -> dict[str, n
     return {k: v[keep] for k, v in a.items()}
 
 
-def breakdown_of(work: dict[str, np.ndarray], lo: int | None = None, hi: int | None = None) -> Breakdown | None:
+def breakdown_of(
+    work: dict[str, np.ndarray], lo: int | None = None, hi: int | None = None
+) -> Breakdown | None:
     """The breakdown of device intervals over [lo, hi) (default: their own span); None without device work."""
     start, end, kind = work["start"], work["end"], work["kind"]
     if lo is not None or hi is not None:
@@ -130,14 +132,21 @@ def default_convention(device_type: str | None) -> str:
 def _ascend_breakdown(work: dict[str, np.ndarray]) -> Breakdown | None:
     """Per step, compute and communication over their own span; the steps' figures summed."""
     keep = np.isin(work["kind"], (schema.COMPUTE, schema.COMMUNICATION))
-    parts = [breakdown_of({k: v[keep & (work["step"] == s)] for k, v in work.items()}) for s in np.unique(work["step"][keep])]
+    parts = [
+        breakdown_of({k: v[keep & (work["step"] == s)] for k, v in work.items()})
+        for s in np.unique(work["step"][keep])
+    ]
     found = [p for p in parts if p is not None]
     if not found:
         return None
-    return Breakdown(**{name: sum(getattr(p, name) for p in found) for name in Breakdown.__dataclass_fields__})
+    return Breakdown(
+        **{name: sum(getattr(p, name) for p in found) for name in Breakdown.__dataclass_fields__}
+    )
 
 
-def rank_breakdown(events: pa.Table, step_ids: list[int] | None = None, convention: str = "paradiag") -> Breakdown | None:
+def rank_breakdown(
+    events: pa.Table, step_ids: list[int] | None = None, convention: str = "paradiag"
+) -> Breakdown | None:
     """The breakdown of one rank over its profiled steps.
 
     ``step_ids``: the rank's steps (from the steps table); without steps every device event counts.
@@ -174,7 +183,9 @@ def launched_in_trace(events: pa.Table) -> pa.Array:
     steps to device work only through its launch; work launched before the profiler started is dropped)."""
     category = events.column("category").cast(pa.string())
     is_launch = pc.is_in(category, pa.array(["cuda_runtime", "Runtime", "cuda_driver"]))
-    launched = pc.filter(events.column("correlation"), pc.and_(is_launch, pc.greater_equal(events.column("correlation"), 0)))
+    launched = pc.filter(
+        events.column("correlation"), pc.and_(is_launch, pc.greater_equal(events.column("correlation"), 0))
+    )
     on_host = pc.less(events.column("device"), 0)
     return pc.or_(on_host, pc.is_in(events.column("correlation"), launched.unique()))
 
@@ -194,7 +205,9 @@ def step_breakdowns(events: pa.Table, steps: pa.Table, convention: str = "paradi
             {
                 "step": row["step"],
                 "step_time_ns": row["end_ns"] - row["start_ns"],
-                "device_span_ns": (row["device_end_ns"] - row["device_start_ns"]) if row["device_start_ns"] is not None else None,
+                "device_span_ns": (row["device_end_ns"] - row["device_start_ns"])
+                if row["device_start_ns"] is not None
+                else None,
                 "breakdown": b.as_dict() if b else None,
             }
         )

@@ -46,7 +46,9 @@ def read_cluster_step_trace_time(path: str | Path) -> tuple[pa.Table, list[list[
             rows["step"].append(int(row["Step"]) if row["Step"] not in ("", None) else -1)
             for name, column in COLUMNS.items():
                 value = row.get(name)
-                rows.setdefault(column, []).append(round(float(value) * 1000) if value not in (None, "") else None)
+                rows.setdefault(column, []).append(
+                    round(float(value) * 1000) if value not in (None, "") else None
+                )
     return pa.table(rows), sorted(stages)
 
 

@@ -92,15 +92,31 @@ def collective_instances(participation: pa.Table, group_size: Mapping[str, int] 
     uses the group's size (``group_size``, where the traces list its members; else the members present): a job
     profiled on a few of its ranks still moves the whole group's data. Bus bandwidth is NaN (null in the report)
     where it cannot be computed: size unknown, one member, or no transfer time."""
-    strings = ("group", "collective")  # read for the first row of each instance only: not a Python str per row
-    p = {k: participation.column(k).to_numpy(zero_copy_only=False) for k in participation.column_names if k not in strings}
+    strings = (
+        "group",
+        "collective",
+    )  # read for the first row of each instance only: not a Python str per row
+    p = {
+        k: participation.column(k).to_numpy(zero_copy_only=False)
+        for k in participation.column_names
+        if k not in strings
+    }
     _, firsts = np.unique(p["instance"], return_index=True)
-    head = {k: participation.column(k).take(pa.array(firsts, pa.int64())).to_numpy(zero_copy_only=False) for k in strings}
-    wait_sum = np.bincount(p["instance"], weights=p["wait_ns"]).astype(np.int64) if len(firsts) else np.zeros(0, np.int64)
+    head = {
+        k: participation.column(k).take(pa.array(firsts, pa.int64())).to_numpy(zero_copy_only=False)
+        for k in strings
+    }
+    wait_sum = (
+        np.bincount(p["instance"], weights=p["wait_ns"]).astype(np.int64)
+        if len(firsts)
+        else np.zeros(0, np.int64)
+    )
     n = p["members"][firsts]
     sizes = group_size or {}
     size = np.array([max(sizes.get(g, 0), m) for g, m in zip(head["group"], n, strict=True)], dtype=np.int64)
-    factor = np.array([BUS_FACTOR.get(k, lambda m: 0.0)(m) for k, m in zip(head["collective"], size, strict=True)])
+    factor = np.array(
+        [BUS_FACTOR.get(k, lambda m: 0.0)(m) for k, m in zip(head["collective"], size, strict=True)]
+    )
     transfer, nbytes = p["transfer_ns"][firsts], p["bytes"][firsts]
     computable = (transfer > 0) & (nbytes > 0) & (factor > 0)
     busbw = np.where(computable, np.maximum(nbytes, 0) * factor / np.maximum(transfer, 1), np.nan)
@@ -131,7 +147,9 @@ def communication_records(frame: Frame) -> pa.Table:
     form: ``table_frame`` reads them back), and ``peer_direction`` (:func:`peer_directions`)."""
     is_comm = frame.kind == frame.code("kinds", "communication")
     directions = peer_directions(frame)[is_comm]
-    return frame_table(frame.take(is_comm), RECORD_COLUMNS).append_column("peer_direction", pa.array(directions, pa.int8()))
+    return frame_table(frame.take(is_comm), RECORD_COLUMNS).append_column(
+        "peer_direction", pa.array(directions, pa.int8())
+    )
 
 
 def infer_peers(frame: Frame, members: Mapping[str, list[int]], stage_of: Mapping[int, int]) -> None:
@@ -162,7 +180,9 @@ def peer_directions(frame: Frame) -> np.ndarray:
     bounds = np.append(firsts, len(frame.rank))
     for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
         rows = rows_all[np.searchsorted(rows_all, lo) : np.searchsorted(rows_all, hi)]
-        definite = lo + np.flatnonzero((frame.kind[lo:hi] == compute) & np.isin(classes[frame.name[lo:hi]], (-1, 1)))
+        definite = lo + np.flatnonzero(
+            (frame.kind[lo:hi] == compute) & np.isin(classes[frame.name[lo:hi]], (-1, 1))
+        )
         marks, cls = frame.start[definite], classes[frame.name[definite]]
         for row in rows.tolist():
             is_send = frame.collective[row] == send
@@ -175,7 +195,9 @@ def peer_directions(frame: Frame) -> np.ndarray:
     return out
 
 
-def assign_peers(frame: Frame, directions: np.ndarray, members: Mapping[str, list[int]], stage_of: Mapping[int, int]) -> None:
+def assign_peers(
+    frame: Frame, directions: np.ndarray, members: Mapping[str, list[int]], stage_of: Mapping[int, int]
+) -> None:
     """The cross-rank part of :func:`infer_peers`: each unnamed send or receive gets the neighbour of its rank, in
     its pipeline group ordered by stage, that ``directions`` (:func:`peer_directions`) points to (and, interleaved,
     stage 0 and the last stage are neighbours). Without a direction, in a group of two the other member is the
@@ -201,7 +223,11 @@ def assign_peers(frame: Frame, directions: np.ndarray, members: Mapping[str, lis
 
 def _unnamed_p2p(frame: Frame) -> np.ndarray:
     """Sends and receives of a process group whose peer the trace does not name."""
-    return np.isin(frame.collective, frame.codes("collectives", ("send", "recv"))) & (frame.group >= 0) & (frame.peer < 0)
+    return (
+        np.isin(frame.collective, frame.codes("collectives", ("send", "recv")))
+        & (frame.group >= 0)
+        & (frame.peer < 0)
+    )
 
 
 def _stage_order(group: list[int], stage_of: Mapping[int, int]) -> list[int]:
@@ -247,13 +273,17 @@ def p2p_transfers(frame: Frame) -> pa.Table:
     )
 
 
-def _match(p: Frame, src: np.ndarray, dst: np.ndarray, ordinal: np.ndarray, is_send: np.ndarray, is_recv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _match(
+    p: Frame, src: np.ndarray, dst: np.ndarray, ordinal: np.ndarray, is_send: np.ndarray, is_recv: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """The rows of the sends and of the receives with the same (group, step, src, dst, ordinal), in the order of
     the receives (each key is one send and one receive at most: the ordinal numbers them)."""
     sends, recvs = np.flatnonzero(is_send), np.flatnonzero(is_recv)
 
     def keys(rows: np.ndarray) -> np.ndarray:
-        return np.stack([p.group[rows], p.step[rows], src[rows], dst[rows], ordinal[rows]], axis=1).astype(np.int64)
+        return np.stack([p.group[rows], p.step[rows], src[rows], dst[rows], ordinal[rows]], axis=1).astype(
+            np.int64
+        )
 
     found = find_rows(keys(sends), keys(recvs))
     hit = found >= 0
@@ -263,6 +293,7 @@ def _match(p: Frame, src: np.ndarray, dst: np.ndarray, ordinal: np.ndarray, is_s
 def rank_waits(participation: pa.Table, p2p: pa.Table) -> dict[tuple[int, int], dict[str, int]]:
     """Per (rank, step): ``wait_ns`` the rank spent waiting for others, ``caused_ns`` the waiting others did for it
     (the late rank of a collective, the sender of a receive that waited)."""
+
     def col(table: pa.Table, name: str) -> np.ndarray:
         return np.asarray(table.column(name).to_numpy(), dtype=np.int64)
 
@@ -310,7 +341,12 @@ def npu_links(links: pa.Table, world: int) -> dict[tuple[int, int], tuple[float,
             continue
         size, time, count, _ = out.get((src, dst), (0.0, 0.0, 0.0, ""))
         kind = "intra" if rows["transport"][i] in INTRA_TRANSPORTS else "inter"
-        out[(src, dst)] = (size + rows["bytes"][i], time + max(rows["transit_ns"][i] or 0, 0), count + 1, kind)
+        out[(src, dst)] = (
+            size + rows["bytes"][i],
+            time + max(rows["transit_ns"][i] or 0, 0),
+            count + 1,
+            kind,
+        )
     return out
 
 
@@ -323,7 +359,9 @@ def _p2p_links(p2p: pa.Table) -> dict[tuple[int, int], tuple[float, float, float
     cols = p2p.select(["src", "dst", "bytes", "transfer_ns", "receiver_waited"]).to_pydict()
     acc: dict[tuple[int, int], list[float]] = {}
     for src, dst, size, transfer, waited in zip(*cols.values(), strict=True):
-        entry = acc.setdefault((src, dst), [0.0, 0.0, 0.0, 0.0, 0.0])  # bytes, time, count, measured bytes, time
+        entry = acc.setdefault(
+            (src, dst), [0.0, 0.0, 0.0, 0.0, 0.0]
+        )  # bytes, time, count, measured bytes, time
         entry[0] += size
         entry[1] += max(transfer, 0)
         entry[2] += 1

@@ -25,11 +25,20 @@ NOISE_PCT = 2.0  # changes smaller than this are jitter, not a change
 # Operator categories, to compare GPU kernels with NPU kernels of the same model (first match wins).
 CATEGORIES = (
     ("attention", re.compile(r"attention|flash|fmha|softmax|sdpa", re.I)),
-    ("matmul", re.compile(r"gemm|matmul|\bmm\b|aten::mm|aten::bmm|aten::addmm|cublas|cutlass|sm\d+_xmma|MatMul|BatchMatMul|conv", re.I)),
+    (
+        "matmul",
+        re.compile(
+            r"gemm|matmul|\bmm\b|aten::mm|aten::bmm|aten::addmm|cublas|cutlass|sm\d+_xmma|MatMul|BatchMatMul|conv",
+            re.I,
+        ),
+    ),
     ("norm", re.compile(r"norm", re.I)),
     ("embedding", re.compile(r"embedding|gather", re.I)),
     ("optimizer", re.compile(r"adam|sgd|optimizer|multi_tensor", re.I)),
-    ("elementwise", re.compile(r"elementwise|add|mul|gelu|silu|relu|dropout|cast|copy|fill|vectorized", re.I)),
+    (
+        "elementwise",
+        re.compile(r"elementwise|add|mul|gelu|silu|relu|dropout|cast|copy|fill|vectorized", re.I),
+    ),
 )
 
 
@@ -52,7 +61,7 @@ def operator_times(frame: Frame, steps: int) -> dict[str, dict[str, Any]]:
     calls = np.bincount(compute.name, minlength=len(frame.names))
     order = np.lexsort((compute.start, compute.step, compute.rank))
     first_seen: dict[int, int] = {}
-    for position, code in enumerate(compute.name[order][: 20000].tolist()):
+    for position, code in enumerate(compute.name[order][:20000].tolist()):
         first_seen.setdefault(code, position)
     steps = max(steps, 1)
     return {
@@ -69,7 +78,10 @@ def operator_times(frame: Frame, steps: int) -> dict[str, dict[str, Any]]:
 def by_category(ops: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for op in ops.values():
-        entry = out.setdefault(op["category"], {"time_ns_per_step": 0.0, "calls_per_step": 0.0, "category": op["category"], "position": None})
+        entry = out.setdefault(
+            op["category"],
+            {"time_ns_per_step": 0.0, "calls_per_step": 0.0, "category": op["category"], "position": None},
+        )
         entry["time_ns_per_step"] += op["time_ns_per_step"]
         entry["calls_per_step"] += op["calls_per_step"]
     return out
@@ -87,12 +99,17 @@ def _median_step(report: dict[str, Any]) -> float | None:
 
 
 MESH_AXES = ("pp", "tp", "ep", "dp")  # a position is named stage first, as the views list ranks
-RANK_METRICS = (("step_time_ns", "step_time_ns", "median"), *((k, "breakdown", k) for k in ("compute_ns", "comm_exposed_ns", "idle_ns", "window_ns")))
+RANK_METRICS = (
+    ("step_time_ns", "step_time_ns", "median"),
+    *((k, "breakdown", k) for k in ("compute_ns", "comm_exposed_ns", "idle_ns", "window_ns")),
+)
 
 
 def _coords(report: dict[str, Any]) -> dict[int, dict[str, int]] | None:
     """Rank -> mesh coordinates, None when the report gives none for some rank it lists."""
-    coords = {int(r): c for r, c in ((report["job"].get("parallel_layout") or {}).get("coords") or {}).items()}
+    coords = {
+        int(r): c for r, c in ((report["job"].get("parallel_layout") or {}).get("coords") or {}).items()
+    }
     ranks = [e["rank"] for e in report["ranks"]]
     return coords if ranks and all(r in coords for r in ranks) else None
 
@@ -110,11 +127,16 @@ def rank_pairing(base: dict[str, Any], cand: dict[str, Any]) -> dict[str, Any]:
         groups = [({}, [r], [r]) for r in b_ranks if r in common]
         by, kept, folded = "rank id", [], {}
     else:
-        size = {n: {a: len({c[a] for c in coords.values()}) for a in MESH_AXES} for n, coords in (("b", b_coords), ("c", c_coords))}
+        size = {
+            n: {a: len({c[a] for c in coords.values()}) for a in MESH_AXES}
+            for n, coords in (("b", b_coords), ("c", c_coords))
+        }
         kept = [a for a in MESH_AXES if size["b"][a] == size["c"][a]]
         folded = {a: [size["b"][a], size["c"][a]] for a in MESH_AXES if a not in kept}
         b_at, c_at = _positions(b_ranks, b_coords, kept), _positions(c_ranks, c_coords, kept)
-        groups = [(dict(zip(kept, key, strict=True)), b_at[key], c_at[key]) for key in sorted(b_at) if key in c_at]
+        groups = [
+            (dict(zip(kept, key, strict=True)), b_at[key], c_at[key]) for key in sorted(b_at) if key in c_at
+        ]
         if not folded:  # one rank per position: listed by this job's rank id, as the other views list ranks
             groups.sort(key=lambda g: g[2][0])
         by = "mesh coordinates"
@@ -125,11 +147,16 @@ def rank_pairing(base: dict[str, Any], cand: dict[str, Any]) -> dict[str, Any]:
         "axes": [a for a in kept if any(p.get(a) for p, _, _ in groups)],
         "folded": folded,
         "groups": groups,
-        "unpaired": {"baseline": [r for r in b_ranks if r not in paired_b], "candidate": [r for r in c_ranks if r not in paired_c]},
+        "unpaired": {
+            "baseline": [r for r in b_ranks if r not in paired_b],
+            "candidate": [r for r in c_ranks if r not in paired_c],
+        },
     }
 
 
-def _positions(ranks: list[int], coords: dict[int, dict[str, int]], axes: list[str]) -> dict[tuple[int, ...], list[int]]:
+def _positions(
+    ranks: list[int], coords: dict[int, dict[str, int]], axes: list[str]
+) -> dict[tuple[int, ...], list[int]]:
     out: dict[tuple[int, ...], list[int]] = {}
     for r in ranks:
         out.setdefault(tuple(coords[r][a] for a in axes), []).append(r)
@@ -142,12 +169,20 @@ def pairing_text(pairing: dict[str, Any]) -> str:
         text = "ranks paired by rank id (one job has no mesh coordinates)"
     elif not pairing["folded"]:
         moved = sum(1 for _, b, c in pairing["groups"] if b != c)
-        text = "ranks paired by mesh coordinates" + (f" ({moved} hold a different rank id in the two jobs)" if moved else "")
+        text = "ranks paired by mesh coordinates" + (
+            f" ({moved} hold a different rank id in the two jobs)" if moved else ""
+        )
     else:
         on = ", ".join(pairing["axes"]) or "none: the whole job"
-        folded = ", ".join(f"{a.upper()} ({b} in the baseline, {c} here)" for a, (b, c) in pairing["folded"].items())
+        folded = ", ".join(
+            f"{a.upper()} ({b} in the baseline, {c} here)" for a, (b, c) in pairing["folded"].items()
+        )
         text = f"ranks paired by mesh position ({on}); folded: {folded}, each side's median over the ranks of a position"
-    gone = [f"{len(v)} {side} rank{'s' if len(v) > 1 else ''} ({_short(v)})" for side, v in pairing["unpaired"].items() if v]
+    gone = [
+        f"{len(v)} {side} rank{'s' if len(v) > 1 else ''} ({_short(v)})"
+        for side, v in pairing["unpaired"].items()
+        if v
+    ]
     return text + (f"; unpaired: {', '.join(gone)}" if gone else "; every rank paired")
 
 
@@ -162,9 +197,18 @@ def rank_deltas(base: dict[str, Any], cand: dict[str, Any], pairing: dict[str, A
     out = []
     for position, b_ranks, c_ranks in pairing["groups"]:
         single = len(b_ranks) == len(c_ranks) == 1
-        row: dict[str, Any] = {"rank": c_ranks[0] if single else None, "label": _label(position, b_ranks, c_ranks, pairing["axes"]), "position": position, "baseline_ranks": b_ranks, "candidate_ranks": c_ranks}
+        row: dict[str, Any] = {
+            "rank": c_ranks[0] if single else None,
+            "label": _label(position, b_ranks, c_ranks, pairing["axes"]),
+            "position": position,
+            "baseline_ranks": b_ranks,
+            "candidate_ranks": c_ranks,
+        }
         for key, section, field in RANK_METRICS:
-            row[key] = delta(_median([_get(b_by[r], section, field) for r in b_ranks]), _median([_get(c_by[r], section, field) for r in c_ranks]))
+            row[key] = delta(
+                _median([_get(b_by[r], section, field) for r in b_ranks]),
+                _median([_get(c_by[r], section, field) for r in c_ranks]),
+            )
         out.append(row)
     return out
 
@@ -197,14 +241,18 @@ def stage_deltas(base: dict[str, Any], cand: dict[str, Any]) -> list[dict[str, A
         {
             "stage": s["stage"],
             "ranks": s.get("ranks"),
-            "compute_per_micro_batch_ns": delta(s.get("compute_per_micro_batch_ns"), c_stages[s["stage"]].get("compute_per_micro_batch_ns")),
+            "compute_per_micro_batch_ns": delta(
+                s.get("compute_per_micro_batch_ns"), c_stages[s["stage"]].get("compute_per_micro_batch_ns")
+            ),
         }
         for s in b_stages
         if s["stage"] in c_stages
     ]
 
 
-def operator_deltas(base_ops: dict[str, dict[str, Any]], cand_ops: dict[str, dict[str, Any]], same_format: bool) -> dict[str, Any]:
+def operator_deltas(
+    base_ops: dict[str, dict[str, Any]], cand_ops: dict[str, dict[str, Any]], same_format: bool
+) -> dict[str, Any]:
     """Operators that got slower or faster, by name within a format, by category across formats."""
     if not same_format or not set(base_ops) & set(cand_ops):
         base_ops, cand_ops, matched_by = by_category(base_ops), by_category(cand_ops), "category"
@@ -248,38 +296,69 @@ def finding_changes(base: dict[str, Any], cand: dict[str, Any]) -> dict[str, lis
     }
 
 
-def top_change(step: dict[str, Any], ranks: list[dict[str, Any]], findings: dict[str, list[dict[str, Any]]], operators: dict[str, Any]) -> dict[str, Any]:
+def top_change(
+    step: dict[str, Any],
+    ranks: list[dict[str, Any]],
+    findings: dict[str, list[dict[str, Any]]],
+    operators: dict[str, Any],
+) -> dict[str, Any]:
     """The one change to look at first: a finding that appeared, else the rank that slowed most, else the
     operator that slowed most; ``None`` kind when nothing moved beyond noise."""
     if findings["appeared"]:
         f = max(findings["appeared"], key=lambda x: x.get("impact_pct", 0))
-        return {"kind": f["kind"], "culprit": f.get("culprit"), "evidence": f"new finding: {f.get('evidence', f['kind'])}"}
+        return {
+            "kind": f["kind"],
+            "culprit": f.get("culprit"),
+            "evidence": f"new finding: {f.get('evidence', f['kind'])}",
+        }
     if findings["disappeared"] and (step["delta_pct"] or 0) < -NOISE_PCT:
         f = max(findings["disappeared"], key=lambda x: x.get("impact_pct", 0))
-        return {"kind": f["kind"], "culprit": f.get("culprit"), "evidence": f"fixed: {f.get('evidence', f['kind'])}"}
+        return {
+            "kind": f["kind"],
+            "culprit": f.get("culprit"),
+            "evidence": f"fixed: {f.get('evidence', f['kind'])}",
+        }
     slowed = [r for r in ranks if (r["compute_ns"]["delta_pct"] or 0) > NOISE_PCT]
     if slowed:
         r = max(slowed, key=lambda x: x["compute_ns"]["delta_pct"])
         who = f"rank {r['label']}" if r["rank"] is not None else f"position {r['label']}"
-        return {"kind": "rank_slower", "culprit": {"ranks": r["candidate_ranks"]}, "evidence": f"{who} computes {r['compute_ns']['delta_pct']:+.1f}% more"}
+        return {
+            "kind": "rank_slower",
+            "culprit": {"ranks": r["candidate_ranks"]},
+            "evidence": f"{who} computes {r['compute_ns']['delta_pct']:+.1f}% more",
+        }
     if operators["slower"]:
         op = operators["slower"][0]
         pct = op["time_ns_per_step"]["delta_pct"]
         if pct is None or pct > NOISE_PCT:
-            return {"kind": "operator_slower", "culprit": {"operator": op["operator"]}, "evidence": f"{op['operator']} takes {op['change_ns_per_step'] / 1e6:+.2f} ms per step"}
+            return {
+                "kind": "operator_slower",
+                "culprit": {"operator": op["operator"]},
+                "evidence": f"{op['operator']} takes {op['change_ns_per_step'] / 1e6:+.2f} ms per step",
+            }
     return {"kind": None, "culprit": None, "evidence": "no change beyond noise"}
 
 
 def _facts(report: dict[str, Any]) -> dict[str, Any]:
     job = report["job"]
-    return {**{k: job.get(k) for k in ("source", "content_hash", "formats", "device_type", "num_ranks", "world_size")}, "layout": layout_text(report)}
+    return {
+        **{
+            k: job.get(k)
+            for k in ("source", "content_hash", "formats", "device_type", "num_ranks", "world_size")
+        },
+        "layout": layout_text(report),
+    }
 
 
 def layout_text(report: dict[str, Any]) -> str:
     """A job's size and parallel layout in words: ``256 ranks (DP4 × TP8 × PP8)``."""
     job = report["job"]
     layout = job.get("parallel_layout") or {}
-    axes = " × ".join(f"{a.upper()}{layout[a]}" for a in ("dp", "tp", "pp", "ep") if isinstance(layout.get(a), int) and layout[a] > 1)
+    axes = " × ".join(
+        f"{a.upper()}{layout[a]}"
+        for a in ("dp", "tp", "pp", "ep")
+        if isinstance(layout.get(a), int) and layout[a] > 1
+    )
     size = job.get("num_ranks") or len(report.get("ranks") or [])
     return f"{size} rank{'s' if size != 1 else ''} ({axes or 'no parallel layout known'})"
 
@@ -301,12 +380,20 @@ def incomparable(base: dict[str, Any], cand: dict[str, Any], pairing: dict[str, 
     reasons = []
     b_pp, c_pp = _degree(base, "pp"), _degree(cand, "pp")
     if b_pp is not None and c_pp is not None and b_pp != c_pp:
-        reasons.append(f"their pipelines differ in depth ({b_pp} stages against {c_pp}), so a stage of one is not the same part of the model as a stage of the other")
+        reasons.append(
+            f"their pipelines differ in depth ({b_pp} stages against {c_pp}), so a stage of one is not the same part of the model as a stage of the other"
+        )
     elif not pairing["groups"]:
         reasons.append("no rank of one holds a place in the mesh that a rank of the other holds")
-    elif pairing["by"] == "mesh coordinates" and set(pairing["folded"]) & {"tp", "ep"} and not pairing["axes"]:
-        split = ", ".join(f"{a.upper()} {b} against {c}" for a, (b, c) in pairing["folded"].items() if a in ("tp", "ep"))
-        reasons.append(f"they split the model differently ({split}) and share no mesh axis to pair ranks on, so no rank of one does the work of a rank of the other")
+    elif (
+        pairing["by"] == "mesh coordinates" and set(pairing["folded"]) & {"tp", "ep"} and not pairing["axes"]
+    ):
+        split = ", ".join(
+            f"{a.upper()} {b} against {c}" for a, (b, c) in pairing["folded"].items() if a in ("tp", "ep")
+        )
+        reasons.append(
+            f"they split the model differently ({split}) and share no mesh axis to pair ranks on, so no rank of one does the work of a rank of the other"
+        )
     if not reasons:
         return None
     return f"cannot compare the baseline, {layout_text(base)}, with this job, {layout_text(cand)}: {'; '.join(reasons)}. Pick a baseline of the same pipeline depth and model split."
@@ -364,13 +451,27 @@ def change_text(top: dict[str, Any]) -> str:
     return f"{kind_text(top['kind'])}" + (f" of {who}" if who else "") + f": {top['evidence']}"
 
 
-def compare(base: dict[str, Any], cand: dict[str, Any], base_ops: dict[str, dict[str, Any]], cand_ops: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def compare(
+    base: dict[str, Any],
+    cand: dict[str, Any],
+    base_ops: dict[str, dict[str, Any]],
+    cand_ops: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
     """The ``paradiag.compare/1`` document for a baseline and a candidate run. Runs that cannot be compared
     (``incomparable``) get a document with ``refused`` (why, in words) and no deltas."""
     pairing = rank_pairing(base, cand)
     refused = incomparable(base, cand, pairing)
     if refused:
-        return {"schema": COMPARE_SCHEMA, "baseline": _facts(base), "candidate": _facts(cand), "refused": refused, "rank_pairing": {**{k: v for k, v in pairing.items() if k != "groups"}, "text": pairing_text(pairing)}}
+        return {
+            "schema": COMPARE_SCHEMA,
+            "baseline": _facts(base),
+            "candidate": _facts(cand),
+            "refused": refused,
+            "rank_pairing": {
+                **{k: v for k, v in pairing.items() if k != "groups"},
+                "text": pairing_text(pairing),
+            },
+        }
     same_format = base["job"].get("device_type") == cand["job"].get("device_type")
     step = delta(_median_step(base), _median_step(cand))
     ranks = rank_deltas(base, cand, pairing)
@@ -384,8 +485,14 @@ def compare(base: dict[str, Any], cand: dict[str, Any], base_ops: dict[str, dict
         "candidate": _facts(cand),
         "refused": None,
         "step_time_ns": step,
-        "compute_ns_median_rank": delta(statistics.median(compute_b) if compute_b else None, statistics.median(compute_c) if compute_c else None),
-        "rank_pairing": {**{k: v for k, v in pairing.items() if k != "groups"}, "text": pairing_text(pairing)},
+        "compute_ns_median_rank": delta(
+            statistics.median(compute_b) if compute_b else None,
+            statistics.median(compute_c) if compute_c else None,
+        ),
+        "rank_pairing": {
+            **{k: v for k, v in pairing.items() if k != "groups"},
+            "text": pairing_text(pairing),
+        },
         "ranks": ranks,
         "stages": stage_deltas(base, cand),
         "operators": operators,

@@ -47,18 +47,30 @@ def _releases(participation: pa.Table, p2p: pa.Table) -> tuple[np.ndarray, np.nd
     def col(table: pa.Table, name: str) -> np.ndarray:
         return np.asarray(table.column(name).to_numpy(), dtype=np.int64)
 
-    rank, start, end, last, late = (col(participation, k) for k in ("rank", "start_ns", "end_ns", "last_arrival_ns", "late_rank"))
-    src, dst, s0, s1, r0, r1 = (col(p2p, k) for k in ("src", "dst", "send_start_ns", "send_end_ns", "recv_start_ns", "recv_end_ns"))
+    rank, start, end, last, late = (
+        col(participation, k) for k in ("rank", "start_ns", "end_ns", "last_arrival_ns", "late_rank")
+    )
+    src, dst, s0, s1, r0, r1 = (
+        col(p2p, k) for k in ("src", "dst", "send_start_ns", "send_end_ns", "recv_start_ns", "recv_end_ns")
+    )
     c = (late >= 0) & (late != rank) & (last > start)
     recv_waited = (s0 > r0) & (src != dst)
     send_waited = ~recv_waited & (r0 > s0) & (src != dst)
-    parts = ((c, rank, start, end, late, last), (recv_waited, dst, r0, r1, src, s0), (send_waited, src, s0, s1, dst, r0))
+    parts = (
+        (c, rank, start, end, late, last),
+        (recv_waited, dst, r0, r1, src, s0),
+        (send_waited, src, s0, s1, dst, r0),
+    )
     keys = np.stack([np.concatenate([p[i][p[0]] for p in parts]) for i in (1, 2, 3)], axis=1)
     values = np.stack([np.concatenate([p[i][p[0]] for p in parts]) for i in (4, 5)], axis=1)
-    listed = np.concatenate([np.flatnonzero(c), len(c) + np.flatnonzero(recv_waited), len(c) + np.flatnonzero(send_waited)])
+    listed = np.concatenate(
+        [np.flatnonzero(c), len(c) + np.flatnonzero(recv_waited), len(c) + np.flatnonzero(send_waited)]
+    )
     order = np.lexsort((listed, keys[:, 2], keys[:, 1], keys[:, 0]))
     keys, values = keys[order], values[order]
-    last_of_key = np.append((keys[1:] != keys[:-1]).any(axis=1), True)[: len(keys)]  # the last listed of equal keys
+    last_of_key = np.append((keys[1:] != keys[:-1]).any(axis=1), True)[
+        : len(keys)
+    ]  # the last listed of equal keys
     return keys[last_of_key], values[last_of_key]
 
 
@@ -66,7 +78,9 @@ def _released(work: Frame, releases: tuple[np.ndarray, np.ndarray]) -> np.ndarra
     """Per row of ``work``, its release (the rank it waited for and that rank's arrival; -1, -1 for none)."""
     keys, values = releases
     out = np.full((len(work), 2), -1, np.int64)
-    comm = np.flatnonzero(work.kind == work.code("kinds", "communication"))  # only a transfer waits for a rank
+    comm = np.flatnonzero(
+        work.kind == work.code("kinds", "communication")
+    )  # only a transfer waits for a rank
     if not len(keys) or not len(comm):
         return out
     inside = (keys[:, 1] >= work.start.min()) & (keys[:, 1] <= work.start.max())  # this step's, give or take
@@ -83,10 +97,15 @@ def critical_path(frame: Frame, participation: pa.Table, p2p: pa.Table, steps: p
     ``PATH_KINDS``), operator (the ATen operator or kernel; the collective; null for host gaps), start_ns,
     end_ns; in time order."""
     releases = _releases(participation, p2p)
-    host_start = {(r, s): t for r, s, t in zip(*steps.select(["rank", "step", "start_ns"]).to_pydict().values(), strict=True)}
+    host_start = {
+        (r, s): t
+        for r, s, t in zip(*steps.select(["rank", "step", "start_ns"]).to_pydict().values(), strict=True)
+    }
     timed = frame.end > frame.start
     rows: list[tuple[Any, ...]] = []
-    for step in np.unique(frame.step[timed & (frame.step >= 0)]).tolist():  # one step's events copied at a time
+    for step in np.unique(
+        frame.step[timed & (frame.step >= 0)]
+    ).tolist():  # one step's events copied at a time
         work = frame.take(timed & (frame.step == step))
         rows += reversed(_walk(work, step, _released(work, releases), host_start))
     cols: list[Any] = list(zip(*rows, strict=True)) if rows else [()] * 7
@@ -108,16 +127,23 @@ def _by_end(work: Frame, index: EndIndex) -> dict[int, tuple[np.ndarray, np.ndar
     order = index.by_end
     ranks, firsts = np.unique(work.rank[order], return_index=True)
     bounds = np.append(firsts, len(order))
-    return {int(r): (work.end[order[a:b]], order[a:b]) for r, a, b in zip(ranks.tolist(), bounds[:-1], bounds[1:], strict=True)}
+    return {
+        int(r): (work.end[order[a:b]], order[a:b])
+        for r, a, b in zip(ranks.tolist(), bounds[:-1], bounds[1:], strict=True)
+    }
 
 
-def _walk(work: Frame, step: int, released: np.ndarray, host_start: dict[tuple[int, int], int]) -> list[tuple[Any, ...]]:
+def _walk(
+    work: Frame, step: int, released: np.ndarray, host_start: dict[tuple[int, int], int]
+) -> list[tuple[Any, ...]]:
     """The segments of one step's path, latest first."""
     index, arriving = EndIndex.of(work), _arriving(work)
     ends = _by_end(work, index)
     # What released each event's start, asked once for all of them: the walk's answer unless it is on the path
     # already (then asked again, the path left out: the answer is the same wherever it is not on the path).
-    anchor = released_by(work, index.by_end, index.position(work.rank, work.start), work.rank, work.start, work.launch)
+    anchor = released_by(
+        work, index.by_end, index.position(work.rank, work.start), work.rank, work.start, work.launch
+    )
     last = int(np.argmax(work.end))
     rank, t, launch = int(work.rank[last]), int(work.end[last]), -1
     visited = np.zeros(len(work), bool)
@@ -142,7 +168,12 @@ def _walk(work: Frame, step: int, released: np.ndarray, host_start: dict[tuple[i
         if by >= 0 and by in ends and arrival < end:
             out.append((step, rank, int(work.track[e]), "communication", _operator(work, e), arrival, end))
             k = arriving(by, arrival)  # the other rank's kernel that arrived: what released its start goes on
-            rank, t, launch, at_start = by, arrival, int(work.launch[k]) if k >= 0 else -1, k if k >= 0 else None
+            rank, t, launch, at_start = (
+                by,
+                arrival,
+                int(work.launch[k]) if k >= 0 else -1,
+                k if k >= 0 else None,
+            )
             continue
         kind = _kind(work, e)
         other = _other_stream_before(work, ends[rank], e, end, visited) if kind == "waiting" else None
@@ -152,12 +183,18 @@ def _walk(work: Frame, step: int, released: np.ndarray, host_start: dict[tuple[i
         t, launch, at_start = start, int(work.launch[e]), e if other is None else None
 
 
-def _released_at(work: Frame, index: EndIndex, rank: int, t: int, launch: int, visited: np.ndarray) -> int | None:
+def _released_at(
+    work: Frame, index: EndIndex, rank: int, t: int, launch: int, visited: np.ndarray
+) -> int | None:
     """The row of the rank's work that released time ``t`` of the path (``depgraph.released_by``: it ended last at
     or before ``t`` and started before it; ``launch``: the launch of the work released, -1 unknown), not already on
     the path."""
     r, at = np.array([rank], np.int64), np.array([t], np.int64)
-    found = int(released_by(work, index.by_end, index.position(r, at), r, at, np.array([launch], np.int64), excluded=visited)[0])
+    found = int(
+        released_by(
+            work, index.by_end, index.position(r, at), r, at, np.array([launch], np.int64), excluded=visited
+        )[0]
+    )
     return found if found >= 0 else None
 
 
@@ -181,7 +218,9 @@ def _arriving(work: Frame) -> Callable[[int, int], int]:
     return row
 
 
-def _other_stream_before(work: Frame, by_end: tuple[np.ndarray, np.ndarray], wait: int, t: int, visited: np.ndarray) -> int | None:
+def _other_stream_before(
+    work: Frame, by_end: tuple[np.ndarray, np.ndarray], wait: int, t: int, visited: np.ndarray
+) -> int | None:
     """The work of another stream that ended last while the device-side wait ``wait`` ran (up to ``t``): the
     work it waited for."""
     ends, rows = by_end
@@ -233,7 +272,10 @@ def composition(path: pa.Table) -> list[dict[str, Any]]:
                 "segments": len(rows),
                 "rank_switches": sum(1 for a, b in itertools.pairwise(rows) if a["rank"] != b["rank"]),
                 **{f"{k}_ns": v for k, v in by_kind.items()},
-                "by_rank": [{"rank": rk, **{f"{k}_ns": v for k, v in kinds.items()}} for rk, kinds in sorted(by_rank.items())],
+                "by_rank": [
+                    {"rank": rk, **{f"{k}_ns": v for k, v in kinds.items()}}
+                    for rk, kinds in sorted(by_rank.items())
+                ],
                 "by_operator": [{"operator": op, "kind": kind, "time_ns": ns} for (op, kind), ns in top],
             }
         )

@@ -49,14 +49,18 @@ class Graph:
     end: np.ndarray
     pred: np.ndarray  # the previous event of the stream
     lag: np.ndarray  # start - the predecessor's end, at most 0 (traces round times)
-    anchor: np.ndarray  # the work that released it (released_by): its rank's that ended last before it started
+    anchor: (
+        np.ndarray
+    )  # the work that released it (released_by): its rank's that ended last before it started
     received: np.ndarray  # a compute kernel: the receive it waits for (see _consumers)
     chunk: np.ndarray  # the model chunk of the pipeline pass the event lies in, -1 outside passes
     gap: np.ndarray  # start - the anchor's end (the host gap); the start itself without an anchor
     instance: np.ndarray  # the collective or send/receive pair the event is a member of
     tail: np.ndarray  # end - the instance's last arrival (or own start if later)
     floor: np.ndarray  # a member that never waited: its own duration
-    copy: np.ndarray  # a receive of an eager send that waited for it: how long one takes whose data is there; else -1
+    copy: (
+        np.ndarray
+    )  # a receive of an eager send that waited for it: how long one takes whose data is there; else -1
     inst_key: np.ndarray  # per instance: collective code (-1: send/receive), bytes, members, 1 if on one host
     last: dict[tuple[int, int], int]  # (rank, step) -> the event that ended last
     step_ns: dict[tuple[int, int], int]  # (rank, step) -> measured host span
@@ -65,7 +69,13 @@ class Graph:
         return len(self.rank)
 
 
-def build_graph(frame: Frame, steps: pa.Table, p2p: pa.Table, host_of: Mapping[int, str | None], passes: pa.Table | None = None) -> Graph:
+def build_graph(
+    frame: Frame,
+    steps: pa.Table,
+    p2p: pa.Table,
+    host_of: Mapping[int, str | None],
+    passes: pa.Table | None = None,
+) -> Graph:
     """The replay graph of ``frame``'s steps (``p2p``: the matched send/receive pairs; ``passes``: the pipeline
     passes, whose model chunks ``stages=balanced`` moves layers within). ``frame`` is consumed: its rows are put in
     the graph's order in place (``Frame.keep``) and the graph shares its arrays, so that a job's millions of events
@@ -74,7 +84,9 @@ def build_graph(frame: Frame, steps: pa.Table, p2p: pa.Table, host_of: Mapping[i
     order = np.flatnonzero(keep)[np.lexsort((frame.rank[keep], frame.start[keep]))]
     del keep
     f = frame
-    f.drop("op", "peer")  # each array is dropped once the graph no longer reads it (at 1024 ranks 8-17 MB each)
+    f.drop(
+        "op", "peer"
+    )  # each array is dropped once the graph no longer reads it (at 1024 ranks 8-17 MB each)
     f.keep(order)
     n = len(f)
     pred, lag = _stream_predecessors(f)
@@ -84,7 +96,10 @@ def build_graph(frame: Frame, steps: pa.Table, p2p: pa.Table, host_of: Mapping[i
     instance, tail, floor, inst_key = _instances(f, send, recv, host_of)
     f.drop("collective", "group", "seq", "bytes")
     cols = steps.select(["rank", "step", "start_ns", "end_ns"]).to_pydict()
-    step_ns = {(r, s): e - b for r, s, b, e in zip(cols["rank"], cols["step"], cols["start_ns"], cols["end_ns"], strict=True)}
+    step_ns = {
+        (r, s): e - b
+        for r, s, b, e in zip(cols["rank"], cols["step"], cols["start_ns"], cols["end_ns"], strict=True)
+    }
     by_end, firsts = group_bounds(f.step, f.rank, within=f.end)
     lasts = np.append(firsts[1:], n) - 1 if n else firsts
     last = {(int(f.rank[by_end[i]]), int(f.step[by_end[i]])): int(by_end[i]) for i in lasts.tolist()}
@@ -103,7 +118,10 @@ def _chunks(f: Frame, passes: pa.Table | None) -> np.ndarray:
     chunk = np.full(len(f), -1, np.int32)
     if passes is None or not passes.num_rows or not len(f):
         return chunk
-    p = {k: np.asarray(passes.column(k).to_numpy(), np.int64) for k in ("rank", "step", "chunk", "start_ns", "end_ns")}
+    p = {
+        k: np.asarray(passes.column(k).to_numpy(), np.int64)
+        for k in ("rank", "step", "chunk", "start_ns", "end_ns")
+    }
     base = min(int(p["start_ns"].min()), int(f.start.min()))
     span = max(int(p["end_ns"].max()), int(f.start.max())) - base + 1
     keys = p["rank"] * span + (p["start_ns"] - base)
@@ -117,7 +135,9 @@ def _chunks(f: Frame, passes: pa.Table | None) -> np.ndarray:
 
 def _stream_predecessors(f: Frame) -> tuple[np.ndarray, np.ndarray]:
     """Per event, the previous event of its stream (rank, track) and how far before its end it started (0 or less)."""
-    order = np.lexsort((np.arange(len(f)), f.track, f.rank))  # rows are in start order: stable keeps it per stream
+    order = np.lexsort(
+        (np.arange(len(f)), f.track, f.rank)
+    )  # rows are in start order: stable keeps it per stream
     pred = np.full(len(f), -1, np.int32)
     same = (f.rank[order][1:] == f.rank[order][:-1]) & (f.track[order][1:] == f.track[order][:-1])
     pred[order[1:][same]] = order[:-1][same]
@@ -148,7 +168,9 @@ class EndIndex:
         """Per query, the position in ``by_end`` of the rank's last event that ended at or before ``t`` (within
         END_TOLERANCE_NS); a position outside the rank (another rank's, or -1) where none did."""
         query = rank.astype(np.int64) * self.span + (t - self.base + END_TOLERANCE_NS)
-        by_query = np.argsort(query, kind="stable")  # sorted queries walk the ends in order: many times faster
+        by_query = np.argsort(
+            query, kind="stable"
+        )  # sorted queries walk the ends in order: many times faster
         pos = np.empty(len(query), np.int64)
         pos[by_query] = np.searchsorted(self.sorted_ends, query[by_query], side="right") - 1
         return pos
@@ -179,7 +201,17 @@ def released_by(
     found = _step_back(f, by_end, pos, rank, t, launch, before, excluded, LAUNCH_TRIES)
     missing = np.flatnonzero(found < 0)
     if len(missing):
-        found[missing] = _step_back(f, by_end, pos[missing], rank[missing], t[missing], None, None if before is None else before[missing], excluded, ANY_TRIES)
+        found[missing] = _step_back(
+            f,
+            by_end,
+            pos[missing],
+            rank[missing],
+            t[missing],
+            None,
+            None if before is None else before[missing],
+            excluded,
+            ANY_TRIES,
+        )
     return found
 
 
@@ -230,13 +262,20 @@ def _step_back(
     return anchor
 
 
-def _instances(f: Frame, send: np.ndarray, recv: np.ndarray, host_of: Mapping[int, str | None]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _instances(
+    f: Frame, send: np.ndarray, recv: np.ndarray, host_of: Mapping[int, str | None]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per event its instance (collectives: the same (group, step, seq) on two members or more; send/receive:
     the matched pairs), tail and floor; per instance what makes transfers comparable: collective (-1: a
     send/receive pair), bytes, members and 1 where every member is on one host (columns of one array)."""
     n = len(f)
     instance = np.full(n, -1, np.int32)
-    is_coll = (f.kind == f.code("kinds", "communication")) & ~np.isin(f.collective, f.codes("collectives", P2P)) & (f.group >= 0) & (f.seq >= 0)
+    is_coll = (
+        (f.kind == f.code("kinds", "communication"))
+        & ~np.isin(f.collective, f.codes("collectives", P2P))
+        & (f.group >= 0)
+        & (f.seq >= 0)
+    )
     rows = np.flatnonzero(is_coll)
     order, firsts = group_bounds(f.seq[rows], f.step[rows], f.group[rows])
     counts = np.diff(np.append(firsts, len(order)))
@@ -253,7 +292,11 @@ def _instances(f: Frame, send: np.ndarray, recv: np.ndarray, host_of: Mapping[in
     low, high = np.full(total, np.iinfo(np.int64).max), np.full(total, -1, np.int64)
     np.minimum.at(low, k, host[has])
     np.maximum.at(high, k, host[has])
-    size, nbytes, kind = np.bincount(k, minlength=total), np.zeros(total, np.int64), np.full(total, -1, np.int64)
+    size, nbytes, kind = (
+        np.bincount(k, minlength=total),
+        np.zeros(total, np.int64),
+        np.full(total, -1, np.int64),
+    )
     np.maximum.at(nbytes, k, f.bytes[has])
     is_collective = has[f.collective[has] >= 0] if len(has) else has
     kind[instance[is_collective]] = f.collective[is_collective]
@@ -275,7 +318,9 @@ def _eager_sends(f: Frame, send: np.ndarray, recv: np.ndarray) -> bool:
     those posted before their receive ended before it was posted. Then a send that the traces show posted after
     its receive did not wait for it either, and a replay that makes the receiver late must not hold the send."""
     early = f.start[send] < f.start[recv]
-    return bool(early.any()) and 2 * int((f.end[send][early] <= f.start[recv][early] + END_TOLERANCE_NS).sum()) > int(early.sum())
+    return bool(early.any()) and 2 * int(
+        (f.end[send][early] <= f.start[recv][early] + END_TOLERANCE_NS).sum()
+    ) > int(early.sum())
 
 
 def _receive_copy(f: Frame, send: np.ndarray, recv: np.ndarray, floor: np.ndarray) -> np.ndarray:
@@ -312,7 +357,9 @@ def _consumers(f: Frame, recv: np.ndarray) -> np.ndarray:
     return received
 
 
-def _first_after(f: Frame, kernels: np.ndarray, kernel_at: np.ndarray, recv: np.ndarray, recv_at: np.ndarray) -> np.ndarray:
+def _first_after(
+    f: Frame, kernels: np.ndarray, kernel_at: np.ndarray, recv: np.ndarray, recv_at: np.ndarray
+) -> np.ndarray:
     """Per receive, the first of its rank's ``kernels`` in order of ``kernel_at`` (their launch, or their start)
     that comes after ``recv_at`` and started once the receive had ended; -1 when none."""
     out = np.full(len(recv), -1, np.int64)
@@ -323,7 +370,9 @@ def _first_after(f: Frame, kernels: np.ndarray, kernel_at: np.ndarray, recv: np.
     span = max(int(t.max()) for t in times if len(t)) - base + 1
     order = np.lexsort((kernel_at, f.rank[kernels]))
     k, rank = kernels[order], f.rank[recv].astype(np.int64) * span
-    first = np.searchsorted(f.rank[k].astype(np.int64) * span + (kernel_at[order] - base), rank + (recv_at - base), side="right")
+    first = np.searchsorted(
+        f.rank[k].astype(np.int64) * span + (kernel_at[order] - base), rank + (recv_at - base), side="right"
+    )
     # On one stream kernels start in launch order; on several, the first that started late enough may come later.
     reached = np.maximum.accumulate(f.rank[k].astype(np.int64) * span + (f.start[k] - base))
     pos = np.maximum(first, np.searchsorted(reached, rank + (f.end[recv] - base)))
@@ -362,11 +411,12 @@ def _pairs(f: Frame, p2p: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     sorted_keys = keys[order]
 
     def find(rank: str, start: str) -> np.ndarray:
-        q = np.asarray(p2p.column(rank).to_numpy(), np.int64) * span + (np.asarray(p2p.column(start).to_numpy(), np.int64) - base)
+        q = np.asarray(p2p.column(rank).to_numpy(), np.int64) * span + (
+            np.asarray(p2p.column(start).to_numpy(), np.int64) - base
+        )
         pos = np.clip(np.searchsorted(sorted_keys, q), 0, len(sorted_keys) - 1)
         return np.where(sorted_keys[pos] == q, comm[order[pos]], -1)
 
     send, recv = find("src", "send_start_ns"), find("dst", "recv_start_ns")
     ok = (send >= 0) & (recv >= 0)
     return send[ok], recv[ok]
-

@@ -70,7 +70,11 @@ if TYPE_CHECKING:
     from paradiag.dataset import Job
 
 EVENT_COLUMNS = tuple(dict.fromkeys((*FRAME_COLUMNS, *BREAKDOWN_COLUMNS)))
-OPERATOR_KINDS = (schema.COMPUTE, schema.COMMUNICATION, schema.MEMORY)  # what the detail view totals per operator
+OPERATOR_KINDS = (
+    schema.COMPUTE,
+    schema.COMMUNICATION,
+    schema.MEMORY,
+)  # what the detail view totals per operator
 
 
 def peer_sets(layout: Layout) -> list[list[int]]:
@@ -85,7 +89,9 @@ def stored_or_computed(job: Job) -> Diagnosis:
     if found is not None:
         return found
     diagnosis = diagnose(job)
-    with contextlib.suppress(OSError):  # a read-only cache still opens: the Diagnosis is then computed each time
+    with contextlib.suppress(
+        OSError
+    ):  # a read-only cache still opens: the Diagnosis is then computed each time
         save(diagnosis, job.cache_dir)
     return diagnosis
 
@@ -95,10 +101,25 @@ RANK_TABLES = ("breakdowns", "operator_totals", "communication", "step_figures",
 ON_OWN_CLOCK = {"communication": ("start", "end"), "passes": ("start_ns", "end_ns")}
 # What the reduce still reads of the events: the critical path, the operator figures and the what-if replay
 # (whose communication columns come from the per-rank records; the correlation ids give each kernel's launch).
-WORK_COLUMNS = ("rank", "device", "track", "kind", "category", "name", "start_ns", "dur_ns", "step", "correlation", "external_id", "collective")
+WORK_COLUMNS = (
+    "rank",
+    "device",
+    "track",
+    "kind",
+    "category",
+    "name",
+    "start_ns",
+    "dur_ns",
+    "step",
+    "correlation",
+    "external_id",
+    "collective",
+)
 
 
-def rank_tables(events: pa.Table, steps: pa.Table, convention: str, frame: Frame | None = None, host_lanes: bool = False) -> dict[str, pa.Table]:
+def rank_tables(
+    events: pa.Table, steps: pa.Table, convention: str, frame: Frame | None = None, host_lanes: bool = False
+) -> dict[str, pa.Table]:
     """The per-rank part of the analysis, from one rank's events (``EVENT_COLUMNS`` at least) and its steps
     (sorted by step): its breakdowns (one row per step, and a row with a null step over all its steps, in the
     device's ``convention``), its device time per (step, operator), its communication records
@@ -129,7 +150,12 @@ def read_rank_tables(job: Job) -> dict[str, list[pa.Table]]:
         if tables is None:  # read on the aligned clock: nothing to shift
             events = job.events(ranks=[rank], columns=EVENT_COLUMNS)
             kind = device_type.get(rank)
-            tables, shift = rank_tables(events, rank_steps(job.steps, rank), default_convention(kind), host_lanes=kind == "cpu"), 0
+            tables, shift = (
+                rank_tables(
+                    events, rank_steps(job.steps, rank), default_convention(kind), host_lanes=kind == "cpu"
+                ),
+                0,
+            )
         for name in RANK_TABLES:
             table = _shifted(tables[name], ON_OWN_CLOCK.get(name, ()), shift)
             parts[name].append(table.add_column(0, "rank", pa.array(np.full(table.num_rows, rank, np.int32))))
@@ -139,7 +165,11 @@ def read_rank_tables(job: Job) -> dict[str, list[pa.Table]]:
 def _shifted(table: pa.Table, columns: tuple[str, ...], offset: int) -> pa.Table:
     """``table`` with ``offset`` added to its time ``columns``: a stored table's times onto the aligned clock."""
     for name in columns if offset else ():
-        table = table.set_column(table.schema.get_field_index(name), name, pc.add(table.column(name), pa.scalar(offset, pa.int64())))
+        table = table.set_column(
+            table.schema.get_field_index(name),
+            name,
+            pc.add(table.column(name), pa.scalar(offset, pa.int64())),
+        )
     return table
 
 
@@ -164,7 +194,12 @@ def work_frame(frame: Frame) -> Frame:
     for the communication columns, which the reduce fills in from the records (:func:`add_communication`)."""
     n = len(frame)
     return dataclasses.replace(
-        frame, group=np.full(n, -1, np.int32), peer=np.full(n, -1, np.int32), bytes=np.full(n, -1, np.int64), seq=np.full(n, -1, np.int32), groups=[]
+        frame,
+        group=np.full(n, -1, np.int32),
+        peer=np.full(n, -1, np.int32),
+        bytes=np.full(n, -1, np.int64),
+        seq=np.full(n, -1, np.int32),
+        groups=[],
     )
 
 
@@ -184,7 +219,9 @@ def add_communication(frame: Frame, records: Frame) -> None:
     ``records`` (the same kernels in the same order, peers inferred)."""
     rows = np.flatnonzero(frame.kind == frame.code("kinds", "communication"))
     if len(rows) != len(records) or frame.collectives != records.collectives:
-        raise ValueError(f"the communication records ({len(records)}) are not the events' communication kernels ({len(rows)})")
+        raise ValueError(
+            f"the communication records ({len(records)}) are not the events' communication kernels ({len(rows)})"
+        )
     frame.groups = records.groups
     for name in ("group", "peer", "bytes", "seq"):
         getattr(frame, name)[rows] = getattr(records, name)
@@ -193,20 +230,30 @@ def add_communication(frame: Frame, records: Frame) -> None:
 def _records(tables: list[pa.Table]) -> tuple[Frame, np.ndarray]:
     """The communication records of every rank as one :class:`Frame`, and their peer directions."""
     directions = [t.column("peer_direction").to_numpy() for t in tables]
-    return concat([table_frame(t) for t in tables]), np.concatenate(directions) if directions else np.zeros(0, np.int8)
+    return concat([table_frame(t) for t in tables]), np.concatenate(directions) if directions else np.zeros(
+        0, np.int8
+    )
 
 
 def _concat(tables: list[pa.Table], name: str) -> pa.Table:
     if not tables:
         return _EMPTY[name]
     table = pa.concat_tables(tables)
-    return table.sort_by([("step", "ascending"), ("rank", "ascending"), ("name", "ascending")]) if name == "operator_totals" else table
+    return (
+        table.sort_by([("step", "ascending"), ("rank", "ascending"), ("name", "ascending")])
+        if name == "operator_totals"
+        else table
+    )
 
 
-def _rank_breakdowns(events: pa.Table, steps: pa.Table, convention: str) -> list[tuple[int | None, Breakdown | None]]:
+def _rank_breakdowns(
+    events: pa.Table, steps: pa.Table, convention: str
+) -> list[tuple[int | None, Breakdown | None]]:
     """(step, breakdown) per step of the rank, and (None, breakdown over all its steps), in the device's own
     ``convention``."""
-    out: list[tuple[int | None, Breakdown | None]] = [(None, rank_breakdown(events, steps.column("step").to_pylist(), convention))]
+    out: list[tuple[int | None, Breakdown | None]] = [
+        (None, rank_breakdown(events, steps.column("step").to_pylist(), convention))
+    ]
     for s in step_breakdowns(events, steps, convention):
         b = s["breakdown"]
         out.append((s["step"], Breakdown(**{k: b[k] for k in BREAKDOWN_FIELDS}) if b else None))
@@ -246,8 +293,13 @@ def diagnose(job: Job) -> Diagnosis:
     del records  # the frame holds them now (the peak comes later: the critical path, the replay)
     peers = peer_sets(layout)
     steps_total = len({s for _, s in figures}) or 1
-    speeds = host_speeds(frame, peers, host_ranks, stretch)  # a CPU rank's compute weighed at its own speed per call
-    at_speed = {k: {**v, "compute_ns": round(v["compute_ns"] / speeds[k[0]])} if k[0] in speeds else v for k, v in figures.items()}
+    speeds = host_speeds(
+        frame, peers, host_ranks, stretch
+    )  # a CPU rank's compute weighed at its own speed per call
+    at_speed = {
+        k: {**v, "compute_ns": round(v["compute_ns"] / speeds[k[0]])} if k[0] in speeds else v
+        for k, v in figures.items()
+    }
     on_host = bool(host_ranks) and set(job.rank_ids) <= host_ranks
     evidence = findings.Evidence(
         frame=frame, figures=at_speed, peer_sets=peers, ep_of={r: c["ep"] for r, c in layout.coords.items()}, waits=waits, step_ns=step_ns,
@@ -266,9 +318,13 @@ def diagnose(job: Job) -> Diagnosis:
         del frame
         whatif.replay_findings(found, graph, whatif.peers_of(layout.stage_of, figures, metrics), host_ranks)
         del graph
-        if on_host:  # a gloo transfer's time after the last arrival is its runloop threads' scheduling: a slow one
+        if (
+            on_host
+        ):  # a gloo transfer's time after the last arrival is its runloop threads' scheduling: a slow one
             # is a cause only where the replay, its transfers as fast as comparable ones, saves anything
-            found = [f for f in found if not (f["kind"] == "slow_link" and "what_if" in f and f["impact_pct"] <= 0)]
+            found = [
+                f for f in found if not (f["kind"] == "slow_link" and "what_if" in f and f["impact_pct"] <= 0)
+            ]
     return Diagnosis(
         version=analysis_version(),
         layout=layout,
@@ -278,7 +334,10 @@ def diagnose(job: Job) -> Diagnosis:
         operators=operators,
         findings=[Finding.from_json(f) for f in findings.ranked(found)],
         communication=communication_summary(instances, p2p),
-        communication_matrix=[CommLink(**c) for c in comm.comm_matrix(instances, p2p, members, host_of, job.extra("links"), layout.world)],
+        communication_matrix=[
+            CommLink(**c)
+            for c in comm.comm_matrix(instances, p2p, members, host_of, job.extra("links"), layout.world)
+        ],
         operator_times=times,
         rank_steps=rank_step_table(job.steps, figures, waits, layout),
         breakdowns=_concat(per_rank["breakdowns"], "breakdowns"),
@@ -291,7 +350,9 @@ def diagnose(job: Job) -> Diagnosis:
     )
 
 
-def _host_stretch(breakdowns: list[pa.Table], figures: dict[tuple[int, int], dict[str, int]], host_ranks: frozenset[int]) -> float:
+def _host_stretch(
+    breakdowns: list[pa.Table], figures: dict[tuple[int, int], dict[str, int]], host_ranks: frozenset[int]
+) -> float:
     """How much longer the clock's compute of CPU ranks is than their compute at typical durations (the median
     over their steps, at least 1; 1 without CPU ranks): on a busy host every rank's step is stretched by its
     share of the cores, so a rank's extra work (counted at typical durations) is weighed against the step at
@@ -300,7 +361,11 @@ def _host_stretch(breakdowns: list[pa.Table], figures: dict[tuple[int, int], dic
     for table in breakdowns:
         cols = table.select(["rank", "step", "compute_ns"]).to_pydict()
         for rank, step, wall in zip(cols["rank"], cols["step"], cols["compute_ns"], strict=True):
-            typical = figures.get((rank, step), {}).get("compute_ns") if rank in host_ranks and step is not None else None
+            typical = (
+                figures.get((rank, step), {}).get("compute_ns")
+                if rank in host_ranks and step is not None
+                else None
+            )
             if typical and wall:
                 ratios.append(wall / typical)
     return max(float(statistics.median(ratios)), 1.0) if ratios else 1.0
@@ -324,18 +389,30 @@ def rank_step_table(
     and the robust z-scores of compute and launch delay against the rank's stage in that step."""
     keys = sorted(zip(steps.column("rank").to_pylist(), steps.column("step").to_pylist(), strict=True))
     stage = layout.stage_of
-    cols: dict[str, list[Any]] = {"rank": [r for r, _ in keys], "step": [s for _, s in keys], "stage": [stage.get(r, 0) for r, _ in keys]}
+    cols: dict[str, list[Any]] = {
+        "rank": [r for r, _ in keys],
+        "step": [s for _, s in keys],
+        "stage": [stage.get(r, 0) for r, _ in keys],
+    }
     for part in ("step_ns", "compute_ns", "launch_delay_ns", "idle_ns"):
         cols[part] = [figures[k][part] if k in figures else None for k in keys]
     for part in ("wait_ns", "caused_ns"):
         cols[part] = [waits.get(k, {}).get(part, 0) for k in keys]
     for part in ("compute_ns", "launch_delay_ns"):
         cols[part.replace("_ns", "_z")] = _stage_z(keys, cols["stage"], cols[part])
-    types = {"rank": pa.int32(), "step": pa.int32(), "stage": pa.int32(), "compute_z": pa.float64(), "launch_delay_z": pa.float64()}
+    types = {
+        "rank": pa.int32(),
+        "step": pa.int32(),
+        "stage": pa.int32(),
+        "compute_z": pa.float64(),
+        "launch_delay_z": pa.float64(),
+    }
     return pa.table({k: pa.array(v, types.get(k, pa.int64())) for k, v in cols.items()})
 
 
-def _stage_z(keys: list[tuple[int, int]], stage_of_row: list[int], values: list[int | None]) -> list[float | None]:
+def _stage_z(
+    keys: list[tuple[int, int]], stage_of_row: list[int], values: list[int | None]
+) -> list[float | None]:
     """Per row, the robust z-score of its value among the rows of the same stage and step."""
     by_cell: dict[tuple[int, int], list[int]] = {}
     for i, ((_, step), stage) in enumerate(zip(keys, stage_of_row, strict=True)):
@@ -354,17 +431,32 @@ def _operator_totals(frame: Frame) -> pa.Table:
     sorted by step and name."""
     keep = np.isin(frame.kind, frame.codes("kinds", OPERATOR_KINDS)) & (frame.step >= 0)
     f = frame.take(keep)
-    order, firsts = group_bounds(f.name, f.step)  # a frame's names are sorted: name codes order as the names do
+    order, firsts = group_bounds(
+        f.name, f.step
+    )  # a frame's names are sorted: name codes order as the names do
     totals = np.add.reduceat((f.end - f.start)[order], firsts) if len(order) else np.zeros(0, np.int64)
     head = order[firsts]
-    names = pa.DictionaryArray.from_arrays(pa.array(f.name[head], pa.int32()), pa.array(frame.names, pa.string()))
-    return pa.table({"step": pa.array(f.step[head], pa.int32()), "name": names.cast(pa.string()), "dur_ns_sum": pa.array(totals, pa.int64())})
+    names = pa.DictionaryArray.from_arrays(
+        pa.array(f.name[head], pa.int32()), pa.array(frame.names, pa.string())
+    )
+    return pa.table(
+        {
+            "step": pa.array(f.step[head], pa.int32()),
+            "name": names.cast(pa.string()),
+            "dur_ns_sum": pa.array(totals, pa.int64()),
+        }
+    )
 
 
 _EMPTY = {
     "breakdowns": _breakdown_table([]).add_column(0, "rank", pa.array([], pa.int32())),
     "operator_totals": pa.table(
-        {"step": pa.array([], pa.int32()), "rank": pa.array([], pa.int32()), "name": pa.array([], pa.string()), "dur_ns_sum": pa.array([], pa.int64())}
+        {
+            "step": pa.array([], pa.int32()),
+            "rank": pa.array([], pa.int32()),
+            "name": pa.array([], pa.string()),
+            "dur_ns_sum": pa.array([], pa.int64()),
+        }
     ),
 }
 
@@ -384,7 +476,17 @@ def communication_summary(instances: pa.Table, p2p: pa.Table) -> CommunicationSu
     return CommunicationSummary(
         collective_instances=len(skew),
         p2p_transfers=p2p.num_rows,
-        arrival_skew_ns={"median": statistics.median(skew), "p95": skew[int(0.95 * (len(skew) - 1))], "max": skew[-1]} if skew else None,
-        busbw_gbps_median={k: round(statistics.median(v), 3) if v else None for k, v in sorted(by_kind.items())},
-        caused_wait_ns_top=[{"rank": r, "caused_wait_ns": w} for r, w in sorted(late.items(), key=lambda kv: -kv[1])[:5]],
+        arrival_skew_ns={
+            "median": statistics.median(skew),
+            "p95": skew[int(0.95 * (len(skew) - 1))],
+            "max": skew[-1],
+        }
+        if skew
+        else None,
+        busbw_gbps_median={
+            k: round(statistics.median(v), 3) if v else None for k, v in sorted(by_kind.items())
+        },
+        caused_wait_ns_top=[
+            {"rank": r, "caused_wait_ns": w} for r, w in sorted(late.items(), key=lambda kv: -kv[1])[:5]
+        ],
     )

@@ -36,7 +36,16 @@ from paradiag.analysis.layout import Layout
 
 FOLDER = "diagnosis"
 DOCUMENT = "diagnosis.json"
-TABLES = ("rank_steps", "breakdowns", "participation", "instances", "p2p", "passes", "operator_totals", "critical_path")
+TABLES = (
+    "rank_steps",
+    "breakdowns",
+    "participation",
+    "instances",
+    "p2p",
+    "passes",
+    "operator_totals",
+    "critical_path",
+)
 BREAKDOWN_FIELDS = tuple(Breakdown.__dataclass_fields__)
 
 
@@ -62,7 +71,9 @@ def _known(cls: type, data: dict[str, Any], fields: set[str]) -> None:
     to the analysis adds it here too."""
     unknown = set(data) - fields
     if unknown:
-        raise ValueError(f"{cls.__name__} has no field {', '.join(sorted(unknown))}: add it to paradiag.analysis.diagnosis_types")
+        raise ValueError(
+            f"{cls.__name__} has no field {', '.join(sorted(unknown))}: add it to paradiag.analysis.diagnosis_types"
+        )
 
 
 @dataclass(frozen=True)
@@ -291,7 +302,12 @@ class Diagnosis:
         """The JSON-able parts (the tables are stored apart)."""
         return {
             "version": self.version,
-            "layout": {"coords": {str(r): c for r, c in self.layout.coords.items()}, "roles": self.layout.roles, "found_by": self.layout.found_by, "size": self.layout.size},
+            "layout": {
+                "coords": {str(r): c for r, c in self.layout.coords.items()},
+                "roles": self.layout.roles,
+                "found_by": self.layout.found_by,
+                "size": self.layout.size,
+            },
             "groups": [asdict(g) for g in self.groups],
             "step_time_ns": self.step_time_ns,
             "stage_metrics": self.stage_metrics.as_json() if self.stage_metrics else None,
@@ -306,7 +322,12 @@ class Diagnosis:
 def breakdowns_of(table: pa.Table) -> dict[tuple[int, int | None], Breakdown | None]:
     """(rank, step) -> Breakdown (None without device work) from a ``breakdowns`` table."""
     rows = table.to_pylist()
-    return {(r["rank"], r["step"]): Breakdown(**{k: r[k] for k in BREAKDOWN_FIELDS}) if r["window_ns"] is not None else None for r in rows}
+    return {
+        (r["rank"], r["step"]): Breakdown(**{k: r[k] for k in BREAKDOWN_FIELDS})
+        if r["window_ns"] is not None
+        else None
+        for r in rows
+    }
 
 
 def save(diagnosis: Diagnosis, cache_dir: Path) -> None:
@@ -346,7 +367,12 @@ def from_document(doc: dict[str, Any], tables: dict[str, pa.Table]) -> Diagnosis
     layout = doc["layout"]
     return Diagnosis(
         version=doc["version"],
-        layout=Layout({int(r): c for r, c in layout["coords"].items()}, layout["roles"], layout["found_by"], dict(layout["size"])),
+        layout=Layout(
+            {int(r): c for r, c in layout["coords"].items()},
+            layout["roles"],
+            layout["found_by"],
+            dict(layout["size"]),
+        ),
         groups=[GroupInfo(**g) for g in doc["groups"]],
         step_time_ns=doc["step_time_ns"],
         stage_metrics=StageMetrics.from_json(doc["stage_metrics"]) if doc["stage_metrics"] else None,

@@ -66,7 +66,9 @@ def _value(text: str, allowed: tuple[str, ...], where: str) -> str | float:
     try:
         factor = float(text)
     except ValueError:
-        raise EditError(f"{where}: {text!r} is neither {' nor '.join(allowed)} nor a factor like 0.8") from None
+        raise EditError(
+            f"{where}: {text!r} is neither {' nor '.join(allowed)} nor a factor like 0.8"
+        ) from None
     if not factor > 0:
         raise EditError(f"{where}: the factor must be positive, not {text}")
     return factor
@@ -100,21 +102,33 @@ def parse_edit(text: str) -> Edit:
     if target not in ("rank", "ranks", "link"):
         raise EditError(f"--set {text!r}: {target!r} is not rank, link or stages")
     if len(rest) != 1:
-        raise EditError(f"--set {text!r}: give one change after the {target}, e.g. {'compute=peer-median' if target != 'link' else 'transfer=comparable'}")
+        raise EditError(
+            f"--set {text!r}: give one change after the {target}, e.g. {'compute=peer-median' if target != 'link' else 'transfer=comparable'}"
+        )
     part, value = rest[0]
     if target == "link":
         ranks = tuple(int(r) for r in re.split(r"[-+]", who) if r.isdigit())
         if len(set(ranks)) < 2 or not re.fullmatch(r"\d+([-+]\d+)+", who):
             raise EditError(f"--set {text!r}: a link is two or more ranks, e.g. link=8-16")
         if part != "transfer":
-            raise EditError(f"--set {text!r}: a link's change is transfer=comparable or transfer=FACTOR, not {part!r}")
-        return Edit("link", tuple(sorted(set(ranks))), "transfer", _value(value, (COMPARABLE,), f"--set {text!r}"), steps)
+            raise EditError(
+                f"--set {text!r}: a link's change is transfer=comparable or transfer=FACTOR, not {part!r}"
+            )
+        return Edit(
+            "link",
+            tuple(sorted(set(ranks))),
+            "transfer",
+            _value(value, (COMPARABLE,), f"--set {text!r}"),
+            steps,
+        )
     if part not in PARTS:
         raise EditError(f"--set {text!r}: {part!r} is not one of {', '.join(PARTS)}")
     allowed = {"host": (PEER_MEDIAN, REMOVE), "compute": (PEER_MEDIAN, BALANCED)}.get(part, (PEER_MEDIAN,))
     edit_value = _value(value, allowed, f"--set {text!r}")
     if part == "host" and not isinstance(edit_value, str):
-        raise EditError(f"--set {text!r}: a host stall is removed (host=remove or host=peer-median), not scaled")
+        raise EditError(
+            f"--set {text!r}: a host stall is removed (host=remove or host=peer-median), not scaled"
+        )
     return Edit("rank", _int_list(who, "rank"), part, edit_value, steps)
 
 
@@ -132,8 +146,11 @@ class Peers:
     stage_metrics: Mapping[str, Any] = field(default_factory=dict)  # what the stage_imbalance evidence quotes
 
 
-
-def peers_of(stage_of: Mapping[int, int], figures: Mapping[tuple[int, int], Mapping[str, Any]], metrics: Mapping[str, Any] | None) -> Peers:
+def peers_of(
+    stage_of: Mapping[int, int],
+    figures: Mapping[tuple[int, int], Mapping[str, Any]],
+    metrics: Mapping[str, Any] | None,
+) -> Peers:
     """The :class:`Peers` of a job from its layout, its per-(rank, step) figures and its stage metrics."""
     rows = (metrics or {}).get("stages") or []
     compute = {int(s["stage"]): int(s["compute_per_micro_batch_ns"]) for s in rows}
@@ -142,5 +159,12 @@ def peers_of(stage_of: Mapping[int, int], figures: Mapping[tuple[int, int], Mapp
     for rank, stage in sorted(stage_of.items()):
         stages.setdefault(stage, []).append(rank)
     m = metrics or {}
-    return Peers(dict(stage_of), stages, delay, compute, int(m.get("micro_batches") or 1), int(m.get("virtual_stages") or 1), m)
-
+    return Peers(
+        dict(stage_of),
+        stages,
+        delay,
+        compute,
+        int(m.get("micro_batches") or 1),
+        int(m.get("virtual_stages") or 1),
+        m,
+    )

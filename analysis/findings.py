@@ -49,8 +49,12 @@ MIN_RATIO = 1.05  # a culprit's own time must also be 5 % above its peers'
 # ... 20 % on CPU ranks: their compute at typical durations differs by up to 15-20 % for the same work on a host
 # whose cores they share with each other (measured on real gloo jobs of 2-8 ranks on 2 cores)
 MIN_RATIO_HOST = 1.2
-NOISE_MADS = 4.0  # ... and stand NOISE_MADS robust deviations above theirs (launch delays vary by a few 100 us)
-PERSISTENT_SHARE = 0.75  # a consistent culprit is above its peers in this share of the steps (all of 2 to 4) ...
+NOISE_MADS = (
+    4.0  # ... and stand NOISE_MADS robust deviations above theirs (launch delays vary by a few 100 us)
+)
+PERSISTENT_SHARE = (
+    0.75  # a consistent culprit is above its peers in this share of the steps (all of 2 to 4) ...
+)
 PERSISTENT_MADS = 2.0  # ... by a median excess of this many robust deviations of the other peers' excesses
 MERGE_SHARE = 0.5  # culprits of one kind are named together when each has half the worst one's excess
 OUTLIER_RATIO = 2.0  # one exceptional step: twice the largest excess any other peer shows in any step
@@ -59,7 +63,9 @@ STAGE_IMBALANCE = 1.15  # max / mean compute per micro-batch across stages
 # past the noise band of CPU ranks' compute)
 SLOW_LINK_RATIO = 1.6  # transfer time against comparable transfers elsewhere
 LINK_NAMED = 8  # a slow link's evidence names this many of its ranks (a group's), then how many more
-LINK_QUANTILE = 0.25  # a slow link's fast quarter of transfers is slower than the slow quarter of comparable ones
+LINK_QUANTILE = (
+    0.25  # a slow link's fast quarter of transfers is slower than the slow quarter of comparable ones
+)
 HOTSPOT_REST = 1.05  # the rest of a hotspot rank's operators run within 5 % of its peers
 HOTSPOT_REST_HOST = 1.5  # ... within 50 % on CPU ranks, where they share caches and cores with the hot ones (a 24x GELU slows the next GEMMs by 30 %)
 HOT_RATIO = 2.0  # a hot operator runs at least twice its peers' time ...
@@ -71,7 +77,14 @@ def severity(impact_pct: float) -> str:
     return "high" if impact_pct >= 10 else "medium" if impact_pct >= 4 else "low"
 
 
-def finding(kind: str, culprit: dict[str, Any], steps: list[int], impact_pct: float, evidence: str, step: int | None = None) -> dict[str, Any]:
+def finding(
+    kind: str,
+    culprit: dict[str, Any],
+    steps: list[int],
+    impact_pct: float,
+    evidence: str,
+    step: int | None = None,
+) -> dict[str, Any]:
     """A finding as the analysis builds it (``paradiag.analysis.diagnosis_types.Finding`` types it): ``kind`` one
     of the registry's (``paradiag.analysis.kinds``); ``step`` is the step its evidence cites."""
     return {
@@ -86,7 +99,10 @@ def finding(kind: str, culprit: dict[str, Any], steps: list[int], impact_pct: fl
 
 
 STEP_FIGURES = ("compute_ns", "launch_delay_ns", "idle_ns", "step_ns")
-HOST_PARTS = {"launch_delay_ns": "first device work after", "idle_ns": "idle"}  # a host_stall's figures, as its evidence names them
+HOST_PARTS = {
+    "launch_delay_ns": "first device work after",
+    "idle_ns": "idle",
+}  # a host_stall's figures, as its evidence names them
 
 
 def step_figures(frame: Frame, steps: pa.Table, host_lanes: bool = False) -> pa.Table:
@@ -105,13 +121,19 @@ def step_figures(frame: Frame, steps: pa.Table, host_lanes: bool = False) -> pa.
     cols: dict[str, list[int]] = {k: [] for k in ("step", *STEP_FIGURES)}
     compute_code = frame.code("kinds", "compute")
     typical = typical_durations(frame) if host_lanes else None
-    rows = steps.select(["step", "start_ns", "end_ns", "device_start_ns", "device_end_ns"]).to_pylist() if len(frame) else []
+    rows = (
+        steps.select(["step", "start_ns", "end_ns", "device_start_ns", "device_end_ns"]).to_pylist()
+        if len(frame)
+        else []
+    )
     for row in rows:
         if row["device_end_ns"] is None:
             continue
         mine = frame.step == row["step"]
         c = mine & (frame.kind == compute_code)
-        if host_lanes:  # the step is the host's span: communication a runloop thread runs on after it is not idle
+        if (
+            host_lanes
+        ):  # the step is the host's span: communication a runloop thread runs on after it is not idle
             lo, hi = row["start_ns"], row["end_ns"]
             busy = union_length(np.clip(frame.start[mine], lo, hi), np.clip(frame.end[mine], lo, hi))
             window = hi - lo
@@ -119,7 +141,9 @@ def step_figures(frame: Frame, steps: pa.Table, host_lanes: bool = False) -> pa.
             busy = union_length(np.maximum(frame.start[mine], row["start_ns"]), frame.end[mine])
             window = max(row["device_end_ns"], row["end_ns"]) - row["start_ns"]
         cols["step"].append(row["step"])
-        cols["compute_ns"].append(round(typical[c].sum()) if typical is not None else union_length(frame.start[c], frame.end[c]))
+        cols["compute_ns"].append(
+            round(typical[c].sum()) if typical is not None else union_length(frame.start[c], frame.end[c])
+        )
         idle = max(window - busy, 0)
         if host_lanes:
             first = int(frame.start[mine].min()) if mine.any() else row["end_ns"]
@@ -145,7 +169,9 @@ def _leave_one_out(values: dict[int, int], rank: int) -> float | None:
     return statistics.median(others) if others else None
 
 
-def _excess(figures: Mapping[tuple[int, int], Mapping[str, int]], peers: list[int], steps: list[int], part: str) -> dict[int, dict[int, float]]:
+def _excess(
+    figures: Mapping[tuple[int, int], Mapping[str, int]], peers: list[int], steps: list[int], part: str
+) -> dict[int, dict[int, float]]:
     """rank -> step -> its ``part`` above the median of its other ``peers`` in that step."""
     out: dict[int, dict[int, float]] = {}
     for step in steps:
@@ -158,7 +184,12 @@ def _excess(figures: Mapping[tuple[int, int], Mapping[str, int]], peers: list[in
 
 
 def _noise(
-    figures: Mapping[tuple[int, int], Mapping[str, int]], peers: list[int], steps: list[int], part: str, rank: int, elsewhere: Sequence[list[int]] = ()
+    figures: Mapping[tuple[int, int], Mapping[str, int]],
+    peers: list[int],
+    steps: list[int],
+    part: str,
+    rank: int,
+    elsewhere: Sequence[list[int]] = (),
 ) -> tuple[float, dict[int, tuple[float, float]]]:
     """The job's own noise floor for ``rank``'s excess: its spread over the steps, and per step (spread, largest
     excess) outside that step's cell of ``rank``. The noise is the excesses the *other* peers show against each
@@ -171,7 +202,13 @@ def _noise(
     others = [r for r in peers if r != rank]
     cells = [e for per in _excess(figures, others, steps, part).values() for e in per.values()]
     if not cells:
-        cells = [e for group in elsewhere if rank not in group for per in _excess(figures, group, steps, part).values() for e in per.values()]
+        cells = [
+            e
+            for group in elsewhere
+            if rank not in group
+            for per in _excess(figures, group, steps, part).values()
+            for e in per.values()
+        ]
     if not cells:
         own = _excess(figures, peers, steps, part).get(rank, {})
         per_step = {}
@@ -181,7 +218,9 @@ def _noise(
         return robust_spread(np.array(list(own.values()), dtype=float)), per_step
     # Centred on 0, not on the cells' median: a leave-one-out excess is 0 where nobody strays.
     spread = MAD_TO_SIGMA * float(np.median(np.abs(cells)))
-    return spread, dict.fromkeys(steps, (spread, float(max(np.abs(cells)) if len(others) < 2 else max(cells))))
+    return spread, dict.fromkeys(
+        steps, (spread, float(max(np.abs(cells)) if len(others) < 2 else max(cells)))
+    )
 
 
 def rank_excess(
@@ -211,7 +250,11 @@ def rank_excess(
         # A CPU rank's idle time (between its operators, outside any communication) counts only where it is
         # its habit: once, a hole mid-step is as often the scheduler's (a shared host preempts a rank for tens of
         # ms) as its own; a stall before the step's first work is its launch delay.
-        parts = ("compute_ns", "launch_delay_ns", "idle_ns") if len(peers) > 1 and set(peers) <= host_ranks else ("compute_ns", "launch_delay_ns")
+        parts = (
+            ("compute_ns", "launch_delay_ns", "idle_ns")
+            if len(peers) > 1 and set(peers) <= host_ranks
+            else ("compute_ns", "launch_delay_ns")
+        )
         for part in parts:
             floor = MIN_IMPACT_PCT / 100 * step_ns / (compute_scale if part == "compute_ns" else 1.0)
             # A rank alone in its stage (a pipeline of one rank per stage) has no replica to be compared with; the
@@ -222,10 +265,9 @@ def rank_excess(
             for rank, per_step in excess.items():
                 spread, outside = _noise(figures, against, steps, part, rank, peer_sets)
                 values = list(per_step.values())
-                persistent = (
-                    sum(e > 0 for e in values) >= PERSISTENT_SHARE * len(values)
-                    and statistics.median(values) >= max(floor, PERSISTENT_MADS * spread)
-                )
+                persistent = sum(e > 0 for e in values) >= PERSISTENT_SHARE * len(
+                    values
+                ) and statistics.median(values) >= max(floor, PERSISTENT_MADS * spread)
                 if part == "idle_ns" and not persistent:
                     continue
                 for step, e in per_step.items():
@@ -235,8 +277,19 @@ def rank_excess(
                     if e <= 0 or value < ratio * ref or e < floor:
                         continue
                     noise, largest = outside.get(step, (spread, 0.0))
-                    if persistent or (step in outside and e >= max(NOISE_MADS * noise, OUTLIER_RATIO * largest)):
-                        out.append({"rank": rank, "step": step, "part": part, "excess_ns": e, "value_ns": value, "peer_ns": ref})
+                    if persistent or (
+                        step in outside and e >= max(NOISE_MADS * noise, OUTLIER_RATIO * largest)
+                    ):
+                        out.append(
+                            {
+                                "rank": rank,
+                                "step": step,
+                                "part": part,
+                                "excess_ns": e,
+                                "value_ns": value,
+                                "peer_ns": ref,
+                            }
+                        )
     return out
 
 
@@ -249,14 +302,21 @@ def _op_code(frame: Frame) -> Frame:
 
 
 def classify_compute(
-    frame: Frame, rank: int, peers: list[int], ep_of: Mapping[int, int], is_moe: bool, host_ranks: frozenset[int] = frozenset()
+    frame: Frame,
+    rank: int,
+    peers: list[int],
+    ep_of: Mapping[int, int],
+    is_moe: bool,
+    host_ranks: frozenset[int] = frozenset(),
 ) -> tuple[str, str | None]:
     """slow_device, operator_hotspot (the extra time sits in a few operators, the rest runs normally) or
     expert_imbalance (a MoE job, decided by the caller from the EP coordinates). Operators of ``host_ranks`` (CPU
     ranks) count at their typical durations (``operators.typical_durations``)."""
     mine = frame.take(np.isin(frame.rank, peers))
     host = [p for p in peers if p in host_ranks]
-    typical = typical_durations(mine, np.array(host)) if host else None  # per operator as named, before renaming
+    typical = (
+        typical_durations(mine, np.array(host)) if host else None
+    )  # per operator as named, before renaming
     named = _op_code(mine)
     times = operator_time(named, typical)
     excess = rank_operator_excess(times, rank, peers)
@@ -266,14 +326,20 @@ def classify_compute(
         hot, rest_ratio = concentration(excess, own)
         if not (hot and rest_ratio < HOTSPOT_REST and sum(own[n] for n in hot) < 0.6 * sum(own.values())):
             hot = []
-    hot = hot or far_slower(excess, own, *((HOTSPOT_REST_HOST, named.names) if rank in host_ranks else (HOTSPOT_REST, None)))
+    hot = hot or far_slower(
+        excess, own, *((HOTSPOT_REST_HOST, named.names) if rank in host_ranks else (HOTSPOT_REST, None))
+    )
     if hot:
         return "operator_hotspot", " + ".join(short_name(named.names[n]) for n in hot[:3])
     return "slow_device", None
 
 
 def far_slower(
-    excess: Mapping[int, float], own: Mapping[int, float], rest_limit: float, names: list[str] | None = None, only: set[int] | None = None
+    excess: Mapping[int, float],
+    own: Mapping[int, float],
+    rest_limit: float,
+    names: list[str] | None = None,
+    only: set[int] | None = None,
 ) -> list[int]:
     """The operators (name codes, most extra time first) of a hotspot told by ratios: each runs HOT_RATIO x its
     peers' time or more, together they carry HOT_SHARE of the rank's extra time, and the others run within
@@ -295,7 +361,14 @@ def far_slower(
         peer = own[n] - excess[n]
         return own[n] / peer if peer > 0 else math.inf
 
-    hot = [n for n, e in excess.items() if e > 0 and ratio(n) >= HOT_RATIO and (names is None or is_operator(names[n])) and (only is None or n in only)]
+    hot = [
+        n
+        for n, e in excess.items()
+        if e > 0
+        and ratio(n) >= HOT_RATIO
+        and (names is None or is_operator(names[n]))
+        and (only is None or n in only)
+    ]
     # ... and HOT_RATIO x as slow as the rest: a rank (or stage) with twice the work of every kind is no hotspot
     hot = [n for n in hot if ratio(n) >= HOT_RATIO * max(rest_ratio(hot), 1.0)]
     if sum(excess[n] for n in hot) < HOT_SHARE * total or rest_ratio(hot) > rest_limit:
@@ -304,7 +377,10 @@ def far_slower(
 
 
 def stage_hotspots(
-    found: list[dict[str, Any]], frame: Frame, stages: list[list[int]], host_ranks: frozenset[int] = frozenset()
+    found: list[dict[str, Any]],
+    frame: Frame,
+    stages: list[list[int]],
+    host_ranks: frozenset[int] = frozenset(),
 ) -> list[dict[str, Any]]:
     """``found`` with a stage imbalance whose stage is heavy because a few operators run far slower on it
     (:func:`far_slower`, its ranks against the other stages' ranks, which run the same layers) named an
@@ -337,15 +413,35 @@ def stage_hotspots(
             excess = {n: v - ref[n] for n, v in own.items()}
             alike = {n for n in own if counts.get((rank, n)) == ref_calls[n]}
             on_host = rank in host_ranks
-            hot_sets.append(far_slower(excess, own, HOTSPOT_REST_HOST if on_host else HOTSPOT_REST, named.names if on_host else None, alike))
+            hot_sets.append(
+                far_slower(
+                    excess,
+                    own,
+                    HOTSPOT_REST_HOST if on_host else HOTSPOT_REST,
+                    named.names if on_host else None,
+                    alike,
+                )
+            )
             if not hot_sets[-1]:
                 break  # every rank of the stage must be hot
         if not all(hot_sets):
             out.append(f)
             continue
         operator = " + ".join(short_name(named.names[n]) for n in hot_sets[0][:3])
-        evidence = f"stage {f['culprit'].get('stage')} is heavy in {operator} alone, which runs {HOT_RATIO:g}x or more its time on the other stages; " + f["evidence"]
-        out.append(finding("operator_hotspot", {"ranks": ranks, "operator": operator}, f["steps"], f["impact_pct"], evidence, step=f.get("step")))
+        evidence = (
+            f"stage {f['culprit'].get('stage')} is heavy in {operator} alone, which runs {HOT_RATIO:g}x or more its time on the other stages; "
+            + f["evidence"]
+        )
+        out.append(
+            finding(
+                "operator_hotspot",
+                {"ranks": ranks, "operator": operator},
+                f["steps"],
+                f["impact_pct"],
+                evidence,
+                step=f.get("step"),
+            )
+        )
     return out
 
 
@@ -373,7 +469,9 @@ def rank_findings(
         # the firmer evidence, its idle time the clock's (a rank with more work also idles more between its
         # operators, in Python): both are reported.
         if "launch_delay_ns" in parts and "idle_ns" in parts:  # one stall, seen twice: the larger view of it
-            del parts[min(("launch_delay_ns", "idle_ns"), key=lambda p: sum(e["excess_ns"] for e in parts[p]))]
+            del parts[
+                min(("launch_delay_ns", "idle_ns"), key=lambda p: sum(e["excess_ns"] for e in parts[p]))
+            ]
         both = rank in host_ranks and "compute_ns" in parts
         chosen = list(parts) if both else [max(parts, key=lambda p: sum(e["excess_ns"] for e in parts[p]))]
         peers = next(p for p in peer_sets if rank in p)
@@ -382,7 +480,9 @@ def rank_findings(
                 kind, operator = "host_stall", None
             else:
                 kind, operator = classify_compute(frame, rank, peers, ep_of, is_moe, host_ranks)
-            raw.append({"rank": rank, "kind": kind, "operator": operator, "rows": parts[part], "peers": peers})
+            raw.append(
+                {"rank": rank, "kind": kind, "operator": operator, "rows": parts[part], "peers": peers}
+            )
     return _merge_ranks(_expert(raw, peer_sets, ep_of, is_moe), waits, steps_total, step_ns, host_ranks)
 
 
@@ -390,7 +490,9 @@ LATE_SHARE = 0.9  # a late arriver is the last member of this share of its group
 LATE_INSTANCES = 6  # ... of at least this many
 
 
-def late_arrivals(instances: pa.Table, named: set[int], step_ns: float, steps_total: int) -> list[dict[str, Any]]:
+def late_arrivals(
+    instances: pa.Table, named: set[int], step_ns: float, steps_total: int
+) -> list[dict[str, Any]]:
     """host_stall for a rank that arrives last at (nearly) every collective of its data-parallel group in every
     profiled step, while its own time (``named``: the ranks :func:`rank_findings` blames) is like its peers': the
     host holds it back between its work and the collective's launch (a slow communication hook, a busy host
@@ -409,7 +511,12 @@ def late_arrivals(instances: pa.Table, named: set[int], step_ns: float, steps_to
         rank, n = counts.most_common(1)[0]
         steps = sorted({s for s, late, _ in rows if late == rank})
         every = {s for s, _, _ in rows}
-        if rank in named or len(rows) < LATE_INSTANCES or n < LATE_SHARE * len(rows) or len(steps) < PERSISTENT_SHARE * len(every):
+        if (
+            rank in named
+            or len(rows) < LATE_INSTANCES
+            or n < LATE_SHARE * len(rows)
+            or len(steps) < PERSISTENT_SHARE * len(every)
+        ):
             continue
         skew = [sk for _, late, sk in rows if late == rank]
         impact = min(100 * sum(skew) / max(len(every), 1) / step_ns, 100.0) if step_ns else 0.0
@@ -424,7 +531,9 @@ def late_arrivals(instances: pa.Table, named: set[int], step_ns: float, steps_to
     return out
 
 
-LATE_SENDER_RATIO = 2.0  # a late sender idles before its sends twice as long as any other sender does (medians) ...
+LATE_SENDER_RATIO = (
+    2.0  # a late sender idles before its sends twice as long as any other sender does (medians) ...
+)
 LATE_SENDER_WINDOWS = 4  # ... over at least this many sends per profiled step ...
 LATE_SENDER_SHARE = 0.5  # ... and idles for most of the time between its previous communication and the send
 
@@ -439,7 +548,9 @@ def _busy_before(start: np.ndarray, end: np.ndarray, t: np.ndarray) -> np.ndarra
     return np.asarray(cum[np.maximum(k, 0)] * (k >= 0) + inside, np.int64)
 
 
-def late_senders(frame: Frame, p2p: pa.Table, named: set[int], host_ranks: frozenset[int], step_ns: float, steps_total: int) -> list[dict[str, Any]]:
+def late_senders(
+    frame: Frame, p2p: pa.Table, named: set[int], host_ranks: frozenset[int], step_ns: float, steps_total: int
+) -> list[dict[str, Any]]:
     """host_stall for a pipeline rank (a CPU rank: ``host_ranks``) whose host idles before each of its sends: in
     the window from its previous communication (a receive completing, a send posted) to the send, the time it
     computed nothing, median over its sends, is LATE_SENDER_RATIO x that of every other sender (at least two) and
@@ -453,7 +564,9 @@ def late_senders(frame: Frame, p2p: pa.Table, named: set[int], host_ranks: froze
     src, dst, step = (np.asarray(t[k], np.int64) for k in ("src", "dst", "step"))
     send, recv_end = np.asarray(t["send_start_ns"], np.int64), np.asarray(t["recv_end_ns"], np.int64)
     compute = frame.kind == frame.code("kinds", "compute")
-    medians: dict[int, tuple[float, float, int, bool]] = {}  # rank -> median idle, median idle share, sends, enough
+    medians: dict[
+        int, tuple[float, float, int, bool]
+    ] = {}  # rank -> median idle, median idle share, sends, enough
     for rank in sorted(set(src.tolist()) & host_ranks):
         mine = src == rank
         mark_t = np.concatenate([send[mine], recv_end[dst == rank]])
@@ -462,7 +575,13 @@ def late_senders(frame: Frame, p2p: pa.Table, named: set[int], host_ranks: froze
         mark_t, mark_s = mark_t[order], mark_s[order]
         at, in_step = send[mine], step[mine]
         # the previous mark of the same step before each send (the send itself is a mark: strictly before it)
-        prev = np.array([mark_t[(mark_s == s) & (mark_t < a)].max(initial=-1) for a, s in zip(at.tolist(), in_step.tolist(), strict=True)], np.int64)
+        prev = np.array(
+            [
+                mark_t[(mark_s == s) & (mark_t < a)].max(initial=-1)
+                for a, s in zip(at.tolist(), in_step.tolist(), strict=True)
+            ],
+            np.int64,
+        )
         keep = prev >= 0
         if not keep.any():
             continue
@@ -471,11 +590,22 @@ def late_senders(frame: Frame, p2p: pa.Table, named: set[int], host_ranks: froze
         window = at[keep] - prev[keep]
         idle = window - (_busy_before(s, e, at[keep]) - _busy_before(s, e, prev[keep]))
         enough = keep.sum() >= LATE_SENDER_WINDOWS * max(len(set(in_step.tolist())), 1)
-        medians[rank] = (float(np.median(idle)), float(np.median(idle / np.maximum(window, 1))), int(keep.sum()), bool(enough))
+        medians[rank] = (
+            float(np.median(idle)),
+            float(np.median(idle / np.maximum(window, 1))),
+            int(keep.sum()),
+            bool(enough),
+        )
     out = []
     for rank, (idle, share, sends, enough) in medians.items():
         others = [m for r, (m, *_) in medians.items() if r != rank]
-        if rank in named or not enough or len(others) < 2 or idle < LATE_SENDER_RATIO * max(others) or share < LATE_SENDER_SHARE:
+        if (
+            rank in named
+            or not enough
+            or len(others) < 2
+            or idle < LATE_SENDER_RATIO * max(others)
+            or share < LATE_SENDER_SHARE
+        ):
             continue
         per_step = idle * sends / max(steps_total, 1)
         impact = 100 * per_step / step_ns
@@ -487,11 +617,17 @@ def late_senders(frame: Frame, p2p: pa.Table, named: set[int], host_ranks: froze
             f"of its sends (median over {sends}) vs at most "
             f"{max(others) / 1e6:.2f} ms on the other senders: its host is late to send what its next stage waits for"
         )
-        out.append(finding("host_stall", {"ranks": [rank]}, steps, impact, evidence, step=steps[0] if steps else None))
+        out.append(
+            finding(
+                "host_stall", {"ranks": [rank]}, steps, impact, evidence, step=steps[0] if steps else None
+            )
+        )
     return out
 
 
-def _expert(raw: list[dict[str, Any]], peer_sets: list[list[int]], ep_of: Mapping[int, int], is_moe: bool) -> list[dict[str, Any]]:
+def _expert(
+    raw: list[dict[str, Any]], peer_sets: list[list[int]], ep_of: Mapping[int, int], is_moe: bool
+) -> list[dict[str, Any]]:
     """In a MoE job, compute culprits that are exactly the ranks of one expert-parallel index of their stage
     received more tokens: expert_imbalance."""
     if not is_moe:
@@ -586,13 +722,19 @@ def stage_findings(metrics: Mapping[str, Any], on_host: bool = False) -> list[di
     return [finding("stage_imbalance", {"stage": stage, "ranks": row["ranks"]}, [], impact, evidence)]
 
 
-def stage_evidence(metrics: Mapping[str, Any], balanced_step_ns: float, layers: Mapping[str, list[int]] | None = None) -> str:
+def stage_evidence(
+    metrics: Mapping[str, Any], balanced_step_ns: float, layers: Mapping[str, list[int]] | None = None
+) -> str:
     """The stage_imbalance evidence quoting one estimate of the balanced step: the replay's with the whole-layer
     split it moved to (``layers``: now/balanced per stage), else the pipeline heuristic's."""
     stage = metrics["bottleneck_stage"]
     row = next(s for s in metrics["stages"] if s["stage"] == stage)
     mean = statistics.fmean(s["compute_per_micro_batch_ns"] for s in metrics["stages"])
-    split = f" (layers per stage {'/'.join(map(str, layers['now']))} -> {'/'.join(map(str, layers['balanced']))})" if layers else ""
+    split = (
+        f" (layers per stage {'/'.join(map(str, layers['now']))} -> {'/'.join(map(str, layers['balanced']))})"
+        if layers
+        else ""
+    )
     return (
         f"stage {stage} computes {row['compute_per_micro_batch_ns'] / 1e6:.2f} ms per micro-batch vs {mean / 1e6:.2f} ms "
         f"on average (imbalance {metrics['imbalance']:.2f}); a balanced split{split} would take the step from "
@@ -604,7 +746,11 @@ def clock_findings(ranks: pa.Table) -> list[dict[str, Any]]:
     """clock_skew when ranks' clocks had to be shifted by more than CLOCK_SKEW_NS to line their collectives up."""
     rows = ranks.select(["rank", "host", "clock_offset_ns", "clock_uncertainty_ns"]).to_pylist()
     # An offset within three times the estimate's own spread is not evidence of a skewed clock.
-    skewed = [r for r in rows if abs(r["clock_offset_ns"]) > max(CLOCK_SKEW_NS, 3 * (r["clock_uncertainty_ns"] or 0))]
+    skewed = [
+        r
+        for r in rows
+        if abs(r["clock_offset_ns"]) > max(CLOCK_SKEW_NS, 3 * (r["clock_uncertainty_ns"] or 0))
+    ]
     if not skewed:
         return []
     worst = max(skewed, key=lambda r: abs(r["clock_offset_ns"]))
@@ -613,7 +759,9 @@ def clock_findings(ranks: pa.Table) -> list[dict[str, Any]]:
         f"{len(skewed)} rank(s) on {', '.join(hosts)} ran on a clock {worst['clock_offset_ns'] / 1e6:+.3f} ms off "
         "(estimated from collectives and corrected before analysis)"
     )
-    return [finding("clock_skew", {"ranks": sorted(r["rank"] for r in skewed), "hosts": hosts}, [], 0.0, evidence)]
+    return [
+        finding("clock_skew", {"ranks": sorted(r["rank"] for r in skewed), "hosts": hosts}, [], 0.0, evidence)
+    ]
 
 
 def ranked(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -621,7 +769,9 @@ def ranked(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(findings, key=lambda f: (-f["impact_pct"], f["kind"]))
 
 
-def _slow_units(keys: list[tuple[Any, ...]], units: list[tuple[int, ...]], transfer: np.ndarray, step: np.ndarray) -> list[dict[str, Any]]:
+def _slow_units(
+    keys: list[tuple[Any, ...]], units: list[tuple[int, ...]], transfer: np.ndarray, step: np.ndarray
+) -> list[dict[str, Any]]:
     """Units (a group's ranks or a rank pair) whose median transfer time is SLOW_LINK_RATIO x that of comparable
     units (same key: collective, size, group size, link type) elsewhere; with their extra time per step.
 
@@ -641,13 +791,25 @@ def _slow_units(keys: list[tuple[Any, ...]], units: list[tuple[int, ...]], trans
                 continue
             ref = statistics.median(others)
             elsewhere = np.concatenate([rows_of for u, rows_of in by_unit.items() if u != unit])
-            apart = np.quantile(transfer[rows], LINK_QUANTILE) > np.quantile(transfer[elsewhere], 1 - LINK_QUANTILE)
+            apart = np.quantile(transfer[rows], LINK_QUANTILE) > np.quantile(
+                transfer[elsewhere], 1 - LINK_QUANTILE
+            )
             # Slow in (nearly) every step it transfers in, not in one step a busy host stretched.
             by_step = [float(np.median(transfer[rows][step[rows] == s])) for s in np.unique(step[rows])]
             consistent = sum(m >= SLOW_LINK_RATIO * ref for m in by_step) >= PERSISTENT_SHARE * len(by_step)
             if ref > 0 and len(rows) >= 2 and medians[unit] >= SLOW_LINK_RATIO * ref and consistent and apart:
                 extra = np.clip(transfer[rows] - ref, 0, None)
-                out.append({"unit": unit, "key": key, "ratio": medians[unit] / ref, "extra_ns": float(extra.sum()), "steps": sorted(set(step[rows].tolist())), "ref_ns": ref, "median_ns": medians[unit]})
+                out.append(
+                    {
+                        "unit": unit,
+                        "key": key,
+                        "ratio": medians[unit] / ref,
+                        "extra_ns": float(extra.sum()),
+                        "steps": sorted(set(step[rows].tolist())),
+                        "ref_ns": ref,
+                        "median_ns": medians[unit],
+                    }
+                )
     return out
 
 
@@ -657,12 +819,20 @@ def _slow_npu_links(links: pa.Table) -> list[dict[str, Any]]:
     copies, not links."""
     # Send/receive transit on these links includes the wait for the peer; only collectives time the link alone.
     collective = pc.invert(pc.is_in(links.column("op_type"), pa.array(["send", "receive", "recv"])))
-    keep = pc.and_(pc.and_(pc.not_equal(links.column("transport"), "LOCAL"), pc.greater(links.column("bytes"), 0)), collective)
-    keep = pc.and_(keep, pc.and_(pc.is_valid(links.column("src_global")), pc.is_valid(links.column("dst_global"))))
+    keep = pc.and_(
+        pc.and_(pc.not_equal(links.column("transport"), "LOCAL"), pc.greater(links.column("bytes"), 0)),
+        collective,
+    )
+    keep = pc.and_(
+        keep, pc.and_(pc.is_valid(links.column("src_global")), pc.is_valid(links.column("dst_global")))
+    )
     link = links.filter(keep).to_pydict()
     if not link["bytes"]:
         return []
-    keys = [("link", t, op, size) for t, op, size in zip(link["transport"], link["op_type"], link["bytes"], strict=True)]
+    keys = [
+        ("link", t, op, size)
+        for t, op, size in zip(link["transport"], link["op_type"], link["bytes"], strict=True)
+    ]
     units = [tuple(sorted((a, b))) for a, b in zip(link["src_global"], link["dst_global"], strict=True)]
     per_byte = np.asarray(link["transit_ns"], dtype=float) / np.asarray(link["bytes"], dtype=float)
     slow = _slow_units(keys, units, per_byte, np.asarray(link["step"]))
@@ -688,7 +858,9 @@ def link_findings(
     slowest unit's ranks."""
     from paradiag.analysis.comm import link_type
 
-    i = instances.select(["group", "collective", "bytes", "members", "transfer_ns", "step"]).to_pydict()  # what is read: a Python object per value
+    i = instances.select(
+        ["group", "collective", "bytes", "members", "transfer_ns", "step"]
+    ).to_pydict()  # what is read: a Python object per value
     keys: list[tuple[Any, ...]] = []
     units: list[tuple[int, ...]] = []
     span = {g: "intra" if len({host_of.get(r) for r in m}) == 1 else "inter" for g, m in members.items()}
@@ -697,10 +869,19 @@ def link_findings(
         units.append(tuple(members.get(group, ())))
     slow = _slow_units(keys, units, np.asarray(i["transfer_ns"], dtype=np.int64), np.asarray(i["step"]))
     # A send completes eagerly: only where the receiver was already waiting does the pair time the link itself.
-    p = p2p.filter(p2p.column("receiver_waited")).select(["src", "dst", "bytes", "transfer_ns", "step"]).to_pydict()
-    pair_keys = [("p2p", size, link_type(a, b, host_of)) for a, b, size in zip(p["src"], p["dst"], p["bytes"], strict=True)]
+    p = (
+        p2p.filter(p2p.column("receiver_waited"))
+        .select(["src", "dst", "bytes", "transfer_ns", "step"])
+        .to_pydict()
+    )
+    pair_keys = [
+        ("p2p", size, link_type(a, b, host_of))
+        for a, b, size in zip(p["src"], p["dst"], p["bytes"], strict=True)
+    ]
     pair_units = [tuple(sorted((a, b))) for a, b in zip(p["src"], p["dst"], strict=True)]
-    slow += _slow_units(pair_keys, pair_units, np.asarray(p["transfer_ns"], dtype=np.int64), np.asarray(p["step"]))
+    slow += _slow_units(
+        pair_keys, pair_units, np.asarray(p["transfer_ns"], dtype=np.int64), np.asarray(p["step"])
+    )
     if links is not None:
         slow += _slow_npu_links(links)
     if not slow:
@@ -713,8 +894,12 @@ def link_findings(
     # it needs SLOW_LINK_RATIO on the median of its transfers, not MIN_IMPACT_PCT.
     impact = 100 * sum(s["extra_ns"] for s in involved) / steps_total / step_ns
     what = f"{worst['key'][0]} of {worst['key'][1] / 1e6:.1f} MB"
-    named = f"link {link[0]}-{link[1]}" if len(link) == 2 else "link of ranks " + ", ".join(map(str, link[:LINK_NAMED])) + (
-        f" and {len(link) - LINK_NAMED} more" if len(link) > LINK_NAMED else ""
+    named = (
+        f"link {link[0]}-{link[1]}"
+        if len(link) == 2
+        else "link of ranks "
+        + ", ".join(map(str, link[:LINK_NAMED]))
+        + (f" and {len(link) - LINK_NAMED} more" if len(link) > LINK_NAMED else "")
     )
     evidence = (
         f"{named} ({link_type(link[0], link[-1], host_of)}-node): {what} takes "
@@ -758,7 +943,9 @@ class Evidence:
 def _rank_detector(e: Evidence) -> list[dict[str, Any]]:
     """Culprit ranks by their own time, then (not those) ranks that hold their peers back from outside it: late
     arrivers of a data-parallel job, late senders of a pipeline."""
-    found = rank_findings(e.frame, e.figures, e.peer_sets, e.ep_of, e.waits, e.step_ns, e.host_ranks, e.compute_scale)
+    found = rank_findings(
+        e.frame, e.figures, e.peer_sets, e.ep_of, e.waits, e.step_ns, e.host_ranks, e.compute_scale
+    )
     named = {r for f in found for r in f["culprit"].get("ranks", [])}
     if e.pp == e.tp == 1:
         found += late_arrivals(e.instances, named, e.step_ns, e.steps_total)
@@ -792,4 +979,3 @@ DETECTORS: tuple[tuple[Callable[[Evidence], list[dict[str, Any]]], bool], ...] =
 def detect(e: Evidence) -> list[dict[str, Any]]:
     """Every detector's findings (those that need a step time only where the job has one)."""
     return [f for detector, timed in DETECTORS if e.step_ns > 0 or not timed for f in detector(e)]
-

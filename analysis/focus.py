@@ -78,7 +78,13 @@ class Focus:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Focus:
-        return cls(**{**data, "blamed": {int(k): v for k, v in data["blamed"].items()}, "reasons": {int(k): v for k, v in data["reasons"].items()}})
+        return cls(
+            **{
+                **data,
+                "blamed": {int(k): v for k, v in data["blamed"].items()},
+                "reasons": {int(k): v for k, v in data["reasons"].items()},
+            }
+        )
 
 
 def top_finding(d: Diagnosis) -> Finding | None:
@@ -122,7 +128,9 @@ def job_pct(values: np.ndarray) -> np.ndarray:
 def stands_apart(own_z: Sequence[float | None], single: bool) -> bool:
     """Whether a rank keeps a row of its own when alike ranks fold (heatmap, timeline, snapshot): the focus keeps
     it (``single``), or its own time (``own_z``, per step) leaves its stage's noise band in some step."""
-    return single or max((abs(v) for v in own_z if v is not None and v == v), default=0.0) >= OUTLIER_DEVIATIONS
+    return (
+        single or max((abs(v) for v in own_z if v is not None and v == v), default=0.0) >= OUTLIER_DEVIATIONS
+    )
 
 
 def figures(d: Diagnosis, ranks: Sequence[int], steps: Sequence[int]) -> dict[str, np.ndarray]:
@@ -141,32 +149,77 @@ def figures(d: Diagnosis, ranks: Sequence[int], steps: Sequence[int]) -> dict[st
             b = d.breakdown(rank, step)
             if b is not None:
                 transfer[i, j] = max(b.comm_exposed_ns - (f["wait_ns"] or 0), 0)
-    return {"own_z": stage_z(own, [stage.get(r, 0) for r in ranks]), "compute_job_pct": job_pct(compute), "transfer_job_pct": job_pct(transfer)}
+    return {
+        "own_z": stage_z(own, [stage.get(r, 0) for r in ranks]),
+        "compute_job_pct": job_pct(compute),
+        "transfer_job_pct": job_pct(transfer),
+    }
 
 
 def focus_of(d: Diagnosis) -> Focus:
     """What the first screen of the job is about (see :class:`Focus`)."""
     top = top_finding(d)
-    blamed = {r: next(k for k in named if k in RANK_KINDS) for r, named in d.culprits().items() if any(k in RANK_KINDS for k in named)}
+    blamed = {
+        r: next(k for k in named if k in RANK_KINDS)
+        for r, named in d.culprits().items()
+        if any(k in RANK_KINDS for k in named)
+    }
     if top is None:
         caption = f"No finding stands out: coloured by {METRICS[BASE_METRIC]}"
-        return Focus(None, "none", [], None, None, None, BASE_METRIC, "No finding stands out", caption, sorted(blamed), blamed, {})
+        return Focus(
+            None,
+            "none",
+            [],
+            None,
+            None,
+            None,
+            BASE_METRIC,
+            "No finding stands out",
+            caption,
+            sorted(blamed),
+            blamed,
+            {},
+        )
     ranks = list(dict.fromkeys([*top.culprit.ranks, *(top.culprit.link or [])]))
     step = cited_step(top)
     stage_of = d.layout.stage_of
-    whole_stage = bool(ranks) and len({stage_of.get(r) for r in ranks}) == 1 and len(ranks) == sum(1 for s in stage_of.values() if s == stage_of.get(ranks[0]))
+    whole_stage = (
+        bool(ranks)
+        and len({stage_of.get(r) for r in ranks}) == 1
+        and len(ranks) == sum(1 for s in stage_of.values() if s == stage_of.get(ranks[0]))
+    )
     subject = kinds.of(top.kind).opens_on
     metric = METRIC_OF[top.kind]
     reasons = _reasons(d, top, ranks, step)
     headline = _headline(d, top, ranks, step, reasons)
     blamed = {**blamed, **{r: top.kind for r in ranks if r not in blamed}}
-    single = sorted({r for r, k in blamed.items() if k in RANK_KINDS} | (set() if whole_stage or subject == "stage" else set(ranks)))
-    stage = top.culprit.stage if top.culprit.stage is not None else (stage_of.get(ranks[0]) if whole_stage else None)
+    single = sorted(
+        {r for r, k in blamed.items() if k in RANK_KINDS}
+        | (set() if whole_stage or subject == "stage" else set(ranks))
+    )
+    stage = (
+        top.culprit.stage
+        if top.culprit.stage is not None
+        else (stage_of.get(ranks[0]) if whole_stage else None)
+    )
     caption = f"{headline}: coloured by {METRICS[metric]}"
     if ranks and subject != "clock" and not separates(d, metric, ranks):
         elsewhere = " (the communication matrix does)" if subject == "link" else ""
         caption += f"; the ranks' own figures do not show it{elsewhere}"
-    return Focus(top.kind, subject, ranks, stage, top.culprit.link, step, metric, headline, caption, single, blamed, reasons)
+    return Focus(
+        top.kind,
+        subject,
+        ranks,
+        stage,
+        top.culprit.link,
+        step,
+        metric,
+        headline,
+        caption,
+        single,
+        blamed,
+        reasons,
+    )
 
 
 def separates(d: Diagnosis, metric: str, ranks: Sequence[int]) -> bool:
@@ -197,7 +250,11 @@ def _peer_ratio(d: Diagnosis, rank: int, step: int | None, part: str) -> tuple[f
     stage = d.layout.stage_of
     if step is None or (rank, step) not in figs:
         return None
-    peers = [figs[(r, step)][part] for r, s in stage.items() if s == stage.get(rank) and r != rank and (r, step) in figs and figs[(r, step)][part] is not None]
+    peers = [
+        figs[(r, step)][part]
+        for r, s in stage.items()
+        if s == stage.get(rank) and r != rank and (r, step) in figs and figs[(r, step)][part] is not None
+    ]
     mine = figs[(rank, step)][part]
     if not peers or mine is None:
         return None
@@ -244,10 +301,16 @@ def _headline(d: Diagnosis, top: Finding, ranks: list[int], step: int | None, re
     where = f" in step {step}" if step is not None and top.kind in RANK_KINDS else ""
     if top.kind == "stage_imbalance":
         ratio = _stage_ratio(d, c.stage)
-        return f"Stage {c.stage} computes {ratio:.2f}x the other stages per micro-batch" if ratio else f"Stage {c.stage} is the pipeline's bottleneck"
+        return (
+            f"Stage {c.stage} computes {ratio:.2f}x the other stages per micro-batch"
+            if ratio
+            else f"Stage {c.stage} is the pipeline's bottleneck"
+        )
     if top.kind == "slow_link":
         link = c.link or ranks
-        cost = f"costs {top.impact_pct:.0f}% of the step" if top.impact_pct >= 1 else "the job hides most of it"
+        cost = (
+            f"costs {top.impact_pct:.0f}% of the step" if top.impact_pct >= 1 else "the job hides most of it"
+        )
         return f"The link of {_names(link)} is slow ({cost})"
     if top.kind == "clock_skew":
         return f"The clocks of {', '.join(c.hosts or []) or _names(ranks)} ran off (corrected before analysis; no time lost)"
@@ -257,7 +320,11 @@ def _headline(d: Diagnosis, top: Finding, ranks: list[int], step: int | None, re
         return f"The host of {_names(ranks)} starts its device{delay}{where}"
     first = reasons.get(ranks[0], "") if ranks else ""
     their = "its" if len(ranks) == 1 else "their"
-    times = f" {first.removeprefix('compute ')} {their} stage peers' compute" if first.startswith("compute ") else f" more than {their} stage peers' compute"
+    times = (
+        f" {first.removeprefix('compute ')} {their} stage peers' compute"
+        if first.startswith("compute ")
+        else f" more than {their} stage peers' compute"
+    )
     who = _names(ranks).capitalize()
     if top.kind == "operator_hotspot" and c.operator:
         return f"{who} spend{'s' if len(ranks) == 1 else ''}{times}, in {c.operator}{where}"
@@ -267,7 +334,13 @@ def _headline(d: Diagnosis, top: Finding, ranks: list[int], step: int | None, re
 
 
 def shown_ranks(
-    d: Diagnosis, focus: Focus, ranks_in_order: Sequence[int], own_z: Mapping[int, Sequence[float | None]], selected: Sequence[int] | None, step: int | None, limits: tuple[int, int, int, int]
+    d: Diagnosis,
+    focus: Focus,
+    ranks_in_order: Sequence[int],
+    own_z: Mapping[int, Sequence[float | None]],
+    selected: Sequence[int] | None,
+    step: int | None,
+    limits: tuple[int, int, int, int],
 ) -> list[int]:
     """The ranks a per-rank view (the timeline; the snapshot's) draws one by one: the selected ranks (else those the
     focus names, else the first rank) first, at most ``most_first``. Up to ``small_job`` ranks, then the ranks that
@@ -289,9 +362,13 @@ def shown_ranks(
         c = coords.get(r)
         if c is None:
             return False
-        return c["pp"] in stages or ((c["pp"] - 1 in stages or c["pp"] + 1 in stages) and (c["dp"], c["tp"]) in lines)
+        return c["pp"] in stages or (
+            (c["pp"] - 1 in stages or c["pp"] + 1 in stages) and (c["dp"], c["tp"]) in lines
+        )
 
     figs = d.figures()
-    waited = {r: (figs.get((r, step)) or {}).get("wait_ns") or 0 if step is not None else 0 for r in ranks_in_order}
+    waited = {
+        r: (figs.get((r, step)) or {}).get("wait_ns") or 0 if step is not None else 0 for r in ranks_in_order
+    }
     near_ranks = sorted((r for r in ranks_in_order if r not in first and near(r)), key=lambda r: -waited[r])
     return first + near_ranks[: max(most_small - len(first), 0)]

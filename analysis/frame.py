@@ -22,10 +22,50 @@ from paradiag import schema
 if TYPE_CHECKING:
     from paradiag.dataset import Job
 
-NUMERIC = ("rank", "track", "kind", "name", "op", "launch", "start", "end", "step", "collective", "group", "peer", "bytes", "seq", "call", "work")
-VOCABULARY_OF = {"kind": "kinds", "name": "names", "op": "names", "collective": "collectives", "group": "groups"}
+NUMERIC = (
+    "rank",
+    "track",
+    "kind",
+    "name",
+    "op",
+    "launch",
+    "start",
+    "end",
+    "step",
+    "collective",
+    "group",
+    "peer",
+    "bytes",
+    "seq",
+    "call",
+    "work",
+)
+VOCABULARY_OF = {
+    "kind": "kinds",
+    "name": "names",
+    "op": "names",
+    "collective": "collectives",
+    "group": "groups",
+}
 VOCABULARIES = ("kinds", "names", "collectives", "groups")
-COLUMNS = ("rank", "device", "track", "kind", "category", "name", "start_ns", "dur_ns", "step", "correlation", "external_id", "collective", "group", "peer", "bytes", "seq")
+COLUMNS = (
+    "rank",
+    "device",
+    "track",
+    "kind",
+    "category",
+    "name",
+    "start_ns",
+    "dur_ns",
+    "step",
+    "correlation",
+    "external_id",
+    "collective",
+    "group",
+    "peer",
+    "bytes",
+    "seq",
+)
 HOST_OPERATOR_CATEGORIES = ("cpu_op", "Operator")
 
 
@@ -84,7 +124,9 @@ class Frame:
     def take(self, mask: np.ndarray | slice) -> Frame:
         """The rows where ``mask`` holds (the string lists are shared, not copied)."""
         arrays = {k: getattr(self, k)[mask] for k in NUMERIC}
-        return Frame(**arrays, kinds=self.kinds, names=self.names, collectives=self.collectives, groups=self.groups)
+        return Frame(
+            **arrays, kinds=self.kinds, names=self.names, collectives=self.collectives, groups=self.groups
+        )
 
     def keep(self, rows: np.ndarray) -> None:
         """Keep only ``rows`` (indices, in that order), in place and one array at a time: a frame of millions of
@@ -118,7 +160,11 @@ def _codes(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[str]]:
     if not pa.types.is_dictionary(arr.type):
         arr = pc.dictionary_encode(arr)
     words = [str(v) for v in arr.dictionary.to_pylist()]
-    distinct, remap = np.unique(np.array(words, dtype=object), return_inverse=True) if words else (np.array([]), np.array([], np.int64))
+    distinct, remap = (
+        np.unique(np.array(words, dtype=object), return_inverse=True)
+        if words
+        else (np.array([]), np.array([], np.int64))
+    )
     indices = arr.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
     codes = np.append(remap, -1).astype(np.int32)[indices]  # -1 (null) indexes the trailing -1
     return codes, [str(w) for w in distinct]
@@ -128,7 +174,9 @@ def _ints(column: pa.ChunkedArray, dtype: type = np.int64) -> np.ndarray:
     return np.asarray(column.fill_null(-1).to_numpy(), dtype=dtype)
 
 
-def _callers(events: pa.Table, name: np.ndarray, names: list[str], kind: np.ndarray, kinds: list[str], rows: np.ndarray) -> np.ndarray:
+def _callers(
+    events: pa.Table, name: np.ndarray, names: list[str], kind: np.ndarray, kinds: list[str], rows: np.ndarray
+) -> np.ndarray:
     """For the events at ``rows``, where they are host-lane operator pieces (a host operator's category on a
     device row), a checksum of the name of the operator that called them (their correlation is its External id);
     -1 elsewhere and at the top."""
@@ -141,7 +189,14 @@ def _callers(events: pa.Table, name: np.ndarray, names: list[str], kind: np.ndar
     return np.where(on_lane, sums[caller], -1).astype(np.int32)
 
 
-def _host_operator(events: pa.Table, name: np.ndarray, kind: np.ndarray, kinds: list[str], rows: np.ndarray, key: np.ndarray | None = None) -> np.ndarray:
+def _host_operator(
+    events: pa.Table,
+    name: np.ndarray,
+    kind: np.ndarray,
+    kinds: list[str],
+    rows: np.ndarray,
+    key: np.ndarray | None = None,
+) -> np.ndarray:
     """For the events at ``rows``, the name code of the host operator with the same external id (-1 when none):
     the ATen op that launched a kernel (``key``, by row, instead of the rows' own external ids, where given).
     Meaningful within one rank (external ids are per process). Looked up for ``rows`` only (the device events,
@@ -164,7 +219,9 @@ def _launches(events: pa.Table, kind: np.ndarray, kinds: list[str], rows: np.nda
     are per process)."""
     correlation = _ints(events.column("correlation"))
     start = _ints(events.column("start_ns"))
-    host = np.flatnonzero((kind == (kinds.index(schema.HOST) if schema.HOST in kinds else -2)) & (correlation >= 0))
+    host = np.flatnonzero(
+        (kind == (kinds.index(schema.HOST) if schema.HOST in kinds else -2)) & (correlation >= 0)
+    )
     host = host[np.argsort(correlation[host], kind="stable")]
     if not len(host):
         return np.full(len(rows), -1, np.int64)
@@ -184,16 +241,32 @@ def device_frame(events: pa.Table) -> Frame:
     device_kinds = [i for i, k in enumerate(kinds) if k in schema.DEVICE_KINDS]
     keep = np.isin(kind, device_kinds) & (_ints(events.column("device"), np.int32) >= 0)
     collective, collectives = _codes(events.column("collective"))
-    group, groups = _codes(events.column("group")) if "group" in events.column_names else (np.full(len(kind), -1, np.int32), [])
+    group, groups = (
+        _codes(events.column("group"))
+        if "group" in events.column_names
+        else (np.full(len(kind), -1, np.int32), [])
+    )
     start = _ints(events.column("start_ns"))
     rank = _ints(events.column("rank"), np.int32)
     order = np.lexsort((start[keep], rank[keep]))
     idx = np.flatnonzero(keep)[order]
-    op = _host_operator(events, name, kind, kinds, idx) if "external_id" in events.column_names else np.full(len(idx), -1, np.int32)
-    launch = _launches(events, kind, kinds, idx) if "correlation" in events.column_names else np.full(len(idx), -1, np.int64)
+    op = (
+        _host_operator(events, name, kind, kinds, idx)
+        if "external_id" in events.column_names
+        else np.full(len(idx), -1, np.int32)
+    )
+    launch = (
+        _launches(events, kind, kinds, idx)
+        if "correlation" in events.column_names
+        else np.full(len(idx), -1, np.int64)
+    )
 
     def ints(column: str, dtype: type) -> np.ndarray:
-        return _ints(events.column(column), dtype)[idx] if column in events.column_names else np.full(len(idx), -1, dtype)
+        return (
+            _ints(events.column(column), dtype)[idx]
+            if column in events.column_names
+            else np.full(len(idx), -1, dtype)
+        )
 
     return Frame(
         rank=rank[idx],
@@ -211,7 +284,9 @@ def device_frame(events: pa.Table) -> Frame:
         bytes=ints("bytes", np.int64),
         seq=ints("seq", np.int32),
         call=ints("external_id", np.int64),
-        work=_callers(events, name, names, kind, kinds, idx) if "correlation" in events.column_names else np.full(len(idx), -1, np.int32),
+        work=_callers(events, name, names, kind, kinds, idx)
+        if "correlation" in events.column_names
+        else np.full(len(idx), -1, np.int32),
         kinds=kinds,
         names=names,
         collectives=collectives,
@@ -238,7 +313,10 @@ def table_frame(table: pa.Table) -> Frame:
     """A :func:`frame_table` (a ``rank`` column added) back as a :class:`Frame`; arrays it lacks are -1, lists it
     lacks empty. ``name`` and ``op`` share one list: a table holds at most one of them."""
     n = table.num_rows
-    arrays: dict[str, Any] = {k: np.full(n, -1, np.int64 if k in ("launch", "start", "end", "bytes", "call") else np.int32) for k in NUMERIC}
+    arrays: dict[str, Any] = {
+        k: np.full(n, -1, np.int64 if k in ("launch", "start", "end", "bytes", "call") else np.int32)
+        for k in NUMERIC
+    }
     lists: dict[str, Any] = {v: [] for v in VOCABULARIES}
     for name in table.column_names:
         if name in VOCABULARY_OF:
@@ -251,7 +329,13 @@ def table_frame(table: pa.Table) -> Frame:
 def save_frame(frame: Frame, path: Path) -> None:
     """``frame`` as an Arrow IPC file, its arrays as columns and its string lists in the schema's metadata, for
     another process to read back with :func:`load_frame` (the ingest's map hands its frames to the reduce so)."""
-    schema.write_arrow_file(pa.table({k: getattr(frame, k) for k in NUMERIC}, metadata={v: json.dumps(getattr(frame, v)) for v in VOCABULARIES}), path)
+    schema.write_arrow_file(
+        pa.table(
+            {k: getattr(frame, k) for k in NUMERIC},
+            metadata={v: json.dumps(getattr(frame, v)) for v in VOCABULARIES},
+        ),
+        path,
+    )
 
 
 def load_frame(path: Path) -> Frame:
@@ -287,7 +371,9 @@ def concat(frames: list[Frame]) -> Frame:
         parts = []
         for f, remap in zip(frames, remaps, strict=True):
             values = getattr(f, k)
-            parts.append(remap[VOCABULARY_OF[k]][values] if k in VOCABULARY_OF else values)  # -1 (absent) indexes the trailing -1
+            parts.append(
+                remap[VOCABULARY_OF[k]][values] if k in VOCABULARY_OF else values
+            )  # -1 (absent) indexes the trailing -1
             setattr(f, k, np.empty(0, values.dtype))  # not a view: that would keep the array
         merged[k] = np.concatenate(parts) if parts else np.empty(0, np.int64)
         del parts
@@ -330,7 +416,9 @@ def find_rows(keys: np.ndarray, query: np.ndarray) -> np.ndarray:
     both = np.concatenate([keys, query])
     is_key = np.arange(len(both)) < len(keys)
     order = np.lexsort((~is_key, *both.T[::-1]))  # equal rows together, a key before the queries equal to it
-    last_key = np.maximum.accumulate(np.where(is_key[order], np.arange(len(order)), -1))  # at or before each place
+    last_key = np.maximum.accumulate(
+        np.where(is_key[order], np.arange(len(order)), -1)
+    )  # at or before each place
     at = np.flatnonzero(~is_key[order] & (last_key >= 0))
     key, asked = order[last_key[at]], order[at]
     same = (both[key] == both[asked]).all(axis=1)

@@ -27,7 +27,15 @@ from typing import Any, Literal, cast, get_args
 
 from paradiag.analysis.edit import BALANCED, COMPARABLE, PEER_MEDIAN, REMOVE, Edit
 
-Kind = Literal["slow_device", "slow_link", "stage_imbalance", "host_stall", "operator_hotspot", "clock_skew", "expert_imbalance"]
+Kind = Literal[
+    "slow_device",
+    "slow_link",
+    "stage_imbalance",
+    "host_stall",
+    "operator_hotspot",
+    "clock_skew",
+    "expert_imbalance",
+]
 Blames = Literal["rank", "operator", "stage", "link", "clock"]
 Subject = Literal["rank", "stage", "link", "clock"]
 
@@ -90,19 +98,75 @@ class KindEntry:
 KINDS: dict[Kind, KindEntry] = {
     e.name: e
     for e in (
-        KindEntry("slow_device", "rank", compute_to_peers, "rank", "own_z", outlined=True, extra_work=True, fault="slow_device"),
-        KindEntry("slow_link", "link", link_comparable, "link", "transfer_job_pct", outlined=False, fault="slow_link"),
-        KindEntry("stage_imbalance", "stage", stages_balanced, "stage", "compute_job_pct", outlined=False, extra_work=True, fault="stage_imbalance"),
+        KindEntry(
+            "slow_device",
+            "rank",
+            compute_to_peers,
+            "rank",
+            "own_z",
+            outlined=True,
+            extra_work=True,
+            fault="slow_device",
+        ),
+        KindEntry(
+            "slow_link",
+            "link",
+            link_comparable,
+            "link",
+            "transfer_job_pct",
+            outlined=False,
+            fault="slow_link",
+        ),
+        KindEntry(
+            "stage_imbalance",
+            "stage",
+            stages_balanced,
+            "stage",
+            "compute_job_pct",
+            outlined=False,
+            extra_work=True,
+            fault="stage_imbalance",
+        ),
         KindEntry("host_stall", "rank", stall_removed, "rank", "own_z", outlined=True, fault="host_stall"),
-        KindEntry("operator_hotspot", "operator", compute_to_peers, "rank", "own_z", outlined=True, extra_work=True, fault="operator_hotspot"),
-        KindEntry("clock_skew", "clock", nothing, "clock", "own_z", outlined=False, informative=True, fault="clock_skew"),
-        KindEntry("expert_imbalance", "rank", compute_balanced, "rank", "own_z", outlined=True, extra_work=True, fault="expert_imbalance", fault_needs_moe=True),
+        KindEntry(
+            "operator_hotspot",
+            "operator",
+            compute_to_peers,
+            "rank",
+            "own_z",
+            outlined=True,
+            extra_work=True,
+            fault="operator_hotspot",
+        ),
+        KindEntry(
+            "clock_skew",
+            "clock",
+            nothing,
+            "clock",
+            "own_z",
+            outlined=False,
+            informative=True,
+            fault="clock_skew",
+        ),
+        KindEntry(
+            "expert_imbalance",
+            "rank",
+            compute_balanced,
+            "rank",
+            "own_z",
+            outlined=True,
+            extra_work=True,
+            fault="expert_imbalance",
+            fault_needs_moe=True,
+        ),
     )
 }
 assert tuple(KINDS) == get_args(Kind), "every Kind has one entry, in the order of the Literal"
 
 NAMES: tuple[Kind, ...] = tuple(KINDS)
-OUTLINED: tuple[Kind, ...] = tuple(k for k, e in KINDS.items() if e.outlined)  # findings about ranks themselves
+OUTLINED: tuple[Kind, ...] = tuple(
+    k for k, e in KINDS.items() if e.outlined
+)  # findings about ranks themselves
 EXTRA_WORK: tuple[Kind, ...] = tuple(k for k, e in KINDS.items() if e.extra_work)
 
 
@@ -149,7 +213,9 @@ def schema_text(text: str) -> str:
     """docs/report.schema.json's text with the findings' kind enum made :data:`NAMES` (the rest kept as written)."""
     new, count = _SCHEMA_ENUM.subn(lambda m: m.group(1) + json.dumps(list(NAMES)) + m.group(2), text)
     if count != 1:
-        raise ValueError("docs/report.schema.json: the findings' kind enum was not found (one line: \"kind\": {\"enum\": [...]}, before \"culprit\")")
+        raise ValueError(
+            'docs/report.schema.json: the findings\' kind enum was not found (one line: "kind": {"enum": [...]}, before "culprit")'
+        )
     return new
 
 

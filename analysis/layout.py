@@ -82,7 +82,9 @@ def role_from_description(description: str | None, size: int, world: int) -> str
 AXIS_OF_ROLE = {"cp": "dp"}
 
 
-def _coords_from_groups(ranks: list[int], members: dict[str, list[int]], roles: dict[str, str]) -> dict[int, dict[str, int]]:
+def _coords_from_groups(
+    ranks: list[int], members: dict[str, list[int]], roles: dict[str, str]
+) -> dict[int, dict[str, int]]:
     """A rank's coordinate on an axis is its position in its group of that role (Megatron lists the pipeline
     group's stages in order); without a group on an axis it is 0. Several groups on one axis (HSDP's
     ``dp_replicate`` x ``dp_shard``, dp x cp) combine in mixed radix, the group of widest rank stride outermost;
@@ -110,10 +112,15 @@ def _coords_from_groups(ranks: list[int], members: dict[str, list[int]], roles: 
 def layout_from_metadata(ranks: pa.Table, groups: pa.Table) -> Layout | None:
     """The layout the traces state: the ranks' coordinates, or else the process group names."""
     rank_ids = ranks.column("rank").to_pylist()
-    members = {g: list(m) for g, m in zip(groups.column("group").to_pylist(), groups.column("ranks").to_pylist(), strict=True)}
+    members = {
+        g: list(m)
+        for g, m in zip(groups.column("group").to_pylist(), groups.column("ranks").to_pylist(), strict=True)
+    }
     world = len(rank_ids)
     roles = {}
-    for g, d in zip(groups.column("group").to_pylist(), groups.column("description").to_pylist(), strict=True):
+    for g, d in zip(
+        groups.column("group").to_pylist(), groups.column("description").to_pylist(), strict=True
+    ):
         role = role_from_description(d, len(members[g]), world)
         if role is not None:
             roles[g] = role
@@ -150,7 +157,10 @@ def infer_roles(frame: Frame, members: dict[str, list[int]], world: int) -> dict
         top = max(busy.values())
         quiet = [g for g, b in busy.items() if b < top / 4]
         for g, b in busy.items():
-            activations = any(comm.collectives[c] in ("all_gather", "reduce_scatter") for c in comm.collective[comm.group == comm.groups.index(g)])
+            activations = any(
+                comm.collectives[c] in ("all_gather", "reduce_scatter")
+                for c in comm.collective[comm.group == comm.groups.index(g)]
+            )
             # A lone family spanning every rank gathers parameters, not activations: sharded data parallel (FSDP,
             # ZeRO-3) over the world, which a 1-D DeviceMesh runs on the default group. Tensor parallelism over the
             # whole world alone is told only by its group's name.
@@ -159,7 +169,9 @@ def infer_roles(frame: Frame, members: dict[str, list[int]], world: int) -> dict
     return roles
 
 
-def pipeline_order(frame: Frame, members: dict[str, list[int]], roles: dict[str, str]) -> dict[str, list[int]]:
+def pipeline_order(
+    frame: Frame, members: dict[str, list[int]], roles: dict[str, str]
+) -> dict[str, list[int]]:
     """Each pipeline group's ranks in stage order: the chain of send/recv pairs, starting from the end whose first
     p2p operation of the first step is a send (stage 0 sends activations before it receives anything)."""
     comm = frame.of_kind("communication")
@@ -168,7 +180,9 @@ def pipeline_order(frame: Frame, members: dict[str, list[int]], roles: dict[str,
         if role != "pp":
             continue
         mine = (comm.group == comm.groups.index(group)) & (comm.peer >= 0)
-        edges = {tuple(sorted((int(a), int(b)))) for a, b in zip(comm.rank[mine], comm.peer[mine], strict=True)}
+        edges = {
+            tuple(sorted((int(a), int(b)))) for a, b in zip(comm.rank[mine], comm.peer[mine], strict=True)
+        }
         neighbours: dict[int, set[int]] = {}
         for a, b in edges:
             neighbours.setdefault(a, set()).add(b)
@@ -196,10 +210,16 @@ def parallel_layout(ranks: pa.Table, groups: pa.Table, frame: Frame | None = Non
     if stated is not None:
         return stated
     rank_ids = [int(r) for r in ranks.column("rank").to_pylist()]
-    members = {g: list(m) for g, m in zip(groups.column("group").to_pylist(), groups.column("ranks").to_pylist(), strict=True)}
+    members = {
+        g: list(m)
+        for g, m in zip(groups.column("group").to_pylist(), groups.column("ranks").to_pylist(), strict=True)
+    }
     # The world the traces state (or the largest group they record), however many of its ranks were profiled.
     world = max([int(w) for w in ranks.column("world_size").to_pylist() if w] + [len(rank_ids)])
-    data_parallel = {r: {"dp": r if world > len(rank_ids) else i, "tp": 0, "pp": 0, "ep": 0} for i, r in enumerate(rank_ids)}
+    data_parallel = {
+        r: {"dp": r if world > len(rank_ids) else i, "tp": 0, "pp": 0, "ep": 0}
+        for i, r in enumerate(rank_ids)
+    }
     if frame is not None:
         roles = infer_roles(frame, members, len(rank_ids))
         if set(roles.values()) == {"dp"} and not any(members.get(g) for g in roles):

@@ -47,14 +47,21 @@ def pass_labels(passes: pa.Table, rank: int, step: int, times: np.ndarray) -> li
     """For each time (a band's start on ``rank``), the pipeline pass of the analysis (``Diagnosis.passes``)
     holding it: "F3" or "B3" (micro-batch 3; "F3 c1" for model chunk 1 of an interleaved schedule), "" outside
     every pass (the optimizer, DP syncs)."""
-    mine = passes.filter(pc.and_(pc.equal(passes.column("rank"), rank), pc.equal(passes.column("step"), step))).sort_by("start_ns")
+    mine = passes.filter(
+        pc.and_(pc.equal(passes.column("rank"), rank), pc.equal(passes.column("step"), step))
+    ).sort_by("start_ns")
     rows = mine.select(["direction", "micro_batch", "chunk", "start_ns", "end_ns"]).to_pylist()
     chunked = any(r["chunk"] for r in rows)
-    labels = [f"{r['direction'][0].upper()}{r['micro_batch']}" + (f" c{r['chunk']}" if chunked else "") for r in rows]
+    labels = [
+        f"{r['direction'][0].upper()}{r['micro_batch']}" + (f" c{r['chunk']}" if chunked else "")
+        for r in rows
+    ]
     lo = np.array([r["start_ns"] for r in rows], dtype=np.int64)
     hi = np.array([r["end_ns"] for r in rows], dtype=np.int64)
     at = np.searchsorted(lo, times, side="right") - 1
-    return [labels[i] if i >= 0 and t <= hi[i] else "" for i, t in zip(at.tolist(), times.tolist(), strict=True)]
+    return [
+        labels[i] if i >= 0 and t <= hi[i] else "" for i, t in zip(at.tolist(), times.tolist(), strict=True)
+    ]
 
 
 def outliers(values: np.ndarray, floor: float) -> np.ndarray:
@@ -71,7 +78,9 @@ class Row:
     kind: str  # "stage" (alike devices), "group" (a mesh group folded), "device"
     label: str
     members: list[int]  # device columns
-    anomalous: list[int] = field(default_factory=list)  # columns among the members that stand out by busy time
+    anomalous: list[int] = field(
+        default_factory=list
+    )  # columns among the members that stand out by busy time
 
 
 def device_scores(start: np.ndarray, end: np.ndarray, compute: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -117,7 +126,9 @@ def fold_rows(
     if not grouped:  # no mesh groups to fold by: late devices stay single too
         single = sorted(set(single) | set(np.flatnonzero(outliers(late, floor)).tolist()))
     group_late = np.array([np.median(late[by_group[g]]) for g in grouped])
-    late_groups = {g for g, out in zip(grouped, outliers(group_late, floor), strict=True) if out or expand == "groups"}
+    late_groups = {
+        g for g, out in zip(grouped, outliers(group_late, floor), strict=True) if out or expand == "groups"
+    }
     rows: list[Row] = []
     rest = [c for c in columns if c not in single and groups[c] not in late_groups]
     if rest:
@@ -149,7 +160,15 @@ def row_times(start: np.ndarray, end: np.ndarray, members: list[int]) -> dict[st
     }
 
 
-def merge_bands(start: np.ndarray, end: np.ndarray, category: list[str], lo: int, hi: int, merge_frac: float, max_bands: int = MAX_BANDS) -> tuple[np.ndarray, np.ndarray]:
+def merge_bands(
+    start: np.ndarray,
+    end: np.ndarray,
+    category: list[str],
+    lo: int,
+    hi: int,
+    merge_frac: float,
+    max_bands: int = MAX_BANDS,
+) -> tuple[np.ndarray, np.ndarray]:
     """Which of a stage's bands (rows of ``start``/``end``: bands x rows of the drawing) overlap [lo, hi), and
     the merged band each falls into: neighbours of one category merge when every row's gap between them is
     under ``merge_frac`` of the window; beyond ``max_bands`` runs of neighbours merge whatever their category.
@@ -207,7 +226,9 @@ def shares(category: list[str], dur: np.ndarray, group: np.ndarray) -> list[list
     return out
 
 
-def bubbles(start: np.ndarray, end: np.ndarray, compute: np.ndarray, lo: int, hi: int, min_ns: float) -> list[np.ndarray]:
+def bubbles(
+    start: np.ndarray, end: np.ndarray, compute: np.ndarray, lo: int, hi: int, min_ns: float
+) -> list[np.ndarray]:
     """Per row (column of ``start``/``end``): [start, end] pairs of the gaps with no compute longer than
     ``min_ns`` within the step, that overlap [lo, hi)."""
     if len(start) == 0:

@@ -49,7 +49,11 @@ def step_row(
     computing = int((cu[1] - cu[0]).sum())
     communication = int((co[1] - co[0]).sum())
     # |C ∩ M| = |C| + |M| - |C ∪ M|
-    overlapped = computing + communication - union_length(np.concatenate((cu[0], co[0])), np.concatenate((cu[1], co[1])))
+    overlapped = (
+        computing
+        + communication
+        - union_length(np.concatenate((cu[0], co[0])), np.concatenate((cu[1], co[1])))
+    )
     firsts = [x[0].min() for x in (cu, co) if len(x[0])]
     lasts = [x[1].max() for x in (cu, co) if len(x[1])]
     span = int(max(lasts) - min(firsts)) if firsts else 0

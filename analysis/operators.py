@@ -24,7 +24,9 @@ def short_name(name: str) -> str:
     return text.split("<", 1)[0].split("(", 1)[0].rsplit("::", 1)[-1].strip() or name
 
 
-TYPICAL_QUANTILE = 0.25  # of an operator's calls on one rank: what a call takes when the scheduler lets it run
+TYPICAL_QUANTILE = (
+    0.25  # of an operator's calls on one rank: what a call takes when the scheduler lets it run
+)
 
 
 def typical_durations(frame: Frame, ranks: np.ndarray | None = None) -> np.ndarray:
@@ -66,11 +68,15 @@ def typical_durations(frame: Frame, ranks: np.ndarray | None = None) -> np.ndarr
 
 SHARED_STRETCH = 1.5  # CPU ranks' clock compute this many times their typical compute: they share the cores
 SHARED_SLOWER = 1.1  # ... and several ranks of a stage run every operator this much slower than the others
-SPEED_MIN_CALLS = 3  # per profiled step: an operator called this often on a rank tells how fast its calls run there
+SPEED_MIN_CALLS = (
+    3  # per profiled step: an operator called this often on a rank tells how fast its calls run there
+)
 SPEED_MIN_OPERATORS = 5  # ... and a rank's speed is told by at least this many of them
 
 
-def host_speeds(frame: Frame, peer_sets: list[list[int]], host_ranks: frozenset[int], stretch: float = SHARED_STRETCH) -> dict[int, float]:
+def host_speeds(
+    frame: Frame, peer_sets: list[list[int]], host_ranks: frozenset[int], stretch: float = SHARED_STRETCH
+) -> dict[int, float]:
     """Per CPU rank (``host_ranks``) with peers, how much slower its calls run than its peers' calls of the same
     operators (the median over its frequent operators of its typical call / its peers' median typical call; at
     least 1). Ranks sharing a machine's cores run at different speeds for as long as the scheduler keeps them so:
@@ -87,7 +93,9 @@ def host_speeds(frame: Frame, peer_sets: list[list[int]], host_ranks: frozenset[
     if not len(ranks) or stretch < SHARED_STRETCH:
         return {}
     typical = typical_durations(frame, ranks)
-    idx = np.flatnonzero((frame.kind == frame.code("kinds", "compute")) & np.isin(frame.rank, ranks) & (frame.step >= 0))
+    idx = np.flatnonzero(
+        (frame.kind == frame.code("kinds", "compute")) & np.isin(frame.rank, ranks) & (frame.step >= 0)
+    )
     if not len(idx):
         return {}
     steps = max(len(np.unique(frame.step[idx])), 1)
@@ -100,7 +108,10 @@ def host_speeds(frame: Frame, peer_sets: list[list[int]], host_ranks: frozenset[
     for a, b in zip(f2.tolist(), [*f2[1:].tolist(), len(o2)], strict=True):
         members = o2[a:b]
         h = head[members[0]]
-        medians.setdefault(int(frame.rank[h]), {})[(int(frame.name[h]), int(frame.work[h]))] = (float(np.median(per_call[members])), b - a)
+        medians.setdefault(int(frame.rank[h]), {})[(int(frame.name[h]), int(frame.work[h]))] = (
+            float(np.median(per_call[members])),
+            b - a,
+        )
     out: dict[int, float] = {}
     for peers in peer_sets:
         mine = [r for r in peers if r in medians]
@@ -133,7 +144,9 @@ def operator_time(frame: Frame, durations: np.ndarray | None = None) -> dict[tup
         return {}
     totals = np.add.reduceat(dur[order], firsts)
     out: dict[tuple[int, int], list[int]] = {}
-    for r, n, t in zip(rank[order][firsts].tolist(), name[order][firsts].tolist(), totals.tolist(), strict=True):
+    for r, n, t in zip(
+        rank[order][firsts].tolist(), name[order][firsts].tolist(), totals.tolist(), strict=True
+    ):
         out.setdefault((r, n), []).append(t)
     return {k: np.asarray(v) for k, v in out.items()}
 
@@ -169,7 +182,9 @@ def operator_imbalance(frame: Frame, peer_sets: list[list[int]], top: int = 20) 
     return rows[:top]
 
 
-def rank_operator_excess(times: dict[tuple[int, int], np.ndarray], rank: int, peers: list[int]) -> dict[int, float]:
+def rank_operator_excess(
+    times: dict[tuple[int, int], np.ndarray], rank: int, peers: list[int]
+) -> dict[int, float]:
     """For one rank: name code -> its time per step minus the median of the other peers' (positive: slower)."""
     others = [p for p in peers if p != rank]
     out = {}
@@ -202,7 +217,12 @@ def call_counts(frame: Frame) -> dict[tuple[int, int], float]:
     """(rank, name code) -> how many calls of that compute operator the rank makes per step (median over its
     steps): a call is one ``call`` id (the pieces of one host-lane operator call), or one row where it has none."""
     compute = (frame.kind == frame.code("kinds", "compute")) & (frame.step >= 0)
-    rank, name, step, call = frame.rank[compute], frame.name[compute], frame.step[compute], frame.call[compute]
+    rank, name, step, call = (
+        frame.rank[compute],
+        frame.name[compute],
+        frame.step[compute],
+        frame.call[compute],
+    )
     call = np.where(call >= 0, call, -2 - np.arange(len(call)))
     order, firsts = group_bounds(call, step, name, rank)  # one row per call
     if not len(order):

@@ -43,10 +43,15 @@ def layer_split(g: Graph, peers: Peers) -> LayerSplit:
     common = (stage_runs > 0).all(axis=0)
     per_layer = np.flatnonzero(common & (stage_runs.min(axis=0) >= 1))
     if not len(per_layer):
-        raise EditError("stages=balanced: no kernel runs once per layer on every stage (are these transformer layers?)")
+        raise EditError(
+            "stages=balanced: no kernel runs once per layer on every stage (are these transformer layers?)"
+        )
     # A kernel run as often on every stage is per pass or per step (a copy, the optimizer), not per layer, unless
     # every stage has as many layers.
-    marker = min(per_layer.tolist(), key=lambda n: (len(set(stage_runs[:, n].tolist())) == 1, float(stage_runs[:, n].sum()), n))
+    marker = min(
+        per_layer.tolist(),
+        key=lambda n: (len(set(stage_runs[:, n].tolist())) == 1, float(stage_runs[:, n].sum()), n),
+    )
     now = np.rint(stage_runs[:, marker]).astype(np.int64)
     # A name run q times per layer (q: the fewest whole times per layer any stage runs it) is layer work for q of
     # every k runs on a stage (the LM head's matmul among the layers' is the rest); the other names are fixed work.
@@ -61,8 +66,17 @@ def layer_split(g: Graph, peers: Peers) -> LayerSplit:
         balanced[i] += 1
     factor, shares = _place_factors(runs, now, np.array(balanced), marker, q, share)
     per_step = _parameter_factors(time.sum(axis=1), stage_runs, now, np.array(balanced))
-    kernels = np.where(np.isnan(per_step)[:, None, :], 1 + (factor[:, :, None] - 1) * shares, per_step[:, None, :])
-    return LayerSplit(tuple(now.tolist()), tuple(balanced), float(np.median(per_layer_ns)), tuple(fixed.tolist()), factor, kernels)
+    kernels = np.where(
+        np.isnan(per_step)[:, None, :], 1 + (factor[:, :, None] - 1) * shares, per_step[:, None, :]
+    )
+    return LayerSplit(
+        tuple(now.tolist()),
+        tuple(balanced),
+        float(np.median(per_layer_ns)),
+        tuple(fixed.tolist()),
+        factor,
+        kernels,
+    )
 
 
 def _stage_index(g: Graph, peers: Peers) -> np.ndarray:
@@ -92,11 +106,16 @@ def _per_micro_batch(g: Graph, peers: Peers) -> tuple[np.ndarray, np.ndarray]:
     shape = (len(peers.stage_compute), places, names)
     units = _units(g, peers, sel)
     runs = np.bincount(cell, minlength=int(np.prod(shape))).reshape(shape) / units[:, None, None]
-    time = np.bincount(cell, weights=(g.end - g.start)[sel], minlength=int(np.prod(shape))).reshape(shape) / units[:, None, None]
+    time = (
+        np.bincount(cell, weights=(g.end - g.start)[sel], minlength=int(np.prod(shape))).reshape(shape)
+        / units[:, None, None]
+    )
     return runs, time
 
 
-def _place_factors(runs: np.ndarray, now: np.ndarray, balanced: np.ndarray, marker: int, q: np.ndarray, share: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _place_factors(
+    runs: np.ndarray, now: np.ndarray, balanced: np.ndarray, marker: int, q: np.ndarray, share: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Per stage and place, new layers over old, and per stage, place and name the layer part of the kernels'
     time. Outside the passes, or where the passes do not count each chunk's layers (every chunk has one at least,
     and they add up to the stage's), a stage's factor and shares hold for all of it."""
@@ -120,7 +139,12 @@ def _parameter_factors(work: np.ndarray, runs: np.ndarray, now: np.ndarray, new:
     fixed part (the embedding, the LM head) and one per layer, taken as the least per layer of any stage (one that
     holds no fixed parameters). NaN for the other names."""
     out = np.full(work.shape, np.nan)
-    names = np.flatnonzero((runs > 0).all(axis=0) & (runs.max(axis=0) < 1) & (work.min(axis=0) > 0) & (work.max(axis=0) > 1.01 * work.min(axis=0)))
+    names = np.flatnonzero(
+        (runs > 0).all(axis=0)
+        & (runs.max(axis=0) < 1)
+        & (work.min(axis=0) > 0)
+        & (work.max(axis=0) > 1.01 * work.min(axis=0))
+    )
     if len(names):
         w = work[:, names]
         out[:, names] = 1 + (new - now)[:, None] * (w / now[:, None]).min(axis=0) / w
@@ -140,8 +164,15 @@ def _gradient_factors(g: Graph, peers: Peers, split: LayerSplit, si: np.ndarray)
     units = _units(g, peers, sel)[:, None]
     shape = (len(split.now), names)
     runs = np.bincount(cell, minlength=shape[0] * names).reshape(shape) / units
-    nbytes = np.bincount(cell, weights=g.inst_key[g.instance[sel], 1].astype(float), minlength=shape[0] * names).reshape(shape) / units
-    out[sel] = _parameter_factors(nbytes, runs, np.array(split.now), np.array(split.balanced))[si[sel], g.name[sel]]
+    nbytes = (
+        np.bincount(
+            cell, weights=g.inst_key[g.instance[sel], 1].astype(float), minlength=shape[0] * names
+        ).reshape(shape)
+        / units
+    )
+    out[sel] = _parameter_factors(nbytes, runs, np.array(split.now), np.array(split.balanced))[
+        si[sel], g.name[sel]
+    ]
     return out
 
 
@@ -168,4 +199,3 @@ def balance(g: Graph, t: Timing, peers: Peers, steps: np.ndarray) -> LayerSplit:
     f = np.where(np.isnan(gradients), f, gradients)
     t.own("tail")[collective] = np.rint(t.tail[collective] * f[collective]).astype(np.int64)
     return split
-

@@ -83,7 +83,9 @@ class _Compressed:
     waits: np.ndarray  # bool: a member that ends with its instance
     tail: np.ndarray
     members: np.ndarray  # head positions of the members, grouped by instance, instances by last member
-    slack: np.ndarray  # per member (same order): how long before its eager send's end a receive ended; NEVER: none
+    slack: (
+        np.ndarray
+    )  # per member (same order): how long before its eager send's end a receive ended; NEVER: none
     alone: np.ndarray  # per member (same order): how long after its own arrival it ends at the earliest
     firsts: np.ndarray  # start of each instance's members in ``members``
     last: np.ndarray  # per instance (same order), its last member's position
@@ -119,7 +121,9 @@ def _compressed(g: Graph, t: Timing, head: np.ndarray, offset: np.ndarray) -> _C
     by_last = np.argsort(last, kind="stable")
     counts = np.diff(np.append(firsts, len(members)))
     starts = np.repeat(firsts[by_last], counts[by_last])
-    within = np.arange(len(members)) - np.repeat(np.cumsum(counts[by_last]) - counts[by_last], counts[by_last])
+    within = np.arange(len(members)) - np.repeat(
+        np.cumsum(counts[by_last]) - counts[by_last], counts[by_last]
+    )
     ordered = members[starts + within] if len(members) else members
     slack = _receive_slack(g, heads[ordered])
     events = heads[ordered]
@@ -170,12 +174,20 @@ def _replay_block(c: _Compressed, ends: np.ndarray, arrival: np.ndarray, lo: int
     seg = c.firsts[i0:i1] - m0
     waiting = c.waits[mine]  # eager members count for the last arrival but end on their own
     block = slice(lo, hi)
-    pred, after_pred, anchor, after_anchor, base = c.pred[block], c.after_pred[block], c.anchor[block], c.after_anchor[block], c.base[block]
+    pred, after_pred, anchor, after_anchor, base = (
+        c.pred[block],
+        c.after_pred[block],
+        c.anchor[block],
+        c.after_anchor[block],
+        c.base[block],
+    )
     received = c.received[block]
     dur, waits = c.dur[block], c.waits[block]
     tail = c.tail[mine]
     while True:
-        start = np.maximum(np.maximum(ends[pred] + after_pred, ends[anchor] + after_anchor), np.maximum(ends[received], base))
+        start = np.maximum(
+            np.maximum(ends[pred] + after_pred, ends[anchor] + after_anchor), np.maximum(ends[received], base)
+        )
         arrival[block] = start
         # A waiting member of an instance that ends in a later block: its own arrival stands in for the last one
         # (no successor reads it before then, except within the tolerance).
@@ -188,7 +200,9 @@ def _replay_block(c: _Compressed, ends: np.ndarray, arrival: np.ndarray, lo: int
             sizes = np.diff(np.append(seg, len(mine)))
             finished = np.maximum(arrival[mine] + c.alone[m0:m1], np.repeat(last, sizes) + tail)
             sent = np.maximum.reduceat(np.where(waiting, NEVER, ends[mine]), seg)
-            finished = np.maximum(finished, np.where(c.slack[m0:m1] > NEVER, np.repeat(sent, sizes) + c.slack[m0:m1], NEVER))
+            finished = np.maximum(
+                finished, np.where(c.slack[m0:m1] > NEVER, np.repeat(sent, sizes) + c.slack[m0:m1], NEVER)
+            )
             ends[mine] = np.where(waiting, finished, ends[mine])
         changed = not (np.array_equal(before, ends[block]) and np.array_equal(before_mine, ends[mine]))
         if not changed:
@@ -212,13 +226,15 @@ def _fold(g: Graph, t: Timing) -> tuple[np.ndarray, np.ndarray]:
         ptr = nxt
 
 
-
 def step_times(g: Graph, ends: np.ndarray) -> dict[tuple[int, int], float]:
     """(rank, step) -> step time with the replayed ``ends``: the host span moves by as much as the step's last
     device work, its start by as much as the previous step's last device work."""
     moved = {k: int(ends[i]) - int(g.end[i]) for k, i in g.last.items()}
-    return {(r, s): ns + moved.get((r, s), 0) - moved.get((r, s - 1), 0) for (r, s), ns in g.step_ns.items() if (r, s) in moved}
-
+    return {
+        (r, s): ns + moved.get((r, s), 0) - moved.get((r, s - 1), 0)
+        for (r, s), ns in g.step_ns.items()
+        if (r, s) in moved
+    }
 
 
 def replay_error(g: Graph) -> tuple[int, float]:
@@ -228,4 +244,3 @@ def replay_error(g: Graph) -> tuple[int, float]:
     measured, replayed = step_times(g, g.end), step_times(g, ends)
     worst = max((abs(replayed[k] - v) / v for k, v in measured.items() if v), default=0.0)
     return int(np.abs(ends - g.end).max()) if len(g) else 0, worst
-

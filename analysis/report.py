@@ -42,8 +42,12 @@ def job_facts(job: Job, diagnosis: Diagnosis) -> dict[str, Any]:
         "num_events": int(sum(ranks.column("num_events").to_pylist())),
         "clock_alignment": {
             "instances": job.manifest.get("alignment", {}).get("instances", 0),
-            "offsets_ns": dict(zip(map(str, job.rank_ids), ranks.column("clock_offset_ns").to_pylist(), strict=True)),
-            "uncertainty_ns": dict(zip(map(str, job.rank_ids), ranks.column("clock_uncertainty_ns").to_pylist(), strict=True)),
+            "offsets_ns": dict(
+                zip(map(str, job.rank_ids), ranks.column("clock_offset_ns").to_pylist(), strict=True)
+            ),
+            "uncertainty_ns": dict(
+                zip(map(str, job.rank_ids), ranks.column("clock_uncertainty_ns").to_pylist(), strict=True)
+            ),
         },
         "problems": [p.__dict__ for p in job.problems],
     }
@@ -62,7 +66,9 @@ def rank_entries(job: Job, d: Diagnosis) -> list[dict[str, Any]]:
             {
                 "step": s["step"],
                 "step_time_ns": s["end_ns"] - s["start_ns"],
-                "device_span_ns": (s["device_end_ns"] - s["device_start_ns"]) if s["device_start_ns"] is not None else None,
+                "device_span_ns": (s["device_end_ns"] - s["device_start_ns"])
+                if s["device_start_ns"] is not None
+                else None,
                 "breakdown": _as_dict(mine.get(s["step"])),
             }
             for s in steps.get(rank, [])
@@ -80,7 +86,9 @@ def rank_entries(job: Job, d: Diagnosis) -> list[dict[str, Any]]:
                 "source": row["source"],
                 "num_events": row["num_events"],
                 "breakdown": _as_dict(total),
-                "step_time_ns": {"median": statistics.median(times), "max": max(times), "min": min(times)} if times else None,
+                "step_time_ns": {"median": statistics.median(times), "max": max(times), "min": min(times)}
+                if times
+                else None,
                 "steps": per_step,
                 "wait_ns": wait,
                 "caused_wait_ns": caused,
@@ -131,7 +139,11 @@ def analysis_problems(job: Job, d: Diagnosis, ranks: list[dict[str, Any]]) -> li
     if not any((r["breakdown"] or {}).get("compute_ns") for r in ranks):
         out.append("no device or compute activity was found on any rank (no kernel, no device track, no CPU "
                    "operator in a profiled step): nothing to break down or compare")  # fmt: skip
-    if len(job.rank_ids) > 1 and not d.communication.collective_instances and not d.communication.p2p_transfers:
+    if (
+        len(job.rank_ids) > 1
+        and not d.communication.collective_instances
+        and not d.communication.p2p_transfers
+    ):
         out.append(f"no collective and no send/recv was found among the {len(job.rank_ids)} ranks: who waits for "
                    "whom, slow links and the critical path across ranks cannot be measured (were the traces recorded "
                    "with the communication activity, and from the same job?)")  # fmt: skip
@@ -177,7 +189,13 @@ def job_metrics(ranks: list[dict[str, Any]]) -> dict[str, Any]:
     }
     for key in ("compute_pct", "comm_exposed_pct", "memory_exposed_pct", "sync_exposed_pct", "idle_pct"):
         values = [r["breakdown"][key] for r in with_device]
-        metrics[key] = {"mean": round(statistics.fmean(values), 3), "min": min(values), "max": max(values)} if values else None
-    overlaps = [r["breakdown"]["overlap_ratio"] for r in with_device if r["breakdown"]["overlap_ratio"] is not None]
+        metrics[key] = (
+            {"mean": round(statistics.fmean(values), 3), "min": min(values), "max": max(values)}
+            if values
+            else None
+        )
+    overlaps = [
+        r["breakdown"]["overlap_ratio"] for r in with_device if r["breakdown"]["overlap_ratio"] is not None
+    ]
     metrics["overlap_ratio"] = round(statistics.fmean(overlaps), 4) if overlaps else None
     return metrics

@@ -77,7 +77,9 @@ def split_passes(classes: np.ndarray, segment: np.ndarray) -> tuple[np.ndarray, 
 
 # autograd's backward nodes on a host thread (``MmBackward0``, ``autograd::engine::evaluate_function:
 # AddmmBackward0``, ``torch::autograd::AccumulateGrad``) and explicit backward operators (``aten::gelu_backward``).
-BACKWARD_OPERATOR = re.compile(r"Backward\d*$|^autograd::engine::evaluate_function:|AccumulateGrad|_backward$")
+BACKWARD_OPERATOR = re.compile(
+    r"Backward\d*$|^autograd::engine::evaluate_function:|AccumulateGrad|_backward$"
+)
 
 
 def inside_backward(frame: Frame, events: pa.Table) -> np.ndarray:
@@ -99,7 +101,10 @@ def inside_backward(frame: Frame, events: pa.Table) -> np.ndarray:
     mid = (frame.start + frame.end) // 2
     for tid in np.unique(track).tolist():
         order = np.argsort(start[track == tid], kind="stable")
-        s, e = start[track == tid][order], np.maximum.accumulate(end[track == tid][order])  # reach of the nodes so far
+        s, e = (
+            start[track == tid][order],
+            np.maximum.accumulate(end[track == tid][order]),
+        )  # reach of the nodes so far
         rows = np.flatnonzero(frame.track == tid)
         at = np.searchsorted(s, mid[rows], side="right") - 1
         out[rows] = (at >= 0) & (mid[rows] < e[np.maximum(at, 0)])
@@ -121,7 +126,9 @@ def row_classes(frame: Frame, classes: np.ndarray, backward: np.ndarray | None =
 MINOR_PASS = 0.3
 
 
-def rank_passes(frame: Frame, step: int, classes: np.ndarray, durations: np.ndarray | None = None) -> list[dict[str, Any]]:
+def rank_passes(
+    frame: Frame, step: int, classes: np.ndarray, durations: np.ndarray | None = None
+) -> list[dict[str, Any]]:
     """The passes of one rank (``frame``: its events) in one step, in time order: direction, start, end, compute
     time (the union of its compute, or the sum of ``durations``, one per row of ``frame``, where given: a CPU
     rank's typical durations, ``operators.typical_durations``; its minor passes, MINOR_PASS, are then left out).
@@ -147,7 +154,9 @@ def rank_passes(frame: Frame, step: int, classes: np.ndarray, durations: np.ndar
                 "direction": "backward" if backward[p] else "forward",
                 "start_ns": int(starts[rows].min()),
                 "end_ns": int(ends[rows].max()),
-                "compute_ns": union_length(starts[rows], ends[rows]) if spent is None else round(spent[rows].sum()),
+                "compute_ns": union_length(starts[rows], ends[rows])
+                if spent is None
+                else round(spent[rows].sum()),
             }
         )
     if spent is not None:
@@ -178,7 +187,9 @@ def rank_pass_table(frame: Frame, events: pa.Table | None = None) -> pa.Table:
     direction is that of the autograd node they run in (:func:`inside_backward`), and compute counts them at
     their typical durations (``operators.typical_durations``), as the findings do."""
     host_lanes = events is not None
-    classes = row_classes(frame, name_classes(frame.names), inside_backward(frame, events) if events is not None else None)
+    classes = row_classes(
+        frame, name_classes(frame.names), inside_backward(frame, events) if events is not None else None
+    )
     durations = typical_durations(frame) if host_lanes else None
     rows: dict[str, list[Any]] = {k: [] for k in ("step", *PASS_COLUMNS)}
     for step in np.unique(frame.step[frame.step >= 0]).tolist():
@@ -186,8 +197,12 @@ def rank_pass_table(frame: Frame, events: pa.Table | None = None) -> pa.Table:
             rows["step"].append(step)
             for key in PASS_COLUMNS:
                 rows[key].append(p[key])
-    table = pa.table(rows, schema=pa.schema([(k, pa.string() if k == "direction" else pa.int64()) for k in rows]))
-    return table.append_column("chunks", pa.array(np.full(table.num_rows, model_chunks(frame, classes, durations), np.int64)))
+    table = pa.table(
+        rows, schema=pa.schema([(k, pa.string() if k == "direction" else pa.int64()) for k in rows])
+    )
+    return table.append_column(
+        "chunks", pa.array(np.full(table.num_rows, model_chunks(frame, classes, durations), np.int64))
+    )
 
 
 def number_passes(passes: pa.Table, stage_of: dict[int, int], virtual: int, stages: int) -> pa.Table:
@@ -195,15 +210,21 @@ def number_passes(passes: pa.Table, stage_of: dict[int, int], virtual: int, stag
     the passes of :func:`rank_pass_table` (a ``rank`` column added, ranks in order) with each rank's stage and each
     pass's micro-batch and model chunk, which need the job's stages and virtual stages."""
     cols = passes.select(["rank", "step", *PASS_COLUMNS]).to_pydict()
-    rows: dict[str, list[Any]] = {k: [] for k in ("rank", "stage", "step", "micro_batch", "chunk", *PASS_COLUMNS)}
+    rows: dict[str, list[Any]] = {
+        k: [] for k in ("rank", "stage", "step", "micro_batch", "chunk", *PASS_COLUMNS)
+    }
     counters: dict[tuple[int, int, str], int] = {}
     for rank, step, direction, *times in zip(*cols.values(), strict=True):
         k = counters.get((rank, step, direction), 0)
         counters[(rank, step, direction)] = k + 1
         chunk, mb = chunk_and_micro_batch(k, stages, virtual, direction == "backward")
-        for key, value in zip(rows, (rank, stage_of.get(rank, 0), step, mb, chunk, direction, *times), strict=True):
+        for key, value in zip(
+            rows, (rank, stage_of.get(rank, 0), step, mb, chunk, direction, *times), strict=True
+        ):
             rows[key].append(value)
-    return pa.table(rows, schema=pa.schema([(k, pa.string() if k == "direction" else pa.int64()) for k in rows]))
+    return pa.table(
+        rows, schema=pa.schema([(k, pa.string() if k == "direction" else pa.int64()) for k in rows])
+    )
 
 
 def model_chunks(frame: Frame, classes: np.ndarray, durations: np.ndarray | None = None) -> int:
@@ -264,7 +285,9 @@ def schedule_kind(passes: pa.Table, stages: int, virtual: int) -> str:
     return "gpipe" if gpipe else "1f1b"
 
 
-def stage_metrics(passes: pa.Table, stages: list[list[int]], virtual: int, step_time_ns: float, compute_scale: float = 1.0) -> dict[str, Any]:
+def stage_metrics(
+    passes: pa.Table, stages: list[list[int]], virtual: int, step_time_ns: float, compute_scale: float = 1.0
+) -> dict[str, Any]:
     """Per stage: compute per micro-batch (median over steps, the least loaded of its ranks, so that one slow rank
     does not make its stage look heavy), the measured bubble; imbalance = max / mean; the bottleneck stage; the
     step time a balanced split would give, estimating the pipeline as (m + (p - 1) / v) slots of the slowest
@@ -275,7 +298,15 @@ def stage_metrics(passes: pa.Table, stages: list[list[int]], virtual: int, step_
     per_rank_step: dict[tuple[int, int], list[int]] = {}
     spans: dict[tuple[int, int], list[int]] = {}
     forward_count: dict[tuple[int, int], int] = {}
-    for rank, step, direction, start, end, compute in zip(cols["rank"], cols["step"], cols["direction"], cols["start_ns"], cols["end_ns"], cols["compute_ns"], strict=True):
+    for rank, step, direction, start, end, compute in zip(
+        cols["rank"],
+        cols["step"],
+        cols["direction"],
+        cols["start_ns"],
+        cols["end_ns"],
+        cols["compute_ns"],
+        strict=True,
+    ):
         per_rank_step.setdefault((rank, step), []).append(compute)
         span = spans.setdefault((rank, step), [start, end, 0])
         span[0], span[1] = min(span[0], start), max(span[1], end)
@@ -294,7 +325,11 @@ def stage_metrics(passes: pa.Table, stages: list[list[int]], virtual: int, step_
             if keys:
                 per_rank.append(statistics.median(sum(per_rank_step[k]) for k in keys) / micro_batches)
                 # Passes that overlap (kernels of two passes interleaved on streams) cannot make the bubble negative.
-                bubbles.append(statistics.median(min(max(1 - spans[k][2] / max(spans[k][1] - spans[k][0], 1), 0.0), 1.0) for k in keys))
+                bubbles.append(
+                    statistics.median(
+                        min(max(1 - spans[k][2] / max(spans[k][1] - spans[k][0], 1), 0.0), 1.0) for k in keys
+                    )
+                )
         if per_rank:
             out_stages.append(
                 {
@@ -308,7 +343,13 @@ def stage_metrics(passes: pa.Table, stages: list[list[int]], virtual: int, step_
     return _stage_summary(out_stages, micro_batches, virtual, step_time_ns, compute_scale)
 
 
-def _stage_summary(stages: list[dict[str, Any]], micro_batches: int, virtual: int, step_time_ns: float, compute_scale: float = 1.0) -> dict[str, Any]:
+def _stage_summary(
+    stages: list[dict[str, Any]],
+    micro_batches: int,
+    virtual: int,
+    step_time_ns: float,
+    compute_scale: float = 1.0,
+) -> dict[str, Any]:
     p = len(stages)
     times = [s["compute_per_micro_batch_ns"] for s in stages]
     mean = statistics.fmean(times) if times else 0.0
@@ -322,7 +363,9 @@ def _stage_summary(stages: list[dict[str, Any]], micro_batches: int, virtual: in
         "virtual_stages": virtual,
         "imbalance": round(max(times) / mean, 4) if mean else None,
         "bottleneck_stage": stages[worst]["stage"] if worst is not None else None,
-        "bubble_ratio_measured": round(statistics.median(s["bubble_ratio"] for s in stages), 4) if stages else None,
+        "bubble_ratio_measured": round(statistics.median(s["bubble_ratio"] for s in stages), 4)
+        if stages
+        else None,
         "bubble_ratio_theoretical": round(theoretical_bubble(p, micro_batches, virtual), 4),
         "step_time_ns": int(step_time_ns),
         "balanced_step_time_ns": int(max(step_time_ns - saved, 0)) if p > 1 else int(step_time_ns),

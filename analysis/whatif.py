@@ -80,7 +80,6 @@ class WhatIf:
         return out
 
 
-
 def what_if(g: Graph, peers: Peers, edits: Sequence[Edit]) -> WhatIf:
     """Replay ``g`` with ``edits`` (an :class:`EditError` when one names a rank, link or step the job lacks)."""
     t = Timing.of(g)
@@ -93,7 +92,10 @@ def what_if(g: Graph, peers: Peers, edits: Sequence[Edit]) -> WhatIf:
     by_step: dict[int, list[tuple[float, float]]] = {}
     for (rank, step), ns in measured.items():
         by_step.setdefault(step, []).append((ns, predicted[(rank, step)]))
-    per_step = tuple((s, statistics.median(m for m, _ in v), statistics.median(p for _, p in v)) for s, v in sorted(by_step.items()))
+    per_step = tuple(
+        (s, statistics.median(m for m, _ in v), statistics.median(p for _, p in v))
+        for s, v in sorted(by_step.items())
+    )
     return WhatIf(
         tuple(e.text() for e in edits),
         float(statistics.median(measured.values())),
@@ -102,7 +104,6 @@ def what_if(g: Graph, peers: Peers, edits: Sequence[Edit]) -> WhatIf:
         per_step,
         splits[-1] if splits else None,
     )
-
 
 
 def apply(g: Graph, t: Timing, peers: Peers, e: Edit) -> LayerSplit | None:
@@ -126,7 +127,6 @@ def apply(g: Graph, t: Timing, peers: Peers, e: Edit) -> LayerSplit | None:
     return None
 
 
-
 def _part(g: Graph, t: Timing, peers: Peers, e: Edit, steps: np.ndarray) -> None:
     """A rank's compute kernels' durations, or its communication's transfers, to its peers' or by a factor."""
     is_part = g.compute if e.part == "compute" else g.instance >= 0
@@ -144,7 +144,11 @@ def _part(g: Graph, t: Timing, peers: Peers, e: Edit, steps: np.ndarray) -> None
         others = ranks if balanced else [r for r in ranks if r not in e.ranks]
         if not others:
             raise EditError(f"{e.text()}: stage {stage} has no other rank to take a median from")
-        ours = steps & is_part & np.isin(g.rank, ranks if balanced else [r for r in e.ranks if peers.stage_of[r] == stage])
+        ours = (
+            steps
+            & is_part
+            & np.isin(g.rank, ranks if balanced else [r for r in e.ranks if peers.stage_of[r] == stage])
+        )
         theirs = steps & is_part & np.isin(g.rank, others)
         distinct, value = _by_key(key[theirs], values[theirs], mean=balanced)
         found = np.minimum(np.searchsorted(distinct, key[ours]), max(len(distinct) - 1, 0))
@@ -187,9 +191,19 @@ def _host(g: Graph, t: Timing, peers: Peers, e: Edit, steps: np.ndarray) -> None
     for i in np.flatnonzero(steps & np.isin(g.rank, e.ranks)).tolist():
         first.setdefault((int(g.rank[i]), int(g.step[i])), i)
     for (rank, step), i in first.items():
-        others = [peers.launch_delay[(r, step)] for r in peers.stages[peers.stage_of[rank]] if r not in e.ranks and (r, step) in peers.launch_delay]
-        if not others:  # alone in its stage: as late as the other lone ranks (findings.rank_excess weighs it so)
-            others = [d for (r, s), d in peers.launch_delay.items() if s == step and r not in e.ranks and len(peers.stages[peers.stage_of[r]]) == 1]
+        others = [
+            peers.launch_delay[(r, step)]
+            for r in peers.stages[peers.stage_of[rank]]
+            if r not in e.ranks and (r, step) in peers.launch_delay
+        ]
+        if (
+            not others
+        ):  # alone in its stage: as late as the other lone ranks (findings.rank_excess weighs it so)
+            others = [
+                d
+                for (r, s), d in peers.launch_delay.items()
+                if s == step and r not in e.ranks and len(peers.stages[peers.stage_of[r]]) == 1
+            ]
         own = peers.launch_delay.get((rank, step))
         if others and own is not None:
             t.own("gap")[i] -= max(own - int(statistics.median(others)), 0)
@@ -202,7 +216,9 @@ def _link(g: Graph, t: Timing, e: Edit, steps: np.ndarray) -> None:
     total = len(g.inst_key)
     on_link = np.bincount(g.instance[has & np.isin(g.rank, e.ranks)], minlength=total) == len(e.ranks)
     if not on_link.any():
-        raise EditError(f"{e.text()}: no collective or send/receive joins ranks {', '.join(map(str, e.ranks))}")
+        raise EditError(
+            f"{e.text()}: no collective or send/receive joins ranks {', '.join(map(str, e.ranks))}"
+        )
     transfer = np.zeros(total, np.int64)  # a collective's once all arrived; an eager send's own
     np.maximum.at(transfer, g.instance[has], np.maximum(t.tail[has], t.floor[has]))
     if isinstance(e.value, float):
@@ -223,7 +239,6 @@ def _link(g: Graph, t: Timing, e: Edit, steps: np.ndarray) -> None:
     t.own("floor")[mine] = np.rint(t.floor[mine] * factor).astype(np.int64)
 
 
-
 def finding_edits(f: Mapping[str, Any]) -> list[Edit]:
     """The cause of a finding, removed, as its kind's entry says (``paradiag.analysis.kinds``): a culprit's compute
     to its peers', its stall removed, its link's transfers to comparable links', the stages balanced; none for clock
@@ -231,7 +246,9 @@ def finding_edits(f: Mapping[str, Any]) -> list[Edit]:
     return kinds.finding_edits(f)
 
 
-def replay_findings(found: list[dict[str, Any]], g: Graph, peers: Peers, host_ranks: frozenset[int] = frozenset()) -> None:
+def replay_findings(
+    found: list[dict[str, Any]], g: Graph, peers: Peers, host_ranks: frozenset[int] = frozenset()
+) -> None:
     """Each finding's ``what_if`` (its cause removed, the steps replayed), and its ``impact_pct`` from it. A
     finding of extra work (``kinds.EXTRA_WORK``) on CPU ranks only (``host_ranks``) keeps its own estimate, made from typical
     durations: the replay runs the clock's durations, which on a busy host the scheduler moves more than the
@@ -247,10 +264,16 @@ def replay_findings(found: list[dict[str, Any]], g: Graph, peers: Peers, host_ra
         except EditError:
             continue  # the culprit has no peer or link to compare with: the estimate stays the heuristic one
         f["what_if"] = result.as_json()
-        if kinds.of(f["kind"]).extra_work and host_ranks and set(f["culprit"].get("ranks") or ()) <= host_ranks:
+        if (
+            kinds.of(f["kind"]).extra_work
+            and host_ranks
+            and set(f["culprit"].get("ranks") or ()) <= host_ranks
+        ):
             continue
         if result.layers is not None and peers.stage_metrics:
-            f["evidence"] = stage_evidence(peers.stage_metrics, result.predicted_step_ns, f["what_if"]["layers"])
+            f["evidence"] = stage_evidence(
+                peers.stage_metrics, result.predicted_step_ns, f["what_if"]["layers"]
+            )
         f["impact_pct"] = round(max(result.saving_pct, 0.0), 2)
         f["severity"] = severity(f["impact_pct"])
 
@@ -265,4 +288,6 @@ def job_graph(job: Job, d: Diagnosis) -> tuple[Graph, Peers]:
     comm.infer_peers(frame, members, d.layout.stage_of)
     host_of = job.by_rank("host")
     metrics = d.stage_metrics.as_json() if d.stage_metrics else None
-    return build_graph(frame, job.steps, d.p2p, host_of, d.passes), peers_of(d.layout.stage_of, d.figures(), metrics)
+    return build_graph(frame, job.steps, d.p2p, host_of, d.passes), peers_of(
+        d.layout.stage_of, d.figures(), metrics
+    )

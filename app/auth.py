@@ -71,10 +71,14 @@ class AuthStore:
         private_dir(path.parent)
         private_file(path)
         with self._db() as db:
-            db.execute("CREATE TABLE IF NOT EXISTS failures (key TEXT PRIMARY KEY, count INTEGER, until REAL)")
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS failures (key TEXT PRIMARY KEY, count INTEGER, until REAL)"
+            )
             db.execute("CREATE TABLE IF NOT EXISTS generations (user TEXT PRIMARY KEY, gen INTEGER)")
         with contextlib.closing(sqlite3.connect(self.path, timeout=30)) as db:
-            db.execute("PRAGMA journal_mode=WAL")  # readers (every request's session check) never wait for writers
+            db.execute(
+                "PRAGMA journal_mode=WAL"
+            )  # readers (every request's session check) never wait for writers
 
     @contextlib.contextmanager
     def _db(self, write: bool = True) -> Iterator[sqlite3.Connection]:
@@ -95,7 +99,10 @@ class AuthStore:
         counted as failed until ``succeeded`` says otherwise, so parallel guesses are counted before any of
         them is checked."""
         with self._db() as db:
-            rows = {key: db.execute("SELECT count, until FROM failures WHERE key = ?", (key,)).fetchone() for key in keys}
+            rows = {
+                key: db.execute("SELECT count, until FROM failures WHERE key = ?", (key,)).fetchone()
+                for key in keys
+            }
             wait = max([row[1] - time.time() for row in rows.values() if row] + [0.0])
             if wait > 0:
                 return wait
@@ -115,7 +122,10 @@ class AuthStore:
                 if kind == "pair":
                     db.execute("DELETE FROM failures WHERE key = ?", (key,))
                 else:
-                    db.execute("UPDATE failures SET count = count - 1, until = CASE WHEN count - 1 <= ? THEN 0 ELSE until END WHERE key = ?", (FREE_TRIES[kind], key))
+                    db.execute(
+                        "UPDATE failures SET count = count - 1, until = CASE WHEN count - 1 <= ? THEN 0 ELSE until END WHERE key = ?",
+                        (FREE_TRIES[kind], key),
+                    )
 
     def generation(self, user: str) -> int:
         with self._db(write=False) as db:
@@ -125,7 +135,9 @@ class AuthStore:
     def revoke(self, user: str) -> None:
         """End every session of ``user`` issued so far."""
         with self._db() as db:
-            db.execute("INSERT INTO generations VALUES (?, 1) ON CONFLICT(user) DO UPDATE SET gen = gen + 1", (user,))
+            db.execute(
+                "INSERT INTO generations VALUES (?, 1) ON CONFLICT(user) DO UPDATE SET gen = gen + 1", (user,)
+            )
 
 
 class _Checker:
@@ -172,7 +184,9 @@ def setup_login(server: Flask, users_file: Path, store: AuthStore, max_age_s: in
         wait = store.attempt(keys)
         if wait > 0:
             log.warning("sign-in as %r from %s refused: locked for %.0f s", name, request.remote_addr, wait)
-            return _FORM.format(error=_error(f"too many failed sign-ins: try again in {max(wait, 1):.0f} s")), 429
+            return _FORM.format(
+                error=_error(f"too many failed sign-ins: try again in {max(wait, 1):.0f} s")
+            ), 429
         users = read_users(users_file)
         if not checker.check(users.get(name), password, users):
             log.warning("failed sign-in as %r from %s", name, request.remote_addr)
@@ -228,10 +242,20 @@ class _SessionInterface(SecureCookieSessionInterface):
 def harden(app: Dash, config: Config) -> None:
     """Cookie flags, security headers, and refusal of state-changing requests from a foreign origin."""
     server = app.server
-    server.config.update(SESSION_COOKIE_HTTPONLY=True, SESSION_COOKIE_SAMESITE="Lax", SESSION_COOKIE_SECURE=config.secure_cookies)
-    server.config.update(REMEMBER_COOKIE_HTTPONLY=True, REMEMBER_COOKIE_SAMESITE="Lax", REMEMBER_COOKIE_SECURE=config.secure_cookies)
+    server.config.update(
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Lax",
+        SESSION_COOKIE_SECURE=config.secure_cookies,
+    )
+    server.config.update(
+        REMEMBER_COOKIE_HTTPONLY=True,
+        REMEMBER_COOKIE_SAMESITE="Lax",
+        REMEMBER_COOKIE_SECURE=config.secure_cookies,
+    )
     server.session_interface = _SessionInterface()
-    csp: list[str] = []  # built on the first response: Dash knows its inline scripts only once all are registered
+    csp: list[
+        str
+    ] = []  # built on the first response: Dash knows its inline scripts only once all are registered
 
     @server.before_request
     def static_files_only() -> None:
@@ -239,7 +263,9 @@ def harden(app: Dash, config: Config) -> None:
         a path no static rule matches (``/assets/``, ``/_dash-component-suites/x``) would reach the page's
         catch-all rule."""
         rule = request.url_rule
-        if request.path.startswith(OPEN_PREFIXES) and (rule is None or not rule.rule.startswith(OPEN_PREFIXES)):
+        if request.path.startswith(OPEN_PREFIXES) and (
+            rule is None or not rule.rule.startswith(OPEN_PREFIXES)
+        ):
             abort(404)
 
     # Dash refuses a component file it did not register (a name with "..", another package's, any other) with
@@ -249,7 +275,12 @@ def harden(app: Dash, config: Config) -> None:
     @server.before_request
     def same_origin() -> tuple[Response, int] | None:
         if request.method in UNSAFE_METHODS and not _same_origin(request, config.allowed_origins):
-            log.warning("refused %s %s from origin %s", request.method, request.path, request.headers.get("Origin") or request.referrer)
+            log.warning(
+                "refused %s %s from origin %s",
+                request.method,
+                request.path,
+                request.headers.get("Origin") or request.referrer,
+            )
             return jsonify({"error": "cross-origin request refused"}), 403
         return None
 

@@ -53,14 +53,18 @@ class St(State):
         self.spec = spec
 
 
-def callback(app: Dash, *dependencies: Any, **options: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def callback(
+    app: Dash, *dependencies: Any, **options: Any
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """``app.callback`` for a function whose every input and state is an ``In``/``St``: the function is called
     with each value read by its spec (Dash passes inputs first, then states, each in their order)."""
     inputs = [d for d in dependencies if isinstance(d, Input)]
     states = [d for d in dependencies if isinstance(d, State)]
     plain = [d for d in (*inputs, *states) if not isinstance(d, In | St)]
     if plain:
-        raise TypeError(f"callback inputs without a declared reading: {', '.join(map(str, plain))} (use boundary.In / boundary.St)")
+        raise TypeError(
+            f"callback inputs without a declared reading: {', '.join(map(str, plain))} (use boundary.In / boundary.St)"
+        )
     specs = [d.spec for d in (*inputs, *states)]  # type: ignore[attr-defined]
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -125,7 +129,9 @@ def texts(value: Any) -> list[str] | None:
 def keys(pattern: str) -> Spec:
     """A checklist's values where each has a form its view parses (``pattern``, matched whole)."""
     form = re.compile(pattern)
-    return lambda value: coerce.items(value, lambda v: v if isinstance(v, str) and form.fullmatch(v) else None, 1024)
+    return lambda value: coerce.items(
+        value, lambda v: v if isinstance(v, str) and form.fullmatch(v) else None, 1024
+    )
 
 
 def ranks(value: Any) -> list[int] | None:
@@ -201,7 +207,12 @@ def ignored(_value: Any) -> None:
 
 
 def _scalar(value: Any) -> bool:
-    return value is None or isinstance(value, bool | int) or (isinstance(value, str) and len(value) <= coerce.MAX_TEXT) or coerce.number(value, -1e300, 1e300) is not None
+    return (
+        value is None
+        or isinstance(value, bool | int)
+        or (isinstance(value, str) and len(value) <= coerce.MAX_TEXT)
+        or coerce.number(value, -1e300, 1e300) is not None
+    )
 
 
 # The request's envelope.
@@ -241,11 +252,16 @@ def envelope_problem(app: Dash, body: Any) -> str | None:
     outputs = [part.rsplit(".", 1) for part in output.strip(".").split("...")]
     sent_outputs = body.get("outputs")
     listed = sent_outputs if isinstance(sent_outputs, list) and len(outputs) > 1 else [sent_outputs]
-    if len(listed) != len(outputs) or not all(_matches({"id": cid, "property": prop}, item) for (cid, prop), item in zip(outputs, listed, strict=True)):
+    if len(listed) != len(outputs) or not all(
+        _matches({"id": cid, "property": prop}, item)
+        for (cid, prop), item in zip(outputs, listed, strict=True)
+    ):
         return "outputs: the callback's outputs expected"
     changed = body.get("changedPropIds", [])
     names = {f"{d['id']}.{d['property']}" for d in declared["inputs"]}
-    if not isinstance(changed, list) or not all(isinstance(c, str) and _changed_input(c, names) for c in changed):
+    if not isinstance(changed, list) or not all(
+        isinstance(c, str) and _changed_input(c, names) for c in changed
+    ):
         return "changedPropIds: the callback's inputs expected"
     return None
 
@@ -254,16 +270,32 @@ def _matches(dep: dict[str, Any], item: Any) -> bool:
     """Whether ``item`` (``{"id", "property", "value"}``, or a list of them for a pattern) is ``dep``'s."""
     if dep["id"].startswith("{"):  # a pattern: one item per matching component
         pattern = json.loads(dep["id"])
-        return isinstance(item, list) and len(item) <= 1024 and all(isinstance(i, dict) and i.get("property") == dep["property"] and _id_fits(pattern, i.get("id")) for i in item)
+        return (
+            isinstance(item, list)
+            and len(item) <= 1024
+            and all(
+                isinstance(i, dict)
+                and i.get("property") == dep["property"]
+                and _id_fits(pattern, i.get("id"))
+                for i in item
+            )
+        )
     prop = item.get("property") if isinstance(item, dict) else None
-    return isinstance(prop, str) and item.get("id") == dep["id"] and prop.split("@")[0] == dep["property"].split("@")[0]
+    return (
+        isinstance(prop, str)
+        and item.get("id") == dep["id"]
+        and prop.split("@")[0] == dep["property"].split("@")[0]
+    )
 
 
 def _id_fits(pattern: dict[str, Any], cid: Any) -> bool:
     """Whether a component id (a dict) fits a pattern id: the same keys, the fixed ones equal, wildcards scalars."""
     if not isinstance(cid, dict) or set(cid) != set(pattern):
         return False
-    return all(isinstance(cid[k], str | int) and not isinstance(cid[k], bool) if isinstance(v, list) else cid[k] == v for k, v in pattern.items())
+    return all(
+        isinstance(cid[k], str | int) and not isinstance(cid[k], bool) if isinstance(v, list) else cid[k] == v
+        for k, v in pattern.items()
+    )
 
 
 def _changed_input(prop_id: str, names: set[str]) -> bool:
@@ -274,4 +306,7 @@ def _changed_input(prop_id: str, names: set[str]) -> bool:
         parsed = json.loads(cid) if cid.startswith("{") else None
     except ValueError:
         return False
-    return isinstance(parsed, dict) and any(n.startswith("{") and n.endswith("." + prop) and _id_fits(json.loads(n.rpartition(".")[0]), parsed) for n in names)
+    return isinstance(parsed, dict) and any(
+        n.startswith("{") and n.endswith("." + prop) and _id_fits(json.loads(n.rpartition(".")[0]), parsed)
+        for n in names
+    )

@@ -12,7 +12,9 @@ from paradiag.commands import Location
 @click.command()
 @click.argument("paths", nargs=-1, type=Location(exists=True))
 @click.option("--port", default=8050, show_default=True, help="port to listen on")
-@click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on (0.0.0.0 for everyone)")
+@click.option(
+    "--host", default="127.0.0.1", show_default=True, help="address to listen on (0.0.0.0 for everyone)"
+)
 @click.option("--debug", is_flag=True, help="Dash debug mode (reloads on change, shows callback errors)")
 def serve(paths: tuple[Path | str, ...], port: int, host: str, debug: bool) -> None:
     """Open the dashboard on PATH (a trace folder, a paradiag cache, or a cache's URL); without PATH, the start page with the

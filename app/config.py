@@ -59,7 +59,9 @@ class Config:
             "users_file": Path(env["PARADIAG_USERS"]) if env.get("PARADIAG_USERS") else None,
             "secret_key": env.get("PARADIAG_SECRET_KEY") or "",
             "secure_cookies": env.get("PARADIAG_SECURE_COOKIES", "").lower() in TRUE,
-            "allowed_origins": tuple(o.strip().rstrip("/") for o in env.get("PARADIAG_ALLOWED_ORIGINS", "").split(",") if o.strip()),
+            "allowed_origins": tuple(
+                o.strip().rstrip("/") for o in env.get("PARADIAG_ALLOWED_ORIGINS", "").split(",") if o.strip()
+            ),
         }
         for field, name in _NUMBERS.items():
             if env.get(name):

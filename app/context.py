@@ -56,7 +56,13 @@ def on_callback_error(exc: Exception) -> None:
     every output of the callback stays as it was. Anything else is a bug: logged whole, then a 500."""
     if isinstance(exc, jobs.JobNotFound):
         log.info("%s %s: %s", user_id(), request.path, exc)
-        set_props(NOTICE, {"children": f"{exc}: it does not exist, or it is not yours to open. Open a job from the start page.", "hidden": False})
+        set_props(
+            NOTICE,
+            {
+                "children": f"{exc}: it does not exist, or it is not yours to open. Open a job from the start page.",
+                "hidden": False,
+            },
+        )
         return None
     # Flask logs the traceback (its logger is paradiag.app.factory); this line adds who and which callback.
     log.error("callback %s failed for %s: %s: %s", _outputs(), user_id(), type(exc).__name__, exc)
@@ -67,4 +73,3 @@ def _outputs() -> str:
     outputs = callback_context.outputs_list
     listed = outputs if isinstance(outputs, list) else [outputs]
     return ",".join(f"{o.get('id')}.{o.get('property')}" for o in listed if isinstance(o, dict))
-

@@ -48,7 +48,12 @@ def create_app(config: Config | None = None) -> Dash:
     _plotly_bundle(server)
     harden(app, config)
     if config.users_file:
-        setup_login(server, config.users_file, AuthStore(config.app_cache_dir / "auth.sqlite"), config.session_hours * 3600)
+        setup_login(
+            server,
+            config.users_file,
+            AuthStore(config.app_cache_dir / "auth.sqlite"),
+            config.session_hours * 3600,
+        )
     from paradiag.app import uploads
     from paradiag.app.callbacks import register
 
@@ -92,9 +97,13 @@ def _health_and_timing(server: Flask) -> None:
 
     @server.after_request
     def timed(response: Any) -> Any:
-        if request.path != "/healthz" and not request.path.startswith(("/_dash-component-suites/", "/assets/")):
+        if request.path != "/healthz" and not request.path.startswith(
+            ("/_dash-component-suites/", "/assets/")
+        ):
             ms = 1000 * (time.perf_counter() - g.get("started", time.perf_counter()))
-            log.info("%s %s %s user=%s %.0f ms", request.method, request.path, response.status_code, _user(), ms)
+            log.info(
+                "%s %s %s user=%s %.0f ms", request.method, request.path, response.status_code, _user(), ms
+            )
             # The browser's developer tools (and benchmarks/browser.py) split a request's time into the server's
             # and the transfer's with this standard header.
             response.headers["Server-Timing"] = f"app;dur={ms:.1f}"

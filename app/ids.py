@@ -30,10 +30,14 @@ TIMELINE_INFO = "timeline-info"
 # change the selection hears (dcc.Graph reports no relayout equal to the last one it reported).
 TIMELINE_ZOOM = "timeline-zoom"
 MAREY_ZOOM = "marey-zoom"
-TIMELINE_CLICK = "timeline-click"  # a click on the timeline that was not half of a double-click (which zooms out)
+TIMELINE_CLICK = (
+    "timeline-click"  # a click on the timeline that was not half of a double-click (which zooms out)
+)
 TIMELINE_RANKS = "timeline-ranks"
 EVENT_SEARCH = "event-search"  # the timeline's free-text search of the step's events by name
-EVENT_MATCHES = "event-matches"  # what it found: links to each match (its rank selected, the window around it)
+EVENT_MATCHES = (
+    "event-matches"  # what it found: links to each match (its rank selected, the window around it)
+)
 TIMELINE_EXPAND = "timeline-expand"  # the folded rows opened (a stage, then a mesh group)
 TIMELINE_FOLDS = "timeline-folds"  # which fold each drawn row belongs to (so a click on a row opens it)
 TIMELINE_PATH = "timeline-path"
@@ -51,7 +55,9 @@ MAREY_BACK = "marey-back"
 MAREY_EXPAND = "marey-expand"
 MAREY_CLICK = "marey-click"  # a click on Marey's graph that was not the first half of a double-click (which resets the zoom)
 MAREY_PATH = "marey-path"  # the "critical path" toggle
-MAREY_DRAWN = "marey-drawn"  # what the Marey figure shows (so a new selected instance patches its outline alone)
+MAREY_DRAWN = (
+    "marey-drawn"  # what the Marey figure shows (so a new selected instance patches its outline alone)
+)
 
 FLOW = "flow"
 FLOW_COLOR = "flow-color"

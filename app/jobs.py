@@ -48,7 +48,11 @@ def served(config: Config) -> list[tuple[str, str]]:
     """(token, shown name) of every job folder or cache the server was started on: ``served`` first, then
     ``served:1``, ``served:2``, ... for the further ones."""
     paths = ([config.job] if config.job else []) + list(config.more_jobs)
-    tokens = ["served"] + [f"served:{i}" for i in range(1, len(config.more_jobs) + 1)] if config.job else [f"served:{i}" for i in range(1, len(paths) + 1)]
+    tokens = (
+        ["served"] + [f"served:{i}" for i in range(1, len(config.more_jobs) + 1)]
+        if config.job
+        else [f"served:{i}" for i in range(1, len(paths) + 1)]
+    )
     return [(t, p.rstrip("/").rsplit("/", 1)[-1] or p) for t, p in zip(tokens, paths, strict=True)]
 
 
@@ -125,7 +129,9 @@ def open_upload(upload: Path, window: int | None = None) -> Job:
     except JobError as exc:
         log.warning("upload %s (window %s): its cache cannot be opened: %s", upload.name, window, exc)
         what = f"upload:{upload.name}" + ("" if window is None else f" window {window}")
-        raise JobNotFound(f"{what} (its parse is gone, was made by another version, or this window was not parsed: upload it again)") from None
+        raise JobNotFound(
+            f"{what} (its parse is gone, was made by another version, or this window was not parsed: upload it again)"
+        ) from None
 
 
 def _key(path: Path | str) -> str:
@@ -145,7 +151,12 @@ def _remember(key: tuple[str, int | None], shown: str, opener: Callable[[], Job]
             return job
     start = time.perf_counter()
     job = opener()
-    log.info("opened job %s (%d ranks) in %.0f ms", job.url or shown, len(job.rank_ids), 1000 * (time.perf_counter() - start))
+    log.info(
+        "opened job %s (%d ranks) in %.0f ms",
+        job.url or shown,
+        len(job.rank_ids),
+        1000 * (time.perf_counter() - start),
+    )
     with _LOCK:
         _OPEN[key] = job
         while len(_OPEN) > _KEEP:

@@ -54,8 +54,17 @@ class Selection:
         """The selection a URL query string names (unknown or malformed parts are ignored)."""
         q = {k: v[-1] for k, v in parse_qs((search or "").lstrip("?")).items()}
         ranks = [r for r in (coerce.integer(x, 0) for x in q.get("ranks", "").split(",")) if r is not None]
-        raw = {"job": q.get("job"), "step": q.get("step"), "ranks": ranks, "stage": q.get("stage"), "op": q.get("op"), "at": q.get("at")}
-        return cls.from_store({**raw, "collective": q.get("coll"), "window": q.get("t", "").split(","), "base": q.get("base")})
+        raw = {
+            "job": q.get("job"),
+            "step": q.get("step"),
+            "ranks": ranks,
+            "stage": q.get("stage"),
+            "op": q.get("op"),
+            "at": q.get("at"),
+        }
+        return cls.from_store(
+            {**raw, "collective": q.get("coll"), "window": q.get("t", "").split(","), "base": q.get("base")}
+        )
 
     def to_query(self) -> str:
         q: dict[str, str] = {}
@@ -84,7 +93,9 @@ class Selection:
         if self.step is not None:
             parts.append(f"step {self.step}")
         if self.ranks:
-            parts.append("ranks " + ", ".join(map(str, self.ranks[:8])) + ("…" if len(self.ranks) > 8 else ""))
+            parts.append(
+                "ranks " + ", ".join(map(str, self.ranks[:8])) + ("…" if len(self.ranks) > 8 else "")
+            )
         if self.stage is not None:
             parts.append(f"stage {self.stage}")
         if self.op:
@@ -114,7 +125,9 @@ def wants_start(search: str | None) -> bool:
     return "start" in parse_qs((search or "").lstrip("?"), keep_blank_values=True)
 
 
-MAX_TOKEN = 200  # a job token: ``served``, ``sample:<name>``, ``upload:<id>`` (names of at most 128 characters)
+MAX_TOKEN = (
+    200  # a job token: ``served``, ``sample:<name>``, ``upload:<id>`` (names of at most 128 characters)
+)
 # How each field is read from what a client sent (None: the field is not set).
 FIELDS: dict[str, Callable[[Any], Any]] = {
     "job": _token,
@@ -132,4 +145,3 @@ FIELDS: dict[str, Callable[[Any], Any]] = {
 def view_store(name: str) -> str:
     """The id of the store that holds view ``name``'s part of the selection."""
     return f"selection-{name}"
-

@@ -84,14 +84,22 @@ def init_cache(server: Flask | None, config: Config) -> None:
     folder = config.app_cache_dir / "aggregates"
     _apart(config.app_cache_dir, config.upload_dir)
     jobs_root, uploads = default_cache_root().resolve(), config.upload_dir.resolve()
-    if jobs_root == uploads or uploads in jobs_root.parents:  # it may hold the uploads (the default), not lie in them
-        raise ValueError(f"PARADIAG_CACHE_DIR ({jobs_root}) must not lie inside PARADIAG_UPLOAD_DIR ({uploads})")
+    if (
+        jobs_root == uploads or uploads in jobs_root.parents
+    ):  # it may hold the uploads (the default), not lie in them
+        raise ValueError(
+            f"PARADIAG_CACHE_DIR ({jobs_root}) must not lie inside PARADIAG_UPLOAD_DIR ({uploads})"
+        )
     private_dir(folder)
-    secret = config.secret_key.encode() if config.secret_key else secrets.token_bytes(32)  # no key: this process only
+    secret = (
+        config.secret_key.encode() if config.secret_key else secrets.token_bytes(32)
+    )  # no key: this process only
     mac_key = hmac.new(secret, b"paradiag aggregates", hashlib.sha256).digest()
     _bound[:] = [_Store(folder, mac_key, config.cache_timeout_s)]
     hash_loaded_code()
-    for entry in folder.iterdir():  # another format's entries (Flask-Caching's pickles) are never read: removed
+    for (
+        entry
+    ) in folder.iterdir():  # another format's entries (Flask-Caching's pickles) are never read: removed
         if not _ENTRY.match(entry.name) and not entry.name.startswith("."):
             with contextlib.suppress(OSError):
                 entry.unlink()
@@ -100,7 +108,9 @@ def init_cache(server: Flask | None, config: Config) -> None:
 def _apart(cache: Path, uploads: Path) -> None:
     a, b = cache.resolve(), uploads.resolve()
     if a == b or a in b.parents or b in a.parents:
-        raise ValueError(f"PARADIAG_APP_CACHE_DIR ({cache}) and PARADIAG_UPLOAD_DIR ({uploads}) must not lie one inside the other")
+        raise ValueError(
+            f"PARADIAG_APP_CACHE_DIR ({cache}) and PARADIAG_UPLOAD_DIR ({uploads}) must not lie one inside the other"
+        )
 
 
 def scope(job: Job) -> str:
@@ -208,7 +218,9 @@ def _source_file(name: str) -> Path | None:
 
 # An import statement (its names in parentheses may span lines); read as text, not parsed: a name in a docstring
 # that reads like an import only adds a module to hash.
-_IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)|import[ \t]+([^\n]*))", re.MULTILINE)
+_IMPORT = re.compile(
+    r"^[ \t]*(?:from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)|import[ \t]+([^\n]*))", re.MULTILINE
+)
 
 
 @functools.cache
@@ -233,7 +245,9 @@ def _imported(path: Path, name: str) -> list[str]:
     return [m for m in out if m == "paradiag" or m.startswith("paradiag.")]
 
 
-_PACKAGE = Path(paradiag.__file__).parent  # paradiag's folder (its app, analysis, ... through it, as imported)
+_PACKAGE = Path(
+    paradiag.__file__
+).parent  # paradiag's folder (its app, analysis, ... through it, as imported)
 
 
 def _path(store: _Store, key: str) -> Path:
@@ -270,7 +284,15 @@ def get(store: _Store, key: str) -> Any:
     start = m + _HEAD.size
     try:
         return loads(data[start : start + doc_len])
-    except (ValueError, KeyError, IndexError, TypeError, struct.error, pa.ArrowException, msgspec.DecodeError) as exc:  # our own bug
+    except (
+        ValueError,
+        KeyError,
+        IndexError,
+        TypeError,
+        struct.error,
+        pa.ArrowException,
+        msgspec.DecodeError,
+    ) as exc:  # our own bug
         log.error("aggregate %s: cannot be decoded (%s): computed again", path.name, exc)
         return None
 
@@ -292,7 +314,9 @@ def put(store: _Store, key: str, value: Any) -> None:
     path = _path(store, key)
     tmp = store.folder / f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600
+        )
         with os.fdopen(fd, "wb") as f:
             f.write(MAGIC)
             f.write(_mac(store, key, payload))

@@ -133,7 +133,9 @@ def _storing(name: str) -> Iterator[None]:
         yield
     except OSError as exc:
         log.warning("could not store upload entry %r: %s", name, exc)
-        raise UploadRejected(f"{_shown(name)}: cannot be stored ({exc.strerror or type(exc).__name__})", 400) from exc
+        raise UploadRejected(
+            f"{_shown(name)}: cannot be stored ({exc.strerror or type(exc).__name__})", 400
+        ) from exc
 
 
 def _shown(name: str) -> str:
@@ -146,7 +148,11 @@ def unpack(archive: Path, into: Path, config: Config, skipped: list[str] | None 
     map under no folder are skipped, noted in ``skipped``."""
     skipped = [] if skipped is None else skipped
     budget = _Budget(config, archive.stat().st_size)
-    entries = _zip_entries(archive, skipped) if archive.name.lower().endswith(".zip") else _tar_entries(archive, skipped)
+    entries = (
+        _zip_entries(archive, skipped)
+        if archive.name.lower().endswith(".zip")
+        else _tar_entries(archive, skipped)
+    )
     try:
         for count, (name, packed, stream) in enumerate(entries, start=1):
             if count > MAX_FILES:
@@ -168,12 +174,20 @@ def _zip_entries(archive: Path, skipped: list[str]) -> Iterator[tuple[str, int |
             if info.is_dir():
                 continue
             if kind not in (0, stat.S_IFREG):
-                skipped.append(f"{_shown(info.filename)}: skipped, a {_KINDS.get(kind, 'special file')} (only files are unpacked)")
+                skipped.append(
+                    f"{_shown(info.filename)}: skipped, a {_KINDS.get(kind, 'special file')} (only files are unpacked)"
+                )
                 continue
             yield info.filename, info.compress_size, z.open(info)
 
 
-_KINDS = {stat.S_IFLNK: "symbolic link", stat.S_IFCHR: "device", stat.S_IFBLK: "device", stat.S_IFIFO: "FIFO", stat.S_IFSOCK: "socket"}
+_KINDS = {
+    stat.S_IFLNK: "symbolic link",
+    stat.S_IFCHR: "device",
+    stat.S_IFBLK: "device",
+    stat.S_IFIFO: "FIFO",
+    stat.S_IFSOCK: "socket",
+}
 
 
 def _tar_entries(archive: Path, skipped: list[str]) -> Iterator[tuple[str, int | None, IO[bytes]]]:
@@ -182,7 +196,9 @@ def _tar_entries(archive: Path, skipped: list[str]) -> Iterator[tuple[str, int |
             if member.isdir():
                 continue
             if not member.isfile():
-                kind = "symbolic link" if member.issym() else "hard link" if member.islnk() else "device or FIFO"
+                kind = (
+                    "symbolic link" if member.issym() else "hard link" if member.islnk() else "device or FIFO"
+                )
                 skipped.append(f"{_shown(member.name)}: skipped, a {kind} (only files are unpacked)")
                 continue
             data = t.extractfile(member)
@@ -207,7 +223,9 @@ class _Budget:
             entry += len(chunk)
             self.written += len(chunk)
             if self.written > self.total_cap:
-                raise UploadRejected(f"the archive unpacks to more than {self.total_cap >> 20} MB (limit PARADIAG_UPLOAD_MAX_UNPACKED_MB)")
+                raise UploadRejected(
+                    f"the archive unpacks to more than {self.total_cap >> 20} MB (limit PARADIAG_UPLOAD_MAX_UNPACKED_MB)"
+                )
             if (entry_cap is not None and entry > entry_cap) or self.written > self.whole_cap:
                 raise UploadRejected(
                     f"{_shown(name)} unpacks to more than {self.ratio} times its compressed size (limit PARADIAG_UPLOAD_MAX_RATIO): refused as an archive bomb"
@@ -230,13 +248,18 @@ def live_status(upload: Path, config: Config) -> dict[str, Any]:
     status = read_status(upload)
     running = status.get("state") in ("receiving", "queued", "parsing")
     if running and time.time() - float(status.get("updated", 0)) > config.parse_seconds + STALE_S:
-        return {"state": "error", "message": "the parse was interrupted (the server restarted); please upload again"}
+        return {
+            "state": "error",
+            "message": "the parse was interrupted (the server restarted); please upload again",
+        }
     return status
 
 
 def start_parse(upload: Path, config: Config) -> None:
     """Parse in a child process, watched from a thread of this worker (which stays free to answer)."""
-    threading.Thread(target=supervise, args=(upload, config), daemon=True, name=f"parse-{upload.name}").start()
+    threading.Thread(
+        target=supervise, args=(upload, config), daemon=True, name=f"parse-{upload.name}"
+    ).start()
 
 
 @contextlib.contextmanager
@@ -258,7 +281,9 @@ def parse_slot(upload: Path, config: Config) -> Iterator[None]:
             finally:
                 os.close(fd)
         with contextlib.suppress(FileNotFoundError):  # removed while waiting: its child will find nothing
-            write_status(upload, {"state": "queued", "done": 0, "total": 0, "waiting": True})  # also a heartbeat
+            write_status(
+                upload, {"state": "queued", "done": 0, "total": 0, "waiting": True}
+            )  # also a heartbeat
         time.sleep(1)
 
 
@@ -276,21 +301,32 @@ def _run_child(upload: Path, config: Config) -> None:
         "PARADIAG_UPLOAD_PARSE_SECONDS": str(config.parse_seconds),
         "PARADIAG_MAX_FILE_MB": str(config.parse_file_mb),
         "PARADIAG_MAX_STRING_KB": str(config.parse_string_kb),
-        "PYTHONPATH": os.pathsep.join([str(Path(paradiag.__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONPATH": os.pathsep.join(
+            [str(Path(paradiag.__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]
+        ),
         "OMP_NUM_THREADS": "1",
         "OPENBLAS_NUM_THREADS": "1",
     }
     code = "from paradiag.app.uploads import parse_main; parse_main()"
     start = time.perf_counter()
     cache = jobs.upload_cache(upload)
-    child = subprocess.Popen([sys.executable, "-c", code, str(upload), str(cache)], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, str(upload), str(cache)],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         _, err = child.communicate(timeout=config.parse_seconds)
     except subprocess.TimeoutExpired:
         child.kill()
         _, err = child.communicate()
         with contextlib.suppress(FileNotFoundError):  # the upload was removed meanwhile
-            _fail(upload, f"parsing took longer than {config.parse_seconds} s (limit PARADIAG_UPLOAD_PARSE_SECONDS)")
+            _fail(
+                upload,
+                f"parsing took longer than {config.parse_seconds} s (limit PARADIAG_UPLOAD_PARSE_SECONDS)",
+            )
     seconds = time.perf_counter() - start
     state = read_status(upload).get("state")
     if err.strip():
@@ -301,7 +337,10 @@ def _run_child(upload: Path, config: Config) -> None:
     if state not in ("done", "error"):
         # No status of its own: the child died without a word, which under RLIMIT_AS is an allocation that
         # failed outside Python (an abort in native code) or the kernel's kill.
-        _fail(upload, f"the parse stopped (exit {child.returncode}), most likely at its memory limit of {config.parse_memory_mb} MB (limit PARADIAG_UPLOAD_PARSE_MEMORY_MB)")
+        _fail(
+            upload,
+            f"the parse stopped (exit {child.returncode}), most likely at its memory limit of {config.parse_memory_mb} MB (limit PARADIAG_UPLOAD_PARSE_MEMORY_MB)",
+        )
     final = read_status(upload).get("state")
     if final == "error":  # nothing can open it: its files would only take disk (status.json keeps the answer)
         shutil.rmtree(upload / "files", ignore_errors=True)
@@ -333,9 +372,15 @@ def parse_main() -> None:
         # One process: RLIMIT_AS binds each process alone, so parse workers would multiply the budget.
         job = paradiag.open(folder, Path(sys.argv[2]), progress=progress, workers=1, as_source=True)
         problems = [*skipped, *(str(p) for p in job.problems)]
-        write_status(upload, {"state": "done", "done": 1, "total": 1, "ranks": len(job.rank_ids), "problems": problems[:20]})
+        write_status(
+            upload,
+            {"state": "done", "done": 1, "total": 1, "ranks": len(job.rank_ids), "problems": problems[:20]},
+        )
     except MemoryError:
-        _fail(upload, f"parsing needs more than {memory >> 20} MB of memory (limit PARADIAG_UPLOAD_PARSE_MEMORY_MB)")
+        _fail(
+            upload,
+            f"parsing needs more than {memory >> 20} MB of memory (limit PARADIAG_UPLOAD_PARSE_MEMORY_MB)",
+        )
     except JobError as exc:
         print(f"upload {upload.name}: {exc}", file=sys.stderr)  # the whole story, for the server log
         message = public_message(str(exc), folder)
@@ -393,7 +438,9 @@ def register_routes(server: Flask) -> None:
     def status(upload_id: str) -> Any:
         if not jobs.SAFE_NAME.match(upload_id):
             return jsonify({"state": "unknown"}), 404
-        found = live_status(jobs.user_upload_root(context.config(), context.user_id()) / upload_id, context.config())
+        found = live_status(
+            jobs.user_upload_root(context.config(), context.user_id()) / upload_id, context.config()
+        )
         return jsonify(found), 404 if found["state"] == "unknown" else 200
 
     @server.errorhandler(RequestEntityTooLarge)

@@ -31,7 +31,17 @@ from common import measure, scratch
 
 from paradiag.simulator import SimConfig, parse_fault, simulate
 
-JOB = {"dp": 4, "tp": 4, "pp": 4, "schedule": "1f1b", "microbatches": 8, "steps": 4, "layers": 24, "hidden": 2048, "seq_len": 2048}
+JOB = {
+    "dp": 4,
+    "tp": 4,
+    "pp": 4,
+    "schedule": "1f1b",
+    "microbatches": 8,
+    "steps": 4,
+    "layers": 24,
+    "hidden": 2048,
+    "seq_len": 2048,
+}
 SMALL = {**JOB, "layers": 8, "steps": 2, "microbatches": 4}
 # Times, in a fresh process, the aggregates warm() computes before the server listens (not the step views it
 # leaves to a background thread).
@@ -54,9 +64,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--format", choices=("kineto", "ascend"), default="kineto")
     parser.add_argument("--small", action="store_true", help="8 layers, 2 steps: a quick run")
-    parser.add_argument("--job", type=Path, default=None, help="an existing trace folder instead of a simulated one")
-    parser.add_argument("--cache", type=Path, default=None, help="the cache folder to use (ingested only when not current)")
-    parser.add_argument("--rediagnose", action="store_true", help="remove the --cache's stored Diagnosis first: times the reduce")
+    parser.add_argument(
+        "--job", type=Path, default=None, help="an existing trace folder instead of a simulated one"
+    )
+    parser.add_argument(
+        "--cache", type=Path, default=None, help="the cache folder to use (ingested only when not current)"
+    )
+    parser.add_argument(
+        "--rediagnose",
+        action="store_true",
+        help="remove the --cache's stored Diagnosis first: times the reduce",
+    )
     args = parser.parse_args()
     work = scratch("paradiag-analyze-bench-")
     job = args.job
@@ -64,7 +82,16 @@ def main() -> None:
         job = work / "job"
         device = "910b" if args.format == "ascend" else "h100"
         faults = (parse_fault("slow_device:ranks=21,factor=1.3"),)
-        simulate(SimConfig(output=job, device=device, format=args.format, seed=1, faults=faults, **(SMALL if args.small else JOB)))
+        simulate(
+            SimConfig(
+                output=job,
+                device=device,
+                format=args.format,
+                seed=1,
+                faults=faults,
+                **(SMALL if args.small else JOB),
+            )
+        )
     cache = args.cache or work / "cache"
     cli = [sys.executable, "-c", "from paradiag.cli import main; main()"]
     runs = {}
@@ -73,7 +100,9 @@ def main() -> None:
     else:  # a reused cache whose Diagnosis another analysis version wrote is diagnosed again first (timed apart)
         if args.rediagnose:
             shutil.rmtree(cache / "diagnosis", ignore_errors=True)
-        runs["diagnosis"] = measure("diagnosis", [sys.executable, "-c", f"import paradiag; paradiag.open({str(cache)!r}).diagnosis()"])
+        runs["diagnosis"] = measure(
+            "diagnosis", [sys.executable, "-c", f"import paradiag; paradiag.open({str(cache)!r}).diagnosis()"]
+        )
     read = f"import paradiag; from paradiag.analysis.diagnose import read_frame; read_frame(paradiag.open({str(cache)!r}))"
     runs["reopen"] = measure("reopen", [sys.executable, "-c", read])
     runs["analyze"] = measure("analyze", [*cli, "analyze", str(cache), "--json"])

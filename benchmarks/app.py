@@ -46,7 +46,10 @@ class Browser:
 
     def call(self, label: str, output_key: str, changed: list[tuple[str, str]]) -> float:
         spec = self.app.callback_map[output_key]
-        outputs = [dict(zip(("id", "property"), part.rsplit(".", 1), strict=True)) for part in output_key.strip(".").split("...")]
+        outputs = [
+            dict(zip(("id", "property"), part.rsplit(".", 1), strict=True))
+            for part in output_key.strip(".").split("...")
+        ]
         body = {
             "output": output_key,
             "outputs": outputs if len(outputs) > 1 else outputs[0],
@@ -59,7 +62,9 @@ class Browser:
         reply = self.client.post("/_dash-update-component", json=body)
         ms = (time.perf_counter() - t) * 1000
         if reply.status_code != 200:
-            raise RuntimeError(f"{label}: {output_key} answered {reply.status_code}: {reply.get_data(as_text=True)[:300]}")
+            raise RuntimeError(
+                f"{label}: {output_key} answered {reply.status_code}: {reply.get_data(as_text=True)[:300]}"
+            )
         if reply.status_code == 200:
             for cid, values in reply.get_json()["response"].items():
                 for prop, value in values.items():
@@ -86,14 +91,27 @@ class Browser:
     def _value(self, dep: dict[str, Any]) -> Any:
         if isinstance(dep["id"], dict) or dep["id"].startswith("{"):
             return []  # pattern-matching input with no component yet (finding buttons)
-        return {"id": dep["id"], "property": dep["property"], "value": self.props.get((dep["id"], dep["property"]))}
+        return {
+            "id": dep["id"],
+            "property": dep["property"],
+            "value": self.props.get((dep["id"], dep["property"])),
+        }
 
 
 def key_for(app: Any, first_output: str) -> str:
     return next(k for k in app.callback_map if k.strip(".").startswith(first_output))
 
 
-VIEWS = ["start-page.style", "summary-facts.children", "heatmap.figure", "timeline.figure", "detail-title.children", "marey.figure", "flow.figure", "comm-matrix.figure"]
+VIEWS = [
+    "start-page.style",
+    "summary-facts.children",
+    "heatmap.figure",
+    "timeline.figure",
+    "detail-title.children",
+    "marey.figure",
+    "flow.figure",
+    "comm-matrix.figure",
+]
 
 
 def views(b: Browser, app: Any, suffix: str) -> float:
@@ -106,16 +124,38 @@ def run(job: Path) -> list[tuple[str, float, int]]:
     from paradiag.app.factory import create_app
     from paradiag.app.warm import warm
 
-    app = create_app(Config.from_env(job=str(job), app_cache_dir=Path(tempfile.mkdtemp(prefix="paradiag-bench-app-"))))
+    app = create_app(
+        Config.from_env(job=str(job), app_cache_dir=Path(tempfile.mkdtemp(prefix="paradiag-bench-app-")))
+    )
     t = time.perf_counter()
     warm(app, "served").join()  # the first page below is timed with every view ready
-    print(f"aggregates computed once per job (paradiag serve does it before listening): {time.perf_counter() - t:.2f} s")
+    print(
+        f"aggregates computed once per job (paradiag serve does it before listening): {time.perf_counter() - t:.2f} s"
+    )
     b = Browser(app)
-    b.props.update({("heatmap-metric", "value"): "step_ms", ("heatmap-expand", "value"): [], ("marey-expand", "value"): [], ("flow-color", "value"): "imbalance", ("flow-expand", "value"): [], ("comm-metric", "value"): "slowness", ("comm-drill", "data"): {}, ("url", "search"): "", ("url", "pathname"): "/", ("marey-zoom-stack", "data"): [], ("baseline-picker", "value"): ""})
+    b.props.update(
+        {
+            ("heatmap-metric", "value"): "step_ms",
+            ("heatmap-expand", "value"): [],
+            ("marey-expand", "value"): [],
+            ("flow-color", "value"): "imbalance",
+            ("flow-expand", "value"): [],
+            ("comm-metric", "value"): "slowness",
+            ("comm-drill", "data"): {},
+            ("url", "search"): "",
+            ("url", "pathname"): "/",
+            ("marey-zoom-stack", "data"): [],
+            ("baseline-picker", "value"): "",
+        }
+    )
     reducer = key_for(app, "selection.data")
     first = b.get("/") + b.get("/_dash-layout") + b.get("/_dash-dependencies")
     first += b.call("selection (open the job)", reducer, [("url", "search")])
-    first += b.call("release the views that follow the heatmap", key_for(app, "selection-timeline.data"), [("selection-release", "data")])
+    first += b.call(
+        "release the views that follow the heatmap",
+        key_for(app, "selection-timeline.data"),
+        [("selection-release", "data")],
+    )
     first += views(b, app, "(first page)")
     b.rows.append(("FIRST PAGE total", first, 0))
     with app.server.app_context():
@@ -125,7 +165,10 @@ def run(job: Path) -> list[tuple[str, float, int]]:
     click_heatmap(b, reducer, culprit)
     views(b, app, "after the click")
     lo = b.props[("timeline", "figure")]["layout"]["xaxis"]["range"]
-    b.props[("timeline-zoom", "data")] = {"xaxis.range[0]": lo[0], "xaxis.range[1]": lo[0] + (lo[1] - lo[0]) / 10}
+    b.props[("timeline-zoom", "data")] = {
+        "xaxis.range[0]": lo[0],
+        "xaxis.range[1]": lo[0] + (lo[1] - lo[0]) / 10,
+    }
     b.call("zoom the timeline", reducer, [("timeline-zoom", "data")])
     b.call("timeline re-query (zoomed)", key_for(app, "timeline.figure"), [("selection", "data")])
     b.call("marey re-merge (zoomed)", key_for(app, "marey.figure"), [("selection", "data")])
@@ -133,7 +176,11 @@ def run(job: Path) -> list[tuple[str, float, int]]:
     cold_step(b, app, reducer)
     b.props[("baseline-picker", "value")] = BASELINE
     b.call(f"pick a baseline ({BASELINE})", reducer, [("baseline-picker", "value")])
-    b.call("compare panel (first time for the pair)", key_for(app, "compare-summary.children"), [("selection", "data")])
+    b.call(
+        "compare panel (first time for the pair)",
+        key_for(app, "compare-summary.children"),
+        [("selection", "data")],
+    )
     b.call("compare panel (again)", key_for(app, "compare-summary.children"), [("selection", "data")])
     return b.rows
 
@@ -143,7 +190,9 @@ def click_heatmap(b: Browser, reducer: str, rank: int) -> None:
     sel = b.props[("selection", "data")]
     rows = b.props[("heatmap", "figure")]["data"][0]["customdata"]
     row = next((i for i, r in enumerate(rows) if str(rank) in str(r[0]).replace(" ", "").split(",")), 0)
-    b.props[("heatmap", "clickData")] = {"points": [{"x": str(sel["step"]), "y": row, "customdata": rows[row][0]}]}
+    b.props[("heatmap", "clickData")] = {
+        "points": [{"x": str(sel["step"]), "y": row, "customdata": rows[row][0]}]
+    }
     b.call("click a heatmap cell", reducer, [("heatmap", "clickData")])
 
 
@@ -167,13 +216,22 @@ def pipeline_views(b: Browser, app: Any, reducer: str) -> None:
     if stage:
         b.props[("marey-expand", "value")] = [stage]
         b.call(f"marey: open {stage}", key_for(app, "marey.figure"), [("marey-expand", "value")])
-    bar = next((t for t in b.props[("marey", "figure")]["data"] if t.get("hoveron") == "points" and t.get("customdata")), None)  # a bar's hover points
+    bar = next(
+        (
+            t
+            for t in b.props[("marey", "figure")]["data"]
+            if t.get("hoveron") == "points" and t.get("customdata")
+        ),
+        None,
+    )  # a bar's hover points
     if bar:
         # what the browser's deferred click passes on: the point's customdata row (a typed array), its operator named
         # from the figure's list (paradiag.app.views.marey.live.DEFER_CLICK)
         first = _rows(bar["customdata"])[0]
         names = b.props[("marey", "figure")]["layout"]["meta"]["operators"]
-        b.props[("marey-click", "data")] = {"points": [{"customdata": [names[int(first[0])], *first[1:]], "x": 0.0}]}
+        b.props[("marey-click", "data")] = {
+            "points": [{"customdata": [names[int(first[0])], *first[1:]], "x": 0.0}]
+        }
         b.call("click a marey band", reducer, [("marey-click", "data")])
         b.call("marey (one instance outlined)", key_for(app, "marey.figure"), [("selection", "data")])
         b.call("flow (its node ringed)", key_for(app, "flow.figure"), [("selection", "data")])
@@ -222,7 +280,9 @@ def main() -> None:
     t = time.perf_counter()
     opened = paradiag.open(job)
     events = int(sum(opened.ranks.column("num_events").to_pylist()))
-    print(f"job: {job} · {len(opened.rank_ids)} ranks · {events:,} events · open/ingest {time.perf_counter() - t:.1f} s")
+    print(
+        f"job: {job} · {len(opened.rank_ids)} ranks · {events:,} events · open/ingest {time.perf_counter() - t:.1f} s"
+    )
     rows = run(job)
     print(f"{'request':<42} {'server ms':>10} {'payload KB':>11}  verdict")
     for label, ms, size in rows:
@@ -237,8 +297,18 @@ def main() -> None:
     slowest = max(callbacks, key=lambda r: r[1])
     largest = max(callbacks, key=lambda r: r[2])
     first = next(ms for label, ms, _ in rows if label.startswith("FIRST"))
-    print(f"slowest callback: {slowest[0]} ({slowest[1]:.0f} ms); largest: {largest[0]} ({largest[2] / 1024:.0f} KB)")
-    print(json.dumps({"first_page_ms": round(first, 1), "max_callback_ms": round(slowest[1], 1), "max_payload_kb": round(largest[2] / 1024, 1)}))
+    print(
+        f"slowest callback: {slowest[0]} ({slowest[1]:.0f} ms); largest: {largest[0]} ({largest[2] / 1024:.0f} KB)"
+    )
+    print(
+        json.dumps(
+            {
+                "first_page_ms": round(first, 1),
+                "max_callback_ms": round(slowest[1], 1),
+                "max_payload_kb": round(largest[2] / 1024, 1),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -94,12 +94,23 @@ def free_port() -> int:
 
 def start_server(job: Path, cache: Path) -> tuple[subprocess.Popen[bytes], int, float]:
     port = free_port()
-    env = {**os.environ, "PARADIAG_CACHE_DIR": str(cache / "jobs"), "PARADIAG_APP_CACHE_DIR": str(cache / "app")}
+    env = {
+        **os.environ,
+        "PARADIAG_CACHE_DIR": str(cache / "jobs"),
+        "PARADIAG_APP_CACHE_DIR": str(cache / "app"),
+    }
     t = time.perf_counter()
-    proc = subprocess.Popen([str(Path(sys.executable).parent / "paradiag"), "serve", str(job), "--port", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "paradiag"), "serve", str(job), "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     while True:
         if proc.poll() is not None:
-            raise SystemExit(f"paradiag serve {job} stopped: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}")
+            raise SystemExit(
+                f"paradiag serve {job} stopped: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}"
+            )
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 return proc, port, time.perf_counter() - t
@@ -111,10 +122,14 @@ def browser() -> Any:
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
-    options.binary_location = os.environ.get("DASH_TEST_CHROMEPATH") or shutil.which("chromium") or "/usr/bin/chromium"
+    options.binary_location = (
+        os.environ.get("DASH_TEST_CHROMEPATH") or shutil.which("chromium") or "/usr/bin/chromium"
+    )
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1600,2400"):
         options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"), options=options)
+    driver = webdriver.Chrome(
+        service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"), options=options
+    )
     driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": HOOK})
     driver.execute_cdp_cmd("Performance.enable", {})
     return driver
@@ -124,7 +139,9 @@ class Unanswered(Exception):
     """A gesture after which no callback was sent, or nothing drawn, within the time allowed."""
 
 
-def settle(driver: Any, since: float, timeout: float = 300.0, quiet_ms: float = 400.0, views: tuple[str, ...] = ()) -> dict[str, Any]:
+def settle(
+    driver: Any, since: float, timeout: float = 300.0, quiet_ms: float = 400.0, views: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """Wait until ``views`` have been drawn, no callback is in flight and nothing was redrawn for ``quiet_ms``;
     the page's counters. (A new page can be quiet for longer while it lays itself out between two callbacks.)
     Raises ``Unanswered`` when it does not happen within ``timeout``."""
@@ -134,19 +151,33 @@ def settle(driver: Any, since: float, timeout: float = 300.0, quiet_ms: float = 
     state: dict[str, Any] = {}
     while time.time() < end:
         try:
-            state = driver.execute_script("const p = window.__pd; return {pending: p.pending, calls: p.calls, bytes: p.bytes, lastDone: p.lastDone, draws: p.draws, times: p.times, firstPaint: p.firstPaint, now: performance.now()};")
-        except TimeoutException:  # the page's main thread busy for longer than the driver's script timeout (a loaded machine)
+            state = driver.execute_script(
+                "const p = window.__pd; return {pending: p.pending, calls: p.calls, bytes: p.bytes, lastDone: p.lastDone, draws: p.draws, times: p.times, firstPaint: p.firstPaint, now: performance.now()};"
+            )
+        except (
+            TimeoutException
+        ):  # the page's main thread busy for longer than the driver's script timeout (a loaded machine)
             continue
         last = max([state["lastDone"], *state["draws"].values()])
         drawn = all(v in state["draws"] for v in views)
-        if drawn and state["pending"] == 0 and state["calls"] and state["now"] - last > quiet_ms and last > since:
+        if (
+            drawn
+            and state["pending"] == 0
+            and state["calls"]
+            and state["now"] - last > quiet_ms
+            and last > since
+        ):
             return state
         time.sleep(0.05)
     raise Unanswered(f"the page did not settle within {timeout:.0f} s: {state}")
 
 
 def reset(driver: Any) -> float:
-    return float(driver.execute_script("window.__pd.calls = 0; window.__pd.bytes = 0; window.__pd.draws = {}; window.__pd.times = {}; window.__pd.log = []; window.__pd.input = null; window.__pd.release = null; window.__pd.resetAt = performance.now(); return window.__pd.resetAt;"))
+    return float(
+        driver.execute_script(
+            "window.__pd.calls = 0; window.__pd.bytes = 0; window.__pd.draws = {}; window.__pd.times = {}; window.__pd.log = []; window.__pd.input = null; window.__pd.release = null; window.__pd.resetAt = performance.now(); return window.__pd.resetAt;"
+        )
+    )
 
 
 def gesture_at(driver: Any, since: float, drag: bool = False) -> float:
@@ -235,8 +266,11 @@ Gesture = tuple[str, Any, bool]  # label, action, whether the wait starts at the
 def interactions(driver: Any) -> list[Gesture]:
     """(label, action, drag) triples: each action performs one user gesture. The communication matrix is opened
     block by block (not measured) down to its ranks before its link is clicked."""
+
     def heatmap_cell() -> None:
-        steps = driver.execute_script("return document.querySelector('#heatmap .js-plotly-plot').data[0].x.length")
+        steps = driver.execute_script(
+            "return document.querySelector('#heatmap .js-plotly-plot').data[0].x.length"
+        )
         click_at(driver, "heatmap", str(steps - 1 if steps > 1 else 0), 1)
 
     def finding() -> None:
@@ -254,7 +288,9 @@ def interactions(driver: Any) -> list[Gesture]:
         click_at(driver, "steps", x, y)
 
     def zoom_key() -> None:
-        driver.execute_script("document.querySelector('#timeline').scrollIntoView({block: 'center'}); document.activeElement && document.activeElement.blur();")
+        driver.execute_script(
+            "document.querySelector('#timeline').scrollIntoView({block: 'center'}); document.activeElement && document.activeElement.blur();"
+        )
         driver.find_element("tag name", "body").send_keys("w")
 
     def comm_link() -> None:
@@ -262,7 +298,9 @@ def interactions(driver: Any) -> list[Gesture]:
             x, y, ranks = comm_cell(driver)
             if ranks:
                 break
-            since = reset(driver)  # before the click: its callback can be sent and answered before a reset after it
+            since = reset(
+                driver
+            )  # before the click: its callback can be sent and answered before a reset after it
             click_at(driver, "comm-matrix", x, y)  # opens the block
             settle(driver, since)
         reset(driver)
@@ -306,8 +344,12 @@ def log(driver: Any, verbose: bool, since: float) -> list[tuple[str, float, int,
     if not verbose:
         return []
     lines = [f"    {'sent':>6s} {'server':>6s} {'done':>6s} {'KB':>7s}  callback (ms after the gesture)"]
-    for output, nbytes, sent, done, server in sorted(driver.execute_script("return window.__pd.log"), key=lambda e: e[2]):
-        lines.append(f"    {sent - since:6.0f} {server:6.0f} {done - since:6.0f} {nbytes / 1024:7.1f}  {output}")
+    for output, nbytes, sent, done, server in sorted(
+        driver.execute_script("return window.__pd.log"), key=lambda e: e[2]
+    ):
+        lines.append(
+            f"    {sent - since:6.0f} {server:6.0f} {done - since:6.0f} {nbytes / 1024:7.1f}  {output}"
+        )
     return [(line, float("nan"), 0, 0, 0.0) for line in lines]
 
 
@@ -327,17 +369,26 @@ def first_screen(driver: Any) -> str:
 
 def redraws(state: dict[str, Any], since: float) -> str:
     """When each view was last redrawn, ms after ``since``, first to last (``x2``: it was drawn twice)."""
+
     def times(view: str) -> str:
         n = state["times"].get(view, 1)
         return f" x{n}" if n > 1 else ""
 
-    return ", ".join(f"{view} {at - since:.0f}{times(view)}" for view, at in sorted(state["draws"].items(), key=lambda kv: kv[1]) if at > since)
+    return ", ".join(
+        f"{view} {at - since:.0f}{times(view)}"
+        for view, at in sorted(state["draws"].items(), key=lambda kv: kv[1])
+        if at > since
+    )
 
 
 def redraw_counts(state: dict[str, Any]) -> str:
     """How many times each graph was drawn (its plotly_afterplot events), and in all."""
     counts = {view: n for view, n in sorted(state["times"].items()) if n}
-    return ", ".join(f"{view} {n}" for view, n in counts.items()) + f" (total {sum(counts.values())})" if counts else "nothing redrawn"
+    return (
+        ", ".join(f"{view} {n}" for view, n in counts.items()) + f" (total {sum(counts.values())})"
+        if counts
+        else "nothing redrawn"
+    )
 
 
 Row = tuple[str, float, int, int, float]  # label, ms (NaN: a note line), calls, bytes, budget (0: none)
@@ -394,9 +445,21 @@ def visit(url: str, name: str, shots: Path, verbose: bool, server: int) -> list[
         state = settle(driver, 0.0, views=GRAPHS)
         chrome = descendants(driver.service.process.pid)
         rows: list[Row] = [
-            ("first meaningful paint (summary + heatmap)", state["firstPaint"] or float("nan"), 0, 0, FIRST_PAINT_MS),
+            (
+                "first meaningful paint (summary + heatmap)",
+                state["firstPaint"] or float("nan"),
+                0,
+                0,
+                FIRST_PAINT_MS,
+            ),
             ("    CPU time of the page's main thread until then (ms)", painted, 0, 0, 0.0),
-            ("first page complete (every view)", max(state["draws"].values()), state["calls"], state["bytes"], 0.0),
+            (
+                "first page complete (every view)",
+                max(state["draws"].values()),
+                state["calls"],
+                state["bytes"],
+                0.0,
+            ),
             ("    CPU time of the browser (ms)", cpu_ms(chrome) - before, 0, 0, 0.0),
             ("    drawn at: " + redraws(state, 0.0), float("nan"), 0, 0, 0.0),
             ("    first screen: " + first_screen(driver), float("nan"), 0, 0, 0.0),
@@ -408,22 +471,49 @@ def visit(url: str, name: str, shots: Path, verbose: bool, server: int) -> list[
             cpu = (cpu_ms(chrome), cpu_ms([server]))
             try:
                 act()
-            except Exception as e:  # a gesture the page did not let the driver make: noted, the others still run
-                rows.append((f"click: {label}: COULD NOT BE MADE ({type(e).__name__}: {str(e).splitlines()[0][:120]})", float("nan"), 0, 0, 0.0))
+            except (
+                Exception
+            ) as e:  # a gesture the page did not let the driver make: noted, the others still run
+                rows.append(
+                    (
+                        f"click: {label}: COULD NOT BE MADE ({type(e).__name__}: {str(e).splitlines()[0][:120]})",
+                        float("nan"),
+                        0,
+                        0,
+                        0.0,
+                    )
+                )
                 continue
-            t0 = float(driver.execute_script("return window.__pd.resetAt;")) if label.startswith("comm") else t0
+            t0 = (
+                float(driver.execute_script("return window.__pd.resetAt;"))
+                if label.startswith("comm")
+                else t0
+            )
             try:
                 state = settle(driver, t0, timeout=GESTURE_TIMEOUT_S)
             except Unanswered:
-                rows.append((f"click: {label}: NO ANSWER (no callback or no redraw within {GESTURE_TIMEOUT_S:.0f} s)", float("nan"), 0, 0, 0.0))
+                rows.append(
+                    (
+                        f"click: {label}: NO ANSWER (no callback or no redraw within {GESTURE_TIMEOUT_S:.0f} s)",
+                        float("nan"),
+                        0,
+                        0,
+                        0.0,
+                    )
+                )
                 continue
             cpu = (cpu_ms(chrome) - cpu[0], cpu_ms([server]) - cpu[1])
             t0 = gesture_at(driver, t0, dragged)
             last = max([state["lastDone"], *state["draws"].values()]) - t0
-            rows.append((f"click: {label} -> last view redrawn", last, state["calls"], state["bytes"], CLICK_MS))
+            rows.append(
+                (f"click: {label} -> last view redrawn", last, state["calls"], state["bytes"], CLICK_MS)
+            )
             rows.append(("    redrawn after: " + redraws(state, t0), float("nan"), 0, 0, 0.0))
             rows.append(("    redraws per graph: " + redraw_counts(state), float("nan"), 0, 0, 0.0))
-            rows += [("    CPU time of the browser (ms)", cpu[0], 0, 0, 0.0), ("    CPU time of the server (ms)", cpu[1], 0, 0, 0.0)]
+            rows += [
+                ("    CPU time of the browser (ms)", cpu[0], 0, 0, 0.0),
+                ("    CPU time of the server (ms)", cpu[1], 0, 0, 0.0),
+            ]
             driver.save_screenshot(str(shots / f"{name}_{label.replace(' ', '_')}.png"))
             rows += log(driver, verbose, t0)
         return rows
@@ -435,7 +525,9 @@ def measure(job: Path, cache: Path, shots: Path, repeat: int, verbose: bool) -> 
     """``repeat`` visits on one server: each measure's median (the notes are the last visit's)."""
     proc, port, warm_s = start_server(job, cache)
     try:
-        visits = [visit(f"http://127.0.0.1:{port}/", job.name, shots, verbose, proc.pid) for _ in range(repeat)]
+        visits = [
+            visit(f"http://127.0.0.1:{port}/", job.name, shots, verbose, proc.pid) for _ in range(repeat)
+        ]
     finally:
         proc.terminate()
         proc.wait(timeout=20)
@@ -456,18 +548,28 @@ def measure(job: Path, cache: Path, shots: Path, repeat: int, verbose: bool) -> 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--job", type=Path, action="append", required=True, help="a job folder (repeat for several)")
-    parser.add_argument("--cache", type=Path, help="where parsed jobs and aggregates go (default: a temporary folder)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--job", type=Path, action="append", required=True, help="a job folder (repeat for several)"
+    )
+    parser.add_argument(
+        "--cache", type=Path, help="where parsed jobs and aggregates go (default: a temporary folder)"
+    )
     parser.add_argument("--shots", type=Path, default=REPO / "test-output" / "browser", help="screenshots")
-    parser.add_argument("--repeat", type=int, default=3, help="visits per job (fresh browser each); medians are printed")
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="visits per job (fresh browser each); medians are printed"
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="list each callback of each gesture")
     args = parser.parse_args()
     args.shots.mkdir(parents=True, exist_ok=True)
     cache = args.cache or Path(tempfile.mkdtemp(prefix="paradiag-browser-"))
     for job in args.job:
         print(f"\n{job} (load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())})")
-        print(f"  {'measure (median of ' + str(args.repeat) + ' visits [each])':52s} {'ms':>9s} {'calls':>6s} {'KB':>8s}  budget")
+        print(
+            f"  {'measure (median of ' + str(args.repeat) + ' visits [each])':52s} {'ms':>9s} {'calls':>6s} {'KB':>8s}  budget"
+        )
         rows = measure(job, cache, args.shots, args.repeat, args.verbose)
         for label, ms, calls, nbytes, budget in rows:
             if ms != ms:  # a note line (NaN): which view came when

@@ -27,7 +27,9 @@ class Run:
     peak_pss_mb: float
     returncode: int
     output: str
-    cpu_seconds: float = 0.0  # user + system time of the whole process tree (steadier than wall time on a busy machine)
+    cpu_seconds: float = (
+        0.0  # user + system time of the whole process tree (steadier than wall time on a busy machine)
+    )
 
 
 def _children(pid: int) -> list[int]:
@@ -87,7 +89,9 @@ def measure(label: str, cmd: list[str], env: dict[str, str] | None = None, inter
     (worker processes a fork server started are not waited for by this tree, so rusage alone would miss them)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})})
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})}
+    )
     peak = 0
     ticks: dict[int, int] = {}
     done = threading.Event()
@@ -137,4 +141,7 @@ def hta_python() -> str:
 
 def table(rows: list[list[str]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.rjust(w) if j else c.ljust(w) for j, (c, w) in enumerate(zip(r, widths, strict=True))) for r in rows)
+    return "\n".join(
+        "  ".join(c.rjust(w) if j else c.ljust(w) for j, (c, w) in enumerate(zip(r, widths, strict=True)))
+        for r in rows
+    )

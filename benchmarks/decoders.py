@@ -116,8 +116,14 @@ peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps({"cpu": best, "events": events, "peak_mb": peak, "mb": len(data) / 1e6}))
 """
 
-METHODS = ["msgspec decode", "paradiag parse", "polars read_json", "polars read_ndjson", "pyarrow.json",
-           "duckdb read_json"]
+METHODS = [
+    "msgspec decode",
+    "paradiag parse",
+    "polars read_json",
+    "polars read_ndjson",
+    "pyarrow.json",
+    "duckdb read_json",
+]
 
 
 def main() -> None:
@@ -125,13 +131,22 @@ def main() -> None:
     parser.add_argument("file", nargs="?", type=Path, default=DEFAULT)
     args = parser.parse_args()
     if not args.file.exists():
-        sys.exit(f"{args.file}: not found; run benchmarks/ingest.py once to build it, or name a Kineto JSON file")
+        sys.exit(
+            f"{args.file}: not found; run benchmarks/ingest.py once to build it, or name a Kineto JSON file"
+        )
     rows = [["method", "CPU s", "MB/CPU-s", "x msgspec decode", "X events read", "peak MB"]]
     floor = None
     for method in METHODS:
-        done = subprocess.run([sys.executable, "-c", CHILD, str(args.file), method], capture_output=True, text=True)
+        done = subprocess.run(
+            [sys.executable, "-c", CHILD, str(args.file), method], capture_output=True, text=True
+        )
         if done.returncode != 0 or not done.stdout.strip():
-            rows.append([method, f"failed: {done.stderr.strip().splitlines()[-1][:120] if done.stderr.strip() else done.returncode}"])
+            rows.append(
+                [
+                    method,
+                    f"failed: {done.stderr.strip().splitlines()[-1][:120] if done.stderr.strip() else done.returncode}",
+                ]
+            )
             continue
         got = json.loads(done.stdout.strip().splitlines()[-1])
         if "skipped" in got or "refused" in got:
@@ -139,7 +154,16 @@ def main() -> None:
             continue
         rate = got["mb"] / got["cpu"]
         floor = floor or rate
-        rows.append([method, f"{got['cpu']:.3f}", f"{rate:.0f}", f"{rate / floor:.2f}", str(got["events"]), f"{got['peak_mb']:.0f}"])
+        rows.append(
+            [
+                method,
+                f"{got['cpu']:.3f}",
+                f"{rate:.0f}",
+                f"{rate / floor:.2f}",
+                str(got["events"]),
+                f"{got['peak_mb']:.0f}",
+            ]
+        )
     print(f"{args.file}: {args.file.stat().st_size / 1e6:.1f} MB of JSON")
     print(table([row + [""] * (len(rows[0]) - len(row)) for row in rows]))
 

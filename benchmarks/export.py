@@ -46,8 +46,12 @@ def main() -> None:
     for axis, default in (("dp", 8), ("tp", 8), ("pp", 4)):
         parser.add_argument(f"--{axis}", type=int, default=default)
     parser.add_argument("--slow", type=int, default=None, help="the slow rank (default: the middle one)")
-    parser.add_argument("--job", type=Path, default=None, help="an existing trace folder instead of a simulated one")
-    parser.add_argument("--cache", type=Path, default=None, help="the cache folder to use (ingested only when not current)")
+    parser.add_argument(
+        "--job", type=Path, default=None, help="an existing trace folder instead of a simulated one"
+    )
+    parser.add_argument(
+        "--cache", type=Path, default=None, help="the cache folder to use (ingested only when not current)"
+    )
     args = parser.parse_args()
     work = scratch("paradiag-export-bench-")
     job = args.job
@@ -55,7 +59,19 @@ def main() -> None:
         job = work / "job"
         slow = args.slow if args.slow is not None else args.dp * args.tp * args.pp // 2 + 5
         faults = (parse_fault(f"slow_device:ranks={slow},factor=1.3"),)
-        simulate(SimConfig(output=job, dp=args.dp, tp=args.tp, pp=args.pp, steps=2, layers=8, vocab=8192, seed=9, faults=faults))
+        simulate(
+            SimConfig(
+                output=job,
+                dp=args.dp,
+                tp=args.tp,
+                pp=args.pp,
+                steps=2,
+                layers=8,
+                vocab=8192,
+                seed=9,
+                faults=faults,
+            )
+        )
     cache = args.cache or work / "cache"
     cli = [sys.executable, "-c", "from paradiag.cli import main; main()"]
     if args.cache is None or not (cache / "manifest.json").exists():

@@ -51,16 +51,22 @@ def fuzz(cases: int, first: int, work: Path, only: list[str] | None = None) -> i
     kinds: collections.Counter[str] = collections.Counter()
     failures: list[str] = []
     # An exception raised where it cannot propagate (a callback inside Arrow) is printed and ignored: count it.
-    sys.unraisablehook = lambda u: failures.append(f"unraisable in {u.object!r}: {u.exc_type.__name__}: {u.exc_value}")
+    sys.unraisablehook = lambda u: failures.append(
+        f"unraisable in {u.object!r}: {u.exc_type.__name__}: {u.exc_value}"
+    )
     for seed in seeds:
         start = time.perf_counter()
         for number in range(first, first + cases):
             try:
                 kinds.update(f"{seed.name.split(':')[0]:7s} {k}" for k in run_case(seed, number, work))
             except Exception as exc:  # the claim is that there are none: report each one in full
-                failures.append(f"{seed.name} #{number}: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}")
+                failures.append(
+                    f"{seed.name} #{number}: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}"
+                )
         print(f"{seed.name:14s} {cases} cases in {time.perf_counter() - start:6.1f} s", flush=True)
-    print(f"\ncases: {cases * len(seeds)} ({len(seeds)} seeds x {cases}); exceptions or internal errors: {len(failures)}")
+    print(
+        f"\ncases: {cases * len(seeds)} ({len(seeds)} seeds x {cases}); exceptions or internal errors: {len(failures)}"
+    )
     print("problems by kind (count, format, severity: message without numbers and names):")
     for kind, count in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])):
         print(f"{count:7d}  {kind}")
@@ -71,7 +77,9 @@ def fuzz(cases: int, first: int, work: Path, only: list[str] | None = None) -> i
 
 def bombs(work: Path) -> None:
     whitespace = work / "whitespace.json.gz"
-    text = json.dumps(kineto_trace(0, world=1)).replace('"traceEvents": [', '"traceEvents": [' + " " * 250_000_000)
+    text = json.dumps(kineto_trace(0, world=1)).replace(
+        '"traceEvents": [', '"traceEvents": [' + " " * 250_000_000
+    )
     whitespace.write_bytes(gzip.compress(text.encode(), 9))
     long_name = work / "long_name.json.gz"
     doc = kineto_trace(0, world=1)
@@ -88,15 +96,23 @@ def bombs(work: Path) -> None:
             run = measure(label, [sys.executable, "-c", PARSE, str(path), str(work / "out")], env=env)
             outcome = run.output.strip().splitlines()[-1] if run.output.strip() else f"exit {run.returncode}"
             name = f"{path.name} ({path.stat().st_size // 1024} KB)"
-            print(f"{name:34s} {label:8s} {run.seconds:8.2f} {run.peak_pss_mb:8.0f}  {outcome[:90]}", flush=True)
+            print(
+                f"{name:34s} {label:8s} {run.seconds:8.2f} {run.peak_pss_mb:8.0f}  {outcome[:90]}", flush=True
+            )
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--cases", type=int, default=500, help="cases per seed (default 500)")
-    parser.add_argument("--first", type=int, default=1_000_000, help="first case number (the suite uses others)")
+    parser.add_argument(
+        "--first", type=int, default=1_000_000, help="first case number (the suite uses others)"
+    )
     parser.add_argument("--bombs-only", action="store_true", help="only time the gzip bombs")
-    parser.add_argument("--seed", action="append", help="only this seed (repeatable): see tests/fuzzing.SEEDS_OF")
+    parser.add_argument(
+        "--seed", action="append", help="only this seed (repeatable): see tests/fuzzing.SEEDS_OF"
+    )
     parser.add_argument("--no-bombs", action="store_true", help="skip the gzip bombs")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="paradiag-fuzz-") as tmp:

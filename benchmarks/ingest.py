@@ -60,7 +60,9 @@ def retimed_folder(folder: Path, ranks: int, min_mb: float) -> Path:
         return folder
     doc = json.loads(gzip.decompress(REAL_RANK.read_bytes()))
     events = doc["traceEvents"]
-    span = max(e["ts"] + e.get("dur", 0) for e in events if "ts" in e) - min(e["ts"] for e in events if "ts" in e)
+    span = max(e["ts"] + e.get("dur", 0) for e in events if "ts" in e) - min(
+        e["ts"] for e in events if "ts" in e
+    )
     copies = []
     size = len(json.dumps(doc))
     k = 0
@@ -109,8 +111,21 @@ def simulated_folder(folder: Path, ranks: int, min_mb: float) -> Path:
     if folder.exists() and any(folder.glob("*.json")):
         return folder
     steps = max(2, math.ceil(min_mb / 4.5))
-    args = ["--model", "llm", "--layers", "24", "--dp", str(ranks), "--microbatches", "8", "--steps", str(steps)]
-    result = CliRunner().invoke(simulate, [*args, "--format", "kineto", "--quiet", "-o", str(folder)], catch_exceptions=False)
+    args = [
+        "--model",
+        "llm",
+        "--layers",
+        "24",
+        "--dp",
+        str(ranks),
+        "--microbatches",
+        "8",
+        "--steps",
+        str(steps),
+    ]
+    result = CliRunner().invoke(
+        simulate, [*args, "--format", "kineto", "--quiet", "-o", str(folder)], catch_exceptions=False
+    )
     if result.exit_code != 0:
         raise SystemExit(result.output)
     (folder / "ground_truth.json").replace(folder.parent / f"{folder.name}.ground_truth.json")
@@ -118,7 +133,9 @@ def simulated_folder(folder: Path, ranks: int, min_mb: float) -> Path:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--folder", type=Path, help="folder of Kineto traces (default: built under /tmp)")
     parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument("--mb", type=float, default=50, help="minimum MB of JSON per rank")
@@ -133,14 +150,22 @@ def main() -> None:
         else retimed_folder(base / f"kineto-{args.ranks}x{args.mb:.0f}", args.ranks, args.mb)
     )
     files = sorted(p for p in folder.rglob("*.json*") if p.is_file() and p.name != "ground_truth.json")
-    json_mb = sum(len(gzip.decompress(p.read_bytes())) if p.suffix == ".gz" else p.stat().st_size for p in files) / 1e6
+    json_mb = (
+        sum(len(gzip.decompress(p.read_bytes())) if p.suffix == ".gz" else p.stat().st_size for p in files)
+        / 1e6
+    )
     print(f"folder {folder}: {len(files)} files, {json_mb:.0f} MB of JSON")
 
     precompile()
     cache = Path(tempfile.mkdtemp(prefix="paradiag-bench-cache-"))
     try:
-        ours = measure("paradiag ingest", [sys.executable, "-c", PARADIAG_PARSE, str(folder), str(cache / "c")])
-        reopen = measure("paradiag parse, then reopen", [sys.executable, "-c", PARADIAG_REOPEN, str(folder), str(cache / "c")])
+        ours = measure(
+            "paradiag ingest", [sys.executable, "-c", PARADIAG_PARSE, str(folder), str(cache / "c")]
+        )
+        reopen = measure(
+            "paradiag parse, then reopen",
+            [sys.executable, "-c", PARADIAG_REOPEN, str(folder), str(cache / "c")],
+        )
         runs = [ours, reopen]
         if not args.no_hta:
             runs.append(measure("HTA 0.5 TraceAnalysis", [hta_python(), "-c", HTA_SCRIPT, str(folder)]))
@@ -171,7 +196,9 @@ def main() -> None:
     if reopen.returncode == 0:
         words = next(line.split() for line in reopen.output.splitlines() if line.startswith("parse"))
         parse_s, reopen_s = float(words[1]), float(words[3])
-        print(f"in one process: parse {parse_s:.2f} s, reopen from cache and read all events {reopen_s:.3f} s: {parse_s / reopen_s:.0f}x faster")
+        print(
+            f"in one process: parse {parse_s:.2f} s, reopen from cache and read all events {reopen_s:.3f} s: {parse_s / reopen_s:.0f}x faster"
+        )
     if len(runs) == 3 and runs[2].returncode == 0:
         hta = runs[2]
         print(

@@ -43,7 +43,11 @@ from common import SHARED, Run, measure, table
 SHARED_NPU = SHARED / "traces" / "npu"
 BENCH = Path(tempfile.gettempdir()) / "paradiag-bench"
 PLACEHOLDER = Path("/OUT")  # replaced by a fresh output folder for each run
-MSPROF = Path(os.environ.get("PARADIAG_MSPROF", Path.home() / ".cache" / "paradiag-peers" / "msprof" / "bin" / "msprof-analyze"))
+MSPROF = Path(
+    os.environ.get(
+        "PARADIAG_MSPROF", Path.home() / ".cache" / "paradiag-peers" / "msprof" / "bin" / "msprof-analyze"
+    )
+)
 PARSE = """
 import sys
 from pathlib import Path
@@ -98,7 +102,10 @@ def scaled_job(source: Path, copies: int) -> Path:
         shutil.copytree(rank, dst, ignore=shutil.ignore_patterns("trace_view.json", "kernel_details.csv"))
         output = rank / "ASCEND_PROFILER_OUTPUT"
         events = json.loads((output / "trace_view.json").read_bytes())
-        times = [int(e["ts"].replace(".", "")) if isinstance(e.get("ts"), str) and "." in e["ts"] else None for e in events]
+        times = [
+            int(e["ts"].replace(".", "")) if isinstance(e.get("ts"), str) and "." in e["ts"] else None
+            for e in events
+        ]
         span = max(t for t in times if t) - min(t for t in times if t) + 1000
         copied = [e for e in events if e.get("ph") == "M"]
         for i in range(copies):
@@ -110,7 +117,9 @@ def scaled_job(source: Path, copies: int) -> Path:
                     shifted["name"] = f"ProfilerStep#{1000 + i}"
                 copied.append(shifted)
         (dst / "ASCEND_PROFILER_OUTPUT" / "trace_view.json").write_text(json.dumps(copied))
-        _scale_kernels(output / "kernel_details.csv", dst / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv", copies, span)
+        _scale_kernels(
+            output / "kernel_details.csv", dst / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv", copies, span
+        )
     (out / ".complete").write_text("")
     return out
 
@@ -155,9 +164,28 @@ def tools(job: Path, msprof: Path | None, out: Path) -> list[tuple[str, list[str
         ("paradiag parse (1 process)", [sys.executable, "-c", PARSE, str(job), *(r.name for r in ranks)]),
     ]
     if msprof is not None:
-        cmds.append(("msprof-analyze cluster -m all (summaries only)", [str(msprof), "cluster", "-d", str(job), "-m", "all", "-o", str(out / "cluster")]))
+        cmds.append(
+            (
+                "msprof-analyze cluster -m all (summaries only)",
+                [str(msprof), "cluster", "-d", str(job), "-m", "all", "-o", str(out / "cluster")],
+            )
+        )
         if len(ranks) >= 2:
-            cmds.append(("msprof-analyze compare (reads the timelines)", [str(msprof), "compare", "-d", str(ranks[0]), "-bp", str(ranks[1]), "-o", str(out / "compare")]))
+            cmds.append(
+                (
+                    "msprof-analyze compare (reads the timelines)",
+                    [
+                        str(msprof),
+                        "compare",
+                        "-d",
+                        str(ranks[0]),
+                        "-bp",
+                        str(ranks[1]),
+                        "-o",
+                        str(out / "compare"),
+                    ],
+                )
+            )
     return cmds
 
 
@@ -185,7 +213,9 @@ def run_job(job: Path, msprof: Path | None, repeat: int) -> None:
             cpu.setdefault(label, []).append(run.cpu_seconds)
             if label not in best or run.seconds < best[label].seconds:
                 best[label] = run
-    rows = [["tool", "best s", "s range", "MB/s", "events/s", "CPU s", "MB/CPU-s", "peak PSS MB", "PSS range"]]
+    rows = [
+        ["tool", "best s", "s range", "MB/s", "events/s", "CPU s", "MB/CPU-s", "peak PSS MB", "PSS range"]
+    ]
     for label, run in best.items():
         seconds, pss = spread[label]
         cpu_s = min(cpu[label])
@@ -206,16 +236,24 @@ def run_job(job: Path, msprof: Path | None, repeat: int) -> None:
 
 def _outputs(cmd: list[str], out: Path) -> list[str]:
     """The command with its output folders placed in ``out`` (a fresh folder per run)."""
-    return [str(out / c.removeprefix(f"{PLACEHOLDER}/")) if c.startswith(f"{PLACEHOLDER}/") else c for c in cmd]
+    return [
+        str(out / c.removeprefix(f"{PLACEHOLDER}/")) if c.startswith(f"{PLACEHOLDER}/") else c for c in cmd
+    ]
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("folders", nargs="*", type=Path)
     parser.add_argument("--msprof", type=Path, default=MSPROF)
     parser.add_argument("--simulate", action="store_true", help="also a simulated 8-rank Ascend job")
-    parser.add_argument("--scale", type=int, default=0, help="also the text Level1 job re-timed N times larger")
-    parser.add_argument("--repeat", type=int, default=1, help="runs per tool; the best and the range are shown")
+    parser.add_argument(
+        "--scale", type=int, default=0, help="also the text Level1 job re-timed N times larger"
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="runs per tool; the best and the range are shown"
+    )
     parser.add_argument("--only-scaled", action="store_true", help="with --scale: the scaled job only")
     args = parser.parse_args()
     jobs = list(args.folders)

@@ -58,7 +58,9 @@ class Phases:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("folder", type=Path, nargs="?", default=DEFAULT)
     folder = parser.parse_args().folder
     if not folder.is_dir():

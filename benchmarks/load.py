@@ -43,7 +43,11 @@ from common import scratch  # the benchmarks folder, also when imported as bench
 REPO = Path(__file__).resolve().parents[1]
 DOCKERFILE = REPO / "Dockerfile"
 QUOTED = ("sample:npu_pangu_pipeline_stage_imbalance", 1, (3.553, 3.603))
-DATA_DIRS = {"PARADIAG_CACHE_DIR": "cache", "PARADIAG_UPLOAD_DIR": "uploads", "PARADIAG_APP_CACHE_DIR": "app-cache"}
+DATA_DIRS = {
+    "PARADIAG_CACHE_DIR": "cache",
+    "PARADIAG_UPLOAD_DIR": "uploads",
+    "PARADIAG_APP_CACHE_DIR": "app-cache",
+}
 
 
 def dockerfile(path: Path = DOCKERFILE) -> list[tuple[str, str]]:
@@ -91,7 +95,9 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def production_server(root: Path, env: dict[str, str] | None = None, workers: int = 2, log: Path | None = None) -> Iterator[str]:
+def production_server(
+    root: Path, env: dict[str, str] | None = None, workers: int = 2, log: Path | None = None
+) -> Iterator[str]:
     """Run the image's exact CMD here, on a free loopback port (gunicorn's own GUNICORN_CMD_ARGS and
     WEB_CONCURRENCY: the CMD names neither), with the image's ENV and its data folders under ``root``.
     Yields the base URL once /healthz answers."""
@@ -103,7 +109,9 @@ def production_server(root: Path, env: dict[str, str] | None = None, workers: in
     full.update(GUNICORN_CMD_ARGS=f"--bind 127.0.0.1:{port}", WEB_CONCURRENCY=str(workers))
     full["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{full.get('PATH', '')}"  # this venv's gunicorn
     out = open(log or root / "server.log", "ab")  # noqa: SIM115 (closed below, after the server)
-    proc = subprocess.Popen(production_command(instructions), env=full, stdout=out, stderr=subprocess.STDOUT, cwd=root)
+    proc = subprocess.Popen(
+        production_command(instructions), env=full, stdout=out, stderr=subprocess.STDOUT, cwd=root
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_healthy(url, proc)
@@ -145,7 +153,9 @@ class Client:
     def sign_in(self, user: str, password: str) -> None:
         self.request("POST", "/login", data={"user": user, "password": password}, allow_redirects=False)
 
-    def request(self, method: str, path: str, label: str | None = None, **kw: Any) -> requests.Response | None:
+    def request(
+        self, method: str, path: str, label: str | None = None, **kw: Any
+    ) -> requests.Response | None:
         """``label``: what the request is recorded as (default: its path)."""
         t = time.perf_counter()
         try:
@@ -162,7 +172,11 @@ class Client:
         pending: set[str] = set(changed)
         fired: set[str] = set()
         while pending:
-            todo = [d for d in self.deps if d["output"] not in fired and _callable(d) and pending & {_key(i) for i in d["inputs"]}]
+            todo = [
+                d
+                for d in self.deps
+                if d["output"] not in fired and _callable(d) and pending & {_key(i) for i in d["inputs"]}
+            ]
             now, pending = pending, set()
             for dep in todo:
                 fired.add(dep["output"])
@@ -170,7 +184,10 @@ class Client:
 
     def fire(self, dep: dict[str, Any], changed_ids: list[str]) -> set[str]:
         """Call one callback; the props it changed."""
-        outputs = [dict(zip(("id", "property"), part.rsplit(".", 1), strict=True)) for part in dep["output"].strip(".").split("...")]
+        outputs = [
+            dict(zip(("id", "property"), part.rsplit(".", 1), strict=True))
+            for part in dep["output"].strip(".").split("...")
+        ]
         body = {
             "output": dep["output"],
             "outputs": outputs if len(outputs) > 1 else outputs[0],
@@ -212,7 +229,13 @@ def _walk(node: Any, props: dict[str, Any]) -> None:
     elif isinstance(node, dict) and "props" in node:
         p = node["props"]
         if isinstance(p.get("id"), str):
-            props.update({f"{p['id']}.{k}": v for k, v in p.items() if k not in ("id", "children") or not isinstance(v, (dict, list))})
+            props.update(
+                {
+                    f"{p['id']}.{k}": v
+                    for k, v in p.items()
+                    if k not in ("id", "children") or not isinstance(v, (dict, list))
+                }
+            )
         _walk(p.get("children"), props)
 
 
@@ -224,7 +247,10 @@ def windows(seed: int, served: Path | None = None) -> list[tuple[str, int, tuple
     from paradiag.app.data.common import origin_ns, step_span, steps_of
 
     rng = random.Random(seed)
-    jobs = [(folder, f"sample:{folder.name}") for folder in sorted(p for p in SAMPLES_DIR.iterdir() if (p / "ground_truth.json").is_file())]
+    jobs = [
+        (folder, f"sample:{folder.name}")
+        for folder in sorted(p for p in SAMPLES_DIR.iterdir() if (p / "ground_truth.json").is_file())
+    ]
     out = [] if served else [QUOTED]
     for folder, token in [(served, "served")] if served else jobs:
         job = paradiag.open(folder)  # parsed here once, into the cache the server reads
@@ -238,7 +264,14 @@ def windows(seed: int, served: Path | None = None) -> list[tuple[str, int, tuple
     return out
 
 
-def user(url: str, n: int, until: float, visits: list[tuple[str, int, tuple[float, float]]], record: Any, password: str) -> None:
+def user(
+    url: str,
+    n: int,
+    until: float,
+    visits: list[tuple[str, int, tuple[float, float]]],
+    record: Any,
+    password: str,
+) -> None:
     rng = random.Random(n)
     c = Client(url, [], {}, record)
     c.sign_in(f"user{n}", password)
@@ -271,7 +304,11 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--attacks", action="store_true", help="hostile uploads instead of the load")
-    parser.add_argument("--job", type=Path, help="serve this job (paradiag serve's PARADIAG_JOB) and visit it alone, not the samples")
+    parser.add_argument(
+        "--job",
+        type=Path,
+        help="serve this job (paradiag serve's PARADIAG_JOB) and visit it alone, not the samples",
+    )
     args = parser.parse_args()
     if args.attacks:
         for row in run_attacks(args.workers):
@@ -283,11 +320,15 @@ def main() -> None:
         print(f"server logged {count}x: {line}")
 
 
-def run_load(users: int, seconds: float, workers: int, seed: int = 7, served: Path | None = None) -> dict[str, Any]:
+def run_load(
+    users: int, seconds: float, workers: int, seed: int = 7, served: Path | None = None
+) -> dict[str, Any]:
     from werkzeug.security import generate_password_hash
 
     root = scratch("paradiag-load-")
-    os.environ.setdefault("PARADIAG_CACHE_DIR", str(root / "cache"))  # the windows' own parse, reused by the server
+    os.environ.setdefault(
+        "PARADIAG_CACHE_DIR", str(root / "cache")
+    )  # the windows' own parse, reused by the server
     visits = windows(seed, served)
     password = "load-test-password"
     digest = generate_password_hash(password)
@@ -306,7 +347,10 @@ def run_load(users: int, seconds: float, workers: int, seed: int = 7, served: Pa
     with production_server(root, env, workers=workers) as url:
         start = time.time()
         until = start + seconds
-        threads = [threading.Thread(target=user, args=(url, n, until, visits, record, password)) for n in range(users)]
+        threads = [
+            threading.Thread(target=user, args=(url, n, until, visits, record, password))
+            for n in range(users)
+        ]
         for t in threads:
             t.start()
         while any(t.is_alive() for t in threads):  # the machine's 1-minute load average, every 5 s
@@ -315,7 +359,9 @@ def run_load(users: int, seconds: float, workers: int, seed: int = 7, served: Pa
                 t.join(timeout=5 / len(threads))
         elapsed = time.time() - start
     result = summarise(rows, elapsed, users, workers, root / "server.log")
-    result["load_average"] = {"min": round(min(load), 2), "max": round(max(load), 2), "cores": os.cpu_count()} if load else {}
+    result["load_average"] = (
+        {"min": round(min(load), 2), "max": round(max(load), 2), "cores": os.cpu_count()} if load else {}
+    )
     return result
 
 
@@ -328,7 +374,9 @@ def _slowest(rows: list[tuple[str, int, float, str]], top: int = 8) -> dict[str,
     return {f"{k} ({len(by[k])})": round(v, 1) for k, v in sorted(p95.items(), key=lambda kv: -kv[1])[:top]}
 
 
-def summarise(rows: list[tuple[str, int, float, str]], elapsed: float, users: int, workers: int, log: Path) -> dict[str, Any]:
+def summarise(
+    rows: list[tuple[str, int, float, str]], elapsed: float, users: int, workers: int, log: Path
+) -> dict[str, Any]:
     latencies = sorted(s * 1000 for _, _, s, _ in rows)
     errors = [r for r in rows if r[1] >= 500 or r[1] == 0]
     q = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else [0.0] * 99
@@ -356,14 +404,25 @@ def hostile_uploads() -> Iterator[tuple[str, str, bytes]]:
     import zipfile
 
     blob = io.BytesIO()
-    with zipfile.ZipFile(blob, "w", zipfile.ZIP_DEFLATED) as z, z.open("rank0.pt.trace.json", "w", force_zip64=True) as f:
+    with (
+        zipfile.ZipFile(blob, "w", zipfile.ZIP_DEFLATED) as z,
+        z.open("rank0.pt.trace.json", "w", force_zip64=True) as f,
+    ):
         zeros = b"\0" * (64 << 20)
         for _ in range(32):
             f.write(zeros)
     yield "zip: one 2 GiB entry", "bomb.zip", blob.getvalue()
-    doc = b'{"traceEvents": [{"ph": "X", "name": "' + b"a" * (300 << 20) + b'", "pid": 0, "tid": 0, "ts": 1, "dur": 1}]}'
+    doc = (
+        b'{"traceEvents": [{"ph": "X", "name": "'
+        + b"a" * (300 << 20)
+        + b'", "pid": 0, "tid": 0, "ts": 1, "dur": 1}]}'
+    )
     yield "gz: one 300 MB event name", "rank0.pt.trace.json.gz", gzip.compress(doc, 9)
-    yield "gz: whitespace", "rank1.pt.trace.json.gz", gzip.compress(b'{"traceEvents": [' + b" " * (250 << 20) + b"]}", 9)
+    yield (
+        "gz: whitespace",
+        "rank1.pt.trace.json.gz",
+        gzip.compress(b'{"traceEvents": [' + b" " * (250 << 20) + b"]}", 9),
+    )
 
 
 def run_attacks(workers: int) -> list[dict[str, Any]]:
@@ -374,7 +433,13 @@ def run_attacks(workers: int) -> list[dict[str, Any]]:
     (root / "users").write_text(f"eve:{generate_password_hash('pw')}\n")
     rows = []
     with production_server(root, {"PARADIAG_USERS": str(root / "users")}, workers=workers) as url:
-        master = next(p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] and "paradiag.app.wsgi:server" in p.info["cmdline"] and p.ppid() == os.getpid())
+        master = next(
+            p
+            for p in psutil.process_iter(["cmdline"])
+            if p.info["cmdline"]
+            and "paradiag.app.wsgi:server" in p.info["cmdline"]
+            and p.ppid() == os.getpid()
+        )
         s = requests.Session()
         s.post(url + "/login", data={"user": "eve", "password": "pw"}, timeout=30)
         for label, name, data in hostile_uploads():
@@ -393,12 +458,24 @@ def run_attacks(workers: int) -> list[dict[str, Any]]:
                     break
                 time.sleep(0.5)
             peak.stop()
-            left = sum(f.stat().st_size for f in (root / "uploads").rglob("*") if f.is_file() and f.name != "status.json")
-            rows.append({
-                "upload": label, "sent_kb": len(data) >> 10, "http": reply.status_code, "outcome": state.get("state"),
-                "message": state.get("message"), "seconds": round(time.perf_counter() - t, 1),
-                "peak_rss_mb": round(peak.mb), "slowest_healthz_ms": round(1000 * max(health, default=0)), "bytes_left_in_uploads": left,
-            })
+            left = sum(
+                f.stat().st_size
+                for f in (root / "uploads").rglob("*")
+                if f.is_file() and f.name != "status.json"
+            )
+            rows.append(
+                {
+                    "upload": label,
+                    "sent_kb": len(data) >> 10,
+                    "http": reply.status_code,
+                    "outcome": state.get("state"),
+                    "message": state.get("message"),
+                    "seconds": round(time.perf_counter() - t, 1),
+                    "peak_rss_mb": round(peak.mb),
+                    "slowest_healthz_ms": round(1000 * max(health, default=0)),
+                    "bytes_left_in_uploads": left,
+                }
+            )
             for folder in (root / "uploads").glob("*/*"):
                 subprocess.run(["rm", "-rf", str(folder)], check=False)
         rows.append(_guessing(url))
@@ -408,10 +485,20 @@ def run_attacks(workers: int) -> list[dict[str, Any]]:
 def _guessing(url: str) -> dict[str, Any]:
     """420 wrong passwords as fast as one client sends them, then the right one."""
     t = time.perf_counter()
-    codes = Counter(requests.post(url + "/login", data={"user": "eve", "password": f"guess{i}"}, timeout=60).status_code for i in range(420))
+    codes = Counter(
+        requests.post(url + "/login", data={"user": "eve", "password": f"guess{i}"}, timeout=60).status_code
+        for i in range(420)
+    )
     seconds = time.perf_counter() - t
-    right = requests.post(url + "/login", data={"user": "eve", "password": "pw"}, allow_redirects=False, timeout=60).status_code
-    return {"attack": "420 wrong passwords, then the right one", "per_s": round(420 / seconds, 1), "answers": dict(codes), "right_password_then": right}
+    right = requests.post(
+        url + "/login", data={"user": "eve", "password": "pw"}, allow_redirects=False, timeout=60
+    ).status_code
+    return {
+        "attack": "420 wrong passwords, then the right one",
+        "per_s": round(420 / seconds, 1),
+        "answers": dict(codes),
+        "right_password_then": right,
+    }
 
 
 class _Peak:

@@ -44,54 +44,180 @@ from tests.realjobs import (  # noqa: E402
 
 # (api, fault) pairs of the matrix; each runs with 2 seeds.
 CASES: list[tuple[str, str]] = [
-    ("ddp", "none"), ("ddp", "slow_rank"), ("ddp", "host_stall"), ("ddp", "slow_collective"), ("ddp", "hotspot"),
-    ("fsdp2", "none"), ("fsdp2", "slow_rank"), ("fsdp2", "host_stall"), ("fsdp2", "hotspot"),
-    ("pipe_gpipe", "none"), ("pipe_gpipe", "heavy_stage"), ("pipe_gpipe", "slow_rank"),
-    ("pipe_1f1b", "none"), ("pipe_1f1b", "heavy_stage"), ("pipe_1f1b", "host_stall"), ("pipe_1f1b", "slow_link"),
+    ("ddp", "none"),
+    ("ddp", "slow_rank"),
+    ("ddp", "host_stall"),
+    ("ddp", "slow_collective"),
+    ("ddp", "hotspot"),
+    ("fsdp2", "none"),
+    ("fsdp2", "slow_rank"),
+    ("fsdp2", "host_stall"),
+    ("fsdp2", "hotspot"),
+    ("pipe_gpipe", "none"),
+    ("pipe_gpipe", "heavy_stage"),
+    ("pipe_gpipe", "slow_rank"),
+    ("pipe_1f1b", "none"),
+    ("pipe_1f1b", "heavy_stage"),
+    ("pipe_1f1b", "host_stall"),
+    ("pipe_1f1b", "slow_link"),
     ("pipe_1f1b", "hotspot"),
-    ("pipe_interleaved", "none"), ("pipe_interleaved", "heavy_stage"),
-    ("isend", "none"), ("isend", "heavy_stage"), ("isend", "slow_link"), ("isend", "slow_rank"),
-    ("mesh_dp_pp", "none"), ("mesh_dp_pp", "slow_rank"), ("mesh_dp_pp", "heavy_stage"), ("mesh_dp_pp", "host_stall"),
-    ("mesh_dp_tp", "none"), ("mesh_dp_tp", "slow_rank"), ("mesh_dp_tp", "hotspot"),
+    ("pipe_interleaved", "none"),
+    ("pipe_interleaved", "heavy_stage"),
+    ("isend", "none"),
+    ("isend", "heavy_stage"),
+    ("isend", "slow_link"),
+    ("isend", "slow_rank"),
+    ("mesh_dp_pp", "none"),
+    ("mesh_dp_pp", "slow_rank"),
+    ("mesh_dp_pp", "heavy_stage"),
+    ("mesh_dp_pp", "host_stall"),
+    ("mesh_dp_tp", "none"),
+    ("mesh_dp_tp", "slow_rank"),
+    ("mesh_dp_tp", "hotspot"),
 ]
 PROFILERS = [("named", 1), ("default", 1), ("named", 2), ("paradiag", 1), ("paradiag", 2)]
 
 # The first real traces other work waits for (written to /work/realtraces by --make-only --keep ... --only core).
 CORE: list[JobSpec] = [
-    JobSpec("ddp_slow_rank", "ddp", "slow_rank", rank=2, slow_mode="extra", strength=0.6, hidden=512, batch=64),
-    JobSpec("ddp_host_stall", "ddp", "host_stall", rank=1, strength=60, hidden=512, batch=64, profiler="default"),
-    JobSpec("fsdp2_slow_rank", "fsdp2", "slow_rank", rank=3, slow_mode="extra", strength=0.6, hidden=512, batch=64, profiler="paradiag"),
-    JobSpec("pipe_1f1b_heavy_stage", "pipe_1f1b", "heavy_stage", rank=2, strength=1.0, hidden=384, batch=64,
-            micro_batches=4),
-    JobSpec("isend_heavy_stage", "isend", "heavy_stage", rank=1, strength=1.0, hidden=384, batch=64, repeat=2),
-    JobSpec("mesh_dp_pp_slow_rank", "mesh_dp_pp", "slow_rank", rank=3, slow_mode="extra", strength=0.6, hidden=384, batch=64,
-            profiler="paradiag"),
+    JobSpec(
+        "ddp_slow_rank", "ddp", "slow_rank", rank=2, slow_mode="extra", strength=0.6, hidden=512, batch=64
+    ),
+    JobSpec(
+        "ddp_host_stall", "ddp", "host_stall", rank=1, strength=60, hidden=512, batch=64, profiler="default"
+    ),
+    JobSpec(
+        "fsdp2_slow_rank",
+        "fsdp2",
+        "slow_rank",
+        rank=3,
+        slow_mode="extra",
+        strength=0.6,
+        hidden=512,
+        batch=64,
+        profiler="paradiag",
+    ),
+    JobSpec(
+        "pipe_1f1b_heavy_stage",
+        "pipe_1f1b",
+        "heavy_stage",
+        rank=2,
+        strength=1.0,
+        hidden=384,
+        batch=64,
+        micro_batches=4,
+    ),
+    JobSpec(
+        "isend_heavy_stage", "isend", "heavy_stage", rank=1, strength=1.0, hidden=384, batch=64, repeat=2
+    ),
+    JobSpec(
+        "mesh_dp_pp_slow_rank",
+        "mesh_dp_pp",
+        "slow_rank",
+        rank=3,
+        slow_mode="extra",
+        strength=0.6,
+        hidden=384,
+        batch=64,
+        profiler="paradiag",
+    ),
     JobSpec("ddp_clean", "ddp", hidden=512, batch=64),
     JobSpec("pipe_1f1b_clean", "pipe_1f1b", hidden=384, batch=64, profiler="paradiag"),
     # then the rest of the fault kinds and APIs
     JobSpec("ddp_slow_collective", "ddp", "slow_collective", rank=0, strength=15, hidden=512, batch=64),
     JobSpec("ddp_hotspot", "ddp", "hotspot", rank=3, strength=24, hidden=512, batch=64, profiler="paradiag"),
     JobSpec("isend_slow_link", "isend", "slow_link", rank=1, strength=8, hidden=384, batch=64),
-    JobSpec("pipe_gpipe_heavy_stage", "pipe_gpipe", "heavy_stage", rank=1, strength=0.5, blocks=4, hidden=256,
-            batch=64, profiler="default"),
-    JobSpec("pipe_interleaved_heavy_stage", "pipe_interleaved", "heavy_stage", rank=3, strength=1.0, hidden=384,
-            batch=64, profiler="paradiag"),
-    JobSpec("mesh_dp_pp_heavy_stage", "mesh_dp_pp", "heavy_stage", rank=1, strength=1.0, hidden=384, batch=64,
-            profiler="paradiag", dp_wrap="fsdp"),
-    JobSpec("mesh_dp_tp_slow_rank", "mesh_dp_tp", "slow_rank", rank=2, slow_mode="extra", strength=0.6, hidden=512, batch=64,
-            profiler="paradiag"),
+    JobSpec(
+        "pipe_gpipe_heavy_stage",
+        "pipe_gpipe",
+        "heavy_stage",
+        rank=1,
+        strength=0.5,
+        blocks=4,
+        hidden=256,
+        batch=64,
+        profiler="default",
+    ),
+    JobSpec(
+        "pipe_interleaved_heavy_stage",
+        "pipe_interleaved",
+        "heavy_stage",
+        rank=3,
+        strength=1.0,
+        hidden=384,
+        batch=64,
+        profiler="paradiag",
+    ),
+    JobSpec(
+        "mesh_dp_pp_heavy_stage",
+        "mesh_dp_pp",
+        "heavy_stage",
+        rank=1,
+        strength=1.0,
+        hidden=384,
+        batch=64,
+        profiler="paradiag",
+        dp_wrap="fsdp",
+    ),
+    JobSpec(
+        "mesh_dp_tp_slow_rank",
+        "mesh_dp_tp",
+        "slow_rank",
+        rank=2,
+        slow_mode="extra",
+        strength=0.6,
+        hidden=512,
+        batch=64,
+        profiler="paradiag",
+    ),
     JobSpec("mesh_dp_tp_clean", "mesh_dp_tp", hidden=512, batch=64, profiler="paradiag"),
-    JobSpec("fsdp2_host_stall", "fsdp2", "host_stall", rank=2, strength=80, hidden=512, batch=64, repeat=2,
-            profiler="paradiag"),
-    JobSpec("ddp8_slow_rank", "ddp", "slow_rank", rank=5, strength=0.8, world=8, hidden=384, batch=32,
-            slow_mode="batch"),
-    JobSpec("pipe_1f1b_w2_heavy_stage", "pipe_1f1b", "heavy_stage", rank=0, strength=1.0, world=2, hidden=384,
-            batch=64, micro_batches=8),
+    JobSpec(
+        "fsdp2_host_stall",
+        "fsdp2",
+        "host_stall",
+        rank=2,
+        strength=80,
+        hidden=512,
+        batch=64,
+        repeat=2,
+        profiler="paradiag",
+    ),
+    JobSpec(
+        "ddp8_slow_rank",
+        "ddp",
+        "slow_rank",
+        rank=5,
+        strength=0.8,
+        world=8,
+        hidden=384,
+        batch=32,
+        slow_mode="batch",
+    ),
+    JobSpec(
+        "pipe_1f1b_w2_heavy_stage",
+        "pipe_1f1b",
+        "heavy_stage",
+        rank=0,
+        strength=1.0,
+        world=2,
+        hidden=384,
+        batch=64,
+        micro_batches=8,
+    ),
     JobSpec("pipe_1f1b_slow_link", "pipe_1f1b", "slow_link", rank=1, strength=8, hidden=384, batch=64),
     JobSpec("ddp_slowdown", "ddp", "slow_rank", rank=1, strength=0.5, hidden=512, batch=64),
-    JobSpec("mesh_dp_pp_slowdown", "mesh_dp_pp", "slow_rank", rank=2, strength=0.6, hidden=384, batch=64,
-            profiler="paradiag"),
-    JobSpec("fsdp2_slowdown", "fsdp2", "slow_rank", rank=0, strength=0.5, hidden=512, batch=64, profiler="default"),
+    JobSpec(
+        "mesh_dp_pp_slowdown",
+        "mesh_dp_pp",
+        "slow_rank",
+        rank=2,
+        strength=0.6,
+        hidden=384,
+        batch=64,
+        profiler="paradiag",
+    ),
+    JobSpec(
+        "fsdp2_slowdown", "fsdp2", "slow_rank", rank=0, strength=0.5, hidden=512, batch=64, profiler="default"
+    ),
 ]
 
 
@@ -110,7 +236,9 @@ def matrix_spec(api: str, fault: str, seed: int) -> JobSpec:
     if api in ("ddp", "fsdp2", "mesh_dp_tp"):
         batch = rng.choice([32, 64])
     rank = rng.randrange(world)
-    if fault == "slow_link":  # the late sender must have a next stage (pipelining's hook delays forward sends)
+    if (
+        fault == "slow_link"
+    ):  # the late sender must have a next stage (pipelining's hook delays forward sends)
         rank = rng.randrange(world - 1)
     strength = {
         "none": 0.0,
@@ -125,9 +253,25 @@ def matrix_spec(api: str, fault: str, seed: int) -> JobSpec:
     profiler, repeat = PROFILERS[(seed + len(api) + len(fault)) % len(PROFILERS)]
     slow_mode = "slowdown" if seed % 2 == 0 else "batch" if api in ("ddp", "fsdp2") else "extra"
     dp_wrap = "fsdp" if api == "mesh_dp_pp" and seed % 2 else "ddp"
-    return JobSpec(f"{api}_{fault}_s{seed}", api, fault, rank=rank, strength=strength, world=world, hidden=hidden,
-                   blocks=blocks, batch=batch, micro_batches=micro, dp=dp, dp_wrap=dp_wrap, slow_mode=slow_mode,
-                   seed=seed, profiler=profiler, repeat=repeat, stall_step=rng.randrange(3))
+    return JobSpec(
+        f"{api}_{fault}_s{seed}",
+        api,
+        fault,
+        rank=rank,
+        strength=strength,
+        world=world,
+        hidden=hidden,
+        blocks=blocks,
+        batch=batch,
+        micro_batches=micro,
+        dp=dp,
+        dp_wrap=dp_wrap,
+        slow_mode=slow_mode,
+        seed=seed,
+        profiler=profiler,
+        repeat=repeat,
+        stall_step=rng.randrange(3),
+    )
 
 
 def matrix(seeds: tuple[int, ...] = (0, 1)) -> list[JobSpec]:
@@ -181,14 +325,21 @@ def write_readme(keep: Path) -> Path:
         if spec.fault == "none":
             culprit, right = "-", "no finding"
         elif "stage" in exp and spec.fault == "heavy_stage":
-            culprit, right = f"stage {exp['stage']} (ranks {exp['ranks']})", f"stage_imbalance on stage {exp['stage']}"
+            culprit, right = (
+                f"stage {exp['stage']} (ranks {exp['ranks']})",
+                f"stage_imbalance on stage {exp['stage']}",
+            )
         else:
             culprit, right = f"rank {spec.rank}", f"{' or '.join(exp['kinds'])} naming rank {spec.rank}"
-        unit = {"slow_rank": "x flops extra", "heavy_stage": "x blocks extra", "hotspot": "x GELU work"}.get(spec.fault, " ms")
+        unit = {"slow_rank": "x flops extra", "heavy_stage": "x blocks extra", "hotspot": "x GELU work"}.get(
+            spec.fault, " ms"
+        )
         strength = "-" if spec.fault == "none" else f"{spec.strength:g}{unit}"
         prof = f"{spec.profiler}" + (f" repeat {spec.repeat}" if spec.repeat > 1 else "")
-        rows.append(f"| {spec.name} | {spec.describe().split(', fault')[0]} | {spec.fault} | {culprit} | {strength} | "
-                    f"{right}: {exp['truth']} | {prof} | {len(rec.get('files', []))} |")
+        rows.append(
+            f"| {spec.name} | {spec.describe().split(', fault')[0]} | {spec.fault} | {culprit} | {strength} | "
+            f"{right}: {exp['truth']} | {prof} | {len(rec.get('files', []))} |"
+        )
     path = keep / "README.md"
     path.write_text(README_HEAD.format(torch=torch_version) + "\n".join(rows) + "\n")
     return path
@@ -211,16 +362,31 @@ def run_one(spec: JobSpec, keep: Path, make_only: bool, cache: Path) -> dict[str
     ok, why = judge(spec, report)
     lay_ok, lay = layout_read(spec, report)
     comm = report.get("metrics", {}).get("communication", {})
-    return {"spec": spec, "folder": folder, "ok": ok, "why": why, "layout_ok": lay_ok, "layout": lay,
-            "collectives": comm.get("collective_instances"), "p2p": comm.get("p2p_transfers"),
-            "problems": len(report.get("job", {}).get("problems", [])), "job_s": job_s,
-            "analyze_s": time.monotonic() - start}
+    return {
+        "spec": spec,
+        "folder": folder,
+        "ok": ok,
+        "why": why,
+        "layout_ok": lay_ok,
+        "layout": lay,
+        "collectives": comm.get("collective_instances"),
+        "p2p": comm.get("p2p_transfers"),
+        "problems": len(report.get("job", {}).get("problems", [])),
+        "job_s": job_s,
+        "analyze_s": time.monotonic() - start,
+    }
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", help="comma-separated job names or substrings ('core': the first real traces)")
-    parser.add_argument("--keep", type=Path, help="write (and reuse) the jobs' folders here; default: a temporary folder")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--only", help="comma-separated job names or substrings ('core': the first real traces)"
+    )
+    parser.add_argument(
+        "--keep", type=Path, help="write (and reuse) the jobs' folders here; default: a temporary folder"
+    )
     parser.add_argument("--jobs", type=int, default=1, help="jobs run at once (each is world-size processes)")
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--list", action="store_true", help="print the matrix and exit")
@@ -229,8 +395,10 @@ def main() -> int:
     specs = select(matrix(tuple(int(s) for s in args.seeds.split(","))), args.only)
     if args.list:
         for s in specs:
-            print(f"{s.name:32s} {s.describe()}: rank {s.rank}, strength {s.strength:g}, hidden {s.hidden}, "
-                  f"mb {s.micro_batches}, profiler {s.profiler} x{s.repeat}; expects {s.expected()['kinds'] or 'none'}")
+            print(
+                f"{s.name:32s} {s.describe()}: rank {s.rank}, strength {s.strength:g}, hidden {s.hidden}, "
+                f"mb {s.micro_batches}, profiler {s.profiler} x{s.repeat}; expects {s.expected()['kinds'] or 'none'}"
+            )
         print(f"{len(specs)} jobs")
         return 0
     reason = unavailable()
@@ -241,7 +409,9 @@ def main() -> int:
     keep.mkdir(parents=True, exist_ok=True)
     print(f"{len(specs)} jobs, folders in {keep}", flush=True)
     results = []
-    cache = Path(tempfile.mkdtemp(prefix="paradiag-real-jobs-cache-"))  # paradiag's caches, never in the folders
+    cache = Path(
+        tempfile.mkdtemp(prefix="paradiag-real-jobs-cache-")
+    )  # paradiag's caches, never in the folders
     with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
         for res in pool.map(lambda s: run_one(s, keep, args.make_only, cache), specs):
             results.append(res)
@@ -255,9 +425,12 @@ def main() -> int:
                 continue
             exp = spec.expected()
             want = f"{'/'.join(exp['kinds'])} ranks {exp['ranks']}" if exp["kinds"] else "no finding"
-            print(f"{head} {'HIT ' if res['ok'] else 'MISS'} expected {want}; got {res['why']}; "
-                  f"collectives {res['collectives']} p2p {res['p2p']} problems {res['problems']}; "
-                  f"layout {'ok' if res['layout_ok'] else 'WRONG'} {res['layout']}", flush=True)
+            print(
+                f"{head} {'HIT ' if res['ok'] else 'MISS'} expected {want}; got {res['why']}; "
+                f"collectives {res['collectives']} p2p {res['p2p']} problems {res['problems']}; "
+                f"layout {'ok' if res['layout_ok'] else 'WRONG'} {res['layout']}",
+                flush=True,
+            )
     if args.make_only:
         print(f"described in {write_readme(keep)}")
         return 0

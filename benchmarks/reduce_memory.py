@@ -92,7 +92,9 @@ def main() -> None:
     start = peak.reset()
     peak.overall = start
     diagnose.diagnose(job)
-    print(f"{args.cache}: {len(job.rank_ids)} ranks; RSS {start} MB before the reduce, {peak.overall} MB at its highest, {cpu():.2f} CPU s")
+    print(
+        f"{args.cache}: {len(job.rank_ids)} ranks; RSS {start} MB before the reduce, {peak.overall} MB at its highest, {cpu():.2f} CPU s"
+    )
     print(f"  {'phase':30s} {'start MB':>9s} {'peak MB':>8s} {'CPU s':>7s}")
     for label, begin, top, seconds in rows:
         print(f"  {label:30s} {begin:9d} {top:8d} {seconds:7.2f}")

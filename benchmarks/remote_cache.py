@@ -40,13 +40,18 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-
 def _requests(log: Path) -> int:
-    return sum(1 for line in log.read_text(errors="replace").splitlines() if '" 20' in line or '" 30' in line or '" 40' in line)
+    return sum(
+        1
+        for line in log.read_text(errors="replace").splitlines()
+        if '" 20' in line or '" 30' in line or '" 40' in line
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--ranks", type=int, nargs="+", default=[64, 256])
     args = parser.parse_args()
     work = scratch("paradiag-remote-bench-")
@@ -61,7 +66,9 @@ def main() -> None:
     os.environ.update(env)
     log = work / "moto.log"
     with open(log, "w") as sink:
-        server = subprocess.Popen([BIN / "moto_server", "-H", "127.0.0.1", "-p", str(port)], stdout=sink, stderr=subprocess.STDOUT)
+        server = subprocess.Popen(
+            [BIN / "moto_server", "-H", "127.0.0.1", "-p", str(port)], stdout=sink, stderr=subprocess.STDOUT
+        )
     try:
         import fsspec
 
@@ -77,11 +84,29 @@ def main() -> None:
         for ranks in args.ranks:
             job = work / f"job{ranks}"
             faults = (parse_fault("slow_device:ranks=1,factor=1.4"),)
-            simulate(SimConfig(output=job, dp=ranks // 8, tp=2, pp=4, layers=4, hidden=512, seq_len=256, vocab=4096, steps=2, faults=faults, seed=3))
+            simulate(
+                SimConfig(
+                    output=job,
+                    dp=ranks // 8,
+                    tp=2,
+                    pp=4,
+                    layers=4,
+                    hidden=512,
+                    seq_len=256,
+                    vocab=4096,
+                    steps=2,
+                    faults=faults,
+                    seed=3,
+                )
+            )
             url = f"s3://bench/job{ranks}"
             local = work / f"cache{ranks}"
             runs = [
-                ("ingest -o local folder", ["ingest", str(job), "-o", str(local), "--workers", "2"], work / "root-a"),
+                (
+                    "ingest -o local folder",
+                    ["ingest", str(job), "-o", str(local), "--workers", "2"],
+                    work / "root-a",
+                ),
                 (f"ingest -o {url}", ["ingest", str(job), "-o", url, "--workers", "2"], work / "root-b"),
                 ("analyze --json local folder", ["analyze", "--json", str(local)], work / "root-a"),
                 ("analyze --json URL, cold (downloads)", ["analyze", "--json", url], work / f"root-c{ranks}"),
@@ -90,11 +115,26 @@ def main() -> None:
             for label, cmd, root in runs:
                 before = _requests(log)
                 run = measure(" ".join(cmd), [*CLI, *cmd], {"PARADIAG_CACHE_DIR": str(root)})
-                seconds, cpu, peak, output, code = run.seconds, run.cpu_seconds, run.peak_pss_mb, run.output, run.returncode
+                seconds, cpu, peak, output, code = (
+                    run.seconds,
+                    run.cpu_seconds,
+                    run.peak_pss_mb,
+                    run.output,
+                    run.returncode,
+                )
                 if code:
                     raise SystemExit(f"{label} failed:\n{output[-3000:]}")
                 time.sleep(0.2)  # the server's log line of the last request
-                rows.append([str(ranks), label, f"{seconds:.2f}", f"{cpu:.2f}", f"{peak:.0f}", str(_requests(log) - before)])
+                rows.append(
+                    [
+                        str(ranks),
+                        label,
+                        f"{seconds:.2f}",
+                        f"{cpu:.2f}",
+                        f"{peak:.0f}",
+                        str(_requests(log) - before),
+                    ]
+                )
             size = sum(p.stat().st_size for p in local.rglob("*") if p.is_file())
             files = sum(1 for p in local.rglob("*") if p.is_file())
             print(f"{ranks} ranks: cache {size / 1e6:.1f} MB in {files} files")

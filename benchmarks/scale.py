@@ -62,12 +62,13 @@ def _pss_kb(pid: int) -> int:
         return 0
 
 
-
 def measure(label: str, cmd: list[str], also: tuple[int, ...] = ()) -> Run:
     """Run ``cmd``; its wall time, the peak PSS of each process of its tree and of the trees of ``also``, and
     the CPU time they all spent meanwhile. Sampled every 0.1 s: reading a process's PSS walks its page tables,
     and on a busy machine a faster sampler would take the CPU it measures."""
-    first = {p: cpu_ticks(p) for root in also for p in process_tree(root)}  # what the long-running ones had spent before
+    first = {
+        p: cpu_ticks(p) for root in also for p in process_tree(root)
+    }  # what the long-running ones had spent before
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -115,7 +116,9 @@ def same_cache(cache: Path, expected: Path) -> bool:
     files = sorted(p.relative_to(expected) for p in expected.rglob("*") if p.is_file())
     if sorted(p.relative_to(cache) for p in cache.rglob("*") if p.is_file()) != files:
         return False
-    if any((cache / f).read_bytes() != (expected / f).read_bytes() for f in files if f.name != "manifest.json"):
+    if any(
+        (cache / f).read_bytes() != (expected / f).read_bytes() for f in files if f.name != "manifest.json"
+    ):
         return False
     manifests = [json.loads((c / "manifest.json").read_text()) for c in (cache, expected)]
     return all(m.pop("created") for m in manifests) and manifests[0] == manifests[1]
@@ -128,13 +131,21 @@ def through_scheduler(job: Path, cache: Path) -> Run:
     port = _free_port()
     address = f"tcp://127.0.0.1:{port}"
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-    procs = [subprocess.Popen([BIN / "dask", "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"], **quiet)]
+    procs = [
+        subprocess.Popen(
+            [BIN / "dask", "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"], **quiet
+        )
+    ]
     try:
         worker = [BIN / "dask", "worker", address, "--nthreads", "1", "--host", "127.0.0.1", "--no-dashboard"]
         procs += [subprocess.Popen(worker, **quiet) for _ in range(2)]
         with Client(address, timeout=60) as client:
             client.wait_for_workers(2, timeout=120)
-        return measure("scheduler + 2 workers", [*CLI, "ingest", str(job), "-o", str(cache), "--dask", address], tuple(p.pid for p in procs))
+        return measure(
+            "scheduler + 2 workers",
+            [*CLI, "ingest", str(job), "-o", str(cache), "--dask", address],
+            tuple(p.pid for p in procs),
+        )
     finally:
         for p in procs:
             p.terminate()
@@ -146,11 +157,29 @@ def one_size(ranks: int, work: Path) -> list[list[str]]:
     job, base = work / f"job{ranks}", work / f"cache{ranks}"
     t0 = time.perf_counter()
     faults = (parse_fault("slow_device:ranks=5,factor=1.3"),)
-    simulate(SimConfig(output=job, dp=ranks // 8, tp=2, pp=4, layers=4, hidden=512, seq_len=256, vocab=4096, steps=2, faults=faults, seed=3))
+    simulate(
+        SimConfig(
+            output=job,
+            dp=ranks // 8,
+            tp=2,
+            pp=4,
+            layers=4,
+            hidden=512,
+            seq_len=256,
+            vocab=4096,
+            steps=2,
+            faults=faults,
+            seed=3,
+        )
+    )
     size_mb = sum(f.stat().st_size for f in job.rglob("*") if f.is_file()) / 1e6
-    print(f"{ranks} ranks: {size_mb:.0f} MB of trace simulated in {time.perf_counter() - t0:.0f} s", flush=True)
+    print(
+        f"{ranks} ranks: {size_mb:.0f} MB of trace simulated in {time.perf_counter() - t0:.0f} s", flush=True
+    )
     runs = [measure("one process", [*CLI, "ingest", str(job), "-o", str(base / "one"), "--workers", "1"])]
-    runs.append(measure("--dask local:2", [*CLI, "ingest", str(job), "-o", str(base / "local2"), "--dask", "local:2"]))
+    runs.append(
+        measure("--dask local:2", [*CLI, "ingest", str(job), "-o", str(base / "local2"), "--dask", "local:2"])
+    )
     runs.append(through_scheduler(job, base / "sched"))
     for run, folder in zip(runs, ("one", "local2", "sched"), strict=True):
         run.extra["same"] = "yes" if folder == "one" or same_cache(base / folder, base / "one") else "NO"
@@ -182,12 +211,28 @@ def one_size(ranks: int, work: Path) -> list[list[str]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ranks", type=int, nargs="+", default=[256, 1024], help="rank counts (multiples of 8)")
-    parser.add_argument("--work", type=Path, default=None, help="scratch folder (default: a temporary one, removed at exit)")
+    parser.add_argument(
+        "--ranks", type=int, nargs="+", default=[256, 1024], help="rank counts (multiples of 8)"
+    )
+    parser.add_argument(
+        "--work", type=Path, default=None, help="scratch folder (default: a temporary one, removed at exit)"
+    )
     args = parser.parse_args()
     work = args.work or scratch("paradiag-scale-")
     print("load before:", os.popen("uptime").read().strip(), f"({os.cpu_count()} cores)", flush=True)
-    head = ["ranks", "run", "s", "CPU s", "MB/s", "ranks/s", "client MB", "largest other MB", "all MB", "same cache", "cache MB"]
+    head = [
+        "ranks",
+        "run",
+        "s",
+        "CPU s",
+        "MB/s",
+        "ranks/s",
+        "client MB",
+        "largest other MB",
+        "all MB",
+        "same cache",
+        "cache MB",
+    ]
     rows = [head]
     for ranks in args.ranks:
         rows += one_size(ranks, work)

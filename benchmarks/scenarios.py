@@ -31,48 +31,126 @@ import paradiag
 from paradiag.simulator import SimConfig, groundtruth, parse_fault, simulate
 from paradiag.simulator.faults import random_fault
 
-MODEL = {"layers": 16, "hidden": 2048, "heads": 16, "seq_len": 2048, "steps": 2, "jitter": 0.03, "microbatches": 16}
+MODEL = {
+    "layers": 16,
+    "hidden": 2048,
+    "heads": 16,
+    "seq_len": 2048,
+    "steps": 2,
+    "jitter": 0.03,
+    "microbatches": 16,
+}
 MESHES: dict[str, dict[str, Any]] = {
     "gpu256": {"dp": 8, "tp": 4, "pp": 8},
     "gpu256_nopeer": {"dp": 8, "tp": 4, "pp": 8, "p2p_peer": False, "vocab": 8192},
     "gpu1024": {"dp": 16, "tp": 8, "pp": 8, "vocab": 8192},
     # torch2: what a real PyTorch 2.x job writes (a CPU job: a smaller model keeps its steps near a real CPU job's)
-    "cpu256_torch2": {"dp": 8, "tp": 4, "pp": 8, "device": "cpu", "shape": "torch2", "hidden": 512, "seq_len": 512, "vocab": 8192,
-                      "windows": 2, "rerun": True},
-    "gpu256_torch2": {"dp": 8, "tp": 4, "pp": 8, "shape": "torch2", "dp_mode": "fsdp", "dp_dim": "dp_shard", "trace_names": "window",
-                      "manifest": True, "vocab": 8192},
+    "cpu256_torch2": {
+        "dp": 8,
+        "tp": 4,
+        "pp": 8,
+        "device": "cpu",
+        "shape": "torch2",
+        "hidden": 512,
+        "seq_len": 512,
+        "vocab": 8192,
+        "windows": 2,
+        "rerun": True,
+    },
+    "gpu256_torch2": {
+        "dp": 8,
+        "tp": 4,
+        "pp": 8,
+        "shape": "torch2",
+        "dp_mode": "fsdp",
+        "dp_dim": "dp_shard",
+        "trace_names": "window",
+        "manifest": True,
+        "vocab": 8192,
+    },
     # the same GPU job as older PyTorch records NCCL work (no record_param_comms args); only with --mesh
-    "gpu256_torch2_noargs": {"dp": 8, "tp": 4, "pp": 8, "shape": "torch2", "dp_mode": "fsdp", "dp_dim": "dp_shard", "trace_names": "window",
-                             "vocab": 8192, "collective_args": False},
-    "cpu1024_torch2": {"dp": 16, "tp": 8, "pp": 8, "device": "cpu", "shape": "torch2", "hidden": 512, "seq_len": 512, "vocab": 8192,
-                       "windows": 2, "trace_names": "rank"},
-    "gpu1024_torch2": {"dp": 16, "tp": 8, "pp": 8, "shape": "torch2", "dp_dim": "dp_replicate", "vocab": 8192, "windows": 2},
+    "gpu256_torch2_noargs": {
+        "dp": 8,
+        "tp": 4,
+        "pp": 8,
+        "shape": "torch2",
+        "dp_mode": "fsdp",
+        "dp_dim": "dp_shard",
+        "trace_names": "window",
+        "vocab": 8192,
+        "collective_args": False,
+    },
+    "cpu1024_torch2": {
+        "dp": 16,
+        "tp": 8,
+        "pp": 8,
+        "device": "cpu",
+        "shape": "torch2",
+        "hidden": 512,
+        "seq_len": 512,
+        "vocab": 8192,
+        "windows": 2,
+        "trace_names": "rank",
+    },
+    "gpu1024_torch2": {
+        "dp": 16,
+        "tp": 8,
+        "pp": 8,
+        "shape": "torch2",
+        "dp_dim": "dp_replicate",
+        "vocab": 8192,
+        "windows": 2,
+    },
 }
 KINDS = ("slow_device", "host_stall", "operator_hotspot", "stage_imbalance", "slow_link", "none")
 PLANS = {
-    "256": ("gpu256", "gpu256_nopeer"), "1024": ("gpu1024",), "torch2": ("cpu256_torch2", "gpu256_torch2"),
+    "256": ("gpu256", "gpu256_nopeer"),
+    "1024": ("gpu1024",),
+    "torch2": ("cpu256_torch2", "gpu256_torch2"),
     "torch2_1024": ("cpu1024_torch2", "gpu1024_torch2"),
-    "all": ("gpu256", "gpu256_nopeer", "gpu1024", "cpu256_torch2", "gpu256_torch2", "cpu1024_torch2", "gpu1024_torch2"),
+    "all": (
+        "gpu256",
+        "gpu256_nopeer",
+        "gpu1024",
+        "cpu256_torch2",
+        "gpu256_torch2",
+        "cpu1024_torch2",
+        "gpu1024_torch2",
+    ),
 }
 
 
-def run_one(label: str, folder: Path, cache: Path) -> tuple[str, groundtruth.Score, dict[str, Any], list[dict[str, Any]]]:
+def run_one(
+    label: str, folder: Path, cache: Path
+) -> tuple[str, groundtruth.Score, dict[str, Any], list[dict[str, Any]]]:
     truth = groundtruth.read(folder)
     found = [f.as_json() for f in paradiag.open(folder, cache_dir=cache).diagnosis().findings]
     result = groundtruth.score(found, truth)
     injected = truth["faults"][0]["kind"] if truth["faults"] else "none"
     mark = "ok " if result.right and not result.false_kinds else "BAD"
-    print(f"{mark} {label}: injected {truth['faults'] or 'nothing'}; findings {[(f['kind'], f['culprit'], f['impact_pct']) for f in found]}", flush=True)
+    print(
+        f"{mark} {label}: injected {truth['faults'] or 'nothing'}; findings {[(f['kind'], f['culprit'], f['impact_pct']) for f in found]}",
+        flush=True,
+    )
     return injected, result, truth, found
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plan", choices=sorted(PLANS), default="256")
-    parser.add_argument("--mesh", choices=sorted(MESHES), action="append", help="only these meshes (repeatable) instead of the plan's")
-    parser.add_argument("--kind", choices=KINDS, action="append", help="only these fault kinds (repeatable; none: fault-free)")
+    parser.add_argument(
+        "--mesh",
+        choices=sorted(MESHES),
+        action="append",
+        help="only these meshes (repeatable) instead of the plan's",
+    )
+    parser.add_argument(
+        "--kind", choices=KINDS, action="append", help="only these fault kinds (repeatable; none: fault-free)"
+    )
     parser.add_argument("--seeds", type=int, default=1, help="seeds per mesh and kind")
-    parser.add_argument("--job", type=Path, nargs="*", default=[], help="score these simulated job folders instead")
+    parser.add_argument(
+        "--job", type=Path, nargs="*", default=[], help="score these simulated job folders instead"
+    )
     args = parser.parse_args()
     work = scratch("paradiag-scenarios-")
     started = time.perf_counter()
@@ -84,7 +162,9 @@ def main() -> None:
         for seed in range(1, args.seeds + 1):
             for kind in args.kind or KINDS:
                 settings = {**MODEL, **MESHES[mesh]}
-                last_step = SimConfig(**settings).profiled_steps[-1][-1]  # a one-step stall lands in the latest window
+                last_step = SimConfig(**settings).profiled_steps[-1][
+                    -1
+                ]  # a one-step stall lands in the latest window
                 text = random_fault(kind, settings, random.Random(f"{mesh}-{kind}-{seed}"), step=last_step)
                 name = f"{mesh}-{kind}-{seed}"
                 faults = (parse_fault(text),) if text else ()

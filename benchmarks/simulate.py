@@ -17,7 +17,17 @@ from pathlib import Path
 
 from paradiag.simulator import SimConfig, simulate
 
-JOB = {"dp": 4, "tp": 4, "pp": 4, "schedule": "1f1b", "microbatches": 8, "steps": 4, "layers": 24, "hidden": 2048, "seq_len": 2048}
+JOB = {
+    "dp": 4,
+    "tp": 4,
+    "pp": 4,
+    "schedule": "1f1b",
+    "microbatches": 8,
+    "steps": 4,
+    "layers": 24,
+    "hidden": 2048,
+    "seq_len": 2048,
+}
 
 
 def _count_events(path: Path) -> int:
@@ -45,10 +55,21 @@ def main() -> None:
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     events = _count_events(out / truth["files"]["0"])
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({
-        "ranks": truth["layout"]["world_size"], "steps": len(truth["schedule"]["steps"]), "format": args.format, "gzip": args.gzip,
-        "seconds": round(elapsed, 2), "bytes": size, "events_rank0": events, "peak_rss_mb": round(rss_mb, 1), "output": str(out),
-    }))
+    print(
+        json.dumps(
+            {
+                "ranks": truth["layout"]["world_size"],
+                "steps": len(truth["schedule"]["steps"]),
+                "format": args.format,
+                "gzip": args.gzip,
+                "seconds": round(elapsed, 2),
+                "bytes": size,
+                "events_rank0": events,
+                "peak_rss_mb": round(rss_mb, 1),
+                "output": str(out),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -34,17 +34,45 @@ def main() -> None:
     culprit = ranks[0] if ranks else None
     whole = len(ranks) > 1  # a finding about a group (a stage): its folded row is the one marked
     out = scratch("paradiag-bench-snapshot-") / "report.html"
-    run = measure("snapshot", [sys.executable, "-c", "from paradiag.cli import main; main()", "snapshot", str(args.job), "-o", str(out)])
+    run = measure(
+        "snapshot",
+        [
+            sys.executable,
+            "-c",
+            "from paradiag.cli import main; main()",
+            "snapshot",
+            str(args.job),
+            "-o",
+            str(out),
+        ],
+    )
     if run.returncode != 0:
         sys.exit(f"snapshot failed:\n{run.output}")
     page = out.read_text(encoding="utf-8")
     size_mb = out.stat().st_size / 2**20
     in_heatmap = culprit is not None and (f"rank {culprit} \\u00b7 s" in page or whole)
-    marked = culprit is not None and (f"rank {culprit} \\u26a0" in page or (whole and "alike \\u26a0" in page))
-    print(f"{args.job}: {size_mb:.1f} MiB ({'ok' if size_mb <= BUDGET_MB else f'OVER {BUDGET_MB:.0f}'}) in {run.seconds:.1f} s, peak {run.peak_pss_mb:.0f} MB")
+    marked = culprit is not None and (
+        f"rank {culprit} \\u26a0" in page or (whole and "alike \\u26a0" in page)
+    )
+    print(
+        f"{args.job}: {size_mb:.1f} MiB ({'ok' if size_mb <= BUDGET_MB else f'OVER {BUDGET_MB:.0f}'}) in {run.seconds:.1f} s, peak {run.peak_pss_mb:.0f} MB"
+    )
     about = f"ranks {ranks[0]}-{ranks[-1]} (their group's row)" if whole else f"rank {culprit}"
-    print(f"top finding ({found[0].kind if found else '-'}): {about}; in the heatmap: {in_heatmap}; marked in Marey: {marked}")
-    print(json.dumps({"seconds": round(run.seconds, 1), "peak_mb": round(run.peak_pss_mb), "size_mb": round(size_mb, 2), "culprit": culprit, "in_heatmap": in_heatmap, "marked_in_marey": marked}))
+    print(
+        f"top finding ({found[0].kind if found else '-'}): {about}; in the heatmap: {in_heatmap}; marked in Marey: {marked}"
+    )
+    print(
+        json.dumps(
+            {
+                "seconds": round(run.seconds, 1),
+                "peak_mb": round(run.peak_pss_mb),
+                "size_mb": round(size_mb, 2),
+                "culprit": culprit,
+                "in_heatmap": in_heatmap,
+                "marked_in_marey": marked,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

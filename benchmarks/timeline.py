@@ -27,7 +27,12 @@ _spec = importlib.util.spec_from_file_location("bench_app", Path(__file__).resol
 assert _spec and _spec.loader
 bench_app = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench_app)
-BUDGET_BYTES, BUDGET_MS, Browser, key_for = bench_app.BUDGET_BYTES, bench_app.BUDGET_MS, bench_app.Browser, bench_app.key_for
+BUDGET_BYTES, BUDGET_MS, Browser, key_for = (
+    bench_app.BUDGET_BYTES,
+    bench_app.BUDGET_MS,
+    bench_app.Browser,
+    bench_app.key_for,
+)
 
 DEFAULT_JOB = Path("/work/jobs/j1024")
 
@@ -43,9 +48,19 @@ def gestures(b: Browser, other: int | None) -> list[tuple[str, dict[tuple[str, s
         ("one of its groups opened", {("timeline-expand", "value"): ["s3", "s3.dp1"]}),
     ]
     lo, hi = b.props[("timeline", "figure")]["layout"]["xaxis"]["range"]
-    out.append(("zoomed to a tenth, path on", {("selection-timeline", "data"): {**view, "window": [lo, lo + (hi - lo) / 10]}}))
+    out.append(
+        (
+            "zoomed to a tenth, path on",
+            {("selection-timeline", "data"): {**view, "window": [lo, lo + (hi - lo) / 10]}},
+        )
+    )
     if other is not None:
-        out.append((f"step {other}, stage and group still open", {("selection-timeline", "data"): {**view, "step": other}}))
+        out.append(
+            (
+                f"step {other}, stage and group still open",
+                {("selection-timeline", "data"): {**view, "step": other}},
+            )
+        )
     return out
 
 
@@ -56,13 +71,24 @@ def run(job: Path, repeat: int) -> list[tuple[str, float, float, float, int]]:
     from paradiag.app.factory import create_app
     from paradiag.app.warm import warm
 
-    app = create_app(Config.from_env(job=str(job), app_cache_dir=Path(tempfile.mkdtemp(prefix="paradiag-bench-tl-"))))
+    app = create_app(
+        Config.from_env(job=str(job), app_cache_dir=Path(tempfile.mkdtemp(prefix="paradiag-bench-tl-")))
+    )
     warm(app, "served").join()
     b = Browser(app)
-    b.props.update({("url", "search"): "", ("url", "pathname"): "/", ("timeline-expand", "value"): [], ("timeline-path", "value"): []})
+    b.props.update(
+        {
+            ("url", "search"): "",
+            ("url", "pathname"): "/",
+            ("timeline-expand", "value"): [],
+            ("timeline-path", "value"): [],
+        }
+    )
     b.call("open the job", key_for(app, "selection.data"), [("url", "search")])
     sel = b.props[("selection", "data")]
-    b.props[("selection-timeline", "data")] = {k: sel.get(k) for k in ("job", "step", "ranks", "window", "collective")}
+    b.props[("selection-timeline", "data")] = {
+        k: sel.get(k) for k in ("job", "step", "ranks", "window", "collective")
+    }
     timeline = key_for(app, "timeline.figure")
     b.call("first draw", timeline, [("selection-timeline", "data")])
     with app.server.app_context():
@@ -75,7 +101,15 @@ def run(job: Path, repeat: int) -> list[tuple[str, float, float, float, int]]:
             c = time.process_time()
             times.append(b.call(label, timeline, [next(iter(props), ("selection-timeline", "data"))]))
             cpu.append((time.process_time() - c) * 1000)
-        rows.append((label, times[0], statistics.median(times[1:] or times), statistics.median(cpu[1:] or cpu), b.rows[-1][2]))
+        rows.append(
+            (
+                label,
+                times[0],
+                statistics.median(times[1:] or times),
+                statistics.median(cpu[1:] or cpu),
+                b.rows[-1][2],
+            )
+        )
     return rows
 
 
@@ -85,12 +119,24 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
     rows = run(args.job, max(args.repeat, 1))
-    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (wall time grows with it; CPU time does not)")
-    print(f"{'timeline gesture':<44} {'first ms':>9} {'median ms':>10} {'median cpu ms':>14} {'payload KB':>11}  verdict")
+    print(
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (wall time grows with it; CPU time does not)"
+    )
+    print(
+        f"{'timeline gesture':<44} {'first ms':>9} {'median ms':>10} {'median cpu ms':>14} {'payload KB':>11}  verdict"
+    )
     for label, first, median, cpu, size in rows:
         verdict = "ok" if median <= BUDGET_MS and size <= BUDGET_BYTES else "OVER"
         print(f"{label:<44} {first:>9.1f} {median:>10.1f} {cpu:>14.1f} {size / 1024:>11.1f}  {verdict}")
-    print(json.dumps({"max_ms": round(max(r[2] for r in rows), 1), "max_cpu_ms": round(max(r[3] for r in rows), 1), "max_kb": round(max(r[4] for r in rows) / 1024, 1)}))
+    print(
+        json.dumps(
+            {
+                "max_ms": round(max(r[2] for r in rows), 1),
+                "max_cpu_ms": round(max(r[3] for r in rows), 1),
+                "max_kb": round(max(r[4] for r in rows) / 1024, 1),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

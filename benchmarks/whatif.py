@@ -35,12 +35,33 @@ MESHES: dict[str, dict[str, Any]] = {
     "gpu16": {"dp": 2, "tp": 2, "pp": 4, "microbatches": 4},
     "gpu64": {"dp": 4, "tp": 4, "pp": 4, "microbatches": 8},
     "gpu64_gpipe": {"dp": 4, "tp": 4, "pp": 4, "microbatches": 8, "schedule": "gpipe"},
-    "gpu64_interleaved": {"dp": 8, "tp": 2, "pp": 4, "microbatches": 8, "schedule": "interleaved", "virtual_stages": 2, "layers": 16},
-    "gpu64_tp8": {"dp": 2, "tp": 8, "pp": 4, "microbatches": 16},  # j1024's shape (TP8, 16 micro-batches), small
+    "gpu64_interleaved": {
+        "dp": 8,
+        "tp": 2,
+        "pp": 4,
+        "microbatches": 8,
+        "schedule": "interleaved",
+        "virtual_stages": 2,
+        "layers": 16,
+    },
+    "gpu64_tp8": {
+        "dp": 2,
+        "tp": 8,
+        "pp": 4,
+        "microbatches": 16,
+    },  # j1024's shape (TP8, 16 micro-batches), small
     "gpu64_moe": {"dp": 8, "ep": 4, "tp": 2, "pp": 4, "microbatches": 8, "layers": 8},
     "npu16": {"dp": 2, "tp": 2, "pp": 4, "microbatches": 4, "format": "ascend", "device": "910b"},
 }
-KINDS = ("slow_device", "host_stall", "operator_hotspot", "stage_imbalance", "slow_link", "clock_skew", "expert_imbalance")
+KINDS = (
+    "slow_device",
+    "host_stall",
+    "operator_hotspot",
+    "stage_imbalance",
+    "slow_link",
+    "clock_skew",
+    "expert_imbalance",
+)
 DEFAULT_MESHES = ("gpu64", "gpu64_moe")
 
 
@@ -57,7 +78,9 @@ def run_case(work: Path, mesh: str, kind: str, seed: int, steps: int) -> dict[st
     clean = simulate(SimConfig(output=work / f"{name}-clean", seed=seed, **settings))
     job = paradiag.open(faulty, cache_dir=work / f"{name}.cache")
     d = job.diagnosis()
-    counterfactual = paradiag.open(clean, cache_dir=work / f"{name}-clean.cache").diagnosis().step_time_ns / 1e6
+    counterfactual = (
+        paradiag.open(clean, cache_dir=work / f"{name}-clean.cache").diagnosis().step_time_ns / 1e6
+    )
     graph, _ = job_graph(job, d)
     end_error_ns, step_error = replay_error(graph)
     found = next((f for f in d.findings if f.kind == kind), None)
@@ -77,8 +100,15 @@ def run_case(work: Path, mesh: str, kind: str, seed: int, steps: int) -> dict[st
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mesh", choices=sorted(MESHES), action="append", help=f"meshes (repeatable; default {', '.join(DEFAULT_MESHES)})")
-    parser.add_argument("--kind", choices=KINDS, action="append", help="fault kinds (repeatable; default: all)")
+    parser.add_argument(
+        "--mesh",
+        choices=sorted(MESHES),
+        action="append",
+        help=f"meshes (repeatable; default {', '.join(DEFAULT_MESHES)})",
+    )
+    parser.add_argument(
+        "--kind", choices=KINDS, action="append", help="fault kinds (repeatable; default: all)"
+    )
     parser.add_argument("--seeds", type=int, default=1, help="seeds per mesh and kind")
     parser.add_argument("--steps", type=int, default=MODEL["steps"], help="profiled steps per job")
     args = parser.parse_args()
@@ -92,7 +122,9 @@ def main() -> None:
                 if row is None:
                     continue
                 rows.append(row)
-                verdict = "missed" if row["error_pct"] is None else "ok " if abs(row["error_pct"]) <= 5 else "BAD"
+                verdict = (
+                    "missed" if row["error_pct"] is None else "ok " if abs(row["error_pct"]) <= 5 else "BAD"
+                )
                 err = f"{row['error_pct']:+6.2f} %" if row["error_pct"] is not None else "   -    "
                 predicted = f"{row['predicted_ms']:8.2f}" if row["predicted_ms"] is not None else "       -"
                 print(
@@ -105,8 +137,12 @@ def main() -> None:
     errors = sorted(abs(r["error_pct"]) for r in rows if r["error_pct"] is not None)
     if errors:
         p90 = errors[min(len(errors) - 1, round(0.9 * (len(errors) - 1)))]
-        print(f"|error| over {len(errors)} cases: median {statistics.median(errors):.2f} %, p90 {p90:.2f} %, max {errors[-1]:.2f} %; within 5 %: {sum(e <= 5 for e in errors)}/{len(errors)}")
-    print(f"missed (no finding of the injected kind): {sum(r['error_pct'] is None for r in rows)}/{len(rows)}; {time.perf_counter() - started:.0f} s")
+        print(
+            f"|error| over {len(errors)} cases: median {statistics.median(errors):.2f} %, p90 {p90:.2f} %, max {errors[-1]:.2f} %; within 5 %: {sum(e <= 5 for e in errors)}/{len(errors)}"
+        )
+    print(
+        f"missed (no finding of the injected kind): {sum(r['error_pct'] is None for r in rows)}/{len(rows)}; {time.perf_counter() - started:.0f} s"
+    )
     sys.exit(0 if errors and errors[-1] <= 5 and all(r["error_pct"] is not None for r in rows) else 1)
 
 

@@ -27,7 +27,9 @@ class Alignment:
     instances: int  # matched collective instances used
 
 
-def _collective_ends(comm: dict[int, pa.Table]) -> tuple[dict[tuple[object, ...], dict[int, int]], list[tuple[int, int, int]]]:
+def _collective_ends(
+    comm: dict[int, pa.Table],
+) -> tuple[dict[tuple[object, ...], dict[int, int]], list[tuple[int, int, int]]]:
     """Collective instance -> {rank: end on the rank's clock} (instances seen on two ranks or more), and the
     send/recv transfers as (sender, receiver, receive end - send end, each on its own clock).
 
@@ -44,7 +46,11 @@ def _collective_ends(comm: dict[int, pa.Table]) -> tuple[dict[tuple[object, ...]
         if table is None or table.num_rows == 0:
             continue
         cols = {c: table.column(c).to_pylist() for c in ("collective", "group", "step", "seq", "peer")}
-        members = table.column("group_ranks").to_pylist() if "group_ranks" in table.column_names else [None] * table.num_rows
+        members = (
+            table.column("group_ranks").to_pylist()
+            if "group_ranks" in table.column_names
+            else [None] * table.num_rows
+        )
         outside = {m for m in set(members) if m is not None and str(rank) not in str(m).split(",")}
         dur = table.column("dur_ns").to_numpy()
         end, dur = (table.column("start_ns").to_numpy() + dur).tolist(), dur.tolist()
@@ -93,7 +99,9 @@ def estimate(comm: dict[int, pa.Table], domain_of: dict[int, object] | None = No
     return Alignment(offsets, uncertainty, len(keys) + len(transfers))
 
 
-def _solve_collectives(obs: list[tuple[int, int, int, int]], n_inst: int, n_dom: int) -> tuple[np.ndarray, dict[int, np.ndarray]]:
+def _solve_collectives(
+    obs: list[tuple[int, int, int, int]], n_inst: int, n_dom: int
+) -> tuple[np.ndarray, dict[int, np.ndarray]]:
     """Alternating robust medians: instance exit time <- median of its members' aligned ends, domain offset <-
     median of (exit - own end). Each connected set of domains is anchored on its lowest domain."""
     off = np.zeros(n_dom)
@@ -145,7 +153,11 @@ def _components(obs: list[tuple[int, int, int, int]], n_dom: int) -> list[set[in
 
 
 def _link_by_transfers(
-    off: np.ndarray, components: list[set[int]], transfers: list[tuple[int, int, int]], domain_of: dict[int, object], d_index: dict[object, int]
+    off: np.ndarray,
+    components: list[set[int]],
+    transfers: list[tuple[int, int, int]],
+    domain_of: dict[int, object],
+    d_index: dict[object, int],
 ) -> dict[int, int]:
     """Shift whole components onto the reference's clock through send/recv transfers (in place on ``off``).
 
@@ -153,7 +165,9 @@ def _link_by_transfers(
     per direction the low end of (receive end - send end) measures the clock difference; the two directions'
     estimates are averaged, which also cancels the link latency. Returns domain -> spread of the estimate."""
     comp_of = {d: i for i, c in enumerate(components) for d in c}
-    diffs: dict[tuple[int, int], list[float]] = defaultdict(list)  # (component a, component b) -> clock b - clock a
+    diffs: dict[tuple[int, int], list[float]] = defaultdict(
+        list
+    )  # (component a, component b) -> clock b - clock a
     for sender, receiver, d in transfers:
         a, b = d_index[domain_of[sender]], d_index[domain_of[receiver]]
         ca, cb = comp_of[a], comp_of[b]
@@ -186,11 +200,15 @@ def _pair_shift(forward: list[float], backward: list[float]) -> tuple[float, int
         estimates.append(-float(np.percentile(forward, LOW_QUANTILE)))
     if backward:
         estimates.append(float(np.percentile(backward, LOW_QUANTILE)))
-    spread = abs(estimates[0] - estimates[1]) / 2 if len(estimates) == 2 else float(np.std(forward or backward))
+    spread = (
+        abs(estimates[0] - estimates[1]) / 2 if len(estimates) == 2 else float(np.std(forward or backward))
+    )
     return float(np.mean(estimates)), round(spread)
 
 
-def _group_median(groups: np.ndarray, values: np.ndarray, n: int, fill: np.ndarray | None = None) -> np.ndarray:
+def _group_median(
+    groups: np.ndarray, values: np.ndarray, n: int, fill: np.ndarray | None = None
+) -> np.ndarray:
     """Median of ``values`` per group id in [0, n); groups without values keep ``fill`` (or 0)."""
     out = np.zeros(n) if fill is None else fill.astype(np.float64).copy()
     order = np.lexsort((values, groups))

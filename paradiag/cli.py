@@ -87,7 +87,9 @@ class LazyGroup(click.Group):
         return command if isinstance(command, click.Command) else None
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.group(
+    cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110}
+)
 @click.version_option(__version__, prog_name="paradiag")
 def main() -> None:
     """Diagnose the parallel performance of distributed DNN training jobs from per-device timeline traces

@@ -53,8 +53,12 @@ cache_option = click.option(
     help="Cache folder, or an fsspec URL (s3://BUCKET/JOB; needs paradiag[remote]) (default: $PARADIAG_CACHE_DIR or"
     " ~/.cache/paradiag/<folder>-<hash>; never inside PATH).",
 )
-strict_option = click.option("--strict", is_flag=True, help="Fail on any problem with any source instead of skipping it.")
-workers_option = click.option("--workers", type=click.IntRange(1), default=None, help="Parser processes (default: one per core).")
+strict_option = click.option(
+    "--strict", is_flag=True, help="Fail on any problem with any source instead of skipping it."
+)
+workers_option = click.option(
+    "--workers", type=click.IntRange(1), default=None, help="Parser processes (default: one per core)."
+)
 dask_option = click.option(
     "--dask",
     "dask",
@@ -73,7 +77,9 @@ window_option = click.option(
     " lists them), each cached on its own  [default: the latest]",
 )
 verify_option = click.option(
-    "--verify", is_flag=True, help="Hash every source file to check the cache (default: size and mtime; see docs/schema.md)."
+    "--verify",
+    is_flag=True,
+    help="Hash every source file to check the cache (default: size and mtime; see docs/schema.md).",
 )
 
 
@@ -115,7 +121,17 @@ def open_for_command(
     (``Error: ...``, exit 1 = ``gate.EXIT_ERROR``, no traceback)."""
     try:
         with _progress(sys.stderr.isatty()) as progress:
-            return open_job(path, cache, strict=strict, workers=workers, refresh=refresh, progress=progress, verify=verify, dask=dask, window=window)
+            return open_job(
+                path,
+                cache,
+                strict=strict,
+                workers=workers,
+                refresh=refresh,
+                progress=progress,
+                verify=verify,
+                dask=dask,
+                window=window,
+            )
     except JobError as exc:
         raise click.ClickException(str(exc)) from exc
 
@@ -125,7 +141,9 @@ def print_problems(job: Job, report: dict[str, Any] | None = None) -> None:
     found = report["job"]["problems"] if report is not None else [p.__dict__ for p in job.problems]
     for p in found:
         colour = "red" if p["severity"] == "error" else "yellow"
-        err.print(f"[{colour}]{p['severity']}[/]: {p['source']}: {p['message']}", highlight=False, soft_wrap=True)
+        err.print(
+            f"[{colour}]{p['severity']}[/]: {p['source']}: {p['message']}", highlight=False, soft_wrap=True
+        )
 
 
 def _size(n: float) -> str:
@@ -143,10 +161,19 @@ def _size(n: float) -> str:
 @workers_option
 @dask_option
 @window_option
-def ingest(path: Path | str, cache: Path | str | None, strict: bool, workers: int | None, dask: str | None, window: int | None) -> None:
+def ingest(
+    path: Path | str,
+    cache: Path | str | None,
+    strict: bool,
+    workers: int | None,
+    dask: str | None,
+    window: int | None,
+) -> None:
     """Parse every trace under PATH (of one profiling window) and write the Parquet cache (rebuilt even when current)."""
     t0 = time.perf_counter()
-    job = open_for_command(path, cache, strict=strict, workers=workers, refresh=True, dask=dask, window=window)
+    job = open_for_command(
+        path, cache, strict=strict, workers=workers, refresh=True, dask=dask, window=window
+    )
     elapsed = time.perf_counter() - t0
     size = sum(f["size"] for f in job.manifest["files"])
     events = sum(job.ranks.column("num_events").to_pylist())
@@ -166,14 +193,24 @@ def ingest(path: Path | str, cache: Path | str | None, strict: bool, workers: in
 @verify_option
 @window_option
 @click.option("--json", "as_json", is_flag=True, help="Print what was found as JSON.")
-def info(path: Path | str, cache: Path | str | None, strict: bool, workers: int | None, verify: bool, window: int | None, as_json: bool) -> None:
+def info(
+    path: Path | str,
+    cache: Path | str | None,
+    strict: bool,
+    workers: int | None,
+    verify: bool,
+    window: int | None,
+    as_json: bool,
+) -> None:
     """What PATH holds: ranks, formats, sizes, steps, its profiling windows, and every problem found (parses and
     caches if needed)."""
     job = open_for_command(path, cache, strict=strict, workers=workers, verify=verify, window=window)
     sizes = {f["path"]: f["size"] for f in job.manifest["files"]}
     rows = []
     for s in job.manifest["sources"]:
-        size = sum(v for k, v in sizes.items() if k == s["source"] or k.startswith(s["source"].rstrip("/") + "/"))
+        size = sum(
+            v for k, v in sizes.items() if k == s["source"] or k.startswith(s["source"].rstrip("/") + "/")
+        )
         steps = job.steps.filter(job.steps.column("rank").to_numpy() == s["rank"]).column("step").to_pylist()
         rows.append({**s, "size": size, "steps": steps})
     ranks = {r["rank"]: r for r in job.ranks.to_pylist()}
@@ -190,13 +227,24 @@ def info(path: Path | str, cache: Path | str | None, strict: bool, workers: int 
         return
     table = Table(title=f"{job.source}: {len(rows)} ranks", title_justify="left")
     for col in ("rank", "source", "format", "device", "events", "size", "steps", "clock offset"):
-        table.add_column(col, justify="right" if col in ("rank", "events", "size", "clock offset") else "left")
+        table.add_column(
+            col, justify="right" if col in ("rank", "events", "size", "clock offset") else "left"
+        )
     for r in rows:
         meta = ranks[r["rank"]]
         device = meta["device_type"] + (f" {meta['device']}" if meta["device"] is not None else "")
         steps = f"{r['steps'][0]}..{r['steps'][-1]} ({len(r['steps'])})" if r["steps"] else "-"
         offset = f"{meta['clock_offset_ns'] / 1e3:+.1f} us"
-        table.add_row(str(r["rank"]), r["source"], r["format"], device, f"{r['num_events']:,}", _size(r["size"]), steps, offset)
+        table.add_row(
+            str(r["rank"]),
+            r["source"],
+            r["format"],
+            device,
+            f"{r['num_events']:,}",
+            _size(r["size"]),
+            steps,
+            offset,
+        )
     out.print(table)
     if len(job.windows) > 1:
         _print_windows(job)
@@ -209,13 +257,17 @@ def _window_text(job: Job) -> str:
 
 def _print_windows(job: Job) -> None:
     """The folder's profiling windows, the one shown marked."""
-    table = Table(title=f"{len(job.windows)} profiling windows (--window N; default the latest)", title_justify="left")
+    table = Table(
+        title=f"{len(job.windows)} profiling windows (--window N; default the latest)", title_justify="left"
+    )
     for col in ("window", "label", "steps", "start (UTC)", "files"):
         table.add_column(col, justify="right" if col in ("window", "files") else "left")
     for w in job.windows:
         steps = w.get("steps") or []
         shown = f"{steps[0]}..{steps[-1]}" if steps else "-"
-        start = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(w["start_ns"] / 1e9)) if w.get("start_ns") else "-"
+        start = (
+            time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(w["start_ns"] / 1e9)) if w.get("start_ns") else "-"
+        )
         mark = " (shown)" if w["index"] == job.window else ""
         table.add_row(f"{w['index']}{mark}", w["label"], shown, start, str(len(w["files"])))
     out.print(table)
@@ -228,14 +280,28 @@ def _print_windows(job: Job) -> None:
 @workers_option
 @window_option
 @click.option("--json", "as_json", is_flag=True, help="Print the paradiag.report/1 JSON document.")
-@click.option("-w", "--write", "write", type=click.Path(path_type=Path), default=None, help="Also write the JSON report to this file.")
+@click.option(
+    "-w",
+    "--write",
+    "write",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Also write the JSON report to this file.",
+)
 @click.option(
     "--convention", type=click.Choice(["paradiag", "hta", "ascend"]), default=None,
     help="Breakdown definitions: paradiag's (every step, all device work), HTA's (drops the last step) or torch_npu's "
     "step_trace_time (per step, compute and communication span)  [default: ascend on NPUs, paradiag elsewhere]",
 )  # fmt: skip
 def analyze(
-    path: Path | str, cache: Path | str | None, strict: bool, workers: int | None, window: int | None, as_json: bool, write: Path | None, convention: str | None
+    path: Path | str,
+    cache: Path | str | None,
+    strict: bool,
+    workers: int | None,
+    window: int | None,
+    as_json: bool,
+    write: Path | None,
+    convention: str | None,
 ) -> None:
     """Per-rank time breakdown over the profiled steps, step times and the job summary."""
     from paradiag.analysis.report import build_report
@@ -258,7 +324,6 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"not JSON serializable: {type(value).__name__}")
 
 
-
 def finding_line(f: Finding) -> str:
     """The CLI's one formatter of a finding (rich markup)."""
     line = f"[bold]{f.kind}[/] ({f.severity}, ~{f.impact_pct:.1f}% of the step): {f.evidence}"
@@ -274,7 +339,14 @@ def finding_line(f: Finding) -> str:
 @strict_option
 @workers_option
 @window_option
-@click.option("--set", "edits", multiple=True, required=True, metavar="EDIT", help="A change to replay (repeatable): " + WHATIF_SET_HELP)
+@click.option(
+    "--set",
+    "edits",
+    multiple=True,
+    required=True,
+    metavar="EDIT",
+    help="A change to replay (repeatable): " + WHATIF_SET_HELP,
+)
 @click.option(
     "--step", "steps", type=int, multiple=True,
     help="Apply the edits in these steps only (repeatable; default: every step). Every step is still replayed: in a "
@@ -282,7 +354,14 @@ def finding_line(f: Finding) -> str:
 )  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def whatif(
-    path: Path | str, cache: Path | str | None, strict: bool, workers: int | None, window: int | None, edits: tuple[str, ...], steps: tuple[int, ...], as_json: bool
+    path: Path | str,
+    cache: Path | str | None,
+    strict: bool,
+    workers: int | None,
+    window: int | None,
+    edits: tuple[str, ...],
+    steps: tuple[int, ...],
+    as_json: bool,
 ) -> None:
     """Replay the profiled steps on their dependency graph with some cause removed, and predict the step time."""
     from paradiag.analysis import whatif as replay
@@ -295,7 +374,9 @@ def whatif(
         parsed = [replace(e, steps=tuple(sorted(set(steps) & set(e.steps or steps)))) for e in parsed]
         for e, text in zip(parsed, edits, strict=True):
             if not e.steps:
-                raise click.BadParameter(f"{text!r} names no step among --step {', '.join(map(str, steps))}", param_hint="--set")
+                raise click.BadParameter(
+                    f"{text!r} names no step among --step {', '.join(map(str, steps))}", param_hint="--set"
+                )
     job = open_for_command(path, cache, strict=strict, workers=workers, window=window)
     graph, peers = replay.job_graph(job, job.diagnosis())
     try:
@@ -307,7 +388,10 @@ def whatif(
         "source": job.source,
         "step_time_ms": round(result.step_ns / 1e6, 4),
         **result.as_json(),
-        "steps": [{"step": s, "measured_ms": round(m / 1e6, 4), "predicted_ms": round(p / 1e6, 4)} for s, m, p in result.per_step],
+        "steps": [
+            {"step": s, "measured_ms": round(m / 1e6, 4), "predicted_ms": round(p / 1e6, 4)}
+            for s, m, p in result.per_step
+        ],
     }
     if as_json:
         click.echo(json.dumps(doc, indent=1))
@@ -329,7 +413,9 @@ def whatif(
 def _print_report(report: dict[str, Any], findings: list[Finding]) -> None:
     job = report["job"]
     layout = job["parallel_layout"]
-    layout_text = " x ".join(f"{k}{layout[k]}" for k in ("dp", "tp", "pp", "ep") if layout.get(k)) or "unknown"
+    layout_text = (
+        " x ".join(f"{k}{layout[k]}" for k in ("dp", "tp", "pp", "ep") if layout.get(k)) or "unknown"
+    )
     if layout.get("found_by"):
         layout_text += f" ({layout['found_by']})"
     out.print(
@@ -337,8 +423,20 @@ def _print_report(report: dict[str, Any], findings: list[Finding]) -> None:
         f"formats {', '.join(job['formats'])}, layout {layout_text}, steps {job['steps'][:1]}..{job['steps'][-1:]}",
         highlight=False,
     )
-    table = Table(title="Time breakdown over the profiled steps (% of the device window)", title_justify="left")
-    for col in ("rank", "window ms", "compute", "comm exposed", "comm overlapped", "memory", "sync", "idle", "step ms (median)"):
+    table = Table(
+        title="Time breakdown over the profiled steps (% of the device window)", title_justify="left"
+    )
+    for col in (
+        "rank",
+        "window ms",
+        "compute",
+        "comm exposed",
+        "comm overlapped",
+        "memory",
+        "sync",
+        "idle",
+        "step ms (median)",
+    ):
         table.add_column(col, justify="right")
     for r in report["ranks"]:
         b = r["breakdown"]
@@ -361,7 +459,11 @@ def _print_report(report: dict[str, Any], findings: list[Finding]) -> None:
     out.print(table)
     m = report["metrics"]
     analysed = report["job"].get("analysed", True)
-    what = f"findings: {len(findings)}" if analysed else f"findings: {len(findings)} (could not analyse the job fully: see the errors above)"
+    what = (
+        f"findings: {len(findings)}"
+        if analysed
+        else f"findings: {len(findings)} (could not analyse the job fully: see the errors above)"
+    )
     out.print(f"median step time {ms(m['step_time_ns']['median'])} ms; {what}", highlight=False)
     for i, f in enumerate(findings, start=1):
         out.print(f"{i}. {finding_line(f)}", highlight=False)
@@ -372,7 +474,14 @@ def _print_report(report: dict[str, Any], findings: list[Finding]) -> None:
 def critical_path_line(step: dict[str, Any]) -> str:
     """One step's critical path: its length, each kind's share, and the rank holding most of its compute."""
     length = step["length_ns"] or 1
-    shares = ", ".join(f"{kind} {100 * step[f'{kind}_ns'] / length:.0f}%" for kind in ("compute", "communication", "waiting", "host"))
+    shares = ", ".join(
+        f"{kind} {100 * step[f'{kind}_ns'] / length:.0f}%"
+        for kind in ("compute", "communication", "waiting", "host")
+    )
     top = max(step["by_rank"], key=lambda r: r["compute_ns"], default=None)
-    where = f"; most compute on rank {top['rank']} ({ms(top['compute_ns'])} ms)" if top and top["compute_ns"] else ""
+    where = (
+        f"; most compute on rank {top['rank']} ({ms(top['compute_ns'])} ms)"
+        if top and top["compute_ns"]
+        else ""
+    )
     return f"critical path of step {step['step']}: {ms(step['length_ns'])} ms ({shares}){where}"

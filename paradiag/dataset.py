@@ -67,9 +67,13 @@ if TYPE_CHECKING:
     from paradiag.frames import Frames
 
 CACHE_FORMAT = "paradiag.cache/1"
-PARSER_VERSION = 8  # bump when a parser (or the cache's layout) changes what is written: every cache is then rebuilt
+PARSER_VERSION = (
+    8  # bump when a parser (or the cache's layout) changes what is written: every cache is then rebuilt
+)
 MANIFEST = "manifest.json"
-IN_PROCESS_BYTES = 16 * 1024 * 1024  # below this much input, parsing in worker processes costs more than it saves
+IN_PROCESS_BYTES = (
+    16 * 1024 * 1024
+)  # below this much input, parsing in worker processes costs more than it saves
 FRAMES = "frames"  # the map's frames for the reduce, in the ingest's temporary folder only (never in a cache)
 
 
@@ -195,7 +199,9 @@ class Job:
     _rank_tables: dict[int, dict[str, pa.Table]] = field(default_factory=dict, repr=False)
     _sources: dict[int, dict[str, Any]] | None = field(default=None, repr=False)  # rank -> manifest entry
     _offsets: dict[int, int] | None = field(default=None, repr=False)  # rank -> clock offset
-    url: str | None = None  # the URL of a cache at a URL (without userinfo); cache_dir is then its local mirror
+    url: str | None = (
+        None  # the URL of a cache at a URL (without userinfo); cache_dir is then its local mirror
+    )
     # rank -> the file of its device events' frame, as the ingest that built the job got it from the map (in the
     # ingest's temporary folder: removed before the cache is moved into place)
     _work_frames: dict[int, Path] = field(default_factory=dict, repr=False)
@@ -228,7 +234,18 @@ class Job:
     def windows(self) -> list[dict[str, Any]]:
         """Every profiling window of the job's folder, oldest first: index, label, steps (when read), start_ns
         (wall clock, when known) and files; open another with ``paradiag.open(path, window=N)``."""
-        return list(self.manifest.get("windows") or [{"index": 0, "label": "all", "steps": [], "start_ns": None, "files": [s["source"] for s in self.manifest["sources"]]}])
+        return list(
+            self.manifest.get("windows")
+            or [
+                {
+                    "index": 0,
+                    "label": "all",
+                    "steps": [],
+                    "start_ns": None,
+                    "files": [s["source"] for s in self.manifest["sources"]],
+                }
+            ]
+        )
 
     @property
     def content_hash(self) -> str:
@@ -241,11 +258,18 @@ class Job:
 
     def by_rank(self, column: str) -> dict[int, Any]:
         """rank -> its value in the ranks table's ``column`` (host, device_type, clock_offset_ns, ...)."""
-        return dict(zip(self.ranks.column("rank").to_pylist(), self.ranks.column(column).to_pylist(), strict=True))
+        return dict(
+            zip(self.ranks.column("rank").to_pylist(), self.ranks.column(column).to_pylist(), strict=True)
+        )
 
     def group_members(self) -> dict[str, list[int]]:
         """Communication group id -> its member ranks."""
-        return {g: list(m) for g, m in zip(self.groups.column("group").to_pylist(), self.groups.column("ranks").to_pylist(), strict=True)}
+        return {
+            g: list(m)
+            for g, m in zip(
+                self.groups.column("group").to_pylist(), self.groups.column("ranks").to_pylist(), strict=True
+            )
+        }
 
     def _source_of(self, rank: int) -> dict[str, Any] | None:
         """The manifest's entry of ``rank`` (indexed once: a job of many ranks asks rank by rank)."""
@@ -258,7 +282,11 @@ class Job:
         if self._offsets is None:
             self._offsets = self.by_rank("clock_offset_ns")
         offsets, found = self._offsets, {r: self._source_of(r) for r in ranks}
-        return {r: (s["events_file"], int(offsets.get(r, 0)), int(s["max_dur_ns"])) for r, s in found.items() if s and s.get("events_file")}
+        return {
+            r: (s["events_file"], int(offsets.get(r, 0)), int(s["max_dur_ns"]))
+            for r, s in found.items()
+            if s and s.get("events_file")
+        }
 
     def events(
         self,
@@ -268,7 +296,13 @@ class Job:
         columns: Sequence[str] | None = None,
     ) -> pa.Table:
         """Events of ``ranks`` (all by default) overlapping [start_ns, end_ns) on the aligned clock."""
-        if ranks is None and start_ns is None and end_ns is None and columns is None and self._events is not None:
+        if (
+            ranks is None
+            and start_ns is None
+            and end_ns is None
+            and columns is None
+            and self._events is not None
+        ):
             return self._events
         parts = self._parts(self.rank_ids if ranks is None else ranks)
         wanted = sorted(parts) if ranks is None else [r for r in ranks if r in parts]
@@ -297,15 +331,25 @@ class Job:
         if end_ns is not None:
             filters.append(("start_ns", "<", end_ns - offset))
         read_cols = None if columns is None else sorted(set(columns) | {"start_ns", "dur_ns"})
-        table = pq.read_table(self.cache_dir / file, columns=read_cols, filters=filters or None, memory_map=True)
+        table = pq.read_table(
+            self.cache_dir / file, columns=read_cols, filters=filters or None, memory_map=True
+        )
         if offset:
             index = table.schema.get_field_index("start_ns")
             start = pc.add(table.column("start_ns"), pa.scalar(offset, pa.int64()))
-            table = table.set_column(index, table.schema.field(index), start)  # keeps the field's not-null flag
+            table = table.set_column(
+                index, table.schema.field(index), start
+            )  # keeps the field's not-null flag
         if "rank" in table.column_names:
-            table = table.set_column(table.schema.get_field_index("rank"), "rank", pa.array(np.full(table.num_rows, rank, dtype=np.int32)))
+            table = table.set_column(
+                table.schema.get_field_index("rank"),
+                "rank",
+                pa.array(np.full(table.num_rows, rank, dtype=np.int32)),
+            )
         if start_ns is not None:
-            table = table.filter(pc.greater(pc.add(table.column("start_ns"), table.column("dur_ns")), pa.scalar(start_ns)))
+            table = table.filter(
+                pc.greater(pc.add(table.column("start_ns"), table.column("dur_ns")), pa.scalar(start_ns))
+            )
         if columns is not None:
             table = table.select(list(columns))
         return table
@@ -319,7 +363,9 @@ class Job:
         if all(name in held for name in names):
             return {name: held[name] for name in names}
         stored: dict[str, str] = (self._source_of(rank) or {}).get("rank_tables", {})
-        if self.manifest.get("analysis_version") != analysis_version() or any(name not in stored for name in names):
+        if self.manifest.get("analysis_version") != analysis_version() or any(
+            name not in stored for name in names
+        ):
             return None
         return {name: schema.read_arrow_file(self.cache_dir / stored[name]) for name in names}
 
@@ -330,7 +376,11 @@ class Job:
 
     def extra(self, name: str) -> pa.Table | None:
         """A format-specific table (e.g. ``links`` from NPU communication matrices), all ranks concatenated."""
-        files = [(s["rank"], s["extra_files"][name]) for s in self.manifest["sources"] if name in s.get("extra_files", {})]
+        files = [
+            (s["rank"], s["extra_files"][name])
+            for s in self.manifest["sources"]
+            if name in s.get("extra_files", {})
+        ]
         if not files:
             return None
         tables = [pq.read_table(self.cache_dir / f) for _, f in files]
@@ -347,15 +397,36 @@ def _load(cache_dir: Path) -> Job:
     try:
         manifest = json.loads((cache_dir / MANIFEST).read_text())
         _check_manifest(manifest, cache_dir)
-        problems = [Problem(str(p["source"]), str(p["severity"]), str(p["message"])) for p in manifest.get("problems", [])]
-        tables = {name: pq.read_table(safepath.inside(cache_dir, f"{name}.parquet")) for name in ("ranks", "steps", "groups")}
+        problems = [
+            Problem(str(p["source"]), str(p["severity"]), str(p["message"]))
+            for p in manifest.get("problems", [])
+        ]
+        tables = {
+            name: pq.read_table(safepath.inside(cache_dir, f"{name}.parquet"))
+            for name in ("ranks", "steps", "groups")
+        }
         for name, fields in (("ranks", schema.RANKS), ("steps", schema.STEPS)):
             absent = [f.name for f in fields if f.name not in tables[name].column_names]
             if absent:
                 raise ValueError(f"{name}.parquet lacks column(s) {', '.join(absent)}")
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, pa.ArrowException, safepath.UnsafeName) as exc:
+    except (
+        OSError,
+        ValueError,
+        KeyError,
+        TypeError,
+        AttributeError,
+        pa.ArrowException,
+        safepath.UnsafeName,
+    ) as exc:
         raise JobError(f"{cache_dir}: not a readable paradiag cache ({type(exc).__name__}: {exc})") from exc
-    return Job(cache_dir=cache_dir, manifest=manifest, ranks=tables["ranks"], steps=tables["steps"], groups=tables["groups"], problems=problems)
+    return Job(
+        cache_dir=cache_dir,
+        manifest=manifest,
+        ranks=tables["ranks"],
+        steps=tables["steps"],
+        groups=tables["groups"],
+        problems=problems,
+    )
 
 
 def _check_manifest(manifest: Any, cache_dir: Path) -> None:
@@ -365,7 +436,9 @@ def _check_manifest(manifest: Any, cache_dir: Path) -> None:
     _typed(manifest, {"content_hash": str, "source": str, "sources": list, "files": list, "problems": list})
     for entry in manifest["files"]:
         _typed(entry, {"path": str, "size": int, "mtime_ns": int, "hash": str})
-        safepath.inside(cache_dir, entry["path"], exact=True)  # relative to the source: never read here, never absolute
+        safepath.inside(
+            cache_dir, entry["path"], exact=True
+        )  # relative to the source: never read here, never absolute
     for entry in manifest["problems"]:
         _typed(entry, {"source": str, "severity": str, "message": str})
     for entry in manifest["sources"]:
@@ -453,10 +526,18 @@ def open_job(
     no trace and is left out), its cache ``cache_dir`` or the default one (how the team server parses an upload)."""
     if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 0):
         raise JobError(f"window {window!r}: a window is a number from 0 (see Job.windows)")
-    options: dict[str, Any] = {"strict": strict, "workers": workers, "progress": progress, "dask": dask, "window": window}
+    options: dict[str, Any] = {
+        "strict": strict,
+        "workers": workers,
+        "progress": progress,
+        "dask": dask,
+        "window": window,
+    }
     if remote.is_url(path):
         if cache_dir is not None:
-            raise JobError(f"{remote.shown(str(path))}: a cache's URL is opened as it is: give no other cache (-o {cache_dir})")
+            raise JobError(
+                f"{remote.shown(str(path))}: a cache's URL is opened as it is: give no other cache (-o {cache_dir})"
+            )
         return _open_url(str(path), refresh, verify, options)
     if remote.is_url(cache_dir):
         return _open_with_url(Path(path), window_url(str(cache_dir), window), refresh, verify, options)
@@ -466,26 +547,54 @@ def open_job(
     if not as_source and target.is_dir() and is_cache(target):
         job = _load(target)
         origin = followed_source(job, target)
-        if window is not None and not _holds(job.manifest, window):  # another window: its own cache beside this one
+        if window is not None and not _holds(
+            job.manifest, window
+        ):  # another window: its own cache beside this one
             if origin is None:
-                raise JobError(f"{target}: this cache holds window {job.window} of {job.source!r}, which is not here to read window {window} from")
-            return open_job(origin, window_cache(target, window), strict=strict, workers=workers, refresh=refresh, progress=progress, verify=verify, dask=dask, window=window)
+                raise JobError(
+                    f"{target}: this cache holds window {job.window} of {job.source!r}, which is not here to read window {window} from"
+                )
+            return open_job(
+                origin,
+                window_cache(target, window),
+                strict=strict,
+                workers=workers,
+                refresh=refresh,
+                progress=progress,
+                verify=verify,
+                dask=dask,
+                window=window,
+            )
         if refresh and origin is None:
-            raise JobError(f"{target}: cannot be parsed again: its source {job.source!r} is no folder it may be rebuilt from (see followed_source)")
-        if origin is not None and (refresh or not _is_current(job.manifest, origin, verify)):  # the window it was made for
+            raise JobError(
+                f"{target}: cannot be parsed again: its source {job.source!r} is no folder it may be rebuilt from (see followed_source)"
+            )
+        if origin is not None and (
+            refresh or not _is_current(job.manifest, origin, verify)
+        ):  # the window it was made for
             return ingest(origin, target, **{**options, "window": cached_window(job.manifest)[1]})
         return _check_strict(job, strict)
     cache = Path(cache_dir) if cache_dir is not None else cache_dir_for(target)
-    if not refresh and window is not None and is_cache(cache):  # the default cache may hold that window already
+    if (
+        not refresh and window is not None and is_cache(cache)
+    ):  # the default cache may hold that window already
         with contextlib.suppress(JobError):  # a broken cache is built again
             job = _load(cache)
-            if cached_window(job.manifest)[0] == window and job.source == str(target.resolve()) and _is_current(job.manifest, target, verify):
+            if (
+                cached_window(job.manifest)[0] == window
+                and job.source == str(target.resolve())
+                and _is_current(job.manifest, target, verify)
+            ):
                 return _check_strict(job, strict)
     cache = window_cache(cache, window)
     if not refresh and is_cache(cache):
         with contextlib.suppress(JobError):  # a broken cache is built again
             job = _load(cache)
-            if job.source == str(target.resolve()) and _holds(job.manifest, window) and _is_current(job.manifest, target, verify):
+            if (
+                job.source == str(target.resolve())
+                and _holds(job.manifest, window)
+                and _is_current(job.manifest, target, verify)
+            ):
                 return _check_strict(job, strict)
     return ingest(target, cache, **options)
 
@@ -496,11 +605,17 @@ def _open_url(url: str, refresh: bool, verify: bool, options: dict[str, Any]) ->
     job = replace(_load(remote.mirror(remote.connect(url))), url=remote.shown(url))
     origin = followed_source(job, job.cache_dir)
     window = options["window"]
-    if window is not None and not _holds(job.manifest, window):  # another window of the job: its own cache beside this one
+    if window is not None and not _holds(
+        job.manifest, window
+    ):  # another window of the job: its own cache beside this one
         if origin is None:
-            raise JobError(f"{remote.shown(url)}: this cache holds window {job.window} of {job.source!r}, which is not here to read window {window} from")
+            raise JobError(
+                f"{remote.shown(url)}: this cache holds window {job.window} of {job.source!r}, which is not here to read window {window} from"
+            )
         return _open_with_url(origin, window_url(url, window), refresh, verify, options)
-    if origin is not None and (refresh or not _is_current(job.manifest, origin, verify)):  # the window it was made for
+    if origin is not None and (
+        refresh or not _is_current(job.manifest, origin, verify)
+    ):  # the window it was made for
         return ingest(origin, url, **{**options, "window": cached_window(job.manifest)[1]})
     return _check_strict(job, options["strict"])
 
@@ -515,8 +630,14 @@ def _open_with_url(target: Path, url: str, refresh: bool, verify: bool, options:
         pointer = remote.read_pointer(store, required=False)
         if pointer is not None:
             manifest = remote.read_manifest(store, pointer)
-            if Path(manifest.get("source", "")) == target.resolve() and _holds(manifest, options["window"]) and _is_current(manifest, target, verify):
-                return _check_strict(replace(_load(remote.mirror(store, pointer)), url=store.name), options["strict"])
+            if (
+                Path(manifest.get("source", "")) == target.resolve()
+                and _holds(manifest, options["window"])
+                and _is_current(manifest, target, verify)
+            ):
+                return _check_strict(
+                    replace(_load(remote.mirror(store, pointer)), url=store.name), options["strict"]
+                )
     return ingest(target, url, **options)
 
 
@@ -577,9 +698,15 @@ class Parsed:
 
     result: SourceResult
     files: dict[str, str] = field(default_factory=dict)  # per-rank analysis table -> its file in the cache
-    tables: dict[str, pa.Table] = field(default_factory=dict)  # the same tables (small), so the reduce reads none back
-    uploaded: list[str] = field(default_factory=list)  # the rank's files its parse uploaded to a cache at a URL
-    frame_file: str | None = None  # the rank's work frame for the reduce (removed before the cache is in place)
+    tables: dict[str, pa.Table] = field(
+        default_factory=dict
+    )  # the same tables (small), so the reduce reads none back
+    uploaded: list[str] = field(
+        default_factory=list
+    )  # the rank's files its parse uploaded to a cache at a URL
+    frame_file: str | None = (
+        None  # the rank's work frame for the reduce (removed before the cache is in place)
+    )
 
     def rank_files(self) -> list[str]:
         """Every file of the cache this parse wrote (relative to the cache folder)."""
@@ -601,7 +728,9 @@ def parse_rank(source: Source, root: Path, out_dir: Path, index: int) -> Parsed:
         return Parsed(result)
     frame = device_frame(events)
     kind = result.parsed.device_type
-    tables = rank_tables(events, result.parsed.steps.sort_by("step"), default_convention(kind), frame, host_lanes=kind == "cpu")
+    tables = rank_tables(
+        events, result.parsed.steps.sort_by("step"), default_convention(kind), frame, host_lanes=kind == "cpu"
+    )
     frame_file = f"{FRAMES}/part-{index:05d}.arrow"
     (out_dir / FRAMES).mkdir(exist_ok=True)
     save_frame(work_frame(frame), out_dir / frame_file)
@@ -610,7 +739,9 @@ def parse_rank(source: Source, root: Path, out_dir: Path, index: int) -> Parsed:
     for name, table in parsed.tables.items():
         (out_dir / "analysis" / name).mkdir(parents=True, exist_ok=True)
         parsed.files[name] = f"analysis/{name}/part-{index:05d}.arrow"
-        schema.write_arrow_file(table, out_dir / parsed.files[name])  # 5 per rank: 1024 ranks open in 0.7 s, not 4
+        schema.write_arrow_file(
+            table, out_dir / parsed.files[name]
+        )  # 5 per rank: 1024 ranks open in 0.7 s, not 4
     return parsed
 
 
@@ -618,10 +749,17 @@ def part_files(out_dir: Path, index: int) -> list[Path]:
     """Every file the parse of source ``index`` may have written into ``out_dir`` (to drop a failed one's)."""
     name = f"part-{index:05d}.parquet"
     arrow = f"part-{index:05d}.arrow"
-    return [out_dir / "events" / name, *out_dir.glob(f"extra/*/{name}"), *out_dir.glob(f"analysis/*/{arrow}"), out_dir / FRAMES / arrow]
+    return [
+        out_dir / "events" / name,
+        *out_dir.glob(f"extra/*/{name}"),
+        *out_dir.glob(f"analysis/*/{arrow}"),
+        out_dir / FRAMES / arrow,
+    ]
 
 
-def parse_in_worker(source: Source, root: Path, out_dir: Path | None, index: int, upload: remote.Upload | None = None) -> Parsed:
+def parse_in_worker(
+    source: Source, root: Path, out_dir: Path | None, index: int, upload: remote.Upload | None = None
+) -> Parsed:
     """parse_rank, then hand the freed memory back to the system before the worker takes the next rank. A full
     garbage collection takes tens of milliseconds in a worker: after a small rank it would cost more than the
     parse did, and a small rank leaves little to collect. With ``upload`` (a cache at a URL) the rank's files
@@ -630,7 +768,9 @@ def parse_in_worker(source: Source, root: Path, out_dir: Path | None, index: int
     folder = remote.scratch() if out_dir is None else out_dir
     try:
         parsed = _parse_and_upload(source, root, folder, index, upload)
-        if out_dir is None:  # its work frame stays in the scratch folder: the client reads the rank's events instead
+        if (
+            out_dir is None
+        ):  # its work frame stays in the scratch folder: the client reads the rank's events instead
             parsed.frame_file = None
         return parsed
     finally:
@@ -642,7 +782,9 @@ def parse_in_worker(source: Source, root: Path, out_dir: Path | None, index: int
             ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def _parse_and_upload(source: Source, root: Path, out_dir: Path, index: int, upload: remote.Upload | None) -> Parsed:
+def _parse_and_upload(
+    source: Source, root: Path, out_dir: Path, index: int, upload: remote.Upload | None
+) -> Parsed:
     """parse_rank, then (a cache at a URL) the rank's files uploaded to the generation being written."""
     parsed = parse_rank(source, root, out_dir, index)
     if upload is not None:
@@ -685,7 +827,9 @@ def _parse_all(
     return [r for r in results if r is not None]
 
 
-def _parse_here(source: Source, root: Path, tmp: Path, index: int, upload: remote.Upload | None = None) -> Parsed:
+def _parse_here(
+    source: Source, root: Path, tmp: Path, index: int, upload: remote.Upload | None = None
+) -> Parsed:
     """parse_rank in this process, run once more when writing the cache fails (a bad file never raises: its
     parse is a problem of its own); failing again, a problem naming the source."""
     for _ in range(RETRIES + 1):
@@ -693,11 +837,18 @@ def _parse_here(source: Source, root: Path, tmp: Path, index: int, upload: remot
             return _parse_and_upload(source, root, tmp, index, upload)
         except OSError as exc:
             error: BaseException = exc
-    return failed_parse(source, root, tmp, index, f"its parse failed twice (retried once); last error: {_why(error)}")
+    return failed_parse(
+        source, root, tmp, index, f"its parse failed twice (retried once); last error: {_why(error)}"
+    )
 
 
 def _parse_in_pool(
-    sources: list[Source], root: Path, tmp: Path, workers: int, done: Callable[[int, Parsed], None], upload: remote.Upload | None = None
+    sources: list[Source],
+    root: Path,
+    tmp: Path,
+    workers: int,
+    done: Callable[[int, Parsed], None],
+    upload: remote.Upload | None = None,
 ) -> None:
     """Parse ``sources`` in local worker processes. A killed worker breaks its pool: the ranks that had not started
     go to a new pool, those it was parsing (and those whose parse raised an OSError) run once more, each alone in
@@ -732,7 +883,9 @@ def _pool_round(
     started = ctx.RawArray("b", len(sources))
     not_started: list[int] = []
     failed: dict[int, BaseException] = {}
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init, initargs=(os.getpid(), started)) as pool:
+    with ProcessPoolExecutor(
+        max_workers=workers, mp_context=ctx, initializer=_worker_init, initargs=(os.getpid(), started)
+    ) as pool:
         futures = {pool.submit(_parse_tracked, sources[i], root, tmp, i, upload): i for i in todo}
         for future in as_completed(futures):
             i, error = futures[future], future.exception()
@@ -780,7 +933,9 @@ def _forkable() -> bool:
     return all(n == "fsspecIO" or (n.startswith("asyncio_") and "fsspecIO" in names) for n in names)
 
 
-def _parse_tracked(source: Source, root: Path, out_dir: Path, index: int, upload: remote.Upload | None = None) -> Parsed:
+def _parse_tracked(
+    source: Source, root: Path, out_dir: Path, index: int, upload: remote.Upload | None = None
+) -> Parsed:
     """parse_in_worker, marked as started (for the pool to know which ranks a killed worker took with it)."""
     _STARTED[index] = 1
     return parse_in_worker(source, root, out_dir, index, upload)
@@ -823,7 +978,9 @@ def ingest(
     URL (``s3://bucket/job``): the cache is then written as a new generation there and committed by its pointer,
     this machine keeping a local mirror (paradiag.remote)."""
     if remote.is_url(path):
-        raise JobError(f"{remote.shown(str(path))}: the trace folder must be a path (only the cache may be a URL)")
+        raise JobError(
+            f"{remote.shown(str(path))}: the trace folder must be a path (only the cache may be a URL)"
+        )
     root = Path(path).resolve()
     url = str(cache_dir) if remote.is_url(cache_dir) else None
     cache = Path(cache_dir) if cache_dir is not None and url is None else cache_dir_for(root)
@@ -835,7 +992,9 @@ def ingest(
     problems = [Problem(_shown(path, base), "error", why) for path, why in skipped]
     run, broken = run_manifest.read(root)
     if broken:
-        problems.append(Problem(run_manifest.shown(root), "warning", f"{broken}; the run manifest is ignored"))
+        problems.append(
+            Problem(run_manifest.shown(root), "warning", f"{broken}; the run manifest is ignored")
+        )
     if not sources:
         hint = ""
         if root.is_dir() and any(root.rglob("cluster_step_trace_time.csv")):
@@ -843,7 +1002,9 @@ def ingest(
                 "; it holds msprof-analyze's aggregated cluster output (cluster_step_trace_time.csv), not per-rank"
                 " traces: open the *_ascend_pt folders it was computed from"
             )
-        raise JobError(f"{root}: no trace found (looked for PyTorch profiler *.json[.gz] files and Ascend *_ascend_pt folders){hint}")
+        raise JobError(
+            f"{root}: no trace found (looked for PyTorch profiler *.json[.gz] files and Ascend *_ascend_pt folders){hint}"
+        )
     plan = windows.plan(root, sources, run.started_ns if run else None)
     try:
         chosen = plan.pick(window)
@@ -852,10 +1013,16 @@ def ingest(
     problems.extend(Problem(_shown(s.path, base), "warning", why) for s, why in plan.set_aside)
     problems.extend(Problem(".", "warning", note) for note in plan.notes)
     if not chosen.sources:
-        raise JobError(f"{root}: no trace of the run's latest window (every trace was set aside: " + "; ".join(str(p) for p in problems) + ")")
+        raise JobError(
+            f"{root}: no trace of the run's latest window (every trace was set aside: "
+            + "; ".join(str(p) for p in problems)
+            + ")"
+        )
     context = _Context(run, plan, chosen, window)
     everything, sources = sources, chosen.sources
-    writer = remote.Writer.start(url, root) if url else None  # the store reached and writable, or a JobError now
+    writer = (
+        remote.Writer.start(url, root) if url else None
+    )  # the store reached and writable, or a JobError now
     if writer:
         cache = writer.mirror  # the folder built here becomes the local mirror of the new generation
     cache.parent.mkdir(parents=True, exist_ok=True)
@@ -865,7 +1032,13 @@ def ingest(
     try:
         parsed = _parse_all(sources, root, tmp, workers, progress, dask, writer.upload if writer else None)
         results = [p.result for p in parsed]
-        problems.extend(Problem(r.source, "warning", f"not a trace: skipped ({r.error})") if r.not_trace else Problem(r.source, "error", r.error) for r in results if r.error)
+        problems.extend(
+            Problem(r.source, "warning", f"not a trace: skipped ({r.error})")
+            if r.not_trace
+            else Problem(r.source, "error", r.error)
+            for r in results
+            if r.error
+        )
         if strict and problems:
             raise JobError("; ".join(str(p) for p in problems))
         job = _finish(root, base, tmp, everything, others, parsed, problems, context)
@@ -971,7 +1144,9 @@ def _missing_ranks(kept: list[_Kept], failed: set[int | None], context: _Context
     missing = [r for r in range(world) if r not in have]
     if not missing:
         return None
-    where = f" in window {context.window.index} ({context.window.label})" if len(context.plan.windows) > 1 else ""
+    where = (
+        f" in window {context.window.index} ({context.window.label})" if len(context.plan.windows) > 1 else ""
+    )
     named = ", ".join(map(str, missing[:16])) + (", ..." if len(missing) > 16 else "")
     return f"{len(missing)} of the world size's {world} ranks have no trace{where}: rank{'s' if len(missing) > 1 else ''} {named}"
 
@@ -996,7 +1171,13 @@ def _assign_ranks(results: list[Parsed], problems: list[Problem]) -> list[_Kept]
             continue
         rank = r.parsed.rank
         if rank in owner:
-            problems.append(Problem(r.source, "error", f"rank {rank} is also claimed by {owner[rank]}; this source was skipped"))
+            problems.append(
+                Problem(
+                    r.source,
+                    "error",
+                    f"rank {rank} is also claimed by {owner[rank]}; this source was skipped",
+                )
+            )
             continue
         owner[rank] = r.source
         kept.append(_Kept(r, r.parsed, rank, p))
@@ -1102,12 +1283,24 @@ def _finish(
             for file in [p.result.events_file, *p.files.values(), p.frame_file]:
                 if file:
                     (tmp / file).unlink(missing_ok=True)
-    hashed = {Path(p): h for r in results for p, h in r.file_hashes.items()}  # the workers hashed their sources
-    files = [dict(_stat_entry(f, base), hash=hashed.get(f) or file_hash(f)) for f in _source_files(root, sources, others)]
+    hashed = {
+        Path(p): h for r in results for p, h in r.file_hashes.items()
+    }  # the workers hashed their sources
+    files = [
+        dict(_stat_entry(f, base), hash=hashed.get(f) or file_hash(f))
+        for f in _source_files(root, sources, others)
+    ]
     # The window's files (and the folder's other files): two windows of one folder are two jobs to cached work.
-    aside = {_shown(p, base) for w in context.plan.windows if w is not context.window for p in _source_files(root, w.sources, [])}
+    aside = {
+        _shown(p, base)
+        for w in context.plan.windows
+        if w is not context.window
+        for p in _source_files(root, w.sources, [])
+    }
     aside |= {_shown(p, base) for s, _ in context.plan.set_aside for p in s.files}
-    content = hashlib.sha256(json.dumps([(f["path"], f["hash"]) for f in files if f["path"] not in aside]).encode()).hexdigest()
+    content = hashlib.sha256(
+        json.dumps([(f["path"], f["hash"]) for f in files if f["path"] not in aside]).encode()
+    ).hexdigest()
     manifest = {
         "format": CACHE_FORMAT,
         "schema_version": schema.SCHEMA_VERSION,
@@ -1125,7 +1318,16 @@ def _finish(
     }
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
     frames = {k.rank: tmp / k.analysis.frame_file for k in kept if k.analysis.frame_file}
-    return Job(tmp, manifest, ranks, steps, groups, problems, _rank_tables={k.rank: k.analysis.tables for k in kept}, _work_frames=frames)
+    return Job(
+        tmp,
+        manifest,
+        ranks,
+        steps,
+        groups,
+        problems,
+        _rank_tables={k.rank: k.analysis.tables for k in kept},
+        _work_frames=frames,
+    )
 
 
 def _source_entry(k: _Kept) -> dict[str, Any]:
@@ -1145,7 +1347,9 @@ def _source_entry(k: _Kept) -> dict[str, Any]:
     }
 
 
-def _ranks_table(kept: list[_Kept], alignment: align.Alignment, run: run_manifest.RunManifest | None = None) -> pa.Table:
+def _ranks_table(
+    kept: list[_Kept], alignment: align.Alignment, run: run_manifest.RunManifest | None = None
+) -> pa.Table:
     """One row per rank; the run manifest's world size and mesh coordinates where the trace states none."""
     rows: dict[str, list[Any]] = {f.name: [] for f in schema.RANKS}
     for k in kept:

@@ -31,13 +31,17 @@ PARSER_MODULES = (
     "paradiag.parsers.kineto",
 )
 # Files in a job folder that are not traces of a rank (profiler metadata outside a rank folder, our ground truth).
-NOT_TRACES = frozenset({"ground_truth.json", "manifest.json", "README.md", "profiler_metadata.json", "paradiag_run.json"})
+NOT_TRACES = frozenset(
+    {"ground_truth.json", "manifest.json", "README.md", "profiler_metadata.json", "paradiag_run.json"}
+)
 # Folders of results derived from traces (msprof-analyze's output), not traces themselves.
 DERIVED_FOLDERS = frozenset({"cluster_analysis_output"})
 # How a parser's TraceError begins for valid JSON that holds no trace (parsers.kineto): a stray file, a warning.
 NOT_A_TRACE = "not a PyTorch profiler trace"
 ROW_GROUP_ROWS = 128 * 1024
-PARQUET_COMPRESSION = "lz4"  # decodes ~1.5x faster than zstd for ~40% more disk: the cache is read far more than written
+PARQUET_COMPRESSION = (
+    "lz4"  # decodes ~1.5x faster than zstd for ~40% more disk: the cache is read far more than written
+)
 # Row-group statistics only where reads filter (Job.events on start_ns; step ranges): on every column (names'
 # min/max strings included) they took half of the write time.
 STATISTICS = ["start_ns", "step"]
@@ -84,7 +88,11 @@ def unreadable(path: Path) -> str | None:
     try:
         os.stat(path)
     except FileNotFoundError:
-        return "a broken symbolic link (its target does not exist)" if path.is_symlink() else "the file disappeared"
+        return (
+            "a broken symbolic link (its target does not exist)"
+            if path.is_symlink()
+            else "the file disappeared"
+        )
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             return "a symbolic link loop"
@@ -199,7 +207,9 @@ def parse_source(source: Source, root: Path, out_dir: Path, index: int) -> Sourc
     return parse_and_keep(source, root, out_dir, index, ())[0]
 
 
-def parse_and_keep(source: Source, root: Path, out_dir: Path, index: int, columns: Sequence[str]) -> tuple[SourceResult, pa.Table | None]:
+def parse_and_keep(
+    source: Source, root: Path, out_dir: Path, index: int, columns: Sequence[str]
+) -> tuple[SourceResult, pa.Table | None]:
     """parse_source, and ``columns`` of the events it wrote (sorted, as written; None when nothing was): the
     per-rank analysis runs on them where they are, instead of decoding them back from the Parquet part. They are
     columns of the table that was written, so they cost no memory beyond what the write held already."""
@@ -209,7 +219,9 @@ def parse_and_keep(source: Source, root: Path, out_dir: Path, index: int, column
         result.file_hashes = {str(f): file_hash(f) for f in source.files}
     try:
         module = importlib.import_module(source.parser)
-        parsed: ParsedRank = module.parse(source.path, root if root.is_dir() and source.path != root else root.parent)
+        parsed: ParsedRank = module.parse(
+            source.path, root if root.is_dir() and source.path != root else root.parent
+        )
     except TraceError as exc:  # named by the file inside a folder source that has the problem
         inner = exc.source.removeprefix(shown + os.sep) if exc.source.startswith(shown + os.sep) else None
         result.error = f"{inner}: {exc.problem}" if inner else exc.problem
@@ -250,7 +262,9 @@ def parse_and_keep(source: Source, root: Path, out_dir: Path, index: int, column
     result.num_events = events.num_rows
     if events.num_rows:
         _time_range(result, events)
-    is_comm = schema.in_values(events.column("kind"), [schema.COMMUNICATION]) & (events.column("device").to_numpy() >= 0)
+    is_comm = schema.in_values(events.column("kind"), [schema.COMMUNICATION]) & (
+        events.column("device").to_numpy() >= 0
+    )
     result.comm = events.filter(pa.array(is_comm)).select(list(COMM_COLUMNS))
     parsed.extra = {}
     result.parsed = parsed

@@ -45,7 +45,9 @@ def check_address(spec: str) -> str:
     local = LOCAL.match(spec)
     if (local and int(local["workers"]) >= 1) or (not local and ADDRESS.match(spec)):
         return spec
-    raise JobError(f"--dask {spec!r}: expected a scheduler address (tcp://HOST:8786) or local:N (N worker processes)")
+    raise JobError(
+        f"--dask {spec!r}: expected a scheduler address (tcp://HOST:8786) or local:N (N worker processes)"
+    )
 
 
 @contextlib.contextmanager
@@ -56,14 +58,18 @@ def connect(spec: str) -> Iterator[Client]:
         import dask
         from distributed import Client, LocalCluster
     except ImportError:
-        raise JobError("--dask needs Dask: install paradiag's dask extra (pip install 'paradiag[dask]')") from None
+        raise JobError(
+            "--dask needs Dask: install paradiag's dask extra (pip install 'paradiag[dask]')"
+        ) from None
     local = LOCAL.match(spec)
     if local:
         # One thread per worker: parsing holds the GIL, so threads would only share one core. The scheduler runs
         # here: a rank whose worker dies is tried on another once, as a rank whose task raises (not 3 times).
         with (
             dask.config.set({"distributed.scheduler.allowed-failures": RETRIES}),
-            LocalCluster(n_workers=int(local["workers"]), threads_per_worker=1, processes=True, dashboard_address=":0") as cluster,
+            LocalCluster(
+                n_workers=int(local["workers"]), threads_per_worker=1, processes=True, dashboard_address=":0"
+            ) as cluster,
             Client(cluster) as client,
         ):
             yield client
@@ -75,13 +81,20 @@ def connect(spec: str) -> Iterator[Client]:
     except ValueError as exc:  # a scheme Dask does not know, a port that is not a number
         raise JobError(f"--dask {spec}: not a scheduler address Dask can use ({exc})") from None
     except Exception as exc:  # distributed's own failures (its event loop not starting on a loaded machine)
-        raise JobError(f"--dask {spec}: the Dask client did not start ({type(exc).__name__}: {exc})") from None
+        raise JobError(
+            f"--dask {spec}: the Dask client did not start ({type(exc).__name__}: {exc})"
+        ) from None
     with client:
         yield client
 
 
 def parse_all(
-    spec: str, sources: list[Source], root: Path, tmp: Path, progress: ProgressCallback | None, upload: remote.Upload | None = None
+    spec: str,
+    sources: list[Source],
+    root: Path,
+    tmp: Path,
+    progress: ProgressCallback | None,
+    upload: remote.Upload | None = None,
 ) -> list[Parsed]:
     """Parse ``sources`` on the cluster ``spec``, writing into ``tmp`` (or, with ``upload``, into the workers'
     own scratch folders, uploaded to the cache's URL and downloaded here); results in the order of ``sources``."""
@@ -99,7 +112,9 @@ def _sees(*paths: str) -> list[str]:
     return [p for p in paths if not Path(p).exists()]
 
 
-def _check_workers(client: Client, spec: str, root: Path, tmp: Path, upload: remote.Upload | None = None) -> None:
+def _check_workers(
+    client: Client, spec: str, root: Path, tmp: Path, upload: remote.Upload | None = None
+) -> None:
     """At least one worker, and every worker sees the trace folder and the temporary cache folder (or, for a
     cache at a URL, reaches its store)."""
     try:
@@ -110,7 +125,9 @@ def _check_workers(client: Client, spec: str, root: Path, tmp: Path, upload: rem
         cut = {worker: why for worker, why in client.run(remote.worker_check, upload.url).items() if why}
         if cut:
             worker, why = sorted(cut.items())[0]
-            raise JobError(f"--dask {spec}: worker {worker} (and {len(cut) - 1} more) cannot use the cache: {why}")
+            raise JobError(
+                f"--dask {spec}: worker {worker} (and {len(cut) - 1} more) cannot use the cache: {why}"
+            )
     seen = (str(root),) if upload is not None else (str(root), str(tmp))
     blind = {worker: missing for worker, missing in client.run(_sees, *seen).items() if missing}
     if blind:
@@ -122,7 +139,12 @@ def _check_workers(client: Client, spec: str, root: Path, tmp: Path, upload: rem
 
 
 def _run(
-    client: Client, sources: list[Source], root: Path, tmp: Path, progress: ProgressCallback | None, upload: remote.Upload | None
+    client: Client,
+    sources: list[Source],
+    root: Path,
+    tmp: Path,
+    progress: ProgressCallback | None,
+    upload: remote.Upload | None,
 ) -> list[Parsed]:
     from distributed import as_completed
 
@@ -130,12 +152,30 @@ def _run(
     futures: dict[Any, int] = {}
     order = largest_first(sources)
     for priority, i in enumerate(reversed(order)):  # the scheduler runs higher priorities first
-        out = None if upload is not None else tmp  # writing to a URL, each worker parses into a folder of its own
-        futures[client.submit(parse_in_worker, sources[i], root, out, i, upload, retries=RETRIES, pure=False, priority=priority)] = i
+        out = (
+            None if upload is not None else tmp
+        )  # writing to a URL, each worker parses into a folder of its own
+        futures[
+            client.submit(
+                parse_in_worker,
+                sources[i],
+                root,
+                out,
+                i,
+                upload,
+                retries=RETRIES,
+                pure=False,
+                priority=priority,
+            )
+        ] = i
     try:
         for done, future in enumerate(as_completed(futures), start=1):
             i = futures[future]
-            results[i] = future.result() if future.status == "finished" else _failed(sources[i], root, tmp, i, future.exception())
+            results[i] = (
+                future.result()
+                if future.status == "finished"
+                else _failed(sources[i], root, tmp, i, future.exception())
+            )
             if progress:
                 progress(done, len(sources), results[i].result.source)  # type: ignore[union-attr]
     finally:  # on an interrupt, no worker goes on writing into a folder that is about to be removed
@@ -146,4 +186,10 @@ def _run(
 def _failed(source: Source, root: Path, tmp: Path, index: int, exc: BaseException | None) -> Parsed:
     """A source whose task failed twice: its partial files removed, its error the exception's."""
     why = f"{type(exc).__name__}: {exc}" if exc is not None else "cancelled"
-    return failed_parse(source, root, tmp, index, f"its task failed on the Dask cluster twice (retried once); last error: {why}")
+    return failed_parse(
+        source,
+        root,
+        tmp,
+        index,
+        f"its task failed on the Dask cluster twice (retried once); last error: {why}",
+    )

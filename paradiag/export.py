@@ -52,7 +52,23 @@ KINETO_CATEGORY = {
     schema.ANNOTATION: "user_annotation",
 }
 KINDS_OF_CATEGORY = {**HOST_CATEGORIES, **DEVICE_CATEGORIES}
-EVENT_COLUMNS = ("rank", "device", "track", "kind", "category", "name", "start_ns", "dur_ns", "correlation", "external_id", "collective", "group", "group_ranks", "peer", "bytes")
+EVENT_COLUMNS = (
+    "rank",
+    "device",
+    "track",
+    "kind",
+    "category",
+    "name",
+    "start_ns",
+    "dur_ns",
+    "correlation",
+    "external_id",
+    "collective",
+    "group",
+    "group_ranks",
+    "peer",
+    "bytes",
+)
 _encode = msgspec.json.Encoder().encode
 COLLECTIVE_FLOW = "collective"
 P2P_FLOW = "send_recv"
@@ -108,7 +124,11 @@ def _keeps_kind(category: str, kind: str, on_device: bool) -> bool:
 
 def _trace_event(row: dict[str, Any], base: int) -> dict[str, Any]:
     on_device = row["device"] >= 0
-    category = row["category"] if _keeps_kind(row["category"], row["kind"], on_device) else KINETO_CATEGORY[row["kind"]]
+    category = (
+        row["category"]
+        if _keeps_kind(row["category"], row["kind"], on_device)
+        else KINETO_CATEGORY[row["kind"]]
+    )
     args: dict[str, Any] = {"device": row["device"], "stream": row["track"]} if on_device else {}
     if row["correlation"] >= 0:
         args["correlation"] = row["correlation"]
@@ -127,8 +147,14 @@ def _rank_events(job: Job, rank: int, base: int, names: dict[int, str]) -> Itera
     table = job.events(ranks=[rank], columns=EVENT_COLUMNS)
     yield {"ph": "M", "name": "process_name", "pid": rank, "tid": 0, "args": {"name": names[rank]}}
     yield {"ph": "M", "name": "process_sort_index", "pid": rank, "tid": 0, "args": {"sort_index": rank}}
-    tracks = pa.table({"device": table.column("device"), "track": table.column("track")}).group_by(["device", "track"]).aggregate([])
-    for device, track in zip(tracks.column("device").to_pylist(), tracks.column("track").to_pylist(), strict=True):
+    tracks = (
+        pa.table({"device": table.column("device"), "track": table.column("track")})
+        .group_by(["device", "track"])
+        .aggregate([])
+    )
+    for device, track in zip(
+        tracks.column("device").to_pylist(), tracks.column("track").to_pylist(), strict=True
+    ):
         label = f"stream {track}" if device >= 0 else f"host thread {track}"
         yield {"ph": "M", "name": "thread_name", "pid": rank, "tid": track, "args": {"name": label}}
     for row in table.to_pylist():
@@ -139,7 +165,9 @@ def collective_flows(d: Diagnosis, base: int, ids: Iterator[int]) -> Iterator[di
     """Per collective instance with two or more members, a flow from the last arrival's kernel to every other
     member's (ending where that member could go on: the last arrival, within its kernel)."""
     by_instance: dict[int, list[dict[str, Any]]] = {}
-    for row in d.participation.select(["instance", "rank", "track", "start_ns", "end_ns", "late_rank", "collective", "group", "seq", "step"]).to_pylist():
+    for row in d.participation.select(
+        ["instance", "rank", "track", "start_ns", "end_ns", "late_rank", "collective", "group", "seq", "step"]
+    ).to_pylist():
         by_instance.setdefault(row["instance"], []).append(row)
     for instance, members in sorted(by_instance.items()):
         late = next((m for m in members if m["rank"] == m["late_rank"]), None)
@@ -148,17 +176,41 @@ def collective_flows(d: Diagnosis, base: int, ids: Iterator[int]) -> Iterator[di
         name = f"{late['collective']} group {late['group']} step {late['step']} #{late['seq']}"
         for m in (x for x in members if x is not late):
             flow = {"cat": COLLECTIVE_FLOW, "name": name, "id": next(ids), "args": {"instance": instance}}
-            yield {**flow, "ph": "s", "pid": late["rank"], "tid": late["track"], "ts": _us(late["start_ns"], base)}
-            yield {**flow, "ph": "f", "bp": "e", "pid": m["rank"], "tid": m["track"], "ts": _us(_within(late["start_ns"], m), base)}
+            yield {
+                **flow,
+                "ph": "s",
+                "pid": late["rank"],
+                "tid": late["track"],
+                "ts": _us(late["start_ns"], base),
+            }
+            yield {
+                **flow,
+                "ph": "f",
+                "bp": "e",
+                "pid": m["rank"],
+                "tid": m["track"],
+                "ts": _us(_within(late["start_ns"], m), base),
+            }
 
 
 def p2p_flows(d: Diagnosis, base: int, ids: Iterator[int]) -> Iterator[dict[str, Any]]:
     """Per matched send/recv pair, a flow from the send kernel to the receive kernel."""
     for p in d.p2p.to_pylist():
-        flow = {"cat": P2P_FLOW, "name": f"send {p['src']} -> {p['dst']} step {p['step']} #{p['ordinal']}", "id": next(ids)}
+        flow = {
+            "cat": P2P_FLOW,
+            "name": f"send {p['src']} -> {p['dst']} step {p['step']} #{p['ordinal']}",
+            "id": next(ids),
+        }
         recv = {"start_ns": p["recv_start_ns"], "end_ns": p["recv_end_ns"]}
         yield {**flow, "ph": "s", "pid": p["src"], "tid": p["src_track"], "ts": _us(p["send_start_ns"], base)}
-        yield {**flow, "ph": "f", "bp": "e", "pid": p["dst"], "tid": p["dst_track"], "ts": _us(_within(p["send_start_ns"], recv), base)}
+        yield {
+            **flow,
+            "ph": "f",
+            "bp": "e",
+            "pid": p["dst"],
+            "tid": p["dst_track"],
+            "ts": _us(_within(p["send_start_ns"], recv), base),
+        }
 
 
 def _within(t: int, kernel: dict[str, Any]) -> int:
@@ -176,16 +228,32 @@ def finding_events(d: Diagnosis, job: Job, base: int) -> Iterator[dict[str, Any]
         first[row["rank"]] = min(first.get(row["rank"], row["start_ns"]), row["start_ns"])
     for f in d.findings:
         ranks = list(dict.fromkeys([*f.culprit.ranks, *(f.culprit.link or [])]))
-        event = {"ph": "i", "cat": "finding", "name": f"{f.kind} ({f.severity})", "tid": 0, "args": _finding_args(f)}
+        event = {
+            "ph": "i",
+            "cat": "finding",
+            "name": f"{f.kind} ({f.severity})",
+            "tid": 0,
+            "args": _finding_args(f),
+        }
         if not ranks:
-            yield {**event, "s": "g", "pid": min(first, default=0), "ts": _us(min(first.values(), default=base), base)}
+            yield {
+                **event,
+                "s": "g",
+                "pid": min(first, default=0),
+                "ts": _us(min(first.values(), default=base), base),
+            }
         for r in ranks:
             at = starts.get((r, f.step), first.get(r, base)) if f.step is not None else first.get(r, base)
             yield {**event, "s": "p", "pid": r, "ts": _us(at, base)}
 
 
 def _finding_args(f: Finding) -> dict[str, Any]:
-    return {"evidence": f.evidence, "impact_pct": f.impact_pct, "steps": f.steps, "culprit": f.culprit.as_json()}
+    return {
+        "evidence": f.evidence,
+        "impact_pct": f.impact_pct,
+        "steps": f.steps,
+        "culprit": f.culprit.as_json(),
+    }
 
 
 def path_events(d: Diagnosis, pid: int, base: int) -> Iterator[dict[str, Any]]:
@@ -195,7 +263,16 @@ def path_events(d: Diagnosis, pid: int, base: int) -> Iterator[dict[str, Any]]:
     for s in d.critical_path.to_pylist():
         name = f"{s['kind']}: {s['operator']}" if s["operator"] else s["kind"]
         args = {"rank": s["rank"], "step": s["step"], "kind": s["kind"], "track": s["track"]}
-        yield {"ph": "X", "cat": "critical_path", "name": name, "pid": pid, "tid": 0, "ts": _us(s["start_ns"], base), "dur": (s["end_ns"] - s["start_ns"]) / 1000, "args": args}
+        yield {
+            "ph": "X",
+            "cat": "critical_path",
+            "name": name,
+            "pid": pid,
+            "tid": 0,
+            "ts": _us(s["start_ns"], base),
+            "dur": (s["end_ns"] - s["start_ns"]) / 1000,
+            "args": args,
+        }
 
 
 def write_perfetto(job: Job, out: Path) -> ExportSummary:
@@ -204,7 +281,11 @@ def write_perfetto(job: Job, out: Path) -> ExportSummary:
     base = _first_start(job)
     names = {r: process_name(r, d.layout.coords.get(r), d.layout.size) for r in job.rank_ids}
     tally: Counter[tuple[Any, ...]] = Counter()
-    header = {"displayTimeUnit": "ns", "baseTimeNanoseconds": base, "paradiag": {"source": job.source, "ranks": names}}
+    header = {
+        "displayTimeUnit": "ns",
+        "baseTimeNanoseconds": base,
+        "paradiag": {"source": job.source, "ranks": names},
+    }
     tmp = out.with_name(f".{out.name}.tmp")
     try:
         with gzip.open(tmp, "wb", compresslevel=5) as fh:
@@ -241,19 +322,34 @@ def _events(job: Job, d: Diagnosis, base: int, names: dict[int, str]) -> Iterato
 def _first_start(job: Job) -> int:
     """The earliest event start (the trace's time zero), whole microseconds so that relative times stay exact:
     times before a step (or in a job without steps) are then positive and small too."""
-    firsts = [pc.min(job.events(ranks=[r], columns=["start_ns"]).column("start_ns")).as_py() for r in job.rank_ids]
+    firsts = [
+        pc.min(job.events(ranks=[r], columns=["start_ns"]).column("start_ns")).as_py() for r in job.rank_ids
+    ]
     known = [t for t in firsts if t is not None]
     return min(known) // 1000 * 1000 if known else 0
 
 
 @click.command()
 @path_argument
-@click.option("--perfetto", "perfetto", type=click.Path(dir_okay=False, path_type=Path), required=True, help="The Chrome trace JSON to write (gzip; name it .json.gz) for ui.perfetto.dev.")
+@click.option(
+    "--perfetto",
+    "perfetto",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="The Chrome trace JSON to write (gzip; name it .json.gz) for ui.perfetto.dev.",
+)
 @cache_option
 @strict_option
 @workers_option
 @window_option
-def export(path: Path | str, perfetto: Path, cache: Path | str | None, strict: bool, workers: int | None, window: int | None) -> None:
+def export(
+    path: Path | str,
+    perfetto: Path,
+    cache: Path | str | None,
+    strict: bool,
+    workers: int | None,
+    window: int | None,
+) -> None:
     """Write PATH as one aligned multi-rank trace for Perfetto: a process per rank named by its mesh
     coordinates, flows joining collective members and send/recv pairs, findings as instant events."""
     job = open_for_command(path, cache, strict=strict, workers=workers, window=window)

@@ -79,9 +79,13 @@ class Frames:
         """Device work (compute, communication, memory and sync kernels) of ``ranks`` in ``steps``, as HTA's
         kernel frames: one row per kernel with its stream (``track``), name, kind, step and time."""
         events = self.job.events(ranks)
-        keep = schema.in_values(events.column("kind"), schema.DEVICE_KINDS) & (events.column("device").to_numpy() >= 0)
+        keep = schema.in_values(events.column("kind"), schema.DEVICE_KINDS) & (
+            events.column("device").to_numpy() >= 0
+        )
         if steps is not None:
-            keep &= np.isin(events.column("step").fill_null(-1).to_numpy(), np.fromiter(steps, dtype=np.int64))
+            keep &= np.isin(
+                events.column("step").fill_null(-1).to_numpy(), np.fromiter(steps, dtype=np.int64)
+            )
         return to_frame(events.filter(pa.array(keep)))
 
     def ranks(self) -> pd.DataFrame:
@@ -99,7 +103,9 @@ class Frames:
         with ``comm_overlapped_ns`` and ``overlap_ratio`` (share of communication hidden under compute).
         Definitions: ``paradiag.analysis.breakdown``."""
         table = self.job.diagnosis().breakdowns
-        table = table.filter(pc.is_valid(table.column("step")) if per_step else pc.is_null(table.column("step")))
+        table = table.filter(
+            pc.is_valid(table.column("step")) if per_step else pc.is_null(table.column("step"))
+        )
         table = table.sort_by([("rank", "ascending"), ("step", "ascending")])
         rows = [Breakdown(**{k: row[k] for k in BREAKDOWN_FIELDS}).as_dict() for row in table.to_pylist()]
         derived = ["overlap_ratio", *(f"{s}_pct" for s in _SHARES)]
@@ -134,7 +140,22 @@ class Frames:
             }
             for f in self.job.diagnosis().findings
         ]
-        frame = pd.DataFrame(rows, columns=["kind", "severity", "impact_pct", "ranks", "stage", "operator", "link", "hosts", "step", "steps", "evidence"])
+        frame = pd.DataFrame(
+            rows,
+            columns=[
+                "kind",
+                "severity",
+                "impact_pct",
+                "ranks",
+                "stage",
+                "operator",
+                "link",
+                "hosts",
+                "step",
+                "steps",
+                "evidence",
+            ],
+        )
         for name in ("kind", "severity", "operator"):
             frame[name] = frame[name].astype("category")
         for name in ("stage", "step"):
@@ -147,11 +168,32 @@ class Frames:
         bubble ratio, and whether it is the bottleneck; empty without pipeline parallelism."""
         pd = pandas_module()
         metrics = self.job.diagnosis().stage_metrics
-        names = ["stage", "ranks", "compute_per_micro_batch_ns", "compute_per_micro_batch_median_ns", "bubble_ratio", "bottleneck"]
+        names = [
+            "stage",
+            "ranks",
+            "compute_per_micro_batch_ns",
+            "compute_per_micro_batch_median_ns",
+            "bubble_ratio",
+            "bottleneck",
+        ]
         if metrics is None:
-            return pd.DataFrame({name: pd.Series(dtype=dtype) for name, dtype in zip(names, ["int64", object, "int64", "int64", float, bool], strict=True)})
+            return pd.DataFrame(
+                {
+                    name: pd.Series(dtype=dtype)
+                    for name, dtype in zip(
+                        names, ["int64", object, "int64", "int64", float, bool], strict=True
+                    )
+                }
+            )
         rows = [
-            [s.stage, s.ranks, s.compute_per_micro_batch_ns, s.compute_per_micro_batch_median_ns, s.bubble_ratio, s.stage == metrics.bottleneck_stage]
+            [
+                s.stage,
+                s.ranks,
+                s.compute_per_micro_batch_ns,
+                s.compute_per_micro_batch_median_ns,
+                s.bubble_ratio,
+                s.stage == metrics.bottleneck_stage,
+            ]
             for s in metrics.stages
         ]
         return pd.DataFrame(rows, columns=names)
@@ -161,7 +203,9 @@ class Frames:
         kind (compute, communication, host, wait, ...), operator and time span."""
         table = self.job.diagnosis().critical_path
         if step is not None:
-            table = table.filter(pc.equal(table.column("step"), pa.scalar(step, table.schema.field("step").type)))
+            table = table.filter(
+                pc.equal(table.column("step"), pa.scalar(step, table.schema.field("step").type))
+            )
         return to_frame(table)
 
     def operators(self) -> pd.DataFrame:

@@ -86,7 +86,9 @@ def parse(expression: str) -> list[str]:
     conditions = [c.strip() for c in expression.split(",") if c.strip()]
     for c in conditions:
         if not (_METRIC.match(c) or _FINDING.match(c)):
-            raise GateError(f"cannot read the condition {c!r}: write NAME>NUMBER (names: {', '.join(ALIASES)}) or finding:KIND")
+            raise GateError(
+                f"cannot read the condition {c!r}: write NAME>NUMBER (names: {', '.join(ALIASES)}) or finding:KIND"
+            )
     return conditions
 
 
@@ -120,9 +122,13 @@ def _finding_outcome(report: dict[str, Any], condition: str, kind: str, min_seve
     ]
     if not hits:
         what = "no finding" if kind == "any" else f"no {kind} finding"
-        return Outcome(condition, False, 0, what + (f" of severity {min_severity} or more" if min_severity else ""))
+        return Outcome(
+            condition, False, 0, what + (f" of severity {min_severity} or more" if min_severity else "")
+        )
     top = hits[0]
-    return Outcome(condition, True, len(hits), f"{top['kind']} ({top.get('severity')}): {top.get('evidence', '')}")
+    return Outcome(
+        condition, True, len(hits), f"{top['kind']} ({top.get('severity')}): {top.get('evidence', '')}"
+    )
 
 
 def verdict(report: dict[str, Any], fail_on: str | None, outcomes: list[Outcome]) -> dict[str, Any]:
@@ -142,6 +148,10 @@ def verdict(report: dict[str, Any], fail_on: str | None, outcomes: list[Outcome]
         "fail_on": fail_on,
         "status": status,
         "passed": analysed and not crossed,
-        "reasons": [p["message"] for p in report.get("job", {}).get("problems", []) if p.get("source") == "." and not analysed],
+        "reasons": [
+            p["message"]
+            for p in report.get("job", {}).get("problems", [])
+            if p.get("source") == "." and not analysed
+        ],
         "conditions": [o.__dict__ for o in outcomes],
     }

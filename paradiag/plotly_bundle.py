@@ -58,7 +58,9 @@ def fetch(timeout: float = 60.0) -> Path:
         tarball = reply.read()
     algorithm, _, expected = dist["integrity"].partition("-")
     if algorithm != "sha512" or base64.b64encode(hashlib.sha512(tarball).digest()).decode() != expected:
-        raise ValueError(f"{PACKAGE} {version}: the tarball does not match the registry's integrity {dist['integrity']}")
+        raise ValueError(
+            f"{PACKAGE} {version}: the tarball does not match the registry's integrity {dist['integrity']}"
+        )
     with tarfile.open(fileobj=io.BytesIO(tarball), mode="r:gz") as tar:
         member = tar.extractfile(MEMBER)
         if member is None:
@@ -77,7 +79,10 @@ def main() -> None:
     try:
         print(f"paradiag: plotly.js cartesian bundle at {fetch()}")
     except (OSError, ValueError, KeyError) as exc:
-        print(f"paradiag: the plotly.js cartesian bundle was not fetched ({exc}); the full plotly.js serves", file=sys.stderr)
+        print(
+            f"paradiag: the plotly.js cartesian bundle was not fetched ({exc}); the full plotly.js serves",
+            file=sys.stderr,
+        )
 
 
 if __name__ == "__main__":

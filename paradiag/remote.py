@@ -107,13 +107,21 @@ class Store:
             raise
         except PermissionError as exc:
             why = _redact(str(exc), self.url)
-            raise _job_error(f"{self.name}: access refused while {doing} ({why}); check the credentials (AWS_* variables, fsspec's config)") from None
+            raise _job_error(
+                f"{self.name}: access refused while {doing} ({why}); check the credentials (AWS_* variables, fsspec's config)"
+            ) from None
         except FileNotFoundError as exc:
             if not self._container_exists():
-                raise _job_error(f"{self.name}: the bucket {self.path.split('/')[0]!r} does not exist") from None
-            raise _job_error(f"{self.name}: {doing} failed: not found ({_redact(str(exc), self.url)})") from None
+                raise _job_error(
+                    f"{self.name}: the bucket {self.path.split('/')[0]!r} does not exist"
+                ) from None
+            raise _job_error(
+                f"{self.name}: {doing} failed: not found ({_redact(str(exc), self.url)})"
+            ) from None
         except Exception as exc:
-            raise _job_error(f"{self.name}: {doing} failed ({type(exc).__name__}: {_redact(str(exc), self.url)})") from None
+            raise _job_error(
+                f"{self.name}: {doing} failed ({type(exc).__name__}: {_redact(str(exc), self.url)})"
+            ) from None
 
     def _container_exists(self) -> bool:
         """Whether the bucket (the path's first part) exists; a local file system has none to miss."""
@@ -143,11 +151,15 @@ def connect(url: str) -> Store:
     try:
         fs, path = fsspec.core.url_to_fs(url)
     except ImportError as exc:
-        raise _job_error(f"{name}: {scheme}:// needs a package fsspec did not find ({exc}): {EXTRA}") from None
+        raise _job_error(
+            f"{name}: {scheme}:// needs a package fsspec did not find ({exc}): {EXTRA}"
+        ) from None
     except ValueError as exc:
         raise _job_error(f"{name}: not a URL fsspec can use ({_redact(str(exc), url)})") from None
     except Exception as exc:
-        raise _job_error(f"{name}: cannot open the store ({type(exc).__name__}: {_redact(str(exc), url)})") from None
+        raise _job_error(
+            f"{name}: cannot open the store ({type(exc).__name__}: {_redact(str(exc), url)})"
+        ) from None
     if is_local(fs):  # an object store has no folders to make; a file system needs them before a write
         from fsspec.implementations.local import LocalFileSystem
 
@@ -173,7 +185,9 @@ def read_pointer(store: Store, required: bool = True) -> dict[str, Any] | None:
             data = None
     if data is None:
         if required:
-            raise _job_error(f"{store.name}: not a paradiag cache (no {POINTER} there; write one with paradiag ingest FOLDER -o {store.name})")
+            raise _job_error(
+                f"{store.name}: not a paradiag cache (no {POINTER} there; write one with paradiag ingest FOLDER -o {store.name})"
+            )
         return None
     try:
         pointer = json.loads(data)
@@ -185,7 +199,9 @@ def read_pointer(store: Store, required: bool = True) -> dict[str, Any] | None:
     if not ok:
         raise _job_error(f"{store.name}: not a paradiag cache ({POINTER} is not a {POINTER_FORMAT} pointer)")
     if pointer.get("cache_format") != CACHE_FORMAT:
-        raise _job_error(f"{store.name}: written by another paradiag ({pointer.get('cache_format')}, this one reads {CACHE_FORMAT}): ingest it again")
+        raise _job_error(
+            f"{store.name}: written by another paradiag ({pointer.get('cache_format')}, this one reads {CACHE_FORMAT}): ingest it again"
+        )
     return dict(pointer)
 
 
@@ -222,7 +238,9 @@ def mirror(store: Store, pointer: dict[str, Any] | None = None) -> Path:
             _download(store, pointer["generation"], target)
         except _Vanished:
             if attempt:
-                raise _job_error(f"{store.name}: its generation {pointer['generation']} vanished while it was read (an ingest is replacing it?)") from None
+                raise _job_error(
+                    f"{store.name}: its generation {pointer['generation']} vanished while it was read (an ingest is replacing it?)"
+                ) from None
             pointer = None
             continue
         forget_other_mirrors(target)
@@ -313,7 +331,9 @@ def put_files(upload: Upload, folder: Path, files: Iterable[str]) -> list[str]:
     try:
         store.fs.put([str(folder / f) for f in files], [store.at(upload.generation, f) for f in files])
     except Exception as exc:
-        raise OSError(f"uploading to {store.name} failed: {type(exc).__name__}: {_redact(str(exc), upload.url)}") from None
+        raise OSError(
+            f"uploading to {store.name} failed: {type(exc).__name__}: {_redact(str(exc), upload.url)}"
+        ) from None
     return files
 
 
@@ -376,11 +396,17 @@ class Writer:
         read, writing to it checked with a probe object (refused credentials or a read-only store are said
         now, not once per rank)."""
         store = connect(url)
-        if is_local(store.fs) and (Path(store.path).resolve() == source or source in Path(store.path).resolve().parents):
-            raise _job_error(f"{store.name}: the cache must not be inside the source folder (it is never modified)")
+        if is_local(store.fs) and (
+            Path(store.path).resolve() == source or source in Path(store.path).resolve().parents
+        ):
+            raise _job_error(
+                f"{store.name}: the cache must not be inside the source folder (it is never modified)"
+            )
         read_pointer(store, required=False)  # a missing bucket, refused credentials: said before any parse
         host, pid = _host_and_pid()
-        generation = f".gen-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{host}-{pid}-{uuid.uuid4().hex[:8]}"
+        generation = (
+            f".gen-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{host}-{pid}-{uuid.uuid4().hex[:8]}"
+        )
         probe = store.at(generation, ".probe")
         with store.errors("writing to it"):
             store.fs.pipe_file(probe, b"")
@@ -398,13 +424,18 @@ class Writer:
             if rest:
                 self.store.fs.put([str(folder / f) for f in rest], [f"{prefix}/{f}" for f in rest])
             self.store.fs.invalidate_cache(prefix)
-            there = {_relative(p, prefix): int(info.get("size") or 0) for p, info in self.store.fs.find(prefix, detail=True).items()}
+            there = {
+                _relative(p, prefix): int(info.get("size") or 0)
+                for p, info in self.store.fs.find(prefix, detail=True).items()
+            }
             strays = sorted(set(there) - set(local))
             if strays:
                 self.store.fs.rm([f"{prefix}/{f}" for f in strays])
             wrong = sorted(f for f, size in local.items() if there.get(f) != size)
             if wrong:
-                raise _job_error(f"{self.store.name}: {len(wrong)} file(s) of {self.generation} are missing or differ after the upload ({wrong[0]}, ...); nothing was committed")
+                raise _job_error(
+                    f"{self.store.name}: {len(wrong)} file(s) of {self.generation} are missing or differ after the upload ({wrong[0]}, ...); nothing was committed"
+                )
         # Read again now, not at the start: another ingest may have committed meanwhile, and its generation is
         # the one this commit replaces (otherwise it would be left for STALE_AFTER_S).
         old = read_pointer(self.store, required=False)

@@ -60,8 +60,12 @@ class RunManifest:
     """A valid run manifest."""
 
     world_size: int
-    groups: list[Group] = field(default_factory=list)  # global members; the id is the group's name, made unique
-    coords: dict[int, dict[str, int]] = field(default_factory=dict)  # rank -> axis -> coordinate (from the mesh)
+    groups: list[Group] = field(
+        default_factory=list
+    )  # global members; the id is the group's name, made unique
+    coords: dict[int, dict[str, int]] = field(
+        default_factory=dict
+    )  # rank -> axis -> coordinate (from the mesh)
     dim_names: list[str] = field(default_factory=list)
     started_ns: int | None = None
     backend: str | None = None
@@ -109,7 +113,13 @@ def parse(data: bytes) -> RunManifest:
         raise ManifestError(f"more than {MAX_GROUPS} groups")
     if doc.started_ns is not None and not 0 <= doc.started_ns < 2**62:
         raise ManifestError(f"started_ns {doc.started_ns} is not a valid time")
-    manifest = RunManifest(world, started_ns=doc.started_ns, backend=doc.backend, device_type=doc.device_type, torch_version=doc.torch_version)
+    manifest = RunManifest(
+        world,
+        started_ns=doc.started_ns,
+        backend=doc.backend,
+        device_type=doc.device_type,
+        torch_version=doc.torch_version,
+    )
     manifest.groups = _groups(doc.groups, world)
     if doc.mesh is not None:
         manifest.dim_names, manifest.coords = _mesh(doc.mesh, world)
@@ -124,7 +134,9 @@ def _groups(groups: list[_Group], world: int) -> list[Group]:
         if not g.name or len(g.name) > 200:
             raise ManifestError(f"group {i} has no valid name")
         if not g.ranks or len(set(g.ranks)) != len(g.ranks) or not all(0 <= r < world for r in g.ranks):
-            raise ManifestError(f"group {g.name[:40]!r} has member ranks outside 0..{world - 1} (or none, or repeated)")
+            raise ManifestError(
+                f"group {g.name[:40]!r} has member ranks outside 0..{world - 1} (or none, or repeated)"
+            )
         count[g.name] = count.get(g.name, 0) + 1
     found = []
     for g in groups:

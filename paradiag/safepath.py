@@ -47,8 +47,14 @@ def relative(name: str) -> PurePosixPath:
         if part in ("", "."):
             continue
         folded = unicodedata.normalize("NFKC", part)
-        if not folded.strip(". "):  # "..", "...", ".. " (Windows drops trailing dots and spaces), "．．" (NFKC)
-            raise UnsafeName("names a parent folder" if ".." in folded.replace(" ", "") else "has a part of only dots or spaces")
+        if not folded.strip(
+            ". "
+        ):  # "..", "...", ".. " (Windows drops trailing dots and spaces), "．．" (NFKC)
+            raise UnsafeName(
+                "names a parent folder"
+                if ".." in folded.replace(" ", "")
+                else "has a part of only dots or spaces"
+            )
         if re.search(r"[\\/]", folded):  # "a／b": a separator once folded
             raise UnsafeName("holds a separator in disguise")
         parts.append(_short(part))
@@ -84,7 +90,9 @@ def inside(root: Path, name: str | PurePosixPath, exact: bool = False) -> Path:
     return target
 
 
-def create(root: Path, rel: PurePosixPath, mode: int = 0o600, dir_mode: int = 0o700) -> tuple[int, PurePosixPath]:
+def create(
+    root: Path, rel: PurePosixPath, mode: int = 0o600, dir_mode: int = 0o700
+) -> tuple[int, PurePosixPath]:
     """Create the new file ``rel`` (from :func:`relative`) under ``root``, making its folders (``dir_mode``) on the
     way, none of them followed if it is a link; a name that is taken gets ``_`` prefixed until it is free (two
     parts of one name are both kept). Returns (an open descriptor to write, the name it got). UnsafeName when a
@@ -106,7 +114,12 @@ def create(root: Path, rel: PurePosixPath, mode: int = 0o600, dir_mode: int = 0o
         name = rel.name
         while True:
             try:
-                out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), mode, dir_fd=fd)
+                out = os.open(
+                    name,
+                    os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                    mode,
+                    dir_fd=fd,
+                )
             except FileExistsError:
                 name = _short("_" + name)
                 continue

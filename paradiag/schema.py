@@ -60,7 +60,9 @@ DICT32 = pa.dictionary(pa.int32(), pa.string())
 EVENTS = pa.schema(
     [
         pa.field("rank", pa.int32(), nullable=False),
-        pa.field("device", pa.int8(), nullable=False),  # device index on its host (0..127); -1 for host events
+        pa.field(
+            "device", pa.int8(), nullable=False
+        ),  # device index on its host (0..127); -1 for host events
         pa.field("track", pa.int32(), nullable=False),  # stream id on the device, thread id on the host
         pa.field("kind", DICT8, nullable=False),
         pa.field("category", DICT8, nullable=False),  # the source's own category (kernel, cpu_op, ...)
@@ -93,7 +95,9 @@ RANKS = pa.schema(
         pa.field("pp", pa.int16()),
         pa.field("ep", pa.int16()),
         pa.field("clock_offset_ns", pa.int64(), nullable=False),  # added to the rank's own timestamps
-        pa.field("clock_uncertainty_ns", pa.int64()),  # residual spread of the estimate, null if not estimated
+        pa.field(
+            "clock_uncertainty_ns", pa.int64()
+        ),  # residual spread of the estimate, null if not estimated
         pa.field("format", DICT8, nullable=False),  # kineto, ascend_text, ascend_db, msprof, simulator ...
         pa.field("source", pa.string(), nullable=False),  # file or folder, relative to the job folder
         pa.field("num_events", pa.int64(), nullable=False),
@@ -154,7 +158,9 @@ def build(schema: pa.Schema, columns: Mapping[str, Any], length: int | None = No
         elif field.nullable:
             arrays.append(pa.nulls(length, type=field.type))
         else:
-            raise ValueError(f"column {field.name!r} of table {schema.metadata[b'paradiag.table'].decode()} is required")
+            raise ValueError(
+                f"column {field.name!r} of table {schema.metadata[b'paradiag.table'].decode()} is required"
+            )
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
@@ -165,13 +171,21 @@ def in_values(column: pa.Array | pa.ChunkedArray, values: Any) -> np.ndarray:
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
     if not pa.types.is_dictionary(column.type):
-        return np.asarray(pc.is_in(column, pa.array(sorted(values), type=column.type)).fill_null(False).to_numpy(zero_copy_only=False))
+        return np.asarray(
+            pc.is_in(column, pa.array(sorted(values), type=column.type))
+            .fill_null(False)
+            .to_numpy(zero_copy_only=False)
+        )
     wanted = [i for i, v in enumerate(column.dictionary.to_pylist()) if v in values]
     codes = column.indices.to_numpy(zero_copy_only=False)
-    return np.isin(codes, np.array(wanted, dtype=codes.dtype)) if wanted else np.zeros(len(column), dtype=bool)
+    return (
+        np.isin(codes, np.array(wanted, dtype=codes.dtype)) if wanted else np.zeros(len(column), dtype=bool)
+    )
 
 
-def dictionary_array(codes: np.ndarray, dictionary: Sequence[str], index_type: pa.DataType, mask: np.ndarray | None = None) -> pa.DictionaryArray:
+def dictionary_array(
+    codes: np.ndarray, dictionary: Sequence[str], index_type: pa.DataType, mask: np.ndarray | None = None
+) -> pa.DictionaryArray:
     """A dictionary column from integer codes into ``dictionary`` (rows where ``mask`` is True are null)."""
     indices = pa.array(codes.astype(index_type.to_pandas_dtype(), copy=False), mask=mask)
     return pa.DictionaryArray.from_arrays(indices, pa.array(list(dictionary), type=pa.string()))
@@ -184,7 +198,9 @@ def empty(schema: pa.Schema) -> pa.Table:
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """Cast ``table`` to ``schema`` (column order, types, dictionary index widths), checking required columns."""
-    return build(schema, {name: table.column(name).combine_chunks() for name in table.column_names}, table.num_rows)
+    return build(
+        schema, {name: table.column(name).combine_chunks() for name in table.column_names}, table.num_rows
+    )
 
 
 def write_arrow_file(table: pa.Table, path: Path) -> None:

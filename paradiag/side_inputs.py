@@ -50,11 +50,17 @@ def store_side_inputs(root: Path, cache_dir: Path) -> None:
             continue
         rank = table.column("rank")[0].as_py() if table.num_rows else None
         if rank is None or rank in seen:
-            doc["problems"].append(f"{shown}: {'no rank' if rank is None else f'a second file for rank {rank}'}; not used")
+            doc["problems"].append(
+                f"{shown}: {'no rank' if rank is None else f'a second file for rank {rank}'}; not used"
+            )
             continue
         seen.add(rank)
         doc["files"].append(shown)
-        tables.append(table.replace_schema_metadata(None).append_column("file", pa.array([shown] * table.num_rows, pa.string())))
+        tables.append(
+            table.replace_schema_metadata(None).append_column(
+                "file", pa.array([shown] * table.num_rows, pa.string())
+            )
+        )
     schema = SCHEMA.append(pa.field("file", pa.string()))
     pq.write_table(pa.concat_tables(tables) if tables else schema.empty_table(), cache_dir / STRATEGY_TABLE)
     (cache_dir / STRATEGY_DOC).write_text(json.dumps(doc))

@@ -32,16 +32,54 @@ def _json(doc: Any) -> str:
 
 @click.command()
 @path_argument
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=Path("report.html"), show_default=True, help="The HTML report to write.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Also write the paradiag.report/1 verdict JSON here.")
-@click.option("--fail-on", "fail_on", default=None, metavar="EXPR", help="Exit 3 when a condition holds, e.g. 'stage_imbalance>1.15,bubble_ratio>0.3,finding:slow_link'. Names: " + ", ".join(gate.ALIASES) + ", or a dotted path into the report; finding:KIND[>=low|medium|high]; finding:any.")
-@click.option("--cache", type=Location(exists=False), default=None, help="Cache folder or fsspec URL (default: $PARADIAG_CACHE_DIR or ~/.cache/paradiag/...).")
-@click.option("--title", default=None, help="The report's title (default: the job folder's name; never its full path, which a published report would leak).")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("report.html"),
+    show_default=True,
+    help="The HTML report to write.",
+)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write the paradiag.report/1 verdict JSON here.",
+)
+@click.option(
+    "--fail-on",
+    "fail_on",
+    default=None,
+    metavar="EXPR",
+    help="Exit 3 when a condition holds, e.g. 'stage_imbalance>1.15,bubble_ratio>0.3,finding:slow_link'. Names: "
+    + ", ".join(gate.ALIASES)
+    + ", or a dotted path into the report; finding:KIND[>=low|medium|high]; finding:any.",
+)
+@click.option(
+    "--cache",
+    type=Location(exists=False),
+    default=None,
+    help="Cache folder or fsspec URL (default: $PARADIAG_CACHE_DIR or ~/.cache/paradiag/...).",
+)
+@click.option(
+    "--title",
+    default=None,
+    help="The report's title (default: the job folder's name; never its full path, which a published report would leak).",
+)
 @strict_option
 @workers_option
 @window_option
 def snapshot(
-    path: Path | str, output: Path, json_path: Path | None, fail_on: str | None, cache: Path | str | None, title: str | None, strict: bool, workers: int | None, window: int | None
+    path: Path | str,
+    output: Path,
+    json_path: Path | None,
+    fail_on: str | None,
+    cache: Path | str | None,
+    title: str | None,
+    strict: bool,
+    workers: int | None,
+    window: int | None,
 ) -> None:
     """Write a self-contained HTML report of PATH (works offline) and, with --json, the verdict JSON.
 
@@ -61,10 +99,14 @@ def snapshot(
     report["verdict"] = gate.verdict(report, fail_on, outcomes)
     # The page is titled by report.job.source; the HTML gets the folder's name (or --title), the JSON the path.
     shown = title or (path.resolve().name if isinstance(path, Path) else path.rstrip("/").rsplit("/", 1)[-1])
-    output.write_text(render_snapshot(job, {**report, "job": {**report["job"], "source": shown}}), encoding="utf-8")
+    output.write_text(
+        render_snapshot(job, {**report, "job": {**report["job"], "source": shown}}), encoding="utf-8"
+    )
     if json_path is not None:
         json_path.write_text(_json(report), encoding="utf-8")
-    click.echo(f"wrote {output} ({output.stat().st_size / 1e6:.1f} MB)" + (f" and {json_path}" if json_path else ""))
+    click.echo(
+        f"wrote {output} ({output.stat().st_size / 1e6:.1f} MB)" + (f" and {json_path}" if json_path else "")
+    )
     for p in report["job"]["problems"]:
         if p["source"] == ".":
             click.echo(f"{p['severity']}: {p['message']}", err=True)
@@ -83,10 +125,18 @@ EXIT_REFUSED = 2  # ``paradiag compare`` of runs that cannot be compared (click'
 @click.command()
 @click.argument("baseline", type=Location(exists=True))
 @click.argument("candidate", type=Location(exists=True))
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write an HTML diff report here.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write an HTML diff report here.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the paradiag.compare/1 JSON document.")
 @strict_option
-def compare(baseline: Path | str, candidate: Path | str, output: Path | None, as_json: bool, strict: bool) -> None:
+def compare(
+    baseline: Path | str, candidate: Path | str, output: Path | None, as_json: bool, strict: bool
+) -> None:
     """Compare two runs: step time and breakdown per rank and stage, operators that got slower or faster,
     findings that appeared or disappeared, and the top change. Works across GPU and NPU runs of one model
     (operators are then matched by category). Runs whose pipelines differ in depth, or that split the model
@@ -120,10 +170,13 @@ def compare(baseline: Path | str, candidate: Path | str, output: Path | None, as
     for sign, what in (("+", "appeared"), ("-", "disappeared")):
         for f in result["findings"][what]:
             who = culprit_text(f.get("culprit"))
-            click.echo(f"{sign} {kind_text(f['kind'])}" + (f" ({who})" if who else "") + f": {f.get('evidence', '')}")
+            click.echo(
+                f"{sign} {kind_text(f['kind'])}" + (f" ({who})" if who else "") + f": {f.get('evidence', '')}"
+            )
     for op in result["operators"]["slower"][:5]:
-        click.echo(f"slower {html.unescape(op['operator'])[:60]}: {op['change_ns_per_step'] / 1e6:+.3f} ms/step")
-
+        click.echo(
+            f"slower {html.unescape(op['operator'])[:60]}: {op['change_ns_per_step'] / 1e6:+.3f} ms/step"
+        )
 
 
 def _pct(p: float | None) -> str:

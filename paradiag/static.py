@@ -61,7 +61,6 @@ def _table(header: list[str], rows: list[list[Any]]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-
 def finding_item(f: Finding) -> str:
     """The static pages' one formatter of a finding (an HTML list item)."""
     return (
@@ -81,7 +80,9 @@ def _could_not_analyse(report: dict[str, Any]) -> str:
     """What the analysis lacked (``job.analysed`` false), in words: an empty findings list is no clean bill."""
     if report.get("job", {}).get("analysed", True):
         return ""
-    items = "".join(f"<li>{html.escape(p['message'])}</li>" for p in report["job"]["problems"] if p["source"] == ".")
+    items = "".join(
+        f"<li>{html.escape(p['message'])}</li>" for p in report["job"]["problems"] if p["source"] == "."
+    )
     return f"<p><span class='fail'>Could not analyse this job</span>: no finding means nothing here.</p><ul>{items}</ul>"
 
 
@@ -92,7 +93,10 @@ def _verdict(report: dict[str, Any]) -> str:
     if verdict.get("status") == "could not analyse":
         return _could_not_analyse(report)
     status = "<span class='pass'>PASSED</span>" if verdict["passed"] else "<span class='fail'>FAILED</span>"
-    items = "".join(f"<li>{'FAIL' if c['crossed'] else 'ok'}: <code>{html.escape(c['condition'])}</code> {html.escape(c['reason'])}</li>" for c in verdict["conditions"])
+    items = "".join(
+        f"<li>{'FAIL' if c['crossed'] else 'ok'}: <code>{html.escape(c['condition'])}</code> {html.escape(c['reason'])}</li>"
+        for c in verdict["conditions"]
+    )
     return f"<p>{status} <code>--fail-on {html.escape(verdict['fail_on'])}</code></p><ul>{items}</ul>"
 
 
@@ -102,15 +106,37 @@ def _rank_table(report: dict[str, Any]) -> str:
         b = r.get("breakdown") or {}
         st = r.get("step_time_ns") or {}
         rows.append(
-            [r["rank"], ms(st.get("median")), ms(b.get("compute_ns")), ms(b.get("comm_exposed_ns")), ms(b.get("idle_ns")), ms(r.get("wait_ns")), ms(r.get("caused_wait_ns"))]
+            [
+                r["rank"],
+                ms(st.get("median")),
+                ms(b.get("compute_ns")),
+                ms(b.get("comm_exposed_ns")),
+                ms(b.get("idle_ns")),
+                ms(r.get("wait_ns")),
+                ms(r.get("caused_wait_ns")),
+            ]
         )
-    return _table(["rank", "step ms (median)", "compute ms", "exposed comm ms", "idle ms", "waited ms", "made others wait ms"], rows)
+    return _table(
+        [
+            "rank",
+            "step ms (median)",
+            "compute ms",
+            "exposed comm ms",
+            "idle ms",
+            "waited ms",
+            "made others wait ms",
+        ],
+        rows,
+    )
 
 
 def _stage_table(pipeline: StageMetrics | None) -> str:
     if pipeline is None or len(pipeline.stages) < 2:
         return "<p>No pipeline parallelism in this job (one stage).</p>"
-    rows = [[s.stage, ", ".join(map(str, s.ranks)), ms(s.compute_per_micro_batch_ns), s.bubble_ratio] for s in pipeline.stages]
+    rows = [
+        [s.stage, ", ".join(map(str, s.ranks)), ms(s.compute_per_micro_batch_ns), s.bubble_ratio]
+        for s in pipeline.stages
+    ]
     summary = (
         f"<p>imbalance {pipeline.imbalance}, bottleneck stage {pipeline.bottleneck_stage}, bubble ratio measured "
         f"{pipeline.bubble_ratio_measured} vs theoretical {pipeline.bubble_ratio_theoretical} ({html.escape(pipeline.schedule)})</p>"
@@ -160,19 +186,30 @@ def render_compare(doc: dict[str, Any]) -> str:
     step = doc["step_time_ns"]
     findings = doc["findings"]
     sections = [
-        ("Top change", f"<p><b>{html.escape(str(top['kind']))}</b> {html.escape(str(top.get('culprit')))}: {html.escape(top['evidence'])}</p>"),
+        (
+            "Top change",
+            f"<p><b>{html.escape(str(top['kind']))}</b> {html.escape(str(top.get('culprit')))}: {html.escape(top['evidence'])}</p>",
+        ),
         (
             "Findings",
             "<ul>"
-            + "".join(f"<li>appeared: {html.escape(f['kind'])}: {html.escape(str(f.get('evidence', '')))}</li>" for f in findings["appeared"])
-            + "".join(f"<li>disappeared: {html.escape(f['kind'])}: {html.escape(str(f.get('evidence', '')))}</li>" for f in findings["disappeared"])
+            + "".join(
+                f"<li>appeared: {html.escape(f['kind'])}: {html.escape(str(f.get('evidence', '')))}</li>"
+                for f in findings["appeared"]
+            )
+            + "".join(
+                f"<li>disappeared: {html.escape(f['kind'])}: {html.escape(str(f.get('evidence', '')))}</li>"
+                for f in findings["disappeared"]
+            )
             + "</ul>",
         ),
         ("Per rank", _compare_ranks(doc)),
         ("Operators (matched by " + doc["operators"]["matched_by"] + ")", _compare_operators(doc)),
     ]
     subtitle = f"median step {ms(step['baseline'])} -> {ms(step['candidate'])} ms ({step['delta_pct']}%)"
-    return _page(f"paradiag compare: {doc['baseline']['source']} -> {doc['candidate']['source']}", subtitle, sections)
+    return _page(
+        f"paradiag compare: {doc['baseline']['source']} -> {doc['candidate']['source']}", subtitle, sections
+    )
 
 
 def _compare_ranks(doc: dict[str, Any]) -> str:
@@ -180,15 +217,36 @@ def _compare_ranks(doc: dict[str, Any]) -> str:
 
     ranks = doc["ranks"]
     fig = rank_changes_figure(doc)
-    rows = [[r["label"], ms(r["step_time_ns"]["baseline"]), ms(r["step_time_ns"]["candidate"]), r["compute_ns"]["delta_pct"], r["idle_ns"]["delta_pct"]] for r in ranks]
-    return f"<p>{html.escape(doc['rank_pairing']['text'])}</p>" + _figure(fig) + _table(["rank", "step ms before", "step ms after", "compute change %", "idle change %"], rows)
+    rows = [
+        [
+            r["label"],
+            ms(r["step_time_ns"]["baseline"]),
+            ms(r["step_time_ns"]["candidate"]),
+            r["compute_ns"]["delta_pct"],
+            r["idle_ns"]["delta_pct"],
+        ]
+        for r in ranks
+    ]
+    return (
+        f"<p>{html.escape(doc['rank_pairing']['text'])}</p>"
+        + _figure(fig)
+        + _table(["rank", "step ms before", "step ms after", "compute change %", "idle change %"], rows)
+    )
 
 
 def _compare_operators(doc: dict[str, Any]) -> str:
     from paradiag.app.figures.compare import operator_changes_figure
 
     rows = [
-        [op["operator"][:80], op["category"], ms(op["time_ns_per_step"]["baseline"]), ms(op["time_ns_per_step"]["candidate"]), f"{op['change_ns_per_step'] / 1e6:+.3f}"]
+        [
+            op["operator"][:80],
+            op["category"],
+            ms(op["time_ns_per_step"]["baseline"]),
+            ms(op["time_ns_per_step"]["candidate"]),
+            f"{op['change_ns_per_step'] / 1e6:+.3f}",
+        ]
         for op in doc["operators"]["slower"] + doc["operators"]["faster"]
     ]
-    return _figure(operator_changes_figure(doc)) + _table(["operator", "category", "ms/step before", "ms/step after", "change ms/step"], rows)
+    return _figure(operator_changes_figure(doc)) + _table(
+        ["operator", "category", "ms/step before", "ms/step after", "change ms/step"], rows
+    )

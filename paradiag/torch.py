@@ -75,11 +75,16 @@ def _mesh_info(mesh: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     groups: list[dict[str, Any]] = []
     for dim, dim_name in enumerate(names):
         slices = mesh.mesh.movedim(dim, -1).reshape(-1, shape[dim]).tolist()
-        groups.extend({"name": f"mesh_{dim_name}", "desc": f"mesh_{dim_name}", "ranks": [int(r) for r in s]} for s in slices)
+        groups.extend(
+            {"name": f"mesh_{dim_name}", "desc": f"mesh_{dim_name}", "ranks": [int(r) for r in s]}
+            for s in slices
+        )
     return {"dim_names": names, "shape": shape, "ranks": ranks}, groups
 
 
-def run_manifest(mesh: Any = None, schedule: dict[str, int] | None = None, gather: bool = True) -> dict[str, Any]:
+def run_manifest(
+    mesh: Any = None, schedule: dict[str, int] | None = None, gather: bool = True
+) -> dict[str, Any]:
     """The run manifest of this job (the same on every rank). With ``gather`` and torch.distributed initialised,
     every rank's groups are gathered (one all_gather_object on the default group), so groups that rank 0 is no
     member of are listed with their real names too; a DeviceMesh's slices are listed from the mesh itself."""
@@ -111,7 +116,9 @@ def run_manifest(mesh: Any = None, schedule: dict[str, int] | None = None, gathe
     unique: dict[tuple[str, tuple[int, ...]], dict[str, Any]] = {}
     for group in groups:
         key = (group["desc"], tuple(group["ranks"]))
-        if key not in unique or unique[key]["name"].startswith("mesh_"):  # a real pg name beats the mesh's label
+        if key not in unique or unique[key]["name"].startswith(
+            "mesh_"
+        ):  # a real pg name beats the mesh's label
             unique[key] = group
     return {
         "format": FORMAT,
@@ -131,14 +138,33 @@ class Profile:
     (written to a temporary name and renamed, so a reader never sees half a file). Use as a context manager and call
     ``step()`` once per training step; ``profiler`` is the underlying ``torch.profiler.profile``."""
 
-    def __init__(self, directory: str | os.PathLike[str], *, mesh: Any = None, wait: int = 1, warmup: int = 1,
-                 active: int = 3, repeat: int = 1, skip_first: int = 0, record_shapes: bool = True,
-                 gather_groups: bool = True, **profiler_options: Any) -> None:
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        mesh: Any = None,
+        wait: int = 1,
+        warmup: int = 1,
+        active: int = 3,
+        repeat: int = 1,
+        skip_first: int = 0,
+        record_shapes: bool = True,
+        gather_groups: bool = True,
+        **profiler_options: Any,
+    ) -> None:
         if active < 1 or wait < 0 or warmup < 0 or repeat < 0 or skip_first < 0:
-            raise ValueError("paradiag.torch.profile: active must be >= 1 and wait, warmup, repeat, skip_first >= 0")
+            raise ValueError(
+                "paradiag.torch.profile: active must be >= 1 and wait, warmup, repeat, skip_first >= 0"
+            )
         self.directory = Path(directory)
         self.mesh = mesh
-        self.schedule = {"wait": wait, "warmup": warmup, "active": active, "repeat": repeat, "skip_first": skip_first}
+        self.schedule = {
+            "wait": wait,
+            "warmup": warmup,
+            "active": active,
+            "repeat": repeat,
+            "skip_first": skip_first,
+        }
         self.record_shapes = record_shapes
         self.gather_groups = gather_groups
         self.options = profiler_options
@@ -179,8 +205,12 @@ class Profile:
             if torch.cuda.is_available():
                 activities.append(ProfilerActivity.CUDA)
             options["activities"] = activities
-        self.profiler = torch_profile(schedule=schedule(**self.schedule), on_trace_ready=self._on_trace_ready,
-                                      record_shapes=self.record_shapes, **options)
+        self.profiler = torch_profile(
+            schedule=schedule(**self.schedule),
+            on_trace_ready=self._on_trace_ready,
+            record_shapes=self.record_shapes,
+            **options,
+        )
         self.profiler.__enter__()
         return self
 
@@ -192,13 +222,30 @@ class Profile:
         self.profiler.__exit__(*exc)
 
 
-def profile(directory: str | os.PathLike[str], *, mesh: Any = None, wait: int = 1, warmup: int = 1, active: int = 3,
-            repeat: int = 1, skip_first: int = 0, **options: Any) -> Profile:
+def profile(
+    directory: str | os.PathLike[str],
+    *,
+    mesh: Any = None,
+    wait: int = 1,
+    warmup: int = 1,
+    active: int = 3,
+    repeat: int = 1,
+    skip_first: int = 0,
+    **options: Any,
+) -> Profile:
     """Profile ``active`` steps after ``wait`` + ``warmup`` ones, ``repeat`` times (0: until the loop ends), into
     ``directory``; ``mesh`` is the job's DeviceMesh (its layout goes into the run manifest). Other keyword
     arguments go to ``torch.profiler.profile`` (``activities``, ``with_stack``, ``record_shapes`` (default on), ...)."""
-    return Profile(directory, mesh=mesh, wait=wait, warmup=warmup, active=active, repeat=repeat,
-                   skip_first=skip_first, **options)
+    return Profile(
+        directory,
+        mesh=mesh,
+        wait=wait,
+        warmup=warmup,
+        active=active,
+        repeat=repeat,
+        skip_first=skip_first,
+        **options,
+    )
 
 
 __all__ = ["FORMAT", "MANIFEST", "Profile", "profile", "run_manifest", "trace_name"]

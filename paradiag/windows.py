@@ -37,13 +37,22 @@ from paradiag.parsers.base import MAX_RANK, rank_from_name
 
 FOLDER_WINDOW = re.compile(r"^(?:iteration|iter|window|step|cycle)[_-]?(\d+)$", re.IGNORECASE)
 NAME_WINDOW = re.compile(r"(?:^|[._-])window[_-]?(\d+)(?=[._-])", re.IGNORECASE)
-TB_NAME = re.compile(r"^(?P<worker>.+)\.(?P<time>\d{16,})\.pt\.trace\.json(?:\.gz)?$")  # tensorboard_trace_handler
+TB_NAME = re.compile(
+    r"^(?P<worker>.+)\.(?P<time>\d{16,})\.pt\.trace\.json(?:\.gz)?$"
+)  # tensorboard_trace_handler
 DEFAULT_WORKER = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)$")  # its default worker name: {hostname}_{pid}
-HEAD_BYTES = 256 * 1024  # the metadata Kineto writes before traceEvents (distributedInfo, baseTimeNanoseconds)
+HEAD_BYTES = (
+    256 * 1024
+)  # the metadata Kineto writes before traceEvents (distributedInfo, baseTimeNanoseconds)
 CHUNK = 8 * 1024 * 1024
 EPOCH_US = 1e14  # timestamps beyond this (about 1973 in microseconds) are on the wall clock
 KINETO = "paradiag.parsers.kineto"
-_UNREADABLE = (OSError, EOFError, zlib.error, ValueError)  # a peek never fails: the file's parse names its problem
+_UNREADABLE = (
+    OSError,
+    EOFError,
+    zlib.error,
+    ValueError,
+)  # a peek never fails: the file's parse names its problem
 
 _RANK = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}]*?"rank"\s*:\s*(\d+)\s*[,}]')
 _WORLD = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}]*?"world_size"\s*:\s*(\d+)\s*[,}]')
@@ -84,7 +93,13 @@ class Window:
     def describe(self, root: Path) -> dict[str, Any]:
         base = root if root.is_dir() else root.parent
         files = sorted(str(s.path.relative_to(base)) if s.path != base else s.path.name for s in self.sources)
-        return {"index": self.index, "label": self.label, "steps": list(self.steps), "start_ns": self.start_ns, "files": files}
+        return {
+            "index": self.index,
+            "label": self.label,
+            "steps": list(self.steps),
+            "start_ns": self.start_ns,
+            "files": files,
+        }
 
 
 @dataclass
@@ -146,16 +161,24 @@ def _key(source: Source, base: Path) -> tuple[str, int, str] | None:
     match = NAME_WINDOW.search(rel.name)
     if match:
         folder = str(rel.parent)
-        return folder, int(match.group(1)), f"window {int(match.group(1))}" + ("" if folder == "." else f" of {folder}")
+        return (
+            folder,
+            int(match.group(1)),
+            f"window {int(match.group(1))}" + ("" if folder == "." else f" of {folder}"),
+        )
     return None
 
 
-def _keyed(base: Path, keyed: dict[Source, tuple[str, int, str] | None], set_aside: list[tuple[Source, str]]) -> Plan:
+def _keyed(
+    base: Path, keyed: dict[Source, tuple[str, int, str] | None], set_aside: list[tuple[Source, str]]
+) -> Plan:
     windows: dict[tuple[int, str], list[Source]] = {}
     labels: dict[tuple[int, str], str] = {}
     for source, key in keyed.items():
         if key is None:
-            set_aside.append((source, "outside every profiling window (the folder's windows are named by folder or file)"))
+            set_aside.append(
+                (source, "outside every profiling window (the folder's windows are named by folder or file)")
+            )
             continue
         folder, number, label = key
         windows.setdefault((number, folder), []).append(source)
@@ -205,8 +228,12 @@ def _by_content(base: Path, sources: list[Source], set_aside: list[tuple[Source,
     windows = _cycles(kept, peeks)
     notes = []
     if set_aside:
-        names = ", ".join(sorted(_shown(s.path, base) for s, _ in set_aside)[:6]) + (", ..." if len(set_aside) > 6 else "")
-        notes.append(f"{len(set_aside)} file(s) of an older profiling run in the same folder were set aside: {names}")
+        names = ", ".join(sorted(_shown(s.path, base) for s, _ in set_aside)[:6]) + (
+            ", ..." if len(set_aside) > 6 else ""
+        )
+        notes.append(
+            f"{len(set_aside)} file(s) of an older profiling run in the same folder were set aside: {names}"
+        )
     return Plan(windows, set_aside, notes)
 
 
@@ -259,7 +286,12 @@ def _latest_run(segments: dict[str, list[list[Source]]], peeks: dict[Source, Pee
     if not all(t is not None for ts in starts.values() for t in ts):
         return {who: len(runs) - 1 for who, runs in segments.items()}
     begin = max(min(t for t in ts if t is not None) for ts in starts.values())
-    durations = [p.end_ns - p.start_ns for run in last.values() for p in (peeks[s] for s in run) if p.end_ns is not None and p.start_ns is not None]
+    durations = [
+        p.end_ns - p.start_ns
+        for run in last.values()
+        for p in (peeks[s] for s in run)
+        if p.end_ns is not None and p.start_ns is not None
+    ]
     margin = statistics.median(durations) if durations else 10**9
     chosen: dict[str, int | None] = {}
     for who, runs in segments.items():
@@ -283,12 +315,23 @@ def _cycles(kept: list[tuple[str, list[Source]]], peeks: dict[Source, Peek]) -> 
         windows = []
         for i, (steps, members) in enumerate(ordered):
             label = f"steps {min(steps)}-{max(steps)}" if len(steps) > 1 else f"step {min(steps)}"
-            windows.append(Window(i, label, sorted(members, key=lambda s: str(s.path)), tuple(sorted(steps)), _earliest(peeks[m] for m in members)))
+            windows.append(
+                Window(
+                    i,
+                    label,
+                    sorted(members, key=lambda s: str(s.path)),
+                    tuple(sorted(steps)),
+                    _earliest(peeks[m] for m in members),
+                )
+            )
         return windows
     by_position: dict[int, list[Source]] = {}
     for _, i, s in files:
         by_position.setdefault(i, []).append(s)
-    return [Window(i, f"cycle {i}", by_position[i], (), _earliest(peeks[m] for m in by_position[i])) for i in sorted(by_position)]
+    return [
+        Window(i, f"cycle {i}", by_position[i], (), _earliest(peeks[m] for m in by_position[i]))
+        for i in sorted(by_position)
+    ]
 
 
 def _shown(path: Path, base: Path) -> str:
@@ -333,7 +376,9 @@ def head_peek(source: Source) -> Peek:
     host = _HOST.search(meta)
     peek.host = host.group(1).decode(errors="replace") if host else None
     base = _small_int(_BASE.search(meta), 2**62)
-    if base is None and not path.name.endswith(".gz"):  # written after the events (older Kineto, other writers)
+    if base is None and not path.name.endswith(
+        ".gz"
+    ):  # written after the events (older Kineto, other writers)
         base = _tail_base(path)
     if events:
         ts = _TS.search(head, events.end())

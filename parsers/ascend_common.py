@@ -145,7 +145,9 @@ def folder_info(path: Path, root: Path | None) -> FolderInfo:
             experimental = (config.get("config") or {}).get("experimental_config") or {}
             info.level = _text_or_none(experimental.get("_profiler_level"))
             export = experimental.get("_export_type")
-            info.export_type = ",".join(map(str, export)) if isinstance(export, list) else _text_or_none(export)
+            info.export_type = (
+                ",".join(map(str, export)) if isinstance(export, list) else _text_or_none(export)
+            )
     if info.rank is None and infos:
         match = re.search(r"profiler_info_(\d+)\.json$", infos[0].name)
         if match:
@@ -176,7 +178,9 @@ def shape_guard(shown: Path, warnings: list[str], consequence: str) -> Iterator[
     try:
         yield
     except SHAPE_ERRORS as exc:
-        warnings.append(f"{shown}: unexpected structure ({type(exc).__name__}: {str(exc)[:120]}); {consequence}")
+        warnings.append(
+            f"{shown}: unexpected structure ({type(exc).__name__}: {str(exc)[:120]}); {consequence}"
+        )
 
 
 def whole(value: Any, lo: int, hi: int) -> int | None:
@@ -299,10 +303,17 @@ class EventColumns:
         kind = pa.int64() if key in self.INTEGER else pa.string()
         arrays = [self._values(b[key], b["n"], kind) for b in self.blocks]
         if not arrays:  # no event at all (a timeline cut before its first): the column keeps its type
-            return pa.array([], type=kind) if key in self.INTEGER else pa.DictionaryArray.from_arrays(pa.array([], pa.int32()), pa.array([], pa.string()))
+            return (
+                pa.array([], type=kind)
+                if key in self.INTEGER
+                else pa.DictionaryArray.from_arrays(pa.array([], pa.int32()), pa.array([], pa.string()))
+            )
         if key in self.INTEGER:
             return pa.concat_arrays([a if a.type == kind else a.cast(kind) for a in arrays])
-        encoded = [a if isinstance(a, pa.DictionaryArray) else a.cast(pa.string()).dictionary_encode() for a in arrays]
+        encoded = [
+            a if isinstance(a, pa.DictionaryArray) else a.cast(pa.string()).dictionary_encode()
+            for a in arrays
+        ]
         return compact(pa.chunked_array(encoded).unify_dictionaries().combine_chunks())
 
     @staticmethod
@@ -510,7 +521,11 @@ def _fit(value: Any, kind: pa.DataType) -> Any:
         return None
     if pa.types.is_integer(kind):
         info = np.iinfo(kind.to_pandas_dtype())
-        return value if isinstance(value, int) and not isinstance(value, bool) and info.min <= value <= info.max else None
+        return (
+            value
+            if isinstance(value, int) and not isinstance(value, bool) and info.min <= value <= info.max
+            else None
+        )
     if pa.types.is_floating(kind):
         return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
     if pa.types.is_boolean(kind):
@@ -604,7 +619,11 @@ def parsed_rank(
 
 
 def p2p_peers(
-    names: list[str], collectives: list[str], groups: list[str | None], tasks: pa.Table, rank: int | None,
+    names: list[str],
+    collectives: list[str],
+    groups: list[str | None],
+    tasks: pa.Table,
+    rank: int | None,
     members: dict[str, Group],
 ) -> list[int | None]:
     """The other rank of each send/recv op, from its HCCL plane tasks (``tasks``: op_name, src_rank, dst_rank,
@@ -617,7 +636,9 @@ def p2p_peers(
         return [None] * len(names)
     mine = tasks.filter(pc.is_in(tasks.column("op_name"), pa.array(sorted(wanted), type=pa.string())))
     ends: dict[str, list[tuple[bool, int, int]]] = {}
-    for op, src, dst, size in zip(*(mine.column(k).to_pylist() for k in ("op_name", "src_rank", "dst_rank", "bytes")), strict=True):
+    for op, src, dst, size in zip(
+        *(mine.column(k).to_pylist() for k in ("op_name", "src_rank", "dst_rank", "bytes")), strict=True
+    ):
         if src is not None and dst is not None:
             ends.setdefault(op, []).append((bool(size), src, dst))
     out: list[int | None] = []
@@ -628,7 +649,9 @@ def p2p_peers(
     return out
 
 
-def _peer(ends: list[tuple[bool, int, int]], collective: str, me: int | None, group: Group | None) -> int | None:
+def _peer(
+    ends: list[tuple[bool, int, int]], collective: str, me: int | None, group: Group | None
+) -> int | None:
     if not ends:
         return None
     transfers = [e for e in ends if e[0]] or ends

@@ -63,7 +63,9 @@ def connect(path: Path, shown: Path) -> Iterator[sqlite3.Connection]:
                 shutil.copyfile(source, scratch / source.name)
             path = scratch / path.name
         try:
-            conn = sqlite3.connect(f"file:{path}?mode=ro{'' if path.parent != wal.parent else '&immutable=1'}", uri=True)
+            conn = sqlite3.connect(
+                f"file:{path}?mode=ro{'' if path.parent != wal.parent else '&immutable=1'}", uri=True
+            )
             stack.callback(conn.close)
             conn.text_factory = _text  # TEXT that is not UTF-8 is read, not fatal
             conn.execute("select count(*) from sqlite_master").fetchone()
@@ -87,7 +89,12 @@ _INT_OR_NULL = "(typeof({c}) in ('integer', 'null'))"
 
 
 def valid_rows(
-    conn: sqlite3.Connection, shown: Path, table: str, rules: dict[str, str], warnings: list[str], alias: str = ""
+    conn: sqlite3.Connection,
+    shown: Path,
+    table: str,
+    rules: dict[str, str],
+    warnings: list[str],
+    alias: str = "",
 ) -> str:
     """The SQL condition that keeps the rows of ``table`` whose columns follow ``rules`` (column -> _TIME or
     _INT_OR_NULL); the rows it drops are counted in a warning."""
@@ -95,7 +102,9 @@ def valid_rows(
     cond = " and ".join(rule.format(c=f"{prefix}{col}") for col, rule in rules.items())
     bad = query(conn, shown, f"select count(*) from {table} {alias} where not ({cond})")[0][0]
     if bad:
-        warnings.append(f"{shown.name}: {table}: {bad} rows with a missing or malformed {' / '.join(rules)} were skipped")
+        warnings.append(
+            f"{shown.name}: {table}: {bad} rows with a missing or malformed {' / '.join(rules)} were skipped"
+        )
     return cond
 
 
@@ -125,7 +134,9 @@ def parse(path: Path, root: Path | None = None, fmt: str = FORMAT) -> ParsedRank
             empty = "the file is empty" if db.stat().st_size == 0 else "no profiler tables"
             raise TraceError(db_shown, f"{empty}: none of {', '.join(sorted(_EVENT_TABLES))}")
         strings = (
-            dict(query(conn, db_shown, "select id, cast(value as text) from STRING_IDS")) if "STRING_IDS" in names else {}
+            dict(query(conn, db_shown, "select id, cast(value as text) from STRING_IDS"))
+            if "STRING_IDS" in names
+            else {}
         )
         device = _rank_info(conn, db_shown, names, info)
         cols = common.EventColumns()
@@ -137,7 +148,9 @@ def parse(path: Path, root: Path | None = None, fmt: str = FORMAT) -> ParsedRank
         comm_tasks = _comm_tasks(conn, db_shown, names, strings, ops, info.rank, device, task_ok)
         if len(cols.blocks) > ops_block:  # send/recv peers from their link-level tasks
             block = cols.blocks[ops_block]
-            block["peer"] = common.p2p_peers(block["name"], block["collective"], block["group"], comm_tasks, info.rank, info.groups)
+            block["peer"] = common.p2p_peers(
+                block["name"], block["collective"], block["group"], comm_tasks, info.rank, info.groups
+            )
         kernels = _kernels(conn, db_shown, names, strings, info.rank, task_ok)
     if not cols.blocks:
         raise TraceError(db_shown, "no event with valid times in the database")
@@ -192,7 +205,13 @@ def _add_host(
     """PYTORCH_API (times stored as TEXT) and CANN_API rows; returns connection id -> launch time."""
     api_type = _enum(conn, shown, names, "ENUM_API_TYPE")
     if "PYTORCH_API" in names:
-        ok = valid_rows(conn, shown, "PYTORCH_API", {"startNs": _TIME, "endNs": _TIME, "globalTid": _INT_OR_NULL}, warnings)
+        ok = valid_rows(
+            conn,
+            shown,
+            "PYTORCH_API",
+            {"startNs": _TIME, "endNs": _TIME, "globalTid": _INT_OR_NULL},
+            warnings,
+        )
         rows = query(conn, shown, f"select startNs, endNs, globalTid, name, type from PYTORCH_API where {ok}")
         start, dur, track, kind, cat, name = [], [], [], [], [], []
         for s, e, tid, n, t in rows:
@@ -212,7 +231,11 @@ def _add_host(
     if "CANN_API" in names:
         rules = {"startNs": _TIME, "endNs": _TIME, "globalTid": _INT_OR_NULL, "connectionId": _INT_OR_NULL}
         ok = valid_rows(conn, shown, "CANN_API", rules, warnings)
-        rows = query(conn, shown, f"select startNs, endNs, type, globalTid, connectionId, name from CANN_API where {ok}")
+        rows = query(
+            conn,
+            shown,
+            f"select startNs, endNs, type, globalTid, connectionId, name from CANN_API where {ok}",
+        )
         cat = [api_type.get(r[2], "cann") for r in rows]
         cols.add(
             device=-1, track=[(r[3] or 0) & 0xFFFFFFFF for r in rows], kind=schema.HOST, category=cat,
@@ -383,7 +406,12 @@ def _rank(value: Any) -> int | None:
 
 
 def _kernels(
-    conn: sqlite3.Connection, shown: Path, names: set[str], strings: dict[int, str], rank: int | None, task_ok: str
+    conn: sqlite3.Connection,
+    shown: Path,
+    names: set[str],
+    strings: dict[int, str],
+    rank: int | None,
+    task_ok: str,
 ) -> pa.Table:
     """COMPUTE_TASK_INFO joined to TASK: the db's kernel_details."""
     out: dict[str, list[Any]] = {f.name: [] for f in common.EXTRA_SCHEMAS["kernels"]}

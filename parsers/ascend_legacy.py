@@ -14,19 +14,29 @@ from pathlib import Path
 
 from paradiag.parsers.base import ParsedRank, TraceError
 
-_MINDSPORE_FILES = ("ascend_timeline_display_*.json", "step_trace_raw_*_detail_time.csv", "framework_raw_*.csv")
+_MINDSPORE_FILES = (
+    "ascend_timeline_display_*.json",
+    "step_trace_raw_*_detail_time.csv",
+    "framework_raw_*.csv",
+)
 
 
 def _old_cann(path: Path) -> bool:
     if not path.name.startswith("PROF_") or (path / "mindstudio_profiler_output").is_dir():
         return False
-    if path.parent.name.endswith(("_ascend_pt", "_ascend_ms")):  # the raw data inside a torch_npu/MindSpore rank
+    if path.parent.name.endswith(
+        ("_ascend_pt", "_ascend_ms")
+    ):  # the raw data inside a torch_npu/MindSpore rank
         return False
-    return any(d.is_dir() and ((d / "data").is_dir() or (d / "timeline").is_dir()) for d in path.glob("device_*"))
+    return any(
+        d.is_dir() and ((d / "data").is_dir() or (d / "timeline").is_dir()) for d in path.glob("device_*")
+    )
 
 
 def _old_mindspore(path: Path) -> bool:
-    return not path.name.endswith(("_ascend_ms", "_ascend_pt")) and any(next(path.glob(p), None) for p in _MINDSPORE_FILES)
+    return not path.name.endswith(("_ascend_ms", "_ascend_pt")) and any(
+        next(path.glob(p), None) for p in _MINDSPORE_FILES
+    )
 
 
 def detect(path: Path) -> bool:

@@ -34,7 +34,9 @@ __all__ = ["FORMAT", "detect", "parse", "read_csv", "read_csv_table", "ts_ns"]
 # ---- CSV and JSON deliverables -------------------------------------------------------------------------------
 
 
-def read_csv_table(path: Path, shown: Path, warnings: list[str], columns: Iterable[str] | None = None) -> pa.Table | None:
+def read_csv_table(
+    path: Path, shown: Path, warnings: list[str], columns: Iterable[str] | None = None
+) -> pa.Table | None:
     """The CSV as a table of string columns named by their (stripped) headers, cells stripped of the tabs
     torch_npu appends for Excel; a truncated or malformed row is dropped with a warning. Arrow's reader, with
     the Python one as the fallback for what it refuses (a quote left open, invalid UTF-8, duplicate headers).
@@ -55,7 +57,9 @@ def read_csv_table(path: Path, shown: Path, warnings: list[str], columns: Iterab
 
     def skip(row: Any) -> str:
         where = f"row {row.number}" if row.number is not None else "a row"
-        skipped.append(f"{shown}: truncated or malformed {where} ({row.actual_columns} of {row.expected_columns} fields); skipped")
+        skipped.append(
+            f"{shown}: truncated or malformed {where} ({row.actual_columns} of {row.expected_columns} fields); skipped"
+        )
         return "skip"
 
     names = [h.strip() for h in header]
@@ -68,7 +72,9 @@ def read_csv_table(path: Path, shown: Path, warnings: list[str], columns: Iterab
             read_options=pacsv.ReadOptions(use_threads=False, column_names=names, skip_rows=1),
             parse_options=pacsv.ParseOptions(invalid_row_handler=skip),
             convert_options=pacsv.ConvertOptions(
-                column_types=dict.fromkeys(names, pa.string()), strings_can_be_null=False, include_columns=wanted
+                column_types=dict.fromkeys(names, pa.string()),
+                strings_can_be_null=False,
+                include_columns=wanted,
             ),
         )
     except (pa.ArrowInvalid, pa.ArrowKeyError, ValueError):
@@ -132,7 +138,9 @@ def _rows(reader: Any, shown: Path, warnings: list[str]) -> Iterator[list[str]]:
     try:
         yield from reader
     except csv.Error as exc:
-        warnings.append(f"{shown}: malformed CSV at line {reader.line_num} ({exc}); the rest of the file was skipped")
+        warnings.append(
+            f"{shown}: malformed CSV at line {reader.line_num} ({exc}); the rest of the file was skipped"
+        )
 
 
 def number_column(text: pa.Array) -> pa.Array:
@@ -230,7 +238,12 @@ def op_statistic_table(table: pa.Table, rank: int) -> pa.Table:
         "count": _round_ns(number_column(_column(table, "Count")), 1.0),
         "ratio": number_column(_column(table, "Ratio(%)")),
     }
-    for title, col in (("Total Time(us)", "total_ns"), ("Min Time(us)", "min_ns"), ("Avg Time(us)", "avg_ns"), ("Max Time(us)", "max_ns")):
+    for title, col in (
+        ("Total Time(us)", "total_ns"),
+        ("Min Time(us)", "min_ns"),
+        ("Avg Time(us)", "avg_ns"),
+        ("Max Time(us)", "max_ns"),
+    ):
         out[col] = _round_ns(number_column(_column(table, title)), 1000.0)
     return common.extra_table("op_statistic", out)
 
@@ -317,7 +330,9 @@ def comm_tasks_table(plane: pa.Table, rank: int, device: int, op_group: dict[str
     out = {
         "rank": pa.repeat(pa.scalar(rank, pa.int32()), n),
         "device": pa.repeat(pa.scalar(device, pa.int16()), n),
-        "group": ascend_timeline.map_text(plane.column("op_name").combine_chunks().fill_null(""), op_group.get),
+        "group": ascend_timeline.map_text(
+            plane.column("op_name").combine_chunks().fill_null(""), op_group.get
+        ),
         **{k: plane.column(k).combine_chunks() for k in plane.column_names},
         "bandwidth_gbps": bandwidth,
     }
@@ -378,7 +393,9 @@ def _deliverables(
             ("op_statistic.csv", "op_statistic", op_statistic_table))  # fmt: skip
     for file, key, build in csvs:
         if (output / file).is_file():
-            table = read_csv_table(output / file, shown / file, warnings, _KERNEL_COLUMNS if key == "kernels" else None)
+            table = read_csv_table(
+                output / file, shown / file, warnings, _KERNEL_COLUMNS if key == "kernels" else None
+            )
             if table is not None and table.num_rows:
                 extra[key] = build(table, rank)
     op_group: dict[str, str] = {}

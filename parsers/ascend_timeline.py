@@ -35,7 +35,9 @@ def codes(*columns: np.ndarray) -> np.ndarray:
     return code
 
 
-def lookup(keys: np.ndarray, values: np.ndarray, queries: np.ndarray, last: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def lookup(
+    keys: np.ndarray, values: np.ndarray, queries: np.ndarray, last: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
     """For each query code: the value of the first (or last) row of ``keys`` with that code, and whether one exists."""
     if not len(keys):
         return np.zeros(len(queries), dtype=values.dtype), np.zeros(len(queries), dtype=bool)
@@ -110,7 +112,9 @@ def hccl_threads(trace: TraceColumns, r: Rows) -> tuple[np.ndarray, np.ndarray, 
     inverse = inverse.reshape(-1)
     names = [trace.layout.threads.get((int(p), int(t)), "") for p, t in pairs]
     group = [m.group(1) if (m := GROUP_THREAD.match(n)) else None for n in names]
-    planes = np.array([int(m.group(1)) if (m := PLANE_THREAD.match(n)) else -1 for n in names], dtype=np.int64)
+    planes = np.array(
+        [int(m.group(1)) if (m := PLANE_THREAD.match(n)) else -1 for n in names], dtype=np.int64
+    )
     is_op[idx] = np.array([g is not None for g in group], dtype=bool)[inverse]
     plane[idx] = planes[inverse]
     op_rows = np.flatnonzero(is_op)
@@ -164,7 +168,9 @@ def flow_pairs(trace: TraceColumns, cat: str | None = None) -> dict[str, np.ndar
 
 
 def triple_lookup(
-    keys: tuple[np.ndarray, np.ndarray, np.ndarray], values: np.ndarray, queries: tuple[np.ndarray, np.ndarray, np.ndarray]
+    keys: tuple[np.ndarray, np.ndarray, np.ndarray],
+    values: np.ndarray,
+    queries: tuple[np.ndarray, np.ndarray, np.ndarray],
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`lookup` on (pid, tid, ts) triples: the value of the first key equal to each query."""
     n = len(values)
@@ -202,7 +208,9 @@ def external_ids(trace: TraceColumns, r: Rows) -> np.ndarray:
         return out
     device = np.flatnonzero((r.hardware | r.hccl) & r.valid_ts)
     heads = (flows["head_pid"], flows["head_tid"], flows["head_ts"])
-    arrow, landed = triple_lookup(heads, np.arange(len(flows["head_ts"])), (r.pid[device], r.tid[device], r.ts[device]))
+    arrow, landed = triple_lookup(
+        heads, np.arange(len(flows["head_ts"])), (r.pid[device], r.tid[device], r.ts[device])
+    )
     device, arrow = device[landed], arrow[landed]
     host = np.flatnonzero(r.python & r.valid)
     host = host[np.argsort(r.dur[host], kind="stable")]  # shortest first: the innermost op wins
@@ -228,6 +236,7 @@ def rare_values(trace: TraceColumns, rows: np.ndarray) -> dict[str, pa.Array]:
         column = rare.column(name).combine_chunks()
         out[name] = column.take(take) if take is not None else pa.nulls(len(rows), column.type)
     return out
+
 
 def map_text(values: pa.Array, fn: Any) -> pa.Array:
     """``fn`` applied to each distinct string of ``values`` (a few thousand at most), not to every row."""
@@ -265,13 +274,18 @@ def task_kinds(task_type: Text, names: Text) -> pa.Array:
         return pa.array([], type=pa.string())
     pair = codes(task_type.codes, names.codes)
     uniq, first = np.unique(pair, return_index=True)
-    kinds = [common.task_kind(task_type.values[task_type.codes[i]], names.values[names.codes[i]]) for i in first.tolist()]
+    kinds = [
+        common.task_kind(task_type.values[task_type.codes[i]], names.values[names.codes[i]])
+        for i in first.tolist()
+    ]
     dictionary = sorted(set(kinds))
     table = np.array([dictionary.index(k) for k in kinds], dtype=np.int32)
     return Text(table[np.searchsorted(uniq, pair)], dictionary).arrow()
 
 
-def add_tasks(trace: TraceColumns, r: Rows, cols: common.EventColumns, op_rows: np.ndarray, device: int) -> tuple[np.ndarray, np.ndarray, int]:
+def add_tasks(
+    trace: TraceColumns, r: Rows, cols: common.EventColumns, op_rows: np.ndarray, device: int
+) -> tuple[np.ndarray, np.ndarray, int]:
     """Device tasks (track = stream). Tasks that belong to an HCCL op (same connection id) are left out: the op
     is the communication event, its link-level detail is in the plane tasks. Returns the op connection ids and
     the stream of each (its first task's), and the number of tasks skipped for a bad time."""
@@ -294,7 +308,9 @@ def add_tasks(trace: TraceColumns, r: Rows, cols: common.EventColumns, op_rows: 
     return op_conn, op_stream, bad
 
 
-def plane_table(trace: TraceColumns, r: Rows, plane: np.ndarray, op_rows: np.ndarray, op_streams: np.ndarray) -> pa.Table:
+def plane_table(
+    trace: TraceColumns, r: Rows, plane: np.ndarray, op_rows: np.ndarray, op_streams: np.ndarray
+) -> pa.Table:
     """Link-level tasks (``Plane k`` threads), each tied to the op running on its stream at its start time."""
     rows = np.flatnonzero((plane >= 0) & r.valid_ts & r.valid_dur)
     rare = rare_values(trace, rows)
@@ -311,7 +327,10 @@ def plane_table(trace: TraceColumns, r: Rows, plane: np.ndarray, op_rows: np.nda
         inside = (i >= 0) & (start[here] <= (r.ts[mine] + r.dur[mine])[np.maximum(i, 0)])
         op_of[here[inside]] = mine[i[inside]]
     names = trace.strings("name")
-    op_name = pa.array(Text(np.where(op_of < 0, -1, names.codes[np.maximum(op_of, 0)]), names.values).tolist(), type=pa.string())
+    op_name = pa.array(
+        Text(np.where(op_of < 0, -1, names.codes[np.maximum(op_of, 0)]), names.values).tolist(),
+        type=pa.string(),
+    )
     ranks = {k: rare[k].to_numpy(zero_copy_only=False) for k in ("src_rank", "dst_rank")}
     return pa.table({
         "op_name": op_name, "plane": pa.array(plane[rows], type=pa.int16()), "name": pa.array(names.take(rows).tolist(), type=pa.string()),
@@ -346,7 +365,10 @@ def add_ops(trace: TraceColumns, r: Rows, cols: common.EventColumns, ops: Ops) -
     group = [ops.op_group.get(n, g) for n, g in zip(name_list, labels, strict=True)]
     collective = [c or "" for c in names.map(collective_from_kernel_name).tolist()]
     rare = rare_values(trace, rows)
-    nbytes = [common.collective_bytes(c, d) for c, d in zip(rare["count"].to_pylist(), rare["data_type"].to_pylist(), strict=True)]
+    nbytes = [
+        common.collective_bytes(c, d)
+        for c, d in zip(rare["count"].to_pylist(), rare["data_type"].to_pylist(), strict=True)
+    ]
     streams = ops.streams[keep]
     cols.add(
         device=ops.device, track=np.where(streams >= 0, streams, _track(r, rows)), kind=schema.COMMUNICATION,
@@ -373,7 +395,9 @@ def build(
     stream, found = lookup(op_conn, op_stream, r.conn[op_rows])
     streams = np.where(found & (r.conn[op_rows] >= 0), stream, -1)
     planes = plane_table(trace, r, plane, op_rows, streams)
-    bad += bad_tasks + add_ops(trace, r, cols, Ops(op_rows, labels, streams, op_group, groups, planes, rank, device))
+    bad += bad_tasks + add_ops(
+        trace, r, cols, Ops(op_rows, labels, streams, op_group, groups, planes, rank, device)
+    )
     warnings = list(trace.warnings)
     if bad:
         warnings.append(f"{bad} events with a missing or negative timestamp or duration were skipped")

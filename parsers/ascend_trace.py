@@ -168,7 +168,9 @@ def us_text_to_ns(text: pa.Array) -> pa.Array:
             pass
     parts = pc.extract_regex(text, _US_TEXT)
     whole = pc.struct_field(parts, "whole")
-    frac = pc.utf8_slice_codeunits(pc.binary_join_element_wise(pc.struct_field(parts, "frac"), "000", ""), 0, 3)
+    frac = pc.utf8_slice_codeunits(
+        pc.binary_join_element_wise(pc.struct_field(parts, "frac"), "000", ""), 0, 3
+    )
     try:
         ns = pc.add_checked(pc.multiply_checked(pc.cast(whole, pa.int64()), 1000), pc.cast(frac, pa.int64()))
     except (pa.ArrowInvalid, OverflowError):  # more digits than int64 ns hold
@@ -403,7 +405,9 @@ class TraceColumns:
     def rare_table(self) -> pa.Table:
         """The HCCL args, every column present even when no row has any (a timeline cut before its HCCL events)."""
         if not self.rare:
-            empty = {"row": pa.array([], type=pa.int64())} | {k: pa.array([], type=pa.int64()) for k in RARE_INT}
+            empty = {"row": pa.array([], type=pa.int64())} | {
+                k: pa.array([], type=pa.int64()) for k in RARE_INT
+            }
             return pa.table(empty | {k: pa.array([], type=pa.string()) for k in RARE_TEXT})
         return pa.Table.from_batches(self.rare)
 

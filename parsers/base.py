@@ -205,7 +205,9 @@ def us_to_ns(values: pa.Array | list[Any]) -> np.ndarray:
     return np.where(in_range, ns, -1)
 
 
-def step_of(times_ns: np.ndarray, step_starts: np.ndarray, step_ends: np.ndarray, step_ids: np.ndarray) -> np.ndarray:
+def step_of(
+    times_ns: np.ndarray, step_starts: np.ndarray, step_ends: np.ndarray, step_ids: np.ndarray
+) -> np.ndarray:
     """For each time, the id of the step whose [start, end) contains it, else -1 (steps sorted by start)."""
     if len(step_ids) == 0:
         return np.full(len(times_ns), -1, dtype=np.int32)
@@ -273,5 +275,7 @@ def group_role(description: str | None) -> str | None:
     for role, phrases in _ROLE_PHRASES:
         if any(p in text for p in phrases):
             return role
-    tokens = [t for t in re.split(r"[^a-z]+", text) if t and t not in ("mesh", "group", "pg", "process", "size")]
+    tokens = [
+        t for t in re.split(r"[^a-z]+", text) if t and t not in ("mesh", "group", "pg", "process", "size")
+    ]
     return _ROLE_TOKENS.get(tokens[0]) if tokens else None

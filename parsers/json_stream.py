@@ -31,7 +31,9 @@ from isal.isal_zlib import error as IsalError
 
 from paradiag.parsers.base import TraceError
 
-BLOCK = 1024 * 1024  # bytes read at a time (a bigger block only holds more text at once: 4 MB cost 14 MB more per rank)
+BLOCK = (
+    1024 * 1024
+)  # bytes read at a time (a bigger block only holds more text at once: 4 MB cost 14 MB more per rank)
 SLICE = 1024 * 1024  # bytes of elements decoded at a time
 _NOT_WHITESPACE = re.compile(rb"[^ \t\r\n]")
 MAX_MISSES = 4  # slices the first of several decoders may fail on before the next one is tried first
@@ -41,7 +43,12 @@ MAX_STRING_KB = "PARADIAG_MAX_STRING_KB"
 DEFAULT_MAX_STRING_KB = 64
 
 # ISA-L raises its own error for corrupt data (its stubs do not say it is an exception).
-GZIP_ERRORS: tuple[type[BaseException], ...] = (EOFError, OSError, zlib.error, cast(type[BaseException], IsalError))
+GZIP_ERRORS: tuple[type[BaseException], ...] = (
+    EOFError,
+    OSError,
+    zlib.error,
+    cast(type[BaseException], IsalError),
+)
 
 
 class LimitError(TraceError):
@@ -85,7 +92,9 @@ def check_names(names: Any, shown: Path | str, what: str = "event name") -> None
         return
     longest = pc.max(pc.binary_length(names)).as_py()
     if longest is not None and longest > limit:
-        raise LimitError(shown, f"{what} longer than {limit // 1024} KiB ({longest} bytes; limit {MAX_STRING_KB})")
+        raise LimitError(
+            shown, f"{what} longer than {limit // 1024} KiB ({longest} bytes; limit {MAX_STRING_KB})"
+        )
 
 
 class _Limited:
@@ -102,7 +111,10 @@ class _Limited:
             raise TraceError(self.shown, f"truncated or corrupt gzip data ({exc})") from exc
         self.count += len(data)
         if self.limit is not None and self.count > self.limit:
-            raise LimitError(self.shown, f"decompressed size exceeds {self.limit // (1024 * 1024)} MB (limit {MAX_FILE_MB})")
+            raise LimitError(
+                self.shown,
+                f"decompressed size exceeds {self.limit // (1024 * 1024)} MB (limit {MAX_FILE_MB})",
+            )
         return data
 
     def __enter__(self) -> _Limited:
@@ -131,7 +143,11 @@ def skipped_phases(phases: str) -> tuple[type, ...]:
     """Chrome-trace phases as Structs without fields, tagged by ``ph`` (each keeps its phase as the class attribute
     ``ph``): in a Union with the Structs of the phases a parser reads, the decoder skips these events' values
     unread. An unknown phase, or none, fails validation: the parser's general decoder reads that slice."""
-    return tuple(msgspec.defstruct(f"Phase{ord(ph)}", [], tag_field="ph", tag=ph, gc=False, namespace={"ph": ph}) for ph in phases)
+    return tuple(
+        msgspec.defstruct(f"Phase{ord(ph)}", [], tag_field="ph", tag=ph, gc=False, namespace={"ph": ph})
+        for ph in phases
+    )
+
 
 class ArrayStream:
     """Iterate over decoded slices of the array at ``key`` (or of the top-level array when ``key`` is None).
@@ -218,7 +234,9 @@ class ArrayStream:
         while True:
             pos = self._skip_ws(pos)
             if pos >= len(self.buf):
-                raise TraceError(self.shown, f"invalid JSON: the text ends inside the array (byte {self.consumed + pos})")
+                raise TraceError(
+                    self.shown, f"invalid JSON: the text ends inside the array (byte {self.consumed + pos})"
+                )
             if self.buf[pos] == ord("]"):
                 self._finish(pos + 1)
                 return
@@ -232,7 +250,9 @@ class ArrayStream:
     def _next_slice(self, pos: int) -> tuple[Any, int]:
         """Decode the longest run of whole elements from ``pos`` within the window; index after its separator."""
         if self.buf[pos] != ord("{"):
-            raise TraceError(self.shown, f"an element of the array is not an object (near byte {self.consumed + pos})")
+            raise TraceError(
+                self.shown, f"an element of the array is not an object (near byte {self.consumed + pos})"
+            )
         window = SLICE
         while True:
             self._fill(pos + window)
@@ -276,23 +296,32 @@ class ArrayStream:
             try:
                 return decoder.decode(text)
             except RecursionError as exc:
-                raise TraceError(self.shown, f"values nested too deeply near byte {self.consumed + lo}") from exc
+                raise TraceError(
+                    self.shown, f"values nested too deeply near byte {self.consumed + lo}"
+                ) from exc
             except msgspec.ValidationError as exc:
                 error = exc
                 self._missed(decoder)
             except msgspec.DecodeError:
                 return None
         if self.loose is None:
-            raise TraceError(self.shown, f"unexpected value in the array near byte {self.consumed + lo} ({error})") from error
+            raise TraceError(
+                self.shown, f"unexpected value in the array near byte {self.consumed + lo} ({error})"
+            ) from error
         try:
             items = self.loose.decode(text)  # the cut is good if the lenient decoder reads it
         except RecursionError as exc:
             raise TraceError(self.shown, f"values nested too deeply near byte {self.consumed + lo}") from exc
         except msgspec.ValidationError as exc:
-            raise TraceError(self.shown, f"an element of the array is not what was expected near byte {self.consumed + lo} ({exc})") from exc
+            raise TraceError(
+                self.shown,
+                f"an element of the array is not what was expected near byte {self.consumed + lo} ({exc})",
+            ) from exc
         except msgspec.DecodeError:
             return None
-        self.warnings.append(f"unexpected value types near byte {self.consumed + lo} ({error}); read leniently")
+        self.warnings.append(
+            f"unexpected value types near byte {self.consumed + lo} ({error}); read leniently"
+        )
         return items
 
     def _missed(self, decoder: msgspec.json.Decoder[Any]) -> None:

@@ -83,11 +83,15 @@ def parse(path: Path, root: Path | None = None) -> ParsedRank:
         raise TraceError(shown, "the trace holds no complete ('X') events")
     info = outer.distributedInfo if isinstance(outer.distributedInfo, dict) else {}
     rank, rank_from = _rank(info, path, warnings)
-    table, dropped, kept = _events_table(columns, _base_ns(outer.baseTimeNanoseconds, warnings), _config_groups(info), rank)
+    table, dropped, kept = _events_table(
+        columns, _base_ns(outer.baseTimeNanoseconds, warnings), _config_groups(info), rank
+    )
     comm_inputs = _kept_rows(columns.comm_inputs, kept)
     del columns
     if dropped:
-        warnings.append(f"{dropped} events with a missing, negative or out-of-range timestamp or duration were skipped")
+        warnings.append(
+            f"{dropped} events with a missing, negative or out-of-range timestamp or duration were skipped"
+        )
     if table.num_rows == 0:
         raise TraceError(shown, "no event has a valid timestamp and duration")
     groups = _groups(info, table)
@@ -95,7 +99,9 @@ def parse(path: Path, root: Path | None = None) -> ParsedRank:
     device_values = device_values[device_values >= 0]
     device = int(np.bincount(device_values).argmax()) if len(device_values) else None  # the most common
     step_from = None
-    if device is None and (comm_inputs or info.get("backend") or (int_or_none(info.get("world_size")) or 1) > 1):
+    if device is None and (
+        comm_inputs or info.get("backend") or (int_or_none(info.get("world_size")) or 1) > 1
+    ):
         # A rank of a distributed job without device activity: its threads are its device.
         lanes, lane_step_from = host_lanes(table, comm_inputs, groups, rank)
         if lanes.num_rows:
@@ -143,7 +149,9 @@ def _counted(info: dict[str, Any], key: str, least: int, warnings: list[str]) ->
     value = info.get(key)
     number = int_or_none(value)
     if value is not None and (number is None or not least <= number <= MAX_RANK):
-        warnings.append(f"distributedInfo.{key} {str(value)[:40]} is not a valid {key.replace('_', ' ')}; ignored")
+        warnings.append(
+            f"distributedInfo.{key} {str(value)[:40]} is not a valid {key.replace('_', ' ')}; ignored"
+        )
         return None
     return number
 
@@ -160,7 +168,9 @@ def _rank(info: dict[str, Any], path: Path, warnings: list[str]) -> tuple[int | 
     return rank, "file name"
 
 
-def _events_table(columns: Columns, base_ns: int | None, groups: list[Group], rank: int | None) -> tuple[pa.Table, int, np.ndarray]:
+def _events_table(
+    columns: Columns, base_ns: int | None, groups: list[Group], rank: int | None
+) -> tuple[pa.Table, int, np.ndarray]:
     """The events table from the accumulated columns, events with an invalid time removed; how many were, and
     the rows kept (``groups``, ``rank``: the rank's process groups and rank, which name the groups of NCCL work
     that no record_param_comms describes)."""
@@ -172,7 +182,10 @@ def _events_table(columns: Columns, base_ns: int | None, groups: list[Group], ra
     on_device = np.array([c in DEVICE_CATEGORIES for c in cat_names], dtype=bool)[cat_codes]
     external_id = columns.take("external_id").fill_null(-1).to_numpy(zero_copy_only=False)
     comm = columns.communication(names, on_device, external_id)
-    kind_of_cat = [schema.KINDS.index(DEVICE_CATEGORIES.get(c) or HOST_CATEGORIES.get(c) or schema.HOST) for c in cat_names]
+    kind_of_cat = [
+        schema.KINDS.index(DEVICE_CATEGORIES.get(c) or HOST_CATEGORIES.get(c) or schema.HOST)
+        for c in cat_names
+    ]
     kind_codes = np.array(kind_of_cat, dtype=np.int8)[cat_codes]
     kind_codes[comm.comm_rows] = schema.KINDS.index(schema.COMMUNICATION)
 
@@ -208,7 +221,27 @@ def _events_table(columns: Columns, base_ns: int | None, groups: list[Group], ra
             "step": np.full(n, -1, dtype=np.int32),
             "correlation": _clip32(correlation),
             "external_id": _clip32(external_id),
-            **_comm_columns(comm, n, names, track, _described_elsewhere(columns, comm, names, on_device, correlation, external_id, ts, dur, tid, track, device, groups, rank)),
+            **_comm_columns(
+                comm,
+                n,
+                names,
+                track,
+                _described_elsewhere(
+                    columns,
+                    comm,
+                    names,
+                    on_device,
+                    correlation,
+                    external_id,
+                    ts,
+                    dur,
+                    tid,
+                    track,
+                    device,
+                    groups,
+                    rank,
+                ),
+            ),
         },
         n,
     )
@@ -265,7 +298,9 @@ def _described_elsewhere(
     return kineto_nccl.infer(rows, pending, {**columns.comm_inputs, **columns.nccl_inputs}, groups, rank)
 
 
-def _comm_columns(comm: Communication, n: int, names: pa.DictionaryArray, track: np.ndarray, enclosing: dict[int, CommMeta]) -> dict[str, Any]:
+def _comm_columns(
+    comm: Communication, n: int, names: pa.DictionaryArray, track: np.ndarray, enclosing: dict[int, CommMeta]
+) -> dict[str, Any]:
     """Collective, group, ranks, peer and bytes: from the event's own args, else from the record_param_comms call
     with the same External id, else from the host collective operator it was launched in (``enclosing``), else
     from the kernel name; without a process group the kernel's stream stands in for the group (NCCL runs one
@@ -284,7 +319,9 @@ def _comm_columns(comm: Communication, n: int, names: pa.DictionaryArray, track:
     for r in rows:
         m = meta.get(r)
         values["collective"].append(m.collective if m else fallback_collective[r])
-        values["group"].append((m.group if m else None) or (f"stream:{track[r]}" if r in fallback_collective else None))
+        values["group"].append(
+            (m.group if m else None) or (f"stream:{track[r]}" if r in fallback_collective else None)
+        )
         values["group_ranks"].append(m.group_ranks if m else None)
         values["peer"].append(m.peer if m else None)
         values["bytes"].append(m.nbytes if m else None)
@@ -302,7 +339,9 @@ def _comm_columns(comm: Communication, n: int, names: pa.DictionaryArray, track:
     return out
 
 
-def _sparse_dictionary(n: int, rows: np.ndarray, values: list[str | None], index_type: pa.DataType) -> pa.DictionaryArray:
+def _sparse_dictionary(
+    n: int, rows: np.ndarray, values: list[str | None], index_type: pa.DataType
+) -> pa.DictionaryArray:
     """A dictionary column that is null except at ``rows``."""
     dictionary = sorted({v for v in values if v is not None})
     code_of = {v: i for i, v in enumerate(dictionary)}
@@ -329,7 +368,9 @@ def _step_names(name_values: list[str | None], warnings: list[str]) -> dict[int,
     return steps
 
 
-def _attribute_steps(table: pa.Table, warnings: list[str], step_from: np.ndarray | None = None) -> tuple[pa.Table, pa.Table]:
+def _attribute_steps(
+    table: pa.Table, warnings: list[str], step_from: np.ndarray | None = None
+) -> tuple[pa.Table, pa.Table]:
     """Fill ``step`` (host work by time inside ProfilerStep#N, device work through its launch, a row whose
     ``step_from`` names another row through that row: a host lane's collective through its enqueue) and ``seq``;
     return the events and the steps table. Every step is kept, the last one included."""
@@ -340,7 +381,11 @@ def _attribute_steps(table: pa.Table, warnings: list[str], step_from: np.ndarray
     name_values = names.dictionary.to_pylist()
     step_code = _step_names(name_values, warnings)
     codes = names.indices.to_numpy(zero_copy_only=False)
-    is_step = np.isin(codes, np.fromiter(step_code, dtype=np.int64)) & (device < 0) if step_code else np.zeros(len(codes), bool)
+    is_step = (
+        np.isin(codes, np.fromiter(step_code, dtype=np.int64)) & (device < 0)
+        if step_code
+        else np.zeros(len(codes), bool)
+    )
     step_rows = np.flatnonzero(is_step)
     step_ids = np.array([step_code[int(c)] for c in codes[step_rows]], dtype=np.int64)
     order = np.argsort(start[step_rows], kind="stable")
@@ -350,7 +395,9 @@ def _attribute_steps(table: pa.Table, warnings: list[str], step_from: np.ndarray
     step = step_of(start, s_start, s_end, step_ids)
     # Device work belongs to the step its launch came from (kernels often run after the CPU step ended).
     correlation = table.column("correlation").to_numpy()
-    launches = np.flatnonzero(schema.in_values(table.column("category"), _LAUNCH_CATEGORIES) & (correlation >= 0))
+    launches = np.flatnonzero(
+        schema.in_values(table.column("category"), _LAUNCH_CATEGORIES) & (correlation >= 0)
+    )
     on_device = device >= 0
     if len(launches):
         launch_corr = correlation[launches]
@@ -358,7 +405,9 @@ def _attribute_steps(table: pa.Table, warnings: list[str], step_from: np.ndarray
         launch_corr, launch_step = launch_corr[order], step[launches][order]
         dev_rows = np.flatnonzero(on_device & (correlation >= 0))
         pos = np.searchsorted(launch_corr, correlation[dev_rows])
-        found = (pos < len(launch_corr)) & (launch_corr[np.minimum(pos, len(launch_corr) - 1)] == correlation[dev_rows])
+        found = (pos < len(launch_corr)) & (
+            launch_corr[np.minimum(pos, len(launch_corr) - 1)] == correlation[dev_rows]
+        )
         step[dev_rows[found]] = launch_step[pos[found]]
     if step_from is not None:
         linked = np.flatnonzero(step_from >= 0)
@@ -367,7 +416,9 @@ def _attribute_steps(table: pa.Table, warnings: list[str], step_from: np.ndarray
     table = table.set_column(table.schema.get_field_index("step"), "step", pa.array(step.astype(np.int32)))
     table = table.set_column(table.schema.get_field_index("seq"), "seq", sequence_numbers(table))
 
-    device_work = np.flatnonzero(on_device & schema.in_values(table.column("kind"), schema.DEVICE_KINDS) & (step >= 0))
+    device_work = np.flatnonzero(
+        on_device & schema.in_values(table.column("kind"), schema.DEVICE_KINDS) & (step >= 0)
+    )
     spans = _device_spans(step[device_work], start[device_work], end[device_work])
     rows = {
         "rank": [-1] * len(step_rows),
@@ -394,8 +445,12 @@ def _device_spans(step: np.ndarray, start: np.ndarray, end: np.ndarray) -> dict[
 def _groups(info: dict[str, Any], table: pa.Table) -> list[Group]:
     """Process groups from ``distributedInfo.pg_config``, completed by the groups named on events."""
     found = {g.group: g for g in _config_groups(info)}
-    pairs = table.select(["group", "group_ranks"]).drop_null().group_by(["group", "group_ranks"]).aggregate([])
-    for name, members in zip(pairs.column("group").to_pylist(), pairs.column("group_ranks").to_pylist(), strict=True):
+    pairs = (
+        table.select(["group", "group_ranks"]).drop_null().group_by(["group", "group_ranks"]).aggregate([])
+    )
+    for name, members in zip(
+        pairs.column("group").to_pylist(), pairs.column("group_ranks").to_pylist(), strict=True
+    ):
         if name not in found:
             parsed = parse_rank_list(members)
             if parsed is not None:
@@ -415,5 +470,7 @@ def _config_groups(info: dict[str, Any]) -> list[Group]:
         members = parse_rank_list(ranks if isinstance(ranks, list | str) else None)
         if name is None or members is None:
             continue
-        found[name] = Group(name, members, str_or_none(pg.get("pg_desc")), str_or_none(pg.get("backend_config")))
+        found[name] = Group(
+            name, members, str_or_none(pg.get("pg_desc")), str_or_none(pg.get("backend_config"))
+        )
     return list(found.values())

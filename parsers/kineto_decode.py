@@ -115,7 +115,9 @@ class Outer(msgspec.Struct, gc=False):
 
 
 _OUTER = msgspec.json.Decoder(Outer)
-_ANY_PHASE: Any = Union.__getitem__((Complete, *_OTHER_PHASES))  # a Union built at run time (the phases above)
+_ANY_PHASE: Any = Union.__getitem__(
+    (Complete, *_OTHER_PHASES)
+)  # a Union built at run time (the phases above)
 EVENTS_DECODERS = (msgspec.json.Decoder(list[_ANY_PHASE]), msgspec.json.Decoder(list[Event]))
 LOOSE_EVENTS_DECODER = msgspec.json.Decoder(list[LooseEvent])
 
@@ -146,10 +148,49 @@ _RECORD_PARAM_COMMS = pa.array(["record_param_comms"])
 COMM_KERNEL = re.compile(r"^(nccl|rccl)[A-Za-z]*Kernel|^ncclDevKernel|^mscclKernel")
 DTYPE_BYTES = {  # dtype names and the C++ type names "Input type" gives (lower case)
     **dict.fromkeys(("float", "float32", "int", "int32", "unsigned int", "c10::complex<c10::half>"), 4),
-    **dict.fromkeys(("double", "float64", "long", "int64", "long int", "long long", "unsigned long", "c10::complex<float>"), 8),
-    **dict.fromkeys(("half", "float16", "bfloat16", "c10::bfloat16", "c10::half", "short", "int16", "short int", "unsigned short"), 2),
-    **dict.fromkeys(("byte", "char", "bool", "int8", "uint8", "unsigned char", "signed char", "float8_e4m3fn", "float8_e5m2",
-                     "c10::float8_e4m3fn", "c10::float8_e5m2"), 1),
+    **dict.fromkeys(
+        (
+            "double",
+            "float64",
+            "long",
+            "int64",
+            "long int",
+            "long long",
+            "unsigned long",
+            "c10::complex<float>",
+        ),
+        8,
+    ),
+    **dict.fromkeys(
+        (
+            "half",
+            "float16",
+            "bfloat16",
+            "c10::bfloat16",
+            "c10::half",
+            "short",
+            "int16",
+            "short int",
+            "unsigned short",
+        ),
+        2,
+    ),
+    **dict.fromkeys(
+        (
+            "byte",
+            "char",
+            "bool",
+            "int8",
+            "uint8",
+            "unsigned char",
+            "signed char",
+            "float8_e4m3fn",
+            "float8_e5m2",
+            "c10::float8_e4m3fn",
+            "c10::float8_e5m2",
+        ),
+        1,
+    ),
     "c10::complex<double>": 16,
 }
 
@@ -176,7 +217,9 @@ def decode_outer(data: bytes, shown: Path | str) -> Outer:
 
 get_args = attrgetter("args")
 _get = {name: attrgetter(name) for name in ("pid", "tid", "ts", "dur", "name", "cat")}
-_get_arg = {name: attrgetter(name) for name in ("device", "stream", "correlation", "external_id", "collective")}
+_get_arg = {
+    name: attrgetter(name) for name in ("device", "stream", "correlation", "external_id", "collective")
+}
 
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -326,7 +369,9 @@ class Columns:
         # hold codes instead of repeated strings, and the tests on a name run once per distinct name
         # (Columns.communication).
         cats = dictionary_column(list(map(_get["cat"], complete)))
-        if not SKIPPED_CATEGORIES.isdisjoint(cats.dictionary.to_pylist()):  # one event a file: checked per chunk
+        if not SKIPPED_CATEGORIES.isdisjoint(
+            cats.dictionary.to_pylist()
+        ):  # one event a file: checked per chunk
             complete = [e for e in complete if not (isinstance(e.cat, str) and e.cat in SKIPPED_CATEGORIES)]
             cats = dictionary_column(list(map(_get["cat"], complete)))
         if not complete:
@@ -342,13 +387,23 @@ class Columns:
         args = list(map(get_args, complete))
         for key in ("device", "stream", "correlation", "external_id"):
             self._put(key, int_column(list(map(_get_arg[key], args))))
-        has_collective = np.fromiter(map(is_not, map(_get_arg["collective"], args), repeat(None)), dtype=bool, count=n)
+        has_collective = np.fromiter(
+            map(is_not, map(_get_arg["collective"], args), repeat(None)), dtype=bool, count=n
+        )
         for i in np.flatnonzero(has_collective).tolist():
             a = args[i]
-            self.collective_args[self.n + i] = (comm_meta(a), int_or_none(a.external_id), isinstance(a.collective, str))
-        for i in np.flatnonzero(_by_code(names, pc.match_substring_regex(names.dictionary, COMM_OPERATOR.pattern))).tolist():
+            self.collective_args[self.n + i] = (
+                comm_meta(a),
+                int_or_none(a.external_id),
+                isinstance(a.collective, str),
+            )
+        for i in np.flatnonzero(
+            _by_code(names, pc.match_substring_regex(names.dictionary, COMM_OPERATOR.pattern))
+        ).tolist():
             self.comm_inputs[self.n + i] = OperatorInputs.of(args[i])
-        for i in np.flatnonzero(_by_code(names, pc.match_substring_regex(names.dictionary, NCCL_OPERATOR.pattern))).tolist():
+        for i in np.flatnonzero(
+            _by_code(names, pc.match_substring_regex(names.dictionary, NCCL_OPERATOR.pattern))
+        ).tolist():
             self.nccl_inputs[self.n + i] = OperatorInputs.of(args[i])
         self.n += n
 
@@ -368,12 +423,18 @@ class Columns:
         check_names(column.dictionary, self.shown, what)
         return column
 
-    def communication(self, names: pa.DictionaryArray, on_device: np.ndarray, external_id: np.ndarray) -> Communication:
+    def communication(
+        self, names: pa.DictionaryArray, on_device: np.ndarray, external_id: np.ndarray
+    ) -> Communication:
         """Which rows are communication and what their args say, tested once per distinct name of the file."""
         is_comm_name = _by_code(names, pc.match_substring_regex(names.dictionary, COMM_KERNEL.pattern))
         is_param = _by_code(names, pc.is_in(names.dictionary, _RECORD_PARAM_COMMS))
         found = Communication()
-        for row, (meta, ext, _) in self.collective_args.items():  # in row order: the last call of an External id wins
+        for row, (
+            meta,
+            ext,
+            _,
+        ) in self.collective_args.items():  # in row order: the last call of an External id wins
             if meta is not None and is_param[row] and not on_device[row]:
                 found.meta[row] = meta
                 if ext is not None:
@@ -411,7 +472,9 @@ class Communication:
 
     meta: dict[int, CommMeta] = field(default_factory=dict)  # row -> collective metadata
     comm_rows: list[int] = field(default_factory=list)  # device rows that are communication kernels
-    pending: list[tuple[int, int]] = field(default_factory=list)  # (kernel row, External id) to fill from host
+    pending: list[tuple[int, int]] = field(
+        default_factory=list
+    )  # (kernel row, External id) to fill from host
     host_meta: dict[int, CommMeta] = field(default_factory=dict)  # External id -> record_param_comms metadata
 
 

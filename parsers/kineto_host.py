@@ -40,7 +40,9 @@ from paradiag.parsers.base import Group, group_role, normalize_collective, ranks
 from paradiag.parsers.kineto_decode import DTYPE_BYTES, INT64_MAX, OperatorInputs, int_or_none
 
 GLOO_ANNOTATION = re.compile(r"^gloo:([A-Za-z_]+)$")
-HOST_COLLECTIVE = re.compile(r"^c10d::_*([A-Za-z_]+?)_*$")  # c10d::allreduce_, c10d::_allgather_base_, c10d::recv_
+HOST_COLLECTIVE = re.compile(
+    r"^c10d::_*([A-Za-z_]+?)_*$"
+)  # c10d::allreduce_, c10d::_allgather_base_, c10d::recv_
 # Functional collectives (DTensor, torch.compile): ``_c10d_functional::all_reduce`` enqueues through c10d, and
 # ``_c10d_functional::wait_tensor`` blocks the thread until the transfer is done: waiting, not compute.
 FUNCTIONAL_COLLECTIVE = re.compile(r"^_?c10d_functional::")
@@ -62,7 +64,9 @@ def is_operator(name: str) -> bool:
 RUNS_AS = {"reduce_scatter": ("reduce_scatter", "all_reduce")}
 
 
-def host_lanes(table: pa.Table, inputs: dict[int, OperatorInputs], groups: list[Group], rank: int | None) -> tuple[pa.Table, np.ndarray]:
+def host_lanes(
+    table: pa.Table, inputs: dict[int, OperatorInputs], groups: list[Group], rank: int | None
+) -> tuple[pa.Table, np.ndarray]:
     """The device-like rows of a rank without device activity (``table``: its events; ``inputs``: row -> the
     recorded inputs of its ``c10d::``/``gloo:`` events): compute slices and gloo communication, and for each new
     row the row of ``table`` whose step it takes (its enqueue), -1 where its own time decides. Each compute slice
@@ -84,14 +88,39 @@ def host_lanes(table: pa.Table, inputs: dict[int, OperatorInputs], groups: list[
     track = table.column("track").to_numpy()
     external = table.column("external_id").to_numpy()
 
-    is_functional = host & is_op & np.isin(codes, [i for i, w in enumerate(words) if FUNCTIONAL_COLLECTIVE.match(w)])
+    is_functional = (
+        host & is_op & np.isin(codes, [i for i, w in enumerate(words) if FUNCTIONAL_COLLECTIVE.match(w)])
+    )
     is_wrapper = ~np.isin(codes, [i for i, w in enumerate(words) if is_operator(w)])
     parent = np.full(len(start), -1, np.int64)
-    pieces = _compute_pieces(np.flatnonzero(host & is_op), is_enqueue | is_functional, np.flatnonzero(is_gloo), start, end, track, is_wrapper, parent)
-    comm = _communication(np.flatnonzero(is_gloo), np.flatnonzero(is_enqueue), codes, words, start, end, track, inputs, groups, rank)
+    pieces = _compute_pieces(
+        np.flatnonzero(host & is_op),
+        is_enqueue | is_functional,
+        np.flatnonzero(is_gloo),
+        start,
+        end,
+        track,
+        is_wrapper,
+        parent,
+    )
+    comm = _communication(
+        np.flatnonzero(is_gloo),
+        np.flatnonzero(is_enqueue),
+        codes,
+        words,
+        start,
+        end,
+        track,
+        inputs,
+        groups,
+        rank,
+    )
     n_pieces, n_comm = len(pieces[0]), len(comm["rows"])
     rows = np.concatenate([pieces[2], comm["rows"]]).astype(np.int64)
-    kinds = np.array([schema.KINDS.index(schema.COMPUTE)] * n_pieces + [schema.KINDS.index(schema.COMMUNICATION)] * n_comm, dtype=np.int8)
+    kinds = np.array(
+        [schema.KINDS.index(schema.COMPUTE)] * n_pieces + [schema.KINDS.index(schema.COMMUNICATION)] * n_comm,
+        dtype=np.int8,
+    )
     lane_start = np.concatenate([pieces[0], start[comm["rows"]]]).astype(np.int64)
     lane_end = np.concatenate([pieces[1], end[comm["rows"]]]).astype(np.int64)
     n = n_pieces + n_comm
@@ -159,7 +188,11 @@ def _compute_pieces(
 
 
 def _self_time(
-    rows: np.ndarray, start: np.ndarray, end: np.ndarray, excluded: np.ndarray, parent: np.ndarray | None = None
+    rows: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    excluded: np.ndarray,
+    parent: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The self-time pieces of nested operators on one thread: each instant belongs to the innermost operator
     running then. An operator that overlaps its parent's end is cut there; ``excluded`` operators and everything
@@ -198,7 +231,11 @@ def _self_time(
 
 
 def _without_waits(
-    s: np.ndarray, e: np.ndarray, owner: np.ndarray, is_wrapper: np.ndarray, in_flight: tuple[np.ndarray, np.ndarray]
+    s: np.ndarray,
+    e: np.ndarray,
+    owner: np.ndarray,
+    is_wrapper: np.ndarray,
+    in_flight: tuple[np.ndarray, np.ndarray],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The pieces less the time a *wrapper* operator (``is_wrapper`` by row: not a dispatcher operator) spends
     while work of the rank's gloo is in flight (``in_flight``: the union of its gloo work on every thread): a
@@ -226,7 +263,13 @@ def _without_waits(
 
 
 def _subtract(
-    s: np.ndarray, e: np.ndarray, owner: np.ndarray, cut_s: np.ndarray, cut_e: np.ndarray, op_start: np.ndarray, op_end: np.ndarray
+    s: np.ndarray,
+    e: np.ndarray,
+    owner: np.ndarray,
+    cut_s: np.ndarray,
+    cut_e: np.ndarray,
+    op_start: np.ndarray,
+    op_end: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The pieces [s, e) (with their owner rows) less the intervals [cut_s, cut_e) (a piece cut in
     the middle becomes two) that their owner operator (``op_start``/``op_end`` by row) encloses: an operator that
@@ -285,9 +328,17 @@ def _communication(
     """One record per gloo annotation: its collective, group, peer, bytes and the enqueue it links to."""
     kind_of = {int(r): _collective(HOST_COLLECTIVE, words[codes[r]]) for r in enqueues}
     pending = sorted((int(start[r]), int(r)) for r in enqueues if kind_of[int(r)])
-    runloop = sorted({int(track[r]) for r in gloo if _collective(GLOO_ANNOTATION, words[codes[r]]) not in schema.P2P_COLLECTIVES})
+    runloop = sorted(
+        {
+            int(track[r])
+            for r in gloo
+            if _collective(GLOO_ANNOTATION, words[codes[r]]) not in schema.P2P_COLLECTIVES
+        }
+    )
     thread_group = _runloop_groups(runloop, groups, rank)
-    out: dict[str, list[Any]] = {k: [] for k in ("rows", "collective", "group", "group_ranks", "peer", "bytes", "enqueue")}
+    out: dict[str, list[Any]] = {
+        k: [] for k in ("rows", "collective", "group", "group_ranks", "peer", "bytes", "enqueue")
+    }
     for row in sorted(gloo.tolist(), key=lambda r: (int(start[r]), r)):
         collective = _collective(GLOO_ANNOTATION, words[codes[row]]) or "other"
         nbytes = tensor_bytes(inputs.get(row))
@@ -305,7 +356,9 @@ def _communication(
         out["group"].append(group.group if group is not None else "0")
         out["group_ranks"].append(ranks_key(group.ranks) if group is not None and group.ranks else None)
         out["peer"].append(peer)
-        out["bytes"].append(nbytes if nbytes is not None else tensor_bytes(inputs.get(link)) if link >= 0 else None)
+        out["bytes"].append(
+            nbytes if nbytes is not None else tensor_bytes(inputs.get(link)) if link >= 0 else None
+        )
         out["enqueue"].append(link)
     return out
 
@@ -315,13 +368,22 @@ def _collective(pattern: re.Pattern[str], name: str) -> str | None:
     return normalize_collective(match.group(1)) if match else None
 
 
-def _link(row: int, collective: str, nbytes: int | None, pending: list[tuple[int, int]], kind_of: dict[int, str | None], start: np.ndarray, inputs: dict[int, OperatorInputs]) -> int:
+def _link(
+    row: int,
+    collective: str,
+    nbytes: int | None,
+    pending: list[tuple[int, int]],
+    kind_of: dict[int, str | None],
+    start: np.ndarray,
+    inputs: dict[int, OperatorInputs],
+) -> int:
     """The enqueue of a gloo annotation: the earliest pending ``c10d::`` operator of its collective that started
     before it, one of the same size first; removed from ``pending``. -1 when none (enqueued before the window)."""
     fits = [
         i
         for i, (s, op) in enumerate(pending)
-        if s <= int(start[row]) and (kind_of[op] == collective or collective in RUNS_AS.get(kind_of[op] or "", ()))
+        if s <= int(start[row])
+        and (kind_of[op] == collective or collective in RUNS_AS.get(kind_of[op] or "", ()))
     ]
     if not fits:
         return -1
@@ -339,7 +401,11 @@ def _peer_index(op: OperatorInputs | None) -> int | None:
 
 
 def _is_default(group: Group, world: int | None) -> bool:
-    return group_role(group.description) == "world" or group.group == "0" or (world is not None and len(group.ranks) == world)
+    return (
+        group_role(group.description) == "world"
+        or group.group == "0"
+        or (world is not None and len(group.ranks) == world)
+    )
 
 
 def _p2p_group(groups: list[Group], rank: int | None, local: int | None) -> Group | None:
@@ -348,7 +414,11 @@ def _p2p_group(groups: list[Group], rank: int | None, local: int | None) -> Grou
     mine = [g for g in groups if rank is None or rank in g.ranks]
     fits = [g for g in mine if local is None or (0 <= local < len(g.ranks) and g.ranks[local] != rank)]
     world = max((len(g.ranks) for g in groups), default=None)
-    for wanted in (lambda g: group_role(g.description) == "pp", lambda g: _is_default(g, world), lambda g: True):
+    for wanted in (
+        lambda g: group_role(g.description) == "pp",
+        lambda g: _is_default(g, world),
+        lambda g: True,
+    ):
         found = sorted((g for g in fits if wanted(g)), key=lambda g: len(g.ranks))
         if found:
             return found[0]

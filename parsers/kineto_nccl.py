@@ -44,7 +44,9 @@ from paradiag.parsers.kineto_decode import DTYPE_BYTES, INT64_MAX, CommMeta, Ope
 
 # nccl:all_reduce, nccl:_all_gather_base, nccl:send 0->1, nccl:recv 1<-0
 NCCL_ANNOTATION = re.compile(r"^nccl:_*([A-Za-z_]+?)(?:_base)?_*(?:\s+(\d+)\s*(->|<-)\s*(\d+))?\s*$")
-HOST_OPERATOR = re.compile(r"^c10d::_*([A-Za-z_]+?)(?:_base)?_*$")  # c10d::allreduce_, c10d::_allgather_base_, c10d::recv_
+HOST_OPERATOR = re.compile(
+    r"^c10d::_*([A-Za-z_]+?)(?:_base)?_*$"
+)  # c10d::allreduce_, c10d::_allgather_base_, c10d::recv_
 
 
 @dataclass
@@ -74,7 +76,9 @@ class _Kernel:
     inputs: list[OperatorInputs] = field(default_factory=list)
 
 
-def infer(rows: Rows, pending: list[int], inputs: dict[int, OperatorInputs], groups: list[Group], rank: int | None) -> dict[int, CommMeta]:
+def infer(
+    rows: Rows, pending: list[int], inputs: dict[int, OperatorInputs], groups: list[Group], rank: int | None
+) -> dict[int, CommMeta]:
     """Kernel row -> its collective metadata, for the communication kernels ``pending`` that no record_param_comms
     describes (``inputs``: row -> the recorded inputs of ``c10d::`` and ``nccl:`` host events)."""
     if not pending:
@@ -82,7 +86,9 @@ def infer(rows: Rows, pending: list[int], inputs: dict[int, OperatorInputs], gro
     kernels = [_describe(k, rows, inputs) for k in _link(rows, pending)]
     out: dict[int, CommMeta] = {}
     mine = [g for g in groups if len(g.ranks) > 1 and (rank is None or rank in g.ranks)]
-    stream_group = _stream_groups([k for k in kernels if k.collective not in schema.P2P_COLLECTIVES], rows, mine)
+    stream_group = _stream_groups(
+        [k for k in kernels if k.collective not in schema.P2P_COLLECTIVES], rows, mine
+    )
     for k in kernels:
         if k.collective is None:
             continue
@@ -92,7 +98,11 @@ def infer(rows: Rows, pending: list[int], inputs: dict[int, OperatorInputs], gro
         else:
             found = stream_group.get(int(rows.track[k.row]))
             group = found if isinstance(found, Group) else None
-            label = group.group if group is not None else _unresolved(rows, k.row, groups, found if isinstance(found, list) else [], rank)
+            label = (
+                group.group
+                if group is not None
+                else _unresolved(rows, k.row, groups, found if isinstance(found, list) else [], rank)
+            )
             peer = None
         members = ranks_key(group.ranks) if group is not None else None
         out[k.row] = CommMeta(k.collective, label, members, peer, k.nbytes)
@@ -135,8 +145,10 @@ def _link(rows: Rows, pending: list[int]) -> list[_Links]:
             link.operator = by_external.get(int(rows.external_id[row]), -1)
         if link.annotation < 0 and len(device_anns):
             span = device_anns[
-                (rows.device[device_anns] == rows.device[row]) & (rows.track[device_anns] == rows.track[row])
-                & (rows.ts[device_anns] <= rows.ts[row]) & (end[device_anns] >= end[row])
+                (rows.device[device_anns] == rows.device[row])
+                & (rows.track[device_anns] == rows.track[row])
+                & (rows.ts[device_anns] <= rows.ts[row])
+                & (end[device_anns] >= end[row])
             ]
             if len(span):
                 inner = span[np.argmin(rows.dur[span])]
@@ -162,7 +174,9 @@ def _describe(link: _Links, rows: Rows, inputs: dict[int, OperatorInputs]) -> _K
     ann = NCCL_ANNOTATION.match(rows.words[rows.codes[link.annotation]]) if link.annotation >= 0 else None
     op = HOST_OPERATOR.match(rows.words[rows.codes[link.operator]]) if link.operator >= 0 else None
     named = [normalize_collective(m.group(1)) for m in (ann, op) if m is not None]
-    k.collective = next((c for c in named if c is not None), None) or collective_from_kernel_name(rows.words[rows.codes[link.row]])
+    k.collective = next((c for c in named if c is not None), None) or collective_from_kernel_name(
+        rows.words[rows.codes[link.row]]
+    )
     ann_inputs = inputs.get(link.annotation) if link.annotation >= 0 else None
     op_inputs = inputs.get(link.operator) if link.operator >= 0 else None
     k.inputs = [i for i in (ann_inputs, op_inputs) if i is not None]
@@ -193,7 +207,15 @@ def _numel(dims: object) -> int:
 def _bytes(ops: list[OperatorInputs]) -> int | None:
     """The largest tensor among the inputs, in the first concrete element type they name (None if none does)."""
     elements = max((_numel(d) for op in ops for d in op.dims), default=0)
-    size = next((DTYPE_BYTES[t.lower()] for op in ops for t in op.types if isinstance(t, str) and t.lower() in DTYPE_BYTES), None)
+    size = next(
+        (
+            DTYPE_BYTES[t.lower()]
+            for op in ops
+            for t in op.types
+            if isinstance(t, str) and t.lower() in DTYPE_BYTES
+        ),
+        None,
+    )
     if elements <= 0 or size is None or elements * size > INT64_MAX:
         return None
     return elements * size
@@ -210,7 +232,9 @@ def _ratio(op: OperatorInputs, collective: str) -> int | None:
     return big // small
 
 
-def _p2p_group(k: _Kernel, mine: list[Group], rank: int | None, has_groups: bool) -> tuple[Group | None, int | None]:
+def _p2p_group(
+    k: _Kernel, mine: list[Group], rank: int | None, has_groups: bool
+) -> tuple[Group | None, int | None]:
     """The group of a send/recv and the peer's global rank (see the module's docstring)."""
     if not has_groups:
         return None, k.peer  # no group known: the default group, whose indices are global ranks
@@ -225,7 +249,11 @@ def _p2p_group(k: _Kernel, mine: list[Group], rank: int | None, has_groups: bool
 
     found = [g for g in mine if fits(g)]
     world = max((len(g.ranks) for g in mine), default=0)
-    for wanted in (lambda g: True, lambda g: group_role(g.description) == "pp", lambda g: len(g.ranks) == world or g.group == "0"):
+    for wanted in (
+        lambda g: True,
+        lambda g: group_role(g.description) == "pp",
+        lambda g: len(g.ranks) == world or g.group == "0",
+    ):
         chosen = [g for g in found if wanted(g)]
         if len(chosen) == 1:
             return chosen[0], chosen[0].ranks[peer]
@@ -242,7 +270,10 @@ def _stream_groups(kernels: list[_Kernel], rows: Rows, mine: list[Group]) -> dic
     candidates = {s: [g for g in mine if all(len(g.ranks) == h for h in h_set)] for s, h_set in hints.items()}
     resolved: dict[int, Group | list[Group]] = {}
     _eliminate(candidates, resolved)
-    for s, cands in candidates.items():  # pipeline groups send and receive: a collective is another group's first
+    for (
+        s,
+        cands,
+    ) in candidates.items():  # pipeline groups send and receive: a collective is another group's first
         others = [g for g in cands if group_role(g.description) != "pp"]
         if s not in resolved and others and len(others) < len(cands):
             candidates[s] = others
@@ -266,7 +297,9 @@ def _eliminate(candidates: dict[int, list[Group]], resolved: dict[int, Group | l
                 changed = True
 
 
-def _unresolved(rows: Rows, row: int, groups: list[Group], candidates: list[Group], rank: int | None) -> str | None:
+def _unresolved(
+    rows: Rows, row: int, groups: list[Group], candidates: list[Group], rank: int | None
+) -> str | None:
     """The label of a group not known: the stream alone without any pg_config (the old behaviour), else the stream
     and the groups it may be (``stream:13?5|13``), which no rank in another group shares, or the rank itself
     where no group fits (``stream:13?rank4``)."""

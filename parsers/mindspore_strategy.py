@@ -63,7 +63,9 @@ SCHEMA = pa.schema(
         pa.field("scope", pa.string()),
         pa.field("strategy", pa.string()),  # "[[2,1,1,1],[1,1,1,1]]", null when the op has none
         pa.field("splits", pa.list_(pa.list_(pa.int64()))),  # the same, as split counts per input dimension
-        pa.field("strategy_attr", pa.string()),  # which attribute held it (in_strategy, strategy, gen_strategy)
+        pa.field(
+            "strategy_attr", pa.string()
+        ),  # which attribute held it (in_strategy, strategy, gen_strategy)
         pa.field("sharded", pa.bool_(), nullable=False),  # some input dimension is split more than once
         pa.field("parallel_group", pa.string()),  # communication group of a communication op
         pa.field("group_ranks", pa.string()),  # "0,1,2,3" when the file lists them
@@ -88,7 +90,9 @@ def read_parallel_strategy(path: str | Path) -> pa.Table:
     except OSError as exc:
         raise TraceError(path, f"cannot read the parallel strategy file: {exc.strerror or exc}") from exc
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise TraceError(path, f"not valid JSON ({exc}); expected a MindSpore parallel_strategy_{{rank}}.json") from exc
+        raise TraceError(
+            path, f"not valid JSON ({exc}); expected a MindSpore parallel_strategy_{{rank}}.json"
+        ) from exc
     if not isinstance(doc, dict) or not ("graph" in doc or "config" in doc):
         raise TraceError(path, "not a MindSpore parallel strategy file: no 'config' or 'graph' object")
     config: dict[str, Any] = doc["config"] if isinstance(doc.get("config"), dict) else {}
@@ -120,7 +124,13 @@ def _row(node: dict[str, Any], rank: int | None, stage: int | None) -> dict[str,
     if group is None and comm and isinstance(attrs.get("group"), str):  # Conv2D's "group" is an int, not this
         group = attrs["group"]
     ranks = attrs.get("group_rank_ids", attrs.get("rank_list", node.get("parallel_group_rank")))
-    peer_key = "dest_rank" if (op_type or "").lower() == "send" else "src_rank" if (op_type or "").lower() == "receive" else None
+    peer_key = (
+        "dest_rank"
+        if (op_type or "").lower() == "send"
+        else "src_rank"
+        if (op_type or "").lower() == "receive"
+        else None
+    )
     peer = _int(attrs.get(peer_key, node.get(peer_key))) if peer_key else None
     return {
         "rank": rank,
@@ -161,7 +171,13 @@ def _value(v: Any) -> Any:
         return v
     if "values" in v:
         return [_value(x) for x in v["values"]] if isinstance(v["values"], list) else None
-    for key, conv in (("intVal", _int), ("strVal", str), ("boolVal", bool), ("floatVal", float), ("doubleVal", float)):
+    for key, conv in (
+        ("intVal", _int),
+        ("strVal", str),
+        ("boolVal", bool),
+        ("floatVal", float),
+        ("doubleVal", float),
+    ):
         if key in v:
             try:
                 return conv(v[key])
@@ -176,7 +192,9 @@ def _splits(value: Any) -> list[list[int]] | None:
         return None
     out = []
     for dims in value:
-        if not isinstance(dims, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
+        if not isinstance(dims, list) or not all(
+            isinstance(d, int) and not isinstance(d, bool) for d in dims
+        ):
             return None
         out.append([int(d) for d in dims])
     return out

@@ -118,5 +118,7 @@ def _iterations(output: Path, shown: Path, warnings: list[str]) -> list[tuple[in
         else:
             skipped += 1
     if skipped:
-        warnings.append(f"{shown / path.name}: {skipped} iteration(s) with an id or times out of range skipped")
+        warnings.append(
+            f"{shown / path.name}: {skipped} iteration(s) with an id or times out of range skipped"
+        )
     return spans

@@ -27,7 +27,9 @@ def ring(ranks: Sequence[int], link: LinkFn) -> tuple[float, float]:
     return min(bw for bw, _ in links), max(lat for _, lat in links)
 
 
-def duration(collective: str, nbytes: float, ranks: Sequence[int], link: LinkFn, multi_node: bool) -> tuple[float, str]:
+def duration(
+    collective: str, nbytes: float, ranks: Sequence[int], link: LinkFn, multi_node: bool
+) -> tuple[float, str]:
     """(microseconds, algorithm) of one collective moving ``nbytes`` (the largest per-rank buffer)."""
     n = len(ranks)
     if n < 2:

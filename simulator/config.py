@@ -12,8 +12,15 @@ DEVICES_PER_NODE = 8
 MODELS = ("llm", "resnet50")
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 FORMATS = ("kineto", "ascend")
-SHAPES = ("megatron", "torch2")  # megatron: record_param_comms and Megatron group names; torch2: what a PyTorch 2.x job records
-TRACE_NAMES = ("worker", "rank", "window")  # torch2 file names: {host}_{pid}.{ns}, rank{R}.{ns} (tensorboard_trace_handler), rank{R}.window{W}
+SHAPES = (
+    "megatron",
+    "torch2",
+)  # megatron: record_param_comms and Megatron group names; torch2: what a PyTorch 2.x job records
+TRACE_NAMES = (
+    "worker",
+    "rank",
+    "window",
+)  # torch2 file names: {host}_{pid}.{ns}, rank{R}.{ns} (tensorboard_trace_handler), rank{R}.window{W}
 DP_DIMS = ("dp", "dp_shard", "dp_replicate")  # torch2: the DeviceMesh dim name of the data-parallel groups
 DP_MODES = ("ddp", "fsdp")
 
@@ -49,7 +56,9 @@ class SimConfig:
     faults: tuple[Fault, ...] = ()
     format: str = "kineto"
     gzip: bool = False
-    p2p_peer: bool = True  # Kineto: send/recv name their peer (record_param_comms "Rank"); older PyTorch did not
+    p2p_peer: bool = (
+        True  # Kineto: send/recv name their peer (record_param_comms "Rank"); older PyTorch did not
+    )
     jitter: float = 0.03
     seed: int = 0
     devices_per_node: int = DEVICES_PER_NODE
@@ -57,7 +66,9 @@ class SimConfig:
     name: str = field(default="")
     # The torch2 shape (docs/simulator.md "PyTorch 2.x shape"); the defaults write the megatron shape, unchanged.
     shape: str = "megatron"
-    dp_mode: str = "ddp"  # torch2: ddp (bucketed all-reduce) or fsdp (FSDP2: per-layer all-gather and reduce-scatter)
+    dp_mode: str = (
+        "ddp"  # torch2: ddp (bucketed all-reduce) or fsdp (FSDP2: per-layer all-gather and reduce-scatter)
+    )
     dp_dim: str = "dp"
     windows: int = 1  # profiler cycles (schedule repeat): one trace file per rank and window
     window_gap: int = 2  # unprofiled steps (wait + warmup) before each window after the first
@@ -122,32 +133,81 @@ def validate(cfg: SimConfig) -> None:
         _check(getattr(cfg, name) >= 1, f"--{name.replace('_', '-')} must be at least 1")
     _check(0.0 <= cfg.jitter <= 0.5, "--jitter must be between 0 and 0.5")
     _check(cfg.shape in SHAPES, f"--shape must be one of {', '.join(SHAPES)}")
-    _check(cfg.windows >= 1 and cfg.window_gap >= 0, "--windows must be at least 1 and --window-gap at least 0")
+    _check(
+        cfg.windows >= 1 and cfg.window_gap >= 0, "--windows must be at least 1 and --window-gap at least 0"
+    )
     if cfg.torch2:
-        _check(cfg.format == "kineto", "--shape torch2 writes PyTorch profiler (Kineto) traces: use --format kineto")
+        _check(
+            cfg.format == "kineto",
+            "--shape torch2 writes PyTorch profiler (Kineto) traces: use --format kineto",
+        )
         _check(cfg.trace_names in TRACE_NAMES, f"--trace-names must be one of {', '.join(TRACE_NAMES)}")
         _check(cfg.dp_dim in DP_DIMS, f"--dp-dim must be one of {', '.join(DP_DIMS)}")
         _check(cfg.dp_mode in DP_MODES, f"--dp-mode must be one of {', '.join(DP_MODES)}")
-        _check(not (cfg.rerun and cfg.trace_names == "window"), "--rerun needs time-stamped file names (--trace-names worker or rank): a rerun with rank{R}.window{W} names overwrites the older files")
+        _check(
+            not (cfg.rerun and cfg.trace_names == "window"),
+            "--rerun needs time-stamped file names (--trace-names worker or rank): a rerun with rank{R}.window{W} names overwrites the older files",
+        )
         _check(cfg.dp_mode != "fsdp" or cfg.model == "llm", "--dp-mode fsdp needs --model llm")
     else:
-        _check(cfg.device != "cpu", "--device cpu writes what a CPU (gloo) job records: it needs --shape torch2")
-        extras = [name for name, on in (("--windows", cfg.windows != 1), ("--rerun", cfg.rerun), ("--manifest", cfg.manifest), ("--dp-mode fsdp", cfg.dp_mode != "ddp"), ("--no-collective-args", not cfg.collective_args)) if on]
+        _check(
+            cfg.device != "cpu", "--device cpu writes what a CPU (gloo) job records: it needs --shape torch2"
+        )
+        extras = [
+            name
+            for name, on in (
+                ("--windows", cfg.windows != 1),
+                ("--rerun", cfg.rerun),
+                ("--manifest", cfg.manifest),
+                ("--dp-mode fsdp", cfg.dp_mode != "ddp"),
+                ("--no-collective-args", not cfg.collective_args),
+            )
+            if on
+        ]
         _check(not extras, f"{', '.join(extras)} need --shape torch2")
-    _check(cfg.tp <= cfg.devices_per_node, f"--tp {cfg.tp} is larger than a node ({cfg.devices_per_node} devices): tensor parallelism stays inside a node")
+    _check(
+        cfg.tp <= cfg.devices_per_node,
+        f"--tp {cfg.tp} is larger than a node ({cfg.devices_per_node} devices): tensor parallelism stays inside a node",
+    )
     if cfg.model == "resnet50":
-        _check(cfg.tp == 1 and cfg.pp == 1 and cfg.ep == 1, "--model resnet50 is data parallel only: use --tp 1 --pp 1 --ep 1")
+        _check(
+            cfg.tp == 1 and cfg.pp == 1 and cfg.ep == 1,
+            "--model resnet50 is data parallel only: use --tp 1 --pp 1 --ep 1",
+        )
         return
-    _check(cfg.hidden % cfg.tp == 0 and cfg.heads % cfg.tp == 0, f"--tp {cfg.tp} must divide the hidden size {cfg.hidden} and the {cfg.heads} attention heads")
-    _check(cfg.dp % cfg.ep == 0, f"--ep {cfg.ep} must divide --dp {cfg.dp} (expert parallelism splits the data-parallel ranks)")
+    _check(
+        cfg.hidden % cfg.tp == 0 and cfg.heads % cfg.tp == 0,
+        f"--tp {cfg.tp} must divide the hidden size {cfg.hidden} and the {cfg.heads} attention heads",
+    )
+    _check(
+        cfg.dp % cfg.ep == 0,
+        f"--ep {cfg.ep} must divide --dp {cfg.dp} (expert parallelism splits the data-parallel ranks)",
+    )
     if cfg.ep > 1 or cfg.experts:
-        _check(cfg.num_experts % cfg.ep == 0, f"{cfg.num_experts} experts cannot be split over --ep {cfg.ep} ranks")
-    _check(cfg.schedule != "gpipe" or cfg.virtual_stages == 1, "--virtual-stages needs --schedule interleaved")
+        _check(
+            cfg.num_experts % cfg.ep == 0,
+            f"{cfg.num_experts} experts cannot be split over --ep {cfg.ep} ranks",
+        )
+    _check(
+        cfg.schedule != "gpipe" or cfg.virtual_stages == 1, "--virtual-stages needs --schedule interleaved"
+    )
     _check(cfg.schedule != "1f1b" or cfg.virtual_stages == 1, "--virtual-stages needs --schedule interleaved")
     if cfg.schedule == "interleaved":
-        _check(cfg.pp > 1 and cfg.virtual_stages > 1, "--schedule interleaved needs --pp > 1 and --virtual-stages > 1")
-        _check(cfg.num_microbatches % cfg.pp == 0, f"--schedule interleaved needs --microbatches ({cfg.num_microbatches}) divisible by --pp ({cfg.pp})")
+        _check(
+            cfg.pp > 1 and cfg.virtual_stages > 1,
+            "--schedule interleaved needs --pp > 1 and --virtual-stages > 1",
+        )
+        _check(
+            cfg.num_microbatches % cfg.pp == 0,
+            f"--schedule interleaved needs --microbatches ({cfg.num_microbatches}) divisible by --pp ({cfg.pp})",
+        )
     chunks = cfg.pp * cfg.virtual_stages
-    _check(cfg.layers >= chunks, f"the mesh is larger than the model allows: {cfg.layers} layers cannot fill {cfg.pp} stages x {cfg.virtual_stages} virtual stages")
+    _check(
+        cfg.layers >= chunks,
+        f"the mesh is larger than the model allows: {cfg.layers} layers cannot fill {cfg.pp} stages x {cfg.virtual_stages} virtual stages",
+    )
     if not any(f.kind == "stage_imbalance" for f in cfg.faults):
-        _check(cfg.layers % chunks == 0, f"--layers {cfg.layers} must be divisible by pp x virtual stages = {chunks}")
+        _check(
+            cfg.layers % chunks == 0,
+            f"--layers {cfg.layers} must be divisible by pp x virtual stages = {chunks}",
+        )

@@ -81,11 +81,22 @@ class Engine:
         self.coll_us: dict[tuple[Any, ...], tuple[float, str]] = {}
         self.cpu = job.spec.kind == "cpu"
         self._handlers: dict[str, Callable[[RankState, program.Instr, int], tuple[int, ...] | None]] = {
-            "K": self._kernel, "C": self._collective, "S": self._send, "R": self._recv, "H": self._host,
-            "M": self._memcpy, "Y": self._sync, "W": self._wait, "A": self._open, "Z": self._close, "T": self._thread,
+            "K": self._kernel,
+            "C": self._collective,
+            "S": self._send,
+            "R": self._recv,
+            "H": self._host,
+            "M": self._memcpy,
+            "Y": self._sync,
+            "W": self._wait,
+            "A": self._open,
+            "Z": self._close,
+            "T": self._thread,
         }
         if self.cpu:
-            self._handlers.update({"K": self._cpu_kernel, "M": self._cpu_memcpy, "Y": self._cpu_sync, "W": self._cpu_wait})
+            self._handlers.update(
+                {"K": self._cpu_kernel, "M": self._cpu_memcpy, "Y": self._cpu_sync, "W": self._cpu_wait}
+            )
 
     # ---- driving -------------------------------------------------------------------------------------------
     def run_step(self, step: int) -> list[list[Record]]:
@@ -219,7 +230,9 @@ class Engine:
             return key
         op: Op = ins[1]
         base = self._op_us(op)
-        start = max(st.host, st.tail[COMPUTE])  # a blocking collective or receive ends first: a gap on the thread
+        start = max(
+            st.host, st.tail[COMPUTE]
+        )  # a blocking collective or receive ends first: a gap on the thread
         dur = base * self._factor(st, op, step) * self._jitter(st)
         st.host = st.tail[COMPUTE] = start + dur + 1.0
         st.records.append(["K", op.aten, start, dur, start, 0.0, start, dur, COMPUTE, op])
@@ -350,7 +363,9 @@ class Engine:
                 return bw / factor, lat
 
             nodes = {self.job.mesh.node(r) for r in group.ranks}
-            found = self.coll_us[cache_key] = collectives.duration(collective, nbytes, group.ranks, link, len(nodes) > 1)
+            found = self.coll_us[cache_key] = collectives.duration(
+                collective, nbytes, group.ranks, link, len(nodes) > 1
+            )
         return found
 
     def _resolve(self, key: tuple[int, ...], step: int) -> None:

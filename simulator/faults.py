@@ -18,15 +18,32 @@ KINDS = finding_kinds.faults()
 # kind -> {parameter: (type, default)}; types: ranks (a list), pair, steps, float, int, str, layers.
 PARAMS: dict[str, dict[str, tuple[str, Any]]] = {
     "slow_device": {"ranks": ("ranks", None), "factor": ("float", 1.5), "steps": ("steps", None)},
-    "slow_link": {"ranks": ("pair", None), "nodes": ("pair", None), "factor": ("float", 4.0), "steps": ("steps", None)},
+    "slow_link": {
+        "ranks": ("pair", None),
+        "nodes": ("pair", None),
+        "factor": ("float", 4.0),
+        "steps": ("steps", None),
+    },
     "stage_imbalance": {"layers": ("layers", None), "stage": ("int", None), "extra": ("int", 2)},
     "host_stall": {"ranks": ("ranks", None), "steps": ("steps", None), "ms": ("float", 40.0)},
-    "operator_hotspot": {"ranks": ("ranks", None), "operator": ("str", "flash_attention"), "factor": ("float", 3.0), "steps": ("steps", None)},
+    "operator_hotspot": {
+        "ranks": ("ranks", None),
+        "operator": ("str", "flash_attention"),
+        "factor": ("float", 3.0),
+        "steps": ("steps", None),
+    },
     "clock_skew": {"nodes": ("ranks", [1]), "ms": ("float", 3.0)},
     "expert_imbalance": {"ep_rank": ("int", 0), "factor": ("float", 2.5), "steps": ("steps", None)},
 }
 assert set(PARAMS) == set(KINDS), "every fault the registry names has its parameters here, and no other"
-ALIASES = {"rank": "ranks", "node": "nodes", "step": "steps", "op": "operator", "host": "nodes", "hosts": "nodes"}
+ALIASES = {
+    "rank": "ranks",
+    "node": "nodes",
+    "step": "steps",
+    "op": "operator",
+    "host": "nodes",
+    "hosts": "nodes",
+}
 HELP = (
     "slow_device:ranks=5,factor=1.3[,steps=1-2]  slow_link:ranks=8-16|nodes=0-1,factor=4  "
     "stage_imbalance:layers=8/6/5/5 | stage=1,extra=2  host_stall:ranks=3,steps=2,ms=40  "
@@ -108,20 +125,28 @@ def check(fault: Fault, world: int, nodes: int, steps: range, ep: int, moe: bool
     p = fault.params
     for key, limit, what in (("ranks", world, "rank"), ("nodes", nodes, "node")):
         values = p.get(key)
-        if key == "ranks" and PARAMS[fault.kind].get("ranks") == ("ranks", None) and not values:  # a culprit list, no default
+        if (
+            key == "ranks" and PARAMS[fault.kind].get("ranks") == ("ranks", None) and not values
+        ):  # a culprit list, no default
             raise FaultError(f"{fault.kind}: ranks= is required (e.g. {fault.kind}:ranks=3)")
         bad = [v for v in values or [] if not 0 <= v < limit]
         if bad:
-            raise FaultError(f"{fault.kind}: {what} {bad[0]} is out of range (the job has {limit} {what}s: 0..{limit - 1})")
+            raise FaultError(
+                f"{fault.kind}: {what} {bad[0]} is out of range (the job has {limit} {what}s: 0..{limit - 1})"
+            )
     bad_steps = [s for s in p.get("steps") or [] if s not in steps]
     if bad_steps:
-        raise FaultError(f"{fault.kind}: step {bad_steps[0]} is out of range (steps {steps.start}..{steps.stop - 1})")
+        raise FaultError(
+            f"{fault.kind}: step {bad_steps[0]} is out of range (steps {steps.start}..{steps.stop - 1})"
+        )
     if fault.kind == "slow_link" and not (p.get("ranks") or p.get("nodes")):
         raise FaultError("slow_link: give ranks=A-B (a pair of ranks) or nodes=A-B (a pair of nodes)")
     if fault.kind == "slow_link" and len(set(p.get("ranks") or p.get("nodes") or ())) != 2:
         raise FaultError("slow_link: the pair must name two different ranks or nodes")
     if fault.kind == "expert_imbalance" and (not moe or ep < 2 or not 0 <= int(p["ep_rank"]) < ep):
-        raise FaultError(f"expert_imbalance needs an MoE model with --ep > 1 and ep_rank in 0..{max(ep - 1, 0)}")
+        raise FaultError(
+            f"expert_imbalance needs an MoE model with --ep > 1 and ep_rank in 0..{max(ep - 1, 0)}"
+        )
     if "factor" in p and float(p["factor"]) <= 0:
         raise FaultError(f"{fault.kind}: factor must be positive")
 

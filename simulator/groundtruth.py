@@ -16,7 +16,9 @@ from paradiag.simulator.job import Job
 
 SCHEMA = "paradiag.ground_truth/1"
 FILE_NAME = "ground_truth.json"
-STAGE_IMBALANCE = 1.15  # the heaviest stage's compute against the mean that paradiag reports (docs/analysis.md)
+STAGE_IMBALANCE = (
+    1.15  # the heaviest stage's compute against the mean that paradiag reports (docs/analysis.md)
+)
 
 
 def _fault(job: Job, fault: Fault) -> dict[str, Any]:
@@ -33,7 +35,10 @@ def _fault(job: Job, fault: Fault) -> dict[str, Any]:
     elif fault.kind == "expert_imbalance":
         out["ranks"] = [r for r in range(mesh.world) if mesh.ep_index(r) == int(fault.params["ep_rank"])]
     elif fault.kind == "slow_link":
-        out["link"] = {"ranks" if fault.params.get("ranks") else "nodes": fault.params.get("ranks") or fault.params["nodes"]}
+        out["link"] = {
+            "ranks" if fault.params.get("ranks") else "nodes": fault.params.get("ranks")
+            or fault.params["nodes"]
+        }
         if fault.params.get("nodes"):
             out["ranks"] = [r for r in range(mesh.world) if mesh.node(r) in fault.params["nodes"]]
     return out
@@ -57,30 +62,61 @@ def inherent(doc: dict[str, Any]) -> list[dict[str, Any]]:
     if not mean or per_stage[heavy] < STAGE_IMBALANCE * (1 - float(doc.get("jitter") or 0.0)) * mean:
         return []
     cause = "the LM head and the loss" if heavy == pp - 1 else "the embedding" if heavy == 0 else "its layers"
-    return [{"kind": "stage_imbalance", "stage": heavy, "ranks": ranks_of[heavy], "imbalance": round(per_stage[heavy] / mean, 3), "cause": cause}]
+    return [
+        {
+            "kind": "stage_imbalance",
+            "stage": heavy,
+            "ranks": ranks_of[heavy],
+            "imbalance": round(per_stage[heavy] / mean, 3),
+            "cause": cause,
+        }
+    ]
 
 
-def build(job: Job, files: dict[int, str], timings: dict[str, dict[int, list[float]]], torch2: dict[str, Any] | None = None) -> dict[str, Any]:
+def build(
+    job: Job,
+    files: dict[int, str],
+    timings: dict[str, dict[int, list[float]]],
+    torch2: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """The ground truth document; ``timings`` holds per-rank, per-step figures (host step span, busy compute);
     ``torch2`` (the torch2 shape only) each rank's file per window (``windows``) and an older run's (``stale_files``)."""
     cfg, mesh = job.cfg, job.mesh
     model: dict[str, Any] = {"kind": cfg.model}
     if cfg.model == "llm":
         model.update(
-            layers=cfg.layers, hidden=cfg.hidden, heads=cfg.heads, seq_len=cfg.seq_len, micro_batch_size=cfg.micro_batch_size,
-            vocab=cfg.vocab, experts=cfg.num_experts, moe_every=cfg.moe_every if cfg.num_experts else None,
+            layers=cfg.layers,
+            hidden=cfg.hidden,
+            heads=cfg.heads,
+            seq_len=cfg.seq_len,
+            micro_batch_size=cfg.micro_batch_size,
+            vocab=cfg.vocab,
+            experts=cfg.num_experts,
+            moe_every=cfg.moe_every if cfg.num_experts else None,
             moe_layers=[layer for layer in range(cfg.layers) if job.is_moe(layer)],
         )
     else:
         model.update(image_batch=cfg.image_batch)
     layout = {
-        "dp": cfg.dp, "tp": cfg.tp, "pp": cfg.pp, "ep": cfg.ep, "world_size": mesh.world, "nodes": mesh.nodes,
-        "devices_per_node": mesh.devices_per_node, "rank_order": "tp-dp-pp",
+        "dp": cfg.dp,
+        "tp": cfg.tp,
+        "pp": cfg.pp,
+        "ep": cfg.ep,
+        "world_size": mesh.world,
+        "nodes": mesh.nodes,
+        "devices_per_node": mesh.devices_per_node,
+        "rank_order": "tp-dp-pp",
         "stages": [mesh.stage(r) for r in range(mesh.world)],
-        "coords": [dict(zip(("pp", "dp", "tp"), mesh.coords(r), strict=True)) | {"ep": mesh.ep_index(r)} for r in range(mesh.world)],
+        "coords": [
+            dict(zip(("pp", "dp", "tp"), mesh.coords(r), strict=True)) | {"ep": mesh.ep_index(r)}
+            for r in range(mesh.world)
+        ],
         "node_of_rank": [mesh.node(r) for r in range(mesh.world)],
         "layers_per_stage": job.stage_layers if cfg.model == "llm" else None,
-        "groups": [{"name": g.name, "role": g.role, "description": g.description, "ranks": list(g.ranks)} for g in mesh.groups],
+        "groups": [
+            {"name": g.name, "role": g.role, "description": g.description, "ranks": list(g.ranks)}
+            for g in mesh.groups
+        ],
     }
     doc = {
         "schema": SCHEMA,
@@ -88,26 +124,51 @@ def build(job: Job, files: dict[int, str], timings: dict[str, dict[int, list[flo
         "seed": cfg.seed,
         "format": cfg.format,
         "p2p_peer": cfg.p2p_peer,
-        "device": {"key": job.spec.key, **{k: v for k, v in asdict(job.spec).items() if k in ("name", "kind", "peak_tflops", "hbm_gbps", "intra_gbps", "inter_gbps")}},
+        "device": {
+            "key": job.spec.key,
+            **{
+                k: v
+                for k, v in asdict(job.spec).items()
+                if k in ("name", "kind", "peak_tflops", "hbm_gbps", "intra_gbps", "inter_gbps")
+            },
+        },
         "model": model,
         "layout": layout,
         "schedule": {
-            "kind": cfg.schedule if cfg.pp > 1 else "none", "microbatches": cfg.num_microbatches,
-            "virtual_stages": cfg.virtual_stages, "steps": [s for window in cfg.profiled_steps for s in window],
+            "kind": cfg.schedule if cfg.pp > 1 else "none",
+            "microbatches": cfg.num_microbatches,
+            "virtual_stages": cfg.virtual_stages,
+            "steps": [s for window in cfg.profiled_steps for s in window],
         },
         "jitter": cfg.jitter,
         "faults": [_fault(job, f) for f in cfg.faults],
         "files": {str(r): files[r] for r in sorted(files)},
-        **{name: {str(r): [round(v, 3) for v in values[r]] for r in sorted(values)} for name, values in timings.items()},
+        **{
+            name: {str(r): [round(v, 3) for v in values[r]] for r in sorted(values)}
+            for name, values in timings.items()
+        },
     }
     if torch2 is not None:
         names = mesh.torch2_names(cfg.dp_dim)
-        layout["groups"] = [{"name": names[g.index][0], "role": g.role, "description": names[g.index][1], "ranks": list(g.ranks)} for g in mesh.groups]
+        layout["groups"] = [
+            {
+                "name": names[g.index][0],
+                "role": g.role,
+                "description": names[g.index][1],
+                "ranks": list(g.ranks),
+            }
+            for g in mesh.groups
+        ]
         layout["mesh"] = mesh.device_mesh(cfg.dp_dim)
         per_rank = torch2["windows"]
         doc["shape"] = {
-            "kind": "torch2", "backend": "gloo" if job.spec.kind == "cpu" else "nccl", "device_kind": job.spec.kind, "dp_mode": cfg.dp_mode,
-            "dp_dim": cfg.dp_dim, "trace_names": cfg.trace_names, "manifest": cfg.manifest,
+            "kind": "torch2",
+            "backend": "gloo" if job.spec.kind == "cpu" else "nccl",
+            "device_kind": job.spec.kind,
+            "dp_mode": cfg.dp_mode,
+            "dp_dim": cfg.dp_dim,
+            "trace_names": cfg.trace_names,
+            "manifest": cfg.manifest,
             "collective_args": cfg.collective_args and job.spec.kind != "cpu",
         }
         doc["windows"] = [
@@ -119,7 +180,13 @@ def build(job: Job, files: dict[int, str], timings: dict[str, dict[int, list[flo
     return doc
 
 
-def write(job: Job, out: Path, files: dict[int, str], timings: dict[str, dict[int, list[float]]], torch2: dict[str, Any] | None = None) -> Path:
+def write(
+    job: Job,
+    out: Path,
+    files: dict[int, str],
+    timings: dict[str, dict[int, list[float]]],
+    torch2: dict[str, Any] | None = None,
+) -> Path:
     path = out / FILE_NAME
     path.write_text(json.dumps(build(job, files, timings, torch2), indent=1) + "\n")
     return path

@@ -23,16 +23,22 @@ def stage_layers(cfg: SimConfig) -> list[int]:
     if fault.params.get("layers"):
         layers = list(fault.params["layers"])
         if len(layers) != cfg.pp or sum(layers) != cfg.layers or min(layers) < cfg.virtual_stages:
-            raise ConfigError(f"stage_imbalance: layers={'/'.join(map(str, layers))} must list {cfg.pp} stages of at least {cfg.virtual_stages} layers summing to {cfg.layers}")
+            raise ConfigError(
+                f"stage_imbalance: layers={'/'.join(map(str, layers))} must list {cfg.pp} stages of at least {cfg.virtual_stages} layers summing to {cfg.layers}"
+            )
         return layers
     stage, extra = fault.params.get("stage"), int(fault.params.get("extra") or 2)
     if stage is None or not 0 <= stage < cfg.pp or cfg.pp < 2:
-        raise ConfigError(f"stage_imbalance: stage= must name a pipeline stage in 0..{cfg.pp - 1} (and --pp must be > 1)")
+        raise ConfigError(
+            f"stage_imbalance: stage= must name a pipeline stage in 0..{cfg.pp - 1} (and --pp must be > 1)"
+        )
     others = [s for s in range(cfg.pp) if s != stage]
     for i in range(extra):
         donor = others[i % len(others)]
         if even[donor] <= cfg.virtual_stages:
-            raise ConfigError(f"stage_imbalance: stage {donor} has too few layers to give {extra} to stage {stage}")
+            raise ConfigError(
+                f"stage_imbalance: stage {donor} has too few layers to give {extra} to stage {stage}"
+            )
         even[donor] -= 1
         even[stage] += 1
     return even
@@ -110,7 +116,9 @@ class Job:
         for f in self.faults("slow_link"):
             if not in_steps(f, step):
                 continue
-            if (f.params.get("ranks") and {a, b} == set(f.params["ranks"])) or (f.params.get("nodes") and {self.mesh.node(a), self.mesh.node(b)} == set(f.params["nodes"])):
+            if (f.params.get("ranks") and {a, b} == set(f.params["ranks"])) or (
+                f.params.get("nodes") and {self.mesh.node(a), self.mesh.node(b)} == set(f.params["nodes"])
+            ):
                 factor *= float(f.params["factor"])
         return factor
 
@@ -120,7 +128,9 @@ class Job:
         for f in self.faults("slow_link"):
             if not in_steps(f, step):
                 continue
-            if (f.params.get("ranks") and set(f.params["ranks"]) <= set(ranks)) or (f.params.get("nodes") and set(f.params["nodes"]) <= {self.mesh.node(r) for r in ranks}):
+            if (f.params.get("ranks") and set(f.params["ranks"]) <= set(ranks)) or (
+                f.params.get("nodes") and set(f.params["nodes"]) <= {self.mesh.node(r) for r in ranks}
+            ):
                 factor *= float(f.params["factor"])
         return factor
 
@@ -133,4 +143,6 @@ class Job:
 
     def clock_offset_us(self, rank: int) -> float:
         node = self.mesh.node(rank)
-        return sum(float(f.params["ms"]) * 1e3 for f in self.faults("clock_skew") if node in f.params["nodes"])
+        return sum(
+            float(f.params["ms"]) * 1e3 for f in self.faults("clock_skew") if node in f.params["nodes"]
+        )

@@ -47,27 +47,82 @@ NPU: dict[str, NpuKernel] = {
     "gemm": NpuKernel("aclnnMm_MatMulCommon_MatMulV2", "MatMulV2", "AI_CORE", "AI_CORE"),
     "gemm_dgrad": NpuKernel("aclnnMm_MatMulCommon_MatMulV2", "MatMulV2", "AI_CORE", "AI_CORE"),
     "gemm_wgrad": NpuKernel("aclnnMatmul_MatMulCommon_MatMulV3", "MatMulV3", "AI_CORE", "AI_CORE"),
-    "attention": NpuKernel("aclnnFlashAttentionScore_FlashAttentionScore_FlashAttentionScore", "FlashAttentionScore", "MIX_AIC", "MIX_AIC"),
-    "attention_bwd": NpuKernel("aclnnFlashAttentionScoreGrad_FlashAttentionScoreGrad_FlashAttentionScoreGrad", "FlashAttentionScoreGrad", "MIX_AIC", "MIX_AIC"),
-    "norm": NpuKernel("aclnnLayerNorm_LayerNormV4_LayerNormV4", "LayerNormV4", "AI_VECTOR_CORE", "AI_VECTOR_CORE"),
-    "norm_bwd": NpuKernel("aclnnLayerNormBackward_LayerNormGradV3_LayerNormGradV3", "LayerNormGradV3", "AI_VECTOR_CORE", "AI_VECTOR_CORE"),
+    "attention": NpuKernel(
+        "aclnnFlashAttentionScore_FlashAttentionScore_FlashAttentionScore",
+        "FlashAttentionScore",
+        "MIX_AIC",
+        "MIX_AIC",
+    ),
+    "attention_bwd": NpuKernel(
+        "aclnnFlashAttentionScoreGrad_FlashAttentionScoreGrad_FlashAttentionScoreGrad",
+        "FlashAttentionScoreGrad",
+        "MIX_AIC",
+        "MIX_AIC",
+    ),
+    "norm": NpuKernel(
+        "aclnnLayerNorm_LayerNormV4_LayerNormV4", "LayerNormV4", "AI_VECTOR_CORE", "AI_VECTOR_CORE"
+    ),
+    "norm_bwd": NpuKernel(
+        "aclnnLayerNormBackward_LayerNormGradV3_LayerNormGradV3",
+        "LayerNormGradV3",
+        "AI_VECTOR_CORE",
+        "AI_VECTOR_CORE",
+    ),
     "add": NpuKernel("aclnnAdd_AddAiCore_Add", "Add", "AI_VECTOR_CORE", "AI_VECTOR_CORE"),
     "gelu": NpuKernel("aclnnGelu_GeluAiCore_Gelu", "Gelu", "AI_VECTOR_CORE", "AI_VECTOR_CORE"),
-    "gelu_bwd": NpuKernel("aclnnGeluBackward_GeluGradAiCore_GeluGrad", "GeluGrad", "AI_VECTOR_CORE", "AI_VECTOR_CORE"),
-    "embedding": NpuKernel("aclnnEmbedding_GatherV2AiCore_GatherV2", "GatherV2", "AI_VECTOR_CORE", "AI_VECTOR_CORE"),
-    "embedding_bwd": NpuKernel("aclnnEmbeddingDenseBackward_EmbeddingDenseGrad_EmbeddingDenseGrad", "EmbeddingDenseGrad", "AI_VECTOR_CORE", "AI_VECTOR_CORE"),
-    "loss": NpuKernel("aclnnLogSoftmax_LogSoftmaxAiCore_LogSoftmaxV2", "LogSoftmaxV2", "AI_VECTOR_CORE", "AI_VECTOR_CORE"),
-    "loss_bwd": NpuKernel("aclnnLogSoftmaxBackward_LogSoftmaxGradAiCore_LogSoftmaxGrad", "LogSoftmaxGrad", "AI_VECTOR_CORE", "AI_VECTOR_CORE"),
+    "gelu_bwd": NpuKernel(
+        "aclnnGeluBackward_GeluGradAiCore_GeluGrad", "GeluGrad", "AI_VECTOR_CORE", "AI_VECTOR_CORE"
+    ),
+    "embedding": NpuKernel(
+        "aclnnEmbedding_GatherV2AiCore_GatherV2", "GatherV2", "AI_VECTOR_CORE", "AI_VECTOR_CORE"
+    ),
+    "embedding_bwd": NpuKernel(
+        "aclnnEmbeddingDenseBackward_EmbeddingDenseGrad_EmbeddingDenseGrad",
+        "EmbeddingDenseGrad",
+        "AI_VECTOR_CORE",
+        "AI_VECTOR_CORE",
+    ),
+    "loss": NpuKernel(
+        "aclnnLogSoftmax_LogSoftmaxAiCore_LogSoftmaxV2", "LogSoftmaxV2", "AI_VECTOR_CORE", "AI_VECTOR_CORE"
+    ),
+    "loss_bwd": NpuKernel(
+        "aclnnLogSoftmaxBackward_LogSoftmaxGradAiCore_LogSoftmaxGrad",
+        "LogSoftmaxGrad",
+        "AI_VECTOR_CORE",
+        "AI_VECTOR_CORE",
+    ),
     "router": NpuKernel("aclnnTopk_TopkV2_TopKV2", "TopKV2", "MIX_AIV", "MIX_AIV"),
-    "optimizer": NpuKernel("aclnnForeachAddListV2_ForeachAddListV2_ForeachAddList", "ForeachAddList", "AI_VECTOR_CORE", "AI_VECTOR_CORE"),
+    "optimizer": NpuKernel(
+        "aclnnForeachAddListV2_ForeachAddListV2_ForeachAddList",
+        "ForeachAddList",
+        "AI_VECTOR_CORE",
+        "AI_VECTOR_CORE",
+    ),
     "conv": NpuKernel("Conv2D", "Conv2D", "AI_CORE", "AI_CORE"),
     "conv_dgrad": NpuKernel("Conv2DBackpropInput", "Conv2DBackpropInput", "AI_CORE", "AI_CORE"),
     "conv_wgrad": NpuKernel("Conv2DBackpropFilter", "Conv2DBackpropFilter", "AI_CORE", "AI_CORE"),
-    "bn": NpuKernel("aclnnBatchNorm_BNTrainingUpdate_BNTrainingUpdate", "BNTrainingUpdate", "AI_VECTOR_CORE", "AI_VECTOR_CORE"),
-    "bn_bwd": NpuKernel("aclnnBatchNormBackward_BNTrainingUpdateGrad_BNTrainingUpdateGrad", "BNTrainingUpdateGrad", "AI_VECTOR_CORE", "AI_VECTOR_CORE"),
+    "bn": NpuKernel(
+        "aclnnBatchNorm_BNTrainingUpdate_BNTrainingUpdate",
+        "BNTrainingUpdate",
+        "AI_VECTOR_CORE",
+        "AI_VECTOR_CORE",
+    ),
+    "bn_bwd": NpuKernel(
+        "aclnnBatchNormBackward_BNTrainingUpdateGrad_BNTrainingUpdateGrad",
+        "BNTrainingUpdateGrad",
+        "AI_VECTOR_CORE",
+        "AI_VECTOR_CORE",
+    ),
     "relu": NpuKernel("aclnnRelu_ReluAiCore_Relu", "Relu", "AI_VECTOR_CORE", "AI_VECTOR_CORE"),
-    "relu_bwd": NpuKernel("aclnnThresholdBackward_ReluGrad_ReluGrad", "ReluGrad", "AI_VECTOR_CORE", "AI_VECTOR_CORE"),
-    "pool": NpuKernel("aclnnMaxPool2dWithMask_MaxPoolWithArgmaxV1_MaxPoolWithArgmaxV1", "MaxPoolWithArgmaxV1", "AI_CORE", "AI_CORE"),
+    "relu_bwd": NpuKernel(
+        "aclnnThresholdBackward_ReluGrad_ReluGrad", "ReluGrad", "AI_VECTOR_CORE", "AI_VECTOR_CORE"
+    ),
+    "pool": NpuKernel(
+        "aclnnMaxPool2dWithMask_MaxPoolWithArgmaxV1_MaxPoolWithArgmaxV1",
+        "MaxPoolWithArgmaxV1",
+        "AI_CORE",
+        "AI_CORE",
+    ),
 }
 
 

@@ -33,7 +33,12 @@ DESCRIPTIONS = {
 }
 
 
-MESH_ORDER = ("pp", "dp", "tp", "ep")  # DeviceMesh dims outermost first (Megatron rank order: tp fastest), EP last
+MESH_ORDER = (
+    "pp",
+    "dp",
+    "tp",
+    "ep",
+)  # DeviceMesh dims outermost first (Megatron rank order: tp fastest), EP last
 
 
 class Mesh:
@@ -52,13 +57,18 @@ class Mesh:
         self._add("pp", [[self.rank(s, d, t) for s in range(pp)] for d in range(dp) for t in range(tp)])
         if ep > 1:
             slices = [range(k * ep, (k + 1) * ep) for k in range(dp // ep)]
-            self._add("ep", [[self.rank(s, d, t) for d in sl] for s in range(pp) for t in range(tp) for sl in slices])
+            self._add(
+                "ep",
+                [[self.rank(s, d, t) for d in sl] for s in range(pp) for t in range(tp) for sl in slices],
+            )
 
     def _add(self, role: str, member_lists: list[list[int]]) -> None:
         for members in member_lists:
             if role != "world" and len(members) == 1:
                 continue  # a one-rank group never communicates
-            group = ProcessGroup(len(self.groups), str(len(self.groups)), role, DESCRIPTIONS[role], tuple(members))
+            group = ProcessGroup(
+                len(self.groups), str(len(self.groups)), role, DESCRIPTIONS[role], tuple(members)
+            )
             self.groups.append(group)
             for r in members:
                 self._of_rank[r][role] = group

@@ -70,8 +70,12 @@ def _sp_scatter(d: Dims) -> list[Item]:
 def attention_block(d: Dims) -> list[Item]:
     h, t, local = d.hidden, d.tp, d.tokens * d.hidden // d.tp
     flash = Op(
-        "aten::_flash_attention_forward", "attention", 2.0 * d.batch * d.seq * d.seq * h / t,
-        float(BF16 * 4 * d.tokens * h // t), True, f"{d.batch},{d.seq},{h // t}",
+        "aten::_flash_attention_forward",
+        "attention",
+        2.0 * d.batch * d.seq * d.seq * h / t,
+        float(BF16 * 4 * d.tokens * h // t),
+        True,
+        f"{d.batch},{d.seq},{h // t}",
     )
     return [
         _elementwise("aten::native_layer_norm", "norm", local, 2),
@@ -115,7 +119,16 @@ def moe_block(d: Dims, experts: int, tokens_in: int, tokens_out: int) -> list[It
 
 
 def embedding(d: Dims) -> list[Item]:
-    return [Op("aten::embedding", "embedding", 0.0, float(BF16 * 2 * d.tokens * d.hidden), False, f"{d.vocab // d.tp},{d.hidden}")]
+    return [
+        Op(
+            "aten::embedding",
+            "embedding",
+            0.0,
+            float(BF16 * 2 * d.tokens * d.hidden),
+            False,
+            f"{d.vocab // d.tp},{d.hidden}",
+        )
+    ]
 
 
 def head(d: Dims) -> list[Item]:
@@ -140,7 +153,11 @@ _BACKWARD_NAMES = {
     "aten::max_pool2d_with_indices": "aten::max_pool2d_with_indices_backward",
     "aten::topk": "aten::scatter_add_",
 }
-_MIRROR = {"_allgather_base": "_reduce_scatter_base", "_reduce_scatter_base": "_allgather_base", "alltoall_base": "alltoall_base"}
+_MIRROR = {
+    "_allgather_base": "_reduce_scatter_base",
+    "_reduce_scatter_base": "_allgather_base",
+    "alltoall_base": "alltoall_base",
+}
 
 
 def backward(items: list[Item]) -> list[Item]:
@@ -150,7 +167,9 @@ def backward(items: list[Item]) -> list[Item]:
     for item in reversed(items):
         if isinstance(item, Coll):
             if item.collective in _MIRROR:
-                out.append(Coll(_MIRROR[item.collective], item.role, item.out_nelems, item.in_nelems, item.dtype))
+                out.append(
+                    Coll(_MIRROR[item.collective], item.role, item.out_nelems, item.in_nelems, item.dtype)
+                )
             continue
         if item.family in ("gemm", "conv"):
             out.append(Op(item.aten, item.family + "_dgrad", item.flops, item.nbytes, True, item.shape))

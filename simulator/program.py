@@ -36,7 +36,11 @@ def _kernels(items: list[Item]) -> list[Instr]:
 
 def _optimizer(params: int) -> list[Instr]:
     per_kernel = params * 16 / 4
-    return [("A", OPTIMIZER), *[("K", Op("aten::_fused_adamw_", "optimizer", params / 4 * 10, per_kernel)) for _ in range(4)], ("Z",)]
+    return [
+        ("A", OPTIMIZER),
+        *[("K", Op("aten::_fused_adamw_", "optimizer", params / 4 * 10, per_kernel)) for _ in range(4)],
+        ("Z",),
+    ]
 
 
 @lru_cache(maxsize=64)
@@ -58,7 +62,9 @@ def _dims(job: Job) -> Dims:
     return Dims(c.micro_batch_size * c.seq_len, c.seq_len, c.micro_batch_size, c.hidden, c.tp, c.vocab)
 
 
-def _chunk(job: Job, d: Dims, g: int, rank: int, step: int) -> tuple[list[Item], list[list[Item]], list[int], list[list[Item]]]:
+def _chunk(
+    job: Job, d: Dims, g: int, rank: int, step: int
+) -> tuple[list[Item], list[list[Item]], list[int], list[list[Item]]]:
     """Forward items of global chunk ``g``, backward items per layer (backward order), params per layer (backward
     order), and the forward items per layer (forward order: embedding, layers, head)."""
     layers = job.chunk_layers[g]
@@ -85,7 +91,9 @@ def _chunk(job: Job, d: Dims, g: int, rank: int, step: int) -> tuple[list[Item],
     return forward, backward_layers, params, units
 
 
-def _backward_with_buckets(layers: list[list[Item]], params: list[int], reduce: bool, bucket: int = BUCKET_PARAMS) -> list[Instr]:
+def _backward_with_buckets(
+    layers: list[list[Item]], params: list[int], reduce: bool, bucket: int = BUCKET_PARAMS
+) -> list[Instr]:
     """Backward kernels, with a data-parallel gradient all-reduce launched as each bucket of gradients is ready
     (it overlaps the rest of the backward pass, as DDP and Megatron do)."""
     out: list[Instr] = []
@@ -107,7 +115,9 @@ def _fsdp_pass(layers: list[list[Item]], params: list[int], dp: int, reduce: boo
     for i, items in enumerate(layers):
         out.append(("W", "dp"))
         if i + 1 < len(layers):
-            out.append(("C", Coll("_allgather_base", "dp", params[i + 1] // dp, params[i + 1], "BFloat16"), False))
+            out.append(
+                ("C", Coll("_allgather_base", "dp", params[i + 1] // dp, params[i + 1], "BFloat16"), False)
+            )
         out += _kernels(items)
         if reduce:
             out.append(("C", Coll("_reduce_scatter_base", "dp", params[i], params[i] // dp, "Float"), False))
@@ -156,7 +166,9 @@ def llm(job: Job, rank: int, step: int) -> list[Instr]:
             if fsdp:
                 prog += _backward(job, _fsdp_pass(backward_layers, params, cfg.dp, mb == m - 1))
             else:
-                prog += _backward(job, _backward_with_buckets(backward_layers, params, cfg.dp > 1 and mb == m - 1))
+                prog += _backward(
+                    job, _backward_with_buckets(backward_layers, params, cfg.dp > 1 and mb == m - 1)
+                )
             if g > 0:
                 prog.append(("S", mesh.stage_rank(rank, (g - 1) % pp), act, (1, mb, g - 1)))
     if cfg.dp > 1:

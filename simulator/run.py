@@ -50,26 +50,41 @@ def prepare(config: SimConfig) -> Job:
             raise ConfigError(str(exc)) from None
         missed = [s for s in fault.params.get("steps") or [] if s not in profiled]
         if missed:
-            raise ConfigError(f"{fault.kind}: step {missed[0]} is not profiled (profiled steps: {', '.join(map(str, sorted(profiled)))})")
+            raise ConfigError(
+                f"{fault.kind}: step {missed[0]} is not profiled (profiled steps: {', '.join(map(str, sorted(profiled)))})"
+            )
     return job
 
 
 def _clean(out: Path) -> None:
     """Remove what an earlier simulation left in ``out`` (only the simulator's own file patterns)."""
-    patterns = ("rank*.pt.trace.json", "rank*.pt.trace.json.gz", ".rank*.part", "*_ascend_pt", groundtruth.FILE_NAME, "sim-node*.pt.trace.json", "sim-node*.pt.trace.json.gz", MANIFEST)
+    patterns = (
+        "rank*.pt.trace.json",
+        "rank*.pt.trace.json.gz",
+        ".rank*.part",
+        "*_ascend_pt",
+        groundtruth.FILE_NAME,
+        "sim-node*.pt.trace.json",
+        "sim-node*.pt.trace.json.gz",
+        MANIFEST,
+    )
     for pattern in patterns:
         for old in out.glob(pattern):
             shutil.rmtree(old) if old.is_dir() else old.unlink()
 
 
-def _run(job: Job, out: Path, writer: Any, progress: Progress | None) -> tuple[dict[int, list[str]], dict[str, dict[int, list[float]]]]:
+def _run(
+    job: Job, out: Path, writer: Any, progress: Progress | None
+) -> tuple[dict[int, list[str]], dict[str, dict[int, list[float]]]]:
     """Simulate every profiled step of ``job`` and write each rank's file of each window; return the files per
     rank (one per window) and the per-rank, per-step timings of the ground truth."""
     cfg, world = job.cfg, job.mesh.world
     engine = Engine(job)
     step_us: dict[int, list[float]] = {r: [] for r in range(world)}
     compute_us: dict[int, list[float]] = {r: [] for r in range(world)}
-    pass_us: dict[int, list[float]] = {r: [] for r in range(world)}  # forward and backward passes: no optimizer
+    pass_us: dict[int, list[float]] = {
+        r: [] for r in range(world)
+    }  # forward and backward passes: no optimizer
     files: dict[int, list[str]] = {r: [] for r in range(world)}
     windows = cfg.profiled_steps
     done = 0

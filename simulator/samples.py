@@ -1,6 +1,6 @@
 """The small jobs committed in ``sample_traces/`` and the commands that regenerate them.
 
-    python -m paradiag.simulator.samples [DIR]   # regenerate every job and sample_traces/README.md
+python -m paradiag.simulator.samples [DIR]   # regenerate every job and sample_traces/README.md
 """
 
 from __future__ import annotations
@@ -81,4 +81,6 @@ def regenerate(root: Path) -> None:
 
 
 if __name__ == "__main__":
-    regenerate(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "sample_traces")
+    regenerate(
+        Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "sample_traces"
+    )

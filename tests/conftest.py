@@ -27,7 +27,9 @@ def shared_path(*parts: str) -> Path:
     """A path under ../shared/traces; the test is skipped (with the reason) when it is absent."""
     path = TRACES.joinpath(*parts)
     if not path.exists():
-        pytest.skip(f"real traces not available: {path} is absent (they live in ../shared/traces beside the repo)")
+        pytest.skip(
+            f"real traces not available: {path} is absent (they live in ../shared/traces beside the repo)"
+        )
     return path
 
 
@@ -57,7 +59,9 @@ def local_cache(sim_job: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
 
 # The markers a unit run (make unit) deselects.
 UNIT_MARKERS = ("slow", "browser", "real", "peer")
-UNIT_BUDGET_S = 1.5  # a test longer than this (setup, call and teardown, on a busy 2-core machine) is marked slow
+UNIT_BUDGET_S = (
+    1.5  # a test longer than this (setup, call and teardown, on a busy 2-core machine) is marked slow
+)
 
 # Whole files marked slow: what each one's tests need.
 SLOW_FILES = {
@@ -77,7 +81,10 @@ SLOW_FIXTURES = {
 # enough for its fault, or runs a parse pool (above UNIT_BUDGET_S when measured).
 SLOW_TESTS = {
     "test_alignment.py": ["test_recovers_the_simulators_clock_skew_across_nodes"],
-    "test_analysis_report.py": ["test_sample_report_matches_schema", "test_schema_rejects_an_unknown_finding_kind"],
+    "test_analysis_report.py": [
+        "test_sample_report_matches_schema",
+        "test_schema_rejects_an_unknown_finding_kind",
+    ],
     "test_analysis_units.py": ["test_send_recv_peers_inferred_without_rank"],
     "test_app_callbacks.py": [
         "test_opening_a_job_opens_on_its_top_finding",
@@ -133,12 +140,21 @@ SLOW_TESTS = {
     ],
     "test_export_perfetto.py": ["test_export_reads_back_aligned_with_every_event"],
     "test_focus.py": ["test_a_job_without_findings_says_so"],
-    "test_ingest_failures.py": ["test_a_rank_failing_twice_is_a_problem_naming_its_file", "test_a_rank_whose_worker_fails_once_is_parsed_again"],
+    "test_ingest_failures.py": [
+        "test_a_rank_failing_twice_is_a_problem_naming_its_file",
+        "test_a_rank_whose_worker_fails_once_is_parsed_again",
+    ],
     "test_kineto_stream.py": ["test_pretty_printed_trace_reads_like_the_compact_one"],
     "test_safepath.py": ["test_any_text_is_refused_or_resolves_inside"],
     "test_simulator_samples.py": ["test_sample_parses_and_is_small"],
-    "test_simulator_torch2.py": ["test_gpu_job_is_shaped_as_nccl_records_it", "test_gpu_traces_have_the_structure_of_a_real_nccl_trace"],
-    "test_snapshot.py": ["test_compare_names_the_injected_culprit_as_top_change", "test_fault_free_sample_passes"],
+    "test_simulator_torch2.py": [
+        "test_gpu_job_is_shaped_as_nccl_records_it",
+        "test_gpu_traces_have_the_structure_of_a_real_nccl_trace",
+    ],
+    "test_snapshot.py": [
+        "test_compare_names_the_injected_culprit_as_top_change",
+        "test_fault_free_sample_passes",
+    ],
     "test_whatif.py": [
         "test_a_factor_scales_the_culprit",
         "test_edits_leave_the_graph_as_the_traces_have_it",
@@ -158,8 +174,14 @@ _stale: list[str] = []
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--unit", action="store_true", help="only the fast tests: those marked none of " + ", ".join(UNIT_MARKERS))
-    parser.addoption("--not-unit", action="store_true", help="only the others (with --unit's run: the whole suite)")
+    parser.addoption(
+        "--unit",
+        action="store_true",
+        help="only the fast tests: those marked none of " + ", ".join(UNIT_MARKERS),
+    )
+    parser.addoption(
+        "--not-unit", action="store_true", help="only the others (with --unit's run: the whole suite)"
+    )
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by the markers added here
@@ -183,7 +205,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # when the run collected that file at all (a run of one file says nothing about the others).
     collected = {item.path.name for item in items}
     _stale.extend(f"{f} (SLOW_FILES)" for f in SLOW_FILES if f in collected and f not in seen_files)
-    _stale.extend(f"{f}::{n} (SLOW_TESTS or SLOW_FIXTURES)" for f, n in sorted((named | fixtures) - seen) if f in collected)
+    _stale.extend(
+        f"{f}::{n} (SLOW_TESTS or SLOW_FIXTURES)"
+        for f, n in sorted((named | fixtures) - seen)
+        if f in collected
+    )
     for option, wanted in (("unit", True), ("not_unit", False)):
         if config.getoption(option):
             dropped = [item for item in items if (item.nodeid in _unmarked) != wanted]
@@ -197,9 +223,13 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    slow = sorted(((t, n) for n, t in _durations.items() if n in _unmarked and t > UNIT_BUDGET_S), reverse=True)
+    slow = sorted(
+        ((t, n) for n, t in _durations.items() if n in _unmarked and t > UNIT_BUDGET_S), reverse=True
+    )
     if slow:
-        terminalreporter.write_sep("-", f"unit tests over {UNIT_BUDGET_S} s: mark them slow (tests/conftest.py SLOW_TESTS)")
+        terminalreporter.write_sep(
+            "-", f"unit tests over {UNIT_BUDGET_S} s: mark them slow (tests/conftest.py SLOW_TESTS)"
+        )
         for t, n in slow:
             terminalreporter.write_line(f"{t:6.2f} s {n}")
     if _stale:

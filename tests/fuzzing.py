@@ -53,7 +53,9 @@ def hostile(rng: random.Random) -> Any:
     """A value no field expects: out of range, of another type, deeply nested or very long."""
     roll = rng.random()
     if roll < 0.05:
-        return f"{DEEP}{rng.choice((50, 2_000, 50_000))}{DEEP}"  # written as that many nested lists by dumps()
+        return (
+            f"{DEEP}{rng.choice((50, 2_000, 50_000))}{DEEP}"  # written as that many nested lists by dumps()
+        )
     if roll < 0.08:
         return "n" * rng.choice((1_000, 70_000))
     return copy.deepcopy(rng.choice(HOSTILE))
@@ -223,7 +225,9 @@ def mutate_db(path: Path, rng: random.Random) -> None:
             column = rng.choice(columns)
             value = rng.choice(SQL_VALUES)
             with contextlib.suppress(sqlite3.DatabaseError):  # a typed (STRICT) column refuses: fine
-                conn.execute(f"update {table} set {column} = {value} where abs(random()) % {rng.randint(1, 5)} = 0")
+                conn.execute(
+                    f"update {table} set {column} = {value} where abs(random()) % {rng.randint(1, 5)} = 0"
+                )
         if rng.random() < 0.1:
             conn.execute(f"drop table {rng.choice(names)}")
         conn.commit()
@@ -305,18 +309,35 @@ def ascend_seeds(shared_npu: Path | None, work: Path | None = None) -> list[Seed
 
             seeds.append(Seed("ascend:legacy", legacy_case))
     text_job = shared_npu / "msinsight_alexnet_dp8_text_level1" if shared_npu else None
-    text_ranks = [text_job / f"rank{r}_ascend_pt" for r in (0, 1)] if text_job is not None and (text_job / "rank1_ascend_pt").is_dir() else sample[:2]
+    text_ranks = (
+        [text_job / f"rank{r}_ascend_pt" for r in (0, 1)]
+        if text_job is not None and (text_job / "rank1_ascend_pt").is_dir()
+        else sample[:2]
+    )
     if work is not None and len(text_ranks) == 2:
-        profs = [make_prof(work / "msprof", rank, f"PROF_00000{r}_20250109155803704_ABCDEFG{r}") for r, rank in enumerate(text_ranks)]
+        profs = [
+            make_prof(work / "msprof", rank, f"PROF_00000{r}_20250109155803704_ABCDEFG{r}")
+            for r, rank in enumerate(text_ranks)
+        ]
         seeds.append(Seed("ascend:msprof", lambda folder, rng: ascend_case(folder, rng, profs[1], profs[0])))
     db_job = shared_npu / "msinsight_alexnet_dp8_db_level1" if shared_npu else None
     if db_job is not None and (db_job / "rank1_ascend_pt").is_dir():
         seeds.append(
-            Seed("ascend:db", lambda folder, rng: ascend_case(folder, rng, db_job / "rank1_ascend_pt", db_job / "rank0_ascend_pt"))
+            Seed(
+                "ascend:db",
+                lambda folder, rng: ascend_case(
+                    folder, rng, db_job / "rank1_ascend_pt", db_job / "rank0_ascend_pt"
+                ),
+            )
         )
         if work is not None:
-            msdb = [_mindspore_db(db_job / f"rank{r}_ascend_pt", work / "mindspore_db" / f"rank{r}_ascend_ms") for r in (0, 1)]
-            seeds.append(Seed("ascend:mindspore_db", lambda folder, rng: ascend_case(folder, rng, msdb[1], msdb[0])))
+            msdb = [
+                _mindspore_db(db_job / f"rank{r}_ascend_pt", work / "mindspore_db" / f"rank{r}_ascend_ms")
+                for r in (0, 1)
+            ]
+            seeds.append(
+                Seed("ascend:mindspore_db", lambda folder, rng: ascend_case(folder, rng, msdb[1], msdb[0]))
+            )
     return seeds
 
 

@@ -15,20 +15,31 @@ from werkzeug.security import generate_password_hash
 
 from benchmarks.load import production_server
 
-USERS = {"alice": "a-secret", "bob": "b-secret", "carol": "c-secret", "dave": "d-secret", "erin": "e-secret", "frank": "f-secret"}
+USERS = {
+    "alice": "a-secret",
+    "bob": "b-secret",
+    "carol": "c-secret",
+    "dave": "d-secret",
+    "erin": "e-secret",
+    "frank": "f-secret",
+}
 
 
 @contextlib.contextmanager
 def team_server(root: Path, env: dict[str, str] | None = None) -> Iterator[str]:
     """The server's URL, with USERS in its users file under ``root`` and ``env`` added to its environment."""
-    (root / "users").write_text("".join(f"{n}:{generate_password_hash(p, method='pbkdf2:sha256:1000')}\n" for n, p in USERS.items()))
+    (root / "users").write_text(
+        "".join(f"{n}:{generate_password_hash(p, method='pbkdf2:sha256:1000')}\n" for n, p in USERS.items())
+    )
     with production_server(root, {"PARADIAG_USERS": str(root / "users"), **(env or {})}, workers=2) as url:
         yield url
 
 
 def signed_in(url: str, name: str) -> requests.Session:
     s = requests.Session()
-    r = s.post(url + "/login", data={"user": name, "password": USERS[name]}, allow_redirects=False, timeout=30)
+    r = s.post(
+        url + "/login", data={"user": name, "password": USERS[name]}, allow_redirects=False, timeout=30
+    )
     assert r.status_code == 302, r.text
     return s
 

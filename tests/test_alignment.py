@@ -63,9 +63,7 @@ def test_estimates_offsets_of_four_ranks_with_noise() -> None:
     rng = np.random.default_rng(7)
     truth = {0: 0, 1: 1_700_000_000, 2: -250_000, 3: 42_000}  # each rank's clock ahead of rank 0's by this
     exits = np.cumsum(rng.integers(1_000_000, 5_000_000, size=40)) + 10**18
-    comm = {
-        r: comm_table([int(t + off + rng.normal(0, 3000)) for t in exits]) for r, off in truth.items()
-    }
+    comm = {r: comm_table([int(t + off + rng.normal(0, 3000)) for t in exits]) for r, off in truth.items()}
     result = align.estimate(comm)
     for r, off in truth.items():
         assert abs(result.offset_ns[r] + off) < 10_000  # the offset to add undoes the clock's lead
@@ -75,7 +73,11 @@ def test_estimates_offsets_of_four_ranks_with_noise() -> None:
 
 def test_ranks_sharing_a_host_share_one_offset() -> None:
     exits = [10**18 + i * 1_000_000 for i in range(10)]
-    comm = {0: comm_table(exits), 1: comm_table([e + 500 for e in exits]), 2: comm_table([e + 900_000 for e in exits])}
+    comm = {
+        0: comm_table(exits),
+        1: comm_table([e + 500 for e in exits]),
+        2: comm_table([e + 900_000 for e in exits]),
+    }
     result = align.estimate(comm, {0: "hostA", 1: "hostA", 2: "hostB"})
     assert result.offset_ns[0] == result.offset_ns[1] == 0
     assert abs(result.offset_ns[2] + 900_000) < 1_000
@@ -95,8 +97,33 @@ def test_recovers_the_simulators_clock_skew_across_nodes(tmp_path: Path, fmt: st
 
     from paradiag.simulator.cli import simulate
 
-    args = ["--dp", "2", "--tp", "4", "--pp", "2", "--steps", "2", "--layers", "4", "--hidden", "1024", "--seq-len", "512"]
-    args += ["--inject", "clock_skew:nodes=1,ms=1700", "--format", fmt, "--seed", "5", "--quiet", "-o", str(tmp_path / "job")]
+    args = [
+        "--dp",
+        "2",
+        "--tp",
+        "4",
+        "--pp",
+        "2",
+        "--steps",
+        "2",
+        "--layers",
+        "4",
+        "--hidden",
+        "1024",
+        "--seq-len",
+        "512",
+    ]
+    args += [
+        "--inject",
+        "clock_skew:nodes=1,ms=1700",
+        "--format",
+        fmt,
+        "--seed",
+        "5",
+        "--quiet",
+        "-o",
+        str(tmp_path / "job"),
+    ]
     result = CliRunner().invoke(simulate, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     truth = json.loads((tmp_path / "job" / "ground_truth.json").read_text())
@@ -127,13 +154,30 @@ def test_kth_send_matches_kth_receive_in_1f1b(tmp_path: Path, fmt: str) -> None:
 
     from paradiag.simulator.cli import simulate
 
-    args = ["--pp", "2", "--microbatches", "4", "--steps", "2", "--layers", "2", "--hidden", "512", "--seq-len", "256"]
+    args = [
+        "--pp",
+        "2",
+        "--microbatches",
+        "4",
+        "--steps",
+        "2",
+        "--layers",
+        "2",
+        "--hidden",
+        "512",
+        "--seq-len",
+        "256",
+    ]
     args += ["--vocab", "1024", "--format", fmt, "--seed", "3", "--quiet", "-o", str(tmp_path / "job")]
     assert CliRunner().invoke(simulate, args, catch_exceptions=False).exit_code == 0
     events = paradiag.open(tmp_path / "job").events().to_pylist()
     p2p = [e for e in events if e["device"] >= 0 and e["collective"] in ("send", "recv")]
-    sends = {(e["group"], e["step"], e["rank"], e["peer"], e["seq"]): e for e in p2p if e["collective"] == "send"}
-    recvs = {(e["group"], e["step"], e["peer"], e["rank"], e["seq"]): e for e in p2p if e["collective"] == "recv"}
+    sends = {
+        (e["group"], e["step"], e["rank"], e["peer"], e["seq"]): e for e in p2p if e["collective"] == "send"
+    }
+    recvs = {
+        (e["group"], e["step"], e["peer"], e["rank"], e["seq"]): e for e in p2p if e["collective"] == "recv"
+    }
     assert len(sends) == len(recvs) == 2 * 2 * 4  # per step: 4 activations forward, 4 gradients back
     assert sends.keys() == recvs.keys()
     for key, send in sends.items():

@@ -41,7 +41,10 @@ def test_schema_rejects_an_unknown_finding_kind() -> None:
 
 
 @pytest.mark.real
-@pytest.mark.parametrize("folder", ["gpu/hta_nccl_2rank_job", "gpu/kineto_legacy_resnet50", "npu/msinsight_alexnet_dp8_text_level1"])
+@pytest.mark.parametrize(
+    "folder",
+    ["gpu/hta_nccl_2rank_job", "gpu/kineto_legacy_resnet50", "npu/msinsight_alexnet_dp8_text_level1"],
+)
 def test_real_trace_report_matches_schema(folder: str) -> None:
     report = build_report(paradiag.open(shared_path(*folder.split("/"))))
     validate(report)

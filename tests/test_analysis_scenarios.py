@@ -36,18 +36,45 @@ pytestmark = pytest.mark.slow
 MODEL = {"layers": 8, "hidden": 2048, "heads": 16, "seq_len": 2048, "steps": 2, "vocab": 8192, "jitter": 0.03}
 MESHES: dict[str, dict[str, Any]] = {
     "gpu16_1f1b": {"dp": 2, "tp": 2, "pp": 4, "microbatches": 4, "schedule": "1f1b"},
-    "npu16_gpipe": {"dp": 2, "tp": 2, "pp": 4, "microbatches": 4, "schedule": "gpipe", "format": "ascend", "device": "910b"},
-    "gpu32_interleaved": {"dp": 4, "tp": 2, "pp": 4, "microbatches": 4, "schedule": "interleaved", "virtual_stages": 2, "layers": 16},
+    "npu16_gpipe": {
+        "dp": 2,
+        "tp": 2,
+        "pp": 4,
+        "microbatches": 4,
+        "schedule": "gpipe",
+        "format": "ascend",
+        "device": "910b",
+    },
+    "gpu32_interleaved": {
+        "dp": 4,
+        "tp": 2,
+        "pp": 4,
+        "microbatches": 4,
+        "schedule": "interleaved",
+        "virtual_stages": 2,
+        "layers": 16,
+    },
     "gpu64_1f1b": {"dp": 4, "tp": 4, "pp": 4, "microbatches": 4, "schedule": "1f1b"},
     "gpu16_moe": {"dp": 4, "ep": 4, "tp": 2, "pp": 2, "microbatches": 4, "layers": 4},
-    "npu16_moe": {"dp": 4, "ep": 4, "tp": 2, "pp": 2, "microbatches": 4, "layers": 4, "format": "ascend", "device": "910b"},
+    "npu16_moe": {
+        "dp": 4,
+        "ep": 4,
+        "tp": 2,
+        "pp": 2,
+        "microbatches": 4,
+        "layers": 4,
+        "format": "ascend",
+        "device": "910b",
+    },
     "gpu16_pp8_nopeer": {"dp": 2, "tp": 1, "pp": 8, "microbatches": 8, "schedule": "1f1b", "p2p_peer": False},
     "gpu16_pp4_nopeer": {"dp": 4, "tp": 1, "pp": 4, "microbatches": 4, "schedule": "1f1b", "p2p_peer": False},
 }
 # Every kind the registry has a simulator fault for: those a dense model can have, and those only an MoE model has.
 DENSE_KINDS: tuple[str, ...] = finding_kinds.scenario_kinds(moe=False)
 MOE_KINDS: tuple[str, ...] = tuple(k for k in finding_kinds.scenario_kinds(moe=True) if k not in DENSE_KINDS)
-PLAN: list[tuple[str, tuple[str, ...], list[int]]] = [  # mesh, fault kinds, seeds (each kind and seed: one job)
+PLAN: list[
+    tuple[str, tuple[str, ...], list[int]]
+] = [  # mesh, fault kinds, seeds (each kind and seed: one job)
     ("gpu16_1f1b", (*DENSE_KINDS, "none"), [1, 2]),
     ("npu16_gpipe", (*DENSE_KINDS, "none"), [3, 4]),
     ("gpu32_interleaved", (*DENSE_KINDS, "none"), [5]),
@@ -61,16 +88,50 @@ PLAN: list[tuple[str, tuple[str, ...], list[int]]] = [  # mesh, fault kinds, see
 
 TORCH2_MESHES: dict[str, dict[str, Any]] = {
     # a CPU job computes ~400x slower than an H100: a smaller model keeps its steps near a real CPU job's (~50 ms)
-    "cpu16_torch2": {"dp": 2, "tp": 2, "pp": 4, "microbatches": 4, "schedule": "1f1b", "device": "cpu", "shape": "torch2",
-                     "hidden": 512, "seq_len": 512, "windows": 2, "rerun": True},
-    "gpu16_torch2_fsdp": {"dp": 2, "tp": 2, "pp": 4, "microbatches": 4, "schedule": "gpipe", "shape": "torch2", "dp_mode": "fsdp",
-                          "dp_dim": "dp_shard", "trace_names": "window", "manifest": True},
+    "cpu16_torch2": {
+        "dp": 2,
+        "tp": 2,
+        "pp": 4,
+        "microbatches": 4,
+        "schedule": "1f1b",
+        "device": "cpu",
+        "shape": "torch2",
+        "hidden": 512,
+        "seq_len": 512,
+        "windows": 2,
+        "rerun": True,
+    },
+    "gpu16_torch2_fsdp": {
+        "dp": 2,
+        "tp": 2,
+        "pp": 4,
+        "microbatches": 4,
+        "schedule": "gpipe",
+        "shape": "torch2",
+        "dp_mode": "fsdp",
+        "dp_dim": "dp_shard",
+        "trace_names": "window",
+        "manifest": True,
+    },
     # as older PyTorch records NCCL work: no record_param_comms args, groups told from the c10d ops and streams
-    "gpu16_torch2_noargs": {"dp": 2, "tp": 2, "pp": 4, "microbatches": 4, "schedule": "1f1b", "shape": "torch2", "dp_mode": "fsdp",
-                            "dp_dim": "dp_shard", "collective_args": False},
+    "gpu16_torch2_noargs": {
+        "dp": 2,
+        "tp": 2,
+        "pp": 4,
+        "microbatches": 4,
+        "schedule": "1f1b",
+        "shape": "torch2",
+        "dp_mode": "fsdp",
+        "dp_dim": "dp_shard",
+        "collective_args": False,
+    },
 }
 TORCH2_PLAN: list[tuple[str, tuple[str, ...], list[int]]] = [
-    ("cpu16_torch2", ("slow_device", "host_stall", "operator_hotspot", "stage_imbalance", "slow_link", "none"), [21]),
+    (
+        "cpu16_torch2",
+        ("slow_device", "host_stall", "operator_hotspot", "stage_imbalance", "slow_link", "none"),
+        [21],
+    ),
     ("gpu16_torch2_fsdp", ("slow_device", "stage_imbalance", "slow_link", "none"), [22]),
     ("gpu16_torch2_noargs", ("slow_link", "clock_skew", "none"), [23]),
 ]
@@ -89,10 +150,14 @@ class Scenario:
         return f"{self.mesh}-{self.kind}-{self.seed}"
 
 
-def scenarios(plan: list[tuple[str, tuple[str, ...], list[int]]] = PLAN, meshes: dict[str, dict[str, Any]] = MESHES) -> list[Scenario]:
+def scenarios(
+    plan: list[tuple[str, tuple[str, ...], list[int]]] = PLAN, meshes: dict[str, dict[str, Any]] = MESHES
+) -> list[Scenario]:
     out = []
     for mesh, kinds, seeds in plan:
-        last_step = SimConfig(**{**MODEL, **meshes[mesh]}).profiled_steps[-1][-1]  # a one-step stall in the latest window
+        last_step = SimConfig(**{**MODEL, **meshes[mesh]}).profiled_steps[-1][
+            -1
+        ]  # a one-step stall in the latest window
         for seed in seeds:
             for kind in kinds:
                 rng = random.Random(f"{mesh}-{kind}-{seed}")
@@ -100,7 +165,9 @@ def scenarios(plan: list[tuple[str, tuple[str, ...], list[int]]] = PLAN, meshes:
     return out
 
 
-def _diagnose(root: Path, plan: list[tuple[str, tuple[str, ...], list[int]]], meshes: dict[str, dict[str, Any]]) -> list[tuple[Scenario, list[dict[str, Any]]]]:
+def _diagnose(
+    root: Path, plan: list[tuple[str, tuple[str, ...], list[int]]], meshes: dict[str, dict[str, Any]]
+) -> list[tuple[Scenario, list[dict[str, Any]]]]:
     results = []
     for sc in scenarios(plan, meshes):
         settings = {**MODEL, **meshes[sc.mesh]}
@@ -127,7 +194,11 @@ def test_scenario_matrix(outcomes: list[tuple[Scenario, list[dict[str, Any]]]]) 
     scores = [(sc, f, groundtruth.score(f, sc.truth)) for sc, f in outcomes]
     faulty = [x for x in scores if x[0].fault]
     clean = [x for x in scores if not x[0].fault]
-    wrong = [f"  {sc.name}: injected {sc.fault or 'nothing'}; found {[(x['kind'], x['culprit']) for x in f]}" for sc, f, s in scores if not s.right or s.false_kinds]
+    wrong = [
+        f"  {sc.name}: injected {sc.fault or 'nothing'}; found {[(x['kind'], x['culprit']) for x in f]}"
+        for sc, f, s in scores
+        if not s.right or s.false_kinds
+    ]
     print(f"\n{groundtruth.confusion_table([(sc.kind, s.top) for sc, _, s in scores])}")
     print(
         f"top finding names kind and culprit: {sum(s.right for *_, s in faulty)}/{len(faulty)}; fault-free clean: "
@@ -142,7 +213,11 @@ def test_scenario_matrix(outcomes: list[tuple[Scenario, list[dict[str, Any]]]]) 
 
 def test_torch2_scenarios(torch2_outcomes: list[tuple[Scenario, list[dict[str, Any]]]]) -> None:
     scores = [(sc, f, groundtruth.score(f, sc.truth)) for sc, f in torch2_outcomes]
-    wrong = [f"  {sc.name}: injected {sc.fault or 'nothing'}; found {[(x['kind'], x['culprit']) for x in f]}" for sc, f, s in scores if not s.right or s.false_kinds]
+    wrong = [
+        f"  {sc.name}: injected {sc.fault or 'nothing'}; found {[(x['kind'], x['culprit']) for x in f]}"
+        for sc, f, s in scores
+        if not s.right or s.false_kinds
+    ]
     print(f"\n{groundtruth.confusion_table([(sc.kind, s.top) for sc, _, s in scores])}")
     assert len(scores) == 13 and {sc.truth["shape"]["device_kind"] for sc, _, _ in scores} == {"cpu", "gpu"}
     assert not wrong, "\n".join(wrong)

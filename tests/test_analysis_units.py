@@ -19,14 +19,35 @@ from paradiag.analysis.operators import concentration, operator_imbalance, short
 
 def events(rows: list[dict[str, Any]]) -> pa.Table:
     """An events table from a few rows; unspecified columns take neutral values."""
-    defaults = {"device": 0, "track": 7, "kind": "compute", "category": "kernel", "step": 0, "correlation": -1, "external_id": -1}
+    defaults = {
+        "device": 0,
+        "track": 7,
+        "kind": "compute",
+        "category": "kernel",
+        "step": 0,
+        "correlation": -1,
+        "external_id": -1,
+    }
     full = [{**defaults, **r} for r in rows]
     names = [f.name for f in schema.EVENTS]
     return schema.build(schema.EVENTS, {n: [r.get(n) for r in full] for n in names})
 
 
-def coll(rank: int, start: int, end: int, group: str = "g", seq: int = 0, kind: str = "all_reduce", **kw: Any) -> dict[str, Any]:
-    return {"rank": rank, "kind": "communication", "name": kind, "start_ns": start, "dur_ns": end - start, "collective": kind, "group": group, "seq": seq, "bytes": 1000, **kw}
+def coll(
+    rank: int, start: int, end: int, group: str = "g", seq: int = 0, kind: str = "all_reduce", **kw: Any
+) -> dict[str, Any]:
+    return {
+        "rank": rank,
+        "kind": "communication",
+        "name": kind,
+        "start_ns": start,
+        "dur_ns": end - start,
+        "collective": kind,
+        "group": group,
+        "seq": seq,
+        "bytes": 1000,
+        **kw,
+    }
 
 
 def kernel(rank: int, name: str, start: int, end: int, step: int = 0) -> dict[str, Any]:
@@ -49,7 +70,14 @@ def ranks_table(n: int, hosts: list[str] | None = None, **coords: list[int | Non
 
 
 def groups_table(groups: dict[str, tuple[str | None, list[int]]]) -> pa.Table:
-    return schema.build(schema.GROUPS, {"group": list(groups), "description": [d for d, _ in groups.values()], "ranks": [m for _, m in groups.values()]})
+    return schema.build(
+        schema.GROUPS,
+        {
+            "group": list(groups),
+            "description": [d for d, _ in groups.values()],
+            "ranks": [m for _, m in groups.values()],
+        },
+    )
 
 
 # ---- layout ----
@@ -86,7 +114,15 @@ def test_role_from_description() -> None:
     # dp x cp's gradient group (torchtitan's flattened mesh_dp_cp, Ascend's dp_cp): a dp group spanning cp too,
     # which the dp axis takes whole (it holds the dp and cp groups' members).
     assert role_from_description("dp_cp", 2, 8) == "dp"
-    for name, role in (("mesh_dp", "dp"), ("mesh_dp_shard", "dp"), ("mesh_dp_replicate", "dp"), ("mesh_pp", "pp"), ("mesh_tp", "tp"), ("mesh_cp", "cp"), ("mesh_ep", "ep")):
+    for name, role in (
+        ("mesh_dp", "dp"),
+        ("mesh_dp_shard", "dp"),
+        ("mesh_dp_replicate", "dp"),
+        ("mesh_pp", "pp"),
+        ("mesh_tp", "tp"),
+        ("mesh_cp", "cp"),
+        ("mesh_ep", "ep"),
+    ):
         assert role_from_description(name, 2, 8) == role
     assert role_from_description("undefined", 2, 8) is None
     assert role_from_description("hccl_world_group", 8, 8) == "world"
@@ -103,7 +139,9 @@ def test_layout_inferred_from_traffic() -> None:
     for seq in range(6):
         for r, g in ((0, "t0"), (1, "t0"), (2, "t1"), (3, "t1")):
             rows.append(coll(r, 20 + seq, 21 + seq, group=g, seq=seq, kind="all_gather"))
-    groups = groups_table({"p0": (None, [2, 0]), "p1": (None, [1, 3]), "t0": (None, [0, 1]), "t1": (None, [2, 3])})
+    groups = groups_table(
+        {"p0": (None, [2, 0]), "p1": (None, [1, 3]), "t0": (None, [0, 1]), "t1": (None, [2, 3])}
+    )
     layout = parallel_layout(ranks_table(4), groups, device_frame(events(rows)))
     assert layout.found_by == "inferred:communication"
     assert layout.roles == {"p0": "pp", "p1": "pp", "t0": "tp", "t1": "tp"}
@@ -125,9 +163,17 @@ def test_collective_instance_wait_skew_transfer() -> None:
 def test_bus_bandwidth_uses_the_group_size_and_is_nan_when_unknown() -> None:
     """Two profiled members of an 8-rank group move 8 ranks' data; one member or unknown bytes: no figure."""
     two = comm.collective_participation(device_frame(events([coll(0, 0, 50), coll(1, 10, 50)])))
-    assert comm.collective_instances(two, {"g": 8}).column("busbw_gbps")[0].as_py() == pytest.approx(1000 * (2 * 7 / 8) / 40)
-    one = comm.collective_instances(comm.collective_participation(device_frame(events([coll(0, 0, 50)])))).to_pylist()[0]
-    unknown = comm.collective_instances(comm.collective_participation(device_frame(events([coll(0, 0, 50, bytes=None), coll(1, 0, 50, bytes=None)]))))
+    assert comm.collective_instances(two, {"g": 8}).column("busbw_gbps")[0].as_py() == pytest.approx(
+        1000 * (2 * 7 / 8) / 40
+    )
+    one = comm.collective_instances(
+        comm.collective_participation(device_frame(events([coll(0, 0, 50)])))
+    ).to_pylist()[0]
+    unknown = comm.collective_instances(
+        comm.collective_participation(
+            device_frame(events([coll(0, 0, 50, bytes=None), coll(1, 0, 50, bytes=None)]))
+        )
+    )
     assert np.isnan(one["busbw_gbps"]) and np.isnan(unknown.column("busbw_gbps")[0].as_py())
 
 
@@ -142,7 +188,10 @@ def test_comm_matrix_from_measured_links() -> None:
     )  # fmt: skip
     empty = comm.collective_instances(comm.collective_participation(device_frame(events([]))))
     matrix = comm.comm_matrix(empty, comm.p2p_transfers(device_frame(events([]))), {}, {}, links, world=4)
-    assert [(m["src"], m["dst"], m["link_type"], m["bytes"], m["bandwidth_gbps"]) for m in matrix] == [(0, 1, "intra", 4000, 2.0), (0, 3, "inter", 2000, 0.5)]
+    assert [(m["src"], m["dst"], m["link_type"], m["bytes"], m["bandwidth_gbps"]) for m in matrix] == [
+        (0, 1, "intra", 4000, 2.0),
+        (0, 3, "inter", 2000, 0.5),
+    ]
     assert comm.comm_matrix(empty, comm.p2p_transfers(device_frame(events([]))), {}, {}, links, world=8) == []
 
 
@@ -155,19 +204,44 @@ def test_p2p_matching_and_wait() -> None:
     ]
     p2p = comm.p2p_transfers(device_frame(events(rows))).to_pylist()
     # The transfer is the shorter kernel (no clock involved); only the first receive was posted before its data.
-    assert [(r["src"], r["dst"], r["wait_ns"], r["transfer_ns"], r["receiver_waited"]) for r in p2p] == [(0, 1, 50, 5, True), (0, 1, 0, 2, False)]
-    waits = comm.rank_waits(comm.collective_participation(device_frame(events(rows))), pa.Table.from_pylist(p2p))
+    assert [(r["src"], r["dst"], r["wait_ns"], r["transfer_ns"], r["receiver_waited"]) for r in p2p] == [
+        (0, 1, 50, 5, True),
+        (0, 1, 0, 2, False),
+    ]
+    waits = comm.rank_waits(
+        comm.collective_participation(device_frame(events(rows))), pa.Table.from_pylist(p2p)
+    )
     assert waits == {(1, 0): {"wait_ns": 50, "caused_ns": 0}, (0, 0): {"wait_ns": 0, "caused_ns": 50}}
 
 
 def test_comm_matrix_ring_links() -> None:
     part = comm.collective_participation(device_frame(events([coll(0, 0, 10), coll(1, 0, 10)])))
-    matrix = comm.comm_matrix(comm.collective_instances(part), comm.p2p_transfers(device_frame(events([]))), {"g": [0, 1]}, {0: "a", 1: "b"})
+    matrix = comm.comm_matrix(
+        comm.collective_instances(part),
+        comm.p2p_transfers(device_frame(events([]))),
+        {"g": [0, 1]},
+        {0: "a", 1: "b"},
+    )
     assert matrix == [
-        {"src": 0, "dst": 1, "link_type": "inter", "bytes": 1000, "time_ns": 10, "instances": 1, "bandwidth_gbps": 100.0},
-        {"src": 1, "dst": 0, "link_type": "inter", "bytes": 1000, "time_ns": 10, "instances": 1, "bandwidth_gbps": 100.0},
+        {
+            "src": 0,
+            "dst": 1,
+            "link_type": "inter",
+            "bytes": 1000,
+            "time_ns": 10,
+            "instances": 1,
+            "bandwidth_gbps": 100.0,
+        },
+        {
+            "src": 1,
+            "dst": 0,
+            "link_type": "inter",
+            "bytes": 1000,
+            "time_ns": 10,
+            "instances": 1,
+            "bandwidth_gbps": 100.0,
+        },
     ]
-
 
 
 def test_comm_matrix_send_recv_rate_from_receives_that_waited() -> None:
@@ -188,6 +262,7 @@ def test_comm_matrix_send_recv_rate_from_receives_that_waited() -> None:
     assert cells[(0, 1)]["time_ns"] == 10 and cells[(0, 1)]["instances"] == 2
     assert cells[(1, 0)]["time_ns"] == 10
     assert (cells[(0, 1)]["bandwidth_gbps"], cells[(1, 0)]["bandwidth_gbps"]) == (200.0, 100.0)
+
 
 # ---- stages ----
 
@@ -216,7 +291,14 @@ def test_theoretical_bubble_and_interleaved_order() -> None:
     assert stages.theoretical_bubble(4, 8, 2) == pytest.approx(3 / 19)
     assert stages.theoretical_bubble(1, 8) == 0.0
     # p=2, v=2: forward passes go mb 0,1 on chunk 0, then mb 0,1 on chunk 1, then mb 2,3 on chunk 0 ...
-    assert [stages.chunk_and_micro_batch(k, 2, 2, False) for k in range(6)] == [(0, 0), (0, 1), (1, 0), (1, 1), (0, 2), (0, 3)]
+    assert [stages.chunk_and_micro_batch(k, 2, 2, False) for k in range(6)] == [
+        (0, 0),
+        (0, 1),
+        (1, 0),
+        (1, 1),
+        (0, 2),
+        (0, 3),
+    ]
     assert stages.chunk_and_micro_batch(0, 2, 2, True) == (1, 0)
 
 
@@ -225,14 +307,27 @@ def test_pipeline_passes_and_stage_metrics() -> None:
     rows = []
     for mb in range(2):
         t = mb * 100
-        rows += [kernel(0, "layer_norm_fwd", t, t + 10), {**coll(0, t + 10, t + 11, group="p", kind="send", seq=mb), "peer": 1}]
-        rows += [{**coll(1, t + 10, t + 12, group="p", kind="recv", seq=mb), "peer": 0}, kernel(1, "layer_norm_fwd", t + 12, t + 32)]
+        rows += [
+            kernel(0, "layer_norm_fwd", t, t + 10),
+            {**coll(0, t + 10, t + 11, group="p", kind="send", seq=mb), "peer": 1},
+        ]
+        rows += [
+            {**coll(1, t + 10, t + 12, group="p", kind="recv", seq=mb), "peer": 0},
+            kernel(1, "layer_norm_fwd", t + 12, t + 32),
+        ]
     rows += [kernel(0, "layer_norm_grad", 300, 310), kernel(1, "layer_norm_grad", 250, 270)]
     per_rank = [stages.rank_pass_table(f) for f in device_frame(events(rows)).by_rank().values()]
     ranked = [t.add_column(0, "rank", pa.array([r] * t.num_rows, pa.int32())) for r, t in enumerate(per_rank)]
-    assert [stages.virtual_stages(pa.concat_tables(ranked), [0], 2), ranked[0].column("chunks")[0].as_py()] == [1, 1]
+    assert [
+        stages.virtual_stages(pa.concat_tables(ranked), [0], 2),
+        ranked[0].column("chunks")[0].as_py(),
+    ] == [1, 1]
     passes = stages.number_passes(pa.concat_tables(ranked), {0: 0, 1: 1}, 1, 2)
-    rank1 = [(p["direction"], p["micro_batch"], p["start_ns"], p["end_ns"]) for p in passes.to_pylist() if p["rank"] == 1]
+    rank1 = [
+        (p["direction"], p["micro_batch"], p["start_ns"], p["end_ns"])
+        for p in passes.to_pylist()
+        if p["rank"] == 1
+    ]
     assert rank1 == [("forward", 0, 12, 32), ("forward", 1, 112, 132), ("backward", 0, 250, 270)]
     metrics = stages.stage_metrics(passes, [[0], [1]], 1, 1000)
     assert [s["compute_per_micro_batch_ns"] for s in metrics["stages"]] == [15, 30]
@@ -240,12 +335,17 @@ def test_pipeline_passes_and_stage_metrics() -> None:
     assert metrics["bottleneck_stage"] == 1
     assert metrics["balanced_step_time_ns"] == int(1000 - (2 + 1) * (30 - 22.5))
     assert stages.schedule_kind(passes, 2, 1) == "gpipe"
-    assert stages.stage_metrics(passes.filter(pc.equal(passes.column("rank"), 0)), [[0]], 1, 1000) == {}  # no pipeline
+    assert (
+        stages.stage_metrics(passes.filter(pc.equal(passes.column("rank"), 0)), [[0]], 1, 1000) == {}
+    )  # no pipeline
 
 
 def test_impact_is_capped_by_the_waits_caused() -> None:
     """Rank 2 computes 100 more than its peers; where waits are seen but nobody waited for it, nothing is lost."""
-    figures = {(r, 0): {"compute_ns": c, "launch_delay_ns": 10, "idle_ns": 0, "step_ns": 1000} for r, c in enumerate([500, 500, 600])}
+    figures = {
+        (r, 0): {"compute_ns": c, "launch_delay_ns": 10, "idle_ns": 0, "step_ns": 1000}
+        for r, c in enumerate([500, 500, 600])
+    }
     frame = device_frame(events([kernel(r, "gemm_fwd", 0, c) for r, c in enumerate([500, 500, 600])]))
     waited = {(0, 0): {"wait_ns": 40, "caused_ns": 0}, (2, 0): {"wait_ns": 0, "caused_ns": 30}}
     (f,) = findings.rank_findings(frame, figures, [[0, 1, 2]], {}, waited, 1000)
@@ -254,7 +354,9 @@ def test_impact_is_capped_by_the_waits_caused() -> None:
     assert findings.rank_findings(frame, figures, [[0, 1, 2]], {}, absorbed, 1000) == []
 
 
-@pytest.mark.parametrize(("schedule", "pp", "virtual"), [("1f1b", 4, 1), ("gpipe", 3, 1), ("interleaved", 2, 2), ("1f1b", 2, 1)])
+@pytest.mark.parametrize(
+    ("schedule", "pp", "virtual"), [("1f1b", 4, 1), ("gpipe", 3, 1), ("interleaved", 2, 2), ("1f1b", 2, 1)]
+)
 def test_send_recv_peers_inferred_without_rank(tmp_path: Any, schedule: str, pp: int, virtual: int) -> None:
     """Simulated traces without the send/recv "Rank": every inferred peer is the one the full trace names."""
     import paradiag
@@ -264,11 +366,28 @@ def test_send_recv_peers_inferred_without_rank(tmp_path: Any, schedule: str, pp:
     peers = []
     for named in (True, False):
         out = tmp_path / f"job{named}"
-        settings = {"pp": pp, "dp": 2, "microbatches": 2 * pp, "steps": 2, "layers": 2 * pp * virtual, "schedule": schedule, "virtual_stages": virtual}
-        simulate(SimConfig(output=out, hidden=256, heads=4, seq_len=128, vocab=1024, p2p_peer=named, seed=2, **settings))
+        settings = {
+            "pp": pp,
+            "dp": 2,
+            "microbatches": 2 * pp,
+            "steps": 2,
+            "layers": 2 * pp * virtual,
+            "schedule": schedule,
+            "virtual_stages": virtual,
+        }
+        simulate(
+            SimConfig(
+                output=out, hidden=256, heads=4, seq_len=128, vocab=1024, p2p_peer=named, seed=2, **settings
+            )
+        )
         job = paradiag.open(out, cache_dir=tmp_path / f"cache{named}")
         frame = job_frame(job)
-        members = {g: list(m) for g, m in zip(job.groups.column("group").to_pylist(), job.groups.column("ranks").to_pylist(), strict=True)}
+        members = {
+            g: list(m)
+            for g, m in zip(
+                job.groups.column("group").to_pylist(), job.groups.column("ranks").to_pylist(), strict=True
+            )
+        }
         comm.infer_peers(frame, members, parallel_layout(job.ranks, job.groups, frame).stage_of)
         peers.append(frame.peer[np.isin(frame.collective, frame.codes("collectives", ("send", "recv")))])
     assert len(peers[0]) > 0 and (peers[1] == peers[0]).all()
@@ -284,9 +403,18 @@ def test_robust_z_and_short_name() -> None:
 
 
 def test_operator_imbalance_names_rank_and_excess() -> None:
-    rows = [kernel(r, "gemm", 0, 100) for r in range(3)] + [kernel(r, "attn", 100, 150 if r != 2 else 250) for r in range(3)]
+    rows = [kernel(r, "gemm", 0, 100) for r in range(3)] + [
+        kernel(r, "attn", 100, 150 if r != 2 else 250) for r in range(3)
+    ]
     top = operator_imbalance(device_frame(events(rows)), [[0, 1, 2]])[0]
-    assert (top["operator"], top["rank"], top["time_ns"], top["peer_median_ns"], top["excess_ns"], top["ratio"]) == ("attn", 2, 150, 50, 100, 3.0)
+    assert (
+        top["operator"],
+        top["rank"],
+        top["time_ns"],
+        top["peer_median_ns"],
+        top["excess_ns"],
+        top["ratio"],
+    ) == ("attn", 2, 150, 50, 100, 3.0)
 
 
 def test_concentration() -> None:
@@ -299,9 +427,14 @@ def test_concentration() -> None:
 
 
 def test_rank_excess_leave_one_out() -> None:
-    figures = {(r, 0): {"compute_ns": c, "launch_delay_ns": 10, "idle_ns": 0, "step_ns": 1000} for r, c in enumerate([500, 510, 600])}
+    figures = {
+        (r, 0): {"compute_ns": c, "launch_delay_ns": 10, "idle_ns": 0, "step_ns": 1000}
+        for r, c in enumerate([500, 510, 600])
+    }
     rows = findings.rank_excess(figures, [[0, 1, 2]], 1000)
-    assert rows == [{"rank": 2, "step": 0, "part": "compute_ns", "excess_ns": 95, "value_ns": 600, "peer_ns": 505}]
+    assert rows == [
+        {"rank": 2, "step": 0, "part": "compute_ns", "excess_ns": 95, "value_ns": 600, "peer_ns": 505}
+    ]
 
 
 def test_stage_and_clock_findings() -> None:
@@ -311,10 +444,18 @@ def test_stage_and_clock_findings() -> None:
         "step_time_ns": 1000,
         "balanced_step_time_ns": 800,
         "bottleneck_stage": 1,
-        "stages": [{"stage": 0, "ranks": [0], "compute_per_micro_batch_ns": 50}, {"stage": 1, "ranks": [1], "compute_per_micro_batch_ns": 150}],
+        "stages": [
+            {"stage": 0, "ranks": [0], "compute_per_micro_batch_ns": 50},
+            {"stage": 1, "ranks": [1], "compute_per_micro_batch_ns": 150},
+        ],
     }
     (f,) = findings.stage_findings(metrics)
-    assert (f["kind"], f["culprit"], f["impact_pct"], f["severity"]) == ("stage_imbalance", {"stage": 1, "ranks": [1]}, 20.0, "high")
+    assert (f["kind"], f["culprit"], f["impact_pct"], f["severity"]) == (
+        "stage_imbalance",
+        {"stage": 1, "ranks": [1]},
+        20.0,
+        "high",
+    )
     ranks = ranks_table(2, hosts=["a", "b"]).set_column(9, "clock_offset_ns", pa.array([0, -3_000_000]))
     (c,) = findings.clock_findings(ranks)
     assert (c["kind"], c["culprit"], c["impact_pct"]) == ("clock_skew", {"ranks": [1], "hosts": ["b"]}, 0.0)
@@ -327,11 +468,16 @@ def test_slow_link_from_collective_groups() -> None:
         for seq in range(3):
             t = seq * 1000
             dur = 400 if g == 1 else 100
-            rows += [coll(a, t, t + dur, group=str(g), seq=seq, kind="all_gather"), coll(b, t, t + dur, group=str(g), seq=seq, kind="all_gather")]
+            rows += [
+                coll(a, t, t + dur, group=str(g), seq=seq, kind="all_gather"),
+                coll(b, t, t + dur, group=str(g), seq=seq, kind="all_gather"),
+            ]
     frame = device_frame(events(rows))
     inst = comm.collective_instances(comm.collective_participation(frame))
     members = {str(g): [2 * g, 2 * g + 1] for g in range(4)}
-    (f,) = findings.link_findings(inst, comm.p2p_transfers(frame), members, dict.fromkeys(range(8), "h"), 10_000, 1)
+    (f,) = findings.link_findings(
+        inst, comm.p2p_transfers(frame), members, dict.fromkeys(range(8), "h"), 10_000, 1
+    )
     assert f["kind"] == "slow_link"
     assert f["culprit"]["link"] == {"ranks": [2, 3]}
     assert f["impact_pct"] == pytest.approx(100 * 3 * 300 / 10_000)
@@ -349,7 +495,9 @@ def test_a_slow_group_link_names_every_rank_of_it() -> None:
     frame = device_frame(events(rows))
     inst = comm.collective_instances(comm.collective_participation(frame))
     members = {str(g): [4 * g + i for i in range(4)] for g in range(4)}
-    (f,) = findings.link_findings(inst, comm.p2p_transfers(frame), members, dict.fromkeys(range(16), "h"), 10_000, 1)
+    (f,) = findings.link_findings(
+        inst, comm.p2p_transfers(frame), members, dict.fromkeys(range(16), "h"), 10_000, 1
+    )
     assert f["culprit"]["ranks"] == [4, 5, 6, 7]
     assert f["evidence"].startswith("link of ranks 4, 5, 6, 7 (intra-node)")
 
@@ -406,12 +554,32 @@ def test_alignment_ignores_receives_that_found_their_data_waiting() -> None:
 def test_frames_merge_onto_shared_lists_and_give_their_arrays_up() -> None:
     """concat maps each rank's string codes onto one list (in order of first use) and empties the parts as it
     merges them, so that a job's events are never held twice."""
-    a = table_frame(pa.table({"rank": pa.array([0, 0], pa.int32()), "name": pa.array(["mm", "ar"]).dictionary_encode(), "start": pa.array([1, 2])}))
-    b = table_frame(pa.table({"rank": pa.array([1], pa.int32()), "name": pa.array(["zz"]).dictionary_encode(), "start": pa.array([3])}))
+    a = table_frame(
+        pa.table(
+            {
+                "rank": pa.array([0, 0], pa.int32()),
+                "name": pa.array(["mm", "ar"]).dictionary_encode(),
+                "start": pa.array([1, 2]),
+            }
+        )
+    )
+    b = table_frame(
+        pa.table(
+            {
+                "rank": pa.array([1], pa.int32()),
+                "name": pa.array(["zz"]).dictionary_encode(),
+                "start": pa.array([3]),
+            }
+        )
+    )
     merged = concat([a, b])
     assert merged.names == ["ar", "mm", "zz"]
     assert [merged.names[c] for c in merged.name] == ["mm", "ar", "zz"]
-    assert merged.rank.tolist() == [0, 0, 1] and merged.start.tolist() == [1, 2, 3] and merged.op.tolist() == [-1, -1, -1]
+    assert (
+        merged.rank.tolist() == [0, 0, 1]
+        and merged.start.tolist() == [1, 2, 3]
+        and merged.op.tolist() == [-1, -1, -1]
+    )
     assert len(a.rank) == len(a.name) == len(b.start) == 0
     kept = merged.take(slice(None))
     merged.keep(np.array([2, 0]))

@@ -53,7 +53,16 @@ def wait_search(duo: Any, part: str, timeout: float = 20) -> None:
 
 def test_every_view_renders(duo: Any) -> None:
     open_job(duo, f"?job=sample:{SAMPLE}")
-    for graph_id in ("heatmap", "timeline", "marey", "detail-operators", "detail-breakdown", "detail-collectives", "comm-matrix", "flow"):
+    for graph_id in (
+        "heatmap",
+        "timeline",
+        "marey",
+        "detail-operators",
+        "detail-breakdown",
+        "detail-collectives",
+        "comm-matrix",
+        "flow",
+    ):
         wait_plot(duo, graph_id)
     settle(duo)
     screenshot(duo, "job_page")
@@ -77,8 +86,12 @@ def test_the_first_screen_shows_the_culprit(duo: Any) -> None:
         palette.CULPRIT,
     )
     assert len(outlined) == 1 and outlined[0].startswith("⚠ rank 5 · s1 ")
-    rows = duo.driver.execute_script("return document.querySelector('#timeline .js-plotly-plot').layout.yaxis.ticktext")
-    assert rows[0].startswith("<b>r5 compute") and all(not r.startswith("<b>") for r in rows if "r5 " not in r)
+    rows = duo.driver.execute_script(
+        "return document.querySelector('#timeline .js-plotly-plot').layout.yaxis.ticktext"
+    )
+    assert rows[0].startswith("<b>r5 compute") and all(
+        not r.startswith("<b>") for r in rows if "r5 " not in r
+    )
     assert "step=1" in current_search(duo)
     settle(duo)
     screenshot(duo, "first_screen")
@@ -105,7 +118,11 @@ def test_the_critical_path_toggle_draws_the_path_on_the_culprit(duo: Any) -> Non
         drawn = duo.driver.execute_script(read)
         time.sleep(0.2)
     assert drawn, "no critical path drawn after the toggle"
-    on_culprit = [text for row, text in zip(drawn["rows"], drawn["text"], strict=True) if drawn["labels"][row].startswith("<b>r5 ")]
+    on_culprit = [
+        text
+        for row, text in zip(drawn["rows"], drawn["text"], strict=True)
+        if drawn["labels"][row].startswith("<b>r5 ")
+    ]
     assert on_culprit and all("rank 5" in text for text in on_culprit)
     assert {text.split(" · ")[0] for text in drawn["text"]} <= {"compute", "communication", "waiting", "host"}
     settle(duo)
@@ -123,7 +140,9 @@ def test_heatmap_click_updates_timeline_and_detail(duo: Any) -> None:
     assert severe_logs(duo) == []
 
 
-def test_a_timeline_interval_answers_hover_and_click_at_its_middle_without_a_node_per_interval(duo: Any) -> None:
+def test_a_timeline_interval_answers_hover_and_click_at_its_middle_without_a_node_per_interval(
+    duo: Any,
+) -> None:
     """The hover points at the intervals' middles are not drawn (each marker was an SVG node, built on every
     redraw), yet the mouse over an interval's middle shows its name and a click there reports it."""
     from selenium.webdriver.common.action_chains import ActionChains
@@ -198,7 +217,9 @@ def test_finding_click_focuses_its_culprit(duo: Any) -> None:
     wait_search(duo, "ranks=5")
     duo.wait_for_contains_text("#detail-title", "rank 5, step 1", timeout=20)  # the step its evidence quotes
     pick_baseline(duo, "gpu_llm_fault_free")
-    duo.wait_for_contains_text("#compare-summary", "rank 5", timeout=30)  # against the fault-free run, rank 5 is the top change
+    duo.wait_for_contains_text(
+        "#compare-summary", "rank 5", timeout=30
+    )  # against the fault-free run, rank 5 is the top change
     wait_plot(duo, "compare-ranks")
     assert "base=sample%3Agpu_llm_fault_free" in current_search(duo)
     screenshot(duo, "compare", "compare-summary")
@@ -211,7 +232,9 @@ def pick_baseline(duo: Any, name: str) -> None:
     from selenium.webdriver.common.keys import Keys
 
     duo.find_element("#baseline-picker").click()
-    search = duo.wait_for_element("#baseline-picker input, .dash-dropdown-search, input[type=search]:not(#event-search)", timeout=10)
+    search = duo.wait_for_element(
+        "#baseline-picker input, .dash-dropdown-search, input[type=search]:not(#event-search)", timeout=10
+    )
     search.send_keys(name)
     assert wait_option(duo, name), f"no dropdown option holding {name!r}"
     search.send_keys(Keys.ENTER)
@@ -219,7 +242,9 @@ def pick_baseline(duo: Any, name: str) -> None:
 
 def wait_option(duo: Any, text: str, timeout: float = 5) -> bool:
     """Whether an open dropdown came to list an option holding ``text`` (it filters as one types)."""
-    script = "return Array.from(document.querySelectorAll('[role=option]')).map(o => o.textContent.toLowerCase())"
+    script = (
+        "return Array.from(document.querySelectorAll('[role=option]')).map(o => o.textContent.toLowerCase())"
+    )
     deadline = time.time() + timeout
     while time.time() < deadline:
         if any(text.lower() in o for o in duo.driver.execute_script(script) or []):
@@ -244,7 +269,9 @@ def test_marey_band_click_selects_the_flow_node(duo: Any) -> None:
     deadline = time.time() + 20
     names: list[str] = []
     while time.time() < deadline:
-        names = duo.driver.execute_script("return document.querySelector('#flow .js-plotly-plot').data.map(d => d.name)")
+        names = duo.driver.execute_script(
+            "return document.querySelector('#flow .js-plotly-plot').data.map(d => d.name)"
+        )
         if "selected" in names:
             break
         time.sleep(0.3)
@@ -310,7 +337,11 @@ def test_question_mark_lists_the_keys_and_the_dark_theme_is_remembered(duo: Any)
     body = duo.driver.find_element("tag name", "body")
     body.send_keys("?")
     help_box = duo.wait_for_element("#pd-keys-help", timeout=10)
-    assert help_box.is_displayed() and "zoom in around the centre" in help_box.text and "double-click" in help_box.text
+    assert (
+        help_box.is_displayed()
+        and "zoom in around the centre" in help_box.text
+        and "double-click" in help_box.text
+    )
     screenshot(duo, "keys_help")
     body.send_keys(Keys.ESCAPE)
     assert not help_box.is_displayed()

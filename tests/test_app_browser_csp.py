@@ -11,9 +11,23 @@ import pytest
 
 from tests.test_app_support import click_data_point, fresh_app, settle, severe_logs, wait_plot
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.filterwarnings("ignore:HTTPResponse.getheader:DeprecationWarning")]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore:HTTPResponse.getheader:DeprecationWarning"),
+]
 SAMPLE = "gpu_llm_slow_rank"
-VIEWS = ("heatmap", "steps", "timeline", "marey", "detail-operators", "detail-breakdown", "detail-collectives", "comm-matrix", "flow")
+VIEWS = (
+    "heatmap",
+    "steps",
+    "timeline",
+    "marey",
+    "detail-operators",
+    "detail-breakdown",
+    "detail-collectives",
+    "comm-matrix",
+    "flow",
+)
 # Installed before any of the page's scripts runs: every violation the browser reports is kept.
 RECORD = "window.__cspViolations = []; document.addEventListener('securitypolicyviolation', e => window.__cspViolations.push([e.violatedDirective, e.blockedURI, e.sourceFile, e.lineNumber].join(' ')));"
 
@@ -40,5 +54,9 @@ def test_every_view_draws_under_the_policy_without_unsafe_eval(duo: Any) -> None
     violations = duo.driver.execute_script("return window.__cspViolations")
     assert violations == [], violations
     logs = severe_logs(duo)
-    assert not [e for e in logs if "Content Security Policy" in str(e.get("message")) or "unsafe-eval" in str(e.get("message"))], logs
+    assert not [
+        e
+        for e in logs
+        if "Content Security Policy" in str(e.get("message")) or "unsafe-eval" in str(e.get("message"))
+    ], logs
     assert logs == []

@@ -14,7 +14,11 @@ import pytest
 from paradiag.app.figures.common import short_name
 from tests.test_app_support import fresh_app, settle, wait_plot
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.filterwarnings("ignore:HTTPResponse.getheader:DeprecationWarning")]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore:HTTPResponse.getheader:DeprecationWarning"),
+]
 SAMPLE = "gpu_llm_slow_rank"
 
 
@@ -35,7 +39,9 @@ def _saved(folder: Path, suffix: str, timeout: float = 30) -> Path:
 
 
 def test_exports_hover_text_and_event_search(duo: Any, tmp_path: Path) -> None:
-    duo.driver.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(tmp_path)})
+    duo.driver.execute_cdp_cmd(
+        "Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(tmp_path)}
+    )
     duo.driver.get(duo.server_url + f"/?job=sample:{SAMPLE}")
     for graph in ("timeline", "marey", "detail-operators"):
         wait_plot(duo, graph)
@@ -45,12 +51,16 @@ def test_exports_hover_text_and_event_search(duo: Any, tmp_path: Path) -> None:
         """const gd = document.querySelector('#marey .js-plotly-plot');
         return gd.data.filter(t => t.meta && t.meta.pdText).map(t => [t.text.length, t.meta.pdText.index[0].length, t.text[0]]);"""
     )
-    assert texts and all(n == m and n > 0 for n, m, _ in texts) and all("<br>" in first for _, _, first in texts)
+    assert (
+        texts and all(n == m and n > 0 for n, m, _ in texts) and all("<br>" in first for _, _, first in texts)
+    )
 
     duo.find_element("#detail-csv").click()
     rows = list(csv.reader(_saved(tmp_path, ".csv").read_text().splitlines()))
     assert rows[0] == ["rank", "step", "operator", "rank_ms", "peer_median_ms"] and len(rows) > 1
-    drawn = duo.driver.execute_script("return Array.from(document.querySelector('#detail-operators .js-plotly-plot')._fullData.find(t => t.orientation === 'h').y)")
+    drawn = duo.driver.execute_script(
+        "return Array.from(document.querySelector('#detail-operators .js-plotly-plot')._fullData.find(t => t.orientation === 'h').y)"
+    )
     short = [short_name(r[2], 500) for r in rows[1:]]  # the bars' operators, by the names the bars show
     assert drawn and all(any(s.startswith(name.rstrip("…")) for s in short) for name in drawn)
 

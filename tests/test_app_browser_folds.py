@@ -30,8 +30,16 @@ def duo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     root = tmp_path_factory.mktemp("folds-app")
     mp = pytest.MonkeyPatch()
     mp.setenv("PARADIAG_CACHE_DIR", str(root / "cache"))
-    folder = simulate(SimConfig(output=root / "job", faults=(parse_fault(f"slow_device:ranks={CULPRIT},factor=1.5"),), **MESH))
-    yield from composite(create_app(Config.from_env(job=str(folder), upload_dir=root / "uploads", app_cache_dir=root / "app-cache")))
+    folder = simulate(
+        SimConfig(
+            output=root / "job", faults=(parse_fault(f"slow_device:ranks={CULPRIT},factor=1.5"),), **MESH
+        )
+    )
+    yield from composite(
+        create_app(
+            Config.from_env(job=str(folder), upload_dir=root / "uploads", app_cache_dir=root / "app-cache")
+        )
+    )
     mp.undo()
 
 
@@ -62,18 +70,25 @@ def test_a_folded_row_opens_on_a_click_stays_open_across_steps_and_folds_back(du
     click_data_point(duo, "timeline", point[0], point[1])  # a bar of the folded row
     opened = wait_for(duo, TICKS, lambda t: any(x.startswith(f"▸ {key}.dp") for x in t))
     assert not any(x.startswith(f"▸ {key} ") for x in opened) and opened[0].startswith(f"<b>r{CULPRIT} ")
-    assert duo.driver.execute_script("return Array.from(document.querySelectorAll('#timeline-expand input:checked')).map(i => i.value)") == [key]
+    assert duo.driver.execute_script(
+        "return Array.from(document.querySelectorAll('#timeline-expand input:checked')).map(i => i.value)"
+    ) == [key]
     screenshot(duo, "timeline_fold_opened", "timeline")
 
     search = duo.driver.execute_script("return window.location.search")
     step = int(search.split("step=")[1].split("&")[0])
-    xy = duo.driver.execute_script("const t = document.querySelector('#steps .js-plotly-plot')._fullData[0]; const i = Array.from(t.x).findIndex(x => x !== arguments[0]); return [t.x[i], t.y[i]];", step)
+    xy = duo.driver.execute_script(
+        "const t = document.querySelector('#steps .js-plotly-plot')._fullData[0]; const i = Array.from(t.x).findIndex(x => x !== arguments[0]); return [t.x[i], t.y[i]];",
+        step,
+    )
     span = "return document.querySelector('#timeline .js-plotly-plot').layout.xaxis.range"
     before = duo.driver.execute_script(span)
     click_data_point(duo, "steps", xy[0], xy[1])  # another step
     wait_for(duo, "return window.location.search", lambda s: f"step={xy[0]}" in s)
     wait_for(duo, span, lambda r: r != before)  # the new step's timeline is drawn ...
-    assert any(x.startswith(f"▸ {key}.dp") for x in duo.driver.execute_script(TICKS))  # ... with the fold still open
+    assert any(
+        x.startswith(f"▸ {key}.dp") for x in duo.driver.execute_script(TICKS)
+    )  # ... with the fold still open
 
     duo.find_element("#timeline-fold-all").click()
     wait_for(duo, TICKS, lambda t: any(x.startswith(f"▸ {key} ") for x in t))
@@ -86,7 +101,9 @@ for (const id of ['heatmap', 'timeline']) {
 }"""
 
 
-def test_a_click_on_a_folded_heatmap_row_selects_its_ranks_unfolds_it_and_draws_each_view_once(duo: Any) -> None:
+def test_a_click_on_a_folded_heatmap_row_selects_its_ranks_unfolds_it_and_draws_each_view_once(
+    duo: Any,
+) -> None:
     """The unfolded rows and the new selection come in one reply, and a view whose new figure is taller is not laid
     out again for its new size (assets/plots.js)."""
     duo.driver.get(duo.server_url + "/")
@@ -94,10 +111,14 @@ def test_a_click_on_a_folded_heatmap_row_selects_its_ranks_unfolds_it_and_draws_
     heat = "return document.querySelector('#heatmap .js-plotly-plot').layout.yaxis.ticktext"
     ticks = wait_for(duo, heat, lambda t: t and any("ranks" in x for x in t))
     row = next(i for i, t in enumerate(ticks) if t.endswith("ranks") and "⚠" not in t)
-    steps = duo.driver.execute_script("return Array.from(document.querySelector('#heatmap .js-plotly-plot').data[0].x)")
+    steps = duo.driver.execute_script(
+        "return Array.from(document.querySelector('#heatmap .js-plotly-plot').data[0].x)"
+    )
     duo.driver.execute_script(DRAWS)
     click_data_point(duo, "heatmap", steps[-1], row)
-    search = wait_for(duo, "return window.location.search", lambda s: f"step={steps[-1]}" in s and "ranks=" in s)
+    search = wait_for(
+        duo, "return window.location.search", lambda s: f"step={steps[-1]}" in s and "ranks=" in s
+    )
     opened = wait_for(duo, heat, lambda t: len(t) > len(ticks))
     assert ticks[row] not in opened  # the folded row gave way to its groups or ranks
     wait_for(duo, TICKS, lambda t: t and t[0].startswith("<b>r"))

@@ -99,25 +99,46 @@ def test_zooms_redraw_the_window_views_once_and_are_heard_every_time(duo: Any) -
     assert window(duo) is None
     # A drag on the timeline: it and Marey (which share the window) drawn once each with the new window's data;
     # the graph's own zoom is plotly's, and dcc.Graph's write-back of the axes it already shows is not drawn again.
-    assert redrawn_by(duo, lambda: drag(duo, "timeline", 0.3, 0.5), lambda: window(duo) is not None) == {"timeline": 1, "marey": 1}
+    assert redrawn_by(duo, lambda: drag(duo, "timeline", 0.3, 0.5), lambda: window(duo) is not None) == {
+        "timeline": 1,
+        "marey": 1,
+    }
     first = window(duo)
     # A double-click zooms out: no window, both views drawn once more.
-    assert redrawn_by(duo, lambda: double_click(duo, "timeline"), lambda: window(duo) is None) == {"timeline": 1, "marey": 1}
+    assert redrawn_by(duo, lambda: double_click(duo, "timeline"), lambda: window(duo) is None) == {
+        "timeline": 1,
+        "marey": 1,
+    }
     # The same on Marey's graph; then back, then the very same drag again, which must be heard (dcc.Graph drops a
     # relayout equal to the last one it reported: the zoom stores clear it once read).
-    assert redrawn_by(duo, lambda: drag(duo, "marey", 0.3, 0.5), lambda: window(duo) is not None) == {"timeline": 1, "marey": 1}
+    assert redrawn_by(duo, lambda: drag(duo, "marey", 0.3, 0.5), lambda: window(duo) is not None) == {
+        "timeline": 1,
+        "marey": 1,
+    }
     zoomed = window(duo)
     assert zoomed != first or zoomed is not None
     duo.driver.find_element("id", "marey-back").click()
     assert until(lambda: window(duo) is None)
     settle(duo)
-    assert redrawn_by(duo, lambda: drag(duo, "marey", 0.3, 0.5), lambda: window(duo) is not None) == {"timeline": 1, "marey": 1}
+    assert redrawn_by(duo, lambda: drag(duo, "marey", 0.3, 0.5), lambda: window(duo) is not None) == {
+        "timeline": 1,
+        "marey": 1,
+    }
     assert window(duo) == zoomed
     # ... and a second double-click after a zoom is heard too.
-    assert redrawn_by(duo, lambda: double_click(duo, "marey"), lambda: window(duo) is None) == {"timeline": 1, "marey": 1}
+    assert redrawn_by(duo, lambda: double_click(duo, "marey"), lambda: window(duo) is None) == {
+        "timeline": 1,
+        "marey": 1,
+    }
     # A double-click that plotly did not tell (on a busy page its handlers of the two presses run more than its
     # 300 ms apart): the browser's own dblclick event on the plot area zooms out, once.
-    assert redrawn_by(duo, lambda: drag(duo, "timeline", 0.2, 0.6), lambda: window(duo) is not None) == {"timeline": 1, "marey": 1}
+    assert redrawn_by(duo, lambda: drag(duo, "timeline", 0.2, 0.6), lambda: window(duo) is not None) == {
+        "timeline": 1,
+        "marey": 1,
+    }
     only_dom = "document.querySelector('#timeline .nsewdrag').dispatchEvent(new MouseEvent('dblclick', {bubbles: true}))"
-    assert redrawn_by(duo, lambda: duo.driver.execute_script(only_dom), lambda: window(duo) is None) == {"timeline": 1, "marey": 1}
+    assert redrawn_by(duo, lambda: duo.driver.execute_script(only_dom), lambda: window(duo) is None) == {
+        "timeline": 1,
+        "marey": 1,
+    }
     assert severe_logs(duo) == []

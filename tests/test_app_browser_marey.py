@@ -86,7 +86,12 @@ def test_double_click_resets_the_zoom_and_selects_nothing_a_click_selects(duo: A
     pointer(duo, *gemm_bar(duo), "double_click")
     assert until(lambda: "t=" not in search(duo)), search(duo)  # the zoom was reset ...
     # ... and nothing was selected: the first click's deferral has run out and every answer is in.
-    assert until(lambda: duo.driver.execute_script("return Date.now() - window.__pdMareyClicks.pressAt") > CLICK_DELAY_MS + 100)
+    assert until(
+        lambda: (
+            duo.driver.execute_script("return Date.now() - window.__pdMareyClicks.pressAt")
+            > CLICK_DELAY_MS + 100
+        )
+    )
     settle(duo)
     assert "op=" not in search(duo), search(duo)
     click_data_point(duo, "marey", *gemm_bar(duo))
@@ -100,13 +105,19 @@ def test_the_critical_path_toggle_draws_the_path(duo: Any) -> None:
     wait_plot(duo, "marey")
 
     def names() -> list[str]:
-        return list(duo.driver.execute_script("return document.querySelector('#marey .js-plotly-plot').data.map(d => d.name)"))
+        return list(
+            duo.driver.execute_script(
+                "return document.querySelector('#marey .js-plotly-plot').data.map(d => d.name)"
+            )
+        )
 
     assert "critical path" not in names()
     duo.find_element("#marey-path input").click()
     assert until(lambda: "critical path" in names()), names()
     assert names()[-1] == "selected operator"
-    hover = duo.driver.execute_script("return document.querySelector('#marey .js-plotly-plot').data.find(d => d.name === 'critical path').hovertext")
+    hover = duo.driver.execute_script(
+        "return document.querySelector('#marey .js-plotly-plot').data.find(d => d.name === 'critical path').hovertext"
+    )
     assert any("rank 5" in h for h in hover)
     screenshot(duo, "marey_critical_path", "marey")
     duo.find_element("#marey-path input").click()
@@ -134,16 +145,26 @@ def test_a_long_bar_answers_hover_and_click_away_from_its_middle(duo: Any) -> No
     x = xs[0] + (xs[1] - xs[0]) / 4  # nearer the bar's start than its middle, between two hover points
     assert abs(x - bar["mid"]) > (xs[-1] - xs[0]) / 3
     pointer(duo, x, bar["y"], "pause")
-    assert until(lambda: duo.driver.execute_script("return window.__pdHovered || null") is not None, timeout=5)
+    assert until(
+        lambda: duo.driver.execute_script("return window.__pdHovered || null") is not None, timeout=5
+    )
     hovered = duo.driver.execute_script("return window.__pdHovered")
-    assert (hovered[0], hovered[2], hovered[-1]) == (bar["op"], bar["mid"], bar["y"])  # this bar, not a neighbour
-    assert duo.driver.execute_script("return document.querySelector('#marey .hoverlayer .hovertext') !== null")
+    assert (hovered[0], hovered[2], hovered[-1]) == (
+        bar["op"],
+        bar["mid"],
+        bar["y"],
+    )  # this bar, not a neighbour
+    assert duo.driver.execute_script(
+        "return document.querySelector('#marey .hoverlayer .hovertext') !== null"
+    )
     screenshot(duo, "marey_hover_long_bar", "marey")
     click_data_point(duo, "marey", x, bar["y"])
     assert until(lambda: "op=" in search(duo)), search(duo)
 
     def outline() -> list[float]:
-        xs = duo.driver.execute_script("return [...document.querySelector('#marey .js-plotly-plot')._fullData.find(d => d.name === 'selected operator').x]")
+        xs = duo.driver.execute_script(
+            "return [...document.querySelector('#marey .js-plotly-plot')._fullData.find(d => d.name === 'selected operator').x]"
+        )
         return [float(v) for v in xs if v is not None and v == v]
 
     assert until(lambda: bool(outline())), search(duo)

@@ -53,10 +53,65 @@ def browser(url: str, name: str) -> Client:
 
 
 HOSTILE: list[Any] = [
-    None, True, False, 0, -1, 1, 7, 3, 12345, 2**31 - 1, 2**31, 2**63, 10**30, -(10**30), 0.5, 1e308, -1e308, float("nan"), float("inf"), float("-inf"),
-    "", "x", "1", "-5", "nan", "1e999", "a" * 20000, "\x00", "../../../../etc/passwd", "<script>alert(1)</script>", "sample:" + "z" * 300,
-    "upload:0123456789abcdef", "served", "no_such_op", "all_reduce/group 9/#999999", "group:0:x", ["group:0:x"], ["stage:1", "1:x", "x"], ["devices"], [12345], [3, 12345], [2**31 - 1], [], [None], [None, None], ["a"], [1, "a"], [[1, [2, [3, [4]]]]], [0] * 70000, [5, 1], [1e308, -1e308],
-    {}, {"a": {"b": [None]}}, {"points": None}, {"points": []}, {"points": [None]}, {"points": "x"}, {"job": JOB}, {"id": ["x"]},
+    None,
+    True,
+    False,
+    0,
+    -1,
+    1,
+    7,
+    3,
+    12345,
+    2**31 - 1,
+    2**31,
+    2**63,
+    10**30,
+    -(10**30),
+    0.5,
+    1e308,
+    -1e308,
+    float("nan"),
+    float("inf"),
+    float("-inf"),
+    "",
+    "x",
+    "1",
+    "-5",
+    "nan",
+    "1e999",
+    "a" * 20000,
+    "\x00",
+    "../../../../etc/passwd",
+    "<script>alert(1)</script>",
+    "sample:" + "z" * 300,
+    "upload:0123456789abcdef",
+    "served",
+    "no_such_op",
+    "all_reduce/group 9/#999999",
+    "group:0:x",
+    ["group:0:x"],
+    ["stage:1", "1:x", "x"],
+    ["devices"],
+    [12345],
+    [3, 12345],
+    [2**31 - 1],
+    [],
+    [None],
+    [None, None],
+    ["a"],
+    [1, "a"],
+    [[1, [2, [3, [4]]]]],
+    [0] * 70000,
+    [5, 1],
+    [1e308, -1e308],
+    {},
+    {"a": {"b": [None]}},
+    {"points": None},
+    {"points": []},
+    {"points": [None]},
+    {"points": "x"},
+    {"job": JOB},
+    {"id": ["x"]},
 ]
 
 
@@ -84,18 +139,35 @@ def events(rng: random.Random) -> dict[str, Any]:
     replaced by hostile values."""
 
     def point() -> dict[str, Any]:
-        p = {"x": rng.choice([1, 0, "3", "stage 0"]), "y": rng.choice([0, 1, "5", "stage 1"]), "customdata": rng.choice(["5", "4,5", ["gemm", 0, 1.5], ["gemm", 0, [1.0, 2.0], "0:1"]]), "curveNumber": 0, "pointNumber": 0}
+        p = {
+            "x": rng.choice([1, 0, "3", "stage 0"]),
+            "y": rng.choice([0, 1, "5", "stage 1"]),
+            "customdata": rng.choice(["5", "4,5", ["gemm", 0, 1.5], ["gemm", 0, [1.0, 2.0], "0:1"]]),
+            "curveNumber": 0,
+            "pointNumber": 0,
+        }
         if rng.random() < 0.6:
             p[rng.choice(sorted(p))] = hostile(rng)
         return p
 
-    relayout = {"xaxis.range[0]": rng.choice([1.0, hostile(rng)]), "xaxis.range[1]": rng.choice([2.0, hostile(rng)])}
+    relayout = {
+        "xaxis.range[0]": rng.choice([1.0, hostile(rng)]),
+        "xaxis.range[1]": rng.choice([2.0, hostile(rng)]),
+    }
     brushed = {"range": rng.choice([{"x": [0, 2]}, {"x": hostile(rng)}, hostile(rng)]), "points": [point()]}
-    return {"clickData": {"points": [point()]}, "relayoutData": rng.choice([relayout, {"xaxis.autorange": hostile(rng)}]), "selectedData": brushed, "data": {"points": [point()]}}
+    return {
+        "clickData": {"points": [point()]},
+        "relayoutData": rng.choice([relayout, {"xaxis.autorange": hostile(rng)}]),
+        "selectedData": brushed,
+        "data": {"points": [point()]},
+    }
 
 
 def body(dep: dict[str, Any], props: dict[str, Any], changed: list[str]) -> dict[str, Any]:
-    outputs = [dict(zip(("id", "property"), part.rsplit(".", 1), strict=True)) for part in dep["output"].strip(".").split("...")]
+    outputs = [
+        dict(zip(("id", "property"), part.rsplit(".", 1), strict=True))
+        for part in dep["output"].strip(".").split("...")
+    ]
 
     def value(d: dict[str, Any]) -> Any:
         key = f"{d['id']}.{d['property']}"
@@ -121,20 +193,39 @@ def cases(dep: dict[str, Any], page: dict[str, Any], rng: random.Random, n: int)
             key = f"{d['id']}.{d['property']}"
             if d["property"] in ("clickData", "relayoutData", "selectedData"):
                 props[key] = events(rng)[d["property"]]
-            elif key in ("marey-click.data", "timeline-click.data"):  # a click passed on once no double-click followed
+            elif key in (
+                "marey-click.data",
+                "timeline-click.data",
+            ):  # a click passed on once no double-click followed
                 props[key] = events(rng)["data"]
-            elif key in ("timeline-zoom.data", "marey-zoom.data"):  # a graph's relayoutData passed on (ids.TIMELINE_ZOOM)
+            elif key in (
+                "timeline-zoom.data",
+                "marey-zoom.data",
+            ):  # a graph's relayoutData passed on (ids.TIMELINE_ZOOM)
                 props[key] = events(rng)["relayoutData"]
             if d["id"].startswith("{"):
-                props[key] = [{"id": {"type": "finding-button", "index": rng.choice([0, 1, 99, -1, "a"])}, "property": "n_clicks", "value": rng.choice([1, None, hostile(rng)])}]
+                props[key] = [
+                    {
+                        "id": {"type": "finding-button", "index": rng.choice([0, 1, 99, -1, "a"])},
+                        "property": "n_clicks",
+                        "value": rng.choice([1, None, hostile(rng)]),
+                    }
+                ]
         for d in rng.sample(deps, min(len(deps), rng.randint(1, 3))):
             if not d["id"].startswith("{"):
                 key = f"{d['id']}.{d['property']}"
                 props[key] = forged(props.get(key), rng)
         triggers = [d for d in dep["inputs"] if not d["id"].startswith("{")]
-        changed = [f"{t['id']}.{t['property']}" for t in rng.sample(triggers, min(len(triggers), rng.randint(0, 2)))]
+        changed = [
+            f"{t['id']}.{t['property']}" for t in rng.sample(triggers, min(len(triggers), rng.randint(0, 2)))
+        ]
         if any(d["id"].startswith("{") for d in dep["inputs"]) and rng.random() < 0.3:
-            changed = [json.dumps({"index": rng.choice([0, 99, "a"]), "type": "finding-button"}, separators=(",", ":")) + ".n_clicks"]
+            changed = [
+                json.dumps(
+                    {"index": rng.choice([0, 99, "a"]), "type": "finding-button"}, separators=(",", ":")
+                )
+                + ".n_clicks"
+            ]
         yield body(dep, props, changed)
 
 
@@ -154,20 +245,30 @@ def test_no_callback_answers_500_whatever_it_is_sent(server: tuple[str, Path], t
     assert len(callbacks) >= 20
     for dep in callbacks:
         for case in cases(dep, page, rng, CASES_PER_CALLBACK):
-            reply = alice.http.post(url + "/_dash-update-component", data=json.dumps(case), headers={"Content-Type": "application/json"}, timeout=120)
+            reply = alice.http.post(
+                url + "/_dash-update-component",
+                data=json.dumps(case),
+                headers={"Content-Type": "application/json"},
+                timeout=120,
+            )
             statuses[reply.status_code] += 1
             if reply.status_code >= 500 or "Traceback" in reply.text:
                 failures.append(f"{reply.status_code} {dep['output'][:70]}: {json.dumps(case)[:400]}")
     # Envelopes no page sends: answered 400, naming what is wrong.
     first = callbacks[0]
     envelopes: list[Any] = [{}, [], "x", {"output": "no-such.figure"}, {"output": first["output"]}]
-    envelopes += [{**body(first, page, []), key: value} for key, value in (("inputs", "x"), ("outputs", 5), ("changedPropIds", ["x.y"]), ("state", [{}]))]
+    envelopes += [
+        {**body(first, page, []), key: value}
+        for key, value in (("inputs", "x"), ("outputs", 5), ("changedPropIds", ["x.y"]), ("state", [{}]))
+    ]
     for bad in envelopes:
         reply = alice.http.post(url + "/_dash-update-component", json=bad, timeout=30)
         statuses[reply.status_code] += 1
         if reply.status_code != 400 or "bad callback request" not in reply.text:
             failures.append(f"{reply.status_code} envelope {json.dumps(bad)[:200]}")
-    assert not failures, f"{len(failures)} of {sum(statuses.values())} forged requests failed:\n" + "\n".join(failures[:20])
+    assert not failures, f"{len(failures)} of {sum(statuses.values())} forged requests failed:\n" + "\n".join(
+        failures[:20]
+    )
     assert set(statuses) <= {200, 204, 400}, statuses
     print("forged callback requests by answer:", dict(statuses))
     log = (root / "server.log").read_text(errors="replace")
@@ -213,7 +314,9 @@ def test_every_callback_reads_its_inputs_through_the_boundary(tmp_path: Path) ->
     from paradiag.app.factory import create_app
 
     app = create_app(Config(upload_dir=tmp_path / "up", app_cache_dir=tmp_path / "app", secret_key="k"))
-    server_side = {k: cb for k, cb in app.callback_map.items() if "callback" in cb}  # a clientside one runs in the browser
+    server_side = {
+        k: cb for k, cb in app.callback_map.items() if "callback" in cb
+    }  # a clientside one runs in the browser
     unguarded = [k for k, cb in server_side.items() if not hasattr(_unwrapped(cb["callback"]), GUARDED)]
     assert len(server_side) >= 20 and not unguarded, unguarded
 
@@ -239,11 +342,29 @@ def test_forged_values_read_as_absent() -> None:
         assert n is None or (isinstance(n, float) and abs(n) <= coerce.MAX_MS)
         w = coerce.window(value)
         assert w is None or (len(w) == 2 and w[0] < w[1])
-        sel = Selection.from_store({"job": JOB, "step": value, "ranks": value, "window": value, "op": value, "at": value, "stage": value})
-        assert sel.job == JOB and (sel.step is None or isinstance(sel.step, int)) and (sel.ranks is None or all(isinstance(r, int) for r in sel.ranks))
+        sel = Selection.from_store(
+            {
+                "job": JOB,
+                "step": value,
+                "ranks": value,
+                "window": value,
+                "op": value,
+                "at": value,
+                "stage": value,
+            }
+        )
+        assert (
+            sel.job == JOB
+            and (sel.step is None or isinstance(sel.step, int))
+            and (sel.ranks is None or all(isinstance(r, int) for r in sel.ranks))
+        )
         assert Selection.from_store(value) == Selection() or isinstance(value, dict)
-    assert Selection.from_store({"job": JOB, "window": [None, None], "ranks": ["a"], "step": True}) == Selection(job=JOB)
-    assert Selection.from_store({"job": JOB, "window": ["1.5", 2], "ranks": [3, 3, "4"], "step": 2.0}) == Selection(job=JOB, window=[1.5, 2.0], ranks=[3, 4], step=2)
+    assert Selection.from_store(
+        {"job": JOB, "window": [None, None], "ranks": ["a"], "step": True}
+    ) == Selection(job=JOB)
+    assert Selection.from_store(
+        {"job": JOB, "window": ["1.5", 2], "ranks": [3, 3, "4"], "step": 2.0}
+    ) == Selection(job=JOB, window=[1.5, 2.0], ranks=[3, 4], step=2)
 
 
 def raw_get(url: str, path: str) -> tuple[int, bytes]:

@@ -37,10 +37,22 @@ def sel(app_ctx: Any) -> Selection:
 
 
 def test_url_round_trips_the_selection() -> None:
-    s = Selection(job="sample:x", step=2, ranks=[5, 6], stage=1, op="gemm", collective="all_reduce/g/#3", window=[1.5, 2.25], base="sample:y")
+    s = Selection(
+        job="sample:x",
+        step=2,
+        ranks=[5, 6],
+        stage=1,
+        op="gemm",
+        collective="all_reduce/g/#3",
+        window=[1.5, 2.25],
+        base="sample:y",
+    )
     assert Selection.from_query(s.to_query()) == s
     assert Selection.from_store(s.to_store()) == s
-    assert Selection.from_query("?step=oops&t=3,1").step is None and Selection.from_query("?t=3,1").window is None
+    assert (
+        Selection.from_query("?step=oops&t=3,1").step is None
+        and Selection.from_query("?t=3,1").window is None
+    )
     assert Selection.from_query("?t=1,x").window is None
     assert Selection.from_store({"job": "j", "future_field": 1}) == Selection(job="j")
 
@@ -55,18 +67,32 @@ def test_opening_a_job_opens_on_its_top_finding(sel: Selection) -> None:
     assert sel.job == f"sample:{SAMPLE}" and sel.step == 1 and sel.ranks is None
     heat = render_heatmap(sel.view("job"), DEFAULT_METRIC, [], sel.view("mark"))
     labels = list(heat.layout.yaxis.ticktext)
-    culprit_rows = [labels[round(s.y0 + 0.45)] for s in heat.layout.shapes if s.type == "rect" and s.line.color == palette.CULPRIT]
-    assert len(culprit_rows) == 1 and culprit_rows[0].startswith("⚠ rank 5 · s1 ") and "compute 1." in culprit_rows[0]  # why, without a hover
+    culprit_rows = [
+        labels[round(s.y0 + 0.45)]
+        for s in heat.layout.shapes
+        if s.type == "rect" and s.line.color == palette.CULPRIT
+    ]
+    assert (
+        len(culprit_rows) == 1
+        and culprit_rows[0].startswith("⚠ rank 5 · s1 ")
+        and "compute 1." in culprit_rows[0]
+    )  # why, without a hover
     z = dict(zip(labels, heat.data[0].z, strict=True))
-    assert min(z[culprit_rows[0]]) > 3.5 and all(abs(v) < 3.5 for k, row in z.items() if "rank 5 " not in k for v in row)
+    assert min(z[culprit_rows[0]]) > 3.5 and all(
+        abs(v) < 3.5 for k, row in z.items() if "rank 5 " not in k for v in row
+    )
     fig, info, _ = render_timeline(sel.view("timeline"))
     assert info.startswith("ranks 5 (blamed by a finding)")
     assert fig.layout.yaxis.ticktext[0].startswith("<b>r5 compute")
     assert render_detail(sel.view("detail"))[0].startswith("rank 5, step 1")
 
 
-@pytest.mark.parametrize(("sample", "culprit"), [("gpu_resnet50_dp_host_stall", 3), ("gpu_llm_fault_free", None)])
-def test_the_first_screen_follows_the_fault_of_any_job(app_ctx: Any, sample: str, culprit: int | None) -> None:
+@pytest.mark.parametrize(
+    ("sample", "culprit"), [("gpu_resnet50_dp_host_stall", 3), ("gpu_llm_fault_free", None)]
+)
+def test_the_first_screen_follows_the_fault_of_any_job(
+    app_ctx: Any, sample: str, culprit: int | None
+) -> None:
     """A host stall (the host feeds the device late; its compute is normal) stands out in own time as a slow
     device does; a fault-free run outlines nobody and nothing leaves the noise band."""
     from paradiag.analysis.frame import OUTLIER_DEVIATIONS
@@ -78,8 +104,16 @@ def test_the_first_screen_follows_the_fault_of_any_job(app_ctx: Any, sample: str
     sel = select(None, None, None, f"?job=sample:{sample}")
     heat = render_heatmap(sel.view("job"), DEFAULT_METRIC, [], sel.view("mark"))
     labels = list(heat.layout.yaxis.ticktext)
-    red = [labels[round(s.y0 + 0.45)] for s in heat.layout.shapes if s.type == "rect" and s.line.color == palette.CULPRIT]
-    apart = [label for label, row in zip(labels, heat.data[0].z, strict=True) if max(abs(v) for v in row) >= OUTLIER_DEVIATIONS]
+    red = [
+        labels[round(s.y0 + 0.45)]
+        for s in heat.layout.shapes
+        if s.type == "rect" and s.line.color == palette.CULPRIT
+    ]
+    apart = [
+        label
+        for label, row in zip(labels, heat.data[0].z, strict=True)
+        if max(abs(v) for v in row) >= OUTLIER_DEVIATIONS
+    ]
     if culprit is None:
         assert red == [] and apart == []
         return
@@ -105,15 +139,33 @@ def test_a_change_reaches_only_the_views_it_concerns(sel: Selection) -> None:
     from paradiag.app.views import VIEW_FIELDS
 
     def updated(new: Selection) -> set[str]:
-        return {name for name, v in zip(VIEW_FIELDS, view_updates(sel, new), strict=True) if v is not no_update}
+        return {
+            name for name, v in zip(VIEW_FIELDS, view_updates(sel, new), strict=True) if v is not no_update
+        }
 
-    assert updated(select((ids.HEATMAP, "clickData"), {"points": [{"x": "1", "y": 5, "customdata": "6"}]}, sel, "")) == {"mark", "timeline", "detail"}
+    assert updated(
+        select((ids.HEATMAP, "clickData"), {"points": [{"x": "1", "y": 5, "customdata": "6"}]}, sel, "")
+    ) == {"mark", "timeline", "detail"}
     linked = sel.but(ranks=[4, 5], collective="all_reduce/group g/#3")
-    assert {name for name, v in zip(VIEW_FIELDS, view_updates(linked, linked.but(ranks=[6])), strict=True) if v is not no_update} >= {"comm"}  # its members are outlined
+    assert {
+        name
+        for name, v in zip(VIEW_FIELDS, view_updates(linked, linked.but(ranks=[6])), strict=True)
+        if v is not no_update
+    } >= {"comm"}  # its members are outlined
     assert updated(select((ids.OP_SEARCH, "value"), "gemm", sel, "")) == {"detail", "marey", "flow"}
-    assert updated(select((ids.TIMELINE_ZOOM, "data"), {"xaxis.range[0]": 1.0, "xaxis.range[1]": 2.0}, sel, "")) == {"timeline", "marey"}
-    assert updated(select((ids.BASELINE_PICKER, "value"), "sample:gpu_llm_fault_free", sel, "")) == {"compare"}
-    assert updated(select(None, None, None, f"?job=sample:{SAMPLE}&step=2")) == {"mark", "timeline", "detail", "marey", "flow"}
+    assert updated(
+        select((ids.TIMELINE_ZOOM, "data"), {"xaxis.range[0]": 1.0, "xaxis.range[1]": 2.0}, sel, "")
+    ) == {"timeline", "marey"}
+    assert updated(select((ids.BASELINE_PICKER, "value"), "sample:gpu_llm_fault_free", sel, "")) == {
+        "compare"
+    }
+    assert updated(select(None, None, None, f"?job=sample:{SAMPLE}&step=2")) == {
+        "mark",
+        "timeline",
+        "detail",
+        "marey",
+        "flow",
+    }
 
 
 def test_a_new_page_draws_summary_and_heatmap_first(sel: Selection) -> None:
@@ -138,12 +190,20 @@ def test_a_folded_row_unfolds_and_folds_back(sel: Selection, monkeypatch: pytest
 
     monkeypatch.setattr(ov_static, "MAX_ROWS", 4)  # the rows' rule, which the live view draws
     labels = list(ov_cb.render_heatmap(sel.view("job"), "own_z", [], sel.view("mark")).layout.yaxis.ticktext)
-    assert labels[:2] == ["s0 · 4 ranks", "s1 · 3 alike ranks"] and labels[2].startswith("⚠ rank 5 · s1 ") and len(labels) == 3
+    assert (
+        labels[:2] == ["s0 · 4 ranks", "s1 · 3 alike ranks"]
+        and labels[2].startswith("⚠ rank 5 · s1 ")
+        and len(labels) == 3
+    )
     value, options = ov_cb.toggle_group({"points": [{"y": 0}]}, [], [], sel.view("job"), "own_z")
     assert value == ["s0"] and [o["value"] for o in options] == ["s0"]
-    unfolded = list(ov_cb.render_heatmap(sel.view("job"), "own_z", value, sel.view("mark")).layout.yaxis.ticktext)
+    unfolded = list(
+        ov_cb.render_heatmap(sel.view("job"), "own_z", value, sel.view("mark")).layout.yaxis.ticktext
+    )
     assert [t for t in unfolded if t.startswith("s0.")] == ["s0.dp0 · 2 ranks", "s0.dp1 · 2 ranks"]
-    assert ov_cb.toggle_group({"points": [{"y": 2}]}, [], [], sel.view("job"), "own_z")[0] is no_update  # a rank's own row
+    assert (
+        ov_cb.toggle_group({"points": [{"y": 2}]}, [], [], sel.view("job"), "own_z")[0] is no_update
+    )  # a rank's own row
 
 
 def test_step_chart_click_and_brush_pick_a_step(sel: Selection) -> None:
@@ -164,7 +224,10 @@ def test_step_chart_click_and_brush_pick_a_step(sel: Selection) -> None:
     assert [s.x0 for s in fig.layout.shapes] == [sel.step]
     assert select((ids.STEPS, "clickData"), {"points": [{"x": 2}]}, sel, "").step == 2
     ov = overview(context_job(sel))
-    medians = {s: sorted(row[j] for row in ov["metrics"]["step_ms"])[len(ov["ranks"]) // 2] for j, s in enumerate(ov["steps"])}
+    medians = {
+        s: sorted(row[j] for row in ov["metrics"]["step_ms"])[len(ov["ranks"]) // 2]
+        for j, s in enumerate(ov["steps"])
+    }
     brushed = select((ids.STEPS, "selectedData"), {"range": {"x": [-0.4, 2.4]}}, sel, "")
     assert brushed.step == max(medians, key=lambda s: medians[s])
 
@@ -200,7 +263,10 @@ def test_heatmap_click_selects_rank_and_step_and_views_follow(sel: Selection) ->
     new = select((ids.HEATMAP, "clickData"), click, sel, "")
     assert new.ranks == [6] and new.step == 2
     shapes = mark_heatmap(new.view("mark"), "zscore", []).to_plotly_json()["operations"][0]["params"]["value"]
-    assert [s["line"]["color"] for s in shapes if s["type"] == "rect"] == [palette.CULPRIT, palette.HIGHLIGHT]  # only the outline moves
+    assert [s["line"]["color"] for s in shapes if s["type"] == "rect"] == [
+        palette.CULPRIT,
+        palette.HIGHLIGHT,
+    ]  # only the outline moves
     fig, info, _ = render_timeline(new.view("timeline"))
     assert info.startswith("ranks 6 (selected) · then the ranks that wait for them longest: ")
     peers = info.split("longest: ")[1].split(" · ")[0].split(", ")
@@ -246,20 +312,34 @@ def test_marey_click_selects_operator_and_flow_rings_it(sel: Selection) -> None:
     rings = next(t for t in render_flow(everywhere.view("flow"), "time", [])[0].data if t.name == "selected")
     flow, _, flow_drawn = render_flow(new.view("flow"), "time", [])
     ring = next(t for t in flow.data if t.name == "selected")
-    assert len(ring.x) == 1 and len(rings.x) >= len(ring.x)  # the clicked instance's node, not every node holding gemm
-    ring_patch = render_flow(everywhere.view("flow"), "time", [], flow_drawn)[0].to_plotly_json()["operations"]  # only the ring moves
-    assert [op["location"] for op in ring_patch] == [["data", flow_drawn["traces"] - 1]] and len(ring_patch[0]["params"]["value"]["x"]) == len(rings.x)
-    outline = next(t for t in render_marey(new.view("marey"), ["devices"])[0].data if t.name == "selected operator")
+    assert len(ring.x) == 1 and len(rings.x) >= len(
+        ring.x
+    )  # the clicked instance's node, not every node holding gemm
+    ring_patch = render_flow(everywhere.view("flow"), "time", [], flow_drawn)[0].to_plotly_json()[
+        "operations"
+    ]  # only the ring moves
+    assert [op["location"] for op in ring_patch] == [["data", flow_drawn["traces"] - 1]] and len(
+        ring_patch[0]["params"]["value"]["x"]
+    ) == len(rings.x)
+    outline = next(
+        t for t in render_marey(new.view("marey"), ["devices"])[0].data if t.name == "selected operator"
+    )
     assert len(outline.x) > 0
-    patch, _, _ = render_marey(new.view("marey"), ["devices"], [], drawn)  # the same drawing: only the outline is sent
+    patch, _, _ = render_marey(
+        new.view("marey"), ["devices"], [], drawn
+    )  # the same drawing: only the outline is sent
     ops = patch.to_plotly_json()["operations"]
-    assert [op["location"] for op in ops] == [["data", drawn["traces"] - 1]] and ops[0]["params"]["value"]["name"] == "selected operator"
+    assert [op["location"] for op in ops] == [["data", drawn["traces"] - 1]] and ops[0]["params"]["value"][
+        "name"
+    ] == "selected operator"
 
 
 def test_marey_zoom_merges_fewer_bands(sel: Selection) -> None:
     from paradiag.app.views.marey.live import render_marey
 
-    full = {float(c[2]) for c in _compute_points(render_marey(sel.view("marey"), [])[0])}  # the instances' middles
+    full = {
+        float(c[2]) for c in _compute_points(render_marey(sel.view("marey"), [])[0])
+    }  # the instances' middles
     middle = sorted(full)
     a, b = middle[len(middle) // 3], middle[len(middle) // 3 + 5]
     zoomed = {float(c[2]) for c in _compute_points(render_marey(sel.but(window=[a, b]).view("marey"), [])[0])}
@@ -271,7 +351,12 @@ def _compute_points(fig: Any) -> list[Any]:
     """The customdata of Marey's compute bars (their undrawn hover points), each naming its operator as a click
     passed on by the browser does (the figure holds its index into layout.meta's names: DEFER_CLICK)."""
     names = fig.layout.meta["operators"]
-    return [[names[int(c[0])], *(float(v) for v in c[1:])] for t in fig.data if t.name == "compute" and t.hoveron == "points" for c in t.customdata]
+    return [
+        [names[int(c[0])], *(float(v) for v in c[1:])]
+        for t in fig.data
+        if t.name == "compute" and t.hoveron == "points"
+        for c in t.customdata
+    ]
 
 
 def test_comm_click_selects_the_slowest_instance_on_the_link(sel: Selection) -> None:
@@ -305,12 +390,23 @@ def test_upload_saves_privately_and_never_overwrites(app_ctx: Any, tmp_path: Pat
             info = tarfile.TarInfo(name)
             info.size = len(data)
             t.addfile(info, io.BytesIO(data))
-    first, folder = save_upload([FileStorage(io.BytesIO(blob.getvalue()), filename="job.tar.gz")], tmp_path / "alice")
-    second, _ = save_upload([FileStorage(io.BytesIO(b"{}"), filename="a/b.json"), FileStorage(io.BytesIO(b"[]"), filename="a/b.json")], tmp_path / "alice")
+    first, folder = save_upload(
+        [FileStorage(io.BytesIO(blob.getvalue()), filename="job.tar.gz")], tmp_path / "alice"
+    )
+    second, _ = save_upload(
+        [
+            FileStorage(io.BytesIO(b"{}"), filename="a/b.json"),
+            FileStorage(io.BytesIO(b"[]"), filename="a/b.json"),
+        ],
+        tmp_path / "alice",
+    )
     assert first != second
     assert (folder / "job" / "rank0.json").read_bytes() == b"{}"
     assert not list(tmp_path.rglob("evil.json"))
-    assert sorted(p.name for p in (tmp_path / "alice" / second / "files" / "a").iterdir()) == ["_b.json", "b.json"]
+    assert sorted(p.name for p in (tmp_path / "alice" / second / "files" / "a").iterdir()) == [
+        "_b.json",
+        "b.json",
+    ]
 
 
 def test_picking_a_baseline_compares_and_names_the_culprit(sel: Selection) -> None:

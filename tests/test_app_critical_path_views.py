@@ -36,7 +36,9 @@ def test_the_path_runs_along_the_slow_ranks_row(monkeypatch: pytest.MonkeyPatch,
     path = marey.critical_path(job, step)
     fig = marey_figure(data, path=path)
     trace = next(t for t in fig.data if t.name == "critical path")
-    assert fig.data[-1].name == "selected operator"  # the selection's outline stays last (it is patched alone)
+    assert (
+        fig.data[-1].name == "selected operator"
+    )  # the selection's outline stays last (it is patched alone)
     rank_y = rows_of(data)[1]
     by_row = _time_by_row(trace)
     assert max(by_row, key=by_row.__getitem__) == pytest.approx(rank_y[5])
@@ -44,7 +46,9 @@ def test_the_path_runs_along_the_slow_ranks_row(monkeypatch: pytest.MonkeyPatch,
     assert all(" ms" in t and "critical path · " in t for t in trace.hovertext)
     total = sum(p["end_ms"] - p["start_ms"] for p in path)
     stored = job.diagnosis().critical_path.to_pylist()
-    assert total == pytest.approx(sum(s["end_ns"] - s["start_ns"] for s in stored if s["step"] == step) / 1e6, rel=1e-3)
+    assert total == pytest.approx(
+        sum(s["end_ns"] - s["start_ns"] for s in stored if s["step"] == step) / 1e6, rel=1e-3
+    )
     assert "critical path" not in {t.name for t in marey_figure(data).data}  # off unless asked for
 
 
@@ -82,4 +86,6 @@ def test_a_zoomed_window_shows_the_path_in_more_detail() -> None:
     part = marey.critical_path(job, step, (t0 + int(lo * 1e6), t0 + int(hi * 1e6)))
     overlapping = [p for p in whole if p["end_ms"] > lo and p["start_ms"] < hi]
     assert len(part) > len(overlapping)  # the step's path merged to MAX_PATH pieces; a tenth of it is not
-    assert sum(p["end_ms"] - p["start_ms"] for p in part) == pytest.approx(hi - lo, rel=0.01)  # the path tiles the window
+    assert sum(p["end_ms"] - p["start_ms"] for p in part) == pytest.approx(
+        hi - lo, rel=0.01
+    )  # the path tiles the window

@@ -81,17 +81,24 @@ def test_each_views_csv_holds_the_rows_of_its_table(sel: Any) -> None:
     for view, (store, _) in TABLES.items():
         download = csv_file(view, 1, sel.view(store))
         rows = _rows(download)
-        assert re.fullmatch(rf"{SAMPLE}-{view}(-step{sel.step})?\.csv", download["filename"]) and download["type"] == "text/csv"
+        assert (
+            re.fullmatch(rf"{SAMPLE}-{view}(-step{sel.step})?\.csv", download["filename"])
+            and download["type"] == "text/csv"
+        )
         assert len(rows) > 1 and all(len(r) == len(rows[0]) for r in rows), view
     # the detail's rows are the operators its bar chart draws, in its order, with their times
     detail = _rows(csv_file("detail", 1, sel.view("detail")))
     data = detail_data(job, detail_rank(job, sel.ranks), sel.step, sel.op)
     assert [r[2] for r in detail[1:]] == [o["name"] for o in data["operators"]]
-    assert [float(r[3]) for r in detail[1:]] == pytest.approx([o["rank_ms"] for o in data["operators"]], abs=1e-5)
+    assert [float(r[3]) for r in detail[1:]] == pytest.approx(
+        [o["rank_ms"] for o in data["operators"]], abs=1e-5
+    )
     # the timeline's: the events of the ranks it draws, named by their lanes; no click yet, no download
     timeline = _rows(csv_file("timeline", 1, sel.view("timeline")))
     assert timeline[0] == ["rank", "lane", "kind", "name", "start_ms", "dur_us"]
-    assert {r[1] for r in timeline[1:]} <= {f"r{r[0]} {kind}" for r in timeline[1:] for kind in ("compute", "comm", "copy", "sync")} | {r[1] for r in timeline[1:] if re.fullmatch(r"r\d+ \w+ \d", r[1])}
+    assert {r[1] for r in timeline[1:]} <= {
+        f"r{r[0]} {kind}" for r in timeline[1:] for kind in ("compute", "comm", "copy", "sync")
+    } | {r[1] for r in timeline[1:] if re.fullmatch(r"r\d+ \w+ \d", r[1])}
     assert csv_file("timeline", 0, sel.view("timeline")) is csv_file("timeline", None, None)
 
 
@@ -118,22 +125,48 @@ def test_search_finds_an_event_by_a_substring_of_its_name_in_any_case(sel: Any) 
     job = context.job(sel.job)
     lo, hi = step_span(job, sel.step)
     events = read_events(job, start_ns=lo, end_ns=hi, columns=["rank", "name", "start_ns"])
-    host = next(n for n, k in zip(events.column("name").to_pylist(), read_events(job, start_ns=lo, end_ns=hi, columns=["kind"]).column("kind").to_pylist(), strict=True) if "aten::" in str(n) or k == "host")
+    host = next(
+        n
+        for n, k in zip(
+            events.column("name").to_pylist(),
+            read_events(job, start_ns=lo, end_ns=hi, columns=["kind"]).column("kind").to_pylist(),
+            strict=True,
+        )
+        if "aten::" in str(n) or k == "host"
+    )
     part = host[2:9].upper()  # a piece from inside the name, in another case
     found = search_events(job, sel.step, part, [5])
-    assert found["count"] == sum(1 for n in events.column("name").to_pylist() if part.lower() in str(n).lower()) > 0
-    assert any(n["name"] == host for n in found["names"]) and all(part.lower() in m["name"].lower() for m in found["matches"])
+    assert (
+        found["count"]
+        == sum(1 for n in events.column("name").to_pylist() if part.lower() in str(n).lower())
+        > 0
+    )
+    assert any(n["name"] == host for n in found["names"]) and all(
+        part.lower() in m["name"].lower() for m in found["matches"]
+    )
     starts = [m["start_ms"] for m in found["matches"] if m["rank"] == 5]
-    assert starts == sorted(starts) and all(m["start_ms"] >= (lo - origin_ns(job)) / 1e6 - 1e-6 for m in found["matches"])
+    assert starts == sorted(starts) and all(
+        m["start_ms"] >= (lo - origin_ns(job)) / 1e6 - 1e-6 for m in found["matches"]
+    )
     shown = matches(part, sel.view("timeline"))
     links = shown[1].children
     first = links[0].children
-    assert f"{found['count']:,} events of step {sel.step} match" in shown[0].children and "r" in first.children
+    assert (
+        f"{found['count']:,} events of step {sel.step} match" in shown[0].children and "r" in first.children
+    )
     linked = Selection.from_query(first.href)
     assert linked.window is not None
     rank, at = re.match(r"r(\d+) · .* · at ([0-9.]+) ms", first.children).groups()  # type: ignore[union-attr]
-    assert linked.job == sel.job and linked.step == sel.step and linked.ranks == [int(rank)] and linked.window[0] < float(at) < linked.window[1]
-    assert "no event of step" in matches("no-such-event-name-xyz", sel.view("timeline")) and matches("  ", sel.view("timeline")) == []
+    assert (
+        linked.job == sel.job
+        and linked.step == sel.step
+        and linked.ranks == [int(rank)]
+        and linked.window[0] < float(at) < linked.window[1]
+    )
+    assert (
+        "no event of step" in matches("no-such-event-name-xyz", sel.view("timeline"))
+        and matches("  ", sel.view("timeline")) == []
+    )
 
 
 def test_the_snapshot_writes_each_points_hover_text_out(app_ctx: Any) -> None:
@@ -154,7 +187,14 @@ def test_the_snapshot_writes_each_points_hover_text_out(app_ctx: Any) -> None:
     fig = marey_figure(marey_data(job, step, None))
     texts = [text for t in fig.data if t.hoveron == "points" and t.meta for text in text_of(t)]
     html = _figure(fig)  # the snapshot's own rendering of a figure
-    assert texts and "pdText" not in html and all(json.dumps(text)[1:-1].replace("<", "\\u003c").replace(">", "\\u003e") in html for text in texts[:20])
+    assert (
+        texts
+        and "pdText" not in html
+        and all(
+            json.dumps(text)[1:-1].replace("<", "\\u003c").replace(">", "\\u003e") in html
+            for text in texts[:20]
+        )
+    )
 
 
 def test_names_match_alike_whether_dictionary_encoded_or_plain() -> None:
@@ -164,7 +204,9 @@ def test_names_match_alike_whether_dictionary_encoded_or_plain() -> None:
 
     names = ["ncclDevKernel_AllReduce", "aten::mm", None, "AllGather", "gemm"]
     plain = pa.chunked_array([pa.array(names[:3]), pa.array(names[3:])])
-    encoded = pa.chunked_array([pa.array(names[:3]).dictionary_encode(), pa.array(names[3:]).dictionary_encode()])
+    encoded = pa.chunked_array(
+        [pa.array(names[:3]).dictionary_encode(), pa.array(names[3:]).dictionary_encode()]
+    )
     for column in (plain, encoded):
         assert _matching(column, "ALL").to_pylist() == [True, False, False, True, False]
         assert _matching(column, "m").to_pylist() == [False, True, False, False, True]

@@ -26,14 +26,31 @@ def test_bars_are_nan_separated_closed_polygons() -> None:
 
 
 def test_short_name_drops_templates_and_namespaces() -> None:
-    assert short_name("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>(float*, int)") == "cunn_SoftMaxForward"
+    assert (
+        short_name("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>(float*, int)")
+        == "cunn_SoftMaxForward"
+    )
     assert short_name("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)") == "ncclDevKernel_SendRecv"
 
 
 def _rows() -> list[dict]:
     return [
-        {"label": "rank 0", "ranks": [0], "stage": 0, "values": [1.0, 2.0], "spread": [None, None], "group": None},
-        {"label": "rank 1", "ranks": [1], "stage": 1, "values": [3.0, None], "spread": [None, None], "group": None},
+        {
+            "label": "rank 0",
+            "ranks": [0],
+            "stage": 0,
+            "values": [1.0, 2.0],
+            "spread": [None, None],
+            "group": None,
+        },
+        {
+            "label": "rank 1",
+            "ranks": [1],
+            "stage": 1,
+            "values": [3.0, None],
+            "spread": [None, None],
+            "group": None,
+        },
     ]
 
 
@@ -45,7 +62,9 @@ def test_heatmap_outlines_the_selected_cell_and_separates_stages() -> None:
     rects = [s for s in fig.layout.shapes if s.type == "rect"]
     assert len(rects) == 1 and rects[0].y0 < 1 < rects[0].y1 and rects[0].x0 == -0.5
     assert any(s.type == "line" and s.y0 == 0.5 for s in fig.layout.shapes)  # the stage boundary
-    assert fig.data[0].zmin == 0 and fig.data[0].zmax == 3.0  # a time starts at 0: a 1 % spread looks like one
+    assert (
+        fig.data[0].zmin == 0 and fig.data[0].zmax == 3.0
+    )  # a time starts at 0: a 1 % spread looks like one
 
 
 def test_heatmap_zscore_is_diverging_around_zero_and_outlines_culprits() -> None:
@@ -54,7 +73,9 @@ def test_heatmap_zscore_is_diverging_around_zero_and_outlines_culprits() -> None
     fig = heatmap_figure(rows, [0, 1], "zscore", "z")
     assert fig.data[0].zmid == 0 and fig.data[0].zmax == -fig.data[0].zmin >= 3.0
     red = [s for s in fig.layout.shapes if s.type == "rect" and s.line.color == palette.CULPRIT]
-    assert len(red) == 1 and red[0].x0 == -0.5 and red[0].x1 == 1.5 and red[0].y0 < 1 < red[0].y1  # the whole row
+    assert (
+        len(red) == 1 and red[0].x0 == -0.5 and red[0].x1 == 1.5 and red[0].y0 < 1 < red[0].y1
+    )  # the whole row
     assert fig.layout.yaxis.ticktext[1].startswith("⚠")
 
 
@@ -64,7 +85,13 @@ def test_many_ranks_fold_into_alike_rows_and_outliers_stay() -> None:
     ranks = list(range(40))
     own = [[0.2, -0.1] for _ in ranks]
     own[27] = [9.0, 8.0]
-    ov = {"ranks": ranks, "steps": [0, 1], "stage": [r // 20 for r in ranks], "dp": [(r // 2) % 10 for r in ranks], "metrics": {"own_z": own, "step_ms": [[10.0, 11.0] for _ in ranks]}}
+    ov = {
+        "ranks": ranks,
+        "steps": [0, 1],
+        "stage": [r // 20 for r in ranks],
+        "dp": [(r // 2) % 10 for r in ranks],
+        "metrics": {"own_z": own, "step_ms": [[10.0, 11.0] for _ in ranks]},
+    }
     rows = heatmap_rows(ov, "step_ms", max_rows=32)
     assert [r["label"] for r in rows] == ["s0 · 20 ranks", "s1 · 19 alike ranks", "rank 27 · s1"]
     assert rows[1]["spread"][0] == "10.000 / 10.000 / 10.000"
@@ -90,12 +117,16 @@ def test_timeline_draws_one_webgl_trace_per_kind_plus_waits_and_links() -> None:
     fig = timeline_figure(data, uirevision="u")
     names = [t.name for t in fig.data]
     assert names.count("compute") == 2 and names.count("communication") == 2 and "wait" in names
-    assert all(t.type == "scatter" for t in fig.data)  # SVG: a WebGL canvas as tall as a timeline costs seconds
+    assert all(
+        t.type == "scatter" for t in fig.data
+    )  # SVG: a WebGL canvas as tall as a timeline costs seconds
     compute = next(t for t in fig.data if t.name == "compute" and t.fill == "toself")
     assert compute.fillcolor == palette.KIND["compute"]
     assert _gaps(compute.x) == [0.0, 1.0, 1.0, 0.0, None, 5.0, 6.0, 6.0, 5.0, None]
     half = max(3.0, min(16.0, ROW_PX * 0.7)) / 2 / ROW_PX  # the bars as high as the lines they replace
-    assert compute.y[:4] == pytest.approx([-half, -half, half, half]) and compute.y[5] == pytest.approx(1 - half)
+    assert compute.y[:4] == pytest.approx([-half, -half, half, half]) and compute.y[5] == pytest.approx(
+        1 - half
+    )
     assert fig.layout.uirevision == "u"
     assert list(fig.layout.xaxis.range) == [0.0, 10.0]
 
@@ -106,7 +137,16 @@ def test_timeline_without_rows_says_so() -> None:
 
 
 def test_flow_colours_by_time_or_imbalance_and_rings_the_selection() -> None:
-    node = {"kind": "compute", "label": "gemm", "operators": ["gemm"], "time_ms": 2.0, "imbalance": 1.5, "slowest_rank": 1, "repeat": 1, "span_ms": [0.0, 1.0]}
+    node = {
+        "kind": "compute",
+        "label": "gemm",
+        "operators": ["gemm"],
+        "time_ms": 2.0,
+        "imbalance": 1.5,
+        "slowest_rank": 1,
+        "repeat": 1,
+        "span_ms": [0.0, 1.0],
+    }
     block = dict(node, kind="block", label="2 nodes ×4", imbalance=1.1, operators=["a", "b"])
     data = {"step": 0, "stages": [{"stage": 0, "ranks": [0, 1], "tp": 2, "dp": 1, "nodes": [node, block]}]}
     by_time = flow_figure(data, "time")
@@ -119,7 +159,16 @@ def test_flow_colours_by_time_or_imbalance_and_rings_the_selection() -> None:
 
 
 def test_flow_rings_only_the_node_of_the_clicked_instance() -> None:
-    first = {"kind": "compute", "label": "gemm", "operators": ["gemm"], "time_ms": 2.0, "imbalance": 1.0, "slowest_rank": 0, "repeat": 1, "span_ms": [0.0, 1.0]}
+    first = {
+        "kind": "compute",
+        "label": "gemm",
+        "operators": ["gemm"],
+        "time_ms": 2.0,
+        "imbalance": 1.0,
+        "slowest_rank": 0,
+        "repeat": 1,
+        "span_ms": [0.0, 1.0],
+    }
     second = dict(first, span_ms=[5.0, 6.0])
     data = {"step": 0, "stages": [{"stage": 0, "ranks": [0], "tp": 1, "dp": 1, "nodes": [first, second]}]}
     every = next(t for t in flow_figure(data, selected=("gemm", 0)).data if t.name == "selected")

@@ -16,9 +16,46 @@ from paradiag.app.data.flow import VISIBLE, flow_data, flow_view
 
 SMALL = ["--steps", "1", "--hidden", "256", "--seq-len", "128", "--vocab", "1024", "--seed", "3"]
 PIPELINES = {
-    "1f1b": ["--dp", "2", "--tp", "2", "--pp", "4", "--schedule", "1f1b", "--microbatches", "12", "--layers", "8"],
-    "gpipe": ["--dp", "1", "--tp", "2", "--pp", "4", "--schedule", "gpipe", "--microbatches", "8", "--layers", "12"],
-    "interleaved": ["--pp", "2", "--schedule", "interleaved", "--virtual-stages", "2", "--microbatches", "8", "--layers", "8"],
+    "1f1b": [
+        "--dp",
+        "2",
+        "--tp",
+        "2",
+        "--pp",
+        "4",
+        "--schedule",
+        "1f1b",
+        "--microbatches",
+        "12",
+        "--layers",
+        "8",
+    ],
+    "gpipe": [
+        "--dp",
+        "1",
+        "--tp",
+        "2",
+        "--pp",
+        "4",
+        "--schedule",
+        "gpipe",
+        "--microbatches",
+        "8",
+        "--layers",
+        "12",
+    ],
+    "interleaved": [
+        "--pp",
+        "2",
+        "--schedule",
+        "interleaved",
+        "--virtual-stages",
+        "2",
+        "--microbatches",
+        "8",
+        "--layers",
+        "8",
+    ],
 }
 
 
@@ -45,17 +82,23 @@ def test_each_direction_of_a_pipeline_is_one_block_of_its_passes(tmp_path: Path,
         mine = [p for p in passes if p["rank"] == st["ranks"][0] and p["step"] == data["step"]]
         drawn = [n["label"] for n in _all_nodes(st["nodes"]) if " micro-batch " in n["label"]]
         for direction in ("forward", "backward"):  # every pass of the analysis, once
-            assert sum(1 for label in drawn if label.startswith(direction)) == sum(1 for p in mine if p["direction"] == direction)
+            assert sum(1 for label in drawn if label.startswith(direction)) == sum(
+                1 for p in mine if p["direction"] == direction
+            )
         tops = [n["label"] for n in st["nodes"] if " ×" in n["label"] and "micro-batches" in n["label"]]
         assert len(tops) == len(set(tops))  # one block per direction (and model chunk)
-    opened = flow_view(job, data["step"], [next(n["key"] for n in data["stages"][-1]["nodes"] if n["kind"] == "block")])
+    opened = flow_view(
+        job, data["step"], [next(n["key"] for n in data["stages"][-1]["nodes"] if n["kind"] == "block")]
+    )
     assert len(opened["stages"][-1]["nodes"]) > len(data["stages"][-1]["nodes"])  # a click opens one block
 
 
 def test_more_layers_lengthen_a_pass_not_the_row(tmp_path: Path) -> None:
     rows = []
     for layers in ("4", "16"):
-        job = _simulate(tmp_path / layers, ["--pp", "2", "--tp", "2", "--microbatches", "6", "--layers", layers])
+        job = _simulate(
+            tmp_path / layers, ["--pp", "2", "--tp", "2", "--microbatches", "6", "--layers", layers]
+        )
         data = flow_data(job, slowest_step(job))
         rows.append([len(st["nodes"]) for st in data["stages"]])
         deepest = max(len(_all_nodes(st["nodes"])) for st in data["stages"])
@@ -63,7 +106,16 @@ def test_more_layers_lengthen_a_pass_not_the_row(tmp_path: Path) -> None:
     assert rows[0] == rows[1]
 
 
-@pytest.mark.parametrize("name", ["npu_pangu_pipeline_stage_imbalance", "gpu_llm_fault_free", "gpu_resnet50_dp_host_stall", "npu_slow_link", "gpu_moe_expert_imbalance"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "npu_pangu_pipeline_stage_imbalance",
+        "gpu_llm_fault_free",
+        "gpu_resnet50_dp_host_stall",
+        "npu_slow_link",
+        "gpu_moe_expert_imbalance",
+    ],
+)
 def test_samples_open_within_the_visible_budget(name: str) -> None:
     job = paradiag.open(f"sample_traces/{name}")
     data = flow_data(job, slowest_step(job))

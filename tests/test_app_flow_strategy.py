@@ -23,7 +23,10 @@ def _int(v: int) -> dict[str, Any]:
 
 
 def _strategy(*vectors: list[int]) -> dict[str, Any]:
-    return {"dtype": "DT_TUPLE", "values": [{"dtype": "DT_TUPLE", "values": [_int(s) for s in vec]} for vec in vectors]}
+    return {
+        "dtype": "DT_TUPLE",
+        "values": [{"dtype": "DT_TUPLE", "values": [_int(s) for s in vec]} for vec in vectors],
+    }
 
 
 STRATEGY = {
@@ -31,9 +34,26 @@ STRATEGY = {
     "graph": {
         "node": [
             {"name": "1", "opType": "GetNext", "fullName": "Default/GetNext-op1"},
-            {"name": "2", "opType": "Gather", "fullName": "Default/embedding/Gather-op2", "attribute": [{"name": "in_strategy", "value": _strategy([1, 1], [4, 1])}]},
-            {"name": "3", "opType": "MatMul", "fullName": "Default/attention/MatMul-op3", "attribute": [{"name": "in_strategy", "value": _strategy([4, 1], [1, 1])}]},
-            {"name": "4", "opType": "AllReduce", "fullName": "Default/AllReduce-op4", "attribute": [{"name": "group", "value": {"dtype": "DT_STRING", "strVal": "hccl_world_group"}}]},
+            {
+                "name": "2",
+                "opType": "Gather",
+                "fullName": "Default/embedding/Gather-op2",
+                "attribute": [{"name": "in_strategy", "value": _strategy([1, 1], [4, 1])}],
+            },
+            {
+                "name": "3",
+                "opType": "MatMul",
+                "fullName": "Default/attention/MatMul-op3",
+                "attribute": [{"name": "in_strategy", "value": _strategy([4, 1], [1, 1])}],
+            },
+            {
+                "name": "4",
+                "opType": "AllReduce",
+                "fullName": "Default/AllReduce-op4",
+                "attribute": [
+                    {"name": "group", "value": {"dtype": "DT_STRING", "strVal": "hccl_world_group"}}
+                ],
+            },
         ]
     },
 }
@@ -54,9 +74,18 @@ def job_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_strategy_files_are_found_two_levels_down(tmp_path: Path) -> None:
     (tmp_path / "a" / "b" / "c").mkdir(parents=True)
-    for rel in ("parallel_strategy_0.json", "a/parallel_strategy_1.json", "a/b/parallel_strategy_2.json", "a/b/c/parallel_strategy_3.json"):
+    for rel in (
+        "parallel_strategy_0.json",
+        "a/parallel_strategy_1.json",
+        "a/b/parallel_strategy_2.json",
+        "a/b/c/parallel_strategy_3.json",
+    ):
         (tmp_path / rel).write_text("{}")
-    assert [p.name for p in strategy_files(tmp_path)] == ["parallel_strategy_0.json", "parallel_strategy_1.json", "parallel_strategy_2.json"]
+    assert [p.name for p in strategy_files(tmp_path)] == [
+        "parallel_strategy_0.json",
+        "parallel_strategy_1.json",
+        "parallel_strategy_2.json",
+    ]
 
 
 def test_trace_names_and_graph_types_compare() -> None:
@@ -84,7 +113,12 @@ def test_flow_carries_the_shard_strategy(job_dir: Path, tmp_path: Path) -> None:
     legend = [t.name for t in fig.data if t.showlegend]
     assert "sharded (parallel_strategy, 1 file)" in legend
     expanded = flow_data(job, 0, expand=True)
-    assert any("MatMul [[4,1],[1,1]]" in line for st in expanded["stages"] for n in st["nodes"] for line in n.get("strategy", []))
+    assert any(
+        "MatMul [[4,1],[1,1]]" in line
+        for st in expanded["stages"]
+        for n in st["nodes"]
+        for line in n.get("strategy", [])
+    )
 
 
 def test_unreadable_strategy_file_is_listed_not_fatal(job_dir: Path, tmp_path: Path) -> None:
@@ -94,7 +128,10 @@ def test_unreadable_strategy_file_is_listed_not_fatal(job_dir: Path, tmp_path: P
     job = open_job(broken, tmp_path / "cache")
     data = flow_data(job, 0)
     assert len(data["strategy"]["files"]) == 1
-    assert len(data["strategy"]["problems"]) == 1 and "parallel_strategy_1.json" in data["strategy"]["problems"][0]
+    assert (
+        len(data["strategy"]["problems"]) == 1
+        and "parallel_strategy_1.json" in data["strategy"]["problems"][0]
+    )
     legend = next(t for t in flow_figure(data).data if t.name and t.name.startswith("sharded"))
     assert "not read: parallel_strategy_1.json" in legend.hovertext
 

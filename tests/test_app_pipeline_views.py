@@ -33,11 +33,17 @@ def test_instance_matrix_pairs_the_nth_occurrence_of_each_operator_on_every_devi
     name = np.array([0, 1, 0, 0, 0, 1, 2])
     start = np.array([10, 20, 30, 11, 21, 40, 50])
     idx = model.instance_matrix(column, name, start, 2)
-    assert idx.tolist() == [[0, 3], [2, 4], [1, 5]]  # gemm#0, gemm#1, send#0 in order of median start; op 2 dropped
+    assert idx.tolist() == [
+        [0, 3],
+        [2, 4],
+        [1, 5],
+    ]  # gemm#0, gemm#1, send#0 in order of median start; op 2 dropped
     assert model.instance_matrix(column[:0], name[:0], start[:0], 2).shape == (0, 2)
 
 
-def _stage(devices: int, bands: int = 20, slow: dict[int, float] | None = None, late: dict[int, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+def _stage(
+    devices: int, bands: int = 20, slow: dict[int, float] | None = None, late: dict[int, int] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """bands x devices start/end: each band 10 long every 100; ``slow`` stretches a device's bands, ``late``
     shifts them."""
     start = np.tile(np.arange(bands)[:, None] * 100, (1, devices)).astype(np.int64)
@@ -52,8 +58,13 @@ def _stage(devices: int, bands: int = 20, slow: dict[int, float] | None = None, 
 def test_fold_rows_keeps_an_anomalous_device_single_and_folds_the_rest() -> None:
     start, end = _stage(12, slow={7: 1.5})
     compute = np.ones(len(start), dtype=bool)
-    rows = model.fold_rows(start, end, compute, [f"rank {c}" for c in range(12)], [c // 4 for c in range(12)], 2000)
-    assert [(r.kind, r.members, r.anomalous) for r in rows] == [("stage", [c for c in range(12) if c != 7], []), ("device", [7], [7])]
+    rows = model.fold_rows(
+        start, end, compute, [f"rank {c}" for c in range(12)], [c // 4 for c in range(12)], 2000
+    )
+    assert [(r.kind, r.members, r.anomalous) for r in rows] == [
+        ("stage", [c for c in range(12) if c != 7], []),
+        ("device", [7], [7]),
+    ]
 
 
 def test_fold_rows_gives_a_late_mesh_group_its_own_row_and_opens_groups_on_demand() -> None:
@@ -61,7 +72,10 @@ def test_fold_rows_gives_a_late_mesh_group_its_own_row_and_opens_groups_on_deman
     compute = np.ones(len(start), dtype=bool)
     names, groups = [f"rank {c}" for c in range(12)], [c // 4 for c in range(12)]
     rows = model.fold_rows(start, end, compute, names, groups, 1000)
-    assert [(r.kind, r.members) for r in rows] == [("stage", [0, 1, 2, 3, 8, 9, 10, 11]), ("group", [4, 5, 6, 7])]
+    assert [(r.kind, r.members) for r in rows] == [
+        ("stage", [0, 1, 2, 3, 8, 9, 10, 11]),
+        ("group", [4, 5, 6, 7]),
+    ]
     by_group = model.fold_rows(start, end, compute, names, groups, 1000, expand="groups")
     assert [r.kind for r in by_group] == ["group", "group", "group"]
     opened = model.fold_rows(start, end, compute, names, groups, 1000, opened=frozenset({2}))
@@ -117,7 +131,9 @@ def test_marey_window_with_no_band_of_a_stage_in_it() -> None:
         data = marey_data(job, 1, (t0 + int(a * 1e6), t0 + int(b * 1e6)))
         assert len(data["stages"]) == 4
         marey_figure(data)  # draws (or says there is nothing) without raising
-    assert "no device work" in marey_figure(marey_data(job, 99, None)).layout.annotations[0].text  # a step with no events
+    assert (
+        "no device work" in marey_figure(marey_data(job, 99, None)).layout.annotations[0].text
+    )  # a step with no events
     one = marey_data(job, 1, None)["stages"][0]
     assert len(one["start"]) >= 1 and len(one["start"][0]) == len(one["rows"])
 
@@ -142,26 +158,41 @@ def test_marey_bars_answer_the_mouse_and_a_click_outlines_one_instance() -> None
     data = marey_data(job, slowest_step(job), None)
     fig = marey_figure(data)
     fills = [t for t in fig.data if t.fill == "toself" and t.name in palette.CATEGORY]
-    assert {t.name for t in fills} >= {"compute", "send", "recv"} and all(t.mode == "none" and t.hoverinfo == "skip" for t in fills)
+    assert {t.name for t in fills} >= {"compute", "send", "recv"} and all(
+        t.mode == "none" and t.hoverinfo == "skip" for t in fills
+    )
     points = [t for t in fig.data if t.hoveron == "points" and t.name == "compute"]
     assert points and all(t.mode == "none" for t in points)  # the bars' hover, drawn as nothing
     compute = next(t for t in points if "slowest device: rank %{customdata[4]}" in t.hovertemplate)
     texts = [text for t in points for text in text_of(t)]
     assert any("micro-batch 0 forward" in t for t in texts) and any("backward" in t for t in texts)
     index, stage, at, ms, slow_rank, slow_ms = compute.customdata[0][:6]
-    op, stage = fig.layout.meta["operators"][int(index)], int(stage)  # the operator's name is the figure's, once
-    assert any(text_of(compute)[0].endswith(f"<br>{row['label']}") for st in data["stages"] for row in st["rows"]) and ms > 0 and slow_ms > 0
+    op, stage = (
+        fig.layout.meta["operators"][int(index)],
+        int(stage),
+    )  # the operator's name is the figure's, once
+    assert (
+        any(
+            text_of(compute)[0].endswith(f"<br>{row['label']}") for st in data["stages"] for row in st["rows"]
+        )
+        and ms > 0
+        and slow_ms > 0
+    )
     assert slow_rank in {r for st in data["stages"] for row in st["rows"] for r in row["ranks"]}
     # each name travels once (trace meta), the page writes the points' text out: fewer bytes, the same words
     sent = sum(len(json.dumps(t.meta)) for t in points)
     assert sent < sum(len(text) for text in texts) and not any(t.text for t in points)
     written = inline_texts(marey_figure(data))
-    assert [text for t in written.data if t.hoveron == "points" and t.name == "compute" for text in t.text] == texts
+    assert [
+        text for t in written.data if t.hoveron == "points" and t.name == "compute" for text in t.text
+    ] == texts
     every = marey_figure(data, selected=(op, stage, None))
     one = marey_figure(data, selected=(op, stage, at))
     outline = next(t for t in one.data if t.name == "selected operator")
     rows = sum(len(st["rows"]) for st in data["stages"] if st["stage"] == stage)
-    assert np.isnan(np.asarray(outline.x, dtype=float)).sum() == rows  # one rectangle per row of that one band
+    assert (
+        np.isnan(np.asarray(outline.x, dtype=float)).sum() == rows
+    )  # one rectangle per row of that one band
     assert len(next(t for t in every.data if t.name == "selected operator").x) >= len(outline.x)
 
 
@@ -171,9 +202,14 @@ def test_marey_bars_answer_the_mouse_and_a_click_outlines_one_instance() -> None
 def test_slowness_rates_a_link_against_comparable_links() -> None:
     from paradiag.app.data.comm import slowness
 
-    cells = [{"src": a, "dst": a + 1, "link_type": "HCCS", "bytes": 2**30, "instances": 8, "bandwidth_gbps": 100.0} for a in range(4)]
+    cells = [
+        {"src": a, "dst": a + 1, "link_type": "HCCS", "bytes": 2**30, "instances": 8, "bandwidth_gbps": 100.0}
+        for a in range(4)
+    ]
     cells[2] = dict(cells[2], bandwidth_gbps=25.0)
-    cells.append({"src": 0, "dst": 4, "link_type": "RDMA", "bytes": 2**20, "instances": 8, "bandwidth_gbps": 10.0})  # alone in its class
+    cells.append(
+        {"src": 0, "dst": 4, "link_type": "RDMA", "bytes": 2**20, "instances": 8, "bandwidth_gbps": 10.0}
+    )  # alone in its class
     assert slowness(cells) == [1.0, 1.0, 4.0, 1.0, 1.0]
 
 
@@ -186,7 +222,9 @@ def test_matrix_colours_the_slow_link_of_npu_slow_link() -> None:
     i, j = np.unravel_index(np.nanargmax(z), z.shape)
     assert (data["src"][i]["label"], data["dst"][j]["label"]) == ("1", "2") and z[i, j] > 3
     fig = comm_figure(data, "slowness", selected=[1, 2])
-    assert fig.data[0].zmin == 1.0 and fig.layout.shapes[0].x0 == j - 0.5 and fig.layout.shapes[0].y0 == i - 0.5
+    assert (
+        fig.data[0].zmin == 1.0 and fig.layout.shapes[0].x0 == j - 0.5 and fig.layout.shapes[0].y0 == i - 0.5
+    )
 
 
 def test_matrix_aggregates_above_its_size_and_opens_a_block(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -197,7 +235,9 @@ def test_matrix_aggregates_above_its_size_and_opens_a_block(monkeypatch: pytest.
     top = comm.view(job)
     assert top["level"] == "stage" and [g["label"] for g in top["src"]] == ["s0", "s1"]
     whole = comm.matrix(job)
-    assert sum(v for row in top["cells"]["bytes"] for v in row if v is not None) == pytest.approx(sum(c["bytes"] for c in whole["cells"]) / 1e6, rel=1e-3)
+    assert sum(v for row in top["cells"]["bytes"] for v in row if v is not None) == pytest.approx(
+        sum(c["bytes"] for c in whole["cells"]) / 1e6, rel=1e-3
+    )
     s0 = top["src"][0]["ranks"]
     block = comm.block_at(top, "s0", "s1")  # a click on a block opens it
     assert block == {"src": s0, "dst": top["dst"][1]["ranks"]} and comm.block_at(top, "s9", "s0") is None
@@ -221,12 +261,22 @@ def test_flow_opens_on_the_culprit_stage_of_the_pangu_sample() -> None:
     ticks = list(fig.layout.yaxis.ticktext)
     assert "⚠" in ticks[0] and not any("⚠" in t for t in ticks[1:])
     assert fig.layout.shapes[0].y0 == pytest.approx(-0.4)
-    assert {t.name for t in fig.data if t.showlegend} >= {"compute", "collective", "send", "receive", "repeated block"}
+    assert {t.name for t in fig.data if t.showlegend} >= {
+        "compute",
+        "collective",
+        "send",
+        "receive",
+        "repeated block",
+    }
     points = next(t for t in fig.data if t.name == "operators")
     from paradiag.app.figures.flow import LABEL_APART
 
     for st in data["stages"]:  # each stage's hottest operator named with its time; labels never pile up
-        mine = [(x, label) for x, y, label in zip(points.x, points.y, points.text, strict=True) if y == st["stage"] and label]
+        mine = [
+            (x, label)
+            for x, y, label in zip(points.x, points.y, points.text, strict=True)
+            if y == st["stage"] and label
+        ]
         computing = [n for n in st["nodes"] if n["kind"] in ("compute", "memory", "block")]
         if computing:
             hot = max(computing, key=lambda n: n["time_ms"])
@@ -235,7 +285,10 @@ def test_flow_opens_on_the_culprit_stage_of_the_pangu_sample() -> None:
     by_time = flow_figure(data, "time")
     timed = next(t for t in by_time.data if t.name == "operators")
     kinds = [n["kind"] for st in data["stages"] for n in st["nodes"]]
-    assert all(np.isnan(c) == (k in ("send", "recv", "collective")) for c, k in zip(timed.marker.color, kinds, strict=True))
+    assert all(
+        np.isnan(c) == (k in ("send", "recv", "collective"))
+        for c, k in zip(timed.marker.color, kinds, strict=True)
+    )
 
 
 def test_flow_blocks_open_one_at_a_time() -> None:
@@ -250,9 +303,18 @@ def test_flow_blocks_open_one_at_a_time() -> None:
     opened = flow_view(job, step, [block["key"]])
     before = next(st for st in collapsed["stages"] if st["stage"] == stage)["nodes"]
     after = next(st for st in opened["stages"] if st["stage"] == stage)["nodes"]
-    assert len(after) == len(before) - 1 + len([n for n in after if n.get("within") == block["key"]]) > len(before)
-    inner = sum(1 for n in after if n.get("within") == block["key"] and n["kind"] == "block")  # a block of passes holds passes
-    assert sum(1 for st in opened["stages"] for n in st["nodes"] if n["kind"] == "block") == sum(1 for st in collapsed["stages"] for n in st["nodes"] if n["kind"] == "block") - 1 + inner
+    assert (
+        len(after)
+        == len(before) - 1 + len([n for n in after if n.get("within") == block["key"]])
+        > len(before)
+    )
+    inner = sum(
+        1 for n in after if n.get("within") == block["key"] and n["kind"] == "block"
+    )  # a block of passes holds passes
+    assert (
+        sum(1 for st in opened["stages"] for n in st["nodes"] if n["kind"] == "block")
+        == sum(1 for st in collapsed["stages"] for n in st["nodes"] if n["kind"] == "block") - 1 + inner
+    )
     assert "members" not in block
 
 
@@ -270,10 +332,14 @@ def test_marey_folds_alike_devices_and_opens_one_stage_at_a_time(monkeypatch: py
     assert {"stage:0", "stage:1"} <= {o["value"] for o in data["expandable"]}
     opened = marey.marey_data(job, step, None, expand=["stage:1"])
     assert len(next(st for st in opened["stages"] if st["stage"] == 1)["rows"]) > len(rows[1])
-    assert next(st for st in opened["stages"] if st["stage"] == 0)["rows"] == rows[0]  # the other stage stays folded
+    assert (
+        next(st for st in opened["stages"] if st["stage"] == 0)["rows"] == rows[0]
+    )  # the other stage stays folded
 
 
-def test_a_large_stage_reads_the_devices_that_can_differ_and_draws_the_others_with_their_row(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_large_stage_reads_the_devices_that_can_differ_and_draws_the_others_with_their_row(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from paradiag.app.data import marey
     from paradiag.app.data.common import slowest_step
     from paradiag.app.data.mesh import mesh_of
@@ -289,11 +355,21 @@ def test_a_large_stage_reads_the_devices_that_can_differ_and_draws_the_others_wi
     assert 5 in read and {mesh.dp[r] for r in read} == groups and len(read) < len(mesh.ranks_of_stage(stage))
     data = marey.marey_data(job, step, None)
     rows = next(st for st in data["stages"] if st["stage"] == stage)["rows"]
-    assert sorted(r for row in rows for r in row["ranks"]) == mesh.ranks_of_stage(stage)  # every device drawn once
+    assert sorted(r for row in rows for r in row["ranks"]) == mesh.ranks_of_stage(
+        stage
+    )  # every device drawn once
     assert [row["ranks"] for row in rows if row["anomalous"]] == [[5]]
     folded = next(row for row in rows if row["kind"] == "stage")
     assert folded["label"].endswith(f"{len(folded['ranks'])} alike") and folded["ranks"][0] in read
     group = mesh.dp[5]
     opened = marey.marey_data(job, step, None, expand=[f"group:{stage}:{group}"])
-    singles = [row["ranks"] for st in opened["stages"] if st["stage"] == stage for row in st["rows"] if row["kind"] == "device"]
-    assert sorted(r for rs in singles for r in rs) == sorted(r for r in mesh.ranks_of_stage(stage) if mesh.dp[r] == group)  # an opened group reads its devices
+    singles = [
+        row["ranks"]
+        for st in opened["stages"]
+        if st["stage"] == stage
+        for row in st["rows"]
+        if row["kind"] == "device"
+    ]
+    assert sorted(r for rs in singles for r in rs) == sorted(
+        r for r in mesh.ranks_of_stage(stage) if mesh.dp[r] == group
+    )  # an opened group reads its devices

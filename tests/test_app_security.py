@@ -31,7 +31,9 @@ SAMPLE = REPO / "sample_traces" / "gpu_moe_expert_imbalance"
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     root = tmp_path_factory.mktemp("team")
-    with team_server(root, {"PARADIAG_UPLOAD_MAX_UNPACKED_MB": "16", "PARADIAG_UPLOAD_MAX_RATIO": "50"}) as url:
+    with team_server(
+        root, {"PARADIAG_UPLOAD_MAX_UNPACKED_MB": "16", "PARADIAG_UPLOAD_MAX_RATIO": "50"}
+    ) as url:
         yield url, root
 
 
@@ -42,7 +44,10 @@ def uploads_of(root: Path, user: str) -> list[Path]:
 
 def zip_bomb(entry_mb: int) -> bytes:
     blob = io.BytesIO()
-    with zipfile.ZipFile(blob, "w", zipfile.ZIP_DEFLATED) as z, z.open("rank0.pt.trace.json", "w", force_zip64=True) as f:
+    with (
+        zipfile.ZipFile(blob, "w", zipfile.ZIP_DEFLATED) as z,
+        z.open("rank0.pt.trace.json", "w", force_zip64=True) as f,
+    ):
         chunk = b"\0" * (1 << 20)
         for _ in range(entry_mb):
             f.write(chunk)
@@ -68,7 +73,11 @@ def test_archive_bombs_are_refused_named_and_removed(server: tuple[str, Path]) -
         for i in range(3):
             z.writestr(f"rank{i}.json", os.urandom(8 << 20))
     r = post_upload(alice, url, [("big.zip", stored.getvalue())])
-    assert r.status_code == 413 and "16 MB" in r.json()["error"] and "PARADIAG_UPLOAD_MAX_UNPACKED_MB" in r.json()["error"], r.text
+    assert (
+        r.status_code == 413
+        and "16 MB" in r.json()["error"]
+        and "PARADIAG_UPLOAD_MAX_UNPACKED_MB" in r.json()["error"]
+    ), r.text
     assert uploads_of(root, "alice") == before, "what a refused archive wrote stays behind"
 
 
@@ -81,7 +90,11 @@ def test_secrets_and_user_data_are_private(server: tuple[str, Path]) -> None:
     mode = lambda p: stat.S_IMODE(p.stat().st_mode)  # noqa: E731
     assert mode(root / "app-cache" / "secret_key") == 0o600
     assert mode(root / "app-cache" / "auth.sqlite") == 0o600
-    assert mode(root / "app-cache") == 0o700 and mode(root / "uploads") == 0o700 and mode(root / "cache") == 0o700
+    assert (
+        mode(root / "app-cache") == 0o700
+        and mode(root / "uploads") == 0o700
+        and mode(root / "cache") == 0o700
+    )
     upload_dir = root / "uploads" / "alice" / r.json()["id"]
     assert mode(root / "uploads" / "alice") == 0o700 and mode(upload_dir) == 0o700
     assert mode(upload_dir / "status.json") == 0o600
@@ -90,26 +103,45 @@ def test_secrets_and_user_data_are_private(server: tuple[str, Path]) -> None:
 
 def test_cookies_and_security_headers(server: tuple[str, Path]) -> None:
     url, _ = server
-    r = requests.post(url + "/login", data={"user": "bob", "password": USERS["bob"]}, allow_redirects=False, timeout=30)
+    r = requests.post(
+        url + "/login", data={"user": "bob", "password": USERS["bob"]}, allow_redirects=False, timeout=30
+    )
     cookie = r.headers["Set-Cookie"].lower()
     assert "httponly" in cookie and "samesite=lax" in cookie and "secure" not in cookie  # plain http here
     for path in ("/login", "/healthz"):
         h = requests.get(url + path, timeout=10).headers
-        assert "frame-ancestors 'none'" in h["Content-Security-Policy"] and "default-src 'self'" in h["Content-Security-Policy"]
+        assert (
+            "frame-ancestors 'none'" in h["Content-Security-Policy"]
+            and "default-src 'self'" in h["Content-Security-Policy"]
+        )
         assert h["X-Frame-Options"] == "DENY" and h["X-Content-Type-Options"] == "nosniff"
         assert h["Referrer-Policy"] == "same-origin" and "Strict-Transport-Security" not in h
 
 
 def test_posts_from_a_foreign_origin_are_refused(server: tuple[str, Path]) -> None:
     url, _ = server
-    r = requests.post(url + "/login", data={"user": "bob", "password": USERS["bob"]}, headers={"Origin": FOREIGN}, allow_redirects=False, timeout=30)
+    r = requests.post(
+        url + "/login",
+        data={"user": "bob", "password": USERS["bob"]},
+        headers={"Origin": FOREIGN},
+        allow_redirects=False,
+        timeout=30,
+    )
     assert r.status_code == 403
     bob = signed_in(url, "bob")
-    r = bob.post(url + "/api/upload", files=[("files", ("a.json", b"{}"))], headers={"Origin": FOREIGN}, timeout=30)
+    r = bob.post(
+        url + "/api/upload", files=[("files", ("a.json", b"{}"))], headers={"Origin": FOREIGN}, timeout=30
+    )
     assert r.status_code == 403
     r = bob.post(url + "/_dash-update-component", json={}, headers={"Referer": FOREIGN + "/page"}, timeout=30)
     assert r.status_code == 403
-    same = requests.post(url + "/login", data={"user": "bob", "password": USERS["bob"]}, headers={"Origin": url}, allow_redirects=False, timeout=30)
+    same = requests.post(
+        url + "/login",
+        data={"user": "bob", "password": USERS["bob"]},
+        headers={"Origin": url},
+        allow_redirects=False,
+        timeout=30,
+    )
     assert same.status_code == 302
 
 
@@ -121,7 +153,9 @@ def test_a_cookie_from_before_sign_out_no_longer_works(server: tuple[str, Path])
     alice.get(url + "/logout", timeout=30)
     r = requests.get(url + "/", cookies=stolen, allow_redirects=False, timeout=30)
     assert r.status_code == 302 and r.headers["Location"].endswith("/login")
-    assert requests.post(url + "/_dash-update-component", json={}, cookies=stolen, timeout=30).status_code == 401
+    assert (
+        requests.post(url + "/_dash-update-component", json={}, cookies=stolen, timeout=30).status_code == 401
+    )
 
 
 def test_only_the_sign_in_page_itself_is_open(server: tuple[str, Path]) -> None:
@@ -138,18 +172,34 @@ def on_selection(dep: dict[str, Any]) -> bool:
 
 def callbacks_on_selection(s: requests.Session, url: str) -> list[dict[str, Any]]:
     deps = s.get(url + "/_dash-dependencies", timeout=30).json()
-    return [d for d in deps if "{" not in d["output"] and any(on_selection(i) and i["property"] == "data" for i in d["inputs"])]
+    return [
+        d
+        for d in deps
+        if "{" not in d["output"] and any(on_selection(i) and i["property"] == "data" for i in d["inputs"])
+    ]
 
 
 def call(s: requests.Session, url: str, dep: dict[str, Any], values: dict[str, Any]) -> requests.Response:
-    outputs = [dict(zip(("id", "property"), p.rsplit(".", 1), strict=True)) for p in dep["output"].strip(".").split("...")]
-    value = lambda d: [] if d["id"].startswith("{") else {"id": d["id"], "property": d["property"], "value": values.get(f"{d['id']}.{d['property']}")}  # noqa: E731
+    outputs = [
+        dict(zip(("id", "property"), p.rsplit(".", 1), strict=True))
+        for p in dep["output"].strip(".").split("...")
+    ]
+
+    def value(d: dict[str, Any]) -> Any:
+        if d["id"].startswith("{"):
+            return []
+        return {"id": d["id"], "property": d["property"], "value": values.get(f"{d['id']}.{d['property']}")}
+
     body = {
         "output": dep["output"],
         "outputs": outputs if len(outputs) > 1 else outputs[0],
         "inputs": [value(d) for d in dep["inputs"]],
         "state": [value(d) for d in dep.get("state", [])],
-        "changedPropIds": [f"{d['id']}.{d['property']}" for d in dep["inputs"] if not d["id"].startswith("{") and on_selection(d)][:1],
+        "changedPropIds": [
+            f"{d['id']}.{d['property']}"
+            for d in dep["inputs"]
+            if not d["id"].startswith("{") and on_selection(d)
+        ][:1],
     }
     return s.post(url + "/_dash-update-component", json=body, timeout=60)
 
@@ -187,14 +237,24 @@ def test_upload_names_unknown_ids_and_errors_are_clean(server: tuple[str, Path],
     assert state["state"] in ("done", "error") and str(root) not in str(state)
     gone = dave.get(url + "/api/upload/feedfacefeedface/status", timeout=10)
     assert gone.status_code == 404 and gone.json()["state"] == "unknown"
-    poll = next(d for d in dave.get(url + "/_dash-dependencies", timeout=30).json() if d["output"].startswith("..upload-progress.value"))
+    poll = next(
+        d
+        for d in dave.get(url + "/_dash-dependencies", timeout=30).json()
+        if d["output"].startswith("..upload-progress.value")
+    )
     reply = call(dave, url, poll, {"upload-state.data": {"id": "feedfacefeedface"}})
     answer = reply.json()["response"]
-    assert "no such upload" in answer["upload-message"]["children"] and answer["upload-poll"]["disabled"] is True
+    assert (
+        "no such upload" in answer["upload-message"]["children"] and answer["upload-poll"]["disabled"] is True
+    )
     r = post_upload(dave, url, [("rank0.pt.trace.json", b'{"traceEvents": [{"ph": "X", "name": ')])
     state = wait_parsed(dave, url, r.json()["id"])
     assert state["state"] == "error", state
-    assert str(root) not in state["message"] and "Traceback" not in state["message"] and "/tmp" not in state["message"]
+    assert (
+        str(root) not in state["message"]
+        and "Traceback" not in state["message"]
+        and "/tmp" not in state["message"]
+    )
     deadline = time.time() + 30
     while (root / "uploads" / "dave" / r.json()["id"] / "files").exists():  # a failed upload keeps no files
         assert time.time() < deadline
@@ -206,7 +266,9 @@ def test_failed_sign_ins_are_throttled(server: tuple[str, Path]) -> None:
     for _ in range(6):
         r = requests.post(url + "/login", data={"user": "carol", "password": "guess"}, timeout=30)
         assert r.status_code == 401 and "wrong user or password" in r.text
-    r = requests.post(url + "/login", data={"user": "carol", "password": USERS["carol"]}, allow_redirects=False, timeout=30)
+    r = requests.post(
+        url + "/login", data={"user": "carol", "password": USERS["carol"]}, allow_redirects=False, timeout=30
+    )
     assert r.status_code == 429 and "too many failed sign-ins" in r.text  # the right password, but locked out
     # Only carol, from this address: another user behind the same address (a shared NAT or proxy) signs in.
     assert signed_in(url, "dave").get(url + "/", allow_redirects=False, timeout=30).status_code == 200
@@ -215,7 +277,9 @@ def test_failed_sign_ins_are_throttled(server: tuple[str, Path]) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     def guess(i: int) -> int:
-        return requests.post(url + "/login", data={"user": "frank", "password": f"guess{i}"}, timeout=60).status_code
+        return requests.post(
+            url + "/login", data={"user": "frank", "password": f"guess{i}"}, timeout=60
+        ).status_code
 
     with ThreadPoolExecutor(16) as pool:
         codes = Counter(pool.map(guess, range(40)))
@@ -226,7 +290,9 @@ def test_failed_sign_ins_are_throttled(server: tuple[str, Path]) -> None:
 
     for i in range(FREE_TRIES["addr"]):
         requests.post(url + "/login", data={"user": f"nobody{i}", "password": "guess"}, timeout=30)
-    r = requests.post(url + "/login", data={"user": "erin", "password": USERS["erin"]}, allow_redirects=False, timeout=30)
+    r = requests.post(
+        url + "/login", data={"user": "erin", "password": USERS["erin"]}, allow_redirects=False, timeout=30
+    )
     assert r.status_code == 429
 
 
@@ -234,7 +300,10 @@ def test_failed_sign_ins_are_throttled(server: tuple[str, Path]) -> None:
 def big_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One 96 MB trace (600k events): its parse needs more than a second and more than 480 MB of address space
     (half of it, 300k events, parsed within 480 MB once the per-rank analysis stopped reading its events back)."""
-    return write_trace(tmp_path_factory.mktemp("big") / "rank0.pt.trace.json", kineto_trace(0, steps=200, world=1, kernels_per_step=1000))
+    return write_trace(
+        tmp_path_factory.mktemp("big") / "rank0.pt.trace.json",
+        kineto_trace(0, steps=200, world=1, kernels_per_step=1000),
+    )
 
 
 @pytest.fixture
@@ -246,8 +315,16 @@ def big_upload(big_trace: Path, tmp_path: Path) -> Path:
     return upload
 
 
-@pytest.mark.parametrize(("limits", "named"), [({"parse_seconds": 1}, "PARADIAG_UPLOAD_PARSE_SECONDS"), ({"parse_memory_mb": 480}, "PARADIAG_UPLOAD_PARSE_MEMORY_MB")])
-def test_a_parse_over_its_limit_is_stopped_and_named(big_upload: Path, limits: dict[str, int], named: str) -> None:
+@pytest.mark.parametrize(
+    ("limits", "named"),
+    [
+        ({"parse_seconds": 1}, "PARADIAG_UPLOAD_PARSE_SECONDS"),
+        ({"parse_memory_mb": 480}, "PARADIAG_UPLOAD_PARSE_MEMORY_MB"),
+    ],
+)
+def test_a_parse_over_its_limit_is_stopped_and_named(
+    big_upload: Path, limits: dict[str, int], named: str
+) -> None:
     from paradiag.app.config import Config
     from paradiag.app.uploads import read_status, supervise
 
@@ -265,9 +342,13 @@ def test_secure_cookies_when_configured_or_over_tls(tmp_path: Path) -> None:
         return Config(upload_dir=tmp_path / "up", app_cache_dir=tmp_path / "app", secret_key="k", **extra)
 
     configured = create_app(config(secure_cookies=True)).server.test_client().get("/")
-    assert "Secure" in configured.headers["Set-Cookie"] and "Strict-Transport-Security" not in configured.headers
+    assert (
+        "Secure" in configured.headers["Set-Cookie"] and "Strict-Transport-Security" not in configured.headers
+    )
     tls = create_app(config()).server.test_client().get("/", base_url="https://paradiag.example")
-    assert "Secure" in tls.headers["Set-Cookie"] and tls.headers["Strict-Transport-Security"].startswith("max-age=")
+    assert "Secure" in tls.headers["Set-Cookie"] and tls.headers["Strict-Transport-Security"].startswith(
+        "max-age="
+    )
 
 
 def test_a_sign_in_ends_after_its_absolute_lifetime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -276,7 +357,13 @@ def test_a_sign_in_ends_after_its_absolute_lifetime(tmp_path: Path, monkeypatch:
     from paradiag.app.factory import create_app
 
     (tmp_path / "users").write_text(f"alice:{generate_password_hash('pw', method='pbkdf2:sha256:1000')}\n")
-    config = Config(upload_dir=tmp_path / "up", app_cache_dir=tmp_path / "app", secret_key="k", users_file=tmp_path / "users", session_hours=2)
+    config = Config(
+        upload_dir=tmp_path / "up",
+        app_cache_dir=tmp_path / "app",
+        secret_key="k",
+        users_file=tmp_path / "users",
+        session_hours=2,
+    )
     client = create_app(config).server.test_client()
     assert client.post("/login", data={"user": "alice", "password": "pw"}).status_code == 302
     assert client.get("/").status_code == 200
@@ -294,12 +381,16 @@ def test_unknown_names_cost_a_password_hash(monkeypatch: pytest.MonkeyPatch) -> 
 
     checked: list[str] = []
     real = auth.check_password_hash
-    monkeypatch.setattr(auth, "check_password_hash", lambda digest, pw: checked.append(digest) or real(digest, pw))
+    monkeypatch.setattr(
+        auth, "check_password_hash", lambda digest, pw: checked.append(digest) or real(digest, pw)
+    )
     users = {"alice": generate_password_hash("a", method="pbkdf2:sha256:1000")}
     checker = auth._Checker()
     assert checker.check(None, "a", users) is False
     assert checker.check(users["alice"], "a", users) is True
-    assert len(checked) == 2 and checked[0].startswith("pbkdf2:sha256:1000$")  # the dummy uses the users' method
+    assert len(checked) == 2 and checked[0].startswith(
+        "pbkdf2:sha256:1000$"
+    )  # the dummy uses the users' method
 
 
 def test_snapshot_title_names_the_folder_not_the_machine(tmp_path: Path) -> None:
@@ -311,7 +402,9 @@ def test_snapshot_title_names_the_folder_not_the_machine(tmp_path: Path) -> None
     assert CliRunner().invoke(snapshot, [str(SAMPLE), "-o", str(out)]).exit_code == 0
     page = out.read_text()
     assert f"<title>paradiag: {SAMPLE.name}</title>" in page and str(SAMPLE.parent) not in page
-    assert CliRunner().invoke(snapshot, [str(SAMPLE), "-o", str(out), "--title", "nightly run"]).exit_code == 0
+    assert (
+        CliRunner().invoke(snapshot, [str(SAMPLE), "-o", str(out), "--title", "nightly run"]).exit_code == 0
+    )
     assert "<title>paradiag: nightly run</title>" in out.read_text()
 
 
@@ -320,7 +413,9 @@ def test_every_user_gets_a_folder_of_their_own_inside_the_uploads(tmp_path: Path
     from paradiag.app.jobs import SAFE_NAME, user_upload_root
 
     config = Config(upload_dir=tmp_path, secret_key="unused")
-    folders = {user_upload_root(config, name) for name in ("alice", "j. doe", "j@team", "..", "../alice", "a/b")}
+    folders = {
+        user_upload_root(config, name) for name in ("alice", "j. doe", "j@team", "..", "../alice", "a/b")
+    }
     assert len(folders) == 6 and all(f.parent == tmp_path and not f.name.startswith(".") for f in folders)
     assert not any(SAFE_NAME.match(n) for n in ("..", ".", ".hidden", "a/b", "x" * 129))
 
@@ -351,7 +446,9 @@ def test_cached_aggregates_are_keyed_by_paradiags_version(monkeypatch: pytest.Mo
 
     before = store.key_of("overview", "content-hash", {"step": 1})
     monkeypatch.setattr(store, "__version__", "99.0.0")
-    assert store.key_of("overview", "content-hash", {"step": 1}) != before  # an upgrade never reads the old views
+    assert (
+        store.key_of("overview", "content-hash", {"step": 1}) != before
+    )  # an upgrade never reads the old views
 
 
 def test_an_entry_the_folder_cannot_take_is_named_and_nothing_stays(tmp_path: Path) -> None:
@@ -365,7 +462,11 @@ def test_an_entry_the_folder_cannot_take_is_named_and_nothing_stays(tmp_path: Pa
         z.writestr("job/rank0", b"{}")
         z.writestr("job/rank0/trace.json", b"{}")  # a file where a folder must go
     with pytest.raises(UploadRejected, match=r"'job/rank0/trace\.json': cannot be stored") as refused:
-        save_upload([FileStorage(io.BytesIO(blob.getvalue()), filename="job.zip")], tmp_path / "alice", Config(secret_key="unused"))
+        save_upload(
+            [FileStorage(io.BytesIO(blob.getvalue()), filename="job.zip")],
+            tmp_path / "alice",
+            Config(secret_key="unused"),
+        )
     assert refused.value.http_status == 400 and not list((tmp_path / "alice").iterdir())
 
 
@@ -378,7 +479,10 @@ def test_a_forged_job_link_shows_not_found_in_the_browser(tmp_path: Path) -> Non
 
     app = create_app(Config(upload_dir=tmp_path / "up", app_cache_dir=tmp_path / "app", secret_key="k"))
     for duo in composite(app):
-        for query in ("?job=upload:0123456789abcdef&step=1", "?job=upload:0123456789abcdef"):  # with and without a step
+        for query in (
+            "?job=upload:0123456789abcdef&step=1",
+            "?job=upload:0123456789abcdef",
+        ):  # with and without a step
             duo.driver.get(duo.server_url + "/" + query)
             duo.wait_for_contains_text("#job-notice", "not yours to open", timeout=30)
             assert "upload:0123456789abcdef" in duo.find_element("#job-notice").text

@@ -24,7 +24,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
     """The image's command (benchmarks/load.py runs it here) with two workers; yields (URL, its log)."""
     root = tmp_path_factory.mktemp("shared")
     users = root / "users"
-    users.write_text(f"alice:{generate_password_hash('a-secret')}\nbob:{generate_password_hash('b-secret')}\n")
+    users.write_text(
+        f"alice:{generate_password_hash('a-secret')}\nbob:{generate_password_hash('b-secret')}\n"
+    )
     env = {"PARADIAG_USERS": str(users), "PARADIAG_SECRET_KEY": "test-secret"}
     with production_server(root, env, workers=2) as url:
         yield url, root / "server.log"
@@ -58,7 +60,9 @@ def test_uploads_are_private_and_any_worker_answers(server: tuple[str, Path]) ->
     deadline = time.time() + 120
     while time.time() < deadline:
         # A fresh connection each time: the status is on disk, so whichever worker answers knows it.
-        state = requests.get(url + f"/api/upload/{upload_id}/status", cookies=alice.cookies, timeout=10).json()
+        state = requests.get(
+            url + f"/api/upload/{upload_id}/status", cookies=alice.cookies, timeout=10
+        ).json()
         if state.get("state") in ("done", "error"):
             break
         time.sleep(0.5)
@@ -78,14 +82,23 @@ def test_uploads_are_private_and_any_worker_answers(server: tuple[str, Path]) ->
 def test_a_failed_parse_leaves_its_story_in_the_server_log_only(server: tuple[str, Path]) -> None:
     url, log = server
     alice = signed_in(url, "alice", "a-secret")
-    r = alice.post(url + "/api/upload", files=[("files", ("rank0.pt.trace.json", b'{"traceEvents": [1, 2'))], timeout=60)
+    r = alice.post(
+        url + "/api/upload", files=[("files", ("rank0.pt.trace.json", b'{"traceEvents": [1, 2'))], timeout=60
+    )
     upload_id = r.json()["id"]
     deadline = time.time() + 60
-    while (state := alice.get(url + f"/api/upload/{upload_id}/status", timeout=10).json())["state"] not in ("done", "error"):
+    while (state := alice.get(url + f"/api/upload/{upload_id}/status", timeout=10).json())["state"] not in (
+        "done",
+        "error",
+    ):
         assert time.time() < deadline
         time.sleep(0.3)
     assert state["state"] == "error" and str(log.parent) not in state["message"]
-    while f"upload {upload_id}: parse error" not in log.read_text():  # the supervisor logs once its child exits
+    while (
+        f"upload {upload_id}: parse error" not in log.read_text()
+    ):  # the supervisor logs once its child exits
         assert time.time() < deadline
         time.sleep(0.3)
-    assert f"upload {upload_id}: {log.parent}" in log.read_text()  # the operator sees the whole message, paths too
+    assert (
+        f"upload {upload_id}: {log.parent}" in log.read_text()
+    )  # the operator sees the whole message, paths too

@@ -26,7 +26,9 @@ def fail(store: AuthStore, addr: str, name: str, times: int) -> list[float]:
 def test_one_name_guessed_from_one_address_is_locked_there_only(store: AuthStore) -> None:
     tries = FREE_TRIES["pair"]
     assert fail(store, "10.0.0.1", "carol", tries) == [0.0] * tries
-    assert store.attempt(throttle_keys("10.0.0.1", "carol")) == 0.0  # the one that starts the lock-out is checked
+    assert (
+        store.attempt(throttle_keys("10.0.0.1", "carol")) == 0.0
+    )  # the one that starts the lock-out is checked
     assert store.attempt(throttle_keys("10.0.0.1", "carol")) > 0  # then refused, right password or not
     assert store.attempt(throttle_keys("10.0.0.1", "alice")) == 0.0  # another user at the same address (NAT)
     assert store.attempt(throttle_keys("10.0.0.2", "carol")) == 0.0  # carol from elsewhere
@@ -54,7 +56,9 @@ def test_a_success_clears_its_pair_and_gives_back_its_charge(store: AuthStore) -
     fail(store, "10.0.0.3", "heidi", FREE_TRIES["pair"] - 1)
     assert store.attempt(keys) == 0.0
     store.succeeded(keys)  # the right password at the last free try
-    assert fail(store, "10.0.0.3", "heidi", FREE_TRIES["pair"]) == [0.0] * FREE_TRIES["pair"]  # counted afresh
+    assert (
+        fail(store, "10.0.0.3", "heidi", FREE_TRIES["pair"]) == [0.0] * FREE_TRIES["pair"]
+    )  # counted afresh
 
 
 def test_sign_in_through_a_proxy_is_throttled_per_forwarded_address(tmp_path: Path) -> None:
@@ -63,14 +67,28 @@ def test_sign_in_through_a_proxy_is_throttled_per_forwarded_address(tmp_path: Pa
     from paradiag.app.config import Config
     from paradiag.app.factory import create_app
 
-    (tmp_path / "users").write_text("".join(f"{n}:{generate_password_hash('pw', method='pbkdf2:sha256:1000')}\n" for n in ("ivan", "judy")))
-    config = Config(upload_dir=tmp_path / "up", app_cache_dir=tmp_path / "app", secret_key="k", users_file=tmp_path / "users", proxy_hops=1)
+    (tmp_path / "users").write_text(
+        "".join(
+            f"{n}:{generate_password_hash('pw', method='pbkdf2:sha256:1000')}\n" for n in ("ivan", "judy")
+        )
+    )
+    config = Config(
+        upload_dir=tmp_path / "up",
+        app_cache_dir=tmp_path / "app",
+        secret_key="k",
+        users_file=tmp_path / "users",
+        proxy_hops=1,
+    )
     client = create_app(config).server.test_client()
 
     def login(name: str, password: str, addr: str) -> int:
-        return client.post("/login", data={"user": name, "password": password}, headers={"X-Forwarded-For": addr}).status_code
+        return client.post(
+            "/login", data={"user": name, "password": password}, headers={"X-Forwarded-For": addr}
+        ).status_code
 
-    assert [login("ivan", "guess", "192.0.2.1") for _ in range(FREE_TRIES["pair"] + 1)] == [401] * (FREE_TRIES["pair"] + 1)
+    assert [login("ivan", "guess", "192.0.2.1") for _ in range(FREE_TRIES["pair"] + 1)] == [401] * (
+        FREE_TRIES["pair"] + 1
+    )
     assert login("ivan", "pw", "192.0.2.1") == 429
     assert login("ivan", "pw", "192.0.2.2") == 302  # ivan from his other address
     assert login("judy", "pw", "192.0.2.1") == 302  # judy behind the same address

@@ -26,7 +26,9 @@ SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 
 @pytest.fixture
 def bound(tmp_path: Path) -> Any:
-    config = Config(upload_dir=tmp_path / "uploads", app_cache_dir=tmp_path / "app-cache", secret_key="server-key")
+    config = Config(
+        upload_dir=tmp_path / "uploads", app_cache_dir=tmp_path / "app-cache", secret_key="server-key"
+    )
     store.init_cache(None, config)
     yield store._bound[0]
     store._bound.clear()
@@ -64,7 +66,15 @@ def same(a: Any, b: Any) -> bool:
     if isinstance(a, list | tuple):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, np.ndarray):
-        return a.dtype == b.dtype and a.shape == b.shape and (np.array_equal(a, b, equal_nan=a.dtype.kind in "fc") if not a.dtype.hasobject else a.tolist() == b.tolist())
+        return (
+            a.dtype == b.dtype
+            and a.shape == b.shape
+            and (
+                np.array_equal(a, b, equal_nan=a.dtype.kind in "fc")
+                if not a.dtype.hasobject
+                else a.tolist() == b.tolist()
+            )
+        )
     if isinstance(a, pa.Table):
         return a.equals(b, check_metadata=True)
     if isinstance(a, float) and math.isnan(a):
@@ -74,10 +84,22 @@ def same(a: Any, b: Any) -> bool:
 
 def test_values_of_every_kind_round_trip(bound: Any, tmp_path: Path) -> None:
     value = {
-        "text": "é", "n": 2**63, "f": float("nan"), "inf": -math.inf, "none": None, "flag": True,
-        "tuple": (1, (2, "3")), "ints": {1: "a", (2, 3): [4]}, "set": {1, 2}, "\0t": "a key like a tag",
-        "np": np.arange(6, dtype=np.int32).reshape(2, 3), "f32": np.float32(1.5), "objects": np.array(["a", None], dtype=object),
-        "table": pa.table({"a": pa.array([1, None], pa.int64()), "s": pa.array(["x", "y"]).dictionary_encode()}),
+        "text": "é",
+        "n": 2**63,
+        "f": float("nan"),
+        "inf": -math.inf,
+        "none": None,
+        "flag": True,
+        "tuple": (1, (2, "3")),
+        "ints": {1: "a", (2, 3): [4]},
+        "set": {1, 2},
+        "\0t": "a key like a tag",
+        "np": np.arange(6, dtype=np.int32).reshape(2, 3),
+        "f32": np.float32(1.5),
+        "objects": np.array(["a", None], dtype=object),
+        "table": pa.table(
+            {"a": pa.array([1, None], pa.int64()), "s": pa.array(["x", "y"]).dictionary_encode()}
+        ),
     }
     calls: list[int] = []
     job = Job(tmp_path)
@@ -87,7 +109,9 @@ def test_values_of_every_kind_round_trip(bound: Any, tmp_path: Path) -> None:
     assert same(second, value), second
 
 
-def test_a_value_with_no_data_encoding_is_computed_each_time_never_pickled(bound: Any, tmp_path: Path) -> None:
+def test_a_value_with_no_data_encoding_is_computed_each_time_never_pickled(
+    bound: Any, tmp_path: Path
+) -> None:
     calls: list[int] = []
     for _ in range(2):
         store.memo("kind", Job(tmp_path), 1, lambda: counted(calls, {"x": object()}))
@@ -112,7 +136,9 @@ def test_a_planted_pickle_is_never_unpickled_and_the_value_is_computed(bound: An
         entry.write_bytes(planted)
         assert store.memo("overview", job, 2, lambda: {"answer": 42}) == {"answer": 42}
         assert not marker.exists()
-        assert store.memo("overview", job, 2, lambda: {"answer": 0}) == {"answer": 42}  # the real entry took its place
+        assert store.memo("overview", job, 2, lambda: {"answer": 0}) == {
+            "answer": 42
+        }  # the real entry took its place
         entry.unlink()
 
 
@@ -136,10 +162,14 @@ def test_forged_moved_altered_or_linked_entries_are_not_used(bound: Any, tmp_pat
     # A link in its place, to a file the server wrote for another key.
     a.unlink()
     a.symlink_to(b)
-    assert store.memo("report", job, 1, lambda: {"facts": "not through a link"}) == {"facts": "not through a link"}
+    assert store.memo("report", job, 1, lambda: {"facts": "not through a link"}) == {
+        "facts": "not through a link"
+    }
 
 
-def test_expired_entries_are_computed_again_and_the_store_keeps_a_cap(bound: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_expired_entries_are_computed_again_and_the_store_keeps_a_cap(
+    bound: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     job = Job(tmp_path)
     short = store._Store(bound.folder, bound.mac_key, -1)  # written already expired
     store._bound[:] = [short]
@@ -154,7 +184,10 @@ def test_expired_entries_are_computed_again_and_the_store_keeps_a_cap(bound: Any
 
 
 def test_the_cache_may_not_lie_in_the_uploads(tmp_path: Path) -> None:
-    for uploads, cache in ((tmp_path / "u", tmp_path / "u" / "app"), (tmp_path / "x" / "uploads", tmp_path / "x")):
+    for uploads, cache in (
+        (tmp_path / "u", tmp_path / "u" / "app"),
+        (tmp_path / "x" / "uploads", tmp_path / "x"),
+    ):
         with pytest.raises(ValueError, match="must not lie"):
             store.init_cache(None, Config(upload_dir=uploads, app_cache_dir=cache, secret_key="k"))
     store._bound.clear()
@@ -181,6 +214,7 @@ def test_every_aggregate_of_the_pages_round_trips(tmp_path: Path, monkeypatch: p
 
     hits: list[str] = []
     monkeypatch.setattr(store, "put", checked_put)
+
     def counted_get(s: Any, key: str) -> Any:
         value = get(s, key)
         if value is not None:
@@ -189,11 +223,25 @@ def test_every_aggregate_of_the_pages_round_trips(tmp_path: Path, monkeypatch: p
 
     monkeypatch.setattr(store, "get", counted_get)
     for sample in ("npu_pangu_pipeline_stage_imbalance", "gpu_llm_slow_rank"):
-        app = create_app(Config.from_env(job=str(SAMPLES / sample), upload_dir=tmp_path / "uploads", app_cache_dir=tmp_path / "app-cache"))
+        app = create_app(
+            Config.from_env(
+                job=str(SAMPLES / sample),
+                upload_dir=tmp_path / "uploads",
+                app_cache_dir=tmp_path / "app-cache",
+            )
+        )
         warm(app, "served").join()
     assert not unstorable, unstorable
     kinds = {k.split(":")[2] for k in stored}
-    assert {"overview", "marey-step", "flow", "timeline-step", "detail", "operator-totals", "comm-view"} <= kinds, kinds
+    assert {
+        "overview",
+        "marey-step",
+        "flow",
+        "timeline-step",
+        "detail",
+        "operator-totals",
+        "comm-view",
+    } <= kinds, kinds
     hits.clear()
     before = dict(stored)
     warm(app, "served").join()  # the second time, every aggregate is read back: nothing is computed or stored
@@ -215,7 +263,9 @@ def _load(folder: Path, name: str, monkeypatch: pytest.MonkeyPatch) -> Any:
     return module
 
 
-def test_a_changed_compute_function_gets_a_new_key_an_unchanged_one_reuses_its_entry(bound: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_changed_compute_function_gets_a_new_key_an_unchanged_one_reuses_its_entry(
+    bound: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The key follows the code: the module that defines the compute function and the paradiag modules it imports
     (here ``paradiag.probe`` and its helper, in a folder standing for paradiag's); no number is bumped by hand."""
     code = tmp_path / "code"
@@ -246,10 +296,26 @@ def test_the_code_hashed_is_what_the_compute_function_reaches() -> None:
     """An aggregate's sources: its module, what it imports and what those import (the analysis, the dataset), and
     nothing of the web extra (the view data import no Dash, nor does hashing them import anything)."""
     sources = store.sources_of("paradiag.app.data.comm")
-    assert {"paradiag.app.data.comm", "paradiag.app.data.common", "paradiag.analysis.comm", "paradiag.dataset", "paradiag.schema"} <= set(sources)
-    assert not {m for m in sources if m.startswith(("paradiag.app.views", "paradiag.app.callbacks", "paradiag.app.context"))}
+    assert {
+        "paradiag.app.data.comm",
+        "paradiag.app.data.common",
+        "paradiag.analysis.comm",
+        "paradiag.dataset",
+        "paradiag.schema",
+    } <= set(sources)
+    assert not {
+        m
+        for m in sources
+        if m.startswith(("paradiag.app.views", "paradiag.app.callbacks", "paradiag.app.context"))
+    }
     assert all(path.is_file() for path in sources.values())
     live = store.sources_of("paradiag.app.views.timeline.live")
-    assert {"paradiag.app.views.timeline.static", "paradiag.app.data.timeline", "paradiag.app.boundary"} <= set(live)
+    assert {
+        "paradiag.app.views.timeline.static",
+        "paradiag.app.data.timeline",
+        "paradiag.app.boundary",
+    } <= set(live)
     # Two functions of one module: two keys.
-    assert store.code_version(test_the_code_hashed_is_what_the_compute_function_reaches) != store.code_version(_load)
+    assert store.code_version(
+        test_the_code_hashed_is_what_the_compute_function_reaches
+    ) != store.code_version(_load)

@@ -18,7 +18,9 @@ OUT = REPO / "test-output" / "app"
 
 
 def need_chromium() -> None:
-    if not shutil.which("chromedriver") or not (os.environ.get("DASH_TEST_CHROMEPATH") or shutil.which("chromium")):
+    if not shutil.which("chromedriver") or not (
+        os.environ.get("DASH_TEST_CHROMEPATH") or shutil.which("chromium")
+    ):
         pytest.skip("chromium and chromedriver are not installed (apt-get install chromium chromium-driver)")
 
 
@@ -36,7 +38,12 @@ def composite(app: Any) -> Iterator[Any]:
     from dash.testing.composite import DashComposite
 
     OUT.mkdir(parents=True, exist_ok=True)
-    with ThreadedRunner() as runner, DashComposite(runner, browser="chrome", headless=True, options=None, percy_run=False, wait_timeout=30) as duo:
+    with (
+        ThreadedRunner() as runner,
+        DashComposite(
+            runner, browser="chrome", headless=True, options=None, percy_run=False, wait_timeout=30
+        ) as duo,
+    ):
         duo.driver.set_window_size(1600, 2400)
         duo.start_server(app, port=free_port())  # several suites may run side by side on one machine
         yield duo
@@ -51,7 +58,9 @@ def fresh_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     mp = pytest.MonkeyPatch()
     mp.setenv("PARADIAG_CACHE_DIR", str(root / "cache"))
     try:
-        yield from composite(create_app(Config.from_env(upload_dir=root / "uploads", app_cache_dir=root / "app-cache")))
+        yield from composite(
+            create_app(Config.from_env(upload_dir=root / "uploads", app_cache_dir=root / "app-cache"))
+        )
     finally:
         mp.undo()
 
@@ -80,7 +89,11 @@ def settle(duo: Any, timeout: float = 90, polls: int = 3) -> None:
 
 def drawn(duo: Any, graph_id: str) -> int:
     """How many times the graph ``graph_id`` has been drawn (plots and resizes finished)."""
-    return int(duo.driver.execute_script("return (window.__pdPlots && window.__pdPlots.drawn[arguments[0]]) || 0", graph_id))
+    return int(
+        duo.driver.execute_script(
+            "return (window.__pdPlots && window.__pdPlots.drawn[arguments[0]]) || 0", graph_id
+        )
+    )
 
 
 def plot_state(duo: Any, graph_id: str) -> dict[str, Any]:

@@ -19,7 +19,19 @@ from paradiag.simulator import SimConfig, parse_fault, simulate
 
 CULPRIT = 21
 # Big enough that compute, not kernel launches, sets the step; small enough to simulate and ingest in seconds.
-MESH = {"dp": 8, "tp": 2, "pp": 4, "steps": 2, "layers": 4, "microbatches": 4, "hidden": 1024, "heads": 8, "seq_len": 512, "vocab": 1024, "seed": 3}
+MESH = {
+    "dp": 8,
+    "tp": 2,
+    "pp": 4,
+    "steps": 2,
+    "layers": 4,
+    "microbatches": 4,
+    "hidden": 1024,
+    "heads": 8,
+    "seq_len": 512,
+    "vocab": 1024,
+    "seed": 3,
+}
 
 
 @pytest.fixture(scope="module")
@@ -32,15 +44,25 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Path
     root = tmp_path_factory.mktemp("folds")
     mp = pytest.MonkeyPatch()
     mp.setenv("PARADIAG_CACHE_DIR", str(root / "cache"))
-    folder = simulate(SimConfig(output=root / "job", faults=(parse_fault(f"slow_device:ranks={CULPRIT},factor=1.5"),), **MESH))
-    app = create_app(Config.from_env(job=str(folder), upload_dir=root / "uploads", app_cache_dir=root / "app-cache"))
+    folder = simulate(
+        SimConfig(
+            output=root / "job", faults=(parse_fault(f"slow_device:ranks={CULPRIT},factor=1.5"),), **MESH
+        )
+    )
+    app = create_app(
+        Config.from_env(job=str(folder), upload_dir=root / "uploads", app_cache_dir=root / "app-cache")
+    )
     with app.server.test_request_context("/"):
-        context.job("served")  # ingested once, into the module's cache (each test's own cache root comes later)
+        context.job(
+            "served"
+        )  # ingested once, into the module's cache (each test's own cache root comes later)
         yield app, folder
     mp.undo()
 
 
-def _drawn(served: tuple[Any, Path], expand: list[str], path: bool = False) -> tuple[Any, dict[str, Any], list[Any]]:
+def _drawn(
+    served: tuple[Any, Path], expand: list[str], path: bool = False
+) -> tuple[Any, dict[str, Any], list[Any]]:
     from paradiag.app import context
     from paradiag.app.views.timeline.static import rows_of, shown_ranks
 
@@ -48,7 +70,13 @@ def _drawn(served: tuple[Any, Path], expand: list[str], path: bool = False) -> t
     step = opening_step(job)
     entries = rows_of(job, shown_ranks(job, None, step), expand)
     assert step is not None
-    return job, timeline_data(job, entries, step_span(job, step), pixels=800, max_primitives=5000, step=step, path=path), entries
+    return (
+        job,
+        timeline_data(
+            job, entries, step_span(job, step), pixels=800, max_primitives=5000, step=step, path=path
+        ),
+        entries,
+    )
 
 
 def test_alike_ranks_fold_and_the_culprit_stays_single(served: tuple[Any, Path]) -> None:
@@ -57,7 +85,9 @@ def test_alike_ranks_fold_and_the_culprit_stays_single(served: tuple[Any, Path])
     singles = [e for e in entries if isinstance(e, int)]
     folds = [e for e in entries if isinstance(e, dict)]
     assert singles[0] == CULPRIT and len(singles) < 8
-    assert sorted(singles + [r for f in folds for r in f["ranks"]]) == sorted(mesh.ranks)  # every rank drawn once
+    assert sorted(singles + [r for f in folds for r in f["ranks"]]) == sorted(
+        mesh.ranks
+    )  # every rank drawn once
     assert [f["key"] for f in folds] == [f"s{s}" for s in mesh.stages]
     stage = mesh.stage[CULPRIT]
     culprit_fold = next(f for f in folds if f["stage"] == stage)
@@ -67,10 +97,19 @@ def test_alike_ranks_fold_and_the_culprit_stays_single(served: tuple[Any, Path])
     fig = timeline_figure(data, marked=[CULPRIT])
     labels = list(fig.layout.yaxis.ticktext)
     assert labels[0].startswith(f"<b>r{CULPRIT} compute")
-    assert all(label.startswith("▸ s") for label, row in zip(labels, data["rows"], strict=True) if row["rank"] is None)
-    assert any(label.startswith(f"▸ s{stage} ×{alike} compute") for label in labels) and len(labels) <= 4 * len(singles) + 3 * len(mesh.stages)
+    assert all(
+        label.startswith("▸ s")
+        for label, row in zip(labels, data["rows"], strict=True)
+        if row["rank"] is None
+    )
+    assert any(label.startswith(f"▸ s{stage} ×{alike} compute") for label in labels) and len(
+        labels
+    ) <= 4 * len(singles) + 3 * len(mesh.stages)
     for seg in data["folded"].values():  # the light band holds the median span
-        assert all(lo <= a <= b <= hi for lo, a, b, hi in zip(seg["lo"], seg["x0"], seg["x1"], seg["hi"], strict=True))
+        assert all(
+            lo <= a <= b <= hi
+            for lo, a, b, hi in zip(seg["lo"], seg["x0"], seg["x1"], seg["hi"], strict=True)
+        )
     names = {t.name for t in fig.data}
     assert {"compute spread", "compute folded"} <= names and "critical path" not in names
 
@@ -82,7 +121,9 @@ def test_a_stage_opens_into_its_groups_and_a_group_into_its_ranks(served: tuple[
     _, data, entries = _drawn(served, [f"s{stage}"])
     groups = sorted({mesh.dp[r] for r in mesh.ranks_of_stage(stage)})
     keys = [e["key"] for e in entries if isinstance(e, dict)]
-    assert [k for k in keys if k.startswith(f"s{stage}.")] == [f"s{stage}.dp{g}" for g in groups if g != mesh.dp[CULPRIT]]
+    assert [k for k in keys if k.startswith(f"s{stage}.")] == [
+        f"s{stage}.dp{g}" for g in groups if g != mesh.dp[CULPRIT]
+    ]
     assert f"s{stage}" not in keys and all(f"s{s}" in keys for s in mesh.stages if s != stage)
     opened = groups[-1]
     _, data, entries = _drawn(served, [f"s{stage}", f"s{stage}.dp{opened}"])
@@ -91,29 +132,54 @@ def test_a_stage_opens_into_its_groups_and_a_group_into_its_ranks(served: tuple[
     assert {row["rank"] for row in data["rows"]} >= set(members)
 
 
-def test_the_critical_path_lands_on_the_culprit_and_marks_the_folded_rows_it_crosses(served: tuple[Any, Path]) -> None:
+def test_the_critical_path_lands_on_the_culprit_and_marks_the_folded_rows_it_crosses(
+    served: tuple[Any, Path],
+) -> None:
     from paradiag.app.data.common import diagnosis
 
     job, data, entries = _drawn(served, [], path=True)
     path, rows = data["path"], data["rows"]
     step = opening_step(job)
-    on_path = sorted((r for r in diagnosis(job).critical_path.to_pylist() if r["step"] == step), key=lambda r: r["start_ns"])
+    on_path = sorted(
+        (r for r in diagnosis(job).critical_path.to_pylist() if r["step"] == step),
+        key=lambda r: r["start_ns"],
+    )
     assert len(path["x0"]) == len(on_path)  # every rank is drawn, single or folded: no segment is lost
-    fold_of = {r: row["fold"] for row in rows if row["rank"] is None for r in next(e["ranks"] for e in entries if isinstance(e, dict) and e["key"] == row["fold"])}
-    for segment, row in zip(on_path, path["row"], strict=True):  # each segment on its rank's row, or its fold's
-        assert rows[row]["rank"] == segment["rank"] or (rows[row]["rank"] is None and rows[row]["fold"] == fold_of[segment["rank"]])
+    fold_of = {
+        r: row["fold"]
+        for row in rows
+        if row["rank"] is None
+        for r in next(e["ranks"] for e in entries if isinstance(e, dict) and e["key"] == row["fold"])
+    }
+    for segment, row in zip(
+        on_path, path["row"], strict=True
+    ):  # each segment on its rank's row, or its fold's
+        assert rows[row]["rank"] == segment["rank"] or (
+            rows[row]["rank"] is None and rows[row]["fold"] == fold_of[segment["rank"]]
+        )
     assert any(rows[row]["rank"] == CULPRIT for row in path["row"])
     assert any(rows[row]["rank"] is None for row in path["ranks"])
     edges = path["edges"]
     assert edges["x"] and all(a != b for a, b in zip(edges["y0"], edges["y1"], strict=True))
     assert all("waited for rank" in h for h in edges["hover"])
     fig = timeline_figure(data, marked=[CULPRIT])
-    hover = next(t for t in fig.data if t.name == "critical path" and t.hoveron == "points" and t.customdata is not None)
-    assert any(f"rank {CULPRIT}" in h for h in hover.text) and {h.split(" · ")[0] for h in hover.text} <= {"compute", "communication", "waiting", "host"}
+    hover = next(
+        t
+        for t in fig.data
+        if t.name == "critical path" and t.hoveron == "points" and t.customdata is not None
+    )
+    assert any(f"rank {CULPRIT}" in h for h in hover.text) and {h.split(" · ")[0] for h in hover.text} <= {
+        "compute",
+        "communication",
+        "waiting",
+        "host",
+    }
     assert any("◆" in label for label in fig.layout.yaxis.ticktext)
 
 
-def test_a_click_on_a_folded_row_opens_it_and_the_state_survives_a_step_change(served: tuple[Any, Path]) -> None:
+def test_a_click_on_a_folded_row_opens_it_and_the_state_survives_a_step_change(
+    served: tuple[Any, Path],
+) -> None:
     from dash import no_update
 
     from paradiag.app import context
@@ -127,23 +193,33 @@ def test_a_click_on_a_folded_row_opens_it_and_the_state_survives_a_step_change(s
     y = next(i for i, key in enumerate(folds) if key)
     expand, options = open_fold({"points": [{"y": y, "x": 1.0}]}, folds, [], [])
     assert expand == [folds[y]] and options == [{"label": f" {folds[y]}", "value": folds[y]}]
-    assert folds[0] == "" and open_fold({"points": [{"y": 0, "x": 1.0}]}, folds, [], []) == (no_update, no_update)  # the culprit's own row
+    assert folds[0] == "" and open_fold({"points": [{"y": 0, "x": 1.0}]}, folds, [], []) == (
+        no_update,
+        no_update,
+    )  # the culprit's own row
     other = next(s for s in steps_of(context.job("served")) if s != sel.step)
     for step in (sel.step, other):
         _, _, opened = render_timeline(sel.but(step=step).view("timeline"), expand, ["path"])
         assert folds[y] not in opened and any(key.startswith(folds[y] + ".") for key in opened)
 
 
-
 def _mesh(pp: int, dp: int, tp: int) -> Any:
     from paradiag.app.data.mesh import Mesh
 
     ranks = list(range(pp * dp * tp))
-    return Mesh(ranks=ranks, stage={r: r // (dp * tp) for r in ranks}, dp={r: r % (dp * tp) // tp for r in ranks}, tp={r: r % tp for r in ranks}, found_by="test")
+    return Mesh(
+        ranks=ranks,
+        stage={r: r // (dp * tp) for r in ranks},
+        dp={r: r % (dp * tp) // tp for r in ranks},
+        tp={r: r % tp for r in ranks},
+        found_by="test",
+    )
 
 
 @pytest.mark.parametrize(("pp", "dp", "tp"), [(1, 64, 1), (4, 4, 4), (2, 8, 64)])
-def test_every_rank_is_drawn_once_and_at_most_so_many_one_by_one(monkeypatch: pytest.MonkeyPatch, pp: int, dp: int, tp: int) -> None:
+def test_every_rank_is_drawn_once_and_at_most_so_many_one_by_one(
+    monkeypatch: pytest.MonkeyPatch, pp: int, dp: int, tp: int
+) -> None:
     """Whatever the layout (data parallel only: groups of one rank; many groups; 1024 ranks) and whatever is
     opened, each rank is drawn once, single or in one fold, and no more than MAX_SINGLE_RANKS one by one."""
     from paradiag.app.data import timeline_fold
@@ -157,9 +233,17 @@ def test_every_rank_is_drawn_once_and_at_most_so_many_one_by_one(monkeypatch: py
         folded = [r for e in entries if isinstance(e, dict) for r in e["ranks"]]
         assert entries[:2] == [5, 3] and sorted(singles + folded) == mesh.ranks
         assert len(singles) <= timeline_fold.MAX_SINGLE_RANKS + 1  # (a last group of one is itself)
-        assert all(len(e["ranks"]) > 1 and len({mesh.stage[r] for r in e["ranks"]}) == 1 for e in entries if isinstance(e, dict))
-    if dp * tp > timeline_fold.MAX_SINGLE_RANKS and tp == 1:  # groups of one rank beyond the cap fold together
-        assert any(e["key"] == "s0.rest" for e in timeline_fold.fold_plan(None, [], ["s0"]) if isinstance(e, dict))  # type: ignore[arg-type]
+        assert all(
+            len(e["ranks"]) > 1 and len({mesh.stage[r] for r in e["ranks"]}) == 1
+            for e in entries
+            if isinstance(e, dict)
+        )
+    if (
+        dp * tp > timeline_fold.MAX_SINGLE_RANKS and tp == 1
+    ):  # groups of one rank beyond the cap fold together
+        assert any(
+            e["key"] == "s0.rest" for e in timeline_fold.fold_plan(None, [], ["s0"]) if isinstance(e, dict)
+        )  # type: ignore[arg-type]
 
 
 def test_a_fold_whose_ranks_share_no_operator_keeps_its_row() -> None:
@@ -168,7 +252,16 @@ def test_a_fold_whose_ranks_share_no_operator_keeps_its_row() -> None:
     from paradiag.app.data.timeline_fold import lanes_of
 
     assert lanes_of({"category": []}) == ["compute"]
-    row = {"rank": None, "fold": "s0", "members": 5, "lane": "compute", "label": "s0 ×5 compute", "instances": 0}
-    fig = timeline_figure({"rows": [row], "kinds": {}, "folded": {}, "waits": {"x0": []}, "links": [], "window_ms": [0.0, 1.0]})
+    row = {
+        "rank": None,
+        "fold": "s0",
+        "members": 5,
+        "lane": "compute",
+        "label": "s0 ×5 compute",
+        "instances": 0,
+    }
+    fig = timeline_figure(
+        {"rows": [row], "kinds": {}, "folded": {}, "waits": {"x0": []}, "links": [], "window_ms": [0.0, 1.0]}
+    )
     handle = next(t for t in fig.data if t.name == "open a fold")
     assert fig.layout.yaxis.ticktext[0].startswith("▸ s0 ×5") and "no operator in common" in handle.text[0]

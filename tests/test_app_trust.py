@@ -50,7 +50,10 @@ def facts(s: requests.Session, url: str, token: str) -> str:
     """The header's summary facts of ``token`` (the summary callback, as the page asks for it)."""
     body: dict[str, Any] = {
         "output": "..summary-facts.children...findings.children..",
-        "outputs": [{"id": "summary-facts", "property": "children"}, {"id": "findings", "property": "children"}],
+        "outputs": [
+            {"id": "summary-facts", "property": "children"},
+            {"id": "findings", "property": "children"},
+        ],
         "inputs": [{"id": "selection-job", "property": "data", "value": {"job": token}}],
         "changedPropIds": ["selection-job.data"],
     }
@@ -94,7 +97,11 @@ def test_no_name_in_an_upload_lands_outside_its_folder(server: tuple[str, Path])
     bob_files = root / "uploads" / "bob" / bobs["id"] / "files"
     before = every_file(root) - every_file(root / "uploads" / "alice") - every_file(root / "cache")
 
-    plain = upload(alice, url, [("rank0.pt.trace.json", TRACE), *((n, TRACE) for n in hostile_names(root, bob_files, "multipart"))])
+    plain = upload(
+        alice,
+        url,
+        [("rank0.pt.trace.json", TRACE), *((n, TRACE) for n in hostile_names(root, bob_files, "multipart"))],
+    )
     zipped = io.BytesIO()
     with zipfile.ZipFile(zipped, "w") as z:
         z.writestr("job/rank0.pt.trace.json", TRACE)
@@ -110,7 +117,11 @@ def test_no_name_in_an_upload_lands_outside_its_folder(server: tuple[str, Path])
             info = tarfile.TarInfo(name)
             info.size = len(TRACE)
             t.addfile(info, io.BytesIO(TRACE))
-        for name, kind, target in (("job/etc", tarfile.SYMTYPE, "/etc"), ("job/passwd", tarfile.LNKTYPE, "/etc/passwd"), ("job/tty", tarfile.CHRTYPE, "")):
+        for name, kind, target in (
+            ("job/etc", tarfile.SYMTYPE, "/etc"),
+            ("job/passwd", tarfile.LNKTYPE, "/etc/passwd"),
+            ("job/tty", tarfile.CHRTYPE, ""),
+        ):
             info = tarfile.TarInfo(name)
             info.type, info.linkname = kind, target
             t.addfile(info)
@@ -123,14 +134,26 @@ def test_no_name_in_an_upload_lands_outside_its_folder(server: tuple[str, Path])
         assert state["state"] == "done" and state["ranks"] == 1, state
         assert any("skipped, the name" in p for p in state["problems"]), state["problems"]
     assert any("symbolic link" in p for p in zipped_state["problems"])
-    assert {"symbolic link", "hard link", "device or FIFO"} <= {k for p in tarred_state["problems"] for k in ("symbolic link", "hard link", "device or FIFO") if k in p}
+    assert {"symbolic link", "hard link", "device or FIFO"} <= {
+        k
+        for p in tarred_state["problems"]
+        for k in ("symbolic link", "hard link", "device or FIFO")
+        if k in p
+    }
     after = every_file(root) - every_file(root / "uploads" / "alice") - every_file(root / "cache")
-    new = {p for p in after - before if p.parent not in (root, root / "uploads" / ".parse-slots") and not p.is_relative_to(root / "app-cache")}
+    new = {
+        p
+        for p in after - before
+        if p.parent not in (root, root / "uploads" / ".parse-slots")
+        and not p.is_relative_to(root / "app-cache")
+    }
     assert not new, new  # nothing outside alice's uploads (bob's upload, the host, a cache) was written
     assert not (root / "outside").exists() and not list(bob_files.glob("*planted*"))
     assert not (root / "app-cache" / "aggregates" / ("0" * 64)).exists()
     alices = root / "uploads" / "alice"
-    assert not [p for p in alices.rglob("*") if p.is_symlink()] and not [p for p in every_file(alices) if not p.is_file()]
+    assert not [p for p in alices.rglob("*") if p.is_symlink()] and not [
+        p for p in every_file(alices) if not p.is_file()
+    ]
     landed = alices / plain["id"] / "files" / str(root / "outside").lstrip("/") / "multipart-slash2.json"
     assert landed.is_file()  # a //host/path name is neutralised: it lands inside, under its own name
 
@@ -146,7 +169,11 @@ def crafted_cache(tmp: Path, **changes: Any) -> list[tuple[str, bytes]]:
     manifest = json.loads((cache / "manifest.json").read_text())
     for key, value in changes.items():
         manifest[key] = value(manifest[key]) if callable(value) else value
-    files = [(str(p.relative_to(cache)), p.read_bytes()) for p in sorted(cache.rglob("*")) if p.is_file() and p.name != "manifest.json"]
+    files = [
+        (str(p.relative_to(cache)), p.read_bytes())
+        for p in sorted(cache.rglob("*"))
+        if p.is_file() and p.name != "manifest.json"
+    ]
     return [("manifest.json", json.dumps(manifest).encode()), *files]
 
 
@@ -157,7 +184,9 @@ def server_cache_of(root: Path, files: Path) -> dict[str, Any]:
     return mine[0]
 
 
-def test_an_upload_that_claims_to_be_a_cache_is_only_its_traces(server: tuple[str, Path], tmp_path: Path) -> None:
+def test_an_upload_that_claims_to_be_a_cache_is_only_its_traces(
+    server: tuple[str, Path], tmp_path: Path
+) -> None:
     url, root = server
     bob = signed_in(url, "bob")
     bobs = upload(bob, url, [(p.name, p.read_bytes()) for p in sorted(SAMPLE.iterdir()) if p.is_file()])
@@ -177,7 +206,11 @@ def test_an_upload_that_claims_to_be_a_cache_is_only_its_traces(server: tuple[st
     }
     # One upload holds every crafted cache: the first at its top (what paradiag.open saw as a cache), the others
     # in folders of their own; once with a trace beside them, once without.
-    caches = [(name if i == 0 else f"{i}/{name}", data) for i, changes in enumerate(crafted.values()) for name, data in crafted_cache(tmp_path, **changes)]
+    caches = [
+        (name if i == 0 else f"{i}/{name}", data)
+        for i, changes in enumerate(crafted.values())
+        for name, data in crafted_cache(tmp_path, **changes)
+    ]
     alice = signed_in(url, "alice")  # now: a connection idle while the caches were made may have been closed
     only = upload(alice, url, caches)  # the caches alone: no trace to parse
     assert only["state"] == "error" and re.search("no trace (found|could be read)", only["message"]), only
@@ -204,15 +237,25 @@ def test_an_upload_is_opened_from_its_parse_never_parsed_in_the_web_worker(serve
     files = root / "uploads" / "alice" / state["id"] / "files"
     token = f"upload:{state['id']}"
     assert ranks_in(facts(alice, url, token)) == 1
-    cache = next(m.parent for m in (root / "cache").glob("*/manifest.json") if json.loads(m.read_text())["source"] == str(files.resolve()))
+    cache = next(
+        m.parent
+        for m in (root / "cache").glob("*/manifest.json")
+        if json.loads(m.read_text())["source"] == str(files.resolve())
+    )
     stamp = (cache / "manifest.json").stat().st_mtime_ns
-    (files / "rank1.pt.trace.json").write_bytes(json.dumps(kineto_trace(1, world=2)).encode())  # the folder changed
+    (files / "rank1.pt.trace.json").write_bytes(
+        json.dumps(kineto_trace(1, world=2)).encode()
+    )  # the folder changed
     for session in (alice, signed_in(url, "alice"), signed_in(url, "alice")):
         assert ranks_in(facts(session, url, token)) == 1  # what its parse made: not parsed again here
     assert (cache / "manifest.json").stat().st_mtime_ns == stamp
     again = upload(alice, url, [("rank0.pt.trace.json", TRACE)])
     files = root / "uploads" / "alice" / again["id"] / "files"
-    cache = next(m.parent for m in (root / "cache").glob("*/manifest.json") if json.loads(m.read_text())["source"] == str(files.resolve()))
+    cache = next(
+        m.parent
+        for m in (root / "cache").glob("*/manifest.json")
+        if json.loads(m.read_text())["source"] == str(files.resolve())
+    )
     shutil.rmtree(cache)  # its cache gone before it was opened: a notice, never a parse here nor a 500
     for session in (alice, signed_in(url, "alice")):
         text = facts(session, url, f"upload:{again['id']}")
@@ -243,7 +286,9 @@ def test_a_planted_cache_entry_is_never_unpickled(server: tuple[str, Path]) -> N
     for session in (bob, signed_in(url, "alice"), signed_in(url, "alice")):
         assert ranks_in(facts(session, url, token)) == 8
     assert not marker.exists()
-    assert any(e.read_bytes().startswith(MAGIC) for e in entries if e.exists())  # those asked for: computed again
+    assert any(
+        e.read_bytes().startswith(MAGIC) for e in entries if e.exists()
+    )  # those asked for: computed again
 
 
 # The same rules where the command line opens a cache folder itself.
@@ -261,10 +306,19 @@ def cache_with(tmp_path: Path, **changes: Any) -> Path:
 @pytest.mark.parametrize(
     ("changes", "named"),
     [
-        ({"sources": lambda s: [{**s[0], "events_file": "/etc/passwd"}, *s[1:]]}, "'/etc/passwd' leads outside"),
-        ({"sources": lambda s: [{**s[0], "events_file": "../../x.parquet"}, *s[1:]]}, "names a parent folder"),
+        (
+            {"sources": lambda s: [{**s[0], "events_file": "/etc/passwd"}, *s[1:]]},
+            "'/etc/passwd' leads outside",
+        ),
+        (
+            {"sources": lambda s: [{**s[0], "events_file": "../../x.parquet"}, *s[1:]]},
+            "names a parent folder",
+        ),
         ({"sources": lambda s: [{**s[0], "extra_files": {"links": "//etc/x"}}, *s[1:]]}, "leads outside"),
-        ({"sources": lambda s: [{**s[0], "rank_tables": {"t": "a/../../../x"}}, *s[1:]]}, "names a parent folder"),
+        (
+            {"sources": lambda s: [{**s[0], "rank_tables": {"t": "a/../../../x"}}, *s[1:]]},
+            "names a parent folder",
+        ),
         ({"sources": lambda s: [{**s[0], "rank": "0"}]}, "'rank' is str, not int"),
         ({"sources": lambda s: [None]}, "no object"),
         ({"files": [{"path": "/etc/passwd", "size": 1, "mtime_ns": 1, "hash": "x"}]}, "relative"),
@@ -272,13 +326,17 @@ def cache_with(tmp_path: Path, **changes: Any) -> Path:
         ({"content_hash": None}, "'content_hash' is NoneType"),
     ],
 )
-def test_a_crafted_cache_opened_by_path_is_a_clear_error(tmp_path: Path, changes: dict[str, Any], named: str) -> None:
+def test_a_crafted_cache_opened_by_path_is_a_clear_error(
+    tmp_path: Path, changes: dict[str, Any], named: str
+) -> None:
     from paradiag.dataset import JobError, open_job
 
     folder = cache_with(tmp_path, **changes)
     with pytest.raises(JobError, match="not a readable paradiag cache") as refused:
         open_job(folder)
-    assert named in str(refused.value) or (named == "relative" and "passwd" not in str(refused.value)), refused.value
+    assert named in str(refused.value) or (named == "relative" and "passwd" not in str(refused.value)), (
+        refused.value
+    )
 
 
 def test_a_cache_link_out_of_its_folder_or_missing_table_is_a_clear_error(tmp_path: Path) -> None:
@@ -286,7 +344,9 @@ def test_a_cache_link_out_of_its_folder_or_missing_table_is_a_clear_error(tmp_pa
 
     folder = cache_with(tmp_path)
     (folder / "events" / "part-00000.parquet").unlink()
-    (folder / "events" / "part-00000.parquet").symlink_to(tmp_path / "real-cache" / "events" / "part-00000.parquet")
+    (folder / "events" / "part-00000.parquet").symlink_to(
+        tmp_path / "real-cache" / "events" / "part-00000.parquet"
+    )
     with pytest.raises(JobError, match="leads outside"):
         open_job(folder)
     folder = cache_with(tmp_path)

@@ -53,18 +53,42 @@ def test_every_view_is_one_unit() -> None:
     assert [view.__name__ for view in VIEWS] == [f"paradiag.app.views.{name}.live" for name in NAMES]
     for view in VIEWS:
         assert callable(view.panel) and callable(view.register), view.__name__
-        assert view.FIELDS and all(set(fields) <= set(Selection.__dataclass_fields__) for fields in view.FIELDS.values()), view.__name__
+        assert view.FIELDS and all(
+            set(fields) <= set(Selection.__dataclass_fields__) for fields in view.FIELDS.values()
+        ), view.__name__
     # The snapshot's half of each unit, in the same order, beside its live half (in the same folder).
     renders = static_renders()
     assert [r.__module__ for r in renders] == [f"paradiag.app.views.{name}.static" for name in NAMES]
-    assert all(Path(str(part(name, "static").__file__)).parent == Path(str(view.__file__)).parent for name, view in zip(NAMES, VIEWS, strict=True))
-    assert set(VIEW_FIELDS) == {"job", "mark", "timeline", "search", "marey", "detail", "comm", "compare", "flow"}
+    assert all(
+        Path(str(part(name, "static").__file__)).parent == Path(str(view.__file__)).parent
+        for name, view in zip(NAMES, VIEWS, strict=True)
+    )
+    assert set(VIEW_FIELDS) == {
+        "job",
+        "mark",
+        "timeline",
+        "search",
+        "marey",
+        "detail",
+        "comm",
+        "compare",
+        "flow",
+    }
 
 
 def test_each_store_feeds_only_its_views_graphs(app: Any) -> None:
     """A view store's change reaches the callbacks of the views that read it; the whole selection reaches none but
     the reducer's own chain (nothing draws from it)."""
-    graphs = {ids.STEPS, ids.HEATMAP, ids.TIMELINE, ids.MAREY, ids.FLOW, ids.COMM_MATRIX, ids.DETAIL_OPERATORS, ids.COMPARE_RANKS}
+    graphs = {
+        ids.STEPS,
+        ids.HEATMAP,
+        ids.TIMELINE,
+        ids.MAREY,
+        ids.FLOW,
+        ids.COMM_MATRIX,
+        ids.DETAIL_OPERATORS,
+        ids.COMPARE_RANKS,
+    }
     expected = {
         "job": {ids.HEATMAP, ids.STEPS},
         "mark": {ids.HEATMAP, ids.STEPS},
@@ -101,17 +125,49 @@ def test_a_gesture_redraws_the_graphs_whose_fields_it_changed(app: Any) -> None:
 
         def redrawn(trigger: Any, value: Any, old: Selection = sel) -> set[str]:
             new = select(trigger, value, old, "")
-            stores = {name for name, v in zip(VIEW_FIELDS, view_updates(old, new), strict=True) if v is not no_update}
+            stores = {
+                name
+                for name, v in zip(VIEW_FIELDS, view_updates(old, new), strict=True)
+                if v is not no_update
+            }
             drawn = set().union(*(fed_by(app, view_store(s), "data") for s in stores)) if stores else set()
-            return drawn & {ids.STEPS, ids.HEATMAP, ids.TIMELINE, ids.MAREY, ids.FLOW, ids.COMM_MATRIX, ids.DETAIL_OPERATORS, ids.COMPARE_RANKS}
+            return drawn & {
+                ids.STEPS,
+                ids.HEATMAP,
+                ids.TIMELINE,
+                ids.MAREY,
+                ids.FLOW,
+                ids.COMM_MATRIX,
+                ids.DETAIL_OPERATORS,
+                ids.COMPARE_RANKS,
+            }
 
         zoom = {"xaxis.range[0]": 10.0, "xaxis.range[1]": 12.0}
-        assert redrawn((ids.TIMELINE_ZOOM, "data"), zoom) == {ids.TIMELINE, ids.MAREY}  # the window is theirs alone
+        assert redrawn((ids.TIMELINE_ZOOM, "data"), zoom) == {
+            ids.TIMELINE,
+            ids.MAREY,
+        }  # the window is theirs alone
         assert redrawn((ids.MAREY_ZOOM, "data"), zoom) == {ids.TIMELINE, ids.MAREY}
         zoomed = sel.but(window=[10.0, 12.0])
         assert redrawn((ids.MAREY_ZOOM, "data"), zoom, zoomed) == set()  # the same window: nothing to redraw
-        assert redrawn((ids.MAREY_CLICK, "data"), {"points": [{"customdata": ["gemm", 1, 11.0]}]}) == {ids.MAREY, ids.FLOW, ids.DETAIL_OPERATORS}
-        assert redrawn((ids.HEATMAP, "clickData"), {"points": [{"x": "1", "y": 5, "customdata": "6"}]}) == {ids.HEATMAP, ids.STEPS, ids.TIMELINE, ids.DETAIL_OPERATORS}
+        assert redrawn((ids.MAREY_CLICK, "data"), {"points": [{"customdata": ["gemm", 1, 11.0]}]}) == {
+            ids.MAREY,
+            ids.FLOW,
+            ids.DETAIL_OPERATORS,
+        }
+        assert redrawn((ids.HEATMAP, "clickData"), {"points": [{"x": "1", "y": 5, "customdata": "6"}]}) == {
+            ids.HEATMAP,
+            ids.STEPS,
+            ids.TIMELINE,
+            ids.DETAIL_OPERATORS,
+        }
         other = 2 if sel.step != 2 else 0
-        assert redrawn((ids.STEPS, "clickData"), {"points": [{"x": other}]}) == {ids.HEATMAP, ids.STEPS, ids.TIMELINE, ids.MAREY, ids.FLOW, ids.DETAIL_OPERATORS}
+        assert redrawn((ids.STEPS, "clickData"), {"points": [{"x": other}]}) == {
+            ids.HEATMAP,
+            ids.STEPS,
+            ids.TIMELINE,
+            ids.MAREY,
+            ids.FLOW,
+            ids.DETAIL_OPERATORS,
+        }
         assert redrawn((ids.BASELINE_PICKER, "value"), "sample:gpu_llm_fault_free") == {ids.COMPARE_RANKS}

@@ -31,7 +31,11 @@ def test_zoomed_out_timeline_merges_waits_to_screen_resolution_too() -> None:
     exact = timeline_data(job, ranks, (t0, end), pixels=50, max_primitives=10**9)
     merged = timeline_data(job, ranks, (t0, end), pixels=50, max_primitives=10)
     assert not exact["aggregated"] and merged["aggregated"]
-    assert exact["waits"]["x0"] and len(exact["waits"]["wait_us"]) == len(exact["waits"]["x0"]) and exact["links"]
+    assert (
+        exact["waits"]["x0"]
+        and len(exact["waits"]["wait_us"]) == len(exact["waits"]["x0"])
+        and exact["links"]
+    )
     waits = merged["waits"]
     assert waits["count"] and sum(waits["count"]) == len(exact["waits"]["x0"]) and not merged["links"]
     assert len(waits["x0"]) <= len(merged["rows"]) * 51 < len(exact["waits"]["x0"])
@@ -42,16 +46,36 @@ def test_zoomed_out_timeline_merges_waits_to_screen_resolution_too() -> None:
     assert exact_hover.text is None and "waited %{customdata:.1f} µs" in exact_hover.hovertemplate
 
 
-def _report(layout: dict[str, int], compute_ms: dict[int, float] | None = None, coords: bool = True) -> dict[str, Any]:
+def _report(
+    layout: dict[str, int], compute_ms: dict[int, float] | None = None, coords: bool = True
+) -> dict[str, Any]:
     """A ``paradiag.report/1`` document's parts compare reads: ranks laid out as Megatron does (tp fastest, then
     dp, then pp), each computing 10 ms (or ``compute_ms[stage]``)."""
     dp, tp, pp = layout["dp"], layout["tp"], layout["pp"]
-    place = {s * dp * tp + d * tp + t: {"dp": d, "tp": t, "pp": s, "ep": 0} for s in range(pp) for d in range(dp) for t in range(tp)}
+    place = {
+        s * dp * tp + d * tp + t: {"dp": d, "tp": t, "pp": s, "ep": 0}
+        for s in range(pp)
+        for d in range(dp)
+        for t in range(tp)
+    }
     ranks = [
-        {"rank": r, "step_time_ns": {"median": 20e6}, "breakdown": {"compute_ns": (compute_ms or {}).get(c["pp"], 10.0) * 1e6, "comm_exposed_ns": 5e6, "idle_ns": 5e6, "window_ns": 20e6}}
+        {
+            "rank": r,
+            "step_time_ns": {"median": 20e6},
+            "breakdown": {
+                "compute_ns": (compute_ms or {}).get(c["pp"], 10.0) * 1e6,
+                "comm_exposed_ns": 5e6,
+                "idle_ns": 5e6,
+                "window_ns": 20e6,
+            },
+        }
         for r, c in sorted(place.items())
     ]
-    job = {"num_ranks": len(place), "device_type": "gpu", "parallel_layout": {**layout, "coords": {str(r): c for r, c in place.items()} if coords else {}}}
+    job = {
+        "num_ranks": len(place),
+        "device_type": "gpu",
+        "parallel_layout": {**layout, "coords": {str(r): c for r, c in place.items()} if coords else {}},
+    }
     return {"job": job, "ranks": ranks, "metrics": {"step_time_ns": {"median": 20e6}}, "findings": []}
 
 
@@ -62,13 +86,26 @@ def test_compare_pairs_stages_across_layouts_folding_the_axes_whose_degree_diffe
     cand = _report({"dp": 1, "tp": 1, "pp": 8}, compute_ms={3: 13.0})
     doc = compare(base, cand, {}, {})
     pairing = doc["rank_pairing"]
-    assert pairing["by"] == "mesh coordinates" and pairing["axes"] == ["pp"] and pairing["folded"] == {"tp": [2, 1], "dp": [4, 1]}
+    assert (
+        pairing["by"] == "mesh coordinates"
+        and pairing["axes"] == ["pp"]
+        and pairing["folded"] == {"tp": [2, 1], "dp": [4, 1]}
+    )
     assert [r["label"] for r in doc["ranks"]] == [f"pp{s}" for s in range(8)]
     stage3 = doc["ranks"][3]
-    assert stage3["baseline_ranks"] == list(range(24, 32)) and stage3["candidate_ranks"] == [3] and stage3["rank"] is None
-    assert stage3["compute_ns"]["delta_pct"] == 30.0 and all(r["compute_ns"]["delta_pct"] == 0.0 for i, r in enumerate(doc["ranks"]) if i != 3)
+    assert (
+        stage3["baseline_ranks"] == list(range(24, 32))
+        and stage3["candidate_ranks"] == [3]
+        and stage3["rank"] is None
+    )
+    assert stage3["compute_ns"]["delta_pct"] == 30.0 and all(
+        r["compute_ns"]["delta_pct"] == 0.0 for i, r in enumerate(doc["ranks"]) if i != 3
+    )
     assert doc["top_change"]["culprit"] == {"ranks": [3]} and "position pp3" in doc["top_change"]["evidence"]
-    assert "folded: TP (2 in the baseline, 1 here), DP (4 in the baseline, 1 here)" in pairing["text"] and "every rank paired" in pairing["text"]
+    assert (
+        "folded: TP (2 in the baseline, 1 here), DP (4 in the baseline, 1 here)" in pairing["text"]
+        and "every rank paired" in pairing["text"]
+    )
     assert rank_changes_figure(doc).layout.xaxis.title.text == "position, paired by mesh coordinates"
 
 
@@ -77,12 +114,18 @@ def test_compare_pairs_same_layouts_by_coordinates_and_says_what_is_unpaired() -
     coordinates ranks pair by id, and the ranks only one job has are named as unpaired."""
     base = _report({"dp": 2, "tp": 2, "pp": 2})
     cand = _report({"dp": 2, "tp": 2, "pp": 2})
-    cand["job"]["parallel_layout"]["coords"] = {str(7 - int(r)): c for r, c in cand["job"]["parallel_layout"]["coords"].items()}
+    cand["job"]["parallel_layout"]["coords"] = {
+        str(7 - int(r)): c for r, c in cand["job"]["parallel_layout"]["coords"].items()
+    }
     cand["ranks"][0]["breakdown"]["compute_ns"] = 12e6  # rank 0 holds the place of the baseline's rank 7
     doc = compare(base, cand, {}, {})
-    assert {r["baseline_ranks"][0]: r["candidate_ranks"] for r in doc["ranks"]} == {b: [7 - b] for b in range(8)}
+    assert {r["baseline_ranks"][0]: r["candidate_ranks"] for r in doc["ranks"]} == {
+        b: [7 - b] for b in range(8)
+    }
     slow = next(r for r in doc["ranks"] if r["candidate_ranks"] == [0])
-    assert slow["baseline_ranks"] == [7] and slow["label"] == "7→0" and slow["compute_ns"]["delta_pct"] == 20.0
+    assert (
+        slow["baseline_ranks"] == [7] and slow["label"] == "7→0" and slow["compute_ns"]["delta_pct"] == 20.0
+    )
     assert "8 hold a different rank id" in doc["rank_pairing"]["text"]
     small = _report({"dp": 2, "tp": 1, "pp": 1}, coords=False)
     by_id = compare(base, small, {}, {})["rank_pairing"]
@@ -102,8 +145,15 @@ def test_matrix_of_a_real_npu_export_draws_the_per_link_traffic_of_its_diagnosis
     data = comm.view(job)
     assert data["source"].startswith("the trace's per-link traffic") and data["level"] == "rank"
     assert [g["label"] for g in data["src"]] == [str(r) for r in range(8)]
-    drawn = {(int(data["src"][i]["label"]), int(data["dst"][j]["label"])): v for i, row in enumerate(data["cells"]["bytes"]) for j, v in enumerate(row) if v is not None}
-    assert drawn == {(c.src, c.dst): pytest.approx(c.bytes / 1e6, rel=1e-3) for c in links} and {s for s, _ in drawn} == {0, 1}
+    drawn = {
+        (int(data["src"][i]["label"]), int(data["dst"][j]["label"])): v
+        for i, row in enumerate(data["cells"]["bytes"])
+        for j, v in enumerate(row)
+        if v is not None
+    }
+    assert drawn == {(c.src, c.dst): pytest.approx(c.bytes / 1e6, rel=1e-3) for c in links} and {
+        s for s, _ in drawn
+    } == {0, 1}
     rated = [v for row in data["cells"]["slowness"] for v in row if v is not None]
     assert len(rated) == len(links) and min(rated) > 0
     assert comm_figure(data, "slowness").data[0].type == "heatmap"

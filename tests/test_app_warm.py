@@ -22,7 +22,11 @@ def warmed_app(folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, wh
     from paradiag.dataset import Job
 
     monkeypatch.setenv("PARADIAG_CACHE_DIR", str(tmp_path / "cache"))
-    app = create_app(Config.from_env(job=str(folder), upload_dir=tmp_path / "uploads", app_cache_dir=tmp_path / "app-cache"))
+    app = create_app(
+        Config.from_env(
+            job=str(folder), upload_dir=tmp_path / "uploads", app_cache_dir=tmp_path / "app-cache"
+        )
+    )
     warm(app, "served").join()
 
     def cold(*_: Any, **__: Any) -> Any:
@@ -32,7 +36,9 @@ def warmed_app(folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, wh
     return app
 
 
-def test_every_step_is_warmed_and_a_step_change_reads_no_events(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_step_is_warmed_and_a_step_change_reads_no_events(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from paradiag.app.data.common import steps_of
     from paradiag.app.views.detail.live import render_detail
     from paradiag.app.views.flow.live import render_flow
@@ -46,7 +52,9 @@ def test_every_step_is_warmed_and_a_step_change_reads_no_events(tmp_path: Path, 
         from paradiag.app.layouts import shell
 
         page = shell.layout()
-        assert page[ids.JOB_PAGE].style == SHOWN and page[ids.START_PAGE].style != SHOWN  # laid out visible: drawn once
+        assert (
+            page[ids.JOB_PAGE].style == SHOWN and page[ids.START_PAGE].style != SHOWN
+        )  # laid out visible: drawn once
 
         steps = steps_of(context.job("served"))
         assert len(steps) > 1
@@ -72,7 +80,9 @@ def test_warming_waits_until_no_request_is_in_flight() -> None:
     assert not waited.is_alive()
 
 
-def test_a_click_on_any_row_of_the_first_heatmap_reads_no_events_after_warming(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_click_on_any_row_of_the_first_heatmap_reads_no_events_after_warming(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A folded row selects all its ranks: their timeline and detail are warmed too, in every step."""
     from paradiag.app.callbacks.selection import select
     from paradiag.app.data.overview import DEFAULT_METRIC
@@ -82,7 +92,11 @@ def test_a_click_on_any_row_of_the_first_heatmap_reads_no_events_after_warming(t
     from paradiag.simulator import SimConfig, parse_fault, simulate
     from tests.test_app_timeline_folds import CULPRIT, MESH
 
-    folder = simulate(SimConfig(output=tmp_path / "job", faults=(parse_fault(f"slow_device:ranks={CULPRIT},factor=1.5"),), **MESH))
+    folder = simulate(
+        SimConfig(
+            output=tmp_path / "job", faults=(parse_fault(f"slow_device:ranks={CULPRIT},factor=1.5"),), **MESH
+        )
+    )
     app = warmed_app(folder, tmp_path, monkeypatch, "a click on a heatmap row")
     with app.server.test_request_context("/"):
         from paradiag.app import ids
@@ -93,7 +107,12 @@ def test_a_click_on_any_row_of_the_first_heatmap_reads_no_events_after_warming(t
         assert folded and len(heat.y) < 64  # the stages fold
         for y, cells in enumerate(heat.customdata):
             for x, ranks in zip(heat.x, cells, strict=True):
-                sel = select((ids.HEATMAP, "clickData"), {"points": [{"x": x, "y": y, "customdata": ranks}]}, opened.but(step=0), None)
+                sel = select(
+                    (ids.HEATMAP, "clickData"),
+                    {"points": [{"x": x, "y": y, "customdata": ranks}]},
+                    opened.but(step=0),
+                    None,
+                )
                 assert sel.ranks == [int(r) for r in ranks.split(",")] and sel.step == int(x)
                 assert render_timeline(sel.view("timeline"))[0].data
                 assert render_detail(sel.view("detail"))[0].startswith(f"rank {sel.ranks[0]}, step {x}")

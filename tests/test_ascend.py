@@ -261,7 +261,9 @@ def test_db_level0_no_value_marker_in_communication_tasks(tmp_path: Path) -> Non
     db = ascend_db.find_db(folder)
     assert db is not None
     with sqlite3.connect(db) as conn:
-        conn.execute("update COMMUNICATION_TASK_INFO set planeId = 4294967295, srcRank = 4294967295, dstRank = 4294967295")
+        conn.execute(
+            "update COMMUNICATION_TASK_INFO set planeId = 4294967295, srcRank = 4294967295, dstRank = 4294967295"
+        )
     p = ascend.parse(folder, tmp_path)
     tasks = p.extra["comm_tasks"]
     assert tasks.num_rows > 0
@@ -296,7 +298,9 @@ def test_report_breakdown_reproduces_step_trace_time(job: str, tmp_path: Path) -
 
     opened = paradiag.open(NPU / job, cache_dir=tmp_path / "cache")
     for entry in build_report(opened)["ranks"]:
-        assert entry["steps"][0]["breakdown"]["window_ns"] == entry["breakdown"]["window_ns"]  # one step: the same
+        assert (
+            entry["steps"][0]["breakdown"]["window_ns"] == entry["breakdown"]["window_ns"]
+        )  # one step: the same
         theirs = parsed(job, entry["rank"]).extra["step_trace"].to_pylist()[0]
         mine, stage = entry["breakdown"], theirs["stage_ns"]
         pairs = (("window_ns", "stage_ns"), ("compute_ns", "computing_ns"), ("comm_exposed_ns", "communication_not_overlapped_ns"),
@@ -313,10 +317,15 @@ def test_analyze_convention_option(tmp_path: Path) -> None:
     folder = NPU / JOBS[0]
     windows = {}
     for convention in ("ascend", "paradiag"):
-        result = CliRunner().invoke(main, ["analyze", str(folder), "-o", str(tmp_path / "cache"), "--json", "--convention", convention])
+        result = CliRunner().invoke(
+            main,
+            ["analyze", str(folder), "-o", str(tmp_path / "cache"), "--json", "--convention", convention],
+        )
         assert result.exit_code == 0, result.output
         windows[convention] = json.loads(result.output)["ranks"][0]["breakdown"]["window_ns"]
-    assert windows["ascend"] == pytest.approx(136_581_000, abs=1_000)  # Stage of step 50 in step_trace_time.csv
+    assert windows["ascend"] == pytest.approx(
+        136_581_000, abs=1_000
+    )  # Stage of step 50 in step_trace_time.csv
     assert windows["paradiag"] > windows["ascend"]  # every device task, memory copies included
 
 

@@ -163,16 +163,44 @@ def _only_other_tables(db: Path) -> None:
 
 # name -> (change to rank 1's database, severity, text of the problem)
 DB_CASES: dict[str, tuple[Any, str, str]] = {
-    "zero-byte .db": (lambda db: db.write_bytes(b""), "error", "ascend_pytorch_profiler_1.db: the file is empty"),
+    "zero-byte .db": (
+        lambda db: db.write_bytes(b""),
+        "error",
+        "ascend_pytorch_profiler_1.db: the file is empty",
+    ),
     "only other tables": (_only_other_tables, "error", "ascend_pytorch_profiler_1.db: no profiler tables"),
-    "TEXT in TASK.startNs": (_sql("update TASK set startNs = 'soon' where rowid % 7 = 0"), "warning", "TASK: 78 rows with a missing or malformed startNs"),
-    "TEXT in PYTORCH_API.startNs": (_sql("update PYTORCH_API set startNs = '12x' where rowid % 7 = 0"), "warning", "PYTORCH_API: 351 rows with a missing or malformed startNs"),
+    "TEXT in TASK.startNs": (
+        _sql("update TASK set startNs = 'soon' where rowid % 7 = 0"),
+        "warning",
+        "TASK: 78 rows with a missing or malformed startNs",
+    ),
+    "TEXT in PYTORCH_API.startNs": (
+        _sql("update PYTORCH_API set startNs = '12x' where rowid % 7 = 0"),
+        "warning",
+        "PYTORCH_API: 351 rows with a missing or malformed startNs",
+    ),
     "NULL TASK.endNs": (_sql("update TASK set endNs = NULL where rowid % 7 = 0"), "warning", "TASK: 78 rows"),
-    "negative CANN_API.startNs": (_sql("update CANN_API set startNs = -5 where rowid % 7 = 0"), "warning", "CANN_API: 101 rows"),
-    "TEXT stream and thread ids": (_sql("update TASK set streamId = 'q' where rowid % 7 = 0", "update CANN_API set globalTid = 'q'"), "warning", "CANN_API: 709 rows"),
-    "TEXT in COMMUNICATION_OP.startNs": (_sql("update COMMUNICATION_OP set startNs = 'q' where rowid % 2 = 0"), "warning", "COMMUNICATION_OP: 2 rows"),
+    "negative CANN_API.startNs": (
+        _sql("update CANN_API set startNs = -5 where rowid % 7 = 0"),
+        "warning",
+        "CANN_API: 101 rows",
+    ),
+    "TEXT stream and thread ids": (
+        _sql("update TASK set streamId = 'q' where rowid % 7 = 0", "update CANN_API set globalTid = 'q'"),
+        "warning",
+        "CANN_API: 709 rows",
+    ),
+    "TEXT in COMMUNICATION_OP.startNs": (
+        _sql("update COMMUNICATION_OP set startNs = 'q' where rowid % 2 = 0"),
+        "warning",
+        "COMMUNICATION_OP: 2 rows",
+    ),
     "binary names": (_sql("update STRING_IDS set value = X'FFFE00' where rowid % 3 = 0"), "", ""),
-    "rank beyond int32, device as text": (_sql("update RANK_DEVICE_MAP set rankId = 9999999999999, deviceId = 'x'"), "", ""),
+    "rank beyond int32, device as text": (
+        _sql("update RANK_DEVICE_MAP set rankId = 9999999999999, deviceId = 'x'"),
+        "",
+        "",
+    ),
     "metadata nested too deeply": (_sql("update META_DATA set value = '" + "[" * 100_000 + "'"), "", ""),
 }
 
@@ -187,7 +215,9 @@ def test_damaged_database(tmp_path: Path, case: str) -> None:
     opened = paradiag.open(job)
     assert opened.rank_ids == ([0] if severity == "error" else [0, 1])
     assert not any("internal error" in p.message for p in opened.problems)
-    mine = [p for p in opened.problems if p.source == "rank1_ascend_pt" and p.severity == (severity or "error")]
+    mine = [
+        p for p in opened.problems if p.source == "rank1_ascend_pt" and p.severity == (severity or "error")
+    ]
     if severity:
         assert any(text in p.message for p in mine), opened.problems
     else:
@@ -239,7 +269,9 @@ def test_limits_apply_to_ascend_files(tmp_path: Path, monkeypatch: pytest.Monkey
         ascend.parse(rank, tmp_path)
     monkeypatch.setenv("PARADIAG_MAX_STRING_KB", "0")
     monkeypatch.setenv("PARADIAG_MAX_FILE_MB", "1")
-    with pytest.raises(TraceError, match=r"trace_view\.json: size exceeds 1 MB \(limit PARADIAG_MAX_FILE_MB\)"):
+    with pytest.raises(
+        TraceError, match=r"trace_view\.json: size exceeds 1 MB \(limit PARADIAG_MAX_FILE_MB\)"
+    ):
         ascend.parse(rank, tmp_path)
 
 

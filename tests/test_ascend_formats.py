@@ -85,7 +85,11 @@ def test_old_layouts_are_named_in_one_line(tmp_path: Path) -> None:
         (legacy / f"ascend_timeline_display_{rank}.json").write_text("[]")
         (legacy / f"flops_summary_{rank}.json").write_text("{}")
         (legacy / f"step_trace_raw_{rank}_detail_time.csv").write_text("step_num,start_point\n")
-    for folder, says in ((tmp_path / "cann", "CANN <= 6.3"), (tmp_path / "mindspore", "MindSpore <= 2.2"), (legacy, "MindSpore <= 2.2")):
+    for folder, says in (
+        (tmp_path / "cann", "CANN <= 6.3"),
+        (tmp_path / "mindspore", "MindSpore <= 2.2"),
+        (legacy, "MindSpore <= 2.2"),
+    ):
         with pytest.raises(JobError) as raised:
             paradiag.open(folder, cache_dir=tmp_path / f"cache-{folder.name}")
         message = str(raised.value)

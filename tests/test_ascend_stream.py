@@ -31,7 +31,10 @@ def ts(us: float) -> str:
 
 def meta(pid: int, name: str, threads: dict[int, str] | None = None) -> list[dict[str, Any]]:
     out = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}}]
-    out += [{"ph": "M", "name": "thread_name", "pid": pid, "tid": t, "args": {"name": n}} for t, n in (threads or {}).items()]
+    out += [
+        {"ph": "M", "name": "thread_name", "pid": pid, "tid": t, "args": {"name": n}}
+        for t, n in (threads or {}).items()
+    ]
     return out
 
 
@@ -41,20 +44,153 @@ def timeline(peer_local: int, kind: str = "send") -> list[dict[str, Any]]:
     op = "hcom_send__1_0_1" if kind == "send" else "hcom_receive__1_0_1"
     src, dst = (0, peer_local) if kind == "send" else (peer_local, 0)
     events = [
-        {"ph": "X", "name": "ProfilerStep#7", "pid": PY, "tid": 1, "ts": ts(0), "dur": 1000.0, "cat": "cpu_op", "args": {}},
-        {"ph": "X", "name": "aten::mm", "pid": PY, "tid": 1, "ts": ts(10), "dur": 50.0, "cat": "cpu_op", "args": {"Call stack": "x.py(1): f"}},
-        {"ph": "X", "name": "aten::empty", "pid": PY, "tid": 1, "ts": ts(10), "dur": 5.5, "cat": "cpu_op", "args": {}},
-        {"ph": "s", "name": "torch_to_npu", "id": 1736408883700100000, "pid": PY, "tid": 1, "ts": ts(10), "cat": "async_npu", "bp": "e"},
-        {"ph": "X", "name": "Node@launch", "pid": CANN, "tid": 1, "ts": ts(12), "dur": 3.0, "args": {"level": "node", "connection_id": 11}},
-        {"ph": "s", "name": "HostToDevice11", "id": "11", "pid": CANN, "tid": 1, "ts": ts(12), "cat": "HostToDevice"},
-        {"ph": "X", "name": "MatMul_1", "pid": HW, "tid": 2, "ts": ts(100), "dur": 200.123, "args": {"Task Type": "AI_CORE", "connection_id": 11}},
-        {"ph": "f", "name": "HostToDevice11", "id": "11", "pid": HW, "tid": 2, "ts": ts(100), "cat": "HostToDevice", "bp": "e"},
-        {"ph": "f", "name": "torch_to_npu", "id": 1736408883700100000, "pid": HW, "tid": 2, "ts": ts(100), "cat": "async_npu", "bp": "e"},
-        {"ph": "X", "name": "HcomSend", "pid": CANN, "tid": 1, "ts": ts(400), "dur": 3.0, "args": {"level": "node", "connection_id": 12}},
-        {"ph": "X", "name": "Notify Wait", "pid": HW, "tid": 5, "ts": ts(500), "dur": 10.0, "args": {"Task Type": "Notify Wait", "connection_id": 12}},
-        {"ph": "X", "name": op, "pid": HCCL, "tid": 0, "ts": ts(500), "dur": 100.0, "args": {"connection_id": 12, "data_type": "BF16", "count": 1024}},
-        {"ph": "X", "name": "Notify_Wait", "pid": HCCL, "tid": 1, "ts": ts(500), "dur": 10.0, "args": {"stream id": 5, "task type": "Notify_Wait", "src rank": dst, "dst rank": src, "transport type": "SDMA", "size(Byte)": 0}},
-        {"ph": "X", "name": "Memcpy", "pid": HCCL, "tid": 1, "ts": ts(510), "dur": 80.0, "args": {"stream id": 5, "task type": "Memcpy", "src rank": src, "dst rank": dst, "transport type": "SDMA", "size(Byte)": 2048, "link type": "HCCS"}},
+        {
+            "ph": "X",
+            "name": "ProfilerStep#7",
+            "pid": PY,
+            "tid": 1,
+            "ts": ts(0),
+            "dur": 1000.0,
+            "cat": "cpu_op",
+            "args": {},
+        },
+        {
+            "ph": "X",
+            "name": "aten::mm",
+            "pid": PY,
+            "tid": 1,
+            "ts": ts(10),
+            "dur": 50.0,
+            "cat": "cpu_op",
+            "args": {"Call stack": "x.py(1): f"},
+        },
+        {
+            "ph": "X",
+            "name": "aten::empty",
+            "pid": PY,
+            "tid": 1,
+            "ts": ts(10),
+            "dur": 5.5,
+            "cat": "cpu_op",
+            "args": {},
+        },
+        {
+            "ph": "s",
+            "name": "torch_to_npu",
+            "id": 1736408883700100000,
+            "pid": PY,
+            "tid": 1,
+            "ts": ts(10),
+            "cat": "async_npu",
+            "bp": "e",
+        },
+        {
+            "ph": "X",
+            "name": "Node@launch",
+            "pid": CANN,
+            "tid": 1,
+            "ts": ts(12),
+            "dur": 3.0,
+            "args": {"level": "node", "connection_id": 11},
+        },
+        {
+            "ph": "s",
+            "name": "HostToDevice11",
+            "id": "11",
+            "pid": CANN,
+            "tid": 1,
+            "ts": ts(12),
+            "cat": "HostToDevice",
+        },
+        {
+            "ph": "X",
+            "name": "MatMul_1",
+            "pid": HW,
+            "tid": 2,
+            "ts": ts(100),
+            "dur": 200.123,
+            "args": {"Task Type": "AI_CORE", "connection_id": 11},
+        },
+        {
+            "ph": "f",
+            "name": "HostToDevice11",
+            "id": "11",
+            "pid": HW,
+            "tid": 2,
+            "ts": ts(100),
+            "cat": "HostToDevice",
+            "bp": "e",
+        },
+        {
+            "ph": "f",
+            "name": "torch_to_npu",
+            "id": 1736408883700100000,
+            "pid": HW,
+            "tid": 2,
+            "ts": ts(100),
+            "cat": "async_npu",
+            "bp": "e",
+        },
+        {
+            "ph": "X",
+            "name": "HcomSend",
+            "pid": CANN,
+            "tid": 1,
+            "ts": ts(400),
+            "dur": 3.0,
+            "args": {"level": "node", "connection_id": 12},
+        },
+        {
+            "ph": "X",
+            "name": "Notify Wait",
+            "pid": HW,
+            "tid": 5,
+            "ts": ts(500),
+            "dur": 10.0,
+            "args": {"Task Type": "Notify Wait", "connection_id": 12},
+        },
+        {
+            "ph": "X",
+            "name": op,
+            "pid": HCCL,
+            "tid": 0,
+            "ts": ts(500),
+            "dur": 100.0,
+            "args": {"connection_id": 12, "data_type": "BF16", "count": 1024},
+        },
+        {
+            "ph": "X",
+            "name": "Notify_Wait",
+            "pid": HCCL,
+            "tid": 1,
+            "ts": ts(500),
+            "dur": 10.0,
+            "args": {
+                "stream id": 5,
+                "task type": "Notify_Wait",
+                "src rank": dst,
+                "dst rank": src,
+                "transport type": "SDMA",
+                "size(Byte)": 0,
+            },
+        },
+        {
+            "ph": "X",
+            "name": "Memcpy",
+            "pid": HCCL,
+            "tid": 1,
+            "ts": ts(510),
+            "dur": 80.0,
+            "args": {
+                "stream id": 5,
+                "task type": "Memcpy",
+                "src rank": src,
+                "dst rank": dst,
+                "transport type": "SDMA",
+                "size(Byte)": 2048,
+                "link type": "HCCS",
+            },
+        },
         {"ph": "C", "name": "HBM 0/Read", "pid": 9004, "tid": 0, "ts": ts(1), "args": {"Read(MB/s)": 1.0}},
     ]
     return [
@@ -64,7 +200,9 @@ def timeline(peer_local: int, kind: str = "send") -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-def rank_folder(root: Path, events: list[dict[str, Any]], rank: int = 1, groups: dict[str, Any] | None = None) -> Path:
+def rank_folder(
+    root: Path, events: list[dict[str, Any]], rank: int = 1, groups: dict[str, Any] | None = None
+) -> Path:
     folder = root / f"host_{100 + rank}_2025010100000000{rank}_ascend_pt"
     out = folder / "ASCEND_PROFILER_OUTPUT"
     out.mkdir(parents=True)
@@ -75,7 +213,9 @@ def rank_folder(root: Path, events: list[dict[str, Any]], rank: int = 1, groups:
         gid = ascend_common.group_hash(next(iter(groups)))
         ops = {e["name"] for e in events if e.get("pid") == HCCL and e.get("tid") == 0 and e.get("ph") == "X"}
         info = {"Communication Time Info": {"Elapse Time(ms)": 0.1}, "Communication Bandwidth Info": {}}
-        (out / "communication.json").write_text(json.dumps({"step7": {"p2p": {f"{op}@{gid}": info for op in ops}}}))
+        (out / "communication.json").write_text(
+            json.dumps({"step7": {"p2p": {f"{op}@{gid}": info for op in ops}}})
+        )
     return folder
 
 
@@ -87,7 +227,18 @@ def by_name(events: pa.Table, name: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize(
     "text",
-    ["1736408883704643.212", "1736408883704643", "12.5", " 7.000\t", "-1.250", "0.0009", "", "N/A", "1e3", "99999999999999999999.000"],
+    [
+        "1736408883704643.212",
+        "1736408883704643",
+        "12.5",
+        " 7.000\t",
+        "-1.250",
+        "0.0009",
+        "",
+        "N/A",
+        "1e3",
+        "99999999999999999999.000",
+    ],
 )
 def test_bulk_us_text_matches_the_exact_scalar_conversion(text: str) -> None:
     bulk = ascend_trace.us_text_to_ns(pa.array([text, "1.000"])).to_pylist()[0]
@@ -97,20 +248,36 @@ def test_bulk_us_text_matches_the_exact_scalar_conversion(text: str) -> None:
 
 def test_columns_of_mixed_types_still_convert() -> None:
     assert ascend_trace.ts_column(["1.000", 2, 3.5, None, "x"]).to_pylist() == [1000, 2000, 3500, None, None]
-    assert ascend_trace.dur_column([1.5, "2.25", None, float("nan"), 0.0025]).to_pylist() == [1500, 2250, None, None, 2]
+    assert ascend_trace.dur_column([1.5, "2.25", None, float("nan"), 0.0025]).to_pylist() == [
+        1500,
+        2250,
+        None,
+        None,
+        2,
+    ]
 
 
 def test_synthetic_rank_streams_with_metadata_last(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     group = {"g": {"group_name": "pp", "global_ranks": [3, 5]}}
     folder = rank_folder(tmp_path, timeline(peer_local=1), rank=3, groups=group)
     whole = ascend.parse(folder, tmp_path)
-    monkeypatch.setattr(json_stream, "SLICE", 300)  # a slice of a few events: many cuts, metadata in a late slice
+    monkeypatch.setattr(
+        json_stream, "SLICE", 300
+    )  # a slice of a few events: many cuts, metadata in a late slice
     monkeypatch.setattr(json_stream, "BLOCK", 512)
     sliced = ascend.parse(folder, tmp_path)
     assert sliced.events.equals(whole.events) and sliced.steps.equals(whole.steps)
     events = whole.events
-    kernel, host, inner = by_name(events, "MatMul_1"), by_name(events, "aten::mm"), by_name(events, "aten::empty")
-    assert kernel["start_ns"] == (T0 + 100) * 1000 and kernel["dur_ns"] == 200123 and kernel["kind"] == schema.COMPUTE
+    kernel, host, inner = (
+        by_name(events, "MatMul_1"),
+        by_name(events, "aten::mm"),
+        by_name(events, "aten::empty"),
+    )
+    assert (
+        kernel["start_ns"] == (T0 + 100) * 1000
+        and kernel["dur_ns"] == 200123
+        and kernel["kind"] == schema.COMPUTE
+    )
     assert kernel["step"] == 7 and kernel["correlation"] == 11
     # the async_npu arrow leaves the innermost op starting at its tail: aten::empty, not aten::mm
     assert kernel["external_id"] == inner["external_id"] >= 0 and host["external_id"] == -1
@@ -123,11 +290,17 @@ def test_synthetic_rank_streams_with_metadata_last(tmp_path: Path, monkeypatch: 
     assert [(g.group, g.ranks) for g in whole.groups] == [(gid, [3, 5])]
     tasks = whole.extra["comm_tasks"].to_pylist()
     assert [t["name"] for t in tasks] == ["Notify_Wait", "Memcpy"]
-    assert all(t["op_name"] == "hcom_send__1_0_1" for t in tasks) and tasks[1]["bandwidth_gbps"] == 2048 / 80000
+    assert (
+        all(t["op_name"] == "hcom_send__1_0_1" for t in tasks) and tasks[1]["bandwidth_gbps"] == 2048 / 80000
+    )
 
 
-@pytest.mark.parametrize(("kind", "members", "peer"), [("receive", None, 1), ("receive", [3, 5], 5), ("send", None, 1)])
-def test_peer_without_and_with_group_members(tmp_path: Path, kind: str, members: list[int] | None, peer: int) -> None:
+@pytest.mark.parametrize(
+    ("kind", "members", "peer"), [("receive", None, 1), ("receive", [3, 5], 5), ("send", None, 1)]
+)
+def test_peer_without_and_with_group_members(
+    tmp_path: Path, kind: str, members: list[int] | None, peer: int
+) -> None:
     # Without members the peer is group-local, from the transfer's direction; with them, global.
     folder = rank_folder(tmp_path, timeline(peer_local=1, kind=kind), rank=3)
     parsed = ascend.parse(folder, tmp_path)
@@ -164,7 +337,11 @@ def test_csv_reader_strips_tabs_quotes_and_drops_a_broken_row(tmp_path: Path) ->
     kernels = ascend_text.kernels_table(table, 3).to_pylist()
     assert kernels[0]["start_ns"] == 1736408883704643212 and kernels[0]["dur_ns"] == 12500
     assert kernels[0]["input_shapes"] == "32,3" and kernels[0]["block_dim"] == 24 and kernels[0]["step"] == 7
-    assert kernels[1]["dur_ns"] is None and kernels[1]["block_dim"] is None and kernels[1]["input_shapes"] is None
+    assert (
+        kernels[1]["dur_ns"] is None
+        and kernels[1]["block_dim"] is None
+        and kernels[1]["input_shapes"] is None
+    )
 
 
 @pytest.mark.skipif(not NPU.is_dir(), reason=f"shared NPU traces not found at {NPU}")
@@ -186,7 +363,9 @@ def test_external_id_links_every_async_npu_arrow_on_shared_traces(job: str) -> N
 def test_pipeline_sample_send_recv_peers_are_the_neighbouring_stages() -> None:
     for folder in sorted(PP_SAMPLE.glob("*_ascend_pt")):
         parsed = ascend.parse(folder, PP_SAMPLE)
-        p2p = parsed.events.filter(pc.is_in(parsed.events.column("collective").cast(pa.string()), pa.array(["send", "recv"])))
+        p2p = parsed.events.filter(
+            pc.is_in(parsed.events.column("collective").cast(pa.string()), pa.array(["send", "recv"]))
+        )
         peers = set(p2p.column("peer").to_pylist())
         assert p2p.num_rows and None not in peers
         assert peers <= {parsed.rank - 1, parsed.rank + 1}, (parsed.rank, peers)

@@ -23,7 +23,10 @@ from paradiag.dataset import JobError
 from tests.helpers import kineto_trace, write_job, write_trace
 
 BAD_FILES = {
-    "truncated.json.gz": (lambda: gzip.compress(json.dumps(kineto_trace(5)).encode())[:300], "truncated or corrupt gzip"),
+    "truncated.json.gz": (
+        lambda: gzip.compress(json.dumps(kineto_trace(5)).encode())[:300],
+        "truncated or corrupt gzip",
+    ),
     "invalid.json": (lambda: b'{"traceEvents": [{"ph": "X", "ts": 1,', "invalid JSON"),
     "empty.json": (lambda: b"", "the file is empty"),
     "no_events.json": (lambda: b'{"traceEvents": []}', "no complete ('X') events"),
@@ -46,7 +49,10 @@ def test_each_bad_file_is_reported_and_the_rest_loads(tmp_path: Path, name: str)
 
 # Valid JSON of another kind beside the traces (a config, a metrics dump): a stray file, not a broken trace.
 NOT_TRACES = {
-    "notatrace.json": (b'{"model": "resnet50", "lr": 0.1}', "not a PyTorch profiler trace: no 'traceEvents' list"),
+    "notatrace.json": (
+        b'{"model": "resnet50", "lr": 0.1}',
+        "not a PyTorch profiler trace: no 'traceEvents' list",
+    ),
     "array.json": (b"[1, 2, 3]", "not a PyTorch profiler trace"),
 }
 
@@ -78,15 +84,24 @@ def test_events_with_missing_or_negative_times_are_skipped_with_a_warning(tmp_pa
     doc = kineto_trace(0, world=1)
     good = sum(1 for e in doc["traceEvents"] if e["ph"] == "X")
     doc["traceEvents"].append({"ph": "X", "cat": "kernel", "name": "no_ts", "pid": 0, "tid": 7, "dur": 5})
-    doc["traceEvents"].append({"ph": "X", "cat": "kernel", "name": "negative", "pid": 0, "tid": 7, "ts": -5, "dur": 5})
-    doc["traceEvents"].append({"ph": "X", "cat": "kernel", "name": "neg_dur", "pid": 0, "tid": 7, "ts": 5, "dur": -1})
-    doc["traceEvents"].append({"ph": "X", "cat": "kernel", "name": "str_ts", "pid": 0, "tid": 7, "ts": "soon", "dur": 1})
+    doc["traceEvents"].append(
+        {"ph": "X", "cat": "kernel", "name": "negative", "pid": 0, "tid": 7, "ts": -5, "dur": 5}
+    )
+    doc["traceEvents"].append(
+        {"ph": "X", "cat": "kernel", "name": "neg_dur", "pid": 0, "tid": 7, "ts": 5, "dur": -1}
+    )
+    doc["traceEvents"].append(
+        {"ph": "X", "cat": "kernel", "name": "str_ts", "pid": 0, "tid": 7, "ts": "soon", "dur": 1}
+    )
     (tmp_path / "job").mkdir()
     write_trace(tmp_path / "job" / "rank0.json", doc)
     job = paradiag.open(tmp_path / "job")
     assert job.events().num_rows == good
     warnings = [str(p) for p in job.problems if p.severity == "warning"]
-    assert any("rank0.json" in w and "4 events with a missing, negative or out-of-range timestamp" in w for w in warnings)
+    assert any(
+        "rank0.json" in w and "4 events with a missing, negative or out-of-range timestamp" in w
+        for w in warnings
+    )
 
 
 def test_two_files_claiming_the_same_rank(tmp_path: Path) -> None:
@@ -157,7 +172,9 @@ def test_broken_and_looping_links_are_named_and_skipped(tmp_path: Path) -> None:
     problems = {p.source: p.message for p in job.problems if p.severity == "error"}
     assert problems["dangling.json"] == "a broken symbolic link (its target does not exist)"
     assert problems["a.json"] == problems["b.json"] == "a symbolic link loop"
-    assert problems["host_1_ascend_pt/ASCEND_PROFILER_OUTPUT/trace_view.json"].startswith("a broken symbolic link")
+    assert problems["host_1_ascend_pt/ASCEND_PROFILER_OUTPUT/trace_view.json"].startswith(
+        "a broken symbolic link"
+    )
     assert paradiag.open(folder).problems == job.problems  # read back from the cache, still there
 
 
@@ -276,22 +293,87 @@ def _flip_gzip_byte() -> bytes:
 
 # name -> (content of rank2.json[.gz], severity, text of the problem, ranks that load)
 VALUE_CASES: dict[str, tuple[Any, str, str, list[int]]] = {
-    "rank >= 2**31": (lambda: _doc(lambda d: d["distributedInfo"].update(rank=2**31)), "warning", "distributedInfo.rank 2147483648 is not a valid rank", [0, 1, 2]),
-    "negative rank": (lambda: _doc(lambda d: d["distributedInfo"].update(rank=-3)), "warning", "distributedInfo.rank -3 is not a valid rank", [0, 1, 2]),
-    "rank 1e300": (lambda: _doc(lambda d: d["distributedInfo"].update(rank=1e300)), "warning", "distributedInfo.rank 1e+300 is not", [0, 1, 2]),
-    "world_size >= 2**31": (lambda: _doc(lambda d: d["distributedInfo"].update(world_size=2**31)), "warning", "distributedInfo.world_size 2147483648 is not a valid world size", [0, 1, 2]),
-    "ts beyond int64": (lambda: _doc(_set_event(3, ts=10**20)), "warning", "1 events with a missing, negative or out-of-range timestamp", [0, 1, 2]),
-    "ts 1e30": (lambda: _doc(_set_event(3, ts=1e30)), "warning", "1 events with a missing, negative or out-of-range timestamp", [0, 1, 2]),
-    "dur 1e30": (lambda: _doc(_set_event(3, dur=1e30)), "warning", "1 events with a missing, negative or out-of-range timestamp", [0, 1, 2]),
-    "ProfilerStep#1e20": (lambda: _doc(lambda d: d["traceEvents"][-1].update(name="ProfilerStep#100000000000000000000")), "warning", "step number out of range", [0, 1, 2]),
+    "rank >= 2**31": (
+        lambda: _doc(lambda d: d["distributedInfo"].update(rank=2**31)),
+        "warning",
+        "distributedInfo.rank 2147483648 is not a valid rank",
+        [0, 1, 2],
+    ),
+    "negative rank": (
+        lambda: _doc(lambda d: d["distributedInfo"].update(rank=-3)),
+        "warning",
+        "distributedInfo.rank -3 is not a valid rank",
+        [0, 1, 2],
+    ),
+    "rank 1e300": (
+        lambda: _doc(lambda d: d["distributedInfo"].update(rank=1e300)),
+        "warning",
+        "distributedInfo.rank 1e+300 is not",
+        [0, 1, 2],
+    ),
+    "world_size >= 2**31": (
+        lambda: _doc(lambda d: d["distributedInfo"].update(world_size=2**31)),
+        "warning",
+        "distributedInfo.world_size 2147483648 is not a valid world size",
+        [0, 1, 2],
+    ),
+    "ts beyond int64": (
+        lambda: _doc(_set_event(3, ts=10**20)),
+        "warning",
+        "1 events with a missing, negative or out-of-range timestamp",
+        [0, 1, 2],
+    ),
+    "ts 1e30": (
+        lambda: _doc(_set_event(3, ts=1e30)),
+        "warning",
+        "1 events with a missing, negative or out-of-range timestamp",
+        [0, 1, 2],
+    ),
+    "dur 1e30": (
+        lambda: _doc(_set_event(3, dur=1e30)),
+        "warning",
+        "1 events with a missing, negative or out-of-range timestamp",
+        [0, 1, 2],
+    ),
+    "ProfilerStep#1e20": (
+        lambda: _doc(lambda d: d["traceEvents"][-1].update(name="ProfilerStep#100000000000000000000")),
+        "warning",
+        "step number out of range",
+        [0, 1, 2],
+    ),
     "device 1e300": (lambda: _doc(_set_args(4, device=1e300)), "warning", "read leniently", [0, 1, 2]),
     "correlation 1e30": (lambda: _doc(_set_args(4, correlation=10**30)), "", "", [0, 1, 2]),
-    "baseTimeNanoseconds 1e300": (lambda: _doc(lambda d: d.update(baseTimeNanoseconds=1e300)), "warning", "baseTimeNanoseconds 1e+300 is not a valid time", [0, 1, 2]),
+    "baseTimeNanoseconds 1e300": (
+        lambda: _doc(lambda d: d.update(baseTimeNanoseconds=1e300)),
+        "warning",
+        "baseTimeNanoseconds 1e+300 is not a valid time",
+        [0, 1, 2],
+    ),
     "flipped gzip byte": (_flip_gzip_byte, "error", "truncated or corrupt gzip data", [0, 1]),
-    "deep nesting outside the events": (lambda: _doc(lambda d: None)[:-1] + b', "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "error", "values nested too deeply outside 'traceEvents'", [0, 1]),
-    "deep nesting in an event": (lambda: _doc(_set_args(3, x=0)).replace(b'"x": 0', b'"x": ' + b"[" * 100_000 + b"]" * 100_000), "error", "values nested too deeply", [0, 1]),
-    "traceEvents of numbers": (lambda: b'{"traceEvents": [1, 2, 3]}', "error", "an element of the array is not an object", [0, 1]),
-    "invalid UTF-8 in a name": (lambda: _doc(lambda d: None).replace(b"aten::mm", b"aten\xff\xfemm", 1), "error", "invalid JSON", [0, 1]),
+    "deep nesting outside the events": (
+        lambda: _doc(lambda d: None)[:-1] + b', "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        "error",
+        "values nested too deeply outside 'traceEvents'",
+        [0, 1],
+    ),
+    "deep nesting in an event": (
+        lambda: _doc(_set_args(3, x=0)).replace(b'"x": 0', b'"x": ' + b"[" * 100_000 + b"]" * 100_000),
+        "error",
+        "values nested too deeply",
+        [0, 1],
+    ),
+    "traceEvents of numbers": (
+        lambda: b'{"traceEvents": [1, 2, 3]}',
+        "error",
+        "an element of the array is not an object",
+        [0, 1],
+    ),
+    "invalid UTF-8 in a name": (
+        lambda: _doc(lambda d: None).replace(b"aten::mm", b"aten\xff\xfemm", 1),
+        "error",
+        "invalid JSON",
+        [0, 1],
+    ),
 }
 
 
@@ -305,7 +387,9 @@ def test_bad_values_become_a_named_problem(tmp_path: Path, case: str) -> None:
     assert job.rank_ids == ranks
     assert not any("internal error" in p.message for p in job.problems)
     if severity:
-        assert any(p.source == name and p.severity == severity and text in p.message for p in job.problems), job.problems
+        assert any(p.source == name and p.severity == severity and text in p.message for p in job.problems), (
+            job.problems
+        )
     else:
         assert job.problems == []
 
@@ -356,7 +440,9 @@ def test_default_limits_let_real_sizes_through(tmp_path: Path, monkeypatch: pyte
 def test_a_bad_limit_setting_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PARADIAG_MAX_FILE_MB", "lots")
     folder = write_job(tmp_path / "job", ranks=1)
-    with pytest.raises(JobError, match=r"rank0.pt.trace.json.gz: \$PARADIAG_MAX_FILE_MB is not a whole number \('lots'\)"):
+    with pytest.raises(
+        JobError, match=r"rank0.pt.trace.json.gz: \$PARADIAG_MAX_FILE_MB is not a whole number \('lots'\)"
+    ):
         paradiag.open(folder)
 
 
@@ -402,7 +488,9 @@ def test_two_runs_profiled_apart_are_warned(tmp_path: Path) -> None:
     job = paradiag.open(tmp_path / "job")
     assert job.rank_ids == [0, 1, 2, 3]
     [warning] = [p.message for p in job.problems]
-    assert warning.startswith("the folder seems to mix 2 profiling runs, profiled more than 10 minutes apart: ranks 0, 1 from 2025-06-15")
+    assert warning.startswith(
+        "the folder seems to mix 2 profiling runs, profiled more than 10 minutes apart: ranks 0, 1 from 2025-06-15"
+    )
     assert "ranks 2, 3 from 2025-06-16" in warning
 
 
@@ -411,7 +499,10 @@ def test_two_runs_with_disjoint_steps_are_warned(tmp_path: Path) -> None:
     _run(tmp_path / "job", range(2, 4), 4, EPOCH + 10**9, first_step=100)
     job = paradiag.open(tmp_path / "job")
     [warning] = [p.message for p in job.problems]
-    assert warning == "the folder seems to mix 2 profiling runs (no step id in common): ranks 0, 1 have steps 0-1; ranks 2, 3 have steps 100-101"
+    assert (
+        warning
+        == "the folder seems to mix 2 profiling runs (no step id in common): ranks 0, 1 have steps 0-1; ranks 2, 3 have steps 100-101"
+    )
 
 
 def test_one_run_with_skewed_clocks_is_not_warned(tmp_path: Path) -> None:
@@ -437,9 +528,13 @@ def test_a_same_size_same_mtime_rewrite_is_found_by_verify(tmp_path: Path) -> No
     target.write_bytes(new.ljust(len(data), b"\0") if len(new) <= len(data) else new[: len(data)])
     os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert target.stat().st_size == stat.st_size
-    assert paradiag.open(folder, cache).content_hash == before.content_hash  # not noticed: the documented limit
+    assert (
+        paradiag.open(folder, cache).content_hash == before.content_hash
+    )  # not noticed: the documented limit
     result = CliRunner().invoke(main, ["info", "--verify", "--cache", str(cache), str(folder)])
     assert result.exit_code == 0, result.output
     after = paradiag.open(folder, cache)
     assert after.content_hash != before.content_hash
-    assert sorted(set(after.steps.filter(after.steps.column("rank").to_numpy() == 1).column("step").to_pylist())) == [0]
+    assert sorted(
+        set(after.steps.filter(after.steps.column("rank").to_numpy() == 1).column("step").to_pylist())
+    ) == [0]

@@ -42,5 +42,7 @@ def test_paradiag_convention_keeps_the_last_step() -> None:
     hta = rank_breakdown(job.events(ranks=[0]), steps, convention="hta")
     assert ours is not None and hta is not None
     assert ours.window_ns > 1.9 * hta.window_ns  # two steps of ~600 ms instead of one
-    parts = ours.compute_ns + ours.comm_exposed_ns + ours.memory_exposed_ns + ours.sync_exposed_ns + ours.idle_ns
+    parts = (
+        ours.compute_ns + ours.comm_exposed_ns + ours.memory_exposed_ns + ours.sync_exposed_ns + ours.idle_ns
+    )
     assert parts == ours.window_ns

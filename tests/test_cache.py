@@ -16,7 +16,11 @@ from tests.helpers import kineto_trace, write_job, write_trace
 
 
 def tree_digest(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_layout_one_part_per_rank_sorted_by_start(tmp_path: Path) -> None:
@@ -28,7 +32,11 @@ def test_layout_one_part_per_rank_sorted_by_start(tmp_path: Path) -> None:
         assert starts == sorted(starts)
     manifest = json.loads((job.cache_dir / "manifest.json").read_text())
     assert manifest["format"] == "paradiag.cache/1"
-    assert {f["path"] for f in manifest["files"]} == {"rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz", "rank2.pt.trace.json.gz"}
+    assert {f["path"] for f in manifest["files"]} == {
+        "rank0.pt.trace.json.gz",
+        "rank1.pt.trace.json.gz",
+        "rank2.pt.trace.json.gz",
+    }
     assert all(len(f["hash"]) == 32 for f in manifest["files"])
     assert job.rank_ids == [0, 1, 2]
     assert job.events().num_rows == 3 * (2 * (3 * 3 + 3) + 2)
@@ -120,7 +128,12 @@ def test_time_window_and_rank_selection(tmp_path: Path) -> None:
     window = job.events(ranks=[0], start_ns=step1["start_ns"], end_ns=step1["end_ns"])
     assert 0 < window.num_rows < every.num_rows
     assert set(window.column("rank").to_pylist()) == {0}
-    ends = [s + d for s, d in zip(window.column("start_ns").to_pylist(), window.column("dur_ns").to_pylist(), strict=True)]
+    ends = [
+        s + d
+        for s, d in zip(
+            window.column("start_ns").to_pylist(), window.column("dur_ns").to_pylist(), strict=True
+        )
+    ]
     assert min(ends) > step1["start_ns"]
     assert max(window.column("start_ns").to_pylist()) < step1["end_ns"]
 
@@ -131,7 +144,10 @@ def test_groups_without_listed_members_get_the_ranks_that_report_them() -> None:
 
     table = group_table(
         {
-            0: [Group("hccl_1", [], "HCCL group of 3 ranks; members not recorded", size=3), Group("dp", [0, 1])],
+            0: [
+                Group("hccl_1", [], "HCCL group of 3 ranks; members not recorded", size=3),
+                Group("dp", [0, 1]),
+            ],
             1: [Group("hccl_1", [], size=3), Group("dp", [0, 1]), Group("hccl_8", [], size=8)],
             3: [Group("hccl_1", [], size=3), Group("hccl_8", [], size=8)],
         }

@@ -50,7 +50,13 @@ def test_analyze_json_report(tmp_path: Path) -> None:
     # Per step: 3 gemm kernels of 100 us back to back, then a 50 us all-reduce, 80 us later the next step.
     assert b["compute_ns"] == 2 * 3 * 100_000
     assert b["comm_exposed_ns"] == 2 * 50_000
-    total = b["compute_pct"] + b["comm_exposed_pct"] + b["memory_exposed_pct"] + b["sync_exposed_pct"] + b["idle_pct"]
+    total = (
+        b["compute_pct"]
+        + b["comm_exposed_pct"]
+        + b["memory_exposed_pct"]
+        + b["sync_exposed_pct"]
+        + b["idle_pct"]
+    )
     assert total == pytest.approx(100, abs=0.01)  # each share is rounded to 3 decimals
     assert [s["step"] for s in rank0["steps"]] == [0, 1]
     assert report["findings"] == []

@@ -30,7 +30,14 @@ main()
 def _paradiag(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     code = _RUN.format(modules=WEB_MODULES)
     env = {**os.environ, "PYTHONPATH": str(REPO)}  # this checkout's paradiag, from any folder
-    return subprocess.run([sys.executable, "-c", code, *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_the_cli_and_the_snapshot_need_no_web_module(tmp_path: Path) -> None:

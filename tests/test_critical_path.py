@@ -29,7 +29,9 @@ SCHEMA = Path(__file__).resolve().parents[1] / "docs" / "report.schema.json"
 
 
 def _diagnosis(tmp: Path, name: str, *faults: str, **options: Any) -> tuple[paradiag.dataset.Job, Diagnosis]:
-    folder = simulate(SimConfig(output=tmp / name, faults=tuple(parse_fault(f) for f in faults), **{**MESH, **options}))
+    folder = simulate(
+        SimConfig(output=tmp / name, faults=tuple(parse_fault(f) for f in faults), **{**MESH, **options})
+    )
     job = paradiag.open(folder)
     return job, job.diagnosis()
 
@@ -55,7 +57,9 @@ def test_fault_free_path_spans_the_step_without_gaps(tmp_path: Path) -> None:
     ("culprit", "vocab", "share"),
     [(5, 50304, 0.8), (6, 50304, 0.8), (1, 256, 0.6), (2, 256, 0.6)],
 )
-def test_slow_device_puts_the_path_on_the_culprit(tmp_path: Path, culprit: int, vocab: int, share: float) -> None:
+def test_slow_device_puts_the_path_on_the_culprit(
+    tmp_path: Path, culprit: int, vocab: int, share: float
+) -> None:
     _, d = _diagnosis(tmp_path, "slow", f"slow_device:ranks={culprit},factor=1.3", vocab=vocab)
     for s in composition(d.critical_path):
         compute = {r["rank"]: r["compute_ns"] for r in s["by_rank"]}
@@ -84,7 +88,10 @@ def test_report_has_the_path_per_step(tmp_path: Path) -> None:
     report = json.loads(json.dumps(build_report(job)))
     jsonschema.validate(report, json.loads(SCHEMA.read_text()))
     (entry,) = report["critical_path"]
-    assert entry["compute_ns"] + entry["communication_ns"] + entry["waiting_ns"] + entry["host_ns"] == entry["length_ns"]
+    assert (
+        entry["compute_ns"] + entry["communication_ns"] + entry["waiting_ns"] + entry["host_ns"]
+        == entry["length_ns"]
+    )
     assert max(entry["by_rank"], key=lambda r: r["compute_ns"])["rank"] == 5
     assert d.critical_path.num_rows == entry["segments"]
 
@@ -129,9 +136,26 @@ def test_a_kernel_released_twice_keeps_its_last_release() -> None:
     and only communication kernels are released: a compute kernel with the same rank and times is not."""
     from paradiag.analysis.critical_path import _released, _releases
 
-    participation = pa.table({"rank": [0], "start_ns": [10], "end_ns": [50], "last_arrival_ns": [40], "late_rank": [1]})
-    p2p = pa.table({"src": [2], "dst": [0], "send_start_ns": [30], "send_end_ns": [50], "recv_start_ns": [10], "recv_end_ns": [50]})
-    frame = _frame([(0, 1, "compute", "a", 10, 50, -1), (0, 2, "communication", "recv", 10, 50, 2), (0, 2, "communication", "recv", 60, 70, 2)])
+    participation = pa.table(
+        {"rank": [0], "start_ns": [10], "end_ns": [50], "last_arrival_ns": [40], "late_rank": [1]}
+    )
+    p2p = pa.table(
+        {
+            "src": [2],
+            "dst": [0],
+            "send_start_ns": [30],
+            "send_end_ns": [50],
+            "recv_start_ns": [10],
+            "recv_end_ns": [50],
+        }
+    )
+    frame = _frame(
+        [
+            (0, 1, "compute", "a", 10, 50, -1),
+            (0, 2, "communication", "recv", 10, 50, 2),
+            (0, 2, "communication", "recv", 60, 70, 2),
+        ]
+    )
     released = _released(frame, _releases(participation, p2p))
     assert released.tolist() == [[-1, -1], [2, 30], [-1, -1]]
     assert _released(frame, _releases(participation.slice(0, 0), p2p.slice(0, 0))).tolist() == [[-1, -1]] * 3
@@ -142,7 +166,12 @@ def test_a_collective_hands_the_path_to_its_last_arrival() -> None:
         (0, 1, "compute", "a", 0, 10, -1), (0, 2, "communication", "all_reduce", 10, 50, -1), (0, 1, "compute", "c", 52, 60, -1),
         (1, 1, "compute", "b", 0, 40, -1), (1, 2, "communication", "all_reduce", 40, 50, -1),
     ])  # fmt: skip
-    assert _path(frame, 2) == [(1, "compute", 0, 40), (0, "communication", 40, 50), (0, "host", 50, 52), (0, "compute", 52, 60)]
+    assert _path(frame, 2) == [
+        (1, "compute", 0, 40),
+        (0, "communication", 40, 50),
+        (0, "host", 50, 52),
+        (0, "compute", 52, 60),
+    ]
 
 
 def test_a_receive_that_waited_hands_the_path_to_the_sender() -> None:
@@ -155,8 +184,18 @@ def test_a_receive_that_waited_hands_the_path_to_the_sender() -> None:
 
 def test_work_ending_within_the_rounding_still_releases_the_next() -> None:
     # The sync on stream 2 ends 500 ns after the kernel it released started (times rounded by the trace).
-    frame = _frame([(0, 1, "compute", "a", 0, 1_000, -1), (0, 2, "sync", "wait", 1_000, 9_500, -1), (0, 1, "compute", "b", 9_000, 12_000, -1)])
-    assert _path(frame, 1) == [(0, "compute", 0, 1_000), (0, "waiting", 1_000, 9_000), (0, "compute", 9_000, 12_000)]
+    frame = _frame(
+        [
+            (0, 1, "compute", "a", 0, 1_000, -1),
+            (0, 2, "sync", "wait", 1_000, 9_500, -1),
+            (0, 1, "compute", "b", 9_000, 12_000, -1),
+        ]
+    )
+    assert _path(frame, 1) == [
+        (0, "compute", 0, 1_000),
+        (0, "waiting", 1_000, 9_000),
+        (0, "compute", 9_000, 12_000),
+    ]
 
 
 def test_a_device_wait_hands_the_path_to_the_stream_it_waited_for() -> None:
@@ -164,7 +203,11 @@ def test_a_device_wait_hands_the_path_to_the_stream_it_waited_for() -> None:
         (0, 3, "compute", "long", 50_000, 4_990_000, -1), (0, 2, "compute", "short", 0, 100_000, -1),
         (0, 2, "sync", "wait", 100_000, 5_000_000, -1), (0, 2, "compute", "after", 5_000_000, 6_000_000, -1),
     ])  # fmt: skip
-    expected = [(0, "host", 0, 50_000), (0, "compute", 50_000, 4_990_000), (0, "waiting", 4_990_000, 5_000_000)]
+    expected = [
+        (0, "host", 0, 50_000),
+        (0, "compute", 50_000, 4_990_000),
+        (0, "waiting", 4_990_000, 5_000_000),
+    ]
     assert _path(frame, 1) == [*expected, (0, "compute", 5_000_000, 6_000_000)]
 
 
@@ -176,13 +219,26 @@ def test_work_launched_later_did_not_release_it() -> None:
     (-1) the receive is the latest work before it and releases it."""
     from paradiag.analysis.depgraph import anchors
 
-    rows = [(0, 1, "compute", "a", 0, 30_000, -1), (0, 3, "communication", "recv", 5_000, 39_800, 1), (0, 2, "communication", "all_reduce", 40_000, 50_000, -1)]
+    rows = [
+        (0, 1, "compute", "a", 0, 30_000, -1),
+        (0, 3, "communication", "recv", 5_000, 39_800, 1),
+        (0, 2, "communication", "all_reduce", 40_000, 50_000, -1),
+    ]
     frame = _frame(rows)
     frame.launch[:] = [1_000, 3_000, 2_000]  # a, then the all-reduce, then the receive
-    assert _path(frame, 1) == [(0, "compute", 0, 30_000), (0, "host", 30_000, 40_000), (0, "communication", 40_000, 50_000)]
+    assert _path(frame, 1) == [
+        (0, "compute", 0, 30_000),
+        (0, "host", 30_000, 40_000),
+        (0, "communication", 40_000, 50_000),
+    ]
     assert anchors(frame)[0].tolist() == [-1, -1, 0]
     unknown = _frame(rows)  # no launch in the traces: the latest work that ended before it released it
-    assert _path(unknown, 1) == [(0, "host", 0, 5_000), (0, "communication", 5_000, 39_800), (0, "host", 39_800, 40_000), (0, "communication", 40_000, 50_000)]
+    assert _path(unknown, 1) == [
+        (0, "host", 0, 5_000),
+        (0, "communication", 5_000, 39_800),
+        (0, "host", 39_800, 40_000),
+        (0, "communication", 40_000, 50_000),
+    ]
     assert anchors(unknown)[0].tolist() == [-1, -1, 1]
 
 

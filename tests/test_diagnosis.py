@@ -85,7 +85,9 @@ def everything(job: Job) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module", params=["gpu_llm_slow_rank", "npu_slow_link"])
-def moved(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], dict[str, Any]]:
+def moved(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """A job's outputs with its source folder present, and again from a copy of its cache once the source is gone."""
     root = tmp_path_factory.mktemp("moved")
     source = root / "job"
@@ -98,7 +100,9 @@ def moved(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     return present, everything(paradiag.open(copy))
 
 
-def test_cache_without_its_source_gives_the_same_report_snapshot_and_views(moved: tuple[dict[str, Any], dict[str, Any]]) -> None:
+def test_cache_without_its_source_gives_the_same_report_snapshot_and_views(
+    moved: tuple[dict[str, Any], dict[str, Any]],
+) -> None:
     present, absent = moved
     assert present["report"]["findings"], "the samples have findings to compare"
     for key in present:
@@ -119,10 +123,14 @@ def test_strategy_files_are_read_at_ingest_and_kept_without_the_source(tmp_path:
     assert found["files"] == [f"{rank0.name}/parallel_strategy_0.json"]
     assert [r["op_type"] for r in found["ops"][0]] == ["GetNext", "Gather", "MatMul", "AllReduce"]
     assert found["ops"][0][2]["strategy"] == "[[4,1],[1,1]]" and found["stage_of"] == {0: 0}
-    assert len(found["problems"]) == 1 and found["problems"][0].startswith("parallel_strategy_9.json: not valid JSON")
+    assert len(found["problems"]) == 1 and found["problems"][0].startswith(
+        "parallel_strategy_9.json: not valid JSON"
+    )
 
 
-def test_the_report_reads_the_stored_diagnosis_and_no_event(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_report_reads_the_stored_diagnosis_and_no_event(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cache = tmp_path / "cache"
     expected = build_report(paradiag.open(SAMPLES / "gpu_llm_slow_rank", cache_dir=cache))
     assert (cache / diagnosis_types.FOLDER / diagnosis_types.DOCUMENT).is_file()
@@ -160,17 +168,38 @@ def test_the_reduce_at_ingest_reads_the_maps_frames_which_are_the_events_frames(
     from paradiag.simulator.cli import simulate
 
     folder = tmp_path / "job"
-    args = ["--device", device, "--format", "kineto" if device == "h100" else "ascend", "--dp", "2", "--tp", "8", "--layers", "2", "--steps", "2"]
-    result = CliRunner().invoke(simulate, [*args, "--inject", "clock_skew:nodes=1,ms=3", "--quiet", "-o", str(folder)])
+    args = [
+        "--device",
+        device,
+        "--format",
+        "kineto" if device == "h100" else "ascend",
+        "--dp",
+        "2",
+        "--tp",
+        "8",
+        "--layers",
+        "2",
+        "--steps",
+        "2",
+    ]
+    result = CliRunner().invoke(
+        simulate, [*args, "--inject", "clock_skew:nodes=1,ms=3", "--quiet", "-o", str(folder)]
+    )
     assert result.exit_code == 0, result.output
     read, compared = diagnose.read_frame, []
 
     def checked(job: Job) -> Any:
         frame = read(job)
         assert all(job.work_frame_file(r) is not None for r in job.rank_ids)
-        expected = concat([device_frame(job.events(ranks=[r], columns=diagnose.WORK_COLUMNS)) for r in job.rank_ids])
+        expected = concat(
+            [device_frame(job.events(ranks=[r], columns=diagnose.WORK_COLUMNS)) for r in job.rank_ids]
+        )
         for name, value in vars(expected).items():
-            assert (getattr(frame, name) == value).all() if hasattr(value, "dtype") else getattr(frame, name) == value, name
+            assert (
+                (getattr(frame, name) == value).all()
+                if hasattr(value, "dtype")
+                else getattr(frame, name) == value
+            ), name
             assert getattr(getattr(frame, name), "dtype", None) == getattr(value, "dtype", None), name
         compared.append(len(frame))
         return frame
@@ -207,7 +236,10 @@ def test_typed_objects_round_trip_through_the_cache(tmp_path: Path) -> None:
     assert again is not None
     assert again.document() == d.document()
     assert all(getattr(again, name).equals(getattr(d, name)) for name in diagnosis_types.TABLES)
-    assert isinstance(again.findings[0], diagnosis_types.Finding) and again.findings[0].kind == "expert_imbalance"
+    assert (
+        isinstance(again.findings[0], diagnosis_types.Finding)
+        and again.findings[0].kind == "expert_imbalance"
+    )
     assert all(f.kind in d.culprits()[r] for f in d.findings for r in f.culprit.ranks)
 
 
@@ -223,15 +255,37 @@ def test_rank_step_figures_carry_stage_z_scores(tmp_path: Path) -> None:
     assert sum(f["caused_ns"] for (r, _), f in figures.items() if r == culprit) > 0
 
 
-@pytest.mark.parametrize("source", ["from app import store", "import parsers.kineto", "from analysis.frame import Frame", "import simulator"])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from app import store",
+        "import parsers.kineto",
+        "from analysis.frame import Frame",
+        "import simulator",
+    ],
+)
 def test_bare_imports_of_the_package_folders_are_refused_by_the_linter(source: str) -> None:
     ruff = Path(sys.executable).with_name("ruff")
-    result = subprocess.run([str(ruff), "check", "--stdin-filename", "app/example.py", "-"], input=source + "\n", capture_output=True, text=True, cwd=REPO)
+    result = subprocess.run(
+        [str(ruff), "check", "--stdin-filename", "app/example.py", "-"],
+        input=source + "\n",
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert result.returncode == 1 and "TID251" in result.stdout, result.stdout
 
 
 def test_a_finding_field_the_types_do_not_know_is_refused_not_dropped() -> None:
-    raw = {"kind": "slow_device", "culprit": {"ranks": [5]}, "steps": [1], "impact_pct": 3.0, "severity": "low", "evidence": "e", "step": 1}
+    raw = {
+        "kind": "slow_device",
+        "culprit": {"ranks": [5]},
+        "steps": [1],
+        "impact_pct": 3.0,
+        "severity": "low",
+        "evidence": "e",
+        "step": 1,
+    }
     assert diagnosis_types.Finding.from_json(raw).as_json() == raw
     with pytest.raises(ValueError, match="Finding has no field cause"):
         diagnosis_types.Finding.from_json({**raw, "cause": "x"})

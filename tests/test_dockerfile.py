@@ -31,7 +31,9 @@ def test_multi_stage_slim_non_root() -> None:
     assert "sample_traces" in (REPO / "pyproject.toml").read_text()
     assert any(word == "RUN" and "SAMPLES_DIR" in args for word, args in steps)
     # The server is the web extra (the core install has no Dash, flask-login or gunicorn).
-    assert any(word == "RUN" and re.search(r"pip install [\"']?\.\[([a-z,]*,)?web[],]", args) for word, args in steps)
+    assert any(
+        word == "RUN" and re.search(r"pip install [\"']?\.\[([a-z,]*,)?web[],]", args) for word, args in steps
+    )
 
 
 def test_health_volume_settings_and_command() -> None:
@@ -41,7 +43,12 @@ def test_health_volume_settings_and_command() -> None:
     volumes = [json.loads(args) for word, args in steps if word == "VOLUME"]
     assert volumes == [["/data"]]
     env = image_env(dockerfile())
-    known = set(_NUMBERS.values()) | {"PARADIAG_CACHE_DIR", "PARADIAG_UPLOAD_DIR", "PARADIAG_APP_CACHE_DIR", "PARADIAG_LOG_LEVEL"}
+    known = set(_NUMBERS.values()) | {
+        "PARADIAG_CACHE_DIR",
+        "PARADIAG_UPLOAD_DIR",
+        "PARADIAG_APP_CACHE_DIR",
+        "PARADIAG_LOG_LEVEL",
+    }
     settings = {k: v for k, v in env.items() if k.startswith("PARADIAG_")}
     assert settings and set(settings) <= known, set(settings) - known
     for name in ("PARADIAG_CACHE_DIR", "PARADIAG_UPLOAD_DIR", "PARADIAG_APP_CACHE_DIR"):
@@ -50,7 +57,9 @@ def test_health_volume_settings_and_command() -> None:
     assert all(f"`{k}`" in readme for k in settings), "every image setting is documented"
     cmd = production_command(dockerfile())
     assert cmd[0] == "gunicorn" and cmd[-1] == "paradiag.app.wsgi:server"
-    assert "--bind" not in cmd and "-b" not in cmd and "--workers" not in cmd  # $PORT and $WEB_CONCURRENCY decide
+    assert (
+        "--bind" not in cmd and "-b" not in cmd and "--workers" not in cmd
+    )  # $PORT and $WEB_CONCURRENCY decide
     assert (REPO / "compose.yaml").is_file() and "paradiag-data:/data" in (REPO / "compose.yaml").read_text()
 
 
@@ -64,7 +73,9 @@ def test_the_exact_cmd_serves_its_health_check(tmp_path: Path) -> None:
         command = shlex.split(health.split(" CMD ", 1)[1])
         assert command[0] == "python"
         port = str(urlsplit(url).port)
-        done = subprocess.run([sys.executable, *command[1:]], env={"PORT": port}, capture_output=True, timeout=30)
+        done = subprocess.run(
+            [sys.executable, *command[1:]], env={"PORT": port}, capture_output=True, timeout=30
+        )
         assert done.returncode == 0, done.stderr
         page = requests.get(url + "/", timeout=30)
         assert page.status_code == 200 and "_dash-config" in page.text  # the open start page (no users file)

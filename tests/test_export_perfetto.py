@@ -17,16 +17,56 @@ from paradiag.dataset import Job
 from paradiag.simulator.cli import simulate
 
 # Two nodes, the second one's clock 1.7 s off: the export must carry the aligned times, not the raw ones.
-SIM = ["--dp", "2", "--tp", "4", "--pp", "2", "--steps", "2", "--layers", "4", "--hidden", "1024", "--seq-len", "512"]
-SIM += ["--inject", "clock_skew:nodes=1,ms=1700", "--inject", "slow_device:ranks=5,factor=1.5", "--seed", "5", "--quiet"]
-COMPARED = ["kind", "name", "device", "track", "start_ns", "dur_ns", "step", "collective", "group", "peer", "bytes", "seq"]
+SIM = [
+    "--dp",
+    "2",
+    "--tp",
+    "4",
+    "--pp",
+    "2",
+    "--steps",
+    "2",
+    "--layers",
+    "4",
+    "--hidden",
+    "1024",
+    "--seq-len",
+    "512",
+]
+SIM += [
+    "--inject",
+    "clock_skew:nodes=1,ms=1700",
+    "--inject",
+    "slow_device:ranks=5,factor=1.5",
+    "--seed",
+    "5",
+    "--quiet",
+]
+COMPARED = [
+    "kind",
+    "name",
+    "device",
+    "track",
+    "start_ns",
+    "dur_ns",
+    "step",
+    "collective",
+    "group",
+    "peer",
+    "bytes",
+    "seq",
+]
 
 
 def _export(tmp: Path, fmt: str, *more: str) -> tuple[Job, dict[str, Any]]:
-    result = CliRunner().invoke(simulate, [*SIM, *more, "--format", fmt, "-o", str(tmp / "job")], catch_exceptions=False)
+    result = CliRunner().invoke(
+        simulate, [*SIM, *more, "--format", fmt, "-o", str(tmp / "job")], catch_exceptions=False
+    )
     assert result.exit_code == 0, result.output
     out, cache = tmp / "trace.json.gz", tmp / "cache"
-    result = CliRunner().invoke(main, ["export", str(tmp / "job"), "-o", str(cache), "--perfetto", str(out)], catch_exceptions=False)
+    result = CliRunner().invoke(
+        main, ["export", str(tmp / "job"), "-o", str(cache), "--perfetto", str(out)], catch_exceptions=False
+    )
     assert result.exit_code == 0, result.output
     return paradiag.open(tmp / "job", cache), json.loads(gzip.decompress(out.read_bytes()))
 
@@ -42,7 +82,10 @@ def _reread(doc: dict[str, Any], ranks: list[int], folder: Path) -> Job:
     folder.mkdir()
     for r in ranks:
         events = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["pid"] == r]
-        info = {"distributedInfo": {"rank": r, "world_size": len(ranks)}, "baseTimeNanoseconds": doc["baseTimeNanoseconds"]}
+        info = {
+            "distributedInfo": {"rank": r, "world_size": len(ranks)},
+            "baseTimeNanoseconds": doc["baseTimeNanoseconds"],
+        }
         (folder / f"rank{r}.json").write_text(json.dumps({**info, "traceEvents": events}))
     return paradiag.open(folder)
 
@@ -53,7 +96,9 @@ def _rows(job: Job, rank: int) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("fmt", ["kineto", "ascend"])
-def test_export_reads_back_aligned_with_every_event(tmp_path: Path, fmt: str, exported: tuple[Job, dict[str, Any]]) -> None:
+def test_export_reads_back_aligned_with_every_event(
+    tmp_path: Path, fmt: str, exported: tuple[Job, dict[str, Any]]
+) -> None:
     # Ascend output is slower to write and read: one step of a smaller model.
     job, doc = exported if fmt == "kineto" else _export(tmp_path, fmt, "--steps", "1", "--layers", "2")
     assert any(o != 0 for o in job.ranks.column("clock_offset_ns").to_pylist())  # the source needed aligning
@@ -68,7 +113,11 @@ def test_export_reads_back_aligned_with_every_event(tmp_path: Path, fmt: str, ex
 
 def test_processes_are_named_by_mesh_coordinates(exported: tuple[Job, dict[str, Any]]) -> None:
     job, doc = exported
-    names = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
+    names = {
+        e["pid"]: e["args"]["name"]
+        for e in doc["traceEvents"]
+        if e["ph"] == "M" and e["name"] == "process_name"
+    }
     coords = job.diagnosis().layout.coords
     for rank in job.rank_ids:
         c = coords[rank]
@@ -125,9 +174,13 @@ def test_findings_and_critical_path_are_in_the_trace(exported: tuple[Job, dict[s
     assert len(path) == d.critical_path.num_rows > 0
 
 
-def test_a_missing_output_folder_is_a_clear_error(tmp_path: Path, exported: tuple[Job, dict[str, Any]]) -> None:
+def test_a_missing_output_folder_is_a_clear_error(
+    tmp_path: Path, exported: tuple[Job, dict[str, Any]]
+) -> None:
     job, _ = exported
-    result = CliRunner().invoke(main, ["export", str(job.cache_dir), "--perfetto", str(tmp_path / "nowhere" / "t.json.gz")])
+    result = CliRunner().invoke(
+        main, ["export", str(job.cache_dir), "--perfetto", str(tmp_path / "nowhere" / "t.json.gz")]
+    )
     assert result.exit_code == 1
     assert "nowhere" in result.output and "does not exist" in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)

@@ -24,7 +24,16 @@ MS = 1_000_000
 
 
 def _events(rows: list[dict[str, Any]]) -> pa.Table:
-    defaults = {"rank": 0, "device": 0, "track": 1, "kind": "compute", "category": "cpu_op", "step": 0, "correlation": -1, "external_id": -1}
+    defaults = {
+        "rank": 0,
+        "device": 0,
+        "track": 1,
+        "kind": "compute",
+        "category": "cpu_op",
+        "step": 0,
+        "correlation": -1,
+        "external_id": -1,
+    }
     full = [{**defaults, **r} for r in rows]
     return schema.build(schema.EVENTS, {f.name: [r.get(f.name) for r in full] for f in schema.EVENTS})
 
@@ -42,15 +51,24 @@ def test_a_cpu_ranks_launch_delay_is_the_time_before_its_first_work_and_its_idle
         {"name": "aten::mm", "start_ns": 100 * MS, "dur_ns": 40 * MS, "step": 1},
         {"name": "aten::mm", "start_ns": 160 * MS, "dur_ns": 40 * MS, "step": 1},
     ]
-    table = findings.step_figures(device_frame(_events(rows)), _steps([(0, 100 * MS), (100 * MS, 200 * MS)]), host_lanes=True).to_pydict()
+    table = findings.step_figures(
+        device_frame(_events(rows)), _steps([(0, 100 * MS), (100 * MS, 200 * MS)]), host_lanes=True
+    ).to_pydict()
     assert table["launch_delay_ns"] == [30 * MS, 0]
     assert table["idle_ns"] == [30 * MS, 20 * MS]
 
 
-def _figures(values: dict[int, list[tuple[float, float]]], step_ns: float = 100 * MS) -> dict[tuple[int, int], dict[str, int]]:
+def _figures(
+    values: dict[int, list[tuple[float, float]]], step_ns: float = 100 * MS
+) -> dict[tuple[int, int], dict[str, int]]:
     """rank -> per step (launch delay, idle) in ms; compute alike everywhere."""
     return {
-        (r, s): {"compute_ns": 40 * MS, "launch_delay_ns": int(lead * MS), "idle_ns": int(idle * MS), "step_ns": int(step_ns)}
+        (r, s): {
+            "compute_ns": 40 * MS,
+            "launch_delay_ns": int(lead * MS),
+            "idle_ns": int(idle * MS),
+            "step_ns": int(step_ns),
+        }
         for r, per_step in values.items()
         for s, (lead, idle) in enumerate(per_step)
     }
@@ -64,14 +82,25 @@ def test_a_one_off_hole_mid_step_is_no_stall_but_a_late_start_and_a_hole_every_s
     stalled = _figures({0: [(0.1, 5.0), (60.0, 65.0), (0.1, 5.0)], 1: calm, 2: calm, 3: calm})
     rows = findings.rank_excess(stalled, peers, 100 * MS, host_ranks=host)
     assert {(r["rank"], r["step"], r["part"]) for r in rows} == {(0, 1, "launch_delay_ns")}
-    habit = _figures({0: [(0.1, 25.0), (0.1, 27.0), (0.1, 24.0)], 1: [(0.1, 5.0), (0.1, 6.0), (0.1, 5.5)], 2: calm, 3: [(0.1, 4.0)] * 3})
+    habit = _figures(
+        {
+            0: [(0.1, 25.0), (0.1, 27.0), (0.1, 24.0)],
+            1: [(0.1, 5.0), (0.1, 6.0), (0.1, 5.5)],
+            2: calm,
+            3: [(0.1, 4.0)] * 3,
+        }
+    )
     rows = findings.rank_excess(habit, peers, 100 * MS, host_ranks=host)
     assert {(r["rank"], r["part"]) for r in rows} == {(0, "idle_ns")}
-    assert [f["kind"] for f in findings.rank_findings(_frame(), habit, peers, {}, {}, 100 * MS, host)] == ["host_stall"]
+    assert [f["kind"] for f in findings.rank_findings(_frame(), habit, peers, {}, {}, 100 * MS, host)] == [
+        "host_stall"
+    ]
 
 
 def _frame() -> Any:
-    return device_frame(_events([{"name": "aten::mm", "start_ns": 0, "dur_ns": MS, "rank": r} for r in range(4)]))
+    return device_frame(
+        _events([{"name": "aten::mm", "start_ns": 0, "dur_ns": MS, "rank": r} for r in range(4)])
+    )
 
 
 def test_a_rank_alone_in_its_stage_is_weighed_against_the_other_lone_ranks_start_of_step() -> None:
@@ -79,7 +108,9 @@ def test_a_rank_alone_in_its_stage_is_weighed_against_the_other_lone_ranks_start
     a few tenths of a ms. With no replica to compare with, the other stages stand in."""
     stages = [[0], [1], [2], [3]]
     calm = [(0.1, 30.0), (0.2, 28.0), (0.1, 33.0)]
-    figures = _figures({0: calm, 1: calm, 2: [(0.1, 30.0), (40.0, 64.0), (0.1, 31.0)], 3: calm}, step_ns=175 * MS)
+    figures = _figures(
+        {0: calm, 1: calm, 2: [(0.1, 30.0), (40.0, 64.0), (0.1, 31.0)], 3: calm}, step_ns=175 * MS
+    )
     rows = findings.rank_excess(figures, stages, 175 * MS, host_ranks=frozenset(range(4)))
     assert {(r["rank"], r["step"], r["part"]) for r in rows} == {(2, 1, "launch_delay_ns")}
     found = findings.rank_findings(_frame(), figures, stages, {}, {}, 175 * MS, frozenset(range(4)))
@@ -112,7 +143,9 @@ def _calls(rank: int, slower: float = 1.0, extra_mm: int = 0) -> list[dict[str, 
     rows, t = [], 0
     for step in range(3):
         for _ in range(4):
-            for k, name in enumerate(("aten::mm", "aten::add", "aten::gelu", "aten::mul", "aten::sum", "aten::copy_")):
+            for k, name in enumerate(
+                ("aten::mm", "aten::add", "aten::gelu", "aten::mul", "aten::sum", "aten::copy_")
+            ):
                 for _ in range(1 + (extra_mm if name == "aten::mm" else 0)):
                     dur = int((k + 1) * MS * slower)
                     rows.append({"rank": rank, "name": name, "start_ns": t, "dur_ns": dur, "step": step})
@@ -144,10 +177,16 @@ def _pipeline(gaps_ms: dict[int, float]) -> tuple[Any, pa.Table]:
     idles ``gaps_ms[rank]``, then sends to the next stage."""
     rows: list[dict[str, Any]] = []
     p2p: dict[str, list[int]] = {"src": [], "dst": [], "step": [], "send_start_ns": [], "recv_end_ns": []}
-    arrive = {(r, s, k): s * 100 * MS + k * 20 * MS + r * MS for r in range(4) for s in range(3) for k in range(4)}
+    arrive = {
+        (r, s, k): s * 100 * MS + k * 20 * MS + r * MS for r in range(4) for s in range(3) for k in range(4)
+    }
     for (r, s, k), t in arrive.items():
         rows.append({"rank": r, "name": "aten::mm", "start_ns": t, "dur_ns": 2 * MS, "step": s})
-        for key, v in zip(p2p, (r, (r + 1) % 4, s, t + 2 * MS + int(gaps_ms[r] * MS), arrive[((r + 1) % 4, s, k)]), strict=True):
+        for key, v in zip(
+            p2p,
+            (r, (r + 1) % 4, s, t + 2 * MS + int(gaps_ms[r] * MS), arrive[((r + 1) % 4, s, k)]),
+            strict=True,
+        ):
             p2p[key].append(v)
     return device_frame(_events(rows)), pa.table(p2p)
 

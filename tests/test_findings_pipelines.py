@@ -19,13 +19,27 @@ MS = 1_000_000
 
 
 def events(rows: list[dict[str, Any]]) -> pa.Table:
-    defaults = {"rank": 0, "device": 0, "track": 1, "kind": "compute", "category": "cpu_op", "step": 0, "correlation": -1, "external_id": -1}
+    defaults = {
+        "rank": 0,
+        "device": 0,
+        "track": 1,
+        "kind": "compute",
+        "category": "cpu_op",
+        "step": 0,
+        "correlation": -1,
+        "external_id": -1,
+    }
     full = [{**defaults, **r} for r in rows]
     return schema.build(schema.EVENTS, {f.name: [r.get(f.name) for r in full] for f in schema.EVENTS})
 
 
 def figure(compute: float, delay: float, step_ns: float = 100 * MS) -> dict[str, int]:
-    return {"compute_ns": int(compute), "launch_delay_ns": int(delay), "idle_ns": int(delay), "step_ns": int(step_ns)}
+    return {
+        "compute_ns": int(compute),
+        "launch_delay_ns": int(delay),
+        "idle_ns": int(delay),
+        "step_ns": int(step_ns),
+    }
 
 
 def test_a_replica_with_one_peer_is_weighed_against_the_other_replicas_spread() -> None:
@@ -41,7 +55,14 @@ def test_a_replica_with_one_peer_is_weighed_against_the_other_replicas_spread() 
 
 
 def _p2p(times: dict[tuple[int, int], list[float]]) -> pa.Table:
-    cols: dict[str, list[Any]] = {"src": [], "dst": [], "bytes": [], "transfer_ns": [], "step": [], "receiver_waited": []}
+    cols: dict[str, list[Any]] = {
+        "src": [],
+        "dst": [],
+        "bytes": [],
+        "transfer_ns": [],
+        "step": [],
+        "receiver_waited": [],
+    }
     for (a, b), values in times.items():
         for i, t in enumerate(values):
             for k, v in zip(cols, (a, b, 24576, int(t * MS), i % 3, True), strict=True):
@@ -57,7 +78,11 @@ def _no_collectives() -> pa.Table:
 def test_p2p_stretched_now_and_then_is_no_slow_link_but_one_slow_throughout_is() -> None:
     host = dict.fromkeys(range(4), "h")
     fast = [0.2, 0.25, 0.15, 0.2, 0.3, 0.2]
-    noisy = {(0, 1): [2.3, 0.2, 2.5, 10.4, 0.1, 2.6, 0.2, 2.4, 0.2], (1, 2): [*fast, 12.5, 0.2, 0.16], (2, 3): fast}
+    noisy = {
+        (0, 1): [2.3, 0.2, 2.5, 10.4, 0.1, 2.6, 0.2, 2.4, 0.2],
+        (1, 2): [*fast, 12.5, 0.2, 0.16],
+        (2, 3): fast,
+    }
     assert findings.link_findings(_no_collectives(), _p2p(noisy), {}, host, 300 * MS, 3) == []
     slow = {(0, 1): [2.3, 2.1, 2.5, 2.4, 2.6, 2.2], (1, 2): fast, (2, 3): fast}
     (f,) = findings.link_findings(_no_collectives(), _p2p(slow), {}, host, 300 * MS, 3)
@@ -67,10 +92,27 @@ def test_p2p_stretched_now_and_then_is_no_slow_link_but_one_slow_throughout_is()
 def test_a_stage_imbalance_is_weighed_at_the_clocks_speed() -> None:
     """Two stages, stage 1 twice as heavy at typical durations; the host ran the compute 6x slower than that,
     so a balanced split saves 6x the typical difference of the clock's step."""
-    rows: dict[str, list[Any]] = {k: [] for k in ("rank", "stage", "step", "micro_batch", "chunk", "direction", "start_ns", "end_ns", "compute_ns")}
+    rows: dict[str, list[Any]] = {
+        k: []
+        for k in (
+            "rank",
+            "stage",
+            "step",
+            "micro_batch",
+            "chunk",
+            "direction",
+            "start_ns",
+            "end_ns",
+            "compute_ns",
+        )
+    }
     for rank, per_pass in ((0, 1 * MS), (1, 2 * MS)):
         for mb in range(4):
-            for k, v in zip(rows, (rank, rank, 0, mb, 0, "forward", mb * 10 * MS, mb * 10 * MS + 6 * per_pass, per_pass), strict=True):
+            for k, v in zip(
+                rows,
+                (rank, rank, 0, mb, 0, "forward", mb * 10 * MS, mb * 10 * MS + 6 * per_pass, per_pass),
+                strict=True,
+            ):
                 rows[k].append(v)
     passes = pa.table(rows)
     plain = stages.stage_metrics(passes, [[0], [1]], 1, 200 * MS)

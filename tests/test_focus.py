@@ -23,9 +23,27 @@ SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 # sample -> (kind, subject, metric, the caption's start, the ranks the heatmap marks)
 CASES = {
     "gpu_llm_slow_rank": ("slow_device", "rank", "own_z", "Rank 5 spends 1.", [5]),
-    "gpu_resnet50_dp_host_stall": ("host_stall", "rank", "own_z", "The host of rank 3 starts its device", [3]),
-    "gpu_moe_expert_imbalance": ("expert_imbalance", "rank", "own_z", "Ranks 0, 1 (one expert-parallel index) spend", [0, 1]),
-    "npu_pangu_pipeline_stage_imbalance": ("stage_imbalance", "stage", "compute_job_pct", "Stage 0 computes", None),
+    "gpu_resnet50_dp_host_stall": (
+        "host_stall",
+        "rank",
+        "own_z",
+        "The host of rank 3 starts its device",
+        [3],
+    ),
+    "gpu_moe_expert_imbalance": (
+        "expert_imbalance",
+        "rank",
+        "own_z",
+        "Ranks 0, 1 (one expert-parallel index) spend",
+        [0, 1],
+    ),
+    "npu_pangu_pipeline_stage_imbalance": (
+        "stage_imbalance",
+        "stage",
+        "compute_job_pct",
+        "Stage 0 computes",
+        None,
+    ),
     "npu_slow_link": ("slow_link", "link", "transfer_job_pct", "The link of ranks 1, 2 is slow", [1, 2]),
 }
 
@@ -33,7 +51,9 @@ CASES = {
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("focus")
-    return {name: paradiag.open(SAMPLES / name, cache_dir=root / name) for name in [*CASES, "gpu_llm_fault_free"]}
+    return {
+        name: paradiag.open(SAMPLES / name, cache_dir=root / name) for name in [*CASES, "gpu_llm_fault_free"]
+    }
 
 
 def _rows(job: Any, max_rows: int = 32) -> list[dict[str, Any]]:
@@ -42,7 +62,9 @@ def _rows(job: Any, max_rows: int = 32) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("sample", list(CASES))
-def test_the_overview_opens_on_the_top_finding_with_its_metric_and_caption(jobs: dict[str, Any], sample: str) -> None:
+def test_the_overview_opens_on_the_top_finding_with_its_metric_and_caption(
+    jobs: dict[str, Any], sample: str
+) -> None:
     """Per kind: the subject, the metric that shows it (a stage or a link, alike within their stage, only against
     the job), a caption naming the culprit and the metric; the marked rows are the culprit's, each with its reason
     in its label, and the culprit's cells are the ones that stand out."""
@@ -50,20 +72,40 @@ def test_the_overview_opens_on_the_top_finding_with_its_metric_and_caption(jobs:
     job = jobs[sample]
     f = focus_of(job.diagnosis())
     assert (f.kind, f.subject, f.metric) == (kind, subject, metric)
-    hidden = sample == "npu_slow_link"  # the job hides the link: every rank in its collectives spends the same
+    hidden = (
+        sample == "npu_slow_link"
+    )  # the job hides the link: every rank in its collectives spends the same
     assert f.caption.startswith(start) and f"coloured by {METRICS[metric]}" in f.caption
-    assert f.caption.endswith("; the ranks' own figures do not show it (the communication matrix does)") == hidden
+    assert (
+        f.caption.endswith("; the ranks' own figures do not show it (the communication matrix does)")
+        == hidden
+    )
     rows = _rows(job)
     fig = heatmap_figure(rows, overview(job)["steps"], f.metric, "", caption=f.caption)
-    assert next(a.text for a in fig.layout.annotations if a.name == "caption").replace("<br>", " ") == f.caption
+    assert (
+        next(a.text for a in fig.layout.annotations if a.name == "caption").replace("<br>", " ") == f.caption
+    )
     labels = list(fig.layout.yaxis.ticktext)
-    red = [labels[round(s.y0 + 0.45)] for s in fig.layout.shapes if s.type == "rect" and s.line.color == palette.CULPRIT]
+    red = [
+        labels[round(s.y0 + 0.45)]
+        for s in fig.layout.shapes
+        if s.type == "rect" and s.line.color == palette.CULPRIT
+    ]
     culprit_rows = [r for r in rows if r["culprit"]]
-    assert red and len(red) == len(culprit_rows) and all(label.startswith("⚠ ") and f"<b>· {r['reason']}</b>" in label for label, r in zip(red, culprit_rows, strict=True))
+    assert (
+        red
+        and len(red) == len(culprit_rows)
+        and all(
+            label.startswith("⚠ ") and f"<b>· {r['reason']}</b>" in label
+            for label, r in zip(red, culprit_rows, strict=True)
+        )
+    )
     if marked is not None:
         assert sorted(r for row in culprit_rows for r in row["ranks"]) == marked
     else:  # a stage: its rows, and nothing else
-        assert {row["stage"] for row in culprit_rows} == {f.stage} and sum(len(row["ranks"]) for row in culprit_rows) == len(f.ranks)
+        assert {row["stage"] for row in culprit_rows} == {f.stage} and sum(
+            len(row["ranks"]) for row in culprit_rows
+        ) == len(f.ranks)
     # The culprit stands out in the metric drawn: its cells are the farthest from 0 (a z-score, a % of the median).
     far = [max(abs(v) for v in row["values"] if v is not None) for row in rows]
     assert (max(far[i] for i, row in enumerate(rows) if row["culprit"]) == max(far) > 0) != hidden
@@ -92,7 +134,9 @@ def test_the_step_chart_spans_its_data_and_says_what_the_fault_costs(jobs: dict[
     the spread, and the replay's step time without the top finding's cause, drawn as a line."""
     job = jobs["npu_slow_link"]
     ov, f = overview(job), focus_of(job.diagnosis())
-    fig = steps_figure(ov["steps"], ov["ranks"], ov["metrics"]["step_ms"], f.single, f.step, focus=steps_focus(job))
+    fig = steps_figure(
+        ov["steps"], ov["ranks"], ov["metrics"]["step_ms"], f.single, f.step, focus=steps_focus(job)
+    )
     step = np.array([[v for v in row if v is not None] for row in ov["metrics"]["step_ms"]], dtype=float)
     lo, hi = fig.layout.yaxis.range
     assert 0 < lo <= step.min() and step.max() <= hi < 1.5 * step.max()
@@ -120,7 +164,11 @@ def test_stage_z_and_job_pct() -> None:
     assert np.all(np.abs(z) < 3)
     pct = job_pct(values)
     assert np.all(pct[4:, 0] > 90) and np.all(np.abs(pct[:4, 0]) < 2)
-    assert stands_apart([None, 0.5], True) and not stands_apart([None, 0.5], False) and stands_apart([0.0, -9.0], False)
+    assert (
+        stands_apart([None, 0.5], True)
+        and not stands_apart([None, 0.5], False)
+        and stands_apart([0.0, -9.0], False)
+    )
 
 
 def test_marey_marks_the_stage_or_the_rank_with_its_reason_as_text(jobs: dict[str, Any]) -> None:
@@ -138,14 +186,19 @@ def test_marey_marks_the_stage_or_the_rank_with_its_reason_as_text(jobs: dict[st
     job = jobs["gpu_llm_slow_rank"]
     data = marey_data(job, opening_step(job), None)
     notes = [a.text for a in marey_figure(data).layout.annotations]
-    assert notes == ["<b>⚠ rank 5: compute 1.40x</b>"] or (len(notes) == 1 and notes[0].startswith("<b>⚠ rank 5: compute 1."))
+    assert notes == ["<b>⚠ rank 5: compute 1.40x</b>"] or (
+        len(notes) == 1 and notes[0].startswith("<b>⚠ rank 5: compute 1.")
+    )
     shares = [mix for st in data["stages"] for mix in st["shares"]]
     assert shares and all(abs(sum(s for _, s in mix) - 1) < 1e-3 for mix in shares)
     coarse = marey_data(job, opening_step(job), None, merge_frac=0.2)  # neighbours of several kinds merge
     assert any(len(mix) > 1 for st in coarse["stages"] for mix in st["shares"])
     fig = marey_figure(coarse)
     fills = {t.name for t in fig.data if t.fill == "toself" and t.name in palette.CATEGORY}
-    assert {"compute", "collective"} <= fills  # a merged band's compute is drawn, not hidden under the dominant
+    assert {
+        "compute",
+        "collective",
+    } <= fills  # a merged band's compute is drawn, not hidden under the dominant
 
 
 def test_the_snapshot_shows_the_ranks_and_the_metric_the_app_shows(jobs: dict[str, Any]) -> None:

@@ -28,10 +28,16 @@ def test_breakdown_adds_up_and_matches_the_diagnosis(job: Job) -> None:
     frame = job.frames.breakdown()
     stored = job.diagnosis().breakdowns.filter(pc.is_valid(job.diagnosis().breakdowns.column("step")))
     assert len(frame) == stored.num_rows == job.steps.num_rows
-    assert sorted(zip(frame["rank"], frame["step"], strict=True)) == sorted(zip(*(stored.column(c).to_pylist() for c in ("rank", "step")), strict=True))
-    parts = frame[["compute_ns", "comm_exposed_ns", "memory_exposed_ns", "sync_exposed_ns", "idle_ns"]].sum(axis=1)
+    assert sorted(zip(frame["rank"], frame["step"], strict=True)) == sorted(
+        zip(*(stored.column(c).to_pylist() for c in ("rank", "step")), strict=True)
+    )
+    parts = frame[["compute_ns", "comm_exposed_ns", "memory_exposed_ns", "sync_exposed_ns", "idle_ns"]].sum(
+        axis=1
+    )
     assert (parts == frame["window_ns"]).all()
-    pct = frame[["compute_pct", "comm_exposed_pct", "memory_exposed_pct", "sync_exposed_pct", "idle_pct"]].sum(axis=1)
+    pct = frame[
+        ["compute_pct", "comm_exposed_pct", "memory_exposed_pct", "sync_exposed_pct", "idle_pct"]
+    ].sum(axis=1)
     assert pct.between(99.9, 100.1).all()
     assert (frame["overlap_ratio"] - frame["comm_overlapped_ns"] / frame["comm_ns"]).abs().max() < 1e-12
     totals = job.frames.breakdown(per_step=False)
@@ -73,7 +79,9 @@ def test_events_and_kernels_have_categorical_names(job: Job) -> None:
     assert len(kernels) > 0
     assert set(kernels["kind"].astype(str)) <= set(schema.DEVICE_KINDS)
     assert set(kernels["step"]) == {1} and (kernels["device"] >= 0).all()
-    expected = events[events["kind"].astype(str).isin(schema.DEVICE_KINDS) & (events["device"] >= 0) & (events["step"] == 1)]
+    expected = events[
+        events["kind"].astype(str).isin(schema.DEVICE_KINDS) & (events["device"] >= 0) & (events["step"] == 1)
+    ]
     assert len(kernels) == len(expected)
 
 

@@ -73,7 +73,9 @@ def test_every_registered_reader_is_fuzzed(ascend: dict[str, Seed]) -> None:
     assert {name for names in SEEDS_OF.values() for name in names} - needs_shared <= built
 
 
-@pytest.mark.parametrize("name", sorted(n for names in SEEDS_OF.values() for n in names if n.startswith("ascend:")))
+@pytest.mark.parametrize(
+    "name", sorted(n for names in SEEDS_OF.values() for n in names if n.startswith("ascend:"))
+)
 def test_ascend_parsers_survive_mutations(tmp_path: Path, name: str, ascend: dict[str, Seed]) -> None:
     seed = _seed(ascend, name, tmp_path / "case")
 
@@ -103,7 +105,11 @@ def _timeline_cases() -> list[tuple[str, Any]]:
         return edit
 
     cases = [(f"cut to {n} events", cut(n)) for n in (0, 1, 10, 100)]
-    return cases + [(f"{f} = {v!r}", extreme(f, v)) for f in ("ts", "dur") for v in (1e308, -1e308, "1e308", 10**30, "inf")]
+    return cases + [
+        (f"{f} = {v!r}", extreme(f, v))
+        for f in ("ts", "dur")
+        for v in (1e308, -1e308, "1e308", 10**30, "inf")
+    ]
 
 
 def _rank_pair(kind: str, work: Path) -> list[Path]:
@@ -113,7 +119,10 @@ def _rank_pair(kind: str, work: Path) -> list[Path]:
 
     sample = sorted((REPO / "sample_traces" / "npu_slow_link").glob("*_ascend_pt"))[:2]
     if kind == "msprof":
-        return [make_prof(work, rank, f"PROF_00000{r}_20250109155803704_ABCDEFG{r}") for r, rank in enumerate(sample)]
+        return [
+            make_prof(work, rank, f"PROF_00000{r}_20250109155803704_ABCDEFG{r}")
+            for r, rank in enumerate(sample)
+        ]
     suffix = "_ascend_ms" if kind == "mindspore" else "_ascend_pt"
     out = [work / rank.name.replace("_ascend_pt", suffix) for rank in sample]
     for src, dst in zip(sample, out, strict=True):
@@ -123,16 +132,23 @@ def _rank_pair(kind: str, work: Path) -> list[Path]:
 
 @pytest.mark.parametrize("kind", ["text", "mindspore", "msprof"])
 @pytest.mark.parametrize(("label", "damage"), _timeline_cases(), ids=[c[0] for c in _timeline_cases()])
-def test_a_cut_or_out_of_range_timeline_is_a_named_problem(tmp_path: Path, kind: str, label: str, damage: Any) -> None:
+def test_a_cut_or_out_of_range_timeline_is_a_named_problem(
+    tmp_path: Path, kind: str, label: str, damage: Any
+) -> None:
     from paradiag import dataset
 
     job = tmp_path / "job"
     job.mkdir()
     ranks = _rank_pair(kind, job)
-    timelines = [p for p in ranks[1].rglob("*.json") if p.name == "trace_view.json" or p.name.startswith("msprof_")]
+    timelines = [
+        p for p in ranks[1].rglob("*.json") if p.name == "trace_view.json" or p.name.startswith("msprof_")
+    ]
     assert timelines
     for timeline in timelines:
         timeline.write_text(json.dumps(damage(json.loads(timeline.read_text()))))
     parsed = dataset.ingest(job, tmp_path / "cache", workers=1)
-    assert not [p for p in parsed.problems if "internal error" in p.message], (label, [p.message[:300] for p in parsed.problems])
+    assert not [p for p in parsed.problems if "internal error" in p.message], (
+        label,
+        [p.message[:300] for p in parsed.problems],
+    )
     assert parsed.events().num_rows > 0

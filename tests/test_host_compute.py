@@ -19,13 +19,22 @@ from paradiag.parsers import kineto
 GROUPS = [{"pg_name": "0", "pg_desc": "default_pg", "ranks": [0, 1]}]
 
 
-def _op(name: str, ts: float, dur: float, cat: str = "cpu_op", args: dict[str, Any] | None = None) -> dict[str, Any]:
+def _op(
+    name: str, ts: float, dur: float, cat: str = "cpu_op", args: dict[str, Any] | None = None
+) -> dict[str, Any]:
     return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 7, "ts": ts, "dur": dur, "args": args or {}}
 
 
 def _events(tmp_path: Path, events: list[dict[str, Any]]) -> pa.Table:
     path = tmp_path / "rank0.pt.trace.json"
-    path.write_text(json.dumps({"distributedInfo": {"backend": "gloo", "rank": 0, "world_size": 2, "pg_config": GROUPS}, "traceEvents": events}))
+    path.write_text(
+        json.dumps(
+            {
+                "distributedInfo": {"backend": "gloo", "rank": 0, "world_size": 2, "pg_config": GROUPS},
+                "traceEvents": events,
+            }
+        )
+    )
     return kineto.parse(path).events
 
 
@@ -36,7 +45,10 @@ def test_a_preempted_call_counts_as_long_as_its_operator_typically_takes(tmp_pat
     events = [_op("ProfilerStep#1", 0, 10_000, cat="user_annotation")]
     t = 10
     for i, dur in enumerate((100, 100, 900, 100)):
-        events += [_op("aten::linear", t, dur + 20, args={"External id": 10 + i}), _op("aten::mm", t + 10, dur, args={"External id": 20 + i})]
+        events += [
+            _op("aten::linear", t, dur + 20, args={"External id": 10 + i}),
+            _op("aten::mm", t + 10, dur, args={"External id": 20 + i}),
+        ]
         t += dur + 100
     frame = device_frame(_events(tmp_path, events))
     typical = typical_durations(frame)
@@ -74,14 +86,20 @@ def test_operators_inside_backward_nodes_are_backward_work(tmp_path: Path) -> No
     back = stages.inside_backward(frame, events_table)
     names = np.array(frame.names)[frame.name]
     compute = frame.kind == frame.code("kinds", "compute")
-    assert set(names[back & compute]) == {"aten::mm", "MmBackward0", "autograd::engine::evaluate_function: MmBackward0"}
+    assert set(names[back & compute]) == {
+        "aten::mm",
+        "MmBackward0",
+        "autograd::engine::evaluate_function: MmBackward0",
+    }
     assert not back[compute & (names == "aten::addmm")].any()
     passes = stages.rank_pass_table(frame, events_table).to_pylist()
     assert [p["direction"] for p in passes] == ["forward", "backward", "forward", "backward"]
     assert [p["compute_ns"] for p in passes if p["direction"] == "backward"] == [620_000, 620_000]
 
 
-def test_calls_of_one_operator_under_different_callers_keep_their_own_typical_durations(tmp_path: Path) -> None:
+def test_calls_of_one_operator_under_different_callers_keep_their_own_typical_durations(
+    tmp_path: Path,
+) -> None:
     """A dispatch mode re-enters every aten::mm: the outer call (under MmBackward0) is 10 us of glue, the inner one
     (under PythonDispatchMode) the 500 us of work, and one inner call is preempted. Typical durations per operator
     alone would give every call the glue's 10 us (the 25th percentile of all eight); per caller, the work counts."""

@@ -21,7 +21,20 @@ from tests.helpers import assert_same_cache
 def sim_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("sim") / "job"
     faults = (parse_fault("slow_device:ranks=2,factor=1.4"),)
-    simulate(SimConfig(output=out, dp=2, pp=2, layers=2, hidden=256, heads=4, seq_len=128, vocab=1024, steps=2, faults=faults))
+    simulate(
+        SimConfig(
+            output=out,
+            dp=2,
+            pp=2,
+            layers=2,
+            hidden=256,
+            heads=4,
+            seq_len=128,
+            vocab=1024,
+            steps=2,
+            faults=faults,
+        )
+    )
     return out
 
 
@@ -73,7 +86,9 @@ def test_a_rank_whose_worker_fails_once_is_parsed_again(
 
 
 @pytest.mark.parametrize("how", ["kill", "oserror"])
-def test_a_rank_failing_twice_is_a_problem_naming_its_file(how: str, sim_job: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_rank_failing_twice_is_a_problem_naming_its_file(
+    how: str, sim_job: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     name = _name(sim_job)
     attempts = tmp_path / "attempts"
     _dying(monkeypatch, name, 4, attempts, how)  # twice for each of the two ingests
@@ -81,16 +96,24 @@ def test_a_rank_failing_twice_is_a_problem_naming_its_file(how: str, sim_job: Pa
     assert attempts.read_text().split() == ["x", "x"]
     assert [(p.source, p.severity) for p in job.problems] == [(name, "error")]
     why = "its worker process died" if how == "kill" else "OSError: [Errno 28] No space left on device"
-    assert "its parse failed twice (retried once)" in job.problems[0].message and why in job.problems[0].message
+    assert (
+        "its parse failed twice (retried once)" in job.problems[0].message and why in job.problems[0].message
+    )
     assert len(job.rank_ids) == 3
     events = {p.name for p in (tmp_path / "cache" / "events").iterdir()}
-    assert events == {Path(s["events_file"]).name for s in job.manifest["sources"]}  # the half-written part is gone
+    assert events == {
+        Path(s["events_file"]).name for s in job.manifest["sources"]
+    }  # the half-written part is gone
     with pytest.raises(dataset.JobError, match=r"its parse failed twice"):
         dataset.ingest(sim_job, tmp_path / "strict", workers=2, strict=True)
-    assert not (tmp_path / "strict").exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+    assert not (tmp_path / "strict").exists() and not [
+        p for p in tmp_path.iterdir() if p.name.startswith(".")
+    ]
 
 
-def test_a_storage_error_in_one_process_is_retried_then_a_problem(sim_job: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_storage_error_in_one_process_is_retried_then_a_problem(
+    sim_job: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     name = _name(sim_job)
     attempts = tmp_path / "attempts"
     _dying(monkeypatch, name, 2, attempts, "oserror")

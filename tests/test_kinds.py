@@ -18,17 +18,33 @@ from paradiag.simulator import faults as sim_faults
 
 SCHEMA = Path(__file__).resolve().parents[1] / "docs" / "report.schema.json"
 # A culprit of every shape a detector names: ranks, an operator on them, a stage, a link, hosts.
-CULPRIT = {"ranks": [2, 3], "operator": "flash_attention", "stage": 1, "link": {"ranks": [2, 3]}, "hosts": ["node1"]}
+CULPRIT = {
+    "ranks": [2, 3],
+    "operator": "flash_attention",
+    "stage": 1,
+    "link": {"ranks": [2, 3]},
+    "hosts": ["node1"],
+}
 
 
 def _finding(kind: str, steps: list[int] | None = None) -> dict[str, object]:
-    return {"kind": kind, "culprit": CULPRIT, "steps": steps or [1, 2], "impact_pct": 5.0, "severity": "medium", "evidence": "e", "step": 1}
+    return {
+        "kind": kind,
+        "culprit": CULPRIT,
+        "steps": steps or [1, 2],
+        "impact_pct": 5.0,
+        "severity": "medium",
+        "evidence": "e",
+        "step": 1,
+    }
 
 
 def test_the_report_schema_enum_is_the_registry() -> None:
     """docs/report.schema.json is what ``python -m paradiag.analysis.kinds`` writes: its kind enum is the registry's."""
     text = SCHEMA.read_text()
-    assert kinds.schema_text(text) == text, "docs/report.schema.json is stale: run python -m paradiag.analysis.kinds"
+    assert kinds.schema_text(text) == text, (
+        "docs/report.schema.json is stale: run python -m paradiag.analysis.kinds"
+    )
     enum = json.loads(text)["$defs"]["finding"]["properties"]["kind"]["enum"]
     assert enum == list(kinds.NAMES) == list(get_args(kinds.Kind))
 
@@ -59,16 +75,39 @@ def test_every_kind_is_whole(name: kinds.Kind) -> None:
 
 
 def test_the_layers_read_the_registry() -> None:
-    assert FAULT_KINDS == kinds.faults() == ("slow_device", "slow_link", "stage_imbalance", "host_stall", "operator_hotspot", "clock_skew", "expert_imbalance")
+    assert (
+        FAULT_KINDS
+        == kinds.faults()
+        == (
+            "slow_device",
+            "slow_link",
+            "stage_imbalance",
+            "host_stall",
+            "operator_hotspot",
+            "clock_skew",
+            "expert_imbalance",
+        )
+    )
     assert focus.RANK_KINDS == ("slow_device", "host_stall", "operator_hotspot", "expert_imbalance")
     assert kinds.EXTRA_WORK == ("slow_device", "stage_imbalance", "operator_hotspot", "expert_imbalance")
-    assert kinds.scenario_kinds(moe=False) == ("slow_device", "slow_link", "stage_imbalance", "host_stall", "operator_hotspot", "clock_skew")
-    assert [e.text() for e in whatif.finding_edits(_finding("slow_link", [2]))] == ["link=2-3:transfer=comparable:steps=2"]
+    assert kinds.scenario_kinds(moe=False) == (
+        "slow_device",
+        "slow_link",
+        "stage_imbalance",
+        "host_stall",
+        "operator_hotspot",
+        "clock_skew",
+    )
+    assert [e.text() for e in whatif.finding_edits(_finding("slow_link", [2]))] == [
+        "link=2-3:transfer=comparable:steps=2"
+    ]
     assert [e.text() for e in whatif.finding_edits(_finding("stage_imbalance"))] == ["stages=balanced"]
 
 
 def test_an_unknown_kind_is_refused_by_name() -> None:
-    with pytest.raises(ValueError, match="unknown finding kind 'slow_rank'; known kinds: slow_device, slow_link"):
+    with pytest.raises(
+        ValueError, match="unknown finding kind 'slow_rank'; known kinds: slow_device, slow_link"
+    ):
         Finding.from_json(_finding("slow_rank"))
     with pytest.raises(ValueError, match="no finding kind is produced by the fault 'nope'"):
         kinds.produced_by("nope")
@@ -77,14 +116,32 @@ def test_an_unknown_kind_is_refused_by_name() -> None:
 @pytest.mark.parametrize(
     ("entry", "culprit", "right"),
     [
-        ({"kind": "stage_imbalance", "stage": 1, "ranks": [9]}, {"stage": 1, "ranks": [2, 3]}, True),  # a stage by its stage
+        (
+            {"kind": "stage_imbalance", "stage": 1, "ranks": [9]},
+            {"stage": 1, "ranks": [2, 3]},
+            True,
+        ),  # a stage by its stage
         ({"kind": "stage_imbalance", "stage": 0, "ranks": [2, 3]}, {"stage": 1, "ranks": [2, 3]}, False),
-        ({"kind": "slow_link", "link": {"ranks": [3, 2]}}, {"link": {"ranks": [2, 3]}, "ranks": [2, 3]}, True),  # a link by its pair
-        ({"kind": "slow_link", "link": {"ranks": [2, 4]}}, {"link": {"ranks": [2, 3]}, "ranks": [2, 4]}, False),
-        ({"kind": "operator_hotspot", "ranks": [3, 2]}, {"ranks": [2, 3], "operator": "x"}, True),  # the rest by ranks
+        (
+            {"kind": "slow_link", "link": {"ranks": [3, 2]}},
+            {"link": {"ranks": [2, 3]}, "ranks": [2, 3]},
+            True,
+        ),  # a link by its pair
+        (
+            {"kind": "slow_link", "link": {"ranks": [2, 4]}},
+            {"link": {"ranks": [2, 3]}, "ranks": [2, 4]},
+            False,
+        ),
+        (
+            {"kind": "operator_hotspot", "ranks": [3, 2]},
+            {"ranks": [2, 3], "operator": "x"},
+            True,
+        ),  # the rest by ranks
         ({"kind": "host_stall", "ranks": [2]}, {"ranks": [2, 3]}, False),
     ],
 )
-def test_ground_truth_matches_by_what_the_kind_blames(entry: dict[str, object], culprit: dict[str, object], right: bool) -> None:
+def test_ground_truth_matches_by_what_the_kind_blames(
+    entry: dict[str, object], culprit: dict[str, object], right: bool
+) -> None:
     assert groundtruth.matches({"kind": entry["kind"], "culprit": culprit}, entry) is right
     assert not groundtruth.matches({"kind": "slow_device", "culprit": culprit}, entry)

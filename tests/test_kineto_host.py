@@ -14,12 +14,26 @@ from paradiag.parsers import kineto
 MAIN, RUNLOOP = 100, 200
 
 
-def _op(name: str, ts: float, dur: float, tid: int = MAIN, cat: str = "cpu_op", args: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": args or {}}
+def _op(
+    name: str, ts: float, dur: float, tid: int = MAIN, cat: str = "cpu_op", args: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    return {
+        "ph": "X",
+        "cat": cat,
+        "name": name,
+        "pid": 1,
+        "tid": tid,
+        "ts": ts,
+        "dur": dur,
+        "args": args or {},
+    }
 
 
 def _trace(rank: int, groups: list[dict[str, Any]], events: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 4, "pg_config": groups}, "traceEvents": events}
+    return {
+        "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 4, "pg_config": groups},
+        "traceEvents": events,
+    }
 
 
 GROUPS = [
@@ -32,16 +46,41 @@ GROUPS = [
 def _rank1(tmp_path: Path) -> kineto.ParsedRank:
     """Rank 1 of a dp x pp mesh: a forward (aten::linear > aten::addmm), a blocking send to its pipeline peer
     (group-local index 0 = global rank 0), and an all-reduce on its dp group run by a runloop thread."""
-    tensors: dict[str, Any] = {"Input type": ["TensorList", "", "Scalar", "Scalar"], "Input Dims": [[[32, 256]], [], [], []]}
+    tensors: dict[str, Any] = {
+        "Input type": ["TensorList", "", "Scalar", "Scalar"],
+        "Input Dims": [[[32, 256]], [], [], []],
+    }
     events = [
         _op("ProfilerStep#5", 0, 1000, cat="user_annotation"),
         _op("aten::linear", 10, 100),
         _op("aten::addmm", 20, 70),
         _op("c10d::send", 120, 10, args={"Concrete Inputs": ["", "", "0", "0"], **tensors}),
-        _op("gloo:send", 128, 50, cat="user_annotation", args={"Input type": ["float"], "Input Dims": [[32, 256]]}),
-        _op("c10d::allreduce_", 300, 20, args={"Concrete Inputs": ["", "", "", "", "False", "-1"], "Input type": ["TensorList"], "Input Dims": [[[256, 256]]]}),
+        _op(
+            "gloo:send",
+            128,
+            50,
+            cat="user_annotation",
+            args={"Input type": ["float"], "Input Dims": [[32, 256]]},
+        ),
+        _op(
+            "c10d::allreduce_",
+            300,
+            20,
+            args={
+                "Concrete Inputs": ["", "", "", "", "False", "-1"],
+                "Input type": ["TensorList"],
+                "Input Dims": [[[256, 256]]],
+            },
+        ),
         _op("aten::mul", 330, 40),
-        _op("gloo:all_reduce", 325, 400, tid=RUNLOOP, cat="user_annotation", args={"Input type": ["float"], "Input Dims": [[256, 256]]}),
+        _op(
+            "gloo:all_reduce",
+            325,
+            400,
+            tid=RUNLOOP,
+            cat="user_annotation",
+            args={"Input type": ["float"], "Input Dims": [[256, 256]]},
+        ),
     ]
     path = tmp_path / "rank1.pt.trace.json"
     path.write_text(json.dumps(_trace(1, GROUPS, events)))
@@ -66,10 +105,33 @@ def test_cpu_ops_become_compute_lanes_counted_by_self_time(tmp_path: Path) -> No
 
 def test_gloo_annotations_are_communication_with_group_global_peer_and_bytes(tmp_path: Path) -> None:
     ev = _rank1(tmp_path).events
-    comm = ev.filter(pc.equal(ev.column("kind").cast("string"), "communication")).sort_by("start_ns").to_pylist()
-    assert [(c["name"], c["collective"], c["group"], c["group_ranks"], c["peer"], c["bytes"], c["step"], c["seq"]) for c in comm] == [
-        ("gloo:send", "send", "3", "0,1", 0, 32 * 256 * 4, 5, 0),  # the pipeline group; its index 0 is global rank 0
-        ("gloo:all_reduce", "all_reduce", "1", "1,3", None, 256 * 256 * 4, 5, 0),  # the rank's named non-pipeline group
+    comm = (
+        ev.filter(pc.equal(ev.column("kind").cast("string"), "communication")).sort_by("start_ns").to_pylist()
+    )
+    assert [
+        (c["name"], c["collective"], c["group"], c["group_ranks"], c["peer"], c["bytes"], c["step"], c["seq"])
+        for c in comm
+    ] == [
+        (
+            "gloo:send",
+            "send",
+            "3",
+            "0,1",
+            0,
+            32 * 256 * 4,
+            5,
+            0,
+        ),  # the pipeline group; its index 0 is global rank 0
+        (
+            "gloo:all_reduce",
+            "all_reduce",
+            "1",
+            "1,3",
+            None,
+            256 * 256 * 4,
+            5,
+            0,
+        ),  # the rank's named non-pipeline group
     ]
     assert comm[1]["track"] == RUNLOOP and comm[1]["dur_ns"] == 400_000
 
@@ -81,7 +143,14 @@ def test_a_collective_takes_the_step_of_its_enqueue(tmp_path: Path) -> None:
         _op("ProfilerStep#2", 500, 500, cat="user_annotation"),
         _op("aten::mm", 10, 400),
         _op("c10d::allreduce_", 480, 10, args={"Input type": ["TensorList"], "Input Dims": [[[1024]]]}),
-        _op("gloo:all_reduce", 505, 100, tid=RUNLOOP, cat="user_annotation", args={"Input type": ["float"], "Input Dims": [[1024]]}),
+        _op(
+            "gloo:all_reduce",
+            505,
+            100,
+            tid=RUNLOOP,
+            cat="user_annotation",
+            args={"Input type": ["float"], "Input Dims": [[1024]]},
+        ),
         _op("aten::mm", 520, 300),
     ]
     path = tmp_path / "rank0.pt.trace.json"
@@ -116,17 +185,34 @@ def test_an_isend_lasting_on_the_thread_keeps_the_compute_that_runs_meanwhile(tm
     compute either."""
     events = [
         _op("ProfilerStep#1", 0, 2000, cat="user_annotation"),
-        _op("c10d::send", 10, 10, args={"Concrete Inputs": ["", "", "1", "0"], "Input type": ["TensorList"], "Input Dims": [[[64]]]}),
-        _op("gloo:send", 18, 500, cat="user_annotation", args={"Input type": ["float"], "Input Dims": [[64]]}),
+        _op(
+            "c10d::send",
+            10,
+            10,
+            args={
+                "Concrete Inputs": ["", "", "1", "0"],
+                "Input type": ["TensorList"],
+                "Input Dims": [[[64]]],
+            },
+        ),
+        _op(
+            "gloo:send", 18, 500, cat="user_annotation", args={"Input type": ["float"], "Input Dims": [[64]]}
+        ),
         _op("aten::mm", 40, 300),  # the next micro-batch, while the send is in flight
         _op("Wrapper", 600, 300),  # an operator that waits for a blocking transfer inside it
-        _op("gloo:recv", 650, 200, cat="user_annotation", args={"Input type": ["float"], "Input Dims": [[64]]}),
+        _op(
+            "gloo:recv", 650, 200, cat="user_annotation", args={"Input type": ["float"], "Input Dims": [[64]]}
+        ),
         _op("_c10d_functional::wait_tensor", 1000, 400),
         _op("aten::add", 1500, 100),
     ]
     path = tmp_path / "rank0.pt.trace.json"
     path.write_text(json.dumps(_trace(0, GROUPS[:1], events)))
-    assert _compute_by_name(kineto.parse(path).events) == {"aten::mm": 300_000, "Wrapper": 100_000, "aten::add": 100_000}
+    assert _compute_by_name(kineto.parse(path).events) == {
+        "aten::mm": 300_000,
+        "Wrapper": 100_000,
+        "aten::add": 100_000,
+    }
 
 
 def test_a_wrapper_waiting_for_in_flight_gloo_work_is_not_computing(tmp_path: Path) -> None:
@@ -138,11 +224,43 @@ def test_a_wrapper_waiting_for_in_flight_gloo_work_is_not_computing(tmp_path: Pa
         _op("ProfilerStep#1", 0, 3000, cat="user_annotation"),
         _op("RegisterPostBackwardFunctionBackward", 10, 1000, args={"External id": 1}),
         _op("aten::mm", 20, 100, args={"External id": 2}),
-        _op("c10d::_reduce_scatter_base_", 130, 20, args={"Concrete Inputs": ["", "", "", "False", "-1"], "Input type": ["float"], "Input Dims": [[64]]}),
-        _op("gloo:all_reduce", 150, 800, tid=RUNLOOP, cat="user_annotation", args={"Input type": ["float"], "Input Dims": [[64]]}),
+        _op(
+            "c10d::_reduce_scatter_base_",
+            130,
+            20,
+            args={
+                "Concrete Inputs": ["", "", "", "False", "-1"],
+                "Input type": ["float"],
+                "Input Dims": [[64]],
+            },
+        ),
+        _op(
+            "gloo:all_reduce",
+            150,
+            800,
+            tid=RUNLOOP,
+            cat="user_annotation",
+            args={"Input type": ["float"], "Input Dims": [[64]]},
+        ),
         _op("aten::copy_", 1000, 5, args={"External id": 3}),
-        _op("c10d::allreduce_", 1100, 10, args={"Concrete Inputs": ["", "", "", "", "False", "-1"], "Input type": ["TensorList"], "Input Dims": [[[64]]]}),
-        _op("gloo:all_reduce", 1115, 600, tid=RUNLOOP, cat="user_annotation", args={"Input type": ["float"], "Input Dims": [[64]]}),
+        _op(
+            "c10d::allreduce_",
+            1100,
+            10,
+            args={
+                "Concrete Inputs": ["", "", "", "", "False", "-1"],
+                "Input type": ["TensorList"],
+                "Input Dims": [[[64]]],
+            },
+        ),
+        _op(
+            "gloo:all_reduce",
+            1115,
+            600,
+            tid=RUNLOOP,
+            cat="user_annotation",
+            args={"Input type": ["float"], "Input Dims": [[64]]},
+        ),
         _op("aten::mm", 1200, 300, args={"External id": 4}),  # compute while the all-reduce is in flight
     ]
     path = tmp_path / "rank0.pt.trace.json"
@@ -150,7 +268,11 @@ def test_a_wrapper_waiting_for_in_flight_gloo_work_is_not_computing(tmp_path: Pa
     by_name = _compute_by_name(kineto.parse(path).events)
     # The wrapper's own time before the reduce-scatter (10-20 and 120-130 us) is its glue; from 150 us until the
     # copy_ it wakes to at 1000 (50 us after the all-reduce ended) it waits; after the copy_ (1005-1010) glue again.
-    assert by_name == {"RegisterPostBackwardFunctionBackward": 25_000, "aten::mm": 400_000, "aten::copy_": 5_000}
+    assert by_name == {
+        "RegisterPostBackwardFunctionBackward": 25_000,
+        "aten::mm": 400_000,
+        "aten::copy_": 5_000,
+    }
 
 
 def test_a_compute_slice_names_its_callers_external_id(tmp_path: Path) -> None:
@@ -166,5 +288,8 @@ def test_a_compute_slice_names_its_callers_external_id(tmp_path: Path) -> None:
     ev = kineto.parse(path).events
     lanes = ev.filter(pc.greater_equal(ev.column("device"), 0)).sort_by("start_ns").to_pylist()
     assert [(r["name"], r["external_id"], r["correlation"]) for r in lanes] == [
-        ("MmBackward0", 7, -1), ("aten::mm", 8, 7), ("MmBackward0", 7, -1), ("aten::mm", 9, -1)
+        ("MmBackward0", 7, -1),
+        ("aten::mm", 8, 7),
+        ("MmBackward0", 7, -1),
+        ("aten::mm", 9, -1),
     ]

@@ -29,12 +29,22 @@ def test_sampled_128_rank_job_pair() -> None:
     assert (r0.rank, r1.rank) == (0, 1)
     assert r0.world_size == r1.world_size == 128
     assert r0.steps.column("step").to_pylist() == [551, 552]  # the last step is kept
-    assert kind_counts(r0.events) == {"host": 3533, "annotation": 73, "compute": 1144, "memory": 50, "communication": 10}
+    assert kind_counts(r0.events) == {
+        "host": 3533,
+        "annotation": 73,
+        "compute": 1144,
+        "memory": 50,
+        "communication": 10,
+    }
     comm = device_comm(r0.events)
     # SendRecv/AllReduce kernels without record_param_comms: the host operator they were launched in names the
     # collective (nccl:all_to_all runs as SendRecv kernels; it is not a pipeline send/recv).
     collectives = comm.column("collective").cast(pa.string()).to_pylist()
-    assert {c: collectives.count(c) for c in set(collectives)} == {"all_to_all": 4, "all_reduce": 4, "all_gather": 2}
+    assert {c: collectives.count(c) for c in set(collectives)} == {
+        "all_to_all": 4,
+        "all_reduce": 4,
+        "all_gather": 2,
+    }
     # No process-group metadata in this 2023 trace: the NCCL stream stands in for the group.
     assert set(comm.column("group").cast(pa.string()).to_pylist()) == {"stream:84", "stream:203"}
     assert r0.source == "sampled_rank-0.json.gz"

@@ -46,7 +46,9 @@ def test_real_files_rank_0_and_1() -> None:
         assert conv["splits"] == [[2, 1, 1, 1], [1, 1, 1, 1]]
         assert conv["strategy_attr"] == "gen_strategy"
         assert conv["sharded"]
-        assert conv["parallel_group"] is None  # Conv2D's integer "group" attribute is not a communication group
+        assert (
+            conv["parallel_group"] is None
+        )  # Conv2D's integer "group" attribute is not a communication group
         assert not any(r["is_communication"] for r in rows)
         assert all(r["peer"] is None for r in rows)
 
@@ -56,11 +58,37 @@ def test_communication_ops_groups_and_peers(tmp_path: Path) -> None:
         "config": {"rankId": "4", "stageId": 1},
         "graph": {
             "node": [
-                {"name": "1", "opType": "MatMul", "fullName": "Default/MatMul-op1", "attribute": [{"name": "in_strategy", "value": _strategy([1, 4], [4, 1])}, {"name": "gen_strategy", "value": _strategy([2, 2], [2, 1])}]},
-                {"name": "2", "opType": "AllReduce", "fullName": "Default/AllReduce-op2", "attribute": [{"name": "group", "value": {"dtype": "DT_STRING", "strVal": "4-5-6-7"}}, {"name": "group_rank_ids", "value": _tuple(*(_int(r) for r in (4, 5, 6, 7)))}]},
-                {"name": "3", "opType": "Send", "fullName": "Default/Send-op3", "attribute": [{"name": "dest_rank", "value": _int(0)}]},
+                {
+                    "name": "1",
+                    "opType": "MatMul",
+                    "fullName": "Default/MatMul-op1",
+                    "attribute": [
+                        {"name": "in_strategy", "value": _strategy([1, 4], [4, 1])},
+                        {"name": "gen_strategy", "value": _strategy([2, 2], [2, 1])},
+                    ],
+                },
+                {
+                    "name": "2",
+                    "opType": "AllReduce",
+                    "fullName": "Default/AllReduce-op2",
+                    "attribute": [
+                        {"name": "group", "value": {"dtype": "DT_STRING", "strVal": "4-5-6-7"}},
+                        {"name": "group_rank_ids", "value": _tuple(*(_int(r) for r in (4, 5, 6, 7)))},
+                    ],
+                },
+                {
+                    "name": "3",
+                    "opType": "Send",
+                    "fullName": "Default/Send-op3",
+                    "attribute": [{"name": "dest_rank", "value": _int(0)}],
+                },
                 {"name": "4", "opType": "Receive", "attribute": [{"name": "src_rank", "value": _int(8)}]},
-                {"name": "5", "opType": "Add", "instance_type": "Redistribution", "attribute": [{"name": "strategy", "value": _strategy([1], [1])}]},
+                {
+                    "name": "5",
+                    "opType": "Add",
+                    "instance_type": "Redistribution",
+                    "attribute": [{"name": "strategy", "value": _strategy([1], [1])}],
+                },
                 "not a node",
             ]
         },

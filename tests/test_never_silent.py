@@ -37,19 +37,26 @@ def no_steps(e: dict[str, Any]) -> bool:
     return not e["name"].startswith("ProfilerStep")
 
 
-def nothing(e: dict[str, Any]) -> bool:  # a host call, outside any step: no step, no compute, no communication
+def nothing(
+    e: dict[str, Any],
+) -> bool:  # a host call, outside any step: no step, no compute, no communication
     return e["name"] == "cudaLaunchKernel" and e["args"]["correlation"] == 1
 
 
 CASES = {
     "no_collectives": (no_collectives, ["no collective and no send/recv"]),
     "no_steps": (no_steps, ["no profiled step"]),
-    "nothing": (nothing, ["no profiled step", "no device or compute activity", "no collective and no send/recv"]),
+    "nothing": (
+        nothing,
+        ["no profiled step", "no device or compute activity", "no collective and no send/recv"],
+    ),
 }
 
 
 @pytest.fixture(scope="module", params=sorted(CASES))
-def case(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list[str]]:
+def case(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, Path, list[str]]:
     keep, missing = CASES[request.param]
     root = tmp_path_factory.mktemp(request.param)
     return _job(root / "job", keep), root / "cache", missing
@@ -65,7 +72,9 @@ def test_report_says_what_is_missing(case: tuple[Path, Path, list[str]]) -> None
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["job"]["analysed"] is False
-    said = [p["message"] for p in report["job"]["problems"] if p["source"] == "." and p["severity"] == "error"]
+    said = [
+        p["message"] for p in report["job"]["problems"] if p["source"] == "." and p["severity"] == "error"
+    ]
     assert len(said) == len(missing)
     for words in missing:
         assert any(m.startswith(words) for m in said), (words, said)
@@ -116,6 +125,15 @@ def test_a_whole_job_is_analysed(tmp_path: Path) -> None:
     report = json.loads(_run("analyze", "--json", "--cache", str(tmp_path / "cache"), str(folder)).stdout)
     assert report["job"]["analysed"] is True and report["job"]["problems"] == []
     verdict = tmp_path / "verdict.json"
-    result = _run("snapshot", "--cache", str(tmp_path / "cache"), "-o", str(tmp_path / "r.html"), "--json", str(verdict), str(folder))
+    result = _run(
+        "snapshot",
+        "--cache",
+        str(tmp_path / "cache"),
+        "-o",
+        str(tmp_path / "r.html"),
+        "--json",
+        str(verdict),
+        str(folder),
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(verdict.read_text())["verdict"]["status"] in ("no finding", "findings")

@@ -37,8 +37,12 @@ def test_wheel_holds_one_top_level_package(wheel: Path) -> None:
     assert not any(n.startswith(("app/", "parsers/", "analysis/")) for n in names)
 
 
-def test_installed_cli_runs_from_another_directory(wheel: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("PYTHONPATH", raising=False)  # the installed wheel, not a checkout on the path, must answer
+def test_installed_cli_runs_from_another_directory(
+    wheel: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(
+        "PYTHONPATH", raising=False
+    )  # the installed wheel, not a checkout on the path, must answer
     env_dir = tmp_path / "venv"
     # The new venv sees the dependencies installed in this (virtual) environment through a .pth file;
     # paradiag itself comes from the wheel.
@@ -46,24 +50,36 @@ def test_installed_cli_runs_from_another_directory(wheel: Path, tmp_path: Path, 
     bin_dir = env_dir / "bin"
     site_dir = subprocess.run(
         [str(bin_dir / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout.strip()
     ours = [p for p in sys.path if p.endswith("site-packages")]
     Path(site_dir, "parent-env.pth").write_text("\n".join(ours) + "\n")
-    subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "--quiet", "--no-deps", str(wheel)], check=True)
+    subprocess.run(
+        [str(bin_dir / "python"), "-m", "pip", "install", "--quiet", "--no-deps", str(wheel)], check=True
+    )
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     where = subprocess.run(
         [str(bin_dir / "python"), "-c", "import paradiag, paradiag.parsers.kineto as k; print(k.__file__)"],
-        cwd=elsewhere, check=True, capture_output=True, text=True,
+        cwd=elsewhere,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout.strip()
     assert where.startswith(str(env_dir))
-    help_text = subprocess.run([str(bin_dir / "paradiag"), "--help"], cwd=elsewhere, check=True, capture_output=True, text=True).stdout
+    help_text = subprocess.run(
+        [str(bin_dir / "paradiag"), "--help"], cwd=elsewhere, check=True, capture_output=True, text=True
+    ).stdout
     assert "analyze" in help_text and "ingest" in help_text
     job = write_job(tmp_path / "job", ranks=2)
     info = subprocess.run(
         [str(bin_dir / "paradiag"), "info", str(job), "-o", str(tmp_path / "cache")],
-        cwd=elsewhere, check=True, capture_output=True, text=True,
+        cwd=elsewhere,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
     assert "2 ranks" in info
     site = next((env_dir / "lib").glob("python3*/site-packages"))

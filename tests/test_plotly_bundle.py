@@ -27,7 +27,9 @@ def _app_client(tmp_path: Path) -> Any:
     return create_app(config).server.test_client()
 
 
-def test_the_dashboard_serves_the_cartesian_bundle_where_dcc_loads_plotly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_dashboard_serves_the_cartesian_bundle_where_dcc_loads_plotly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     bundle = tmp_path / "plotly-cartesian.min.js"
     bundle.write_bytes(BUNDLE)
     monkeypatch.setattr(plotly_bundle, "path", lambda: bundle)
@@ -52,8 +54,14 @@ def _registry(monkeypatch: pytest.MonkeyPatch, tarball: bytes, integrity: str) -
     def urlopen(url: str, timeout: float) -> io.BytesIO:
         if url.endswith(".tgz"):
             return io.BytesIO(tarball)
-        assert url == f"{plotly_bundle.REGISTRY}/{plotly_bundle.PACKAGE}/{plotly_bundle.get_plotlyjs_version()}"
-        return io.BytesIO(json.dumps({"dist": {"tarball": "https://registry.example/bundle.tgz", "integrity": integrity}}).encode())
+        assert (
+            url == f"{plotly_bundle.REGISTRY}/{plotly_bundle.PACKAGE}/{plotly_bundle.get_plotlyjs_version()}"
+        )
+        return io.BytesIO(
+            json.dumps(
+                {"dist": {"tarball": "https://registry.example/bundle.tgz", "integrity": integrity}}
+            ).encode()
+        )
 
     monkeypatch.setattr(plotly_bundle.urllib.request, "urlopen", urlopen)
 
@@ -67,11 +75,17 @@ def _tarball() -> bytes:
     return out.getvalue()
 
 
-def test_fetch_keeps_the_bundle_only_when_it_matches_the_registrys_integrity(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fetch_keeps_the_bundle_only_when_it_matches_the_registrys_integrity(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     target = tmp_path / "share" / "bundle.js"
     monkeypatch.setattr(plotly_bundle, "path", lambda: target)
     tarball = _tarball()
-    _registry(monkeypatch, tarball, "sha512-" + base64.b64encode(hashlib.sha512(b"something else").digest()).decode())
+    _registry(
+        monkeypatch,
+        tarball,
+        "sha512-" + base64.b64encode(hashlib.sha512(b"something else").digest()).decode(),
+    )
     with pytest.raises(ValueError, match="integrity"):
         plotly_bundle.fetch()
     assert not target.exists()
@@ -81,7 +95,9 @@ def test_fetch_keeps_the_bundle_only_when_it_matches_the_registrys_integrity(tmp
 
 def test_set_up_fetched_the_bundle_of_the_installed_plotly() -> None:
     if plotly_bundle.available() is None:
-        pytest.skip(f"{plotly_bundle.path()} was not fetched (no npm registry at set-up?): the full plotly.js serves")
+        pytest.skip(
+            f"{plotly_bundle.path()} was not fetched (no npm registry at set-up?): the full plotly.js serves"
+        )
     text = plotly_bundle.path().read_text(encoding="utf-8")
     assert f"plotly.js (cartesian - minified) v{plotly_bundle.get_plotlyjs_version()}" in text[:200]
     assert len(text) < len(get_plotlyjs()) / 2

@@ -28,17 +28,45 @@ pytestmark = pytest.mark.slow
 JOBS = {
     # a bigger local batch: every op of rank 2 scales (the 'slowdown' mode's op reruns at these sizes drown in this
     # machine's noise: 4 ranks on 2 shared cores vary +-20% in compute on a clean job)
-    "ddp_slow": JobSpec("ddp_slow_rank", "ddp", "slow_rank", rank=2, strength=0.8, slow_mode="batch", hidden=384,
-                        batch=64),
-    "pipe_heavy": JobSpec("pipe_1f1b_heavy_stage", "pipe_1f1b", "heavy_stage", rank=2, strength=1.0, hidden=256,
-                          batch=64, micro_batches=4, profiler="paradiag"),
+    "ddp_slow": JobSpec(
+        "ddp_slow_rank", "ddp", "slow_rank", rank=2, strength=0.8, slow_mode="batch", hidden=384, batch=64
+    ),
+    "pipe_heavy": JobSpec(
+        "pipe_1f1b_heavy_stage",
+        "pipe_1f1b",
+        "heavy_stage",
+        rank=2,
+        strength=1.0,
+        hidden=256,
+        batch=64,
+        micro_batches=4,
+        profiler="paradiag",
+    ),
     "clean": JobSpec("ddp_clean_repeat", "ddp", hidden=384, batch=64, profiler="default", repeat=2),
-    "mesh": JobSpec("mesh_dp_pp_slow_rank", "mesh_dp_pp", "slow_rank", rank=3, strength=1.0, slow_mode="extra",
-                    hidden=256, batch=64, profiler="paradiag"),
+    "mesh": JobSpec(
+        "mesh_dp_pp_slow_rank",
+        "mesh_dp_pp",
+        "slow_rank",
+        rank=3,
+        strength=1.0,
+        slow_mode="extra",
+        hidden=256,
+        batch=64,
+        profiler="paradiag",
+    ),
     # FSDP2 waits for its reduce-scatters and all-gathers inside autograd nodes, and the slow rank waits least; the
     # slowdown reruns every op under a dispatch mode, which re-enters each aten op (an outer call of glue)
-    "fsdp2_slow": JobSpec("fsdp2_slowdown", "fsdp2", "slow_rank", rank=1, strength=0.8, slow_mode="slowdown",
-                          hidden=384, batch=64, profiler="named"),
+    "fsdp2_slow": JobSpec(
+        "fsdp2_slowdown",
+        "fsdp2",
+        "slow_rank",
+        rank=1,
+        strength=0.8,
+        slow_mode="slowdown",
+        hidden=384,
+        batch=64,
+        profiler="named",
+    ),
 }
 
 Made = tuple[JobSpec, Path, dict[str, Any]]
@@ -109,7 +137,9 @@ def _errors(report: dict[str, Any]) -> list[str]:
     return [p["message"] for p in report["job"].get("problems", []) if p.get("severity") == "error"]
 
 
-def test_paradiag_torch_writes_a_file_per_rank_and_window_and_the_run_manifest(real_job: Callable[[str], Made]) -> None:
+def test_paradiag_torch_writes_a_file_per_rank_and_window_and_the_run_manifest(
+    real_job: Callable[[str], Made],
+) -> None:
     _spec, folder, _ = real_job("mesh")
     names = sorted(p.name for p in folder.iterdir())
     assert names == ["paradiag_run.json", *[f"rank{r}.window0.pt.trace.json" for r in range(4)]]
@@ -165,7 +195,9 @@ def test_pipeline_heavy_stage_sends_pair_and_the_stage_is_named(real_job: Callab
     assert not _errors(report)
     comm = report["metrics"]["communication"]
     steps, boundaries, micro = spec.active, spec.world - 1, spec.micro_batches
-    assert comm["p2p_transfers"] == steps * boundaries * micro * 2  # each micro-batch's activation and gradient
+    assert (
+        comm["p2p_transfers"] == steps * boundaries * micro * 2
+    )  # each micro-batch's activation and gradient
     pairs = {(m["src"], m["dst"]) for m in report["metrics"]["communication_matrix"]}
     assert {(r, r + 1) for r in range(3)} | {(r + 1, r) for r in range(3)} <= pairs  # global ranks both ways
     pipe = report["metrics"]["pipeline"]

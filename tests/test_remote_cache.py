@@ -63,7 +63,6 @@ def bucket(s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     return name
 
 
-
 def _pointer(s3: Any, url: str) -> dict[str, Any] | None:
     path = url.removeprefix("s3://") + "/" + remote.POINTER
     s3.invalidate_cache()
@@ -92,7 +91,9 @@ def _analyze(*args: str) -> dict[str, Any]:
     return dict(json.loads(result.output))
 
 
-def _assert_same_as_local(s3: Any, url: str, local_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _assert_same_as_local(
+    s3: Any, url: str, local_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The generation's objects equal the local ingest's files; a reader with an empty cache root (which
     downloads the generation) gets the local cache's report from ``paradiag analyze --json URL``."""
     pointer = _pointer(s3, url)
@@ -104,7 +105,9 @@ def _assert_same_as_local(s3: Any, url: str, local_cache: Path, tmp_path: Path, 
     assert next((tmp_path / "elsewhere" / "remote").iterdir()).name.startswith("job-")
 
 
-def test_local_pool_ingest_to_s3_equals_local_ingest(sim_job: Path, local_cache: Path, bucket: str, s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_local_pool_ingest_to_s3_equals_local_ingest(
+    sim_job: Path, local_cache: Path, bucket: str, s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``paradiag ingest FOLDER -o s3://…`` in a fresh process whose two worker processes (forked) parse and
     upload their ranks; the client uploads the rest and commits."""
     url = f"s3://{bucket}/job"
@@ -121,19 +124,25 @@ def test_local_pool_ingest_to_s3_equals_local_ingest(sim_job: Path, local_cache:
     _assert_same_as_local(s3, url, local_cache, tmp_path, monkeypatch)
 
 
-def test_dask_ingest_to_s3_equals_local_ingest(sim_job: Path, local_cache: Path, bucket: str, s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dask_ingest_to_s3_equals_local_ingest(
+    sim_job: Path, local_cache: Path, bucket: str, s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Two Dask worker processes (started after the S3 environment, which they inherit) each parse into a
     scratch folder of their own and upload; the client downloads the ranks for the reduce."""
     distributed = pytest.importorskip("distributed")
     url = f"s3://{bucket}/job"
-    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0") as cluster:
+    with distributed.LocalCluster(
+        n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0"
+    ) as cluster:
         job = dataset.ingest(sim_job, url, dask=cluster.scheduler_address)
     assert job.url == url and job.rank_ids == [0, 1, 2, 3] and job.problems == []
     assert_same_cache(job.cache_dir, local_cache)
     _assert_same_as_local(s3, url, local_cache, tmp_path, monkeypatch)
 
 
-def test_second_ingest_replaces_the_first_atomically(sim_job: Path, bucket: str, s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_second_ingest_replaces_the_first_atomically(
+    sim_job: Path, bucket: str, s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     url = f"s3://{bucket}/job"
     first = dataset.ingest(sim_job, url, workers=1)
     old = _pointer(s3, url)
@@ -158,12 +167,16 @@ def test_second_ingest_replaces_the_first_atomically(sim_job: Path, bucket: str,
     new = _pointer(s3, url)
     assert new is not None and old is not None and new["generation"] != old["generation"]
     assert _entries(s3, url) == sorted([new["generation"], remote.POINTER])  # the old generation is gone
-    assert [p.name for p in second.cache_dir.parent.iterdir()] == [new["generation"].lstrip(".")]  # and its mirror
+    assert [p.name for p in second.cache_dir.parent.iterdir()] == [
+        new["generation"].lstrip(".")
+    ]  # and its mirror
     monkeypatch.setenv("PARADIAG_CACHE_DIR", str(tmp_path / "later"))
     assert dataset.open_job(url).source == str(other) and new["source"] == str(other)
 
 
-def test_failed_ingest_keeps_the_committed_cache(sim_job: Path, bucket: str, s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failed_ingest_keeps_the_committed_cache(
+    sim_job: Path, bucket: str, s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A strict ingest with a broken rank, and one whose parse raises, leave no new pointer and no new
     generation; the committed cache still opens."""
     url = f"s3://{bucket}/job"
@@ -206,7 +219,10 @@ def test_stale_generations_are_removed(sim_job: Path, bucket: str, s3: Any) -> N
     ("url", "expected"),
     [
         ("s3://{bucket}/nojob", "s3://{bucket}/nojob: not a paradiag cache (no paradiag-cache.json there"),
-        ("s3://no-such-bucket-x/job", "s3://no-such-bucket-x/job: the bucket 'no-such-bucket-x' does not exist"),
+        (
+            "s3://no-such-bucket-x/job",
+            "s3://no-such-bucket-x/job: the bucket 'no-such-bucket-x' does not exist",
+        ),
         ("nosuchscheme://host/job", "nosuchscheme://host/job: not a URL fsspec can use"),
     ],
 )
@@ -229,7 +245,9 @@ def test_ingest_to_a_missing_bucket_writes_nothing(sim_job: Path, bucket: str, t
     assert "Traceback" not in result.output and not (tmp_path / "root").exists()
 
 
-def test_refused_credentials_are_a_one_line_error(sim_job: Path, bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_refused_credentials_are_a_one_line_error(
+    sim_job: Path, bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The server (in this process) made to check credentials: its IAM knows no user, so every key is refused."""
     from moto import settings
     from moto.core.authorization import ActionAuthenticatorMixin
@@ -262,7 +280,10 @@ def test_without_the_remote_extra(sim_job: Path, tmp_path: Path, monkeypatch: py
         assert "Traceback" not in result.output
 
 
-@pytest.mark.parametrize("text", ["C:\\traces\\job", "C://traces/job", "c:/traces", "runs/x://y", "./s3://x", "job42", "/data/a://b"])
+@pytest.mark.parametrize(
+    "text",
+    ["C:\\traces\\job", "C://traces/job", "c:/traces", "runs/x://y", "./s3://x", "job42", "/data/a://b"],
+)
 def test_paths_are_not_urls(text: str) -> None:
     assert not remote.is_url(text)
 
@@ -282,21 +303,27 @@ def test_local_folder_with_colon_slashes_is_a_path(tmp_path: Path, monkeypatch: 
     assert json.loads(result.output)["source"] == str(tmp_path / "runs" / "x:" / "y")
 
 
-def test_dask_worker_that_cannot_reach_the_store_is_refused(sim_job: Path, bucket: str, s3: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dask_worker_that_cannot_reach_the_store_is_refused(
+    sim_job: Path, bucket: str, s3: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With a cache at a URL the workers need not see the client's folders, but must reach the store: checked
     on every worker before any task is sent, and nothing is committed."""
     distributed = pytest.importorskip("distributed")
     monkeypatch.setattr(remote, "worker_check", lambda url: f"{remote.shown(url)}: access refused (a test)")
     url = f"s3://{bucket}/job"
     with (
-        distributed.LocalCluster(n_workers=1, processes=False, threads_per_worker=1, dashboard_address=":0") as cluster,
+        distributed.LocalCluster(
+            n_workers=1, processes=False, threads_per_worker=1, dashboard_address=":0"
+        ) as cluster,
         pytest.raises(dataset.JobError, match=rf"worker .* cannot use the cache: {url}: access refused"),
     ):
         dataset.ingest(sim_job, url, dask=cluster.scheduler_address)
     assert _pointer(s3, url) is None and _entries(s3, url) == []
 
 
-def test_reader_follows_a_newer_commit(sim_job: Path, bucket: str, s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_reader_follows_a_newer_commit(
+    sim_job: Path, bucket: str, s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A reader that read the pointer before a newer ingest committed (and removed the generation it named)
     follows the new pointer instead of failing."""
     url = f"s3://{bucket}/job"
@@ -309,20 +336,26 @@ def test_reader_follows_a_newer_commit(sim_job: Path, bucket: str, s3: Any, tmp_
     assert dataset.open_job(str(folder)).source == str(tmp_path / "other")
 
 
-def test_file_url_and_a_cache_inside_the_source(sim_job: Path, local_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_file_url_and_a_cache_inside_the_source(
+    sim_job: Path, local_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Any fsspec file system serves: file:// here (no server). A URL inside the trace folder is refused as a
     path there is."""
     monkeypatch.setenv("PARADIAG_CACHE_DIR", str(tmp_path / "root"))
     url = f"file://{tmp_path}/store/job"
     job = dataset.ingest(sim_job, url, workers=1)
-    assert job.url == url and sorted(p.name for p in (tmp_path / "store" / "job").iterdir()) == sorted([f".{job.cache_dir.name}", remote.POINTER])
+    assert job.url == url and sorted(p.name for p in (tmp_path / "store" / "job").iterdir()) == sorted(
+        [f".{job.cache_dir.name}", remote.POINTER]
+    )
     assert_same_cache(tmp_path / "store" / "job" / f".{job.cache_dir.name}", local_cache)
     with pytest.raises(dataset.JobError, match="must not be inside the source folder"):
         dataset.ingest(sim_job, f"file://{sim_job}/cache", workers=1)
     assert not (sim_job / "cache").exists()
 
 
-def test_snapshot_and_the_dashboard_open_a_url(sim_job: Path, bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_snapshot_and_the_dashboard_open_a_url(
+    sim_job: Path, bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``paradiag snapshot URL`` titles the page by the URL's last part (never a path); the dashboard's served
     job keeps the URL (a Path would collapse its slashes) and opens it."""
     from paradiag.app import jobs
@@ -347,12 +380,20 @@ def test_pool_still_forks_after_talking_to_the_store(bucket: str) -> None:
         "import sys; from paradiag import dataset, remote; s = remote.connect(sys.argv[1]); remote.read_pointer(s, required=False);"
         " s.fs.ls(s.path.split('/')[0]); print(dataset._pool_context().get_start_method())"
     )
-    run = subprocess.run([sys.executable, "-c", code, f"s3://{bucket}/job"], capture_output=True, text=True, timeout=120, env=os.environ)
+    run = subprocess.run(
+        [sys.executable, "-c", code, f"s3://{bucket}/job"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=os.environ,
+    )
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["fork"]
 
 
-def test_overlapping_ingests_leave_the_last_commit_alone(sim_job: Path, bucket: str, s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_overlapping_ingests_leave_the_last_commit_alone(
+    sim_job: Path, bucket: str, s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Ingest B commits while ingest A is still uploading: A's commit then replaces B's (the last commit wins),
     and removes B's generation rather than leaving it behind."""
     url = f"s3://{bucket}/job"
@@ -374,7 +415,9 @@ def test_overlapping_ingests_leave_the_last_commit_alone(sim_job: Path, bucket: 
     assert [p.name for p in job.cache_dir.parent.iterdir()] == [job.cache_dir.name]
 
 
-def test_rank_whose_upload_fails_twice_is_a_problem_and_leaves_no_object(sim_job: Path, bucket: str, s3: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rank_whose_upload_fails_twice_is_a_problem_and_leaves_no_object(
+    sim_job: Path, bucket: str, s3: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """One rank's upload dies half-way twice (its events are up, the rest is not): the rank is a problem, as for
     a local storage error, and the commit removes its partial objects: the generation holds the cache's files only."""
     name = sorted(p.name for p in sim_job.glob("*.pt.trace.json"))[1]  # source 1 (sources are sorted by path)

@@ -88,7 +88,9 @@ def test_each_hostile_spelling_is_refused_or_lands_inside(name: str, tmp_path: P
     assert safepath.inside(root, name) == root.resolve() / expected
     fd, rel = safepath.create(root, safepath.relative(name))
     os.close(fd)
-    assert (root / rel).is_file() and not [p for p in tmp_path.rglob("*") if root not in p.parents and p != root]
+    assert (root / rel).is_file() and not [
+        p for p in tmp_path.rglob("*") if root not in p.parents and p != root
+    ]
 
 
 def test_long_names_are_shortened_and_stay_distinct() -> None:
@@ -96,7 +98,9 @@ def test_long_names_are_shortened_and_stay_distinct() -> None:
     b = safepath.relative("r" * 300 + "b.pt.trace.json")
     assert a != b and all(len(n.encode()) <= safepath.MAX_NAME_BYTES for n in (a.name, b.name))
     assert a.name.endswith(".trace.json")
-    assert len(safepath.relative("\u00e9" * 300).name.encode()) <= safepath.MAX_NAME_BYTES  # cut on a character
+    assert (
+        len(safepath.relative("\u00e9" * 300).name.encode()) <= safepath.MAX_NAME_BYTES
+    )  # cut on a character
 
 
 def test_a_link_on_the_way_out_is_refused(tmp_path: Path) -> None:
@@ -130,8 +134,18 @@ def test_a_taken_name_gets_a_new_one_and_both_stay(tmp_path: Path) -> None:
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.one_of(st.sampled_from(["/", "\\", "..", ".", "C:", "\\\\?\\", "//", " ", "\0", "\uff0e", "~", "x"]), st.text(max_size=12)), max_size=12))
-def test_any_text_is_refused_or_resolves_inside(tmp_path_factory: pytest.TempPathFactory, pieces: list[str]) -> None:
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(["/", "\\", "..", ".", "C:", "\\\\?\\", "//", " ", "\0", "\uff0e", "~", "x"]),
+            st.text(max_size=12),
+        ),
+        max_size=12,
+    )
+)
+def test_any_text_is_refused_or_resolves_inside(
+    tmp_path_factory: pytest.TempPathFactory, pieces: list[str]
+) -> None:
     name = "".join(pieces)
     root = tmp_path_factory.getbasetemp() / "prop-root"
     root.mkdir(exist_ok=True)

@@ -16,7 +16,16 @@ from paradiag.parsers import kineto
 from paradiag.simulator import SimConfig, parse_fault, simulate
 from paradiag.simulator.groundtruth import read as read_truth
 
-SMALL = {"dp": 2, "tp": 2, "pp": 2, "microbatches": 4, "steps": 2, "layers": 4, "hidden": 1024, "seq_len": 1024}
+SMALL = {
+    "dp": 2,
+    "tp": 2,
+    "pp": 2,
+    "microbatches": 4,
+    "steps": 2,
+    "layers": 4,
+    "hidden": 1024,
+    "seq_len": 1024,
+}
 
 
 def _job(tmp: Path, name: str, faults: tuple[str, ...] = (), **options: Any) -> Path:
@@ -58,7 +67,12 @@ def test_parser_reads_every_rank(slow_job: Path) -> None:
         assert ("send" in collectives) and ("recv" in collectives)
         assert pc.all(pc.is_valid(comm.column("group"))).as_py()
         described = {g.description for g in parsed.groups}
-        assert {"default_pg", "DATA_PARALLEL_GROUP", "TENSOR_MODEL_PARALLEL_GROUP", "PIPELINE_MODEL_PARALLEL_GROUP"} <= described
+        assert {
+            "default_pg",
+            "DATA_PARALLEL_GROUP",
+            "TENSOR_MODEL_PARALLEL_GROUP",
+            "PIPELINE_MODEL_PARALLEL_GROUP",
+        } <= described
 
 
 def _kernel_durations(path: Path) -> dict[str, list[float]]:
@@ -83,7 +97,10 @@ def _collective_ends(path: Path) -> dict[tuple[str, int], float]:
     counters: dict[str, int] = defaultdict(int)
     out = {}
     data = _load(path)
-    for e in sorted((e for e in data["traceEvents"] if e.get("cat") == "kernel" and "Collective name" in e["args"]), key=lambda e: e["ts"]):
+    for e in sorted(
+        (e for e in data["traceEvents"] if e.get("cat") == "kernel" and "Collective name" in e["args"]),
+        key=lambda e: e["ts"],
+    ):
         if e["args"]["Collective name"] in ("send", "recv"):
             continue
         group = e["args"]["Process Group Name"]
@@ -114,7 +131,12 @@ def test_victims_wait_for_the_slow_rank(slow_job: Path) -> None:
     files = _trace_files(slow_job)
 
     def comm_time(rank: int) -> float:
-        return sum(e["dur"] for e in _raw_events(files[rank]) if e.get("cat") == "kernel" and e["args"].get("Collective name") in ("_allgather_base", "_reduce_scatter_base"))
+        return sum(
+            e["dur"]
+            for e in _raw_events(files[rank])
+            if e.get("cat") == "kernel"
+            and e["args"].get("Collective name") in ("_allgather_base", "_reduce_scatter_base")
+        )
 
     assert comm_time(4) > 1.5 * comm_time(6)
 

@@ -17,7 +17,9 @@ BASE = {"steps": 2, "layers": 4, "hidden": 512, "seq_len": 512, "jitter": 0.0}
 
 
 def _run(tmp: Path, name: str, faults: tuple[str, ...] = (), **options: Any) -> tuple[Path, dict[str, Any]]:
-    job = simulate(SimConfig(output=tmp / name, faults=tuple(parse_fault(f) for f in faults), **{**BASE, **options}))
+    job = simulate(
+        SimConfig(output=tmp / name, faults=tuple(parse_fault(f) for f in faults), **{**BASE, **options})
+    )
     return job, read_truth(job)
 
 
@@ -31,7 +33,15 @@ def _kernels(events: list[dict[str, Any]], collective: str | None = None) -> lis
 
 
 def test_every_kind_is_known() -> None:
-    assert FAULT_KINDS == ("slow_device", "slow_link", "stage_imbalance", "host_stall", "operator_hotspot", "clock_skew", "expert_imbalance")
+    assert FAULT_KINDS == (
+        "slow_device",
+        "slow_link",
+        "stage_imbalance",
+        "host_stall",
+        "operator_hotspot",
+        "clock_skew",
+        "expert_imbalance",
+    )
 
 
 def test_host_stall_delays_the_step_everywhere(tmp_path: Path) -> None:
@@ -45,7 +55,16 @@ def test_host_stall_delays_the_step_everywhere(tmp_path: Path) -> None:
 
 
 def test_slow_link_slows_the_pair_only(tmp_path: Path) -> None:
-    job, truth = _run(tmp_path, "link", ("slow_link:ranks=0-2,factor=5",), pp=2, dp=2, microbatches=2, hidden=4096, seq_len=2048)
+    job, truth = _run(
+        tmp_path,
+        "link",
+        ("slow_link:ranks=0-2,factor=5",),
+        pp=2,
+        dp=2,
+        microbatches=2,
+        hidden=4096,
+        seq_len=2048,
+    )
     # ranks 0 -> 2 is a pipeline pair (stage 0 -> 1); ranks 1 -> 3 the other pipeline
     slow = [e["dur"] for e in _kernels(_events(job, truth, 0), "send")]
     fast = [e["dur"] for e in _kernels(_events(job, truth, 1), "send")]
@@ -68,11 +87,13 @@ def test_stage_imbalance_moves_layers_and_compute(tmp_path: Path) -> None:
 
 def test_operator_hotspot_slows_one_operator_on_one_rank(tmp_path: Path) -> None:
     job, truth = _run(tmp_path, "hot", ("operator_hotspot:ranks=1,operator=flash_attention,factor=4",), dp=2)
+
     def durations(rank: int) -> dict[str, list[float]]:
         out: dict[str, list[float]] = defaultdict(list)
         for e in _kernels(_events(job, truth, rank)):
             out[e["name"]].append(e["dur"])
         return out
+
     hot, cold = durations(1), durations(0)
     flash = [n for n in hot if n.startswith("void flash_")]
     assert len(flash) == 2
@@ -83,8 +104,10 @@ def test_operator_hotspot_slows_one_operator_on_one_rank(tmp_path: Path) -> None
 
 def test_clock_skew_shifts_one_node(tmp_path: Path) -> None:
     job, truth = _run(tmp_path, "skew", ("clock_skew:nodes=1,ms=7",), dp=2, tp=8)
+
     def first_step_ts(rank: int) -> float:
         return next(e["ts"] for e in _events(job, truth, rank) if e.get("name") == "ProfilerStep#0")
+
     # ranks 0 and 8 start their step within a fraction of a millisecond on the true clock
     assert first_step_ts(8) - first_step_ts(0) == pytest.approx(7000, abs=400)
     assert truth["faults"][0]["offset_us"] == 7000 and truth["faults"][0]["ranks"] == list(range(8, 16))
@@ -93,14 +116,18 @@ def test_clock_skew_shifts_one_node(tmp_path: Path) -> None:
 def test_expert_imbalance_loads_the_hot_expert_rank(tmp_path: Path) -> None:
     job, truth = _run(tmp_path, "moe", ("expert_imbalance:ep_rank=1,factor=3",), dp=2, ep=2, microbatches=1)
     assert truth["faults"][0]["ranks"] == [1]
+
     def received(rank: int) -> list[int]:
         return [e["args"]["Out msg nelems"] for e in _kernels(_events(job, truth, rank), "alltoall_base")]
+
     hot, cold = received(1), received(0)
     assert hot and hot[0] == 3 * cold[0]
     assert truth["compute_us"]["1"][0] > truth["compute_us"]["0"][0] + 30
+
     # the cold rank finishes its experts first and waits in the combine all-to-all
     def waited(rank: int) -> float:
         return sum(e["dur"] for e in _kernels(_events(job, truth, rank), "alltoall_base"))
+
     assert waited(0) > waited(1) + 30
 
 
@@ -111,10 +138,25 @@ def test_fault_free_run_has_empty_fault_list(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("options", "expected"),
-    [({"pp": 4, "schedule": "gpipe", "microbatches": 3}, "gpipe"), ({"pp": 4, "microbatches": 6}, "1f1b"),
-     ({"pp": 2, "tp": 2, "schedule": "interleaved", "virtual_stages": 2, "microbatches": 4, "layers": 8}, "interleaved")],
+    [
+        ({"pp": 4, "schedule": "gpipe", "microbatches": 3}, "gpipe"),
+        ({"pp": 4, "microbatches": 6}, "1f1b"),
+        (
+            {
+                "pp": 2,
+                "tp": 2,
+                "schedule": "interleaved",
+                "virtual_stages": 2,
+                "microbatches": 4,
+                "layers": 8,
+            },
+            "interleaved",
+        ),
+    ],
 )
-def test_schedules_run_and_each_stage_does_all_micro_batches(tmp_path: Path, options: dict[str, Any], expected: str) -> None:
+def test_schedules_run_and_each_stage_does_all_micro_batches(
+    tmp_path: Path, options: dict[str, Any], expected: str
+) -> None:
     job, truth = _run(tmp_path, expected, (), steps=1, **options)
     assert truth["schedule"]["kind"] == expected
     m, v = truth["schedule"]["microbatches"], truth["schedule"]["virtual_stages"]

@@ -29,15 +29,27 @@ print(json.dumps(df.to_dict(orient="records")))
 """
 
 
-@pytest.mark.skipif(not HTA_PYTHON.is_file(), reason=f"HTA's interpreter {HTA_PYTHON} is absent (set PARADIAG_HTA_PYTHON)")
+@pytest.mark.skipif(
+    not HTA_PYTHON.is_file(), reason=f"HTA's interpreter {HTA_PYTHON} is absent (set PARADIAG_HTA_PYTHON)"
+)
 def test_hta_temporal_breakdown(tmp_path: Path) -> None:
-    job = simulate(SimConfig(output=tmp_path / "job", gzip=True, faults=(parse_fault("slow_device:ranks=5,factor=1.5"),), **JOB))
+    job = simulate(
+        SimConfig(
+            output=tmp_path / "job", gzip=True, faults=(parse_fault("slow_device:ranks=5,factor=1.5"),), **JOB
+        )
+    )
     # HTA maps every *.json in the folder to a rank (a file without one becomes rank 0), so it gets the traces only
     traces = tmp_path / "traces"
     traces.mkdir()
     for f in job.glob("rank*.pt.trace.json.gz"):
         (traces / f.name).symlink_to(f)
-    done = subprocess.run([str(HTA_PYTHON), "-W", "ignore", "-c", HTA_SCRIPT, str(traces)], capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(
+        [str(HTA_PYTHON), "-W", "ignore", "-c", HTA_SCRIPT, str(traces)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     rows = {r["rank"]: r for r in json.loads(done.stdout.strip().splitlines()[-1])}
     assert sorted(rows) == list(range(8))
@@ -50,9 +62,23 @@ def test_hta_temporal_breakdown(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not MSPROF.is_file(), reason=f"msprof-analyze {MSPROF} is absent (set PARADIAG_MSPROF)")
 def test_msprof_cluster_step_trace_agrees(tmp_path: Path) -> None:
-    job = simulate(SimConfig(output=tmp_path / "job", device="910b", format="ascend", faults=(parse_fault("slow_link:ranks=1-5,factor=4"),), **JOB))
+    job = simulate(
+        SimConfig(
+            output=tmp_path / "job",
+            device="910b",
+            format="ascend",
+            faults=(parse_fault("slow_link:ranks=1-5,factor=4"),),
+            **JOB,
+        )
+    )
     out = tmp_path / "msprof"
-    done = subprocess.run([str(MSPROF), "cluster", "-d", str(job), "-m", "all", "-o", str(out)], capture_output=True, text=True, timeout=600, check=False)
+    done = subprocess.run(
+        [str(MSPROF), "cluster", "-d", str(job), "-m", "all", "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "cannot be mapped" not in done.stdout + done.stderr
     with open(out / "cluster_analysis_output" / "cluster_step_trace_time.csv", newline="") as f:

@@ -23,9 +23,24 @@ from paradiag.simulator import SimConfig, groundtruth, parse_fault, simulate
 from paradiag.simulator.cli import simulate as simulate_cli
 from tests.conftest import REPO, shared_path
 
-MODEL: dict[str, Any] = {"layers": 4, "hidden": 256, "heads": 16, "seq_len": 128, "vocab": 1024, "steps": 2, "microbatches": 2}
+MODEL: dict[str, Any] = {
+    "layers": 4,
+    "hidden": 256,
+    "heads": 16,
+    "seq_len": 128,
+    "vocab": 1024,
+    "steps": 2,
+    "microbatches": 2,
+}
 REAL_TRACES = Path(os.environ.get("PARADIAG_REAL_TRACES") or REPO.parent / "realtraces")
-GLOO_NAMES = {"gloo:all_reduce", "gloo:all_gather", "gloo:broadcast", "gloo:send", "gloo:recv", "gloo:all_to_all"}
+GLOO_NAMES = {
+    "gloo:all_reduce",
+    "gloo:all_gather",
+    "gloo:broadcast",
+    "gloo:send",
+    "gloo:recv",
+    "gloo:all_to_all",
+}
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -42,14 +57,32 @@ def _threads(trace: dict[str, Any]) -> dict[int, set[str]]:
 
 
 def _events(trace: dict[str, Any], name: str | None = None, cat: str | None = None) -> list[dict[str, Any]]:
-    return [e for e in trace["traceEvents"] if e.get("ph") == "X" and (name is None or e["name"] == name) and (cat is None or e.get("cat") == cat)]
+    return [
+        e
+        for e in trace["traceEvents"]
+        if e.get("ph") == "X" and (name is None or e["name"] == name) and (cat is None or e.get("cat") == cat)
+    ]
 
 
 @pytest.fixture(scope="module")
 def cpu_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("torch2") / "cpu"
-    simulate(SimConfig(output=out, device="cpu", shape="torch2", dp=2, tp=2, pp=2, windows=2, rerun=True, manifest=True,
-                       faults=(parse_fault("slow_device:ranks=5,factor=1.5"),), seed=3, **MODEL))
+    simulate(
+        SimConfig(
+            output=out,
+            device="cpu",
+            shape="torch2",
+            dp=2,
+            tp=2,
+            pp=2,
+            windows=2,
+            rerun=True,
+            manifest=True,
+            faults=(parse_fault("slow_device:ranks=5,factor=1.5"),),
+            seed=3,
+            **MODEL,
+        )
+    )
     return out
 
 
@@ -58,13 +91,29 @@ def gpu_job(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReq
     """PyTorch >= 2.2 records NCCL work with record_param_comms (its args copied onto the kernel); older versions
     (``collective_args=False``) only the c10d op, the nccl annotation and the kernel."""
     out = tmp_path_factory.mktemp("torch2") / "gpu"
-    simulate(SimConfig(output=out, device="h100", shape="torch2", dp=2, tp=2, pp=2, dp_mode="fsdp", dp_dim="dp_shard",
-                       trace_names="rank", seed=4, collective_args=request.param, **MODEL))
+    simulate(
+        SimConfig(
+            output=out,
+            device="h100",
+            shape="torch2",
+            dp=2,
+            tp=2,
+            pp=2,
+            dp_mode="fsdp",
+            dp_dim="dp_shard",
+            trace_names="rank",
+            seed=4,
+            collective_args=request.param,
+            **MODEL,
+        )
+    )
     return out
 
 
 def _with_args(job: Path) -> bool:
-    return any(e["name"] == "record_param_comms" for t in _latest(job).values() for e in _events(t, cat="cpu_op"))
+    return any(
+        e["name"] == "record_param_comms" for t in _latest(job).values() for e in _events(t, cat="cpu_op")
+    )
 
 
 def _latest(job: Path) -> dict[int, dict[str, Any]]:
@@ -80,29 +129,59 @@ def test_cpu_job_is_shaped_as_gloo_records_it(cpu_job: Path) -> None:
         assert trace["deviceProperties"] == [] and info["backend"] == "gloo" and info["rank"] == rank
         assert info["pg_count"] == len(truth["layout"]["groups"])
         own = [g for g in truth["layout"]["groups"] if rank in g["ranks"]]
-        assert sorted(p["pg_name"] for p in info["pg_config"]) == sorted(g["name"] for g in own)  # only its own groups
+        assert sorted(p["pg_name"] for p in info["pg_config"]) == sorted(
+            g["name"] for g in own
+        )  # only its own groups
         assert {p["pg_desc"] for p in info["pg_config"]} <= {"default_pg", "mesh_pp", "mesh_dp", "mesh_tp"}
-        assert all(p["pg_name"].isdigit() and p["backend_config"] == "cpu:gloo,cuda:gloo" for p in info["pg_config"])
+        assert all(
+            p["pg_name"].isdigit() and p["backend_config"] == "cpu:gloo,cuda:gloo" for p in info["pg_config"]
+        )
         text = json.dumps(trace)
         assert "record_param_comms" not in text and "Collective name" not in text
-        main = next(e["pid"] for e in trace["traceEvents"] if e.get("ph") == "X" and e["name"].startswith("ProfilerStep#"))
-        assert {e["pid"] for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") != "Trace"} == {main}  # no device rows
+        main = next(
+            e["pid"]
+            for e in trace["traceEvents"]
+            if e.get("ph") == "X" and e["name"].startswith("ProfilerStep#")
+        )
+        assert {e["pid"] for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") != "Trace"} == {
+            main
+        }  # no device rows
         threads = _threads(trace)
         assert threads[main] == {"python3"}
         gloo = [e for e in _events(trace, cat="user_annotation") if e["name"].startswith("gloo:")]
         assert gloo and {e["name"] for e in gloo} <= GLOO_NAMES
         for e in gloo:  # collectives on the group's runloop threads, send/recv on the main thread
-            assert ("pt_gloo_runloop" in threads[e["tid"]]) == (e["name"] not in ("gloo:send", "gloo:recv")), e
-            assert list(e["args"]) == ["External id", "Record function id", "Concrete Inputs", "Input type", "Input Strides", "Input Dims", "Ev Idx"]
+            assert ("pt_gloo_runloop" in threads[e["tid"]]) == (
+                e["name"] not in ("gloo:send", "gloo:recv")
+            ), e
+            assert list(e["args"]) == [
+                "External id",
+                "Record function id",
+                "Concrete Inputs",
+                "Input type",
+                "Input Strides",
+                "Input Dims",
+                "Ev Idx",
+            ]
         # send/recv: the peer is group-local (Concrete Inputs[2]) in the pipeline group, the sequence number autograd's
         stage = truth["layout"]["stages"][rank]
         pp_group = next(g for g in own if g["description"] == "mesh_pp")
         for op in ("c10d::send", "c10d::recv_"):
             for e in _events(trace, op):
                 peer = pp_group["ranks"][int(e["args"]["Concrete Inputs"][2])]
-                assert truth["layout"]["stages"][peer] in (stage - 1, stage + 1) and tuple(pp_group["ranks"]) in groups
-                assert "Sequence number" in e["args"] and e["args"]["Input type"] == ["TensorList", "", "Scalar", "Scalar"]
-        assert _events(trace, "c10d::allreduce_") and all(e["dur"] < 1000 for e in _events(trace, "c10d::allreduce_"))
+                assert (
+                    truth["layout"]["stages"][peer] in (stage - 1, stage + 1)
+                    and tuple(pp_group["ranks"]) in groups
+                )
+                assert "Sequence number" in e["args"] and e["args"]["Input type"] == [
+                    "TensorList",
+                    "",
+                    "Scalar",
+                    "Scalar",
+                ]
+        assert _events(trace, "c10d::allreduce_") and all(
+            e["dur"] < 1000 for e in _events(trace, "c10d::allreduce_")
+        )
 
 
 def test_gloo_work_lasts_as_long_as_the_slowest_member(cpu_job: Path) -> None:
@@ -110,7 +189,11 @@ def test_gloo_work_lasts_as_long_as_the_slowest_member(cpu_job: Path) -> None:
     traces = _latest(cpu_job)
     ends, durs = {}, {}
     for rank in (5, 7):
-        reduce = [e for e in _events(traces[rank], "gloo:all_reduce") if e["args"]["Input type"] == ["float"] and e["args"]["Input Dims"][0][0] > 10_000]
+        reduce = [
+            e
+            for e in _events(traces[rank], "gloo:all_reduce")
+            if e["args"]["Input type"] == ["float"] and e["args"]["Input Dims"][0][0] > 10_000
+        ]
         ends[rank] = [e["ts"] + e["dur"] for e in reduce]
         durs[rank] = sum(e["dur"] for e in reduce)
     assert len(ends[5]) == len(ends[7]) == 2
@@ -131,14 +214,26 @@ def test_windows_rerun_and_manifest(cpu_job: Path) -> None:
         for rank, name in w["files"].items():
             trace = _load(cpu_job / name)
             assert trace["distributedInfo"]["rank"] == int(rank)
-            assert [e["name"] for e in _events(trace, cat="user_annotation") if e["name"].startswith("ProfilerStep#")] == [f"ProfilerStep#{s}" for s in w["steps"]]
+            assert [
+                e["name"]
+                for e in _events(trace, cat="user_annotation")
+                if e["name"].startswith("ProfilerStep#")
+            ] == [f"ProfilerStep#{s}" for s in w["steps"]]
     old = _load(cpu_job / truth["stale_files"][0])
-    assert max(e["ts"] for e in _events(old)) < min(e["ts"] for e in _events(_load(cpu_job / truth["files"]["0"])))
+    assert max(e["ts"] for e in _events(old)) < min(
+        e["ts"] for e in _events(_load(cpu_job / truth["files"]["0"]))
+    )
     manifest = _load(cpu_job / "paradiag_run.json")
-    assert manifest["format"] == "paradiag.torch/1" and manifest["backend"] == "gloo" and manifest["world_size"] == 8
+    assert (
+        manifest["format"] == "paradiag.torch/1"
+        and manifest["backend"] == "gloo"
+        and manifest["world_size"] == 8
+    )
     assert manifest["mesh"]["dim_names"] == ["pp", "dp", "tp"] and manifest["mesh"]["shape"] == [2, 2, 2]
     assert manifest["mesh"]["ranks"][1][0] == [4, 5]
-    assert sorted((g["name"], g["desc"], g["ranks"]) for g in manifest["groups"]) == sorted((g["name"], g["description"], g["ranks"]) for g in truth["layout"]["groups"])
+    assert sorted((g["name"], g["desc"], g["ranks"]) for g in manifest["groups"]) == sorted(
+        (g["name"], g["description"], g["ranks"]) for g in truth["layout"]["groups"]
+    )
     assert manifest["schedule"]["repeat"] == 2 and manifest["schedule"]["active"] == 2
 
 
@@ -148,11 +243,19 @@ def test_gpu_job_is_shaped_as_nccl_records_it(gpu_job: Path) -> None:
     with_args = _with_args(gpu_job)
     for rank, trace in _latest(gpu_job).items():
         info = trace["distributedInfo"]
-        assert info["backend"] == "nccl" and {p["pg_desc"] for p in info["pg_config"]} <= {"default_pg", "mesh_pp", "mesh_dp_shard", "mesh_tp"}
+        assert info["backend"] == "nccl" and {p["pg_desc"] for p in info["pg_config"]} <= {
+            "default_pg",
+            "mesh_pp",
+            "mesh_dp_shard",
+            "mesh_tp",
+        }
         assert ("Collective name" in json.dumps(trace)) == with_args
         kernels = _events(trace, cat="kernel")
         nccl = [k for k in kernels if k["name"].startswith("ncclDevKernel_")]
-        assert {k["name"].split("(")[0] for k in nccl} >= {"ncclDevKernel_AllGather_RING_LL128", "ncclDevKernel_SendRecv"}
+        assert {k["name"].split("(")[0] for k in nccl} >= {
+            "ncclDevKernel_AllGather_RING_LL128",
+            "ncclDevKernel_SendRecv",
+        }
         cpu_ops = _events(trace, cat="cpu_op")
         ops = {e["args"]["External id"]: e["name"] for e in cpu_ops}
         c10d = [e for e in cpu_ops if e["name"].startswith("c10d::")]
@@ -163,19 +266,30 @@ def test_gpu_job_is_shaped_as_nccl_records_it(gpu_job: Path) -> None:
             for k in nccl:
                 call = params[k["args"]["External id"]]
                 pg = pgs[call["args"]["Process Group Name"]]
-                assert call["args"]["Process Group Description"] == pg["pg_desc"] and call["args"]["Process Group Ranks"] == str(pg["ranks"])
-                assert all(k["args"][key] == call["args"][key] for key in ("Collective name", "In msg nelems", "Process Group Name"))
+                assert call["args"]["Process Group Description"] == pg["pg_desc"] and call["args"][
+                    "Process Group Ranks"
+                ] == str(pg["ranks"])
+                assert all(
+                    k["args"][key] == call["args"][key]
+                    for key in ("Collective name", "In msg nelems", "Process Group Name")
+                )
                 assert "Rank" not in k["args"]  # the rank fields stay on record_param_comms
                 if call["args"]["Collective name"] in ("send", "recv"):
                     assert pg["ranks"][call["args"]["Rank"]] != rank  # the peer's index in the group
-                assert any(o["ts"] <= call["ts"] and call["ts"] + call["dur"] <= o["ts"] + o["dur"] for o in c10d)
+                assert any(
+                    o["ts"] <= call["ts"] and call["ts"] + call["dur"] <= o["ts"] + o["dur"] for o in c10d
+                )
         else:
             assert "record_param_comms" not in json.dumps(trace)
-            assert all(ops[k["args"]["External id"]].startswith("c10d::") for k in nccl)  # each kernel launched by its c10d op
+            assert all(
+                ops[k["args"]["External id"]].startswith("c10d::") for k in nccl
+            )  # each kernel launched by its c10d op
         names = {e["name"] for e in c10d}
         assert names >= {"c10d::_allgather_base_", "c10d::_reduce_scatter_base_", "c10d::send", "c10d::recv_"}
         annotations = {e["name"] for e in _events(trace, cat="gpu_user_annotation")}
-        assert "nccl:_reduce_scatter_base" in annotations and any(re.fullmatch(r"nccl:(send \d->\d|recv \d<-\d)", a) for a in annotations)
+        assert "nccl:_reduce_scatter_base" in annotations and any(
+            re.fullmatch(r"nccl:(send \d->\d|recv \d<-\d)", a) for a in annotations
+        )
         threads = _threads(trace)
         autograd = next(t for t, n in threads.items() if "pt_autograd_0" in n)
         backward = _events(trace, "aten::_flash_attention_backward")
@@ -189,7 +303,10 @@ def test_torch2_options_refused_where_they_mean_nothing(tmp_path: Path) -> None:
         (["--windows", "2"], "need --shape torch2"),
         (["--shape", "torch2", "--rerun", "--trace-names", "window"], "overwrites the older files"),
         (["--shape", "torch2", "--format", "ascend"], "use --format kineto"),
-        (["--shape", "torch2", "--steps", "2", "--windows", "2", "--inject", "host_stall:ranks=0,steps=2"], "step 2 is not profiled"),
+        (
+            ["--shape", "torch2", "--steps", "2", "--windows", "2", "--inject", "host_stall:ranks=0,steps=2"],
+            "step 2 is not profiled",
+        ),
     ):
         result = runner.invoke(simulate_cli, [*args, "-o", str(tmp_path / "job")])
         assert result.exit_code == 2 and message in result.output, (args, result.output)
@@ -207,7 +324,9 @@ def _real_gloo() -> list[dict[str, Any]]:
     files = [p for paths in by_folder.values() for p in paths[:2]][:40]  # two ranks of each real job
     traces = [t for t in map(_load, files) if t.get("distributedInfo", {}).get("backend") == "gloo"]
     if not traces:
-        pytest.skip(f"no real gloo trace: {REAL_TRACES} holds none (set PARADIAG_REAL_TRACES to a folder of real torch.distributed CPU traces)")
+        pytest.skip(
+            f"no real gloo trace: {REAL_TRACES} holds none (set PARADIAG_REAL_TRACES to a folder of real torch.distributed CPU traces)"
+        )
     return traces
 
 
@@ -222,14 +341,18 @@ def _shape(traces: list[dict[str, Any]]) -> dict[str, Any]:
                 continue
             key = (e.get("cat", ""), re.sub(r" \d+(->|<-)\d+$", "", e["name"]))
             if key[1].startswith(("gloo:", "nccl:", "c10d::", "ProfilerStep#")):
-                args[(key[0], "ProfilerStep#" if key[1].startswith("ProfilerStep#") else key[1])] |= set(e.get("args", {}))
+                args[(key[0], "ProfilerStep#" if key[1].startswith("ProfilerStep#") else key[1])] |= set(
+                    e.get("args", {})
+                )
             elif key[0] == "cpu_op":
                 cpu_args |= set(e.get("args", {}))
     return {
         "top": set().union(*(set(t) for t in traces)),
         "dist": set().union(*(set(t["distributedInfo"]) for t in traces)),
         "pg": set().union(*(set(p) for t in traces for p in t["distributedInfo"]["pg_config"])),
-        "cats": {(e.get("ph"), e.get("cat")) for t in traces for e in t["traceEvents"] if e.get("ph") in ("X", "i")},
+        "cats": {
+            (e.get("ph"), e.get("cat")) for t in traces for e in t["traceEvents"] if e.get("ph") in ("X", "i")
+        },
         "args": args,
         "cpu_args": cpu_args,
         "threads": {n for t in traces for names in _threads(t).values() for n in names},
@@ -243,12 +366,25 @@ def test_cpu_traces_have_the_structure_of_real_gloo_traces(cpu_job: Path) -> Non
     assert sim["dist"] == real["dist"] and sim["pg"] == real["pg"]
     assert sim["cats"] - {("X", "cpu_op"), ("X", "user_annotation"), ("X", "Trace"), ("i", None)} == set()
     assert {c for c in real["cats"] if c[0] == "X"} >= {c for c in sim["cats"] if c[0] == "X"}
-    kinds = {"pt_gloo_runloop", "process"}  # threads are gloo's runloops or named after the process (python, python3)
-    assert {re.sub(r"^python\d*$", "process", n) for n in sim["threads"]} == {re.sub(r"^python\d*$", "process", n) for n in real["threads"]} == kinds
+    kinds = {
+        "pt_gloo_runloop",
+        "process",
+    }  # threads are gloo's runloops or named after the process (python, python3)
+    assert (
+        {re.sub(r"^python\d*$", "process", n) for n in sim["threads"]}
+        == {re.sub(r"^python\d*$", "process", n) for n in real["threads"]}
+        == kinds
+    )
     common = set(sim["args"]) & set(real["args"])
     assert any(k[1].startswith("gloo:") for k in common) and any(k[1].startswith("c10d::") for k in common)
-    optional = {"finished", "Sequence number", "Fwd thread id"}  # a gloo work still running when the profiler stopped
-    for key in common:  # (never in a simulated window); an op called under autograd (DTensor's tensor parallel)
+    optional = {
+        "finished",
+        "Sequence number",
+        "Fwd thread id",
+    }  # a gloo work still running when the profiler stopped
+    for (
+        key
+    ) in common:  # (never in a simulated window); an op called under autograd (DTensor's tensor parallel)
         assert sim["args"][key] <= real["args"][key] and real["args"][key] - sim["args"][key] <= optional, key
     assert sim["cpu_args"] <= real["cpu_args"] | {"Sequence number", "Fwd thread id"}
 
@@ -256,17 +392,51 @@ def test_cpu_traces_have_the_structure_of_real_gloo_traces(cpu_job: Path) -> Non
 def test_gpu_traces_have_the_structure_of_a_real_nccl_trace(gpu_job: Path) -> None:
     import gzip
 
-    real_trace = json.loads(gzip.decompress(shared_path("gpu", "tracelens_b200", "eager_trace.json.gz").read_bytes()))
+    real_trace = json.loads(
+        gzip.decompress(shared_path("gpu", "tracelens_b200", "eager_trace.json.gz").read_bytes())
+    )
     sim_traces = list(_latest(gpu_job).values())
-    for key in ("schemaVersion", "deviceProperties", "distributedInfo", "traceEvents", "baseTimeNanoseconds", "displayTimeUnit", "traceName", "trace_id"):
+    for key in (
+        "schemaVersion",
+        "deviceProperties",
+        "distributedInfo",
+        "traceEvents",
+        "baseTimeNanoseconds",
+        "displayTimeUnit",
+        "traceName",
+        "trace_id",
+    ):
         assert all(key in t for t in sim_traces) and key in real_trace
-    assert {p for t in sim_traces for pg in t["distributedInfo"]["pg_config"] for p in pg} == {p for pg in real_trace["distributedInfo"]["pg_config"] for p in pg}
+    assert {p for t in sim_traces for pg in t["distributedInfo"]["pg_config"] for p in pg} == {
+        p for pg in real_trace["distributedInfo"]["pg_config"] for p in pg
+    }
     real, sim = _shape([real_trace]), _shape(sim_traces)
-    assert {c for c in sim["cats"] if c[0] == "X"} - {("X", "Trace")} <= {c for c in real["cats"] if c[0] == "X"}  # that file has no profiler span
-    real_kernel = next(e for e in real_trace["traceEvents"] if e.get("cat") == "kernel" and e["name"].startswith("ncclDevKernel_"))
-    sim_kernel = next(e for t in sim_traces for e in t["traceEvents"] if e.get("cat") == "kernel" and e["name"].startswith("ncclDevKernel_"))
-    collective_args = {"Collective name", "In msg nelems", "Out msg nelems", "Group size", "dtype", "In split size", "Out split size",
-                       "Process Group Name", "Process Group Description", "Process Group Ranks"}
+    assert {c for c in sim["cats"] if c[0] == "X"} - {("X", "Trace")} <= {
+        c for c in real["cats"] if c[0] == "X"
+    }  # that file has no profiler span
+    real_kernel = next(
+        e
+        for e in real_trace["traceEvents"]
+        if e.get("cat") == "kernel" and e["name"].startswith("ncclDevKernel_")
+    )
+    sim_kernel = next(
+        e
+        for t in sim_traces
+        for e in t["traceEvents"]
+        if e.get("cat") == "kernel" and e["name"].startswith("ncclDevKernel_")
+    )
+    collective_args = {
+        "Collective name",
+        "In msg nelems",
+        "Out msg nelems",
+        "Group size",
+        "dtype",
+        "In split size",
+        "Out split size",
+        "Process Group Name",
+        "Process Group Description",
+        "Process Group Ranks",
+    }
     if _with_args(gpu_job):
         assert set(sim_kernel["args"]) == set(real_kernel["args"])
         real_call = next(e for e in real_trace["traceEvents"] if e.get("name") == "record_param_comms")
@@ -274,6 +444,8 @@ def test_gpu_traces_have_the_structure_of_a_real_nccl_trace(gpu_job: Path) -> No
         assert set(sim_call["args"]) == set(real_call["args"])
         assert sim_call["args"]["Input type"][3:] == real_call["args"]["Input type"][3:]
     else:
-        assert set(sim_kernel["args"]) == set(real_kernel["args"]) - collective_args  # older PyTorch: no collective args
+        assert (
+            set(sim_kernel["args"]) == set(real_kernel["args"]) - collective_args
+        )  # older PyTorch: no collective args
     for key in set(sim["args"]) & set(real["args"]):
         assert sim["args"][key] == real["args"][key], key

@@ -27,7 +27,16 @@ def run(*args: str) -> Any:
 @pytest.fixture(scope="module")
 def slow_rank_snapshot(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], Any]:
     out = tmp_path_factory.mktemp("snap")
-    result = run("snapshot", str(SAMPLES / "gpu_llm_slow_rank"), "-o", str(out / "report.html"), "--json", str(out / "verdict.json"), "--fail-on", "finding:slow_device,bubble_ratio>0.9")
+    result = run(
+        "snapshot",
+        str(SAMPLES / "gpu_llm_slow_rank"),
+        "-o",
+        str(out / "report.html"),
+        "--json",
+        str(out / "verdict.json"),
+        "--fail-on",
+        "finding:slow_device,bubble_ratio>0.9",
+    )
     return out, json.loads((out / "verdict.json").read_text()), result
 
 
@@ -41,12 +50,21 @@ def test_faulty_sample_fails_its_threshold(slow_rank_snapshot: tuple[Path, dict[
 
 
 def test_fault_free_sample_passes(tmp_path: Path) -> None:
-    result = run("snapshot", str(SAMPLES / "gpu_llm_fault_free"), "-o", str(tmp_path / "r.html"), "--fail-on", "finding:any,stage_imbalance>1.3")
+    result = run(
+        "snapshot",
+        str(SAMPLES / "gpu_llm_fault_free"),
+        "-o",
+        str(tmp_path / "r.html"),
+        "--fail-on",
+        "finding:any,stage_imbalance>1.3",
+    )
     assert result.exit_code == gate.EXIT_OK, result.output
     assert "ok   finding:any: no finding" in result.output
 
 
-def test_verdict_validates_against_the_report_schema(slow_rank_snapshot: tuple[Path, dict[str, Any], Any]) -> None:
+def test_verdict_validates_against_the_report_schema(
+    slow_rank_snapshot: tuple[Path, dict[str, Any], Any],
+) -> None:
     import jsonschema
 
     _, verdict, _ = slow_rank_snapshot
@@ -54,7 +72,17 @@ def test_verdict_validates_against_the_report_schema(slow_rank_snapshot: tuple[P
 
 
 def test_bad_fail_on_expression_is_a_usage_error(tmp_path: Path) -> None:
-    result = CliRunner().invoke(main, ["snapshot", str(SAMPLES / "gpu_llm_fault_free"), "-o", str(tmp_path / "r.html"), "--fail-on", "stage_imbalance>>1"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "snapshot",
+            str(SAMPLES / "gpu_llm_fault_free"),
+            "-o",
+            str(tmp_path / "r.html"),
+            "--fail-on",
+            "stage_imbalance>>1",
+        ],
+    )
     assert result.exit_code == gate.EXIT_USAGE
     assert "cannot read the condition" in result.output
     assert not (tmp_path / "r.html").exists()
@@ -71,10 +99,17 @@ def test_unreadable_job_exits_1(tmp_path: Path) -> None:
 def test_gate_conditions() -> None:
     report = {
         "findings": [{"kind": "slow_link", "severity": "medium", "impact_pct": 7.5, "evidence": "link 1-2"}],
-        "metrics": {"pipeline": None, "step_time_ns": {"median": 12_500_000}, "idle_pct": {"mean": 3.0, "max": 9.0}},
+        "metrics": {
+            "pipeline": None,
+            "step_time_ns": {"median": 12_500_000},
+            "idle_pct": {"mean": 3.0, "max": 9.0},
+        },
         "job": {"num_ranks": 8},
     }
-    outcomes = gate.evaluate(report, "step_time_ms>=12.5, metrics.idle_pct.max>10, finding:slow_link>=high, finding:slow_link, stage_imbalance>1.1, impact_pct>5, job.num_ranks==8")
+    outcomes = gate.evaluate(
+        report,
+        "step_time_ms>=12.5, metrics.idle_pct.max>10, finding:slow_link>=high, finding:slow_link, stage_imbalance>1.1, impact_pct>5, job.num_ranks==8",
+    )
     assert [o.crossed for o in outcomes] == [True, False, False, True, False, True, True]
     assert "not measured" in outcomes[4].reason
     with pytest.raises(gate.GateError):
@@ -85,11 +120,35 @@ def test_compare_names_the_injected_culprit_as_top_change(tmp_path: Path) -> Non
     """Two simulated runs that differ by one injected fault; also across formats (GPU baseline, NPU candidate)."""
     from paradiag.simulator.cli import simulate
 
-    base = ["--dp", "2", "--tp", "2", "--pp", "2", "--microbatches", "4", "--steps", "2", "--layers", "4", "--hidden", "1024"]
+    base = [
+        "--dp",
+        "2",
+        "--tp",
+        "2",
+        "--pp",
+        "2",
+        "--microbatches",
+        "4",
+        "--steps",
+        "2",
+        "--layers",
+        "4",
+        "--hidden",
+        "1024",
+    ]
     base += ["--seq-len", "512", "--vocab", "8192", "--seed", "11", "--quiet"]
     runner = CliRunner()
-    for name, extra in (("a", []), ("b", ["--inject", "slow_device:ranks=3,factor=1.3"]), ("n", ["--format", "ascend", "--inject", "slow_device:ranks=3,factor=1.3"])):
-        assert runner.invoke(simulate, [*base, *extra, "-o", str(tmp_path / name)], catch_exceptions=False).exit_code == 0
+    for name, extra in (
+        ("a", []),
+        ("b", ["--inject", "slow_device:ranks=3,factor=1.3"]),
+        ("n", ["--format", "ascend", "--inject", "slow_device:ranks=3,factor=1.3"]),
+    ):
+        assert (
+            runner.invoke(
+                simulate, [*base, *extra, "-o", str(tmp_path / name)], catch_exceptions=False
+            ).exit_code
+            == 0
+        )
     for candidate, matched_by in (("b", "name"), ("n", "category")):
         result = run("compare", str(tmp_path / "a"), str(tmp_path / candidate), "--json")
         doc = json.loads(result.output)
@@ -126,7 +185,9 @@ def test_snapshot_renders_offline_in_chromium(slow_rank_snapshot: tuple[Path, di
         deadline = time.time() + 30
         drawn = 0
         while time.time() < deadline:
-            drawn = driver.execute_script("return [...document.querySelectorAll('.js-plotly-plot')].filter(g => g.data && g.querySelector('.main-svg')).length")
+            drawn = driver.execute_script(
+                "return [...document.querySelectorAll('.js-plotly-plot')].filter(g => g.data && g.querySelector('.main-svg')).length"
+            )
             if drawn >= 5:
                 break
             time.sleep(0.3)
@@ -146,10 +207,41 @@ def test_snapshot_renders_offline_in_chromium(slow_rank_snapshot: tuple[Path, di
 def test_snapshot_of_a_64_rank_job_stays_under_10_mb(tmp_path: Path) -> None:
     from paradiag.simulator.cli import simulate
 
-    args = ["--dp", "4", "--tp", "4", "--pp", "4", "--microbatches", "8", "--steps", "3", "--layers", "8", "--hidden", "1024"]
-    args += ["--seq-len", "512", "--vocab", "8192", "--inject", "slow_device:ranks=21,factor=1.3", "--gzip", "--seed", "2", "--quiet"]
-    assert CliRunner().invoke(simulate, [*args, "-o", str(tmp_path / "job")], catch_exceptions=False).exit_code == 0
-    result = run("snapshot", str(tmp_path / "job"), "-o", str(tmp_path / "r.html"), "--fail-on", "finding:slow_device")
+    args = [
+        "--dp",
+        "4",
+        "--tp",
+        "4",
+        "--pp",
+        "4",
+        "--microbatches",
+        "8",
+        "--steps",
+        "3",
+        "--layers",
+        "8",
+        "--hidden",
+        "1024",
+    ]
+    args += [
+        "--seq-len",
+        "512",
+        "--vocab",
+        "8192",
+        "--inject",
+        "slow_device:ranks=21,factor=1.3",
+        "--gzip",
+        "--seed",
+        "2",
+        "--quiet",
+    ]
+    assert (
+        CliRunner().invoke(simulate, [*args, "-o", str(tmp_path / "job")], catch_exceptions=False).exit_code
+        == 0
+    )
+    result = run(
+        "snapshot", str(tmp_path / "job"), "-o", str(tmp_path / "r.html"), "--fail-on", "finding:slow_device"
+    )
     assert result.exit_code == gate.EXIT_GATE
     assert "rank 21" in result.output
     assert (tmp_path / "r.html").stat().st_size <= 10 * 1024 * 1024

@@ -22,7 +22,9 @@ MESH = {"dp": 2, "tp": 2, "pp": 2, "steps": 3, "layers": 4, "jitter": 0.03, "see
 def _job(root: Path, name: str, *faults: str, **options: Any) -> paradiag.dataset.Job:
     folder = root / name
     if not folder.exists():
-        simulate(SimConfig(output=folder, faults=tuple(parse_fault(f) for f in faults), **{**MESH, **options}))
+        simulate(
+            SimConfig(output=folder, faults=tuple(parse_fault(f) for f in faults), **{**MESH, **options})
+        )
     return paradiag.open(folder, cache_dir=root / f"{name}.cache")
 
 
@@ -42,10 +44,16 @@ def fault_free_ms(root: Path) -> float:
         ("slow_device:ranks=5,factor=1.3", "slow_device", "rank=5:compute=peer-median:steps=0+1+2"),
         ("host_stall:ranks=1,steps=1,ms=30", "host_stall", "rank=1:host=remove:steps=1"),
         ("slow_link:ranks=4-6,factor=8", "slow_link", "link=4-6:transfer=comparable"),
-        ("operator_hotspot:ranks=6,operator=flash_attention,factor=4", "operator_hotspot", "rank=6:compute=peer-median"),
+        (
+            "operator_hotspot:ranks=6,operator=flash_attention,factor=4",
+            "operator_hotspot",
+            "rank=6:compute=peer-median",
+        ),
     ],
 )
-def test_finding_what_if_predicts_the_fault_free_run(root: Path, fault_free_ms: float, fault: str, kind: str, edit: str) -> None:
+def test_finding_what_if_predicts_the_fault_free_run(
+    root: Path, fault_free_ms: float, fault: str, kind: str, edit: str
+) -> None:
     job = _job(root, kind, fault)
     d = job.diagnosis()
     found = next(f for f in d.findings if f.kind == kind)
@@ -61,7 +69,11 @@ def test_tokens_spread_evenly_predict_the_balanced_experts(root: Path) -> None:
     moe = {"dp": 4, "ep": 4, "tp": 2, "pp": 2, "layers": 4, "microbatches": 4}
     d = _job(root, "expert_imbalance", "expert_imbalance:ep_rank=1,factor=2.5", **moe).diagnosis()
     found = next(f for f in d.findings if f.kind == "expert_imbalance")
-    assert found.what_if is not None and found.what_if["edits"][0].startswith("rank=") and ":compute=balanced" in found.what_if["edits"][0]
+    assert (
+        found.what_if is not None
+        and found.what_if["edits"][0].startswith("rank=")
+        and ":compute=balanced" in found.what_if["edits"][0]
+    )
     fault_free = _job(root, "moe-clean", **moe).diagnosis().step_time_ns / 1e6
     assert found.what_if["predicted_step_ms"] == pytest.approx(fault_free, rel=0.05)
 
@@ -70,14 +82,39 @@ def test_tokens_spread_evenly_predict_the_balanced_experts(root: Path) -> None:
     ("options", "fault", "layers"),
     [
         ({}, "stage_imbalance:stage=1,extra=1", ([1, 3], [2, 2])),
-        ({"pp": 4, "dp": 1, "layers": 8, "microbatches": 4}, "stage_imbalance:stage=2,extra=2", ([1, 1, 4, 2], [2, 2, 2, 2])),
-        ({"pp": 4, "layers": 8, "microbatches": 4, "schedule": "gpipe"}, "stage_imbalance:stage=0,extra=2", ([4, 1, 1, 2], [2, 2, 2, 2])),
-        ({"pp": 2, "dp": 1, "layers": 8, "microbatches": 4, "schedule": "interleaved", "virtual_stages": 2}, "stage_imbalance:stage=0,extra=2", ([6, 2], [4, 4])),
-        ({"pp": 4, "dp": 1, "layers": 8, "microbatches": 4, "format": "ascend", "device": "910b"}, "stage_imbalance:stage=3,extra=2", ([1, 1, 2, 4], [2, 2, 2, 2])),
+        (
+            {"pp": 4, "dp": 1, "layers": 8, "microbatches": 4},
+            "stage_imbalance:stage=2,extra=2",
+            ([1, 1, 4, 2], [2, 2, 2, 2]),
+        ),
+        (
+            {"pp": 4, "layers": 8, "microbatches": 4, "schedule": "gpipe"},
+            "stage_imbalance:stage=0,extra=2",
+            ([4, 1, 1, 2], [2, 2, 2, 2]),
+        ),
+        (
+            {
+                "pp": 2,
+                "dp": 1,
+                "layers": 8,
+                "microbatches": 4,
+                "schedule": "interleaved",
+                "virtual_stages": 2,
+            },
+            "stage_imbalance:stage=0,extra=2",
+            ([6, 2], [4, 4]),
+        ),
+        (
+            {"pp": 4, "dp": 1, "layers": 8, "microbatches": 4, "format": "ascend", "device": "910b"},
+            "stage_imbalance:stage=3,extra=2",
+            ([1, 1, 2, 4], [2, 2, 2, 2]),
+        ),
     ],
     ids=["gpu-pp2", "gpu-pp4", "gpu-gpipe", "gpu-interleaved", "npu-pp4"],
 )
-def test_whole_layers_moved_predict_the_even_split(root: Path, options: dict[str, Any], fault: str, layers: tuple[list[int], list[int]]) -> None:
+def test_whole_layers_moved_predict_the_even_split(
+    root: Path, options: dict[str, Any], fault: str, layers: tuple[list[int], list[int]]
+) -> None:
     """The stages balanced by moving whole layers (the LM head and the embedding stay) predict the fault-free run,
     and the evidence quotes that prediction."""
     # A layer as wide as the benchmark's: the LM head is then a fraction of a layer and the even split is the best.
@@ -95,13 +132,25 @@ def test_whole_layers_moved_predict_the_even_split(root: Path, options: dict[str
 def test_slow_tensor_parallel_link_in_an_interleaved_pipeline(root: Path) -> None:
     """Sends are eager: when the replay makes a receiver late (its stage's tensor-parallel link repaired, the other
     end of the wrap-around send from the last stage to the first is not), the send is not held for it."""
-    options = {"dp": 2, "tp": 2, "pp": 4, "layers": 16, "microbatches": 8, "schedule": "interleaved", "virtual_stages": 2}
+    options = {
+        "dp": 2,
+        "tp": 2,
+        "pp": 4,
+        "layers": 16,
+        "microbatches": 8,
+        "schedule": "interleaved",
+        "virtual_stages": 2,
+    }
     fault_free = _job(root, "interleaved", **options).diagnosis().step_time_ns / 1e6
     d = _job(root, "interleaved-slow-tp-link", "slow_link:ranks=12-13,factor=4", **options).diagnosis()
     found = next(f for f in d.findings if f.kind == "slow_link")
-    assert found.what_if is not None and found.what_if["edits"][0].startswith("link=12-13:transfer=comparable")
+    assert found.what_if is not None and found.what_if["edits"][0].startswith(
+        "link=12-13:transfer=comparable"
+    )
     assert d.step_time_ns / 1e6 > 1.1 * fault_free
-    assert found.what_if["predicted_step_ms"] == pytest.approx(fault_free, rel=0.01)  # about 3 % high when the send waited for its receiver
+    assert found.what_if["predicted_step_ms"] == pytest.approx(
+        fault_free, rel=0.01
+    )  # about 3 % high when the send waited for its receiver
 
 
 def test_host_stall_in_a_gpipe_pipeline(root: Path) -> None:
@@ -198,7 +247,9 @@ def test_whatif_command(root: Path) -> None:
 
 def test_stages_need_a_pipeline(root: Path) -> None:
     job = _job(root, "no-pipeline", dp=4, pp=1, tp=1)
-    result = CliRunner().invoke(main, ["whatif", str(job.source), "-o", str(root / "no-pipeline.cache"), "--set", "stages=balanced"])
+    result = CliRunner().invoke(
+        main, ["whatif", str(job.source), "-o", str(root / "no-pipeline.cache"), "--set", "stages=balanced"]
+    )
     assert result.exit_code == 1 and "no pipeline stages to balance" in result.output
 
 
@@ -208,7 +259,13 @@ def test_edits_leave_the_graph_as_the_traces_have_it(root: Path) -> None:
     job = _job(root, "slow_device", "slow_device:ranks=5,factor=1.3")
     graph, peers = job_graph(job, job.diagnosis())
     kept = {k: getattr(graph, k).copy() for k in ("start", "end", "tail", "floor", "gap")}
-    edits = ["rank=5:compute=peer-median", "rank=5:communication=2", "rank=1:host=remove", "link=4-6:transfer=comparable", "stages=balanced"]
+    edits = [
+        "rank=5:compute=peer-median",
+        "rank=5:communication=2",
+        "rank=1:host=remove",
+        "link=4-6:transfer=comparable",
+        "stages=balanced",
+    ]
     first = [what_if(graph, peers, [parse_edit(e)]).as_json() for e in edits]
     for name, values in kept.items():
         assert (getattr(graph, name) == values).all(), name

@@ -23,11 +23,20 @@ def csv_file(view: str, clicks: int | None, store: dict[str, Any] | None) -> Any
     job = context.job(sel.job)
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", (job.source or "job").rstrip("/").rsplit("/", 1)[-1]) or "job"
     step = f"-step{sel.step}" if sel.step is not None else ""
-    return {"content": to_csv(TABLES[view][1](job, sel)), "filename": f"{name}-{view}{step}.csv", "type": "text/csv", "base64": False}
+    return {
+        "content": to_csv(TABLES[view][1](job, sel)),
+        "filename": f"{name}-{view}{step}.csv",
+        "type": "text/csv",
+        "base64": False,
+    }
 
 
 def register(app: Dash) -> None:
     for view, (store, _) in TABLES.items():
-        boundary.callback(app, Output(csv_download(view), "data"), In(csv_button(view), "n_clicks", boundary.count), St(view_store(store), "data", boundary.selection), prevent_initial_call=True)(
-            lambda clicks, sel, view=view: csv_file(view, clicks, sel)
-        )
+        boundary.callback(
+            app,
+            Output(csv_download(view), "data"),
+            In(csv_button(view), "n_clicks", boundary.count),
+            St(view_store(store), "data", boundary.selection),
+            prevent_initial_call=True,
+        )(lambda clicks, sel, view=view: csv_file(view, clicks, sel))

@@ -41,7 +41,10 @@ def summary(sel: dict[str, Any] | None) -> tuple[Any, Any]:
     from paradiag.app.data.mesh import mesh_of
 
     mesh = mesh_of(job)
-    axes = " × ".join(f"{a.upper()}{v}" for a, v in layout.items() if a in ("dp", "tp", "pp", "ep") and v) or f"{len(mesh.stages)} stage(s), found by {mesh.found_by}"
+    axes = (
+        " × ".join(f"{a.upper()}{v}" for a, v in layout.items() if a in ("dp", "tp", "pp", "ep") and v)
+        or f"{len(mesh.stages)} stage(s), found by {mesh.found_by}"
+    )
     items = [
         ("job", jobs.split_window(sel["job"])[0].partition(":")[2] or job.source.rsplit("/", 1)[-1]),
         ("ranks", str(facts["num_ranks"])),
@@ -65,16 +68,35 @@ def window_picker(token: str, current: int, windows: list[dict[str, Any]]) -> ht
         if w["index"] == current:
             links.append(html.Li(html.B(label)))
         else:
-            links.append(html.Li(dcc.Link(label, href="?" + urlencode({"job": jobs.with_window(token, w["index"])}))))
-    return html.Details([html.Summary(f"window {current} of {len(windows)} ▾"), html.Ul(links)], id=ids.WINDOW_PICKER, className="pd-fact pd-window-picker")
+            links.append(
+                html.Li(dcc.Link(label, href="?" + urlencode({"job": jobs.with_window(token, w["index"])})))
+            )
+    return html.Details(
+        [html.Summary(f"window {current} of {len(windows)} ▾"), html.Ul(links)],
+        id=ids.WINDOW_PICKER,
+        className="pd-fact pd-window-picker",
+    )
 
 
 def findings_list(found: list[dict[str, Any]], facts: dict[str, Any] | None = None) -> list[Any]:
     """The findings bar; first, where the analysis lacked steps, compute or communication (``facts``: the
     report's ``job``), what it lacked, so that an empty list is not read as a clean job."""
-    missing = [p["message"] for p in (facts or {}).get("problems", []) if p.get("source") == "."] if not (facts or {}).get("analysed", True) else []
+    missing = (
+        [p["message"] for p in (facts or {}).get("problems", []) if p.get("source") == "."]
+        if not (facts or {}).get("analysed", True)
+        else []
+    )
     out: list[Any] = [
-        html.Li([html.Span("could not analyse", className="pd-kind", style={"background": palette.SEVERITY["high"]}), " ", m], className="pd-finding pd-problem")
+        html.Li(
+            [
+                html.Span(
+                    "could not analyse", className="pd-kind", style={"background": palette.SEVERITY["high"]}
+                ),
+                " ",
+                m,
+            ],
+            className="pd-finding pd-problem",
+        )
         for m in missing
     ]
     if not found:
@@ -82,7 +104,12 @@ def findings_list(found: list[dict[str, Any]], facts: dict[str, Any] | None = No
     for i, f in enumerate(found[:8]):
         severity = str(f.get("severity")) if f.get("severity") in SEVERITY_MEANS else "low"
         culprit = f"ranks {rank_list(f['ranks'])}" if f.get("ranks") else ""
-        badge = html.Span(f.get("kind", "?"), className="pd-kind", style={"background": _colour(severity)}, title=f"{severity} severity: {SEVERITY_MEANS[severity]}")
+        badge = html.Span(
+            f.get("kind", "?"),
+            className="pd-kind",
+            style={"background": _colour(severity)},
+            title=f"{severity} severity: {SEVERITY_MEANS[severity]}",
+        )
         out.append(
             html.Li(
                 html.Button(
@@ -98,7 +125,12 @@ def findings_list(found: list[dict[str, Any]], facts: dict[str, Any] | None = No
 
 # What a finding badge's colour says (palette.SEVERITY): the analysis rates a finding by its impact, the step time a
 # fix would save (analysis/findings.severity); a condition that costs nothing by itself (clock skew) is "info".
-SEVERITY_MEANS = {"high": "a fix saves ≥ 10 % of the step", "medium": "4–10 %", "low": "under 4 %", "info": "a condition to know of"}
+SEVERITY_MEANS = {
+    "high": "a fix saves ≥ 10 % of the step",
+    "medium": "4–10 %",
+    "low": "under 4 %",
+    "info": "a condition to know of",
+}
 
 
 def _colour(severity: str) -> str:
@@ -107,8 +139,18 @@ def _colour(severity: str) -> str:
 
 def severity_legend() -> html.Li:
     """The badges' colours explained, under the findings."""
-    keys = [html.Span([html.Span(name, className="pd-kind", style={"background": _colour(name)}), f" {means}"], className="pd-legend-item") for name, means in SEVERITY_MEANS.items() if name != "info"]
-    return html.Li(["badge colour = severity: ", *keys, " · ~% = the step time a fix would save"], className="pd-none pd-severity-legend")
+    keys = [
+        html.Span(
+            [html.Span(name, className="pd-kind", style={"background": _colour(name)}), f" {means}"],
+            className="pd-legend-item",
+        )
+        for name, means in SEVERITY_MEANS.items()
+        if name != "info"
+    ]
+    return html.Li(
+        ["badge colour = severity: ", *keys, " · ~% = the step time a fix would save"],
+        className="pd-none pd-severity-legend",
+    )
 
 
 def rank_list(ranks: list[int]) -> str:
@@ -127,12 +169,29 @@ def rank_list(ranks: list[int]) -> str:
 def sample_links(_: Any) -> list[Any]:
     """The start page's jobs: the folders the server serves, then the bundled samples."""
     cfg = context.config()
-    served = [html.Li(dcc.Link(f"{name} (served)", href="/?" + urlencode({"job": token}))) for token, name in jobs.served(cfg)]
+    served = [
+        html.Li(dcc.Link(f"{name} (served)", href="/?" + urlencode({"job": token})))
+        for token, name in jobs.served(cfg)
+    ]
     return served + [html.Li(dcc.Link(name, href=f"/?job=sample:{name}")) for name in jobs.samples(cfg)]
 
 
 def register(app: Dash) -> None:
     job_view = In(view_store("job"), "data", boundary.selection)
-    boundary.callback(app, Output(ids.START_PAGE, "style"), Output(ids.JOB_PAGE, "style"), job_view, prevent_initial_call=True)(page)
-    boundary.callback(app, Output(ids.SUMMARY_FACTS, "children"), Output(ids.FINDINGS, "children"), job_view, prevent_initial_call=True)(summary)
-    boundary.callback(app, Output(ids.SAMPLE_LIST, "children"), In(ids.URL, "pathname", boundary.ignored))(sample_links)
+    boundary.callback(
+        app,
+        Output(ids.START_PAGE, "style"),
+        Output(ids.JOB_PAGE, "style"),
+        job_view,
+        prevent_initial_call=True,
+    )(page)
+    boundary.callback(
+        app,
+        Output(ids.SUMMARY_FACTS, "children"),
+        Output(ids.FINDINGS, "children"),
+        job_view,
+        prevent_initial_call=True,
+    )(summary)
+    boundary.callback(app, Output(ids.SAMPLE_LIST, "children"), In(ids.URL, "pathname", boundary.ignored))(
+        sample_links
+    )

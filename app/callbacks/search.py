@@ -31,19 +31,43 @@ def matches(text: str | None, view: dict[str, Any] | None) -> Any:
     if step is None:
         return "no step to search"
     shown = overview_data.shown_ranks(job, sel.ranks, step, LIMITS)
-    found = store.memo("event-search", job, [step, text.lower(), shown], lambda: search_events(job, step, text, shown))
+    found = store.memo(
+        "event-search", job, [step, text.lower(), shown], lambda: search_events(job, step, text, shown)
+    )
     if not found["count"]:
         return f"no event of step {step} has “{found['text']}” in its name"
-    names = " · ".join(f"{short_name(n['name'], 50)} ×{n['count']:,} ({n['total_ms']:.2f} ms)" for n in found["names"])
+    names = " · ".join(
+        f"{short_name(n['name'], 50)} ×{n['count']:,} ({n['total_ms']:.2f} ms)" for n in found["names"]
+    )
     links = []
     for m in found["matches"]:
         pad = max(m["dur_us"] / 1e3, 0.02)  # the event and as much again on either side
         window = [m["start_ms"] - pad, m["start_ms"] + m["dur_us"] / 1e3 + pad]
         href = Selection(job=sel.job, step=step, ranks=[m["rank"]], window=window).to_query()
-        links.append(html.Li(dcc.Link(f"r{m['rank']} · {m['kind']} · {short_name(m['name'], 60)} · at {m['start_ms']:.3f} ms · {m['dur_us']:.1f} µs", href=href)))
-    more = f" (the first {len(links)}: the ranks drawn first, earliest first)" if found["count"] > len(links) else ""
-    return [html.Div(f"{found['count']:,} events of step {step} match “{found['text']}”{more}: {names}"), html.Ul(links, className="pd-matches")]
+        links.append(
+            html.Li(
+                dcc.Link(
+                    f"r{m['rank']} · {m['kind']} · {short_name(m['name'], 60)} · at {m['start_ms']:.3f} ms · {m['dur_us']:.1f} µs",
+                    href=href,
+                )
+            )
+        )
+    more = (
+        f" (the first {len(links)}: the ranks drawn first, earliest first)"
+        if found["count"] > len(links)
+        else ""
+    )
+    return [
+        html.Div(f"{found['count']:,} events of step {step} match “{found['text']}”{more}: {names}"),
+        html.Ul(links, className="pd-matches"),
+    ]
 
 
 def register(app: Dash) -> None:
-    boundary.callback(app, Output(ids.EVENT_MATCHES, "children"), In(ids.EVENT_SEARCH, "value", boundary.text(MAX_QUERY)), St(view_store("timeline"), "data", boundary.selection), prevent_initial_call=True)(matches)
+    boundary.callback(
+        app,
+        Output(ids.EVENT_MATCHES, "children"),
+        In(ids.EVENT_SEARCH, "value", boundary.text(MAX_QUERY)),
+        St(view_store("timeline"), "data", boundary.selection),
+        prevent_initial_call=True,
+    )(matches)

@@ -148,7 +148,9 @@ def _back(sel: Selection, stack: list[Any]) -> Selection:
 def _heatmap(sel: Selection, click: dict[str, Any]) -> Selection:
     point = coerce.first_point(click) or {}
     step = coerce.integer(point.get("x"), 0)
-    ranks = coerce.integers([r for r in str(point.get("customdata", ""))[: coerce.MAX_TEXT * 16].split(",") if r != ""])
+    ranks = coerce.integers(
+        [r for r in str(point.get("customdata", ""))[: coerce.MAX_TEXT * 16].split(",") if r != ""]
+    )
     if step is None or not ranks:
         return sel
     return sel.but(ranks=ranks, step=step, window=None, collective=None)
@@ -171,7 +173,9 @@ def _marey_click(sel: Selection, click: dict[str, Any]) -> Selection:
     op, stage = coerce.text(custom[0]), coerce.integer(custom[1], 0)
     if not op or stage is None:
         return sel
-    at = custom[2] if len(custom) > 2 else point.get("x")  # which instance of the operator (and so which flow node)
+    at = (
+        custom[2] if len(custom) > 2 else point.get("x")
+    )  # which instance of the operator (and so which flow node)
     return sel.but(op=op, stage=stage, at=coerce.number(at))
 
 
@@ -231,7 +235,15 @@ def _finding(sel: Selection, index: int | None) -> Selection:
         return sel
     f = found[index]
     step = cited_step(f)
-    return sel.but(ranks=f.get("ranks") or sel.ranks, step=sel.step if step is None else step, stage=f.get("stage"), op=f.get("operator"), at=None, window=None, collective=None)
+    return sel.but(
+        ranks=f.get("ranks") or sel.ranks,
+        step=sel.step if step is None else step,
+        stage=f.get("stage"),
+        op=f.get("operator"),
+        at=None,
+        window=None,
+        collective=None,
+    )
 
 
 _HANDLERS = {
@@ -247,7 +259,9 @@ _HANDLERS = {
     (ids.BASELINE_PICKER, "value"): lambda sel, base: sel.but(base=base or None),
     (ids.STEPS, "clickData"): _step_click,
     (ids.STEPS, "selectedData"): _step_brush,
-    (ids.TIMELINE_RANKS, "value"): lambda sel, ranks: sel.but(ranks=list(dict.fromkeys(ranks)) or None, collective=None),
+    (ids.TIMELINE_RANKS, "value"): lambda sel, ranks: sel.but(
+        ranks=list(dict.fromkeys(ranks)) or None, collective=None
+    ),
     (ids.OP_SEARCH, "value"): lambda sel, op: sel.but(op=op or None, at=None),
 }
 
@@ -283,13 +297,18 @@ def view_updates(old: Selection | None, new: Selection) -> list[Any]:
     ``LATER`` views wait for ``release``)."""
     if old is None:
         return [view_of(new, name) if name in FIRST else no_update for name in VIEW_FIELDS]
-    return [view_of(new, name) if view_of(old, name) != view_of(new, name) else no_update for name in VIEW_FIELDS]
+    return [
+        view_of(new, name) if view_of(old, name) != view_of(new, name) else no_update for name in VIEW_FIELDS
+    ]
 
 
 def release(_asked: Any, stored: dict[str, Any] | None, *later: Any) -> tuple[Any, ...]:
     """Once the heatmap is there, the stores of the views that were held back, each written once."""
     sel = Selection.from_store(stored)
-    return tuple(view_of(sel, name) if sel.job and value is None else no_update for name, value in zip(LATER, later, strict=True))
+    return tuple(
+        view_of(sel, name) if sel.job and value is None else no_update
+        for name, value in zip(LATER, later, strict=True)
+    )
 
 
 def _changed(value: Any, shown: Any) -> Any:
@@ -298,7 +317,14 @@ def _changed(value: Any, shown: Any) -> Any:
 
 def register(app: Dash) -> None:
     for graph, zoom in ((ids.TIMELINE, ids.TIMELINE_ZOOM), (ids.MAREY, ids.MAREY_ZOOM)):
-        boundary.clientside(app, FORWARD_ZOOM, Output(zoom, "data"), Output(graph, "relayoutData"), Input(graph, "relayoutData"), prevent_initial_call=True)
+        boundary.clientside(
+            app,
+            FORWARD_ZOOM,
+            Output(zoom, "data"),
+            Output(graph, "relayoutData"),
+            Input(graph, "relayoutData"),
+            prevent_initial_call=True,
+        )
 
     @boundary.callback(
         app,
@@ -327,8 +353,14 @@ def register(app: Dash) -> None:
             new = _back(old or Selection(), stack or [])
         else:
             new = select(trigger, shown.get(trigger) if isinstance(trigger, tuple) else None, old, search)
-        unfold = toggle_group(shown[(ids.HEATMAP, "clickData")], unfolded, unfold_options, stored, metric) if trigger == (ids.HEATMAP, "clickData") else (no_update, no_update)
-        banner = True if trigger in (None, *URL_TRIGGERS) else no_update  # a new address clears the last one's banner
+        unfold = (
+            toggle_group(shown[(ids.HEATMAP, "clickData")], unfolded, unfold_options, stored, metric)
+            if trigger == (ids.HEATMAP, "clickData")
+            else (no_update, no_update)
+        )
+        banner = (
+            True if trigger in (None, *URL_TRIGGERS) else no_update
+        )  # a new address clears the last one's banner
         if new == old:
             return reply(unfolded=unfold[0], unfold_options=unfold[1], notice_hidden=banner)
         new_job = old is None or old.job != new.job
@@ -351,7 +383,14 @@ def register(app: Dash) -> None:
 
     # The views held back on a new page are released once the heatmap has its first figure: the browser asks only
     # while one of their stores is still empty (a Patch of the heatmap's marks, on every click, sent a request each).
-    boundary.clientside(app, RELEASE_WHEN_EMPTY, Output(ids.RELEASE, "data"), In(ids.HEATMAP, "figure", boundary.ignored), *[St(view_store(name), "data", boundary.selection) for name in LATER], prevent_initial_call=True)
+    boundary.clientside(
+        app,
+        RELEASE_WHEN_EMPTY,
+        Output(ids.RELEASE, "data"),
+        In(ids.HEATMAP, "figure", boundary.ignored),
+        *[St(view_store(name), "data", boundary.selection) for name in LATER],
+        prevent_initial_call=True,
+    )
     boundary.callback(
         app,
         *[Output(view_store(name), "data", allow_duplicate=True) for name in LATER],

@@ -19,11 +19,18 @@ def poll(_: int | None, state: dict[str, Any] | None) -> tuple[Any, Any, Any, An
     upload_id = str(state["id"])
     if not jobs.SAFE_NAME.match(upload_id):
         return 0, "bad upload id", True, no_update
-    status = live_status(jobs.user_upload_root(context.config(), context.user_id()) / upload_id, context.config())
+    status = live_status(
+        jobs.user_upload_root(context.config(), context.user_id()) / upload_id, context.config()
+    )
     if status.get("state") == "done":
         problems = len(status.get("problems") or [])
         note = f" ({problems} file(s) skipped or with warnings)" if problems else ""
-        return 100, f"parsed {status.get('ranks', '?')} ranks{note}: opening", True, f"/?job=upload:{upload_id}"
+        return (
+            100,
+            f"parsed {status.get('ranks', '?')} ranks{note}: opening",
+            True,
+            f"/?job=upload:{upload_id}",
+        )
     if status.get("state") == "error":
         return 0, f"could not parse the upload: {status.get('message')}", True, no_update
     if status.get("state") not in ("receiving", "queued", "parsing"):

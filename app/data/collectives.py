@@ -13,7 +13,9 @@ import pyarrow.compute as pc
 from paradiag.app.data.common import diagnosis, per_job
 from paradiag.dataset import Job
 
-P2P_GROUP = "p2p"  # the group shown for send/recv pairs (they match by sender, receiver and order, not by group)
+P2P_GROUP = (
+    "p2p"  # the group shown for send/recv pairs (they match by sender, receiver and order, not by group)
+)
 
 
 def instances(job: Job) -> pa.Table:
@@ -55,7 +57,22 @@ def _instances(job: Job) -> pa.Table:
 def _p2p_members(p2p: pa.Table, first: int) -> pa.Table:
     """Each matched pair as two members, the send (on its sender) and the receive; their last arrival is the later
     of the two starts."""
-    c = {k: p2p.column(k).to_numpy() for k in ("src", "dst", "src_track", "dst_track", "step", "ordinal", "bytes", "send_start_ns", "send_end_ns", "recv_start_ns", "recv_end_ns")}
+    c = {
+        k: p2p.column(k).to_numpy()
+        for k in (
+            "src",
+            "dst",
+            "src_track",
+            "dst_track",
+            "step",
+            "ordinal",
+            "bytes",
+            "send_start_ns",
+            "send_end_ns",
+            "recv_start_ns",
+            "recv_end_ns",
+        )
+    }
     n = p2p.num_rows
     instance = np.arange(first, first + n, dtype=np.int64)
     last = np.maximum(c["send_start_ns"], c["recv_start_ns"])

@@ -35,9 +35,28 @@ def _matrix(job: Job) -> dict[str, Any]:
     cells = [asdict(c) for c in diagnosis(job).communication_matrix]
     ranks = sorted(set(job.rank_ids) | {c["src"] for c in cells} | {c["dst"] for c in cells})
     links = job.extra("links")
-    measured = links is not None and links.num_rows > 0 and bool(pc.any(pc.and_(pc.not_equal(links.column("transport"), "LOCAL"), pc.greater(links.column("bytes"), 0))).as_py())
-    source = "the trace's per-link traffic (Ascend communication matrix)" if measured and cells else "collectives (ring model) and send/recv pairs"
-    return {"ranks": ranks, "cells": cells, "source": source, "slowness": slowness(cells, _dimensions(job, cells))}
+    measured = (
+        links is not None
+        and links.num_rows > 0
+        and bool(
+            pc.any(
+                pc.and_(
+                    pc.not_equal(links.column("transport"), "LOCAL"), pc.greater(links.column("bytes"), 0)
+                )
+            ).as_py()
+        )
+    )
+    source = (
+        "the trace's per-link traffic (Ascend communication matrix)"
+        if measured and cells
+        else "collectives (ring model) and send/recv pairs"
+    )
+    return {
+        "ranks": ranks,
+        "cells": cells,
+        "source": source,
+        "slowness": slowness(cells, _dimensions(job, cells)),
+    }
 
 
 MAX_GROUPS = 64  # rows (and columns) the matrix is drawn with at most
@@ -45,7 +64,9 @@ MIN_PEERS = 3  # comparable links needed to rate a link against them (else: agai
 METRICS = {"slowness": "× slower than comparable links", "bandwidth": "GB/s", "bytes": "MB", "time": "ms"}
 
 
-def slowness(cells: list[dict[str, Any]], dimension: dict[tuple[int, int], str] | None = None) -> list[float | None]:
+def slowness(
+    cells: list[dict[str, Any]], dimension: dict[tuple[int, int], str] | None = None
+) -> list[float | None]:
     """Per link: the median bandwidth of comparable links over its own. Comparable: the same transport and
     parallel dimension (``dimension``: (src, dst) -> "pp", "dp", "tp"...) and a mean transfer within a factor of
     two; with fewer than MIN_PEERS such links, the same transport and dimension."""
@@ -92,7 +113,11 @@ def levels(job: Job, ranks: list[int]) -> list[dict[int, str]]:
     """The ways to group ``ranks``, coarsest first: by pipeline stage, by node, one by one."""
     mesh = mesh_of(job)
     hosts = job.by_rank("host")
-    return [{r: f"s{mesh.stage.get(r, 0)}" for r in ranks}, {r: str(hosts.get(r) or "?") for r in ranks}, {r: str(r) for r in ranks}]
+    return [
+        {r: f"s{mesh.stage.get(r, 0)}" for r in ranks},
+        {r: str(hosts.get(r) or "?") for r in ranks},
+        {r: str(r) for r in ranks},
+    ]
 
 
 def view(job: Job, src: list[int] | None = None, dst: list[int] | None = None) -> dict[str, Any]:
@@ -109,12 +134,20 @@ def _view(job: Job, src: list[int] | None, dst: list[int] | None) -> dict[str, A
     src, dst = src or data["ranks"], dst or data["ranks"]
     stage, node, rank = levels(job, data["ranks"])
     level, rows, cols = "rank", _groups(src, rank), _groups(dst, rank)
-    for name, group in (("stage", stage), ("node", node)) if len(src) > MAX_GROUPS or len(dst) > MAX_GROUPS else ():
+    for name, group in (
+        (("stage", stage), ("node", node)) if len(src) > MAX_GROUPS or len(dst) > MAX_GROUPS else ()
+    ):
         coarse, fine = _groups(src, group), _groups(dst, group)
         if len(coarse) <= MAX_GROUPS and len(fine) <= MAX_GROUPS and (len(coarse) > 1 or len(fine) > 1):
             level, rows, cols = name, coarse, fine
             break
-    return {"level": level, "src": rows, "dst": cols, "source": data["source"], **_blocks(data["cells"], data["slowness"], rows, cols)}
+    return {
+        "level": level,
+        "src": rows,
+        "dst": cols,
+        "source": data["source"],
+        **_blocks(data["cells"], data["slowness"], rows, cols),
+    }
 
 
 def block_at(data: dict[str, Any], src: str, dst: str) -> dict[str, list[int]] | None:
@@ -134,7 +167,12 @@ def _groups(ranks: list[int], group: dict[int, str]) -> list[dict[str, Any]]:
     return [{"label": k, "ranks": v} for k, v in out.items()]
 
 
-def _blocks(cells: list[dict[str, Any]], slow: list[float | None], rows: list[dict[str, Any]], cols: list[dict[str, Any]]) -> dict[str, Any]:
+def _blocks(
+    cells: list[dict[str, Any]],
+    slow: list[float | None],
+    rows: list[dict[str, Any]],
+    cols: list[dict[str, Any]],
+) -> dict[str, Any]:
     """Each block's figures: bytes and busy time summed, bandwidth of the sums, the worst link's slowness."""
     row_of = {r: i for i, g in enumerate(rows) for r in g["ranks"]}
     col_of = {r: j for j, g in enumerate(cols) for r in g["ranks"]}
@@ -158,13 +196,28 @@ def _blocks(cells: list[dict[str, Any]], slow: list[float | None], rows: list[di
     has = total["links"] > 0
     with np.errstate(divide="ignore", invalid="ignore"):
         bandwidth = np.where(has & (total["time"] > 0), total["bytes"] / total["time"], np.nan)
-    z = {"slowness": worst, "bandwidth": bandwidth, "bytes": np.where(has, total["bytes"] / 1e6, np.nan), "time": np.where(has, total["time"] / 1e6, np.nan)}
+    z = {
+        "slowness": worst,
+        "bandwidth": bandwidth,
+        "bytes": np.where(has, total["bytes"] / 1e6, np.nan),
+        "time": np.where(has, total["time"] / 1e6, np.nan),
+    }
     hover = [["" for _ in cols] for _ in rows]
     for (i, j), kinds in types.items():
         links = int(total["links"][i, j])
-        head = f"{rows[i]['label']} → {cols[j]['label']} ({', '.join(sorted(kinds))})" + (f" · {links} links, worst {worst_link.get((i, j), '-')}" if links > 1 else "")
-        hover[i][j] = f"{head}<br>{worst[i, j]:.2f}× slower than comparable links<br>{bandwidth[i, j]:.1f} GB/s · {z['bytes'][i, j]:.1f} MB · {z['time'][i, j]:.2f} ms · {int(total['instances'][i, j])} transfers"
-    return {"cells": {k: [[None if not np.isfinite(v) else round(float(v), 3) for v in row] for row in m] for k, m in z.items()}, "hover": hover}
+        head = f"{rows[i]['label']} → {cols[j]['label']} ({', '.join(sorted(kinds))})" + (
+            f" · {links} links, worst {worst_link.get((i, j), '-')}" if links > 1 else ""
+        )
+        hover[i][j] = (
+            f"{head}<br>{worst[i, j]:.2f}× slower than comparable links<br>{bandwidth[i, j]:.1f} GB/s · {z['bytes'][i, j]:.1f} MB · {z['time'][i, j]:.2f} ms · {int(total['instances'][i, j])} transfers"
+        )
+    return {
+        "cells": {
+            k: [[None if not np.isfinite(v) else round(float(v), 3) for v in row] for row in m]
+            for k, m in z.items()
+        },
+        "hover": hover,
+    }
 
 
 def link_instances(job: Job, src: int, dst: int, top: int = 10) -> list[dict[str, Any]]:
@@ -182,7 +235,18 @@ def link_instances(job: Job, src: int, dst: int, top: int = 10) -> list[dict[str
     rows = table.filter(pc.is_in(table.column("instance"), value_set=pa.array(shared, pa.int64())))
     for name in ("collective", "group"):
         rows = rows.set_column(rows.schema.get_field_index(name), name, rows.column(name).cast(pa.string()))
-    grouped = rows.group_by("instance").aggregate([("transfer_ns", "max"), ("wait_ns", "max"), ("start_ns", "min"), ("dur_ns", "max"), ("step", "min"), ("collective", "min"), ("group", "min"), ("bytes", "max")])
+    grouped = rows.group_by("instance").aggregate(
+        [
+            ("transfer_ns", "max"),
+            ("wait_ns", "max"),
+            ("start_ns", "min"),
+            ("dur_ns", "max"),
+            ("step", "min"),
+            ("collective", "min"),
+            ("group", "min"),
+            ("bytes", "max"),
+        ]
+    )
     grouped = grouped.sort_by([("transfer_ns_max", "descending")]).slice(0, top)
     t0 = origin_ns(job)
     out = []

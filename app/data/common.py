@@ -71,8 +71,16 @@ def step_span(job: Job, step: int, ranks: list[int] | None = None) -> tuple[int,
     steps = job.steps.filter(pc.equal(job.steps.column("step"), step))
     if ranks:
         steps = steps.filter(pc.is_in(steps.column("rank"), value_set=pa.array(ranks, pa.int32())))
-    starts = [v for v in steps.column("start_ns").to_pylist() + steps.column("device_start_ns").to_pylist() if v is not None]
-    ends = [v for v in steps.column("end_ns").to_pylist() + steps.column("device_end_ns").to_pylist() if v is not None]
+    starts = [
+        v
+        for v in steps.column("start_ns").to_pylist() + steps.column("device_start_ns").to_pylist()
+        if v is not None
+    ]
+    ends = [
+        v
+        for v in steps.column("end_ns").to_pylist() + steps.column("device_end_ns").to_pylist()
+        if v is not None
+    ]
     if not starts:
         return origin_ns(job), origin_ns(job) + 1
     return min(starts), max(ends)
@@ -84,16 +92,32 @@ def slowest_step(job: Job) -> int | None:
     if steps.num_rows == 0:
         return None
     dur = pc.subtract(steps.column("end_ns"), steps.column("start_ns"))
-    table = steps.select(["step"]).append_column("dur", dur).group_by("step").aggregate([("dur", "approximate_median")])
-    best = max(zip(table.column("dur_approximate_median").to_pylist(), table.column("step").to_pylist(), strict=True))
+    table = (
+        steps.select(["step"])
+        .append_column("dur", dur)
+        .group_by("step")
+        .aggregate([("dur", "approximate_median")])
+    )
+    best = max(
+        zip(table.column("dur_approximate_median").to_pylist(), table.column("step").to_pylist(), strict=True)
+    )
     return int(best[1])
 
 
-def read_events(job: Job, ranks: list[int] | None = None, start_ns: int | None = None, end_ns: int | None = None, columns: list[str] | None = None) -> pa.Table:
+def read_events(
+    job: Job,
+    ranks: list[int] | None = None,
+    start_ns: int | None = None,
+    end_ns: int | None = None,
+    columns: list[str] | None = None,
+) -> pa.Table:
     """``job.events`` for the views. Parts of ranks with and without a clock offset can differ in the nullability
     of ``start_ns`` and then fail to concatenate; those are read one rank at a time and promoted."""
     try:
         return job.events(ranks=ranks, start_ns=start_ns, end_ns=end_ns, columns=columns)
     except pa.ArrowInvalid:
-        parts = [job.events(ranks=[r], start_ns=start_ns, end_ns=end_ns, columns=columns) for r in (ranks if ranks is not None else job.rank_ids)]
+        parts = [
+            job.events(ranks=[r], start_ns=start_ns, end_ns=end_ns, columns=columns)
+            for r in (ranks if ranks is not None else job.rank_ids)
+        ]
         return pa.concat_tables(parts, promote_options="permissive").unify_dictionaries()

@@ -18,4 +18,9 @@ def operators_of(job: Job) -> dict[str, dict[str, Any]]:
 
 def compare_jobs(baseline: Job, candidate: Job) -> dict[str, Any]:
     """How ``candidate`` differs from ``baseline``: step time, ranks, stages, operators, findings, top change."""
-    return store.memo("compare", candidate, store.scope(baseline), lambda: compare(report(baseline), report(candidate), operators_of(baseline), operators_of(candidate)))
+    return store.memo(
+        "compare",
+        candidate,
+        store.scope(baseline),
+        lambda: compare(report(baseline), report(candidate), operators_of(baseline), operators_of(candidate)),
+    )

@@ -38,26 +38,54 @@ def operator_totals(job: Job) -> pa.Table:
 def _operator_totals(job: Job) -> pa.Table:
     events = read_events(job, columns=["rank", "device", "kind", "name", "dur_ns", "step"])
     kind = events.column("kind").cast(pa.string())
-    keep = pc.and_(pc.is_valid(events.column("step")), pc.and_(pc.greater_equal(events.column("device"), 0), pc.is_in(kind, pa.array(["compute", "communication", "memory"]))))
+    keep = pc.and_(
+        pc.is_valid(events.column("step")),
+        pc.and_(
+            pc.greater_equal(events.column("device"), 0),
+            pc.is_in(kind, pa.array(["compute", "communication", "memory"])),
+        ),
+    )
     ops = events.filter(keep).select(["step", "rank", "name", "dur_ns"])
-    return ops.set_column(2, "name", ops.column("name").cast(pa.string())).group_by(["step", "rank", "name"]).aggregate([("dur_ns", "sum")])
+    return (
+        ops.set_column(2, "name", ops.column("name").cast(pa.string()))
+        .group_by(["step", "rank", "name"])
+        .aggregate([("dur_ns", "sum")])
+    )
 
 
 def _device_ops(job: Job, ranks: list[int], step: int) -> pa.Table:
     lo, hi = step_span(job, step, ranks)  # only the row groups of this step are read
-    events = read_events(job, ranks=ranks, start_ns=lo, end_ns=hi, columns=["rank", "device", "kind", "name", "dur_ns", "step"])
+    events = read_events(
+        job, ranks=ranks, start_ns=lo, end_ns=hi, columns=["rank", "device", "kind", "name", "dur_ns", "step"]
+    )
     kind = events.column("kind").cast(pa.string())
-    keep = pc.and_(pc.equal(events.column("step"), step), pc.and_(pc.greater_equal(events.column("device"), 0), pc.is_in(kind, pa.array(["compute", "communication", "memory"]))))
+    keep = pc.and_(
+        pc.equal(events.column("step"), step),
+        pc.and_(
+            pc.greater_equal(events.column("device"), 0),
+            pc.is_in(kind, pa.array(["compute", "communication", "memory"])),
+        ),
+    )
     return events.filter(keep)
 
 
 def _detail(job: Job, rank: int, step: int, operator: str | None) -> dict[str, Any]:
     peers = peers_of(job, rank)
     everything = operator_totals(job)
-    totals = everything.filter(pc.and_(pc.equal(everything.column("step"), step), pc.is_in(everything.column("rank"), value_set=pa.array([rank, *peers], pa.int32()))))
+    totals = everything.filter(
+        pc.and_(
+            pc.equal(everything.column("step"), step),
+            pc.is_in(everything.column("rank"), value_set=pa.array([rank, *peers], pa.int32())),
+        )
+    )
     mine: dict[str, int] = {}
     theirs: dict[str, list[int]] = {}
-    for r, name, total in zip(totals.column("rank").to_pylist(), totals.column("name").cast(pa.string()).to_pylist(), totals.column("dur_ns_sum").to_pylist(), strict=True):
+    for r, name, total in zip(
+        totals.column("rank").to_pylist(),
+        totals.column("name").cast(pa.string()).to_pylist(),
+        totals.column("dur_ns_sum").to_pylist(),
+        strict=True,
+    ):
         if r == rank:
             mine[name] = total
         else:
@@ -68,10 +96,19 @@ def _detail(job: Job, rank: int, step: int, operator: str | None) -> dict[str, A
         "rank": rank,
         "step": step,
         "peers": peers,
-        "operators": [{"name": n, "rank_ms": mine[n] / 1e6, "peer_ms": statistics.median(theirs[n]) / 1e6 if theirs.get(n) else None} for n in top],
+        "operators": [
+            {
+                "name": n,
+                "rank_ms": mine[n] / 1e6,
+                "peer_ms": statistics.median(theirs[n]) / 1e6 if theirs.get(n) else None,
+            }
+            for n in top
+        ],
         "breakdown": _breakdown(job, rank, peers, step),
         "operator": operator,
-        "distribution": _distribution(_device_ops(job, [rank, *peers[:DISTRIBUTION_PEERS]], step), rank, operator),
+        "distribution": _distribution(
+            _device_ops(job, [rank, *peers[:DISTRIBUTION_PEERS]], step), rank, operator
+        ),
         "collectives": _collectives(job, rank, step),
     }
 
@@ -87,7 +124,9 @@ def _breakdown(job: Job, rank: int, peers: list[int], step: int) -> dict[str, An
     return {
         "parts": [p.replace("_ns", "") for p in BREAKDOWN],
         "rank_ms": [own[p] / 1e6 for p in BREAKDOWN] if own else None,
-        "peer_ms": [statistics.median(b[p] for b in peer_rows) / 1e6 for p in BREAKDOWN] if peer_rows else None,
+        "peer_ms": [statistics.median(b[p] for b in peer_rows) / 1e6 for p in BREAKDOWN]
+        if peer_rows
+        else None,
     }
 
 
@@ -110,9 +149,15 @@ def _collectives(job: Job, rank: int, step: int) -> list[dict[str, Any]]:
     if mine.num_rows == 0:
         return []
     kinds = mine.column("collective").cast(pa.string()).fill_null("other")
-    grouped = pa.table({"c": kinds, "w": mine.column("wait_ns"), "t": mine.column("transfer_ns")}).group_by("c").aggregate([("w", "sum"), ("t", "sum"), ("w", "count")])
+    grouped = (
+        pa.table({"c": kinds, "w": mine.column("wait_ns"), "t": mine.column("transfer_ns")})
+        .group_by("c")
+        .aggregate([("w", "sum"), ("t", "sum"), ("w", "count")])
+    )
     rows = [
         {"collective": c, "wait_ms": w / 1e6, "transfer_ms": t / 1e6, "count": n}
-        for c, w, t, n in zip(*(grouped.column(k).to_pylist() for k in ("c", "w_sum", "t_sum", "w_count")), strict=True)
+        for c, w, t, n in zip(
+            *(grouped.column(k).to_pylist() for k in ("c", "w_sum", "t_sum", "w_count")), strict=True
+        )
     ]
     return sorted(rows, key=lambda r: -(r["wait_ms"] + r["transfer_ms"]))

@@ -39,7 +39,13 @@ def overview_table(job: Job, sel: Selection) -> Table:
     columns = [c for c in table.column_names if c in ("rank", "step") or c.endswith("_ns")]
     data = table.select(columns).to_pydict()
     header = [c[:-3] + "_ms" if c.endswith("_ns") else c for c in columns]
-    rows = [[round(v / 1e6, 6) if c.endswith("_ns") and v is not None else v for c, v in zip(columns, row, strict=True)] for row in zip(*(data[c] for c in columns), strict=True)]
+    rows = [
+        [
+            round(v / 1e6, 6) if c.endswith("_ns") and v is not None else v
+            for c, v in zip(columns, row, strict=True)
+        ]
+        for row in zip(*(data[c] for c in columns), strict=True)
+    ]
     return header, rows
 
 
@@ -53,8 +59,19 @@ def timeline_table(job: Job, sel: Selection) -> Table:
         lo, hi = t0 + int(sel.window[0] * 1e6), t0 + int(sel.window[1] * 1e6)
     else:
         lo, hi = step_span(job, step if step is not None else 0, ranks)
-    events = read_events(job, ranks=ranks, start_ns=lo, end_ns=hi, columns=["rank", "track", "device", "kind", "name", "start_ns", "dur_ns"])
-    events = events.filter(pc.and_(pc.greater_equal(events.column("device"), 0), pc.is_in(events.column("kind").cast(pa.string()), pa.array(DEVICE_KINDS))))
+    events = read_events(
+        job,
+        ranks=ranks,
+        start_ns=lo,
+        end_ns=hi,
+        columns=["rank", "track", "device", "kind", "name", "start_ns", "dur_ns"],
+    )
+    events = events.filter(
+        pc.and_(
+            pc.greater_equal(events.column("device"), 0),
+            pc.is_in(events.column("kind").cast(pa.string()), pa.array(DEVICE_KINDS)),
+        )
+    )
     names = _stream_names(events)
     labels: dict[int, str] = {}
     for rank in ranks:
@@ -64,8 +81,23 @@ def timeline_table(job: Job, sel: Selection) -> Table:
     part = events.slice(0, MAX_EVENTS).to_pydict()
     t0 = origin_ns(job)
     rows = [
-        [r, labels.get(r * 1_000_000_000 + t, f"r{r}"), str(k), str(n), round((s - t0) / 1e6, 6), round(d / 1e3, 3)]
-        for r, t, k, n, s, d in zip(part["rank"], part["track"], part["kind"], part["name"], part["start_ns"], part["dur_ns"], strict=True)
+        [
+            r,
+            labels.get(r * 1_000_000_000 + t, f"r{r}"),
+            str(k),
+            str(n),
+            round((s - t0) / 1e6, 6),
+            round(d / 1e3, 3),
+        ]
+        for r, t, k, n, s, d in zip(
+            part["rank"],
+            part["track"],
+            part["kind"],
+            part["name"],
+            part["start_ns"],
+            part["dur_ns"],
+            strict=True,
+        )
     ]
     if more:
         rows.append([None, f"... {more} more events (zoom in to export them)", None, None, None, None])
@@ -87,8 +119,29 @@ def marey_table(job: Job, sel: Selection) -> Table:
     for st in data["stages"]:
         for i, (label, cat) in enumerate(zip(st["label"], st["category"], strict=True)):
             for j, row in enumerate(st["rows"]):
-                rows.append([st["stage"], row["label"], label, cat, *(round(float(st[k][i][j]), 6) for k in ("start", "end", "lo", "hi")), int(st["slow_rank"][i][j]), round(float(st["slow_ms"][i][j]), 6)])
-    return ["stage", "row", "operator", "category", "start_ms", "end_ms", "earliest_start_ms", "latest_end_ms", "slowest_rank", "slowest_ms"], rows
+                rows.append(
+                    [
+                        st["stage"],
+                        row["label"],
+                        label,
+                        cat,
+                        *(round(float(st[k][i][j]), 6) for k in ("start", "end", "lo", "hi")),
+                        int(st["slow_rank"][i][j]),
+                        round(float(st["slow_ms"][i][j]), 6),
+                    ]
+                )
+    return [
+        "stage",
+        "row",
+        "operator",
+        "category",
+        "start_ms",
+        "end_ms",
+        "earliest_start_ms",
+        "latest_end_ms",
+        "slowest_rank",
+        "slowest_ms",
+    ], rows
 
 
 def detail_table(job: Job, sel: Selection) -> Table:
@@ -98,7 +151,16 @@ def detail_table(job: Job, sel: Selection) -> Table:
     if step is None:
         return ["rank"], []
     data = detail_data(job, rank, step, sel.op)
-    return ["rank", "step", "operator", "rank_ms", "peer_median_ms"], [[rank, step, o["name"], round(o["rank_ms"], 6), None if o["peer_ms"] is None else round(o["peer_ms"], 6)] for o in data["operators"]]
+    return ["rank", "step", "operator", "rank_ms", "peer_median_ms"], [
+        [
+            rank,
+            step,
+            o["name"],
+            round(o["rank_ms"], 6),
+            None if o["peer_ms"] is None else round(o["peer_ms"], 6),
+        ]
+        for o in data["operators"]
+    ]
 
 
 def comm_table(job: Job, sel: Selection) -> Table:
@@ -106,7 +168,9 @@ def comm_table(job: Job, sel: Selection) -> Table:
     data = matrix(job)
     cells, slow = data["cells"], data["slowness"]
     keys = sorted({k for c in cells for k in c if k not in ("src", "dst")})
-    return ["src", "dst", *keys, "slowness"], [[c["src"], c["dst"], *(c.get(k) for k in keys), s] for c, s in zip(cells, slow, strict=True)]
+    return ["src", "dst", *keys, "slowness"], [
+        [c["src"], c["dst"], *(c.get(k) for k in keys), s] for c, s in zip(cells, slow, strict=True)
+    ]
 
 
 def flow_table(job: Job, sel: Selection) -> Table:
@@ -117,7 +181,17 @@ def flow_table(job: Job, sel: Selection) -> Table:
         return ["stage"], []
     data = flow_view(job, step, expand_all=True)
     return ["stage", "order", "label", "kind", "time_ms", "imbalance", "slowest_rank"], [
-        [st["stage"], i, n["label"], n["kind"], round(n["time_ms"], 6), round(n["imbalance"], 4), n.get("slowest_rank")] for st in data["stages"] for i, n in enumerate(st["nodes"])
+        [
+            st["stage"],
+            i,
+            n["label"],
+            n["kind"],
+            round(n["time_ms"], 6),
+            round(n["imbalance"], 4),
+            n.get("slowest_rank"),
+        ]
+        for st in data["stages"]
+        for i, n in enumerate(st["nodes"])
     ]
 
 

@@ -49,7 +49,9 @@ def flow_data(job: Job, step: int, expand: bool = False) -> dict[str, Any]:
     return store.memo("flow", job, [step, expand], lambda: _flow_data(job, step, expand))
 
 
-def flow_view(job: Job, step: int, opened: list[str] | None = None, expand_all: bool = False) -> dict[str, Any]:
+def flow_view(
+    job: Job, step: int, opened: list[str] | None = None, expand_all: bool = False
+) -> dict[str, Any]:
     """What the figure draws: the collapsed graph with the ``opened`` blocks (keys "stage:index") replaced by
     their nodes, or every block open."""
     data = flow_data(job, step, expand_all)
@@ -63,7 +65,9 @@ def _opened(nodes: list[dict[str, Any]], keys: set[str], within: str | None = No
         if n.get("key") in keys:
             out += _opened(n["members"], keys, n["key"])
         else:
-            out.append({k: v for k, v in n.items() if k != "members"} | ({"within": within} if within else {}))
+            out.append(
+                {k: v for k, v in n.items() if k != "members"} | ({"within": within} if within else {})
+            )
     return out
 
 
@@ -111,8 +115,18 @@ def _flow_data(job: Job, step: int, expand: bool) -> dict[str, Any]:
     for st, blocks in zip(bands["stages"], rows if expand else _open_passes(rows), strict=True):
         for i, b in enumerate(blocks):
             _finish(b, f"{st['stage']}:{i}", t0)
-        ranks = st.get("all_ranks", st["ranks"])  # a node's times are over the devices read (marey.read_ranks)
-        stages.append({"stage": st["stage"], "ranks": ranks, "tp": len({mesh.tp[r] for r in ranks}), "dp": len({mesh.dp[r] for r in ranks}), "nodes": blocks})
+        ranks = st.get(
+            "all_ranks", st["ranks"]
+        )  # a node's times are over the devices read (marey.read_ranks)
+        stages.append(
+            {
+                "stage": st["stage"],
+                "ranks": ranks,
+                "tp": len({mesh.tp[r] for r in ranks}),
+                "dp": len({mesh.dp[r] for r in ranks}),
+                "nodes": blocks,
+            }
+        )
     out: dict[str, Any] = {"step": step, "stages": stages, "culprit_stage": _culprit_stage(job)}
     if strategy["files"] or strategy["problems"]:
         out["strategy"] = {"files": strategy["files"], "problems": strategy["problems"], "matched": matched}
@@ -191,7 +205,9 @@ def _strategy_lines(rows: list[dict[str, Any]]) -> list[str]:
         if r["peer"] is not None:
             text += f" {'→' if (r['op_type'] or '').lower() == 'send' else '←'} {r['peer']}"
         lines[text] = None
-    return list(lines)[:MAX_STRATEGY_LINES] + ([f"… {len(lines) - MAX_STRATEGY_LINES} more"] if len(lines) > MAX_STRATEGY_LINES else [])
+    return list(lines)[:MAX_STRATEGY_LINES] + (
+        [f"… {len(lines) - MAX_STRATEGY_LINES} more"] if len(lines) > MAX_STRATEGY_LINES else []
+    )
 
 
 def _segments(st: dict[str, Any]) -> list[dict[str, Any]]:
@@ -227,10 +243,22 @@ def _segments(st: dict[str, Any]) -> list[dict[str, Any]]:
     }
     mean_dur = dur.mean(axis=1).tolist()
     plain: dict[str, str] = {}  # name -> without its numbering, once per name
-    return [_node(st, a, b, kind, {k: v[j] for k, v in figures.items()}, mean_dur, plain, passes[a]) for j, (a, b, kind) in enumerate(runs)]
+    return [
+        _node(st, a, b, kind, {k: v[j] for k, v in figures.items()}, mean_dur, plain, passes[a])
+        for j, (a, b, kind) in enumerate(runs)
+    ]
 
 
-def _node(st: dict[str, Any], a: int, b: int, kind: str, figures: dict[str, Any], mean_dur: list[float], plain: dict[str, str], label: str) -> dict[str, Any]:
+def _node(
+    st: dict[str, Any],
+    a: int,
+    b: int,
+    kind: str,
+    figures: dict[str, Any],
+    mean_dur: list[float],
+    plain: dict[str, str],
+    label: str,
+) -> dict[str, Any]:
     """A node of the bands a..b-1; it is named after the operator holding most of its time (``mean_dur``: each
     band's mean time over the devices). ``figures``: its median and largest time over the devices, the slowest
     device, its first start and last end."""
@@ -289,7 +317,7 @@ def _open_passes(rows: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]
 
 
 def _direction(label: str) -> str:
-    """"F3" -> "forward", "B3 c1" -> "backward chunk 1"."""
+    """ "F3" -> "forward", "B3 c1" -> "backward chunk 1"."""
     _, _, chunk = label.partition(" c")
     return ("forward" if label[0] == "F" else "backward") + (f" chunk {chunk}" if chunk else "")
 
@@ -307,7 +335,9 @@ def _passes_block(key: str, blocks: list[dict[str, Any]]) -> dict[str, Any]:
     members = _collapse(blocks)
     for m in members:
         if m["signature"][0] == "block":
-            m["label"] = f"{key} micro-batches {m['members'][0]['label'].rsplit(' ', 1)[1]}–{m['members'][-1]['label'].rsplit(' ', 1)[1]}"
+            m["label"] = (
+                f"{key} micro-batches {m['members'][0]['label'].rsplit(' ', 1)[1]}–{m['members'][-1]['label'].rsplit(' ', 1)[1]}"
+            )
     return _group(members, f"{key} ×{len(blocks)} micro-batches", len(blocks), ("passes", key, len(blocks)))
 
 
@@ -352,10 +382,17 @@ def _best_period(nodes: list[dict[str, Any]], i: int) -> tuple[int, int]:
 
 def _block(members: list[dict[str, Any]], period: int, repeats: int) -> dict[str, Any]:
     """A run of repeats."""
-    return _group(members, f"{period} nodes ×{repeats}", repeats, ("block", tuple(m["signature"] for m in members[:period]), repeats))
+    return _group(
+        members,
+        f"{period} nodes ×{repeats}",
+        repeats,
+        ("block", tuple(m["signature"] for m in members[:period]), repeats),
+    )
 
 
-def _group(members: list[dict[str, Any]], label: str, repeats: int, signature: tuple[Any, ...]) -> dict[str, Any]:
+def _group(
+    members: list[dict[str, Any]], label: str, repeats: int, signature: tuple[Any, ...]
+) -> dict[str, Any]:
     """A block holding ``members``; its imbalance is its worst computing member's (a communication node's spread
     over the devices is mostly some waiting for the others)."""
     kinds = {m["kind"] for m in members}
@@ -379,8 +416,13 @@ def _group(members: list[dict[str, Any]], label: str, repeats: int, signature: t
 
 
 def _block_strategy(members: list[dict[str, Any]]) -> dict[str, Any]:
-    lines = list(dict.fromkeys(line for m in members for line in m.get("strategy", []) if not line.startswith("…")))
+    lines = list(
+        dict.fromkeys(line for m in members for line in m.get("strategy", []) if not line.startswith("…"))
+    )
     if not lines:
         return {}
     more = [f"… {len(lines) - MAX_STRATEGY_LINES} more"] if len(lines) > MAX_STRATEGY_LINES else []
-    return {"strategy": lines[:MAX_STRATEGY_LINES] + more, "sharded": any(m.get("sharded", False) for m in members)}
+    return {
+        "strategy": lines[:MAX_STRATEGY_LINES] + more,
+        "sharded": any(m.get("sharded", False) for m in members),
+    }

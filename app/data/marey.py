@@ -66,7 +66,12 @@ def read_ranks(job: Job, step: int, stage: int, extra: tuple[int, ...] = ()) -> 
     differ from the rest (the top finding's ranks, those whose compute time in the step stands out in the
     Diagnosis, ``extra``) and one device per mesh group (a group running late shows on it). The others are
     drawn with their group's row, or the stage's: a cold step at 1024 ranks reads ~20 devices a stage, not 128."""
-    return store.memo("marey-read", job, [step, stage, sorted(extra), READ_ALL], lambda: _read_ranks(job, step, stage, extra))
+    return store.memo(
+        "marey-read",
+        job,
+        [step, stage, sorted(extra), READ_ALL],
+        lambda: _read_ranks(job, step, stage, extra),
+    )
 
 
 def _read_ranks(job: Job, step: int, stage: int, extra: tuple[int, ...]) -> list[int]:
@@ -80,14 +85,20 @@ def _read_ranks(job: Job, step: int, stage: int, extra: tuple[int, ...]) -> list
         first_of_group.setdefault(mesh.dp[r], r)
     named = set(top_culprits(job)) & mine
     named = named if len(named) <= READ_ALL else set()  # too many to read one by one: their rows are alike
-    return sorted(set(first_of_group.values()) | named | _standing_out(job, step, ranks) | (set(extra) & mine))
+    return sorted(
+        set(first_of_group.values()) | named | _standing_out(job, step, ranks) | (set(extra) & mine)
+    )
 
 
 def _standing_out(job: Job, step: int, ranks: list[int]) -> set[int]:
     """Ranks whose compute time in ``step`` (the Diagnosis' ``rank_steps``) stands out from the stage's (as
     :func:`paradiag.analysis.marey.fold_rows` tells anomalous devices), at most READ_ALL, farthest first."""
     table = diagnosis(job).rank_steps
-    rows = table.filter(pc.and_(pc.equal(table.column("step"), step), pc.is_in(table.column("rank"), pa.array(ranks, pa.int32())))).to_pydict()
+    rows = table.filter(
+        pc.and_(
+            pc.equal(table.column("step"), step), pc.is_in(table.column("rank"), pa.array(ranks, pa.int32()))
+        )
+    ).to_pydict()
     compute = np.asarray(rows["compute_ns"], dtype=np.float64)
     if not len(compute):
         return set()
@@ -105,7 +116,13 @@ def band_span(job: Job, step: int) -> tuple[int, int]:
 def _stage_bands(job: Job, step: int, stage: int, ranks: list[int]) -> dict[str, Any]:
     events = read_events(job, ranks=ranks, columns=COLUMNS)
     kind = events.column("kind").cast(pa.string())
-    keep = pc.and_(pc.equal(events.column("step"), step), pc.and_(pc.greater_equal(events.column("device"), 0), pc.is_in(kind, pa.array(["compute", "communication", "memory"]))))
+    keep = pc.and_(
+        pc.equal(events.column("step"), step),
+        pc.and_(
+            pc.greater_equal(events.column("device"), 0),
+            pc.is_in(kind, pa.array(["compute", "communication", "memory"])),
+        ),
+    )
     events = events.filter(keep)
     names = pc.dictionary_encode(events.column("name").cast(pa.string())).combine_chunks()
     arrays = {
@@ -114,7 +131,9 @@ def _stage_bands(job: Job, step: int, stage: int, ranks: list[int]) -> dict[str,
         "start": events.column("start_ns").to_numpy(),
         "end": events.column("start_ns").to_numpy() + events.column("dur_ns").to_numpy(),
     }
-    out = _stage_table(arrays, names.dictionary.to_pylist(), events.select(["kind", "collective"]), ranks, stage)
+    out = _stage_table(
+        arrays, names.dictionary.to_pylist(), events.select(["kind", "collective"]), ranks, stage
+    )
     out["all_ranks"] = mesh_of(job).ranks_of_stage(stage)
     _label_passes(job, step, [out])
     return out
@@ -126,28 +145,52 @@ def _label_passes(job: Job, step: int, stages: list[dict[str, Any]]) -> None:
     passes = diagnosis(job).passes
     for st in stages:
         times = st["start"][:, 0] if st["start"].size else np.zeros(0, dtype=np.int64)
-        st["pass"] = model.pass_labels(passes, st["ranks"][0], step, times) if st["ranks"] and passes.num_rows else [""] * len(times)
+        st["pass"] = (
+            model.pass_labels(passes, st["ranks"][0], step, times)
+            if st["ranks"] and passes.num_rows
+            else [""] * len(times)
+        )
 
 
-def _stage_table(arrays: dict[str, np.ndarray], words: list[str], kinds: pa.Table, ranks: list[int], stage: int) -> dict[str, Any]:
+def _stage_table(
+    arrays: dict[str, np.ndarray], words: list[str], kinds: pa.Table, ranks: list[int], stage: int
+) -> dict[str, Any]:
     column_of = np.full(int(max(ranks, default=0)) + 1, -1, dtype=np.int64)
     column_of[ranks] = np.arange(len(ranks))
     rank = arrays["rank"]
-    mine = np.flatnonzero((rank <= column_of.size - 1) & (column_of[np.minimum(rank, column_of.size - 1)] >= 0))
-    idx = model.instance_matrix(column_of[rank[mine]], arrays["name"][mine], arrays["start"][mine], len(ranks))
+    mine = np.flatnonzero(
+        (rank <= column_of.size - 1) & (column_of[np.minimum(rank, column_of.size - 1)] >= 0)
+    )
+    idx = model.instance_matrix(
+        column_of[rank[mine]], arrays["name"][mine], arrays["start"][mine], len(ranks)
+    )
     events = mine[idx]
     first = events[:, 0] if len(events) else np.zeros(0, dtype=np.int64)
     return {
         "stage": stage,
         "ranks": ranks,
         "names": [words[i] for i in arrays["name"][first].tolist()],
-        "category": [palette.category_of(str(k), c) for k, c in zip(kinds.column("kind").take(first).to_pylist(), kinds.column("collective").take(first).to_pylist(), strict=True)],
+        "category": [
+            palette.category_of(str(k), c)
+            for k, c in zip(
+                kinds.column("kind").take(first).to_pylist(),
+                kinds.column("collective").take(first).to_pylist(),
+                strict=True,
+            )
+        ],
         "start": arrays["start"][events],
         "end": arrays["end"][events],
     }
 
 
-def marey_data(job: Job, step: int, window: tuple[int, int] | None, merge_frac: float = 0.005, expand: list[str] | None = None, keep: list[int] | None = None) -> MareyData:
+def marey_data(
+    job: Job,
+    step: int,
+    window: tuple[int, int] | None,
+    merge_frac: float = 0.005,
+    expand: list[str] | None = None,
+    keep: list[int] | None = None,
+) -> MareyData:
     """Everything the Marey figure draws for a step (ms since the job origin), merged for the window. ``expand``:
     "devices" (every device a row), "stage:S" (stage S by mesh group), "group:S:G" (group G of stage S by
     device); ``keep``: ranks that stay single rows (default: the top finding's ranks). The whole step, the view
@@ -155,7 +198,12 @@ def marey_data(job: Job, step: int, window: tuple[int, int] | None, merge_frac: 
     opened = sorted(set(expand or []))
     kept = sorted(set(keep if keep is not None else top_culprits(job)))
     if window is None:
-        return store.memo("marey-step", job, [step, merge_frac, opened, kept, SMALL_JOB, READ_ALL], lambda: _marey_data(job, step, None, merge_frac, opened, kept))
+        return store.memo(
+            "marey-step",
+            job,
+            [step, merge_frac, opened, kept, SMALL_JOB, READ_ALL],
+            lambda: _marey_data(job, step, None, merge_frac, opened, kept),
+        )
     return _marey_data(job, step, window, merge_frac, opened, kept)
 
 
@@ -169,7 +217,13 @@ def focus_marks(job: Job) -> FocusMarks:
     """What the graph marks of the top finding: ``{"kind", "stage" (a whole stage's finding, else None), "ranks"
     (the ranks it names), "reasons" (rank -> why), "headline"}``."""
     f = focus_of(job)
-    return {"kind": f.kind, "stage": f.stage if f.subject == "stage" else None, "ranks": list(f.ranks), "reasons": {int(r): t for r, t in f.reasons.items()}, "headline": f.headline}
+    return {
+        "kind": f.kind,
+        "stage": f.stage if f.subject == "stage" else None,
+        "ranks": list(f.ranks),
+        "reasons": {int(r): t for r, t in f.reasons.items()},
+        "headline": f.headline,
+    }
 
 
 def folded(job: Job, step: int, expand: list[str], keep: list[int]) -> dict[str, Any]:
@@ -183,34 +237,60 @@ def folded(job: Job, step: int, expand: list[str], keep: list[int]) -> dict[str,
         how = "devices" if every else "groups" if f"stage:{s}" in expand else ""
         opened = sorted(int(e.split(":")[2]) for e in expand if e.startswith(f"group:{s}:"))
         kept = [r for r in keep if mesh.stage.get(r) == s]
-        stages.append(store.memo("marey-rows", job, [step, s, how, opened, kept, READ_ALL], partial(_stage_rows, job, step, s, how, opened, kept, hi - lo)))
+        stages.append(
+            store.memo(
+                "marey-rows",
+                job,
+                [step, s, how, opened, kept, READ_ALL],
+                partial(_stage_rows, job, step, s, how, opened, kept, hi - lo),
+            )
+        )
     return {"step": step, "span": (lo, hi), "stages": stages}
 
 
-def _stage_rows(job: Job, step: int, stage: int, how: str, opened: list[int], keep: list[int], step_ns: int) -> dict[str, Any]:
+def _stage_rows(
+    job: Job, step: int, stage: int, how: str, opened: list[int], keep: list[int], step_ns: int
+) -> dict[str, Any]:
     mesh = mesh_of(job)
     wanted = [r for r in mesh.ranks_of_stage(stage) if how == "devices" or mesh.dp[r] in opened]
     st = stage_bands(job, step, stage, tuple(wanted))
     ranks = st["ranks"]
     compute = np.array([c == "compute" for c in st["category"]], dtype=bool)
     groups = [mesh.dp[r] for r in ranks]
-    rows = model.fold_rows(st["start"], st["end"], compute, [f"rank {r}" for r in ranks], groups, step_ns, how, frozenset(i for i, r in enumerate(ranks) if r in keep), frozenset(opened))
+    rows = model.fold_rows(
+        st["start"],
+        st["end"],
+        compute,
+        [f"rank {r}" for r in ranks],
+        groups,
+        step_ns,
+        how,
+        frozenset(i for i, r in enumerate(ranks) if r in keep),
+        frozenset(opened),
+    )
     busy = model.device_scores(st["start"], st["end"], compute)[0] / 1e6
     times = [model.row_times(st["start"], st["end"], row.members) for row in rows]
     empty = np.zeros((len(st["names"]), 0), dtype=np.int64)
-    unread = _unread_rows(rows, ranks, [r for r in st.get("all_ranks", ranks) if r not in set(ranks)], mesh.dp)
+    unread = _unread_rows(
+        rows, ranks, [r for r in st.get("all_ranks", ranks) if r not in set(ranks)], mesh.dp
+    )
     return {
         "stage": stage,
         "rows": [_row(row, ranks, groups, stage, busy, more) for row, more in zip(rows, unread, strict=True)],
         "names": st["names"],
         "category": st["category"],
         "pass": st.get("pass") or [""] * len(st["names"]),
-        **{k: np.column_stack([t[k] for t in times]) if times else empty for k in ("start", "end", "lo", "hi", "slow_ns")},
+        **{
+            k: np.column_stack([t[k] for t in times]) if times else empty
+            for k in ("start", "end", "lo", "hi", "slow_ns")
+        },
         "slow_rank": np.column_stack([np.asarray(ranks)[t["slow_col"]] for t in times]) if times else empty,
     }
 
 
-def _unread_rows(rows: list[model.Row], ranks: list[int], unread: list[int], dp: dict[int, int]) -> list[list[int]]:
+def _unread_rows(
+    rows: list[model.Row], ranks: list[int], unread: list[int], dp: dict[int, int]
+) -> list[list[int]]:
     """Per row, the devices not read that it draws: a device goes with the row of its mesh group where its
     group has one, else with the stage's row (else the first row)."""
     out: list[list[int]] = [[] for _ in rows]
@@ -222,7 +302,9 @@ def _unread_rows(rows: list[model.Row], ranks: list[int], unread: list[int], dp:
     return out
 
 
-def _row(row: model.Row, ranks: list[int], groups: list[int], stage: int, busy_ms: np.ndarray, unread: list[int]) -> MareyRow:
+def _row(
+    row: model.Row, ranks: list[int], groups: list[int], stage: int, busy_ms: np.ndarray, unread: list[int]
+) -> MareyRow:
     """A row as drawn: its label, ranks (those read first, then the others it stands for), anomalous ranks and
     why (busy compute time against the stage's median)."""
     members = [ranks[c] for c in row.members] + unread
@@ -233,20 +315,47 @@ def _row(row: model.Row, ranks: list[int], groups: list[int], stage: int, busy_m
     else:
         label = row.label
     median = float(np.median(busy_ms)) if len(busy_ms) else 0.0
-    why = [f"rank {ranks[c]}: {busy_ms[c]:.2f} ms of compute vs {median:.2f} ms median in stage {stage}" for c in row.anomalous[:4]]
-    return {"kind": row.kind, "label": label, "ranks": members, "anomalous": [ranks[c] for c in row.anomalous], "why": why, "group": groups[row.members[0]]}
+    why = [
+        f"rank {ranks[c]}: {busy_ms[c]:.2f} ms of compute vs {median:.2f} ms median in stage {stage}"
+        for c in row.anomalous[:4]
+    ]
+    return {
+        "kind": row.kind,
+        "label": label,
+        "ranks": members,
+        "anomalous": [ranks[c] for c in row.anomalous],
+        "why": why,
+        "group": groups[row.members[0]],
+    }
 
 
-def _marey_data(job: Job, step: int, window: tuple[int, int] | None, merge_frac: float, expand: list[str], keep: list[int]) -> MareyData:
+def _marey_data(
+    job: Job, step: int, window: tuple[int, int] | None, merge_frac: float, expand: list[str], keep: list[int]
+) -> MareyData:
     rows = folded(job, step, expand, keep)
     t0 = origin_ns(job)
     lo, hi = window or rows["span"]
     step_lo, step_hi = rows["span"]
     drawn = sum(len(st["rows"]) for st in rows["stages"])
-    stages: list[MareyStage] = [{"stage": st["stage"], "rows": st["rows"], **_window(st, lo, hi, merge_frac, t0, drawn), "bubbles": _bubbles(st, lo, hi, t0, BUBBLE_FRAC * (step_hi - step_lo))} for st in rows["stages"]]
+    stages: list[MareyStage] = [
+        {
+            "stage": st["stage"],
+            "rows": st["rows"],
+            **_window(st, lo, hi, merge_frac, t0, drawn),
+            "bubbles": _bubbles(st, lo, hi, t0, BUBBLE_FRAC * (step_hi - step_lo)),
+        }
+        for st in rows["stages"]
+    ]
     heads = sorted({row["ranks"][0] for st in stages for row in st["rows"]})
     p2p = p2p_pairs(job, step, heads)  # one device per row (its first): the others' lines would overlap them
-    return {"step": step, "window_ms": [(lo - t0) / 1e6, (hi - t0) / 1e6], "stages": stages, "p2p": p2p, "expandable": _expandable(job, rows), "focus": focus_marks(job)}
+    return {
+        "step": step,
+        "window_ms": [(lo - t0) / 1e6, (hi - t0) / 1e6],
+        "stages": stages,
+        "p2p": p2p,
+        "expandable": _expandable(job, rows),
+        "focus": focus_marks(job),
+    }
 
 
 def _expandable(job: Job, rows: dict[str, Any]) -> list[ExpandOption]:
@@ -259,16 +368,34 @@ def _expandable(job: Job, rows: dict[str, Any]) -> list[ExpandOption]:
         if len(ranks) > 1:
             out.append({"label": f"stage {st['stage']}", "value": f"stage:{st['stage']}"})
         if len(groups) < len(ranks):
-            out += [{"label": f"s{st['stage']} dp{g}", "value": f"group:{st['stage']}:{g}"} for g in groups if any(r["kind"] == "group" and r["group"] == g for r in st["rows"])]
+            out += [
+                {"label": f"s{st['stage']} dp{g}", "value": f"group:{st['stage']}:{g}"}
+                for g in groups
+                if any(r["kind"] == "group" and r["group"] == g for r in st["rows"])
+            ]
     return out
 
 
 def _window(st: dict[str, Any], lo: int, hi: int, merge_frac: float, t0: int, drawn: int) -> MareyBands:
     """A stage's bands overlapping [lo, hi), merged: times in ms, per row; labels; the slowest device."""
-    most = max(MIN_BANDS, min(model.MAX_BANDS, MAX_BARS // max(len(st["rows"]), 1), TOTAL_BARS // max(drawn, 1)))  # more rows, fewer bands
+    most = max(
+        MIN_BANDS, min(model.MAX_BANDS, MAX_BARS // max(len(st["rows"]), 1), TOTAL_BARS // max(drawn, 1))
+    )  # more rows, fewer bands
     visible, group = model.merge_bands(st["start"], st["end"], st["category"], lo, hi, merge_frac, most)
     if len(visible) == 0:
-        return {"start": [], "end": [], "lo": [], "hi": [], "slow_rank": [], "slow_ms": [], "category": [], "shares": [], "label": [], "operator": [], "pass": []}
+        return {
+            "start": [],
+            "end": [],
+            "lo": [],
+            "hi": [],
+            "slow_rank": [],
+            "slow_ms": [],
+            "category": [],
+            "shares": [],
+            "label": [],
+            "operator": [],
+            "pass": [],
+        }
     cats = [st["category"][i] for i in visible.tolist()]
     names = [st["names"][i] for i in visible.tolist()]
     passes = [st["pass"][i] for i in visible.tolist()]
@@ -292,7 +419,10 @@ def _window(st: dict[str, Any], lo: int, hi: int, merge_frac: float, t0: int, dr
         "slow_ms": (slow_ns / 1e6).round(4).tolist(),
         "category": category,
         "shares": [[[c, f] for c, f in parts] for parts in mix],
-        "label": [names[i] if c == 1 else f"{c} operators from {names[i][:50]}" for i, c in zip(first.tolist(), count.tolist(), strict=True)],
+        "label": [
+            names[i] if c == 1 else f"{c} operators from {names[i][:50]}"
+            for i, c in zip(first.tolist(), count.tolist(), strict=True)
+        ],
         "pass": [passes[i] for i in first.tolist()],
         "operator": [names[i] for i in first.tolist()],
     }
@@ -324,7 +454,10 @@ def _span(bands: dict[str, Any]) -> tuple[int, int]:
 def _bubbles(st: dict[str, Any], lo: int, hi: int, t0: int, min_ns: float) -> list[list[list[float]]]:
     """Per row of the stage: [start, end] (ms) of its gaps with no compute longer than ``min_ns``."""
     compute = np.array([c == "compute" for c in st["category"]], dtype=bool)
-    return [((gaps - t0) / 1e6).round(5).tolist() for gaps in model.bubbles(st["start"], st["end"], compute, lo, hi, min_ns)]
+    return [
+        ((gaps - t0) / 1e6).round(5).tolist()
+        for gaps in model.bubbles(st["start"], st["end"], compute, lo, hi, min_ns)
+    ]
 
 
 def _p2p(job: Job, step: int, t0: int, heads: list[int] | None) -> list[P2PPair]:
@@ -334,10 +467,17 @@ def _p2p(job: Job, step: int, t0: int, heads: list[int] | None) -> list[P2PPair]
     keep = pc.equal(table.column("step"), step)
     if heads is not None:
         chosen = pa.array(heads, pa.int32())
-        keep = pc.and_(keep, pc.or_(pc.is_in(table.column("src"), chosen), pc.is_in(table.column("dst"), chosen)))
+        keep = pc.and_(
+            keep, pc.or_(pc.is_in(table.column("src"), chosen), pc.is_in(table.column("dst"), chosen))
+        )
     pairs = table.filter(keep)
-    col = {k: pairs.column(k).to_numpy().astype(np.int64) for k in ("src", "dst", "send_start_ns", "recv_start_ns", "recv_end_ns")}
-    wait = np.minimum(np.maximum(0, col["send_start_ns"] - col["recv_start_ns"]), col["recv_end_ns"] - col["recv_start_ns"])
+    col = {
+        k: pairs.column(k).to_numpy().astype(np.int64)
+        for k in ("src", "dst", "send_start_ns", "recv_start_ns", "recv_end_ns")
+    }
+    wait = np.minimum(
+        np.maximum(0, col["send_start_ns"] - col["recv_start_ns"]), col["recv_end_ns"] - col["recv_start_ns"]
+    )
     return [
         {"src": src, "dst": dst, "send_ms": send, "recv_ms": recv, "recv_start_ms": begin, "wait_ms": w}
         for src, dst, send, recv, begin, w in zip(
@@ -366,16 +506,30 @@ def _path_pieces(job: Job, step: int, window: tuple[int, int] | None) -> list[Pa
     path = diagnosis(job).critical_path
     keep = pc.equal(path.column("step"), step)
     if window is not None:
-        keep = pc.and_(keep, pc.and_(pc.greater(path.column("end_ns"), window[0]), pc.less(path.column("start_ns"), window[1])))
+        keep = pc.and_(
+            keep,
+            pc.and_(
+                pc.greater(path.column("end_ns"), window[0]), pc.less(path.column("start_ns"), window[1])
+            ),
+        )
     rows = path.filter(keep).sort_by("start_ns").to_pylist()
     if window is not None:
-        rows = [dict(r, start_ns=max(r["start_ns"], window[0]), end_ns=min(r["end_ns"], window[1])) for r in rows]
+        rows = [
+            dict(r, start_ns=max(r["start_ns"], window[0]), end_ns=min(r["end_ns"], window[1])) for r in rows
+        ]
     pieces = _merged(rows, lambda a, b: a["rank"] == b["rank"] and a["kind"] == b["kind"])
     if len(pieces) > MAX_PATH:
         pieces = _merged(pieces, lambda a, b: a["rank"] == b["rank"])
     t0 = origin_ns(job)
     return [
-        {"rank": int(p["rank"]), "kind": p["kind"], "operator": p["operator"] or "", "start_ms": round((p["start_ns"] - t0) / 1e6, 5), "end_ms": round((p["end_ns"] - t0) / 1e6, 5), "segments": p["segments"]}
+        {
+            "rank": int(p["rank"]),
+            "kind": p["kind"],
+            "operator": p["operator"] or "",
+            "start_ms": round((p["start_ns"] - t0) / 1e6, 5),
+            "end_ms": round((p["end_ns"] - t0) / 1e6, 5),
+            "segments": p["segments"],
+        }
         for p in pieces
     ]
 
@@ -392,7 +546,16 @@ def _merged(rows: list[dict[str, Any]], joins: Any) -> list[dict[str, Any]]:
                 key = (m["kind"], m["operator"] or "")
                 time_of[key] = time_of.get(key, 0) + m["end_ns"] - m["start_ns"]
             kind, operator = max(time_of, key=time_of.__getitem__)
-            out.append({"rank": run[0]["rank"], "kind": kind, "operator": operator, "start_ns": run[0]["start_ns"], "end_ns": max(m["end_ns"] for m in run), "segments": sum(m.get("segments", 1) for m in run)})
+            out.append(
+                {
+                    "rank": run[0]["rank"],
+                    "kind": kind,
+                    "operator": operator,
+                    "start_ns": run[0]["start_ns"],
+                    "end_ns": max(m["end_ns"] for m in run),
+                    "segments": sum(m.get("segments", 1) for m in run),
+                }
+            )
             run = []
         if r is not None:
             run.append(r)

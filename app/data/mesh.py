@@ -18,7 +18,9 @@ class Mesh:
     tp: dict[int, int]
     found_by: str
     ep: dict[int, int] = field(default_factory=dict)
-    groups: list[GroupInfo] = field(default_factory=list)  # with the names the traces give them and their roles
+    groups: list[GroupInfo] = field(
+        default_factory=list
+    )  # with the names the traces give them and their roles
 
     @property
     def stages(self) -> list[int]:

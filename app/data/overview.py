@@ -28,7 +28,15 @@ from paradiag.app.data.common import diagnosis, slowest_step
 from paradiag.app.data.mesh import mesh_of
 from paradiag.dataset import Job
 
-__all__ = ["DEFAULT_METRIC", "METRICS", "PCT_METRICS", "RANK_KINDS", "Z_METRICS", "cited_step", "stands_apart"]
+__all__ = [
+    "DEFAULT_METRIC",
+    "METRICS",
+    "PCT_METRICS",
+    "RANK_KINDS",
+    "Z_METRICS",
+    "cited_step",
+    "stands_apart",
+]
 # The metrics read from each (rank, step)'s breakdown. The focus metrics (own time against the stage, compute and
 # transfers against the job) are the analysis' (``paradiag.analysis.focus``): they tell the rank everybody waits
 # for from those who wait in a synchronous step, where every rank's step time is the same.
@@ -64,7 +72,12 @@ def steps_focus(job: Job) -> dict[str, Any]:
     f = focus_of(job)
     top = rules.top_finding(diagnosis(job))
     replay = (top.what_if or {}) if top is not None else {}
-    return {"what": (f.kind or "the cause").replace("_", " "), "predicted_ms": replay.get("predicted_step_ms"), "saving_pct": replay.get("saving_pct"), "step": f.step}
+    return {
+        "what": (f.kind or "the cause").replace("_", " "),
+        "predicted_ms": replay.get("predicted_step_ms"),
+        "saving_pct": replay.get("saving_pct"),
+        "step": f.step,
+    }
 
 
 def opening_step(job: Job) -> int | None:
@@ -79,12 +92,22 @@ def culprits(job: Job) -> dict[int, Kind]:
     return focus_of(job).blamed
 
 
-def shown_ranks(job: Job, selected: list[int] | None, step: int | None, limits: tuple[int, int, int, int]) -> list[int]:
+def shown_ranks(
+    job: Job, selected: list[int] | None, step: int | None, limits: tuple[int, int, int, int]
+) -> list[int]:
     """The ranks a per-rank view draws one by one (the analysis' rule, :func:`paradiag.analysis.focus.shown_ranks`),
     ``step`` defaulting to the step a new page opens on."""
     ov = overview(job)
     own = dict(zip(ov["ranks"], ov["metrics"]["own_z"], strict=True))
-    return rules.shown_ranks(diagnosis(job), focus_of(job), ov["ranks"], own, selected, opening_step(job) if step is None else step, limits)
+    return rules.shown_ranks(
+        diagnosis(job),
+        focus_of(job),
+        ov["ranks"],
+        own,
+        selected,
+        opening_step(job) if step is None else step,
+        limits,
+    )
 
 
 def single(job: Job) -> set[int]:
@@ -140,7 +163,13 @@ def _listed(matrix: np.ndarray) -> list[list[float | None]]:
 
 
 def heatmap_rows(
-    ov: dict[str, Any], metric: str, expanded: list[str] | None = None, max_rows: int = 32, culprit: Mapping[int, str] | None = None, single: set[int] | None = None, reasons: dict[int, str] | None = None
+    ov: dict[str, Any],
+    metric: str,
+    expanded: list[str] | None = None,
+    max_rows: int = 32,
+    culprit: Mapping[int, str] | None = None,
+    single: set[int] | None = None,
+    reasons: dict[int, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Rows for the heatmap, top to bottom: one per rank; with more than ``max_rows`` ranks, each stage folds
     into one row of its alike ranks (coloured by their median; hover: min/median/max) while the ranks whose own
@@ -154,7 +183,16 @@ def heatmap_rows(
     matrix, own = ov["metrics"][metric], ov["metrics"]["own_z"]
     ranks, stages, dps = ov["ranks"], ov["stage"], ov["dp"]
     singles = [
-        {"label": f"rank {r} · s{st}", "ranks": [r], "stage": st, "values": matrix[i], "spread": None, "group": None, "culprit": culprit.get(r), "reason": reasons.get(r)}
+        {
+            "label": f"rank {r} · s{st}",
+            "ranks": [r],
+            "stage": st,
+            "values": matrix[i],
+            "spread": None,
+            "group": None,
+            "culprit": culprit.get(r),
+            "reason": reasons.get(r),
+        }
         for i, (r, st) in enumerate(zip(ranks, stages, strict=True))
     ]
     if len(ranks) <= max_rows:
@@ -171,24 +209,45 @@ def heatmap_rows(
         for dp in dict.fromkeys(dps[i] for i in members):
             sub = [i for i in members if dps[i] == dp]
             sub_name = f"{name}.dp{dp}"
-            out += [dict(singles[i], group=sub_name) for i in sub] if sub_name in expanded_set else fold(sub_name, sub)
+            out += (
+                [dict(singles[i], group=sub_name) for i in sub]
+                if sub_name in expanded_set
+                else fold(sub_name, sub)
+            )
     return out
 
 
-def _fold(name: str, members: list[int], singles: list[dict[str, Any]], matrix: list[list[float | None]], own: list[list[float | None]], single: set[int]) -> list[dict[str, Any]]:
+def _fold(
+    name: str,
+    members: list[int],
+    singles: list[dict[str, Any]],
+    matrix: list[list[float | None]],
+    own: list[list[float | None]],
+    single: set[int],
+) -> list[dict[str, Any]]:
     """One row for the alike ``members`` of a group, then one per member that stands out."""
     apart = [i for i in members if stands_apart(own[i], singles[i]["ranks"][0] in single)]
     alike = [i for i in members if i not in apart]
     if not alike:
         return [dict(singles[i], group=name) for i in apart]
-    row = _group_row(name, singles[alike[0]]["stage"], [singles[i]["ranks"][0] for i in alike], [matrix[i] for i in alike], len(apart))
+    row = _group_row(
+        name,
+        singles[alike[0]]["stage"],
+        [singles[i]["ranks"][0] for i in alike],
+        [matrix[i] for i in alike],
+        len(apart),
+    )
     kinds = {singles[i]["culprit"] for i in alike}
-    if len(kinds) == 1 and None not in kinds:  # a finding about the whole group (a stage): the row is the culprit
+    if (
+        len(kinds) == 1 and None not in kinds
+    ):  # a finding about the whole group (a stage): the row is the culprit
         row.update(culprit=kinds.pop(), reason=singles[alike[0]]["reason"])
     return [row] + [dict(singles[i], group=name) for i in apart]
 
 
-def _group_row(name: str, stage: int, ranks: list[int], values: list[list[float | None]], apart: int) -> dict[str, Any]:
+def _group_row(
+    name: str, stage: int, ranks: list[int], values: list[list[float | None]], apart: int
+) -> dict[str, Any]:
     block = np.array([[np.nan if v is None else v for v in row] for row in values], dtype=float)
     with np.errstate(all="ignore"):
         med, lo, hi = (np.nanmedian(block, axis=0), np.nanmin(block, axis=0), np.nanmax(block, axis=0))

@@ -36,7 +36,12 @@ def search_events(job: Job, step: int, text: str, first: list[int] | None = None
     by_name = found.group_by("name").aggregate([("dur_ns", "sum"), ("dur_ns", "count")])
     order = np.argsort(-np.asarray(by_name.column("dur_ns_count").to_numpy()), kind="stable")[:MAX_NAMES]
     out["names"] = [
-        {"name": str(by_name.column("name")[int(i)].as_py()), "count": int(by_name.column("dur_ns_count")[int(i)].as_py()), "total_ms": by_name.column("dur_ns_sum")[int(i)].as_py() / 1e6} for i in order
+        {
+            "name": str(by_name.column("name")[int(i)].as_py()),
+            "count": int(by_name.column("dur_ns_count")[int(i)].as_py()),
+            "total_ms": by_name.column("dur_ns_sum")[int(i)].as_py() / 1e6,
+        }
+        for i in order
     ]
     rank, start = found.column("rank").to_numpy(), found.column("start_ns").to_numpy()
     other = ~np.isin(rank, np.asarray(first or [], dtype=rank.dtype))
@@ -44,7 +49,14 @@ def search_events(job: Job, step: int, text: str, first: list[int] | None = None
     data = found.take(pa.array(pick)).select(["rank", "kind", "name", "start_ns", "dur_ns"]).to_pydict()
     t0 = origin_ns(job)
     out["matches"] = [
-        {"rank": int(data["rank"][i]), "kind": str(data["kind"][i]), "name": str(data["name"][i]), "start_ms": (data["start_ns"][i] - t0) / 1e6, "dur_us": data["dur_ns"][i] / 1e3} for i in range(len(pick))
+        {
+            "rank": int(data["rank"][i]),
+            "kind": str(data["kind"][i]),
+            "name": str(data["name"][i]),
+            "start_ms": (data["start_ns"][i] - t0) / 1e6,
+            "dur_us": data["dur_ns"][i] / 1e3,
+        }
+        for i in range(len(pick))
     ]
     return out
 
@@ -59,5 +71,7 @@ def _matching(names: pa.ChunkedArray, text: str) -> pa.ChunkedArray:
             idx = pa.array(np.flatnonzero(hit.to_numpy(zero_copy_only=False)), type=chunk.indices.type)
             masks.append(pc.fill_null(pc.is_in(chunk.indices, value_set=idx), False))
         else:
-            masks.append(pc.fill_null(pc.match_substring(chunk.cast(pa.string()), text, ignore_case=True), False))
+            masks.append(
+                pc.fill_null(pc.match_substring(chunk.cast(pa.string()), text, ignore_case=True), False)
+            )
     return pa.chunked_array(masks, type=pa.bool_())

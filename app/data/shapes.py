@@ -32,7 +32,9 @@ MareyBands = TypedDict(
         "slow_rank": list[list[int]],  # the slowest device of the row in the band, and its time
         "slow_ms": list[list[float]],
         "category": list[str],  # the band's dominant category
-        "shares": list[list[list[Any]]],  # per band, [category, share of the band's time] of each category in it
+        "shares": list[
+            list[list[Any]]
+        ],  # per band, [category, share of the band's time] of each category in it
         "label": list[str],
         "pass": list[str],  # the training pass ("forward", "backward", ...) or ""
         "operator": list[str],

@@ -40,16 +40,26 @@ def timeline_data(
     origin), the folds' instances with their spread (``folded``), collective links and waits, the members of
     the selected collective ``instance`` (``selected``) and, with ``path``, the step's critical path."""
     lo, hi = window
-    singles = list(dict.fromkeys(r for r in ranks if isinstance(r, int)))  # in the caller's order: the rank of interest first
+    singles = list(
+        dict.fromkeys(r for r in ranks if isinstance(r, int))
+    )  # in the caller's order: the rank of interest first
     wanted = [f for f in ranks if isinstance(f, dict)]
-    folds = list(zip(wanted, timeline_fold.fold_times(job, step, wanted), strict=True)) if step is not None else []
+    folds = (
+        list(zip(wanted, timeline_fold.fold_times(job, step, wanted), strict=True))
+        if step is not None
+        else []
+    )
     events = read_events(job, ranks=singles, start_ns=lo, end_ns=hi, columns=COLUMNS)
     kind = events.column("kind").cast(pa.string())
-    events = events.filter(pc.and_(pc.greater_equal(events.column("device"), 0), pc.is_in(kind, pa.array(DEVICE_KINDS))))
+    events = events.filter(
+        pc.and_(pc.greater_equal(events.column("device"), 0), pc.is_in(kind, pa.array(DEVICE_KINDS)))
+    )
     rows, row_of, lanes = _rows(events, ranks, {f["key"]: timeline_fold.lanes_of(t) for f, t in folds})
     times = {f["key"]: t for f, t in folds}
     for row in rows:
-        if row["rank"] is None:  # operator instances its ranks all run (none: nothing to draw), over how many ranks
+        if (
+            row["rank"] is None
+        ):  # operator instances its ranks all run (none: nothing to draw), over how many ranks
             row["instances"], row["read"] = len(times[row["fold"]]["category"]), times[row["fold"]]["read"]
     t0 = origin_ns(job)
     aggregated = events.num_rows > max_primitives
@@ -59,19 +69,34 @@ def timeline_data(
         "window_ms": [(lo - t0) / 1e6, (hi - t0) / 1e6],
         "aggregated": aggregated,
         "num_events": events.num_rows,
-        "folded": timeline_fold.folded_intervals([(t, lanes[f["key"]]) for f, t in folds], window, pixels, t0),
+        "folded": timeline_fold.folded_intervals(
+            [(t, lanes[f["key"]]) for f, t in folds], window, pixels, t0
+        ),
     }
     if aggregated:
         out["kinds"] = _aggregate(events, row_of, lo, hi, pixels, t0)
     else:
         out["kinds"] = _individual(events, row_of, t0)
-    out["links"], out["waits"] = _links_and_waits(job, singles, row_of, (lo, hi, pixels), t0, exact=not aggregated)
+    out["links"], out["waits"] = _links_and_waits(
+        job, singles, row_of, (lo, hi, pixels), t0, exact=not aggregated
+    )
     out["selected"] = _instance_members(job, instance, row_of, t0) if instance is not None else None
-    out["path"] = timeline_fold.path_segments(job, step, window, _placer(rows, row_of, lanes, [f for f, _ in folds]), t0) if path and step is not None else None
+    out["path"] = (
+        timeline_fold.path_segments(
+            job, step, window, _placer(rows, row_of, lanes, [f for f, _ in folds]), t0
+        )
+        if path and step is not None
+        else None
+    )
     return out
 
 
-def _placer(rows: list[dict[str, Any]], row_of: dict[int, int], lanes: dict[str, dict[str, int]], folds: list[dict[str, Any]]) -> Callable[[int, int, str], int | None]:
+def _placer(
+    rows: list[dict[str, Any]],
+    row_of: dict[int, int],
+    lanes: dict[str, dict[str, int]],
+    folds: list[dict[str, Any]],
+) -> Callable[[int, int, str], int | None]:
     """(rank, track, fold lane) -> the row a critical-path segment is drawn on: the rank's stream (its first row
     for host time), else that lane (or the first) of the fold holding the rank; None where the rank is not drawn."""
     first: dict[int, int] = {}
@@ -93,18 +118,32 @@ def _instance_members(job: Job, instance: int, row_of: dict[int, int], t0: int) 
     """The drawn members (ranks in view) of one collective instance: their intervals, start to end."""
     table = collectives.instances(job)
     part = table.filter(pc.equal(table.column("instance"), instance))
-    known = pc.is_in(pc.add(pc.multiply(part.column("rank").cast(pa.int64()), 1_000_000_000), part.column("track").cast(pa.int64())), value_set=pa.array(list(row_of), pa.int64()))
+    known = pc.is_in(
+        pc.add(
+            pc.multiply(part.column("rank").cast(pa.int64()), 1_000_000_000),
+            part.column("track").cast(pa.int64()),
+        ),
+        value_set=pa.array(list(row_of), pa.int64()),
+    )
     part = part.filter(known)
     start = part.column("start_ns").to_numpy()
     end = start + part.column("dur_ns").to_numpy()
-    return {"x0": ((start - t0) / 1e6).round(4).tolist(), "x1": ((end - t0) / 1e6).round(4).tolist(), "row": _row_index(part, row_of).tolist() if part.num_rows else []}
+    return {
+        "x0": ((start - t0) / 1e6).round(4).tolist(),
+        "x1": ((end - t0) / 1e6).round(4).tolist(),
+        "row": _row_index(part, row_of).tolist() if part.num_rows else [],
+    }
 
 
 def _row_keys(events: pa.Table) -> np.ndarray:
-    return events.column("rank").to_numpy().astype(np.int64) * 1_000_000_000 + events.column("track").to_numpy()
+    return (
+        events.column("rank").to_numpy().astype(np.int64) * 1_000_000_000 + events.column("track").to_numpy()
+    )
 
 
-def _rows(events: pa.Table, entries: Sequence[int | dict[str, Any]], lanes: dict[str, list[str]]) -> tuple[list[dict[str, Any]], dict[int, int], dict[str, dict[str, int]]]:
+def _rows(
+    events: pa.Table, entries: Sequence[int | dict[str, Any]], lanes: dict[str, list[str]]
+) -> tuple[list[dict[str, Any]], dict[int, int], dict[str, dict[str, int]]]:
     """One row per (rank, stream), named by what the stream mostly runs (the traces name no streams), and one per
     lane of a fold (labelled with its member count). Returns the rows, (rank, track) key -> row, and per fold
     its lane -> row."""
@@ -117,11 +156,24 @@ def _rows(events: pa.Table, entries: Sequence[int | dict[str, Any]], lanes: dict
     fold_rows: dict[str, dict[str, int]] = {}
     for entry in entries:
         if isinstance(entry, dict):
-            fold_rows[entry["key"]] = {lane: len(rows) + i for i, lane in enumerate(lanes.get(entry["key"], []))}
-            rows += [{"rank": None, "fold": entry["key"], "members": len(entry["ranks"]), "lane": lane, "label": f"{entry['key']} ×{len(entry['ranks'])} {lane}"} for lane in lanes.get(entry["key"], [])]
+            fold_rows[entry["key"]] = {
+                lane: len(rows) + i for i, lane in enumerate(lanes.get(entry["key"], []))
+            }
+            rows += [
+                {
+                    "rank": None,
+                    "fold": entry["key"],
+                    "members": len(entry["ranks"]),
+                    "lane": lane,
+                    "label": f"{entry['key']} ×{len(entry['ranks'])} {lane}",
+                }
+                for lane in lanes.get(entry["key"], [])
+            ]
             continue
         tracks = [(STREAM_ORDER.index(names[entry * 1_000_000_000 + t]), t) for t in by_rank.pop(entry, [])]
-        for key, label in lane_labels(entry, [entry * 1_000_000_000 + t for _, t in sorted(tracks)], names).items():
+        for key, label in lane_labels(
+            entry, [entry * 1_000_000_000 + t for _, t in sorted(tracks)], names
+        ).items():
             row_of[key] = len(rows)
             rows.append({"rank": entry, "track": key % 1_000_000_000, "label": label})
     return rows, row_of, fold_rows
@@ -205,20 +257,30 @@ def _hover(part: pa.Table) -> list[str]:
     for name, coll, b, peer in zip(names, colls, nbytes, peers, strict=True):
         text = short.get(name) or short.setdefault(name, short_name(name, HOVER_NAME))
         if coll:
-            text += f" · {coll}" + (f" · {b / 1e6:.2f} MB" if b else "") + (f" · peer {peer}" if peer is not None else "")
+            text += (
+                f" · {coll}"
+                + (f" · {b / 1e6:.2f} MB" if b else "")
+                + (f" · peer {peer}" if peer is not None else "")
+            )
         out.append(text)
     return out
 
 
-def _aggregate(events: pa.Table, row_of: dict[int, int], lo: int, hi: int, pixels: int, t0: int) -> dict[str, dict[str, Any]]:
+def _aggregate(
+    events: pa.Table, row_of: dict[int, int], lo: int, hi: int, pixels: int, t0: int
+) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for kind, part in _by_kind(events):
         start = part.column("start_ns").to_numpy()
-        out[kind] = _per_pixel(_row_index(part, row_of), start, start + part.column("dur_ns").to_numpy(), (lo, hi, pixels), t0)
+        out[kind] = _per_pixel(
+            _row_index(part, row_of), start, start + part.column("dur_ns").to_numpy(), (lo, hi, pixels), t0
+        )
     return out
 
 
-def _per_pixel(row: np.ndarray, start: np.ndarray, end: np.ndarray, screen: tuple[int, int, int], t0: int) -> dict[str, Any]:
+def _per_pixel(
+    row: np.ndarray, start: np.ndarray, end: np.ndarray, screen: tuple[int, int, int], t0: int
+) -> dict[str, Any]:
     """Intervals [start, end) (ns) on ``row`` as the union per row of the pixel columns they touch, with the
     count of intervals in each merged run."""
     if not len(row):
@@ -258,7 +320,9 @@ def _running_max_per_row(row: np.ndarray, values: np.ndarray) -> np.ndarray:
     return out
 
 
-def _links_and_waits(job: Job, ranks: list[int], row_of: dict[int, int], screen: tuple[int, int, int], t0: int, exact: bool) -> tuple[list[Any], dict[str, Any]]:
+def _links_and_waits(
+    job: Job, ranks: list[int], row_of: dict[int, int], screen: tuple[int, int, int], t0: int, exact: bool
+) -> tuple[list[Any], dict[str, Any]]:
     """Each collective instance in view as a polyline through its members' start points (its slant is the
     arrival skew), and each member's wait (start to the last arrival) as a segment. When the intervals are
     merged to screen resolution (``exact`` false), so are the waits, and no links are drawn: both grow with the
@@ -268,7 +332,10 @@ def _links_and_waits(job: Job, ranks: list[int], row_of: dict[int, int], screen:
     if table.num_rows == 0:
         return [], {"x0": [], "x1": [], "row": [], "wait_us": []}
     start = table.column("start_ns")
-    keep = pc.and_(pc.is_in(table.column("rank"), value_set=pa.array(ranks, pa.int32())), pc.and_(pc.less(start, hi), pc.greater(pc.add(start, table.column("dur_ns")), lo)))
+    keep = pc.and_(
+        pc.is_in(table.column("rank"), value_set=pa.array(ranks, pa.int32())),
+        pc.and_(pc.less(start, hi), pc.greater(pc.add(start, table.column("dur_ns")), lo)),
+    )
     part = table.filter(keep)
     rows = _row_index(part, row_of) if part.num_rows else np.array([], dtype=np.int64)
     inst = part.column("instance").to_numpy()

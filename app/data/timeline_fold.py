@@ -28,13 +28,26 @@ from paradiag.dataset import Job
 SMALL_JOB = 8  # ranks up to which every rank has its rows (nothing folds)
 MAX_SINGLE_RANKS = 32  # ranks drawn one by one at most; an opened group beyond it stays folded
 MAX_RANKS = 8  # in a small job, the ranks drawn: the focus' and those that wait for them the longest
-MAX_SELECTED = MAX_RANKS  # a folded heatmap row, or a stage's finding, names many ranks: the first ones are drawn
-LIMITS = (SMALL_JOB, MAX_SELECTED, MAX_RANKS, MAX_SINGLE_RANKS)  # the shown ranks' (``analysis.focus.shown_ranks``)
+MAX_SELECTED = (
+    MAX_RANKS  # a folded heatmap row, or a stage's finding, names many ranks: the first ones are drawn
+)
+LIMITS = (
+    SMALL_JOB,
+    MAX_SELECTED,
+    MAX_RANKS,
+    MAX_SINGLE_RANKS,
+)  # the shown ranks' (``analysis.focus.shown_ranks``)
 # A fold's lanes: compute, collectives (data and tensor parallel) and the pipeline's send/recv, which on one lane
 # would tile the step (collectives run between the pipeline's transfers) and hide each other's gaps.
 LANE = {"compute": "compute", "memory": "compute", "collective": "collective", "send": "p2p", "recv": "p2p"}
 LANES = ("compute", "collective", "p2p")
-KIND = {"compute": "compute", "memory": "memory", "collective": "communication", "send": "communication", "recv": "communication"}
+KIND = {
+    "compute": "compute",
+    "memory": "memory",
+    "collective": "communication",
+    "send": "communication",
+    "recv": "communication",
+}
 FOLD_BANDS = 1600  # merged instances over all folded lanes of a drawing ...
 MIN_BANDS = 24  # ... at least this many a lane
 MAX_PATH = 1500  # path segments drawn one by one; beyond, runs on one row and kind merge
@@ -98,11 +111,29 @@ def fold_times(job: Job, step: int, folds: list[dict[str, Any]]) -> list[dict[st
         cols = [column[r] for r in fold["ranks"] if r in column]  # the model may read a stage's ranks in part
         if not cols:
             none = np.zeros(0, dtype=np.int64)
-            return {"start": none, "end": none, "lo": none, "hi": none, "slow_ns": none, "slow_rank": none, "names": [], "category": [], "read": 0}
+            return {
+                "start": none,
+                "end": none,
+                "lo": none,
+                "hi": none,
+                "slow_ns": none,
+                "slow_rank": none,
+                "names": [],
+                "category": [],
+                "read": 0,
+            }
         times = model.row_times(st["start"], st["end"], cols)
-        return {**{k: times[k] for k in ("start", "end", "lo", "hi", "slow_ns")}, "slow_rank": np.asarray(st["ranks"], dtype=np.int64)[times["slow_col"]], "names": st["names"], "category": st["category"], "read": len(cols)}
+        return {
+            **{k: times[k] for k in ("start", "end", "lo", "hi", "slow_ns")},
+            "slow_rank": np.asarray(st["ranks"], dtype=np.int64)[times["slow_col"]],
+            "names": st["names"],
+            "category": st["category"],
+            "read": len(cols),
+        }
 
-    return [store.memo("timeline-fold", job, [step, f["key"], f["ranks"]], partial(compute, f)) for f in folds]
+    return [
+        store.memo("timeline-fold", job, [step, f["key"], f["ranks"]], partial(compute, f)) for f in folds
+    ]
 
 
 def lanes_of(times: dict[str, Any]) -> list[str]:
@@ -112,7 +143,9 @@ def lanes_of(times: dict[str, Any]) -> list[str]:
     return [lane for lane in LANES if lane in present] or ["compute"]
 
 
-def folded_intervals(folds: list[tuple[dict[str, Any], dict[str, int]]], window: tuple[int, int], pixels: int, t0: int) -> dict[str, dict[str, Any]]:
+def folded_intervals(
+    folds: list[tuple[dict[str, Any], dict[str, int]]], window: tuple[int, int], pixels: int, t0: int
+) -> dict[str, dict[str, Any]]:
     """Per kind, the merged instances of every folded lane in the window (ms): median span ``x0``-``x1``, spread
     ``lo``-``hi``, row, operator name (``hover``; its first when several merged), median duration, how many merged,
     the slowest rank and its time. ``folds``: (fold times, lane -> row)."""
@@ -127,19 +160,35 @@ def folded_intervals(folds: list[tuple[dict[str, Any], dict[str, int]]], window:
     return {kind: {k: [v for p in ps for v in p[k]] for k in ps[0]} for kind, ps in parts.items()}
 
 
-def _lane(times: dict[str, Any], lane: str, screen: tuple[int, int, int], most: int, t0: int) -> dict[str, dict[str, Any]]:
+def _lane(
+    times: dict[str, Any], lane: str, screen: tuple[int, int, int], most: int, t0: int
+) -> dict[str, dict[str, Any]]:
     """One lane's instances in [lo, hi), neighbours closer than a pixel merged, split by kind."""
     lo, hi, pixels = screen
     mine = np.flatnonzero(np.array([LANE[c] == lane for c in times["category"]], dtype=bool))
     cats = [times["category"][i] for i in mine.tolist()]
-    visible, group = _merge(times["start"][mine, None], times["end"][mine, None], cats, (lo, hi, pixels), most)
+    visible, group = _merge(
+        times["start"][mine, None], times["end"][mine, None], cats, (lo, hi, pixels), most
+    )
     if not len(visible):
         return {}
     idx = mine[visible]
     first = np.r_[0, np.flatnonzero(np.diff(group)) + 1]
     count = np.bincount(group)
-    kinds = np.array([KIND[c] for c in model.dominant([cats[i] for i in visible.tolist()], (times["end"][idx] - times["start"][idx]).astype(np.float64), group)])
-    ms = {k: ((model.merged(times[k][idx], group, how) - t0) / 1e6).round(4) for k, how in (("start", "min"), ("end", "max"), ("lo", "min"), ("hi", "max"))}
+    kinds = np.array(
+        [
+            KIND[c]
+            for c in model.dominant(
+                [cats[i] for i in visible.tolist()],
+                (times["end"][idx] - times["start"][idx]).astype(np.float64),
+                group,
+            )
+        ]
+    )
+    ms = {
+        k: ((model.merged(times[k][idx], group, how) - t0) / 1e6).round(4)
+        for k, how in (("start", "min"), ("end", "max"), ("lo", "min"), ("hi", "max"))
+    }
     slow_rank, slow_ns = _slowest(times["slow_rank"][idx], times["slow_ns"][idx], group)
     names = [short_name(times["names"][int(idx[f])], HOVER_NAME) for f in first.tolist()]
     columns = {
@@ -153,10 +202,15 @@ def _lane(times: dict[str, Any], lane: str, screen: tuple[int, int, int], most: 
         "slow_rank": np.asarray(slow_rank),
         "slow_us": (np.asarray(slow_ns) / 1e3).round(1),
     }
-    return {kind: {k: v[kinds == kind].tolist() for k, v in columns.items()} for kind in dict.fromkeys(kinds.tolist())}
+    return {
+        kind: {k: v[kinds == kind].tolist() for k, v in columns.items()}
+        for kind in dict.fromkeys(kinds.tolist())
+    }
 
 
-def _merge(start: np.ndarray, end: np.ndarray, cats: list[str], screen: tuple[int, int, int], most: int) -> tuple[np.ndarray, np.ndarray]:
+def _merge(
+    start: np.ndarray, end: np.ndarray, cats: list[str], screen: tuple[int, int, int], most: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Neighbours of one category closer than a pixel merge; while more than ``most`` remain, closer than 2, 4, ...
     pixels: a gap wider than that stays visible (the model's last resort, merging runs whatever their gaps, would
     draw a lane busy across its idle time)."""
@@ -166,7 +220,11 @@ def _merge(start: np.ndarray, end: np.ndarray, cats: list[str], screen: tuple[in
     while len(group) and int(group[-1]) + 1 > most and frac < 1:
         frac *= 2
         visible, group = model.merge_bands(start, end, cats, lo, hi, frac, len(start) + 1)
-    return model.merge_bands(start, end, cats, lo, hi, frac, most) if len(group) and int(group[-1]) + 1 > most else (visible, group)
+    return (
+        model.merge_bands(start, end, cats, lo, hi, frac, most)
+        if len(group) and int(group[-1]) + 1 > most
+        else (visible, group)
+    )
 
 
 def _slowest(rank: np.ndarray, ns: np.ndarray, group: np.ndarray) -> tuple[list[int], list[int]]:
@@ -176,29 +234,58 @@ def _slowest(rank: np.ndarray, ns: np.ndarray, group: np.ndarray) -> tuple[list[
     return rank[last].tolist(), ns[last].tolist()
 
 
-def path_segments(job: Job, step: int, window: tuple[int, int], place: Callable[[int, int, str], int | None], t0: int) -> dict[str, Any]:
+def path_segments(
+    job: Job, step: int, window: tuple[int, int], place: Callable[[int, int, str], int | None], t0: int
+) -> dict[str, Any]:
     """The critical path of ``step`` in the window, on the rows drawn: its segments (``place(rank, track, lane)``
     gives a segment's row, None where the rank is not drawn), the edges where it leaves a rank for the rank
     that rank waited for, and the ranks it passes on each row (a folded row names them)."""
     lo, hi = window
     table = diagnosis(job).critical_path
-    part = table.filter(pc.and_(pc.equal(table.column("step"), step), pc.and_(pc.less(table.column("start_ns"), hi), pc.greater(table.column("end_ns"), lo)))).sort_by("start_ns")
+    part = table.filter(
+        pc.and_(
+            pc.equal(table.column("step"), step),
+            pc.and_(pc.less(table.column("start_ns"), hi), pc.greater(table.column("end_ns"), lo)),
+        )
+    ).sort_by("start_ns")
     seg = part.select(["rank", "track", "kind", "operator", "start_ns", "end_ns"]).to_pydict()
-    rows = [place(r, t, lane_of(k, op)) for r, t, k, op in zip(seg["rank"], seg["track"], seg["kind"], seg["operator"], strict=True)]
+    rows = [
+        place(r, t, lane_of(k, op))
+        for r, t, k, op in zip(seg["rank"], seg["track"], seg["kind"], seg["operator"], strict=True)
+    ]
     edges = _edges(seg, rows, t0)
     keep = [i for i, row in enumerate(rows) if row is not None]
     runs = _runs(keep, rows, seg["kind"]) if len(keep) > MAX_PATH else [[i] for i in keep]
-    out: dict[str, Any] = {"x0": [], "x1": [], "row": [], "kind": [], "hover": [], "dur_us": [], "edges": edges, "ranks": {}}
+    out: dict[str, Any] = {
+        "x0": [],
+        "x1": [],
+        "row": [],
+        "kind": [],
+        "hover": [],
+        "dur_us": [],
+        "edges": edges,
+        "ranks": {},
+    }
     for run in runs:
         a, b = run[0], run[-1]
         ranks = list(dict.fromkeys(seg["rank"][i] for i in run))
-        who = f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks[:4])) + (" …" if len(ranks) > 4 else "")
-        what = short_name(seg["operator"][a], HOVER_NAME) if seg["operator"][a] else "host (no device work launched)"
+        who = (
+            f"rank {ranks[0]}"
+            if len(ranks) == 1
+            else "ranks " + ", ".join(map(str, ranks[:4])) + (" …" if len(ranks) > 4 else "")
+        )
+        what = (
+            short_name(seg["operator"][a], HOVER_NAME)
+            if seg["operator"][a]
+            else "host (no device work launched)"
+        )
         out["x0"].append(round((seg["start_ns"][a] - t0) / 1e6, 4))
         out["x1"].append(round((seg["end_ns"][b] - t0) / 1e6, 4))
         out["row"].append(rows[a])
         out["kind"].append(seg["kind"][a])
-        out["hover"].append(f"{seg['kind'][a]} · {who} · " + (what if len(run) == 1 else f"{len(run)} segments from {what}"))
+        out["hover"].append(
+            f"{seg['kind'][a]} · {who} · " + (what if len(run) == 1 else f"{len(run)} segments from {what}")
+        )
         out["dur_us"].append(round(sum(seg["end_ns"][i] - seg["start_ns"][i] for i in run) / 1e3, 1))
         for r in ranks:
             out["ranks"].setdefault(rows[a], {})[r] = None
@@ -217,7 +304,12 @@ def _runs(keep: list[int], rows: list[int | None], kinds: list[str]) -> list[lis
     """Consecutive segments on one row and of one kind, as runs: a long window's path stays a few traces' worth."""
     runs: list[list[int]] = []
     for i in keep:
-        if runs and rows[runs[-1][-1]] == rows[i] and kinds[runs[-1][-1]] == kinds[i] and runs[-1][-1] == i - 1:
+        if (
+            runs
+            and rows[runs[-1][-1]] == rows[i]
+            and kinds[runs[-1][-1]] == kinds[i]
+            and runs[-1][-1] == i - 1
+        ):
             runs[-1].append(i)
         else:
             runs.append([i])
@@ -230,11 +322,19 @@ def _edges(seg: dict[str, list[Any]], rows: list[int | None], t0: int) -> dict[s
     out: dict[str, list[Any]] = {"x": [], "y0": [], "y1": [], "hover": []}
     for i in range(1, len(rows)):
         a, b = rows[i - 1], rows[i]
-        if seg["rank"][i] == seg["rank"][i - 1] or a is None or b is None or a == b or len(out["x"]) >= MAX_PATH:
+        if (
+            seg["rank"][i] == seg["rank"][i - 1]
+            or a is None
+            or b is None
+            or a == b
+            or len(out["x"]) >= MAX_PATH
+        ):
             continue
         x = round((seg["start_ns"][i] - t0) / 1e6, 4)
         out["x"].append(x)
         out["y0"].append(a)
         out["y1"].append(b)
-        out["hover"].append(f"waiting · rank {seg['rank'][i]} waited for rank {seg['rank'][i - 1]} until {x:.3f} ms")
+        out["hover"].append(
+            f"waiting · rank {seg['rank'][i]} waited for rank {seg['rank'][i - 1]} until {x:.3f} ms"
+        )
     return out

@@ -11,7 +11,11 @@ from paradiag.app import palette
 from paradiag.app.figures.common import base_figure, empty_figure
 
 LABELS = {"slowness": "× slower", "bandwidth": "GB/s", "bytes": "MB", "time": "ms"}
-LEVELS = {"rank": "by rank", "node": "by node (click a block to open it)", "stage": "by pipeline stage (click a block to open it)"}
+LEVELS = {
+    "rank": "by rank",
+    "node": "by node (click a block to open it)",
+    "stage": "by pipeline stage (click a block to open it)",
+}
 
 
 def comm_figure(view: dict[str, Any], metric: str, selected: list[int] | None = None) -> go.Figure:
@@ -41,7 +45,20 @@ def comm_figure(view: dict[str, Any], metric: str, selected: list[int] | None = 
     )
     fig.update_xaxes(title=f"receiver (dst) · figures from {view['source']}", type="category")
     fig.update_yaxes(title="sender (src)", type="category", autorange="reversed")
-    if selected and len(selected) == 2 and view["level"] == "rank" and str(selected[0]) in rows and str(selected[1]) in cols:
+    if (
+        selected
+        and len(selected) == 2
+        and view["level"] == "rank"
+        and str(selected[0]) in rows
+        and str(selected[1]) in cols
+    ):
         i, j = rows.index(str(selected[0])), cols.index(str(selected[1]))
-        fig.add_shape(type="rect", x0=j - 0.5, x1=j + 0.5, y0=i - 0.5, y1=i + 0.5, line={"color": palette.HIGHLIGHT, "width": 3})
+        fig.add_shape(
+            type="rect",
+            x0=j - 0.5,
+            x1=j + 0.5,
+            y0=i - 0.5,
+            y1=i + 0.5,
+            line={"color": palette.HIGHLIGHT, "width": 3},
+        )
     return fig

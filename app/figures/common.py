@@ -10,10 +10,26 @@ import plotly.graph_objects as go
 from paradiag.analysis import operators
 
 FONT = {"family": "Inter, system-ui, sans-serif", "size": 11, "color": "#2a3f5f"}
-_AXIS = {"gridcolor": "#EBF0F8", "linecolor": "#EBF0F8", "zerolinecolor": "#EBF0F8", "zerolinewidth": 2, "ticks": "", "automargin": True, "title": {"standoff": 15}}
+_AXIS = {
+    "gridcolor": "#EBF0F8",
+    "linecolor": "#EBF0F8",
+    "zerolinecolor": "#EBF0F8",
+    "zerolinewidth": 2,
+    "ticks": "",
+    "automargin": True,
+    "title": {"standoff": 15},
+}
 # What the figures take from plotly_white (every colour of data is set by the builders). Naming "plotly_white"
 # costs ~25 ms of validation and ~6 KB of payload per figure; this template costs ~1 ms and 0.3 KB.
-TEMPLATE = go.layout.Template(layout={"paper_bgcolor": "white", "plot_bgcolor": "white", "xaxis": _AXIS, "yaxis": _AXIS, "hoverlabel": {"align": "left"}})
+TEMPLATE = go.layout.Template(
+    layout={
+        "paper_bgcolor": "white",
+        "plot_bgcolor": "white",
+        "xaxis": _AXIS,
+        "yaxis": _AXIS,
+        "hoverlabel": {"align": "left"},
+    }
+)
 
 
 def add_caption(fig: go.Figure, text: str, left_px: int) -> None:
@@ -21,7 +37,19 @@ def add_caption(fig: go.Figure, text: str, left_px: int) -> None:
     edge (``left_px``: the left margin). An annotation, not the title: a title of several lines anchored at its
     top draws its first lines above the figure. ``name="caption"`` finds it."""
     fig.add_annotation(
-        name="caption", text=text, xref="paper", yref="paper", x=0, y=1, xanchor="left", yanchor="bottom", xshift=-left_px, yshift=6, align="left", showarrow=False, font={"size": 12}
+        name="caption",
+        text=text,
+        xref="paper",
+        yref="paper",
+        x=0,
+        y=1,
+        xanchor="left",
+        yanchor="bottom",
+        xshift=-left_px,
+        yshift=6,
+        align="left",
+        showarrow=False,
+        font={"size": 12},
     )
 
 
@@ -42,7 +70,15 @@ def base_figure(title: str = "", uirevision: Any = None, height: int | None = No
 
 def empty_figure(message: str, height: int | None = None) -> go.Figure:
     fig = base_figure(height=height)
-    fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper", font={"size": 13, "color": "#777"})
+    fig.add_annotation(
+        text=message,
+        showarrow=False,
+        x=0.5,
+        y=0.5,
+        xref="paper",
+        yref="paper",
+        font={"size": 13, "color": "#777"},
+    )
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
     return fig

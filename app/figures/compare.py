@@ -22,9 +22,26 @@ def rank_changes_figure(doc: dict[str, Any], height: int = 320) -> go.Figure:
     fig = base_figure(height=height)
     names = [r["label"] for r in ranks]
     what = "rank" if all(r["rank"] is not None for r in ranks) else "position"
-    fig.add_bar(x=names, y=[r["step_time_ns"]["delta_pct"] for r in ranks], name="step time", marker_color=STEP, hovertemplate=what + " %{x}: step time %{y:+.1f}%<extra></extra>")
-    fig.add_bar(x=names, y=[r["compute_ns"]["delta_pct"] for r in ranks], name="compute", marker_color=palette.KIND["compute"], hovertemplate=what + " %{x}: compute %{y:+.1f}%<extra></extra>")
-    fig.update_layout(barmode="group", yaxis_title="change (%)", xaxis_title=f"{what}, paired by {doc['rank_pairing']['by']}", margin={"t": 28})
+    fig.add_bar(
+        x=names,
+        y=[r["step_time_ns"]["delta_pct"] for r in ranks],
+        name="step time",
+        marker_color=STEP,
+        hovertemplate=what + " %{x}: step time %{y:+.1f}%<extra></extra>",
+    )
+    fig.add_bar(
+        x=names,
+        y=[r["compute_ns"]["delta_pct"] for r in ranks],
+        name="compute",
+        marker_color=palette.KIND["compute"],
+        hovertemplate=what + " %{x}: compute %{y:+.1f}%<extra></extra>",
+    )
+    fig.update_layout(
+        barmode="group",
+        yaxis_title="change (%)",
+        xaxis_title=f"{what}, paired by {doc['rank_pairing']['by']}",
+        margin={"t": 28},
+    )
     fig.update_xaxes(type="category")
     return fig
 
@@ -45,6 +62,9 @@ def operator_changes_figure(doc: dict[str, Any], top: int = 8, height: int = 300
         hovertemplate="%{customdata[0]}<br>%{customdata[1]}: %{x:+.3f} ms per step<extra></extra>",
         showlegend=False,
     )
-    fig.update_layout(xaxis_title=f"change of device time per step (ms), matched by {doc['operators']['matched_by']}", margin={"l": 200, "t": 12})
+    fig.update_layout(
+        xaxis_title=f"change of device time per step (ms), matched by {doc['operators']['matched_by']}",
+        margin={"l": 200, "t": 12},
+    )
     fig.update_yaxes(type="category", automargin=True)
     return fig

@@ -26,8 +26,28 @@ def operators_figure(data: dict[str, Any]) -> go.Figure:
     names = [short_name(o["name"]) for o in ops][::-1]
     fig = base_figure(title=f"top operators: rank {data['rank']} vs peers", height=60 + 22 * len(ops))
     full = [o["name"] for o in ops][::-1]
-    fig.add_trace(go.Bar(y=names, x=[o["peer_ms"] for o in ops][::-1], orientation="h", name="peer median", marker_color=PEER, customdata=full, hovertemplate="%{customdata}<br>%{x:.3f} ms<extra>peers</extra>"))
-    fig.add_trace(go.Bar(y=names, x=[o["rank_ms"] for o in ops][::-1], orientation="h", name=f"rank {data['rank']}", marker_color=palette.KIND["compute"], customdata=full, hovertemplate="%{customdata}<br>%{x:.3f} ms<extra>this rank</extra>"))
+    fig.add_trace(
+        go.Bar(
+            y=names,
+            x=[o["peer_ms"] for o in ops][::-1],
+            orientation="h",
+            name="peer median",
+            marker_color=PEER,
+            customdata=full,
+            hovertemplate="%{customdata}<br>%{x:.3f} ms<extra>peers</extra>",
+        )
+    )
+    fig.add_trace(
+        go.Bar(
+            y=names,
+            x=[o["rank_ms"] for o in ops][::-1],
+            orientation="h",
+            name=f"rank {data['rank']}",
+            marker_color=palette.KIND["compute"],
+            customdata=full,
+            hovertemplate="%{customdata}<br>%{x:.3f} ms<extra>this rank</extra>",
+        )
+    )
     fig.update_layout(barmode="group", margin={"l": 230}, bargap=0.25)
     fig.update_xaxes(title="time in step (ms)", tickformat=".3~f")
     return fig
@@ -41,8 +61,21 @@ def breakdown_figure(data: dict[str, Any]) -> go.Figure:
     labels = [f"rank {data['rank']}"] + (["peer median"] if b["peer_ms"] else [])
     for i, part in enumerate(b["parts"]):
         values = [b["rank_ms"][i]] + ([b["peer_ms"][i]] if b["peer_ms"] else [])
-        fig.add_trace(go.Bar(y=labels, x=values, orientation="h", name=part.replace("_", " "), marker_color=_PART_COLOR.get(part, "#ccc"), hovertemplate="%{x:.3f} ms<extra>" + part + "</extra>"))
-    fig.update_layout(barmode="stack", margin={"l": 90}, legend={"orientation": "v", "y": 1, "yanchor": "top", "x": 1.02, "xanchor": "left"})
+        fig.add_trace(
+            go.Bar(
+                y=labels,
+                x=values,
+                orientation="h",
+                name=part.replace("_", " "),
+                marker_color=_PART_COLOR.get(part, "#ccc"),
+                hovertemplate="%{x:.3f} ms<extra>" + part + "</extra>",
+            )
+        )
+    fig.update_layout(
+        barmode="stack",
+        margin={"l": 90},
+        legend={"orientation": "v", "y": 1, "yanchor": "top", "x": 1.02, "xanchor": "left"},
+    )
     fig.update_xaxes(title="ms")
     return fig
 
@@ -53,8 +86,25 @@ def distribution_figure(data: dict[str, Any]) -> go.Figure:
     if not op or not dist["rank_us"]:
         return empty_figure("select an operator", height=200)
     fig = base_figure(title=f"durations of {short_name(op, 32)}", height=200)
-    fig.add_trace(go.Box(x=[v / 1e3 for v in dist["peer_us"]], name="peers", marker_color=PEER, boxpoints="outliers", hovertemplate="%{x:.3f} ms<extra>peers</extra>"))
-    fig.add_trace(go.Box(x=[v / 1e3 for v in dist["rank_us"]], name=f"rank {data['rank']}", marker_color=palette.KIND["compute"], boxpoints="all", jitter=0.4, hovertemplate="%{x:.3f} ms<extra>this rank</extra>"))
+    fig.add_trace(
+        go.Box(
+            x=[v / 1e3 for v in dist["peer_us"]],
+            name="peers",
+            marker_color=PEER,
+            boxpoints="outliers",
+            hovertemplate="%{x:.3f} ms<extra>peers</extra>",
+        )
+    )
+    fig.add_trace(
+        go.Box(
+            x=[v / 1e3 for v in dist["rank_us"]],
+            name=f"rank {data['rank']}",
+            marker_color=palette.KIND["compute"],
+            boxpoints="all",
+            jitter=0.4,
+            hovertemplate="%{x:.3f} ms<extra>this rank</extra>",
+        )
+    )
     fig.update_xaxes(title="ms", tickformat=".3~f")
     fig.update_layout(showlegend=False, margin={"l": 70})
     return fig
@@ -66,8 +116,26 @@ def collectives_figure(data: dict[str, Any]) -> go.Figure:
         return empty_figure("no collectives on this rank in this step", height=180)
     names = [f"{r['collective']} ×{r['count']}" for r in rows][::-1]
     fig = base_figure(title="collectives: wait vs transfer", height=60 + 26 * len(rows))
-    fig.add_trace(go.Bar(y=names, x=[r["wait_ms"] for r in rows][::-1], orientation="h", name="wait", marker_color=palette.WAIT, hovertemplate="%{x:.3f} ms<extra>wait</extra>"))
-    fig.add_trace(go.Bar(y=names, x=[r["transfer_ms"] for r in rows][::-1], orientation="h", name="transfer", marker_color=palette.KIND["communication"], hovertemplate="%{x:.3f} ms<extra>transfer</extra>"))
+    fig.add_trace(
+        go.Bar(
+            y=names,
+            x=[r["wait_ms"] for r in rows][::-1],
+            orientation="h",
+            name="wait",
+            marker_color=palette.WAIT,
+            hovertemplate="%{x:.3f} ms<extra>wait</extra>",
+        )
+    )
+    fig.add_trace(
+        go.Bar(
+            y=names,
+            x=[r["transfer_ms"] for r in rows][::-1],
+            orientation="h",
+            name="transfer",
+            marker_color=palette.KIND["communication"],
+            hovertemplate="%{x:.3f} ms<extra>transfer</extra>",
+        )
+    )
     fig.update_layout(barmode="stack", margin={"l": 120})
     fig.update_xaxes(title="ms")
     return fig

@@ -14,10 +14,22 @@ from paradiag.app.figures.common import base_figure, empty_figure, short_name
 
 SHARDED = "#00838f"  # outline of a node holding an operator split across devices (parallel_strategy)
 CULPRIT = "#c62828"
-SYMBOL = {"compute": "circle", "collective": "diamond", "send": "triangle-right", "recv": "triangle-left", "memory": "circle", "block": "square"}
+SYMBOL = {
+    "compute": "circle",
+    "collective": "diamond",
+    "send": "triangle-right",
+    "recv": "triangle-left",
+    "memory": "circle",
+    "block": "square",
+}
 
 
-def flow_figure(data: dict[str, Any], color_by: str = "imbalance", p2p: list[P2PPair] | None = None, selected: tuple[Any, ...] | None = None) -> go.Figure:
+def flow_figure(
+    data: dict[str, Any],
+    color_by: str = "imbalance",
+    p2p: list[P2PPair] | None = None,
+    selected: tuple[Any, ...] | None = None,
+) -> go.Figure:
     """``selected``: (operator, stage or None[, at ms or None]). Colour: each computing node's imbalance over the
     devices of its stage (max / median), or its measured time; communication nodes are grey (their time, and its
     spread over the devices, is mostly waiting; the hover gives both). The stage the top finding is about is emphasised; a stage's hottest node is labelled with its time and its most
@@ -49,10 +61,23 @@ def flow_figure(data: dict[str, Any], color_by: str = "imbalance", p2p: list[P2P
             outline_color.append(SHARDED if n.get("sharded") else "#555")
             outline_width.append(2.5 if n.get("sharded") else 0.6)
     _culprit(fig, data)
-    fig.add_trace(go.Scatter(x=np.array(ex, dtype=np.float64), y=np.array(ey, dtype=np.float64), mode="lines", line={"color": "#b0bec5", "width": 1}, hoverinfo="skip", showlegend=False))
+    fig.add_trace(
+        go.Scatter(
+            x=np.array(ex, dtype=np.float64),
+            y=np.array(ey, dtype=np.float64),
+            mode="lines",
+            line={"color": "#b0bec5", "width": 1},
+            hoverinfo="skip",
+            showlegend=False,
+        )
+    )
     _p2p_edges(fig, data, p2p or [])
     grey = np.array([c is None for c in colors])
-    scale = {"cmin": 1.0, "cmax": max(1.5, max(c for c in colors if c is not None))} if color_by != "time" and not grey.all() else {}
+    scale = (
+        {"cmin": 1.0, "cmax": max(1.5, max(c for c in colors if c is not None))}
+        if color_by != "time" and not grey.all()
+        else {}
+    )
     fig.add_trace(
         go.Scatter(
             x=np.array(xs, dtype=np.int32),
@@ -68,7 +93,10 @@ def flow_figure(data: dict[str, Any], color_by: str = "imbalance", p2p: list[P2P
                 "colorscale": palette.HEAT_SCALE,
                 **scale,
                 "line": {"width": outline_width, "color": outline_color},
-                "colorbar": {"title": {"text": "ms" if color_by == "time" else "max/median", "side": "right"}, "thickness": 10},
+                "colorbar": {
+                    "title": {"text": "ms" if color_by == "time" else "max/median", "side": "right"},
+                    "thickness": 10,
+                },
             },
             customdata=np.array(custom, dtype=object),
             hovertext=np.array(text, dtype=object),
@@ -78,13 +106,39 @@ def flow_figure(data: dict[str, Any], color_by: str = "imbalance", p2p: list[P2P
         )
     )
     if grey.any():
-        fig.add_trace(go.Scatter(x=np.array(xs)[grey], y=np.array(ys)[grey], mode="markers", marker={"color": "#cfd8dc", "size": np.array(sizes)[grey], "symbol": np.array(symbols, dtype=object)[grey], "line": {"width": 0.6, "color": "#555"}}, hoverinfo="skip", showlegend=False, name="communication (time mostly waiting)"))
+        fig.add_trace(
+            go.Scatter(
+                x=np.array(xs)[grey],
+                y=np.array(ys)[grey],
+                mode="markers",
+                marker={
+                    "color": "#cfd8dc",
+                    "size": np.array(sizes)[grey],
+                    "symbol": np.array(symbols, dtype=object)[grey],
+                    "line": {"width": 0.6, "color": "#555"},
+                },
+                hoverinfo="skip",
+                showlegend=False,
+                name="communication (time mostly waiting)",
+            )
+        )
     _shape_legend(fig)
     if data.get("strategy"):
         _strategy_legend(fig, data["strategy"])
     fig.add_trace(ring(data, selected))
-    fig.update_yaxes(tickvals=[st["stage"] for st in data["stages"]], ticktext=[_stage_tick(st, data) for st in data["stages"]], autorange="reversed", range=None, zeroline=False, showgrid=False)
-    fig.update_xaxes(title="execution order (repeated layers and micro-batches collapsed; click a ▪ block to open it)", showgrid=False, zeroline=False)
+    fig.update_yaxes(
+        tickvals=[st["stage"] for st in data["stages"]],
+        ticktext=[_stage_tick(st, data) for st in data["stages"]],
+        autorange="reversed",
+        range=None,
+        zeroline=False,
+        showgrid=False,
+    )
+    fig.update_xaxes(
+        title="execution order (repeated layers and micro-batches collapsed; click a ▪ block to open it)",
+        showgrid=False,
+        zeroline=False,
+    )
     fig.update_layout(margin={"l": 90}, hovermode="closest", legend={"x": 0, "xanchor": "left"})
     return fig
 
@@ -112,23 +166,57 @@ def _label_nodes(nodes: list[dict[str, Any]]) -> dict[int, str]:
 
 
 def _stage_tick(st: dict[str, Any], data: dict[str, Any]) -> str:
-    return f"<span style='color:{CULPRIT}'><b>stage {st['stage']} ⚠</b></span>" if st["stage"] == data.get("culprit_stage") else f"stage {st['stage']}"
+    return (
+        f"<span style='color:{CULPRIT}'><b>stage {st['stage']} ⚠</b></span>"
+        if st["stage"] == data.get("culprit_stage")
+        else f"stage {st['stage']}"
+    )
 
 
 def _culprit(fig: go.Figure, data: dict[str, Any]) -> None:
     """A band behind the row of the stage the top finding is about."""
     stage = data.get("culprit_stage")
     if stage is not None and any(st["stage"] == stage for st in data["stages"]):
-        fig.add_hrect(y0=stage - 0.4, y1=stage + 0.4, fillcolor="rgba(198,40,40,0.08)", line={"color": CULPRIT, "width": 1}, layer="below")
+        fig.add_hrect(
+            y0=stage - 0.4,
+            y1=stage + 0.4,
+            fillcolor="rgba(198,40,40,0.08)",
+            line={"color": CULPRIT, "width": 1},
+            layer="below",
+        )
 
 
 def _shape_legend(fig: go.Figure) -> None:
-    for kind, name in (("compute", "compute"), ("collective", "collective"), ("send", "send"), ("recv", "receive"), ("block", "repeated block")):
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", marker={"symbol": SYMBOL[kind], "size": 10, "color": "#90a4ae", "line": {"width": 0.6, "color": "#555"}}, name=name, showlegend=True, hoverinfo="skip"))
+    for kind, name in (
+        ("compute", "compute"),
+        ("collective", "collective"),
+        ("send", "send"),
+        ("recv", "receive"),
+        ("block", "repeated block"),
+    ):
+        fig.add_trace(
+            go.Scatter(
+                x=[None],
+                y=[None],
+                mode="markers",
+                marker={
+                    "symbol": SYMBOL[kind],
+                    "size": 10,
+                    "color": "#90a4ae",
+                    "line": {"width": 0.6, "color": "#555"},
+                },
+                name=name,
+                showlegend=True,
+                hoverinfo="skip",
+            )
+        )
 
 
 def _hover(n: dict[str, Any], st: dict[str, Any]) -> str:
-    shards = f"stage {st['stage']} · ranks {', '.join(map(str, st['ranks'][:8]))}{' …' if len(st['ranks']) > 8 else ''}" + (f" (TP {st['tp']} × DP {st['dp']})" if len(st["ranks"]) > 1 else "")
+    shards = (
+        f"stage {st['stage']} · ranks {', '.join(map(str, st['ranks'][:8]))}{' …' if len(st['ranks']) > 8 else ''}"
+        + (f" (TP {st['tp']} × DP {st['dp']})" if len(st["ranks"]) > 1 else "")
+    )
     ops = "<br>".join(short_name(o, 60) for o in dict.fromkeys(n["operators"][:6]))
     strategy = ("<br>strategy: " + "<br>  ".join(n["strategy"])) if n.get("strategy") else ""
     return f"<b>{n['label']}</b> ({n['kind']})<br>{n['time_ms']:.3f} ms median · imbalance {n['imbalance']:.2f} (slowest rank {n['slowest_rank']})<br>{shards}<br>{ops}{strategy}"
@@ -139,8 +227,28 @@ def _strategy_legend(fig: go.Figure, info: dict[str, Any]) -> None:
     files = info.get("files", [])
     name = f"sharded (parallel_strategy, {len(files)} file{'s' if len(files) != 1 else ''})"
     problems = info.get("problems", [])
-    hover = "<br>".join(["read: " + ", ".join(files[:8]) if files else "no readable parallel_strategy file", *(f"not read: {p}" for p in problems[:4])])
-    fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", marker={"size": 12, "symbol": "circle-open", "color": SHARDED, "line": {"width": 2.5, "color": SHARDED}}, name=name, hovertext=hover, showlegend=True))
+    hover = "<br>".join(
+        [
+            "read: " + ", ".join(files[:8]) if files else "no readable parallel_strategy file",
+            *(f"not read: {p}" for p in problems[:4]),
+        ]
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=[None],
+            y=[None],
+            mode="markers",
+            marker={
+                "size": 12,
+                "symbol": "circle-open",
+                "color": SHARDED,
+                "line": {"width": 2.5, "color": SHARDED},
+            },
+            name=name,
+            hovertext=hover,
+            showlegend=True,
+        )
+    )
 
 
 def _p2p_edges(fig: go.Figure, data: dict[str, Any], p2p: list[P2PPair]) -> None:
@@ -158,7 +266,16 @@ def _p2p_edges(fig: go.Figure, data: dict[str, Any], p2p: list[P2PPair]) -> None
     ex = [v for a, src, b, _ in edges for v in (a, b, None)]
     ey = [v for _, src, _, dst in edges for v in (src, dst, None)]
     if ex:
-        fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", line={"color": palette.CATEGORY["send"], "width": 1, "dash": "dot"}, name="send → recv", hoverinfo="skip"))
+        fig.add_trace(
+            go.Scatter(
+                x=ex,
+                y=ey,
+                mode="lines",
+                line={"color": palette.CATEGORY["send"], "width": 1, "dash": "dot"},
+                name="send → recv",
+                hoverinfo="skip",
+            )
+        )
 
 
 def _comm_spans(st: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -175,7 +292,9 @@ def _node_at(spans: tuple[np.ndarray, np.ndarray, np.ndarray] | None, t: float) 
     if spans is None:
         return None
     idx, lo, hi = spans
-    holding = np.flatnonzero((lo[: np.searchsorted(lo, t, side="right")] <= t) & (hi[: np.searchsorted(lo, t, side="right")] >= t))
+    holding = np.flatnonzero(
+        (lo[: np.searchsorted(lo, t, side="right")] <= t) & (hi[: np.searchsorted(lo, t, side="right")] >= t)
+    )
     return int(idx[holding].min()) if len(holding) else None
 
 
@@ -184,8 +303,22 @@ def ring(data: dict[str, Any], selected: tuple[Any, ...] | None) -> go.Scatter:
     whose span holds it (or the nearest). Always the figure's last trace (empty when nothing is selected), so a
     new selection replaces it alone (a ``Patch``)."""
     op, stage, at = (*(selected or (None,)), None, None)[:3]
-    found = [(i, st["stage"], n["span_ms"]) for st in data["stages"] if stage is None or st["stage"] == stage for i, n in enumerate(st["nodes"]) if op is not None and op in n["operators"]]
+    found = [
+        (i, st["stage"], n["span_ms"])
+        for st in data["stages"]
+        if stage is None or st["stage"] == stage
+        for i, n in enumerate(st["nodes"])
+        if op is not None and op in n["operators"]
+    ]
     if at is not None and found:
         found = [min(found, key=lambda f: max(f[2][0] - at, at - f[2][1], 0.0))]
     marker = {"size": 30, "symbol": "circle-open", "color": palette.HIGHLIGHT, "line": {"width": 3}}
-    return go.Scatter(x=[f[0] for f in found], y=[f[1] for f in found], mode="markers", marker=marker, name="selected", hoverinfo="skip", showlegend=bool(found))
+    return go.Scatter(
+        x=[f[0] for f in found],
+        y=[f[1] for f in found],
+        mode="markers",
+        marker=marker,
+        name="selected",
+        hoverinfo="skip",
+        showlegend=bool(found),
+    )

@@ -38,14 +38,21 @@ def rows_of(data: MareyData) -> tuple[list[list[float]], dict[int, float], list[
             ys.append(y)
             rank_y.update(dict.fromkeys(row["ranks"], y))
             label = row["label"]
-            ticks.append((y, f"<span style='color:{ANOMALY}'><b>{label} ⚠</b></span>" if row["anomalous"] else label))
+            ticks.append(
+                (y, f"<span style='color:{ANOMALY}'><b>{label} ⚠</b></span>" if row["anomalous"] else label)
+            )
             y += 1
         row_y.append(ys)
         y += STAGE_GAP
     return row_y, rank_y, ticks
 
 
-def marey_figure(data: MareyData, selected: tuple[Any, ...] | None = None, uirevision: Any = None, path: list[PathPiece] | None = None) -> go.Figure:
+def marey_figure(
+    data: MareyData,
+    selected: tuple[Any, ...] | None = None,
+    uirevision: Any = None,
+    path: list[PathPiece] | None = None,
+) -> go.Figure:
     """``selected``: (operator, stage or None, at ms or None): the instance holding ``at`` (else every instance
     of the operator, in that stage when given) is outlined. ``path``: the step's critical path
     (``paradiag.app.data.marey.critical_path``), drawn through the rows of the ranks it passes."""
@@ -62,9 +69,24 @@ def marey_figure(data: MareyData, selected: tuple[Any, ...] | None = None, uirev
     if path is not None:
         fig.add_trace(critical_path_trace(path, rank_y))
     fig.add_trace(highlight(data, selected))
-    fig.update_yaxes(tickvals=[t[0] for t in ticks], ticktext=[t[1] for t in ticks], autorange="reversed", showgrid=False, zeroline=False, fixedrange=True)
-    fig.update_xaxes(title=f"time since job start (ms) · step {data['step']}", range=data["window_ms"], showgrid=True)
-    fig.update_layout(dragmode="zoom", hovermode="closest", margin={"l": 90, "t": 40}, legend={"font": {"size": 10}, "y": 1.0, "yanchor": "bottom"}, meta={OPERATORS: operators})
+    fig.update_yaxes(
+        tickvals=[t[0] for t in ticks],
+        ticktext=[t[1] for t in ticks],
+        autorange="reversed",
+        showgrid=False,
+        zeroline=False,
+        fixedrange=True,
+    )
+    fig.update_xaxes(
+        title=f"time since job start (ms) · step {data['step']}", range=data["window_ms"], showgrid=True
+    )
+    fig.update_layout(
+        dragmode="zoom",
+        hovermode="closest",
+        margin={"l": 90, "t": 40},
+        legend={"font": {"size": 10}, "y": 1.0, "yanchor": "bottom"},
+        meta={OPERATORS: operators},
+    )
     return fig
 
 
@@ -76,10 +98,15 @@ def _joined(parts: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, np.ndarray]
     """x and y of one trace drawing all ``parts``."""
     if not parts:
         return {"x": np.array([]), "y": np.array([])}
-    return {"x": compact(np.concatenate([p[0] for p in parts])), "y": np.concatenate([p[1] for p in parts]).astype(np.float32)}
+    return {
+        "x": compact(np.concatenate([p[0] for p in parts])),
+        "y": np.concatenate([p[1] for p in parts]).astype(np.float32),
+    }
 
 
-def _rects(a: np.ndarray, b: np.ndarray, y: float | np.ndarray, half: float = HALF) -> tuple[np.ndarray, np.ndarray]:
+def _rects(
+    a: np.ndarray, b: np.ndarray, y: float | np.ndarray, half: float = HALF
+) -> tuple[np.ndarray, np.ndarray]:
     """Closed rectangles [a, b] x [y - half, y + half], NaN-separated (one polygon each)."""
     n = len(a)
     y = np.broadcast_to(np.asarray(y, dtype=np.float64), (n,))
@@ -97,7 +124,11 @@ def _trapezoids(starts: np.ndarray, ends: np.ndarray, ys: list[float]) -> tuple[
         a, b = ys[i] + HALF, ys[i + 1] - HALF
         n = len(starts)
         gap = np.full(n, np.nan)
-        xs.append(np.column_stack([starts[:, i], ends[:, i], ends[:, i + 1], starts[:, i + 1], starts[:, i], gap]).ravel())
+        xs.append(
+            np.column_stack(
+                [starts[:, i], ends[:, i], ends[:, i + 1], starts[:, i + 1], starts[:, i], gap]
+            ).ravel()
+        )
         yv.append(np.tile([a, a, b, b, a, np.nan], n))
     return (np.concatenate(xs), np.concatenate(yv)) if xs else (np.array([]), np.array([]))
 
@@ -110,7 +141,17 @@ def _bubbles(fig: go.Figure, data: MareyData, row_y: list[list[float]]) -> None:
                 span = np.asarray(gaps, dtype=np.float64)
                 parts.append(_rects(span[:, 0], span[:, 1], y, half=HALF * 1.25))
     if parts:
-        fig.add_trace(go.Scatter(**_joined(parts), fill="toself", mode="none", fillcolor="rgba(189,189,189,0.35)", fillpattern={"shape": "/", "fgcolor": "#9e9e9e", "size": 6}, name="bubble (no compute)", hoverinfo="skip"))
+        fig.add_trace(
+            go.Scatter(
+                **_joined(parts),
+                fill="toself",
+                mode="none",
+                fillcolor="rgba(189,189,189,0.35)",
+                fillpattern={"shape": "/", "fgcolor": "#9e9e9e", "size": 6},
+                name="bubble (no compute)",
+                hoverinfo="skip",
+            )
+        )
 
 
 def _spread(fig: go.Figure, data: MareyData, row_y: list[list[float]]) -> None:
@@ -127,7 +168,16 @@ def _spread(fig: go.Figure, data: MareyData, row_y: list[list[float]]) -> None:
             if len(row["ranks"]) > 1 and wider[:, j].any():
                 parts.append(_rects(lo[wider[:, j], j], hi[wider[:, j], j], y, half=HALF * 1.15))
     if parts:
-        fig.add_trace(go.Scatter(**_joined(parts), fill="toself", mode="none", fillcolor="rgba(120,144,156,0.3)", name="spread over the row's devices", hoverinfo="skip"))
+        fig.add_trace(
+            go.Scatter(
+                **_joined(parts),
+                fill="toself",
+                mode="none",
+                fillcolor="rgba(120,144,156,0.3)",
+                name="spread over the row's devices",
+                hoverinfo="skip",
+            )
+        )
 
 
 def _connectors(fig: go.Figure, data: MareyData, row_y: list[list[float]]) -> None:
@@ -141,7 +191,18 @@ def _connectors(fig: go.Figure, data: MareyData, row_y: list[list[float]]) -> No
             polys.setdefault(cat, []).append(_trapezoids(starts[cats == cat], ends[cats == cat], ys))
     for cat, parts in polys.items():
         color = palette.CATEGORY.get(cat, "#888")
-        fig.add_trace(go.Scatter(**_joined(parts), fill="toself", mode="none", fillcolor=color, opacity=0.35, legendgroup=cat, showlegend=False, hoverinfo="skip"))
+        fig.add_trace(
+            go.Scatter(
+                **_joined(parts),
+                fill="toself",
+                mode="none",
+                fillcolor=color,
+                opacity=0.35,
+                legendgroup=cat,
+                showlegend=False,
+                hoverinfo="skip",
+            )
+        )
 
 
 def _bars(fig: go.Figure, data: MareyData, row_y: list[list[float]]) -> list[str]:
@@ -162,7 +223,18 @@ def _bars(fig: go.Figure, data: MareyData, row_y: list[list[float]]) -> list[str
     for cat in dict.fromkeys([*boxes, *parts]):
         color = palette.CATEGORY.get(cat, "#888")
         if cat in boxes:
-            fig.add_trace(go.Scatter(**_joined(boxes[cat]), mode="none", fill="toself", fillcolor=color, opacity=0.85, hoverinfo="skip", name=cat, legendgroup=cat))
+            fig.add_trace(
+                go.Scatter(
+                    **_joined(boxes[cat]),
+                    mode="none",
+                    fill="toself",
+                    fillcolor=color,
+                    opacity=0.85,
+                    hoverinfo="skip",
+                    name=cat,
+                    legendgroup=cat,
+                )
+            )
         if cat in parts:
             bar = {k: np.concatenate([c[k] for c in parts[cat]]) for k in parts[cat][0]}
             _hover_points(fig, cat, color, bar, step)
@@ -215,11 +287,21 @@ def _stage_bars(st: MareyStage, ys: list[float], ops: dict[str, int]) -> dict[st
         # the band's head line in three parts, each sent once per distinct string (shared_text): its name, its
         # categories' shares, its pass
         "name": np.array([short_name(label, 48) for label in st["label"]], dtype=object),
-        "mix": np.array([f" · {_mix_text(mix) or cat}" for cat, mix in zip(st["category"], st.get("shares") or [[]] * len(st["label"]), strict=True)], dtype=object),
+        "mix": np.array(
+            [
+                f" · {_mix_text(mix) or cat}"
+                for cat, mix in zip(st["category"], st.get("shares") or [[]] * len(st["label"]), strict=True)
+            ],
+            dtype=object,
+        ),
         "pass": np.array([_pass_text(p) for p in st.get("pass") or [""] * len(st["label"])], dtype=object),
         "merged": np.array([op != label for op, label in zip(st["operator"], st["label"], strict=True)]),
     }
-    per_row = {"y": np.asarray(ys, dtype=np.float32), "label": np.array([r["label"] for r in st["rows"]], dtype=object), "many": np.array([len(r["ranks"]) > 1 for r in st["rows"]])}
+    per_row = {
+        "y": np.asarray(ys, dtype=np.float32),
+        "label": np.array([r["label"] for r in st["rows"]], dtype=object),
+        "many": np.array([len(r["ranks"]) > 1 for r in st["rows"]]),
+    }
     cats = np.array(st["category"], dtype=object)
     out = {}
     for cat in dict.fromkeys(st["category"]):
@@ -248,7 +330,11 @@ def _hover_points(fig: go.Figure, cat: str, color: str, bar: dict[str, np.ndarra
     text a point carries is its band's name and pass and its row's label, each name sent once (``shared_text``). One trace per wording: a row of
     several devices shows their spread, a merged band names its longest single operator."""
     length = bar["end"] - bar["start"]
-    count = np.maximum(1, np.ceil(length / step)).astype(np.int64) if step > 0 else np.ones(len(length), dtype=np.int64)
+    count = (
+        np.maximum(1, np.ceil(length / step)).astype(np.int64)
+        if step > 0
+        else np.ones(len(length), dtype=np.int64)
+    )
     which = np.repeat(np.arange(len(length)), count)
     nth = np.arange(len(which)) - np.repeat(np.cumsum(count) - count, count)
     x = bar["start"][which] + (nth + 0.5) * (length / count)[which]
@@ -256,11 +342,24 @@ def _hover_points(fig: go.Figure, cat: str, color: str, bar: dict[str, np.ndarra
         for merged in (False, True):
             keep = (bar["many"][which] == many) & (bar["merged"][which] == merged)
             if keep.any():
-                fig.add_trace(_point_trace(cat, color, x[keep], {k: v[which[keep]] for k, v in bar.items()}, many, merged))
+                fig.add_trace(
+                    _point_trace(
+                        cat, color, x[keep], {k: v[which[keep]] for k, v in bar.items()}, many, merged
+                    )
+                )
 
 
-def _point_trace(cat: str, color: str, x: np.ndarray, bar: dict[str, np.ndarray], many: bool, merged: bool) -> go.Scatter:
-    columns = [bar["op"], bar["stage"], bar["mid"], (bar["end"] - bar["start"]).round(4), bar["slow_rank"], bar["slow_ms"]]
+def _point_trace(
+    cat: str, color: str, x: np.ndarray, bar: dict[str, np.ndarray], many: bool, merged: bool
+) -> go.Scatter:
+    columns = [
+        bar["op"],
+        bar["stage"],
+        bar["mid"],
+        (bar["end"] - bar["start"]).round(4),
+        bar["slow_rank"],
+        bar["slow_ms"],
+    ]
     spread = ""
     if many:
         columns += [bar["lo"].round(2), bar["hi"].round(2)]
@@ -274,7 +373,9 @@ def _point_trace(cat: str, color: str, x: np.ndarray, bar: dict[str, np.ndarray]
         hoverlabel={"bgcolor": color},
         customdata=np.column_stack(columns).astype(np.float32),
         meta=shared_text(bar["name"], bar["mix"], bar["pass"], "<br>" + bar["label"], sep=""),
-        hovertemplate="%{text}: %{customdata[3]:.3f} ms" + spread + f"<br>{slowest}: rank %{{customdata[4]}}: %{{customdata[5]:.3f}} ms<extra></extra>",
+        hovertemplate="%{text}: %{customdata[3]:.3f} ms"
+        + spread
+        + f"<br>{slowest}: rank %{{customdata[4]}}: %{{customdata[5]:.3f}} ms<extra></extra>",
         name=cat,
         legendgroup=cat,
         showlegend=False,
@@ -282,16 +383,18 @@ def _point_trace(cat: str, color: str, x: np.ndarray, bar: dict[str, np.ndarray]
 
 
 def _mix_text(mix: list[list[Any]]) -> str:
-    """"collective 62% · compute 38%" for a band of several categories; "" for one of a single category."""
+    """ "collective 62% · compute 38%" for a band of several categories; "" for one of a single category."""
     return " · ".join(f"{c} {100 * f:.0f}%" for c, f in mix) if len(mix) > 1 else ""
 
 
 def _pass_text(label: str) -> str:
-    """"F3" -> " · micro-batch 3 forward", "B3 c1" -> " · micro-batch 3 backward (chunk 1)", "" -> ""."""
+    """ "F3" -> " · micro-batch 3 forward", "B3 c1" -> " · micro-batch 3 backward (chunk 1)", "" -> ""."""
     if not label:
         return ""
     mb, _, chunk = label[1:].partition(" c")
-    return f" · micro-batch {mb} {'forward' if label[0] == 'F' else 'backward'}" + (f" (chunk {chunk})" if chunk else "")
+    return f" · micro-batch {mb} {'forward' if label[0] == 'F' else 'backward'}" + (
+        f" (chunk {chunk})" if chunk else ""
+    )
 
 
 def _p2p(fig: go.Figure, data: MareyData, rank_y: dict[int, float]) -> None:
@@ -307,9 +410,28 @@ def _p2p(fig: go.Figure, data: MareyData, rank_y: dict[int, float]) -> None:
                 wx += [p["recv_start_ms"], p["recv_start_ms"] + p["wait_ms"], None]
                 wy += [rank_y[p["dst"]], rank_y[p["dst"]], None]
     if lx:
-        fig.add_trace(go.Scatter(x=compact(np.array(lx, dtype=np.float64)), y=np.array(ly, dtype=np.float64), mode="lines", line={"color": "#37474f", "width": 1}, opacity=0.6, name="send → recv (micro-batch)", hoverinfo="skip"))
+        fig.add_trace(
+            go.Scatter(
+                x=compact(np.array(lx, dtype=np.float64)),
+                y=np.array(ly, dtype=np.float64),
+                mode="lines",
+                line={"color": "#37474f", "width": 1},
+                opacity=0.6,
+                name="send → recv (micro-batch)",
+                hoverinfo="skip",
+            )
+        )
     if wx:
-        fig.add_trace(go.Scatter(x=compact(np.array(wx, dtype=np.float64)), y=np.array(wy, dtype=np.float64), mode="lines", line={"color": palette.WAIT, "width": 4}, name="receiver waiting", hoverinfo="skip"))
+        fig.add_trace(
+            go.Scatter(
+                x=compact(np.array(wx, dtype=np.float64)),
+                y=np.array(wy, dtype=np.float64),
+                mode="lines",
+                line={"color": palette.WAIT, "width": 4},
+                name="receiver waiting",
+                hoverinfo="skip",
+            )
+        )
 
 
 def _anomalies(fig: go.Figure, data: MareyData, row_y: list[list[float]]) -> None:
@@ -323,7 +445,17 @@ def _anomalies(fig: go.Figure, data: MareyData, row_y: list[list[float]]) -> Non
     reasons = {int(r): t for r, t in (focus.get("reasons") or {}).items()}
     for st, rows in zip(data["stages"], row_y, strict=True):
         if focus.get("stage") is not None and st["stage"] == focus["stage"] and rows:
-            fig.add_shape(type="rect", xref="paper", x0=0, x1=1, y0=rows[0] - 0.55, y1=rows[-1] + 0.55, line={"color": ANOMALY, "width": 2.5}, fillcolor="rgba(198,40,40,0.05)", layer="below")
+            fig.add_shape(
+                type="rect",
+                xref="paper",
+                x0=0,
+                x1=1,
+                y0=rows[0] - 0.55,
+                y1=rows[-1] + 0.55,
+                line={"color": ANOMALY, "width": 2.5},
+                fillcolor="rgba(198,40,40,0.05)",
+                layer="below",
+            )
             _note(fig, rows[0] - 0.5, f"⚠ {focus.get('headline') or 'stage ' + str(st['stage'])}")
         for row, y in zip(st["rows"], rows, strict=True):
             mine = [r for r in row["ranks"] if r in named]
@@ -332,16 +464,57 @@ def _anomalies(fig: go.Figure, data: MareyData, row_y: list[list[float]]) -> Non
                 _note(fig, y - HALF, f"⚠ {row['label']}: {why}")
             if row["anomalous"]:
                 ys.append(y)
-                more = f"<br>… {len(row['anomalous']) - len(row.get('why', []))} more" if len(row["anomalous"]) > len(row.get("why", [])) else ""
-                text.append("<b>anomalous</b> (stands out from its stage, or named by the top finding)<br>" + "<br>".join(row.get("why", [])) + more)
-                fig.add_shape(type="rect", xref="paper", x0=0, x1=1, y0=y - 0.5, y1=y + 0.5, line={"color": ANOMALY, "width": 1.5}, fillcolor="rgba(198,40,40,0.06)", layer="below")
+                more = (
+                    f"<br>… {len(row['anomalous']) - len(row.get('why', []))} more"
+                    if len(row["anomalous"]) > len(row.get("why", []))
+                    else ""
+                )
+                text.append(
+                    "<b>anomalous</b> (stands out from its stage, or named by the top finding)<br>"
+                    + "<br>".join(row.get("why", []))
+                    + more
+                )
+                fig.add_shape(
+                    type="rect",
+                    xref="paper",
+                    x0=0,
+                    x1=1,
+                    y0=y - 0.5,
+                    y1=y + 0.5,
+                    line={"color": ANOMALY, "width": 1.5},
+                    fillcolor="rgba(198,40,40,0.06)",
+                    layer="below",
+                )
     if ys:
-        fig.add_trace(go.Scatter(x=[x0] * len(ys), y=ys, mode="markers", marker={"symbol": "triangle-right", "size": 13, "color": ANOMALY}, hovertext=text, hovertemplate="%{hovertext}<extra></extra>", name="anomalous device", cliponaxis=False))
+        fig.add_trace(
+            go.Scatter(
+                x=[x0] * len(ys),
+                y=ys,
+                mode="markers",
+                marker={"symbol": "triangle-right", "size": 13, "color": ANOMALY},
+                hovertext=text,
+                hovertemplate="%{hovertext}<extra></extra>",
+                name="anomalous device",
+                cliponaxis=False,
+            )
+        )
 
 
 def _note(fig: go.Figure, y: float, text: str) -> None:
     """A red note at the right end of a row, above its bars: why the row is marked, readable without a hover."""
-    fig.add_annotation(xref="paper", x=0.995, y=y, yref="y", xanchor="right", yanchor="bottom", text=f"<b>{text}</b>", showarrow=False, font={"color": ANOMALY, "size": 11}, bgcolor="rgba(255,255,255,0.85)", borderpad=1)
+    fig.add_annotation(
+        xref="paper",
+        x=0.995,
+        y=y,
+        yref="y",
+        xanchor="right",
+        yanchor="bottom",
+        text=f"<b>{text}</b>",
+        showarrow=False,
+        font={"color": ANOMALY, "size": 11},
+        bgcolor="rgba(255,255,255,0.85)",
+        borderpad=1,
+    )
 
 
 def critical_path_trace(path: list[PathPiece], rank_y: dict[int, float]) -> go.Scatter:
@@ -351,7 +524,9 @@ def critical_path_trace(path: list[PathPiece], rank_y: dict[int, float]) -> go.S
     ys: list[float] = []
     text: list[str] = []
     for p in (p for p in path if p["rank"] in rank_y):
-        what = f"critical path · {p['kind']} · rank {p['rank']}" + (f"<br>{short_name(p['operator'], 60)}" if p["operator"] else "")
+        what = f"critical path · {p['kind']} · rank {p['rank']}" + (
+            f"<br>{short_name(p['operator'], 60)}" if p["operator"] else ""
+        )
         many = f" ({p['segments']} segments)" if p.get("segments", 1) > 1 else ""
         hover = f"{what}<br>{p['end_ms'] - p['start_ms']:.3f} ms{many}"
         xs += [p["start_ms"], p["end_ms"]]
@@ -388,4 +563,11 @@ def highlight(data: MareyData, selected: tuple[Any, ...] | None) -> go.Scatter:
             starts, ends = starts[keep], ends[keep]
         for j, y in enumerate(ys):
             parts.append(_rects(starts[:, j], ends[:, j], y, half=HALF * 1.3))
-    return go.Scatter(**_joined(parts), mode="lines", line={"color": palette.HIGHLIGHT, "width": 2.5}, name="selected operator", hoverinfo="skip", showlegend=bool(parts))
+    return go.Scatter(
+        **_joined(parts),
+        mode="lines",
+        line={"color": palette.HIGHLIGHT, "width": 2.5},
+        name="selected operator",
+        hoverinfo="skip",
+        showlegend=bool(parts),
+    )

@@ -18,7 +18,12 @@ APART = 0.005  # a blamed rank's line is drawn where it leaves the median by 0.5
 
 
 def steps_figure(
-    steps: list[int], ranks: list[int], step_ms: list[list[float | None]], culprit: list[int] | None = None, selected: int | None = None, focus: dict[str, Any] | None = None
+    steps: list[int],
+    ranks: list[int],
+    step_ms: list[list[float | None]],
+    culprit: list[int] | None = None,
+    selected: int | None = None,
+    focus: dict[str, Any] | None = None,
 ) -> go.Figure:
     """``step_ms``: ranks x steps (rows in ``ranks`` order). ``culprit``: ranks a finding blames, the first drawn
     as its own line where it is not the median's (the others are alike, or their own lines). ``focus``: ``{"what": the top finding in a few
@@ -31,28 +36,90 @@ def steps_figure(
     with np.errstate(all="ignore"):
         median, lo, hi = np.nanmedian(block, axis=0), np.nanmin(block, axis=0), np.nanmax(block, axis=0)
     hover = "step %{x}: %{y:.2f} ms<extra>"
-    fig.add_trace(go.Scatter(x=steps, y=lo, mode="lines", line={"width": 0}, showlegend=False, hoverinfo="skip"))
-    fig.add_trace(go.Scatter(x=steps, y=hi, mode="lines", line={"width": 0}, fill="tonexty", fillcolor=SPREAD, name="fastest–slowest rank", hoverinfo="skip"))
-    fig.add_trace(go.Scatter(x=steps, y=median, mode="lines+markers", name="median rank", line={"color": palette.STAGE, "width": 2}, hovertemplate=hover + "median rank</extra>"))
-    fig.add_trace(go.Scatter(x=steps, y=hi, mode="markers", name="slowest rank", marker={"color": palette.KIND["communication"], "size": 6, "symbol": "triangle-up"}, hovertemplate=hover + "slowest rank</extra>"))
+    fig.add_trace(
+        go.Scatter(x=steps, y=lo, mode="lines", line={"width": 0}, showlegend=False, hoverinfo="skip")
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=steps,
+            y=hi,
+            mode="lines",
+            line={"width": 0},
+            fill="tonexty",
+            fillcolor=SPREAD,
+            name="fastest–slowest rank",
+            hoverinfo="skip",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=steps,
+            y=median,
+            mode="lines+markers",
+            name="median rank",
+            line={"color": palette.STAGE, "width": 2},
+            hovertemplate=hover + "median rank</extra>",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=steps,
+            y=hi,
+            mode="markers",
+            name="slowest rank",
+            marker={"color": palette.KIND["communication"], "size": 6, "symbol": "triangle-up"},
+            hovertemplate=hover + "slowest rank</extra>",
+        )
+    )
     row = {r: i for i, r in enumerate(ranks)}
     for r in [r for r in culprit or [] if r in row][:1]:
         values = block[row[r]]
         with np.errstate(all="ignore"):
             if np.nanmax(np.abs(values - median) / median) >= APART:
-                fig.add_trace(go.Scatter(x=steps, y=values, mode="lines", name=f"rank {r}", line={"color": palette.CULPRIT, "width": 1.5, "dash": "dot"}, hovertemplate=hover + f"rank {r}</extra>"))
+                fig.add_trace(
+                    go.Scatter(
+                        x=steps,
+                        y=values,
+                        mode="lines",
+                        name=f"rank {r}",
+                        line={"color": palette.CULPRIT, "width": 1.5, "dash": "dot"},
+                        hovertemplate=hover + f"rank {r}</extra>",
+                    )
+                )
     predicted = (focus or {}).get("predicted_ms")
     if predicted:
-        fig.add_trace(go.Scatter(x=[steps[0] - 0.5, steps[-1] + 0.5], y=[predicted] * 2, mode="lines", name=f"without it (replay): {predicted:.1f} ms", line={"color": palette.CULPRIT, "width": 1.5, "dash": "dash"}, hovertemplate=f"without {(focus or {}).get('what', 'the cause')}: %{{y:.2f}} ms<extra>replay</extra>"))
+        fig.add_trace(
+            go.Scatter(
+                x=[steps[0] - 0.5, steps[-1] + 0.5],
+                y=[predicted] * 2,
+                mode="lines",
+                name=f"without it (replay): {predicted:.1f} ms",
+                line={"color": palette.CULPRIT, "width": 1.5, "dash": "dash"},
+                hovertemplate=f"without {(focus or {}).get('what', 'the cause')}: %{{y:.2f}} ms<extra>replay</extra>",
+            )
+        )
     fig.update_layout(shapes=step_marker(steps, selected))
-    fig.update_xaxes(title=None, tickprefix="step ", tickmode="array", tickvals=steps, range=[min(steps) - 0.5, max(steps) + 0.5])
+    fig.update_xaxes(
+        title=None,
+        tickprefix="step ",
+        tickmode="array",
+        tickvals=steps,
+        range=[min(steps) - 0.5, max(steps) + 0.5],
+    )
     fig.update_yaxes(title="ms", range=y_range([lo, hi, np.array([predicted or np.nan])]), fixedrange=True)
     fig.update_layout(
         dragmode="select",
         selectdirection="h",
         margin={"t": 44, "b": 30, "r": 10},
         hovermode="x unified",
-        legend={"orientation": "h", "x": 0, "xanchor": "left", "y": -0.3, "yanchor": "top", "font": {"size": 10}},
+        legend={
+            "orientation": "h",
+            "x": 0,
+            "xanchor": "left",
+            "y": -0.3,
+            "yanchor": "top",
+            "font": {"size": 10},
+        },
     )
     add_caption(fig, summary(steps, median, lo, hi, focus), 50)
     return fig
@@ -70,17 +137,25 @@ def y_range(parts: list[np.ndarray]) -> list[float]:
     return [max(a - pad, 0.0), b + pad]
 
 
-def summary(steps: list[int], median: np.ndarray, lo: np.ndarray, hi: np.ndarray, focus: dict[str, Any] | None) -> str:
+def summary(
+    steps: list[int], median: np.ndarray, lo: np.ndarray, hi: np.ndarray, focus: dict[str, Any] | None
+) -> str:
     """The chart's title: the step time, how far apart the ranks are, what the replay saves without the top
     finding's cause."""
     with np.errstate(all="ignore"):
         mid = float(np.nanmedian(median))
         spread = float(np.nanmax(hi - lo))
-    text = f"step {mid:.1f} ms (median) · ranks within {spread:.1f} ms ({100 * spread / mid:.0f}%)" if mid == mid and mid > 0 else "step time"
+    text = (
+        f"step {mid:.1f} ms (median) · ranks within {spread:.1f} ms ({100 * spread / mid:.0f}%)"
+        if mid == mid and mid > 0
+        else "step time"
+    )
     predicted, saving = (focus or {}).get("predicted_ms"), (focus or {}).get("saving_pct")
     if predicted:
         saves = f" (saves {saving:.0f}% of the step)" if saving is not None else ""
-        text += f"<br>without {(focus or {}).get('what', 'the top finding')} (replay): {predicted:.1f} ms{saves}"
+        text += (
+            f"<br>without {(focus or {}).get('what', 'the top finding')} (replay): {predicted:.1f} ms{saves}"
+        )
     return text
 
 
@@ -88,4 +163,15 @@ def step_marker(steps: list[int], selected: int | None) -> list[dict[str, Any]]:
     """The shapes of the chart: the selected step's line. A new selection replaces only these (a ``Patch``)."""
     if selected not in steps:
         return []
-    return [{"type": "line", "xref": "x", "yref": "paper", "x0": selected, "x1": selected, "y0": 0, "y1": 1, "line": {"color": palette.HIGHLIGHT, "width": 2}}]
+    return [
+        {
+            "type": "line",
+            "xref": "x",
+            "yref": "paper",
+            "x0": selected,
+            "x1": selected,
+            "y0": 0,
+            "y1": 1,
+            "line": {"color": palette.HIGHLIGHT, "width": 2},
+        }
+    ]

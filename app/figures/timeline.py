@@ -12,10 +12,16 @@ from paradiag.app import palette
 from paradiag.app.figures.common import bars, base_figure, compact, empty_figure, shared_text
 
 ROW_PX = 22
-TOP_PX, BOTTOM_PX, LEGEND_PX = 84, 12, 50  # margins (the time axis is on top) and the legend's height above the area
+TOP_PX, BOTTOM_PX, LEGEND_PX = (
+    84,
+    12,
+    50,
+)  # margins (the time axis is on top) and the legend's height above the area
 
 
-def timeline_figure(data: dict[str, Any], uirevision: Any = None, marked: list[int] | None = None) -> go.Figure:
+def timeline_figure(
+    data: dict[str, Any], uirevision: Any = None, marked: list[int] | None = None
+) -> go.Figure:
     """``data`` as ``timeline_data`` returns it. One trace per kind (NaN-separated filled bars), one trace of
     undrawn points per kind for hover and click, one trace of waits, one of collective links. Plain SVG traces, not
     WebGL: a WebGL canvas costs the browser in proportion to its pixels (and headless or GPU-less browsers draw
@@ -39,7 +45,16 @@ def timeline_figure(data: dict[str, Any], uirevision: Any = None, marked: list[i
         _add_intervals(fig, "wait", waits, palette.WAIT, width * 0.45)
     if data["links"]:
         xs, ys = _polylines(data["links"])
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line={"color": "rgba(60,60,60,0.45)", "width": 1}, name="collective instance", hoverinfo="skip"))
+        fig.add_trace(
+            go.Scatter(
+                x=xs,
+                y=ys,
+                mode="lines",
+                line={"color": "rgba(60,60,60,0.45)", "width": 1},
+                name="collective instance",
+                hoverinfo="skip",
+            )
+        )
     if data.get("selected") and data["selected"]["x0"]:
         _selected(fig, data["selected"], width)
     if path:
@@ -47,7 +62,18 @@ def timeline_figure(data: dict[str, Any], uirevision: Any = None, marked: list[i
     _handles(fig, rows, data["window_ms"][0])
     _axes(fig, rows, data["window_ms"], set(marked or []), (path or {}).get("ranks", {}))
     if data.get("aggregated"):
-        fig.add_annotation(text=f"{data['num_events']:,} events merged to screen resolution: zoom in for single kernels", xref="paper", yref="paper", x=1, y=1.0, yanchor="bottom", xanchor="right", yshift=LEGEND_PX + 4, showarrow=False, font={"size": 10, "color": "#666"})
+        fig.add_annotation(
+            text=f"{data['num_events']:,} events merged to screen resolution: zoom in for single kernels",
+            xref="paper",
+            yref="paper",
+            x=1,
+            y=1.0,
+            yanchor="bottom",
+            xanchor="right",
+            yshift=LEGEND_PX + 4,
+            showarrow=False,
+            font={"size": 10, "color": "#666"},
+        )
     return fig
 
 
@@ -55,7 +81,16 @@ def _add_folded(fig: go.Figure, kind: str, seg: dict[str, Any], width: float, le
     """A fold's instances of one kind: from the earliest start to the latest end over its ranks, light, and the
     median span over it; the hover names the operator and the slowest rank."""
     color = palette.KIND[kind]
-    fig.add_trace(_bars({"x0": seg["lo"], "x1": seg["hi"], "row": seg["row"]}, _light(color), width, name=f"{kind} spread", legendgroup=kind, showlegend=False))
+    fig.add_trace(
+        _bars(
+            {"x0": seg["lo"], "x1": seg["hi"], "row": seg["row"]},
+            _light(color),
+            width,
+            name=f"{kind} spread",
+            legendgroup=kind,
+            showlegend=False,
+        )
+    )
     fig.add_trace(_bars(seg, color, width * 0.5, name=kind, legendgroup=kind, showlegend=legend))
     _hover_points(
         fig,
@@ -64,9 +99,13 @@ def _add_folded(fig: go.Figure, kind: str, seg: dict[str, Any], width: float, le
         kind,
         f"{kind} folded",
         meta=shared_text(seg["hover"]),
-        customdata=np.column_stack([seg["dur_us"], seg["count"], seg["slow_rank"], seg["slow_us"]]).astype(np.float32),
+        customdata=np.column_stack([seg["dur_us"], seg["count"], seg["slow_rank"], seg["slow_us"]]).astype(
+            np.float32
+        ),
         hovertemplate="%{text} (%{customdata[1]} merged at this zoom)<br>median %{customdata[0]:.1f} µs over the folded ranks · at %{x:.3f} ms"
-        "<br>slowest: rank %{customdata[2]}, %{customdata[3]:.1f} µs · light band: earliest start to latest end<extra>" + kind + "</extra>",
+        "<br>slowest: rank %{customdata[2]}, %{customdata[3]:.1f} µs · light band: earliest start to latest end<extra>"
+        + kind
+        + "</extra>",
     )
 
 
@@ -77,7 +116,18 @@ def _handles(fig: go.Figure, rows: list[dict[str, Any]], x: float) -> None:
     if not folded:
         return
     text = np.array([_handle_text(rows[i]) for i in folded], dtype=object)
-    fig.add_trace(go.Scatter(x=np.full(len(folded), x, dtype=np.float64), y=np.asarray(folded, dtype=np.int16), mode="markers", marker={"symbol": "triangle-right", "size": 10, "color": palette.STAGE}, text=text, hovertemplate="%{text}<extra></extra>", name="open a fold", showlegend=False))
+    fig.add_trace(
+        go.Scatter(
+            x=np.full(len(folded), x, dtype=np.float64),
+            y=np.asarray(folded, dtype=np.int16),
+            mode="markers",
+            marker={"symbol": "triangle-right", "size": 10, "color": palette.STAGE},
+            text=text,
+            hovertemplate="%{text}<extra></extra>",
+            name="open a fold",
+            showlegend=False,
+        )
+    )
 
 
 def _handle_text(row: dict[str, Any]) -> str:
@@ -104,8 +154,32 @@ def _path_hover(fig: go.Figure, path: dict[str, Any], width: float) -> None:
         n = len(edges["x"])
         xs = np.column_stack([edges["x"], edges["x"], np.full(n, np.nan)]).ravel()
         ys = np.column_stack([edges["y0"], edges["y1"], np.full(n, np.nan)]).ravel()
-        fig.add_trace(go.Scatter(x=compact(xs), y=ys.astype(np.float32), mode="lines", line={"color": palette.CRITICAL_PATH, "width": 2.5}, name="critical path", hoverinfo="skip", legendgroup="path", showlegend=False))
-        fig.add_trace(go.Scatter(x=compact(edges["x"]), y=(np.asarray(edges["y0"], dtype=np.float32) + np.asarray(edges["y1"], dtype=np.float32)) / 2, mode="none", hoveron="points", hoverlabel={"bgcolor": palette.CRITICAL_PATH}, text=np.array(edges["hover"], dtype=object), hovertemplate="%{text}<extra>critical path</extra>", name="critical path", legendgroup="path", showlegend=False))
+        fig.add_trace(
+            go.Scatter(
+                x=compact(xs),
+                y=ys.astype(np.float32),
+                mode="lines",
+                line={"color": palette.CRITICAL_PATH, "width": 2.5},
+                name="critical path",
+                hoverinfo="skip",
+                legendgroup="path",
+                showlegend=False,
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=compact(edges["x"]),
+                y=(np.asarray(edges["y0"], dtype=np.float32) + np.asarray(edges["y1"], dtype=np.float32)) / 2,
+                mode="none",
+                hoveron="points",
+                hoverlabel={"bgcolor": palette.CRITICAL_PATH},
+                text=np.array(edges["hover"], dtype=object),
+                hovertemplate="%{text}<extra>critical path</extra>",
+                name="critical path",
+                legendgroup="path",
+                showlegend=False,
+            )
+        )
     if path["x0"]:
         _hover_points(
             fig,
@@ -131,33 +205,70 @@ def _bars(seg: dict[str, Any], color: str, px: float, **trace: Any) -> go.Scatte
     return go.Scatter(x=xs, y=ys, mode="none", fill="toself", fillcolor=color, hoverinfo="skip", **trace)
 
 
-def _hover_points(fig: go.Figure, seg: dict[str, Any], color: str, group: str, name: str, **hover: Any) -> None:
+def _hover_points(
+    fig: go.Figure, seg: dict[str, Any], color: str, group: str, name: str, **hover: Any
+) -> None:
     """Points at the middles of ``seg``'s intervals (x0, x1, row) that carry their hover and click (the filled bars
     drawing the intervals do not answer the mouse: one path holds them all). Drawn as nothing (``mode="none"``), not as transparent
     markers: each marker is an SVG node (2,670 of the 6,721 nodes of a 64-rank timeline), built and styled on
     every redraw; plotly finds the nearest point to hover or click either way."""
     mid = (np.asarray(seg["x0"], dtype=np.float64) + np.asarray(seg["x1"], dtype=np.float64)) / 2
-    fig.add_trace(go.Scatter(x=compact(mid), y=np.asarray(seg["row"], dtype=np.int16), mode="none", hoveron="points", hoverlabel={"bgcolor": color}, showlegend=False, legendgroup=group, name=name, **hover))
+    fig.add_trace(
+        go.Scatter(
+            x=compact(mid),
+            y=np.asarray(seg["row"], dtype=np.int16),
+            mode="none",
+            hoveron="points",
+            hoverlabel={"bgcolor": color},
+            showlegend=False,
+            legendgroup=group,
+            name=name,
+            **hover,
+        )
+    )
 
 
 def _hover(name: str, seg: dict[str, Any]) -> dict[str, Any]:
     """Hover text and numbers of one trace's intervals: the numbers travel as typed arrays and the sentence is the
     template, so only names (which differ per interval) travel as text."""
     if "count" in seg:  # merged columns
-        return {"customdata": np.asarray(seg["count"], dtype=np.int32), "hovertemplate": f"{name}: %{{customdata}} intervals merged at this zoom<br>%{{x:.3f}} ms<extra></extra>"}
+        return {
+            "customdata": np.asarray(seg["count"], dtype=np.int32),
+            "hovertemplate": f"{name}: %{{customdata}} intervals merged at this zoom<br>%{{x:.3f}} ms<extra></extra>",
+        }
     if "wait_us" in seg:
-        return {"customdata": np.asarray(seg["wait_us"], dtype=np.float32), "hovertemplate": "waited %{customdata:.1f} µs for the last member<br>%{x:.3f} ms<extra>" + name + "</extra>"}
+        return {
+            "customdata": np.asarray(seg["wait_us"], dtype=np.float32),
+            "hovertemplate": "waited %{customdata:.1f} µs for the last member<br>%{x:.3f} ms<extra>"
+            + name
+            + "</extra>",
+        }
     text = shared_text(seg["hover"])  # names repeat (a kernel's name on each of its launches): each sent once
     if "dur_us" not in seg:
         return {"meta": text, "hovertemplate": "%{text}<br>%{x:.3f} ms<extra>" + name + "</extra>"}
-    return {"meta": text, "customdata": np.asarray(seg["dur_us"], dtype=np.float32), "hovertemplate": "%{text}<br>%{customdata:.1f} µs · at %{x:.3f} ms<extra>" + name + "</extra>"}
+    return {
+        "meta": text,
+        "customdata": np.asarray(seg["dur_us"], dtype=np.float32),
+        "hovertemplate": "%{text}<br>%{customdata:.1f} µs · at %{x:.3f} ms<extra>" + name + "</extra>",
+    }
 
 
 def _selected(fig: go.Figure, members: dict[str, Any], width: float) -> None:
     """The selected collective instance: its members outlined, joined at their starts."""
     fig.add_trace(_bars(members, palette.HIGHLIGHT, width * 0.35, name="selected collective"))
     order = sorted(range(len(members["row"])), key=lambda i: members["row"][i])
-    fig.add_trace(go.Scatter(x=[members["x0"][i] for i in order], y=[members["row"][i] for i in order], mode="lines+markers", line={"color": palette.HIGHLIGHT, "width": 2}, marker={"size": 6, "color": palette.HIGHLIGHT}, showlegend=False, name="selected collective", hoverinfo="skip"))
+    fig.add_trace(
+        go.Scatter(
+            x=[members["x0"][i] for i in order],
+            y=[members["row"][i] for i in order],
+            mode="lines+markers",
+            line={"color": palette.HIGHLIGHT, "width": 2},
+            marker={"size": 6, "color": palette.HIGHLIGHT},
+            showlegend=False,
+            name="selected collective",
+            hoverinfo="skip",
+        )
+    )
 
 
 def _polylines(links: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
@@ -170,7 +281,13 @@ def _polylines(links: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
     return compact(xs), np.array(ys, dtype=np.float32)
 
 
-def _axes(fig: go.Figure, rows: list[dict[str, Any]], window: list[float], marked: set[int], on_path: dict[int, list[int]]) -> None:
+def _axes(
+    fig: go.Figure,
+    rows: list[dict[str, Any]],
+    window: list[float],
+    marked: set[int],
+    on_path: dict[int, list[int]],
+) -> None:
     fig.update_yaxes(
         tickvals=list(range(len(rows))),
         ticktext=[_label(r, r["rank"] in marked, on_path.get(i)) for i, r in enumerate(rows)],
@@ -180,20 +297,56 @@ def _axes(fig: go.Figure, rows: list[dict[str, Any]], window: list[float], marke
         fixedrange=True,
     )
     # The time axis on top: a tall timeline's bottom is screens down, and its unit is read first.
-    fig.update_xaxes(title={"text": "time since job start (ms)", "standoff": 4}, side="top", range=window, showgrid=True, zeroline=False)
+    fig.update_xaxes(
+        title={"text": "time since job start (ms)", "standoff": 4},
+        side="top",
+        range=window,
+        showgrid=True,
+        zeroline=False,
+    )
     # Separators and shading as plain shapes in one update, one per block of rows (a rank's streams, a fold's
     # lanes): add_hline resolves axes per call and costs ~5 ms each, and every shape is validated and copied.
     starts = [i for i in range(len(rows)) if i == 0 or _block(rows[i]) != _block(rows[i - 1])]
-    lines = [{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y", "y0": i - 0.5, "y1": i - 0.5, "line": {"color": "#999", "width": 1}} for i in starts[1:]]
+    lines = [
+        {
+            "type": "line",
+            "xref": "paper",
+            "x0": 0,
+            "x1": 1,
+            "yref": "y",
+            "y0": i - 0.5,
+            "y1": i - 0.5,
+            "line": {"color": "#999", "width": 1},
+        }
+        for i in starts[1:]
+    ]
     bands = [
-        {"type": "rect", "xref": "paper", "x0": 0, "x1": 1, "yref": "y", "y0": a - 0.5, "y1": b - 0.5, "fillcolor": palette.CULPRIT if rows[a]["rank"] is not None else palette.STAGE, "opacity": 0.08, "line": {"width": 0}, "layer": "below"}
+        {
+            "type": "rect",
+            "xref": "paper",
+            "x0": 0,
+            "x1": 1,
+            "yref": "y",
+            "y0": a - 0.5,
+            "y1": b - 0.5,
+            "fillcolor": palette.CULPRIT if rows[a]["rank"] is not None else palette.STAGE,
+            "opacity": 0.08,
+            "line": {"width": 0},
+            "layer": "below",
+        }
         for a, b in zip(starts, [*starts[1:], len(rows)], strict=True)
         if rows[a]["rank"] in marked or rows[a]["rank"] is None
     ]
     # The legend on the left: the modebar takes the top right corner.
     # The legend above the axis: LEGEND_PX above the plotting area, in its fraction of the area's height.
     area = max(1, (fig.layout.height or 400) - TOP_PX - BOTTOM_PX)
-    fig.update_layout(margin={"l": 120, "t": TOP_PX, "b": BOTTOM_PX}, dragmode="zoom", hovermode="closest", shapes=bands + lines, legend={"x": 0, "xanchor": "left", "y": 1 + LEGEND_PX / area, "yanchor": "bottom"})
+    fig.update_layout(
+        margin={"l": 120, "t": TOP_PX, "b": BOTTOM_PX},
+        dragmode="zoom",
+        hovermode="closest",
+        shapes=bands + lines,
+        legend={"x": 0, "xanchor": "left", "y": 1 + LEGEND_PX / area, "yanchor": "bottom"},
+    )
 
 
 def _block(row: dict[str, Any]) -> Any:

@@ -22,11 +22,16 @@ PENDING: dict[str, Any] = {"data": [], "layout": {"meta": "pending"}}
 
 def panel(title: str, *children: Any, class_name: str = "", help_text: str = "") -> html.Section:
     head = [html.H3(title)] + ([html.Span(help_text, className="pd-help")] if help_text else [])
-    return html.Section(className=f"pd-panel {class_name}", children=[html.Div(head, className="pd-panel-head"), *children])
+    return html.Section(
+        className=f"pd-panel {class_name}", children=[html.Div(head, className="pd-panel-head"), *children]
+    )
 
 
 def graph(graph_id: str, modebar: bool = True, scroll_zoom: bool = False) -> dcc.Loading:
-    config = {**(GRAPH_CONFIG if modebar else {**GRAPH_CONFIG, "displayModeBar": False}), "scrollZoom": scroll_zoom}
+    config = {
+        **(GRAPH_CONFIG if modebar else {**GRAPH_CONFIG, "displayModeBar": False}),
+        "scrollZoom": scroll_zoom,
+    }
     return dcc.Loading(dcc.Graph(id=graph_id, config=config, figure=PENDING), type="dot", delay_show=400)  # type: ignore[arg-type]
 
 
@@ -43,8 +48,29 @@ def export_bar(view: str, graph_id: str, table: bool = True) -> html.Div:
     """A view's exports: its table as CSV (the server's ``paradiag.app.data.export``) and its figure as SVG or
     PNG with its legend, drawn by plotly in the browser (assets/exports.js reads ``data-pd-image``)."""
     data: list[dict[str, Any]] = [{"data-pd-image": graph_id, "data-format": fmt} for fmt in ("svg", "png")]
-    image = [html.Button(d["data-format"].upper(), className="pd-button pd-export-button", title=f"the figure as {d['data-format'].upper()}", **d) for d in data]
-    csv = [html.Button("CSV", id=csv_button(view), className="pd-button pd-export-button", title="the table behind this view as CSV", n_clicks=0), dcc.Download(id=csv_download(view))] if table else []
+    image = [
+        html.Button(
+            d["data-format"].upper(),
+            className="pd-button pd-export-button",
+            title=f"the figure as {d['data-format'].upper()}",
+            **d,
+        )
+        for d in data
+    ]
+    csv = (
+        [
+            html.Button(
+                "CSV",
+                id=csv_button(view),
+                className="pd-button pd-export-button",
+                title="the table behind this view as CSV",
+                n_clicks=0,
+            ),
+            dcc.Download(id=csv_download(view)),
+        ]
+        if table
+        else []
+    )
     return html.Div(["⤓ ", *csv, *image], className="pd-export")
 
 

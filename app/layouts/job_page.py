@@ -30,7 +30,12 @@ GUIDE = (
 
 def guide() -> html.Details:
     """The one-paragraph guide on a job's first page (open; a click folds it away)."""
-    return html.Details([html.Summary("guide"), html.P(GUIDE, className="pd-help pd-guide")], open=True, id=ids.GUIDE, className="pd-guide-box")
+    return html.Details(
+        [html.Summary("guide"), html.P(GUIDE, className="pd-help pd-guide")],
+        open=True,
+        id=ids.GUIDE,
+        className="pd-guide-box",
+    )
 
 
 def layout() -> html.Div:
@@ -39,11 +44,30 @@ def layout() -> html.Div:
         children=[
             *[dcc.Store(id=view_store(name)) for name in VIEW_FIELDS],
             dcc.Store(id=ids.RELEASE),
-            html.Div(className="pd-summary", children=[html.Div(id=ids.SUMMARY_FACTS, className="pd-facts"), html.Ol(id=ids.FINDINGS, className="pd-findings"), guide()]),
+            html.Div(
+                className="pd-summary",
+                children=[
+                    html.Div(id=ids.SUMMARY_FACTS, className="pd-facts"),
+                    html.Ol(id=ids.FINDINGS, className="pd-findings"),
+                    guide(),
+                ],
+            ),
             # The first screen: where the fault is (overview) and who waits for whom (timeline).
-            html.Div(className="pd-row", children=[with_exports(overview.panel(), "overview", ids.HEATMAP), with_exports(timeline.panel(), "timeline", ids.TIMELINE)]),
+            html.Div(
+                className="pd-row",
+                children=[
+                    with_exports(overview.panel(), "overview", ids.HEATMAP),
+                    with_exports(timeline.panel(), "timeline", ids.TIMELINE),
+                ],
+            ),
             with_exports(marey.panel(), "marey", ids.MAREY),
-            html.Div(className="pd-row", children=[with_exports(detail.panel(), "detail", ids.DETAIL_OPERATORS), with_exports(comm.panel(), "comm", ids.COMM_MATRIX)]),
+            html.Div(
+                className="pd-row",
+                children=[
+                    with_exports(detail.panel(), "detail", ids.DETAIL_OPERATORS),
+                    with_exports(comm.panel(), "comm", ids.COMM_MATRIX),
+                ],
+            ),
             with_exports(compare.panel(), "compare", ids.COMPARE_RANKS, table=False),
             with_exports(flow.panel(), "flow", ids.FLOW),
         ],

@@ -21,8 +21,28 @@ from paradiag.simulator.writers import ascend_trace
 from paradiag.simulator.writers.common import EPOCH_NS, host_name, pid
 
 OUTPUT = "ASCEND_PROFILER_OUTPUT"
-STEP_HEADER = ["Step", "Computing", "Communication(Not Overlapped)", "Overlapped", "Communication", "Free", "Stage", "Bubble", "Communication(Not Overlapped and Exclude Receive)", "Preparing"]
-OP_STAT_HEADER = ["OP Type", "Core Type", "Count", "Total Time(us)", "Min Time(us)", "Avg Time(us)", "Max Time(us)", "Ratio(%)"]
+STEP_HEADER = [
+    "Step",
+    "Computing",
+    "Communication(Not Overlapped)",
+    "Overlapped",
+    "Communication",
+    "Free",
+    "Stage",
+    "Bubble",
+    "Communication(Not Overlapped and Exclude Receive)",
+    "Preparing",
+]
+OP_STAT_HEADER = [
+    "OP Type",
+    "Core Type",
+    "Count",
+    "Total Time(us)",
+    "Min Time(us)",
+    "Avg Time(us)",
+    "Max Time(us)",
+    "Ratio(%)",
+]
 ROLE_NAMES = {"world": "default_group", "dp": "dp", "tp": "tp", "pp": "pp", "ep": "ep"}
 
 
@@ -41,7 +61,10 @@ class AscendWriter:
     def __init__(self, job: Job, out: Path) -> None:
         self.job, self.out = job, out
         self.state: dict[int, ascend_trace.RankState] = {}
-        self.group_names = {g.index: f"{host_name(job, g.ranks[0])}%eth0_{60000 + g.index}_0_{EPOCH_NS // 1000}" for g in job.mesh.groups}
+        self.group_names = {
+            g.index: f"{host_name(job, g.ranks[0])}%eth0_{60000 + g.index}_0_{EPOCH_NS // 1000}"
+            for g in job.mesh.groups
+        }
         self.group_ids = {i: group_hash(n) for i, n in self.group_names.items()}
         self.op_tags = _unique_tags(self.group_ids)
 
@@ -60,15 +83,33 @@ class AscendWriter:
     def _metadata(self, rank: int) -> dict[str, Any]:
         cfg, mesh = self.job.cfg, self.job.mesh
         groups = {
-            self.group_names[g.index]: {"group_name": ROLE_NAMES[g.role], "group_rank": g.ranks.index(rank), "global_ranks": list(g.ranks)}
+            self.group_names[g.index]: {
+                "group_name": ROLE_NAMES[g.role],
+                "group_rank": g.ranks.index(rank),
+                "global_ranks": list(g.ranks),
+            }
             for g in mesh.groups_of(rank)
         }
         return {
-            "ENV_VARIABLES": {"ASCEND_GLOBAL_LOG_LEVEL": "", "HCCL_RDMA_TC": "", "HCCL_RDMA_SL": "", "ACLNN_CACHE_LIMIT": "", "HOST_CACHE_CAPACITY": "", "ASCEND_ENHANCE_ENABLE": "", "PYTORCH_NPU_ALLOC_CONF": "", "ASCEND_LAUNCH_BLOCKING": ""},
+            "ENV_VARIABLES": {
+                "ASCEND_GLOBAL_LOG_LEVEL": "",
+                "HCCL_RDMA_TC": "",
+                "HCCL_RDMA_SL": "",
+                "ACLNN_CACHE_LIMIT": "",
+                "HOST_CACHE_CAPACITY": "",
+                "ASCEND_ENHANCE_ENABLE": "",
+                "PYTORCH_NPU_ALLOC_CONF": "",
+                "ASCEND_LAUNCH_BLOCKING": "",
+            },
             "distributed_args": {
-                "tensor_model_parallel_size": cfg.tp, "pipeline_model_parallel_size": cfg.pp, "data_parallel_size": cfg.dp,
-                "context_parallel_size": 1, "expert_model_parallel_size": cfg.ep, "sequence_parallel": cfg.tp > 1,
-                "rank": rank, "world_size": mesh.world,
+                "tensor_model_parallel_size": cfg.tp,
+                "pipeline_model_parallel_size": cfg.pp,
+                "data_parallel_size": cfg.dp,
+                "context_parallel_size": 1,
+                "expert_model_parallel_size": cfg.ep,
+                "sequence_parallel": cfg.tp > 1,
+                "rank": rank,
+                "world_size": mesh.world,
             },
             "parallel_group_info": groups,
         }
@@ -88,7 +129,9 @@ class AscendWriter:
         _assemble(out / "communication.json", state.comm_parts)
         _assemble(out / "communication_matrix.json", state.matrix_parts)
         folder = out.parent
-        (folder / f"profiler_info_{rank}.json").write_text(json.dumps(self._info(rank, state), indent=4) + "\n")
+        (folder / f"profiler_info_{rank}.json").write_text(
+            json.dumps(self._info(rank, state), indent=4) + "\n"
+        )
         return folder
 
     def _info(self, rank: int, state: ascend_trace.RankState) -> dict[str, Any]:
@@ -96,11 +139,43 @@ class AscendWriter:
         start_cnt = 17238197612056 + rank * 1000
         return {
             "config": {
-                "common_config": {"activities": ["ProfilerActivity.CPU", "ProfilerActivity.NPU"], "schedule": {"wait": 0, "active": self.job.cfg.steps, "warmup": 1, "repeat": 1, "skip_first": 5}, "record_shapes": True, "profile_memory": False, "with_stack": False, "with_flops": False, "with_modules": False},
-                "experimental_config": {"_profiler_level": "Level1", "_aic_metrics": "ACL_AICORE_PIPE_UTILIZATION", "_l2_cache": False, "_msprof_tx": False, "_data_simplification": True, "record_op_args": False, "_export_type": "text", "_op_attr": False, "_gc_detect_threshold": None},
+                "common_config": {
+                    "activities": ["ProfilerActivity.CPU", "ProfilerActivity.NPU"],
+                    "schedule": {
+                        "wait": 0,
+                        "active": self.job.cfg.steps,
+                        "warmup": 1,
+                        "repeat": 1,
+                        "skip_first": 5,
+                    },
+                    "record_shapes": True,
+                    "profile_memory": False,
+                    "with_stack": False,
+                    "with_flops": False,
+                    "with_modules": False,
+                },
+                "experimental_config": {
+                    "_profiler_level": "Level1",
+                    "_aic_metrics": "ACL_AICORE_PIPE_UTILIZATION",
+                    "_l2_cache": False,
+                    "_msprof_tx": False,
+                    "_data_simplification": True,
+                    "record_op_args": False,
+                    "_export_type": "text",
+                    "_op_attr": False,
+                    "_gc_detect_threshold": None,
+                },
             },
-            "start_info": {"syscnt_enable": True, "freq": 100, "start_cnt": start_cnt, "start_monotonic": 172163581670080 + rank * 1000},
-            "end_info": {"collectionTimeEnd": end_ns, "MonotonicTimeEnd": 172163581670080 + rank * 1000 + round(state.last_us * 1000)},
+            "start_info": {
+                "syscnt_enable": True,
+                "freq": 100,
+                "start_cnt": start_cnt,
+                "start_monotonic": 172163581670080 + rank * 1000,
+            },
+            "end_info": {
+                "collectionTimeEnd": end_ns,
+                "MonotonicTimeEnd": 172163581670080 + rank * 1000 + round(state.last_us * 1000),
+            },
             "rank_id": rank,
         }
 
@@ -125,7 +200,18 @@ def _write_op_statistic(path: Path, stats: dict[tuple[str, str], list[float]]) -
         writer = csv.writer(f, lineterminator="\n")
         writer.writerow(OP_STAT_HEADER)
         for (op_type, core), (count, total, lo, hi) in rows:
-            writer.writerow([op_type, core, int(count), round(total, 3), round(lo, 3), round(total / count, 3), round(hi, 3), round(100 * total / grand, 3)])
+            writer.writerow(
+                [
+                    op_type,
+                    core,
+                    int(count),
+                    round(total, 3),
+                    round(lo, 3),
+                    round(total / count, 3),
+                    round(hi, 3),
+                    round(100 * total / grand, 3),
+                ]
+            )
 
 
 def _assemble(path: Path, parts: list[Path]) -> None:

@@ -13,14 +13,26 @@ from paradiag.simulator.writers.ascend_trace import HCCL, HOST_COMM, MATRIX_TYPE
 if TYPE_CHECKING:
     from paradiag.simulator.writers.ascend_trace import _StepRender
 
-MOVED = {"allreduce": lambda n: 2 * (n - 1) / n, "_allgather_base": lambda n: (n - 1) / n, "_reduce_scatter_base": lambda n: (n - 1) / n, "alltoall_base": lambda n: (n - 1) / n}
+MOVED = {
+    "allreduce": lambda n: 2 * (n - 1) / n,
+    "_allgather_base": lambda n: (n - 1) / n,
+    "_reduce_scatter_base": lambda n: (n - 1) / n,
+    "alltoall_base": lambda n: (n - 1) / n,
+}
 
 
 def _describe(rec: Record) -> tuple[str, Any, int, str, float, int | None]:
     """(collective, group, payload bytes, HCCL dtype, transfer us, peer) of a C, S or R record."""
     if rec[0] == "C":
         coll, group, _, transfer = rec[9]
-        return coll.collective, group, nbytes(max(coll.in_nelems, coll.out_nelems), coll.dtype), kernels.HCCL_TYPES.get(coll.dtype, "FP32"), transfer, None
+        return (
+            coll.collective,
+            group,
+            nbytes(max(coll.in_nelems, coll.out_nelems), coll.dtype),
+            kernels.HCCL_TYPES.get(coll.dtype, "FP32"),
+            transfer,
+            None,
+        )
     peer, nelems, group, transfer = rec[9]
     return rec[1], group, nbytes(nelems, "BFloat16"), "BF16", transfer, peer
 
@@ -55,31 +67,65 @@ def render_comm(r: _StepRender, rec: Record) -> None:
     stream = STREAMS[rec[8]]
     if wait > 0.001:
         r._task(rec, "Notify Wait", "Notify Wait", cid, start, wait, stream)
-    r._task(rec, "RDMASend" if inter else "SDMA", "RDMA" if inter else "SDMA", cid, start + wait, transfer, stream)
+    r._task(
+        rec, "RDMASend" if inter else "SDMA", "RDMA" if inter else "SDMA", cid, start + wait, transfer, stream
+    )
     count = size // (2 if dtype == "BF16" else 4 if dtype == "FP32" else 8)
-    r._x(name, HCCL, s.group_tid[group.index], start, dur, f'"connection_id": {cid}, "model id": 4294967295, "data_type": "{dtype}", "alg_type": "{"MESH-RING" if not inter else "RING-HD"}", "count": {count}')
+    r._x(
+        name,
+        HCCL,
+        s.group_tid[group.index],
+        start,
+        dur,
+        f'"connection_id": {cid}, "model id": 4294967295, "data_type": "{dtype}", "alg_type": "{"MESH-RING" if not inter else "RING-HD"}", "count": {count}',
+    )
     plane = f'"stream id": {stream}, "task id": {s.task_ids.get(stream, 0)}, "context id": 0, "model id": 4294967295'
     if wait > 0.001:
-        r._x("Notify_Wait", HCCL, 1, start, wait, f'"notify_id": "0", "duration estimated(us)": 1, {plane}, "task type": "Notify_Wait", "src rank": {src}, "dst rank": {dst}, "transport type": "{transport}", "size(Byte)": 0, "data type": "INVALID_TYPE", "link type": "INVALID_TYPE", "bandwidth(GB/s)": 0.0')
+        r._x(
+            "Notify_Wait",
+            HCCL,
+            1,
+            start,
+            wait,
+            f'"notify_id": "0", "duration estimated(us)": 1, {plane}, "task type": "Notify_Wait", "src rank": {src}, "dst rank": {dst}, "transport type": "{transport}", "size(Byte)": 0, "data type": "INVALID_TYPE", "link type": "INVALID_TYPE", "bandwidth(GB/s)": 0.0',
+        )
     bw = moved / 1e3 / transfer if transfer > 0 else 0.0
-    r._x("RDMASend" if inter else "Memcpy", HCCL, 1, start + wait, transfer, f'"notify_id": "18446744073709551615", "duration estimated(us)": {transfer:.3f}, {plane}, "task type": "{"RDMASend" if inter else "Memcpy"}", "src rank": {src}, "dst rank": {dst}, "transport type": "{transport}", "size(Byte)": {int(moved)}, "data type": "{dtype}", "link type": "{"ROCE" if inter else "HCCS"}", "bandwidth(GB/s)": {bw:.4f}')
+    r._x(
+        "RDMASend" if inter else "Memcpy",
+        HCCL,
+        1,
+        start + wait,
+        transfer,
+        f'"notify_id": "18446744073709551615", "duration estimated(us)": {transfer:.3f}, {plane}, "task type": "{"RDMASend" if inter else "Memcpy"}", "src rank": {src}, "dst rank": {dst}, "transport type": "{transport}", "size(Byte)": {int(moved)}, "data type": "{dtype}", "link type": "{"ROCE" if inter else "HCCS"}", "bandwidth(GB/s)": {bw:.4f}',
+    )
 
     r.comm_spans.append((start, start + dur))
     if collective == "recv":
         r.bubble += dur
     r.kernel_row(name, hcom, "HCCL", "N/A", "N/A", start, dur, "")
     kind = "p2p" if collective in ("send", "recv") else "collective"
-    r.comm[kind][f"{name}@{gid}"] = tables.op_entry(s.epoch_us(start), dur, transfer, link, moved / 1e6, max(1, int(moved // (8 << 20)) or 1))
-    r.matrix_instances.setdefault((kind, MATRIX_TYPE[collective], gid), []).append((name, _links(collective, group.size, me, src, dst, moved, transfer, link)))
+    r.comm[kind][f"{name}@{gid}"] = tables.op_entry(
+        s.epoch_us(start), dur, transfer, link, moved / 1e6, max(1, int(moved // (8 << 20)) or 1)
+    )
+    r.matrix_instances.setdefault((kind, MATRIX_TYPE[collective], gid), []).append(
+        (name, _links(collective, group.size, me, src, dst, moved, transfer, link))
+    )
 
 
-def _links(collective: str, n: int, me: int, src: int, dst: int, moved: float, transfer_us: float, link: str) -> dict[str, Any]:
+def _links(
+    collective: str, n: int, me: int, src: int, dst: int, moved: float, transfer_us: float, link: str
+) -> dict[str, Any]:
     """This rank's links of one op, group-local ranks ``src-dst``."""
     ms = max(transfer_us, 1e-3) / 1e3
 
     def entry(size: float, transport: str) -> dict[str, Any]:
         mb = size / 1e6
-        return {"Transport Type": transport, "Transit Size(MB)": mb, "Transit Time(ms)": ms, "Bandwidth(GB/s)": round(mb / ms, 4)}
+        return {
+            "Transport Type": transport,
+            "Transit Size(MB)": mb,
+            "Transit Time(ms)": ms,
+            "Bandwidth(GB/s)": round(mb / ms, 4),
+        }
 
     if collective == "alltoall_base":
         return {f"{me}-{j}": entry(moved / max(n - 1, 1), link if j != me else "LOCAL") for j in range(n)}
@@ -87,5 +133,9 @@ def _links(collective: str, n: int, me: int, src: int, dst: int, moved: float, t
     local = moved / n if collective not in ("send", "recv") else moved / 64
     return {
         f"{src}-{dst}": entry(moved, link),
-        f"{me}-{me}": {**entry(local, "LOCAL"), "Transit Time(ms)": ms / 20, "Bandwidth(GB/s)": round(local / 1e6 / (ms / 20), 4)},
+        f"{me}-{me}": {
+            **entry(local, "LOCAL"),
+            "Transit Time(ms)": ms / 20,
+            "Bandwidth(GB/s)": round(local / 1e6 / (ms / 20), 4),
+        },
     }

@@ -61,16 +61,38 @@ def overlap(compute: list[tuple[float, float]], comm: list[tuple[float, float]])
 
 def step_row(step: int, ov: Overlap, bubble: float, step_start: float) -> list[Any]:
     """One step_trace_time.csv row (us)."""
-    computing, comm, not_overlapped, free = total(ov.computing), total(ov.communication), total(ov.not_overlapped), total(ov.free)
+    computing, comm, not_overlapped, free = (
+        total(ov.computing),
+        total(ov.communication),
+        total(ov.not_overlapped),
+        total(ov.free),
+    )
     busy = union(ov.computing + ov.communication)
     span = busy[-1][1] - busy[0][0] if busy else 0.0
     preparing = busy[0][0] - step_start if busy else 0.0
-    return [step, computing, not_overlapped, comm - not_overlapped, comm, free, span - bubble, bubble, max(not_overlapped - bubble, 0.0), preparing]
+    return [
+        step,
+        computing,
+        not_overlapped,
+        comm - not_overlapped,
+        comm,
+        free,
+        span - bubble,
+        bubble,
+        max(not_overlapped - bubble, 0.0),
+        preparing,
+    ]
 
 
 def _bandwidth_block(size_mb: float, transit_ms: float, packets: int) -> dict[str, Any]:
     if size_mb <= 0:
-        return {"Transit Size(MB)": 0, "Transit Time(ms)": 0, "Bandwidth(GB/s)": 0, "Large Packet Ratio": 0, "Size Distribution": {}}
+        return {
+            "Transit Size(MB)": 0,
+            "Transit Time(ms)": 0,
+            "Bandwidth(GB/s)": 0,
+            "Large Packet Ratio": 0,
+            "Size Distribution": {},
+        }
     packet = size_mb / packets
     return {
         "Transit Size(MB)": size_mb,
@@ -81,7 +103,9 @@ def _bandwidth_block(size_mb: float, transit_ms: float, packets: int) -> dict[st
     }
 
 
-def op_entry(start_us: float, elapse_us: float, transit_us: float, link: str, size_mb: float, packets: int) -> dict[str, Any]:
+def op_entry(
+    start_us: float, elapse_us: float, transit_us: float, link: str, size_mb: float, packets: int
+) -> dict[str, Any]:
     """One op of communication.json: the time breakdown and the bandwidth per link type."""
     wait = max(elapse_us - transit_us, 0.0) / 1e3
     transit = transit_us / 1e3
@@ -105,7 +129,13 @@ def op_entry(start_us: float, elapse_us: float, transit_us: float, link: str, si
 
 def total_entry(ops: list[dict[str, Any]]) -> dict[str, Any]:
     """``Total Op Info``: times summed, ratios recomputed, sizes and distributions merged per link type."""
-    keys = ("Elapse Time(ms)", "Transit Time(ms)", "Wait Time(ms)", "Synchronization Time(ms)", "Idle Time(ms)")
+    keys = (
+        "Elapse Time(ms)",
+        "Transit Time(ms)",
+        "Wait Time(ms)",
+        "Synchronization Time(ms)",
+        "Idle Time(ms)",
+    )
     times = {k: sum(o["Communication Time Info"][k] for o in ops) for k in keys}
     wait, transit, sync = times["Wait Time(ms)"], times["Transit Time(ms)"], times["Synchronization Time(ms)"]
     times["Wait Time Ratio"] = round(wait / (wait + transit), 4) if wait + transit > 0 else 0
@@ -130,11 +160,19 @@ def matrix_entries(instances: list[tuple[str, dict[str, Any]]]) -> dict[str, dic
     """top1 / middle / bottom1-3 / total link tables of one op type, from (op name, links) instances."""
 
     def bandwidth(links: dict[str, Any]) -> float:
-        return min((v["Bandwidth(GB/s)"] for v in links.values() if v["Transport Type"] != "LOCAL"), default=0.0)
+        return min(
+            (v["Bandwidth(GB/s)"] for v in links.values() if v["Transport Type"] != "LOCAL"), default=0.0
+        )
 
     ranked = sorted(instances, key=lambda item: -bandwidth(item[1]))
     out: dict[str, dict[str, Any]] = {}
-    picks = {"top1": 0, "middle": len(ranked) // 2, "bottom1": len(ranked) - 1, "bottom2": len(ranked) - 2, "bottom3": len(ranked) - 3}
+    picks = {
+        "top1": 0,
+        "middle": len(ranked) // 2,
+        "bottom1": len(ranked) - 1,
+        "bottom2": len(ranked) - 2,
+        "bottom3": len(ranked) - 3,
+    }
     for label, index in picks.items():
         if index >= 0 and (label in ("top1", "middle", "bottom1") or index not in (0, len(ranked) // 2)):
             name, links = ranked[index]
@@ -142,10 +180,21 @@ def matrix_entries(instances: list[tuple[str, dict[str, Any]]]) -> dict[str, dic
     totals: dict[str, Any] = {}
     for _, links in instances:
         for pair, v in links.items():
-            acc = totals.setdefault(pair, {"Transport Type": v["Transport Type"], "Transit Size(MB)": 0.0, "Transit Time(ms)": 0.0, "Bandwidth(GB/s)": 0.0, "Op Name": ""})
+            acc = totals.setdefault(
+                pair,
+                {
+                    "Transport Type": v["Transport Type"],
+                    "Transit Size(MB)": 0.0,
+                    "Transit Time(ms)": 0.0,
+                    "Bandwidth(GB/s)": 0.0,
+                    "Op Name": "",
+                },
+            )
             acc["Transit Size(MB)"] += v["Transit Size(MB)"]
             acc["Transit Time(ms)"] += v["Transit Time(ms)"]
     for v in totals.values():
-        v["Bandwidth(GB/s)"] = round(v["Transit Size(MB)"] / v["Transit Time(ms)"], 4) if v["Transit Time(ms)"] > 0 else 0
+        v["Bandwidth(GB/s)"] = (
+            round(v["Transit Size(MB)"] / v["Transit Time(ms)"], 4) if v["Transit Time(ms)"] > 0 else 0
+        )
     out["total"] = totals
     return out

@@ -36,7 +36,11 @@ def gzip_file(src: Path, dst: Path) -> None:
         opener: Any = igzip.GzipFile
     except ImportError:  # pragma: no cover - isal is a dependency
         opener = gzip.GzipFile
-    with open(src, "rb") as fin, open(dst, "wb") as raw, opener(filename="", mode="wb", fileobj=raw, mtime=0) as out:
+    with (
+        open(src, "rb") as fin,
+        open(dst, "wb") as raw,
+        opener(filename="", mode="wb", fileobj=raw, mtime=0) as out,
+    ):
         while chunk := fin.read(1 << 22):
             out.write(chunk)
     os.remove(src)

@@ -16,7 +16,13 @@ from paradiag.simulator.engine import COMPUTE, DTYPE_BYTES, Record
 from paradiag.simulator.job import Job
 from paradiag.simulator.writers.common import EPOCH_NS, STREAM_IDS, escape, fmt, gzip_file, host_name, pid
 
-CBID = {"cudaLaunchKernel": 211, "cudaMemcpyAsync": 41, "cudaDeviceSynchronize": 165, "cudaStreamSynchronize": 131, "cudaStreamWaitEvent": 147}
+CBID = {
+    "cudaLaunchKernel": 211,
+    "cudaMemcpyAsync": 41,
+    "cudaDeviceSynchronize": 165,
+    "cudaStreamSynchronize": 131,
+    "cudaStreamWaitEvent": 147,
+}
 KERNEL_EXTRA = '"registers per thread": 128, "shared memory": 0, "blocks per SM": 1.0, "warps per SM": 4.0, "grid": [132, 1, 1], "block": [128, 1, 1], "est. achieved occupancy %": 12'
 
 
@@ -24,8 +30,16 @@ def _ranks_text(ranks: tuple[int, ...]) -> str:
     return "[" + ", ".join(map(str, ranks)) + "]"
 
 
-
-def device_lines(cat: str, quoted_name: str, rec: Record, shift: float, where: tuple[int, int, int], ext: int, corr: int, args: str) -> list[str]:
+def device_lines(
+    cat: str,
+    quoted_name: str,
+    rec: Record,
+    shift: float,
+    where: tuple[int, int, int],
+    ext: int,
+    corr: int,
+    args: str,
+) -> list[str]:
     """A device event (kernel, memcpy) and its launch flow (``ac2g`` start on the launching host thread, end on
     the stream), as the profiler writes them; ``where`` is (host pid, launching thread, device)."""
     host_pid, host_tid, dev = where
@@ -38,6 +52,7 @@ def device_lines(cat: str, quoted_name: str, rec: Record, shift: float, where: t
         f'{{"ph": "s", "id": {corr}, "pid": {host_pid}, "tid": {host_tid}, "ts": {fmt(rec[4] + shift)}, "cat": "ac2g", "name": "ac2g"}}',
         f'{{"ph": "f", "id": {corr}, "pid": {dev}, "tid": {stream}, "ts": {ts}, "cat": "ac2g", "name": "ac2g", "bp": "e"}}',
     ]
+
 
 class KinetoWriter:
     """Writes each rank's ``*.pt.trace.json`` under the job folder."""
@@ -91,7 +106,10 @@ class KinetoWriter:
 
     def _metadata(self, rank: int) -> list[str]:
         p, dev = pid(self.job, rank), self.job.mesh.local_device(rank)
-        streams = sorted({STREAM_IDS[g.role] for g in self.job.mesh.groups_of(rank) if g.role != "world"} | {STREAM_IDS[COMPUTE]})
+        streams = sorted(
+            {STREAM_IDS[g.role] for g in self.job.mesh.groups_of(rank) if g.role != "world"}
+            | {STREAM_IDS[COMPUTE]}
+        )
         out = [
             f'{{"name": "process_name", "ph": "M", "ts": 0.000, "pid": {p}, "tid": 0, "args": {{"name": "python3"}}}}',
             f'{{"name": "process_labels", "ph": "M", "ts": 0.000, "pid": {p}, "tid": 0, "args": {{"labels": "CPU"}}}}',
@@ -103,8 +121,12 @@ class KinetoWriter:
             f'{{"name": "thread_sort_index", "ph": "M", "ts": 0.000, "pid": {p}, "tid": {p}, "args": {{"sort_index": {p}}}}}',
         ]
         for s in streams:
-            out.append(f'{{"name": "thread_name", "ph": "M", "ts": 0.000, "pid": {dev}, "tid": {s}, "args": {{"name": "stream {s}"}}}}')
-            out.append(f'{{"name": "thread_sort_index", "ph": "M", "ts": 0.000, "pid": {dev}, "tid": {s}, "args": {{"sort_index": {s}}}}}')
+            out.append(
+                f'{{"name": "thread_name", "ph": "M", "ts": 0.000, "pid": {dev}, "tid": {s}, "args": {{"name": "stream {s}"}}}}'
+            )
+            out.append(
+                f'{{"name": "thread_sort_index", "ph": "M", "ts": 0.000, "pid": {dev}, "tid": {s}, "args": {{"sort_index": {s}}}}}'
+            )
         return out
 
     def write_step(self, rank: int, step: int, records: list[Record]) -> None:
@@ -159,8 +181,16 @@ class _Rank:
         self.next_id = state[0]
         self.lines: list[str] = []
         self.handlers = {
-            "P": self._annotation, "A": self._annotation, "H": self._annotation, "K": self._kernel, "C": self._comm,
-            "S": self._comm, "R": self._comm, "M": self._memcpy, "Y": self._runtime, "W": self._runtime,
+            "P": self._annotation,
+            "A": self._annotation,
+            "H": self._annotation,
+            "K": self._kernel,
+            "C": self._comm,
+            "S": self._comm,
+            "R": self._comm,
+            "M": self._memcpy,
+            "Y": self._runtime,
+            "W": self._runtime,
         }
 
     def _id(self) -> int:
@@ -175,7 +205,13 @@ class _Rank:
 
     def _annotation(self, rec: Record) -> None:
         ext = self._id()
-        self._host("user_annotation", rec[1], rec[2], rec[3], f'"External id": {ext}, "Record function id": 0, "Ev Idx": {ext - 1}')
+        self._host(
+            "user_annotation",
+            rec[1],
+            rec[2],
+            rec[3],
+            f'"External id": {ext}, "Record function id": 0, "Ev Idx": {ext - 1}',
+        )
 
     def _runtime(self, rec: Record) -> None:
         corr = self._id()
@@ -183,24 +219,43 @@ class _Rank:
 
     def _launch(self, rec: Record, ext: int, api: str, host_name_: str, host_args: str) -> int:
         corr = self._id()
-        self._host("cpu_op", host_name_, rec[2], rec[3], f'"External id": {ext}, {host_args}"Ev Idx": {ext - 1}')
-        self._host("cuda_runtime", api, rec[4], rec[5], f'"External id": {ext}, "cbid": {CBID[api]}, "correlation": {corr}')
+        self._host(
+            "cpu_op", host_name_, rec[2], rec[3], f'"External id": {ext}, {host_args}"Ev Idx": {ext - 1}'
+        )
+        self._host(
+            "cuda_runtime",
+            api,
+            rec[4],
+            rec[5],
+            f'"External id": {ext}, "cbid": {CBID[api]}, "correlation": {corr}',
+        )
         return corr
 
     def _device(self, cat: str, name: str, rec: Record, ext: int, corr: int, args: str) -> None:
-        self.lines += device_lines(cat, self.w._q(name), rec, self.shift, (self.pid, self.pid, self.dev), ext, corr, args)
+        self.lines += device_lines(
+            cat, self.w._q(name), rec, self.shift, (self.pid, self.pid, self.dev), ext, corr, args
+        )
 
     def _kernel(self, rec: Record) -> None:
         op = rec[9]
         ext = self._id()
         corr = self._launch(rec, ext, "cudaLaunchKernel", op.aten, "")
-        self._device("kernel", kernels.gpu_kernel(op.family, self.job.cfg.device), rec, ext, corr, ", " + KERNEL_EXTRA)
+        self._device(
+            "kernel", kernels.gpu_kernel(op.family, self.job.cfg.device), rec, ext, corr, ", " + KERNEL_EXTRA
+        )
 
     def _memcpy(self, rec: Record) -> None:
         ext = self._id()
         corr = self._launch(rec, ext, "cudaMemcpyAsync", "aten::copy_", "")
         gbps = rec[9] / max(rec[7], 1e-3) / 1e3
-        self._device("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", rec, ext, corr, f', "bytes": {rec[9]}, "memory bandwidth (GB/s)": {gbps:.3f}')
+        self._device(
+            "gpu_memcpy",
+            "Memcpy HtoD (Pinned -> Device)",
+            rec,
+            ext,
+            corr,
+            f', "bytes": {rec[9]}, "memory bandwidth (GB/s)": {gbps:.3f}',
+        )
 
     def _comm(self, rec: Record) -> None:
         ext = self._id()
@@ -209,14 +264,22 @@ class _Rank:
         self._device("kernel", kernel, rec, ext, corr, ", " + KERNEL_EXTRA + ", " + args)
 
 
-def comm_args(rec: Record, rank: int, peer_rank: bool = True, names: tuple[str, str] | None = None) -> tuple[str, str]:
+def comm_args(
+    rec: Record, rank: int, peer_rank: bool = True, names: tuple[str, str] | None = None
+) -> tuple[str, str]:
     """The collective args PyTorch records (on ``record_param_comms`` and, NCCL >= 2.19, on the kernel)
     and the NCCL kernel name. Without ``peer_rank`` a send/recv carries no ``Rank`` (only its process group and
     the group's ranks), as older PyTorch versions record them. ``names``: the group's (pg_name, pg_desc) when they
     are not the Megatron ones."""
     if rec[0] == "C":
         coll, group, algorithm = rec[9][:3]
-        name, n_in, n_out, dtype, index = coll.collective, coll.in_nelems, coll.out_nelems, coll.dtype, group.ranks.index(rank)
+        name, n_in, n_out, dtype, index = (
+            coll.collective,
+            coll.in_nelems,
+            coll.out_nelems,
+            coll.dtype,
+            group.ranks.index(rank),
+        )
     else:
         peer, nelems, group = rec[9][:3]
         name, n_in, n_out, dtype, algorithm = rec[1], nelems, nelems, "BFloat16", "RING"
@@ -224,7 +287,11 @@ def comm_args(rec: Record, rank: int, peer_rank: bool = True, names: tuple[str, 
     nbytes = max(n_in, n_out) * DTYPE_BYTES.get(dtype, 4)
     ranks = group.ranks
     pg_name, pg_desc = names or (group.name, group.description)
-    stride = ranks[1] - ranks[0] if len(ranks) > 1 and all(b - a == ranks[1] - ranks[0] for a, b in itertools.pairwise(ranks)) else -1
+    stride = (
+        ranks[1] - ranks[0]
+        if len(ranks) > 1 and all(b - a == ranks[1] - ranks[0] for a, b in itertools.pairwise(ranks))
+        else -1
+    )
     args = (
         f'"Collective name": "{name}", "In msg nelems": {n_in}, "Out msg nelems": {n_out}, "Group size": {group.size}, '
         f'"dtype": "{dtype}", "In split size": "[]", "Out split size": "[]", "Process Group Name": "{pg_name}", '

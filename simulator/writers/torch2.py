@@ -37,14 +37,35 @@ RERUN_EARLIER_US = 3_600e6  # an older run's files: one hour before this run
 TORCH_VERSION = "2.13.0"
 INPUT_TYPE = {"BFloat16": "c10::BFloat16", "Float": "float", "Long": "long int"}
 C10D = {
-    "allreduce": "c10d::allreduce_", "_allgather_base": "c10d::_allgather_base_", "_reduce_scatter_base": "c10d::_reduce_scatter_base_",
-    "broadcast": "c10d::broadcast_", "alltoall_base": "c10d::alltoall_base_", "send": "c10d::send", "recv": "c10d::recv_",
+    "allreduce": "c10d::allreduce_",
+    "_allgather_base": "c10d::_allgather_base_",
+    "_reduce_scatter_base": "c10d::_reduce_scatter_base_",
+    "broadcast": "c10d::broadcast_",
+    "alltoall_base": "c10d::alltoall_base_",
+    "send": "c10d::send",
+    "recv": "c10d::recv_",
 }
 # gloo runs a reduce-scatter as an all-reduce; an all-to-all keeps its name
-GLOO = {"allreduce": "all_reduce", "_allgather_base": "all_gather", "_reduce_scatter_base": "all_reduce", "broadcast": "broadcast", "alltoall_base": "all_to_all"}
-NCCL = {"allreduce": "all_reduce", "_allgather_base": "_all_gather_base", "_reduce_scatter_base": "_reduce_scatter_base", "broadcast": "broadcast", "alltoall_base": "all_to_all"}
+GLOO = {
+    "allreduce": "all_reduce",
+    "_allgather_base": "all_gather",
+    "_reduce_scatter_base": "all_reduce",
+    "broadcast": "broadcast",
+    "alltoall_base": "all_to_all",
+}
+NCCL = {
+    "allreduce": "all_reduce",
+    "_allgather_base": "_all_gather_base",
+    "_reduce_scatter_base": "_reduce_scatter_base",
+    "broadcast": "broadcast",
+    "alltoall_base": "all_to_all",
+}
 GLOO_THREADS = 2  # ProcessGroupGloo's worker threads per group
-COMM_ROLES = ("tp", "dp", "ep")  # groups whose collectives run on gloo's threads (the pipeline group only sends)
+COMM_ROLES = (
+    "tp",
+    "dp",
+    "ep",
+)  # groups whose collectives run on gloo's threads (the pipeline group only sends)
 
 
 def _dims(shape: str) -> list[list[int]]:
@@ -131,7 +152,10 @@ class _RankFile:
         self.thread = self.pid
         self.autograd = self.pid + 11
         groups = [g for g in self.job.mesh.groups_of(rank) if g.role in COMM_ROLES]
-        self.gloo = {g.index: [self.pid + 40 + GLOO_THREADS * i + k for k in range(GLOO_THREADS)] for i, g in enumerate(groups)}
+        self.gloo = {
+            g.index: [self.pid + 40 + GLOO_THREADS * i + k for k in range(GLOO_THREADS)]
+            for i, g in enumerate(groups)
+        }
         self.gloo_count: dict[int, int] = {}
         self.lines: list[str] = []
         self.written = False
@@ -146,20 +170,26 @@ class _RankFile:
         pgs = []
         for g in groups:
             name, desc = self.w.names[g.index]
-            pgs.append(f'{{"pg_name": "{name}", "pg_desc": "{desc}", "backend_config": "{config}", "pg_size": {g.size}, "ranks": {_js(list(g.ranks))}}}')
+            pgs.append(
+                f'{{"pg_name": "{name}", "pg_desc": "{desc}", "backend_config": "{config}", "pg_size": {g.size}, "ranks": {_js(list(g.ranks))}}}'
+            )
         extra = "" if self.cpu else ', "nccl_version": "2.27.5"'
         dist = f'{{"backend": "{backend}", "rank": {rank}, "world_size": {job.mesh.world}, "pg_count": {len(job.mesh.groups)}, "pg_config": [{", ".join(pgs)}]{extra}}}'
         if self.cpu:
             props, cuda = "[]", ""
         else:
             spec = job.spec
-            props = "[\n    " + ", ".join(
-                f'{{"id": {i}, "name": "{spec.name}", "totalGlobalMem": {spec.memory_bytes}, "computeMajor": {spec.compute_capability[0]}, '
-                f'"computeMinor": {spec.compute_capability[1]}, "maxThreadsPerBlock": 1024, "maxThreadsPerMultiprocessor": 2048, '
-                f'"regsPerBlock": 65536, "warpSize": 32, "sharedMemPerBlock": 49152, "numSms": {spec.sms}, '
-                f'"regsPerMultiprocessor": 65536, "sharedMemPerBlockOptin": 232448, "sharedMemPerMultiprocessor": 233472}}'
-                for i in range(job.mesh.devices_per_node)
-            ) + "\n  ]"
+            props = (
+                "[\n    "
+                + ", ".join(
+                    f'{{"id": {i}, "name": "{spec.name}", "totalGlobalMem": {spec.memory_bytes}, "computeMajor": {spec.compute_capability[0]}, '
+                    f'"computeMinor": {spec.compute_capability[1]}, "maxThreadsPerBlock": 1024, "maxThreadsPerMultiprocessor": 2048, '
+                    f'"regsPerBlock": 65536, "warpSize": 32, "sharedMemPerBlock": 49152, "numSms": {spec.sms}, '
+                    f'"regsPerMultiprocessor": 65536, "sharedMemPerBlockOptin": 232448, "sharedMemPerMultiprocessor": 233472}}'
+                    for i in range(job.mesh.devices_per_node)
+                )
+                + "\n  ]"
+            )
             cuda = '  "cupti_version": 24, "cuda_runtime_version": 12090, "cuda_driver_version": 12090,\n'
         trace_id = f"{(self.pid * 2654435761 + self.window * 40503) & ((1 << 128) - 1):032X}"
         return (
@@ -179,14 +209,20 @@ class _RankFile:
         for i, tids in enumerate(self.gloo.values()):
             for k, tid in enumerate(tids):
                 threads.append((tid, "pt_gloo_runloop"))
-                if i == 0 and k == 0:  # as real traces do: the first runloop thread is also named after the process
+                if (
+                    i == 0 and k == 0
+                ):  # as real traces do: the first runloop thread is also named after the process
                     threads.append((tid, "python3"))
         if not self.cpu:
             threads.append((self.autograd, "pt_autograd_0"))
         threads.append((p, "python3"))
         for tid, name in threads:
-            out.append(f'{{"ph": "M", "name": "thread_name", "ts": {ts}, "pid": {p}, "tid": {tid}, "args": {{"name": "thread {tid} ({name})"}}}}')
-            out.append(f'{{"ph": "M", "name": "thread_sort_index", "ts": {ts}, "pid": {p}, "tid": {tid}, "args": {{"sort_index": {tid}}}}}')
+            out.append(
+                f'{{"ph": "M", "name": "thread_name", "ts": {ts}, "pid": {p}, "tid": {tid}, "args": {{"name": "thread {tid} ({name})"}}}}'
+            )
+            out.append(
+                f'{{"ph": "M", "name": "thread_sort_index", "ts": {ts}, "pid": {p}, "tid": {tid}, "args": {{"sort_index": {tid}}}}}'
+            )
         if not self.cpu:
             dev = self.dev
             out += [
@@ -194,10 +230,17 @@ class _RankFile:
                 f'{{"ph": "M", "name": "process_labels", "ts": {ts}, "pid": {dev}, "tid": 0, "args": {{"labels": "GPU {dev}"}}}}',
                 f'{{"ph": "M", "name": "process_sort_index", "ts": {ts}, "pid": {dev}, "tid": 0, "args": {{"sort_index": {16777216 + dev}}}}}',
             ]
-            streams = sorted({STREAM_IDS[g.role] for g in self.job.mesh.groups_of(self.rank) if g.role != "world"} | {STREAM_IDS[COMPUTE]})
+            streams = sorted(
+                {STREAM_IDS[g.role] for g in self.job.mesh.groups_of(self.rank) if g.role != "world"}
+                | {STREAM_IDS[COMPUTE]}
+            )
             for s in streams:
-                out.append(f'{{"ph": "M", "name": "thread_name", "ts": {ts}, "pid": {dev}, "tid": {s}, "args": {{"name": "stream {s}"}}}}')
-                out.append(f'{{"ph": "M", "name": "thread_sort_index", "ts": {ts}, "pid": {dev}, "tid": {s}, "args": {{"sort_index": {s}}}}}')
+                out.append(
+                    f'{{"ph": "M", "name": "thread_name", "ts": {ts}, "pid": {dev}, "tid": {s}, "args": {{"name": "stream {s}"}}}}'
+                )
+                out.append(
+                    f'{{"ph": "M", "name": "thread_sort_index", "ts": {ts}, "pid": {dev}, "tid": {s}, "args": {{"sort_index": {s}}}}}'
+                )
         return out
 
     def step(self, records: list[Record]) -> None:
@@ -242,7 +285,9 @@ class _RankFile:
         self.next_id += 1
         return self.next_id - 1
 
-    def _x(self, cat: str, name: str, tid: int | str, ts: float, dur: float, args: str, pid_: int | None = None) -> None:
+    def _x(
+        self, cat: str, name: str, tid: int | str, ts: float, dur: float, args: str, pid_: int | None = None
+    ) -> None:
         self.lines.append(
             f'{{"ph": "X", "cat": "{cat}", "name": {escape(name)}, "pid": {self.pid if pid_ is None else pid_}, "tid": {tid}, '
             f'"ts": {fmt(ts + self.shift)}, "dur": {fmt(dur)}, "args": {{{args}}}}}'
@@ -278,36 +323,74 @@ class _RankFile:
         backward = _is_backward(op.family)
         if backward:  # the autograd node around the backward op
             node = self._id()
-            self._x("cpu_op", f"autograd::engine::evaluate_function: {_backward_node(op.aten)}", self.thread, rec[2] - 0.4, rec[3] + 0.8,
-                    self._host_args(node, seq=True, fwd_thread=1))
+            self._x(
+                "cpu_op",
+                f"autograd::engine::evaluate_function: {_backward_node(op.aten)}",
+                self.thread,
+                rec[2] - 0.4,
+                rec[3] + 0.8,
+                self._host_args(node, seq=True, fwd_thread=1),
+            )
         ext = self._id()
         args = self._host_args(ext, self._op_inputs(op), seq=not backward and op.family != "optimizer")
         self._x("cpu_op", op.aten, self.thread, rec[2], rec[3], args)
         if not self.cpu:
             corr = self._launch(rec, ext)
-            self._device("kernel", kernels.gpu_kernel(op.family, self.job.cfg.device), rec, ext, corr, ", " + KERNEL_EXTRA)
+            self._device(
+                "kernel",
+                kernels.gpu_kernel(op.family, self.job.cfg.device),
+                rec,
+                ext,
+                corr,
+                ", " + KERNEL_EXTRA,
+            )
 
     def _launch(self, rec: Record, ext: int, api: str = "cudaLaunchKernel") -> int:
         corr = self._id()
-        self._x("cuda_runtime", api, self.thread, rec[4], rec[5], f'"External id": {ext}, "cbid": {CBID[api]}, "correlation": {corr}')
+        self._x(
+            "cuda_runtime",
+            api,
+            self.thread,
+            rec[4],
+            rec[5],
+            f'"External id": {ext}, "cbid": {CBID[api]}, "correlation": {corr}',
+        )
         return corr
 
     def _device(self, cat: str, name: str, rec: Record, ext: int, corr: int, args: str) -> None:
-        self.lines += device_lines(cat, escape(name), rec, self.shift, (self.pid, self.thread, self.dev), ext, corr, args)
+        self.lines += device_lines(
+            cat, escape(name), rec, self.shift, (self.pid, self.thread, self.dev), ext, corr, args
+        )
 
     def _memcpy(self, rec: Record) -> None:
         ext = self._id()
         n = rec[9] // 8
-        inputs = self._inputs(["", "", "False"], ["long int", "long int", "Scalar"], [[n], [n], []], [[1], [1], []])
+        inputs = self._inputs(
+            ["", "", "False"], ["long int", "long int", "Scalar"], [[n], [n], []], [[1], [1], []]
+        )
         self._x("cpu_op", "aten::copy_", self.thread, rec[2], rec[3], self._host_args(ext, inputs))
         if not self.cpu:
             corr = self._launch(rec, ext, "cudaMemcpyAsync")
             gbps = rec[9] / max(rec[7], 1e-3) / 1e3
-            self._device("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", rec, ext, corr, f', "bytes": {rec[9]}, "memory bandwidth (GB/s)": {gbps:.3f}')
+            self._device(
+                "gpu_memcpy",
+                "Memcpy HtoD (Pinned -> Device)",
+                rec,
+                ext,
+                corr,
+                f', "bytes": {rec[9]}, "memory bandwidth (GB/s)": {gbps:.3f}',
+            )
 
     def _runtime(self, rec: Record) -> None:
         corr = self._id()
-        self._x("cuda_runtime", rec[1], self.thread, rec[2], rec[3], f'"cbid": {CBID[rec[1]]}, "correlation": {corr}')
+        self._x(
+            "cuda_runtime",
+            rec[1],
+            self.thread,
+            rec[2],
+            rec[3],
+            f'"cbid": {CBID[rec[1]]}, "correlation": {corr}',
+        )
 
     # ---- communication -----------------------------------------------------------------------------------------
     def _comm(self, rec: Record) -> None:
@@ -323,9 +406,24 @@ class _RankFile:
             local = group.ranks.index(rec[9][0])
             width = self.job.cfg.hidden // self.job.mesh.tp
             shape = [n_in // width, width] if n_in % width == 0 else [n_in]
-            inputs = self._inputs(["", "", str(local), "0"], ["TensorList", "", "Scalar", "Scalar"], [[shape], [], [], []], [[_strides(shape)], [], [], []])
-            self._x("cpu_op", C10D[name], self.thread, rec[2], rec[3], self._host_args(host_ext, inputs, seq=True))
-            label = f"gloo:{name}" if self.cpu else (f"nccl:send {group.ranks.index(self.rank)}->{local}" if name == "send" else f"nccl:recv {group.ranks.index(self.rank)}<-{local}")
+            inputs = self._inputs(
+                ["", "", str(local), "0"],
+                ["TensorList", "", "Scalar", "Scalar"],
+                [[shape], [], [], []],
+                [[_strides(shape)], [], [], []],
+            )
+            self._x(
+                "cpu_op", C10D[name], self.thread, rec[2], rec[3], self._host_args(host_ext, inputs, seq=True)
+            )
+            label = (
+                f"gloo:{name}"
+                if self.cpu
+                else (
+                    f"nccl:send {group.ranks.index(self.rank)}->{local}"
+                    if name == "send"
+                    else f"nccl:recv {group.ranks.index(self.rank)}<-{local}"
+                )
+            )
             annotation = (label, t, shape)
         else:
             inputs = self._collective_inputs(name, n_in, n_out, t)
@@ -341,11 +439,25 @@ class _RankFile:
         if self.job.cfg.collective_args:
             launcher, kernel_args = self._param_comms(rec, group, t, shape)
         ann = self._id()
-        self._x("user_annotation", label, self.thread, rec[2] + rec[3] * 0.2, rec[3] * 0.75, self._host_args(ann, ann_inputs))
+        self._x(
+            "user_annotation",
+            label,
+            self.thread,
+            rec[2] + rec[3] * 0.2,
+            rec[3] * 0.75,
+            self._host_args(ann, ann_inputs),
+        )
         corr = self._launch(rec, launcher)
         nbytes = max(n_in, n_out) * DTYPE_BYTES.get(dtype, 4)
         algorithm = rec[9][2] if rec[0] == "C" else "RING"
-        self._device("kernel", kernels.nccl_kernel(name, dtype, algorithm, collectives.protocol(nbytes)), rec, launcher, corr, ", " + KERNEL_EXTRA + kernel_args)
+        self._device(
+            "kernel",
+            kernels.nccl_kernel(name, dtype, algorithm, collectives.protocol(nbytes)),
+            rec,
+            launcher,
+            corr,
+            ", " + KERNEL_EXTRA + kernel_args,
+        )
         self.lines.append(
             f'{{"ph": "X", "cat": "gpu_user_annotation", "name": {escape(label)}, "pid": {self.dev}, "tid": {STREAM_IDS[rec[8]]}, '
             f'"ts": {fmt(rec[6] + self.shift)}, "dur": {fmt(rec[7])}, "args": {{"External id": {ann}}}}}'
@@ -362,25 +474,68 @@ class _RankFile:
         inputs = self._inputs(
             ["", "", "", str(local), "", "[]", "[]", str(ranks[0]), str(stride), str(group.size)],
             [t, "", "", "Scalar", "", "ScalarList", "ScalarList", "Scalar", "Scalar", "Scalar"],
-            [shape, [], [], [], [], [], [], [], [], []], [_strides(shape), [], [], [], [], [], [], [], [], []],
+            [shape, [], [], [], [], [], [], [], [], []],
+            [_strides(shape), [], [], [], [], [], [], [], [], []],
         )
         ext = self._id()
-        self._x("cpu_op", "record_param_comms", self.thread, rec[2] + rec[3] * 0.1, rec[3] * 0.85, self._host_args(ext, args + ", " + inputs))
+        self._x(
+            "cpu_op",
+            "record_param_comms",
+            self.thread,
+            rec[2] + rec[3] * 0.1,
+            rec[3] * 0.85,
+            self._host_args(ext, args + ", " + inputs),
+        )
         on_kernel = args.split(', "Rank"')[0].split(', "Global rank start"')[0]
         return ext, ", " + on_kernel
 
     def _collective_inputs(self, name: str, n_in: int, n_out: int, t: str) -> str:
         if name == "allreduce":
-            return self._inputs(["", "", "", "", "True", "-1"], ["TensorList", "", "", "", "Scalar", "Scalar"], [[[n_in]], [], [], [], [], []], [[[1]], [], [], [], [], []])
+            return self._inputs(
+                ["", "", "", "", "True", "-1"],
+                ["TensorList", "", "", "", "Scalar", "Scalar"],
+                [[[n_in]], [], [], [], [], []],
+                [[[1]], [], [], [], [], []],
+            )
         if name == "_allgather_base":
-            return self._inputs(["", "", "", "False", "-1"], [t, t, "", "Scalar", "Scalar"], [[n_out], [n_in], [], [], []], [[1], [1], [], [], []])
+            return self._inputs(
+                ["", "", "", "False", "-1"],
+                [t, t, "", "Scalar", "Scalar"],
+                [[n_out], [n_in], [], [], []],
+                [[1], [1], [], [], []],
+            )
         if name == "_reduce_scatter_base":
-            return self._inputs(["", "", "", "", "False", "-1"], [t, t, "", "", "Scalar", "Scalar"], [[n_out], [n_in], [], [], [], []], [[1], [1], [], [], [], []])
+            return self._inputs(
+                ["", "", "", "", "False", "-1"],
+                [t, t, "", "", "Scalar", "Scalar"],
+                [[n_out], [n_in], [], [], [], []],
+                [[1], [1], [], [], [], []],
+            )
         if name == "broadcast":
-            return self._inputs(["", "", "0", "0", "False", "-1"], ["TensorList", "", "Scalar", "Scalar", "Scalar", "Scalar"], [[[n_in]], [], [], [], [], []], [[[1]], [], [], [], [], []])
-        return self._inputs(["", "", "", "[]", "[]", "-1"], [t, t, "", "ScalarList", "ScalarList", "Scalar"], [[n_out], [n_in], [], [], [], []], [[1], [1], [], [], [], []])
+            return self._inputs(
+                ["", "", "0", "0", "False", "-1"],
+                ["TensorList", "", "Scalar", "Scalar", "Scalar", "Scalar"],
+                [[[n_in]], [], [], [], [], []],
+                [[[1]], [], [], [], [], []],
+            )
+        return self._inputs(
+            ["", "", "", "[]", "[]", "-1"],
+            [t, t, "", "ScalarList", "ScalarList", "Scalar"],
+            [[n_out], [n_in], [], [], [], []],
+            [[1], [1], [], [], [], []],
+        )
 
-    def _gloo(self, rec: Record, group: Any, label: str, ann_inputs: str, name: str, n_in: int, n_out: int, dtype: str) -> None:
+    def _gloo(
+        self,
+        rec: Record,
+        group: Any,
+        label: str,
+        ann_inputs: str,
+        name: str,
+        n_in: int,
+        n_out: int,
+        dtype: str,
+    ) -> None:
         """The gloo work: on the main thread for send/recv, else on one of the group's runloop threads, with the
         small copies gloo runs itself at the end (gathered slices copied out; a reduce-scatter's average)."""
         start, dur = rec[6], rec[7]
@@ -401,7 +556,9 @@ class _RankFile:
             at = start + dur - pieces * (each + 0.5)
             for _ in range(pieces):
                 ext = self._id()
-                inputs = self._inputs(["", "", "False"], [t, t, "Scalar"], [[n_in], [n_in], []], [[1], [1], []])
+                inputs = self._inputs(
+                    ["", "", "False"], [t, t, "Scalar"], [[n_in], [n_in], []], [[1], [1], []]
+                )
                 self._x("cpu_op", "aten::copy_", tid, at, each, self._host_args(ext, inputs))
                 at += each + 0.5
         elif name == "_reduce_scatter_base":
@@ -411,8 +568,17 @@ class _RankFile:
             self._x("cpu_op", "aten::div_", tid, start + dur - each - 0.5, each, self._host_args(ext, inputs))
 
     handlers: ClassVar[dict[str, Any]] = {
-        "P": _annotation, "A": _annotation, "H": _annotation, "K": _kernel, "C": _comm, "S": _comm, "R": _comm,
-        "M": _memcpy, "Y": _runtime, "W": _runtime, "T": _thread,
+        "P": _annotation,
+        "A": _annotation,
+        "H": _annotation,
+        "K": _kernel,
+        "C": _comm,
+        "S": _comm,
+        "R": _comm,
+        "M": _memcpy,
+        "Y": _runtime,
+        "W": _runtime,
+        "T": _thread,
     }
 
 
@@ -421,12 +587,24 @@ def manifest(job: Job) -> dict[str, Any]:
     with global ranks and its real name, the DeviceMesh, the profiler schedule."""
     cfg, mesh = job.cfg, job.mesh
     names = mesh.torch2_names(cfg.dp_dim)
-    groups = sorted(({"name": names[g.index][0], "desc": names[g.index][1], "ranks": list(g.ranks)} for g in mesh.groups), key=lambda g: (g["desc"], g["ranks"]))
+    groups = sorted(
+        ({"name": names[g.index][0], "desc": names[g.index][1], "ranks": list(g.ranks)} for g in mesh.groups),
+        key=lambda g: (g["desc"], g["ranks"]),
+    )
     return {
-        "format": "paradiag.torch/1", "torch_version": TORCH_VERSION, "backend": "gloo" if job.spec.kind == "cpu" else "nccl",
-        "device_type": "cpu" if job.spec.kind == "cpu" else "cuda", "world_size": mesh.world,
-        "mesh": mesh.device_mesh(cfg.dp_dim), "groups": groups,
-        "schedule": {"wait": max(cfg.window_gap - 1, 0), "warmup": min(cfg.window_gap, 1), "active": cfg.steps, "repeat": cfg.windows, "skip_first": max(cfg.first_step - cfg.window_gap, 0)},
+        "format": "paradiag.torch/1",
+        "torch_version": TORCH_VERSION,
+        "backend": "gloo" if job.spec.kind == "cpu" else "nccl",
+        "device_type": "cpu" if job.spec.kind == "cpu" else "cuda",
+        "world_size": mesh.world,
+        "mesh": mesh.device_mesh(cfg.dp_dim),
+        "groups": groups,
+        "schedule": {
+            "wait": max(cfg.window_gap - 1, 0),
+            "warmup": min(cfg.window_gap, 1),
+            "active": cfg.steps,
+            "repeat": cfg.windows,
+            "skip_first": max(cfg.first_step - cfg.window_gap, 0),
+        },
         "started_ns": EPOCH_NS - 20_000_000_000,
     }
-

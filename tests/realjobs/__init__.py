@@ -47,15 +47,27 @@ def unavailable() -> str | None:
     """Why real jobs cannot run here (None when they can): no torch venv, or torch does not import in it."""
     python = torch_python()
     if not python.exists():
-        return (f"no torch venv: {python} is absent (`make peers` makes ~/.cache/paradiag-peers/torch; "
-                "PARADIAG_TORCH_PYTHON names another interpreter)")
+        return (
+            f"no torch venv: {python} is absent (`make peers` makes ~/.cache/paradiag-peers/torch; "
+            "PARADIAG_TORCH_PYTHON names another interpreter)"
+        )
     try:
-        done = subprocess.run([str(python), "-c", "import torch, torch.distributed as d; print(torch.__version__, d.is_available())"],
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [
+                str(python),
+                "-c",
+                "import torch, torch.distributed as d; print(torch.__version__, d.is_available())",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"torch venv {python} does not run: {exc}"
     if done.returncode != 0 or not done.stdout.strip().endswith("True"):
-        return f"torch.distributed does not import with {python}: {(done.stderr or done.stdout).strip()[-300:]}"
+        return (
+            f"torch.distributed does not import with {python}: {(done.stderr or done.stdout).strip()[-300:]}"
+        )
     return None
 
 
@@ -87,12 +99,46 @@ class JobSpec:
     stall_step: int = 1
 
     def argv(self, out: Path) -> list[str]:
-        args = ["--api", self.api, "--fault", self.fault, "--rank", str(self.rank), "--strength", str(self.strength),
-                "--hidden", str(self.hidden), "--blocks", str(self.blocks), "--batch", str(self.batch),
-                "--micro-batches", str(self.micro_batches), "--dp", str(self.dp), "--dp-wrap", self.dp_wrap,
-                "--slow-mode", self.slow_mode, "--seed", str(self.seed), "--profiler", self.profiler,
-                "--wait", str(self.wait), "--warmup", str(self.warmup), "--active", str(self.active),
-                "--repeat", str(self.repeat), "--stall-step", str(self.stall_step), "--out", str(out)]
+        args = [
+            "--api",
+            self.api,
+            "--fault",
+            self.fault,
+            "--rank",
+            str(self.rank),
+            "--strength",
+            str(self.strength),
+            "--hidden",
+            str(self.hidden),
+            "--blocks",
+            str(self.blocks),
+            "--batch",
+            str(self.batch),
+            "--micro-batches",
+            str(self.micro_batches),
+            "--dp",
+            str(self.dp),
+            "--dp-wrap",
+            self.dp_wrap,
+            "--slow-mode",
+            self.slow_mode,
+            "--seed",
+            str(self.seed),
+            "--profiler",
+            self.profiler,
+            "--wait",
+            str(self.wait),
+            "--warmup",
+            str(self.warmup),
+            "--active",
+            str(self.active),
+            "--repeat",
+            str(self.repeat),
+            "--stall-step",
+            str(self.stall_step),
+            "--out",
+            str(out),
+        ]
         return args
 
     # ----- the layout the job has and the diagnosis that is right for it
@@ -105,9 +151,16 @@ class JobSpec:
         if self.api in PIPELINES:
             return {"dp": 1, "tp": 1, "pp": w, "stages": [[r] for r in range(w)]}
         pp_or_tp = w // self.dp
-        grid = [[d * pp_or_tp + i for i in range(pp_or_tp)] for d in range(self.dp)]  # mesh (dp, x): row-major
+        grid = [
+            [d * pp_or_tp + i for i in range(pp_or_tp)] for d in range(self.dp)
+        ]  # mesh (dp, x): row-major
         if self.api == "mesh_dp_pp":
-            return {"dp": self.dp, "tp": 1, "pp": pp_or_tp, "stages": [[row[s] for row in grid] for s in range(pp_or_tp)]}
+            return {
+                "dp": self.dp,
+                "tp": 1,
+                "pp": pp_or_tp,
+                "stages": [[row[s] for row in grid] for s in range(pp_or_tp)],
+            }
         return {"dp": self.dp, "tp": pp_or_tp, "pp": 1, "stages": [list(range(w))]}
 
     def stage_of(self, rank: int) -> int:
@@ -124,33 +177,57 @@ class JobSpec:
         if self.fault == "heavy_stage":
             stage = self.stage_of(r)
             ranks = lay["stages"][stage]
-            return {"kinds": ["stage_imbalance"], "ranks": ranks, "stage": stage, "max_ranks": len(ranks),
-                    "truth": f"pipeline stage {stage} (ranks {ranks}) holds {1 + s:.2f}x the blocks of the others"}
+            return {
+                "kinds": ["stage_imbalance"],
+                "ranks": ranks,
+                "stage": stage,
+                "max_ranks": len(ranks),
+                "truth": f"pipeline stage {stage} (ranks {ranks}) holds {1 + s:.2f}x the blocks of the others",
+            }
         if self.fault == "slow_rank":
             pure_pp = self.api in PIPELINES
             kinds = ["slow_device", "stage_imbalance"] if pure_pp else ["slow_device"]
             if self.slow_mode == "extra":  # all the extra time is in aten::mm: a hotspot is a fair name too
                 kinds.append("operator_hotspot")
-            how = {"batch": f"a {round(s * 100)}% bigger local batch",
-                   "extra": f"extra matmuls worth {round(s * 100)}% of its layers' flops",
-                   "slowdown": f"every operator {1 + s:.2f}x as long (ops rerun, a slower device)"}[self.slow_mode]
+            how = {
+                "batch": f"a {round(s * 100)}% bigger local batch",
+                "extra": f"extra matmuls worth {round(s * 100)}% of its layers' flops",
+                "slowdown": f"every operator {1 + s:.2f}x as long (ops rerun, a slower device)",
+            }[self.slow_mode]
             out = {"kinds": kinds, "ranks": [r], "max_ranks": 1, "truth": f"rank {r} does {how} every step"}
             if pure_pp:
                 out["stage"] = self.stage_of(r)
             return out
         if self.fault == "host_stall":
-            return {"kinds": ["host_stall"], "ranks": [r], "max_ranks": 1,
-                    "truth": f"rank {r} sleeps {s:g} ms once, in active step {self.stall_step} of the last window"}
+            return {
+                "kinds": ["host_stall"],
+                "ranks": [r],
+                "max_ranks": 1,
+                "truth": f"rank {r} sleeps {s:g} ms once, in active step {self.stall_step} of the last window",
+            }
         if self.fault == "hotspot":
-            return {"kinds": ["operator_hotspot"], "ranks": [r], "max_ranks": 1, "operator": "aten::gelu",
-                    "truth": f"rank {r}'s GELU computes {max(2, round(s))}x the elements in one aten::gelu call"}
+            return {
+                "kinds": ["operator_hotspot"],
+                "ranks": [r],
+                "max_ranks": 1,
+                "operator": "aten::gelu",
+                "truth": f"rank {r}'s GELU computes {max(2, round(s))}x the elements in one aten::gelu call",
+            }
         if self.fault == "slow_collective":
-            return {"kinds": ["slow_link", "host_stall"], "ranks": [r], "max_ranks": self.world,
-                    "truth": f"rank {r}'s DDP comm hook sleeps {s:g} ms before each bucket's all_reduce: it joins "
-                             "every gradient all_reduce late while its compute is like its peers'"}
+            return {
+                "kinds": ["slow_link", "host_stall"],
+                "ranks": [r],
+                "max_ranks": self.world,
+                "truth": f"rank {r}'s DDP comm hook sleeps {s:g} ms before each bucket's all_reduce: it joins "
+                "every gradient all_reduce late while its compute is like its peers'",
+            }
         if self.fault == "slow_link":
-            return {"kinds": ["slow_link", "host_stall"], "ranks": [r], "max_ranks": 2,
-                    "truth": f"rank {r} sleeps {s:g} ms before each send to its next pipeline stage"}
+            return {
+                "kinds": ["slow_link", "host_stall"],
+                "ranks": [r],
+                "max_ranks": 2,
+                "truth": f"rank {r} sleeps {s:g} ms before each send to its next pipeline stage",
+            }
         raise ValueError(f"unknown fault {self.fault!r}")
 
     def describe(self) -> str:
@@ -191,7 +268,11 @@ def make_job(spec: JobSpec, out_dir: Path | str, *, timeout_s: float = 600, reus
     out_dir = Path(out_dir)
     folder = out_dir / spec.name
     sidecar = sidecar_path(spec, out_dir)
-    record: dict[str, Any] = {"spec": dataclasses.asdict(spec), "expected": spec.expected(), "describe": spec.describe()}
+    record: dict[str, Any] = {
+        "spec": dataclasses.asdict(spec),
+        "expected": spec.expected(),
+        "describe": spec.describe(),
+    }
     if reuse and sidecar.exists() and folder.is_dir():
         try:
             if json.loads(sidecar.read_text()).get("spec") == record["spec"]:
@@ -207,22 +288,46 @@ def make_job(spec: JobSpec, out_dir: Path | str, *, timeout_s: float = 600, reus
     env.update(OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo", PYTHONUNBUFFERED="1")
     output = ""
     for attempt in range(3):
-        cmd = [str(torch_python()), "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(spec.world),
-               "--master-addr", "127.0.0.1", "--master-port", str(_free_port()), str(JOB), *spec.argv(folder)]
+        cmd = [
+            str(torch_python()),
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            "1",
+            "--nproc-per-node",
+            str(spec.world),
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            str(_free_port()),
+            str(JOB),
+            *spec.argv(folder),
+        ]
         start = time.monotonic()
-        proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            env=env,
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         try:
             output, _ = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)  # the torchrun we started and its rank processes
             output, _ = proc.communicate()
-            raise JobFailed(f"job {spec.name} ({spec.describe()}) ran past {timeout_s:.0f} s:\n{_tail(output)}") from None
+            raise JobFailed(
+                f"job {spec.name} ({spec.describe()}) ran past {timeout_s:.0f} s:\n{_tail(output)}"
+            ) from None
         if proc.returncode == 0:
             break
         if "address already in use" not in output.lower() or attempt == 2:
-            raise JobFailed(f"job {spec.name} ({spec.describe()}) failed (exit {proc.returncode}): "
-                            f"{' '.join(cmd)}\n{_tail(output)}")
+            raise JobFailed(
+                f"job {spec.name} ({spec.describe()}) failed (exit {proc.returncode}): "
+                f"{' '.join(cmd)}\n{_tail(output)}"
+            )
     record["wall_s"] = float(f"{time.monotonic() - start:.1f}")
     record["files"] = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
     tmp = sidecar.with_suffix(".tmp")
@@ -282,8 +387,9 @@ def layout_read(spec: JobSpec, report: dict[str, Any]) -> tuple[bool, str]:
     return ok, f"{got} found_by {found_by or '?'} (job: dp{want['dp']} tp{want['tp']} pp{want['pp']})"
 
 
-def analyze(folder: Path, cache_dir: Path | None = None, python: str | None = None,
-            timeout_s: float = 600) -> dict[str, Any]:
+def analyze(
+    folder: Path, cache_dir: Path | None = None, python: str | None = None, timeout_s: float = 600
+) -> dict[str, Any]:
     """`paradiag analyze --json FOLDER` in a subprocess of this interpreter (the checkout's paradiag), with its
     cache under `cache_dir` when given: the report's object."""
     env = dict(os.environ)
@@ -291,12 +397,31 @@ def analyze(folder: Path, cache_dir: Path | None = None, python: str | None = No
         env["PARADIAG_CACHE_DIR"] = str(cache_dir)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
     cli = "import sys; from paradiag.cli import main; sys.argv[0] = 'paradiag'; main()"
-    done = subprocess.run([python or sys.executable, "-c", cli, "analyze", "--json", str(folder)],
-                          capture_output=True, text=True, env=env, timeout=timeout_s)
+    done = subprocess.run(
+        [python or sys.executable, "-c", cli, "analyze", "--json", str(folder)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout_s,
+    )
     if done.returncode != 0:
-        raise RuntimeError(f"paradiag analyze --json {folder} exited {done.returncode}: {done.stderr.strip()[-2000:]}")
+        raise RuntimeError(
+            f"paradiag analyze --json {folder} exited {done.returncode}: {done.stderr.strip()[-2000:]}"
+        )
     return json.loads(done.stdout)
 
 
-__all__ = ["MESH_APIS", "PIPELINES", "JobFailed", "JobSpec", "analyze", "finding_text", "judge", "layout_read",
-           "make_job", "sidecar_path", "top_finding", "unavailable"]
+__all__ = [
+    "MESH_APIS",
+    "PIPELINES",
+    "JobFailed",
+    "JobSpec",
+    "analyze",
+    "finding_text",
+    "judge",
+    "layout_read",
+    "make_job",
+    "sidecar_path",
+    "top_finding",
+    "unavailable",
+]

@@ -39,14 +39,23 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-PIPE_SCHEDULES = {"pipe_gpipe": "ScheduleGPipe", "pipe_1f1b": "Schedule1F1B", "pipe_interleaved": "ScheduleInterleaved1F1B"}
+PIPE_SCHEDULES = {
+    "pipe_gpipe": "ScheduleGPipe",
+    "pipe_1f1b": "Schedule1F1B",
+    "pipe_interleaved": "ScheduleInterleaved1F1B",
+}
 
 
 def options(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--api", required=True, choices=["ddp", "fsdp2", *PIPE_SCHEDULES, "isend", "mesh_dp_pp", "mesh_dp_tp"])
-    p.add_argument("--fault", default="none",
-                   choices=["none", "slow_rank", "host_stall", "heavy_stage", "slow_collective", "slow_link", "hotspot"])
+    p.add_argument(
+        "--api", required=True, choices=["ddp", "fsdp2", *PIPE_SCHEDULES, "isend", "mesh_dp_pp", "mesh_dp_tp"]
+    )
+    p.add_argument(
+        "--fault",
+        default="none",
+        choices=["none", "slow_rank", "host_stall", "heavy_stage", "slow_collective", "slow_link", "hotspot"],
+    )
     p.add_argument("--rank", type=int, default=1, help="the rank the fault is injected on")
     p.add_argument("--strength", type=float, default=0.5)
     p.add_argument("--slow-mode", choices=["slowdown", "extra", "batch"], default="slowdown")
@@ -62,7 +71,9 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--active", type=int, default=3)
     p.add_argument("--repeat", type=int, default=1)
-    p.add_argument("--stall-step", type=int, default=1, help="host_stall: the active step (of the last window) it hits")
+    p.add_argument(
+        "--stall-step", type=int, default=1, help="host_stall: the active step (of the last window) it hits"
+    )
     p.add_argument("--out", required=True)
     return p.parse_args(argv)
 
@@ -150,17 +161,27 @@ class Slowdown:
 def make_profiler(args: argparse.Namespace, rank: int, mesh: object = None):
     out = Path(args.out)
     if args.profiler == "paradiag":
-        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout's paradiag (torch.py: stdlib only)
+        sys.path.insert(
+            0, str(Path(__file__).resolve().parents[2])
+        )  # the checkout's paradiag (torch.py: stdlib only)
         import paradiag.torch
 
-        return paradiag.torch.profile(out, mesh=mesh, wait=args.wait, warmup=args.warmup, active=args.active,
-                                      repeat=args.repeat)
+        return paradiag.torch.profile(
+            out, mesh=mesh, wait=args.wait, warmup=args.warmup, active=args.active, repeat=args.repeat
+        )
     from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
-    handler = (tensorboard_trace_handler(str(out), worker_name=f"rank{rank}") if args.profiler == "named"
-               else tensorboard_trace_handler(str(out)))
-    return profile(activities=[ProfilerActivity.CPU], record_shapes=True, on_trace_ready=handler,
-                   schedule=schedule(wait=args.wait, warmup=args.warmup, active=args.active, repeat=args.repeat))
+    handler = (
+        tensorboard_trace_handler(str(out), worker_name=f"rank{rank}")
+        if args.profiler == "named"
+        else tensorboard_trace_handler(str(out))
+    )
+    return profile(
+        activities=[ProfilerActivity.CPU],
+        record_shapes=True,
+        on_trace_ready=handler,
+        schedule=schedule(wait=args.wait, warmup=args.warmup, active=args.active, repeat=args.repeat),
+    )
 
 
 def total_steps(args: argparse.Namespace) -> int:
@@ -172,7 +193,9 @@ def stall_iteration(args: argparse.Namespace) -> int:
     return (args.repeat - 1) * cycle + args.wait + args.warmup + min(args.stall_step, args.active - 1)
 
 
-def batch_for(args: argparse.Namespace, step: int, who: int, rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def batch_for(
+    args: argparse.Namespace, step: int, who: int, rows: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(args.seed * 100003 + step * 101 + who)
     n = rows or args.batch
     return torch.randn(n, args.hidden, generator=g), torch.randn(n, args.hidden, generator=g)
@@ -341,7 +364,7 @@ def run_isend(args: argparse.Namespace, rank: int, world: int) -> None:
         inputs, outputs, sends = [], [], []
         for mb in range(m):
             if rank == 0:
-                inp = x[mb * rows:(mb + 1) * rows].clone()
+                inp = x[mb * rows : (mb + 1) * rows].clone()
             else:
                 inp = torch.empty(rows, args.hidden)
                 dist.irecv(inp, src=rank - 1).wait()
@@ -355,7 +378,7 @@ def run_isend(args: argparse.Namespace, rank: int, world: int) -> None:
             outputs.append(out)
         for mb in reversed(range(m)):
             if rank == world - 1:
-                loss_fn(outputs[mb], y[mb * rows:(mb + 1) * rows]).backward()
+                loss_fn(outputs[mb], y[mb * rows : (mb + 1) * rows]).backward()
             else:
                 grad = torch.empty(rows, args.hidden)
                 dist.irecv(grad, src=rank + 1).wait()
@@ -398,7 +421,7 @@ def run_tensor_parallel(args: argparse.Namespace, rank: int, world: int) -> None
         flat.div_(args.dp)
         offset = 0
         for g in local:
-            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            g.copy_(flat[offset : offset + g.numel()].view_as(g))
             offset += g.numel()
         opt.step()
         opt.zero_grad()

@@ -37,7 +37,9 @@ def render_comm(sel: dict[str, Any] | None, metric: str, drill: dict[str, Any] |
     return comm_figure(data, metric if metric in METRICS else "slowness", selected)
 
 
-def drill_comm(click: dict[str, Any] | None, _up: int | None, drill: dict[str, Any] | None, sel: dict[str, Any] | None) -> Any:
+def drill_comm(
+    click: dict[str, Any] | None, _up: int | None, drill: dict[str, Any] | None, sel: dict[str, Any] | None
+) -> Any:
     """A click on a block (stage or node) opens it; "up" goes back one level."""
     if not sel or not sel.get("job"):
         return no_update
@@ -48,7 +50,11 @@ def drill_comm(click: dict[str, Any] | None, _up: int | None, drill: dict[str, A
     if not point:
         return no_update
     opened = path[-1] if path else {}
-    block = block_at(view(context.job(sel["job"]), opened.get("src"), opened.get("dst")), str(point.get("y"))[:200], str(point.get("x"))[:200])
+    block = block_at(
+        view(context.job(sel["job"]), opened.get("src"), opened.get("dst")),
+        str(point.get("y"))[:200],
+        str(point.get("x"))[:200],
+    )
     return {"job": sel["job"], "path": [*path, block]} if block else no_update
 
 
@@ -58,14 +64,34 @@ def comm_instances(click: dict[str, Any] | None, sel: dict[str, Any] | None) -> 
         return no_update
     src, dst = coerce.integer(point.get("y"), 0), coerce.integer(point.get("x"), 0)
     if src is None or dst is None:
-        return html.P(f"{str(point.get('y'))[:80]} → {str(point.get('x'))[:80]} opened: click a link between two ranks for its instances", className="pd-help")
+        return html.P(
+            f"{str(point.get('y'))[:80]} → {str(point.get('x'))[:80]} opened: click a link between two ranks for its instances",
+            className="pd-help",
+        )
     rows = link_instances(context.job(sel["job"]), src, dst)
     if not rows:
         return html.P(f"no collective instance shared by ranks {src} and {dst}", className="pd-help")
     head = html.Tr([html.Th(h) for h in ("collective", "group", "step", "transfer ms", "wait ms", "MB")])
-    body = [html.Tr([html.Td(r["collective"]), html.Td(r["group"][:12]), html.Td(r["step"]), html.Td(f"{r['transfer_ms']:.3f}"), html.Td(f"{r['wait_ms']:.3f}"), html.Td(f"{(r['bytes'] or 0) / 1e6:.1f}")]) for r in rows]
-    return [html.P(f"link {src} → {dst}: slowest instances first (the slowest is selected in the timeline)", className="pd-help"), html.Table([head, *body])]
-
+    body = [
+        html.Tr(
+            [
+                html.Td(r["collective"]),
+                html.Td(r["group"][:12]),
+                html.Td(r["step"]),
+                html.Td(f"{r['transfer_ms']:.3f}"),
+                html.Td(f"{r['wait_ms']:.3f}"),
+                html.Td(f"{(r['bytes'] or 0) / 1e6:.1f}"),
+            ]
+        )
+        for r in rows
+    ]
+    return [
+        html.P(
+            f"link {src} → {dst}: slowest instances first (the slowest is selected in the timeline)",
+            className="pd-help",
+        ),
+        html.Table([head, *body]),
+    ]
 
 
 def panel() -> html.Section:
@@ -75,7 +101,14 @@ def panel() -> html.Section:
             className="pd-toolbar",
             children=[
                 html.Button("◀ up", id=ids.COMM_UP, className="pd-button"),
-                dcc.RadioItems(id=ids.COMM_METRIC, options=[{"label": f" {m}", "value": m} for m in ("slowness", "bandwidth", "bytes", "time")], value="slowness", inline=True),
+                dcc.RadioItems(
+                    id=ids.COMM_METRIC,
+                    options=[
+                        {"label": f" {m}", "value": m} for m in ("slowness", "bandwidth", "bytes", "time")
+                    ],
+                    value="slowness",
+                    inline=True,
+                ),
             ],
         ),
         dcc.Store(id=ids.COMM_DRILL, data={}),
@@ -88,6 +121,27 @@ def panel() -> html.Section:
 def register(app: Dash) -> None:
     sel = boundary.selection
     comm_metric = boundary.one_of(METRICS, "slowness")
-    boundary.callback(app, Output(ids.COMM_MATRIX, "figure"), In(view_store("comm"), "data", sel), In(ids.COMM_METRIC, "value", comm_metric), In(ids.COMM_DRILL, "data", boundary.drill), prevent_initial_call=True)(render_comm)
-    boundary.callback(app, Output(ids.COMM_DRILL, "data"), In(ids.COMM_MATRIX, "clickData", boundary.event), In(ids.COMM_UP, "n_clicks", boundary.count), St(ids.COMM_DRILL, "data", boundary.drill), St(ids.SELECTION, "data", sel), prevent_initial_call=True)(drill_comm)
-    boundary.callback(app, Output(ids.COMM_INSTANCES, "children"), In(ids.COMM_MATRIX, "clickData", boundary.event), St(ids.SELECTION, "data", sel), prevent_initial_call=True)(comm_instances)
+    boundary.callback(
+        app,
+        Output(ids.COMM_MATRIX, "figure"),
+        In(view_store("comm"), "data", sel),
+        In(ids.COMM_METRIC, "value", comm_metric),
+        In(ids.COMM_DRILL, "data", boundary.drill),
+        prevent_initial_call=True,
+    )(render_comm)
+    boundary.callback(
+        app,
+        Output(ids.COMM_DRILL, "data"),
+        In(ids.COMM_MATRIX, "clickData", boundary.event),
+        In(ids.COMM_UP, "n_clicks", boundary.count),
+        St(ids.COMM_DRILL, "data", boundary.drill),
+        St(ids.SELECTION, "data", sel),
+        prevent_initial_call=True,
+    )(drill_comm)
+    boundary.callback(
+        app,
+        Output(ids.COMM_INSTANCES, "children"),
+        In(ids.COMM_MATRIX, "clickData", boundary.event),
+        St(ids.SELECTION, "data", sel),
+        prevent_initial_call=True,
+    )(comm_instances)

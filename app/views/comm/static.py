@@ -10,4 +10,9 @@ from paradiag.dataset import Job
 
 
 def static(job: Job, report: dict[str, Any]) -> list[tuple[str, Any]]:
-    return [("Communication matrix (how much slower each link is than comparable links)", comm_figure(view(job), "slowness"))]
+    return [
+        (
+            "Communication matrix (how much slower each link is than comparable links)",
+            comm_figure(view(job), "slowness"),
+        )
+    ]

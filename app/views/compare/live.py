@@ -63,7 +63,11 @@ def render_compare(view: dict[str, Any] | None) -> tuple[Any, Any, Any]:
         return [html.P(doc["refused"], className="pd-warning pd-compare-refused")], refused, refused
     warning = layout_warning(base, job)
     pairing = html.P(doc["rank_pairing"]["text"], className="pd-help")
-    return ([html.P(warning, className="pd-warning")] if warning else []) + [pairing, *summary(doc)], rank_changes_figure(doc), operator_changes_figure(doc)
+    return (
+        ([html.P(warning, className="pd-warning")] if warning else []) + [pairing, *summary(doc)],
+        rank_changes_figure(doc),
+        operator_changes_figure(doc),
+    )
 
 
 def layout_warning(base: Job, job: Job) -> str | None:
@@ -80,10 +84,20 @@ def summary(doc: dict[str, Any]) -> list[Any]:
     pct = step["delta_pct"]
     items = [
         html.P([html.B("top change: "), change_text(top)], className="pd-compare-top"),
-        html.P(f"median step {ms(step['baseline'])} → {ms(step['candidate'])} ms" + (f" ({pct:+.1f}%)" if pct is not None else "")),
+        html.P(
+            f"median step {ms(step['baseline'])} → {ms(step['candidate'])} ms"
+            + (f" ({pct:+.1f}%)" if pct is not None else "")
+        ),
     ]
-    changes = [html.Li(f"{sign} {what}: {_finding(f)}") for sign, what in (("+", "appeared"), ("−", "disappeared")) for f in found[what]]
-    return [*items, html.Ul(changes or [html.Li("no finding appeared or disappeared")], className="pd-compare-findings")]
+    changes = [
+        html.Li(f"{sign} {what}: {_finding(f)}")
+        for sign, what in (("+", "appeared"), ("−", "disappeared"))
+        for f in found[what]
+    ]
+    return [
+        *items,
+        html.Ul(changes or [html.Li("no finding appeared or disappeared")], className="pd-compare-findings"),
+    ]
 
 
 def _finding(f: dict[str, Any]) -> str:
@@ -94,9 +108,19 @@ def _finding(f: dict[str, Any]) -> str:
 def panel() -> html.Section:
     return panel_of(
         "Compare with a baseline",
-        dcc.Dropdown(id=ids.BASELINE_PICKER, options=[], value="", clearable=False, placeholder="baseline job", className="pd-baseline-picker"),
+        dcc.Dropdown(
+            id=ids.BASELINE_PICKER,
+            options=[],
+            value="",
+            clearable=False,
+            placeholder="baseline job",
+            className="pd-baseline-picker",
+        ),
         html.Div(id=ids.COMPARE_SUMMARY, className="pd-compare-summary"),
-        html.Div(className="pd-row", children=[graph(ids.COMPARE_RANKS, modebar=False), graph(ids.COMPARE_OPERATORS, modebar=False)]),
+        html.Div(
+            className="pd-row",
+            children=[graph(ids.COMPARE_RANKS, modebar=False), graph(ids.COMPARE_OPERATORS, modebar=False)],
+        ),
         class_name="pd-compare",
         help_text="paradiag compare: this job against a served folder, a sample or one of your uploads",
     )

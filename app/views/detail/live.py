@@ -34,15 +34,35 @@ def render_detail(view: dict[str, Any] | None) -> tuple[Any, ...]:
     rank = detail_rank(job, sel.ranks)
     data = detail_data(job, rank, sel.step, sel.op)
     peers = data["peers"]
-    title = f"rank {rank}, step {sel.step}, against stage peers {', '.join(map(str, peers[:12])) or '(none)'}" + (f" and {len(peers) - 12} more" if len(peers) > 12 else "")
-    return title, fig.operators_figure(data), fig.breakdown_figure(data), fig.distribution_figure(data), fig.collectives_figure(data)
+    title = (
+        f"rank {rank}, step {sel.step}, against stage peers {', '.join(map(str, peers[:12])) or '(none)'}"
+        + (f" and {len(peers) - 12} more" if len(peers) > 12 else "")
+    )
+    return (
+        title,
+        fig.operators_figure(data),
+        fig.breakdown_figure(data),
+        fig.distribution_figure(data),
+        fig.collectives_figure(data),
+    )
 
 
 def panel() -> html.Section:
     return panel_of(
         "Device detail",
         html.Div(id=ids.DETAIL_TITLE, className="pd-help"),
-        html.Div(className="pd-detail-grid", children=[graph(g, modebar=False) for g in (ids.DETAIL_OPERATORS, ids.DETAIL_BREAKDOWN, ids.DETAIL_DISTRIBUTION, ids.DETAIL_COLLECTIVES)]),
+        html.Div(
+            className="pd-detail-grid",
+            children=[
+                graph(g, modebar=False)
+                for g in (
+                    ids.DETAIL_OPERATORS,
+                    ids.DETAIL_BREAKDOWN,
+                    ids.DETAIL_DISTRIBUTION,
+                    ids.DETAIL_COLLECTIVES,
+                )
+            ],
+        ),
         class_name="pd-detail",
     )
 

@@ -19,7 +19,9 @@ FIELDS = {"flow": ("job", "step", "op", "stage", "at")}
 REPEATS = "repeats"  # the flow's expand value that opens every repeated block
 
 
-def render_flow(sel: dict[str, Any] | None, color_by: str, expand: list[str] | None, drawn: dict[str, Any] | None = None) -> tuple[Any, Any, Any]:
+def render_flow(
+    sel: dict[str, Any] | None, color_by: str, expand: list[str] | None, drawn: dict[str, Any] | None = None
+) -> tuple[Any, Any, Any]:
     """The figure, the expand options (every block, and each block opened by a click: untick to close), and what
     is drawn; when only the selected node changed, a ``Patch`` of its ring alone."""
     if not sel or not sel.get("job") or sel.get("step") is None:
@@ -33,7 +35,9 @@ def render_flow(sel: dict[str, Any] | None, color_by: str, expand: list[str] | N
         patch = Patch()
         patch["data"][drawn["traces"] - 1] = ring(data, selected).to_plotly_json()
         return patch, no_update, no_update
-    options = [{"label": " expand every repeated block", "value": REPEATS}] + [{"label": f" stage {k.partition(':')[0]} block {k.partition(':')[2]}", "value": k} for k in opened]
+    options = [{"label": " expand every repeated block", "value": REPEATS}] + [
+        {"label": f" stage {k.partition(':')[0]} block {k.partition(':')[2]}", "value": k} for k in opened
+    ]
     fig = flow_figure(data, color_by, flow_p2p(job, sel["step"]), selected)
     return fig, options, {"key": key, "traces": len(fig.data)}
 
@@ -47,15 +51,27 @@ def open_block(click: dict[str, Any] | None, expand: list[str] | None) -> Any:
     return [*(expand or []), block]
 
 
-
 def panel() -> html.Section:
     return panel_of(
         "Execution flow",
         html.Div(
             className="pd-toolbar",
             children=[
-                dcc.RadioItems(id=ids.FLOW_COLOR, options=[{"label": " imbalance", "value": "imbalance"}, {"label": " measured time", "value": "time"}], value="imbalance", inline=True),
-                dcc.Checklist(id=ids.FLOW_EXPAND, options=[{"label": " expand repeated blocks", "value": REPEATS}], value=[], inline=True),
+                dcc.RadioItems(
+                    id=ids.FLOW_COLOR,
+                    options=[
+                        {"label": " imbalance", "value": "imbalance"},
+                        {"label": " measured time", "value": "time"},
+                    ],
+                    value="imbalance",
+                    inline=True,
+                ),
+                dcc.Checklist(
+                    id=ids.FLOW_EXPAND,
+                    options=[{"label": " expand repeated blocks", "value": REPEATS}],
+                    value=[],
+                    inline=True,
+                ),
             ],
         ),
         dcc.Store(id=ids.FLOW_DRAWN, data={}),
@@ -68,6 +84,22 @@ def panel() -> html.Section:
 def register(app: Dash) -> None:
     sel = boundary.selection
     flow_colors = boundary.one_of(("imbalance", "time"), "imbalance")
-    boundary.callback(app, Output(ids.FLOW, "figure"), Output(ids.FLOW_EXPAND, "options"), Output(ids.FLOW_DRAWN, "data"), In(view_store("flow"), "data", sel), In(ids.FLOW_COLOR, "value", flow_colors), In(ids.FLOW_EXPAND, "value", boundary.texts), St(ids.FLOW_DRAWN, "data", boundary.drawn), prevent_initial_call=True)(render_flow)
+    boundary.callback(
+        app,
+        Output(ids.FLOW, "figure"),
+        Output(ids.FLOW_EXPAND, "options"),
+        Output(ids.FLOW_DRAWN, "data"),
+        In(view_store("flow"), "data", sel),
+        In(ids.FLOW_COLOR, "value", flow_colors),
+        In(ids.FLOW_EXPAND, "value", boundary.texts),
+        St(ids.FLOW_DRAWN, "data", boundary.drawn),
+        prevent_initial_call=True,
+    )(render_flow)
     # Answers clicks only: its call on a new page (a request answered with nothing) went ahead of the first screen's.
-    boundary.callback(app, Output(ids.FLOW_EXPAND, "value"), In(ids.FLOW, "clickData", boundary.event), St(ids.FLOW_EXPAND, "value", boundary.texts), prevent_initial_call=True)(open_block)
+    boundary.callback(
+        app,
+        Output(ids.FLOW_EXPAND, "value"),
+        In(ids.FLOW, "clickData", boundary.event),
+        St(ids.FLOW_EXPAND, "value", boundary.texts),
+        prevent_initial_call=True,
+    )(open_block)

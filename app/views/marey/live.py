@@ -27,7 +27,8 @@ FIELDS = {"marey": ("job", "step", "window", "op", "stage", "at")}
 CLICK_DELAY_MS = 400
 # The click passed on names its operator (a hover point's customdata holds the operator's index in the figure's
 # list of names: paradiag.app.figures.marey.OPERATORS).
-DEFER_CLICK = """
+DEFER_CLICK = (
+    """
 async function(click) {
     const times = window.__pdMareyClicks || {pressAt: Date.now(), resetAt: 0};  // assets/marey_clicks.js
     const pressed = times.pressAt;
@@ -47,10 +48,18 @@ async function(click) {
     if (times.resetAt >= pressed) { return window.dash_clientside.no_update; }
     return Object.assign({}, click, {points: points});
 }
-""".replace("DELAY", str(CLICK_DELAY_MS)).replace("MAREY", ids.MAREY).replace("OPERATORS", OPERATORS)
+""".replace("DELAY", str(CLICK_DELAY_MS))
+    .replace("MAREY", ids.MAREY)
+    .replace("OPERATORS", OPERATORS)
+)
 
 
-def render_marey(sel: dict[str, Any] | None, expand: list[str] | None, toggles: list[str] | None = None, drawn: dict[str, Any] | None = None) -> tuple[Any, Any, Any]:
+def render_marey(
+    sel: dict[str, Any] | None,
+    expand: list[str] | None,
+    toggles: list[str] | None = None,
+    drawn: dict[str, Any] | None = None,
+) -> tuple[Any, Any, Any]:
     """The figure, the expand options that fit it (every device, each stage by mesh group, each group drawn
     folded), and what is drawn; when only the selected instance changed, a ``Patch`` of the outline alone.
     ``toggles`` holding "path": the step's critical path drawn too."""
@@ -70,9 +79,10 @@ def render_marey(sel: dict[str, Any] | None, expand: list[str] | None, toggles: 
         patch["data"][drawn["traces"] - 1] = highlight(data, selected).to_plotly_json()
         return patch, no_update, no_update
     path = critical_path(job, sel["step"], window) if with_path else None
-    fig = marey_figure(data, selected=selected, uirevision=f"{sel['job']}|{sel['step']}|{','.join(key[3])}", path=path)
+    fig = marey_figure(
+        data, selected=selected, uirevision=f"{sel['job']}|{sel['step']}|{','.join(key[3])}", path=path
+    )
     return fig, data["expandable"], {"key": key, "traces": len(fig.data)}
-
 
 
 def panel() -> html.Section:
@@ -82,8 +92,18 @@ def panel() -> html.Section:
             className="pd-toolbar",
             children=[
                 html.Button("◀ back", id=ids.MAREY_BACK, className="pd-button"),
-                dcc.Checklist(id=ids.MAREY_EXPAND, options=[{"label": " all devices", "value": "devices"}], value=[], inline=True),
-                dcc.Checklist(id=ids.MAREY_PATH, options=[{"label": " critical path", "value": "path"}], value=[], inline=True),
+                dcc.Checklist(
+                    id=ids.MAREY_EXPAND,
+                    options=[{"label": " all devices", "value": "devices"}],
+                    value=[],
+                    inline=True,
+                ),
+                dcc.Checklist(
+                    id=ids.MAREY_PATH,
+                    options=[{"label": " critical path", "value": "path"}],
+                    value=[],
+                    inline=True,
+                ),
             ],
         ),
         dcc.Store(id=ids.ZOOM_STACK, data=[]),
@@ -97,6 +117,22 @@ def panel() -> html.Section:
 
 
 def register(app: Dash) -> None:
-    boundary.clientside(app, DEFER_CLICK, Output(ids.MAREY_CLICK, "data"), Input(ids.MAREY, "clickData"), prevent_initial_call=True)
+    boundary.clientside(
+        app,
+        DEFER_CLICK,
+        Output(ids.MAREY_CLICK, "data"),
+        Input(ids.MAREY, "clickData"),
+        prevent_initial_call=True,
+    )
     sel = boundary.selection
-    boundary.callback(app, Output(ids.MAREY, "figure"), Output(ids.MAREY_EXPAND, "options"), Output(ids.MAREY_DRAWN, "data"), In(view_store("marey"), "data", sel), In(ids.MAREY_EXPAND, "value", boundary.keys(EXPAND_KEY)), In(ids.MAREY_PATH, "value", boundary.texts), St(ids.MAREY_DRAWN, "data", boundary.drawn), prevent_initial_call=True)(render_marey)
+    boundary.callback(
+        app,
+        Output(ids.MAREY, "figure"),
+        Output(ids.MAREY_EXPAND, "options"),
+        Output(ids.MAREY_DRAWN, "data"),
+        In(view_store("marey"), "data", sel),
+        In(ids.MAREY_EXPAND, "value", boundary.keys(EXPAND_KEY)),
+        In(ids.MAREY_PATH, "value", boundary.texts),
+        St(ids.MAREY_DRAWN, "data", boundary.drawn),
+        prevent_initial_call=True,
+    )(render_marey)

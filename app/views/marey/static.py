@@ -20,9 +20,13 @@ def static(job: Job, report: dict[str, Any]) -> list[tuple[str, Any]]:
     step = opening_step(job)
     if step is None:
         return []
-    fig = marey_figure(marey_data(job, step, None, merge_frac=STATIC_MERGE_FRAC), path=critical_path(job, step))
+    fig = marey_figure(
+        marey_data(job, step, None, merge_frac=STATIC_MERGE_FRAC), path=critical_path(job, step)
+    )
     which = "the step the top finding cites" if step == focus_of(job).step else "the slowest step"
-    return [(f"Marey's graph of step {step} ({which}) with its critical path", (path_text(report, step), fig))]
+    return [
+        (f"Marey's graph of step {step} ({which}) with its critical path", (path_text(report, step), fig))
+    ]
 
 
 def path_text(report: dict[str, Any], step: int) -> str:

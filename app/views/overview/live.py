@@ -47,14 +47,23 @@ def marked(job: Job, mark: Selection) -> dict[str, Any]:
     return {"ranks": mark.ranks or top["ranks"], "step": mark.step}
 
 
-def render_heatmap(job_view: dict[str, Any] | None, metric: str, expanded: list[str] | None, mark_view: dict[str, Any] | None) -> go.Figure:
+def render_heatmap(
+    job_view: dict[str, Any] | None, metric: str, expanded: list[str] | None, mark_view: dict[str, Any] | None
+) -> go.Figure:
     sel = Selection.from_store(job_view)
     if not sel.job:
         return no_update
     job = context.job(sel.job)
     rows = rows_of(job, metric, expanded)
     shown = metric_of(job, metric)
-    return heatmap_figure(rows, overview(job)["steps"], shown, METRICS[shown], marked(job, Selection.from_store(mark_view)), caption=caption(job, metric))
+    return heatmap_figure(
+        rows,
+        overview(job)["steps"],
+        shown,
+        METRICS[shown],
+        marked(job, Selection.from_store(mark_view)),
+        caption=caption(job, metric),
+    )
 
 
 def mark_heatmap(mark_view: dict[str, Any] | None, metric: str, expanded: list[str] | None) -> Any:
@@ -64,7 +73,9 @@ def mark_heatmap(mark_view: dict[str, Any] | None, metric: str, expanded: list[s
         return no_update
     job = context.job(sel.job)
     patch = Patch()
-    patch["layout"]["shapes"] = heatmap_shapes(rows_of(job, metric, expanded), overview(job)["steps"], marked(job, sel))
+    patch["layout"]["shapes"] = heatmap_shapes(
+        rows_of(job, metric, expanded), overview(job)["steps"], marked(job, sel)
+    )
     return patch
 
 
@@ -73,7 +84,9 @@ def _mark_alone() -> bool:
     return ctx.triggered_id == view_store("mark") and len(ctx.triggered) == 1
 
 
-def heatmap(job_view: dict[str, Any] | None, metric: str, expanded: list[str] | None, mark_view: dict[str, Any] | None) -> Any:
+def heatmap(
+    job_view: dict[str, Any] | None, metric: str, expanded: list[str] | None, mark_view: dict[str, Any] | None
+) -> Any:
     """The heatmap's callback: the whole figure, or only its outline when the mark alone changed."""
     if _mark_alone():
         return mark_heatmap(mark_view, metric, expanded)
@@ -87,7 +100,14 @@ def render_steps(job_view: dict[str, Any] | None, mark_view: dict[str, Any] | No
     job = context.job(sel.job)
     ov = overview(job)
     f = focus_of(job)
-    return steps_figure(ov["steps"], ov["ranks"], ov["metrics"]["step_ms"], f.single, Selection.from_store(mark_view).step, focus=steps_focus(job))
+    return steps_figure(
+        ov["steps"],
+        ov["ranks"],
+        ov["metrics"]["step_ms"],
+        f.single,
+        Selection.from_store(mark_view).step,
+        focus=steps_focus(job),
+    )
 
 
 def mark_steps(mark_view: dict[str, Any] | None) -> Any:
@@ -107,7 +127,13 @@ def steps(job_view: dict[str, Any] | None, mark_view: dict[str, Any] | None) -> 
     return render_steps(job_view, mark_view)
 
 
-def toggle_group(click: dict[str, Any] | None, expanded: list[str] | None, known: list[Any] | None, job_view: dict[str, Any] | None, metric: str) -> tuple[Any, Any]:
+def toggle_group(
+    click: dict[str, Any] | None,
+    expanded: list[str] | None,
+    known: list[Any] | None,
+    job_view: dict[str, Any] | None,
+    metric: str,
+) -> tuple[Any, Any]:
     """A click on a folded row unfolds it: (unfolded groups, the tick boxes of every group unfolded so far). A
     click on a rank's own row selects the rank and folds nothing. Called by the selection reducer, which the
     same click reaches (``paradiag.app.callbacks.selection``)."""
@@ -120,7 +146,9 @@ def toggle_group(click: dict[str, Any] | None, expanded: list[str] | None, known
     if not row or not row.get("group") or len(row["ranks"]) < 2 or row["group"] in (expanded or []):
         return no_update, no_update
     names = [o["value"] for o in known or []]
-    options = (known or []) + ([] if row["group"] in names else [{"label": f" {row['group']}", "value": row["group"]}])
+    options = (known or []) + (
+        [] if row["group"] in names else [{"label": f" {row['group']}", "value": row["group"]}]
+    )
     return [*(expanded or []), row["group"]], options
 
 
@@ -131,7 +159,13 @@ def panel() -> html.Section:
         html.Div(
             className="pd-toolbar",
             children=[
-                dcc.Dropdown(id=ids.HEATMAP_METRIC, options=[{"label": v, "value": k} for k, v in METRICS.items()], value=DEFAULT_METRIC, clearable=False, className="pd-metric"),
+                dcc.Dropdown(
+                    id=ids.HEATMAP_METRIC,
+                    options=[{"label": v, "value": k} for k, v in METRICS.items()],
+                    value=DEFAULT_METRIC,
+                    clearable=False,
+                    className="pd-metric",
+                ),
                 html.Button("fold all", id=ids.HEATMAP_FOLD, className="pd-button"),
             ],
         ),
@@ -153,7 +187,13 @@ def register(app: Dash) -> None:
         In(view_store("mark"), "data", boundary.selection),
         prevent_initial_call=True,
     )(heatmap)
-    boundary.callback(app, Output(ids.STEPS, "figure"), In(view_store("job"), "data", boundary.selection), In(view_store("mark"), "data", boundary.selection), prevent_initial_call=True)(steps)
+    boundary.callback(
+        app,
+        Output(ids.STEPS, "figure"),
+        In(view_store("job"), "data", boundary.selection),
+        In(view_store("mark"), "data", boundary.selection),
+        prevent_initial_call=True,
+    )(steps)
     boundary.callback(
         app,
         Output(ids.HEATMAP_EXPAND, "value", allow_duplicate=True),

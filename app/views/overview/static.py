@@ -24,7 +24,9 @@ MAX_ROWS = HEATMAP_MAX_ROWS
 def rows_of(job: Job, metric: str, expanded: list[str] | None) -> list[dict[str, Any]]:
     """The heatmap's rows: the ranks the focus keeps single on rows of their own, the blamed ones marked."""
     f = focus_of(job)
-    return heatmap_rows(overview(job), metric_of(job, metric), expanded, MAX_ROWS, f.blamed, set(f.single), f.reasons)
+    return heatmap_rows(
+        overview(job), metric_of(job, metric), expanded, MAX_ROWS, f.blamed, set(f.single), f.reasons
+    )
 
 
 def static(job: Job, report: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -32,6 +34,10 @@ def static(job: Job, report: dict[str, Any]) -> list[tuple[str, Any]]:
     ov = overview(job)
     f = focus_of(job)
     rows = rows_of(job, f.metric, None)
-    steps_fig = steps_figure(ov["steps"], ov["ranks"], ov["metrics"]["step_ms"], f.single, f.step, focus=steps_focus(job))
-    heat = heatmap_figure(rows, ov["steps"], f.metric, METRICS[f.metric], {"ranks": f.ranks, "step": f.step}, caption=f.caption)
+    steps_fig = steps_figure(
+        ov["steps"], ov["ranks"], ov["metrics"]["step_ms"], f.single, f.step, focus=steps_focus(job)
+    )
+    heat = heatmap_figure(
+        rows, ov["steps"], f.metric, METRICS[f.metric], {"ranks": f.ranks, "step": f.step}, caption=f.caption
+    )
     return [("Step time", steps_fig), (f"Overview: {METRICS[f.metric]} per rank and step", heat)]

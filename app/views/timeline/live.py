@@ -63,7 +63,9 @@ def instance_of(collective: str | None) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def view_data(job: Job, ranks: list[int], sel: dict[str, Any], expand: list[str] | None = None, path: bool = False) -> dict[str, Any]:
+def view_data(
+    job: Job, ranks: list[int], sel: dict[str, Any], expand: list[str] | None = None, path: bool = False
+) -> dict[str, Any]:
     """The timeline's data for the selection, the folds opened and the critical path toggle; a whole step (no
     window) is computed once per job, ranks and folding."""
     limit, instance = min(context.config().max_primitives, MAX_INTERVALS), instance_of(sel.get("collective"))
@@ -74,14 +76,20 @@ def view_data(job: Job, ranks: list[int], sel: dict[str, Any], expand: list[str]
         entries = rows_of(job, ranks, opened)
         folded = any(isinstance(e, dict) for e in entries)
         window = window_ns(job, sel, None if folded else ranks)
-        return timeline_data(job, entries, window, pixels=PIXELS, max_primitives=limit, instance=instance, step=step, path=path)
+        return timeline_data(
+            job, entries, window, pixels=PIXELS, max_primitives=limit, instance=instance, step=step, path=path
+        )
 
     if sel.get("window"):
         return compute()
-    return store.memo("timeline-step", job, [sel.get("step"), ranks, PIXELS, limit, instance, opened, path], compute)
+    return store.memo(
+        "timeline-step", job, [sel.get("step"), ranks, PIXELS, limit, instance, opened, path], compute
+    )
 
 
-def render_timeline(view: dict[str, Any] | None, expand: list[str] | None = None, path: list[str] | None = None) -> tuple[go.Figure, str, list[str]] | tuple[Any, Any, Any]:
+def render_timeline(
+    view: dict[str, Any] | None, expand: list[str] | None = None, path: list[str] | None = None
+) -> tuple[go.Figure, str, list[str]] | tuple[Any, Any, Any]:
     sel = Selection.from_store(view)
     if not sel.job:
         return no_update, no_update, no_update
@@ -90,7 +98,10 @@ def render_timeline(view: dict[str, Any] | None, expand: list[str] | None = None
     data = view_data(job, ranks, sel.view("timeline"), expand, bool(path))
     chosen = [r for r in ranks if r in set(sel.ranks or focus(job)["ranks"])]
     fig = timeline_figure(data, uirevision=f"{sel.job}|{sel.step}|{','.join(map(str, ranks))}", marked=chosen)
-    openable = [row["fold"] if row["rank"] is None and not row["fold"].endswith(".rest") else "" for row in data["rows"]]
+    openable = [
+        row["fold"] if row["rank"] is None and not row["fold"].endswith(".rest") else ""
+        for row in data["rows"]
+    ]
     return fig, _info(data, ranks, chosen, "selected" if sel.ranks else "blamed by a finding"), openable
 
 
@@ -102,7 +113,11 @@ def _info(data: dict[str, Any], ranks: list[int], chosen: list[int], who: str) -
         then = f"then the ranks that stand apart: {', '.join(map(str, others)) or 'none'} · ▸ alike ranks folded (bar: median, light band: earliest start to latest end; click to open) · "
     else:
         then = f"then the ranks that wait for them longest: {', '.join(map(str, others)) or 'none'} · "
-    path = "gold: the critical path, its lines join a rank to the rank it waited for (◆: it crosses a folded row) · " if data.get("path") else ""
+    path = (
+        "gold: the critical path, its lines join a rank to the rank it waited for (◆: it crosses a folded row) · "
+        if data.get("path")
+        else ""
+    )
     return (
         f"ranks {', '.join(map(str, chosen))} ({who}) · {then}{path}"
         f"{data['num_events']:,} device events in view ({mode}) · black lines join the members of one collective; red: waiting for the last member · "
@@ -110,7 +125,9 @@ def _info(data: dict[str, Any], ranks: list[int], chosen: list[int], who: str) -
     )
 
 
-def open_fold(click: dict[str, Any] | None, folds: list[str] | None, expanded: list[str] | None, known: list[Any] | None) -> tuple[Any, Any]:
+def open_fold(
+    click: dict[str, Any] | None, folds: list[str] | None, expanded: list[str] | None, known: list[Any] | None
+) -> tuple[Any, Any]:
     """A click on a folded row opens it: (folds opened, the tick boxes of every fold opened so far)."""
     if not click or not folds:
         return no_update, no_update
@@ -119,7 +136,9 @@ def open_fold(click: dict[str, Any] | None, folds: list[str] | None, expanded: l
     if not key or key in (expanded or []):
         return no_update, no_update
     names = [o["value"] for o in known or []]
-    return [*(expanded or []), key], (known or []) + ([] if key in names else [{"label": f" {key}", "value": key}])
+    return [*(expanded or []), key], (known or []) + (
+        [] if key in names else [{"label": f" {key}", "value": key}]
+    )
 
 
 def operator_names(view: dict[str, Any] | None) -> Any:
@@ -128,7 +147,10 @@ def operator_names(view: dict[str, Any] | None) -> Any:
     if not sel.job:
         return no_update
     totals = operator_totals(context.job(sel.job)).group_by("name").aggregate([("dur_ns_sum", "sum")])
-    order = sorted(zip(totals.column("dur_ns_sum_sum").to_pylist(), totals.column("name").to_pylist(), strict=True), reverse=True)
+    order = sorted(
+        zip(totals.column("dur_ns_sum_sum").to_pylist(), totals.column("name").to_pylist(), strict=True),
+        reverse=True,
+    )
     return [{"label": short_name(name, 60), "value": name} for _, name in order[:MAX_OPERATORS]]
 
 
@@ -138,11 +160,29 @@ def panel() -> html.Section:
         html.Div(
             className="pd-toolbar",
             children=[
-                dcc.Dropdown(id=ids.TIMELINE_RANKS, multi=True, placeholder="ranks to show first (type to search)", className="pd-rank-picker"),
-                dcc.Dropdown(id=ids.OP_SEARCH, options=[], placeholder="/ search an operator", className="pd-op-search"),
-                dcc.Checklist(id=ids.TIMELINE_PATH, options=[{"label": " critical path", "value": "path"}], value=[], inline=True),
+                dcc.Dropdown(
+                    id=ids.TIMELINE_RANKS,
+                    multi=True,
+                    placeholder="ranks to show first (type to search)",
+                    className="pd-rank-picker",
+                ),
+                dcc.Dropdown(
+                    id=ids.OP_SEARCH, options=[], placeholder="/ search an operator", className="pd-op-search"
+                ),
+                dcc.Checklist(
+                    id=ids.TIMELINE_PATH,
+                    options=[{"label": " critical path", "value": "path"}],
+                    value=[],
+                    inline=True,
+                ),
                 html.Button("fold all", id=ids.TIMELINE_FOLD_ALL, className="pd-button"),
-                dcc.Input(id=ids.EVENT_SEARCH, type="search", debounce=True, placeholder="find events by name (Enter)", className="pd-event-search"),
+                dcc.Input(
+                    id=ids.EVENT_SEARCH,
+                    type="search",
+                    debounce=True,
+                    placeholder="find events by name (Enter)",
+                    className="pd-event-search",
+                ),
             ],
         ),
         html.Div(id=ids.EVENT_MATCHES, className="pd-help pd-event-matches"),
@@ -169,7 +209,13 @@ def register(app: Dash) -> None:
         In(ids.TIMELINE_PATH, "value", boundary.texts),
         prevent_initial_call=True,
     )(render_timeline)
-    boundary.clientside(app, DEFER_CLICK, Output(ids.TIMELINE_CLICK, "data"), Input(ids.TIMELINE, "clickData"), prevent_initial_call=True)
+    boundary.clientside(
+        app,
+        DEFER_CLICK,
+        Output(ids.TIMELINE_CLICK, "data"),
+        Input(ids.TIMELINE, "clickData"),
+        prevent_initial_call=True,
+    )
     boundary.callback(
         app,
         Output(ids.TIMELINE_EXPAND, "value"),
@@ -187,4 +233,9 @@ def register(app: Dash) -> None:
         In(ids.TIMELINE_FOLD_ALL, "n_clicks", boundary.ignored),
         prevent_initial_call=True,
     )(lambda _: ([], []))
-    boundary.callback(app, Output(ids.OP_SEARCH, "options"), In(view_store("search"), "data", boundary.selection), prevent_initial_call=True)(operator_names)
+    boundary.callback(
+        app,
+        Output(ids.OP_SEARCH, "options"),
+        In(view_store("search"), "data", boundary.selection),
+        prevent_initial_call=True,
+    )(operator_names)

@@ -41,6 +41,13 @@ def static(job: Job, report: dict[str, Any]) -> list[tuple[str, Any]]:
     entries = rows_of(job, ranks, None)
     folded = any(isinstance(e, dict) for e in entries)
     window = step_span(job, step, None if folded else ranks)
-    data = timeline_data(job, entries, window, pixels=STATIC_PIXELS, max_primitives=STATIC_MAX_PRIMITIVES, step=step)
+    data = timeline_data(
+        job, entries, window, pixels=STATIC_PIXELS, max_primitives=STATIC_MAX_PRIMITIVES, step=step
+    )
     shown = ", ".join(map(str, ranks[:12])) + (" ..." if len(ranks) > 12 else "")
-    return [(f"Timeline of step {step} (ranks {shown}{', the others folded' if folded else ''})", timeline_figure(data, marked=list(focus_of(job).ranks)))]
+    return [
+        (
+            f"Timeline of step {step} (ranks {shown}{', the others folded' if folded else ''})",
+            timeline_figure(data, marked=list(focus_of(job).ranks)),
+        )
+    ]
