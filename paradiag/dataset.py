@@ -17,6 +17,10 @@ A cache is built in a temporary sibling folder and renamed into place, so a kill
 folder that opens as a valid cache. Nothing is ever written inside the source folder. The ranks are parsed in
 this process, in a pool of local worker processes, or on a Dask cluster (paradiag.distributed), whose workers
 write into the same temporary folder (on storage they all reach); this process alone renames it.
+
+Below this module: ``paradiag.cache`` (the cache's format, versions, folders, scratch names, JobError) and
+``paradiag.parse_worker`` (the parse of one source, wherever it runs); ``paradiag.remote`` (a cache at a URL) and
+``paradiag.distributed`` (Dask) stand on those, not on this module. Their names are read here as before.
 """
 
 from __future__ import annotations
@@ -28,13 +32,10 @@ import hashlib
 import importlib
 import json
 import os
-import re
 import shutil
 import signal
-import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
@@ -50,6 +51,45 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from paradiag import __version__, align, remote, run_manifest, safepath, schema, windows
+from paradiag.cache import (  # the cache's names, read here as before
+    CACHE_FORMAT as CACHE_FORMAT,
+)
+from paradiag.cache import (
+    MANIFEST as MANIFEST,
+)
+from paradiag.cache import (
+    PARSER_VERSION as PARSER_VERSION,
+)
+from paradiag.cache import (
+    JobError as JobError,
+)
+from paradiag.cache import (
+    alive as alive,
+)
+from paradiag.cache import (
+    cache_dir_for as cache_dir_for,
+)
+from paradiag.cache import (
+    cached_window as cached_window,
+)
+from paradiag.cache import (
+    default_cache_root as default_cache_root,
+)
+from paradiag.cache import (
+    is_cache as is_cache,
+)
+from paradiag.cache import (
+    remove_stale as remove_stale,
+)
+from paradiag.cache import (
+    scratch_name as scratch_name,
+)
+from paradiag.cache import (
+    window_cache as window_cache,
+)
+from paradiag.cache import (
+    window_url as window_url,
+)
 from paradiag.discover import (
     PARSER_MODULES,
     Source,
@@ -57,7 +97,36 @@ from paradiag.discover import (
     discover,
     file_hash,
     group_table,
-    parse_and_keep,
+)
+from paradiag.parse_worker import (  # the map's names, read here as before
+    FRAMES as FRAMES,
+)
+from paradiag.parse_worker import (
+    IN_PROCESS_BYTES as IN_PROCESS_BYTES,
+)
+from paradiag.parse_worker import (
+    Parsed as Parsed,
+)
+from paradiag.parse_worker import (
+    ProgressCallback as ProgressCallback,
+)
+from paradiag.parse_worker import (
+    failed_parse as failed_parse,
+)
+from paradiag.parse_worker import (
+    largest_first as largest_first,
+)
+from paradiag.parse_worker import (
+    parse_and_upload as parse_and_upload,
+)
+from paradiag.parse_worker import (
+    parse_in_worker as parse_in_worker,
+)
+from paradiag.parse_worker import (
+    parse_rank as parse_rank,
+)
+from paradiag.parse_worker import (
+    part_files as part_files,
 )
 from paradiag.parsers.base import ParsedRank, rank_from_name
 from paradiag.side_inputs import store_side_inputs
@@ -65,20 +134,6 @@ from paradiag.side_inputs import store_side_inputs
 if TYPE_CHECKING:
     from paradiag.analysis.diagnosis_types import Diagnosis
     from paradiag.frames import Frames
-
-CACHE_FORMAT = "paradiag.cache/1"
-PARSER_VERSION = (
-    8  # bump when a parser (or the cache's layout) changes what is written: every cache is then rebuilt
-)
-MANIFEST = "manifest.json"
-IN_PROCESS_BYTES = (
-    16 * 1024 * 1024
-)  # below this much input, parsing in worker processes costs more than it saves
-FRAMES = "frames"  # the map's frames for the reduce, in the ingest's temporary folder only (never in a cache)
-
-
-class JobError(Exception):
-    """A job that cannot be opened at all (no readable trace, or --strict and a problem)."""
 
 
 @dataclass
@@ -93,59 +148,10 @@ class Problem:
         return f"{self.severity}: {self.source}: {self.message}"
 
 
-def default_cache_root() -> Path:
-    env = os.environ.get("PARADIAG_CACHE_DIR")
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "paradiag"
-
-
-def cache_dir_for(source: Path, cache_root: Path | None = None) -> Path:
-    """Where the cache of a source folder lives by default: outside the folder, keyed by its absolute path."""
-    resolved = source.resolve()
-    digest = hashlib.sha256(str(resolved).encode()).hexdigest()[:16]
-    return (cache_root or default_cache_root()) / f"{resolved.name}-{digest}"
-
-
-def window_cache(cache: Path, window: int | None) -> Path:
-    """The cache folder of profiling window ``window`` of a job whose cache is ``cache``: ``cache`` itself for the
-    default (the latest window), a sibling ``<cache>.window<N>`` for another, so that each window is parsed once
-    and switching windows reparses none (paradiag.windows)."""
-    name = _WINDOW_SUFFIX.sub("", cache.name)
-    return cache.with_name(name if window is None else f"{name}.window{window}")
-
-
-_WINDOW_SUFFIX = re.compile(r"\.window\d+$")
-
-
-def window_url(url: str, window: int | None) -> str:
-    """The cache URL of profiling window ``window`` of a job whose cache is at ``url`` (as :func:`window_cache`)."""
-    base = _WINDOW_SUFFIX.sub("", url.rstrip("/"))
-    return base if window is None else f"{base}.window{window}"
-
-
-def cached_window(manifest: dict[str, Any]) -> tuple[int | None, int | None]:
-    """(the window a cache holds, the window it was asked for: None for the latest)."""
-    w = manifest.get("window") or {}
-    index, asked = w.get("index"), w.get("asked")
-    return (index if isinstance(index, int) else None), (asked if isinstance(asked, int) else None)
-
-
 def _holds(manifest: dict[str, Any], window: int | None) -> bool:
     """Whether a cache of ``manifest`` is the one asked for ``window`` (None: the latest)."""
     index, asked = cached_window(manifest)
     return asked is None if window is None else window in (index, asked) or (index is None and window == 0)
-
-
-def is_cache(path: Path) -> bool:
-    manifest = path / MANIFEST
-    if not manifest.is_file():
-        return False
-    try:
-        return json.loads(manifest.read_text()).get("format") == CACHE_FORMAT
-    except (OSError, ValueError):
-        return False
 
 
 def _stat_entry(path: Path, root: Path) -> dict[str, Any]:
@@ -500,9 +506,6 @@ def followed_source(job: Job, cache_dir: Path) -> Path | None:
     return origin
 
 
-ProgressCallback = Callable[[int, int, str], None]  # (done, total, source just finished)
-
-
 def open_job(
     path: str | os.PathLike[str],
     cache_dir: str | os.PathLike[str] | None = None,
@@ -664,16 +667,6 @@ def _worker_init(owner: int, started: Any) -> None:
 PR_SET_PDEATHSIG = 1
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, owned by another user
-        return True
-    return True
-
-
 def _die_with(owner: int) -> None:
     """End this worker when the ingest process ``owner`` dies, even by SIGKILL: otherwise it blocks forever
     writing its result to a pipe nobody reads, holding its memory. Under fork, Linux kills the worker with its
@@ -681,115 +674,15 @@ def _die_with(owner: int) -> None:
     holds its liveness pipe; so a thread also polls the owner."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if not _alive(owner):  # it died before the signal was armed
+    if not alive(owner):  # it died before the signal was armed
         os._exit(1)
     threading.Thread(target=_watch, args=(owner,), daemon=True).start()
 
 
 def _watch(owner: int) -> None:
-    while _alive(owner):
+    while alive(owner):
         time.sleep(0.5)
     os._exit(1)
-
-
-@dataclass
-class Parsed:
-    """What parsing one source gives the ingest: the parse's result and the per-rank part of the analysis."""
-
-    result: SourceResult
-    files: dict[str, str] = field(default_factory=dict)  # per-rank analysis table -> its file in the cache
-    tables: dict[str, pa.Table] = field(
-        default_factory=dict
-    )  # the same tables (small), so the reduce reads none back
-    uploaded: list[str] = field(
-        default_factory=list
-    )  # the rank's files its parse uploaded to a cache at a URL
-    frame_file: str | None = (
-        None  # the rank's work frame for the reduce (removed before the cache is in place)
-    )
-
-    def rank_files(self) -> list[str]:
-        """Every file of the cache this parse wrote (relative to the cache folder)."""
-        r = self.result
-        return [f for f in [r.events_file, *r.extra_files.values(), *self.files.values()] if f]
-
-
-def parse_rank(source: Source, root: Path, out_dir: Path, index: int) -> Parsed:
-    """parse_source, then the per-rank part of the analysis on the columns it needs of the events just written
-    (kept in memory: decoding them back from the Parquet part cost about 15 ms per 200k events, and the tables
-    are the same), its tables written beside them. The device events' frame the map builds is written for the
-    reduce too (FRAMES), which would otherwise read the events back and build it again."""
-    from paradiag.analysis.breakdown import default_convention
-    from paradiag.analysis.diagnose import EVENT_COLUMNS, rank_tables, work_frame
-    from paradiag.analysis.frame import device_frame, save_frame
-
-    result, events = parse_and_keep(source, root, out_dir, index, EVENT_COLUMNS)
-    if result.parsed is None or events is None:
-        return Parsed(result)
-    frame = device_frame(events)
-    kind = result.parsed.device_type
-    tables = rank_tables(
-        events, result.parsed.steps.sort_by("step"), default_convention(kind), frame, host_lanes=kind == "cpu"
-    )
-    frame_file = f"{FRAMES}/part-{index:05d}.arrow"
-    (out_dir / FRAMES).mkdir(exist_ok=True)
-    save_frame(work_frame(frame), out_dir / frame_file)
-    del frame
-    parsed = Parsed(result, tables=tables, frame_file=frame_file)
-    for name, table in parsed.tables.items():
-        (out_dir / "analysis" / name).mkdir(parents=True, exist_ok=True)
-        parsed.files[name] = f"analysis/{name}/part-{index:05d}.arrow"
-        schema.write_arrow_file(
-            table, out_dir / parsed.files[name]
-        )  # 5 per rank: 1024 ranks open in 0.7 s, not 4
-    return parsed
-
-
-def part_files(out_dir: Path, index: int) -> list[Path]:
-    """Every file the parse of source ``index`` may have written into ``out_dir`` (to drop a failed one's)."""
-    name = f"part-{index:05d}.parquet"
-    arrow = f"part-{index:05d}.arrow"
-    return [
-        out_dir / "events" / name,
-        *out_dir.glob(f"extra/*/{name}"),
-        *out_dir.glob(f"analysis/*/{arrow}"),
-        out_dir / FRAMES / arrow,
-    ]
-
-
-def parse_in_worker(
-    source: Source, root: Path, out_dir: Path | None, index: int, upload: remote.Upload | None = None
-) -> Parsed:
-    """parse_rank, then hand the freed memory back to the system before the worker takes the next rank. A full
-    garbage collection takes tens of milliseconds in a worker: after a small rank it would cost more than the
-    parse did, and a small rank leaves little to collect. With ``upload`` (a cache at a URL) the rank's files
-    are uploaded from where they were written: ``out_dir``, or without one (a Dask worker whose folders the
-    client does not share) a scratch folder of this worker's, removed afterwards."""
-    folder = remote.scratch() if out_dir is None else out_dir
-    try:
-        parsed = _parse_and_upload(source, root, folder, index, upload)
-        if (
-            out_dir is None
-        ):  # its work frame stays in the scratch folder: the client reads the rank's events instead
-            parsed.frame_file = None
-        return parsed
-    finally:
-        if out_dir is None:
-            shutil.rmtree(folder, ignore_errors=True)
-        if source.size() >= IN_PROCESS_BYTES:
-            gc.collect()
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL("libc.so.6").malloc_trim(0)
-
-
-def _parse_and_upload(
-    source: Source, root: Path, out_dir: Path, index: int, upload: remote.Upload | None
-) -> Parsed:
-    """parse_rank, then (a cache at a URL) the rank's files uploaded to the generation being written."""
-    parsed = parse_rank(source, root, out_dir, index)
-    if upload is not None:
-        parsed.uploaded = remote.put_files(upload, out_dir, parsed.rank_files())
-    return parsed
 
 
 RETRIES = 1  # a parse that fails for another reason than its input (a storage error, a killed worker) runs once more
@@ -834,7 +727,7 @@ def _parse_here(
     parse is a problem of its own); failing again, a problem naming the source."""
     for _ in range(RETRIES + 1):
         try:
-            return _parse_and_upload(source, root, tmp, index, upload)
+            return parse_and_upload(source, root, tmp, index, upload)
         except OSError as exc:
             error: BaseException = exc
     return failed_parse(
@@ -947,20 +840,6 @@ def _why(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-def failed_parse(source: Source, root: Path, out_dir: Path, index: int, error: str) -> Parsed:
-    """The result of a source whose parse failed for another reason than its input: whatever it wrote into
-    ``out_dir`` removed, ``error`` its problem."""
-    for path in part_files(out_dir, index):
-        path.unlink(missing_ok=True)
-    shown = str(source.path.relative_to(root)) if source.path != root else source.path.name
-    return Parsed(SourceResult(source=shown, parser=source.parser, error=error))
-
-
-def largest_first(sources: Sequence[Source]) -> list[int]:
-    """The order to hand sources to workers in: largest first, so that one big rank does not finish alone at the end."""
-    return sorted(range(len(sources)), key=lambda i: -sources[i].size())
-
-
 def ingest(
     path: str | os.PathLike[str],
     cache_dir: str | os.PathLike[str] | None = None,
@@ -1027,7 +906,7 @@ def ingest(
         cache = writer.mirror  # the folder built here becomes the local mirror of the new generation
     cache.parent.mkdir(parents=True, exist_ok=True)
     remove_stale(cache.parent)
-    tmp = cache.parent / _scratch_name(cache, "tmp")
+    tmp = cache.parent / scratch_name(cache, "tmp")
     tmp.mkdir()
     try:
         parsed = _parse_all(sources, root, tmp, workers, progress, dask, writer.upload if writer else None)
@@ -1071,27 +950,6 @@ def _pointer(job: Job) -> dict[str, Any]:
     return {"cache_format": m["format"], **{k: m[k] for k in keys}}
 
 
-_HOST = re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname()) or "host"
-_SCRATCH = re.compile(r"^\..+\.(?:tmp|old)-(?P<host>[A-Za-z0-9._-]+)-(?P<pid>\d+)-[0-9a-f]{8}$")
-
-
-def _scratch_name(cache: Path, kind: str) -> str:
-    """A hidden sibling of the cache, named by host and pid so that a later ingest knows when it is stale."""
-    return f".{cache.name}.{kind}-{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-
-
-def remove_stale(folder: Path) -> list[Path]:
-    """Remove the scratch folders of ingests on this host whose process is gone (killed mid-way); return them."""
-    removed = []
-    with contextlib.suppress(OSError):
-        for entry in folder.iterdir():
-            match = _SCRATCH.match(entry.name)
-            if match and match["host"] == _HOST and not _alive(int(match["pid"])) and entry.is_dir():
-                shutil.rmtree(entry, ignore_errors=True)
-                removed.append(entry)
-    return removed
-
-
 def _shown(path: Path, base: Path) -> str:
     return str(path.relative_to(base)) if path.is_relative_to(base) and path != base else str(path)
 
@@ -1100,7 +958,7 @@ def _replace(tmp: Path, cache: Path) -> None:
     """Move the finished cache into place; the old one (if any) is removed only after the new one is there."""
     old = None
     if cache.exists():
-        old = cache.parent / _scratch_name(cache, "old")
+        old = cache.parent / scratch_name(cache, "old")
         cache.rename(old)
     tmp.rename(cache)
     if old is not None:

@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from paradiag import remote
-from paradiag.dataset import JobError, Parsed, ProgressCallback, failed_parse, largest_first, parse_in_worker
+from paradiag.cache import JobError
 from paradiag.discover import Source
+from paradiag.parse_worker import Parsed, ProgressCallback, failed_parse, largest_first, parse_in_worker
 
 if TYPE_CHECKING:
     from distributed import Client

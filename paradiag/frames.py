@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -26,7 +26,26 @@ from paradiag.analysis.diagnosis_types import BREAKDOWN_FIELDS
 if TYPE_CHECKING:
     import pandas as pd
 
-    from paradiag.dataset import Job
+    from paradiag.analysis.diagnosis_types import Diagnosis
+
+
+class Job(Protocol):
+    """What the DataFrames read of a job (``paradiag.dataset.Job``, which builds them: named here, not imported,
+    so that the read API and its notebook view import one way)."""
+
+    ranks: pa.Table
+    steps: pa.Table
+
+    def events(
+        self,
+        ranks: Iterable[int] | None = None,
+        start_ns: int | None = None,
+        end_ns: int | None = None,
+        columns: Sequence[str] | None = None,
+    ) -> pa.Table: ...
+
+    def diagnosis(self) -> Diagnosis: ...
+
 
 INSTALL_HINT = "paradiag's DataFrames need pandas, which is not installed: pip install 'paradiag[pandas]'"
 _SHARES = ("compute", "comm_exposed", "memory_exposed", "sync_exposed", "idle")

@@ -38,6 +38,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from paradiag.cache import (
+    CACHE_FORMAT,
+    HOST,
+    MANIFEST,
+    JobError,
+    alive,
+    default_cache_root,
+    is_cache,
+    remove_stale,
+    scratch_name,
+)
+
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
 
@@ -75,9 +87,7 @@ def _redact(text: str, url: str) -> str:
 
 
 def _job_error(message: str) -> Exception:
-    """A paradiag.dataset.JobError (imported here: paradiag.dataset imports this module)."""
-    from paradiag.dataset import JobError
-
+    """A paradiag.cache.JobError."""
     return JobError(message)
 
 
@@ -99,7 +109,6 @@ class Store:
     @contextlib.contextmanager
     def errors(self, doing: str) -> Iterator[None]:
         """Any failure of the store while ``doing`` as a one-line JobError naming the URL (never its secret)."""
-        from paradiag.dataset import JobError
 
         try:
             yield
@@ -173,7 +182,6 @@ def connect(url: str) -> Store:
 def read_pointer(store: Store, required: bool = True) -> dict[str, Any] | None:
     """The committed pointer; None when there is none (a JobError "not a paradiag cache" when ``required``).
     Not ``required`` (a writer, about to replace it), a pointer this version cannot read is None too."""
-    from paradiag.dataset import CACHE_FORMAT
 
     with store.errors("reading its pointer"):
         store.fs.invalidate_cache(store.path)
@@ -207,7 +215,6 @@ def read_pointer(store: Store, required: bool = True) -> dict[str, Any] | None:
 
 def read_manifest(store: Store, pointer: dict[str, Any]) -> dict[str, Any]:
     """The committed generation's manifest (one small read, to tell whether the cache is current)."""
-    from paradiag.dataset import MANIFEST
 
     with store.errors("reading its manifest"):
         return dict(json.loads(store.fs.cat_file(store.at(pointer["generation"], MANIFEST))))
@@ -216,7 +223,6 @@ def read_manifest(store: Store, pointer: dict[str, Any]) -> dict[str, Any]:
 def mirror_dir(url: str, generation: str) -> Path:
     """Where this machine keeps its copy of ``generation`` of the cache at ``url``: under the local cache root,
     keyed by the URL (without userinfo) and the generation, so that a new generation is a new folder."""
-    from paradiag.dataset import default_cache_root
 
     name = shown(url)
     leaf = re.sub(r"[^A-Za-z0-9._-]", "_", name.rsplit("/", 1)[-1]) or "cache"
@@ -249,7 +255,6 @@ def mirror(store: Store, pointer: dict[str, Any] | None = None) -> Path:
 
 
 def _complete(folder: Path) -> bool:
-    from paradiag.dataset import is_cache
 
     return is_cache(folder)
 
@@ -257,11 +262,10 @@ def _complete(folder: Path) -> bool:
 def _download(store: Store, generation: str, target: Path) -> None:
     """Download ``generation`` into a temporary sibling of ``target`` and rename it into place; _Vanished when
     the generation is gone (or goes while it downloads)."""
-    from paradiag.dataset import _scratch_name, remove_stale
 
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_stale(target.parent)
-    tmp = target.parent / _scratch_name(target, "tmp")
+    tmp = target.parent / scratch_name(target, "tmp")
     prefix = store.at(generation)
     try:
         with store.errors(f"downloading {generation}"):
@@ -368,9 +372,8 @@ def worker_check(url: str) -> str | None:
 
 
 def _host_and_pid() -> tuple[str, int]:
-    from paradiag.dataset import _HOST
 
-    return _HOST, os.getpid()
+    return HOST, os.getpid()
 
 
 @dataclass
@@ -469,7 +472,6 @@ class Writer:
 def remove_generations(store: Store, keep: str, also: str | None = None) -> list[str]:
     """Remove the generations other than ``keep`` that no ingest is writing: ``also`` (the one the pointer named
     before), those of this host whose process is gone, and those older than STALE_AFTER_S. Return them."""
-    from paradiag.dataset import _alive
 
     host, _ = _host_and_pid()
     store.fs.invalidate_cache(store.path)
@@ -480,7 +482,7 @@ def remove_generations(store: Store, keep: str, also: str | None = None) -> list
         if not match or name == keep:
             continue
         age = time.time() - calendar.timegm(time.strptime(match["time"], "%Y%m%dT%H%M%SZ"))
-        if name == also or (match["host"] == host and not _alive(int(match["pid"]))) or age > STALE_AFTER_S:
+        if name == also or (match["host"] == host and not alive(int(match["pid"]))) or age > STALE_AFTER_S:
             store.fs.rm(store.at(name), recursive=True)
             removed.append(name)
     return removed

@@ -37,7 +37,7 @@ class DeadlockError(RuntimeError):
     """No rank can progress: the programs wait on each other (a bug in a schedule)."""
 
 
-def _mix(*values: int) -> float:
+def mix(*values: int) -> float:
     """A deterministic value in [-1, 1) from integers (splitmix64), independent of processing order."""
     x = 0x9E3779B97F4A7C15
     for v in values:
@@ -51,7 +51,7 @@ class RankState:
 
     def __init__(self, rank: int, seed: int) -> None:
         self.rank = rank
-        self.host = 1000.0 + 150.0 * (_mix(seed, rank) + 1.0)
+        self.host = 1000.0 + 150.0 * (mix(seed, rank) + 1.0)
         self.tail: dict[str, float] = defaultdict(float)
         self.gate: dict[str, tuple[int, ...]] = {}
         self.seq: dict[int, int] = defaultdict(int)
@@ -372,7 +372,7 @@ class Engine:
         _count, last_arrival, nbytes, records = self.pending.pop(key)
         coll, group = records[0][INFO][:2]
         base, algorithm = self._coll_time(group, coll.collective, nbytes, step)
-        transfer = base * max(0.5, 1.0 + self.cfg.jitter * _mix(self.cfg.seed, *key))
+        transfer = base * max(0.5, 1.0 + self.cfg.jitter * mix(self.cfg.seed, *key))
         end = last_arrival + transfer
         for record in records:
             record[DDUR] = end - record[DTS]

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 import paradiag
-from paradiag import dataset
+from paradiag import cache, dataset
 from paradiag.cli import main
 from paradiag.dataset import JobError
 from tests.helpers import kineto_trace, write_job, write_trace
@@ -259,7 +259,7 @@ def test_killed_ingest_takes_its_workers_along_and_the_next_ingest_cleans_up(tmp
 
 
 def test_scratch_folders_of_live_ingests_are_kept(tmp_path: Path) -> None:
-    live = tmp_path / f".job.tmp-{dataset._HOST}-{os.getpid()}-0123abcd"
+    live = tmp_path / f".job.tmp-{cache.HOST}-{os.getpid()}-0123abcd"
     other_host = tmp_path / ".job.tmp-elsewhere-999999999-0123abcd"
     unrelated = tmp_path / ".job.tmp-notours"
     for path in (live, other_host, unrelated):

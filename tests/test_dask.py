@@ -22,7 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 import paradiag
-from paradiag import dataset
+from paradiag import dataset, parse_worker
 from paradiag.analysis.diagnose import RANK_TABLES, diagnose
 from paradiag.analysis.diagnosis_types import TABLES
 from paradiag.cli import main
@@ -118,7 +118,7 @@ def threaded_cluster() -> Iterator[Any]:
 def _failing(monkeypatch: pytest.MonkeyPatch, name: str, times: int) -> list[str]:
     """Make the parse of source ``name`` raise its first ``times`` times (after writing a partial file)."""
     calls: list[str] = []
-    real = dataset.parse_rank
+    real = parse_worker.parse_rank
 
     def parse(source: Any, root: Path, out_dir: Path, index: int) -> Any:
         if source.path.name == name:
@@ -129,7 +129,7 @@ def _failing(monkeypatch: pytest.MonkeyPatch, name: str, times: int) -> list[str
                 raise OSError(5, "Input/output error (stale file handle)")
         return real(source, root, out_dir, index)
 
-    monkeypatch.setattr(dataset, "parse_rank", parse)
+    monkeypatch.setattr(parse_worker, "parse_rank", parse)
     return calls
 
 

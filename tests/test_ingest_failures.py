@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from paradiag import dataset
+from paradiag import dataset, parse_worker
 from paradiag.simulator import SimConfig, parse_fault, simulate
 from tests.helpers import assert_same_cache
 
@@ -48,7 +48,7 @@ def one_process(sim_job: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
 def _dying(monkeypatch: pytest.MonkeyPatch, name: str, times: int, attempts: Path, how: str) -> None:
     """The parse of source ``name`` fails its first ``times`` times (counted in ``attempts``: the workers are other
     processes), after writing a half part: its process killed (``kill``) or an OSError (``oserror``)."""
-    real = dataset.parse_rank
+    real = parse_worker.parse_rank
 
     def parse(source: Any, root: Path, out_dir: Path, index: int) -> Any:
         if source.path.name == name:
@@ -62,7 +62,7 @@ def _dying(monkeypatch: pytest.MonkeyPatch, name: str, times: int, attempts: Pat
                 raise OSError(28, "No space left on device")
         return real(source, root, out_dir, index)
 
-    monkeypatch.setattr(dataset, "parse_rank", parse)
+    monkeypatch.setattr(parse_worker, "parse_rank", parse)
     monkeypatch.setattr(dataset, "IN_PROCESS_BYTES", 0)  # the small job goes to worker processes too
     # Forked workers inherit the replaced parse (a fork server would import paradiag afresh).
     monkeypatch.setattr(dataset, "_pool_context", lambda: get_context("fork"))

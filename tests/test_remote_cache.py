@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from paradiag import dataset, remote
+from paradiag import cache, dataset, parse_worker, remote
 from paradiag.analysis.report import build_report
 from paradiag.cli import main
 from tests.helpers import assert_same_cache, write_job
@@ -191,7 +191,7 @@ def test_failed_ingest_keeps_the_committed_cache(
     def parse(source: Any, root: Path, out_dir: Path, index: int) -> Any:
         raise RuntimeError("a worker's bug")
 
-    monkeypatch.setattr(dataset, "parse_rank", parse)
+    monkeypatch.setattr(parse_worker, "parse_rank", parse)
     with pytest.raises(RuntimeError, match="a worker's bug"):
         dataset.ingest(write_job(tmp_path / "fine", ranks=2), url, workers=1)
     assert _pointer(s3, url) == committed and len(_entries(s3, url)) == 2
@@ -204,7 +204,7 @@ def test_stale_generations_are_removed(sim_job: Path, bucket: str, s3: Any) -> N
     """A killed ingest's generation (this host, its process gone; or another host's, a day old) is removed by the
     next commit; another host's recent one (an ingest that may be running) is left alone."""
     url = f"s3://{bucket}/job"
-    host = dataset._HOST
+    host = cache.HOST
     dead = 2**22 + 12345  # above Linux's largest pid: no such process
     now = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     stale = [".gen-20260101T000000Z-otherhost-7-0123abcd", f".gen-{now}-{host}-{dead}-0123abcd"]

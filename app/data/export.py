@@ -18,7 +18,7 @@ from paradiag.app.data.detail import detail_data
 from paradiag.app.data.flow import flow_view
 from paradiag.app.data.marey import marey_data
 from paradiag.app.data.overview import focus, opening_step
-from paradiag.app.data.timeline import DEVICE_KINDS, _stream_names, lane_labels
+from paradiag.app.data.timeline import DEVICE_KINDS, lane_labels, stream_names
 from paradiag.app.data.timeline_fold import LIMITS
 from paradiag.app.selection import Selection
 from paradiag.dataset import Job
@@ -72,7 +72,7 @@ def timeline_table(job: Job, sel: Selection) -> Table:
             pc.is_in(events.column("kind").cast(pa.string()), pa.array(DEVICE_KINDS)),
         )
     )
-    names = _stream_names(events)
+    names = stream_names(events)
     labels: dict[int, str] = {}
     for rank in ranks:
         labels.update(lane_labels(rank, sorted(k for k in names if k // 1_000_000_000 == rank), names))

@@ -147,7 +147,7 @@ def _rows(
     """One row per (rank, stream), named by what the stream mostly runs (the traces name no streams), and one per
     lane of a fold (labelled with its member count). Returns the rows, (rank, track) key -> row, and per fold
     its lane -> row."""
-    names = _stream_names(events)
+    names = stream_names(events)
     by_rank: dict[int, list[int]] = {}
     for k in sorted(names):
         by_rank.setdefault(k // 1_000_000_000, []).append(k % 1_000_000_000)
@@ -194,7 +194,7 @@ def lane_labels(rank: int, keys: list[int], names: dict[int, str]) -> dict[int, 
     return out
 
 
-def _stream_names(events: pa.Table) -> dict[int, str]:
+def stream_names(events: pa.Table) -> dict[int, str]:
     """Row key -> the kind most of the stream's device time goes to (compute, comm, copy or sync)."""
     if not events.num_rows:
         return {}

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from paradiag.simulator.engine import _mix
+from paradiag.simulator.engine import mix
 from paradiag.simulator.job import Job
 
 EPOCH_NS = 1_735_722_000_000_000_000  # 2025-01-01 09:00:00 UTC: when the simulated job ran
@@ -20,7 +20,7 @@ def host_name(job: Job, rank: int) -> str:
 
 
 def pid(job: Job, rank: int) -> int:
-    return 200_000 + int((_mix(job.cfg.seed, rank, 17) + 1.0) * 1_400_000)
+    return 200_000 + int((mix(job.cfg.seed, rank, 17) + 1.0) * 1_400_000)
 
 
 def escape(text: str) -> str:
