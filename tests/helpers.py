@@ -8,8 +8,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 import paradiag
-from paradiag import dataset
+from paradiag import dataset, schema
 from paradiag.analysis.report import build_report
 from paradiag.parsers import msprof
 
@@ -232,3 +234,20 @@ def assert_same_cache(cache: Path, expected: Path) -> None:
         m.pop("created")
     assert manifests[0] == manifests[1]
     assert build_report(paradiag.open(cache)) == build_report(paradiag.open(expected))
+
+
+def host_events(rows: list[dict[str, Any]]) -> pa.Table:
+    """An events table of CPU operators (host lanes: ``cpu_op`` compute on rank 0, step 0, no ids) from ``rows``,
+    each giving the columns it sets (name, start_ns, dur_ns and any others)."""
+    defaults = {
+        "rank": 0,
+        "device": 0,
+        "track": 1,
+        "kind": "compute",
+        "category": "cpu_op",
+        "step": 0,
+        "correlation": -1,
+        "external_id": -1,
+    }
+    full = [{**defaults, **r} for r in rows]
+    return schema.build(schema.EVENTS, {f.name: [r.get(f.name) for r in full] for f in schema.EVENTS})

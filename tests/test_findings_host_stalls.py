@@ -16,26 +16,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from paradiag import schema
 from paradiag.analysis import findings
 from paradiag.analysis.frame import device_frame
+from tests.helpers import host_events
 
 MS = 1_000_000
-
-
-def _events(rows: list[dict[str, Any]]) -> pa.Table:
-    defaults = {
-        "rank": 0,
-        "device": 0,
-        "track": 1,
-        "kind": "compute",
-        "category": "cpu_op",
-        "step": 0,
-        "correlation": -1,
-        "external_id": -1,
-    }
-    full = [{**defaults, **r} for r in rows]
-    return schema.build(schema.EVENTS, {f.name: [r.get(f.name) for r in full] for f in schema.EVENTS})
 
 
 def _steps(spans: list[tuple[int, int]]) -> pa.Table:
@@ -52,7 +37,7 @@ def test_a_cpu_ranks_launch_delay_is_the_time_before_its_first_work_and_its_idle
         {"name": "aten::mm", "start_ns": 160 * MS, "dur_ns": 40 * MS, "step": 1},
     ]
     table = findings.step_figures(
-        device_frame(_events(rows)), _steps([(0, 100 * MS), (100 * MS, 200 * MS)]), host_lanes=True
+        device_frame(host_events(rows)), _steps([(0, 100 * MS), (100 * MS, 200 * MS)]), host_lanes=True
     ).to_pydict()
     assert table["launch_delay_ns"] == [30 * MS, 0]
     assert table["idle_ns"] == [30 * MS, 20 * MS]
@@ -99,7 +84,7 @@ def test_a_one_off_hole_mid_step_is_no_stall_but_a_late_start_and_a_hole_every_s
 
 def _frame() -> Any:
     return device_frame(
-        _events([{"name": "aten::mm", "start_ns": 0, "dur_ns": MS, "rank": r} for r in range(4)])
+        host_events([{"name": "aten::mm", "start_ns": 0, "dur_ns": MS, "rank": r} for r in range(4)])
     )
 
 
@@ -159,17 +144,19 @@ def test_a_cpu_rank_running_every_operator_slower_at_the_same_calls_is_weighed_a
     from paradiag.analysis.operators import host_speeds
 
     rows = _calls(0) + _calls(1) + _calls(2, extra_mm=1) + _calls(3, slower=1.4) + _calls(4, slower=1.3)
-    speeds = host_speeds(device_frame(_events(rows)), [[0, 1, 2, 3, 4]], frozenset(range(5)))
+    speeds = host_speeds(device_frame(host_events(rows)), [[0, 1, 2, 3, 4]], frozenset(range(5)))
     assert speeds[3] == pytest.approx(1.4, rel=0.02) and speeds[4] == pytest.approx(1.3, rel=0.02)
     assert speeds[0] == speeds[1] == speeds[2] == 1.0
     # A lone rank slower at every operator than all its peers is a slow rank: no speed of its own.
     lone = _calls(0) + _calls(1) + _calls(2) + _calls(3, slower=1.4)
-    assert host_speeds(device_frame(_events(lone)), [[0, 1, 2, 3]], frozenset(range(4))) == {}
+    assert host_speeds(device_frame(host_events(lone)), [[0, 1, 2, 3]], frozenset(range(4))) == {}
     # A GPU rank, or a rank without peers, has no speed of its own here.
-    assert host_speeds(device_frame(_events(rows)), [[0], [1], [2], [3]], frozenset(range(4))) == {}
+    assert host_speeds(device_frame(host_events(rows)), [[0], [1], [2], [3]], frozenset(range(4))) == {}
     # Ranks with a core each (the clock's compute as long as the typical one): a rank slower at every operator is
     # a slower device, weighed as it is.
-    assert host_speeds(device_frame(_events(rows)), [[0, 1, 2, 3]], frozenset(range(4)), stretch=1.0) == {}
+    assert (
+        host_speeds(device_frame(host_events(rows)), [[0, 1, 2, 3]], frozenset(range(4)), stretch=1.0) == {}
+    )
 
 
 def _pipeline(gaps_ms: dict[int, float]) -> tuple[Any, pa.Table]:
@@ -188,7 +175,7 @@ def _pipeline(gaps_ms: dict[int, float]) -> tuple[Any, pa.Table]:
             strict=True,
         ):
             p2p[key].append(v)
-    return device_frame(_events(rows)), pa.table(p2p)
+    return device_frame(host_events(rows)), pa.table(p2p)
 
 
 def test_a_lone_pipeline_rank_idling_before_each_of_its_sends_is_a_late_sender() -> None:

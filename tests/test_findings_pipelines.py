@@ -12,25 +12,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from paradiag import schema
 from paradiag.analysis import findings, stages
 
 MS = 1_000_000
-
-
-def events(rows: list[dict[str, Any]]) -> pa.Table:
-    defaults = {
-        "rank": 0,
-        "device": 0,
-        "track": 1,
-        "kind": "compute",
-        "category": "cpu_op",
-        "step": 0,
-        "correlation": -1,
-        "external_id": -1,
-    }
-    full = [{**defaults, **r} for r in rows]
-    return schema.build(schema.EVENTS, {f.name: [r.get(f.name) for r in full] for f in schema.EVENTS})
 
 
 def figure(compute: float, delay: float, step_ns: float = 100 * MS) -> dict[str, int]:
