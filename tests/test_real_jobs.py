@@ -67,6 +67,11 @@ JOBS = {
         batch=64,
         profiler="named",
     ),
+    # one rank per stage: rank 1 sleeps before each of its sends (forward and backward), so its neighbours wait
+    # for data it had ready; it has no replica to be compared with
+    "late_sender": JobSpec(
+        "isend_late_sender", "isend", "slow_link", rank=1, strength=10, hidden=256, batch=64
+    ),
 }
 
 Made = tuple[JobSpec, Path, dict[str, Any]]
@@ -251,3 +256,19 @@ def test_fsdp2_slow_rank_does_the_most_work_though_it_waits_least(real_job: Call
     compute = _compute_by_rank(folder, cast("_Report", report).cache)
     assert all(compute[1][i] > max(compute[r][i] for r in (0, 2, 3)) for i in range(len(compute[1]))), compute
     _no_other_culprit(report, [1])
+
+
+def test_a_pipeline_rank_late_to_send_is_named_though_it_is_alone_in_its_stage(
+    real_job: Callable[[str], Made],
+) -> None:
+    """Rank 1 of a hand-written pipeline (isend/irecv, one rank per stage) idles 10 ms before each send: its compute
+    and its start of step are like the others', its whole idle time per step is within the scheduler's noise, but
+    it idles before its sends far longer than any other sender does: a host stall on rank 1, and no stage is heavy."""
+    _spec, _folder, report = real_job("late_sender")
+    assert not _errors(report)
+    assert report["job"]["parallel_layout"]["pp"] == 4
+    found = report["findings"]
+    assert found and found[0]["kind"] in ("host_stall", "slow_link") and 1 in found[0]["culprit"]["ranks"], (
+        found
+    )
+    assert not [f for f in found if f["kind"] == "stage_imbalance"], found
