@@ -41,7 +41,7 @@ from paradiag.analysis.operators import (
     short_name,
     typical_durations,
 )
-from paradiag.intervals import merge, union_length
+from paradiag.intervals import covered_within, union_length
 from paradiag.parsers.kineto_host import is_operator
 
 MIN_IMPACT_PCT = 2.0  # below this a difference is within what jitter and launch noise produce
@@ -538,16 +538,6 @@ LATE_SENDER_WINDOWS = 4  # ... over at least this many sends per profiled step .
 LATE_SENDER_SHARE = 0.5  # ... and idles for most of the time between its previous communication and the send
 
 
-def _busy_before(start: np.ndarray, end: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Per time in ``t``, how much of the disjoint sorted intervals (``start``, ``end``) lies before it."""
-    if not len(start):
-        return np.zeros(len(t), np.int64)
-    cum = np.concatenate([[0], np.cumsum(end - start)])
-    k = np.searchsorted(start, t, side="right") - 1
-    inside = np.where(k >= 0, np.clip(t - start[np.maximum(k, 0)], 0, (end - start)[np.maximum(k, 0)]), 0)
-    return np.asarray(cum[np.maximum(k, 0)] * (k >= 0) + inside, np.int64)
-
-
 def late_senders(
     frame: Frame, p2p: pa.Table, named: set[int], host_ranks: frozenset[int], step_ns: float, steps_total: int
 ) -> list[dict[str, Any]]:
@@ -569,27 +559,23 @@ def late_senders(
     ] = {}  # rank -> median idle, median idle share, sends, enough
     for rank in sorted(set(src.tolist()) & host_ranks):
         mine = src == rank
+        # The rank's marks (its sends, its receives completing) in step and time order: each send's window opens
+        # at the mark just before it, if that mark is of the same step and earlier.
         mark_t = np.concatenate([send[mine], recv_end[dst == rank]])
         mark_s = np.concatenate([step[mine], step[dst == rank]])
+        is_send = np.arange(len(mark_t)) < mine.sum()
         order = np.lexsort((mark_t, mark_s))
-        mark_t, mark_s = mark_t[order], mark_s[order]
-        at, in_step = send[mine], step[mine]
-        # the previous mark of the same step before each send (the send itself is a mark: strictly before it)
-        prev = np.array(
-            [
-                mark_t[(mark_s == s) & (mark_t < a)].max(initial=-1)
-                for a, s in zip(at.tolist(), in_step.tolist(), strict=True)
-            ],
-            np.int64,
-        )
-        keep = prev >= 0
+        mark_t, mark_s, is_send = mark_t[order], mark_s[order], is_send[order]
+        opens = np.concatenate([[False], (mark_s[1:] == mark_s[:-1]) & (mark_t[:-1] < mark_t[1:])])
+        keep = is_send & opens
         if not keep.any():
             continue
+        at, prev = mark_t[keep], mark_t[np.flatnonzero(keep) - 1]
         rows = (frame.rank == rank) & compute
-        s, e = merge(frame.start[rows], frame.end[rows])
-        window = at[keep] - prev[keep]
-        idle = window - (_busy_before(s, e, at[keep]) - _busy_before(s, e, prev[keep]))
-        enough = keep.sum() >= LATE_SENDER_WINDOWS * max(len(set(in_step.tolist())), 1)
+        window = at - prev
+        idle = window - covered_within(frame.start[rows], frame.end[rows], prev, at)
+        in_step = step[mine]
+        enough = len(at) >= LATE_SENDER_WINDOWS * max(len(set(in_step.tolist())), 1)
         medians[rank] = (
             float(np.median(idle)),
             float(np.median(idle / np.maximum(window, 1))),
