@@ -117,18 +117,48 @@ def host_speeds(
         mine = [r for r in peers if r in medians]
         if len(mine) < 2:
             continue
-        speed: dict[int, float] = {}
-        for rank in mine:
-            ratios = []
+        keys = sorted({k for r in mine for k in medians[r]})
+        column = {k: j for j, k in enumerate(keys)}
+        typical = np.full((len(mine), len(keys)), np.nan)  # rank x operator: its median typical call
+        frequent = np.zeros((len(mine), len(keys)), bool)
+        for i, rank in enumerate(mine):
             for key, (med, count) in medians[rank].items():
-                others = [medians[r][key][0] for r in mine if r != rank and key in medians[r]]
-                if count >= SPEED_MIN_CALLS * steps and others and med > 0:
-                    ratios.append(med / float(np.median(others)))
-            if len(ratios) >= SPEED_MIN_OPERATORS:
-                speed[rank] = max(float(np.median(ratios)), 1.0)
-        out.update(speed)
+                typical[i, column[key]] = med
+                frequent[i, column[key]] = count >= SPEED_MIN_CALLS * steps
+        reference = np.column_stack([_leave_one_out_median(typical[:, j]) for j in range(len(keys))])
+        ratio = np.divide(
+            typical,
+            reference,
+            out=np.full_like(typical, np.nan),
+            where=frequent & (typical > 0) & (reference > 0),
+        )
+        for i, rank in enumerate(mine):
+            row = ratio[i][np.isfinite(ratio[i])]
+            if len(row) >= SPEED_MIN_OPERATORS:
+                out[rank] = max(float(np.median(row)), 1.0)
     # A lone rank slower at everything than the whole job is a slow rank, whatever slows it.
     return out if sum(v >= SHARED_SLOWER for v in out.values()) >= 2 else {}
+
+
+def _leave_one_out_median(values: np.ndarray) -> np.ndarray:
+    """Per entry of ``values`` (NaN: absent), the median of the other entries present (NaN where none or absent),
+    from one sort: the others of the entry at sorted position p are the sorted values without position p."""
+    out = np.full(len(values), np.nan)
+    present = np.flatnonzero(~np.isnan(values))
+    n = len(present)
+    if n < 2:
+        return out
+    order = np.argsort(values[present], kind="stable")
+    ranked = values[present][order]
+    pos = np.empty(n, np.int64)
+    pos[order] = np.arange(n)
+
+    def other(k: int) -> np.ndarray:  # the k-th smallest of each entry's others
+        return np.where(k < pos, ranked[k], ranked[min(k + 1, n - 1)])
+
+    m = n - 1
+    out[present] = other((m - 1) // 2) if m % 2 else (other(m // 2 - 1) + other(m // 2)) / 2
+    return out
 
 
 def operator_time(frame: Frame, durations: np.ndarray | None = None) -> dict[tuple[int, int], np.ndarray]:
