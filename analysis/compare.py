@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import statistics
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -17,6 +18,7 @@ from paradiag import schema
 
 if TYPE_CHECKING:
     from paradiag.analysis.frame import Frame
+    from paradiag.analysis.report import Report
 
 COMPARE_SCHEMA = "paradiag.compare/1"
 TOP = 10
@@ -93,7 +95,7 @@ def delta(base: float | None, cand: float | None) -> dict[str, Any]:
     return {"baseline": base, "candidate": cand, "delta_pct": pct}
 
 
-def _median_step(report: dict[str, Any]) -> float | None:
+def _median_step(report: Report) -> float | None:
     value = report["metrics"].get("step_time_ns", {}).get("median")
     return float(value) if value is not None else None
 
@@ -105,7 +107,7 @@ RANK_METRICS = (
 )
 
 
-def _coords(report: dict[str, Any]) -> dict[int, dict[str, int]] | None:
+def _coords(report: Report) -> dict[int, dict[str, int]] | None:
     """Rank -> mesh coordinates, None when the report gives none for some rank it lists."""
     coords = {
         int(r): c for r, c in ((report["job"].get("parallel_layout") or {}).get("coords") or {}).items()
@@ -114,7 +116,7 @@ def _coords(report: dict[str, Any]) -> dict[int, dict[str, int]] | None:
     return coords if ranks and all(r in coords for r in ranks) else None
 
 
-def rank_pairing(base: dict[str, Any], cand: dict[str, Any]) -> dict[str, Any]:
+def rank_pairing(base: Report, cand: Report) -> dict[str, Any]:
     """Which ranks of the two runs are compared with which. By mesh coordinates where both runs have them: on the
     axes whose degree both runs share, a position pairs the ranks that hold it; an axis whose degree differs is
     folded (its replicas' median stands for the position). Else by rank id. ``groups`` lists (position, baseline
@@ -190,7 +192,7 @@ def _short(ranks: list[int]) -> str:
     return ", ".join(map(str, ranks[:8])) + (", …" if len(ranks) > 8 else "")
 
 
-def rank_deltas(base: dict[str, Any], cand: dict[str, Any], pairing: dict[str, Any]) -> list[dict[str, Any]]:
+def rank_deltas(base: Report, cand: Report, pairing: dict[str, Any]) -> list[dict[str, Any]]:
     """Per paired position (one rank, or the replicas of a folded axis): step time and breakdown changes, each side
     the median over its ranks."""
     b_by, c_by = {e["rank"]: e for e in base["ranks"]}, {e["rank"]: e for e in cand["ranks"]}
@@ -224,13 +226,13 @@ def _median(values: list[float | None]) -> float | None:
     return float(statistics.median(known)) if known else None
 
 
-def _get(entry: dict[str, Any], section: str, key: str) -> float | None:
+def _get(entry: Mapping[str, Any], section: str, key: str) -> float | None:
     part = entry.get(section)
     value = part.get(key) if isinstance(part, dict) else None
     return float(value) if value is not None else None
 
 
-def stage_deltas(base: dict[str, Any], cand: dict[str, Any]) -> list[dict[str, Any]]:
+def stage_deltas(base: Report, cand: Report) -> list[dict[str, Any]]:
     """Per pipeline stage, when both runs have as many stages (else stage i is not the same part of the model):
     compute per micro-batch."""
     b_stages = (base["metrics"].get("pipeline") or {}).get("stages") or []
@@ -286,7 +288,7 @@ def _finding_key(f: dict[str, Any]) -> tuple[str, str]:
     return f["kind"], repr(sorted((k, repr(v)) for k, v in culprit.items()))
 
 
-def finding_changes(base: dict[str, Any], cand: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+def finding_changes(base: Report, cand: Report) -> dict[str, list[dict[str, Any]]]:
     b_keys = {_finding_key(f): f for f in base["findings"]}
     c_keys = {_finding_key(f): f for f in cand["findings"]}
     return {
@@ -339,7 +341,7 @@ def top_change(
     return {"kind": None, "culprit": None, "evidence": "no change beyond noise"}
 
 
-def _facts(report: dict[str, Any]) -> dict[str, Any]:
+def _facts(report: Report) -> dict[str, Any]:
     job = report["job"]
     return {
         **{
@@ -350,7 +352,7 @@ def _facts(report: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def layout_text(report: dict[str, Any]) -> str:
+def layout_text(report: Report) -> str:
     """A job's size and parallel layout in words: ``256 ranks (DP4 × TP8 × PP8)``."""
     job = report["job"]
     layout = job.get("parallel_layout") or {}
@@ -363,12 +365,12 @@ def layout_text(report: dict[str, Any]) -> str:
     return f"{size} rank{'s' if size != 1 else ''} ({axes or 'no parallel layout known'})"
 
 
-def _degree(report: dict[str, Any], axis: str) -> int | None:
+def _degree(report: Report, axis: str) -> int | None:
     value = (report["job"].get("parallel_layout") or {}).get(axis)
     return value if isinstance(value, int) and value > 0 else None
 
 
-def incomparable(base: dict[str, Any], cand: dict[str, Any], pairing: dict[str, Any]) -> str | None:
+def incomparable(base: Report, cand: Report, pairing: dict[str, Any]) -> str | None:
     """Why the two runs cannot be compared position by position, naming both sizes and layouts; None when they can.
 
     Two runs compare when each paired position does the same share of the same model in both: the pipelines have
@@ -452,8 +454,8 @@ def change_text(top: dict[str, Any]) -> str:
 
 
 def compare(
-    base: dict[str, Any],
-    cand: dict[str, Any],
+    base: Report,
+    cand: Report,
     base_ops: dict[str, dict[str, Any]],
     cand_ops: dict[str, dict[str, Any]],
 ) -> dict[str, Any]:
