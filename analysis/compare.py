@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import statistics
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import numpy as np
 
@@ -18,11 +18,76 @@ from paradiag import schema
 
 if TYPE_CHECKING:
     from paradiag.analysis.frame import Frame
-    from paradiag.analysis.report import Report
+    from paradiag.analysis.report import RankEntry, Report
 
 COMPARE_SCHEMA = "paradiag.compare/1"
 TOP = 10
 NOISE_PCT = 2.0  # changes smaller than this are jitter, not a change
+
+# The document's shapes (docs/compare.md), as TypedDicts: plain dicts at run time, checked by mypy where they are
+# built (here) and read (the compare panel, the diff page, the CLI).
+
+
+class Delta(TypedDict):
+    """Both values and the relative change (percent of the baseline; None without a baseline)."""
+
+    baseline: float | None
+    candidate: float | None
+    delta_pct: float | None
+
+
+class RankDelta(TypedDict):
+    """A paired position (one rank, or the replicas of a folded axis), each side the median over its ranks."""
+
+    rank: int | None  # the candidate's rank where one rank stands on each side
+    label: str
+    position: dict[str, int]  # its mesh coordinates on the axes kept
+    baseline_ranks: list[int]
+    candidate_ranks: list[int]
+    step_time_ns: Delta
+    compute_ns: Delta
+    comm_exposed_ns: Delta
+    idle_ns: Delta
+    window_ns: Delta
+
+
+class OperatorDelta(TypedDict):
+    operator: str  # its name, or its category where the runs' formats differ
+    category: str | None
+    position: Any
+    time_ns_per_step: Delta
+    change_ns_per_step: float
+    only_in: str | None  # "baseline" or "candidate" where only one run has it
+
+
+class OperatorDeltas(TypedDict):
+    matched_by: str  # "name" or "category"
+    slower: list[OperatorDelta]  # most change first
+    faster: list[OperatorDelta]
+
+
+class TopChange(TypedDict):
+    kind: str | None  # a finding's kind, "rank_slower", "operator_slower", or None when nothing moved
+    culprit: dict[str, Any] | None
+    evidence: str
+
+
+class CompareDoc(TypedDict):
+    """The ``paradiag.compare/1`` document; one that was ``refused`` holds none of the changes."""
+
+    schema: str
+    baseline: dict[str, Any]  # the run's facts and layout in words
+    candidate: dict[str, Any]
+    refused: str | None  # why the runs cannot be compared
+    rank_pairing: dict[str, Any]
+    step_time_ns: NotRequired[Delta]
+    compute_ns_median_rank: NotRequired[Delta]
+    ranks: NotRequired[list[RankDelta]]
+    stages: NotRequired[list[dict[str, Any]]]
+    operators: NotRequired[OperatorDeltas]
+    findings: NotRequired[dict[str, list[dict[str, Any]]]]
+    top_change: NotRequired[TopChange]
+
 
 # Operator categories, to compare GPU kernels with NPU kernels of the same model (first match wins).
 CATEGORIES = (
@@ -89,7 +154,7 @@ def by_category(ops: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def delta(base: float | None, cand: float | None) -> dict[str, Any]:
+def delta(base: float | None, cand: float | None) -> Delta:
     """Both values and the relative change (percent of the baseline)."""
     pct = None if not base or cand is None else round(100.0 * (cand - base) / base, 2)
     return {"baseline": base, "candidate": cand, "delta_pct": pct}
@@ -101,10 +166,6 @@ def _median_step(report: Report) -> float | None:
 
 
 MESH_AXES = ("pp", "tp", "ep", "dp")  # a position is named stage first, as the views list ranks
-RANK_METRICS = (
-    ("step_time_ns", "step_time_ns", "median"),
-    *((k, "breakdown", k) for k in ("compute_ns", "comm_exposed_ns", "idle_ns", "window_ns")),
-)
 
 
 def _coords(report: Report) -> dict[int, dict[str, int]] | None:
@@ -192,27 +253,36 @@ def _short(ranks: list[int]) -> str:
     return ", ".join(map(str, ranks[:8])) + (", …" if len(ranks) > 8 else "")
 
 
-def rank_deltas(base: Report, cand: Report, pairing: dict[str, Any]) -> list[dict[str, Any]]:
+def rank_deltas(base: Report, cand: Report, pairing: dict[str, Any]) -> list[RankDelta]:
     """Per paired position (one rank, or the replicas of a folded axis): step time and breakdown changes, each side
     the median over its ranks."""
     b_by, c_by = {e["rank"]: e for e in base["ranks"]}, {e["rank"]: e for e in cand["ranks"]}
-    out = []
+    out: list[RankDelta] = []
     for position, b_ranks, c_ranks in pairing["groups"]:
         single = len(b_ranks) == len(c_ranks) == 1
-        row: dict[str, Any] = {
-            "rank": c_ranks[0] if single else None,
-            "label": _label(position, b_ranks, c_ranks, pairing["axes"]),
-            "position": position,
-            "baseline_ranks": b_ranks,
-            "candidate_ranks": c_ranks,
-        }
-        for key, section, field in RANK_METRICS:
-            row[key] = delta(
-                _median([_get(b_by[r], section, field) for r in b_ranks]),
-                _median([_get(c_by[r], section, field) for r in c_ranks]),
-            )
-        out.append(row)
+        b, c = [b_by[r] for r in b_ranks], [c_by[r] for r in c_ranks]
+        out.append(
+            {
+                "rank": c_ranks[0] if single else None,
+                "label": _label(position, b_ranks, c_ranks, pairing["axes"]),
+                "position": position,
+                "baseline_ranks": b_ranks,
+                "candidate_ranks": c_ranks,
+                "step_time_ns": _change(b, c, "step_time_ns", "median"),
+                "compute_ns": _change(b, c, "breakdown", "compute_ns"),
+                "comm_exposed_ns": _change(b, c, "breakdown", "comm_exposed_ns"),
+                "idle_ns": _change(b, c, "breakdown", "idle_ns"),
+                "window_ns": _change(b, c, "breakdown", "window_ns"),
+            }
+        )
     return out
+
+
+def _change(base: list[RankEntry], cand: list[RankEntry], section: str, key: str) -> Delta:
+    """The median of ``section``'s ``key`` over each side's rank entries, and its change."""
+    return delta(
+        _median([_get(e, section, key) for e in base]), _median([_get(e, section, key) for e in cand])
+    )
 
 
 def _label(position: dict[str, int], b_ranks: list[int], c_ranks: list[int], axes: list[str]) -> str:
@@ -254,13 +324,13 @@ def stage_deltas(base: Report, cand: Report) -> list[dict[str, Any]]:
 
 def operator_deltas(
     base_ops: dict[str, dict[str, Any]], cand_ops: dict[str, dict[str, Any]], same_format: bool
-) -> dict[str, Any]:
+) -> OperatorDeltas:
     """Operators that got slower or faster, by name within a format, by category across formats."""
     if not same_format or not set(base_ops) & set(cand_ops):
         base_ops, cand_ops, matched_by = by_category(base_ops), by_category(cand_ops), "category"
     else:
         matched_by = "name"
-    rows: list[dict[str, Any]] = []
+    rows: list[OperatorDelta] = []
     for name in set(base_ops) | set(cand_ops):
         b, c = base_ops.get(name), cand_ops.get(name)
         b_time = b["time_ns_per_step"] if b else 0.0
@@ -299,11 +369,11 @@ def finding_changes(base: Report, cand: Report) -> dict[str, list[dict[str, Any]
 
 
 def top_change(
-    step: dict[str, Any],
-    ranks: list[dict[str, Any]],
+    step: Delta,
+    ranks: list[RankDelta],
     findings: dict[str, list[dict[str, Any]]],
-    operators: dict[str, Any],
-) -> dict[str, Any]:
+    operators: OperatorDeltas,
+) -> TopChange:
     """The one change to look at first: a finding that appeared, else the rank that slowed most, else the
     operator that slowed most; ``None`` kind when nothing moved beyond noise."""
     if findings["appeared"]:
@@ -322,7 +392,7 @@ def top_change(
         }
     slowed = [r for r in ranks if (r["compute_ns"]["delta_pct"] or 0) > NOISE_PCT]
     if slowed:
-        r = max(slowed, key=lambda x: x["compute_ns"]["delta_pct"])
+        r = max(slowed, key=lambda x: x["compute_ns"]["delta_pct"] or 0)
         who = f"rank {r['label']}" if r["rank"] is not None else f"position {r['label']}"
         return {
             "kind": "rank_slower",
@@ -445,7 +515,7 @@ def _ranges(values: Any) -> str:
     return ", ".join(f"{r[0]}–{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs)
 
 
-def change_text(top: dict[str, Any]) -> str:
+def change_text(top: TopChange) -> str:
     """The top change in words: what kind, about whom, and its evidence."""
     if not top.get("kind"):
         return str(top.get("evidence") or "no change beyond noise")
@@ -458,7 +528,7 @@ def compare(
     cand: Report,
     base_ops: dict[str, dict[str, Any]],
     cand_ops: dict[str, dict[str, Any]],
-) -> dict[str, Any]:
+) -> CompareDoc:
     """The ``paradiag.compare/1`` document for a baseline and a candidate run. Runs that cannot be compared
     (``incomparable``) get a document with ``refused`` (why, in words) and no deltas."""
     pairing = rank_pairing(base, cand)
