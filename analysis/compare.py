@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 import statistics
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import numpy as np
 
@@ -17,10 +18,76 @@ from paradiag import schema
 
 if TYPE_CHECKING:
     from paradiag.analysis.frame import Frame
+    from paradiag.analysis.report import RankEntry, Report
 
 COMPARE_SCHEMA = "paradiag.compare/1"
 TOP = 10
 NOISE_PCT = 2.0  # changes smaller than this are jitter, not a change
+
+# The document's shapes (docs/compare.md), as TypedDicts: plain dicts at run time, checked by mypy where they are
+# built (here) and read (the compare panel, the diff page, the CLI).
+
+
+class Delta(TypedDict):
+    """Both values and the relative change (percent of the baseline; None without a baseline)."""
+
+    baseline: float | None
+    candidate: float | None
+    delta_pct: float | None
+
+
+class RankDelta(TypedDict):
+    """A paired position (one rank, or the replicas of a folded axis), each side the median over its ranks."""
+
+    rank: int | None  # the candidate's rank where one rank stands on each side
+    label: str
+    position: dict[str, int]  # its mesh coordinates on the axes kept
+    baseline_ranks: list[int]
+    candidate_ranks: list[int]
+    step_time_ns: Delta
+    compute_ns: Delta
+    comm_exposed_ns: Delta
+    idle_ns: Delta
+    window_ns: Delta
+
+
+class OperatorDelta(TypedDict):
+    operator: str  # its name, or its category where the runs' formats differ
+    category: str | None
+    position: Any
+    time_ns_per_step: Delta
+    change_ns_per_step: float
+    only_in: str | None  # "baseline" or "candidate" where only one run has it
+
+
+class OperatorDeltas(TypedDict):
+    matched_by: str  # "name" or "category"
+    slower: list[OperatorDelta]  # most change first
+    faster: list[OperatorDelta]
+
+
+class TopChange(TypedDict):
+    kind: str | None  # a finding's kind, "rank_slower", "operator_slower", or None when nothing moved
+    culprit: dict[str, Any] | None
+    evidence: str
+
+
+class CompareDoc(TypedDict):
+    """The ``paradiag.compare/1`` document; one that was ``refused`` holds none of the changes."""
+
+    schema: str
+    baseline: dict[str, Any]  # the run's facts and layout in words
+    candidate: dict[str, Any]
+    refused: str | None  # why the runs cannot be compared
+    rank_pairing: dict[str, Any]
+    step_time_ns: NotRequired[Delta]
+    compute_ns_median_rank: NotRequired[Delta]
+    ranks: NotRequired[list[RankDelta]]
+    stages: NotRequired[list[dict[str, Any]]]
+    operators: NotRequired[OperatorDeltas]
+    findings: NotRequired[dict[str, list[dict[str, Any]]]]
+    top_change: NotRequired[TopChange]
+
 
 # Operator categories, to compare GPU kernels with NPU kernels of the same model (first match wins).
 CATEGORIES = (
@@ -87,25 +154,21 @@ def by_category(ops: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def delta(base: float | None, cand: float | None) -> dict[str, Any]:
+def delta(base: float | None, cand: float | None) -> Delta:
     """Both values and the relative change (percent of the baseline)."""
     pct = None if not base or cand is None else round(100.0 * (cand - base) / base, 2)
     return {"baseline": base, "candidate": cand, "delta_pct": pct}
 
 
-def _median_step(report: dict[str, Any]) -> float | None:
+def _median_step(report: Report) -> float | None:
     value = report["metrics"].get("step_time_ns", {}).get("median")
     return float(value) if value is not None else None
 
 
 MESH_AXES = ("pp", "tp", "ep", "dp")  # a position is named stage first, as the views list ranks
-RANK_METRICS = (
-    ("step_time_ns", "step_time_ns", "median"),
-    *((k, "breakdown", k) for k in ("compute_ns", "comm_exposed_ns", "idle_ns", "window_ns")),
-)
 
 
-def _coords(report: dict[str, Any]) -> dict[int, dict[str, int]] | None:
+def _coords(report: Report) -> dict[int, dict[str, int]] | None:
     """Rank -> mesh coordinates, None when the report gives none for some rank it lists."""
     coords = {
         int(r): c for r, c in ((report["job"].get("parallel_layout") or {}).get("coords") or {}).items()
@@ -114,7 +177,7 @@ def _coords(report: dict[str, Any]) -> dict[int, dict[str, int]] | None:
     return coords if ranks and all(r in coords for r in ranks) else None
 
 
-def rank_pairing(base: dict[str, Any], cand: dict[str, Any]) -> dict[str, Any]:
+def rank_pairing(base: Report, cand: Report) -> dict[str, Any]:
     """Which ranks of the two runs are compared with which. By mesh coordinates where both runs have them: on the
     axes whose degree both runs share, a position pairs the ranks that hold it; an axis whose degree differs is
     folded (its replicas' median stands for the position). Else by rank id. ``groups`` lists (position, baseline
@@ -190,27 +253,36 @@ def _short(ranks: list[int]) -> str:
     return ", ".join(map(str, ranks[:8])) + (", …" if len(ranks) > 8 else "")
 
 
-def rank_deltas(base: dict[str, Any], cand: dict[str, Any], pairing: dict[str, Any]) -> list[dict[str, Any]]:
+def rank_deltas(base: Report, cand: Report, pairing: dict[str, Any]) -> list[RankDelta]:
     """Per paired position (one rank, or the replicas of a folded axis): step time and breakdown changes, each side
     the median over its ranks."""
     b_by, c_by = {e["rank"]: e for e in base["ranks"]}, {e["rank"]: e for e in cand["ranks"]}
-    out = []
+    out: list[RankDelta] = []
     for position, b_ranks, c_ranks in pairing["groups"]:
         single = len(b_ranks) == len(c_ranks) == 1
-        row: dict[str, Any] = {
-            "rank": c_ranks[0] if single else None,
-            "label": _label(position, b_ranks, c_ranks, pairing["axes"]),
-            "position": position,
-            "baseline_ranks": b_ranks,
-            "candidate_ranks": c_ranks,
-        }
-        for key, section, field in RANK_METRICS:
-            row[key] = delta(
-                _median([_get(b_by[r], section, field) for r in b_ranks]),
-                _median([_get(c_by[r], section, field) for r in c_ranks]),
-            )
-        out.append(row)
+        b, c = [b_by[r] for r in b_ranks], [c_by[r] for r in c_ranks]
+        out.append(
+            {
+                "rank": c_ranks[0] if single else None,
+                "label": _label(position, b_ranks, c_ranks, pairing["axes"]),
+                "position": position,
+                "baseline_ranks": b_ranks,
+                "candidate_ranks": c_ranks,
+                "step_time_ns": _change(b, c, "step_time_ns", "median"),
+                "compute_ns": _change(b, c, "breakdown", "compute_ns"),
+                "comm_exposed_ns": _change(b, c, "breakdown", "comm_exposed_ns"),
+                "idle_ns": _change(b, c, "breakdown", "idle_ns"),
+                "window_ns": _change(b, c, "breakdown", "window_ns"),
+            }
+        )
     return out
+
+
+def _change(base: list[RankEntry], cand: list[RankEntry], section: str, key: str) -> Delta:
+    """The median of ``section``'s ``key`` over each side's rank entries, and its change."""
+    return delta(
+        _median([_get(e, section, key) for e in base]), _median([_get(e, section, key) for e in cand])
+    )
 
 
 def _label(position: dict[str, int], b_ranks: list[int], c_ranks: list[int], axes: list[str]) -> str:
@@ -224,13 +296,13 @@ def _median(values: list[float | None]) -> float | None:
     return float(statistics.median(known)) if known else None
 
 
-def _get(entry: dict[str, Any], section: str, key: str) -> float | None:
+def _get(entry: Mapping[str, Any], section: str, key: str) -> float | None:
     part = entry.get(section)
     value = part.get(key) if isinstance(part, dict) else None
     return float(value) if value is not None else None
 
 
-def stage_deltas(base: dict[str, Any], cand: dict[str, Any]) -> list[dict[str, Any]]:
+def stage_deltas(base: Report, cand: Report) -> list[dict[str, Any]]:
     """Per pipeline stage, when both runs have as many stages (else stage i is not the same part of the model):
     compute per micro-batch."""
     b_stages = (base["metrics"].get("pipeline") or {}).get("stages") or []
@@ -252,13 +324,13 @@ def stage_deltas(base: dict[str, Any], cand: dict[str, Any]) -> list[dict[str, A
 
 def operator_deltas(
     base_ops: dict[str, dict[str, Any]], cand_ops: dict[str, dict[str, Any]], same_format: bool
-) -> dict[str, Any]:
+) -> OperatorDeltas:
     """Operators that got slower or faster, by name within a format, by category across formats."""
     if not same_format or not set(base_ops) & set(cand_ops):
         base_ops, cand_ops, matched_by = by_category(base_ops), by_category(cand_ops), "category"
     else:
         matched_by = "name"
-    rows: list[dict[str, Any]] = []
+    rows: list[OperatorDelta] = []
     for name in set(base_ops) | set(cand_ops):
         b, c = base_ops.get(name), cand_ops.get(name)
         b_time = b["time_ns_per_step"] if b else 0.0
@@ -286,7 +358,7 @@ def _finding_key(f: dict[str, Any]) -> tuple[str, str]:
     return f["kind"], repr(sorted((k, repr(v)) for k, v in culprit.items()))
 
 
-def finding_changes(base: dict[str, Any], cand: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+def finding_changes(base: Report, cand: Report) -> dict[str, list[dict[str, Any]]]:
     b_keys = {_finding_key(f): f for f in base["findings"]}
     c_keys = {_finding_key(f): f for f in cand["findings"]}
     return {
@@ -297,11 +369,11 @@ def finding_changes(base: dict[str, Any], cand: dict[str, Any]) -> dict[str, lis
 
 
 def top_change(
-    step: dict[str, Any],
-    ranks: list[dict[str, Any]],
+    step: Delta,
+    ranks: list[RankDelta],
     findings: dict[str, list[dict[str, Any]]],
-    operators: dict[str, Any],
-) -> dict[str, Any]:
+    operators: OperatorDeltas,
+) -> TopChange:
     """The one change to look at first: a finding that appeared, else the rank that slowed most, else the
     operator that slowed most; ``None`` kind when nothing moved beyond noise."""
     if findings["appeared"]:
@@ -320,7 +392,7 @@ def top_change(
         }
     slowed = [r for r in ranks if (r["compute_ns"]["delta_pct"] or 0) > NOISE_PCT]
     if slowed:
-        r = max(slowed, key=lambda x: x["compute_ns"]["delta_pct"])
+        r = max(slowed, key=lambda x: x["compute_ns"]["delta_pct"] or 0)
         who = f"rank {r['label']}" if r["rank"] is not None else f"position {r['label']}"
         return {
             "kind": "rank_slower",
@@ -339,7 +411,7 @@ def top_change(
     return {"kind": None, "culprit": None, "evidence": "no change beyond noise"}
 
 
-def _facts(report: dict[str, Any]) -> dict[str, Any]:
+def _facts(report: Report) -> dict[str, Any]:
     job = report["job"]
     return {
         **{
@@ -350,7 +422,7 @@ def _facts(report: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def layout_text(report: dict[str, Any]) -> str:
+def layout_text(report: Report) -> str:
     """A job's size and parallel layout in words: ``256 ranks (DP4 × TP8 × PP8)``."""
     job = report["job"]
     layout = job.get("parallel_layout") or {}
@@ -363,12 +435,12 @@ def layout_text(report: dict[str, Any]) -> str:
     return f"{size} rank{'s' if size != 1 else ''} ({axes or 'no parallel layout known'})"
 
 
-def _degree(report: dict[str, Any], axis: str) -> int | None:
+def _degree(report: Report, axis: str) -> int | None:
     value = (report["job"].get("parallel_layout") or {}).get(axis)
     return value if isinstance(value, int) and value > 0 else None
 
 
-def incomparable(base: dict[str, Any], cand: dict[str, Any], pairing: dict[str, Any]) -> str | None:
+def incomparable(base: Report, cand: Report, pairing: dict[str, Any]) -> str | None:
     """Why the two runs cannot be compared position by position, naming both sizes and layouts; None when they can.
 
     Two runs compare when each paired position does the same share of the same model in both: the pipelines have
@@ -443,7 +515,7 @@ def _ranges(values: Any) -> str:
     return ", ".join(f"{r[0]}–{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs)
 
 
-def change_text(top: dict[str, Any]) -> str:
+def change_text(top: TopChange) -> str:
     """The top change in words: what kind, about whom, and its evidence."""
     if not top.get("kind"):
         return str(top.get("evidence") or "no change beyond noise")
@@ -452,11 +524,11 @@ def change_text(top: dict[str, Any]) -> str:
 
 
 def compare(
-    base: dict[str, Any],
-    cand: dict[str, Any],
+    base: Report,
+    cand: Report,
     base_ops: dict[str, dict[str, Any]],
     cand_ops: dict[str, dict[str, Any]],
-) -> dict[str, Any]:
+) -> CompareDoc:
     """The ``paradiag.compare/1`` document for a baseline and a candidate run. Runs that cannot be compared
     (``incomparable``) get a document with ``refused`` (why, in words) and no deltas."""
     pairing = rank_pairing(base, cand)

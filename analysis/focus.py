@@ -11,7 +11,6 @@ stand out only against the others).
 
 from __future__ import annotations
 
-import statistics
 import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -190,8 +189,9 @@ def focus_of(d: Diagnosis) -> Focus:
     )
     subject = kinds.of(top.kind).opens_on
     metric = METRIC_OF[top.kind]
-    reasons = _reasons(d, top, ranks, step)
-    headline = _headline(d, top, ranks, step, reasons)
+    entry = kinds.of(top.kind)
+    reasons = entry.reasons(d, top, ranks, step)
+    headline = entry.headline(d, top, ranks, step, reasons)
     blamed = {**blamed, **{r: top.kind for r in ranks if r not in blamed}}
     single = sorted(
         {r for r, k in blamed.items() if k in RANK_KINDS}
@@ -242,95 +242,6 @@ def separates(d: Diagnosis, metric: str, ranks: Sequence[int]) -> bool:
 def wrap(text: str, width: int = CAPTION_WIDTH) -> str:
     """A caption broken into lines (``<br>``) for a figure's title."""
     return "<br>".join(textwrap.wrap(text, width)) or text
-
-
-def _peer_ratio(d: Diagnosis, rank: int, step: int | None, part: str) -> tuple[float, float] | None:
-    """(the rank's ``part`` in ``step``, the median of its stage peers') in ms."""
-    figs = d.figures()
-    stage = d.layout.stage_of
-    if step is None or (rank, step) not in figs:
-        return None
-    peers = [
-        figs[(r, step)][part]
-        for r, s in stage.items()
-        if s == stage.get(rank) and r != rank and (r, step) in figs and figs[(r, step)][part] is not None
-    ]
-    mine = figs[(rank, step)][part]
-    if not peers or mine is None:
-        return None
-    return mine / 1e6, statistics.median(peers) / 1e6
-
-
-def _reasons(d: Diagnosis, top: Finding, ranks: list[int], step: int | None) -> dict[int, str]:
-    """Per rank the top finding names, why in a few words (a row label's tail)."""
-    out: dict[int, str] = {}
-    if top.kind == "stage_imbalance" and d.stage_metrics is not None:
-        ratio = _stage_ratio(d, top.culprit.stage)
-        return dict.fromkeys(ranks, f"stage compute {ratio:.2f}x") if ratio else {}
-    if top.kind == "clock_skew":
-        return dict.fromkeys(ranks, "clock off (corrected)")
-    if top.kind == "slow_link":
-        return dict.fromkeys(ranks, "slow link")
-    for r in ranks:
-        part = "launch_delay_ns" if top.kind == "host_stall" else "compute_ns"
-        found = _peer_ratio(d, r, step, part)
-        if found is None:
-            out[r] = top.kind.replace("_", " ")
-        elif top.kind == "host_stall":
-            out[r] = f"host +{found[0] - found[1]:.1f} ms late"
-        else:
-            out[r] = f"compute {found[0] / found[1]:.2f}x" if found[1] else top.kind.replace("_", " ")
-    return out
-
-
-def _stage_ratio(d: Diagnosis, stage: int | None) -> float | None:
-    """A stage's compute per micro-batch against the median of the other stages'."""
-    rows = d.stage_metrics.stages if d.stage_metrics else []
-    mine = next((s.compute_per_micro_batch_ns for s in rows if s.stage == stage), None)
-    others = [s.compute_per_micro_batch_ns for s in rows if s.stage != stage]
-    return mine / statistics.median(others) if mine and others and statistics.median(others) else None
-
-
-def _names(ranks: list[int], most: int = 4) -> str:
-    shown = ", ".join(map(str, ranks[:most])) + (f" … ({len(ranks)} ranks)" if len(ranks) > most else "")
-    return f"rank{'s' if len(ranks) > 1 else ''} {shown}"
-
-
-def _headline(d: Diagnosis, top: Finding, ranks: list[int], step: int | None, reasons: dict[int, str]) -> str:
-    c = top.culprit
-    where = f" in step {step}" if step is not None and top.kind in RANK_KINDS else ""
-    if top.kind == "stage_imbalance":
-        ratio = _stage_ratio(d, c.stage)
-        return (
-            f"Stage {c.stage} computes {ratio:.2f}x the other stages per micro-batch"
-            if ratio
-            else f"Stage {c.stage} is the pipeline's bottleneck"
-        )
-    if top.kind == "slow_link":
-        link = c.link or ranks
-        cost = (
-            f"costs {top.impact_pct:.0f}% of the step" if top.impact_pct >= 1 else "the job hides most of it"
-        )
-        return f"The link of {_names(link)} is slow ({cost})"
-    if top.kind == "clock_skew":
-        return f"The clocks of {', '.join(c.hosts or []) or _names(ranks)} ran off (corrected before analysis; no time lost)"
-    if top.kind == "host_stall":
-        late = _peer_ratio(d, ranks[0], step, "launch_delay_ns") if ranks else None
-        delay = f" {late[0] - late[1]:.1f} ms late" if late else " late"
-        return f"The host of {_names(ranks)} starts its device{delay}{where}"
-    first = reasons.get(ranks[0], "") if ranks else ""
-    their = "its" if len(ranks) == 1 else "their"
-    times = (
-        f" {first.removeprefix('compute ')} {their} stage peers' compute"
-        if first.startswith("compute ")
-        else f" more than {their} stage peers' compute"
-    )
-    who = _names(ranks).capitalize()
-    if top.kind == "operator_hotspot" and c.operator:
-        return f"{who} spend{'s' if len(ranks) == 1 else ''}{times}, in {c.operator}{where}"
-    if top.kind == "expert_imbalance":
-        return f"{who} (one expert-parallel index) spend{'s' if len(ranks) == 1 else ''}{times}{where}"
-    return f"{who} spend{'s' if len(ranks) == 1 else ''}{times}{where}"
 
 
 def shown_ranks(

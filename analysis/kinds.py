@@ -3,7 +3,8 @@
 An entry says what a finding of the kind blames (``blames``: the ranks themselves, an operator on them, a pipeline
 stage, a link, the clocks), how its cause is removed in the what-if replay (``edits``: ``paradiag.analysis.whatif``),
 how the first screen opens on it (``opens_on`` the Focus' subject, ``metric`` the overview's metric that shows it,
-``outlined`` whether its ranks are outlined as culprits in every view: ``paradiag.analysis.focus``), whether it is
+``outlined`` whether its ranks are outlined as culprits in every view, ``reasons`` why each rank it names stands out
+in a few words and ``headline`` the finding in a line: ``paradiag.analysis.focus``), whether it is
 extra work (``extra_work``: on CPU ranks its estimate from typical durations stands, not the replay's) or only
 informative (``informative``: a data problem paradiag corrects, severity ``info``), and the simulator fault that
 produces it (``fault``, with ``fault_needs_moe`` where only an MoE model has it: ``paradiag.simulator.faults``, whose
@@ -19,13 +20,17 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, cast, get_args
+from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
 from paradiag.analysis.edit import BALANCED, COMPARABLE, PEER_MEDIAN, REMOVE, Edit
+
+if TYPE_CHECKING:  # the Diagnosis names its findings' kinds from here
+    from paradiag.analysis.diagnosis_types import Diagnosis, Finding
 
 Kind = Literal[
     "slow_device",
@@ -79,6 +84,156 @@ def nothing(f: Mapping[str, Any]) -> list[Edit]:
     return []
 
 
+# How the first screen words a finding (``paradiag.analysis.focus``): why each rank it names stands out, in a few
+# words (a row label's tail), and the finding in a line. Each gets the Diagnosis, the finding, the ranks it names and
+# the step it cites; a headline also gets the reasons.
+Reasons = Callable[["Diagnosis", "Finding", list[int], int | None], dict[int, str]]
+Headline = Callable[["Diagnosis", "Finding", list[int], int | None, dict[int, str]], str]
+
+
+def peer_ratio(d: Diagnosis, rank: int, step: int | None, part: str) -> tuple[float, float] | None:
+    """(the rank's ``part`` in ``step``, the median of its stage peers') in ms."""
+    figs = d.figures()
+    stage = d.layout.stage_of
+    if step is None or (rank, step) not in figs:
+        return None
+    peers = [
+        figs[(r, step)][part]
+        for r, s in stage.items()
+        if s == stage.get(rank) and r != rank and (r, step) in figs and figs[(r, step)][part] is not None
+    ]
+    mine = figs[(rank, step)][part]
+    if not peers or mine is None:
+        return None
+    return mine / 1e6, statistics.median(peers) / 1e6
+
+
+def stage_ratio(d: Diagnosis, stage: int | None) -> float | None:
+    """A stage's compute per micro-batch against the median of the other stages'."""
+    rows = d.stage_metrics.stages if d.stage_metrics else []
+    mine = next((s.compute_per_micro_batch_ns for s in rows if s.stage == stage), None)
+    others = [s.compute_per_micro_batch_ns for s in rows if s.stage != stage]
+    return mine / statistics.median(others) if mine and others and statistics.median(others) else None
+
+
+def rank_names(ranks: list[int], most: int = 4) -> str:
+    """``rank 3``, ``ranks 1, 2``, ``ranks 0, 1, 2, 3 … (8 ranks)``."""
+    shown = ", ".join(map(str, ranks[:most])) + (f" … ({len(ranks)} ranks)" if len(ranks) > most else "")
+    return f"rank{'s' if len(ranks) > 1 else ''} {shown}"
+
+
+def compute_reasons(d: Diagnosis, f: Finding, ranks: list[int], step: int | None) -> dict[int, str]:
+    """Each rank's compute in the step against its stage peers' median: ``compute 1.42x``."""
+    out: dict[int, str] = {}
+    for r in ranks:
+        found = peer_ratio(d, r, step, "compute_ns")
+        if found is None or not found[1]:
+            out[r] = f.kind.replace("_", " ")
+        else:
+            out[r] = f"compute {found[0] / found[1]:.2f}x"
+    return out
+
+
+def launch_reasons(d: Diagnosis, f: Finding, ranks: list[int], step: int | None) -> dict[int, str]:
+    """Each rank's launch delay in the step beyond its stage peers' median: ``host +3.1 ms late``."""
+    out: dict[int, str] = {}
+    for r in ranks:
+        found = peer_ratio(d, r, step, "launch_delay_ns")
+        out[r] = f.kind.replace("_", " ") if found is None else f"host +{found[0] - found[1]:.1f} ms late"
+    return out
+
+
+def stage_reasons(d: Diagnosis, f: Finding, ranks: list[int], step: int | None) -> dict[int, str]:
+    """The stage's compute per micro-batch against the other stages' (each rank's own compute without a
+    pipeline's figures)."""
+    if d.stage_metrics is None:
+        return compute_reasons(d, f, ranks, step)
+    ratio = stage_ratio(d, f.culprit.stage)
+    return dict.fromkeys(ranks, f"stage compute {ratio:.2f}x") if ratio else {}
+
+
+def link_reasons(d: Diagnosis, f: Finding, ranks: list[int], step: int | None) -> dict[int, str]:
+    return dict.fromkeys(ranks, "slow link")
+
+
+def clock_reasons(d: Diagnosis, f: Finding, ranks: list[int], step: int | None) -> dict[int, str]:
+    return dict.fromkeys(ranks, "clock off (corrected)")
+
+
+def _in_step(step: int | None) -> str:
+    return f" in step {step}" if step is not None else ""
+
+
+def _spend(ranks: list[int], reasons: dict[int, str]) -> tuple[str, str, str]:
+    """(who, "spend"/"spends", how much more than the stage peers' compute), from the first rank's reason."""
+    first = reasons.get(ranks[0], "") if ranks else ""
+    their = "its" if len(ranks) == 1 else "their"
+    times = (
+        f" {first.removeprefix('compute ')} {their} stage peers' compute"
+        if first.startswith("compute ")
+        else f" more than {their} stage peers' compute"
+    )
+    return rank_names(ranks).capitalize(), "spends" if len(ranks) == 1 else "spend", times
+
+
+def device_headline(
+    d: Diagnosis, f: Finding, ranks: list[int], step: int | None, reasons: dict[int, str]
+) -> str:
+    """``Rank 3 spends 1.42x its stage peers' compute in step 5``."""
+    who, spend, times = _spend(ranks, reasons)
+    return f"{who} {spend}{times}{_in_step(step)}"
+
+
+def hotspot_headline(
+    d: Diagnosis, f: Finding, ranks: list[int], step: int | None, reasons: dict[int, str]
+) -> str:
+    """``Rank 3 spends 1.42x its stage peers' compute, in aten::mm in step 5``."""
+    if not f.culprit.operator:
+        return device_headline(d, f, ranks, step, reasons)
+    who, spend, times = _spend(ranks, reasons)
+    return f"{who} {spend}{times}, in {f.culprit.operator}{_in_step(step)}"
+
+
+def expert_headline(
+    d: Diagnosis, f: Finding, ranks: list[int], step: int | None, reasons: dict[int, str]
+) -> str:
+    who, spend, times = _spend(ranks, reasons)
+    return f"{who} (one expert-parallel index) {spend}{times}{_in_step(step)}"
+
+
+def stall_headline(
+    d: Diagnosis, f: Finding, ranks: list[int], step: int | None, reasons: dict[int, str]
+) -> str:
+    late = peer_ratio(d, ranks[0], step, "launch_delay_ns") if ranks else None
+    delay = f" {late[0] - late[1]:.1f} ms late" if late else " late"
+    return f"The host of {rank_names(ranks)} starts its device{delay}{_in_step(step)}"
+
+
+def stage_headline(
+    d: Diagnosis, f: Finding, ranks: list[int], step: int | None, reasons: dict[int, str]
+) -> str:
+    ratio = stage_ratio(d, f.culprit.stage)
+    return (
+        f"Stage {f.culprit.stage} computes {ratio:.2f}x the other stages per micro-batch"
+        if ratio
+        else f"Stage {f.culprit.stage} is the pipeline's bottleneck"
+    )
+
+
+def link_headline(
+    d: Diagnosis, f: Finding, ranks: list[int], step: int | None, reasons: dict[int, str]
+) -> str:
+    cost = f"costs {f.impact_pct:.0f}% of the step" if f.impact_pct >= 1 else "the job hides most of it"
+    return f"The link of {rank_names(f.culprit.link or ranks)} is slow ({cost})"
+
+
+def clock_headline(
+    d: Diagnosis, f: Finding, ranks: list[int], step: int | None, reasons: dict[int, str]
+) -> str:
+    hosts = ", ".join(f.culprit.hosts or []) or rank_names(ranks)
+    return f"The clocks of {hosts} ran off (corrected before analysis; no time lost)"
+
+
 @dataclass(frozen=True)
 class KindEntry:
     """One finding kind (see the module docstring)."""
@@ -89,6 +244,8 @@ class KindEntry:
     opens_on: Subject
     metric: str  # the overview's metric (paradiag.analysis.focus.METRICS) that shows it
     outlined: bool  # a finding about ranks themselves: every view outlines them as culprits
+    reasons: Reasons  # why each rank it names stands out, in a few words
+    headline: Headline  # the finding in a line
     extra_work: bool = False
     informative: bool = False
     fault: str | None = None  # the simulator fault (paradiag.simulator.faults) that produces it
@@ -105,6 +262,8 @@ KINDS: dict[Kind, KindEntry] = {
             "rank",
             "own_z",
             outlined=True,
+            reasons=compute_reasons,
+            headline=device_headline,
             extra_work=True,
             fault="slow_device",
         ),
@@ -115,6 +274,8 @@ KINDS: dict[Kind, KindEntry] = {
             "link",
             "transfer_job_pct",
             outlined=False,
+            reasons=link_reasons,
+            headline=link_headline,
             fault="slow_link",
         ),
         KindEntry(
@@ -124,10 +285,22 @@ KINDS: dict[Kind, KindEntry] = {
             "stage",
             "compute_job_pct",
             outlined=False,
+            reasons=stage_reasons,
+            headline=stage_headline,
             extra_work=True,
             fault="stage_imbalance",
         ),
-        KindEntry("host_stall", "rank", stall_removed, "rank", "own_z", outlined=True, fault="host_stall"),
+        KindEntry(
+            "host_stall",
+            "rank",
+            stall_removed,
+            "rank",
+            "own_z",
+            outlined=True,
+            reasons=launch_reasons,
+            headline=stall_headline,
+            fault="host_stall",
+        ),
         KindEntry(
             "operator_hotspot",
             "operator",
@@ -135,6 +308,8 @@ KINDS: dict[Kind, KindEntry] = {
             "rank",
             "own_z",
             outlined=True,
+            reasons=compute_reasons,
+            headline=hotspot_headline,
             extra_work=True,
             fault="operator_hotspot",
         ),
@@ -145,6 +320,8 @@ KINDS: dict[Kind, KindEntry] = {
             "clock",
             "own_z",
             outlined=False,
+            reasons=clock_reasons,
+            headline=clock_headline,
             informative=True,
             fault="clock_skew",
         ),
@@ -155,6 +332,8 @@ KINDS: dict[Kind, KindEntry] = {
             "rank",
             "own_z",
             outlined=True,
+            reasons=compute_reasons,
+            headline=expert_headline,
             extra_work=True,
             fault="expert_imbalance",
             fault_needs_moe=True,

@@ -22,6 +22,7 @@ from paradiag.units import ms
 
 if TYPE_CHECKING:
     from paradiag.analysis.diagnosis_types import Finding
+    from paradiag.analysis.report import Report
 
 # Wide enough for the tables when the output is a file or a pipe (rich would assume 80 columns).
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
@@ -136,7 +137,7 @@ def open_for_command(
         raise click.ClickException(str(exc)) from exc
 
 
-def print_problems(job: Job, report: dict[str, Any] | None = None) -> None:
+def print_problems(job: Job, report: Report | None = None) -> None:
     """The job's problems, or the report's (the job's and what the analysis could not find) when given."""
     found = report["job"]["problems"] if report is not None else [p.__dict__ for p in job.problems]
     for p in found:
@@ -410,7 +411,7 @@ def whatif(
     out.print(table)
 
 
-def _print_report(report: dict[str, Any], findings: list[Finding]) -> None:
+def _print_report(report: Report, findings: list[Finding]) -> None:
     job = report["job"]
     layout = job["parallel_layout"]
     layout_text = (
@@ -467,8 +468,8 @@ def _print_report(report: dict[str, Any], findings: list[Finding]) -> None:
     out.print(f"median step time {ms(m['step_time_ns']['median'])} ms; {what}", highlight=False)
     for i, f in enumerate(findings, start=1):
         out.print(f"{i}. {finding_line(f)}", highlight=False)
-    for step in report.get("critical_path", []):
-        out.print(critical_path_line(step), highlight=False)
+    for path_step in report.get("critical_path", []):
+        out.print(critical_path_line(path_step), highlight=False)
 
 
 def critical_path_line(step: dict[str, Any]) -> str:

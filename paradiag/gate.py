@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,7 +62,7 @@ class Outcome:
     reason: str
 
 
-def _lookup(report: dict[str, Any], path: str) -> Any:
+def _lookup(report: Mapping[str, Any], path: str) -> Any:
     value: Any = report
     for part in path.split("."):
         if not isinstance(value, dict) or part not in value:
@@ -71,7 +71,7 @@ def _lookup(report: dict[str, Any], path: str) -> Any:
     return value
 
 
-def _metric_value(report: dict[str, Any], name: str) -> Any:
+def _metric_value(report: Mapping[str, Any], name: str) -> Any:
     if name == "findings":
         return len(report.get("findings", []))
     if name == "impact_pct":
@@ -92,7 +92,7 @@ def parse(expression: str) -> list[str]:
     return conditions
 
 
-def evaluate(report: dict[str, Any], expression: str) -> list[Outcome]:
+def evaluate(report: Mapping[str, Any], expression: str) -> list[Outcome]:
     """Every condition with whether it was crossed and why, in plain words."""
     out = []
     for c in parse(expression):
@@ -113,7 +113,9 @@ def evaluate(report: dict[str, Any], expression: str) -> list[Outcome]:
     return out
 
 
-def _finding_outcome(report: dict[str, Any], condition: str, kind: str, min_severity: str | None) -> Outcome:
+def _finding_outcome(
+    report: Mapping[str, Any], condition: str, kind: str, min_severity: str | None
+) -> Outcome:
     floor = SEVERITIES[min_severity] if min_severity else 0
     hits = [
         f
@@ -131,7 +133,7 @@ def _finding_outcome(report: dict[str, Any], condition: str, kind: str, min_seve
     )
 
 
-def verdict(report: dict[str, Any], fail_on: str | None, outcomes: list[Outcome]) -> dict[str, Any]:
+def verdict(report: Mapping[str, Any], fail_on: str | None, outcomes: list[Outcome]) -> dict[str, Any]:
     """The snapshot's verdict: ``status`` "could not analyse" when the analysis lacked steps, compute or
     communication (``job.analysed`` false: the report's problems say what), else "failed" when a --fail-on
     condition was crossed, "passed" under --fail-on, or "no finding" / "findings" without one; ``passed`` is false

@@ -16,6 +16,7 @@ from paradiag import plotly_bundle
 from paradiag.units import ms
 
 if TYPE_CHECKING:
+    from paradiag.analysis.compare import CompareDoc
     from paradiag.analysis.diagnosis_types import Finding, StageMetrics
     from paradiag.dataset import Job
 
@@ -180,7 +181,7 @@ def _content(content: Any) -> str:
     return content if isinstance(content, str) else _figure(content)
 
 
-def render_compare(doc: dict[str, Any]) -> str:
+def render_compare(doc: CompareDoc) -> str:
     """The diff page of two runs: top change, findings that came and went, per-rank and operator changes."""
     top = doc["top_change"]
     step = doc["step_time_ns"]
@@ -212,7 +213,7 @@ def render_compare(doc: dict[str, Any]) -> str:
     )
 
 
-def _compare_ranks(doc: dict[str, Any]) -> str:
+def _compare_ranks(doc: CompareDoc) -> str:
     from paradiag.app.figures.compare import rank_changes_figure
 
     ranks = doc["ranks"]
@@ -234,7 +235,7 @@ def _compare_ranks(doc: dict[str, Any]) -> str:
     )
 
 
-def _compare_operators(doc: dict[str, Any]) -> str:
+def _compare_operators(doc: CompareDoc) -> str:
     from paradiag.app.figures.compare import operator_changes_figure
 
     rows = [

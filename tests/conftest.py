@@ -155,6 +155,10 @@ SLOW_TESTS = {
         "test_compare_names_the_injected_culprit_as_top_change",
         "test_fault_free_sample_passes",
     ],
+    "test_typed_shapes.py": [
+        "test_the_report_is_its_typeddict",
+        "test_the_comparison_is_its_typeddict_compared_or_refused",
+    ],
     "test_whatif.py": [
         "test_a_factor_scales_the_culprit",
         "test_edits_leave_the_graph_as_the_traces_have_it",

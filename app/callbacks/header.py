@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlencode
 
@@ -78,7 +79,7 @@ def window_picker(token: str, current: int, windows: list[dict[str, Any]]) -> ht
     )
 
 
-def findings_list(found: list[dict[str, Any]], facts: dict[str, Any] | None = None) -> list[Any]:
+def findings_list(found: list[dict[str, Any]], facts: Mapping[str, Any] | None = None) -> list[Any]:
     """The findings bar; first, where the analysis lacked steps, compute or communication (``facts``: the
     report's ``job``), what it lacked, so that an empty list is not read as a clean job."""
     missing = (

@@ -11,7 +11,7 @@ worst link; a click on a block opens its members.
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
+from typing import Any, Literal, cast
 
 import numpy as np
 import pyarrow as pa
@@ -21,18 +21,27 @@ from paradiag.app import store
 from paradiag.app.data import collectives
 from paradiag.app.data.common import diagnosis, origin_ns
 from paradiag.app.data.mesh import mesh_of
+from paradiag.app.data.shapes import (
+    BlockRanks,
+    CommCell,
+    CommMatrix,
+    CommMetric,
+    CommView,
+    LinkInstance,
+    RankGroup,
+)
 from paradiag.dataset import Job
 
 
-def matrix(job: Job) -> dict[str, Any]:
+def matrix(job: Job) -> CommMatrix:
     """``{"ranks", "cells": [{src, dst, link_type, bytes, time_ns, bandwidth_gbps, instances}], "source"}``: the
     Diagnosis's matrix, rated here. ``ranks`` also holds the ranks only named as link ends (an export that traced
     some ranks of a group records their links to the others)."""
     return store.memo("comm-matrix", job, None, lambda: _matrix(job))
 
 
-def _matrix(job: Job) -> dict[str, Any]:
-    cells = [asdict(c) for c in diagnosis(job).communication_matrix]
+def _matrix(job: Job) -> CommMatrix:
+    cells = [cast(CommCell, asdict(c)) for c in diagnosis(job).communication_matrix]
     ranks = sorted(set(job.rank_ids) | {c["src"] for c in cells} | {c["dst"] for c in cells})
     links = job.extra("links")
     measured = (
@@ -61,11 +70,21 @@ def _matrix(job: Job) -> dict[str, Any]:
 
 MAX_GROUPS = 64  # rows (and columns) the matrix is drawn with at most
 MIN_PEERS = 3  # comparable links needed to rate a link against them (else: against its transport alone)
-METRICS = {"slowness": "× slower than comparable links", "bandwidth": "GB/s", "bytes": "MB", "time": "ms"}
+METRICS: dict[CommMetric, str] = {
+    "slowness": "× slower than comparable links",
+    "bandwidth": "GB/s",
+    "bytes": "MB",
+    "time": "ms",
+}
+
+
+def metric_named(name: str | None) -> CommMetric:
+    """The matrix's metric called ``name``, else slowness."""
+    return cast(CommMetric, name) if name in METRICS else "slowness"
 
 
 def slowness(
-    cells: list[dict[str, Any]], dimension: dict[tuple[int, int], str] | None = None
+    cells: list[CommCell], dimension: dict[tuple[int, int], str] | None = None
 ) -> list[float | None]:
     """Per link: the median bandwidth of comparable links over its own. Comparable: the same transport and
     parallel dimension (``dimension``: (src, dst) -> "pp", "dp", "tp"...) and a mean transfer within a factor of
@@ -89,7 +108,7 @@ def slowness(
     return out
 
 
-def _dimensions(job: Job, cells: list[dict[str, Any]]) -> dict[tuple[int, int], str]:
+def _dimensions(job: Job, cells: list[CommCell]) -> dict[tuple[int, int], str]:
     """The parallel dimension each link crosses: pipeline (its ends in different stages), tensor (same stage and
     data-parallel index) or data. A link to a rank the traces do not cover crosses the job's only parallel axis
     when it has one, else an unknown one (rated apart)."""
@@ -120,7 +139,7 @@ def levels(job: Job, ranks: list[int]) -> list[dict[int, str]]:
     ]
 
 
-def view(job: Job, src: list[int] | None = None, dst: list[int] | None = None) -> dict[str, Any]:
+def view(job: Job, src: list[int] | None = None, dst: list[int] | None = None) -> CommView:
     """The matrix between ``src`` and ``dst`` ranks (all by default), at the coarsest grouping that splits them
     into at most MAX_GROUPS (single ranks when they are few): ``{"level", "src", "dst": [{"label", "ranks"}],
     "cells": {metric: rows x columns}, "hover", "source"}``. The whole job's view is computed once."""
@@ -129,28 +148,32 @@ def view(job: Job, src: list[int] | None = None, dst: list[int] | None = None) -
     return _view(job, src, dst)
 
 
-def _view(job: Job, src: list[int] | None, dst: list[int] | None) -> dict[str, Any]:
+def _view(job: Job, src: list[int] | None, dst: list[int] | None) -> CommView:
     data = matrix(job)
     src, dst = src or data["ranks"], dst or data["ranks"]
     stage, node, rank = levels(job, data["ranks"])
-    level, rows, cols = "rank", _groups(src, rank), _groups(dst, rank)
-    for name, group in (
+    level: Literal["rank", "node", "stage"] = "rank"
+    rows, cols = _groups(src, rank), _groups(dst, rank)
+    coarser: tuple[tuple[Literal["stage", "node"], dict[int, str]], ...] = (
         (("stage", stage), ("node", node)) if len(src) > MAX_GROUPS or len(dst) > MAX_GROUPS else ()
-    ):
+    )
+    for name, group in coarser:
         coarse, fine = _groups(src, group), _groups(dst, group)
         if len(coarse) <= MAX_GROUPS and len(fine) <= MAX_GROUPS and (len(coarse) > 1 or len(fine) > 1):
             level, rows, cols = name, coarse, fine
             break
+    cells, hover = _blocks(data["cells"], data["slowness"], rows, cols)
     return {
         "level": level,
         "src": rows,
         "dst": cols,
         "source": data["source"],
-        **_blocks(data["cells"], data["slowness"], rows, cols),
+        "cells": cells,
+        "hover": hover,
     }
 
 
-def block_at(data: dict[str, Any], src: str, dst: str) -> dict[str, list[int]] | None:
+def block_at(data: CommView, src: str, dst: str) -> BlockRanks | None:
     """The ranks of the block at row ``src``, column ``dst`` of a view drawn by blocks (None at rank level, or
     for labels the view does not have)."""
     if data["level"] == "rank":
@@ -160,7 +183,7 @@ def block_at(data: dict[str, Any], src: str, dst: str) -> dict[str, list[int]] |
     return {"src": rows, "dst": cols} if rows is not None and cols is not None else None
 
 
-def _groups(ranks: list[int], group: dict[int, str]) -> list[dict[str, Any]]:
+def _groups(ranks: list[int], group: dict[int, str]) -> list[RankGroup]:
     out: dict[str, list[int]] = {}
     for r in ranks:
         out.setdefault(group.get(r, str(r)), []).append(r)
@@ -168,11 +191,11 @@ def _groups(ranks: list[int], group: dict[int, str]) -> list[dict[str, Any]]:
 
 
 def _blocks(
-    cells: list[dict[str, Any]],
+    cells: list[CommCell],
     slow: list[float | None],
-    rows: list[dict[str, Any]],
-    cols: list[dict[str, Any]],
-) -> dict[str, Any]:
+    rows: list[RankGroup],
+    cols: list[RankGroup],
+) -> tuple[dict[CommMetric, list[list[float | None]]], list[list[str]]]:
     """Each block's figures: bytes and busy time summed, bandwidth of the sums, the worst link's slowness."""
     row_of = {r: i for i, g in enumerate(rows) for r in g["ranks"]}
     col_of = {r: j for j, g in enumerate(cols) for r in g["ranks"]}
@@ -196,7 +219,7 @@ def _blocks(
     has = total["links"] > 0
     with np.errstate(divide="ignore", invalid="ignore"):
         bandwidth = np.where(has & (total["time"] > 0), total["bytes"] / total["time"], np.nan)
-    z = {
+    z: dict[CommMetric, np.ndarray] = {
         "slowness": worst,
         "bandwidth": bandwidth,
         "bytes": np.where(has, total["bytes"] / 1e6, np.nan),
@@ -212,15 +235,12 @@ def _blocks(
             f"{head}<br>{worst[i, j]:.2f}× slower than comparable links<br>{bandwidth[i, j]:.1f} GB/s · {z['bytes'][i, j]:.1f} MB · {z['time'][i, j]:.2f} ms · {int(total['instances'][i, j])} transfers"
         )
     return {
-        "cells": {
-            k: [[None if not np.isfinite(v) else round(float(v), 3) for v in row] for row in m]
-            for k, m in z.items()
-        },
-        "hover": hover,
-    }
+        k: [[None if not np.isfinite(v) else round(float(v), 3) for v in row] for row in m]
+        for k, m in z.items()
+    }, hover
 
 
-def link_instances(job: Job, src: int, dst: int, top: int = 10) -> list[dict[str, Any]]:
+def link_instances(job: Job, src: int, dst: int, top: int = 10) -> list[LinkInstance]:
     """The collective instances both ranks took part in (for send/recv: between them), slowest transfer first."""
     table = collectives.instances(job)
     if table.num_rows == 0:
@@ -249,7 +269,7 @@ def link_instances(job: Job, src: int, dst: int, top: int = 10) -> list[dict[str
     )
     grouped = grouped.sort_by([("transfer_ns_max", "descending")]).slice(0, top)
     t0 = origin_ns(job)
-    out = []
+    out: list[LinkInstance] = []
     for r in grouped.to_pylist():
         start = (r["start_ns_min"] - t0) / 1e6
         length = max(r["dur_ns_max"] / 1e6, 1e-3)

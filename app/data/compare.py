@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from paradiag.analysis.compare import compare
+from paradiag.analysis.compare import CompareDoc, compare
 from paradiag.app import store
 from paradiag.app.data.common import diagnosis
 from paradiag.app.data.overview import report
@@ -16,7 +16,7 @@ def operators_of(job: Job) -> dict[str, dict[str, Any]]:
     return diagnosis(job).operator_times
 
 
-def compare_jobs(baseline: Job, candidate: Job) -> dict[str, Any]:
+def compare_jobs(baseline: Job, candidate: Job) -> CompareDoc:
     """How ``candidate`` differs from ``baseline``: step time, ranks, stages, operators, findings, top change."""
     return store.memo(
         "compare",

@@ -3,24 +3,34 @@
 from __future__ import annotations
 
 import statistics
-from typing import Any
+from typing import Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from paradiag.analysis.report import BreakdownJson
 from paradiag.app import store
 from paradiag.app.data import collectives
 from paradiag.app.data.common import read_events, step_span
 from paradiag.app.data.mesh import mesh_of
 from paradiag.app.data.overview import report
+from paradiag.app.data.shapes import CollectiveTime, DetailBreakdown, DetailData, Durations
 from paradiag.dataset import Job
 
 TOP = 12
 DISTRIBUTION_PEERS = 7  # peers whose instances the duration distribution reads (each costs a Parquet read)
-BREAKDOWN = ("compute_ns", "comm_exposed_ns", "memory_exposed_ns", "sync_exposed_ns", "idle_ns")
+BREAKDOWN: tuple[
+    Literal["compute_ns", "comm_exposed_ns", "memory_exposed_ns", "sync_exposed_ns", "idle_ns"], ...
+] = (
+    "compute_ns",
+    "comm_exposed_ns",
+    "memory_exposed_ns",
+    "sync_exposed_ns",
+    "idle_ns",
+)
 
 
-def detail_data(job: Job, rank: int, step: int, operator: str | None = None) -> dict[str, Any]:
+def detail_data(job: Job, rank: int, step: int, operator: str | None = None) -> DetailData:
     return store.memo("detail", job, [rank, step, operator], lambda: _detail(job, rank, step, operator))
 
 
@@ -69,7 +79,7 @@ def _device_ops(job: Job, ranks: list[int], step: int) -> pa.Table:
     return events.filter(keep)
 
 
-def _detail(job: Job, rank: int, step: int, operator: str | None) -> dict[str, Any]:
+def _detail(job: Job, rank: int, step: int, operator: str | None) -> DetailData:
     peers = peers_of(job, rank)
     everything = operator_totals(job)
     totals = everything.filter(
@@ -113,8 +123,8 @@ def _detail(job: Job, rank: int, step: int, operator: str | None) -> dict[str, A
     }
 
 
-def _breakdown(job: Job, rank: int, peers: list[int], step: int) -> dict[str, Any]:
-    per_rank: dict[int, dict[str, Any]] = {}
+def _breakdown(job: Job, rank: int, peers: list[int], step: int) -> DetailBreakdown:
+    per_rank: dict[int, BreakdownJson] = {}
     for entry in report(job)["ranks"]:
         for s in entry["steps"]:
             if s["step"] == step and s["breakdown"]:
@@ -130,7 +140,7 @@ def _breakdown(job: Job, rank: int, peers: list[int], step: int) -> dict[str, An
     }
 
 
-def _distribution(ops: pa.Table, rank: int, operator: str | None) -> dict[str, Any]:
+def _distribution(ops: pa.Table, rank: int, operator: str | None) -> Durations:
     if operator is None:
         return {"rank_us": [], "peer_us": []}
     same = ops.filter(pc.equal(ops.column("name").cast(pa.string()), operator))
@@ -141,7 +151,7 @@ def _distribution(ops: pa.Table, rank: int, operator: str | None) -> dict[str, A
     }
 
 
-def _collectives(job: Job, rank: int, step: int) -> list[dict[str, Any]]:
+def _collectives(job: Job, rank: int, step: int) -> list[CollectiveTime]:
     table = collectives.instances(job)
     if table.num_rows == 0:
         return []
@@ -154,7 +164,7 @@ def _collectives(job: Job, rank: int, step: int) -> list[dict[str, Any]]:
         .group_by("c")
         .aggregate([("w", "sum"), ("t", "sum"), ("w", "count")])
     )
-    rows = [
+    rows: list[CollectiveTime] = [
         {"collective": c, "wait_ms": w / 1e6, "transfer_ms": t / 1e6, "count": n}
         for c, w, t, n in zip(
             *(grouped.column(k).to_pylist() for k in ("c", "w_sum", "t_sum", "w_count")), strict=True

@@ -18,7 +18,7 @@ strategy of what they hold.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 
@@ -28,7 +28,7 @@ from paradiag.app.data.common import origin_ns
 from paradiag.app.data.findings import findings_of
 from paradiag.app.data.marey import p2p_pairs, step_bands
 from paradiag.app.data.mesh import mesh_of
-from paradiag.app.data.shapes import P2PPair
+from paradiag.app.data.shapes import FlowData, FlowNode, FlowStage, P2PPair
 from paradiag.app.figures.common import short_name
 from paradiag.dataset import Job
 
@@ -42,44 +42,81 @@ MAX_STRATEGY_LINES = 4  # strategies listed per node
 _OP_SUFFIX = re.compile(r"-op\d+.*$")  # Default/conv1-Conv2d/Conv2D-op2 -> Conv2D
 _VERSION = re.compile(r"v\d+$")  # MatMulV2, LayerNormV4 -> matmul, layernorm
 
+# A node while the graph is built: FlowNode's figures, less its span (its first start and last end, ns, instead),
+# with its signature (what makes two nodes repeats of each other) and its pipeline pass ("pass" is a keyword).
+_Node = TypedDict(
+    "_Node",
+    {
+        "kind": str,
+        "signature": tuple[Any, ...],
+        "label": str,
+        "operators": list[str],
+        "time_ms": float,
+        "imbalance": float,
+        "slowest_rank": int,
+        "repeat": int,
+        "lo": int,
+        "hi": int,
+        "pass": NotRequired[str],
+        "contains": NotRequired[list[str]],
+        "members": NotRequired[list["_Node"]],
+        "strategy": NotRequired[list[str]],
+        "sharded": NotRequired[bool],
+    },
+)
 
-def flow_data(job: Job, step: int, expand: bool = False) -> dict[str, Any]:
+
+def flow_data(job: Job, step: int, expand: bool = False) -> FlowData:
     """Per stage, the nodes (or collapsed blocks, each holding its ``members``) in execution order, and the
     stage the top finding is about; computed once per job, step and expansion."""
     return store.memo("flow", job, [step, expand], lambda: _flow_data(job, step, expand))
 
 
-def flow_view(
-    job: Job, step: int, opened: list[str] | None = None, expand_all: bool = False
-) -> dict[str, Any]:
+def flow_view(job: Job, step: int, opened: list[str] | None = None, expand_all: bool = False) -> FlowData:
     """What the figure draws: the collapsed graph with the ``opened`` blocks (keys "stage:index") replaced by
     their nodes, or every block open."""
     data = flow_data(job, step, expand_all)
     keys = set(opened or [])
-    return dict(data, stages=[dict(st, nodes=_opened(st["nodes"], keys)) for st in data["stages"]])
+    return {**data, "stages": [{**st, "nodes": _opened(st["nodes"], keys)} for st in data["stages"]]}
 
 
-def _opened(nodes: list[dict[str, Any]], keys: set[str], within: str | None = None) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+def _opened(nodes: list[FlowNode], keys: set[str], within: str | None = None) -> list[FlowNode]:
+    out: list[FlowNode] = []
     for n in nodes:
         if n.get("key") in keys:
-            out += _opened(n["members"], keys, n["key"])
+            out += _opened(n.get("members", []), keys, n.get("key"))
         else:
-            out.append(
-                {k: v for k, v in n.items() if k != "members"} | ({"within": within} if within else {})
-            )
+            drawn = n.copy()
+            drawn.pop("members", None)
+            if within:
+                drawn["within"] = within
+            out.append(drawn)
     return out
 
 
-def _finish(node: dict[str, Any], key: str, t0: int) -> None:
-    """A node's span in ms since the job origin; a block's key (stage:index, then .index per nesting level)."""
-    node["span_ms"] = [round((node.pop("lo") - t0) / 1e6, 6), round((node.pop("hi") - t0) / 1e6, 6)]
-    node.pop("signature")
-    node.pop("pass", None)
+def _finish(node: _Node, key: str, t0: int) -> FlowNode:
+    """A node as drawn: its span in ms since the job origin; a block's key (stage:index, then .index per nesting
+    level)."""
+    out: FlowNode = {
+        "kind": node["kind"],
+        "label": node["label"],
+        "operators": node["operators"],
+        "time_ms": node["time_ms"],
+        "imbalance": node["imbalance"],
+        "slowest_rank": node["slowest_rank"],
+        "repeat": node["repeat"],
+        "span_ms": [round((node["lo"] - t0) / 1e6, 6), round((node["hi"] - t0) / 1e6, 6)],
+    }
+    if "contains" in node:
+        out["contains"] = node["contains"]
+    if "strategy" in node:
+        out["strategy"] = node["strategy"]
+    if "sharded" in node:
+        out["sharded"] = node["sharded"]
     if node["kind"] == "block":
-        node["key"] = key
-        for j, m in enumerate(node["members"]):
-            _finish(m, f"{key}.{j}", t0)
+        out["key"] = key
+        out["members"] = [_finish(m, f"{key}.{j}", t0) for j, m in enumerate(node.get("members", []))]
+    return out
 
 
 def flow_p2p(job: Job, step: int) -> list[P2PPair]:
@@ -99,7 +136,7 @@ def _culprit_stage(job: Job) -> int | None:
     return mesh_of(job).stage.get(int(top["ranks"][0])) if top.get("ranks") else None
 
 
-def _flow_data(job: Job, step: int, expand: bool) -> dict[str, Any]:
+def _flow_data(job: Job, step: int, expand: bool) -> FlowData:
     bands = step_bands(job, step)
     mesh = mesh_of(job)
     t0 = origin_ns(job)
@@ -111,10 +148,9 @@ def _flow_data(job: Job, step: int, expand: bool) -> dict[str, Any]:
         if strategy["files"]:
             matched += _annotate(nodes, _stage_strategy(strategy, st["stage"], st["ranks"]))
         rows.append(nodes if expand else _by_pass(nodes))
-    stages = []
+    stages: list[FlowStage] = []
     for st, blocks in zip(bands["stages"], rows if expand else _open_passes(rows), strict=True):
-        for i, b in enumerate(blocks):
-            _finish(b, f"{st['stage']}:{i}", t0)
+        drawn = [_finish(b, f"{st['stage']}:{i}", t0) for i, b in enumerate(blocks)]
         ranks = st.get(
             "all_ranks", st["ranks"]
         )  # a node's times are over the devices read (marey.read_ranks)
@@ -124,10 +160,10 @@ def _flow_data(job: Job, step: int, expand: bool) -> dict[str, Any]:
                 "ranks": ranks,
                 "tp": len({mesh.tp[r] for r in ranks}),
                 "dp": len({mesh.dp[r] for r in ranks}),
-                "nodes": blocks,
+                "nodes": drawn,
             }
         )
-    out: dict[str, Any] = {"step": step, "stages": stages, "culprit_stage": _culprit_stage(job)}
+    out: FlowData = {"step": step, "stages": stages, "culprit_stage": _culprit_stage(job)}
     if strategy["files"] or strategy["problems"]:
         out["strategy"] = {"files": strategy["files"], "problems": strategy["problems"], "matched": matched}
     return out
@@ -160,7 +196,7 @@ def op_type_key(name: str) -> str:
     return _VERSION.sub("", low.removesuffix("aicore"))
 
 
-def _annotate(nodes: list[dict[str, Any]], rows: list[dict[str, Any]]) -> int:
+def _annotate(nodes: list[_Node], rows: list[dict[str, Any]]) -> int:
     """Give each node the strategy rows its operators match (by full name, else the next row of the same type
     within :data:`TYPE_WINDOW` rows in execution order); returns how many operator instances matched."""
     useful = [r for r in rows if r["strategy"] is not None or r["is_communication"]]
@@ -210,7 +246,7 @@ def _strategy_lines(rows: list[dict[str, Any]]) -> list[str]:
     )
 
 
-def _segments(st: dict[str, Any]) -> list[dict[str, Any]]:
+def _segments(st: dict[str, Any]) -> list[_Node]:
     """Runs of compute bands end at each communication band and where the pipeline pass changes (the last
     stage's forward pass runs straight into its backward one); every communication band is a node of its own.
     Each node's time per device is summed over its bands at once (runs are contiguous bands)."""
@@ -258,7 +294,7 @@ def _node(
     mean_dur: list[float],
     plain: dict[str, str],
     label: str,
-) -> dict[str, Any]:
+) -> _Node:
     """A node of the bands a..b-1; it is named after the operator holding most of its time (``mean_dur``: each
     band's mean time over the devices). ``figures``: its median and largest time over the devices, the slowest
     device, its first start and last end."""
@@ -286,7 +322,7 @@ def _node(
     }
 
 
-def _by_pass(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _by_pass(nodes: list[_Node]) -> list[_Node]:
     """What runs before the first pass, a block per direction (and model chunk) of the passes, what runs after
     the last pass; each part with its repeats collapsed. Nodes outside every pass between two passes (the
     pipeline's sends and receives) go with the pass before them. Without passes (no pipeline), repeats only."""
@@ -294,19 +330,19 @@ def _by_pass(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     if not labelled:
         return _collapse_nested(nodes)
     first, last = labelled[0], labelled[-1]
-    passes: list[tuple[str, list[dict[str, Any]]]] = []
+    passes: list[tuple[str, list[_Node]]] = []
     for n in nodes[first : last + 1]:
         if n["pass"] and (not passes or passes[-1][0] != n["pass"]):
             passes.append((n["pass"], []))
         passes[-1][1].append(n)
-    by_key: dict[str, list[dict[str, Any]]] = {}
+    by_key: dict[str, list[_Node]] = {}
     for label, members in passes:
         by_key.setdefault(_direction(label), []).append(_pass_block(label, _collapse_nested(members)))
     groups = [_passes_block(key, blocks) if len(blocks) > 1 else blocks[0] for key, blocks in by_key.items()]
     return _collapse_nested(nodes[:first]) + groups + _collapse_nested(nodes[last + 1 :])
 
 
-def _open_passes(rows: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+def _open_passes(rows: list[list[_Node]]) -> list[list[_Node]]:
     """The stages' rows with their blocks of passes opened (a pipeline: its micro-batches), or where each
     direction is one pass (no pipeline) that pass (its layers), when every row stays within VISIBLE nodes (all
     stages alike, so that their rows compare)."""
@@ -322,14 +358,14 @@ def _direction(label: str) -> str:
     return ("forward" if label[0] == "F" else "backward") + (f" chunk {chunk}" if chunk else "")
 
 
-def _pass_block(label: str, members: list[dict[str, Any]]) -> dict[str, Any]:
+def _pass_block(label: str, members: list[_Node]) -> _Node:
     """One pass: a block of its (collapsed) nodes."""
     mb = label[1:].partition(" c")[0]
     signature = ("pass", _direction(label), tuple(m["signature"] for m in members))
     return _group(members, f"{_direction(label)} micro-batch {mb}", 1, signature)
 
 
-def _passes_block(key: str, blocks: list[dict[str, Any]]) -> dict[str, Any]:
+def _passes_block(key: str, blocks: list[_Node]) -> _Node:
     """The passes of one direction: a block whose members are its passes, alike neighbours collapsed (into a block
     named after the micro-batches it holds)."""
     members = _collapse(blocks)
@@ -341,9 +377,9 @@ def _passes_block(key: str, blocks: list[dict[str, Any]]) -> dict[str, Any]:
     return _group(members, f"{key} ×{len(blocks)} micro-batches", len(blocks), ("passes", key, len(blocks)))
 
 
-def _collapse(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _collapse(nodes: list[_Node]) -> list[_Node]:
     """Consecutive repeats of the same run of node signatures become one block ``×n``."""
-    out: list[dict[str, Any]] = []
+    out: list[_Node] = []
     i = 0
     while i < len(nodes):
         period, repeats = _best_period(nodes, i)
@@ -357,7 +393,7 @@ def _collapse(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _collapse_nested(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _collapse_nested(nodes: list[_Node]) -> list[_Node]:
     """Repeats collapsed, then repeats of what that left (a micro-batch's pass holding a block of layers), up to
     NESTING levels."""
     for _ in range(NESTING):
@@ -368,7 +404,7 @@ def _collapse_nested(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return nodes
 
 
-def _best_period(nodes: list[dict[str, Any]], i: int) -> tuple[int, int]:
+def _best_period(nodes: list[_Node], i: int) -> tuple[int, int]:
     best = (1, 1)
     for p in range(1, min(MAX_PERIOD, (len(nodes) - i) // 2) + 1):
         unit = [n["signature"] for n in nodes[i : i + p]]
@@ -380,7 +416,7 @@ def _best_period(nodes: list[dict[str, Any]], i: int) -> tuple[int, int]:
     return best
 
 
-def _block(members: list[dict[str, Any]], period: int, repeats: int) -> dict[str, Any]:
+def _block(members: list[_Node], period: int, repeats: int) -> _Node:
     """A run of repeats."""
     return _group(
         members,
@@ -390,15 +426,13 @@ def _block(members: list[dict[str, Any]], period: int, repeats: int) -> dict[str
     )
 
 
-def _group(
-    members: list[dict[str, Any]], label: str, repeats: int, signature: tuple[Any, ...]
-) -> dict[str, Any]:
+def _group(members: list[_Node], label: str, repeats: int, signature: tuple[Any, ...]) -> _Node:
     """A block holding ``members``; its imbalance is its worst computing member's (a communication node's spread
     over the devices is mostly some waiting for the others)."""
     kinds = {m["kind"] for m in members}
     computing = [m for m in members if m["kind"] in COMPUTING] or members
     worst = max(computing, key=lambda m: m["imbalance"])
-    return {
+    block: _Node = {
         "kind": "block",
         "signature": signature,
         "label": label,
@@ -409,20 +443,14 @@ def _group(
         "repeat": repeats,
         "contains": sorted(kinds),
         "members": members,
-        **_block_strategy(members),
         "lo": min(m["lo"] for m in members),
         "hi": max(m["hi"] for m in members),
     }
-
-
-def _block_strategy(members: list[dict[str, Any]]) -> dict[str, Any]:
     lines = list(
         dict.fromkeys(line for m in members for line in m.get("strategy", []) if not line.startswith("…"))
     )
-    if not lines:
-        return {}
-    more = [f"… {len(lines) - MAX_STRATEGY_LINES} more"] if len(lines) > MAX_STRATEGY_LINES else []
-    return {
-        "strategy": lines[:MAX_STRATEGY_LINES] + more,
-        "sharded": any(m.get("sharded", False) for m in members),
-    }
+    if lines:
+        more = [f"… {len(lines) - MAX_STRATEGY_LINES} more"] if len(lines) > MAX_STRATEGY_LINES else []
+        block["strategy"] = lines[:MAX_STRATEGY_LINES] + more
+        block["sharded"] = any(m.get("sharded", False) for m in members)
+    return block

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -21,7 +21,7 @@ from paradiag.analysis.focus import (
     stands_apart,
 )
 from paradiag.analysis.kinds import Kind
-from paradiag.analysis.report import report_of
+from paradiag.analysis.report import Report, report_of
 from paradiag.app import store
 from paradiag.app.data.collectives import wait_by_rank_step
 from paradiag.app.data.common import diagnosis, slowest_step
@@ -42,10 +42,14 @@ __all__ = [
 # for from those who wait in a synchronous step, where every rank's step time is the same.
 HEATMAP_MAX_ROWS = 32  # beyond, alike ranks fold
 
-_FROM_BREAKDOWN = {"compute_ms": "compute_ns", "comm_exposed_ms": "comm_exposed_ns", "idle_ms": "idle_ns"}
+_FROM_BREAKDOWN: dict[str, Literal["compute_ns", "comm_exposed_ns", "idle_ns"]] = {
+    "compute_ms": "compute_ns",
+    "comm_exposed_ms": "comm_exposed_ns",
+    "idle_ms": "idle_ns",
+}
 
 
-def report(job: Job) -> dict[str, Any]:
+def report(job: Job) -> Report:
     return store.memo("report", job, None, lambda: report_of(job, diagnosis(job)))
 
 

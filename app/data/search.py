@@ -3,13 +3,12 @@ annotations), for the timeline's search box."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from paradiag.app.data.common import origin_ns, read_events, step_span
+from paradiag.app.data.shapes import SearchResult
 from paradiag.dataset import Job
 
 MAX_MATCHES = 12  # events listed (the shown ranks' first, then the others', earliest first)
@@ -17,12 +16,12 @@ MAX_NAMES = 8  # distinct names matched, most frequent first
 MAX_QUERY = 200
 
 
-def search_events(job: Job, step: int, text: str, first: list[int] | None = None) -> dict[str, Any]:
+def search_events(job: Job, step: int, text: str, first: list[int] | None = None) -> SearchResult:
     """The events of ``step`` whose name holds ``text`` (case ignored): how many, the names matched (with their
     count and total time), and up to MAX_MATCHES of them (``first``'s ranks before the others'), each with its
     rank, kind, start (ms since the job's first step) and duration (µs)."""
     text = text.strip()[:MAX_QUERY]
-    out: dict[str, Any] = {"text": text, "step": step, "count": 0, "names": [], "matches": []}
+    out: SearchResult = {"text": text, "step": step, "count": 0, "names": [], "matches": []}
     if not text:
         return out
     lo, hi = step_span(job, step)

@@ -4,7 +4,7 @@ store keeps and gives them back as it did), checked by mypy where they are built
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 # Marey's graph (``paradiag.app.data.marey.marey_data`` -> ``paradiag.app.figures.marey.marey_figure``).
 
@@ -98,3 +98,171 @@ class PathPiece(TypedDict):
     start_ms: float
     end_ms: float
     segments: int
+
+
+# The execution flow (``paradiag.app.data.flow.flow_view`` -> ``paradiag.app.figures.flow.flow_figure``).
+
+
+class FlowNode(TypedDict):
+    """A node of a stage's flow as drawn: a run of operators, or a block of repeated nodes (``kind`` "block")."""
+
+    kind: str  # "compute", "memory", "collective", "send", "recv", ... or "block"
+    label: str
+    operators: list[str]  # in execution order, each once for a block
+    time_ms: float  # median over the stage's devices (a block: its members' sum)
+    imbalance: float  # max / median over the devices (a block: its worst computing member's)
+    slowest_rank: int
+    repeat: int  # a block: how many times its unit repeats
+    span_ms: list[float]  # [first start, last end] since the job origin
+    key: NotRequired[str]  # a block's: "stage:index", then ".index" per nesting level
+    contains: NotRequired[list[str]]  # a block's: the kinds of its members
+    members: NotRequired[list[FlowNode]]  # a block's, until it is drawn (flow_view takes them out)
+    within: NotRequired[str]  # an opened block's member: the key of the block it was in
+    strategy: NotRequired[list[str]]  # the parallel_strategy lines of what it holds
+    sharded: NotRequired[bool]  # whether it holds an operator split across devices
+
+
+class FlowStage(TypedDict):
+    stage: int
+    ranks: list[int]  # the devices its times are over
+    tp: int
+    dp: int
+    nodes: list[FlowNode]
+
+
+class FlowStrategy(TypedDict):
+    """The parallel_strategy files read (and those that were not), and how many operator instances matched."""
+
+    files: list[str]
+    problems: list[str]
+    matched: int
+
+
+class FlowData(TypedDict):
+    step: int
+    stages: list[FlowStage]
+    culprit_stage: int | None  # the stage the top finding is about
+    strategy: NotRequired[FlowStrategy]  # where the job's folder held parallel_strategy files
+
+
+# The communication matrix (``paradiag.app.data.comm`` -> ``paradiag.app.figures.comm.comm_figure``).
+
+
+class CommCell(TypedDict):
+    """One directed link of the Diagnosis's matrix (``CommLink`` as a dict)."""
+
+    src: int
+    dst: int
+    link_type: str
+    bytes: int
+    time_ns: int
+    instances: int
+    bandwidth_gbps: float | None
+
+
+class CommMatrix(TypedDict):
+    ranks: list[int]  # the job's ranks and those only named as link ends
+    cells: list[CommCell]
+    source: str  # where the figures come from, in words
+    slowness: list[float | None]  # per cell: comparable links' median bandwidth over its own
+
+
+class RankGroup(TypedDict):
+    """A row or column of the matrix: a rank, a node's or a stage's ranks."""
+
+    label: str
+    ranks: list[int]
+
+
+CommMetric = Literal["slowness", "bandwidth", "bytes", "time"]
+
+
+class CommView(TypedDict):
+    level: Literal["rank", "node", "stage"]
+    src: list[RankGroup]
+    dst: list[RankGroup]
+    source: str
+    cells: dict[CommMetric, list[list[float | None]]]  # per metric, rows x columns
+    hover: list[list[str]]
+
+
+class BlockRanks(TypedDict):
+    src: list[int]
+    dst: list[int]
+
+
+class LinkInstance(TypedDict):
+    """A collective instance (or send/recv pair) both ends of a link took part in."""
+
+    collective: str
+    group: str
+    step: int
+    transfer_ms: float
+    wait_ms: float
+    bytes: int
+    instance: int
+    ranks: list[int]  # [src, dst]
+    window: list[float]  # [start, end] ms: the timeline window that shows it
+
+
+# The per-device detail (``paradiag.app.data.detail.detail_data`` -> ``paradiag.app.figures.detail``).
+
+
+class OperatorTime(TypedDict):
+    name: str
+    rank_ms: float
+    peer_ms: float | None  # the median over the stage peers that ran it
+
+
+class DetailBreakdown(TypedDict):
+    parts: list[str]  # "compute", "comm_exposed", ...
+    rank_ms: list[float] | None  # per part
+    peer_ms: list[float] | None  # the peers' median per part
+
+
+class Durations(TypedDict):
+    rank_us: list[float]
+    peer_us: list[float]
+
+
+class CollectiveTime(TypedDict):
+    collective: str
+    wait_ms: float
+    transfer_ms: float
+    count: int
+
+
+class DetailData(TypedDict):
+    rank: int
+    step: int
+    peers: list[int]
+    operators: list[OperatorTime]  # the rank's top operators, most time first
+    breakdown: DetailBreakdown
+    operator: str | None  # the operator whose durations are shown
+    distribution: Durations
+    collectives: list[CollectiveTime]  # most wait and transfer first
+
+
+# The timeline's event search (``paradiag.app.data.search.search_events``).
+
+
+class NameMatch(TypedDict):
+    name: str
+    count: int
+    total_ms: float
+
+
+class EventMatch(TypedDict):
+    rank: int
+    kind: str
+    name: str
+    start_ms: float
+    dur_us: float
+
+
+class SearchResult(TypedDict):
+    text: str
+    step: int
+    count: int  # events matched
+    names: list[NameMatch]  # most frequent first
+    matches: list[EventMatch]

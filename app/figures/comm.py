@@ -3,14 +3,13 @@ slower each link is than comparable links (or by bandwidth, bytes or busy time).
 
 from __future__ import annotations
 
-from typing import Any
-
 import plotly.graph_objects as go
 
 from paradiag.app import palette
+from paradiag.app.data.shapes import CommMetric, CommView
 from paradiag.app.figures.common import base_figure, empty_figure
 
-LABELS = {"slowness": "× slower", "bandwidth": "GB/s", "bytes": "MB", "time": "ms"}
+LABELS: dict[CommMetric, str] = {"slowness": "× slower", "bandwidth": "GB/s", "bytes": "MB", "time": "ms"}
 LEVELS = {
     "rank": "by rank",
     "node": "by node (click a block to open it)",
@@ -18,7 +17,7 @@ LEVELS = {
 }
 
 
-def comm_figure(view: dict[str, Any], metric: str, selected: list[int] | None = None) -> go.Figure:
+def comm_figure(view: CommView, metric: CommMetric, selected: list[int] | None = None) -> go.Figure:
     """``view``: from ``paradiag.app.data.comm.view``; ``selected``: a link (src, dst ranks) to outline."""
     z = view["cells"][metric]
     if not any(v is not None for row in z for v in row):

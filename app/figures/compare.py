@@ -3,17 +3,16 @@ Pure builders; the dashboard's compare panel and the static diff page (``paradia
 
 from __future__ import annotations
 
-from typing import Any
-
 import plotly.graph_objects as go
 
+from paradiag.analysis.compare import CompareDoc
 from paradiag.app import palette
 from paradiag.app.figures.common import base_figure, empty_figure, short_name
 
 FASTER, SLOWER, STEP = "#2e7d32", "#c62828", "#455a64"
 
 
-def rank_changes_figure(doc: dict[str, Any], height: int = 320) -> go.Figure:
+def rank_changes_figure(doc: CompareDoc, height: int = 320) -> go.Figure:
     """Per paired rank (or mesh position, where an axis was folded), the change of step time and of compute time
     (percent of the baseline), side by side."""
     ranks = doc["ranks"]
@@ -46,7 +45,7 @@ def rank_changes_figure(doc: dict[str, Any], height: int = 320) -> go.Figure:
     return fig
 
 
-def operator_changes_figure(doc: dict[str, Any], top: int = 8, height: int = 300) -> go.Figure:
+def operator_changes_figure(doc: CompareDoc, top: int = 8, height: int = 300) -> go.Figure:
     """The operators that got slower (red) or faster (green), by change of device time per step (ms)."""
     ops = doc["operators"]["slower"][:top] + doc["operators"]["faster"][:top]
     if not ops:

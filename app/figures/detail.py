@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import plotly.graph_objects as go
 
 from paradiag.app import palette
+from paradiag.app.data.shapes import DetailData
 from paradiag.app.figures.common import base_figure, empty_figure, short_name
 
 PEER = "#9aa5b1"
@@ -19,7 +18,7 @@ _PART_COLOR = {
 }
 
 
-def operators_figure(data: dict[str, Any]) -> go.Figure:
+def operators_figure(data: DetailData) -> go.Figure:
     ops = data["operators"]
     if not ops:
         return empty_figure("no device work for this rank in this step", height=300)
@@ -53,7 +52,7 @@ def operators_figure(data: dict[str, Any]) -> go.Figure:
     return fig
 
 
-def breakdown_figure(data: dict[str, Any]) -> go.Figure:
+def breakdown_figure(data: DetailData) -> go.Figure:
     b = data["breakdown"]
     if not b["rank_ms"]:
         return empty_figure("no breakdown for this rank", height=180)
@@ -80,7 +79,7 @@ def breakdown_figure(data: dict[str, Any]) -> go.Figure:
     return fig
 
 
-def distribution_figure(data: dict[str, Any]) -> go.Figure:
+def distribution_figure(data: DetailData) -> go.Figure:
     op = data.get("operator")
     dist = data["distribution"]
     if not op or not dist["rank_us"]:
@@ -110,7 +109,7 @@ def distribution_figure(data: dict[str, Any]) -> go.Figure:
     return fig
 
 
-def collectives_figure(data: dict[str, Any]) -> go.Figure:
+def collectives_figure(data: DetailData) -> go.Figure:
     rows = data["collectives"]
     if not rows:
         return empty_figure("no collectives on this rank in this step", height=180)

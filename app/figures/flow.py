@@ -9,7 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from paradiag.app import palette
-from paradiag.app.data.shapes import P2PPair
+from paradiag.app.data.shapes import FlowData, FlowNode, FlowStage, FlowStrategy, P2PPair
 from paradiag.app.figures.common import base_figure, empty_figure, short_name
 
 SHARDED = "#00838f"  # outline of a node holding an operator split across devices (parallel_strategy)
@@ -25,7 +25,7 @@ SYMBOL = {
 
 
 def flow_figure(
-    data: dict[str, Any],
+    data: FlowData,
     color_by: str = "imbalance",
     p2p: list[P2PPair] | None = None,
     selected: tuple[Any, ...] | None = None,
@@ -147,7 +147,7 @@ def flow_figure(
 LABEL_APART = 4
 
 
-def _label_nodes(nodes: list[dict[str, Any]]) -> dict[int, str]:
+def _label_nodes(nodes: list[FlowNode]) -> dict[int, str]:
     """The nodes of a stage that get a label, and their labels: its hottest computing node (the most measured
     time: "name · 3.2 ms") and its most imbalanced one when notably so ("name · 1.6x"), unless too close to
     the first to be read apart."""
@@ -165,7 +165,7 @@ def _label_nodes(nodes: list[dict[str, Any]]) -> dict[int, str]:
     return out
 
 
-def _stage_tick(st: dict[str, Any], data: dict[str, Any]) -> str:
+def _stage_tick(st: FlowStage, data: FlowData) -> str:
     return (
         f"<span style='color:{CULPRIT}'><b>stage {st['stage']} ⚠</b></span>"
         if st["stage"] == data.get("culprit_stage")
@@ -173,7 +173,7 @@ def _stage_tick(st: dict[str, Any], data: dict[str, Any]) -> str:
     )
 
 
-def _culprit(fig: go.Figure, data: dict[str, Any]) -> None:
+def _culprit(fig: go.Figure, data: FlowData) -> None:
     """A band behind the row of the stage the top finding is about."""
     stage = data.get("culprit_stage")
     if stage is not None and any(st["stage"] == stage for st in data["stages"]):
@@ -212,7 +212,7 @@ def _shape_legend(fig: go.Figure) -> None:
         )
 
 
-def _hover(n: dict[str, Any], st: dict[str, Any]) -> str:
+def _hover(n: FlowNode, st: FlowStage) -> str:
     shards = (
         f"stage {st['stage']} · ranks {', '.join(map(str, st['ranks'][:8]))}{' …' if len(st['ranks']) > 8 else ''}"
         + (f" (TP {st['tp']} × DP {st['dp']})" if len(st["ranks"]) > 1 else "")
@@ -222,7 +222,7 @@ def _hover(n: dict[str, Any], st: dict[str, Any]) -> str:
     return f"<b>{n['label']}</b> ({n['kind']})<br>{n['time_ms']:.3f} ms median · imbalance {n['imbalance']:.2f} (slowest rank {n['slowest_rank']})<br>{shards}<br>{ops}{strategy}"
 
 
-def _strategy_legend(fig: go.Figure, info: dict[str, Any]) -> None:
+def _strategy_legend(fig: go.Figure, info: FlowStrategy) -> None:
     """A legend entry for the sharded-node outline, naming the strategy files read (and those that were not)."""
     files = info.get("files", [])
     name = f"sharded (parallel_strategy, {len(files)} file{'s' if len(files) != 1 else ''})"
@@ -251,11 +251,13 @@ def _strategy_legend(fig: go.Figure, info: dict[str, Any]) -> None:
     )
 
 
-def _p2p_edges(fig: go.Figure, data: dict[str, Any], p2p: list[P2PPair]) -> None:
+def _p2p_edges(fig: go.Figure, data: FlowData, p2p: list[P2PPair]) -> None:
     """A send/recv pair joins the node holding the send on one stage to the node holding the receive."""
     stage_of = {r: st["stage"] for st in data["stages"] for r in st["ranks"]}
     heads = {st["ranks"][0] for st in data["stages"] if st["ranks"]}  # the devices of a stage send alike
-    spans = {st["stage"]: _comm_spans(st) for st in data["stages"]}
+    spans: dict[int | None, tuple[np.ndarray, np.ndarray, np.ndarray]] = {
+        st["stage"]: _comm_spans(st) for st in data["stages"]
+    }
     edges: dict[tuple[Any, ...], None] = {}
     for p in (p for p in p2p if p["src"] in heads or p["dst"] in heads):
         src, dst = stage_of.get(p["src"]), stage_of.get(p["dst"])
@@ -278,7 +280,7 @@ def _p2p_edges(fig: go.Figure, data: dict[str, Any], p2p: list[P2PPair]) -> None
         )
 
 
-def _comm_spans(st: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _comm_spans(st: FlowStage) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(index, start, end) of the stage's nodes that can hold a send or receive, in start order."""
     idx = [i for i, n in enumerate(st["nodes"]) if n["kind"] in ("send", "recv", "block")]
     lo = np.array([st["nodes"][i]["span_ms"][0] for i in idx], dtype=np.float64)
@@ -298,7 +300,7 @@ def _node_at(spans: tuple[np.ndarray, np.ndarray, np.ndarray] | None, t: float) 
     return int(idx[holding].min()) if len(holding) else None
 
 
-def ring(data: dict[str, Any], selected: tuple[Any, ...] | None) -> go.Scatter:
+def ring(data: FlowData, selected: tuple[Any, ...] | None) -> go.Scatter:
     """Rings on the nodes holding the selected operator; when one instance was picked (``at``, ms), only the node
     whose span holds it (or the nearest). Always the figure's last trace (empty when nothing is selected), so a
     new selection replaces it alone (a ``Patch``)."""

@@ -11,7 +11,7 @@ from dash import Dash, Output, ctx, dcc, html, no_update
 
 from paradiag.app import boundary, coerce, context, ids
 from paradiag.app.boundary import In, St
-from paradiag.app.data.comm import METRICS, block_at, link_instances, view
+from paradiag.app.data.comm import METRICS, block_at, link_instances, metric_named, view
 from paradiag.app.figures.comm import comm_figure
 from paradiag.app.layouts.common import graph
 from paradiag.app.layouts.common import panel as panel_of
@@ -34,7 +34,7 @@ def render_comm(sel: dict[str, Any] | None, metric: str, drill: dict[str, Any] |
     opened = _drilled(drill, sel["job"])
     data = view(context.job(sel["job"]), opened.get("src"), opened.get("dst"))
     selected = sel.get("ranks") if sel.get("collective") else None
-    return comm_figure(data, metric if metric in METRICS else "slowness", selected)
+    return comm_figure(data, metric_named(metric), selected)
 
 
 def drill_comm(

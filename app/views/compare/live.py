@@ -7,7 +7,7 @@ from typing import Any
 
 from dash import Dash, Output, dcc, html, no_update
 
-from paradiag.analysis.compare import change_text, culprit_text, kind_text, layout_text
+from paradiag.analysis.compare import CompareDoc, change_text, culprit_text, kind_text, layout_text
 from paradiag.app import boundary, context, ids, jobs, uploads
 from paradiag.app.boundary import In
 from paradiag.app.data.compare import compare_jobs
@@ -78,7 +78,7 @@ def layout_warning(base: Job, job: Job) -> str | None:
     return f"the jobs differ: baseline {a}, this job {b}; ranks are compared by their place in the mesh, as said below"
 
 
-def summary(doc: dict[str, Any]) -> list[Any]:
+def summary(doc: CompareDoc) -> list[Any]:
     """Top change, step time change, findings that appeared and disappeared."""
     top, step, found = doc["top_change"], doc["step_time_ns"], doc["findings"]
     pct = step["delta_pct"]
