@@ -574,7 +574,13 @@ LATE_SENDER_SHARE = (
 
 
 def late_senders(
-    frame: Frame, p2p: pa.Table, named: set[int], host_ranks: frozenset[int], step_ns: float, steps_total: int
+    frame: Frame,
+    p2p: pa.Table,
+    named: set[int],
+    host_ranks: frozenset[int],
+    step_ns: float,
+    steps_total: int,
+    ends: frozenset[int] = frozenset(),
 ) -> list[dict[str, Any]]:
     """host_stall for a pipeline rank (a CPU rank: ``host_ranks``) whose host holds back each of its sends: in the
     window from its previous communication (a receive completing, a send posted) to the send, its longest stretch
@@ -586,7 +592,11 @@ def late_senders(
     windows on a shared host, in holes of tens of us), so the longest hole, not the sum, is the evidence. On a
     stage of its own there is no replica to compare its compute or idle time with, and its total idle time in a
     step is as noisy as the scheduler (tens of ms). The impact: that median hole per send times its sends per
-    step, over the step. ``named``: ranks already blamed for their own time."""
+    step, over the step. ``named``: ranks already blamed for their own time. ``ends``: the ranks of the
+    pipeline's first and last stages, which are compared with but not blamed: the first reads the batch and
+    waits for the gradients of its first micro-batches before its next forward, the last computes the loss,
+    so the time before their sends holds work and waits no other stage's does (a clean 1F1B job's first stage
+    shows holes of 3-9 ms before its sends)."""
     if not len(p2p) or not host_ranks or not step_ns:
         return []
     t = p2p.select(["src", "dst", "step", "send_start_ns", "recv_end_ns"]).to_pydict()
@@ -626,6 +636,7 @@ def late_senders(
         others = [m for r, (m, *_) in medians.items() if r != rank]
         if (
             rank in named
+            or rank in ends
             or not enough
             or len(others) < 2
             or idle < LATE_SENDER_RATIO * max(others)
@@ -984,7 +995,8 @@ def _rank_detector(e: Evidence) -> list[dict[str, Any]]:
             e.instances, named, e.step_ns, e.steps_total, e.host_ranks, e.clock_compute, e.figures, e.members
         )
     elif e.pp > 1:
-        found += late_senders(e.frame, e.p2p, named, e.host_ranks, e.step_ns, e.steps_total)
+        ends = frozenset(e.stages[0]) | frozenset(e.stages[-1]) if e.stages else frozenset()
+        found += late_senders(e.frame, e.p2p, named, e.host_ranks, e.step_ns, e.steps_total, ends)
     return found
 
 
