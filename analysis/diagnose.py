@@ -283,7 +283,7 @@ def diagnose(job: Job) -> Diagnosis:
     rank_passes = pa.concat_tables(per_rank.pop("passes"))
     virtual = stages.virtual_stages(rank_passes, layout.stages[0] if layout.stages else [], layout.size["pp"])
     passes = stages.number_passes(rank_passes, layout.stage_of, virtual, layout.size["pp"])
-    host_ranks = frozenset(r for r, kind in job.by_rank("device_type").items() if kind == "cpu")
+    host_ranks = job.cpu_ranks()
     stretch = _host_stretch(per_rank["breakdowns"], figures, host_ranks)
     metrics = stages.stage_metrics(passes, layout.stages, virtual, step_ns, stretch)
     if metrics:
@@ -305,7 +305,7 @@ def diagnose(job: Job) -> Diagnosis:
         frame=frame, figures=at_speed, peer_sets=peers, ep_of={r: c["ep"] for r, c in layout.coords.items()}, waits=waits, step_ns=step_ns,
         host_ranks=host_ranks, compute_scale=stretch, stage_metrics=metrics, on_host=on_host, pp=layout.size["pp"], tp=layout.size["tp"],
         stages=layout.stages, instances=instances, p2p=p2p, members=members, host_of=host_of, steps_total=steps_total,
-        links=job.extra("links") if step_ns > 0 else None, ranks=job.ranks,
+        links=job.extra("links") if step_ns > 0 else None, ranks=job.ranks, clock_compute=_clock_compute(per_rank["breakdowns"], host_ranks),
     )  # fmt: skip
     found = findings.detect(evidence)
     del evidence
@@ -316,14 +316,20 @@ def diagnose(job: Job) -> Diagnosis:
         # The replay comes last: its graph takes the frame's arrays over (the events are not held twice).
         graph = whatif.build_graph(frame, job.steps, p2p, host_of, passes)
         del frame
-        whatif.replay_findings(found, graph, whatif.peers_of(layout.stage_of, figures, metrics), host_ranks)
+        whatif.replay_findings(
+            found, graph, whatif.peers_of(layout.stage_of, figures, metrics, host_ranks), host_ranks
+        )
         del graph
-        if (
-            on_host
-        ):  # a gloo transfer's time after the last arrival is its runloop threads' scheduling: a slow one
-            # is a cause only where the replay, its transfers as fast as comparable ones, saves anything
+        if on_host:
+            # A gloo transfer's time after the last arrival is its runloop threads' scheduling, not a link's
+            # hardware: a slow one is a cause only where the replay, its transfers as fast as comparable ones,
+            # saves as much as any other finding must (MIN_IMPACT_PCT; a hardware link is reported however small).
             found = [
-                f for f in found if not (f["kind"] == "slow_link" and "what_if" in f and f["impact_pct"] <= 0)
+                f
+                for f in found
+                if not (
+                    f["kind"] == "slow_link" and "what_if" in f and f["impact_pct"] < findings.MIN_IMPACT_PCT
+                )
             ]
     return Diagnosis(
         version=analysis_version(),
@@ -348,6 +354,17 @@ def diagnose(job: Job) -> Diagnosis:
         operator_totals=_concat(per_rank["operator_totals"], "operator_totals"),
         critical_path=path,
     )
+
+
+def _clock_compute(breakdowns: list[pa.Table], host_ranks: frozenset[int]) -> dict[tuple[int, int], int]:
+    """(rank, step) -> the clock's compute time of each CPU rank's step (the breakdowns')."""
+    out = {}
+    for table in breakdowns:
+        cols = table.select(["rank", "step", "compute_ns"]).to_pydict()
+        for rank, step, wall in zip(cols["rank"], cols["step"], cols["compute_ns"], strict=True):
+            if rank in host_ranks and step is not None and wall:
+                out[(rank, step)] = int(wall)
+    return out
 
 
 def _host_stretch(

@@ -144,14 +144,17 @@ class Peers:
     micro_batches: int = 1
     virtual: int = 1
     stage_metrics: Mapping[str, Any] = field(default_factory=dict)  # what the stage_imbalance evidence quotes
+    host_ranks: frozenset[int] = frozenset()  # CPU ranks: their host is their device (host lanes)
 
 
 def peers_of(
     stage_of: Mapping[int, int],
     figures: Mapping[tuple[int, int], Mapping[str, Any]],
     metrics: Mapping[str, Any] | None,
+    host_ranks: frozenset[int] = frozenset(),
 ) -> Peers:
-    """The :class:`Peers` of a job from its layout, its per-(rank, step) figures and its stage metrics."""
+    """The :class:`Peers` of a job from its layout, its per-(rank, step) figures, its stage metrics and its CPU
+    ranks."""
     rows = (metrics or {}).get("stages") or []
     compute = {int(s["stage"]): int(s["compute_per_micro_batch_ns"]) for s in rows}
     delay = {k: int(v["launch_delay_ns"]) for k, v in figures.items() if v.get("launch_delay_ns") is not None}
@@ -167,4 +170,5 @@ def peers_of(
         int(m.get("micro_batches") or 1),
         int(m.get("virtual_stages") or 1),
         m,
+        frozenset(host_ranks),
     )

@@ -41,7 +41,7 @@ from paradiag.analysis.operators import (
     short_name,
     typical_durations,
 )
-from paradiag.intervals import covered_within, union_length
+from paradiag.intervals import longest_gap_within, union_length
 from paradiag.parsers.kineto_host import is_operator
 
 MIN_IMPACT_PCT = 2.0  # below this a difference is within what jitter and launch noise produce
@@ -250,11 +250,7 @@ def rank_excess(
         # A CPU rank's idle time (between its operators, outside any communication) counts only where it is
         # its habit: once, a hole mid-step is as often the scheduler's (a shared host preempts a rank for tens of
         # ms) as its own; a stall before the step's first work is its launch delay.
-        parts = (
-            ("compute_ns", "launch_delay_ns", "idle_ns")
-            if len(peers) > 1 and set(peers) <= host_ranks
-            else ("compute_ns", "launch_delay_ns")
-        )
+        parts = ("compute_ns", "launch_delay_ns")
         for part in parts:
             floor = MIN_IMPACT_PCT / 100 * step_ns / (compute_scale if part == "compute_ns" else 1.0)
             # A rank alone in its stage (a pipeline of one rank per stage) has no replica to be compared with; the
@@ -488,10 +484,19 @@ def rank_findings(
 
 LATE_SHARE = 0.9  # a late arriver is the last member of this share of its group's collectives that anyone waited in ...
 LATE_INSTANCES = 6  # ... of at least this many
+LATE_SHARE_HOST = PERSISTENT_SHARE  # ... on CPU ranks, where the host must also be seen holding it back:
+LATE_STRETCH = 1.3  # its operators last this many times longer on the clock (over their typical durations) than any other member's
 
 
 def late_arrivals(
-    instances: pa.Table, named: set[int], step_ns: float, steps_total: int
+    instances: pa.Table,
+    named: set[int],
+    step_ns: float,
+    steps_total: int,
+    host_ranks: frozenset[int] = frozenset(),
+    clock: Mapping[tuple[int, int], int] | None = None,
+    figures: Mapping[tuple[int, int], Mapping[str, int]] | None = None,
+    group_members: Mapping[str, list[int]] | None = None,
 ) -> list[dict[str, Any]]:
     """host_stall for a rank that arrives last at (nearly) every collective of its data-parallel group in every
     profiled step, while its own time (``named``: the ranks :func:`rank_findings` blames) is like its peers': the
@@ -499,7 +504,15 @@ def late_arrivals(
     thread), which neither its compute nor its launch delay shows. Which member is last is chance in a clean job
     (each is last in about 1/members of the instances); only a data-parallel job's groups are weighed, since a
     pipeline's or a tensor-parallel group's arrival order is the schedule's. The impact: the skew of those
-    instances (how long the group waited for it) per step."""
+    instances (how long the group waited for it) per step.
+
+    On CPU ranks (``host_ranks``, with each (rank, step)'s ``clock`` compute, its compute at typical durations in
+    ``figures`` and the groups' ``group_members``) lateness alone does not tell a host that holds the rank back from a
+    rank the scheduler happens to run behind the others (on a shared host one rank is last every time in a clean
+    job). A hook or a host thread that holds the rank back does it inside its operators (DDP's communication hook
+    runs within autograd's call): the rank's operators last LATE_STRETCH x longer on the clock, over their
+    typical durations, than any other member's, for work alike; then being last at LATE_SHARE_HOST of the
+    instances is enough."""
     t = instances.select(["group", "step", "late_rank", "total_wait_ns", "skew_ns", "members"]).to_pydict()
     groups: dict[str, list[tuple[int, int, int]]] = {}
     for g, step, late, wait, skew, members in zip(*t.values(), strict=True):
@@ -511,13 +524,20 @@ def late_arrivals(
         rank, n = counts.most_common(1)[0]
         steps = sorted({s for s, late, _ in rows if late == rank})
         every = {s for s, _, _ in rows}
+        on_host = (
+            rank in host_ranks and clock is not None and figures is not None and group_members is not None
+        )
         if (
             rank in named
             or len(rows) < LATE_INSTANCES
-            or n < LATE_SHARE * len(rows)
+            or n < (LATE_SHARE_HOST if on_host else LATE_SHARE) * len(rows)
             or len(steps) < PERSISTENT_SHARE * len(every)
         ):
             continue
+        if on_host:
+            others = [_stretch(clock, figures, r) for r in group_members.get(group, []) if r != rank]  # type: ignore[arg-type, union-attr]
+            if not others or _stretch(clock, figures, rank) < LATE_STRETCH * max(others):  # type: ignore[arg-type]
+                continue
         skew = [sk for _, late, sk in rows if late == rank]
         impact = min(100 * sum(skew) / max(len(every), 1) / step_ns, 100.0) if step_ns else 0.0
         if impact < MIN_IMPACT_PCT or len(every) < 2 or len(every) < PERSISTENT_SHARE * steps_total:
@@ -531,23 +551,52 @@ def late_arrivals(
     return out
 
 
+def _stretch(
+    clock: Mapping[tuple[int, int], int], figures: Mapping[tuple[int, int], Mapping[str, int]], rank: int
+) -> float:
+    """How much longer ``rank``'s operators last on the clock than at their typical durations (median over its
+    steps; 0 where unknown)."""
+    ratios = [
+        clock[k] / figures[k]["compute_ns"]
+        for k in clock
+        if k[0] == rank and k in figures and figures[k].get("compute_ns")
+    ]
+    return float(statistics.median(ratios)) if ratios else 0.0
+
+
 LATE_SENDER_RATIO = (
     2.0  # a late sender idles before its sends twice as long as any other sender does (medians) ...
 )
 LATE_SENDER_WINDOWS = 4  # ... over at least this many sends per profiled step ...
-LATE_SENDER_SHARE = 0.5  # ... and idles for most of the time between its previous communication and the send
+LATE_SENDER_SHARE = (
+    0.5  # ... in one hole that is most of the time between its previous communication and the send
+)
 
 
 def late_senders(
-    frame: Frame, p2p: pa.Table, named: set[int], host_ranks: frozenset[int], step_ns: float, steps_total: int
+    frame: Frame,
+    p2p: pa.Table,
+    named: set[int],
+    host_ranks: frozenset[int],
+    step_ns: float,
+    steps_total: int,
+    ends: frozenset[int] = frozenset(),
 ) -> list[dict[str, Any]]:
-    """host_stall for a pipeline rank (a CPU rank: ``host_ranks``) whose host idles before each of its sends: in
-    the window from its previous communication (a receive completing, a send posted) to the send, the time it
-    computed nothing, median over its sends, is LATE_SENDER_RATIO x that of every other sender (at least two) and
-    most of the window (LATE_SENDER_SHARE), over at least LATE_SENDER_WINDOWS sends per step. Its next stage waits for data the rank had ready (a sleep or a busy host
-    before the send); on a stage of its own there is no replica to compare its compute or idle time with, and its
-    total idle time in a step is as noisy as the scheduler (tens of ms). The impact: that median idle per send
-    times its sends per step, over the step. ``named``: ranks already blamed for their own time."""
+    """host_stall for a pipeline rank (a CPU rank: ``host_ranks``) whose host holds back each of its sends: in the
+    window from its previous communication (a receive completing, a send posted) to the send, its longest stretch
+    without compute, median over its sends, is LATE_SENDER_RATIO x that of every other sender (at least two) and
+    most of the window (LATE_SENDER_SHARE), over at least LATE_SENDER_WINDOWS sends per step. Its next stage waits
+    for data the rank had ready. A host that holds a send back (a sleep, a lock, a busy host thread) leaves one
+    hole before it; the Python between a stage's operators leaves many short ones, more on a stage with more
+    glue (the last one, which computes the loss before each backward send: its idle adds up to 60 % of its
+    windows on a shared host, in holes of tens of us), so the longest hole, not the sum, is the evidence. On a
+    stage of its own there is no replica to compare its compute or idle time with, and its total idle time in a
+    step is as noisy as the scheduler (tens of ms). The impact: that median hole per send times its sends per
+    step, over the step. ``named``: ranks already blamed for their own time. ``ends``: the ranks of the
+    pipeline's first and last stages, which are compared with but not blamed: the first reads the batch and
+    waits for the gradients of its first micro-batches before its next forward, the last computes the loss,
+    so the time before their sends holds work and waits no other stage's does (a clean 1F1B job's first stage
+    shows holes of 3-9 ms before its sends)."""
     if not len(p2p) or not host_ranks or not step_ns:
         return []
     t = p2p.select(["src", "dst", "step", "send_start_ns", "recv_end_ns"]).to_pydict()
@@ -573,12 +622,12 @@ def late_senders(
         at, prev = mark_t[keep], mark_t[np.flatnonzero(keep) - 1]
         rows = (frame.rank == rank) & compute
         window = at - prev
-        idle = window - covered_within(frame.start[rows], frame.end[rows], prev, at)
+        hole = longest_gap_within(frame.start[rows], frame.end[rows], prev, at)
         in_step = step[mine]
         enough = len(at) >= LATE_SENDER_WINDOWS * max(len(set(in_step.tolist())), 1)
         medians[rank] = (
-            float(np.median(idle)),
-            float(np.median(idle / np.maximum(window, 1))),
+            float(np.median(hole)),
+            float(np.median(hole / np.maximum(window, 1))),
             int(keep.sum()),
             bool(enough),
         )
@@ -587,6 +636,7 @@ def late_senders(
         others = [m for r, (m, *_) in medians.items() if r != rank]
         if (
             rank in named
+            or rank in ends
             or not enough
             or len(others) < 2
             or idle < LATE_SENDER_RATIO * max(others)
@@ -599,8 +649,8 @@ def late_senders(
             continue
         steps = sorted(set(step[src == rank].tolist()))
         evidence = (
-            f"rank {rank}: idle {idle / 1e6:.2f} ms ({100 * share:.0f} %) between its previous communication and each "
-            f"of its sends (median over {sends}) vs at most "
+            f"rank {rank}: idle {idle / 1e6:.2f} ms at a stretch ({100 * share:.0f} % of the time) between its previous "
+            f"communication and each of its sends (median over {sends}) vs at most "
             f"{max(others) / 1e6:.2f} ms on the other senders: its host is late to send what its next stage waits for"
         )
         out.append(
@@ -669,9 +719,13 @@ def _merge_ranks(
         extra = sum(per_step.values())
         delay = min(extra, caused) if bounded else extra
         impact = 100 * delay / steps_total / step_ns
-        # The job absorbed it, or (a CPU rank's stall: its clock is the scheduler's, which holds a rank back for
-        # a few ms now and then) it costs the profiled steps too little: not worth a finding.
-        if impact < MIN_IMPACT_PCT and (delay < extra or (kind == "host_stall" and set(ranks) <= host_ranks)):
+        # The job absorbed it, or (a CPU rank's stall or one-off excess: its clock is the scheduler's, which holds
+        # a rank back for a few ms now and then) it costs the profiled steps too little: not worth a finding.
+        # On a CPU rank an excess seen in a single step (not its habit) is as often the scheduler's as its own:
+        # like a stall, it must cost the profiled steps MIN_IMPACT_PCT to be a finding.
+        once = len(steps) < PERSISTENT_SHARE * steps_total
+        on_cpu = set(ranks) <= host_ranks and (kind == "host_stall" or once)
+        if impact < MIN_IMPACT_PCT and (delay < extra or on_cpu):
             continue
         worst = max(rows, key=lambda row: row["excess_ns"])
         what = HOST_PARTS.get(worst["part"], "compute")
@@ -902,7 +956,7 @@ class Evidence:
     per-(rank, step) ``figures`` and ``waits``, the ``peer_sets`` (each stage's ranks) and ``ep_of`` (rank -> expert
     index), the median ``step_ns``, the CPU ranks (``host_ranks``, ``compute_scale``, ``on_host``: every rank one),
     the ``stage_metrics`` and ``stages``, the collective ``instances``, the matched ``p2p`` pairs, the groups'
-    ``members``, ``host_of`` each rank, ``steps_total``, the Ascend per-link traffic (``links``) and the ranks table."""
+    ``members``, ``host_of`` each rank, ``steps_total``, the Ascend per-link traffic (``links``), the ranks table and the CPU ranks' ``clock_compute``."""
 
     frame: Frame
     figures: Mapping[tuple[int, int], Mapping[str, int]]
@@ -924,6 +978,9 @@ class Evidence:
     steps_total: int
     links: pa.Table | None
     ranks: pa.Table
+    clock_compute: Mapping[tuple[int, int], int] | None = (
+        None  # CPU ranks' compute on the clock, per (rank, step)
+    )
 
 
 def _rank_detector(e: Evidence) -> list[dict[str, Any]]:
@@ -934,9 +991,12 @@ def _rank_detector(e: Evidence) -> list[dict[str, Any]]:
     )
     named = {r for f in found for r in f["culprit"].get("ranks", [])}
     if e.pp == e.tp == 1:
-        found += late_arrivals(e.instances, named, e.step_ns, e.steps_total)
+        found += late_arrivals(
+            e.instances, named, e.step_ns, e.steps_total, e.host_ranks, e.clock_compute, e.figures, e.members
+        )
     elif e.pp > 1:
-        found += late_senders(e.frame, e.p2p, named, e.host_ranks, e.step_ns, e.steps_total)
+        ends = frozenset(e.stages[0]) | frozenset(e.stages[-1]) if e.stages else frozenset()
+        found += late_senders(e.frame, e.p2p, named, e.host_ranks, e.step_ns, e.steps_total, ends)
     return found
 
 

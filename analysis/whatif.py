@@ -207,6 +207,44 @@ def _host(g: Graph, t: Timing, peers: Peers, e: Edit, steps: np.ndarray) -> None
         own = peers.launch_delay.get((rank, step))
         if others and own is not None:
             t.own("gap")[i] -= max(own - int(statistics.median(others)), 0)
+    culprits = [r for r in e.ranks if r in peers.host_ranks]
+    if culprits:
+        _host_idle(g, t, peers, culprits, steps)
+
+
+def _host_idle(g: Graph, t: Timing, peers: Peers, culprits: list[int], steps: np.ndarray) -> None:
+    """CPU ranks (their host is their device): the host gaps of each of the culprits' steps (the time from the work
+    that released an event to its start: Python, a sleep, a late send) no longer in all than on its peers
+    (median; a rank alone in its stage: the other lone ranks), the excess taken off its largest gaps first (a stall
+    is one long hole, or the same hole before every send)."""
+    anchored = np.flatnonzero(steps & (g.anchor >= 0))
+    if not len(anchored):
+        return
+    gap = t.own("gap")
+    keys = g.rank[anchored].astype(np.int64) * (1 << 32) + g.step[anchored].astype(np.int64)
+    uniq, which = np.unique(keys, return_inverse=True)
+    totals = np.bincount(which, weights=gap[anchored].astype(np.float64))
+    total = {
+        (int(k >> 32), int(k & 0xFFFFFFFF)): float(v)
+        for k, v in zip(uniq.tolist(), totals.tolist(), strict=True)
+    }
+    lone = [r for r, s in peers.stage_of.items() if len(peers.stages[s]) == 1]
+    for c in culprits:
+        stage = peers.stages[peers.stage_of[c]]
+        against = [r for r in (stage if len(stage) > 1 else lone) if r not in culprits]
+        for k in np.flatnonzero(uniq >> 32 == c).tolist():
+            step = int(uniq[k] & 0xFFFFFFFF)
+            others = [total[(r, step)] for r in against if (r, step) in total]
+            if not others:
+                continue
+            excess = total[(c, step)] - statistics.median(others)
+            mine = anchored[which == k]
+            for i in mine[np.argsort(-gap[mine], kind="stable")].tolist():
+                if excess <= 0:
+                    break
+                cut = min(int(gap[i]), int(excess))
+                gap[i] -= cut
+                excess -= cut
 
 
 def _link(g: Graph, t: Timing, e: Edit, steps: np.ndarray) -> None:
@@ -289,5 +327,5 @@ def job_graph(job: Job, d: Diagnosis) -> tuple[Graph, Peers]:
     host_of = job.by_rank("host")
     metrics = d.stage_metrics.as_json() if d.stage_metrics else None
     return build_graph(frame, job.steps, d.p2p, host_of, d.passes), peers_of(
-        d.layout.stage_of, d.figures(), metrics
+        d.layout.stage_of, d.figures(), metrics, job.cpu_ranks()
     )

@@ -268,6 +268,10 @@ class Job:
             zip(self.ranks.column("rank").to_pylist(), self.ranks.column(column).to_pylist(), strict=True)
         )
 
+    def cpu_ranks(self) -> frozenset[int]:
+        """The ranks with no device activity, whose compute threads are their device (device type ``cpu``)."""
+        return frozenset(r for r, kind in self.by_rank("device_type").items() if kind == "cpu")
+
     def group_members(self) -> dict[str, list[int]]:
         """Communication group id -> its member ranks."""
         return {

@@ -50,3 +50,18 @@ def covered_within(start: np.ndarray, end: np.ndarray, lo: np.ndarray, hi: np.nd
         return cum[np.maximum(i - 1, 0)] * (i > 0) + np.minimum(partial, last_len)
 
     return (covered_until(np.asarray(hi)) - covered_until(np.asarray(lo))).astype(np.int64)
+
+
+def longest_gap_within(start: np.ndarray, end: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """For each window [lo[i], hi[i]), its longest stretch that no interval covers (the whole window where none
+    does)."""
+    s, e = merge(start, end)  # disjoint and sorted: the ends are sorted too
+    out = np.zeros(len(lo), dtype=np.int64)
+    for i, (a, b) in enumerate(zip(np.asarray(lo).tolist(), np.asarray(hi).tolist(), strict=True)):
+        first, stop = np.searchsorted(e, a, side="right"), np.searchsorted(s, b, side="left")
+        if first >= stop:
+            out[i] = max(b - a, 0)
+            continue
+        ss, ee = np.maximum(s[first:stop], a), np.minimum(e[first:stop], b)
+        out[i] = max(int(ss[0]) - a, int((ss[1:] - ee[:-1]).max(initial=0)), b - int(ee[-1]), 0)
+    return out

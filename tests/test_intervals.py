@@ -5,11 +5,19 @@ import pyarrow as pa
 
 from paradiag import schema
 from paradiag.analysis.breakdown import breakdown_of, device_work
-from paradiag.intervals import covered_within, merge, union_length
+from paradiag.intervals import covered_within, longest_gap_within, merge, union_length
 
 
 def arr(*values: int) -> np.ndarray:
     return np.array(values, dtype=np.int64)
+
+
+def test_longest_gap_within_is_the_longest_uncovered_stretch_of_each_window() -> None:
+    start, end = arr(0, 10, 12, 40), arr(5, 20, 15, 41)  # covered: [0, 5), [10, 20), [40, 41)
+    lo, hi = arr(0, 2, 18, 21, 45), arr(50, 12, 45, 30, 60)
+    # [0, 50): holes 5-10, 20-40, 41-50; [2, 12): 5-10; [18, 45): 20-40; [21, 30): all of it; [45, 60): all of it
+    assert longest_gap_within(start, end, lo, hi).tolist() == [20, 5, 20, 9, 15]
+    assert longest_gap_within(arr(), arr(), arr(3), arr(7)).tolist() == [4]
 
 
 def test_merge_joins_overlapping_and_touching() -> None:

@@ -272,3 +272,5 @@ def test_a_pipeline_rank_late_to_send_is_named_though_it_is_alone_in_its_stage(
         found
     )
     assert not [f for f in found if f["kind"] == "stage_imbalance"], found
+    # The replay removes the holes before its sends (its host as prompt as the others'): the stall costs time.
+    assert found[0]["kind"] != "host_stall" or found[0]["impact_pct"] > 0, found[0]
