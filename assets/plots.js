@@ -116,6 +116,7 @@
   function install(P) {
     if (!P || P._pdWrapped) { return; }
     P._pdWrapped = true;
+    if (typeof P.register === "function" && typeof P.relayout === "function") { wrapGuiRelayout(P); }
     const react = P.react;
     P.react = function (gd, figure) {
       const el = typeof gd === "string" ? document.getElementById(gd) : gd;
@@ -152,6 +153,44 @@
       const fits = full && Math.round(full.width) === el.clientWidth && Math.round(full.height) === el.clientHeight;
       return el && (el._pdHeld || fits) ? Promise.resolve(el) : counted(el, resize.apply(this, arguments));
     };
+  }
+
+  // Not zoomed here first: a zoom box or a double-click on a graph whose window the server draws again (the
+  // timeline, Marey's graph: they show more detail, or merge less, in a narrower window) is told to dcc.Graph as
+  // the graph's relayout event, and plotly does not apply it itself: that drew the graph at the new range only to
+  // be replaced by the server's figure for it (two draws per drag or double-click; keys.js asks the same way).
+  // A wheel zoom or a pan is plotly's own (it has already moved the plot while the mouse moved), and so is anything
+  // else plotly edits through its GUI (legend clicks, other axes).
+  const SERVER_ZOOMED = ["timeline", "marey"];
+  const ZOOM_KEYS = /^xaxis\.(range\[[01]\]|autorange)$/;
+  document.addEventListener("wheel", function (e) {
+    const gd = e.target && e.target.closest && e.target.closest(".js-plotly-plot");
+    if (gd) { gd._pdWheelAt = Date.now(); }
+  }, {capture: true, passive: true});
+
+  function serverZoom(gd, updates) {
+    const host = gd && gd.parentElement && gd.parentElement.closest("[id]");
+    const full = gd && gd._fullLayout;
+    if (!host || SERVER_ZOOMED.indexOf(host.id) < 0 || !full || !updates || typeof updates !== "object") { return false; }
+    const keys = Object.keys(updates);
+    return keys.length > 0 && keys.every(function (k) { return ZOOM_KEYS.test(k); }) &&
+      (updates["xaxis.autorange"] === true || (full.dragmode === "zoom" && Date.now() - (gd._pdWheelAt || 0) > 1500));
+  }
+
+  function wrapGuiRelayout(P) {
+    // plotly's own _guiRelayout is relayout marked as a GUI edit (its uirevision bookkeeping): the same here.
+    const relayout = P.relayout;
+    P.register({moduleType: "apiMethod", name: "_guiRelayout", fn: function (gd, updates) {
+      const el = typeof gd === "string" ? document.getElementById(gd) : gd;
+      if (serverZoom(el, updates)) {
+        el.emit("plotly_relayout", Object.assign({}, updates));
+        return Promise.resolve(el);
+      }
+      el._fullLayout._guiEditing = true;
+      const out = relayout.apply(null, arguments);
+      el._fullLayout._guiEditing = false;
+      return out;
+    }});
   }
 
   // dcc loads plotly.js on demand and it sets window.Plotly: wrap it then, before the first graph plots.
