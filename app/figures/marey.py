@@ -12,7 +12,14 @@ import numpy as np
 import plotly.graph_objects as go
 
 from paradiag.app import palette
-from paradiag.app.figures.common import base_figure, compact, empty_figure, shared_text, short_name
+from paradiag.app.figures.common import (
+    add_polylines,
+    base_figure,
+    compact,
+    empty_figure,
+    shared_text,
+    short_name,
+)
 
 if TYPE_CHECKING:  # the view data's shapes (the figure reads them, the data layer builds them)
     from paradiag.app.data.shapes import MareyData, MareyStage, MareyTimes, PathPiece
@@ -407,29 +414,9 @@ def _p2p(fig: go.Figure, data: MareyData, rank_y: dict[int, float]) -> None:
             if p["wait_ms"] > 0:
                 wx += [p["recv_start_ms"], p["recv_start_ms"] + p["wait_ms"], None]
                 wy += [rank_y[p["dst"]], rank_y[p["dst"]], None]
-    if lx:
-        fig.add_trace(
-            go.Scatter(
-                x=compact(np.array(lx, dtype=np.float64)),
-                y=np.array(ly, dtype=np.float64),
-                mode="lines",
-                line={"color": "#37474f", "width": 1},
-                opacity=0.6,
-                name="send → recv (micro-batch)",
-                hoverinfo="skip",
-            )
-        )
-    if wx:
-        fig.add_trace(
-            go.Scatter(
-                x=compact(np.array(wx, dtype=np.float64)),
-                y=np.array(wy, dtype=np.float64),
-                mode="lines",
-                line={"color": palette.WAIT, "width": 4},
-                name="receiver waiting",
-                hoverinfo="skip",
-            )
-        )
+    # One path each (``polylines``): a line trace drew every send/recv pair as an SVG node of its own.
+    add_polylines(fig, lx, ly, {"color": "#37474f", "width": 1}, "send → recv (micro-batch)", opacity=0.6)
+    add_polylines(fig, wx, wy, {"color": palette.WAIT, "width": 4}, "receiver waiting")
 
 
 def _anomalies(fig: go.Figure, data: MareyData, row_y: list[list[float]]) -> None:

@@ -9,7 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from paradiag.app import palette
-from paradiag.app.figures.common import bars, base_figure, compact, empty_figure, shared_text
+from paradiag.app.figures.common import add_polylines, bars, base_figure, compact, empty_figure, shared_text
 
 ROW_PX = 22
 SEPARATOR = "#999"  # the line between two ranks' (or folds') rows
@@ -44,24 +44,15 @@ def timeline_figure(
     waits = data["waits"]
     if waits["x0"]:
         _add_intervals(fig, "wait", waits, palette.WAIT, width * 0.45)
-    if data["links"]:
-        xs, ys = _polylines(data["links"])
-        fig.add_trace(
-            go.Scatter(
-                x=xs,
-                y=ys,
-                mode="lines",
-                line={"color": "rgba(60,60,60,0.45)", "width": 1},
-                name="collective instance",
-                hoverinfo="skip",
-            )
-        )
     if data.get("selected") and data["selected"]["x0"]:
         _selected(fig, data["selected"], width)
     if path:
         _path_hover(fig, path, width)
     _handles(fig, rows, data["window_ms"][0])
     _axes(fig, rows, data["window_ms"], set(marked or []), (path or {}).get("ranks", {}))
+    if data["links"]:  # one path for all (a line trace drew each instance as an SVG node of its own)
+        line = {"color": "rgba(60,60,60,0.45)", "width": 1}
+        add_polylines(fig, *_polylines(data["links"]), line, "collective instance")
     if data.get("aggregated"):
         fig.add_annotation(
             text=f"{data['num_events']:,} events merged to screen resolution: zoom in for single kernels",
