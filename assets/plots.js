@@ -21,11 +21,13 @@
    reads it (a Marey graph's band and row names, repeated on every hover point, were a third of its bytes).
 
    The page's own signal of what is drawn (tests wait on it, not on fixed sleeps): window.__pdPlots holds
-   inFlight (plots and resizes begun and not finished) and drawn[graph id] (plots and resizes finished). */
+   inFlight (plots and resizes begun and not finished), drawn[graph id] (plots and resizes finished) and
+   painted[graph id] (plotly's own "afterplot" events: every time it drew the graph, also for a zoom or pan of its
+   own, which no call here begins). */
 (function () {
   const PENDING = "pending";
   let plotly;
-  const plots = {inFlight: 0, drawn: {}};
+  const plots = {inFlight: 0, drawn: {}, painted: {}};
   window.__pdPlots = plots;
 
   // The dark theme (assets/ux.js sets data-theme on <html>): a figure's layout is drawn with dark paper, plot and
@@ -55,7 +57,15 @@
     const host = el && el.parentElement && el.parentElement.closest("[id]");
     const id = (host && host.id) || (el && el.id) || "?";
     plots.inFlight += 1;
-    const done = function () { plots.inFlight -= 1; plots.drawn[id] = (plots.drawn[id] || 0) + 1; };
+    const done = function () {
+      plots.inFlight -= 1;
+      plots.drawn[id] = (plots.drawn[id] || 0) + 1;
+      if (el && !el._pdPainted && typeof el.on === "function" && el._fullLayout && !el._pdHeld) {
+        el._pdPainted = true;  // from the first plot on (whose own afterplot has passed: counted here)
+        plots.painted[id] = (plots.painted[id] || 0) + 1;
+        el.on("plotly_afterplot", function () { plots.painted[id] = (plots.painted[id] || 0) + 1; });
+      }
+    };
     promise.then(done, done);
     return promise;
   }
