@@ -1,19 +1,23 @@
 """Compute a job's aggregates before the pages ask for them (``paradiag serve PATH`` does this).
 
 The once-per-job aggregates are shaped from the Diagnosis stored in the cache at ingest: they are ready before the
-server listens. The step views (Marey bands, flow, timeline, device detail) read events, so they are computed in a
-background thread: the step a new page opens on first, then every other step, so that a step change never waits
-on a cold read (on 1024 ranks a cold step costs seconds). Then, step by step, what a click on a row of the first
-heatmap asks for: the timeline and the detail of that row's ranks (a folded row selects all its ranks; their
-first answer took 0.5-1.9 s of a loaded server). The thread gives way to the pages: before each step or row it
-waits until no request has been in flight for ``QUIET_S``, so the first page is not slowed by what nobody asked
-for yet.
+server listens, and so are the step views (Marey bands, flow, timeline, device detail) of the step a new page opens
+on: computed in a background thread beside the first page, they took the CPU (and the interpreter's lock) from the
+callbacks of its first screen, and the page's own requests for them computed the same views a second time. The other
+steps' views read events too, so they are computed in a background thread, so that a step change never waits on a
+cold read (on 1024 ranks a cold step costs seconds). Then, step by step, what a click on a row of the first heatmap
+asks for: the timeline and the detail of that row's ranks (a folded row selects all its ranks; their first answer
+took 0.5-1.9 s of a loaded server). The thread gives way to the pages: before each view of a step or row it waits
+until no request has been in flight for ``QUIET_S``, so a click is not slowed by what nobody asked for yet for longer
+than one view takes (a whole step's views took seconds).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+from functools import partial
 
 from dash import Dash
 
@@ -69,7 +73,8 @@ requests = Requests()
 
 
 def warm(app: Dash, token: str) -> threading.Thread:
-    """The aggregates now; the step views in the returned (started) thread."""
+    """The aggregates and the views of the step a new page opens on now; the others in the returned (started)
+    thread."""
     with app.server.app_context():
         job = context.job(token)
         mesh_of(job)
@@ -78,44 +83,52 @@ def warm(app: Dash, token: str) -> threading.Thread:
         findings_of(job)
         operators_of(job)  # the compare panel's side of this job
         comm_view(job)  # the communication matrix as the first page draws it
+        operator_totals(job)  # the detail panel's and the operator search's
+        first = opening_step(job)
+        if first is not None:
+            for view in step_views(job, first):
+                view()
     views = threading.Thread(target=warm_views, args=(app, token), name="paradiag-warm-views", daemon=True)
     views.start()
     return views
 
 
 def warm_views(app: Dash, token: str) -> None:
-    """The detail panel's operator totals and the step a new page opens on at once (the first page needs them);
-    then every other step, then the ranks of each row of the first heatmap in each step, each when the pages are
-    quiet."""
+    """Every step but the one a new page opens on (``warm`` did it), then the ranks of each row of the first
+    heatmap in each step: each view when the pages are quiet."""
     with app.server.app_context():
         job = context.job(token)
-        operator_totals(job)
-        first = opening_step(job)  # the step a new page opens on
+        first = opening_step(job)
         if first is None:
             return
-        warm_step(job, first)
         steps = [first, *(s for s in steps_of(job) if s != first)]
         for step in steps[1:]:
-            requests.wait_quiet()
-            warm_step(job, step)
+            for view in step_views(job, step):
+                requests.wait_quiet()
+                view()
         rows = [row["ranks"] for row in rows_of(job, DEFAULT_METRIC, None)]
         for step in steps:
             for ranks in rows:
-                requests.wait_quiet()
-                warm_ranks(job, ranks, step)
+                for view in rank_views(job, ranks, step):
+                    requests.wait_quiet()
+                    view()
 
 
-def warm_step(job: Job, step: int) -> None:
+def step_views(job: Job, step: int) -> list[Callable[[], object]]:
     """What a page that turns to ``step`` asks for, with the ranks the top finding blames: Marey's bands and
-    rows, the flow graph, the timeline and the device detail."""
-    marey_data(job, step, None)
-    flow_data(job, step)
-    flow_p2p(job, step)
-    warm_ranks(job, None, step)
+    rows, the flow graph, the timeline and the device detail (each computes one view's data, memoised)."""
+    return [
+        partial(marey_data, job, step, None),
+        partial(flow_data, job, step),
+        partial(flow_p2p, job, step),
+        *rank_views(job, None, step),
+    ]
 
 
-def warm_ranks(job: Job, ranks: list[int] | None, step: int) -> None:
+def rank_views(job: Job, ranks: list[int] | None, step: int) -> list[Callable[[], object]]:
     """The timeline and the device detail of ``ranks`` selected in ``step`` (None: the ranks the top finding
     blames), as their callbacks ask for them."""
-    view_data(job, shown_ranks(job, ranks, step), {"step": step})
-    detail_data(job, detail_rank(job, ranks), step, None)
+    return [
+        lambda: view_data(job, shown_ranks(job, ranks, step), {"step": step}),
+        lambda: detail_data(job, detail_rank(job, ranks), step, None),
+    ]

@@ -21,11 +21,13 @@
    reads it (a Marey graph's band and row names, repeated on every hover point, were a third of its bytes).
 
    The page's own signal of what is drawn (tests wait on it, not on fixed sleeps): window.__pdPlots holds
-   inFlight (plots and resizes begun and not finished) and drawn[graph id] (plots and resizes finished). */
+   inFlight (plots and resizes begun and not finished), drawn[graph id] (plots and resizes finished) and
+   painted[graph id] (plotly's own "afterplot" events: every time it drew the graph, also for a zoom or pan of its
+   own, which no call here begins). */
 (function () {
   const PENDING = "pending";
   let plotly;
-  const plots = {inFlight: 0, drawn: {}};
+  const plots = {inFlight: 0, drawn: {}, painted: {}};
   window.__pdPlots = plots;
 
   // The dark theme (assets/ux.js sets data-theme on <html>): a figure's layout is drawn with dark paper, plot and
@@ -55,7 +57,15 @@
     const host = el && el.parentElement && el.parentElement.closest("[id]");
     const id = (host && host.id) || (el && el.id) || "?";
     plots.inFlight += 1;
-    const done = function () { plots.inFlight -= 1; plots.drawn[id] = (plots.drawn[id] || 0) + 1; };
+    const done = function () {
+      plots.inFlight -= 1;
+      plots.drawn[id] = (plots.drawn[id] || 0) + 1;
+      if (el && !el._pdPainted && typeof el.on === "function" && el._fullLayout && !el._pdHeld) {
+        el._pdPainted = true;  // from the first plot on (whose own afterplot has passed: counted here)
+        plots.painted[id] = (plots.painted[id] || 0) + 1;
+        el.on("plotly_afterplot", function () { plots.painted[id] = (plots.painted[id] || 0) + 1; });
+      }
+    };
     promise.then(done, done);
     return promise;
   }
@@ -116,6 +126,7 @@
   function install(P) {
     if (!P || P._pdWrapped) { return; }
     P._pdWrapped = true;
+    if (typeof P.register === "function" && typeof P.relayout === "function") { wrapGuiRelayout(P); }
     const react = P.react;
     P.react = function (gd, figure) {
       const el = typeof gd === "string" ? document.getElementById(gd) : gd;
@@ -152,6 +163,44 @@
       const fits = full && Math.round(full.width) === el.clientWidth && Math.round(full.height) === el.clientHeight;
       return el && (el._pdHeld || fits) ? Promise.resolve(el) : counted(el, resize.apply(this, arguments));
     };
+  }
+
+  // Not zoomed here first: a zoom box or a double-click on a graph whose window the server draws again (the
+  // timeline, Marey's graph: they show more detail, or merge less, in a narrower window) is told to dcc.Graph as
+  // the graph's relayout event, and plotly does not apply it itself: that drew the graph at the new range only to
+  // be replaced by the server's figure for it (two draws per drag or double-click; keys.js asks the same way).
+  // A wheel zoom or a pan is plotly's own (it has already moved the plot while the mouse moved), and so is anything
+  // else plotly edits through its GUI (legend clicks, other axes).
+  const SERVER_ZOOMED = ["timeline", "marey"];
+  const ZOOM_KEYS = /^xaxis\.(range\[[01]\]|autorange)$/;
+  document.addEventListener("wheel", function (e) {
+    const gd = e.target && e.target.closest && e.target.closest(".js-plotly-plot");
+    if (gd) { gd._pdWheelAt = Date.now(); }
+  }, {capture: true, passive: true});
+
+  function serverZoom(gd, updates) {
+    const host = gd && gd.parentElement && gd.parentElement.closest("[id]");
+    const full = gd && gd._fullLayout;
+    if (!host || SERVER_ZOOMED.indexOf(host.id) < 0 || !full || !updates || typeof updates !== "object") { return false; }
+    const keys = Object.keys(updates);
+    return keys.length > 0 && keys.every(function (k) { return ZOOM_KEYS.test(k); }) &&
+      (updates["xaxis.autorange"] === true || (full.dragmode === "zoom" && Date.now() - (gd._pdWheelAt || 0) > 1500));
+  }
+
+  function wrapGuiRelayout(P) {
+    // plotly's own _guiRelayout is relayout marked as a GUI edit (its uirevision bookkeeping): the same here.
+    const relayout = P.relayout;
+    P.register({moduleType: "apiMethod", name: "_guiRelayout", fn: function (gd, updates) {
+      const el = typeof gd === "string" ? document.getElementById(gd) : gd;
+      if (serverZoom(el, updates)) {
+        el.emit("plotly_relayout", Object.assign({}, updates));
+        return Promise.resolve(el);
+      }
+      el._fullLayout._guiEditing = true;
+      const out = relayout.apply(null, arguments);
+      el._fullLayout._guiEditing = false;
+      return out;
+    }});
   }
 
   // dcc loads plotly.js on demand and it sets window.Plotly: wrap it then, before the first graph plots.

@@ -110,6 +110,61 @@ def bars(x0: Any, x1: Any, y: Any, half: float) -> tuple[np.ndarray, np.ndarray]
     return compact(xs), ys.astype(np.float32)
 
 
+def add_polylines(fig: go.Figure, x: Any, y: Any, line: dict[str, Any], name: str, **shape: Any) -> None:
+    """``polylines`` added to ``fig``'s shapes, with its legend entry: a line (a path shape's own legend symbol is
+    a hexagon), in the shape's legend group, so a click on it hides and shows the lines."""
+    drawn = polylines(x, y, line, name, showlegend=False, legendgroup=name, **shape)
+    if drawn is None:
+        return
+    fig.update_layout(shapes=[*fig.layout.shapes, drawn])
+    fig.add_trace(
+        go.Scatter(
+            x=[None],
+            y=[None],
+            mode="lines",
+            line=line,
+            opacity=shape.get("opacity"),
+            name=name,
+            legendgroup=name,
+            hoverinfo="skip",
+        )
+    )
+
+
+def polylines(
+    x: Any, y: Any, line: dict[str, Any], name: str, showlegend: bool = True, **shape: Any
+) -> dict[str, Any] | None:
+    """NaN- (or None-) separated polylines in data coordinates as one layout shape: a single SVG path of M/L
+    commands. A line trace draws one SVG path per piece (a Marey graph's 224 send/recv lines were 224 nodes, a
+    third of its drawing time; a zoomed timeline's collective links up to 3,000), each built and styled on every
+    redraw. None when there is no segment. ``x`` is written to 1/20,000 of its extent (a pixel on any screen),
+    ``y`` (rows) to 0.001."""
+    xs, ys = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    ok = np.isfinite(xs) & np.isfinite(ys)
+    if not ok.any():
+        return None
+    start = ok & ~np.r_[False, ok[:-1]]  # the first point of each piece
+    extent = float(xs[ok].max() - xs[ok].min()) or 1.0
+    digits = max(0, int(np.ceil(-np.log10(extent / 20_000))))
+    path = "".join(
+        f"{'M' if first else 'L'}{a:.{digits}f},{b:.4g}"
+        for a, b, first in zip(xs[ok].tolist(), np.round(ys[ok], 3).tolist(), start[ok].tolist(), strict=True)
+    )
+    if "L" not in path:
+        return None
+    return {
+        "type": "path",
+        "path": path,
+        "xref": "x",
+        "yref": "y",
+        "line": line,
+        "layer": "above",
+        "name": name,
+        "showlegend": showlegend,
+        **shape,
+    }
+
+
 # Per-point hover text sent once per distinct string (trace.meta[SHARED_TEXT]): the strings of each part, then per
 # point each part's index among them, joined by a separator. assets/plots.js writes the points' text from it before
 # plotly draws; ``inline_texts`` does the same for a figure drawn without that script (the snapshot). A Marey graph's

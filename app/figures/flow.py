@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 
 from paradiag.app import palette
 from paradiag.app.data.shapes import FlowData, FlowNode, FlowStage, FlowStrategy, P2PPair
-from paradiag.app.figures.common import base_figure, empty_figure, short_name
+from paradiag.app.figures.common import add_polylines, base_figure, empty_figure, short_name
 
 SHARDED = "#00838f"  # outline of a node holding an operator split across devices (parallel_strategy)
 CULPRIT = "#c62828"
@@ -45,10 +45,11 @@ def flow_figure(
     for st in data["stages"]:
         y = st["stage"]
         label_at = _label_nodes(st["nodes"])
+        # The stage's nodes joined in order: one polyline per stage (a line trace draws each piece between two
+        # gaps as an SVG node of its own: one per edge, when each edge was a piece).
+        ex += [*range(len(st["nodes"])), None]
+        ey += [y] * len(st["nodes"]) + [None]
         for i, n in enumerate(st["nodes"]):
-            if i:
-                ex += [i - 1, i, None]
-                ey += [y, y, None]
             xs.append(i)
             ys.append(y)
             computing = n["kind"] in ("compute", "memory", "block")
@@ -267,17 +268,14 @@ def _p2p_edges(fig: go.Figure, data: FlowData, p2p: list[P2PPair]) -> None:
             edges[(a, src, b, dst)] = None
     ex = [v for a, src, b, _ in edges for v in (a, b, None)]
     ey = [v for _, src, _, dst in edges for v in (src, dst, None)]
-    if ex:
-        fig.add_trace(
-            go.Scatter(
-                x=ex,
-                y=ey,
-                mode="lines",
-                line={"color": palette.CATEGORY["send"], "width": 1, "dash": "dot"},
-                name="send → recv",
-                hoverinfo="skip",
-            )
-        )
+    # One path for all (``add_polylines``), not an SVG node per pair.
+    add_polylines(
+        fig,
+        np.array(ex, dtype=np.float64),
+        np.array(ey, dtype=np.float64),
+        {"color": palette.CATEGORY["send"], "width": 1, "dash": "dot"},
+        "send → recv",
+    )
 
 
 def _comm_spans(st: FlowStage) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -12,7 +12,14 @@ import numpy as np
 import plotly.graph_objects as go
 
 from paradiag.app import palette
-from paradiag.app.figures.common import base_figure, compact, empty_figure, shared_text, short_name
+from paradiag.app.figures.common import (
+    add_polylines,
+    base_figure,
+    compact,
+    empty_figure,
+    shared_text,
+    short_name,
+)
 
 if TYPE_CHECKING:  # the view data's shapes (the figure reads them, the data layer builds them)
     from paradiag.app.data.shapes import MareyData, MareyStage, MareyTimes, PathPiece
@@ -105,15 +112,17 @@ def _joined(parts: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, np.ndarray]
 
 
 def _rects(
-    a: np.ndarray, b: np.ndarray, y: float | np.ndarray, half: float = HALF
+    a: np.ndarray, b: np.ndarray, y: float | np.ndarray, half: float = HALF, closed: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Closed rectangles [a, b] x [y - half, y + half], NaN-separated (one polygon each)."""
+    """Rectangles [a, b] x [y - half, y + half], NaN-separated (one polygon each). A filled trace closes each
+    piece itself (``fill="toself"``): its corners alone are sent and drawn; an outline (``closed``) returns to its
+    first corner."""
     n = len(a)
     y = np.broadcast_to(np.asarray(y, dtype=np.float64), (n,))
     gap = np.full(n, np.nan)
-    xs = np.column_stack([a, b, b, a, a, gap]).ravel()
-    ys = np.column_stack([y - half, y - half, y + half, y + half, y - half, gap]).ravel()
-    return xs, ys
+    xs = [a, b, b, a, *([a] if closed else []), gap]
+    ys = [y - half, y - half, y + half, y + half, *([y - half] if closed else []), gap]
+    return np.column_stack(xs).ravel(), np.column_stack(ys).ravel()
 
 
 def _trapezoids(starts: np.ndarray, ends: np.ndarray, ys: list[float]) -> tuple[np.ndarray, np.ndarray]:
@@ -124,12 +133,8 @@ def _trapezoids(starts: np.ndarray, ends: np.ndarray, ys: list[float]) -> tuple[
         a, b = ys[i] + HALF, ys[i + 1] - HALF
         n = len(starts)
         gap = np.full(n, np.nan)
-        xs.append(
-            np.column_stack(
-                [starts[:, i], ends[:, i], ends[:, i + 1], starts[:, i + 1], starts[:, i], gap]
-            ).ravel()
-        )
-        yv.append(np.tile([a, a, b, b, a, np.nan], n))
+        xs.append(np.column_stack([starts[:, i], ends[:, i], ends[:, i + 1], starts[:, i + 1], gap]).ravel())
+        yv.append(np.tile([a, a, b, b, np.nan], n))  # filled: closed by plotly (``_rects``)
     return (np.concatenate(xs), np.concatenate(yv)) if xs else (np.array([]), np.array([]))
 
 
@@ -270,9 +275,9 @@ def _stacked(st: MareyStage, ys: list[float]) -> dict[str, tuple[np.ndarray, np.
 
 
 def _boxes(a: np.ndarray, b: np.ndarray, y0: np.ndarray, y1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Closed rectangles [a, b] x [y0, y1], NaN-separated."""
+    """Filled rectangles [a, b] x [y0, y1], NaN-separated (their corners: ``_rects``)."""
     gap = np.full(len(a), np.nan)
-    return np.column_stack([a, b, b, a, a, gap]).ravel(), np.column_stack([y0, y0, y1, y1, y0, gap]).ravel()
+    return np.column_stack([a, b, b, a, gap]).ravel(), np.column_stack([y0, y0, y1, y1, gap]).ravel()
 
 
 def _stage_bars(st: MareyStage, ys: list[float], ops: dict[str, int]) -> dict[str, dict[str, np.ndarray]]:
@@ -409,29 +414,9 @@ def _p2p(fig: go.Figure, data: MareyData, rank_y: dict[int, float]) -> None:
             if p["wait_ms"] > 0:
                 wx += [p["recv_start_ms"], p["recv_start_ms"] + p["wait_ms"], None]
                 wy += [rank_y[p["dst"]], rank_y[p["dst"]], None]
-    if lx:
-        fig.add_trace(
-            go.Scatter(
-                x=compact(np.array(lx, dtype=np.float64)),
-                y=np.array(ly, dtype=np.float64),
-                mode="lines",
-                line={"color": "#37474f", "width": 1},
-                opacity=0.6,
-                name="send → recv (micro-batch)",
-                hoverinfo="skip",
-            )
-        )
-    if wx:
-        fig.add_trace(
-            go.Scatter(
-                x=compact(np.array(wx, dtype=np.float64)),
-                y=np.array(wy, dtype=np.float64),
-                mode="lines",
-                line={"color": palette.WAIT, "width": 4},
-                name="receiver waiting",
-                hoverinfo="skip",
-            )
-        )
+    # One path each (``polylines``): a line trace drew every send/recv pair as an SVG node of its own.
+    add_polylines(fig, lx, ly, {"color": "#37474f", "width": 1}, "send → recv (micro-batch)", opacity=0.6)
+    add_polylines(fig, wx, wy, {"color": palette.WAIT, "width": 4}, "receiver waiting")
 
 
 def _anomalies(fig: go.Figure, data: MareyData, row_y: list[list[float]]) -> None:
@@ -562,7 +547,7 @@ def highlight(data: MareyData, selected: tuple[Any, ...] | None) -> go.Scatter:
             keep = [int(np.argmin(far))]
             starts, ends = starts[keep], ends[keep]
         for j, y in enumerate(ys):
-            parts.append(_rects(starts[:, j], ends[:, j], y, half=HALF * 1.3))
+            parts.append(_rects(starts[:, j], ends[:, j], y, half=HALF * 1.3, closed=True))
     return go.Scatter(
         **_joined(parts),
         mode="lines",

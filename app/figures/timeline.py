@@ -9,9 +9,10 @@ import numpy as np
 import plotly.graph_objects as go
 
 from paradiag.app import palette
-from paradiag.app.figures.common import bars, base_figure, compact, empty_figure, shared_text
+from paradiag.app.figures.common import add_polylines, bars, base_figure, compact, empty_figure, shared_text
 
 ROW_PX = 22
+SEPARATOR = "#999"  # the line between two ranks' (or folds') rows
 TOP_PX, BOTTOM_PX, LEGEND_PX = (
     84,
     12,
@@ -43,24 +44,15 @@ def timeline_figure(
     waits = data["waits"]
     if waits["x0"]:
         _add_intervals(fig, "wait", waits, palette.WAIT, width * 0.45)
-    if data["links"]:
-        xs, ys = _polylines(data["links"])
-        fig.add_trace(
-            go.Scatter(
-                x=xs,
-                y=ys,
-                mode="lines",
-                line={"color": "rgba(60,60,60,0.45)", "width": 1},
-                name="collective instance",
-                hoverinfo="skip",
-            )
-        )
     if data.get("selected") and data["selected"]["x0"]:
         _selected(fig, data["selected"], width)
     if path:
         _path_hover(fig, path, width)
     _handles(fig, rows, data["window_ms"][0])
     _axes(fig, rows, data["window_ms"], set(marked or []), (path or {}).get("ranks", {}))
+    if data["links"]:  # one path for all (a line trace drew each instance as an SVG node of its own)
+        line = {"color": "rgba(60,60,60,0.45)", "width": 1}
+        add_polylines(fig, *_polylines(data["links"]), line, "collective instance")
     if data.get("aggregated"):
         fig.add_annotation(
             text=f"{data['num_events']:,} events merged to screen resolution: zoom in for single kernels",
@@ -304,22 +296,22 @@ def _axes(
         showgrid=True,
         zeroline=False,
     )
-    # Separators and shading as plain shapes in one update, one per block of rows (a rank's streams, a fold's
-    # lanes): add_hline resolves axes per call and costs ~5 ms each, and every shape is validated and copied.
+    # Separators between blocks of rows (a rank's streams, a fold's lanes) as the y axis' minor grid lines, and the
+    # shading of the marked ranks' and the folds' rows as one rectangle per run of neighbouring blocks of one colour:
+    # plotly draws each shape on its own (path, clip, style) at every redraw and zoom, and 31 shapes of a 256-rank
+    # timeline were a third of its drawing time; grid lines are one cheap path each.
     starts = [i for i in range(len(rows)) if i == 0 or _block(rows[i]) != _block(rows[i - 1])]
-    lines = [
-        {
-            "type": "line",
-            "xref": "paper",
-            "x0": 0,
-            "x1": 1,
-            "yref": "y",
-            "y0": i - 0.5,
-            "y1": i - 0.5,
-            "line": {"color": "#999", "width": 1},
-        }
-        for i in starts[1:]
+    shade = [
+        (a, b, palette.CULPRIT if rows[a]["rank"] is not None else palette.STAGE)
+        for a, b in zip(starts, [*starts[1:], len(rows)], strict=True)
+        if rows[a]["rank"] in marked or rows[a]["rank"] is None
     ]
+    runs: list[list[Any]] = []
+    for a, b, color in shade:
+        if runs and runs[-1][1] == a and runs[-1][2] == color:
+            runs[-1][1] = b
+        else:
+            runs.append([a, b, color])
     bands = [
         {
             "type": "rect",
@@ -329,14 +321,23 @@ def _axes(
             "yref": "y",
             "y0": a - 0.5,
             "y1": b - 0.5,
-            "fillcolor": palette.CULPRIT if rows[a]["rank"] is not None else palette.STAGE,
+            "fillcolor": color,
             "opacity": 0.08,
             "line": {"width": 0},
             "layer": "below",
         }
-        for a, b in zip(starts, [*starts[1:], len(rows)], strict=True)
-        if rows[a]["rank"] in marked or rows[a]["rank"] is None
+        for a, b, color in runs
     ]
+    fig.update_yaxes(
+        minor={
+            "tickmode": "array",
+            "tickvals": [i - 0.5 for i in starts[1:]],
+            "showgrid": True,
+            "gridcolor": SEPARATOR,
+            "gridwidth": 1,
+            "ticks": "",
+        }
+    )
     # The legend on the left: the modebar takes the top right corner.
     # The legend above the axis: LEGEND_PX above the plotting area, in its fraction of the area's height.
     area = max(1, (fig.layout.height or 400) - TOP_PX - BOTTOM_PX)
@@ -344,7 +345,7 @@ def _axes(
         margin={"l": 120, "t": TOP_PX, "b": BOTTOM_PX},
         dragmode="zoom",
         hovermode="closest",
-        shapes=bands + lines,
+        shapes=bands,
         legend={"x": 0, "xanchor": "left", "y": 1 + LEGEND_PX / area, "yanchor": "bottom"},
     )
 
