@@ -26,6 +26,7 @@ from paradiag.app import store
 from paradiag.app.data.collectives import wait_by_rank_step
 from paradiag.app.data.common import diagnosis, slowest_step
 from paradiag.app.data.mesh import mesh_of
+from paradiag.app.data.shapes import HeatmapRow, Overview, StepsFocus
 from paradiag.dataset import Job
 
 __all__ = [
@@ -70,7 +71,7 @@ def metric_of(job: Job, metric: str) -> str:
     return focus_of(job).metric if metric == "focus" else metric
 
 
-def steps_focus(job: Job) -> dict[str, Any]:
+def steps_focus(job: Job) -> StepsFocus:
     """What the step chart says of the top finding: ``{"what", "predicted_ms" (the replay's step time without its
     cause, None without a replay), "saving_pct" (what that saves of the measured step), "step"}``."""
     f = focus_of(job)
@@ -119,12 +120,12 @@ def single(job: Job) -> set[int]:
     return set(focus_of(job).single)
 
 
-def overview(job: Job) -> dict[str, Any]:
+def overview(job: Job) -> Overview:
     """``{"ranks", "steps", "stage", "dp", "metrics": {name: rows x steps list}, "found_by"}``."""
     return store.memo("overview", job, None, lambda: _overview(job))
 
 
-def _overview(job: Job) -> dict[str, Any]:
+def _overview(job: Job) -> Overview:
     mesh = mesh_of(job)
     rep = report(job)
     steps = sorted(rep["job"]["steps"])
@@ -167,14 +168,14 @@ def _listed(matrix: np.ndarray) -> list[list[float | None]]:
 
 
 def heatmap_rows(
-    ov: dict[str, Any],
+    ov: Overview,
     metric: str,
     expanded: list[str] | None = None,
     max_rows: int = 32,
-    culprit: Mapping[int, str] | None = None,
+    culprit: Mapping[int, Kind] | None = None,
     single: set[int] | None = None,
     reasons: dict[int, str] | None = None,
-) -> list[dict[str, Any]]:
+) -> list[HeatmapRow]:
     """Rows for the heatmap, top to bottom: one per rank; with more than ``max_rows`` ranks, each stage folds
     into one row of its alike ranks (coloured by their median; hover: min/median/max) while the ranks whose own
     time stands out (``stands_apart``) and the ``single`` ranks (default: the ``culprit`` ranks) keep a row each.
@@ -186,7 +187,7 @@ def heatmap_rows(
     reasons = reasons or {}
     matrix, own = ov["metrics"][metric], ov["metrics"]["own_z"]
     ranks, stages, dps = ov["ranks"], ov["stage"], ov["dp"]
-    singles = [
+    singles: list[HeatmapRow] = [
         {
             "label": f"rank {r} · s{st}",
             "ranks": [r],
@@ -203,7 +204,7 @@ def heatmap_rows(
         return singles
     expanded_set = set(expanded or [])
     fold = partial(_fold, singles=singles, matrix=matrix, own=own, single=single)
-    out: list[dict[str, Any]] = []
+    out: list[HeatmapRow] = []
     for stage in dict.fromkeys(stages):
         members = [i for i, st in enumerate(stages) if st == stage]
         name = f"s{stage}"
@@ -214,7 +215,7 @@ def heatmap_rows(
             sub = [i for i in members if dps[i] == dp]
             sub_name = f"{name}.dp{dp}"
             out += (
-                [dict(singles[i], group=sub_name) for i in sub]
+                [{**singles[i], "group": sub_name} for i in sub]
                 if sub_name in expanded_set
                 else fold(sub_name, sub)
             )
@@ -224,16 +225,16 @@ def heatmap_rows(
 def _fold(
     name: str,
     members: list[int],
-    singles: list[dict[str, Any]],
+    singles: list[HeatmapRow],
     matrix: list[list[float | None]],
     own: list[list[float | None]],
     single: set[int],
-) -> list[dict[str, Any]]:
+) -> list[HeatmapRow]:
     """One row for the alike ``members`` of a group, then one per member that stands out."""
     apart = [i for i in members if stands_apart(own[i], singles[i]["ranks"][0] in single)]
     alike = [i for i in members if i not in apart]
     if not alike:
-        return [dict(singles[i], group=name) for i in apart]
+        return [{**singles[i], "group": name} for i in apart]
     row = _group_row(
         name,
         singles[alike[0]]["stage"],
@@ -245,13 +246,13 @@ def _fold(
     if (
         len(kinds) == 1 and None not in kinds
     ):  # a finding about the whole group (a stage): the row is the culprit
-        row.update(culprit=kinds.pop(), reason=singles[alike[0]]["reason"])
-    return [row] + [dict(singles[i], group=name) for i in apart]
+        row["culprit"], row["reason"] = kinds.pop(), singles[alike[0]]["reason"]
+    return [row] + [{**singles[i], "group": name} for i in apart]
 
 
 def _group_row(
     name: str, stage: int, ranks: list[int], values: list[list[float | None]], apart: int
-) -> dict[str, Any]:
+) -> HeatmapRow:
     block = np.array([[np.nan if v is None else v for v in row] for row in values], dtype=float)
     with np.errstate(all="ignore"):
         med, lo, hi = (np.nanmedian(block, axis=0), np.nanmin(block, axis=0), np.nanmax(block, axis=0))

@@ -4,7 +4,11 @@ store keeps and gives them back as it did), checked by mypy where they are built
 
 from __future__ import annotations
 
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict, final
+
+import numpy as np
+
+from paradiag.analysis.kinds import Kind
 
 # Marey's graph (``paradiag.app.data.marey.marey_data`` -> ``paradiag.app.figures.marey.marey_figure``).
 
@@ -266,3 +270,191 @@ class SearchResult(TypedDict):
     count: int  # events matched
     names: list[NameMatch]  # most frequent first
     matches: list[EventMatch]
+
+
+# The Gantt timeline (``paradiag.app.data.timeline.timeline_data``, with ``paradiag.app.data.timeline_fold``'s folds
+# and critical path -> ``paradiag.app.figures.timeline.timeline_figure``). Times in ms since the job origin, rows
+# indexes into ``rows``.
+
+
+class FoldEntry(TypedDict):
+    """A fold of alike ranks the timeline draws (``timeline_fold.fold_plan``): "s3", "s3.dp1" or "s3.rest"."""
+
+    key: str
+    stage: int
+    ranks: list[int]
+
+
+class FoldTimes(TypedDict):
+    """A fold's operator instances in a step (``timeline_fold.fold_times``), per instance (ns): the median start
+    and end over its ranks, the earliest start, the latest end, the slowest rank and its time."""
+
+    start: np.ndarray
+    end: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    slow_ns: np.ndarray
+    slow_rank: np.ndarray
+    names: list[str]  # per instance, its operator
+    category: list[str]  # per instance, "compute", "memory", "collective", "send" or "recv"
+    read: int  # how many of the fold's ranks the band model read
+
+
+class TimelineRow(TypedDict):
+    """A row of the timeline: a rank's stream (``rank``, ``track``) or a lane of a fold (``rank`` None)."""
+
+    rank: int | None
+    label: str
+    track: NotRequired[int]  # a rank's row
+    fold: NotRequired[str]  # a fold's row: its key, ...
+    members: NotRequired[int]  # ... how many ranks it holds, ...
+    lane: NotRequired[str]  # ... its lane ("compute", "collective", "p2p"), ...
+    instances: NotRequired[int]  # ... the operator instances its ranks all run ...
+    read: NotRequired[int]  # ... over how many of its ranks
+
+
+class Bars(TypedDict):
+    """Intervals ``x0``-``x1`` on rows (the members of the selected collective instance are just these)."""
+
+    x0: list[float]
+    x1: list[float]
+    row: list[int]
+
+
+@final
+class Intervals(Bars):
+    """A kind's intervals one by one: a short name each (``hover``) and the duration."""
+
+    hover: list[str]
+    dur_us: list[float]
+
+
+@final
+class MergedIntervals(Bars):
+    """Intervals (or waits) merged to screen resolution: the union per row of the pixel columns they touch, with
+    how many merged in each run."""
+
+    count: list[int]
+
+
+@final
+class Waits(Bars):
+    """Each collective member's wait, from its start to the last member's arrival."""
+
+    wait_us: list[float]
+
+
+class FoldedSpans(TypedDict):
+    """A folded lane's merged instances of one kind: the median span (``x0``-``x1``), the spread (``lo``-``hi``),
+    the (first) operator's short name, the median duration, how many merged, the slowest rank and its time."""
+
+    x0: list[float]
+    x1: list[float]
+    lo: list[float]
+    hi: list[float]
+    hover: list[str]
+    dur_us: list[float]
+    count: list[int]
+    slow_rank: list[int]
+    slow_us: list[float]
+
+
+class FoldedIntervals(FoldedSpans):
+    row: list[int]
+
+
+class CollectiveLink(TypedDict):
+    """A collective instance in view: its members' start points (x) and rows, joined by a polyline."""
+
+    x: list[float]
+    row: list[int]
+
+
+class PathEdges(TypedDict):
+    """Where the critical path leaves a rank for the one it waited for: at x, from row y0 to row y1."""
+
+    x: list[float]
+    y0: list[int]
+    y1: list[int]
+    hover: list[str]
+
+
+class PathSegments(Bars):
+    """The critical path on the rows drawn: its segments (runs of them on one row and kind in a long window),
+    the edges between ranks, and per row the ranks it passes there."""
+
+    kind: list[str]  # the path's kind of each segment ("compute", "communication", "host", ...)
+    hover: list[str]
+    dur_us: list[float]
+    edges: PathEdges
+    ranks: dict[int, list[int]]
+
+
+class TimelineData(TypedDict):
+    rows: list[TimelineRow]
+    origin_ns: int
+    window_ms: list[float]  # [start, end]
+    aggregated: bool  # whether the intervals are merged to screen resolution
+    num_events: int
+    folded: dict[str, FoldedIntervals]  # per kind
+    kinds: (
+        dict[str, Intervals] | dict[str, MergedIntervals]
+    )  # per device kind ("compute", "communication", ...)
+    links: list[CollectiveLink]  # none when aggregated
+    waits: Waits | MergedIntervals
+    selected: Bars | None  # the drawn members of the selected collective instance
+    path: PathSegments | None  # the step's critical path, where asked for
+
+
+# The overview heatmap and the step chart (``paradiag.app.data.overview`` -> ``paradiag.app.figures.heatmap`` and
+# ``paradiag.app.figures.steps``).
+
+
+class Overview(TypedDict):
+    """Per metric a value per rank and step (ranks in mesh order, None where the rank has none)."""
+
+    ranks: list[int]
+    steps: list[int]
+    stage: list[int]  # per rank
+    dp: list[int]  # per rank, its mesh (DP) group
+    metrics: dict[str, list[list[float | None]]]  # per metric, ranks x steps
+    found_by: str  # how the mesh was found, in words
+
+
+class HeatmapRow(TypedDict):
+    """A row of the heatmap: a rank, or a group of alike ranks coloured by their median."""
+
+    label: str
+    ranks: list[int]
+    stage: int
+    values: list[float | None]  # per step
+    spread: list[str] | None  # a group's, per step: "min / median / max"
+    group: str | None  # the fold ("s3", "s3.dp1") it is in or is
+    culprit: Kind | None  # the kind of finding that blames the row's ranks
+    reason: str | None  # why, in a few words
+
+
+class HeatmapMark(TypedDict):
+    """The selected cells: the ranks' rows in the step."""
+
+    ranks: list[int]
+    step: int | None
+
+
+class StepsFocus(TypedDict):
+    """What the step chart says of the top finding."""
+
+    what: str  # the finding in a few words
+    predicted_ms: float | None  # the replay's step time without its cause (None without a replay)
+    saving_pct: float | None  # what that saves of the measured step
+    step: int | None  # the step it cites
+
+
+# The text a figure's points share (``paradiag.app.figures.common.shared_text``): the distinct strings of each part,
+# per point each part's index among them, joined by ``sep``.
+
+
+class SharedText(TypedDict):
+    parts: list[list[str]]
+    index: list[list[int]]
+    sep: str

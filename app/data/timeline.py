@@ -7,7 +7,6 @@ of its intervals rounded out to whole pixel columns, so the drawing never exceed
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -15,6 +14,16 @@ import pyarrow.compute as pc
 
 from paradiag.app.data import collectives, timeline_fold
 from paradiag.app.data.common import DEVICE_KINDS, origin_ns, read_events
+from paradiag.app.data.shapes import (
+    Bars,
+    CollectiveLink,
+    FoldEntry,
+    Intervals,
+    MergedIntervals,
+    TimelineData,
+    TimelineRow,
+    Waits,
+)
 from paradiag.app.figures.common import short_name
 from paradiag.dataset import Job
 
@@ -27,14 +36,14 @@ HOVER_NAME = 36  # characters of an interval's name on hover: the payload grows 
 
 def timeline_data(
     job: Job,
-    ranks: Sequence[int | dict[str, Any]],
+    ranks: Sequence[int | FoldEntry],
     window: tuple[int, int],
     pixels: int = 1600,
     max_primitives: int = 50_000,
     instance: int | None = None,
     step: int | None = None,
     path: bool = False,
-) -> dict[str, Any]:
+) -> TimelineData:
     """Rows, top to bottom as ``ranks`` lists them: a rank (one row per stream) or a fold of alike ranks
     (``timeline_fold.fold_plan``: one row per lane; needs ``step``). Intervals per kind (ms since the job
     origin), the folds' instances with their spread (``folded``), collective links and waits, the members of
@@ -63,39 +72,37 @@ def timeline_data(
             row["instances"], row["read"] = len(times[row["fold"]]["category"]), times[row["fold"]]["read"]
     t0 = origin_ns(job)
     aggregated = events.num_rows > max_primitives
-    out: dict[str, Any] = {
+    folded = timeline_fold.folded_intervals([(t, lanes[f["key"]]) for f, t in folds], window, pixels, t0)
+    kinds: dict[str, Intervals] | dict[str, MergedIntervals] = (
+        _aggregate(events, row_of, lo, hi, pixels, t0) if aggregated else _individual(events, row_of, t0)
+    )
+    links, waits = _links_and_waits(job, singles, row_of, (lo, hi, pixels), t0, exact=not aggregated)
+    return {
         "rows": rows,
         "origin_ns": t0,
         "window_ms": [(lo - t0) / 1e6, (hi - t0) / 1e6],
         "aggregated": aggregated,
         "num_events": events.num_rows,
-        "folded": timeline_fold.folded_intervals(
-            [(t, lanes[f["key"]]) for f, t in folds], window, pixels, t0
+        "folded": folded,
+        "kinds": kinds,
+        "links": links,
+        "waits": waits,
+        "selected": _instance_members(job, instance, row_of, t0) if instance is not None else None,
+        "path": (
+            timeline_fold.path_segments(
+                job, step, window, _placer(rows, row_of, lanes, [f for f, _ in folds]), t0
+            )
+            if path and step is not None
+            else None
         ),
     }
-    if aggregated:
-        out["kinds"] = _aggregate(events, row_of, lo, hi, pixels, t0)
-    else:
-        out["kinds"] = _individual(events, row_of, t0)
-    out["links"], out["waits"] = _links_and_waits(
-        job, singles, row_of, (lo, hi, pixels), t0, exact=not aggregated
-    )
-    out["selected"] = _instance_members(job, instance, row_of, t0) if instance is not None else None
-    out["path"] = (
-        timeline_fold.path_segments(
-            job, step, window, _placer(rows, row_of, lanes, [f for f, _ in folds]), t0
-        )
-        if path and step is not None
-        else None
-    )
-    return out
 
 
 def _placer(
-    rows: list[dict[str, Any]],
+    rows: list[TimelineRow],
     row_of: dict[int, int],
     lanes: dict[str, dict[str, int]],
-    folds: list[dict[str, Any]],
+    folds: list[FoldEntry],
 ) -> Callable[[int, int, str], int | None]:
     """(rank, track, fold lane) -> the row a critical-path segment is drawn on: the rank's stream (its first row
     for host time), else that lane (or the first) of the fold holding the rank; None where the rank is not drawn."""
@@ -114,7 +121,7 @@ def _placer(
     return place
 
 
-def _instance_members(job: Job, instance: int, row_of: dict[int, int], t0: int) -> dict[str, Any]:
+def _instance_members(job: Job, instance: int, row_of: dict[int, int], t0: int) -> Bars:
     """The drawn members (ranks in view) of one collective instance: their intervals, start to end."""
     table = collectives.instances(job)
     part = table.filter(pc.equal(table.column("instance"), instance))
@@ -142,8 +149,8 @@ def _row_keys(events: pa.Table) -> np.ndarray:
 
 
 def _rows(
-    events: pa.Table, entries: Sequence[int | dict[str, Any]], lanes: dict[str, list[str]]
-) -> tuple[list[dict[str, Any]], dict[int, int], dict[str, dict[str, int]]]:
+    events: pa.Table, entries: Sequence[int | FoldEntry], lanes: dict[str, list[str]]
+) -> tuple[list[TimelineRow], dict[int, int], dict[str, dict[str, int]]]:
     """One row per (rank, stream), named by what the stream mostly runs (the traces name no streams), and one per
     lane of a fold (labelled with its member count). Returns the rows, (rank, track) key -> row, and per fold
     its lane -> row."""
@@ -151,7 +158,7 @@ def _rows(
     by_rank: dict[int, list[int]] = {}
     for k in sorted(names):
         by_rank.setdefault(k // 1_000_000_000, []).append(k % 1_000_000_000)
-    rows: list[dict[str, Any]] = []
+    rows: list[TimelineRow] = []
     row_of: dict[int, int] = {}
     fold_rows: dict[str, dict[str, int]] = {}
     for entry in entries:
@@ -230,8 +237,8 @@ def _by_kind(events: pa.Table) -> Iterator[tuple[str, pa.Table]]:
             yield kind, part
 
 
-def _individual(events: pa.Table, row_of: dict[int, int], t0: int) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
+def _individual(events: pa.Table, row_of: dict[int, int], t0: int) -> dict[str, Intervals]:
+    out: dict[str, Intervals] = {}
     for kind, part in _by_kind(events):
         start = part.column("start_ns").to_numpy()
         dur = part.column("dur_ns").to_numpy()
@@ -268,8 +275,8 @@ def _hover(part: pa.Table) -> list[str]:
 
 def _aggregate(
     events: pa.Table, row_of: dict[int, int], lo: int, hi: int, pixels: int, t0: int
-) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
+) -> dict[str, MergedIntervals]:
+    out: dict[str, MergedIntervals] = {}
     for kind, part in _by_kind(events):
         start = part.column("start_ns").to_numpy()
         out[kind] = _per_pixel(
@@ -280,7 +287,7 @@ def _aggregate(
 
 def _per_pixel(
     row: np.ndarray, start: np.ndarray, end: np.ndarray, screen: tuple[int, int, int], t0: int
-) -> dict[str, Any]:
+) -> MergedIntervals:
     """Intervals [start, end) (ns) on ``row`` as the union per row of the pixel columns they touch, with the
     count of intervals in each merged run."""
     if not len(row):
@@ -322,7 +329,7 @@ def _running_max_per_row(row: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 def _links_and_waits(
     job: Job, ranks: list[int], row_of: dict[int, int], screen: tuple[int, int, int], t0: int, exact: bool
-) -> tuple[list[Any], dict[str, Any]]:
+) -> tuple[list[CollectiveLink], Waits | MergedIntervals]:
     """Each collective instance in view as a polyline through its members' start points (its slant is the
     arrival skew), and each member's wait (start to the last arrival) as a segment. When the intervals are
     merged to screen resolution (``exact`` false), so are the waits, and no links are drawn: both grow with the
@@ -345,13 +352,13 @@ def _links_and_waits(
     if not exact:
         return [], _per_pixel(rows[waited], begin[waited], begin[waited] + wait[waited], screen, t0)
     st = (begin - t0) / 1e6
-    waits = {
+    waits: Waits = {
         "x0": st[waited].round(4).tolist(),
         "x1": (st[waited] + wait[waited] / 1e6).round(4).tolist(),
         "row": rows[waited].tolist(),
         "wait_us": (wait[waited] / 1e3).round(1).tolist(),
     }
-    links: list[Any] = []
+    links: list[CollectiveLink] = []
     if len(np.unique(inst)) <= MAX_LINKS:
         order = np.lexsort((rows, inst))
         for i in np.split(order, np.flatnonzero(np.diff(inst[order])) + 1):

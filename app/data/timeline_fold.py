@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, Literal, cast
 
 import numpy as np
 import pyarrow.compute as pc
@@ -22,6 +22,14 @@ from paradiag.app import store
 from paradiag.app.data.common import diagnosis
 from paradiag.app.data.marey import stage_bands
 from paradiag.app.data.mesh import mesh_of
+from paradiag.app.data.shapes import (
+    FoldedIntervals,
+    FoldedSpans,
+    FoldEntry,
+    FoldTimes,
+    PathEdges,
+    PathSegments,
+)
 from paradiag.app.figures.common import short_name
 from paradiag.dataset import Job
 
@@ -54,14 +62,14 @@ MAX_PATH = 1500  # path segments drawn one by one; beyond, runs on one row and k
 HOVER_NAME = 36
 
 
-def timeline_rows(job: Job, ranks: list[int], expand: list[str] | None) -> list[int | dict[str, Any]]:
+def timeline_rows(job: Job, ranks: list[int], expand: list[str] | None) -> list[int | FoldEntry]:
     """What a timeline draws top to bottom (the dashboard's and the snapshot's): ``ranks``, then (beyond SMALL_JOB
     ranks) every other rank in the fold of its stage or, where ``expand`` opened them, of its mesh group or on its
     own."""
     return list(ranks) if len(mesh_of(job).ranks) <= SMALL_JOB else fold_plan(job, ranks, expand)
 
 
-def fold_plan(job: Job, singles: list[int], expand: list[str] | None) -> list[int | dict[str, Any]]:
+def fold_plan(job: Job, singles: list[int], expand: list[str] | None) -> list[int | FoldEntry]:
     """The timeline's entries top to bottom: ``singles`` (the ranks of interest first), then per stage its alike
     ranks folded into one entry (``{"key": "s3", "stage", "ranks"}``), or, for a stage in ``expand``, one per mesh
     group (``s3.dp1``) whose ranks are drawn one by one when the group is in ``expand`` too. At most
@@ -69,7 +77,7 @@ def fold_plan(job: Job, singles: list[int], expand: list[str] | None) -> list[in
     that fold together (``s3.rest``, which opens no further)."""
     mesh = mesh_of(job)
     opened = set(expand or [])
-    out: list[int | dict[str, Any]] = list(dict.fromkeys(singles))
+    out: list[int | FoldEntry] = list(dict.fromkeys(singles))
     count = len(out)
     for stage in mesh.stages:
         ranks = [r for r in mesh.ranks_of_stage(stage) if r not in singles]
@@ -91,19 +99,19 @@ def fold_plan(job: Job, singles: list[int], expand: list[str] | None) -> list[in
     return out
 
 
-def _fold(key: str, stage: int, members: list[int]) -> list[int | dict[str, Any]]:
+def _fold(key: str, stage: int, members: list[int]) -> list[int | FoldEntry]:
     """A group of one is no fold: that rank is drawn as itself."""
     return [{"key": key, "stage": stage, "ranks": members}] if len(members) > 1 else list(members)
 
 
-def fold_times(job: Job, step: int, folds: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def fold_times(job: Job, step: int, folds: list[FoldEntry]) -> list[FoldTimes]:
     """Per fold, its operator instances in ``step`` (those every rank of its stage runs): per instance the median
     start and end over its ranks, the earliest start, the latest end and the slowest rank, and over how many of
     its ranks (``read``: those the band model read); memoised per fold, a stage's bands read once for all its
     folds not memoised yet."""
     read: dict[int, dict[str, Any]] = {}
 
-    def compute(fold: dict[str, Any]) -> dict[str, Any]:
+    def compute(fold: FoldEntry) -> FoldTimes:
         if fold["stage"] not in read:
             read[fold["stage"]] = stage_bands(job, step, fold["stage"])
         st = read[fold["stage"]]
@@ -124,7 +132,11 @@ def fold_times(job: Job, step: int, folds: list[dict[str, Any]]) -> list[dict[st
             }
         times = model.row_times(st["start"], st["end"], cols)
         return {
-            **{k: times[k] for k in ("start", "end", "lo", "hi", "slow_ns")},
+            "start": times["start"],
+            "end": times["end"],
+            "lo": times["lo"],
+            "hi": times["hi"],
+            "slow_ns": times["slow_ns"],
             "slow_rank": np.asarray(st["ranks"], dtype=np.int64)[times["slow_col"]],
             "names": st["names"],
             "category": st["category"],
@@ -136,7 +148,7 @@ def fold_times(job: Job, step: int, folds: list[dict[str, Any]]) -> list[dict[st
     ]
 
 
-def lanes_of(times: dict[str, Any]) -> list[str]:
+def lanes_of(times: FoldTimes) -> list[str]:
     """The lanes a fold has (compute first), whatever the window shows: its rows stay put while zooming. A fold
     whose ranks run no operator instance in common still gets its (empty) compute row: its ranks are not hidden."""
     present = {LANE[c] for c in times["category"]}
@@ -144,25 +156,41 @@ def lanes_of(times: dict[str, Any]) -> list[str]:
 
 
 def folded_intervals(
-    folds: list[tuple[dict[str, Any], dict[str, int]]], window: tuple[int, int], pixels: int, t0: int
-) -> dict[str, dict[str, Any]]:
+    folds: list[tuple[FoldTimes, dict[str, int]]], window: tuple[int, int], pixels: int, t0: int
+) -> dict[str, FoldedIntervals]:
     """Per kind, the merged instances of every folded lane in the window (ms): median span ``x0``-``x1``, spread
     ``lo``-``hi``, row, operator name (``hover``; its first when several merged), median duration, how many merged,
     the slowest rank and its time. ``folds``: (fold times, lane -> row)."""
     lo, hi = window
     lanes = sum(len(rows) for _, rows in folds)
     most = max(MIN_BANDS, min(model.MAX_BANDS, FOLD_BANDS // max(lanes, 1)))
-    parts: dict[str, list[dict[str, Any]]] = {}
+    parts: dict[str, list[FoldedIntervals]] = {}
     for times, rows in folds:
         for lane, row in rows.items():
             for kind, part in _lane(times, lane, (lo, hi, pixels), most, t0).items():
                 parts.setdefault(kind, []).append({**part, "row": [row] * len(part["x0"])})
-    return {kind: {k: [v for p in ps for v in p[k]] for k in ps[0]} for kind, ps in parts.items()}
+    return {kind: _joined(ps) for kind, ps in parts.items()}
+
+
+def _joined(parts: list[FoldedIntervals]) -> FoldedIntervals:
+    """One kind's merged instances of every folded lane, lane after lane."""
+    return {
+        "x0": [v for p in parts for v in p["x0"]],
+        "x1": [v for p in parts for v in p["x1"]],
+        "lo": [v for p in parts for v in p["lo"]],
+        "hi": [v for p in parts for v in p["hi"]],
+        "hover": [v for p in parts for v in p["hover"]],
+        "dur_us": [v for p in parts for v in p["dur_us"]],
+        "count": [v for p in parts for v in p["count"]],
+        "slow_rank": [v for p in parts for v in p["slow_rank"]],
+        "slow_us": [v for p in parts for v in p["slow_us"]],
+        "row": [v for p in parts for v in p["row"]],
+    }
 
 
 def _lane(
-    times: dict[str, Any], lane: str, screen: tuple[int, int, int], most: int, t0: int
-) -> dict[str, dict[str, Any]]:
+    times: FoldTimes, lane: str, screen: tuple[int, int, int], most: int, t0: int
+) -> dict[str, FoldedSpans]:
     """One lane's instances in [lo, hi), neighbours closer than a pixel merged, split by kind."""
     lo, hi, pixels = screen
     mine = np.flatnonzero(np.array([LANE[c] == lane for c in times["category"]], dtype=bool))
@@ -185,10 +213,13 @@ def _lane(
             )
         ]
     )
-    ms = {
-        k: ((model.merged(times[k][idx], group, how) - t0) / 1e6).round(4)
-        for k, how in (("start", "min"), ("end", "max"), ("lo", "min"), ("hi", "max"))
-    }
+    spans: tuple[tuple[Literal["start", "end", "lo", "hi"], str], ...] = (
+        ("start", "min"),
+        ("end", "max"),
+        ("lo", "min"),
+        ("hi", "max"),
+    )
+    ms = {k: ((model.merged(times[k][idx], group, how) - t0) / 1e6).round(4) for k, how in spans}
     slow_rank, slow_ns = _slowest(times["slow_rank"][idx], times["slow_ns"][idx], group)
     names = [short_name(times["names"][int(idx[f])], HOVER_NAME) for f in first.tolist()]
     columns = {
@@ -202,8 +233,8 @@ def _lane(
         "slow_rank": np.asarray(slow_rank),
         "slow_us": (np.asarray(slow_ns) / 1e3).round(1),
     }
-    return {
-        kind: {k: v[kinds == kind].tolist() for k, v in columns.items()}
+    return {  # the columns as lists: FoldedSpans
+        kind: cast("FoldedSpans", {k: v[kinds == kind].tolist() for k, v in columns.items()})
         for kind in dict.fromkeys(kinds.tolist())
     }
 
@@ -236,7 +267,7 @@ def _slowest(rank: np.ndarray, ns: np.ndarray, group: np.ndarray) -> tuple[list[
 
 def path_segments(
     job: Job, step: int, window: tuple[int, int], place: Callable[[int, int, str], int | None], t0: int
-) -> dict[str, Any]:
+) -> PathSegments:
     """The critical path of ``step`` in the window, on the rows drawn: its segments (``place(rank, track, lane)``
     gives a segment's row, None where the rank is not drawn), the edges where it leaves a rank for the rank
     that rank waited for, and the ranks it passes on each row (a folded row names them)."""
@@ -256,7 +287,7 @@ def path_segments(
     edges = _edges(seg, rows, t0)
     keep = [i for i, row in enumerate(rows) if row is not None]
     runs = _runs(keep, rows, seg["kind"]) if len(keep) > MAX_PATH else [[i] for i in keep]
-    out: dict[str, Any] = {
+    out: PathSegments = {
         "x0": [],
         "x1": [],
         "row": [],
@@ -266,6 +297,7 @@ def path_segments(
         "edges": edges,
         "ranks": {},
     }
+    on_row: dict[int, dict[int, None]] = {}  # per row, the ranks the path passes there, in order
     for run in runs:
         a, b = run[0], run[-1]
         ranks = list(dict.fromkeys(seg["rank"][i] for i in run))
@@ -279,17 +311,19 @@ def path_segments(
             if seg["operator"][a]
             else "host (no device work launched)"
         )
+        row = rows[a]
+        assert row is not None  # runs hold the segments on a row drawn only
         out["x0"].append(round((seg["start_ns"][a] - t0) / 1e6, 4))
         out["x1"].append(round((seg["end_ns"][b] - t0) / 1e6, 4))
-        out["row"].append(rows[a])
+        out["row"].append(row)
         out["kind"].append(seg["kind"][a])
         out["hover"].append(
             f"{seg['kind'][a]} · {who} · " + (what if len(run) == 1 else f"{len(run)} segments from {what}")
         )
         out["dur_us"].append(round(sum(seg["end_ns"][i] - seg["start_ns"][i] for i in run) / 1e3, 1))
         for r in ranks:
-            out["ranks"].setdefault(rows[a], {})[r] = None
-    out["ranks"] = {row: list(ranks) for row, ranks in out["ranks"].items()}
+            on_row.setdefault(row, {})[r] = None
+    out["ranks"] = {row: list(ranks) for row, ranks in on_row.items()}
     return out
 
 
@@ -316,10 +350,10 @@ def _runs(keep: list[int], rows: list[int | None], kinds: list[str]) -> list[lis
     return runs
 
 
-def _edges(seg: dict[str, list[Any]], rows: list[int | None], t0: int) -> dict[str, list[Any]]:
+def _edges(seg: dict[str, list[Any]], rows: list[int | None], t0: int) -> PathEdges:
     """Where the path goes from one rank to another (drawn rows apart): the second rank waited for the first one
     until that moment (its arrival in a collective, or its half of a send/recv)."""
-    out: dict[str, list[Any]] = {"x": [], "y0": [], "y1": [], "hover": []}
+    out: PathEdges = {"x": [], "y0": [], "y1": [], "hover": []}
     for i in range(1, len(rows)):
         a, b = rows[i - 1], rows[i]
         if (

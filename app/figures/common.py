@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import plotly.graph_objects as go
 
 from paradiag.analysis import operators
+from paradiag.app.data.shapes import SharedText
 
 FONT = {"family": "Inter, system-ui, sans-serif", "size": 11, "color": "#2a3f5f"}
 _AXIS = {
@@ -172,7 +173,7 @@ def polylines(
 SHARED_TEXT = "pdText"
 
 
-def shared_text(*parts: Any, sep: str = "<br>") -> dict[str, Any]:
+def shared_text(*parts: Any, sep: str = "<br>") -> dict[str, SharedText]:
     """A trace's ``meta`` carrying per-point text made of ``parts`` (equal-length sequences of strings, joined
     by ``sep``), each part's distinct strings once and an index per point."""
     lists, index = [], []
@@ -186,7 +187,8 @@ def shared_text(*parts: Any, sep: str = "<br>") -> dict[str, Any]:
 def text_of(trace: Any) -> list[str]:
     """The per-point text of a trace as the browser shows it: its ``text``, else the one its meta shares."""
     meta = trace.meta if hasattr(trace, "meta") else trace.get("meta")
-    shared = meta.get(SHARED_TEXT) if isinstance(meta, dict) else None
+    # a figure's own (plotly's) or read back from its JSON
+    shared = cast("SharedText | None", meta.get(SHARED_TEXT)) if isinstance(meta, dict) else None
     if not shared:
         text = trace.text if hasattr(trace, "text") else trace.get("text")
         return [] if text is None else [text] if isinstance(text, str) else list(text)

@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 
 from paradiag.analysis.focus import SEPARATES_PCT, wrap
 from paradiag.app import palette
+from paradiag.app.data.shapes import HeatmapMark, HeatmapRow
 from paradiag.app.figures.common import add_caption, base_figure, empty_figure
 
 Z_FLOOR = (
@@ -22,11 +23,11 @@ PCT_FLOOR = (
 
 
 def heatmap_figure(
-    rows: list[dict[str, Any]],
+    rows: list[HeatmapRow],
     steps: list[int],
     metric: str,
     label: str,
-    selected: dict[str, Any] | None = None,
+    selected: HeatmapMark | None = None,
     diverging: bool | None = None,
     caption: str = "",
 ) -> go.Figure:
@@ -90,7 +91,7 @@ def heatmap_figure(
     return fig
 
 
-def row_label(row: dict[str, Any]) -> str:
+def row_label(row: HeatmapRow) -> str:
     """A row's tick label; a blamed row's starts with ⚠ and ends with why (bold red: visible without a hover)."""
     if not row.get("culprit"):
         return str(row["label"])
@@ -99,7 +100,7 @@ def row_label(row: dict[str, Any]) -> str:
 
 
 def heatmap_shapes(
-    rows: list[dict[str, Any]], steps: list[int], selected: dict[str, Any] | None
+    rows: list[HeatmapRow], steps: list[int], selected: HeatmapMark | None
 ) -> list[dict[str, Any]]:
     """Stage separators, culprit rows (red, whole row) and the selected cells (black): every shape of the
     heatmap, so that a new selection only replaces this list (a ``Patch``), not the figure."""
@@ -118,8 +119,8 @@ def heatmap_shapes(
         if rows[i]["stage"] != rows[i - 1]["stage"]
     ]
     shapes += [_rect(-0.5, n - 0.5, i, palette.CULPRIT, 3) for i, r in enumerate(rows) if r.get("culprit")]
-    ranks = set((selected or {}).get("ranks") or [])
-    step = (selected or {}).get("step")
+    ranks = set((selected.get("ranks") if selected else None) or [])
+    step = selected.get("step") if selected else None
     if step in steps:
         j = steps.index(step)
         shapes += [
@@ -141,8 +142,9 @@ def _rect(x0: float, x1: float, row: int, color: str, width: int) -> dict[str, A
     }
 
 
-def _hover(row: dict[str, Any], j: int, step: int, label: str) -> str:
-    spread = (row.get("spread") or [None] * (j + 1))[j]
+def _hover(row: HeatmapRow, j: int, step: int, label: str) -> str:
+    spreads = row.get("spread")
+    spread = spreads[j] if spreads else None
     text = f"{row['label']} · step {step}<br>{label}: {_fmt(row['values'][j])}"
     text += f"<br>min / median / max: {spread}" if spread else ""
     return text + (

@@ -11,6 +11,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from paradiag.app import palette
+from paradiag.app.data.shapes import StepsFocus
 from paradiag.app.figures.common import add_caption, base_figure, empty_figure
 
 SPREAD = "rgba(96,125,139,0.25)"
@@ -23,7 +24,7 @@ def steps_figure(
     step_ms: list[list[float | None]],
     culprit: list[int] | None = None,
     selected: int | None = None,
-    focus: dict[str, Any] | None = None,
+    focus: StepsFocus | None = None,
 ) -> go.Figure:
     """``step_ms``: ranks x steps (rows in ``ranks`` order). ``culprit``: ranks a finding blames, the first drawn
     as its own line where it is not the median's (the others are alike, or their own lines). ``focus``: ``{"what": the top finding in a few
@@ -86,8 +87,9 @@ def steps_figure(
                         hovertemplate=hover + f"rank {r}</extra>",
                     )
                 )
-    predicted = (focus or {}).get("predicted_ms")
+    predicted = focus.get("predicted_ms") if focus else None
     if predicted:
+        what = focus.get("what", "the cause") if focus else "the cause"
         fig.add_trace(
             go.Scatter(
                 x=[steps[0] - 0.5, steps[-1] + 0.5],
@@ -95,7 +97,7 @@ def steps_figure(
                 mode="lines",
                 name=f"without it (replay): {predicted:.1f} ms",
                 line={"color": palette.CULPRIT, "width": 1.5, "dash": "dash"},
-                hovertemplate=f"without {(focus or {}).get('what', 'the cause')}: %{{y:.2f}} ms<extra>replay</extra>",
+                hovertemplate=f"without {what}: %{{y:.2f}} ms<extra>replay</extra>",
             )
         )
     fig.update_layout(shapes=step_marker(steps, selected))
@@ -138,7 +140,7 @@ def y_range(parts: list[np.ndarray]) -> list[float]:
 
 
 def summary(
-    steps: list[int], median: np.ndarray, lo: np.ndarray, hi: np.ndarray, focus: dict[str, Any] | None
+    steps: list[int], median: np.ndarray, lo: np.ndarray, hi: np.ndarray, focus: StepsFocus | None
 ) -> str:
     """The chart's title: the step time, how far apart the ranks are, what the replay saves without the top
     finding's cause."""
@@ -150,12 +152,11 @@ def summary(
         if mid == mid and mid > 0
         else "step time"
     )
-    predicted, saving = (focus or {}).get("predicted_ms"), (focus or {}).get("saving_pct")
+    predicted, saving = (focus.get("predicted_ms"), focus.get("saving_pct")) if focus else (None, None)
     if predicted:
         saves = f" (saves {saving:.0f}% of the step)" if saving is not None else ""
-        text += (
-            f"<br>without {(focus or {}).get('what', 'the top finding')} (replay): {predicted:.1f} ms{saves}"
-        )
+        what = focus.get("what", "the top finding") if focus else "the top finding"
+        text += f"<br>without {what} (replay): {predicted:.1f} ms{saves}"
     return text
 
 

@@ -9,6 +9,17 @@ import numpy as np
 import plotly.graph_objects as go
 
 from paradiag.app import palette
+from paradiag.app.data.shapes import (
+    Bars,
+    CollectiveLink,
+    FoldedIntervals,
+    Intervals,
+    MergedIntervals,
+    PathSegments,
+    TimelineData,
+    TimelineRow,
+    Waits,
+)
 from paradiag.app.figures.common import add_polylines, bars, base_figure, compact, empty_figure, shared_text
 
 ROW_PX = 22
@@ -20,9 +31,7 @@ TOP_PX, BOTTOM_PX, LEGEND_PX = (
 )  # margins (the time axis is on top) and the legend's height above the area
 
 
-def timeline_figure(
-    data: dict[str, Any], uirevision: Any = None, marked: list[int] | None = None
-) -> go.Figure:
+def timeline_figure(data: TimelineData, uirevision: Any = None, marked: list[int] | None = None) -> go.Figure:
     """``data`` as ``timeline_data`` returns it. One trace per kind (NaN-separated filled bars), one trace of
     undrawn points per kind for hover and click, one trace of waits, one of collective links. Plain SVG traces, not
     WebGL: a WebGL canvas costs the browser in proportion to its pixels (and headless or GPU-less browsers draw
@@ -37,19 +46,20 @@ def timeline_figure(
     path = data.get("path")
     if path and path["x0"]:  # under the intervals: what lies on the path gets a thick outline
         fig.add_trace(_bars(path, palette.CRITICAL_PATH, width + 7, name="critical path", legendgroup="path"))
-    for kind, seg in data.get("folded", {}).items():
-        _add_folded(fig, kind, seg, width, legend=kind not in data["kinds"])
+    for kind, spans in data.get("folded", {}).items():
+        _add_folded(fig, kind, spans, width, legend=kind not in data["kinds"])
     for kind, seg in data["kinds"].items():
         _add_intervals(fig, kind, seg, palette.KIND[kind], width)
     waits = data["waits"]
     if waits["x0"]:
         _add_intervals(fig, "wait", waits, palette.WAIT, width * 0.45)
-    if data.get("selected") and data["selected"]["x0"]:
-        _selected(fig, data["selected"], width)
+    selected = data.get("selected")
+    if selected and selected["x0"]:
+        _selected(fig, selected, width)
     if path:
         _path_hover(fig, path, width)
     _handles(fig, rows, data["window_ms"][0])
-    _axes(fig, rows, data["window_ms"], set(marked or []), (path or {}).get("ranks", {}))
+    _axes(fig, rows, data["window_ms"], set(marked or []), path.get("ranks", {}) if path else {})
     if data["links"]:  # one path for all (a line trace drew each instance as an SVG node of its own)
         line = {"color": "rgba(60,60,60,0.45)", "width": 1}
         add_polylines(fig, *_polylines(data["links"]), line, "collective instance")
@@ -69,7 +79,7 @@ def timeline_figure(
     return fig
 
 
-def _add_folded(fig: go.Figure, kind: str, seg: dict[str, Any], width: float, legend: bool) -> None:
+def _add_folded(fig: go.Figure, kind: str, seg: FoldedIntervals, width: float, legend: bool) -> None:
     """A fold's instances of one kind: from the earliest start to the latest end over its ranks, light, and the
     median span over it; the hover names the operator and the slowest rank."""
     color = palette.KIND[kind]
@@ -101,7 +111,7 @@ def _add_folded(fig: go.Figure, kind: str, seg: dict[str, Any], width: float, le
     )
 
 
-def _handles(fig: go.Figure, rows: list[dict[str, Any]], x: float) -> None:
+def _handles(fig: go.Figure, rows: list[TimelineRow], x: float) -> None:
     """A ▸ at the start of each folded row, beside its label: a click on it (or on any of the row's bars) opens
     the fold."""
     folded = [i for i, r in enumerate(rows) if r["rank"] is None]
@@ -122,7 +132,7 @@ def _handles(fig: go.Figure, rows: list[dict[str, Any]], x: float) -> None:
     )
 
 
-def _handle_text(row: dict[str, Any]) -> str:
+def _handle_text(row: TimelineRow) -> str:
     if row["fold"].endswith(".rest"):
         return f"{row['members']} more ranks (select them to see them one by one)"
     read = row.get("read", row["members"])
@@ -138,7 +148,7 @@ def _light(color: str) -> str:
     return f"rgba({r},{g},{b},0.3)"
 
 
-def _path_hover(fig: go.Figure, path: dict[str, Any], width: float) -> None:
+def _path_hover(fig: go.Figure, path: PathSegments, width: float) -> None:
     """The path's hover (kind, rank, operator, duration) and its edges: a line from the rank waited for to the
     rank that waited, at the moment it was released."""
     edges = path["edges"]
@@ -185,21 +195,21 @@ def _path_hover(fig: go.Figure, path: dict[str, Any], width: float) -> None:
         )
 
 
-def _add_intervals(fig: go.Figure, name: str, seg: dict[str, Any], color: str, width: float) -> None:
+def _add_intervals(
+    fig: go.Figure, name: str, seg: Intervals | MergedIntervals | Waits, color: str, width: float
+) -> None:
     fig.add_trace(_bars(seg, color, width, name=name, legendgroup=name))
     _hover_points(fig, seg, color, name, name, **_hover(name, seg))
 
 
-def _bars(seg: dict[str, Any], color: str, px: float, **trace: Any) -> go.Scatter:
+def _bars(seg: Bars, color: str, px: float, **trace: Any) -> go.Scatter:
     """``seg``'s intervals (x0, x1, row) as bars ``px`` pixels high (the rows are ROW_PX apart and the y axis
     does not zoom), all in one filled path."""
     xs, ys = bars(seg["x0"], seg["x1"], seg["row"], px / 2 / ROW_PX)
     return go.Scatter(x=xs, y=ys, mode="none", fill="toself", fillcolor=color, hoverinfo="skip", **trace)
 
 
-def _hover_points(
-    fig: go.Figure, seg: dict[str, Any], color: str, group: str, name: str, **hover: Any
-) -> None:
+def _hover_points(fig: go.Figure, seg: Bars, color: str, group: str, name: str, **hover: Any) -> None:
     """Points at the middles of ``seg``'s intervals (x0, x1, row) that carry their hover and click (the filled bars
     drawing the intervals do not answer the mouse: one path holds them all). Drawn as nothing (``mode="none"``), not as transparent
     markers: each marker is an SVG node (2,670 of the 6,721 nodes of a 64-rank timeline), built and styled on
@@ -220,7 +230,7 @@ def _hover_points(
     )
 
 
-def _hover(name: str, seg: dict[str, Any]) -> dict[str, Any]:
+def _hover(name: str, seg: Intervals | MergedIntervals | Waits) -> dict[str, Any]:
     """Hover text and numbers of one trace's intervals: the numbers travel as typed arrays and the sentence is the
     template, so only names (which differ per interval) travel as text."""
     if "count" in seg:  # merged columns
@@ -245,7 +255,7 @@ def _hover(name: str, seg: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _selected(fig: go.Figure, members: dict[str, Any], width: float) -> None:
+def _selected(fig: go.Figure, members: Bars, width: float) -> None:
     """The selected collective instance: its members outlined, joined at their starts."""
     fig.add_trace(_bars(members, palette.HIGHLIGHT, width * 0.35, name="selected collective"))
     order = sorted(range(len(members["row"])), key=lambda i: members["row"][i])
@@ -263,7 +273,7 @@ def _selected(fig: go.Figure, members: dict[str, Any], width: float) -> None:
     )
 
 
-def _polylines(links: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+def _polylines(links: list[CollectiveLink]) -> tuple[np.ndarray, np.ndarray]:
     """Collective instances as one NaN-separated polyline each through its members' start points."""
     xs: list[float] = []
     ys: list[float] = []
@@ -275,7 +285,7 @@ def _polylines(links: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
 
 def _axes(
     fig: go.Figure,
-    rows: list[dict[str, Any]],
+    rows: list[TimelineRow],
     window: list[float],
     marked: set[int],
     on_path: dict[int, list[int]],
@@ -350,11 +360,11 @@ def _axes(
     )
 
 
-def _block(row: dict[str, Any]) -> Any:
+def _block(row: TimelineRow) -> int | str:
     return row["rank"] if row["rank"] is not None else row["fold"]
 
 
-def _label(row: dict[str, Any], marked: bool, path_ranks: list[int] | None) -> str:
+def _label(row: TimelineRow, marked: bool, path_ranks: list[int] | None) -> str:
     """A rank's row bold when marked; a folded row with ▸ (a click opens it) and, when the critical path crosses
     it, ◆ (the ranks it passes are in the hover)."""
     if row["rank"] is not None:

@@ -21,6 +21,7 @@ from paradiag.app.data.overview import (
     overview,
     steps_focus,
 )
+from paradiag.app.data.shapes import HeatmapMark
 from paradiag.app.figures.heatmap import heatmap_figure, heatmap_shapes
 from paradiag.app.figures.steps import step_marker, steps_figure
 from paradiag.app.layouts.common import graph
@@ -41,7 +42,7 @@ def caption(job: Job, metric: str) -> str:
     return f.caption if shown == f.metric else f"{f.headline}: coloured by {METRICS[shown]}"
 
 
-def marked(job: Job, mark: Selection) -> dict[str, Any]:
+def marked(job: Job, mark: Selection) -> HeatmapMark:
     """The cells to outline: the selected ranks and step, else what the top finding is about."""
     top = focus(job)
     return {"ranks": mark.ranks or top["ranks"], "step": mark.step}

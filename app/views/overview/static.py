@@ -14,6 +14,7 @@ from paradiag.app.data.overview import (
     overview,
     steps_focus,
 )
+from paradiag.app.data.shapes import HeatmapRow
 from paradiag.app.figures.heatmap import heatmap_figure
 from paradiag.app.figures.steps import steps_figure
 from paradiag.dataset import Job
@@ -21,7 +22,7 @@ from paradiag.dataset import Job
 MAX_ROWS = HEATMAP_MAX_ROWS
 
 
-def rows_of(job: Job, metric: str, expanded: list[str] | None) -> list[dict[str, Any]]:
+def rows_of(job: Job, metric: str, expanded: list[str] | None) -> list[HeatmapRow]:
     """The heatmap's rows: the ranks the focus keeps single on rows of their own, the blamed ones marked."""
     f = focus_of(job)
     return heatmap_rows(

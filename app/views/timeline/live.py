@@ -17,6 +17,7 @@ from paradiag.app.boundary import In, St
 from paradiag.app.data.common import origin_ns, step_span
 from paradiag.app.data.detail import operator_totals
 from paradiag.app.data.overview import focus, opening_step
+from paradiag.app.data.shapes import TimelineData
 from paradiag.app.data.timeline import timeline_data
 from paradiag.app.figures.common import short_name
 from paradiag.app.figures.timeline import timeline_figure
@@ -65,14 +66,14 @@ def instance_of(collective: str | None) -> int | None:
 
 def view_data(
     job: Job, ranks: list[int], sel: dict[str, Any], expand: list[str] | None = None, path: bool = False
-) -> dict[str, Any]:
+) -> TimelineData:
     """The timeline's data for the selection, the folds opened and the critical path toggle; a whole step (no
     window) is computed once per job, ranks and folding."""
     limit, instance = min(context.config().max_primitives, MAX_INTERVALS), instance_of(sel.get("collective"))
     opened = sorted(set(expand or []))
     step = sel.get("step") if sel.get("step") is not None else opening_step(job)
 
-    def compute() -> dict[str, Any]:
+    def compute() -> TimelineData:
         entries = rows_of(job, ranks, opened)
         folded = any(isinstance(e, dict) for e in entries)
         window = window_ns(job, sel, None if folded else ranks)
@@ -105,7 +106,7 @@ def render_timeline(
     return fig, _info(data, ranks, chosen, "selected" if sel.ranks else "blamed by a finding"), openable
 
 
-def _info(data: dict[str, Any], ranks: list[int], chosen: list[int], who: str) -> str:
+def _info(data: TimelineData, ranks: list[int], chosen: list[int], who: str) -> str:
     mode = "merged to screen resolution" if data["aggregated"] else "every interval drawn"
     others = [r for r in ranks if r not in chosen]
     folds = [row for row in data["rows"] if row["rank"] is None]

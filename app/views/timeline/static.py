@@ -8,6 +8,7 @@ from typing import Any
 from paradiag.app.data import overview as overview_data
 from paradiag.app.data.common import step_span
 from paradiag.app.data.overview import focus_of, opening_step
+from paradiag.app.data.shapes import FoldEntry
 from paradiag.app.data.timeline import timeline_data
 from paradiag.app.data.timeline_fold import LIMITS, timeline_rows
 from paradiag.app.figures.timeline import timeline_figure
@@ -26,7 +27,7 @@ def shown_ranks(job: Job, selected: list[int] | None, step: int | None = None) -
     return overview_data.shown_ranks(job, selected, step, LIMITS)
 
 
-def rows_of(job: Job, ranks: list[int], expand: list[str] | None) -> list[int | dict[str, Any]]:
+def rows_of(job: Job, ranks: list[int], expand: list[str] | None) -> list[int | FoldEntry]:
     """What the timeline draws top to bottom: ``ranks``, then (beyond SMALL_JOB ranks) every other rank in the
     fold of its stage or, where ``expand`` opened them, of its mesh group or on its own."""
     return timeline_rows(job, ranks, expand)
