@@ -158,6 +158,8 @@ SLOW_TESTS = {
     "test_typed_shapes.py": [
         "test_the_report_is_its_typeddict",
         "test_the_comparison_is_its_typeddict_compared_or_refused",
+        "test_the_heatmap_and_step_chart_data_are_their_typeddicts",
+        "test_the_timeline_data_are_their_typeddicts_single_ranks_folds_and_the_path",
     ],
     "test_whatif.py": [
         "test_a_factor_scales_the_culprit",

@@ -15,10 +15,13 @@ import pytest
 import paradiag
 from paradiag.analysis.compare import CompareDoc
 from paradiag.analysis.report import Report, report_of
-from paradiag.app.data import comm, detail, flow, search, shapes
-from paradiag.app.data.common import diagnosis, slowest_step
+from paradiag.app.data import comm, detail, flow, overview, search, shapes, timeline_fold
+from paradiag.app.data.common import diagnosis, slowest_step, step_span
 from paradiag.app.data.compare import compare_jobs
 from paradiag.app.data.overview import report
+from paradiag.app.data.timeline import timeline_data
+from paradiag.app.figures.common import SHARED_TEXT
+from paradiag.app.figures.timeline import timeline_figure
 
 
 @dataclass
@@ -143,3 +146,54 @@ def test_the_comparison_is_its_typeddict_compared_or_refused() -> None:
     assert refused["refused"] and "ranks" not in refused
     assert mismatches(doc, CompareDoc) == [] and mismatches(refused, CompareDoc) == []
     assert mismatches(report(slow), Report) == []
+
+
+def test_the_timeline_data_are_their_typeddicts_single_ranks_folds_and_the_path() -> None:
+    job = _open("gpu_llm_slow_rank")
+    step = overview.opening_step(job)
+    assert step is not None
+    ranks = list(job.rank_ids)
+    window = step_span(job, step, ranks)
+    plain = timeline_data(job, ranks, window, pixels=400, max_primitives=10**9, step=step)
+    merged = timeline_data(job, ranks, window, pixels=400, max_primitives=50, step=step)
+    culprit = overview.focus_of(job).ranks[0]
+    entries = timeline_fold.fold_plan(job, [culprit], None)  # the culprit single, its alike stages folded
+    folded = timeline_data(job, entries, step_span(job, step), pixels=400, step=step, path=True)
+    assert plain["kinds"] and plain["links"] and "wait_us" in plain["waits"]
+    assert merged["aggregated"] and all("count" in seg for seg in merged["kinds"].values())
+    assert any(row["rank"] is None for row in folded["rows"]) and folded["folded"]
+    assert folded["path"] is not None and folded["path"]["x0"] and folded["path"]["edges"]["x"]
+    checked = {
+        "entries": (entries, list[int | shapes.FoldEntry]),
+        "plain": (plain, shapes.TimelineData),
+        "merged": (merged, shapes.TimelineData),
+        "folded": (folded, shapes.TimelineData),
+        "fold_times": (
+            timeline_fold.fold_times(job, step, [e for e in entries if isinstance(e, dict)]),
+            list[shapes.FoldTimes],
+        ),
+    }
+    found_wrong = {name: mismatches(value, tp) for name, (value, tp) in checked.items()}
+    assert found_wrong == {name: [] for name in checked}
+    # a kind's intervals are all one by one or all merged, never a mix
+    assert mismatches(plain["kinds"], dict[str, shapes.Intervals]) == []
+    assert mismatches(merged["kinds"], dict[str, shapes.MergedIntervals]) == []
+    shared = [t.meta[SHARED_TEXT] for t in timeline_figure(folded).data if isinstance(t.meta, dict)]
+    assert shared and all(mismatches(m, shapes.SharedText) == [] for m in shared)
+
+
+def test_the_heatmap_and_step_chart_data_are_their_typeddicts() -> None:
+    job = _open("gpu_llm_slow_rank")
+    ov = overview.overview(job)
+    f = overview.focus_of(job)
+    rows = overview.heatmap_rows(ov, "step_ms", None, 32, f.blamed, set(f.single), f.reasons)
+    folded = overview.heatmap_rows(ov, "step_ms", ["s0"], 2, f.blamed, set(f.single), f.reasons)
+    assert any(r["spread"] for r in folded) and any(r["culprit"] for r in rows)
+    checked = {
+        "overview": (ov, shapes.Overview),
+        "rows": (rows, list[shapes.HeatmapRow]),
+        "folded": (folded, list[shapes.HeatmapRow]),
+        "steps_focus": (overview.steps_focus(job), shapes.StepsFocus),
+    }
+    found_wrong = {name: mismatches(value, tp) for name, (value, tp) in checked.items()}
+    assert found_wrong == {name: [] for name in checked}
