@@ -232,6 +232,8 @@ def matrix_spec(api: str, fault: str, seed: int) -> JobSpec:
     dp = 2 if world == 4 else rng.choice([2, 4]) if world == 8 else 1
     hidden = rng.choice([256, 384, 512]) if world <= 4 else 256
     micro = world if api == "pipe_interleaved" else rng.choice([4, 8])
+    if api in ("pipe_1f1b", "mesh_dp_pp"):  # Schedule1F1B needs at least one micro-batch per stage
+        micro = max(micro, world // dp if api.startswith("mesh_") else world)
     batch = micro * rng.choice([8, 16]) if api in ("ddp", "fsdp2", "mesh_dp_tp") else micro * 8
     if api in ("ddp", "fsdp2", "mesh_dp_tp"):
         batch = rng.choice([32, 64])

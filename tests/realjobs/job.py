@@ -311,7 +311,12 @@ def run_pipeline(args: argparse.Namespace, rank: int, world: int) -> None:
         inject(args, module, rank)
         if dp_group is not None:
             if args.dp_wrap == "ddp":
-                module = nn.parallel.DistributedDataParallel(module, process_group=dp_group)
+                # static_graph: a stage runs several forwards before its backwards (1F1B's warm-up), and DDP's
+                # first-iteration bucket rebuild counts a parameter once per backward it saw (dp2 x pp4, 4
+                # micro-batches: "rebuilt params size of 16" vs 8, an internal assert); the graph is static.
+                module = nn.parallel.DistributedDataParallel(
+                    module, process_group=dp_group, static_graph=True
+                )
             else:
                 from torch.distributed.fsdp import fully_shard
 
