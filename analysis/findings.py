@@ -497,6 +497,7 @@ def late_arrivals(
     clock: Mapping[tuple[int, int], int] | None = None,
     figures: Mapping[tuple[int, int], Mapping[str, int]] | None = None,
     group_members: Mapping[str, list[int]] | None = None,
+    holes: Mapping[int, float] | None = None,
 ) -> list[dict[str, Any]]:
     """host_stall for a rank that arrives last at (nearly) every collective of its data-parallel group in every
     profiled step, while its own time (``named``: the ranks :func:`rank_findings` blames) is like its peers': the
@@ -511,8 +512,11 @@ def late_arrivals(
     rank the scheduler happens to run behind the others (on a shared host one rank is last every time in a clean
     job). A hook or a host thread that holds the rank back does it inside its operators (DDP's communication hook
     runs within autograd's call): the rank's operators last LATE_STRETCH x longer on the clock, over their
-    typical durations, than any other member's, for work alike; then being last at LATE_SHARE_HOST of the
-    instances is enough."""
+    typical durations, than any other member's, for work alike; or (a hook that runs outside any profiled
+    operator, a sleep between the backward and the bucket's launch) it leaves its thread idle in one long hole
+    before it joins: the median of its ``holes`` (per rank, :func:`arrival_holes`) is LATE_SENDER_RATIO x every
+    other member's and at least half the median time the group waited for it. Then being last at
+    LATE_SHARE_HOST of the instances is enough."""
     t = instances.select(["group", "step", "late_rank", "total_wait_ns", "skew_ns", "members"]).to_pydict()
     groups: dict[str, list[tuple[int, int, int]]] = {}
     for g, step, late, wait, skew, members in zip(*t.values(), strict=True):
@@ -534,11 +538,13 @@ def late_arrivals(
             or len(steps) < PERSISTENT_SHARE * len(every)
         ):
             continue
-        if on_host:
-            others = [_stretch(clock, figures, r) for r in group_members.get(group, []) if r != rank]  # type: ignore[arg-type, union-attr]
-            if not others or _stretch(clock, figures, rank) < LATE_STRETCH * max(others):  # type: ignore[arg-type]
-                continue
         skew = [sk for _, late, sk in rows if late == rank]
+        if on_host:
+            peers = [r for r in group_members.get(group, []) if r != rank]  # type: ignore[union-attr]
+            others = [_stretch(clock, figures, r) for r in peers]  # type: ignore[arg-type]
+            stretched = bool(others) and _stretch(clock, figures, rank) >= LATE_STRETCH * max(others)  # type: ignore[arg-type]
+            if not (stretched or _holds_a_hole(rank, peers, holes or {}, statistics.median(skew))):
+                continue
         impact = min(100 * sum(skew) / max(len(every), 1) / step_ns, 100.0) if step_ns else 0.0
         if impact < MIN_IMPACT_PCT or len(every) < 2 or len(every) < PERSISTENT_SHARE * steps_total:
             continue
@@ -548,6 +554,37 @@ def late_arrivals(
             "while its compute and its start of the step are like its peers': the host holds it back before it joins"
         )
         out.append(finding("host_stall", {"ranks": [rank]}, steps, impact, evidence, step=steps[0]))
+    return out
+
+
+def _holds_a_hole(rank: int, peers: list[int], holes: Mapping[int, float], waited: float) -> bool:
+    """``rank``'s median hole before its arrivals is LATE_SENDER_RATIO x every peer's and half what the group
+    waited for it (``waited``): the wait is its thread's idle time, not its work's."""
+    others = [holes[r] for r in peers if r in holes]
+    mine = holes.get(rank, 0.0)
+    return bool(others) and mine >= LATE_SENDER_RATIO * max(others) and mine >= 0.5 * waited
+
+
+def arrival_holes(frame: Frame, participation: pa.Table, host_ranks: frozenset[int]) -> dict[int, float]:
+    """Per CPU rank (``host_ranks``), the median over its collectives of the longest stretch in which it computed
+    nothing between its previous arrival at a collective of the same step and this arrival (the first of a step
+    has no window: what comes before it is the step's start, the data loader's)."""
+    if not host_ranks or not participation.num_rows:
+        return {}
+    t = participation.select(["rank", "step", "start_ns"]).to_pydict()
+    rank, step, start = (np.asarray(t[k], np.int64) for k in ("rank", "step", "start_ns"))
+    compute = frame.kind == frame.code("kinds", "compute")
+    out: dict[int, float] = {}
+    for r in sorted(set(rank.tolist()) & host_ranks):
+        mine = rank == r
+        order = np.lexsort((start[mine], step[mine]))
+        at, st = start[mine][order], step[mine][order]
+        opens = np.flatnonzero((st[1:] == st[:-1]) & (at[:-1] < at[1:])) + 1
+        if not len(opens):
+            continue
+        rows = (frame.rank == r) & compute
+        hole = longest_gap_within(frame.start[rows], frame.end[rows], at[opens - 1], at[opens])
+        out[r] = float(np.median(hole))
     return out
 
 
@@ -884,6 +921,12 @@ def _slow_npu_links(links: pa.Table) -> list[dict[str, Any]]:
     return slow
 
 
+def _one_host(ranks: Sequence[int], host_of: Mapping[int, str | None]) -> bool:
+    """Every rank on one known host (unknown hosts count as separate, as ``comm.link_type`` counts them)."""
+    hosts = {host_of.get(r) for r in ranks}
+    return len(hosts) == 1 and None not in hosts
+
+
 def link_findings(
     instances: pa.Table,
     p2p: pa.Table,
@@ -892,10 +935,14 @@ def link_findings(
     step_ns: float,
     steps_total: int,
     links: pa.Table | None = None,
+    between_hosts: bool = False,
 ) -> list[dict[str, Any]]:
     """slow_link: collective groups, send/recv pairs or (Ascend) links whose transfers, once every member has
     arrived, are slow against comparable ones; the link is the rank pair every slow unit shares, else the
-    slowest unit's ranks."""
+    slowest unit's ranks. ``between_hosts`` (a job of CPU ranks): only groups and pairs that span hosts are
+    links; within one host gloo copies through memory, and a transfer's time after the last arrival is the
+    runloop threads' turn on a core (on the real-job matrix's one-host jobs every slow_link was that: a clean
+    dp2 x tp2 job's tensor-parallel all-reduce 13x its peers', in the group whose ranks the scheduler ran least)."""
     from paradiag.analysis.comm import link_type
 
     i = instances.select(
@@ -904,23 +951,35 @@ def link_findings(
     keys: list[tuple[Any, ...]] = []
     units: list[tuple[int, ...]] = []
     span = {g: "intra" if len({host_of.get(r) for r in m}) == 1 else "inter" for g, m in members.items()}
-    for group, collective, size, n in zip(i["group"], i["collective"], i["bytes"], i["members"], strict=True):
+    kept: list[int] = []
+    for row, (group, collective, size, n) in enumerate(
+        zip(i["group"], i["collective"], i["bytes"], i["members"], strict=True)
+    ):
+        if between_hosts and _one_host(members.get(group, ()), host_of):
+            continue
         keys.append((collective, size, n, span.get(group, "inter")))
         units.append(tuple(members.get(group, ())))
-    slow = _slow_units(keys, units, np.asarray(i["transfer_ns"], dtype=np.int64), np.asarray(i["step"]))
+        kept.append(row)
+    transfer = np.asarray(i["transfer_ns"], dtype=np.int64)[kept]
+    slow = _slow_units(keys, units, transfer, np.asarray(i["step"])[kept])
     # A send completes eagerly: only where the receiver was already waiting does the pair time the link itself.
     p = (
         p2p.filter(p2p.column("receiver_waited"))
         .select(["src", "dst", "bytes", "transfer_ns", "step"])
         .to_pydict()
     )
-    pair_keys = [
-        ("p2p", size, link_type(a, b, host_of))
-        for a, b, size in zip(p["src"], p["dst"], p["bytes"], strict=True)
+    pairs = [
+        row
+        for row, (a, b) in enumerate(zip(p["src"], p["dst"], strict=True))
+        if not (between_hosts and link_type(a, b, host_of) == "intra")
     ]
-    pair_units = [tuple(sorted((a, b))) for a, b in zip(p["src"], p["dst"], strict=True)]
+    pair_keys = [("p2p", p["bytes"][r], link_type(p["src"][r], p["dst"][r], host_of)) for r in pairs]
+    pair_units = [tuple(sorted((p["src"][r], p["dst"][r]))) for r in pairs]
     slow += _slow_units(
-        pair_keys, pair_units, np.asarray(p["transfer_ns"], dtype=np.int64), np.asarray(p["step"])
+        pair_keys,
+        pair_units,
+        np.asarray(p["transfer_ns"], dtype=np.int64)[pairs],
+        np.asarray(p["step"])[pairs],
     )
     if links is not None:
         slow += _slow_npu_links(links)
@@ -956,7 +1015,7 @@ class Evidence:
     per-(rank, step) ``figures`` and ``waits``, the ``peer_sets`` (each stage's ranks) and ``ep_of`` (rank -> expert
     index), the median ``step_ns``, the CPU ranks (``host_ranks``, ``compute_scale``, ``on_host``: every rank one),
     the ``stage_metrics`` and ``stages``, the collective ``instances``, the matched ``p2p`` pairs, the groups'
-    ``members``, ``host_of`` each rank, ``steps_total``, the Ascend per-link traffic (``links``), the ranks table and the CPU ranks' ``clock_compute``."""
+    ``members``, ``host_of`` each rank, ``steps_total``, the Ascend per-link traffic (``links``), the ranks table, the CPU ranks' ``clock_compute`` and the collectives' ``participation``."""
 
     frame: Frame
     figures: Mapping[tuple[int, int], Mapping[str, int]]
@@ -981,6 +1040,7 @@ class Evidence:
     clock_compute: Mapping[tuple[int, int], int] | None = (
         None  # CPU ranks' compute on the clock, per (rank, step)
     )
+    participation: pa.Table | None = None  # each member's arrival at each collective instance
 
 
 def _rank_detector(e: Evidence) -> list[dict[str, Any]]:
@@ -991,8 +1051,17 @@ def _rank_detector(e: Evidence) -> list[dict[str, Any]]:
     )
     named = {r for f in found for r in f["culprit"].get("ranks", [])}
     if e.pp == e.tp == 1:
+        holes = arrival_holes(e.frame, e.participation, e.host_ranks) if e.participation is not None else None
         found += late_arrivals(
-            e.instances, named, e.step_ns, e.steps_total, e.host_ranks, e.clock_compute, e.figures, e.members
+            e.instances,
+            named,
+            e.step_ns,
+            e.steps_total,
+            e.host_ranks,
+            e.clock_compute,
+            e.figures,
+            e.members,
+            holes,
         )
     elif e.pp > 1:
         ends = frozenset(e.stages[0]) | frozenset(e.stages[-1]) if e.stages else frozenset()
@@ -1005,7 +1074,9 @@ def _stage_detector(e: Evidence) -> list[dict[str, Any]]:
 
 
 def _link_detector(e: Evidence) -> list[dict[str, Any]]:
-    return link_findings(e.instances, e.p2p, e.members, e.host_of, e.step_ns, e.steps_total, e.links)
+    return link_findings(
+        e.instances, e.p2p, e.members, e.host_of, e.step_ns, e.steps_total, e.links, between_hosts=e.on_host
+    )
 
 
 def _clock_detector(e: Evidence) -> list[dict[str, Any]]:

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from paradiag.simulator import devices
+from paradiag.simulator.devices import DEVICES_PER_NODE
 from paradiag.simulator.faults import Fault
 
-DEVICES_PER_NODE = 8
 MODELS = ("llm", "resnet50")
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 FORMATS = ("kineto", "ascend")

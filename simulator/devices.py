@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+DEVICES_PER_NODE = 8  # devices of a node (a host): the simulator's default
+
 
 @dataclass(frozen=True)
 class DeviceSpec:

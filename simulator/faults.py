@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from paradiag.analysis import kinds as finding_kinds
+from paradiag.simulator.devices import DEVICES_PER_NODE
 
 KINDS = finding_kinds.faults()
 
@@ -166,6 +167,15 @@ def random_fault(kind: str, mesh: dict[str, Any], rng: random.Random, step: int 
         return f"operator_hotspot:ranks={rank},operator=flash_attention,factor=3"
     if kind == "stage_imbalance":
         return f"stage_imbalance:stage={rng.randrange(pp)},extra=2"
+    if kind == "slow_link" and mesh.get("device") == "cpu":
+        # CPU ranks of one host share no link (gloo copies through memory; the analysis weighs links between
+        # hosts only): a pipeline pair across two hosts, else any pair across them.
+        per_node = mesh.get("devices_per_node", DEVICES_PER_NODE)
+        step_ranks = dp * tp if pp > 1 else 1
+        across = [a for a in range(world - step_ranks) if a // per_node != (a + step_ranks) // per_node]
+        if across:
+            a = rng.choice(across)
+            return f"slow_link:ranks={a}-{a + step_ranks},factor=4"
     if kind == "slow_link":
         if tp == 2 and rng.random() < 0.5:  # a tensor-parallel pair
             a = 2 * rng.randrange(world // 2)

@@ -150,6 +150,7 @@ SLOW_TESTS = {
     "test_simulator_torch2.py": [
         "test_gpu_job_is_shaped_as_nccl_records_it",
         "test_gpu_traces_have_the_structure_of_a_real_nccl_trace",
+        "test_cpu_traces_have_the_structure_of_real_gloo_traces",  # reads a real gloo job where one lies
     ],
     "test_snapshot.py": [
         "test_compare_names_the_injected_culprit_as_top_change",

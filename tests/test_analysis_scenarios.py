@@ -127,9 +127,12 @@ TORCH2_MESHES: dict[str, dict[str, Any]] = {
     },
 }
 TORCH2_PLAN: list[tuple[str, tuple[str, ...], list[int]]] = [
+    # No slow_link on the CPU job: its ranks on one host share no link (gloo copies through memory, the analysis
+    # weighs links between hosts only), and its pipeline pairs across hosts move 0.3 MB, which a link even at a
+    # 20th of its speed delays by < 1 % of a step (a CPU job's slow link must cost MIN_IMPACT_PCT).
     (
         "cpu16_torch2",
-        ("slow_device", "host_stall", "operator_hotspot", "stage_imbalance", "slow_link", "none"),
+        ("slow_device", "host_stall", "operator_hotspot", "stage_imbalance", "none"),
         [21],
     ),
     ("gpu16_torch2_fsdp", ("slow_device", "stage_imbalance", "slow_link", "none"), [22]),
@@ -219,5 +222,5 @@ def test_torch2_scenarios(torch2_outcomes: list[tuple[Scenario, list[dict[str, A
         if not s.right or s.false_kinds
     ]
     print(f"\n{groundtruth.confusion_table([(sc.kind, s.top) for sc, _, s in scores])}")
-    assert len(scores) == 13 and {sc.truth["shape"]["device_kind"] for sc, _, _ in scores} == {"cpu", "gpu"}
+    assert len(scores) == 12 and {sc.truth["shape"]["device_kind"] for sc, _, _ in scores} == {"cpu", "gpu"}
     assert not wrong, "\n".join(wrong)

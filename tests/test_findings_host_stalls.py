@@ -147,6 +147,46 @@ def test_on_cpu_ranks_a_late_arriver_is_one_the_host_holds_back_inside_its_opera
     assert [f["culprit"]["ranks"] for f in five] == [[1]]
 
 
+def _buckets(idle_ms: dict[int, float]) -> tuple[Any, pa.Table]:
+    """DDP on 2 CPU ranks, 3 steps of 2 buckets: each rank computes 5 ms of backward, joins bucket 0's
+    all-reduce, computes 5 ms more, idles ``idle_ms[rank]`` (a communication hook sleeping outside any profiled
+    operator), then joins bucket 1's."""
+    rows: list[dict[str, Any]] = []
+    part: dict[str, list[int]] = {"rank": [], "step": [], "start_ns": []}
+    for r, idle in idle_ms.items():
+        for s in range(3):
+            t = s * 50 * MS
+            rows.append({"rank": r, "name": "aten::mm", "start_ns": t, "dur_ns": 5 * MS, "step": s})
+            rows.append({"rank": r, "name": "aten::mm", "start_ns": t + 5 * MS, "dur_ns": 5 * MS, "step": s})
+            for at in (t + 5 * MS, t + 10 * MS + int(idle * MS)):
+                for key, v in zip(part, (r, s, at), strict=True):
+                    part[key].append(v)
+    return device_frame(host_events(rows)), pa.table(part)
+
+
+def test_a_cpu_rank_idle_in_one_hole_before_it_joins_is_a_late_arriver_though_its_operators_are_not_stretched() -> (
+    None
+):
+    """A communication hook that sleeps outside any profiled operator stretches none of them: rank 1 is last at
+    every collective, its operators and its peer's stretched alike, but it idles 6 ms in one hole before each
+    bucket's launch (its peer 0.1 ms): a host stall. Both idle alike: the scheduler's order, none."""
+    host, members = frozenset({0, 1}), {"0": [0, 1]}
+    typical = {(r, s): {"compute_ns": 10 * MS} for r in (0, 1) for s in range(3)}
+    clock = {(r, s): 15 * MS for r in (0, 1) for s in range(3)}
+    holes = findings.arrival_holes(*_buckets({0: 0.1, 1: 6.0}), host)
+    assert holes == {0: pytest.approx(0.1 * MS), 1: pytest.approx(6 * MS)}
+    held = findings.late_arrivals(
+        _instances([1] * 6), set(), 50 * MS, 3, host, clock, typical, members, holes
+    )
+    assert [(f["kind"], f["culprit"]["ranks"]) for f in held] == [("host_stall", [1])]
+    alike = findings.arrival_holes(*_buckets({0: 4.0, 1: 6.0}), host)
+    assert (
+        findings.late_arrivals(_instances([1] * 6), set(), 50 * MS, 3, host, clock, typical, members, alike)
+        == []
+    )
+    assert findings.late_arrivals(_instances([1] * 6), set(), 50 * MS, 3, host, clock, typical, members) == []
+
+
 def _calls(rank: int, slower: float = 1.0, extra_mm: int = 0) -> list[dict[str, Any]]:
     """Three steps of six operators called four times each (durations 1..6 ms), on one CPU rank."""
     rows, t = [], 0

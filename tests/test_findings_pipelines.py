@@ -73,6 +73,22 @@ def test_p2p_stretched_now_and_then_is_no_slow_link_but_one_slow_throughout_is()
     assert (f["kind"], f["culprit"]["ranks"]) == ("slow_link", [0, 1])
 
 
+def test_a_cpu_jobs_links_are_those_between_hosts() -> None:
+    """On CPU ranks (``between_hosts``) a pair on one host is no link (gloo copies through memory: its slowness
+    is its threads' turn on a core); the same slow pair across two hosts is one, as it is on a GPU job."""
+    fast = [0.2, 0.25, 0.15, 0.2, 0.3, 0.2]
+    slow = {(0, 1): [2.3, 2.1, 2.5, 2.4, 2.6, 2.2], (1, 2): fast, (2, 3): fast, (3, 0): fast}
+    one_host = dict.fromkeys(range(4), "h")
+    args = (_no_collectives(), _p2p(slow), {})
+    assert findings.link_findings(*args, one_host, 300 * MS, 3, between_hosts=True) == []
+    (gpu,) = findings.link_findings(*args, one_host, 300 * MS, 3)
+    assert gpu["culprit"]["ranks"] == [0, 1]
+    # every pair across the two hosts: each has comparable ones, and the slow one stands apart
+    two_hosts = {0: "a", 1: "b", 2: "a", 3: "b"}
+    (cpu,) = findings.link_findings(*args, two_hosts, 300 * MS, 3, between_hosts=True)
+    assert (cpu["kind"], cpu["culprit"]["ranks"]) == ("slow_link", [0, 1])
+
+
 def test_a_stage_imbalance_is_weighed_at_the_clocks_speed() -> None:
     """Two stages, stage 1 twice as heavy at typical durations; the host ran the compute 6x slower than that,
     so a balanced split saves 6x the typical difference of the clock's step."""
