@@ -4,6 +4,7 @@ each run, analysed by paradiag and judged against the fault it holds.
     .venv/bin/python benchmarks/real_jobs.py                       # the whole matrix (about an hour on 2 busy cores)
     .venv/bin/python benchmarks/real_jobs.py --only ddp_slow_rank_s0,pipe_1f1b   # names, or substrings of names
     .venv/bin/python benchmarks/real_jobs.py --keep DIR            # keep the traces (and reuse those already there)
+    .venv/bin/python benchmarks/real_jobs.py --keep DIR --twins    # and each faulty job's twin without its fault
     .venv/bin/python benchmarks/real_jobs.py --jobs 2 --list       # 2 jobs at once; --list: print the matrix only
     .venv/bin/python benchmarks/real_jobs.py --make-only --keep /work/realtraces --only core   # just make traces
 
@@ -22,10 +23,12 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import dataclasses
 import random
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -374,6 +377,7 @@ def run_one(spec: JobSpec, keep: Path, make_only: bool, cache: Path) -> dict[str
         "collectives": comm.get("collective_instances"),
         "p2p": comm.get("p2p_transfers"),
         "problems": len(report.get("job", {}).get("problems", [])),
+        "step_ns": (report.get("metrics", {}).get("step_time_ns") or {}).get("median"),
         "job_s": job_s,
         "analyze_s": time.monotonic() - start,
     }
@@ -393,8 +397,15 @@ def main() -> int:
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--list", action="store_true", help="print the matrix and exit")
     parser.add_argument("--make-only", action="store_true", help="make the traces, analyse nothing")
+    parser.add_argument(
+        "--twins",
+        action="store_true",
+        help="run each faulty job's twin too (its spec without the fault) and weigh each fault by what it cost",
+    )
     args = parser.parse_args()
     specs = select(matrix(tuple(int(s) for s in args.seeds.split(","))), args.only)
+    if args.twins:
+        specs += [twin(s) for s in specs if s.fault != "none"]
     if args.list:
         for s in specs:
             print(
@@ -436,7 +447,8 @@ def main() -> int:
     if args.make_only:
         print(f"described in {write_readme(keep)}")
         return 0
-    judged = [r for r in results if "error" not in r]
+    twins = {r["spec"].name: r for r in results if r["spec"].name.endswith(TWIN) and "error" not in r}  # type: ignore[attr-defined]
+    judged = [r for r in results if "error" not in r and not r["spec"].name.endswith(TWIN)]  # type: ignore[attr-defined]
     faulty = [r for r in judged if r["spec"].fault != "none"]  # type: ignore[attr-defined]
     clean = [r for r in judged if r["spec"].fault == "none"]  # type: ignore[attr-defined]
     meshy = [r for r in judged if r["spec"].api in MESH_APIS]  # type: ignore[attr-defined]
@@ -448,14 +460,53 @@ def main() -> int:
     print(f"\ntop finding right on faulty jobs: {rate(faulty, 'ok')}")
     print(f"no finding on clean jobs:        {rate(clean, 'ok')}")
     print(f"layout read on DeviceMesh jobs:  {rate(meshy, 'layout_ok')}")
-    errors = len(results) - len(judged)
+    errors = sum("error" in r for r in results)
     print(f"jobs that failed to run or analyse: {errors}")
     by_fault: dict[str, list[dict[str, object]]] = {}
     for r in faulty:
         by_fault.setdefault(r["spec"].fault, []).append(r)  # type: ignore[attr-defined]
     for fault, rows in sorted(by_fault.items()):
         print(f"  {fault:16s} {rate(rows, 'ok')}")
+    if twins:
+        weigh_by_cost(faulty, twins, rate)
     return 0 if errors == 0 else 1
+
+
+TWIN = "_twin"
+COST_FLOOR_PCT = 2.0  # the analysis' MIN_IMPACT_PCT: a fault that costs less is not a finding's to name
+
+
+def twin(spec: JobSpec) -> JobSpec:
+    """The same job without its fault: what the fault cost is the difference of their median steps."""
+    return dataclasses.replace(spec, name=spec.name + TWIN, fault="none", strength=0.0)
+
+
+def weigh_by_cost(
+    faulty: list[dict[str, object]],
+    twins: dict[str, dict[str, object]],
+    rate: Callable[[list[dict[str, object]], str], str],
+) -> None:
+    """Each faulty job's cost (its median step over its twin's, both as paradiag measured them) and the hit rates
+    of the faults that cost at least COST_FLOOR_PCT and of those that cost less. One run of each is a rough
+    measure: on 2 shared cores a job's median step moved by -50 % to +100 % between a run and its twin made half an
+    hour later (several faulty jobs ran faster than their twins), so a cost tells a strong fault from a weak one
+    only far from the floor. The twins are clean jobs too: their findings are false ones."""
+    print("\nwhat each fault cost (median step vs its twin without the fault):")
+    weighed: list[tuple[float, dict[str, object]]] = []
+    for r in faulty:
+        spec: JobSpec = r["spec"]  # type: ignore[assignment]
+        t = twins.get(spec.name + TWIN)
+        if not t or not t.get("step_ns") or not r.get("step_ns"):
+            continue
+        cost = 100 * (float(r["step_ns"]) - float(t["step_ns"])) / float(t["step_ns"])  # type: ignore[arg-type]
+        weighed.append((cost, r))
+        print(f"  {spec.name:32s} {cost:+7.1f} %  {'HIT ' if r['ok'] else 'MISS'}; twin: {t['why']}")
+    costly = [r for c, r in weighed if c >= COST_FLOOR_PCT]
+    cheap = [r for c, r in weighed if c < COST_FLOOR_PCT]
+    clean_twins = [t for t in twins.values() if t.get("ok")]
+    print(f"top finding right on faults costing >= {COST_FLOOR_PCT:g} %: {rate(costly, 'ok')}")
+    print(f"top finding right on faults costing less:     {rate(cheap, 'ok')}")
+    print(f"no finding on the twins:                       {len(clean_twins)}/{len(twins)}")
 
 
 if __name__ == "__main__":
