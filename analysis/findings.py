@@ -922,7 +922,8 @@ def _slow_npu_links(links: pa.Table) -> list[dict[str, Any]]:
 
 
 def _one_host(ranks: Sequence[int], host_of: Mapping[int, str | None]) -> bool:
-    """Every rank on one known host (unknown hosts count as separate, as ``comm.link_type`` counts them)."""
+    """Every rank on one known host (unknown hosts count as separate, as ``comm.link_type`` counts them): within
+    one host a job of CPU ranks has no link (``link_findings``)."""
     hosts = {host_of.get(r) for r in ranks}
     return len(hosts) == 1 and None not in hosts
 
@@ -971,7 +972,7 @@ def link_findings(
     pairs = [
         row
         for row, (a, b) in enumerate(zip(p["src"], p["dst"], strict=True))
-        if not (between_hosts and link_type(a, b, host_of) == "intra")
+        if not (between_hosts and _one_host((a, b), host_of))
     ]
     pair_keys = [("p2p", p["bytes"][r], link_type(p["src"][r], p["dst"][r], host_of)) for r in pairs]
     pair_units = [tuple(sorted((p["src"][r], p["dst"][r]))) for r in pairs]
