@@ -20,8 +20,8 @@ COPY . .
 RUN /opt/paradiag/bin/pip install ".[web]" \
  && /opt/paradiag/bin/python -c "import paradiag.app.config as c; assert any(c.SAMPLES_DIR.iterdir()), 'no sample jobs'"
 # plotly.js's cartesian partial bundle from the npm registry, checked against its integrity, into the venv
-# (paradiag/plotly_bundle.py: the dashboard's first page draws sooner); without the registry the full one serves.
-RUN /opt/paradiag/bin/python -m paradiag.plotly_bundle
+# (app/plotly_bundle.py: the dashboard's first page draws sooner); without the registry the full one serves.
+RUN /opt/paradiag/bin/python -m paradiag.app.plotly_bundle
 
 # Runtime stage: slim base, no build tools, a non-root user that owns only the data volume.
 FROM python:${PYTHON_VERSION}-slim

@@ -41,7 +41,7 @@ $(VENV)/.ready: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade $(BUILD_TOOLS)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[web,dev]'  # the dashboard (web) and the tests' tools
-	$(PY) -m paradiag.plotly_bundle  # plotly.js's cartesian bundle from the npm registry (paradiag/plotly_bundle.py)
+	$(PY) -m paradiag.app.plotly_bundle  # plotly.js's cartesian bundle from the npm registry (app/plotly_bundle.py)
 	touch $@
 
 setup-test: $(VENV)/.ready browser peers

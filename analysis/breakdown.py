@@ -34,7 +34,7 @@ from paradiag import schema
 from paradiag.intervals import union_length
 
 if TYPE_CHECKING:
-    from paradiag.dataset import Job
+    from paradiag.job import Job
 
 BREAKDOWN_COLUMNS = ("kind", "device", "step", "start_ns", "dur_ns")
 

@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 
 from paradiag.analysis.depgraph import END_TOLERANCE_NS, EndIndex, released_by
 from paradiag.analysis.frame import Frame, find_rows
+from paradiag.units import ms
 
 __all__ = ["END_TOLERANCE_NS", "PATH_KINDS", "TOP_OPERATORS", "composition", "critical_path"]
 PATH_KINDS = ("compute", "communication", "waiting", "host")
@@ -280,3 +281,19 @@ def composition(path: pa.Table) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def critical_path_line(step: dict[str, Any]) -> str:
+    """One step's critical path: its length, each kind's share, and the rank holding most of its compute."""
+    length = step["length_ns"] or 1
+    shares = ", ".join(
+        f"{kind} {100 * step[f'{kind}_ns'] / length:.0f}%"
+        for kind in ("compute", "communication", "waiting", "host")
+    )
+    top = max(step["by_rank"], key=lambda r: r["compute_ns"], default=None)
+    where = (
+        f"; most compute on rank {top['rank']} ({ms(top['compute_ns'])} ms)"
+        if top and top["compute_ns"]
+        else ""
+    )
+    return f"critical path of step {step['step']}: {ms(step['length_ns'])} ms ({shares}){where}"

@@ -307,7 +307,11 @@ def _instances(
     arrived = last[np.maximum(instance, 0)] if total else np.zeros(n, np.int64)
     tail = np.where(instance >= 0, f.end - np.maximum(f.start, arrived), 0)
     # A member that ended before the last one arrived did not wait for it (an eager send): it keeps its duration.
+    # A receive always waits for its send: where the traces show it ending before its send began, the send's
+    # event starts after the transfer did (gloo's send annotation begins once c10d::send has passed the data on),
+    # and the receive ends with its instance (its tail, negative, keeps the replay without edits exact).
     floor = np.where((instance >= 0) & (f.end <= arrived + END_TOLERANCE_NS), f.end - f.start, 0)
+    floor[recv] = 0
     if _eager_sends(f, send, recv):
         floor[send] = f.end[send] - f.start[send]
     return instance, tail, floor, key

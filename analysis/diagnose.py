@@ -45,7 +45,6 @@ from paradiag.analysis.diagnosis_types import (
     CommLink,
     CommunicationSummary,
     Diagnosis,
-    Finding,
     GroupInfo,
     OperatorImbalance,
     StageMetrics,
@@ -67,7 +66,7 @@ from paradiag.analysis.layout import Layout, parallel_layout
 from paradiag.analysis.operators import host_speeds, operator_imbalance
 
 if TYPE_CHECKING:
-    from paradiag.dataset import Job
+    from paradiag.job import Job
 
 EVENT_COLUMNS = tuple(dict.fromkeys((*FRAME_COLUMNS, *BREAKDOWN_COLUMNS)))
 OPERATOR_KINDS = (
@@ -317,21 +316,12 @@ def diagnose(job: Job) -> Diagnosis:
         # The replay comes last: its graph takes the frame's arrays over (the events are not held twice).
         graph = whatif.build_graph(frame, job.steps, p2p, host_of, passes)
         del frame
-        whatif.replay_findings(
+        found = whatif.replay_findings(
             found, graph, whatif.peers_of(layout.stage_of, figures, metrics, host_ranks), host_ranks
         )
         del graph
-        if on_host:
-            # A gloo transfer's time after the last arrival is its runloop threads' scheduling, not a link's
-            # hardware: a slow one is a cause only where the replay, its transfers as fast as comparable ones,
-            # saves as much as any other finding must (MIN_IMPACT_PCT; a hardware link is reported however small).
-            found = [
-                f
-                for f in found
-                if not (
-                    f["kind"] == "slow_link" and "what_if" in f and f["impact_pct"] < findings.MIN_IMPACT_PCT
-                )
-            ]
+    if on_host:
+        found = findings.above_host_noise(found)
     return Diagnosis(
         version=analysis_version(),
         layout=layout,
@@ -339,7 +329,7 @@ def diagnose(job: Job) -> Diagnosis:
         step_time_ns=step_ns,
         stage_metrics=StageMetrics.from_json(metrics) if metrics else None,
         operators=operators,
-        findings=[Finding.from_json(f) for f in findings.ranked(found)],
+        findings=findings.ranked(found),
         communication=communication_summary(instances, p2p),
         communication_matrix=[
             CommLink(**c)
@@ -412,7 +402,7 @@ def rank_step_table(
         "step": [s for _, s in keys],
         "stage": [stage.get(r, 0) for r, _ in keys],
     }
-    for part in ("step_ns", "compute_ns", "launch_delay_ns", "idle_ns"):
+    for part in ("step_ns", "compute_ns", "launch_delay_ns", "idle_ns", "hooks_ns"):
         cols[part] = [figures[k][part] if k in figures else None for k in keys]
     for part in ("wait_ns", "caused_ns"):
         cols[part] = [waits.get(k, {}).get(part, 0) for k in keys]

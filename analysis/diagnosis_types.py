@@ -239,7 +239,7 @@ class CommunicationSummary:
 class Diagnosis:
     """Everything the analysis says about a job.
 
-    Tables: ``rank_steps`` per (rank, step): stage, step_ns, compute_ns, launch_delay_ns, idle_ns, wait_ns,
+    Tables: ``rank_steps`` per (rank, step): stage, step_ns, compute_ns, launch_delay_ns, idle_ns, hooks_ns, wait_ns,
     caused_ns, compute_z, launch_delay_z (robust z-scores within the stage and step); ``breakdowns`` per rank
     and step (step null: over all the rank's steps) the time breakdown; ``participation`` per (rank, collective
     instance); ``instances`` per collective instance; ``p2p`` per matched send/recv pair; ``passes`` per pipeline

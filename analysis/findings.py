@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from paradiag.analysis import kinds
+from paradiag.analysis.diagnosis_types import Culprit, Finding
 from paradiag.analysis.frame import MAD_TO_SIGMA, Frame, robust_spread
 from paradiag.analysis.operators import (
     call_counts,
@@ -41,7 +42,7 @@ from paradiag.analysis.operators import (
     short_name,
     typical_durations,
 )
-from paradiag.intervals import longest_gap_within, union_length
+from paradiag.intervals import covered_within, longest_gap_within, union_length
 from paradiag.parsers.kineto_host import is_operator
 
 MIN_IMPACT_PCT = 2.0  # below this a difference is within what jitter and launch noise produce
@@ -56,6 +57,9 @@ PERSISTENT_SHARE = (
     0.75  # a consistent culprit is above its peers in this share of the steps (all of 2 to 4) ...
 )
 PERSISTENT_MADS = 2.0  # ... by a median excess of this many robust deviations of the other peers' excesses
+HOOK_DOMINANCE = (
+    3.0  # a rank's hooks held 3x further beyond its peers' than its compute is: the hooks hold it
+)
 MERGE_SHARE = 0.5  # culprits of one kind are named together when each has half the worst one's excess
 OUTLIER_RATIO = 2.0  # one exceptional step: twice the largest excess any other peer shows in any step
 STAGE_IMBALANCE = 1.15  # max / mean compute per micro-batch across stages
@@ -79,29 +83,35 @@ def severity(impact_pct: float) -> str:
 
 def finding(
     kind: str,
-    culprit: dict[str, Any],
-    steps: list[int],
+    culprit: Culprit,
+    steps: Sequence[int],
     impact_pct: float,
     evidence: str,
     step: int | None = None,
-) -> dict[str, Any]:
-    """A finding as the analysis builds it (``paradiag.analysis.diagnosis_types.Finding`` types it): ``kind`` one
-    of the registry's (``paradiag.analysis.kinds``); ``step`` is the step its evidence cites."""
-    return {
-        "kind": kinds.check(kind),
-        "culprit": culprit,
-        "steps": steps,
-        "impact_pct": round(impact_pct, 2),
-        "severity": "info" if kinds.of(kind).informative else severity(impact_pct),
-        "evidence": evidence,
-        "step": step,
-    }
+) -> Finding:
+    """A finding as a detector makes it: ``kind`` one of the registry's (``paradiag.analysis.kinds``); ``step`` is
+    the step its evidence cites; its ``what_if`` comes later, from the replay (``whatif.replay_findings``)."""
+    return Finding(
+        kind=kinds.check(kind),
+        culprit=culprit,
+        steps=[int(s) for s in steps],
+        impact_pct=round(float(impact_pct), 2),
+        severity="info" if kinds.of(kind).informative else severity(impact_pct),
+        evidence=evidence,
+        step=step,
+    )
 
 
-STEP_FIGURES = ("compute_ns", "launch_delay_ns", "idle_ns", "step_ns")
+def blamed(ranks: Sequence[int], **more: Any) -> Culprit:
+    """The culprit of a finding that names ``ranks`` (and a stage, a link, an operator, hosts)."""
+    return Culprit(ranks=[int(r) for r in ranks], **more)
+
+
+STEP_FIGURES = ("compute_ns", "launch_delay_ns", "idle_ns", "hooks_ns", "step_ns")
 HOST_PARTS = {
     "launch_delay_ns": "first device work after",
     "idle_ns": "idle",
+    "hooks_ns": "time in autograd hooks",
 }  # a host_stall's figures, as its evidence names them
 
 
@@ -117,10 +127,15 @@ def step_figures(frame: Frame, steps: pa.Table, host_lanes: bool = False) -> pa.
     that before its first work of the step (an operator or a communication): the data loader, a stall before the
     step's work began. Its ``compute_ns`` is then its operators' calls counted at their typical durations
     (``operators.typical_durations``): the work it did, not how long the scheduler let it take (the idle time
-    stays the clock's)."""
+    stays the clock's). Its ``hooks_ns`` is the time the autograd engine spent in its nodes' frames
+    (``autograd::engine::evaluate_function: ...``) outside the node itself, beyond their typical durations:
+    the hooks it runs there (a DDP comm hook, which the reducer calls from AccumulateGrad's, a tensor or
+    post-accumulate-grad hook, FSDP's post-backward) holding the rank back, which the typical durations leave out
+    of its compute and the frames' spans out of its idle time (0 on a device)."""
     cols: dict[str, list[int]] = {k: [] for k in ("step", *STEP_FIGURES)}
     compute_code = frame.code("kinds", "compute")
     typical = typical_durations(frame) if host_lanes else None
+    glue = np.zeros(len(frame), np.float64) if typical is None else hook_excess(frame, typical)
     rows = (
         steps.select(["step", "start_ns", "end_ns", "device_start_ns", "device_end_ns"]).to_pylist()
         if len(frame)
@@ -151,8 +166,33 @@ def step_figures(frame: Frame, steps: pa.Table, host_lanes: bool = False) -> pa.
         else:
             cols["launch_delay_ns"].append(max(row["device_start_ns"] - row["start_ns"], 0))
         cols["idle_ns"].append(idle)
+        cols["hooks_ns"].append(round(glue[mine].sum()))
         cols["step_ns"].append(row["end_ns"] - row["start_ns"])
     return pa.table({k: pa.array(v, pa.int32() if k == "step" else pa.int64()) for k, v in cols.items()})
+
+
+AUTOGRAD_FRAME = "autograd::engine::evaluate_function:"  # the engine's frame around a node: it runs its hooks
+
+
+def hook_excess(frame: Frame, typical: np.ndarray) -> np.ndarray:
+    """Per row of a CPU rank's ``frame``, the own time of an autograd engine frame (AUTOGRAD_FRAME: the node runs
+    in a child row, its hooks in the frame's own time) beyond its typical duration (``typical``:
+    ``operators.typical_durations``) while none of the rank's communication was in flight (0 for other rows): a
+    frame that waits for a collective (DDP's reducer waiting for its buckets at the end of backward) waits on its
+    peers, not on its host. Other wrappers' own time (a DTensor's Python, a dispatch mode's) is the operators'
+    dispatch, and where it waits without an event (a DTensor redistribution) it waits on peers."""
+    out = np.zeros(len(frame), np.float64)
+    wrapper = np.array([n.startswith(AUTOGRAD_FRAME) for n in frame.names], bool)
+    if not len(wrapper):
+        return out
+    rows = (frame.kind == frame.code("kinds", "compute")) & wrapper[frame.name]
+    if not rows.any():
+        return out
+    comm = frame.kind == frame.code("kinds", "communication")
+    start, end = frame.start[rows], frame.end[rows]
+    waited = covered_within(frame.start[comm], frame.end[comm], start, end) if comm.any() else 0
+    out[rows] = np.maximum((end - start) - waited - typical[rows], 0)
+    return out
 
 
 def rank_step_figures(per_rank: pa.Table, steps: pa.Table) -> dict[tuple[int, int], dict[str, int]]:
@@ -175,7 +215,7 @@ def _excess(
     """rank -> step -> its ``part`` above the median of its other ``peers`` in that step."""
     out: dict[int, dict[int, float]] = {}
     for step in steps:
-        values = {r: figures[(r, step)][part] for r in peers if (r, step) in figures}
+        values = {r: figures[(r, step)][part] for r in peers if part in figures.get((r, step), ())}
         for rank, value in values.items():
             ref = _leave_one_out(values, rank)
             if ref is not None:
@@ -242,7 +282,8 @@ def rank_excess(
     be MIN_IMPACT_PCT of the step and MIN_RATIO x the peers' time. ``compute_scale``: the clock's time per ns of
     ``compute_ns`` (CPU ranks count compute at typical durations, a busy host runs it slower: the floor is the
     step's share at that speed; the impact stays the typical excess over the clock's step, a lower bound), and the
-    compute of ``host_ranks`` (CPU ranks) must be MIN_RATIO_HOST x its peers'."""
+    compute of ``host_ranks`` (CPU ranks) must be MIN_RATIO_HOST x its peers'. A CPU rank's time in its wrappers'
+    own code (``hooks_ns``: its hooks) counts only where consistent: once, it is the scheduler's."""
     out = []
     steps = sorted({s for _, s in figures})
     alone = [p[0] for p in peer_sets if len(p) == 1]
@@ -250,7 +291,7 @@ def rank_excess(
         # A CPU rank's idle time (between its operators, outside any communication) counts only where it is
         # its habit: once, a hole mid-step is as often the scheduler's (a shared host preempts a rank for tens of
         # ms) as its own; a stall before the step's first work is its launch delay.
-        parts = ("compute_ns", "launch_delay_ns")
+        parts = ("compute_ns", "launch_delay_ns", "hooks_ns")
         for part in parts:
             floor = MIN_IMPACT_PCT / 100 * step_ns / (compute_scale if part == "compute_ns" else 1.0)
             # A rank alone in its stage (a pipeline of one rank per stage) has no replica to be compared with; the
@@ -264,8 +305,8 @@ def rank_excess(
                 persistent = sum(e > 0 for e in values) >= PERSISTENT_SHARE * len(
                     values
                 ) and statistics.median(values) >= max(floor, PERSISTENT_MADS * spread)
-                if part == "idle_ns" and not persistent:
-                    continue
+                if part in ("idle_ns", "hooks_ns") and not persistent:
+                    continue  # the scheduler holds a thread inside a wrapper as often as between operators
                 for step, e in per_step.items():
                     value = figures[(rank, step)][part]
                     ref = value - e
@@ -336,6 +377,7 @@ def far_slower(
     rest_limit: float,
     names: list[str] | None = None,
     only: set[int] | None = None,
+    rest: set[int] | None = None,
 ) -> list[int]:
     """The operators (name codes, most extra time first) of a hotspot told by ratios: each runs HOT_RATIO x its
     peers' time or more, together they carry HOT_SHARE of the rank's extra time, and the others run within
@@ -343,14 +385,16 @@ def far_slower(
     every operator alike). A hotspot may be the largest part of the rank's time (a GELU made 24x as big, with
     its backward and the reduction of its gradient); [] when it is not one. ``names`` (the codes' names), on CPU
     ranks: only dispatcher operators can be hot (a wrapper's self time, an autograd node's or a dispatch mode's,
-    is glue around the operators, ``parsers.kineto_host.is_operator``); ``only``: the codes that may be hot."""
+    is glue around the operators, ``parsers.kineto_host.is_operator``); ``only``: the codes that may be hot;
+    ``rest``: the codes the rest is weighed on (default all)."""
     total = sum(v for v in excess.values() if v > 0)
     if total <= 0:
         return []
 
     def rest_ratio(hot: list[int]) -> float:
-        rest_own = sum(t for n, t in own.items() if n not in hot)
-        rest_peer = sum(own[n] - excess.get(n, 0.0) for n in own if n not in hot)
+        kept = [n for n in own if n not in hot and (rest is None or n in rest)]
+        rest_own = sum(own[n] for n in kept)
+        rest_peer = sum(own[n] - excess.get(n, 0.0) for n in kept)
         return rest_own / rest_peer if rest_peer > 0 else math.inf
 
     def ratio(n: int) -> float:
@@ -373,11 +417,11 @@ def far_slower(
 
 
 def stage_hotspots(
-    found: list[dict[str, Any]],
+    found: list[Finding],
     frame: Frame,
     stages: list[list[int]],
     host_ranks: frozenset[int] = frozenset(),
-) -> list[dict[str, Any]]:
+) -> list[Finding]:
     """``found`` with a stage imbalance whose stage is heavy because a few operators run far slower on it
     (:func:`far_slower`, its ranks against the other stages' ranks, which run the same layers) named an
     operator_hotspot of its ranks: the remedy is the operator, not the split of the layers. Stages are no replicas
@@ -385,9 +429,9 @@ def stage_hotspots(
     can be hot, the same calls taking longer."""
     out = []
     for f in found:
-        ranks = f["culprit"].get("ranks") or []
+        ranks = f.culprit.ranks
         others = [r for s in stages for r in s if r not in ranks]
-        if f["kind"] != "stage_imbalance" or not ranks or not others:
+        if f.kind != "stage_imbalance" or not ranks or not others:
             out.append(f)
             continue
         named = _op_code(frame.take(np.isin(frame.rank, [*ranks, *others])))
@@ -405,6 +449,10 @@ def stage_hotspots(
         ref_calls = {n: float(np.median([counts.get((r, n), 0.0) for r in others])) for n in names}
         hot_sets = []
         for rank in ranks:
+            # Only what the stage calls as often as the others do can be hot, and only that is the rest at
+            # normal speed: a call the others make less often (a stage's own layer, the loss, a hot call's
+            # backward reduction) is work of its own. The hot ones must still carry most of all its extra time
+            # (a stage of twice the layers calls its once-a-step optimizer ops as often, on twice the weights).
             own = per_rank.get(rank, {})
             excess = {n: v - ref[n] for n, v in own.items()}
             alike = {n for n in own if counts.get((rank, n)) == ref_calls[n]}
@@ -416,6 +464,7 @@ def stage_hotspots(
                     HOTSPOT_REST_HOST if on_host else HOTSPOT_REST,
                     named.names if on_host else None,
                     alike,
+                    alike,
                 )
             )
             if not hot_sets[-1]:
@@ -425,17 +474,17 @@ def stage_hotspots(
             continue
         operator = " + ".join(short_name(named.names[n]) for n in hot_sets[0][:3])
         evidence = (
-            f"stage {f['culprit'].get('stage')} is heavy in {operator} alone, which runs {HOT_RATIO:g}x or more its time on the other stages; "
-            + f["evidence"]
+            f"stage {f.culprit.stage} is heavy in {operator} alone, which runs {HOT_RATIO:g}x or more its time on the other stages; "
+            + f.evidence
         )
         out.append(
             finding(
                 "operator_hotspot",
-                {"ranks": ranks, "operator": operator},
-                f["steps"],
-                f["impact_pct"],
+                blamed(ranks, operator=operator),
+                f.steps,
+                f.impact_pct,
                 evidence,
-                step=f.get("step"),
+                step=f.step,
             )
         )
     return out
@@ -450,7 +499,7 @@ def rank_findings(
     step_ns: float,
     host_ranks: frozenset[int] = frozenset(),
     compute_scale: float = 1.0,
-) -> list[dict[str, Any]]:
+) -> list[Finding]:
     """Culprit ranks: host_stall when the extra own time is the host starting the device late, else a compute
     kind (``host_ranks``: CPU ranks, :func:`classify_compute`; ``compute_scale``: :func:`rank_excess`)."""
     excess = rank_excess(figures, peer_sets, step_ns, compute_scale, host_ranks)
@@ -464,15 +513,21 @@ def rank_findings(
         # A rank is late for one reason, the larger excess; on a CPU rank its compute (at typical durations) is
         # the firmer evidence, its idle time the clock's (a rank with more work also idles more between its
         # operators, in Python): both are reported.
-        if "launch_delay_ns" in parts and "idle_ns" in parts:  # one stall, seen twice: the larger view of it
-            del parts[
-                min(("launch_delay_ns", "idle_ns"), key=lambda p: sum(e["excess_ns"] for e in parts[p]))
-            ]
+        host = [p for p in HOST_PARTS if p in parts]
+        for p in sorted(host, key=lambda p: sum(e["excess_ns"] for e in parts[p]))[:-1]:
+            del parts[p]  # one stall, seen several ways: the largest view of it
+        if "compute_ns" in parts and "hooks_ns" in parts:
+            # One cause seen twice: a rank slower at its work is slower in its autograd frames too, by about as
+            # much; frames held far beyond that (a comm hook that sleeps, the work after it running cold) are it.
+            held = _beyond_peers(parts["hooks_ns"]) > HOOK_DOMINANCE * _beyond_peers(parts["compute_ns"])
+            del parts["compute_ns" if held else "hooks_ns"]
         both = rank in host_ranks and "compute_ns" in parts
         chosen = list(parts) if both else [max(parts, key=lambda p: sum(e["excess_ns"] for e in parts[p]))]
         peers = next(p for p in peer_sets if rank in p)
         for part in chosen:
-            if part in HOST_PARTS:
+            if part == "hooks_ns":
+                kind, operator = "host_stall", hook_holder(frame, rank)
+            elif part in HOST_PARTS:
                 kind, operator = "host_stall", None
             else:
                 kind, operator = classify_compute(frame, rank, peers, ep_of, is_moe, host_ranks)
@@ -480,6 +535,23 @@ def rank_findings(
                 {"rank": rank, "kind": kind, "operator": operator, "rows": parts[part], "peers": peers}
             )
     return _merge_ranks(_expert(raw, peer_sets, ep_of, is_moe), waits, steps_total, step_ns, host_ranks)
+
+
+def _beyond_peers(rows: list[dict[str, Any]]) -> float:
+    """How much longer than its peers' a rank's figure was over the steps it exceeded them in (0: as long)."""
+    return sum(e["value_ns"] for e in rows) / max(1.0, sum(e["peer_ns"] for e in rows)) - 1.0
+
+
+def hook_holder(frame: Frame, rank: int) -> str:
+    """The autograd nodes (short names, most first; a second one where it held half as much) whose hooks held a
+    CPU rank back the most beyond their typical durations (:func:`step_figures`' ``hooks_ns``)."""
+    mine = frame.take(frame.rank == rank)
+    extra = hook_excess(mine, typical_durations(mine))
+    by_name: Counter[str] = Counter()
+    for code, e in zip(mine.name[extra > 0].tolist(), extra[extra > 0].tolist(), strict=True):
+        by_name[short_name(mine.names[code].removeprefix(AUTOGRAD_FRAME).strip())] += e
+    top = by_name.most_common(2)
+    return " + ".join(n for n, e in top if e >= MERGE_SHARE * top[0][1]) or "its hooks"
 
 
 LATE_SHARE = 0.9  # a late arriver is the last member of this share of its group's collectives that anyone waited in ...
@@ -498,7 +570,7 @@ def late_arrivals(
     figures: Mapping[tuple[int, int], Mapping[str, int]] | None = None,
     group_members: Mapping[str, list[int]] | None = None,
     holes: Mapping[int, float] | None = None,
-) -> list[dict[str, Any]]:
+) -> list[Finding]:
     """host_stall for a rank that arrives last at (nearly) every collective of its data-parallel group in every
     profiled step, while its own time (``named``: the ranks :func:`rank_findings` blames) is like its peers': the
     host holds it back between its work and the collective's launch (a slow communication hook, a busy host
@@ -553,7 +625,7 @@ def late_arrivals(
             f"{len(steps)} of {len(every)} steps (the group waited {statistics.median(skew) / 1e6:.2f} ms for it each time, median), "
             "while its compute and its start of the step are like its peers': the host holds it back before it joins"
         )
-        out.append(finding("host_stall", {"ranks": [rank]}, steps, impact, evidence, step=steps[0]))
+        out.append(finding("host_stall", blamed([rank]), steps, impact, evidence, step=steps[0]))
     return out
 
 
@@ -601,10 +673,10 @@ def _stretch(
     return float(statistics.median(ratios)) if ratios else 0.0
 
 
-LATE_SENDER_RATIO = (
-    2.0  # a late sender idles before its sends twice as long as any other sender does (medians) ...
-)
-LATE_SENDER_WINDOWS = 4  # ... over at least this many sends per profiled step ...
+LATE_SENDER_RATIO = 2.0  # a late sender idles before its sends twice as long as any other sender does ...
+LATE_SENDER_QUANTILE = 0.25  # ... in three of every four of its sends to one neighbour ...
+LATE_SENDER_WINDOWS = 3  # ... over at least this many sends to it per profiled step ...
+LATE_SENDER_ALIKE = 0.5  # ... holes alike: the lower quartile at least half the median ...
 LATE_SENDER_SHARE = (
     0.5  # ... in one hole that is most of the time between its previous communication and the send
 )
@@ -617,83 +689,91 @@ def late_senders(
     host_ranks: frozenset[int],
     step_ns: float,
     steps_total: int,
-    ends: frozenset[int] = frozenset(),
-) -> list[dict[str, Any]]:
-    """host_stall for a pipeline rank (a CPU rank: ``host_ranks``) whose host holds back each of its sends: in the
-    window from its previous communication (a receive completing, a send posted) to the send, its longest stretch
-    without compute, median over its sends, is LATE_SENDER_RATIO x that of every other sender (at least two) and
-    most of the window (LATE_SENDER_SHARE), over at least LATE_SENDER_WINDOWS sends per step. Its next stage waits
-    for data the rank had ready. A host that holds a send back (a sleep, a lock, a busy host thread) leaves one
-    hole before it; the Python between a stage's operators leaves many short ones, more on a stage with more
-    glue (the last one, which computes the loss before each backward send: its idle adds up to 60 % of its
-    windows on a shared host, in holes of tens of us), so the longest hole, not the sum, is the evidence. On a
-    stage of its own there is no replica to compare its compute or idle time with, and its total idle time in a
-    step is as noisy as the scheduler (tens of ms). The impact: that median hole per send times its sends per
-    step, over the step. ``named``: ranks already blamed for their own time. ``ends``: the ranks of the
-    pipeline's first and last stages, which are compared with but not blamed: the first reads the batch and
-    waits for the gradients of its first micro-batches before its next forward, the last computes the loss,
-    so the time before their sends holds work and waits no other stage's does (a clean 1F1B job's first stage
-    shows holes of 3-9 ms before its sends)."""
+) -> list[Finding]:
+    """host_stall for a pipeline rank (a CPU rank: ``host_ranks``) whose host holds back each of its sends to one
+    neighbour: in the window from its previous communication (a receive completing, a send posted) to the send,
+    its longest stretch without compute is, in three of every four of those sends (LATE_SENDER_QUANTILE),
+    LATE_SENDER_RATIO x what every other sender's is in three of four of its sends to any one neighbour, and
+    most of the window (LATE_SENDER_SHARE), over at least LATE_SENDER_WINDOWS sends to that neighbour per step.
+    Its next stage waits for data the rank had ready. A host that holds a send back (a sleep, a lock, a busy host
+    thread) leaves one hole before every such send; the Python between a stage's operators leaves many short
+    ones, more on a stage with more glue (the last one, which computes the loss before each backward send: its
+    idle adds up to 60 % of its windows on a shared host, in holes of tens of us), so the longest hole, not the
+    sum, is the evidence, and the scheduler or a wait for a gradient holds some sends, not three of four. The
+    sends to each neighbour are weighed apart: a stage's forward sends and its backward sends follow different
+    work, and what holds one direction back (a forward hook, an activation's copy) need not hold the other (a
+    stage's forward hook sleeping 10 ms: a hole of 10.3 ms before each forward send, 0.3 ms before its backward
+    ones). The first and last stages are judged so too (a first stage's forward hook sleeping 5 ms: 5.3 ms before
+    three of four of its sends, against at most 0.3 ms on every other sender). On a stage of its own there is no
+    replica to compare its compute or idle time with, and its total idle time in a step is as noisy as the
+    scheduler (tens of ms). A host held back before each send is held about as long each time (a sleep of 5 ms:
+    holes of 5.2-5.4 ms), so the holes must be alike (LATE_SENDER_ALIKE: the lower quartile at least half the
+    median); a rank that waits for what a slower neighbour sends it waits as long as that neighbour makes it
+    (a stage beside a slow one: holes of 0.2-20 ms before its sends, lower quartile 1.9 ms, median 6.4 ms).
+    The impact: that hole per send times those sends per step, over the step.
+    ``named``: ranks already blamed for their own time."""
     if not len(p2p) or not host_ranks or not step_ns:
         return []
     t = p2p.select(["src", "dst", "step", "send_start_ns", "recv_end_ns"]).to_pydict()
     src, dst, step = (np.asarray(t[k], np.int64) for k in ("src", "dst", "step"))
     send, recv_end = np.asarray(t["send_start_ns"], np.int64), np.asarray(t["recv_end_ns"], np.int64)
     compute = frame.kind == frame.code("kinds", "compute")
-    medians: dict[
-        int, tuple[float, float, int, bool]
-    ] = {}  # rank -> median idle, median idle share, sends, enough
+    # (rank, neighbour) -> its hole and share in three of four sends, the sends, whether they can be judged (enough
+    # of them, holes alike)
+    held: dict[tuple[int, int], tuple[float, float, int, bool]] = {}
     for rank in sorted(set(src.tolist()) & host_ranks):
         mine = src == rank
         # The rank's marks (its sends, its receives completing) in step and time order: each send's window opens
         # at the mark just before it, if that mark is of the same step and earlier.
         mark_t = np.concatenate([send[mine], recv_end[dst == rank]])
         mark_s = np.concatenate([step[mine], step[dst == rank]])
+        mark_to = np.concatenate([dst[mine], np.full(int((dst == rank).sum()), -1)])
         is_send = np.arange(len(mark_t)) < mine.sum()
         order = np.lexsort((mark_t, mark_s))
-        mark_t, mark_s, is_send = mark_t[order], mark_s[order], is_send[order]
+        mark_t, mark_s, mark_to, is_send = mark_t[order], mark_s[order], mark_to[order], is_send[order]
         opens = np.concatenate([[False], (mark_s[1:] == mark_s[:-1]) & (mark_t[:-1] < mark_t[1:])])
         keep = is_send & opens
         if not keep.any():
             continue
-        at, prev = mark_t[keep], mark_t[np.flatnonzero(keep) - 1]
+        at, prev, to = mark_t[keep], mark_t[np.flatnonzero(keep) - 1], mark_to[keep]
         rows = (frame.rank == rank) & compute
-        window = at - prev
         hole = longest_gap_within(frame.start[rows], frame.end[rows], prev, at)
-        in_step = step[mine]
-        enough = len(at) >= LATE_SENDER_WINDOWS * max(len(set(in_step.tolist())), 1)
-        medians[rank] = (
-            float(np.median(hole)),
-            float(np.median(hole / np.maximum(window, 1))),
-            int(keep.sum()),
-            bool(enough),
-        )
+        share = hole / np.maximum(at - prev, 1)
+        steps_sent = max(len(set(step[mine].tolist())), 1)
+        for peer in sorted(set(to.tolist())):
+            sent = to == peer
+            low = float(np.quantile(hole[sent], LATE_SENDER_QUANTILE))
+            held[(rank, peer)] = (
+                low,
+                float(np.quantile(share[sent], LATE_SENDER_QUANTILE)),
+                int(sent.sum()),
+                bool(sent.sum() >= LATE_SENDER_WINDOWS * steps_sent)
+                and low >= LATE_SENDER_ALIKE * float(np.median(hole[sent])),
+            )
     out = []
-    for rank, (idle, share, sends, enough) in medians.items():
-        others = [m for r, (m, *_) in medians.items() if r != rank]
-        if (
-            rank in named
-            or rank in ends
-            or not enough
-            or len(others) < 2
-            or idle < LATE_SENDER_RATIO * max(others)
-            or share < LATE_SENDER_SHARE
-        ):
+    for rank in sorted({r for r, _ in held}):
+        others = [v[0] for (r, _), v in held.items() if r != rank]
+        if rank in named or len({r for r, _ in held if r != rank}) < 2:
             continue
-        per_step = idle * sends / max(steps_total, 1)
-        impact = 100 * per_step / step_ns
+        late = [
+            (peer, idle, share, sends)
+            for (r, peer), (idle, share, sends, judged) in held.items()
+            if r == rank and judged and idle >= LATE_SENDER_RATIO * max(others) and share >= LATE_SENDER_SHARE
+        ]
+        if not late:
+            continue
+        impact = 100 * sum(idle * sends for _, idle, _, sends in late) / max(steps_total, 1) / step_ns
         if impact < MIN_IMPACT_PCT:
             continue
         steps = sorted(set(step[src == rank].tolist()))
+        peer, idle, share, sends = max(late, key=lambda v: v[1] * v[3])
         evidence = (
             f"rank {rank}: idle {idle / 1e6:.2f} ms at a stretch ({100 * share:.0f} % of the time) between its previous "
-            f"communication and each of its sends (median over {sends}) vs at most "
+            f"communication and its sends to rank {peer} (in three of four of {sends}) vs at most "
             f"{max(others) / 1e6:.2f} ms on the other senders: its host is late to send what its next stage waits for"
         )
         out.append(
-            finding(
-                "host_stall", {"ranks": [rank]}, steps, impact, evidence, step=steps[0] if steps else None
-            )
+            finding("host_stall", blamed([rank]), steps, impact, evidence, step=steps[0] if steps else None)
         )
     return out
 
@@ -721,7 +801,7 @@ def _merge_ranks(
     steps_total: int,
     step_ns: float,
     host_ranks: frozenset[int] = frozenset(),
-) -> list[dict[str, Any]]:
+) -> list[Finding]:
     merged: dict[tuple[str, str | None], list[dict[str, Any]]] = {}
     observable = any(w.get("wait_ns") for w in waits.values())
     for r in raw:
@@ -750,8 +830,10 @@ def _merge_ranks(
         # Extra own time slows the job only through the waits it makes others do: where waits are seen at all,
         # the impact is at most what the culprits' peers waited for them (none: the job absorbed it).
         # On CPU ranks (``host_ranks``) compute is counted at typical durations while the waits are the clock's,
-        # which the scheduler moves as much as the work: the waits do not bound the work's cost there.
-        on_host = kind != "host_stall" and set(ranks) <= host_ranks
+        # which the scheduler moves as much as the work: the waits do not bound the work's cost there, nor a
+        # stall's (a last stage's 40 ms stall before its step was "caused" 9 ms of waits: its peers' waits moved
+        # with their own preemptions); the replay (``whatif.replay_findings``) weighs a launch delay's cost.
+        on_host = set(ranks) <= host_ranks
         bounded = observable and not on_host
         extra = sum(per_step.values())
         delay = min(extra, caused) if bounded else extra
@@ -766,9 +848,7 @@ def _merge_ranks(
             continue
         worst = max(rows, key=lambda row: row["excess_ns"])
         what = HOST_PARTS.get(worst["part"], "compute")
-        culprit: dict[str, Any] = {"ranks": ranks}
-        if operator:
-            culprit["operator"] = operator
+        culprit = blamed(ranks, operator=operator or None)
         evidence = (
             f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}: {what} {worst['value_ns'] / 1e6:.2f} ms vs "
             f"{worst['peer_ns'] / 1e6:.2f} ms on peers in step {worst['step']} (+{worst['excess_ns'] / 1e6:.2f} ms)"
@@ -779,7 +859,7 @@ def _merge_ranks(
     return out
 
 
-def stage_findings(metrics: Mapping[str, Any], on_host: bool = False) -> list[dict[str, Any]]:
+def stage_findings(metrics: Mapping[str, Any], on_host: bool = False) -> list[Finding]:
     """stage_imbalance when the heaviest stage computes STAGE_IMBALANCE x the mean per micro-batch (and, with
     ``on_host``, CPU ranks: MIN_RATIO_HOST x the median of the other stages)."""
     if not metrics or metrics.get("num_stages", 1) < 2 or (metrics.get("imbalance") or 0) < STAGE_IMBALANCE:
@@ -796,7 +876,7 @@ def stage_findings(metrics: Mapping[str, Any], on_host: bool = False) -> list[di
     stage = metrics["bottleneck_stage"]
     row = next(s for s in metrics["stages"] if s["stage"] == stage)
     evidence = stage_evidence(metrics, metrics["balanced_step_time_ns"])
-    return [finding("stage_imbalance", {"stage": stage, "ranks": row["ranks"]}, [], impact, evidence)]
+    return [finding("stage_imbalance", blamed(row["ranks"], stage=stage), [], impact, evidence)]
 
 
 def stage_evidence(
@@ -819,7 +899,7 @@ def stage_evidence(
     )
 
 
-def clock_findings(ranks: pa.Table) -> list[dict[str, Any]]:
+def clock_findings(ranks: pa.Table) -> list[Finding]:
     """clock_skew when ranks' clocks had to be shifted by more than CLOCK_SKEW_NS to line their collectives up."""
     rows = ranks.select(["rank", "host", "clock_offset_ns", "clock_uncertainty_ns"]).to_pylist()
     # An offset within three times the estimate's own spread is not evidence of a skewed clock.
@@ -836,14 +916,30 @@ def clock_findings(ranks: pa.Table) -> list[dict[str, Any]]:
         f"{len(skewed)} rank(s) on {', '.join(hosts)} ran on a clock {worst['clock_offset_ns'] / 1e6:+.3f} ms off "
         "(estimated from collectives and corrected before analysis)"
     )
-    return [
-        finding("clock_skew", {"ranks": sorted(r["rank"] for r in skewed), "hosts": hosts}, [], 0.0, evidence)
-    ]
+    return [finding("clock_skew", blamed(sorted(r["rank"] for r in skewed), hosts=hosts), [], 0.0, evidence)]
 
 
-def ranked(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+HOST_NOISE_PCT = 1.0  # on a job of CPU ranks only: what a finding must cost at least, once replayed
+
+
+def above_host_noise(found: list[Finding]) -> list[Finding]:
+    """The findings of a job of CPU ranks only that cost more than its noise does, their impact replayed where it
+    could be (``whatif.replay_findings``). The scheduler holds a rank back now and then, and its rerun without the
+    fault (the real-job matrix's twins) shows culprits that cost 0-0.7 % of a step: a finding must cost
+    HOST_NOISE_PCT. A gloo transfer's time after the last arrival is its runloop threads' scheduling, not a link's
+    hardware: a slow link is a cause only where its replay, its transfers as fast as comparable ones, saves as much
+    as any other finding must (MIN_IMPACT_PCT; a hardware link is reported however small). Clock skew, which
+    costs no time, stays."""
+
+    def floor(f: Finding) -> float:
+        return MIN_IMPACT_PCT if f.kind == "slow_link" and f.what_if is not None else HOST_NOISE_PCT
+
+    return [f for f in found if kinds.of(f.kind).informative or f.impact_pct >= floor(f)]
+
+
+def ranked(findings: list[Finding]) -> list[Finding]:
     """Largest impact first; clock skew (impact 0) after the performance findings."""
-    return sorted(findings, key=lambda f: (-f["impact_pct"], f["kind"]))
+    return sorted(findings, key=lambda f: (-f.impact_pct, f.kind))
 
 
 def _slow_units(
@@ -937,7 +1033,7 @@ def link_findings(
     steps_total: int,
     links: pa.Table | None = None,
     between_hosts: bool = False,
-) -> list[dict[str, Any]]:
+) -> list[Finding]:
     """slow_link: collective groups, send/recv pairs or (Ascend) links whose transfers, once every member has
     arrived, are slow against comparable ones; the link is the rank pair every slow unit shares, else the
     slowest unit's ranks. ``between_hosts`` (a job of CPU ranks): only groups and pairs that span hosts are
@@ -1007,7 +1103,7 @@ def link_findings(
         f"links ({worst['ratio']:.1f}x); {len(involved)} group(s)/pair(s)/link(s) affected"
     )
     steps = sorted({s for u in involved for s in u["steps"]})
-    return [finding("slow_link", {"link": {"ranks": link}, "ranks": link}, steps, impact, evidence)]
+    return [finding("slow_link", blamed(link, link=[int(r) for r in link]), steps, impact, evidence)]
 
 
 @dataclass(frozen=True)
@@ -1044,13 +1140,13 @@ class Evidence:
     participation: pa.Table | None = None  # each member's arrival at each collective instance
 
 
-def _rank_detector(e: Evidence) -> list[dict[str, Any]]:
+def _rank_detector(e: Evidence) -> list[Finding]:
     """Culprit ranks by their own time, then (not those) ranks that hold their peers back from outside it: late
     arrivers of a data-parallel job, late senders of a pipeline."""
     found = rank_findings(
         e.frame, e.figures, e.peer_sets, e.ep_of, e.waits, e.step_ns, e.host_ranks, e.compute_scale
     )
-    named = {r for f in found for r in f["culprit"].get("ranks", [])}
+    named = {r for f in found for r in f.culprit.ranks}
     if e.pp == e.tp == 1:
         holes = arrival_holes(e.frame, e.participation, e.host_ranks) if e.participation is not None else None
         found += late_arrivals(
@@ -1065,28 +1161,27 @@ def _rank_detector(e: Evidence) -> list[dict[str, Any]]:
             holes,
         )
     elif e.pp > 1:
-        ends = frozenset(e.stages[0]) | frozenset(e.stages[-1]) if e.stages else frozenset()
-        found += late_senders(e.frame, e.p2p, named, e.host_ranks, e.step_ns, e.steps_total, ends)
+        found += late_senders(e.frame, e.p2p, named, e.host_ranks, e.step_ns, e.steps_total)
     return found
 
 
-def _stage_detector(e: Evidence) -> list[dict[str, Any]]:
+def _stage_detector(e: Evidence) -> list[Finding]:
     return stage_hotspots(stage_findings(e.stage_metrics, e.on_host), e.frame, e.stages, e.host_ranks)
 
 
-def _link_detector(e: Evidence) -> list[dict[str, Any]]:
+def _link_detector(e: Evidence) -> list[Finding]:
     return link_findings(
         e.instances, e.p2p, e.members, e.host_of, e.step_ns, e.steps_total, e.links, between_hosts=e.on_host
     )
 
 
-def _clock_detector(e: Evidence) -> list[dict[str, Any]]:
+def _clock_detector(e: Evidence) -> list[Finding]:
     return clock_findings(e.ranks)
 
 
 # The detectors, in the order their findings are listed (``ranked`` orders them later), and whether each needs the
 # job's step time (work measured against the step): a new kind's detector is added here.
-DETECTORS: tuple[tuple[Callable[[Evidence], list[dict[str, Any]]], bool], ...] = (
+DETECTORS: tuple[tuple[Callable[[Evidence], list[Finding]], bool], ...] = (
     (_rank_detector, True),
     (_stage_detector, True),
     (_link_detector, True),
@@ -1094,6 +1189,6 @@ DETECTORS: tuple[tuple[Callable[[Evidence], list[dict[str, Any]]], bool], ...] =
 )
 
 
-def detect(e: Evidence) -> list[dict[str, Any]]:
+def detect(e: Evidence) -> list[Finding]:
     """Every detector's findings (those that need a step time only where the job has one)."""
     return [f for detector, timed in DETECTORS if e.step_ns > 0 or not timed for f in detector(e)]

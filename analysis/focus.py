@@ -1,6 +1,6 @@
 """What the first screen is about: from the Diagnosis, the top finding's subject (a rank, a stage, a link, the
 clocks), the step it cites, the ranks every view shows on rows of their own, the overview's metric and a one-line
-caption saying what it shows. The dashboard (``paradiag.app.data``) and the snapshot (``paradiag.static``) read
+caption saying what it shows. The dashboard (``paradiag.app.data``) and the snapshot (``paradiag.app.static_page``) read
 these rules from here, so both open on the same thing.
 
 The per-(rank, step) figures a view colours by are computed here too: a rank's own time against its stage

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 from paradiag import schema
 
 if TYPE_CHECKING:
-    from paradiag.dataset import Job
+    from paradiag.job import Job
 
 NUMERIC = (
     "rank",

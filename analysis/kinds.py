@@ -22,10 +22,10 @@ import json
 import re
 import statistics
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast, get_args
+from typing import TYPE_CHECKING, Literal, cast, get_args
 
 from paradiag.analysis.edit import BALANCED, COMPARABLE, PEER_MEDIAN, REMOVE, Edit
 
@@ -45,41 +45,45 @@ Blames = Literal["rank", "operator", "stage", "link", "clock"]
 Subject = Literal["rank", "stage", "link", "clock"]
 
 
-def _steps(f: Mapping[str, Any]) -> tuple[int, ...] | None:
-    return tuple(f["steps"]) or None
+def _steps(f: Finding) -> tuple[int, ...] | None:
+    return tuple(f.steps) or None
 
 
-def _ranks(f: Mapping[str, Any]) -> tuple[int, ...]:
-    return tuple(f["culprit"]["ranks"])
+def _ranks(f: Finding) -> tuple[int, ...]:
+    return tuple(f.culprit.ranks)
 
 
-def compute_to_peers(f: Mapping[str, Any]) -> list[Edit]:
+def compute_to_peers(f: Finding) -> list[Edit]:
     """The culprit ranks' compute kernels run as long as their stage peers' (kernel by kernel)."""
     return [Edit("rank", _ranks(f), "compute", PEER_MEDIAN, _steps(f))]
 
 
-def compute_balanced(f: Mapping[str, Any]) -> list[Edit]:
+def compute_balanced(f: Finding) -> list[Edit]:
     """The tokens spread evenly: every rank of the culprits' stage runs each kernel for the stage's mean (the experts
     that got fewer get more)."""
     return [Edit("rank", _ranks(f), "compute", BALANCED, _steps(f))]
 
 
-def stall_removed(f: Mapping[str, Any]) -> list[Edit]:
-    """The culprit ranks' host starts their devices no later than their peers'."""
+def stall_removed(f: Finding) -> list[Edit]:
+    """The culprit ranks' host starts their devices no later than their peers'. A stall inside wrappers (the
+    culprit's ``operator``: a CPU rank's hooks, ``findings.step_figures``' ``hooks_ns``) is no launch delay the
+    replay could remove: none, the finding keeps its own estimate."""
+    if f.culprit.operator:
+        return []
     return [Edit("rank", _ranks(f), "host", REMOVE, _steps(f))]
 
 
-def link_comparable(f: Mapping[str, Any]) -> list[Edit]:
+def link_comparable(f: Finding) -> list[Edit]:
     """The link's transfers as long as comparable transfers on other links."""
-    return [Edit("link", tuple(f["culprit"]["link"]["ranks"]), "transfer", COMPARABLE, _steps(f))]
+    return [Edit("link", tuple(f.culprit.link or ()), "transfer", COMPARABLE, _steps(f))]
 
 
-def stages_balanced(f: Mapping[str, Any]) -> list[Edit]:
+def stages_balanced(f: Finding) -> list[Edit]:
     """The pipeline's layers split evenly over the stages (whole layers)."""
     return [Edit("stages", value=BALANCED)]
 
 
-def nothing(f: Mapping[str, Any]) -> list[Edit]:
+def nothing(f: Finding) -> list[Edit]:
     """No time lost: nothing to replay."""
     return []
 
@@ -138,6 +142,10 @@ def launch_reasons(d: Diagnosis, f: Finding, ranks: list[int], step: int | None)
     """Each rank's launch delay in the step beyond its stage peers' median: ``host +3.1 ms late``."""
     out: dict[int, str] = {}
     for r in ranks:
+        if f.culprit.operator:  # held in its hooks (hooks_ns), not late to start
+            found = peer_ratio(d, r, step, "hooks_ns")
+            out[r] = f.kind.replace("_", " ") if found is None else f"hooks +{found[0] - found[1]:.1f} ms"
+            continue
         found = peer_ratio(d, r, step, "launch_delay_ns")
         out[r] = f.kind.replace("_", " ") if found is None else f"host +{found[0] - found[1]:.1f} ms late"
     return out
@@ -204,6 +212,10 @@ def expert_headline(
 def stall_headline(
     d: Diagnosis, f: Finding, ranks: list[int], step: int | None, reasons: dict[int, str]
 ) -> str:
+    if f.culprit.operator:
+        held = peer_ratio(d, ranks[0], step, "hooks_ns") if ranks else None
+        more = f" {held[0] - held[1]:.1f} ms more than its peers" if held else " longer than its peers"
+        return f"The host of {rank_names(ranks)} spends{more} in {f.culprit.operator} (hooks){_in_step(step)}"
     late = peer_ratio(d, ranks[0], step, "launch_delay_ns") if ranks else None
     delay = f" {late[0] - late[1]:.1f} ms late" if late else " late"
     return f"The host of {rank_names(ranks)} starts its device{delay}{_in_step(step)}"
@@ -240,7 +252,7 @@ class KindEntry:
 
     name: Kind
     blames: Blames
-    edits: Callable[[Mapping[str, Any]], list[Edit]]
+    edits: Callable[[Finding], list[Edit]]
     opens_on: Subject
     metric: str  # the overview's metric (paradiag.analysis.focus.METRICS) that shows it
     outlined: bool  # a finding about ranks themselves: every view outlines them as culprits
@@ -361,9 +373,9 @@ def of(name: str) -> KindEntry:
     return KINDS[check(name)]
 
 
-def finding_edits(f: Mapping[str, Any]) -> list[Edit]:
+def finding_edits(f: Finding) -> list[Edit]:
     """The cause of a finding (its JSON form), removed: the edits its kind's entry makes of its culprit and steps."""
-    return of(f["kind"]).edits(f)
+    return of(f.kind).edits(f)
 
 
 def faults() -> tuple[str, ...]:

@@ -15,7 +15,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from paradiag.analysis.depgraph import Graph
+from paradiag.analysis.edit import EditError
 from paradiag.analysis.frame import group_bounds
+
+
+class ReplayError(EditError):
+    """A replay that does not settle: the graph's dependencies run in a circle (each event waits for one that
+    waits for it), which traces whose events are not in the order their work ran can make. The finding keeps its
+    heuristic estimate; ``paradiag whatif`` says so."""
 
 
 @dataclass
@@ -184,7 +191,9 @@ def _replay_block(c: _Compressed, ends: np.ndarray, arrival: np.ndarray, lo: int
     received = c.received[block]
     dur, waits = c.dur[block], c.waits[block]
     tail = c.tail[mine]
-    while True:
+    # Acyclic, a block settles in as many rounds as its longest chain, which passes each of its heads and members
+    # once; more rounds than that are a circle, whose ends would grow forever.
+    for _ in range(2 * (hi - lo) + len(mine) + 2):
         start = np.maximum(
             np.maximum(ends[pred] + after_pred, ends[anchor] + after_anchor), np.maximum(ends[received], base)
         )
@@ -207,6 +216,9 @@ def _replay_block(c: _Compressed, ends: np.ndarray, arrival: np.ndarray, lo: int
         changed = not (np.array_equal(before, ends[block]) and np.array_equal(before_mine, ends[mine]))
         if not changed:
             return
+    raise ReplayError(
+        f"the replay does not settle: the dependencies of events {lo}-{hi - 1} (in measured order) run in a circle"
+    )
 
 
 def _fold(g: Graph, t: Timing) -> tuple[np.ndarray, np.ndarray]:
@@ -218,12 +230,13 @@ def _fold(g: Graph, t: Timing) -> tuple[np.ndarray, np.ndarray]:
     merge = (g.pred >= 0) & (g.pred == g.anchor) & (g.instance < 0) & (g.instance[p] < 0) & (g.received < 0)
     ptr = np.where(merge, g.pred, np.arange(n))
     acc = np.where(merge, np.maximum(g.lag, t.gap) + t.dur, 0)
-    while True:
+    for _ in range(max(n, 1).bit_length() + 1):  # a run of n halves each pass; a circle never ends
         nxt = ptr[ptr]
         if np.array_equal(nxt, ptr):
             return ptr, acc
         acc = acc + acc[ptr]
         ptr = nxt
+    raise ReplayError("the replay does not settle: a stream's events wait for each other in a circle")
 
 
 def step_times(g: Graph, ends: np.ndarray) -> dict[tuple[int, int], float]:

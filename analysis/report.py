@@ -18,7 +18,7 @@ from paradiag.analysis.diagnosis_types import Diagnosis, breakdowns_of
 from paradiag.analysis.findings import MIN_IMPACT_PCT
 
 if TYPE_CHECKING:
-    from paradiag.dataset import Job
+    from paradiag.job import Job
 
 REPORT_SCHEMA = "paradiag.report/1"
 
@@ -60,7 +60,7 @@ PCT_KEYS: tuple[PctKey, ...] = (
 
 
 class Problem(TypedDict):
-    """Something wrong with a source (``paradiag.dataset.Problem``), or with the analysis (source ".")."""
+    """Something wrong with a source (``paradiag.job.Problem``), or with the analysis (source ".")."""
 
     source: str
     severity: str  # "error" (skipped, or not analysed) or "warning"

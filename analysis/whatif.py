@@ -15,8 +15,8 @@ predicted step time is the median over (rank, step), as the measured one (``Diag
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -41,8 +41,8 @@ from paradiag.analysis.rebalance import LayerSplit, balance, layer_split
 from paradiag.analysis.replay import Timing, replay, replay_error, step_times
 
 if TYPE_CHECKING:
-    from paradiag.analysis.diagnosis_types import Diagnosis
-    from paradiag.dataset import Job
+    from paradiag.analysis.diagnosis_types import Diagnosis, Finding
+    from paradiag.job import Job
 
 __all__ = [
     "BALANCED", "COMPARABLE", "PARTS", "PEER_MEDIAN", "REMOVE", "SET_HELP", "Edit", "EditError", "Graph", "LayerSplit", "Peers", "WhatIf",
@@ -277,7 +277,7 @@ def _link(g: Graph, t: Timing, e: Edit, steps: np.ndarray) -> None:
     t.own("floor")[mine] = np.rint(t.floor[mine] * factor).astype(np.int64)
 
 
-def finding_edits(f: Mapping[str, Any]) -> list[Edit]:
+def finding_edits(f: Finding) -> list[Edit]:
     """The cause of a finding, removed, as its kind's entry says (``paradiag.analysis.kinds``): a culprit's compute
     to its peers', its stall removed, its link's transfers to comparable links', the stages balanced; none for clock
     skew (a data problem, no time lost)."""
@@ -285,35 +285,33 @@ def finding_edits(f: Mapping[str, Any]) -> list[Edit]:
 
 
 def replay_findings(
-    found: list[dict[str, Any]], g: Graph, peers: Peers, host_ranks: frozenset[int] = frozenset()
-) -> None:
-    """Each finding's ``what_if`` (its cause removed, the steps replayed), and its ``impact_pct`` from it. A
-    finding of extra work (``kinds.EXTRA_WORK``) on CPU ranks only (``host_ranks``) keeps its own estimate, made from typical
-    durations: the replay runs the clock's durations, which on a busy host the scheduler moves more than the
-    work does."""
+    found: list[Finding], g: Graph, peers: Peers, host_ranks: frozenset[int] = frozenset()
+) -> list[Finding]:
+    """The findings, each with its ``what_if`` (its cause removed, the steps replayed) and its ``impact_pct`` from
+    it. A finding of extra work (``kinds.EXTRA_WORK``) on CPU ranks only (``host_ranks``) keeps its own estimate,
+    made from typical durations: the replay runs the clock's durations, which on a busy host the scheduler moves
+    more than the work does. A finding with no edit, or none that applies, is as it was."""
+    return [_replayed(f, g, peers, host_ranks) for f in found]
+
+
+def _replayed(f: Finding, g: Graph, peers: Peers, host_ranks: frozenset[int]) -> Finding:
     from paradiag.analysis.findings import severity, stage_evidence
 
-    for f in found:
-        edits = finding_edits(f)
-        if not edits or not len(g):
-            continue
-        try:
-            result = what_if(g, peers, edits)
-        except EditError:
-            continue  # the culprit has no peer or link to compare with: the estimate stays the heuristic one
-        f["what_if"] = result.as_json()
-        if (
-            kinds.of(f["kind"]).extra_work
-            and host_ranks
-            and set(f["culprit"].get("ranks") or ()) <= host_ranks
-        ):
-            continue
-        if result.layers is not None and peers.stage_metrics:
-            f["evidence"] = stage_evidence(
-                peers.stage_metrics, result.predicted_step_ns, f["what_if"]["layers"]
-            )
-        f["impact_pct"] = round(max(result.saving_pct, 0.0), 2)
-        f["severity"] = severity(f["impact_pct"])
+    edits = finding_edits(f)
+    if not edits or not len(g):
+        return f
+    try:
+        result = what_if(g, peers, edits)
+    except EditError:
+        return f  # the culprit has no peer or link to compare with: the estimate stays the heuristic one
+    replayed = result.as_json()
+    if kinds.of(f.kind).extra_work and host_ranks and set(f.culprit.ranks) <= host_ranks:
+        return replace(f, what_if=replayed)
+    evidence = f.evidence
+    if result.layers is not None and peers.stage_metrics:
+        evidence = stage_evidence(peers.stage_metrics, result.predicted_step_ns, replayed["layers"])
+    impact = round(max(result.saving_pct, 0.0), 2)
+    return replace(f, what_if=replayed, evidence=evidence, impact_pct=impact, severity=severity(impact))
 
 
 def job_graph(job: Job, d: Diagnosis) -> tuple[Graph, Peers]:

@@ -158,12 +158,16 @@ def options(value: Any) -> list[dict[str, Any]] | None:
 
 
 def drawn(value: Any) -> dict[str, Any] | None:
-    """What a figure shows (``{"key": [...], "traces": n}``, written by its callback to patch it later)."""
+    """What a figure shows (``{"key": [...], "traces": n}``, and ``"shapes": n`` where it patches a shape; written by
+    its callback to patch it later)."""
     value = coerce.mapping(value)
     if not value:
         return value  # {}: nothing drawn yet (the layout's value)
     key, traces = value.get("key"), coerce.integer(value.get("traces"), 1)
-    return {"key": key, "traces": traces} if isinstance(key, list) and traces is not None else None
+    if not isinstance(key, list) or traces is None:
+        return None
+    shapes = coerce.integer(value.get("shapes"), 1)
+    return {"key": key, "traces": traces} | ({"shapes": shapes} if shapes is not None else {})
 
 
 def drill(value: Any) -> dict[str, Any] | None:

@@ -27,7 +27,7 @@ def serve(paths: tuple[Path | str, ...], port: int, host: str, debug: bool) -> N
     opened = []
     for path in paths:
         import paradiag
-        from paradiag.dataset import JobError
+        from paradiag.cache import JobError
         from paradiag.remote import shown
 
         click.echo(f"opening {shown(path) if isinstance(path, str) else path} ...")

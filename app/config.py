@@ -7,7 +7,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from paradiag.dataset import default_cache_root
+from paradiag.cache import default_cache_root
 
 SAMPLES_DIR = Path(__file__).resolve().parent.parent / "sample_traces"
 TRUE = ("1", "true", "yes", "on")

@@ -12,7 +12,7 @@ from flask_login import current_user
 
 from paradiag.app import jobs
 from paradiag.app.config import Config
-from paradiag.dataset import Job
+from paradiag.job import Job
 
 _fallback: list[Config] = []
 NOTICE = "job-notice"  # the banner under the header (layouts/shell.py)

@@ -12,13 +12,12 @@ from dash import Dash
 from flask import Flask, g, jsonify, request, send_file
 from werkzeug.middleware.proxy_fix import ProxyFix
 
-from paradiag import plotly_bundle
-from paradiag.app import boundary, context, warm
+from paradiag.app import boundary, context, plotly_bundle, warm
 from paradiag.app.auth import AuthStore, harden, setup_login
 from paradiag.app.config import Config, private_dir
 from paradiag.app.layouts import shell
 from paradiag.app.store import init_cache
-from paradiag.dataset import default_cache_root
+from paradiag.cache import default_cache_root
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 log = logging.getLogger("paradiag.app.request")

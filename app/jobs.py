@@ -21,7 +21,8 @@ from typing import Any
 
 import paradiag
 from paradiag.app.config import Config
-from paradiag.dataset import Job, JobError, cache_dir_for, load_cache, window_cache
+from paradiag.cache import JobError, cache_dir_for, window_cache
+from paradiag.job import Job, load_cache
 from paradiag.remote import is_url
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}$")  # no leading dot: never "." or ".."
@@ -123,7 +124,7 @@ def upload_cache(upload: Path, window: int | None = None) -> Path:
 
 def open_upload(upload: Path, window: int | None = None) -> Job:
     """The job of a parsed upload, from the cache its limited parse process wrote, read as it is
-    (dataset.load_cache): never parsed here, whatever the upload's files hold or claim."""
+    (job.load_cache): never parsed here, whatever the upload's files hold or claim."""
     try:
         return load_cache(upload_cache(upload, window), source=upload / "files")
     except JobError as exc:

@@ -46,12 +46,12 @@ import paradiag
 from paradiag import __version__
 from paradiag.analysis.diagnosis_types import analysis_version
 from paradiag.app.config import Config, private_dir
-from paradiag.dataset import default_cache_root
+from paradiag.cache import default_cache_root
 
 if TYPE_CHECKING:
     from flask import Flask
 
-    from paradiag.dataset import Job
+    from paradiag.job import Job
 
 T = TypeVar("T")
 MAX_ENTRIES = 2000

@@ -42,7 +42,7 @@ import paradiag
 from paradiag import safepath
 from paradiag.app import context, jobs
 from paradiag.app.config import Config, private_dir
-from paradiag.dataset import JobError
+from paradiag.cache import JobError
 
 ARCHIVES = (".zip", ".tar.gz", ".tgz", ".tar")
 MAX_FILES = 20_000  # entries per upload: more is an inode bomb, not a training job

@@ -36,7 +36,7 @@ from paradiag.app.views.detail.live import detail_rank
 from paradiag.app.views.overview.static import rows_of
 from paradiag.app.views.timeline.live import view_data
 from paradiag.app.views.timeline.static import shown_ranks
-from paradiag.dataset import Job
+from paradiag.job import Job
 
 QUIET_S = 0.3  # no request for this long: the page has what it asked for, the next step may be warmed
 

@@ -311,10 +311,12 @@ def interactions(driver: Any) -> list[Gesture]:
         x, y = driver.execute_script(
             """const gd = document.querySelector('#marey .js-plotly-plot');
             const [a, b] = gd._fullLayout.xaxis.range.map(Number);
-            const t = gd._fullData.find(d => d.hoveron === 'points' && d.customdata && d.customdata.length);
-            const inside = Array.from(t.x.keys()).filter(i => t.x[i] > a + (b - a) * 0.2 && t.x[i] < a + (b - a) * 0.8);
-            const i = inside[Math.floor(inside.length / 2)];
-            return [t.x[i], t.y[i]];"""
+            // the first trace of hover points with one in the window's middle (a zoomed window may hold none of some)
+            for (const t of gd._fullData.filter(d => d.hoveron === 'points' && d.customdata && d.customdata.length)) {
+                const inside = Array.from(t.x.keys()).filter(i => t.x[i] > a + (b - a) * 0.2 && t.x[i] < a + (b - a) * 0.8);
+                if (inside.length) { const i = inside[Math.floor(inside.length / 2)]; return [t.x[i], t.y[i]]; }
+            }
+            throw new Error('no Marey bar in the middle of the window');"""
         )
         click_at(driver, "marey", x, y)
 

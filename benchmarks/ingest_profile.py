@@ -74,8 +74,8 @@ def main() -> None:
     import paradiag.analysis.diagnose as diagnose
     import paradiag.analysis.diagnosis_types as diagnosis_types
     import paradiag.analysis.frame as frame
-    import paradiag.dataset as dataset
     import paradiag.discover as discover
+    import paradiag.ingest as ingest
     from paradiag.parsers import json_stream, kineto, kineto_decode
 
     imports = cpu() - start
@@ -90,15 +90,15 @@ def main() -> None:
         (kineto, "parse", "parse: the rest (stream cuts, metadata)"),
         (discover, "file_hash", "hash the source files"),
         (pq, "write_table", "Parquet write"),
-        (dataset, "parse_and_keep", "sort, communication rows"),
+        (discover, "parse_and_keep", "sort, communication rows"),
         (align, "estimate", "clock alignment"),
         (frame, "device_frame", "the map: device frame"),
         (diagnose, "rank_tables", "the map: per-rank analysis tables"),
-        (dataset, "_finish", "ranks, steps, groups tables, manifest"),
+        (ingest, "_finish", "ranks, steps, groups tables, manifest"),
         (diagnose, "read_frame", "diagnosis: the map's frames"),
         (diagnosis_types, "save", "diagnosis: store it"),
         (diagnose, "diagnose", "diagnosis: compute"),
-        (dataset, "ingest", "ingest: the rest (manifest, tables, store)"),
+        (ingest, "ingest", "ingest: the rest (manifest, tables, store)"),
     ]:
         phases.wrap(owner, name, label)
     mb = sum(p.stat().st_size for p in folder.rglob("*.json*")) / 1e6

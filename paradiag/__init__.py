@@ -1,7 +1,7 @@
 """paradiag: visual diagnostics of parallel performance in distributed DNN training jobs.
 
 ``paradiag.open(path)`` reads a folder of per-device traces (or a paradiag cache) and returns a
-:class:`~paradiag.dataset.Job` holding the canonical Arrow tables (see ``docs/schema.md``).
+:class:`~paradiag.job.Job` holding the canonical Arrow tables (see ``docs/schema.md``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from paradiag.dataset import Job
+    from paradiag.job import Job
 
 
 def open(path: Any, cache_dir: Any = None, **options: Any) -> Job:

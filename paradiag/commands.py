@@ -16,8 +16,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from paradiag.analysis.critical_path import critical_path_line
 from paradiag.analysis.whatif import SET_HELP as WHATIF_SET_HELP
-from paradiag.dataset import Job, JobError, ProgressCallback, open_job
+from paradiag.cache import JobError
+from paradiag.dataset import open_job
+from paradiag.job import Job
+from paradiag.parse_worker import ProgressCallback
 from paradiag.units import ms
 
 if TYPE_CHECKING:
@@ -470,19 +474,3 @@ def _print_report(report: Report, findings: list[Finding]) -> None:
         out.print(f"{i}. {finding_line(f)}", highlight=False)
     for path_step in report.get("critical_path", []):
         out.print(critical_path_line(path_step), highlight=False)
-
-
-def critical_path_line(step: dict[str, Any]) -> str:
-    """One step's critical path: its length, each kind's share, and the rank holding most of its compute."""
-    length = step["length_ns"] or 1
-    shares = ", ".join(
-        f"{kind} {100 * step[f'{kind}_ns'] / length:.0f}%"
-        for kind in ("compute", "communication", "waiting", "host")
-    )
-    top = max(step["by_rank"], key=lambda r: r["compute_ns"], default=None)
-    where = (
-        f"; most compute on rank {top['rank']} ({ms(top['compute_ns'])} ms)"
-        if top and top["compute_ns"]
-        else ""
-    )
-    return f"critical path of step {step['step']}: {ms(step['length_ns'])} ms ({shares}){where}"

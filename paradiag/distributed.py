@@ -1,6 +1,6 @@
 """Parsing a job's ranks on a Dask distributed cluster: ``paradiag ingest FOLDER --dask ADDRESS``.
 
-One task per source, each :func:`paradiag.dataset.parse_in_worker` (the parse and the per-rank part of the
+One task per source, each :func:`paradiag.parse_worker.parse_in_worker` (the parse and the per-rank part of the
 analysis, the same function the local pool runs): the worker writes the rank's Parquet parts straight into the
 ingest's temporary folder and sends back only the small result (metadata, steps, groups, the collectives used
 for clock alignment). The client then aligns, reduces the analysis and renames the folder into place, as a local
@@ -12,7 +12,7 @@ batch) for the reduce, and every worker is first checked to reach the store.
 
 A task that raises (a storage error) is retried once by the scheduler, and so is a task whose worker died (for
 ``local:N``; a cluster of one's own follows its ``distributed.scheduler.allowed-failures``, 3 by default);
-failing again, its source becomes a :class:`~paradiag.dataset.Problem` naming it, its partial files are removed
+failing again, its source becomes a :class:`~paradiag.job.Problem` naming it, its partial files are removed
 and the rest of the job loads. A parser's verdict on a broken file is not retried: parsing it again says the same.
 
 ``dask`` and ``distributed`` are an optional extra (``pip install 'paradiag[dask]'``), imported only here.
@@ -38,7 +38,7 @@ LOCAL = re.compile(r"^local:(?P<workers>[0-9]+)$")
 ADDRESS = re.compile(r"^[a-z][a-z0-9+.-]*://\S+$")  # tcp://host:8786, tls://..., ws://...
 CONNECT_TIMEOUT_S = 30
 WORKER_TIMEOUT_S = 60  # how long a scheduler may have no worker before the ingest gives up
-RETRIES = 1  # as a local ingest's (paradiag.dataset.RETRIES)
+RETRIES = 1  # as a local ingest's (paradiag.pool.RETRIES)
 
 
 def check_address(spec: str) -> str:

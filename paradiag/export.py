@@ -38,7 +38,7 @@ from paradiag.commands import (
     window_option,
     workers_option,
 )
-from paradiag.dataset import Job
+from paradiag.job import Job
 from paradiag.parsers.kineto_decode import DEVICE_CATEGORIES, HOST_CATEGORIES
 
 # A source category the Kineto parser does not know (Ascend's AI_CORE, HCCL, ...) or reads as another kind is

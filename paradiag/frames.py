@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 
 class Job(Protocol):
-    """What the DataFrames read of a job (``paradiag.dataset.Job``, which builds them: named here, not imported,
+    """What the DataFrames read of a job (``paradiag.job.Job``, which builds them: named here, not imported,
     so that the read API and its notebook view import one way)."""
 
     ranks: pa.Table

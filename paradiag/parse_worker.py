@@ -1,4 +1,4 @@
-"""Parsing one source of a job into the cache being built (``paradiag.dataset.ingest``'s map): where the ingest
+"""Parsing one source of a job into the cache being built (``paradiag.ingest``'s map): where the ingest
 runs it (in this process, a local worker pool, a Dask worker of ``paradiag.distributed``), the parse, the per-rank
 part of the analysis, the rank's files and, for a cache at a URL, their upload.
 """

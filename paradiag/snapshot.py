@@ -86,7 +86,7 @@ def snapshot(
     Exit codes: 0 all good, 1 the job could not be read, 2 bad usage or --fail-on expression,
     3 a --fail-on condition was crossed (the reasons are printed)."""
     from paradiag.analysis.report import build_report
-    from paradiag.static import render_snapshot
+    from paradiag.app.static_page import render_snapshot
 
     if fail_on is not None:
         try:
@@ -157,7 +157,7 @@ def compare(
         click.echo(f"paradiag compare: {result['refused']}", err=True)
         sys.exit(EXIT_REFUSED)
     if output is not None:
-        from paradiag.static import render_compare
+        from paradiag.app.static_page import render_compare
 
         output.write_text(render_compare(result), encoding="utf-8")
     if as_json:

@@ -3,7 +3,7 @@
 A parser reads one *source* (a Kineto trace file, an Ascend ``*_ascend_pt`` folder, ...) holding the timeline of
 one rank and returns a :class:`ParsedRank`: the rank's canonical ``events`` and ``steps`` tables on the rank's own
 clock, what it knows of the rank (rank id, host, world size, parallel layout) and of its communication groups.
-Clock alignment across ranks, rank de-duplication and caching happen later, in :mod:`paradiag.dataset`.
+Clock alignment across ranks, rank de-duplication and caching happen later, in :mod:`paradiag.ingest`.
 """
 
 from __future__ import annotations

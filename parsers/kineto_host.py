@@ -12,6 +12,10 @@ track per thread), which the whole analysis then measures as it measures a GPU:
   ``aten::linear`` twice). The time inside ``c10d::*`` operators (enqueueing), functional collectives
   (``_c10d_functional::wait_tensor``: waiting) and gloo annotations an operator waits in is not
   compute.
+* **memory**: the self time of the operators that only move or allocate memory (DATA_MOVEMENT: ``aten::copy_``,
+  ``aten::cat``, ``aten::empty``, FSDP's copy-in and chunk_cat, ...), as a GPU's memcpy and memset are
+  memory, not compute: they run at the speed of the host's memory and page faults, which the other processes on
+  the host share (on a clean FSDP2 job two of eight ranks' copies ran 3x their peers' in every step).
 * **communication**: each gloo annotation, linked to the ``c10d::*`` operator that enqueued it (the earliest
   one not yet linked, of the same collective, started before it: gloo runs a group's work first in, first out;
   the annotations' External ids are the runloop thread's own). The link gives the step (the enqueue's), the
@@ -51,6 +55,26 @@ COMPUTE_CATEGORIES = ("cpu_op", "Operator")
 # it is named for; anything else a ``cpu_op`` names is a wrapper (an autograd node ``AddmmBackward0``,
 # ``autograd::engine::evaluate_function: ...``, FSDP's ``RegisterPostBackwardFunctionBackward``,
 # ``Optimizer.step#SGD.step``, a module's ``forward``) whose self time is glue, or the thread blocked in a wait.
+# Operators that only move or allocate memory: on a host lane, memory work, not compute (see the module's text).
+DATA_MOVEMENT = frozenset(
+    {
+        "aten::copy_",
+        "aten::_foreach_copy_",
+        "aten::cat",
+        "aten::_chunk_cat",
+        "aten::split_with_sizes_copy",
+        "aten::clone",
+        "aten::empty",
+        "aten::empty_strided",
+        "aten::empty_like",
+        "aten::zero_",
+        "aten::fill_",
+        "aten::resize_",
+        "fsdp::chunk_cat",
+        "fsdp::all_gather_copy_in",
+        "fsdp::split_with_sizes_copy",
+    }
+)
 DISPATCHER_OP = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_.]*$")
 NOT_AN_OP_LIBRARY = ("autograd", "torch", "profiler")
 
@@ -117,10 +141,13 @@ def host_lanes(
     )
     n_pieces, n_comm = len(pieces[0]), len(comm["rows"])
     rows = np.concatenate([pieces[2], comm["rows"]]).astype(np.int64)
-    kinds = np.array(
-        [schema.KINDS.index(schema.COMPUTE)] * n_pieces + [schema.KINDS.index(schema.COMMUNICATION)] * n_comm,
-        dtype=np.int8,
-    )
+    moves = np.isin(codes[pieces[2]], [i for i, w in enumerate(words) if w in DATA_MOVEMENT])
+    kinds = np.concatenate(
+        [
+            np.where(moves, schema.KINDS.index(schema.MEMORY), schema.KINDS.index(schema.COMPUTE)),
+            np.full(n_comm, schema.KINDS.index(schema.COMMUNICATION)),
+        ]
+    ).astype(np.int8)
     lane_start = np.concatenate([pieces[0], start[comm["rows"]]]).astype(np.int64)
     lane_end = np.concatenate([pieces[1], end[comm["rows"]]]).astype(np.int64)
     n = n_pieces + n_comm

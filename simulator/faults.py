@@ -8,6 +8,7 @@ and the ground truth resolve them, are the simulator's.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,27 +17,92 @@ from paradiag.simulator.devices import DEVICES_PER_NODE
 
 KINDS = finding_kinds.faults()
 
-# kind -> {parameter: (type, default)}; types: ranks (a list), pair, steps, float, int, str, layers.
-PARAMS: dict[str, dict[str, tuple[str, Any]]] = {
-    "slow_device": {"ranks": ("ranks", None), "factor": ("float", 1.5), "steps": ("steps", None)},
-    "slow_link": {
-        "ranks": ("pair", None),
-        "nodes": ("pair", None),
-        "factor": ("float", 4.0),
-        "steps": ("steps", None),
-    },
-    "stage_imbalance": {"layers": ("layers", None), "stage": ("int", None), "extra": ("int", 2)},
-    "host_stall": {"ranks": ("ranks", None), "steps": ("steps", None), "ms": ("float", 40.0)},
-    "operator_hotspot": {
-        "ranks": ("ranks", None),
-        "operator": ("str", "flash_attention"),
-        "factor": ("float", 3.0),
-        "steps": ("steps", None),
-    },
-    "clock_skew": {"nodes": ("ranks", [1]), "ms": ("float", 3.0)},
-    "expert_imbalance": {"ep_rank": ("int", 0), "factor": ("float", 2.5), "steps": ("steps", None)},
+Mesh = dict[str, Any]
+# (the mesh, the generator, a culprit rank drawn for it, the profiler step a stall hits) -> an --inject text
+Draw = Callable[[Mesh, random.Random, int, int], "str | None"]
+
+
+def _slow_link(mesh: Mesh, rng: random.Random, rank: int, step: int) -> str | None:
+    dp, tp, pp = mesh["dp"], mesh["tp"], mesh["pp"]
+    world = dp * tp * pp
+    if mesh.get("device") == "cpu":
+        # CPU ranks of one host share no link (gloo copies through memory; the analysis weighs links between
+        # hosts only): a pipeline pair across two hosts, else any pair across them.
+        per_node = mesh.get("devices_per_node", DEVICES_PER_NODE)
+        step_ranks = dp * tp if pp > 1 else 1
+        across = [a for a in range(world - step_ranks) if a // per_node != (a + step_ranks) // per_node]
+        if across:
+            a = rng.choice(across)
+            return f"slow_link:ranks={a}-{a + step_ranks},factor=4"
+    if tp == 2 and rng.random() < 0.5:  # a tensor-parallel pair
+        a = 2 * rng.randrange(world // 2)
+        return f"slow_link:ranks={a}-{a + 1},factor=4"
+    a = rng.randrange(world - dp * tp)  # a pipeline pair: the same (dp, tp) on neighbouring stages
+    return f"slow_link:ranks={a}-{a + dp * tp},factor=4"
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    """One fault kind: its parameters ({parameter: (type, default)}; types: ranks (a list), pair, steps, float,
+    int, str, layers), an example of its ``--inject`` text for the help, and how the scenario matrices draw one
+    (``draw``, given the mesh, the generator, a culprit rank drawn for it and the profiler step a stall hits)."""
+
+    params: dict[str, tuple[str, Any]]
+    example: str
+    draw: Draw
+
+
+FAULTS: dict[str, FaultSpec] = {
+    "slow_device": FaultSpec(
+        {"ranks": ("ranks", None), "factor": ("float", 1.5), "steps": ("steps", None)},
+        "slow_device:ranks=5,factor=1.3[,steps=1-2]",
+        lambda mesh, rng, rank, step: f"slow_device:ranks={rank},factor={rng.choice([1.3, 1.4, 1.5])}",
+    ),
+    "slow_link": FaultSpec(
+        {
+            "ranks": ("pair", None),
+            "nodes": ("pair", None),
+            "factor": ("float", 4.0),
+            "steps": ("steps", None),
+        },
+        "slow_link:ranks=8-16|nodes=0-1,factor=4",
+        _slow_link,
+    ),
+    "stage_imbalance": FaultSpec(
+        {"layers": ("layers", None), "stage": ("int", None), "extra": ("int", 2)},
+        "stage_imbalance:layers=8/6/5/5 | stage=1,extra=2",
+        lambda mesh, rng, rank, step: f"stage_imbalance:stage={rng.randrange(mesh['pp'])},extra=2",
+    ),
+    "host_stall": FaultSpec(
+        {"ranks": ("ranks", None), "steps": ("steps", None), "ms": ("float", 40.0)},
+        "host_stall:ranks=3,steps=2,ms=40",
+        lambda mesh, rng, rank, step: f"host_stall:ranks={rank},steps={step},ms={rng.choice([20, 30, 40])}",
+    ),
+    "operator_hotspot": FaultSpec(
+        {
+            "ranks": ("ranks", None),
+            "operator": ("str", "flash_attention"),
+            "factor": ("float", 3.0),
+            "steps": ("steps", None),
+        },
+        "operator_hotspot:ranks=2,operator=flash_attention,factor=3",
+        lambda mesh, rng, rank, step: f"operator_hotspot:ranks={rank},operator=flash_attention,factor=3",
+    ),
+    "clock_skew": FaultSpec(
+        {"nodes": ("ranks", [1]), "ms": ("float", 3.0)},
+        "clock_skew:nodes=1,ms=3",
+        lambda mesh, rng, rank, step: (
+            f"clock_skew:nodes={rng.randrange(1, -(-mesh['dp'] * mesh['tp'] * mesh['pp'] // 8))},ms=3"
+        ),
+    ),
+    "expert_imbalance": FaultSpec(
+        {"ep_rank": ("int", 0), "factor": ("float", 2.5), "steps": ("steps", None)},
+        "expert_imbalance:ep_rank=0,factor=2.5",
+        lambda mesh, rng, rank, step: f"expert_imbalance:ep_rank={rng.randrange(mesh['ep'])},factor=2.5",
+    ),
 }
-assert set(PARAMS) == set(KINDS), "every fault the registry names has its parameters here, and no other"
+assert set(FAULTS) == set(KINDS), "every fault the registry names has its entry here, and no other"
+PARAMS: dict[str, dict[str, tuple[str, Any]]] = {kind: spec.params for kind, spec in FAULTS.items()}
 ALIASES = {
     "rank": "ranks",
     "node": "nodes",
@@ -45,12 +111,7 @@ ALIASES = {
     "host": "nodes",
     "hosts": "nodes",
 }
-HELP = (
-    "slow_device:ranks=5,factor=1.3[,steps=1-2]  slow_link:ranks=8-16|nodes=0-1,factor=4  "
-    "stage_imbalance:layers=8/6/5/5 | stage=1,extra=2  host_stall:ranks=3,steps=2,ms=40  "
-    "operator_hotspot:ranks=2,operator=flash_attention,factor=3  clock_skew:nodes=1,ms=3  "
-    "expert_imbalance:ep_rank=0,factor=2.5. Lists: 1+3+5 or 4-7 (inclusive range)."
-)
+HELP = "  ".join(spec.example for spec in FAULTS.values()) + ". Lists: 1+3+5 or 4-7 (inclusive range)."
 
 
 class FaultError(ValueError):
@@ -156,34 +217,6 @@ def random_fault(kind: str, mesh: dict[str, Any], rng: random.Random, step: int 
     """An ``--inject`` text for one fault of ``kind`` with a culprit drawn from ``mesh`` (dp, tp, pp, ep; Megatron rank
     order: tp fastest, then dp, pp); None for ``none``. A host stall hits profiler step ``step`` only. The scenario
     matrices draw their faults with it."""
-    dp, tp, pp = mesh["dp"], mesh["tp"], mesh["pp"]
-    world = dp * tp * pp
-    rank = rng.randrange(world)
-    if kind == "slow_device":
-        return f"slow_device:ranks={rank},factor={rng.choice([1.3, 1.4, 1.5])}"
-    if kind == "host_stall":
-        return f"host_stall:ranks={rank},steps={step},ms={rng.choice([20, 30, 40])}"
-    if kind == "operator_hotspot":
-        return f"operator_hotspot:ranks={rank},operator=flash_attention,factor=3"
-    if kind == "stage_imbalance":
-        return f"stage_imbalance:stage={rng.randrange(pp)},extra=2"
-    if kind == "slow_link" and mesh.get("device") == "cpu":
-        # CPU ranks of one host share no link (gloo copies through memory; the analysis weighs links between
-        # hosts only): a pipeline pair across two hosts, else any pair across them.
-        per_node = mesh.get("devices_per_node", DEVICES_PER_NODE)
-        step_ranks = dp * tp if pp > 1 else 1
-        across = [a for a in range(world - step_ranks) if a // per_node != (a + step_ranks) // per_node]
-        if across:
-            a = rng.choice(across)
-            return f"slow_link:ranks={a}-{a + step_ranks},factor=4"
-    if kind == "slow_link":
-        if tp == 2 and rng.random() < 0.5:  # a tensor-parallel pair
-            a = 2 * rng.randrange(world // 2)
-            return f"slow_link:ranks={a}-{a + 1},factor=4"
-        a = rng.randrange(world - dp * tp)  # a pipeline pair: the same (dp, tp) on neighbouring stages
-        return f"slow_link:ranks={a}-{a + dp * tp},factor=4"
-    if kind == "clock_skew":
-        return f"clock_skew:nodes={rng.randrange(1, -(-world // 8))},ms=3"
-    if kind == "expert_imbalance":
-        return f"expert_imbalance:ep_rank={rng.randrange(mesh['ep'])},factor=2.5"
-    return None
+    rank = rng.randrange(mesh["dp"] * mesh["tp"] * mesh["pp"])
+    spec = FAULTS.get(kind)
+    return spec.draw(mesh, rng, rank, step) if spec else None

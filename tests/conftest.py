@@ -50,10 +50,10 @@ def sim_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def local_cache(sim_job: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from paradiag import dataset
+    from paradiag import ingest
 
     cache = tmp_path_factory.mktemp("local") / "cache"
-    dataset.ingest(sim_job, cache, workers=1)
+    ingest.ingest(sim_job, cache, workers=1)
     return cache
 
 

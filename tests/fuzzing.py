@@ -5,7 +5,7 @@ A case is a seed (a small well-formed Kineto trace or Ascend rank folder) and a 
 mutator damages one file of a copy of the seed (JSON-level: a field set to a hostile value, removed, nested deep;
 byte-level: flipped bytes, truncation, inserted text, a corrupt gzip stream; CSV cells; SQLite values and pages),
 puts it in a job folder beside one intact rank, and ingests the folder. The oracle: nothing escapes but
-paradiag's documented errors (:class:`~paradiag.dataset.JobError`), no problem reads "internal error", and the
+paradiag's documented errors (:class:`~paradiag.cache.JobError`), no problem reads "internal error", and the
 intact rank always loads.
 """
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from paradiag import dataset
+from paradiag import cache, ingest
 from tests.helpers import kineto_trace, make_prof, write_trace
 
 REPO = Path(__file__).resolve().parents[1]
@@ -372,8 +372,8 @@ def run_case(seed: Seed, number: int, work: Path) -> list[str]:
     folder.mkdir(parents=True)
     seed.write(folder, random.Random(number))
     try:
-        job = dataset.ingest(folder, work / "cache", workers=1)
-    except dataset.JobError as exc:
+        job = ingest.ingest(folder, work / "cache", workers=1)
+    except cache.JobError as exc:
         raise AssertionError(f"{seed.name} #{number}: the intact rank did not load: {exc}") from exc
     internal = [str(p) for p in job.problems if "internal error" in p.message]
     assert not internal, f"{seed.name} #{number}: {internal}"

@@ -11,8 +11,9 @@ from typing import Any
 import pyarrow as pa
 
 import paradiag
-from paradiag import dataset, schema
+from paradiag import schema
 from paradiag.analysis.report import build_report
+from paradiag.cache import MANIFEST
 from paradiag.parsers import msprof
 
 
@@ -227,9 +228,9 @@ def assert_same_cache(cache: Path, expected: Path) -> None:
     files = sorted(p.relative_to(expected) for p in expected.rglob("*") if p.is_file())
     assert sorted(p.relative_to(cache) for p in cache.rglob("*") if p.is_file()) == files
     for rel in files:
-        if rel.name != dataset.MANIFEST:
+        if rel.name != MANIFEST:
             assert (cache / rel).read_bytes() == (expected / rel).read_bytes(), rel
-    manifests = [json.loads((c / dataset.MANIFEST).read_text()) for c in (cache, expected)]
+    manifests = [json.loads((c / MANIFEST).read_text()) for c in (cache, expected)]
     for m in manifests:
         m.pop("created")
     assert manifests[0] == manifests[1]

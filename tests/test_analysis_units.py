@@ -349,7 +349,7 @@ def test_impact_is_capped_by_the_waits_caused() -> None:
     frame = device_frame(events([kernel(r, "gemm_fwd", 0, c) for r, c in enumerate([500, 500, 600])]))
     waited = {(0, 0): {"wait_ns": 40, "caused_ns": 0}, (2, 0): {"wait_ns": 0, "caused_ns": 30}}
     (f,) = findings.rank_findings(frame, figures, [[0, 1, 2]], {}, waited, 1000)
-    assert f["culprit"]["ranks"] == [2] and f["impact_pct"] == pytest.approx(3.0)
+    assert f.culprit.ranks == [2] and f.impact_pct == pytest.approx(3.0)
     absorbed = {(0, 0): {"wait_ns": 40, "caused_ns": 0}, (1, 0): {"wait_ns": 0, "caused_ns": 40}}
     assert findings.rank_findings(frame, figures, [[0, 1, 2]], {}, absorbed, 1000) == []
 
@@ -450,7 +450,7 @@ def test_stage_and_clock_findings() -> None:
         ],
     }
     (f,) = findings.stage_findings(metrics)
-    assert (f["kind"], f["culprit"], f["impact_pct"], f["severity"]) == (
+    assert (f.kind, f.culprit.as_json(), f.impact_pct, f.severity) == (
         "stage_imbalance",
         {"stage": 1, "ranks": [1]},
         20.0,
@@ -458,7 +458,7 @@ def test_stage_and_clock_findings() -> None:
     )
     ranks = ranks_table(2, hosts=["a", "b"]).set_column(9, "clock_offset_ns", pa.array([0, -3_000_000]))
     (c,) = findings.clock_findings(ranks)
-    assert (c["kind"], c["culprit"], c["impact_pct"]) == ("clock_skew", {"ranks": [1], "hosts": ["b"]}, 0.0)
+    assert (c.kind, c.culprit.as_json(), c.impact_pct) == ("clock_skew", {"ranks": [1], "hosts": ["b"]}, 0.0)
 
 
 def test_slow_link_from_collective_groups() -> None:
@@ -478,9 +478,9 @@ def test_slow_link_from_collective_groups() -> None:
     (f,) = findings.link_findings(
         inst, comm.p2p_transfers(frame), members, dict.fromkeys(range(8), "h"), 10_000, 1
     )
-    assert f["kind"] == "slow_link"
-    assert f["culprit"]["link"] == {"ranks": [2, 3]}
-    assert f["impact_pct"] == pytest.approx(100 * 3 * 300 / 10_000)
+    assert f.kind == "slow_link"
+    assert f.culprit.link == [2, 3]
+    assert f.impact_pct == pytest.approx(100 * 3 * 300 / 10_000)
 
 
 def test_a_slow_group_link_names_every_rank_of_it() -> None:
@@ -498,8 +498,8 @@ def test_a_slow_group_link_names_every_rank_of_it() -> None:
     (f,) = findings.link_findings(
         inst, comm.p2p_transfers(frame), members, dict.fromkeys(range(16), "h"), 10_000, 1
     )
-    assert f["culprit"]["ranks"] == [4, 5, 6, 7]
-    assert f["evidence"].startswith("link of ranks 4, 5, 6, 7 (intra-node)")
+    assert f.culprit.ranks == [4, 5, 6, 7]
+    assert f.evidence.startswith("link of ranks 4, 5, 6, 7 (intra-node)")
 
 
 # ---- aggregated Ascend cluster step times ----

@@ -241,13 +241,18 @@ def pick_baseline(duo: Any, name: str) -> None:
 
 
 def wait_option(duo: Any, text: str, timeout: float = 5) -> bool:
-    """Whether an open dropdown came to list an option holding ``text`` (it filters as one types)."""
+    """Whether an open dropdown came to list only options holding ``text`` (it filters as one types).
+
+    Every option, not any: until the filter has run the full list is still shown, and Enter then takes
+    its first option (a CI run picked a SendRecv kernel so, while a gemm was listed further down)."""
     script = (
-        "return Array.from(document.querySelectorAll('[role=option]')).map(o => o.textContent.toLowerCase())"
-    )
+        "return Array.from(document.querySelectorAll('.dash-dropdown-content [role=option]'))"
+        ".map(o => o.textContent.toLowerCase())"
+    )  # the open dropdown's options (radio and check items are options in listboxes too)
     deadline = time.time() + timeout
     while time.time() < deadline:
-        if any(text.lower() in o for o in duo.driver.execute_script(script) or []):
+        options = duo.driver.execute_script(script) or []
+        if options and all(text.lower() in o for o in options):
             return True
         time.sleep(0.1)
     return False

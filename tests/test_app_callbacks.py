@@ -161,6 +161,7 @@ def test_a_change_reaches_only_the_views_it_concerns(sel: Selection) -> None:
     }
     assert updated(select(None, None, None, f"?job=sample:{SAMPLE}&step=2")) == {
         "mark",
+        "step",
         "timeline",
         "detail",
         "marey",
@@ -176,7 +177,7 @@ def test_a_new_page_draws_summary_and_heatmap_first(sel: Selection) -> None:
     from paradiag.app.views import VIEW_FIELDS
 
     first = dict(zip(VIEW_FIELDS, view_updates(None, sel), strict=True))
-    assert {k for k, v in first.items() if v is not no_update} == set(FIRST) == {"job", "mark"}
+    assert {k for k, v in first.items() if v is not no_update} == set(FIRST) == {"job", "mark", "step"}
     later = release({"data": []}, sel.to_store(), *[None] * len(LATER))
     assert [v["job"] for v in later] == [sel.job] * len(LATER)
     assert release({"data": []}, sel.to_store(), *later) == (no_update,) * len(LATER)
@@ -239,12 +240,15 @@ def test_a_new_step_moves_only_the_step_charts_marker(sel: Selection) -> None:
     from paradiag.app.views.overview.live import mark_steps, render_steps
 
     new = select((ids.STEPS, "clickData"), {"points": [{"x": 2}]}, sel, "")
-    ops = mark_steps(new.view("mark")).to_plotly_json()["operations"]
+    ops = mark_steps(new.view("step")).to_plotly_json()["operations"]
     assert [op["location"] for op in ops] == [["layout", "shapes"]]
-    full = render_steps(new.view("job"), new.view("mark")).to_plotly_json()["layout"]["shapes"]
+    full = render_steps(new.view("job"), new.view("step")).to_plotly_json()["layout"]["shapes"]
     assert ops[0]["params"]["value"] == full and [s["x0"] for s in full] == [2]
     ranks = select((ids.TIMELINE_RANKS, "value"), [3], new, "")
-    assert mark_steps(ranks.view("mark")).to_plotly_json()["operations"][0]["params"]["value"] == full
+    assert ranks.view("step") == new.view(
+        "step"
+    )  # other ranks of the same step: the step chart is left alone
+    assert mark_steps(ranks.view("step")).to_plotly_json()["operations"][0]["params"]["value"] == full
 
 
 def context_job(sel: Selection) -> Any:
@@ -321,17 +325,15 @@ def test_marey_click_selects_operator_and_flow_rings_it(sel: Selection) -> None:
     assert [op["location"] for op in ring_patch] == [["data", flow_drawn["traces"] - 1]] and len(
         ring_patch[0]["params"]["value"]["x"]
     ) == len(rings.x)
-    outline = next(
-        t for t in render_marey(new.view("marey"), ["devices"])[0].data if t.name == "selected operator"
-    )
-    assert len(outline.x) > 0
+    outline = render_marey(new.view("marey"), ["devices"])[0].layout.shapes[-1]
+    assert outline.name == "selected operator" and outline.path.count("M") > 0
     patch, _, _ = render_marey(
         new.view("marey"), ["devices"], [], drawn
     )  # the same drawing: only the outline is sent
     ops = patch.to_plotly_json()["operations"]
-    assert [op["location"] for op in ops] == [["data", drawn["traces"] - 1]] and ops[0]["params"]["value"][
-        "name"
-    ] == "selected operator"
+    assert [op["location"] for op in ops] == [["layout", "shapes", drawn["shapes"] - 1]] and ops[0]["params"][
+        "value"
+    ]["name"] == "selected operator"
 
 
 def test_marey_zoom_merges_fewer_bands(sel: Selection) -> None:

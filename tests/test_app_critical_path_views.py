@@ -37,8 +37,8 @@ def test_the_path_runs_along_the_slow_ranks_row(monkeypatch: pytest.MonkeyPatch,
     fig = marey_figure(data, path=path)
     trace = next(t for t in fig.data if t.name == "critical path")
     assert (
-        fig.data[-1].name == "selected operator"
-    )  # the selection's outline stays last (it is patched alone)
+        fig.layout.shapes[-1].name == "selected operator"
+    )  # the selection's outline stays the last shape (it is patched alone)
     rank_y = rows_of(data)[1]
     by_row = _time_by_row(trace)
     assert max(by_row, key=by_row.__getitem__) == pytest.approx(rank_y[5])
@@ -67,7 +67,7 @@ def test_the_path_is_clipped_to_the_window_and_bounded() -> None:
 
 def test_the_snapshot_draws_the_path_and_says_so(tmp_path: Path) -> None:
     from paradiag.analysis.report import build_report
-    from paradiag.static import render_snapshot
+    from paradiag.app.static_page import render_snapshot
 
     job = paradiag.open(SLOW)
     page = render_snapshot(job, build_report(job))

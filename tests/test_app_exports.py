@@ -177,7 +177,7 @@ def test_the_snapshot_writes_each_points_hover_text_out(app_ctx: Any) -> None:
     from paradiag.app.data.overview import opening_step
     from paradiag.app.figures.common import text_of
     from paradiag.app.figures.marey import marey_figure
-    from paradiag.static import _figure, render_snapshot
+    from paradiag.app.static_page import _figure, render_snapshot
 
     job = paradiag.open(f"sample_traces/{SAMPLE}")
     page = render_snapshot(job, report_of(job, job.diagnosis()))

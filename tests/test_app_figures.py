@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import pytest
 
 from paradiag.app import palette
 from paradiag.app.data.overview import heatmap_rows
-from paradiag.app.figures.common import bars, short_name
+from paradiag.app.figures.common import boxes_path, short_name
 from paradiag.app.figures.flow import flow_figure
 from paradiag.app.figures.heatmap import heatmap_figure
 from paradiag.app.figures.timeline import ROW_PX, timeline_figure
@@ -19,10 +20,13 @@ def _gaps(values: Any) -> list[float | None]:
     return [None if math.isnan(v) else float(v) for v in values]
 
 
-def test_bars_are_nan_separated_closed_polygons() -> None:
-    xs, ys = bars([0.0, 2.0], [1.0, 3.0], [0, 1], 0.25)
-    assert _gaps(xs) == [0.0, 1.0, 1.0, 0.0, None, 2.0, 3.0, 3.0, 2.0, None]
-    assert _gaps(ys) == [-0.25, -0.25, 0.25, 0.25, None, 0.75, 0.75, 1.25, 1.25, None]
+def test_bars_are_closed_pieces_of_one_path() -> None:
+    # x to 1/20,000 of its extent (3: four decimals), y (rows) to 0.001; a bar with a missing end is left out
+    assert (
+        boxes_path([0.0, 2.0, math.nan], [1.0, 3.0, 4.0], [-0.25, 0.75, 1.75], [0.25, 1.25, 2.25])
+        == "M0.0000,-0.250H1.0000V0.250H0.0000ZM2.0000,0.750H3.0000V1.250H2.0000Z"
+    )
+    assert boxes_path([], [], [], []) == ""
 
 
 def test_short_name_drops_templates_and_namespaces() -> None:
@@ -120,13 +124,13 @@ def test_timeline_draws_one_webgl_trace_per_kind_plus_waits_and_links() -> None:
     assert all(
         t.type == "scatter" for t in fig.data
     )  # SVG: a WebGL canvas as tall as a timeline costs seconds
-    compute = next(t for t in fig.data if t.name == "compute" and t.fill == "toself")
-    assert compute.fillcolor == palette.KIND["compute"]
-    assert _gaps(compute.x) == [0.0, 1.0, 1.0, 0.0, None, 5.0, 6.0, 6.0, 5.0, None]
+    # the bars: one filled path shape per kind (in its legend group, whose entry is a trace of its own)
+    compute = next(s for s in fig.layout.shapes if s.name == "compute")
+    assert compute.fillcolor == palette.KIND["compute"] and compute.legendgroup == "compute"
     half = max(3.0, min(16.0, ROW_PX * 0.7)) / 2 / ROW_PX  # the bars as high as the lines they replace
-    assert compute.y[:4] == pytest.approx([-half, -half, half, half]) and compute.y[5] == pytest.approx(
-        1 - half
-    )
+    corners = [[float(v) for v in m.split(",")] for m in re.findall(r"M([-0-9.]+,[-0-9.]+)", compute.path)]
+    assert corners == [[0.0, pytest.approx(-half, abs=1e-3)], [5.0, pytest.approx(1 - half, abs=1e-3)]]
+    assert re.findall(r"H([-0-9.]+)", compute.path)[::2] == ["1.0000", "6.0000"]
     assert fig.layout.uirevision == "u"
     assert list(fig.layout.xaxis.range) == [0.0, 10.0]
 

@@ -300,7 +300,7 @@ def test_the_code_hashed_is_what_the_compute_function_reaches() -> None:
         "paradiag.app.data.comm",
         "paradiag.app.data.common",
         "paradiag.analysis.comm",
-        "paradiag.dataset",
+        "paradiag.job",
         "paradiag.schema",
     } <= set(sources)
     assert not {

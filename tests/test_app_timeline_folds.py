@@ -110,7 +110,7 @@ def test_alike_ranks_fold_and_the_culprit_stays_single(served: tuple[Any, Path])
             lo <= a <= b <= hi
             for lo, a, b, hi in zip(seg["lo"], seg["x0"], seg["x1"], seg["hi"], strict=True)
         )
-    names = {t.name for t in fig.data}
+    names = {t.name for t in fig.data} | {s.name for s in fig.layout.shapes}  # bars are shapes, hovers traces
     assert {"compute spread", "compute folded"} <= names and "critical path" not in names
 
 

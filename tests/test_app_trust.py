@@ -161,11 +161,11 @@ def test_no_name_in_an_upload_lands_outside_its_folder(server: tuple[str, Path])
 def crafted_cache(tmp: Path, **changes: Any) -> list[tuple[str, bytes]]:
     """The files of a real paradiag cache of the sample, its manifest changed by ``changes`` (``sources``: a
     function of the sources list), as an upload would send them."""
-    from paradiag import dataset
+    from paradiag import ingest
 
     cache = tmp / "real-cache"
     if not cache.is_dir():
-        dataset.ingest(SAMPLE, cache, workers=1)
+        ingest.ingest(SAMPLE, cache, workers=1)
     manifest = json.loads((cache / "manifest.json").read_text())
     for key, value in changes.items():
         manifest[key] = value(manifest[key]) if callable(value) else value
@@ -329,7 +329,8 @@ def cache_with(tmp_path: Path, **changes: Any) -> Path:
 def test_a_crafted_cache_opened_by_path_is_a_clear_error(
     tmp_path: Path, changes: dict[str, Any], named: str
 ) -> None:
-    from paradiag.dataset import JobError, open_job
+    from paradiag.cache import JobError
+    from paradiag.dataset import open_job
 
     folder = cache_with(tmp_path, **changes)
     with pytest.raises(JobError, match="not a readable paradiag cache") as refused:
@@ -340,7 +341,8 @@ def test_a_crafted_cache_opened_by_path_is_a_clear_error(
 
 
 def test_a_cache_link_out_of_its_folder_or_missing_table_is_a_clear_error(tmp_path: Path) -> None:
-    from paradiag.dataset import JobError, open_job
+    from paradiag.cache import JobError
+    from paradiag.dataset import open_job
 
     folder = cache_with(tmp_path)
     (folder / "events" / "part-00000.parquet").unlink()
@@ -356,7 +358,8 @@ def test_a_cache_link_out_of_its_folder_or_missing_table_is_a_clear_error(tmp_pa
 
 
 def test_a_caches_source_is_followed_only_by_the_rule(tmp_path: Path) -> None:
-    from paradiag.dataset import JobError, followed_source, open_job
+    from paradiag.cache import JobError
+    from paradiag.dataset import followed_source, open_job
 
     real = tmp_path / "job"
     shutil.copytree(SAMPLE, real)

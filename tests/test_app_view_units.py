@@ -66,6 +66,7 @@ def test_every_view_is_one_unit() -> None:
     assert set(VIEW_FIELDS) == {
         "job",
         "mark",
+        "step",
         "timeline",
         "search",
         "marey",
@@ -74,6 +75,27 @@ def test_every_view_is_one_unit() -> None:
         "compare",
         "flow",
     }
+
+
+def test_the_job_page_places_every_view_in_order_half_width_panels_in_pairs() -> None:
+    """The page reads each view's place (``HALF``, ``EXPORTS``): a view added to NAMES is on the page with no
+    edit of the layout; the first screen is the overview beside the timeline."""
+    from paradiag.app.layouts import job_page
+
+    def graphs(c: Any) -> list[str]:
+        return [x.id for x in c._traverse() if type(x).__name__ == "Graph"]
+
+    placed = [
+        ("row" if getattr(c, "className", "") == "pd-row" else "whole", graphs(c)) for c in job_page.panels()
+    ]
+    main = ("heatmap", "timeline", "marey", "detail-operators", "comm-matrix", "compare-ranks", "flow")
+    assert [(kind, [g for g in gs if g in main]) for kind, gs in placed] == [
+        ("row", ["heatmap", "timeline"]),
+        ("whole", ["marey"]),
+        ("row", ["detail-operators", "comm-matrix"]),
+        ("whole", ["compare-ranks"]),
+        ("whole", ["flow"]),
+    ]
 
 
 def test_each_store_feeds_only_its_views_graphs(app: Any) -> None:
@@ -91,7 +113,8 @@ def test_each_store_feeds_only_its_views_graphs(app: Any) -> None:
     }
     expected = {
         "job": {ids.HEATMAP, ids.STEPS},
-        "mark": {ids.HEATMAP, ids.STEPS},
+        "mark": {ids.HEATMAP},
+        "step": {ids.STEPS},
         "timeline": {ids.TIMELINE},
         "search": set(),
         "marey": {ids.MAREY},
@@ -157,10 +180,17 @@ def test_a_gesture_redraws_the_graphs_whose_fields_it_changed(app: Any) -> None:
         }
         assert redrawn((ids.HEATMAP, "clickData"), {"points": [{"x": "1", "y": 5, "customdata": "6"}]}) == {
             ids.HEATMAP,
-            ids.STEPS,
             ids.TIMELINE,
             ids.DETAIL_OPERATORS,
-        }
+        }  # the same step: the step chart's marker stays
+        assert redrawn((ids.HEATMAP, "clickData"), {"points": [{"x": "0", "y": 5, "customdata": "6"}]}) == {
+            ids.HEATMAP,
+            ids.STEPS,
+            ids.TIMELINE,
+            ids.MAREY,
+            ids.FLOW,
+            ids.DETAIL_OPERATORS,
+        }  # another step: every view of the step
         other = 2 if sel.step != 2 else 0
         assert redrawn((ids.STEPS, "clickData"), {"points": [{"x": other}]}) == {
             ids.HEATMAP,

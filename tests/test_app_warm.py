@@ -19,7 +19,7 @@ def warmed_app(folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, wh
     from paradiag.app.config import Config
     from paradiag.app.factory import create_app
     from paradiag.app.warm import warm
-    from paradiag.dataset import Job
+    from paradiag.job import Job
 
     monkeypatch.setenv("PARADIAG_CACHE_DIR", str(tmp_path / "cache"))
     app = create_app(

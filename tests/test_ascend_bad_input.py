@@ -59,7 +59,7 @@ def test_truncated_trace_view(tmp_path: Path) -> None:
 
 def test_truncated_trace_view_is_reported_on_the_file_by_the_job(tmp_path: Path) -> None:
     import paradiag
-    from paradiag.dataset import JobError
+    from paradiag.cache import JobError
 
     rank = copy(TEXT, tmp_path / "job")
     truncate(rank / OUT / "trace_view.json", 0.6)

@@ -72,7 +72,7 @@ def test_a_rank_folder_is_a_one_rank_job(tmp_path: Path) -> None:
 def test_old_layouts_are_named_in_one_line(tmp_path: Path) -> None:
     """CANN <= 6.3 PROF_*/device_*/data and MindSpore <= 2.2 profiler/ folders: one line each, not one per file."""
     import paradiag
-    from paradiag.dataset import JobError
+    from paradiag.cache import JobError
 
     prof = tmp_path / "cann" / "PROF_000001_20230101000000000_ABCDEFGH" / "device_0"
     (prof / "data").mkdir(parents=True)

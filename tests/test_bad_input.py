@@ -17,9 +17,8 @@ import pytest
 from click.testing import CliRunner
 
 import paradiag
-from paradiag import cache, dataset
+from paradiag.cache import HOST, JobError, remove_stale
 from paradiag.cli import main
-from paradiag.dataset import JobError
 from tests.helpers import kineto_trace, write_job, write_trace
 
 BAD_FILES = {
@@ -221,7 +220,7 @@ def test_unreadable_files_and_folders_are_named_and_skipped(tmp_path: Path) -> N
 KILLED_SCRIPT = """
 import sys, time
 from pathlib import Path
-from paradiag import dataset
+from paradiag import ingest, pool
 from paradiag.parsers import kineto
 
 parse = kineto.parse
@@ -229,8 +228,8 @@ def slow(*args, **kwargs):
     time.sleep(60)  # a big rank: the ingest is killed while its workers parse
     return parse(*args, **kwargs)
 kineto.parse = slow
-dataset.IN_PROCESS_BYTES = 0
-dataset.ingest(Path(sys.argv[1]), Path(sys.argv[2]), workers=2)
+pool.IN_PROCESS_BYTES = 0
+ingest.ingest(Path(sys.argv[1]), Path(sys.argv[2]), workers=2)
 """
 
 
@@ -259,12 +258,12 @@ def test_killed_ingest_takes_its_workers_along_and_the_next_ingest_cleans_up(tmp
 
 
 def test_scratch_folders_of_live_ingests_are_kept(tmp_path: Path) -> None:
-    live = tmp_path / f".job.tmp-{cache.HOST}-{os.getpid()}-0123abcd"
+    live = tmp_path / f".job.tmp-{HOST}-{os.getpid()}-0123abcd"
     other_host = tmp_path / ".job.tmp-elsewhere-999999999-0123abcd"
     unrelated = tmp_path / ".job.tmp-notours"
     for path in (live, other_host, unrelated):
         path.mkdir()
-    assert dataset.remove_stale(tmp_path) == []
+    assert remove_stale(tmp_path) == []
     assert all(p.is_dir() for p in (live, other_host, unrelated))
 
 

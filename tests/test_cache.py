@@ -11,7 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import paradiag
-from paradiag import dataset
+from paradiag import ingest
+from paradiag.cache import JobError, is_cache
 from tests.helpers import kineto_trace, write_job, write_trace
 
 
@@ -49,7 +50,7 @@ def test_current_cache_is_read_not_parsed(tmp_path: Path, monkeypatch: pytest.Mo
     def no_parse(*args: object, **kwargs: object) -> None:
         raise AssertionError("the cache was current: nothing should be parsed")
 
-    monkeypatch.setattr(dataset, "_parse_all", no_parse)
+    monkeypatch.setattr("paradiag.ingest.parse_all", no_parse)
     again = paradiag.open(folder)
     assert again.cache_dir == first.cache_dir
     assert again.content_hash == first.content_hash
@@ -82,10 +83,10 @@ def test_killed_ingest_leaves_no_valid_cache(tmp_path: Path, monkeypatch: pytest
     def killed(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt  # as if the process were stopped half-way
 
-    monkeypatch.setattr(dataset, "_finish", killed)
+    monkeypatch.setattr("paradiag.ingest._finish", killed)
     with pytest.raises(KeyboardInterrupt):
-        dataset.ingest(folder, cache)
-    assert not dataset.is_cache(cache)
+        ingest.ingest(folder, cache)
+    assert not is_cache(cache)
     assert list(tmp_path.glob(".cache.tmp-*")) == []
     monkeypatch.undo()
     assert paradiag.open(folder, cache).rank_ids == [0, 1]
@@ -95,11 +96,13 @@ def test_existing_cache_survives_a_failed_rebuild(tmp_path: Path, monkeypatch: p
     folder = write_job(tmp_path / "job")
     cache = tmp_path / "cache"
     good = paradiag.open(folder, cache)
-    monkeypatch.setattr(dataset, "_finish", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full")))
+    monkeypatch.setattr(
+        "paradiag.ingest._finish", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full"))
+    )
     with pytest.raises(OSError):
-        dataset.ingest(folder, cache)
+        ingest.ingest(folder, cache)
     monkeypatch.undo()
-    assert dataset.is_cache(cache)
+    assert is_cache(cache)
     assert paradiag.open(cache).content_hash == good.content_hash
 
 
@@ -107,10 +110,10 @@ def test_source_folder_is_never_modified(tmp_path: Path) -> None:
     folder = write_job(tmp_path / "job")
     before = tree_digest(folder)
     paradiag.open(folder)
-    dataset.ingest(folder)
+    ingest.ingest(folder)
     assert tree_digest(folder) == before
-    with pytest.raises(dataset.JobError, match="inside the source folder"):
-        dataset.ingest(folder, folder / "cache")
+    with pytest.raises(JobError, match="inside the source folder"):
+        ingest.ingest(folder, folder / "cache")
 
 
 def test_opening_the_cache_folder_directly(tmp_path: Path) -> None:

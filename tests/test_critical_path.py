@@ -28,7 +28,7 @@ MESH = {"dp": 2, "tp": 2, "pp": 2, "steps": 2, "layers": 4, "jitter": 0.0}
 SCHEMA = Path(__file__).resolve().parents[1] / "docs" / "report.schema.json"
 
 
-def _diagnosis(tmp: Path, name: str, *faults: str, **options: Any) -> tuple[paradiag.dataset.Job, Diagnosis]:
+def _diagnosis(tmp: Path, name: str, *faults: str, **options: Any) -> tuple[paradiag.job.Job, Diagnosis]:
     folder = simulate(
         SimConfig(output=tmp / name, faults=tuple(parse_fault(f) for f in faults), **{**MESH, **options})
     )
@@ -250,3 +250,51 @@ def test_real_npu_wait_is_followed_to_the_collective() -> None:
     assert step["waiting_ns"] < 0.01 * step["length_ns"]
     assert step["communication_ns"] > 0.5 * step["length_ns"]
     assert step["by_operator"][0]["kind"] == "communication"
+
+
+def _handed_on_graph() -> Any:
+    """The replay graph of rank 0 computing ``a`` (0-30) and sending (32-34) to rank 1, whose receive (5-31) ends
+    before the send's event begins (gloo's annotation after the handoff), then computes ``b`` (31-41)."""
+    from paradiag.analysis.depgraph import build_graph
+
+    frame = _frame([
+        (0, 1, "compute", "a", 0, 30, -1), (0, 3, "communication", "send", 32, 34, 1),
+        (1, 3, "communication", "recv", 5, 31, 0), (1, 1, "compute", "b", 31, 41, -1),
+    ])  # fmt: skip
+    steps = pa.table({"rank": [0, 1], "step": [0, 0], "start_ns": [0, 0], "end_ns": [34, 41]})
+    return build_graph(frame, steps, comm.p2p_transfers(frame.take(slice(None))), {0: "h", 1: "h"})
+
+
+def test_a_receive_that_ends_before_its_send_begins_still_waits_for_it() -> None:
+    """gloo records a send's annotation once c10d::send has passed the data on: the traces can show the receive
+    ending (31) before its send's event begins (32). The receive still waited for that send: when the sender's
+    work before it takes 20 less, the receiver ends 20 earlier, and so does its work after it (the replay once
+    took such a receive for one that never waited, and held it at its measured end)."""
+    from paradiag.analysis.replay import Timing, replay
+
+    g = _handed_on_graph()
+    t = Timing.of(g)
+    assert (replay(g, t) == g.end).all()  # without an edit, the traces as they are
+    a = int(np.flatnonzero((g.rank == 0) & (g.end == 30))[0])
+    t.dur = t.dur.copy()
+    t.dur[a] -= 20
+    moved = g.end - replay(g, t)
+    assert {(int(r), int(e)): int(m) for r, e, m in zip(g.rank, g.end, moved, strict=True)} == {
+        (0, 30): 20,
+        (0, 34): 20,
+        (1, 31): 20,
+        (1, 41): 20,
+    }
+
+
+def test_a_replay_whose_dependencies_run_in_a_circle_says_so_and_ends() -> None:
+    """Events that wait for each other in a circle (traces whose events are not in the order their work ran) make
+    a replay that would never settle: it raises ReplayError (an EditError: the finding keeps its own estimate,
+    ``paradiag whatif`` says why) instead of running forever."""
+    from paradiag.analysis.replay import ReplayError, Timing, replay
+
+    g = _handed_on_graph()
+    first, last = int(np.flatnonzero(g.end == 30)[0]), int(np.flatnonzero(g.end == 41)[0])
+    g.pred[first] = last  # a waits for b, which waits (through the receive and the send) for a
+    with pytest.raises(ReplayError, match="does not settle"):
+        replay(g, Timing.of(g))

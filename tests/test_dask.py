@@ -22,9 +22,10 @@ import pytest
 from click.testing import CliRunner
 
 import paradiag
-from paradiag import dataset, parse_worker
+from paradiag import ingest, parse_worker
 from paradiag.analysis.diagnose import RANK_TABLES, diagnose
 from paradiag.analysis.diagnosis_types import TABLES
+from paradiag.cache import MANIFEST, JobError
 from paradiag.cli import main
 from paradiag.simulator.config import SimConfig
 from paradiag.simulator.run import simulate
@@ -51,7 +52,7 @@ def _free_port() -> int:
 def test_local_cluster_equals_local_ingest(
     sim_job: Path, local_cache: Path, cluster: Any, tmp_path: Path
 ) -> None:
-    job = dataset.ingest(sim_job, tmp_path / "cache", dask=cluster.scheduler_address)
+    job = ingest.ingest(sim_job, tmp_path / "cache", dask=cluster.scheduler_address)
     assert job.rank_ids == [0, 1, 2, 3] and job.problems == []
     assert_same_cache(tmp_path / "cache", local_cache)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no scratch folder left beside it
@@ -59,7 +60,7 @@ def test_local_cluster_equals_local_ingest(
 
 def test_progress_reports_every_rank(sim_job: Path, cluster: Any, tmp_path: Path) -> None:
     seen: list[tuple[int, int, str]] = []
-    dataset.ingest(
+    ingest.ingest(
         sim_job, tmp_path / "cache", dask=cluster.scheduler_address, progress=lambda *a: seen.append(a)
     )
     parsed = [s for s in seen if s[2] != "analysing"]
@@ -138,7 +139,7 @@ def test_failed_task_is_retried_once(
 ) -> None:
     name = sorted(p.name for p in sim_job.glob("*.pt.trace.json"))[1]
     calls = _failing(monkeypatch, name, times=1)
-    job = dataset.ingest(sim_job, tmp_path / "cache", dask=threaded_cluster.scheduler_address)
+    job = ingest.ingest(sim_job, tmp_path / "cache", dask=threaded_cluster.scheduler_address)
     assert calls == [name, name] and job.problems == []
     assert_same_cache(tmp_path / "cache", local_cache)
 
@@ -148,7 +149,7 @@ def test_task_failing_twice_is_a_problem(
 ) -> None:
     name = sorted(p.name for p in sim_job.glob("*.pt.trace.json"))[1]
     calls = _failing(monkeypatch, name, times=4)  # twice for each of the two ingests
-    job = dataset.ingest(sim_job, tmp_path / "cache", dask=threaded_cluster.scheduler_address)
+    job = ingest.ingest(sim_job, tmp_path / "cache", dask=threaded_cluster.scheduler_address)
     assert calls == [name, name]
     assert [(p.source, p.severity) for p in job.problems] == [(name, "error")]
     assert (
@@ -160,8 +161,8 @@ def test_task_failing_twice_is_a_problem(
     assert events == {
         Path(s["events_file"]).name for s in job.manifest["sources"]
     }  # the half-written part is gone
-    with pytest.raises(dataset.JobError, match="failed on the Dask cluster twice"):
-        dataset.ingest(sim_job, tmp_path / "strict", dask=threaded_cluster.scheduler_address, strict=True)
+    with pytest.raises(JobError, match="failed on the Dask cluster twice"):
+        ingest.ingest(sim_job, tmp_path / "strict", dask=threaded_cluster.scheduler_address, strict=True)
     assert not (tmp_path / "strict").exists() and not [
         p for p in tmp_path.iterdir() if p.name.startswith(".")
     ]
@@ -175,8 +176,8 @@ def test_worker_that_cannot_see_the_cache_is_refused(
     monkeypatch.setattr(
         backend, "_sees", lambda *paths: list(paths[1:])
     )  # every worker blind to the scratch folder
-    with pytest.raises(dataset.JobError, match=r"cannot see .*\.cache\.tmp-.*shared path"):
-        dataset.ingest(sim_job, tmp_path / "cache", dask=threaded_cluster.scheduler_address)
+    with pytest.raises(JobError, match=r"cannot see .*\.cache\.tmp-.*shared path"):
+        ingest.ingest(sim_job, tmp_path / "cache", dask=threaded_cluster.scheduler_address)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -196,11 +197,11 @@ def test_unreachable_scheduler_is_a_clear_error(
 
     monkeypatch.setattr(backend, "CONNECT_TIMEOUT_S", 1)
     address = f"tcp://127.0.0.1:{_free_port()}"
-    with pytest.raises(dataset.JobError, match="cannot reach the Dask scheduler"):
-        dataset.ingest(sim_job, tmp_path / "cache", dask=address)
+    with pytest.raises(JobError, match="cannot reach the Dask scheduler"):
+        ingest.ingest(sim_job, tmp_path / "cache", dask=address)
     for unusable in ("tcp://127.0.0.1:", "tcp://127.0.0.1:port", "nosuchscheme://127.0.0.1:8786"):
-        with pytest.raises(dataset.JobError, match="not a scheduler address Dask can use"):
-            dataset.ingest(sim_job, tmp_path / "cache", dask=unusable)
+        with pytest.raises(JobError, match="not a scheduler address Dask can use"):
+            ingest.ingest(sim_job, tmp_path / "cache", dask=unusable)
 
 
 def test_without_dask_installed(sim_job: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -222,16 +223,16 @@ def test_rank_tables_give_the_whole_job_diagnosis(device: str, local_cache: Path
     """The map's tables, computed on each rank's own clock at parse time, give the Diagnosis that computing them
     from the aligned events does (what a cache written before they existed gets)."""
     if device != "h100":
-        local_cache = dataset.ingest(
+        local_cache = ingest.ingest(
             two_host_job(tmp_path / "job", device=device, format="ascend"), tmp_path / "cache"
         ).cache_dir
     old = tmp_path / "old"
     shutil.copytree(local_cache, old)
-    manifest = json.loads((old / dataset.MANIFEST).read_text())
+    manifest = json.loads((old / MANIFEST).read_text())
     assert all(set(s["rank_tables"]) == set(RANK_TABLES) for s in manifest["sources"])
     for s in manifest["sources"]:
         del s["rank_tables"]
-    (old / dataset.MANIFEST).write_text(json.dumps(manifest))
+    (old / MANIFEST).write_text(json.dumps(manifest))
     shutil.rmtree(old / "analysis")
     mapped, whole = diagnose(paradiag.open(local_cache)), diagnose(paradiag.open(old))
     assert mapped.document() == whole.document()
@@ -267,7 +268,7 @@ def test_send_recv_peers_from_the_per_rank_records(tmp_path: Path) -> None:
                 seed=4,
             )
         )
-        job = dataset.ingest(out, tmp_path / f"cache{named}", workers=1)
+        job = ingest.ingest(out, tmp_path / f"cache{named}", workers=1)
         pairs.append(job.diagnosis().p2p)
     assert (
         pairs[0].num_rows == 2 * 2 * 3 * 4
@@ -283,9 +284,9 @@ def test_rank_tables_of_another_analysis_version_are_computed_again(
     stale = tmp_path / "stale"
     shutil.copytree(local_cache, stale)
     assert paradiag.open(stale).rank_tables(0, RANK_TABLES) is not None
-    manifest = json.loads((stale / dataset.MANIFEST).read_text())
+    manifest = json.loads((stale / MANIFEST).read_text())
     manifest["analysis_version"] = "an older analysis"
-    (stale / dataset.MANIFEST).write_text(json.dumps(manifest))
+    (stale / MANIFEST).write_text(json.dumps(manifest))
     for part in (stale / "analysis" / "passes").iterdir():
         part.write_bytes(b"not what this version reads")
     job = paradiag.open(stale)

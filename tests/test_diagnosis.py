@@ -17,11 +17,12 @@ import pyarrow as pa
 import pytest
 
 import paradiag
-from paradiag import dataset
+from paradiag import parse_worker
 from paradiag.analysis import diagnosis_types
 from paradiag.analysis.diagnose import stored_or_computed
 from paradiag.analysis.report import build_report
-from paradiag.dataset import Job
+from paradiag.cache import MANIFEST
+from paradiag.job import Job
 from tests.conftest import REPO
 from tests.test_app_flow_strategy import STRATEGY
 
@@ -56,7 +57,7 @@ def everything(job: Job) -> dict[str, Any]:
         overview,
         timeline,
     )
-    from paradiag.static import render_snapshot
+    from paradiag.app.static_page import render_snapshot
 
     report = build_report(job)
     step = common.slowest_step(job)
@@ -209,7 +210,7 @@ def test_the_reduce_at_ingest_reads_the_maps_frames_which_are_the_events_frames(
     job = paradiag.open(folder, cache_dir=cache)
     assert compared and compared[0] > 0
     assert set(job.by_rank("clock_offset_ns").values()) == {0, -3_000_000}
-    assert not (cache / dataset.FRAMES).exists() and not any(cache.parent.glob(".*tmp*"))
+    assert not (cache / parse_worker.FRAMES).exists() and not any(cache.parent.glob(".*tmp*"))
     monkeypatch.undo()
     again = diagnose.diagnose(paradiag.open(cache))  # reopened: no frames, the events are read
     assert again.document() == job.diagnosis().document()
@@ -223,8 +224,8 @@ def test_the_maps_frames_are_not_uploaded_to_a_cache_at_a_url(tmp_path: Path) ->
     store = tmp_path / "store"
     job = paradiag.open(SAMPLES / "gpu_llm_slow_rank", f"file://{store}")
     generation = next(p for p in store.iterdir() if p.is_dir())
-    assert (generation / dataset.MANIFEST).is_file() and not (generation / dataset.FRAMES).exists()
-    assert not (job.cache_dir / dataset.FRAMES).exists()
+    assert (generation / MANIFEST).is_file() and not (generation / parse_worker.FRAMES).exists()
+    assert not (job.cache_dir / parse_worker.FRAMES).exists()
     local = paradiag.open(SAMPLES / "gpu_llm_slow_rank", cache_dir=tmp_path / "local")
     assert job.diagnosis().document() == local.diagnosis().document()
 

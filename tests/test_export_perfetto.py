@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 import paradiag
 from paradiag.cli import main
-from paradiag.dataset import Job
+from paradiag.job import Job
 from paradiag.simulator.cli import simulate
 
 # Two nodes, the second one's clock 1.7 s off: the export must carry the aligned times, not the raw ones.

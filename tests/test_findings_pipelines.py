@@ -70,7 +70,7 @@ def test_p2p_stretched_now_and_then_is_no_slow_link_but_one_slow_throughout_is()
     assert findings.link_findings(_no_collectives(), _p2p(noisy), {}, host, 300 * MS, 3) == []
     slow = {(0, 1): [2.3, 2.1, 2.5, 2.4, 2.6, 2.2], (1, 2): fast, (2, 3): fast}
     (f,) = findings.link_findings(_no_collectives(), _p2p(slow), {}, host, 300 * MS, 3)
-    assert (f["kind"], f["culprit"]["ranks"]) == ("slow_link", [0, 1])
+    assert (f.kind, f.culprit.ranks) == ("slow_link", [0, 1])
 
 
 def test_a_cpu_jobs_links_are_those_between_hosts() -> None:
@@ -82,11 +82,11 @@ def test_a_cpu_jobs_links_are_those_between_hosts() -> None:
     args = (_no_collectives(), _p2p(slow), {})
     assert findings.link_findings(*args, one_host, 300 * MS, 3, between_hosts=True) == []
     (gpu,) = findings.link_findings(*args, one_host, 300 * MS, 3)
-    assert gpu["culprit"]["ranks"] == [0, 1]
+    assert gpu.culprit.ranks == [0, 1]
     # every pair across the two hosts: each has comparable ones, and the slow one stands apart
     two_hosts = {0: "a", 1: "b", 2: "a", 3: "b"}
     (cpu,) = findings.link_findings(*args, two_hosts, 300 * MS, 3, between_hosts=True)
-    assert (cpu["kind"], cpu["culprit"]["ranks"]) == ("slow_link", [0, 1])
+    assert (cpu.kind, cpu.culprit.ranks) == ("slow_link", [0, 1])
 
 
 def test_a_stage_imbalance_is_weighed_at_the_clocks_speed() -> None:
@@ -122,4 +122,4 @@ def test_a_stage_imbalance_is_weighed_at_the_clocks_speed() -> None:
     assert 200 * MS - scaled["balanced_step_time_ns"] == pytest.approx(6 * saved)
     assert findings.stage_findings(plain) == []  # 1.25 % of the step: under the floor at typical durations
     (f,) = findings.stage_findings(scaled)
-    assert (f["kind"], f["culprit"]["stage"], f["impact_pct"]) == ("stage_imbalance", 1, 7.5)
+    assert (f.kind, f.culprit.stage, f.impact_pct) == ("stage_imbalance", 1, 7.5)

@@ -206,8 +206,8 @@ def test_the_snapshot_shows_the_ranks_and_the_metric_the_app_shows(jobs: dict[st
     caption."""
     from paradiag.analysis.report import report_of
     from paradiag.app.data.overview import opening_step
+    from paradiag.app.static_page import render_snapshot
     from paradiag.app.views.timeline.static import shown_ranks
-    from paradiag.static import render_snapshot
 
     job = jobs["npu_slow_link"]
     f = focus_of(job.diagnosis())

@@ -10,7 +10,7 @@ import pytest
 
 import paradiag
 from paradiag import schema
-from paradiag.dataset import Job
+from paradiag.job import Job
 from tests.conftest import REPO
 
 pd = pytest.importorskip("pandas")

@@ -135,7 +135,7 @@ def _rank_pair(kind: str, work: Path) -> list[Path]:
 def test_a_cut_or_out_of_range_timeline_is_a_named_problem(
     tmp_path: Path, kind: str, label: str, damage: Any
 ) -> None:
-    from paradiag import dataset
+    from paradiag import ingest
 
     job = tmp_path / "job"
     job.mkdir()
@@ -146,7 +146,7 @@ def test_a_cut_or_out_of_range_timeline_is_a_named_problem(
     assert timelines
     for timeline in timelines:
         timeline.write_text(json.dumps(damage(json.loads(timeline.read_text()))))
-    parsed = dataset.ingest(job, tmp_path / "cache", workers=1)
+    parsed = ingest.ingest(job, tmp_path / "cache", workers=1)
     assert not [p for p in parsed.problems if "internal error" in p.message], (
         label,
         [p.message[:300] for p in parsed.problems],

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from paradiag import dataset, parse_worker
+from paradiag import ingest, parse_worker, pool
+from paradiag.cache import JobError
 from paradiag.simulator import SimConfig, parse_fault, simulate
 from tests.helpers import assert_same_cache
 
@@ -41,7 +42,7 @@ def sim_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def one_process(sim_job: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     cache = tmp_path_factory.mktemp("one") / "cache"
-    dataset.ingest(sim_job, cache, workers=1)
+    ingest.ingest(sim_job, cache, workers=1)
     return cache
 
 
@@ -63,9 +64,9 @@ def _dying(monkeypatch: pytest.MonkeyPatch, name: str, times: int, attempts: Pat
         return real(source, root, out_dir, index)
 
     monkeypatch.setattr(parse_worker, "parse_rank", parse)
-    monkeypatch.setattr(dataset, "IN_PROCESS_BYTES", 0)  # the small job goes to worker processes too
+    monkeypatch.setattr(pool, "IN_PROCESS_BYTES", 0)  # the small job goes to worker processes too
     # Forked workers inherit the replaced parse (a fork server would import paradiag afresh).
-    monkeypatch.setattr(dataset, "_pool_context", lambda: get_context("fork"))
+    monkeypatch.setattr(pool, "pool_context", lambda: get_context("fork"))
 
 
 def _name(sim_job: Path) -> str:
@@ -79,7 +80,7 @@ def test_a_rank_whose_worker_fails_once_is_parsed_again(
     attempts = tmp_path / "attempts"
     _dying(monkeypatch, _name(sim_job), 1, attempts, how)
     seen: list[tuple[int, int, str]] = []
-    job = dataset.ingest(sim_job, tmp_path / "cache", workers=2, progress=lambda *a: seen.append(a))
+    job = ingest.ingest(sim_job, tmp_path / "cache", workers=2, progress=lambda *a: seen.append(a))
     assert attempts.read_text().split() == ["x", "x"] and job.problems == []
     assert [d for d, _, s in seen if s != "analysing"] == [1, 2, 3, 4]
     assert_same_cache(tmp_path / "cache", one_process)
@@ -92,7 +93,7 @@ def test_a_rank_failing_twice_is_a_problem_naming_its_file(
     name = _name(sim_job)
     attempts = tmp_path / "attempts"
     _dying(monkeypatch, name, 4, attempts, how)  # twice for each of the two ingests
-    job = dataset.ingest(sim_job, tmp_path / "cache", workers=2)
+    job = ingest.ingest(sim_job, tmp_path / "cache", workers=2)
     assert attempts.read_text().split() == ["x", "x"]
     assert [(p.source, p.severity) for p in job.problems] == [(name, "error")]
     why = "its worker process died" if how == "kill" else "OSError: [Errno 28] No space left on device"
@@ -104,8 +105,8 @@ def test_a_rank_failing_twice_is_a_problem_naming_its_file(
     assert events == {
         Path(s["events_file"]).name for s in job.manifest["sources"]
     }  # the half-written part is gone
-    with pytest.raises(dataset.JobError, match=r"its parse failed twice"):
-        dataset.ingest(sim_job, tmp_path / "strict", workers=2, strict=True)
+    with pytest.raises(JobError, match=r"its parse failed twice"):
+        ingest.ingest(sim_job, tmp_path / "strict", workers=2, strict=True)
     assert not (tmp_path / "strict").exists() and not [
         p for p in tmp_path.iterdir() if p.name.startswith(".")
     ]
@@ -117,6 +118,6 @@ def test_a_storage_error_in_one_process_is_retried_then_a_problem(
     name = _name(sim_job)
     attempts = tmp_path / "attempts"
     _dying(monkeypatch, name, 2, attempts, "oserror")
-    job = dataset.ingest(sim_job, tmp_path / "cache", workers=1)
+    job = ingest.ingest(sim_job, tmp_path / "cache", workers=1)
     assert attempts.read_text().split() == ["x", "x"]
     assert [p.source for p in job.problems] == [name] and "No space left on device" in job.problems[0].message

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 from typing import get_args
 
@@ -27,16 +28,18 @@ CULPRIT = {
 }
 
 
-def _finding(kind: str, steps: list[int] | None = None) -> dict[str, object]:
-    return {
-        "kind": kind,
-        "culprit": CULPRIT,
-        "steps": steps or [1, 2],
-        "impact_pct": 5.0,
-        "severity": "medium",
-        "evidence": "e",
-        "step": 1,
-    }
+def _finding(kind: str, steps: list[int] | None = None) -> Finding:
+    return Finding.from_json(
+        {
+            "kind": kind,
+            "culprit": CULPRIT,
+            "steps": steps or [1, 2],
+            "impact_pct": 5.0,
+            "severity": "medium",
+            "evidence": "e",
+            "step": 1,
+        }
+    )
 
 
 def test_the_report_schema_enum_is_the_registry() -> None:
@@ -63,7 +66,13 @@ def test_the_schema_writer_rewrites_the_enum_alone(tmp_path: Path) -> None:
 def test_every_kind_is_whole(name: kinds.Kind) -> None:
     """Each kind's edits are what ``--set`` parses back, its simulator fault is injectable and scored against it."""
     entry = kinds.KINDS[name]
-    edits = whatif.finding_edits(_finding(name))
+    f = _finding(name)
+    if (
+        name == "host_stall"
+    ):  # a stall held in autograd hooks names their nodes, and has no launch delay to replay
+        assert whatif.finding_edits(f) == []
+        f = replace(f, culprit=replace(f.culprit, operator=None))
+    edits = whatif.finding_edits(f)
     assert [parse_edit(e.text()) for e in edits] == edits
     assert bool(edits) == (not entry.informative)  # what costs no time has nothing to replay
     assert entry.metric in focus.METRICS and focus.METRIC_OF[name] == entry.metric
@@ -71,7 +80,7 @@ def test_every_kind_is_whole(name: kinds.Kind) -> None:
     mesh = {"dp": 4, "tp": 2, "pp": 2, "ep": 2}  # 16 ranks: two nodes of 8, for a clock skew
     spec = sim_faults.random_fault(entry.fault, mesh, random.Random(name))
     assert spec is not None and sim_faults.parse(spec).kind == entry.fault
-    assert Finding.from_json(_finding(name)).kind == name
+    assert Finding.from_json(_finding(name).as_json()) == _finding(name)
 
 
 def test_the_layers_read_the_registry() -> None:

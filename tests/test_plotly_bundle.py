@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from plotly.offline import get_plotlyjs
 
-from paradiag import plotly_bundle
+from paradiag.app import plotly_bundle
 
 BUNDLE = b"/* plotly.js cartesian, for the test */ window.Plotly = {};"
 

@@ -72,6 +72,22 @@ JOBS = {
     "late_sender": JobSpec(
         "isend_late_sender", "isend", "slow_link", rank=1, strength=10, hidden=256, batch=64
     ),
+    # rank 1's DDP communication hook sleeps before each bucket's all_reduce: inside autograd's AccumulateGrad frame
+    "comm_hook": JobSpec(
+        "ddp_comm_hook", "ddp", "slow_collective", rank=1, strength=10, hidden=384, batch=64, profiler="named"
+    ),
+    # torch.distributed.pipelining's first stage sleeps 60 ms once, before an active step: the whole pipeline waits
+    "pipe_stall": JobSpec(
+        "pipe_1f1b_host_stall",
+        "pipe_1f1b",
+        "host_stall",
+        rank=0,
+        strength=60,
+        hidden=256,
+        batch=64,
+        micro_batches=4,
+        stall_step=1,
+    ),
 }
 
 Made = tuple[JobSpec, Path, dict[str, Any]]
@@ -274,3 +290,32 @@ def test_a_pipeline_rank_late_to_send_is_named_though_it_is_alone_in_its_stage(
     assert not [f for f in found if f["kind"] == "stage_imbalance"], found
     # The replay removes the holes before its sends (its host as prompt as the others'): the stall costs time.
     assert found[0]["kind"] != "host_stall" or found[0]["impact_pct"] > 0, found[0]
+
+
+def test_a_first_stage_stall_costs_the_pipeline_what_it_slept(real_job: Callable[[str], Made]) -> None:
+    """The first stage of a 1F1B pipeline sleeps 60 ms before one active step: every stage waits for it, and
+    removing the stall saves about the sleep in that step: at least half of it, spread over the active steps.
+    (gloo records a send's annotation once c10d::send has passed the data on; when c10d::send runs long, the next
+    stage's receive ends before the send's event begins, and the replay once found such a stall cost nothing:
+    tests/test_critical_path.py pins that case, which a run on a quiet machine need not show.)"""
+    spec, _folder, report = real_job("pipe_stall")
+    assert not _errors(report)
+    found = report["findings"]
+    assert found and found[0]["kind"] == "host_stall" and found[0]["culprit"]["ranks"] == [0], found
+    saving = found[0]["what_if"]["saving_ms"]
+    assert saving >= 0.5 * spec.strength / spec.active, found[0]
+
+
+def test_a_rank_held_in_its_ddp_comm_hook_is_a_host_stall_naming_the_autograd_node(
+    real_job: Callable[[str], Made],
+) -> None:
+    """Rank 1's DDP communication hook sleeps 10 ms before each bucket's all_reduce. The sleep runs in autograd's
+    AccumulateGrad frame (the reducer calls the hook from it): not compute at typical durations, not idle time
+    (the frame's span covers it), no late start. Its hooks' time stands out in every step: a host stall on rank 1
+    that names the node, not a slower device, and no other rank blamed."""
+    _spec, _folder, report = real_job("comm_hook")
+    assert not _errors(report)
+    found = report["findings"]
+    assert found and found[0]["kind"] == "host_stall" and found[0]["culprit"]["ranks"] == [1], found
+    assert "AccumulateGrad" in found[0]["culprit"].get("operator", ""), found[0]
+    _no_other_culprit(report, [1])

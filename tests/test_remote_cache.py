@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -21,8 +22,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from paradiag import cache, dataset, parse_worker, remote
+from paradiag import dataset, ingest, parse_worker, remote
 from paradiag.analysis.report import build_report
+from paradiag.cache import HOST, JobError
 from paradiag.cli import main
 from tests.helpers import assert_same_cache, write_job
 
@@ -111,7 +113,7 @@ def test_local_pool_ingest_to_s3_equals_local_ingest(
     """``paradiag ingest FOLDER -o s3://…`` in a fresh process whose two worker processes (forked) parse and
     upload their ranks; the client uploads the rest and commits."""
     url = f"s3://{bucket}/job"
-    code = "import sys; from paradiag import dataset; dataset.IN_PROCESS_BYTES = 0; from paradiag.cli import main; sys.exit(main())"
+    code = "import sys; from paradiag import pool; pool.IN_PROCESS_BYTES = 0; from paradiag.cli import main; sys.exit(main())"
     run = subprocess.run(
         [sys.executable, "-c", code, "ingest", str(sim_job), "-o", url, "--workers", "2"],
         capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
@@ -134,7 +136,7 @@ def test_dask_ingest_to_s3_equals_local_ingest(
     with distributed.LocalCluster(
         n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0"
     ) as cluster:
-        job = dataset.ingest(sim_job, url, dask=cluster.scheduler_address)
+        job = ingest.ingest(sim_job, url, dask=cluster.scheduler_address)
     assert job.url == url and job.rank_ids == [0, 1, 2, 3] and job.problems == []
     assert_same_cache(job.cache_dir, local_cache)
     _assert_same_as_local(s3, url, local_cache, tmp_path, monkeypatch)
@@ -144,7 +146,7 @@ def test_second_ingest_replaces_the_first_atomically(
     sim_job: Path, bucket: str, s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url = f"s3://{bucket}/job"
-    first = dataset.ingest(sim_job, url, workers=1)
+    first = ingest.ingest(sim_job, url, workers=1)
     old = _pointer(s3, url)
     other = write_job(tmp_path / "other", ranks=2)
     seen: list[str] = []
@@ -162,7 +164,7 @@ def test_second_ingest_replaces_the_first_atomically(
         real(self, pointer)
 
     monkeypatch.setattr(remote.Writer, "point", point)
-    second = dataset.ingest(other, url, workers=1)
+    second = ingest.ingest(other, url, workers=1)
     assert seen == [str(sim_job)]
     new = _pointer(s3, url)
     assert new is not None and old is not None and new["generation"] != old["generation"]
@@ -180,12 +182,12 @@ def test_failed_ingest_keeps_the_committed_cache(
     """A strict ingest with a broken rank, and one whose parse raises, leave no new pointer and no new
     generation; the committed cache still opens."""
     url = f"s3://{bucket}/job"
-    dataset.ingest(sim_job, url, workers=1)
+    ingest.ingest(sim_job, url, workers=1)
     committed = _pointer(s3, url)
     broken = write_job(tmp_path / "broken", ranks=2)
     (broken / "rank1.pt.trace.json.gz").write_bytes(b"not gzip")
-    with pytest.raises(dataset.JobError, match=r"rank1\.pt\.trace\.json\.gz"):
-        dataset.ingest(broken, url, workers=1, strict=True)
+    with pytest.raises(JobError, match=r"rank1\.pt\.trace\.json\.gz"):
+        ingest.ingest(broken, url, workers=1, strict=True)
     assert _pointer(s3, url) == committed and len(_entries(s3, url)) == 2
 
     def parse(source: Any, root: Path, out_dir: Path, index: int) -> Any:
@@ -193,7 +195,7 @@ def test_failed_ingest_keeps_the_committed_cache(
 
     monkeypatch.setattr(parse_worker, "parse_rank", parse)
     with pytest.raises(RuntimeError, match="a worker's bug"):
-        dataset.ingest(write_job(tmp_path / "fine", ranks=2), url, workers=1)
+        ingest.ingest(write_job(tmp_path / "fine", ranks=2), url, workers=1)
     assert _pointer(s3, url) == committed and len(_entries(s3, url)) == 2
     monkeypatch.undo()
     monkeypatch.setenv("PARADIAG_CACHE_DIR", str(tmp_path / "reader"))
@@ -204,14 +206,14 @@ def test_stale_generations_are_removed(sim_job: Path, bucket: str, s3: Any) -> N
     """A killed ingest's generation (this host, its process gone; or another host's, a day old) is removed by the
     next commit; another host's recent one (an ingest that may be running) is left alone."""
     url = f"s3://{bucket}/job"
-    host = cache.HOST
+    host = HOST
     dead = 2**22 + 12345  # above Linux's largest pid: no such process
     now = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     stale = [".gen-20260101T000000Z-otherhost-7-0123abcd", f".gen-{now}-{host}-{dead}-0123abcd"]
     running = f".gen-{now}-otherhost-7-0123abcd"
     for name in [*stale, running]:
         s3.pipe_file(f"{bucket}/job/{name}/events/part-00000.parquet", b"half")
-    dataset.ingest(sim_job, url, workers=1)
+    ingest.ingest(sim_job, url, workers=1)
     assert _entries(s3, url) == sorted([_pointer(s3, url)["generation"], running, remote.POINTER])  # type: ignore[index]
 
 
@@ -253,7 +255,7 @@ def test_refused_credentials_are_a_one_line_error(
     from moto.core.authorization import ActionAuthenticatorMixin
 
     url = f"s3://{bucket}/job"
-    dataset.ingest(sim_job, url, workers=1)
+    ingest.ingest(sim_job, url, workers=1)
     monkeypatch.setattr(settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)
     monkeypatch.setattr(ActionAuthenticatorMixin, "request_count", 0)
     for args in (["analyze", url], ["ingest", str(sim_job), "-o", url]):
@@ -315,9 +317,9 @@ def test_dask_worker_that_cannot_reach_the_store_is_refused(
         distributed.LocalCluster(
             n_workers=1, processes=False, threads_per_worker=1, dashboard_address=":0"
         ) as cluster,
-        pytest.raises(dataset.JobError, match=rf"worker .* cannot use the cache: {url}: access refused"),
+        pytest.raises(JobError, match=rf"worker .* cannot use the cache: {url}: access refused"),
     ):
-        dataset.ingest(sim_job, url, dask=cluster.scheduler_address)
+        ingest.ingest(sim_job, url, dask=cluster.scheduler_address)
     assert _pointer(s3, url) is None and _entries(s3, url) == []
 
 
@@ -327,9 +329,9 @@ def test_reader_follows_a_newer_commit(
     """A reader that read the pointer before a newer ingest committed (and removed the generation it named)
     follows the new pointer instead of failing."""
     url = f"s3://{bucket}/job"
-    dataset.ingest(sim_job, url, workers=1)
+    ingest.ingest(sim_job, url, workers=1)
     old = _pointer(s3, url)
-    dataset.ingest(write_job(tmp_path / "other", ranks=2), url, workers=1)
+    ingest.ingest(write_job(tmp_path / "other", ranks=2), url, workers=1)
     monkeypatch.setenv("PARADIAG_CACHE_DIR", str(tmp_path / "reader"))
     folder = remote.mirror(remote.connect(url), old)
     assert folder.name == _pointer(s3, url)["generation"].lstrip(".")  # type: ignore[index]
@@ -343,13 +345,13 @@ def test_file_url_and_a_cache_inside_the_source(
     path there is."""
     monkeypatch.setenv("PARADIAG_CACHE_DIR", str(tmp_path / "root"))
     url = f"file://{tmp_path}/store/job"
-    job = dataset.ingest(sim_job, url, workers=1)
+    job = ingest.ingest(sim_job, url, workers=1)
     assert job.url == url and sorted(p.name for p in (tmp_path / "store" / "job").iterdir()) == sorted(
         [f".{job.cache_dir.name}", remote.POINTER]
     )
     assert_same_cache(tmp_path / "store" / "job" / f".{job.cache_dir.name}", local_cache)
-    with pytest.raises(dataset.JobError, match="must not be inside the source folder"):
-        dataset.ingest(sim_job, f"file://{sim_job}/cache", workers=1)
+    with pytest.raises(JobError, match="must not be inside the source folder"):
+        ingest.ingest(sim_job, f"file://{sim_job}/cache", workers=1)
     assert not (sim_job / "cache").exists()
 
 
@@ -362,7 +364,7 @@ def test_snapshot_and_the_dashboard_open_a_url(
     from paradiag.app.config import Config
 
     url = f"s3://{bucket}/job42"
-    dataset.ingest(sim_job, url, workers=1)
+    ingest.ingest(sim_job, url, workers=1)
     monkeypatch.setenv("PARADIAG_CACHE_DIR", str(tmp_path / "reader"))
     result = CliRunner().invoke(main, ["snapshot", url, "-o", str(tmp_path / "report.html")])
     assert result.exit_code == 0, result.output
@@ -377,8 +379,8 @@ def test_pool_still_forks_after_talking_to_the_store(bucket: str) -> None:
     """An ingest to a URL reaches the store (fsspec's I/O threads start) before its pool starts: the workers are
     still forked, sharing the client's imports, rather than started by a fork server."""
     code = (
-        "import sys; from paradiag import dataset, remote; s = remote.connect(sys.argv[1]); remote.read_pointer(s, required=False);"
-        " s.fs.ls(s.path.split('/')[0]); print(dataset._pool_context().get_start_method())"
+        "import sys; from paradiag import pool, remote; s = remote.connect(sys.argv[1]); remote.read_pointer(s, required=False);"
+        " s.fs.ls(s.path.split('/')[0]); print(pool.pool_context().get_start_method())"
     )
     run = subprocess.run(
         [sys.executable, "-c", code, f"s3://{bucket}/job"],
@@ -397,18 +399,18 @@ def test_overlapping_ingests_leave_the_last_commit_alone(
     """Ingest B commits while ingest A is still uploading: A's commit then replaces B's (the last commit wins),
     and removes B's generation rather than leaving it behind."""
     url = f"s3://{bucket}/job"
-    dataset.ingest(sim_job, url, workers=1)
+    ingest.ingest(sim_job, url, workers=1)
     real, nested = remote.Writer.commit, []
 
     def commit(self: remote.Writer, *args: Any) -> None:
         if not nested:
             nested.append(self.generation)
-            dataset.ingest(write_job(tmp_path / "b", ranks=2), url, workers=1)
+            ingest.ingest(write_job(tmp_path / "b", ranks=2), url, workers=1)
             assert _pointer(s3, url)["source"] == str(tmp_path / "b")  # type: ignore[index]
         real(self, *args)
 
     monkeypatch.setattr(remote.Writer, "commit", commit)
-    job = dataset.ingest(sim_job, url, workers=1)
+    job = ingest.ingest(sim_job, url, workers=1)
     pointer = _pointer(s3, url)
     assert pointer is not None and pointer["source"] == str(sim_job) and pointer["generation"] == nested[0]
     assert _entries(s3, url) == sorted([pointer["generation"], remote.POINTER])
@@ -433,9 +435,32 @@ def test_rank_whose_upload_fails_twice_is_a_problem_and_leaves_no_object(
 
     monkeypatch.setattr(remote, "put_files", put_files)
     url = f"s3://{bucket}/job"
-    job = dataset.ingest(sim_job, url, workers=1)
+    job = ingest.ingest(sim_job, url, workers=1)
     assert calls == [name, name] and [(p.source, p.severity) for p in job.problems] == [(name, "error")]
     assert "connection reset" in job.problems[0].message and len(job.rank_ids) == 3
     prefix = f"{bucket}/job/{_pointer(s3, url)['generation']}"  # type: ignore[index]
     there = sorted(p[len(prefix) + 1 :] for p in s3.find(prefix))
     assert there == sorted(str(p.relative_to(job.cache_dir)) for p in job.cache_dir.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("at_url", [False, True], ids=["folder", "url"])
+def test_a_cache_opens_by_one_rule_in_a_folder_and_at_a_url(
+    bucket: str, s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, at_url: bool
+) -> None:
+    """paradiag.place: a cache folder and a cache at a URL answer alike. Current: opened, not parsed; its source
+    changed: ingested again into the same place; its source gone: opened as it is, and refresh is refused by
+    name (a URL's was silently opened as it was)."""
+    monkeypatch.setenv("PARADIAG_CACHE_DIR", str(tmp_path / "root"))
+    source = write_job(tmp_path / "src", ranks=2)
+    where = f"s3://{bucket}/rule" if at_url else str(tmp_path / "cache")
+    first = dataset.open_job(source, where, workers=1)
+    again = dataset.open_job(where)
+    assert again.content_hash == first.content_hash and again.cache_dir == first.cache_dir
+    write_job(source, ranks=3)  # the source changes: the cache opened by its place is built again there
+    changed = dataset.open_job(where, workers=1)
+    assert changed.rank_ids == [0, 1, 2] and changed.content_hash != first.content_hash
+    assert (changed.url is not None) is at_url
+    shutil.rmtree(source)
+    assert dataset.open_job(where).rank_ids == [0, 1, 2]
+    with pytest.raises(JobError, match=r"cannot be parsed again: its source .* is no folder"):
+        dataset.open_job(where, refresh=True)

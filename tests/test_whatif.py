@@ -19,7 +19,7 @@ from paradiag.simulator import SimConfig, parse_fault, simulate
 MESH = {"dp": 2, "tp": 2, "pp": 2, "steps": 3, "layers": 4, "jitter": 0.03, "seed": 3}
 
 
-def _job(root: Path, name: str, *faults: str, **options: Any) -> paradiag.dataset.Job:
+def _job(root: Path, name: str, *faults: str, **options: Any) -> paradiag.job.Job:
     folder = root / name
     if not folder.exists():
         simulate(

@@ -12,9 +12,11 @@ import pytest
 from click.testing import CliRunner
 
 import paradiag
-from paradiag import dataset, windows
+from paradiag import dataset, discover, windows
+from paradiag.cache import MANIFEST as CACHE_MANIFEST
+from paradiag.cache import JobError
 from paradiag.cli import main
-from paradiag.dataset import JobError
+from paradiag.job import Job
 from tests.helpers import kineto_trace, write_trace
 
 BASE_NS = 1_790_000_000 * 10**9  # a wall clock (2026)
@@ -53,7 +55,7 @@ def write_run(folder: Path, pids: list[int], cycles: list[tuple[int, float]], wo
     return written
 
 
-def steps_of(job: dataset.Job) -> set[int]:
+def steps_of(job: Job) -> set[int]:
     return set(job.steps.column("step").to_pylist())
 
 
@@ -70,9 +72,9 @@ def test_two_cycles_of_one_run_are_two_windows_the_latest_by_default(tmp_path: P
     assert first.cache_dir == tmp_path / "cache.window0"  # a cache of its own, outside the source folder
     assert first.content_hash != job.content_hash
     # Switching back reparses nothing: the latest window's cache is still current.
-    stamp = (tmp_path / "cache" / dataset.MANIFEST).stat().st_mtime_ns
+    stamp = (tmp_path / "cache" / CACHE_MANIFEST).stat().st_mtime_ns
     assert paradiag.open(folder, tmp_path / "cache").window == 1
-    assert (tmp_path / "cache" / dataset.MANIFEST).stat().st_mtime_ns == stamp
+    assert (tmp_path / "cache" / CACHE_MANIFEST).stat().st_mtime_ns == stamp
     assert paradiag.open(tmp_path / "cache.window0").window == 0  # a cache folder opened: the window it holds
     assert paradiag.open(tmp_path / "cache", window=0).cache_dir == tmp_path / "cache.window0"
     # Asking the latest by number reuses the default cache too.
@@ -294,7 +296,7 @@ def test_a_broken_run_manifest_is_a_warning_naming_it(tmp_path: Path, case: str)
 
 def test_peeks_never_fail_and_read_what_the_head_says(tmp_path: Path) -> None:
     path = write_trace(tmp_path / "x_77.1790000000000000001.pt.trace.json.gz", cycle(3, 4, 77, 2.0, world=8))
-    source = dataset.Source(path, windows.KINETO, (path,))
+    source = discover.Source(path, windows.KINETO, (path,))
     peek = windows.head_peek(source)
     assert (peek.rank, peek.world_size, peek.pid) == (3, 8, 77)
     assert (
@@ -305,11 +307,11 @@ def test_peeks_never_fail_and_read_what_the_head_says(tmp_path: Path) -> None:
     assert peek.start_ns is not None and BASE_NS + 2 * 10**9 <= peek.start_ns < BASE_NS + 3 * 10**9
     plain = write_trace(tmp_path / "z.json", cycle(3, 4, 77, 2.0, world=8))
     assert (
-        windows.head_peek(dataset.Source(plain, windows.KINETO, (plain,))).start_ns == peek.start_ns
+        windows.head_peek(discover.Source(plain, windows.KINETO, (plain,))).start_ns == peek.start_ns
     )  # its tail read
     broken = tmp_path / "y.json.gz"
     broken.write_bytes(path.read_bytes()[:200])
-    assert windows.head_peek(dataset.Source(broken, windows.KINETO, (broken,))).rank is None
+    assert windows.head_peek(discover.Source(broken, windows.KINETO, (broken,))).rank is None
 
 
 @pytest.mark.skipif(

@@ -47,7 +47,7 @@ READS: dict[tuple[str, str], boundary.Spec] = {
 INPUTS = list(READS)
 # The views drawn first on a new page (the summary, the step chart and the heatmap); the others' stores are written
 # once the heatmap's figure has arrived (``release``), so that the first screen does not wait behind them.
-FIRST = ("job", "mark")
+FIRST = ("job", "mark", "step")
 LATER = tuple(name for name in VIEW_FIELDS if name not in FIRST)
 # The reducer's outputs besides the views' stores, by name (``reply``): the selection, the URL, the step picker
 # (value, options), the zoom stack, the baseline picker (value, options), the timeline's rank picker (value,
@@ -283,12 +283,19 @@ def rank_options(sel: Selection) -> list[dict[str, Any]]:
 ONLY_WITH: dict[str, dict[str, str]] = {"comm": {"ranks": "collective"}}
 
 
+# Views that draw one rank of the selected ones: the device detail is about the first (``detail_rank``), so a click
+# on other ranks led by the same one leaves it as it is.
+FIRST_RANK_ONLY = ("detail",)
+
+
 def view_of(sel: Selection, name: str) -> dict[str, Any]:
     """What view ``name``'s store holds: its part of ``sel``, less the fields it does not draw now."""
     part = sel.view(name)
     for field_name, needs in ONLY_WITH.get(name, {}).items():
         if part.get(needs) is None:
             part[field_name] = None
+    if name in FIRST_RANK_ONLY and part.get("ranks"):
+        part["ranks"] = part["ranks"][:1]
     return part
 
 

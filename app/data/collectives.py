@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from paradiag.app.data.common import diagnosis, per_job
-from paradiag.dataset import Job
+from paradiag.job import Job
 
 P2P_GROUP = (
     "p2p"  # the group shown for send/recv pairs (they match by sender, receiver and order, not by group)

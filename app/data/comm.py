@@ -30,7 +30,7 @@ from paradiag.app.data.shapes import (
     LinkInstance,
     RankGroup,
 )
-from paradiag.dataset import Job
+from paradiag.job import Job
 
 
 def matrix(job: Job) -> CommMatrix:

@@ -17,32 +17,45 @@ import pyarrow.compute as pc
 
 from paradiag.analysis.diagnosis_types import Diagnosis
 from paradiag.app import store
-from paradiag.dataset import Job
+from paradiag.job import Job
 from paradiag.side_inputs import parallel_strategy
 
 DEVICE_KINDS = ("compute", "communication", "memory", "sync")
 KEPT_JOBS = 8  # jobs whose Diagnosis (and tables shaped from it) a worker keeps in memory
 
-_kept: OrderedDict[tuple[str, str, str], Any] = OrderedDict()
-_lock = threading.Lock()
 T = TypeVar("T")
+
+
+class Kept:
+    """A worker's last ``size`` values by key, in memory, for all its threads (the least recently used go first).
+    ``get(key, compute)`` computes outside the lock: two threads may both compute a value that is missing."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._values: OrderedDict[Any, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Any, compute: Callable[[], T]) -> T:
+        with self._lock:
+            if key in self._values:
+                self._values.move_to_end(key)
+                return cast(T, self._values[key])
+        value = compute()
+        with self._lock:
+            self._values[key] = value
+            while len(self._values) > self.size:
+                self._values.popitem(last=False)
+        return value
+
+
+_kept = Kept(KEPT_JOBS * 2)  # the Diagnosis and the collectives table of each job
 
 
 def per_job(kind: str, job: Job, compute: Callable[[], T]) -> T:
     """``compute()`` once per worker, job content and ``kind``, kept in memory for the last KEPT_JOBS jobs: for
     Arrow tables read from the cache, which a worker reads faster than it would unpickle them from the shared
     store."""
-    key = (kind, str(job.cache_dir), job.content_hash)
-    with _lock:
-        if key in _kept:
-            _kept.move_to_end(key)
-            return cast(T, _kept[key])
-    value = compute()
-    with _lock:
-        _kept[key] = value
-        while len(_kept) > KEPT_JOBS * 2:  # the Diagnosis and the collectives table of each job
-            _kept.popitem(last=False)
-    return value
+    return _kept.get((kind, str(job.cache_dir), job.content_hash), compute)
 
 
 def diagnosis(job: Job) -> Diagnosis:

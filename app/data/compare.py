@@ -9,7 +9,7 @@ from paradiag.analysis.compare import CompareDoc, compare
 from paradiag.app import store
 from paradiag.app.data.common import diagnosis
 from paradiag.app.data.overview import report
-from paradiag.dataset import Job
+from paradiag.job import Job
 
 
 def operators_of(job: Job) -> dict[str, dict[str, Any]]:

@@ -15,7 +15,7 @@ from paradiag.app.data.common import read_events, step_span
 from paradiag.app.data.mesh import mesh_of
 from paradiag.app.data.overview import report
 from paradiag.app.data.shapes import CollectiveTime, DetailBreakdown, DetailData, Durations
-from paradiag.dataset import Job
+from paradiag.job import Job
 
 TOP = 12
 DISTRIBUTION_PEERS = 7  # peers whose instances the duration distribution reads (each costs a Parquet read)

@@ -21,7 +21,7 @@ from paradiag.app.data.overview import focus, opening_step
 from paradiag.app.data.timeline import DEVICE_KINDS, lane_labels, stream_names
 from paradiag.app.data.timeline_fold import LIMITS
 from paradiag.app.selection import Selection
-from paradiag.dataset import Job
+from paradiag.job import Job
 
 Table = tuple[list[str], list[list[Any]]]
 # A timeline export holds at most this many events (a whole step of many ranks can hold millions): the first ones in

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from paradiag.app.data.common import diagnosis
-from paradiag.dataset import Job
+from paradiag.job import Job
 
 
 def findings_of(job: Job) -> list[dict[str, Any]]:

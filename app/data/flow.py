@@ -30,7 +30,7 @@ from paradiag.app.data.marey import p2p_pairs, step_bands
 from paradiag.app.data.mesh import mesh_of
 from paradiag.app.data.shapes import FlowData, FlowNode, FlowStage, P2PPair
 from paradiag.app.figures.common import short_name
-from paradiag.dataset import Job
+from paradiag.job import Job
 
 MAX_PERIOD = 48  # nodes in a repeated unit (a micro-batch pass of a few layers with TP collectives)
 COMPUTING = ("compute", "memory", "block")

@@ -33,7 +33,7 @@ from paradiag.app.data.shapes import (
     P2PPair,
     PathPiece,
 )
-from paradiag.dataset import Job
+from paradiag.job import Job
 
 COLUMNS = ["rank", "device", "kind", "name", "start_ns", "dur_ns", "step", "collective"]
 BUBBLE_FRAC = 0.01

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from paradiag.analysis.diagnosis_types import GroupInfo
 from paradiag.app.data.common import diagnosis
-from paradiag.dataset import Job
+from paradiag.job import Job
 
 
 @dataclass

@@ -27,7 +27,7 @@ from paradiag.app.data.collectives import wait_by_rank_step
 from paradiag.app.data.common import diagnosis, slowest_step
 from paradiag.app.data.mesh import mesh_of
 from paradiag.app.data.shapes import HeatmapRow, Overview, StepsFocus
-from paradiag.dataset import Job
+from paradiag.job import Job
 
 __all__ = [
     "DEFAULT_METRIC",

@@ -9,7 +9,7 @@ import pyarrow.compute as pc
 
 from paradiag.app.data.common import origin_ns, read_events, step_span
 from paradiag.app.data.shapes import SearchResult
-from paradiag.dataset import Job
+from paradiag.job import Job
 
 MAX_MATCHES = 12  # events listed (the shown ranks' first, then the others', earliest first)
 MAX_NAMES = 8  # distinct names matched, most frequent first

@@ -25,7 +25,7 @@ from paradiag.app.data.shapes import (
     Waits,
 )
 from paradiag.app.figures.common import short_name
-from paradiag.dataset import Job
+from paradiag.job import Job
 
 COLUMNS = ["rank", "device", "track", "kind", "name", "start_ns", "dur_ns", "collective", "peer", "bytes"]
 MAX_LINKS = 3000

@@ -31,7 +31,7 @@ from paradiag.app.data.shapes import (
     PathSegments,
 )
 from paradiag.app.figures.common import short_name
-from paradiag.dataset import Job
+from paradiag.job import Job
 
 SMALL_JOB = 8  # ranks up to which every rank has its rows (nothing folds)
 MAX_SINGLE_RANKS = 32  # ranks drawn one by one at most; an opened group beyond it stays folded

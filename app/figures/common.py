@@ -19,6 +19,10 @@ _AXIS = {
     "ticks": "",
     "automargin": True,
     "title": {"standoff": 15},
+    # Tick labels drawn where they fall: plotly's default for a linear axis ("hide past div") measures every label's
+    # box after each draw to hide those past the figure's edge (getBoundingClientRect per label: a tenth of a
+    # 256-rank timeline's redraw); the margins grow to hold them (automargin), so none lies past it.
+    "ticklabeloverflow": "allow",
 }
 # What the figures take from plotly_white (every colour of data is set by the builders). Naming "plotly_white"
 # costs ~25 ms of validation and ~6 KB of payload per figure; this template costs ~1 ms and 0.3 KB.
@@ -98,26 +102,97 @@ def compact(values: Any) -> np.ndarray:
     return out
 
 
-def bars(x0: Any, x1: Any, y: Any, half: float) -> tuple[np.ndarray, np.ndarray]:
-    """Horizontal bars from x0 to x1, ``half`` high on either side of y, as NaN-separated closed polygons: one
-    trace with ``fill="toself"`` draws them all as one SVG path (a line trace draws one path per NaN-separated
-    piece: a 64-rank timeline's 3,687 nodes, each built and styled on every redraw). Numpy arrays travel to
-    the browser as typed arrays (base64), far smaller and faster to validate and encode than lists."""
-    x0, x1 = np.asarray(x0, dtype=np.float64), np.asarray(x1, dtype=np.float64)
-    row = np.asarray(y, dtype=np.float32)
-    gap = np.full(len(x0), np.nan)
-    xs = np.column_stack([x0, x1, x1, x0, gap]).ravel()
-    ys = np.column_stack([row - half, row - half, row + half, row + half, gap.astype(np.float32)]).ravel()
-    return compact(xs), ys.astype(np.float32)
+def _digits(x: np.ndarray) -> int:
+    """Decimals that write ``x`` to 1/20,000 of its extent (a pixel on any screen)."""
+    extent = float(x.max() - x.min()) or 1.0
+    return max(0, int(np.ceil(-np.log10(extent / 20_000))))
 
 
-def add_polylines(fig: go.Figure, x: Any, y: Any, line: dict[str, Any], name: str, **shape: Any) -> None:
-    """``polylines`` added to ``fig``'s shapes, with its legend entry: a line (a path shape's own legend symbol is
-    a hexagon), in the shape's legend group, so a click on it hides and shows the lines."""
+def boxes_path(x0: Any, x1: Any, y0: Any, y1: Any) -> str:
+    """Rectangles [x0, x1] x [y0, y1] as one SVG path in data coordinates (``M x0,y0 H x1 V y1 H x0 Z`` each); x
+    written to 1/20,000 of its extent (a pixel on any screen), y (rows) to 0.001. A bar with a non-finite end is
+    left out."""
+    a, b = np.asarray(x0, dtype=np.float64), np.asarray(x1, dtype=np.float64)
+    lo = np.broadcast_to(np.asarray(y0, dtype=np.float64), a.shape)
+    hi = np.broadcast_to(np.asarray(y1, dtype=np.float64), a.shape)
+    keep = np.isfinite(a) & np.isfinite(b) & np.isfinite(lo) & np.isfinite(hi)
+    if not keep.any():
+        return ""
+    a, b, lo, hi = a[keep], b[keep], lo[keep], hi[keep]
+    d = _digits(np.concatenate([a, b]))
+    one = f"M%.{d}f,%.3fH%.{d}fV%.3fH%.{d}fZ"
+    return (one * len(a)) % tuple(np.column_stack([a, lo, b, hi, a]).ravel().tolist())
+
+
+def add_filled(
+    fig: go.Figure,
+    shapes: list[dict[str, Any]],
+    path: str,
+    color: str,
+    name: str,
+    legendgroup: str | None = None,
+    showlegend: bool = True,
+    opacity: float | None = None,
+) -> None:
+    """Filled rectangles (``boxes_path``) as one layout shape between the grid and the traces,
+    appended to ``shapes`` (the builder sets the figure's shapes once: plotly validates every shape again each
+    time they are set), with a legend entry (a square in ``color``) added to ``fig`` in its legend group: a click
+    on it hides and shows them. A shape, not a trace filled ``toself``: plotly computes, clips and styles every
+    point of a trace on each draw, and a 256-rank timeline's or Marey graph's bars took half of its drawing time
+    that way; a shape's path is only scaled to pixels (the timeline; a Marey graph's bars, drawn so, cost the
+    page more: ``paradiag.app.figures.marey._filled``). The bars' hover and click come from their points' traces (drawn as nothing)."""
+    if not path:
+        return
+    group = legendgroup or name
+    shape = {
+        "type": "path",
+        "path": path,
+        "xref": "x",
+        "yref": "y",
+        "fillcolor": color,
+        "fillrule": "nonzero",  # overlapping bars stay filled (evenodd would cut their overlap out)
+        "line": {"width": 0},
+        "layer": "between",
+        "name": name,
+        "legendgroup": group,
+        "showlegend": False,
+    }
+    shapes.append(shape | ({"opacity": opacity} if opacity is not None else {}))
+    if showlegend:
+        fig.add_trace(
+            go.Scatter(
+                x=[None],
+                y=[None],
+                mode="markers",
+                marker={"symbol": "square", "size": 10, "color": color, "opacity": opacity},
+                name=name,
+                legendgroup=group,
+                hoverinfo="skip",
+                hoveron="fills",  # a legend entry alone: not one of the traces whose points answer the mouse
+            )
+        )
+
+
+def add_polylines(
+    fig: go.Figure,
+    x: Any,
+    y: Any,
+    line: dict[str, Any],
+    name: str,
+    shapes: list[dict[str, Any]] | None = None,
+    **shape: Any,
+) -> None:
+    """``polylines`` added to ``fig``'s shapes (to ``shapes`` when given, which the builder sets at once: setting
+    a figure's shapes validates each again, 10 ms per bar shape of a 256-rank timeline), with its legend entry: a
+    line (a path shape's own legend symbol is a hexagon), in the shape's legend group, so a click on it hides and
+    shows the lines."""
     drawn = polylines(x, y, line, name, showlegend=False, legendgroup=name, **shape)
     if drawn is None:
         return
-    fig.update_layout(shapes=[*fig.layout.shapes, drawn])
+    if shapes is not None:
+        shapes.append(drawn)
+    else:
+        fig.update_layout(shapes=[*fig.layout.shapes, drawn])
     fig.add_trace(
         go.Scatter(
             x=[None],
@@ -145,8 +220,7 @@ def polylines(
     if not ok.any():
         return None
     start = ok & ~np.r_[False, ok[:-1]]  # the first point of each piece
-    extent = float(xs[ok].max() - xs[ok].min()) or 1.0
-    digits = max(0, int(np.ceil(-np.log10(extent / 20_000))))
+    digits = _digits(xs[ok])
     path = "".join(
         f"{'M' if first else 'L'}{a:.{digits}f},{b:.4g}"
         for a, b, first in zip(xs[ok].tolist(), np.round(ys[ok], 3).tolist(), start[ok].tolist(), strict=True)

@@ -17,6 +17,7 @@ from paradiag.app.figures.common import (
     base_figure,
     compact,
     empty_figure,
+    polylines,
     shared_text,
     short_name,
 )
@@ -30,6 +31,7 @@ ANOMALY = "#c62828"
 # The operators' names, once per figure (layout.meta[OPERATORS]): a hover point's customdata holds its operator's
 # index there (a name per point was most of the figure's bytes and of the time it took to build and encode).
 OPERATORS = "operators"
+HIGHLIGHT_NAME = "selected operator"  # the selected instance's outline: the figure's last shape
 HOVER_STEP = 1 / 80  # the hover points along a long bar: this fraction of the window apart at most
 
 
@@ -67,15 +69,16 @@ def marey_figure(
         return empty_figure("no device work in this step", height=300)
     row_y, rank_y, ticks = rows_of(data)
     fig = base_figure(uirevision=uirevision, height=int(120 + 26 * (ticks[-1][0] + 1)))
+    shapes: list[dict[str, Any]] = []  # set at once (setting a figure's shapes validates each again)
     _bubbles(fig, data, row_y)
     _spread(fig, data, row_y)
     _connectors(fig, data, row_y)
     operators = _bars(fig, data, row_y)
-    _p2p(fig, data, rank_y)
-    _anomalies(fig, data, row_y)
+    _p2p(fig, shapes, data, rank_y)
+    _anomalies(fig, shapes, data, row_y)
     if path is not None:
         fig.add_trace(critical_path_trace(path, rank_y))
-    fig.add_trace(highlight(data, selected))
+    fig.update_layout(shapes=[*fig.layout.shapes, *shapes, highlight(data, selected)])
     fig.update_yaxes(
         tickvals=[t[0] for t in ticks],
         ticktext=[t[1] for t in ticks],
@@ -111,12 +114,40 @@ def _joined(parts: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, np.ndarray]
     }
 
 
+def _filled(
+    fig: go.Figure,
+    parts: list[tuple[np.ndarray, np.ndarray]],
+    color: str,
+    name: str,
+    legendgroup: str | None = None,
+    showlegend: bool = True,
+    opacity: float | None = None,
+) -> None:
+    """``parts`` (NaN-separated polygons: ``_rects``, ``_trapezoids``, ``_boxes``) as one trace filled
+    ``toself``, which answers no mouse. A trace, not a path shape as the timeline's bars (``add_filled``): in
+    the page, a Marey graph drawn from shapes cost the browser more (256 ranks, headless Chromium: 1,270 against
+    1,000-1,180 ms of CPU per zoom), though a lone plot of it took less."""
+    if parts:
+        fig.add_trace(
+            go.Scatter(
+                **_joined(parts),
+                fill="toself",
+                mode="none",
+                fillcolor=color,
+                opacity=opacity,
+                name=name,
+                legendgroup=legendgroup or name,
+                showlegend=showlegend,
+                hoverinfo="skip",
+            )
+        )
+
+
 def _rects(
     a: np.ndarray, b: np.ndarray, y: float | np.ndarray, half: float = HALF, closed: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Rectangles [a, b] x [y - half, y + half], NaN-separated (one polygon each). A filled trace closes each
-    piece itself (``fill="toself"``): its corners alone are sent and drawn; an outline (``closed``) returns to its
-    first corner."""
+    """Rectangles [a, b] x [y - half, y + half], NaN-separated (one polygon each): their corners alone (a filled
+    path closes each piece, ``_path``); an outline (``closed``) returns to its first corner."""
     n = len(a)
     y = np.broadcast_to(np.asarray(y, dtype=np.float64), (n,))
     gap = np.full(n, np.nan)
@@ -172,17 +203,7 @@ def _spread(fig: go.Figure, data: MareyData, row_y: list[list[float]]) -> None:
         for j, (row, y) in enumerate(zip(st["rows"], ys, strict=True)):
             if len(row["ranks"]) > 1 and wider[:, j].any():
                 parts.append(_rects(lo[wider[:, j], j], hi[wider[:, j], j], y, half=HALF * 1.15))
-    if parts:
-        fig.add_trace(
-            go.Scatter(
-                **_joined(parts),
-                fill="toself",
-                mode="none",
-                fillcolor="rgba(120,144,156,0.3)",
-                name="spread over the row's devices",
-                hoverinfo="skip",
-            )
-        )
+    _filled(fig, parts, "rgba(120,144,156,0.3)", "spread over the row's devices")
 
 
 def _connectors(fig: go.Figure, data: MareyData, row_y: list[list[float]]) -> None:
@@ -196,18 +217,7 @@ def _connectors(fig: go.Figure, data: MareyData, row_y: list[list[float]]) -> No
             polys.setdefault(cat, []).append(_trapezoids(starts[cats == cat], ends[cats == cat], ys))
     for cat, parts in polys.items():
         color = palette.CATEGORY.get(cat, "#888")
-        fig.add_trace(
-            go.Scatter(
-                **_joined(parts),
-                fill="toself",
-                mode="none",
-                fillcolor=color,
-                opacity=0.35,
-                legendgroup=cat,
-                showlegend=False,
-                hoverinfo="skip",
-            )
-        )
+        _filled(fig, parts, color, f"{cat} (row to row)", legendgroup=cat, showlegend=False, opacity=0.35)
 
 
 def _bars(fig: go.Figure, data: MareyData, row_y: list[list[float]]) -> list[str]:
@@ -228,18 +238,7 @@ def _bars(fig: go.Figure, data: MareyData, row_y: list[list[float]]) -> list[str
     for cat in dict.fromkeys([*boxes, *parts]):
         color = palette.CATEGORY.get(cat, "#888")
         if cat in boxes:
-            fig.add_trace(
-                go.Scatter(
-                    **_joined(boxes[cat]),
-                    mode="none",
-                    fill="toself",
-                    fillcolor=color,
-                    opacity=0.85,
-                    hoverinfo="skip",
-                    name=cat,
-                    legendgroup=cat,
-                )
-            )
+            _filled(fig, boxes[cat], color, cat, opacity=0.85)
         if cat in parts:
             bar = {k: np.concatenate([c[k] for c in parts[cat]]) for k in parts[cat][0]}
             _hover_points(fig, cat, color, bar, step)
@@ -402,7 +401,7 @@ def _pass_text(label: str) -> str:
     )
 
 
-def _p2p(fig: go.Figure, data: MareyData, rank_y: dict[int, float]) -> None:
+def _p2p(fig: go.Figure, shapes: list[dict[str, Any]], data: MareyData, rank_y: dict[int, float]) -> None:
     lx: list[Any] = []
     ly: list[Any] = []
     wx: list[Any] = []
@@ -415,11 +414,14 @@ def _p2p(fig: go.Figure, data: MareyData, rank_y: dict[int, float]) -> None:
                 wx += [p["recv_start_ms"], p["recv_start_ms"] + p["wait_ms"], None]
                 wy += [rank_y[p["dst"]], rank_y[p["dst"]], None]
     # One path each (``polylines``): a line trace drew every send/recv pair as an SVG node of its own.
-    add_polylines(fig, lx, ly, {"color": "#37474f", "width": 1}, "send → recv (micro-batch)", opacity=0.6)
-    add_polylines(fig, wx, wy, {"color": palette.WAIT, "width": 4}, "receiver waiting")
+    pairs = {"color": "#37474f", "width": 1}
+    add_polylines(fig, lx, ly, pairs, "send → recv (micro-batch)", shapes=shapes, opacity=0.6)
+    add_polylines(fig, wx, wy, {"color": palette.WAIT, "width": 4}, "receiver waiting", shapes=shapes)
 
 
-def _anomalies(fig: go.Figure, data: MareyData, row_y: list[list[float]]) -> None:
+def _anomalies(
+    fig: go.Figure, shapes: list[dict[str, Any]], data: MareyData, row_y: list[list[float]]
+) -> None:
     """The paper's anomaly marks: a red mark at the left of each row holding an anomalous device, and a red
     outline around the row; the top finding (``data["focus"]``) marked in its own terms, its reason written on the
     graph: a whole stage's rows outlined together, a named rank's row with why."""
@@ -430,16 +432,18 @@ def _anomalies(fig: go.Figure, data: MareyData, row_y: list[list[float]]) -> Non
     reasons = {int(r): t for r, t in (focus.get("reasons") or {}).items()}
     for st, rows in zip(data["stages"], row_y, strict=True):
         if focus.get("stage") is not None and st["stage"] == focus["stage"] and rows:
-            fig.add_shape(
-                type="rect",
-                xref="paper",
-                x0=0,
-                x1=1,
-                y0=rows[0] - 0.55,
-                y1=rows[-1] + 0.55,
-                line={"color": ANOMALY, "width": 2.5},
-                fillcolor="rgba(198,40,40,0.05)",
-                layer="below",
+            shapes.append(
+                {
+                    "type": "rect",
+                    "xref": "paper",
+                    "x0": 0,
+                    "x1": 1,
+                    "y0": rows[0] - 0.55,
+                    "y1": rows[-1] + 0.55,
+                    "line": {"color": ANOMALY, "width": 2.5},
+                    "fillcolor": "rgba(198,40,40,0.05)",
+                    "layer": "below",
+                }
             )
             _note(fig, rows[0] - 0.5, f"⚠ {focus.get('headline') or 'stage ' + str(st['stage'])}")
         for row, y in zip(st["rows"], rows, strict=True):
@@ -459,16 +463,18 @@ def _anomalies(fig: go.Figure, data: MareyData, row_y: list[list[float]]) -> Non
                     + "<br>".join(row.get("why", []))
                     + more
                 )
-                fig.add_shape(
-                    type="rect",
-                    xref="paper",
-                    x0=0,
-                    x1=1,
-                    y0=y - 0.5,
-                    y1=y + 0.5,
-                    line={"color": ANOMALY, "width": 1.5},
-                    fillcolor="rgba(198,40,40,0.06)",
-                    layer="below",
+                shapes.append(
+                    {
+                        "type": "rect",
+                        "xref": "paper",
+                        "x0": 0,
+                        "x1": 1,
+                        "y0": y - 0.5,
+                        "y1": y + 0.5,
+                        "line": {"color": ANOMALY, "width": 1.5},
+                        "fillcolor": "rgba(198,40,40,0.06)",
+                        "layer": "below",
+                    }
                 )
     if ys:
         fig.add_trace(
@@ -529,9 +535,11 @@ def critical_path_trace(path: list[PathPiece], rank_y: dict[int, float]) -> go.S
     )
 
 
-def highlight(data: MareyData, selected: tuple[Any, ...] | None) -> go.Scatter:
-    """The outline of the selected instance (or instances); always the figure's last trace, empty when nothing is
-    selected, so a new selection replaces it alone (a ``Patch``)."""
+def highlight(data: MareyData, selected: tuple[Any, ...] | None) -> dict[str, Any]:
+    """The outline of the selected instance (or instances) as one path shape named "selected operator"; always
+    the figure's last shape, hidden when nothing is selected, so a new selection replaces it alone (a ``Patch``).
+    A shape, not a trace: plotly redraws a changed shape alone, where a changed trace has it compute every trace
+    again (70-100 ms of a 256-rank graph's redraw per click)."""
     row_y = rows_of(data)[0]
     op, stage, at = (*(selected or (None,)), None, None)[:3]
     parts = []
@@ -548,11 +556,6 @@ def highlight(data: MareyData, selected: tuple[Any, ...] | None) -> go.Scatter:
             starts, ends = starts[keep], ends[keep]
         for j, y in enumerate(ys):
             parts.append(_rects(starts[:, j], ends[:, j], y, half=HALF * 1.3, closed=True))
-    return go.Scatter(
-        **_joined(parts),
-        mode="lines",
-        line={"color": palette.HIGHLIGHT, "width": 2.5},
-        name="selected operator",
-        hoverinfo="skip",
-        showlegend=bool(parts),
-    )
+    outline = _joined(parts)
+    drawn = polylines(outline["x"], outline["y"], {"color": palette.HIGHLIGHT, "width": 2.5}, HIGHLIGHT_NAME)
+    return drawn or {"type": "path", "path": "M0,0", "name": HIGHLIGHT_NAME, "visible": False}

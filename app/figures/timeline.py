@@ -20,7 +20,15 @@ from paradiag.app.data.shapes import (
     TimelineRow,
     Waits,
 )
-from paradiag.app.figures.common import add_polylines, bars, base_figure, compact, empty_figure, shared_text
+from paradiag.app.figures.common import (
+    add_filled,
+    add_polylines,
+    base_figure,
+    boxes_path,
+    compact,
+    empty_figure,
+    shared_text,
+)
 
 ROW_PX = 22
 SEPARATOR = "#999"  # the line between two ranks' (or folds') rows
@@ -32,8 +40,8 @@ TOP_PX, BOTTOM_PX, LEGEND_PX = (
 
 
 def timeline_figure(data: TimelineData, uirevision: Any = None, marked: list[int] | None = None) -> go.Figure:
-    """``data`` as ``timeline_data`` returns it. One trace per kind (NaN-separated filled bars), one trace of
-    undrawn points per kind for hover and click, one trace of waits, one of collective links. Plain SVG traces, not
+    """``data`` as ``timeline_data`` returns it. One filled path shape per kind (its bars, ``add_filled``), one
+    trace of undrawn points per kind for hover and click, the waits likewise, one path of collective links. Plain SVG traces, not
     WebGL: a WebGL canvas costs the browser in proportion to its pixels (and headless or GPU-less browsers draw
     it in software), so a tall timeline (a folded heatmap row's eight ranks) took seconds to draw. The rows
     of the ``marked`` ranks (the selection, or the ranks a finding blames) are shaded and their names bold."""
@@ -43,26 +51,27 @@ def timeline_figure(data: TimelineData, uirevision: Any = None, marked: list[int
     height = TOP_PX + BOTTOM_PX + 20 + ROW_PX * len(rows)
     width = max(3.0, min(16.0, ROW_PX * 0.7))
     fig = base_figure(uirevision=uirevision, height=height)
+    shapes: list[dict[str, Any]] = []  # the bars, in drawing order
     path = data.get("path")
     if path and path["x0"]:  # under the intervals: what lies on the path gets a thick outline
-        fig.add_trace(_bars(path, palette.CRITICAL_PATH, width + 7, name="critical path", legendgroup="path"))
+        _bars(fig, shapes, path, palette.CRITICAL_PATH, width + 7, "critical path", legendgroup="path")
     for kind, spans in data.get("folded", {}).items():
-        _add_folded(fig, kind, spans, width, legend=kind not in data["kinds"])
+        _add_folded(fig, shapes, kind, spans, width, legend=kind not in data["kinds"])
     for kind, seg in data["kinds"].items():
-        _add_intervals(fig, kind, seg, palette.KIND[kind], width)
+        _add_intervals(fig, shapes, kind, seg, palette.KIND[kind], width)
     waits = data["waits"]
     if waits["x0"]:
-        _add_intervals(fig, "wait", waits, palette.WAIT, width * 0.45)
+        _add_intervals(fig, shapes, "wait", waits, palette.WAIT, width * 0.45)
     selected = data.get("selected")
     if selected and selected["x0"]:
-        _selected(fig, selected, width)
+        _selected(fig, shapes, selected, width)
     if path:
         _path_hover(fig, path, width)
     _handles(fig, rows, data["window_ms"][0])
-    _axes(fig, rows, data["window_ms"], set(marked or []), path.get("ranks", {}) if path else {})
     if data["links"]:  # one path for all (a line trace drew each instance as an SVG node of its own)
         line = {"color": "rgba(60,60,60,0.45)", "width": 1}
-        add_polylines(fig, *_polylines(data["links"]), line, "collective instance")
+        add_polylines(fig, *_polylines(data["links"]), line, "collective instance", shapes=shapes)
+    _axes(fig, rows, data["window_ms"], set(marked or []), path.get("ranks", {}) if path else {}, shapes)
     if data.get("aggregated"):
         fig.add_annotation(
             text=f"{data['num_events']:,} events merged to screen resolution: zoom in for single kernels",
@@ -79,21 +88,15 @@ def timeline_figure(data: TimelineData, uirevision: Any = None, marked: list[int
     return fig
 
 
-def _add_folded(fig: go.Figure, kind: str, seg: FoldedIntervals, width: float, legend: bool) -> None:
+def _add_folded(
+    fig: go.Figure, shapes: list[dict[str, Any]], kind: str, seg: FoldedIntervals, width: float, legend: bool
+) -> None:
     """A fold's instances of one kind: from the earliest start to the latest end over its ranks, light, and the
     median span over it; the hover names the operator and the slowest rank."""
     color = palette.KIND[kind]
-    fig.add_trace(
-        _bars(
-            {"x0": seg["lo"], "x1": seg["hi"], "row": seg["row"]},
-            _light(color),
-            width,
-            name=f"{kind} spread",
-            legendgroup=kind,
-            showlegend=False,
-        )
-    )
-    fig.add_trace(_bars(seg, color, width * 0.5, name=kind, legendgroup=kind, showlegend=legend))
+    spread: Bars = {"x0": seg["lo"], "x1": seg["hi"], "row": seg["row"]}
+    _bars(fig, shapes, spread, _light(color), width, f"{kind} spread", legendgroup=kind, showlegend=False)
+    _bars(fig, shapes, seg, color, width * 0.5, kind, legendgroup=kind, showlegend=legend)
     _hover_points(
         fig,
         seg,
@@ -196,17 +199,32 @@ def _path_hover(fig: go.Figure, path: PathSegments, width: float) -> None:
 
 
 def _add_intervals(
-    fig: go.Figure, name: str, seg: Intervals | MergedIntervals | Waits, color: str, width: float
+    fig: go.Figure,
+    shapes: list[dict[str, Any]],
+    name: str,
+    seg: Intervals | MergedIntervals | Waits,
+    color: str,
+    width: float,
 ) -> None:
-    fig.add_trace(_bars(seg, color, width, name=name, legendgroup=name))
+    _bars(fig, shapes, seg, color, width, name)
     _hover_points(fig, seg, color, name, name, **_hover(name, seg))
 
 
-def _bars(seg: Bars, color: str, px: float, **trace: Any) -> go.Scatter:
+def _bars(
+    fig: go.Figure,
+    shapes: list[dict[str, Any]],
+    seg: Bars,
+    color: str,
+    px: float,
+    name: str,
+    legendgroup: str | None = None,
+    showlegend: bool = True,
+) -> None:
     """``seg``'s intervals (x0, x1, row) as bars ``px`` pixels high (the rows are ROW_PX apart and the y axis
-    does not zoom), all in one filled path."""
-    xs, ys = bars(seg["x0"], seg["x1"], seg["row"], px / 2 / ROW_PX)
-    return go.Scatter(x=xs, y=ys, mode="none", fill="toself", fillcolor=color, hoverinfo="skip", **trace)
+    does not zoom), all in one filled path (``add_filled``)."""
+    row, half = np.asarray(seg["row"], dtype=np.float64), px / 2 / ROW_PX
+    path = boxes_path(seg["x0"], seg["x1"], row - half, row + half)
+    add_filled(fig, shapes, path, color, name, legendgroup=legendgroup, showlegend=showlegend)
 
 
 def _hover_points(fig: go.Figure, seg: Bars, color: str, group: str, name: str, **hover: Any) -> None:
@@ -255,9 +273,9 @@ def _hover(name: str, seg: Intervals | MergedIntervals | Waits) -> dict[str, Any
     }
 
 
-def _selected(fig: go.Figure, members: Bars, width: float) -> None:
+def _selected(fig: go.Figure, shapes: list[dict[str, Any]], members: Bars, width: float) -> None:
     """The selected collective instance: its members outlined, joined at their starts."""
-    fig.add_trace(_bars(members, palette.HIGHLIGHT, width * 0.35, name="selected collective"))
+    _bars(fig, shapes, members, palette.HIGHLIGHT, width * 0.35, "selected collective")
     order = sorted(range(len(members["row"])), key=lambda i: members["row"][i])
     fig.add_trace(
         go.Scatter(
@@ -289,6 +307,7 @@ def _axes(
     window: list[float],
     marked: set[int],
     on_path: dict[int, list[int]],
+    bars: list[dict[str, Any]],
 ) -> None:
     fig.update_yaxes(
         tickvals=list(range(len(rows))),
@@ -355,7 +374,7 @@ def _axes(
         margin={"l": 120, "t": TOP_PX, "b": BOTTOM_PX},
         dragmode="zoom",
         hovermode="closest",
-        shapes=bands,
+        shapes=[*bands, *bars],
         legend={"x": 0, "xanchor": "left", "y": 1 + LEGEND_PX / area, "yanchor": "bottom"},
     )
 

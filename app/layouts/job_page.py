@@ -1,21 +1,16 @@
-"""The job page: summary and findings, then the views' panels (each view's own: ``paradiag.app.views``), placed
-here."""
+"""The job page: summary and findings, then the views' panels (each view's own: ``paradiag.app.views``) in the
+views' order, each with its export bar; two half-width panels in a row share it (the first screen: where the fault
+is, the overview, and who waits for whom, the timeline)."""
 
 from __future__ import annotations
 
 from dash import dcc, html
+from dash.development.base_component import Component
 
 from paradiag.app import ids
 from paradiag.app.layouts.common import with_exports
 from paradiag.app.selection import view_store
-from paradiag.app.views import VIEW_FIELDS
-from paradiag.app.views.comm import live as comm
-from paradiag.app.views.compare import live as compare
-from paradiag.app.views.detail import live as detail
-from paradiag.app.views.flow import live as flow
-from paradiag.app.views.marey import live as marey
-from paradiag.app.views.overview import live as overview
-from paradiag.app.views.timeline import live as timeline
+from paradiag.app.views import NAMES, VIEW_FIELDS, VIEWS
 
 GUIDE = (
     "How to read this page: the findings above name what slows the job, ranked by the step time a fix would save; "
@@ -38,6 +33,21 @@ def guide() -> html.Details:
     )
 
 
+def panels() -> list[Component]:
+    """Every view's panel with its export bar, in order; consecutive half-width panels paired in a row."""
+    out: list[Component] = []
+    row: list[Component] = []
+    for name, view in zip(NAMES, VIEWS, strict=True):
+        if row and (len(row) == 2 or not view.HALF):
+            out.append(html.Div(className="pd-row", children=row))
+            row = []
+        graph_id, table = view.EXPORTS
+        (row if view.HALF else out).append(with_exports(view.panel(), name, graph_id, table))
+    if row:
+        out.append(html.Div(className="pd-row", children=row))
+    return out
+
+
 def layout() -> html.Div:
     return html.Div(
         className="pd-job",
@@ -52,23 +62,6 @@ def layout() -> html.Div:
                     guide(),
                 ],
             ),
-            # The first screen: where the fault is (overview) and who waits for whom (timeline).
-            html.Div(
-                className="pd-row",
-                children=[
-                    with_exports(overview.panel(), "overview", ids.HEATMAP),
-                    with_exports(timeline.panel(), "timeline", ids.TIMELINE),
-                ],
-            ),
-            with_exports(marey.panel(), "marey", ids.MAREY),
-            html.Div(
-                className="pd-row",
-                children=[
-                    with_exports(detail.panel(), "detail", ids.DETAIL_OPERATORS),
-                    with_exports(comm.panel(), "comm", ids.COMM_MATRIX),
-                ],
-            ),
-            with_exports(compare.panel(), "compare", ids.COMPARE_RANKS, table=False),
-            with_exports(flow.panel(), "flow", ids.FLOW),
+            *panels(),
         ],
     )

@@ -1,7 +1,9 @@
 """The job page's views, each one unit: a folder ``app/views/<name>/`` holding
 
-- ``live.py`` (Dash): its panel (``panel()``), the selection fields it reads (``FIELDS``: a store per part,
-  ``paradiag.app.selection.view_store``) and its callbacks (``register``);
+- ``live.py`` (Dash): its panel (``panel()``) and its place on the job page (``EXPORTS``: the graph its export
+  bar exports and whether a table goes with it; ``HALF``: half a row, ``paradiag.app.layouts.job_page``), the
+  selection fields it reads (``FIELDS``: a store per part, ``paradiag.app.selection.view_store``) and its
+  callbacks (``register``);
 - ``static.py`` (no Dash): the static render the snapshot uses (``static(job, report)``: titled sections, each a
   figure, an HTML string or both) and the rules the live view shares with it (which ranks, which rows).
 
@@ -24,9 +26,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from paradiag.app.views.live import VIEW_FIELDS as VIEW_FIELDS
     from paradiag.app.views.live import VIEWS as VIEWS
-    from paradiag.dataset import Job
+    from paradiag.job import Job
 
-# In the page's order (the snapshot's too). ``layouts.job_page`` places their panels.
+# In the page's order (the snapshot's too).
 NAMES: tuple[str, ...] = ("overview", "timeline", "marey", "detail", "comm", "compare", "flow")
 
 # A view's static render: (title, content) sections, each content a figure, an HTML string or (HTML, figure).

@@ -11,7 +11,7 @@ from paradiag.simulator.writers import ascend_tables as tables
 from paradiag.simulator.writers.ascend_trace import HCCL, HOST_COMM, MATRIX_TYPE, STREAMS, nbytes
 
 if TYPE_CHECKING:
-    from paradiag.simulator.writers.ascend_trace import _StepRender
+    from paradiag.simulator.writers.ascend_trace import StepRender
 
 MOVED = {
     "allreduce": lambda n: 2 * (n - 1) / n,
@@ -37,7 +37,7 @@ def _describe(rec: Record) -> tuple[str, Any, int, str, float, int | None]:
     return rec[1], group, nbytes(nelems, "BFloat16"), "BF16", transfer, peer
 
 
-def render_comm(r: _StepRender, rec: Record) -> None:
+def render_comm(r: StepRender, rec: Record) -> None:
     s = r.s
     collective, group, size, dtype, transfer, peer = _describe(rec)
     hcom = kernels.HCCL_COLL[collective]
@@ -62,16 +62,16 @@ def render_comm(r: _StepRender, rec: Record) -> None:
         transfer = min(transfer, moved / (bw * 1e3) + lat)
         wait = dur - transfer
 
-    r._cpu(HOST_COMM[collective], rec[2], rec[3])
-    cid = r._launch(rec, f"HCCL@{hcom}")
+    r.cpu(HOST_COMM[collective], rec[2], rec[3])
+    cid = r.launch(rec, f"HCCL@{hcom}")
     stream = STREAMS[rec[8]]
     if wait > 0.001:
-        r._task(rec, "Notify Wait", "Notify Wait", cid, start, wait, stream)
-    r._task(
+        r.task(rec, "Notify Wait", "Notify Wait", cid, start, wait, stream)
+    r.task(
         rec, "RDMASend" if inter else "SDMA", "RDMA" if inter else "SDMA", cid, start + wait, transfer, stream
     )
     count = size // (2 if dtype == "BF16" else 4 if dtype == "FP32" else 8)
-    r._x(
+    r.event(
         name,
         HCCL,
         s.group_tid[group.index],
@@ -81,7 +81,7 @@ def render_comm(r: _StepRender, rec: Record) -> None:
     )
     plane = f'"stream id": {stream}, "task id": {s.task_ids.get(stream, 0)}, "context id": 0, "model id": 4294967295'
     if wait > 0.001:
-        r._x(
+        r.event(
             "Notify_Wait",
             HCCL,
             1,
@@ -90,7 +90,7 @@ def render_comm(r: _StepRender, rec: Record) -> None:
             f'"notify_id": "0", "duration estimated(us)": 1, {plane}, "task type": "Notify_Wait", "src rank": {src}, "dst rank": {dst}, "transport type": "{transport}", "size(Byte)": 0, "data type": "INVALID_TYPE", "link type": "INVALID_TYPE", "bandwidth(GB/s)": 0.0',
         )
     bw = moved / 1e3 / transfer if transfer > 0 else 0.0
-    r._x(
+    r.event(
         "RDMASend" if inter else "Memcpy",
         HCCL,
         1,

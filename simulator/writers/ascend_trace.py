@@ -174,7 +174,7 @@ class RankState:
 
     # ---- one step --------------------------------------------------------------------------------------------
     def write_step(self, step: int, records: list[Record]) -> None:
-        r = _StepRender(self, step)
+        r = StepRender(self, step)
         for rec in records:
             r.render(rec)
         r.summaries(records[0])
@@ -198,7 +198,7 @@ class RankState:
             parts.append(part)
 
 
-class _StepRender:
+class StepRender:
     """Renders one step of one rank and gathers what the summaries need."""
 
     def __init__(self, state: RankState, step: int) -> None:
@@ -212,35 +212,37 @@ class _StepRender:
         self.matrix_instances: dict[tuple[str, str, str], list[tuple[str, dict[str, Any]]]] = {}
         self.matrix: dict[str, dict[str, Any]] = {"p2p": {}, "collective": {}}
 
-    def _x(self, name: str, p: int, tid: int, ts: float, dur: float, args: str, cat: str = "") -> None:
+    def event(self, name: str, p: int, tid: int, ts: float, dur: float, args: str, cat: str = "") -> None:
         c = f'"cat": "{cat}", ' if cat else ""
         self.events.append(
             f'{{"ph": "X", "name": {self.s._q(name)}, "pid": {p}, "tid": {tid}, "ts": {self.s.ts(ts)}, "dur": {dur:.3f}, {c}"args": {{{args}}}}}'
         )
 
-    def _cpu(self, name: str, ts: float, dur: float) -> None:
-        self._x(name, self.s.pid, self.s.pid, ts, dur, '"Sequence number": -1, "Fwd thread id": 0', "cpu_op")
+    def cpu(self, name: str, ts: float, dur: float) -> None:
+        self.event(
+            name, self.s.pid, self.s.pid, ts, dur, '"Sequence number": -1, "Fwd thread id": 0', "cpu_op"
+        )
 
     def render(self, rec: Record) -> None:
         code = rec[0]
         if code in ("P", "H", "A"):
-            self._cpu(rec[1], rec[2], rec[3])
+            self.cpu(rec[1], rec[2], rec[3])
         elif code == "K":
             self._kernel(rec)
         elif code == "M":
-            self._cpu("aten::copy_", rec[2], rec[3])
-            cid = self._launch(rec, "AscendCL@aclrtMemcpyAsync")
-            self._task(rec, "MEMCPY_ASYNC", "PCIE_DMA_SQE", cid)
+            self.cpu("aten::copy_", rec[2], rec[3])
+            cid = self.launch(rec, "AscendCL@aclrtMemcpyAsync")
+            self.task(rec, "MEMCPY_ASYNC", "PCIE_DMA_SQE", cid)
         elif code in ("C", "S", "R"):
             from paradiag.simulator.writers.ascend_comm import render_comm
 
             render_comm(self, rec)
 
-    def _launch(self, rec: Record, api: str) -> int:
+    def launch(self, rec: Record, api: str) -> int:
         s = self.s
         s.conn += 1
         cid = s.conn
-        self._x(
+        self.event(
             api,
             CANN,
             s.cann_tid,
@@ -253,7 +255,7 @@ class _StepRender:
         )
         return cid
 
-    def _task(
+    def task(
         self,
         rec: Record,
         name: str,
@@ -268,7 +270,7 @@ class _StepRender:
         start = rec[6] if start is None else start
         dur = rec[7] if dur is None else dur
         task = s.task_ids[stream] = s.task_ids.get(stream, 100 * stream) + 1
-        self._x(
+        self.event(
             name,
             HARDWARE,
             stream,
@@ -284,8 +286,8 @@ class _StepRender:
     def _kernel(self, rec: Record) -> None:
         op = rec[9]
         npu = kernels.NPU[op.family]
-        self._cpu(op.aten, rec[2], rec[3])
-        cid = self._launch(rec, "Node@launch")
+        self.cpu(op.aten, rec[2], rec[3])
+        cid = self.launch(rec, "Node@launch")
         flow = EPOCH_NS // 1000 + int(rec[6] * 1000)
         self.events.append(
             f'{{"ph": "s", "bp": "e", "name": "torch_to_npu", "id": {flow}, "pid": {self.s.pid}, "tid": {self.s.pid}, "ts": {self.s.ts(rec[2])}, "cat": "async_npu"}}'
@@ -293,7 +295,7 @@ class _StepRender:
         self.events.append(
             f'{{"ph": "f", "bp": "e", "name": "torch_to_npu", "id": {flow}, "pid": {HARDWARE}, "tid": {STREAMS["compute"]}, "ts": {self.s.ts(rec[6])}, "cat": "async_npu"}}'
         )
-        task = self._task(rec, npu.name, npu.task_type, cid)
+        task = self.task(rec, npu.name, npu.task_type, cid)
         self.compute.append((rec[6], rec[6] + rec[7]))
         self.kernel_row(npu.name, npu.op_type, npu.core, task, STREAMS["compute"], rec[6], rec[7], op.shape)
         stat = self.s.op_stats.setdefault((npu.op_type, npu.core), [0, 0.0, float("inf"), 0.0])

@@ -21,6 +21,10 @@ from paradiag.app.selection import view_store
 # ``ranks`` in its store while no collective is selected: a click on other ranks leaves it as it is).
 FIELDS = {"comm": ("job", "ranks", "collective")}
 
+# Its place on the job page: the graph its export bar exports, with its table, half a row or not.
+EXPORTS = (ids.COMM_MATRIX, True)
+HALF = True
+
 
 def _drilled(drill: dict[str, Any] | None, job: str) -> dict[str, Any]:
     """The block of the matrix opened last for this job (``{}``: the whole job)."""

@@ -6,7 +6,7 @@ from typing import Any
 
 from paradiag.app.data.comm import view
 from paradiag.app.figures.comm import comm_figure
-from paradiag.dataset import Job
+from paradiag.job import Job
 
 
 def static(job: Job, report: dict[str, Any]) -> list[tuple[str, Any]]:

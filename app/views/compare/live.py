@@ -17,10 +17,14 @@ from paradiag.app.figures.compare import operator_changes_figure, rank_changes_f
 from paradiag.app.layouts.common import graph
 from paradiag.app.layouts.common import panel as panel_of
 from paradiag.app.selection import view_store
-from paradiag.dataset import Job
+from paradiag.job import Job
 from paradiag.units import ms
 
 FIELDS = {"compare": ("job", "base")}
+
+# Its place on the job page: the graph its export bar exports (no table), half a row or not.
+EXPORTS = (ids.COMPARE_RANKS, False)
+HALF = False
 NONE = {"label": "no baseline", "value": ""}
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from paradiag.dataset import Job
+from paradiag.job import Job
 
 
 def static(job: Job, report: dict[str, Any]) -> list[tuple[str, Any]]:

@@ -16,9 +16,13 @@ from paradiag.app.figures import detail as fig
 from paradiag.app.layouts.common import graph
 from paradiag.app.layouts.common import panel as panel_of
 from paradiag.app.selection import Selection, view_store
-from paradiag.dataset import Job
+from paradiag.job import Job
 
 FIELDS = {"detail": ("job", "step", "ranks", "op")}
+
+# Its place on the job page: the graph its export bar exports, with its table, half a row or not.
+EXPORTS = (ids.DETAIL_OPERATORS, True)
+HALF = True
 
 
 def detail_rank(job: Job, ranks: list[int] | None) -> int:

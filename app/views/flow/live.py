@@ -16,6 +16,10 @@ from paradiag.app.layouts.common import panel as panel_of
 from paradiag.app.selection import view_store
 
 FIELDS = {"flow": ("job", "step", "op", "stage", "at")}
+
+# Its place on the job page: the graph its export bar exports, with its table, half a row or not.
+EXPORTS = (ids.FLOW, True)
+HALF = False
 REPEATS = "repeats"  # the flow's expand value that opens every repeated block
 
 

@@ -10,28 +10,33 @@ from typing import Any
 
 from dash import Dash, Input, Output, Patch, dcc, html, no_update
 
-from paradiag.app import boundary, context, ids
+from paradiag.app import boundary, context, ids, store
 from paradiag.app.boundary import In, St
-from paradiag.app.data.common import origin_ns
+from paradiag.app.data.common import Kept, origin_ns
 from paradiag.app.data.marey import EXPAND_KEY, critical_path, marey_data
+from paradiag.app.data.shapes import MareyData
 from paradiag.app.figures.marey import OPERATORS, highlight, marey_figure
 from paradiag.app.layouts.common import graph
 from paradiag.app.layouts.common import panel as panel_of
 from paradiag.app.selection import view_store
+from paradiag.job import Job
 
 # The selection's fields this view is drawn from (its store, ``view_store("marey")``).
 FIELDS = {"marey": ("job", "step", "window", "op", "stage", "at")}
 
+# Its place on the job page: the graph its export bar exports, with its table, half a row or not.
+EXPORTS = (ids.MAREY, True)
+HALF = False
+
 # A double-click resets the zoom; plotly reports its first click as a click too. A click reaches the selection
-# only when no double-click followed within plotly's double-click delay (300 ms) and a margin.
-CLICK_DELAY_MS = 400
+# only when the graph was neither pressed again nor double-clicked within plotly's double-click delay (300 ms) and
+# a margin of its press (assets/marey_clicks.js writes it into its store then).
+CLICK_DELAY_MS = 350
 # The click passed on names its operator (a hover point's customdata holds the operator's index in the figure's
 # list of names: paradiag.app.figures.marey.OPERATORS).
 DEFER_CLICK = (
     """
-async function(click) {
-    const times = window.__pdMareyClicks || {pressAt: Date.now(), resetAt: 0};  // assets/marey_clicks.js
-    const pressed = times.pressAt;
+function(click) {
     // The point's customdata is a row of a typed array, which dcc.Graph leaves out of clickData: read from the
     // figure as it is now, the operator named from the figure's list of names.
     const gd = document.querySelector('#MAREY .js-plotly-plot');
@@ -44,14 +49,28 @@ async function(click) {
         custom[0] = names[custom[0]];
         return Object.assign({}, p, {customdata: custom});
     });
-    await new Promise(resolve => setTimeout(resolve, DELAY));
-    if (times.resetAt >= pressed) { return window.dash_clientside.no_update; }
-    return Object.assign({}, click, {points: points});
+    return window.__pdPassClick("MAREY", Object.assign({}, click, {points: points}), "STORE", DELAY);
 }
 """.replace("DELAY", str(CLICK_DELAY_MS))
+    .replace("STORE", ids.MAREY_CLICK)
     .replace("MAREY", ids.MAREY)
     .replace("OPERATORS", OPERATORS)
 )
+
+
+# The last windows drawn, per process: a click on a zoomed graph (which patches its outline alone) and a zoom back
+# to a window just seen need their bands again, 50-130 ms to merge at 256 ranks (the whole step is memoised in the
+# store; a window, one of endless many, is not). Read only: the figure builders copy what they draw.
+RECENT_WINDOWS = 8
+_recent = Kept(RECENT_WINDOWS)
+
+
+def windowed(job: Job, step: int, window: tuple[int, int] | None, expand: list[str]) -> MareyData:
+    """``marey_data`` for a window, from the last ones drawn when it is one of them."""
+    if window is None:
+        return marey_data(job, step, None, expand=expand)
+    key = (store.scope(job), step, window, tuple(sorted(expand)))
+    return _recent.get(key, lambda: marey_data(job, step, window, expand=expand))
 
 
 def render_marey(
@@ -70,19 +89,19 @@ def render_marey(
     if sel.get("window"):
         t0 = origin_ns(job)
         window = (t0 + int(sel["window"][0] * 1e6), t0 + int(sel["window"][1] * 1e6))
-    data = marey_data(job, sel["step"], window, expand=expand or [])
+    data = windowed(job, sel["step"], window, expand or [])
     selected = (sel["op"], sel.get("stage"), sel.get("at")) if sel.get("op") else None
     with_path = "path" in (toggles or [])
     key = [sel["job"], sel["step"], sel.get("window"), sorted(expand or []), with_path]
-    if drawn and drawn.get("key") == key:
+    if drawn and drawn.get("key") == key and drawn.get("shapes"):
         patch = Patch()
-        patch["data"][drawn["traces"] - 1] = highlight(data, selected).to_plotly_json()
+        patch["layout"]["shapes"][drawn["shapes"] - 1] = highlight(data, selected)
         return patch, no_update, no_update
     path = critical_path(job, sel["step"], window) if with_path else None
     fig = marey_figure(
         data, selected=selected, uirevision=f"{sel['job']}|{sel['step']}|{','.join(key[3])}", path=path
     )
-    return fig, data["expandable"], {"key": key, "traces": len(fig.data)}
+    return fig, data["expandable"], {"key": key, "traces": len(fig.data), "shapes": len(fig.layout.shapes)}
 
 
 def panel() -> html.Section:

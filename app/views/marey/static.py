@@ -9,7 +9,7 @@ from typing import Any
 from paradiag.app.data.marey import critical_path, marey_data
 from paradiag.app.data.overview import focus_of, opening_step
 from paradiag.app.figures.marey import marey_figure
-from paradiag.dataset import Job
+from paradiag.job import Job
 
 # The snapshot's bands: neighbouring bands closer than 1% of the step merge (the live view refines on zoom).
 STATIC_MERGE_FRAC = 0.01
@@ -31,7 +31,7 @@ def static(job: Job, report: dict[str, Any]) -> list[tuple[str, Any]]:
 
 def path_text(report: dict[str, Any], step: int) -> str:
     """What the thick line in the snapshot's Marey graph is: the step's critical path, its length and parts."""
-    from paradiag.commands import critical_path_line
+    from paradiag.analysis.critical_path import critical_path_line
 
     found = next((c for c in report.get("critical_path", []) if c["step"] == step), None)
     what = escape(critical_path_line(found)) + "." if found else "No critical path was found for this step."

@@ -28,11 +28,16 @@ from paradiag.app.layouts.common import graph
 from paradiag.app.layouts.common import panel as panel_of
 from paradiag.app.selection import Selection, view_store
 from paradiag.app.views.overview.static import rows_of
-from paradiag.dataset import Job
+from paradiag.job import Job
 
 # The selection's fields each of its stores holds: the figures are built for a job ("job"); a click moves their
-# marks ("mark": a Patch of the shapes).
-FIELDS = {"job": ("job",), "mark": ("job", "step", "ranks")}
+# marks (a Patch of the shapes): the heatmap's the selected ranks and step ("mark"), the step chart's the step
+# alone ("step": a click on other ranks of the same step leaves it as it is).
+FIELDS = {"job": ("job",), "mark": ("job", "step", "ranks"), "step": ("job", "step")}
+
+# Its place on the job page: the graph its export bar exports, with its table, half a row or not.
+EXPORTS = (ids.HEATMAP, True)
+HALF = True
 
 
 def caption(job: Job, metric: str) -> str:
@@ -80,16 +85,17 @@ def mark_heatmap(mark_view: dict[str, Any] | None, metric: str, expanded: list[s
     return patch
 
 
-def _mark_alone() -> bool:
-    """Whether the selection's marks alone changed (the heatmap and the step chart then move them by a Patch)."""
-    return ctx.triggered_id == view_store("mark") and len(ctx.triggered) == 1
+def _mark_alone(store: str) -> bool:
+    """Whether the selection's marks alone changed (store ``store``: the heatmap and the step chart then move them
+    by a Patch)."""
+    return ctx.triggered_id == view_store(store) and len(ctx.triggered) == 1
 
 
 def heatmap(
     job_view: dict[str, Any] | None, metric: str, expanded: list[str] | None, mark_view: dict[str, Any] | None
 ) -> Any:
     """The heatmap's callback: the whole figure, or only its outline when the mark alone changed."""
-    if _mark_alone():
+    if _mark_alone("mark"):
         return mark_heatmap(mark_view, metric, expanded)
     return render_heatmap(job_view, metric, expanded, mark_view)
 
@@ -123,7 +129,7 @@ def mark_steps(mark_view: dict[str, Any] | None) -> Any:
 
 def steps(job_view: dict[str, Any] | None, mark_view: dict[str, Any] | None) -> Any:
     """The step chart's callback: the whole figure for a new job, else only the marker."""
-    if _mark_alone():
+    if _mark_alone("step"):
         return mark_steps(mark_view)
     return render_steps(job_view, mark_view)
 
@@ -192,7 +198,7 @@ def register(app: Dash) -> None:
         app,
         Output(ids.STEPS, "figure"),
         In(view_store("job"), "data", boundary.selection),
-        In(view_store("mark"), "data", boundary.selection),
+        In(view_store("step"), "data", boundary.selection),
         prevent_initial_call=True,
     )(steps)
     boundary.callback(

@@ -17,7 +17,7 @@ from paradiag.app.data.overview import (
 from paradiag.app.data.shapes import HeatmapRow
 from paradiag.app.figures.heatmap import heatmap_figure
 from paradiag.app.figures.steps import steps_figure
-from paradiag.dataset import Job
+from paradiag.job import Job
 
 MAX_ROWS = HEATMAP_MAX_ROWS
 

@@ -25,28 +25,34 @@ from paradiag.app.layouts.common import graph
 from paradiag.app.layouts.common import panel as panel_of
 from paradiag.app.selection import Selection, view_store
 from paradiag.app.views.timeline.static import rows_of, shown_ranks
-from paradiag.dataset import Job
+from paradiag.job import Job
 
 # The selection's fields it is drawn from, and the operator search's (its choices follow the job alone: 400 of them
 # are not needed to draw the first screen).
 FIELDS = {"timeline": ("job", "step", "ranks", "window", "collective"), "search": ("job",)}
+
+# Its place on the job page: the graph its export bar exports, with its table, half a row or not.
+EXPORTS = (ids.TIMELINE, True)
+HALF = True
 PIXELS = 800
 # Intervals drawn one by one (each with its hover line) up to this many; beyond, merged per pixel column. A step of
 # 8 ranks holds ~12k intervals, 1.5 MB with their names: a zoom (drag, wheel, W) shows single kernels.
 MAX_INTERVALS = 5000
 MAX_OPERATORS = 400
 # A double-click zooms out; plotly reports its clicks as clicks too, which opened the fold under the mouse. A click
-# opens a fold only when no double-click followed within plotly's double-click delay and a margin (as on Marey's
-# graph: assets/marey_clicks.js).
-CLICK_DELAY_MS = 400
-DEFER_CLICK = """
-async function(click) {
-    const times = (window.__pdClicks || {}).timeline || {pressAt: Date.now(), resetAt: 0};
-    const pressed = times.pressAt;
-    await new Promise(resolve => setTimeout(resolve, DELAY));
-    return times.resetAt >= pressed ? window.dash_clientside.no_update : click;
+# opens a fold only when the graph was neither pressed again nor double-clicked within this long of its press
+# (plotly's double-click delay, 300 ms, and a margin), as on Marey's graph: assets/marey_clicks.js, which writes
+# the click into its store once that time has passed.
+CLICK_DELAY_MS = 350
+DEFER_CLICK = (
+    """
+function(click) {
+    return window.__pdPassClick("GRAPH", click, "STORE", DELAY);
 }
 """.replace("DELAY", str(CLICK_DELAY_MS))
+    .replace("GRAPH", ids.TIMELINE)
+    .replace("STORE", ids.TIMELINE_CLICK)
+)
 
 
 def window_ns(job: Job, sel: dict[str, Any], ranks: list[int] | None) -> tuple[int, int]:

@@ -12,7 +12,7 @@ from paradiag.app.data.shapes import FoldEntry
 from paradiag.app.data.timeline import timeline_data
 from paradiag.app.data.timeline_fold import LIMITS, timeline_rows
 from paradiag.app.figures.timeline import timeline_figure
-from paradiag.dataset import Job
+from paradiag.job import Job
 
 # The snapshot's: a wider page, aggregated to screen resolution (a 64-rank snapshot stays under 10 MB).
 STATIC_PIXELS, STATIC_MAX_PRIMITIVES = 1400, 12_000

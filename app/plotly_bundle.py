@@ -9,7 +9,7 @@ installed plotly.js from the npm registry, checks it against the registry's SHA-
 environment (``<prefix>/share/paradiag``). Where it was not fetched (no registry at set-up, a plain ``pip install``),
 everything uses the full bundle, as before.
 
-    python -m paradiag.plotly_bundle    # fetch it (set-up runs this)
+    python -m paradiag.app.plotly_bundle    # fetch it (set-up runs this)
 """
 
 from __future__ import annotations

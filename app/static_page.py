@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from paradiag import plotly_bundle
+from paradiag.app import plotly_bundle
 from paradiag.units import ms
 
 if TYPE_CHECKING:
     from paradiag.analysis.compare import CompareDoc
     from paradiag.analysis.diagnosis_types import Finding, StageMetrics
-    from paradiag.dataset import Job
+    from paradiag.job import Job
 
 # The snapshot of a 64-rank job must stay under 10 MB: each view's static render aggregates its figures to screen
 # resolution (``paradiag.app.views``).
