@@ -195,6 +195,30 @@ def test_marey_bars_answer_the_mouse_and_a_click_outlines_one_instance() -> None
     assert every.layout.shapes[-1].path.count("M") >= rows
 
 
+def test_marey_hover_points_lie_in_the_window_however_long_its_bars() -> None:
+    """A narrow window (a comm-matrix link's instance: 0.1 ms at 256 ranks) under long waits put thousands of
+    hover points outside it (0.5 MB): points lie in the window, at most HOVER_STEP of it apart."""
+    from paradiag.app.data.common import origin_ns, slowest_step
+    from paradiag.app.data.marey import marey_data
+    from paradiag.app.figures.marey import HOVER_STEP
+
+    job = _open("gpu_llm_slow_rank")
+    step = slowest_step(job)
+    whole = marey_data(job, step, None)
+    lo, hi = whole["window_ms"]
+    a = lo + (hi - lo) * 0.4
+    b = a + (hi - lo) / 200  # far shorter than most bars
+    t0 = origin_ns(job)
+    data = marey_data(job, step, (t0 + int(a * 1e6), t0 + int(b * 1e6)))
+    wa, wb = data["window_ms"]
+    points = [t for t in marey_figure(data).data if t.hoveron == "points" and t.name in palette.CATEGORY]
+    x = np.concatenate([np.asarray(t.x, dtype=np.float64) for t in points])
+    bars = sum(len(row) for st in data["stages"] for row in st["start"])
+    outside = (x < wa) | (x > wb)
+    assert len(x) > outside.sum() and outside.sum() <= bars  # a bar past the window: one point, at its start
+    assert bars <= len(x) <= bars * (1 / HOVER_STEP + 1)
+
+
 # ---- the communication matrix ----
 
 
