@@ -329,7 +329,7 @@ def diagnose(job: Job) -> Diagnosis:
         step_time_ns=step_ns,
         stage_metrics=StageMetrics.from_json(metrics) if metrics else None,
         operators=operators,
-        findings=findings.ranked(found),
+        findings=findings.ranked(found, by_replay=on_host),
         communication=communication_summary(instances, p2p),
         communication_matrix=[
             CommLink(**c)

@@ -408,3 +408,31 @@ def test_a_rank_slower_in_its_hooks_and_its_work_is_blamed_for_the_larger_stretc
     waits = {(r, s): {"wait_ns": 0, "caused_ns": 10 * MS if r == 1 else 0} for r in runs for s in range(3)}
     found = findings.rank_findings(everyone, figures, peers, {}, waits, 100 * MS, host)
     assert [(f.kind, f.culprit.ranks) for f in found] == [(kind, [1])]
+
+
+def test_findings_of_a_cpu_job_are_ordered_by_their_replays_when_every_one_has_one() -> None:
+    """isend_slow_link_s1 (real, pp8): a stage 1.22x as heavy on a busier core kept its pipeline estimate (8.5 %;
+    its replay 5.5 %) and came before rank 1's 5 ms hole before each send (its replay 5.8 %). On a CPU job the
+    replays order them; the impacts stay as they were; without a replay for each, the impacts order them."""
+    stage = replace(
+        findings.finding("stage_imbalance", findings.blamed([4], stage=4), [], 8.5, "stage 4 heavier"),
+        what_if={"saving_pct": 5.5, "saving_ms": 10.3},
+    )
+    stall = replace(
+        findings.finding("host_stall", findings.blamed([1]), [2, 3, 4], 5.8, "rank 1 late to send"),
+        what_if={"saving_pct": 5.8, "saving_ms": 10.8},
+    )
+    skew = findings.finding("clock_skew", findings.blamed([0]), [], 0.0, "a clock off")
+    found = [stage, skew, stall]
+    assert [f.kind for f in findings.ranked(found, by_replay=True)] == [
+        "host_stall",
+        "stage_imbalance",
+        "clock_skew",
+    ]
+    assert [f.kind for f in findings.ranked(found)] == ["stage_imbalance", "host_stall", "clock_skew"]
+    assert [f.impact_pct for f in findings.ranked(found, by_replay=True)] == [5.8, 8.5, 0.0]
+    unreplayed = replace(stall, what_if=None)
+    assert [f.kind for f in findings.ranked([stage, unreplayed], by_replay=True)] == [
+        "stage_imbalance",
+        "host_stall",
+    ]
