@@ -270,8 +270,10 @@ def test_a_lone_pipeline_rank_idling_before_each_of_its_sends_is_a_late_sender()
     assert findings.late_senders(*_pipeline({0: 0.2, 1: 8.0, 2: 5.0, 3: 0.2}), set(), host, 100 * MS, 3) == []
 
 
-def _both_ways(forward_ms: dict[int, float], backward_ms: float = 0.3) -> tuple[Any, pa.Table]:
-    """pp4, one CPU rank per stage, 3 steps of 200 ms, 4 micro-batches: each rank starts 1 ms after the previous
+def _both_ways(
+    forward_ms: dict[int, float], backward_ms: float = 0.3, stages: int = 4
+) -> tuple[Any, pa.Table]:
+    """pp4 (``stages``), one CPU rank per stage, 3 steps of 200 ms, 4 micro-batches: each rank starts 1 ms after the previous
     stage's forward send (the first: at the step's start, then once stage 1's backward send of the micro-batch
     before has arrived), computes 2 ms, idles ``forward_ms[rank]`` (0.2 ms unless given) and sends forward (the
     last stage: none), then computes 2 ms, idles ``backward_ms`` and sends backward (the first stage: none); a
@@ -281,10 +283,10 @@ def _both_ways(forward_ms: dict[int, float], backward_ms: float = 0.3) -> tuple[
     for s in range(3):
         t = s * 200 * MS
         for _ in range(4):
-            for r in range(4):
+            for r in range(stages):
                 rows.append({"rank": r, "name": "aten::mm", "start_ns": t, "dur_ns": 2 * MS, "step": s})
                 sent = t + 2 * MS + int(forward_ms.get(r, 0.2) * MS)
-                if r < 3:
+                if r < stages - 1:
                     for key, v in zip(p2p, (r, r + 1, s, sent, sent + MS), strict=True):
                         p2p[key].append(v)
                 rows.append(
@@ -311,6 +313,12 @@ def test_a_sender_held_one_way_or_on_the_first_stage_is_a_late_sender() -> None:
     found = findings.late_senders(*_both_ways({0: 6.0}), set(), host, 200 * MS, 3)
     assert [(f.kind, f.culprit.ranks) for f in found] == [("host_stall", [0])]
     assert findings.late_senders(*_both_ways({}), set(), host, 200 * MS, 3) == []
+    # A pipeline of two stages (pipe_1f1b_slow_link_s3: rank 0 idle 5.33 ms before three of four of its sends, at
+    # most 0.20 ms on rank 1): its one other sender is the one to compare with.
+    two = frozenset(range(2))
+    found = findings.late_senders(*_both_ways({0: 6.0}, stages=2), set(), two, 200 * MS, 3)
+    assert [(f.kind, f.culprit.ranks) for f in found] == [("host_stall", [0])]
+    assert findings.late_senders(*_both_ways({}, stages=2), set(), two, 200 * MS, 3) == []
 
 
 def test_on_cpu_ranks_a_finding_must_cost_more_than_the_schedulers_noise() -> None:
