@@ -711,7 +711,8 @@ def late_senders(
     median); a rank that waits for what a slower neighbour sends it waits as long as that neighbour makes it
     (a stage beside a slow one: holes of 0.2-20 ms before its sends, lower quartile 1.9 ms, median 6.4 ms).
     A pipeline of two stages has one other sender, and is weighed against it (a first stage sleeping 5 ms before
-    each send: 5.33 ms in three of four, at most 0.20 ms on the last stage). The impact: that hole per send times those sends per step, over the step.
+    each send: 5.33 ms in three of four, at most 0.20 ms on the last stage). The impact: that hole per send times
+    those sends per step, over the step.
     ``named``: ranks already blamed for their own time."""
     if not len(p2p) or not host_ranks or not step_ns:
         return []

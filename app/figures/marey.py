@@ -336,9 +336,12 @@ def _hover_points(
     text a point carries is its band's name and pass and its row's label, each name sent once (``shared_text``). One trace per wording: a row of
     several devices shows their spread, a merged band names its longest single operator.
     Points lie in the part of a bar inside ``window`` (ms): a zoom is drawn again by the server, and a 3 ms wait
-    under a 0.1 ms window (a comm-matrix link's instance) held 2,400 points, 0.5 MB of a 256-rank figure."""
-    start = np.maximum(bar["start"], window[0])
-    end = np.maximum(np.minimum(bar["end"], window[1]), start)
+    under a 0.1 ms window (a comm-matrix link's instance) held 2,400 points, 0.5 MB of a 256-rank figure. A bar
+    outside the window (a merged band reaching past it) keeps one point, at its middle."""
+    inside = (bar["end"] > window[0]) & (bar["start"] < window[1])
+    middle = (bar["start"] + bar["end"]) / 2
+    start = np.where(inside, np.maximum(bar["start"], window[0]), middle)
+    end = np.where(inside, np.minimum(bar["end"], window[1]), middle)
     length = end - start
     count = (
         np.maximum(1, np.ceil(length / step)).astype(np.int64)
