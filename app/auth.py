@@ -75,10 +75,23 @@ class AuthStore:
                 "CREATE TABLE IF NOT EXISTS failures (key TEXT PRIMARY KEY, count INTEGER, until REAL)"
             )
             db.execute("CREATE TABLE IF NOT EXISTS generations (user TEXT PRIMARY KEY, gen INTEGER)")
-        with contextlib.closing(sqlite3.connect(self.path, timeout=30)) as db:
-            db.execute(
-                "PRAGMA journal_mode=WAL"
-            )  # readers (every request's session check) never wait for writers
+        self._wal()
+
+    def _wal(self, wait_s: float = 30.0) -> None:
+        """WAL journal: readers (every request's session check) never wait for writers. Switching to it takes the
+        file alone, and SQLite answers "database is locked" at once rather than wait while another connection
+        reads it: two gunicorn workers booting together failed so, and the master shut down. Tried again until
+        ``wait_s`` has passed."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                with contextlib.closing(sqlite3.connect(self.path, timeout=wait_s)) as db:
+                    db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     @contextlib.contextmanager
     def _db(self, write: bool = True) -> Iterator[sqlite3.Connection]:
