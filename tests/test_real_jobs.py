@@ -26,8 +26,8 @@ from tests.realjobs import JobSpec, analyze, layout_read, make_job, unavailable
 pytestmark = pytest.mark.slow
 
 JOBS = {
-    # a bigger local batch: every op of rank 2 scales (the 'slowdown' mode's op reruns at these sizes drown in this
-    # machine's noise: 4 ranks on 2 shared cores vary +-20% in compute on a clean job)
+    # a bigger local batch: every op of rank 2 scales (4 ranks on 2 shared cores vary +-20% in compute on a clean
+    # job: a fault must stand above that)
     "ddp_slow": JobSpec(
         "ddp_slow_rank", "ddp", "slow_rank", rank=2, strength=0.8, slow_mode="batch", hidden=384, batch=64
     ),
@@ -55,7 +55,7 @@ JOBS = {
         profiler="paradiag",
     ),
     # FSDP2 waits for its reduce-scatters and all-gathers inside autograd nodes, and the slow rank waits least; the
-    # slowdown reruns every op under a dispatch mode, which re-enters each aten op (an outer call of glue)
+    # slowdown stretches every op under a dispatch mode, which re-enters each aten op (an outer call of glue)
     "fsdp2_slow": JobSpec(
         "fsdp2_slowdown",
         "fsdp2",
@@ -261,7 +261,7 @@ def test_device_mesh_dp_x_pp_layout_is_read_and_the_slow_rank_named(real_job: Ca
 
 
 def test_fsdp2_slow_rank_does_the_most_work_though_it_waits_least(real_job: Callable[[str], Made]) -> None:
-    """Counted as the work each rank does, rank 1 (every op 1.8x, by reruns) is above its peers in every step: the
+    """Counted as the work each rank does, rank 1 (every op stretched to 1.8x) is above its peers in every step: the
     time FSDP2's wrappers spend blocked in waits is not compute (the slow rank, waiting least, would look lightest),
     and the dispatch mode's outer calls do not set the typical duration of the inner ones."""
     _spec, folder, report = real_job("fsdp2_slow")

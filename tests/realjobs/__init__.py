@@ -192,7 +192,7 @@ class JobSpec:
             how = {
                 "batch": f"a {round(s * 100)}% bigger local batch",
                 "extra": f"extra matmuls worth {round(s * 100)}% of its layers' flops",
-                "slowdown": f"every operator {1 + s:.2f}x as long (ops rerun, a slower device)",
+                "slowdown": f"every operator {1 + s:.2f}x as long (each op stretched, a slower device)",
             }[self.slow_mode]
             out = {"kinds": kinds, "ranks": [r], "max_ranks": 1, "truth": f"rank {r} does {how} every step"}
             if pure_pp:
