@@ -55,7 +55,7 @@ JOBS = {
         profiler="paradiag",
     ),
     # FSDP2 waits for its reduce-scatters and all-gathers inside autograd nodes, and the slow rank waits least; the
-    # slowdown stretches every op under a dispatch mode, which re-enters each aten op (an outer call of glue)
+    # slowdown stretches every op under a dispatch mode, which re-enters each aten op (an outer call holds the stretch)
     "fsdp2_slow": JobSpec(
         "fsdp2_slowdown",
         "fsdp2",

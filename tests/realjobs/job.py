@@ -16,7 +16,7 @@ The model is a stack of blocks (Linear h->2h, GELU, Linear 2h->h). APIs:
   mesh_dp_tp   init_device_mesh("cpu", (dp, tp), ("dp", "tp")): parallelize_module ColwiseParallel/RowwiseParallel
                over tp (DTensor), gradients averaged over dp
 Faults (on --rank; pipeline faults on the stage that rank holds):
-  none; slow_rank (--slow-mode slowdown: every op is stretched to (1 + strength)x its time, a slower device; extra: extra
+  none; slow_rank (--slow-mode slowdown: every op stretched to (1 + strength)x its time, a slower device; extra: extra
   matmuls worth --strength x the layers' flops; batch: a (1 + strength)x local batch, DDP/FSDP2 only); host_stall (sleeps --strength ms once, in one profiled step); heavy_stage (the stage holds
   (1 + strength) x the blocks); slow_collective (a DDP comm hook that sleeps --strength ms before each bucket's
   all_reduce); slow_link (the rank sleeps --strength ms before each send to the next stage); hotspot (GELU on that
@@ -135,7 +135,9 @@ class Slowdown:
     """A slower device: every operator on this rank's thread (forward, backward, optimizer, in-place updates
     included) is stretched to (1 + strength)x its own time: once it returns, the thread keeps its core busy for
     `strength` x what the call took, inside the operator's profiled span, as a device slower by that factor would.
-    Collectives and the profiler's own ops are never stretched (their time is waiting, not computing).
+    Collectives and the profiler's own ops are never stretched (their time is waiting, not computing). An op on
+    DTensors is stretched as a whole (its sharding propagation and local compute): the tensor-parallel plans here
+    redistribute in module hooks, outside the ops, through c10d ops, which are not stretched.
 
     (Rerunning a share of the calls instead, results dropped, cannot stretch in-place ops, the optimizer's and
     autograd's accumulations among them: a "1.8x" rank computed only 1.09-1.18x its peers.)"""
