@@ -230,6 +230,37 @@ def test_pipeline_heavy_stage_sends_pair_and_the_stage_is_named(real_job: Callab
     assert all(f["culprit"]["stage"] == 2 for f in stage), stage
 
 
+def _large_output_mm_us(folder: Path) -> dict[int, float]:
+    """rank -> the 25th percentile duration (us) of its aten::mm calls of the job's largest output (a weight
+    gradient: ``[2h, micro] x [micro, h]``), from the trace files themselves."""
+    calls: dict[int, dict[int, list[float]]] = {}
+    for path in folder.rglob("*.pt.trace.json"):
+        doc = json.loads(path.read_text())
+        rank = doc["distributedInfo"]["rank"]
+        for e in doc["traceEvents"]:
+            dims = e.get("args", {}).get("Input Dims") if e.get("name") == "aten::mm" else None
+            if dims and len(dims) >= 2 and dims[0] and dims[1]:
+                calls.setdefault(rank, {}).setdefault(dims[0][0] * dims[1][-1], []).append(e["dur"])
+    largest = max(size for per in calls.values() for size in per)
+    out = {}
+    for rank, per in calls.items():
+        durations = sorted(per[largest])
+        out[rank] = durations[len(durations) // 4]
+    return out
+
+
+def test_every_rank_runs_its_weight_gradients_at_one_speed(real_job: Callable[[str], Made]) -> None:
+    """The jobs' ranks preload tcmalloc (tests/realjobs: job_allocator): under glibc's malloc a profiled rank, at
+    random, pays a page fault per page of every large output (4-30x the call), a hotspot no program wrote."""
+    spec, folder, _ = real_job("pipe_heavy")
+    record = json.loads((folder.parent / f"{spec.name}.job.json").read_text())
+    if record.get("allocator", "glibc") == "glibc":
+        pytest.skip("no tcmalloc or jemalloc on this machine (make test installs libtcmalloc-minimal4)")
+    speeds = _large_output_mm_us(folder)
+    assert len(speeds) == spec.world
+    assert max(speeds.values()) < 2 * min(speeds.values()), speeds
+
+
 def test_clean_job_has_no_finding_and_reads_the_latest_window(real_job: Callable[[str], Made]) -> None:
     _spec, folder, report = real_job("clean")
     assert not _errors(report)
