@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from paradiag.analysis.frame import Frame
-from paradiag.analysis.operators import typical_durations
+from paradiag.analysis.operators import call_counts, operator_time, typical_durations
 from paradiag.intervals import union_length
 
 BACKWARD = re.compile(r"backward|bwd|grad|dgrad|wgrad", re.IGNORECASE)
@@ -370,3 +370,37 @@ def _stage_summary(
         "step_time_ns": int(step_time_ns),
         "balanced_step_time_ns": int(max(step_time_ns - saved, 0)) if p > 1 else int(step_time_ns),
     }
+
+
+def stage_work(frame: Frame, stages: list[list[int]], host_ranks: frozenset[int]) -> list[float]:
+    """Per stage, the work its ranks do per step, counted in calls, not time: each operator's calls (per step,
+    ``operators.call_counts``) priced at one job-wide price, the median over the ranks of its typical call
+    (``operators.typical_durations`` on ``host_ranks``; the median call elsewhere), of the operators that every
+    stage calls; a stage's work is the median of its ranks'. A stage that holds more layers makes more calls of the same operators, so its work is more
+    whatever its cores did; a rank slower at some operators (a busier core, an allocator's page faults on large
+    outputs, a hot operator) makes the same calls and does the same work. [] when a stage has no compute."""
+    ranks = sorted({r for stage in stages for r in stage})
+    host = np.array([r for r in ranks if r in host_ranks], dtype=np.int64)
+    mine = frame.take(np.isin(frame.rank, ranks))
+    times = operator_time(mine, typical_durations(mine, host) if len(host) else None)
+    counts = call_counts(mine)
+    per_call: dict[int, list[float]] = {}
+    for (rank, name), t in times.items():
+        calls = counts.get((rank, name), 0.0)
+        if calls > 0:
+            per_call.setdefault(name, []).append(float(np.median(t)) / calls)
+    # Only the operators every stage calls: a stage's own (the loss on the last, the embedding on the first) are
+    # work no split of the layers moves.
+    callers = [{n for (r, n), c in counts.items() if c > 0 and r in stage} for stage in stages]
+    common = set.intersection(*callers) if callers else set()
+    price = {name: float(np.median(v)) for name, v in per_call.items() if name in common}
+    work: dict[int, float] = {}
+    for (rank, name), calls in counts.items():
+        work[rank] = work.get(rank, 0.0) + calls * price.get(name, 0.0)
+    out = []
+    for stage in stages:
+        mine_work = [work[r] for r in stage if work.get(r)]
+        if not mine_work:
+            return []
+        out.append(float(np.median(mine_work)))
+    return out

@@ -1,0 +1,92 @@
+"""A pipeline stage's work counted in calls at job-wide prices (analysis.stages.stage_work) and the stage rule of
+CPU jobs that reads it (issue 22): more layers are more calls of the same operators, which no busier core, page
+fault or hot operator makes; a stage's own operators (the loss) are no layer work."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from paradiag.analysis import findings, stages
+from paradiag.analysis.frame import device_frame
+from paradiag.parsers import kineto
+
+MS = 1_000_000
+STAGES = [[0], [1], [2], [3]]
+
+
+def _rank_events(tmp_path: Path, rank: int, layers: int, mm_us: float, own: list[str]) -> pa.Table:
+    """One step of a CPU stage: per layer aten::linear > aten::mm (``mm_us`` each) and aten::gelu (50 us), then
+    the stage's own operators (``own``, 200 us each)."""
+    events: list[dict[str, Any]] = [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#1",
+            "pid": 1,
+            "tid": 7,
+            "ts": 0,
+            "dur": 90_000,
+        }
+    ]
+    t, ext = 10.0, 1
+    calls = [("aten::linear", "aten::mm", mm_us)] * (2 * layers) + [("aten::gelu", None, 50.0)] * layers
+    calls += [(name, None, 200.0) for name in own]
+    for outer, inner, dur in calls:
+        events.append({"ph": "X", "cat": "cpu_op", "name": outer, "pid": 1, "tid": 7, "ts": t, "dur": dur + 20, "args": {"External id": ext}})  # fmt: skip
+        if inner:
+            events.append({"ph": "X", "cat": "cpu_op", "name": inner, "pid": 1, "tid": 7, "ts": t + 10, "dur": dur, "args": {"External id": ext + 1}})  # fmt: skip
+        t, ext = t + dur + 40, ext + 2
+    groups = [{"pg_name": "0", "pg_desc": "default_pg", "ranks": [0, 1, 2, 3]}]
+    path = tmp_path / f"rank{rank}.pt.trace.json"
+    info = {"backend": "gloo", "rank": rank, "world_size": 4, "pg_config": groups}
+    path.write_text(json.dumps({"distributedInfo": info, "traceEvents": events}))
+    table = kineto.parse(path).events  # the rank is set at ingest, from the job's files
+    return table.set_column(
+        table.schema.get_field_index("rank"),
+        "rank",
+        pa.array([rank] * len(table), table.schema.field("rank").type),
+    )
+
+
+def _work(tmp_path: Path, layers: list[int], mm_us: list[float]) -> list[float]:
+    tables = [
+        _rank_events(tmp_path, r, layers[r], mm_us[r], ["aten::mse_loss"] * 3 if r == 3 else [])
+        for r in range(4)
+    ]
+    frame = device_frame(pa.concat_tables(tables, promote_options="default"))
+    return stages.stage_work(frame, STAGES, frozenset(range(4)))
+
+
+def test_a_stage_of_more_layers_does_more_work_a_slower_operator_none(tmp_path: Path) -> None:
+    # stage 2 holds 3 layers, the others 2; stage 0's aten::mm takes 4x as long (glibc's page faults on a large
+    # output), stage 3 runs the loss as well
+    work = _work(tmp_path, [2, 2, 3, 2], [400, 100, 100, 100])
+    assert work[2] == pytest.approx(1.5 * work[1])
+    assert work[0] == pytest.approx(work[1]) and work[3] == pytest.approx(work[1])
+
+
+def _metrics(per_micro_batch_ms: list[float]) -> dict[str, Any]:
+    rows = [
+        {"stage": s, "ranks": [s], "compute_per_micro_batch_ns": int(v * MS), "bubble_ratio": 0.3}
+        for s, v in enumerate(per_micro_batch_ms)
+    ]
+    return stages._stage_summary(rows, micro_batches=8, virtual=1, step_time_ns=100 * MS, compute_scale=2.0)
+
+
+def test_a_heavy_first_stage_hidden_in_time_is_found_by_its_work_and_noise_is_not() -> None:
+    # stage 0 holds 1.5x the layers, but does no input gradient: its time is 1.12x the others' (under both time
+    # rules of CPU ranks); its work says what it holds
+    heavy_first = _metrics([2.24, 2.0, 2.0, 2.0])
+    assert findings.stage_findings(heavy_first, on_host=True) == []
+    (f,) = findings.stage_findings(heavy_first, on_host=True, work=[1.45, 1.0, 1.0, 1.01])
+    assert (f.kind, f.culprit.stage) == ("stage_imbalance", 0)
+    # a rank 1.3x slower in time at the same calls (a hot operator, a busier core): the time rule alone decides
+    slow_op = _metrics([2.6, 2.0, 2.0, 2.0])
+    assert findings.stage_findings(slow_op, on_host=True, work=[1.0, 1.0, 1.0, 1.0]) != []
+    # the heaviest in work must be the heaviest in time: a stage of more calls that runs faster is not the limit
+    assert findings.stage_findings(heavy_first, on_host=True, work=[1.0, 1.0, 1.3, 1.0]) == []
