@@ -72,7 +72,10 @@ LINK_QUANTILE = (
     0.25  # a slow link's fast quarter of transfers is slower than the slow quarter of comparable ones
 )
 HOTSPOT_REST = 1.05  # the rest of a hotspot rank's operators run within 5 % of its peers
-HOTSPOT_REST_HOST = 1.5  # ... within 50 % on CPU ranks, where they share caches and cores with the hot ones (a 24x GELU slows the next GEMMs by 30 %)
+# ... and no bound on CPU ranks: there the rest's speed is the core's share and the caches the hot operators leave
+# (a 24x GELU's rank ran its GEMMs 1.3x, and in a pp2 job 1.7x, its peers'), so only the hot operators' ratio to the
+# rest's (HOT_RATIO x) tells a hotspot from a slower rank, which slows every operator alike
+HOTSPOT_REST_HOST = math.inf
 HOT_RATIO = 2.0  # a hot operator runs at least twice its peers' time ...
 HOT_SHARE = 0.5  # ... and the hot operators carry most of the rank's extra time
 CLOCK_SKEW_NS = 100_000

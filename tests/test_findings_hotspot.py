@@ -22,6 +22,14 @@ def test_a_hotspot_that_outweighs_the_rest_of_the_work_is_one() -> None:
     assert far_slower(excess, own, HOTSPOT_REST) == []  # on a GPU the rest must run within 5 %
 
 
+def test_a_hotspot_on_a_rank_whose_rest_runs_slower_too_is_one_on_cpu_ranks() -> None:
+    """pp2, the hot rank's GELU 24x (gelu and its backward 67-80x the other stage's) while its GEMMs run 1.7x on a
+    shared core: the hot operators carry three quarters of its extra time."""
+    own = {0: 10.2, 1: 6.8, 2: 24.0, 3: 27.0, 4: 0.05, 5: 1.7}
+    excess, own = _split(own, PEER)
+    assert far_slower(excess, own, HOTSPOT_REST_HOST) == [3, 2]
+
+
 def test_a_uniformly_slower_device_or_twice_the_layers_is_no_hotspot() -> None:
     for factor in (1.5, 1.9, 2.1, 3.0):  # every operator slower alike (noise: +-10 % per operator)
         own = {n: t * factor * (1.1 if n % 2 else 0.9) for n, t in PEER.items()}
