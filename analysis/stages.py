@@ -378,11 +378,17 @@ def stage_work(frame: Frame, stages: list[list[int]], host_ranks: frozenset[int]
     (``operators.typical_durations`` on ``host_ranks``; the median call elsewhere), of the operators that every
     stage calls; a stage's work is the median of its ranks'. A stage that holds more layers makes more calls of the same operators, so its work is more
     whatever its cores did; a rank slower at some operators (a busier core, an allocator's page faults on large
-    outputs, a hot operator) makes the same calls and does the same work. [] when a stage has no compute."""
+    outputs, a hot operator) makes the same calls and does the same work. Operators are told apart by their caller
+    too. [] when a stage has no compute."""
     ranks = sorted({r for stage in stages for r in stage})
     host = np.array([r for r in ranks if r in host_ranks], dtype=np.int64)
     mine = frame.take(np.isin(frame.rank, ranks))
-    times = operator_time(mine, typical_durations(mine, host) if len(host) else None)
+    typical = typical_durations(mine, host) if len(host) else None
+    # An operator is counted per caller (the frame's ``work``): a call re-entered under a dispatch mode (an op
+    # called by itself) is a caller no other stage has, not a second call of the layer's work.
+    pair = (mine.name.astype(np.int64) << 32) | (mine.work.astype(np.int64) & 0xFFFFFFFF)
+    mine.name = np.unique(pair, return_inverse=True)[1].reshape(-1).astype(mine.name.dtype)
+    times = operator_time(mine, typical)
     counts = call_counts(mine)
     per_call: dict[int, list[float]] = {}
     for (rank, name), t in times.items():

@@ -12,16 +12,19 @@ import pyarrow as pa
 import pytest
 
 from paradiag.analysis import findings, stages
-from paradiag.analysis.frame import device_frame
+from paradiag.analysis.frame import concat, device_frame
 from paradiag.parsers import kineto
 
 MS = 1_000_000
 STAGES = [[0], [1], [2], [3]]
 
 
-def _rank_events(tmp_path: Path, rank: int, layers: int, mm_us: float, own: list[str]) -> pa.Table:
+def _rank_events(
+    tmp_path: Path, rank: int, layers: int, mm_us: float, own: list[str], reentered: bool = False
+) -> pa.Table:
     """One step of a CPU stage: per layer aten::linear > aten::mm (``mm_us`` each) and aten::gelu (50 us), then
-    the stage's own operators (``own``, 200 us each)."""
+    the stage's own operators (``own``, 200 us each); ``reentered``: each aten::mm calls aten::mm again inside
+    it, as under a dispatch mode (the real jobs' slowdown, a FLOP counter)."""
     events: list[dict[str, Any]] = [
         {
             "ph": "X",
@@ -40,7 +43,9 @@ def _rank_events(tmp_path: Path, rank: int, layers: int, mm_us: float, own: list
         events.append({"ph": "X", "cat": "cpu_op", "name": outer, "pid": 1, "tid": 7, "ts": t, "dur": dur + 20, "args": {"External id": ext}})  # fmt: skip
         if inner:
             events.append({"ph": "X", "cat": "cpu_op", "name": inner, "pid": 1, "tid": 7, "ts": t + 10, "dur": dur, "args": {"External id": ext + 1}})  # fmt: skip
-        t, ext = t + dur + 40, ext + 2
+        if inner and reentered:
+            events.append({"ph": "X", "cat": "cpu_op", "name": inner, "pid": 1, "tid": 7, "ts": t + 15, "dur": dur - 10, "args": {"External id": ext + 2}})  # fmt: skip
+        t, ext = t + dur + 40, ext + 3
     groups = [{"pg_name": "0", "pg_desc": "default_pg", "ranks": [0, 1, 2, 3]}]
     path = tmp_path / f"rank{rank}.pt.trace.json"
     info = {"backend": "gloo", "rank": rank, "world_size": 4, "pg_config": groups}
@@ -55,16 +60,18 @@ def _rank_events(tmp_path: Path, rank: int, layers: int, mm_us: float, own: list
 
 def _work(tmp_path: Path, layers: list[int], mm_us: list[float]) -> list[float]:
     tables = [
-        _rank_events(tmp_path, r, layers[r], mm_us[r], ["aten::mse_loss"] * 3 if r == 3 else [])
+        _rank_events(tmp_path, r, layers[r], mm_us[r], ["aten::mse_loss"] * 3 if r == 3 else [], r == 1)
         for r in range(4)
     ]
-    frame = device_frame(pa.concat_tables(tables, promote_options="default"))
+    frame = concat(
+        [device_frame(t) for t in tables]
+    )  # one frame a rank, as a job's (External ids are per rank)
     return stages.stage_work(frame, STAGES, frozenset(range(4)))
 
 
 def test_a_stage_of_more_layers_does_more_work_a_slower_operator_none(tmp_path: Path) -> None:
     # stage 2 holds 3 layers, the others 2; stage 0's aten::mm takes 4x as long (glibc's page faults on a large
-    # output), stage 3 runs the loss as well
+    # output), stage 1's aten::mm re-enters itself under a dispatch mode, stage 3 runs the loss as well
     work = _work(tmp_path, [2, 2, 3, 2], [400, 100, 100, 100])
     assert work[2] == pytest.approx(1.5 * work[1])
     assert work[0] == pytest.approx(work[1]) and work[3] == pytest.approx(work[1])
