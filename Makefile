@@ -46,14 +46,14 @@ $(VENV)/.ready: pyproject.toml
 
 setup-test: $(VENV)/.ready browser peers
 
-## Debian chromium + chromium-driver for the browser tests, and tcmalloc for the real jobs' ranks (glibc's malloc
+## Debian chromium + chromium-driver for the browser tests, and jemalloc for the real jobs' ranks (glibc's malloc
 ## makes a profiled CPU rank's large-output operators 4-30x slower at random: tests/realjobs/__init__.py); apt as
 ## root, else through sudo.
 browser:
 	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null \
-		|| ! /sbin/ldconfig -p | grep -q libtcmalloc_minimal.so.4; then \
+		|| ! /sbin/ldconfig -p | grep -q libjemalloc.so.2; then \
 		sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
-		$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq chromium chromium-driver libtcmalloc-minimal4; fi
+		$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq chromium chromium-driver libjemalloc2; fi
 
 lint: $(VENV)/.ready
 	$(VENV)/bin/ruff check .

@@ -250,12 +250,12 @@ def _large_output_mm_us(folder: Path) -> dict[int, float]:
 
 
 def test_every_rank_runs_its_weight_gradients_at_one_speed(real_job: Callable[[str], Made]) -> None:
-    """The jobs' ranks preload tcmalloc (tests/realjobs: job_allocator): under glibc's malloc a profiled rank, at
+    """The jobs' ranks preload jemalloc (tests/realjobs: job_allocator): under glibc's malloc a profiled rank, at
     random, pays a page fault per page of every large output (4-30x the call), a hotspot no program wrote."""
     spec, folder, _ = real_job("pipe_heavy")
     record = json.loads((folder.parent / f"{spec.name}.job.json").read_text())
     if record.get("allocator", "glibc") == "glibc":
-        pytest.skip("no tcmalloc or jemalloc on this machine (make test installs libtcmalloc-minimal4)")
+        pytest.skip("no jemalloc or tcmalloc on this machine (make test installs libjemalloc2)")
     speeds = _large_output_mm_us(folder)
     assert len(speeds) == spec.world
     assert max(speeds.values()) < 2 * min(speeds.values()), speeds
