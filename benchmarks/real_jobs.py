@@ -39,6 +39,7 @@ from tests.realjobs import (  # noqa: E402
     JobFailed,
     JobSpec,
     analyze,
+    failure_cause,
     judge,
     layout_read,
     make_job,
@@ -431,7 +432,7 @@ def main() -> int:
             spec: JobSpec = res["spec"]  # type: ignore[assignment]
             head = f"{spec.name:32s} {res['job_s']:5.1f}s"
             if "error" in res:
-                print(f"{head} ERROR {str(res['error']).splitlines()[0]}", flush=True)
+                print(f"{head} ERROR {failure_cause(res['error'])}", flush=True)
                 continue
             if args.make_only:
                 print(f"{head} -> {res['folder']}", flush=True)

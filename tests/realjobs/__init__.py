@@ -28,6 +28,7 @@ import dataclasses
 import functools
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -280,15 +281,35 @@ def sidecar_path(spec: JobSpec, out_dir: Path) -> Path:
     return Path(out_dir) / f"{spec.name}{SIDECAR}"
 
 
+# What a rank that died without a Python traceback printed (a C++ abort, a signal): torchrun's report names only
+# the signal.
+NATIVE_CAUSE = re.compile(
+    r"terminate called|what\(\):|Segmentation fault|Aborted|double free|corrupted|Killed"
+)
+
+
 def _tail(text: str, lines: int = 30) -> str:
-    """The first rank's traceback (torchrun's own report hides it) and the output's last lines."""
+    """The first rank's traceback (torchrun's own report hides it), a native abort's message, and the output's
+    last lines."""
     kept = [line for line in text.splitlines() if "USDT:" not in line]  # the profiler's start/stop chatter
     first = next((i for i, line in enumerate(kept) if line.startswith("[rank") and "Traceback" in line), None)
     head = []
     if first is not None:
         prefix = kept[first].split("]")[0] + "]"
         head = [*[line for line in kept[first:] if line.startswith(prefix)][:40], "..."]
-    return "\n".join(head + kept[-lines:])
+    native = [line for line in kept if NATIVE_CAUSE.search(line)][:5]
+    return "\n".join(head + native + kept[-lines:])
+
+
+def failure_cause(error: BaseException | str) -> str:
+    """One line on why a job failed: the first rank's exception or native abort where the output has one, else
+    the message's first line."""
+    text = str(error)
+    lines = text.splitlines()
+    for line in lines:
+        if NATIVE_CAUSE.search(line) or re.match(r"\[rank\d+\]: \w+(Error|Exception)\b", line):
+            return f"{lines[0][:120]} ... {line.strip()}"
+    return lines[0] if lines else ""
 
 
 def make_job(spec: JobSpec, out_dir: Path | str, *, timeout_s: float = 600, reuse: bool = True) -> Path:
@@ -455,6 +476,7 @@ __all__ = [
     "JobFailed",
     "JobSpec",
     "analyze",
+    "failure_cause",
     "finding_text",
     "job_allocator",
     "judge",
