@@ -300,8 +300,9 @@ def rank_excess(
             floor = MIN_IMPACT_PCT / 100 * step_ns / (compute_scale if part == "compute_ns" else 1.0)
             # A rank alone in its stage (a pipeline of one rank per stage) has no replica to be compared with; the
             # start of a step is alike on every stage (the host takes the next batch, then works), so a lone
-            # rank's launch delay is weighed against the other lone ranks'.
-            against = alone if part == "launch_delay_ns" and len(peers) == 1 and len(alone) > 2 else peers
+            # rank's launch delay is weighed against the other lone ranks' (in a pipeline of two, the other one's:
+            # its own other steps give the noise, _noise).
+            against = alone if part == "launch_delay_ns" and len(peers) == 1 and len(alone) >= 2 else peers
             excess = {r: e for r, e in _excess(figures, against, steps, part).items() if r in peers}
             for rank, per_step in excess.items():
                 spread, outside = _noise(figures, against, steps, part, rank, peer_sets)

@@ -105,6 +105,13 @@ def test_a_rank_alone_in_its_stage_is_weighed_against_the_other_lone_ranks_start
     # Nobody late: nothing (the stages' idle between their operators differs, and is not weighed across stages).
     quiet = _figures({0: calm, 1: [(0.1, 50.0)] * 3, 2: calm, 3: calm}, step_ns=175 * MS)
     assert findings.rank_excess(quiet, stages, 175 * MS, host_ranks=frozenset(range(4))) == []
+    # pp2: the one other lone rank stands in (a real 1F1B job of 2 stages: the last stage slept 90 ms before one
+    # step's first operator, its neighbour started every step at once).
+    pp2 = _figures({0: calm, 1: [(0.1, 30.0), (90.0, 100.0), (0.1, 31.0)]}, step_ns=60 * MS)
+    rows = findings.rank_excess(pp2, [[0], [1]], 60 * MS, host_ranks=frozenset(range(2)))
+    assert {(r["rank"], r["step"], r["part"]) for r in rows} == {(1, 1, "launch_delay_ns")}
+    calm2 = _figures({0: calm, 1: [(0.3, 30.0), (0.1, 29.0), (0.2, 31.0)]}, step_ns=60 * MS)
+    assert findings.rank_excess(calm2, [[0], [1]], 60 * MS, host_ranks=frozenset(range(2))) == []
 
 
 def _instances(late: list[int], skew_ms: float = 10.0, per_step: int = 2) -> pa.Table:
