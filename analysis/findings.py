@@ -906,10 +906,14 @@ def _heaviest_in_work(stage: int, stages: list[int], work: Sequence[float]) -> b
 
 
 def stage_evidence(
-    metrics: Mapping[str, Any], balanced_step_ns: float, layers: Mapping[str, list[int]] | None = None
+    metrics: Mapping[str, Any],
+    balanced_step_ns: float,
+    layers: Mapping[str, list[int]] | None = None,
+    estimate_kept: bool = False,
 ) -> str:
     """The stage_imbalance evidence quoting one estimate of the balanced step: the replay's with the whole-layer
-    split it moved to (``layers``: now/balanced per stage), else the pipeline heuristic's."""
+    split it moved to (``layers``: now/balanced per stage), else the pipeline heuristic's; ``estimate_kept``: the
+    heuristic's kept beside a replay (CPU ranks), which where it moved no layer is said to need a layer split."""
     stage = metrics["bottleneck_stage"]
     row = next(s for s in metrics["stages"] if s["stage"] == stage)
     mean = statistics.fmean(s["compute_per_micro_batch_ns"] for s in metrics["stages"])
@@ -918,6 +922,15 @@ def stage_evidence(
         if layers
         else ""
     )
+    if estimate_kept and layers and list(layers["now"]) == list(layers["balanced"]):
+        # The layers cannot be handed out more evenly (17 on 4 stages: one stage holds 5): the work of a layer
+        # would have to be split (an estimate of the heuristic's, ``balanced_step_ns``).
+        return (
+            f"stage {stage} computes {row['compute_per_micro_batch_ns'] / 1e6:.2f} ms per micro-batch vs "
+            f"{mean / 1e6:.2f} ms on average (imbalance {metrics['imbalance']:.2f}); no split of whole layers does "
+            f"better (layers per stage {'/'.join(map(str, layers['now']))}): splitting the work evenly would take "
+            f"the step from {metrics['step_time_ns'] / 1e6:.1f} to {balanced_step_ns / 1e6:.1f} ms"
+        )
     return (
         f"stage {stage} computes {row['compute_per_micro_batch_ns'] / 1e6:.2f} ms per micro-batch vs {mean / 1e6:.2f} ms "
         f"on average (imbalance {metrics['imbalance']:.2f}); a balanced split{split} would take the step from "

@@ -306,6 +306,17 @@ def _replayed(f: Finding, g: Graph, peers: Peers, host_ranks: frozenset[int]) ->
         return f  # the culprit has no peer or link to compare with: the estimate stays the heuristic one
     replayed = result.as_json()
     if kinds.of(f.kind).extra_work and host_ranks and set(f.culprit.ranks) <= host_ranks:
+        layers = replayed.get("layers")
+        if layers and layers["now"] == layers["balanced"] and peers.stage_metrics:
+            # the replay moved no layer (none would do better): say so beside the estimate kept
+            metrics = peers.stage_metrics
+            return replace(
+                f,
+                what_if=replayed,
+                evidence=stage_evidence(
+                    metrics, metrics["balanced_step_time_ns"], layers, estimate_kept=True
+                ),
+            )
         return replace(f, what_if=replayed)
     evidence = f.evidence
     if result.layers is not None and peers.stage_metrics:

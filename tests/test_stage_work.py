@@ -97,3 +97,19 @@ def test_a_heavy_first_stage_hidden_in_time_is_found_by_its_work_and_noise_is_no
     assert findings.stage_findings(slow_op, on_host=True, work=[1.0, 1.0, 1.0, 1.0]) != []
     # the heaviest in work must be the heaviest in time: a stage of more calls that runs faster is not the limit
     assert findings.stage_findings(heavy_first, on_host=True, work=[1.0, 1.0, 1.3, 1.0]) == []
+
+
+def test_a_stage_whose_layers_no_whole_layer_split_evens_out_says_so() -> None:
+    """17 layers on 4 stages (a real interleaved job, one stage of 1.5x the blocks): the replay moves no layer,
+    so the evidence says why its saving is none while the estimate of an even split of the work stands."""
+    metrics = _metrics([2.24, 2.0, 2.0, 2.0])
+    moved = findings.stage_evidence(metrics, 90 * MS, {"now": [5, 4, 4, 4], "balanced": [4, 5, 4, 4]})
+    assert (
+        "a balanced split (layers per stage 5/4/4/4 -> 4/5/4/4) would take the step from 100.0 to 90.0 ms"
+        in moved
+    )
+    stuck = findings.stage_evidence(
+        metrics, 96 * MS, {"now": [4, 5, 4, 4], "balanced": [4, 5, 4, 4]}, estimate_kept=True
+    )
+    assert "no split of whole layers does better (layers per stage 4/5/4/4)" in stuck
+    assert stuck.endswith("from 100.0 to 96.0 ms")
