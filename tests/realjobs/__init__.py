@@ -17,9 +17,9 @@ rank falls, at random per process and for its whole run, into a state where ever
 output (a weight gradient's aten::mm, over 1 MB) is handed fresh heap pages and takes 4-30x as long, faulting in
 each page (measured: 160 calls, 46,000 minor faults, 400 us against 55 us a call; 6 of 12 runs of one
 single-process loop; glibc's trim and mmap thresholds do not prevent it, jemalloc and tcmalloc do, 12 of 12). A
-clean job made so holds an operator hotspot its program never wrote. jemalloc first: under tcmalloc 3 of 6 runs
-of a 4-rank DDP job aborted at exit, after their traces were written ("terminate called without an active
-exception"); under jemalloc and glibc 6 of 6 ran.
+clean job made so holds an operator hotspot its program never wrote. A rank at times aborted in the interpreter's
+teardown, after its traces were written ("terminate called without an active exception": under tcmalloc 3 of 6 runs
+of a DDP job, under jemalloc about 1 in 40 on a loaded machine, under glibc rarely): job.py leaves without it.
 """
 
 from __future__ import annotations

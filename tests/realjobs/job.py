@@ -466,6 +466,13 @@ def main(argv: list[str] | None = None) -> None:
         dist.destroy_process_group()
     if rank == 0:
         print(f"job done: {os.listdir(args.out)}", flush=True)
+    # The job is done and its traces are written: leave without the interpreter's teardown, in which a rank at
+    # times aborts in a C++ destructor ("terminate called without an active exception": a thread still joinable
+    # when the process's statics are destroyed; 3 of 6 runs of a DDP job under tcmalloc, about 1 in 40 under
+    # jemalloc on a loaded machine, always after "job done").
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
