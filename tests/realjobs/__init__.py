@@ -19,7 +19,7 @@ each page (measured: 160 calls, 46,000 minor faults, 400 us against 55 us a call
 single-process loop; glibc's trim and mmap thresholds do not prevent it, jemalloc and tcmalloc do, 12 of 12). A
 clean job made so holds an operator hotspot its program never wrote. A rank at times aborted in the interpreter's
 teardown, after its traces were written ("terminate called without an active exception": under tcmalloc 3 of 6 runs
-of a DDP job, under jemalloc about 1 in 40 on a loaded machine, under glibc rarely): job.py leaves without it.
+of a DDP job, under jemalloc about 1 in 40 on a loaded machine; not seen under glibc in 6): job.py leaves without it.
 """
 
 from __future__ import annotations
