@@ -15,7 +15,7 @@ The ranks run with jemalloc (or tcmalloc) preloaded where the machine has it (`m
 libjemalloc2; PARADIAG_JOB_MALLOC names another library, or `glibc` for none): under glibc's malloc a profiled CPU
 rank falls, at random per process and for its whole run, into a state where every call of an operator with a large
 output (a weight gradient's aten::mm, over 1 MB) is handed fresh heap pages and takes 4-30x as long, faulting in
-each page (measured: 160 calls, 46,000 minor faults, 400 us against 55 us a call; 6 of 12 runs of one
+each page (measured: 160 calls, 46,000 minor faults, 400 us against 55 us a call; 5 of 12 runs of one
 single-process loop; glibc's trim and mmap thresholds do not prevent it, jemalloc and tcmalloc do, 12 of 12). A
 clean job made so holds an operator hotspot its program never wrote. A rank at times aborted in the interpreter's
 teardown, after its traces were written ("terminate called without an active exception": under tcmalloc 3 of 6 runs
