@@ -376,10 +376,10 @@ def stage_work(frame: Frame, stages: list[list[int]], host_ranks: frozenset[int]
     """Per stage, the work its ranks do per step, counted in calls, not time: each operator's calls (per step,
     ``operators.call_counts``) priced at one job-wide price, the median over the ranks of its typical call
     (``operators.typical_durations`` on ``host_ranks``; the median call elsewhere), of the operators that every
-    stage calls; a stage's work is the median of its ranks'. A stage that holds more layers makes more calls of the same operators, so its work is more
-    whatever its cores did; a rank slower at some operators (a busier core, an allocator's page faults on large
-    outputs, a hot operator) makes the same calls and does the same work. Operators are told apart by their caller
-    too. [] when a stage has no compute."""
+    stage calls; a stage's work is the median of its ranks'. A stage that holds more layers makes more calls of
+    the same operators, so its work is more whatever its cores did; a rank slower at some operators (a busier core,
+    an allocator's page faults on large outputs, a hot operator) makes the same calls and does the same work.
+    Operators are told apart by their caller too. [] when a stage has no compute."""
     ranks = sorted({r for stage in stages for r in stage})
     host = np.array([r for r in ranks if r in host_ranks], dtype=np.int64)
     mine = frame.take(np.isin(frame.rank, ranks))

@@ -13,6 +13,7 @@ jemalloc or tcmalloc every run is fast. Needs the torch venv (PARADIAG_TORCH_PYT
 from __future__ import annotations
 
 import argparse
+import ctypes.util
 import os
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.realjobs import ALLOCATORS, LIB_DIRS, torch_python, unavailable  # noqa: E402
+from tests.realjobs import ALLOCATORS, torch_python, unavailable  # noqa: E402
 
 LOOP = r"""
 import resource, sys, torch, torch.nn as nn
@@ -49,12 +50,9 @@ print(calls[len(calls) // 4], faults)
 
 
 def libraries() -> dict[str, str | None]:
-    found: dict[str, str | None] = {"glibc": None}
-    for name in ALLOCATORS:
-        for folder in LIB_DIRS:
-            if (Path(folder) / name).is_file() and name.split(".")[0] not in found:
-                found[name.split(".")[0]] = str(Path(folder) / name)
-    return found
+    """glibc (no preload) and each of the job programs' allocators the machine has, by library name."""
+    found = {name: ctypes.util.find_library(name) for name in ALLOCATORS}
+    return {"glibc": None, **{name: lib for name, lib in found.items() if lib}}
 
 
 def main() -> None:

@@ -24,6 +24,7 @@ of a DDP job, under jemalloc about 1 in 40 on a loaded machine; not seen under g
 
 from __future__ import annotations
 
+import ctypes.util
 import dataclasses
 import functools
 import json
@@ -45,28 +46,18 @@ MESH_APIS = ("mesh_dp_pp", "mesh_dp_tp")
 SIDECAR = ".job.json"
 
 
-# Allocators that keep a freed block for the next call of the same size (see the module's docstring), first found.
-ALLOCATORS = ("libjemalloc.so.2", "libtcmalloc_minimal.so.4", "libtcmalloc.so.4")
-LIB_DIRS = (
-    "/usr/lib/x86_64-linux-gnu",
-    "/usr/lib/aarch64-linux-gnu",
-    "/usr/lib64",
-    "/usr/lib",
-    "/usr/local/lib",
-)
+# Allocators that keep a freed block for the next call of the same size (see the module's docstring), first found
+# (by ld.so's cache: `ldconfig -p`), preloaded by name.
+ALLOCATORS = ("jemalloc", "tcmalloc_minimal", "tcmalloc")
 
 
 def job_allocator() -> str | None:
-    """The malloc library the job's ranks preload: PARADIAG_JOB_MALLOC (a path; `glibc`: none), else the first of
-    ALLOCATORS in LIB_DIRS; None: glibc's own."""
+    """The malloc library the job's ranks preload: PARADIAG_JOB_MALLOC (a path or library name; `glibc`: none),
+    else the first of ALLOCATORS the machine has; None: glibc's own."""
     chosen = os.environ.get("PARADIAG_JOB_MALLOC")
     if chosen:
         return None if chosen == "glibc" else chosen
-    for name in ALLOCATORS:
-        for folder in LIB_DIRS:
-            if (Path(folder) / name).is_file():
-                return str(Path(folder) / name)
-    return None
+    return next(filter(None, map(ctypes.util.find_library, ALLOCATORS)), None)
 
 
 class JobFailed(RuntimeError):
