@@ -58,9 +58,7 @@ class Graph:
     instance: np.ndarray  # the collective or send/receive pair the event is a member of
     tail: np.ndarray  # end - the instance's last arrival (or own start if later)
     floor: np.ndarray  # a member that never waited: its own duration
-    copy: (
-        np.ndarray
-    )  # a receive of an eager send that waited for it: how long one takes whose data is there; else -1
+    copy: np.ndarray  # a send or receive: how long it takes once the other side is there (_copies); else -1
     inst_key: np.ndarray  # per instance: collective code (-1: send/receive), bytes, members, 1 if on one host
     last: dict[tuple[int, int], int]  # (rank, step) -> the event that ended last
     step_ns: dict[tuple[int, int], int]  # (rank, step) -> measured host span
@@ -109,7 +107,7 @@ def build_graph(
     return Graph(
         rank=f.rank, step=f.step, name=f.name, compute=compute, start=f.start, end=f.end,
         pred=pred, lag=lag, anchor=anchor, received=received, chunk=_chunks(f, passes), gap=gap, instance=instance, tail=tail, floor=floor,
-        copy=_receive_copy(f, send, recv, floor), inst_key=inst_key, last=last, step_ns=step_ns,
+        copy=_copies(f, send, recv, floor), inst_key=inst_key, last=last, step_ns=step_ns,
     )  # fmt: skip
 
 
@@ -312,8 +310,11 @@ def _instances(
     # and the receive ends with its instance (its tail, negative, keeps the replay without edits exact).
     floor = np.where((instance >= 0) & (f.end <= arrived + END_TOLERANCE_NS), f.end - f.start, 0)
     floor[recv] = 0
-    if _eager_sends(f, send, recv):
-        floor[send] = f.end[send] - f.start[send]
+    # Sends are eager in all (each keeps its duration) or none: a send of a job whose sends wait for their receive
+    # ends once its receive was posted, which may come before the receive's event (gloo's annotation begins when
+    # the receiver waits on it, after the batch that posted it): it ended before the receive's event began, and
+    # ends as much earlier or later as the receive comes (see _copies).
+    floor[send] = f.end[send] - f.start[send] if _eager_sends(f, send, recv) else 0
     return instance, tail, floor, key
 
 
@@ -327,16 +328,29 @@ def _eager_sends(f: Frame, send: np.ndarray, recv: np.ndarray) -> bool:
     ) > int(early.sum())
 
 
-def _receive_copy(f: Frame, send: np.ndarray, recv: np.ndarray, floor: np.ndarray) -> np.ndarray:
-    """Per event, for a receive posted before its eager send: how long a receive lasts whose data was already
-    there (the job's median; -1 for other events, or where no receive found its data there). Its measured length
-    is the transfer it waited for; a replay that makes the sender early must not keep it after its own arrival."""
+def _copies(f: Frame, send: np.ndarray, recv: np.ndarray, floor: np.ndarray) -> np.ndarray:
+    """Per event, how long it takes once the other side of its send/receive pair is there, where its measured
+    length says otherwise; -1 for the rest:
+
+    * a receive posted before its eager send: how long a receive lasts whose data was already there (the job's
+      median). Its measured length is the transfer it waited for; a replay that makes the sender early must not
+      keep it after its own arrival;
+    * a send that waited for its receive but ended before the receive's event began (the receive was posted
+      earlier than its event shows): its own length at most, the job's median send that found its receive there
+      at most. Its measured length is the wait for the receiver; a replay that makes the receiver early must let
+      it end earlier."""
     copy = np.full(len(f), -1, np.int64)
     eager = floor[send] > 0
     waited = eager & (f.start[send] > f.start[recv])
     there = eager & (f.start[recv] >= f.end[send])
     if waited.any() and there.any():
         copy[recv[waited]] = int(np.median(f.end[recv[there]] - f.start[recv[there]]))
+    early = ~eager & (f.end[send] <= f.start[recv] + END_TOLERANCE_NS)
+    if early.any():
+        own = f.end[send] - f.start[send]
+        found = ~eager & (f.start[send] >= f.start[recv])
+        typical = int(np.median(own[found])) if found.any() else int(own.max())
+        copy[send[early]] = np.minimum(own[early], typical)
     return copy
 
 

@@ -134,7 +134,12 @@ def _compressed(g: Graph, t: Timing, head: np.ndarray, offset: np.ndarray) -> _C
     ordered = members[starts + within] if len(members) else members
     slack = _receive_slack(g, heads[ordered])
     events = heads[ordered]
-    alone = np.where(g.copy[events] >= 0, np.minimum(g.copy[events], t.tail[events]), t.tail[events])
+    # A member's tail below 0 (it ended before the last arrival: a send whose receive was posted before its event)
+    # says nothing of how long it takes alone: its copy does.
+    tail = t.tail[events]
+    alone = np.where(
+        g.copy[events] >= 0, np.minimum(g.copy[events], np.where(tail < 0, g.copy[events], tail)), tail
+    )
     return _Compressed(
         size=size,
         position=position,

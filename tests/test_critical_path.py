@@ -287,6 +287,38 @@ def test_a_receive_that_ends_before_its_send_begins_still_waits_for_it() -> None
     }
 
 
+def test_a_send_that_ends_before_its_receive_begins_waited_for_the_receiver() -> None:
+    """gloo's receive annotation begins when the receiver waits on it, after the batch that posted it: a send that
+    waited for its receiver can end (31) before the receive's event begins (32). It waited for the receiver all the
+    same: when the receiver's work before it takes 20 less, the send ends 20 earlier, and the sender's work after
+    it too (the replay once kept such a send's measured length, the wait included, and the sender never moved).
+    Most sends posted before their receive end after it began (the job's sends are not eager: the second pair);
+    how long one takes alone is the job's send that found its receive there (the third pair: 1)."""
+    from paradiag.analysis.depgraph import build_graph
+    from paradiag.analysis.replay import Timing, replay
+
+    us = 10_000  # times in units of 10 us: above the tolerance of a trace's rounding
+    frame = _frame([(r, track, kind, name, a * us, b * us, peer) for r, track, kind, name, a, b, peer in [
+        (0, 3, "communication", "send", 5, 31, 1), (0, 1, "compute", "c", 31, 40, -1), (0, 3, "communication", "send", 41, 52, 1),
+        (0, 3, "communication", "send", 60, 61, 1),
+        (1, 1, "compute", "b", 0, 30, -1), (1, 3, "communication", "recv", 32, 34, 0), (1, 1, "compute", "d", 34, 44, -1),
+        (1, 3, "communication", "recv", 45, 53, 0), (1, 3, "communication", "recv", 58, 62, 0),
+    ]])  # fmt: skip
+    steps = pa.table({"rank": [0, 1], "step": [0, 0], "start_ns": [0, 0], "end_ns": [61 * us, 62 * us]})
+    g = build_graph(frame, steps, comm.p2p_transfers(frame.take(slice(None))), {0: "h", 1: "h"})
+    t = Timing.of(g)
+    assert (replay(g, t) == g.end).all()  # without an edit, the traces as they are
+    b = int(np.flatnonzero((g.rank == 1) & (g.end == 30 * us))[0])
+    t.dur = t.dur.copy()
+    t.dur[b] -= 20 * us
+    ends = (g.end - replay(g, t)) // us
+    moved = {(int(r), int(e) // us): int(m) for r, e, m in zip(g.rank, g.end, ends, strict=True)}
+    assert moved[(1, 34)] == 20  # the receive, posted 20 earlier
+    assert (
+        moved[(0, 31)] == 20 and moved[(0, 40)] == 20
+    )  # the send ends with it, and the sender's work after it
+
+
 def test_a_replay_whose_dependencies_run_in_a_circle_says_so_and_ends() -> None:
     """Events that wait for each other in a circle (traces whose events are not in the order their work ran) make
     a replay that would never settle: it raises ReplayError (an EditError: the finding keeps its own estimate,
