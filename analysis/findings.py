@@ -51,6 +51,8 @@ MIN_RATIO = 1.05  # a culprit's own time must also be 5 % above its peers'
 # ... 20 % on CPU ranks: their compute at typical durations differs by up to 15-20 % for the same work on a host
 # whose cores they share with each other (measured on real gloo jobs of 2-8 ranks on 2 cores)
 MIN_RATIO_HOST = 1.2
+# ... unless the extra time sits in a few operators that run far slower than the rest (a hotspot, told by ratios:
+# classify_compute); a host that shares its cores slows every operator of a rank alike, not a few
 NOISE_MADS = (
     4.0  # ... and stand NOISE_MADS robust deviations above theirs (launch delays vary by a few 100 us)
 )
@@ -286,7 +288,8 @@ def rank_excess(
     be MIN_IMPACT_PCT of the step and MIN_RATIO x the peers' time. ``compute_scale``: the clock's time per ns of
     ``compute_ns`` (CPU ranks count compute at typical durations, a busy host runs it slower: the floor is the
     step's share at that speed; the impact stays the typical excess over the clock's step, a lower bound), and the
-    compute of ``host_ranks`` (CPU ranks) must be MIN_RATIO_HOST x its peers'. A CPU rank's time in its wrappers'
+    compute of ``host_ranks`` (CPU ranks) must be MIN_RATIO_HOST x its peers' (below, a row is ``weak``:
+    :func:`rank_findings` keeps it only where a few operators carry it, a hotspot). A CPU rank's time in its wrappers'
     own code (``hooks_ns``: its hooks) counts only where consistent: once, it is the scheduler's."""
     out = []
     steps = sorted({s for _, s in figures})
@@ -315,9 +318,10 @@ def rank_excess(
                 for step, e in per_step.items():
                     value = figures[(rank, step)][part]
                     ref = value - e
-                    ratio = MIN_RATIO_HOST if part == "compute_ns" and rank in host_ranks else MIN_RATIO
-                    if e <= 0 or value < ratio * ref or e < floor:
+                    if e <= 0 or value < MIN_RATIO * ref or e < floor:
                         continue
+                    # CPU compute below MIN_RATIO_HOST x: a hotspot's only (rank_findings keeps it if it is one)
+                    weak = part == "compute_ns" and rank in host_ranks and value < MIN_RATIO_HOST * ref
                     noise, largest = outside.get(step, (spread, 0.0))
                     if persistent or (
                         step in outside and e >= max(NOISE_MADS * noise, OUTLIER_RATIO * largest)
@@ -330,6 +334,7 @@ def rank_excess(
                                 "excess_ns": e,
                                 "value_ns": value,
                                 "peer_ns": ref,
+                                **({"weak": True} if weak else {}),
                             }
                         )
     return out
@@ -515,6 +520,14 @@ def rank_findings(
     is_moe = "all_to_all" in frame.collectives
     raw = []
     for rank, parts in by_rank.items():
+        peers = next(p for p in peer_sets if rank in p)
+        weak = [e for e in parts.get("compute_ns", []) if e.get("weak")]
+        if weak and classify_compute(frame, rank, peers, ep_of, is_moe, host_ranks)[0] != "operator_hotspot":
+            parts["compute_ns"] = [e for e in parts["compute_ns"] if not e.get("weak")]
+            if not parts["compute_ns"]:
+                del parts["compute_ns"]
+                if not parts:
+                    continue
         # A rank is late for one reason, the larger excess; on a CPU rank its compute (at typical durations) is
         # the firmer evidence, its idle time the clock's (a rank with more work also idles more between its
         # operators, in Python): both are reported.
@@ -528,7 +541,6 @@ def rank_findings(
             del parts["compute_ns" if held else "hooks_ns"]
         both = rank in host_ranks and "compute_ns" in parts
         chosen = list(parts) if both else [max(parts, key=lambda p: sum(e["excess_ns"] for e in parts[p]))]
-        peers = next(p for p in peer_sets if rank in p)
         for part in chosen:
             if part == "hooks_ns":
                 kind, operator = "host_stall", hook_holder(frame, rank)

@@ -17,7 +17,9 @@ kind absent from the ground truth, fault-free jobs clean) and the seconds spent.
 from __future__ import annotations
 
 import argparse
+import math
 import random
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -135,6 +137,47 @@ def run_one(
     return injected, result, truth, found
 
 
+HARMLESS_PCT = 1.0  # a fault that cost less than this share of the profiled steps left nothing to find
+
+
+def profiled_ms(truth: dict[str, Any]) -> float:
+    """The simulated job's profiled steps, end to end (ms): per step the median rank's step time, summed (the
+    simulator's own figures, from its ground truth)."""
+    per_rank = list(truth.get("step_time_us", {}).values())
+    if not per_rank:
+        return math.nan
+    return sum(statistics.median(times[i] for times in per_rank) for i in range(len(per_rank[0]))) / 1000
+
+
+def same_job(truth: dict[str, Any]) -> str:
+    """What a job and its twin without the fault share: the simulator's settings and seed."""
+    return repr([truth.get(k) for k in ("seed", "device", "model", "layout", "schedule", "shape", "jitter")])
+
+
+def weigh_by_cost(rows: list[tuple[str, groundtruth.Score, dict[str, Any], list[dict[str, Any]]]]) -> None:
+    """What each fault cost: its job's profiled steps against the fault-free job of the same mesh and seed (the
+    same simulation without the fault: its twin, exactly), and the hit rate on the faults that cost at least
+    HARMLESS_PCT. A fault may cost nothing: a stall at the start of a step on a stage that waits for the pipeline
+    to fill anyway, a slow link that carries little. Then no finding is as right as any."""
+    twins = {same_job(r[2]): profiled_ms(r[2]) for r in rows if r[0] == "none"}
+    costed = []
+    for injected, score, truth, _ in rows:
+        twin = twins.get(same_job(truth))
+        if injected == "none" or twin is None or not twin > 0:
+            continue
+        cost = 100 * (profiled_ms(truth) / twin - 1)
+        costed.append((cost, score.right))
+        print(
+            f"  cost {cost:+6.2f} % of the profiled steps: {truth['faults'][0]}; {'right' if score.right else 'MISS'}"
+        )
+    if costed:
+        real = [right for cost, right in costed if cost >= HARMLESS_PCT]
+        print(
+            f"top finding right on faults that cost >= {HARMLESS_PCT:g} % of the profiled steps: {sum(real)}/{len(real)}; "
+            f"faults that cost less (nothing to find): {len(costed) - len(real)}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plan", choices=sorted(PLANS), default="256")
@@ -178,6 +221,7 @@ def main() -> None:
         f"{sum(r[1].right for r in clean)}/{len(clean)}; no false kind: {sum(not r[1].false_kinds for r in rows)}/{len(rows)}; "
         f"{time.perf_counter() - started:.0f} s"
     )
+    weigh_by_cost(rows)
     sys.exit(0 if all(r[1].right and not r[1].false_kinds for r in rows) else 1)
 
 

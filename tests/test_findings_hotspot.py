@@ -3,7 +3,12 @@ a slower device or a rank (stage) with more work of every kind."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from paradiag.analysis import findings
 from paradiag.analysis.findings import HOTSPOT_REST, HOTSPOT_REST_HOST, far_slower
+from paradiag.analysis.frame import device_frame
+from tests.helpers import host_events
 
 
 def _split(own: dict[int, float], peer: dict[int, float]) -> tuple[dict[int, float], dict[int, float]]:
@@ -45,3 +50,34 @@ def test_on_cpu_ranks_only_dispatcher_operators_can_be_hot() -> None:
     excess, own = _split(own, peer)
     assert far_slower(excess, own, HOTSPOT_REST_HOST) == [2]  # by ratios alone the glue is hot ...
     assert far_slower(excess, own, HOTSPOT_REST_HOST, names) == []  # ... but it is no operator
+
+
+def test_a_cpu_rank_below_the_hosts_noise_band_is_a_hotspot_only_where_a_few_operators_carry_it() -> None:
+    """4 CPU ranks, 3 steps of one GEMM (40 ms) and one GELU (1.5 ms) each. A GELU 5x as long on rank 2 (a
+    simulated 256-rank CPU job's flash attention 3x on one rank: compute 1.16x its peers', the step 3.8 % longer)
+    is an operator hotspot, though its compute is within the 1.2x that CPU ranks sharing a host's cores vary by.
+    The same 1.145x spread over every operator (a rank on a busier core) is not a finding."""
+    ms = 1_000_000
+    host = frozenset(range(4))
+
+    def job(
+        gemm: dict[int, float], gelu: dict[int, float]
+    ) -> tuple[Any, dict[tuple[int, int], dict[str, int]]]:
+        rows, figures = [], {}
+        for r in range(4):
+            for s in range(3):
+                t0 = s * 100 * ms
+                a, b = int(gemm.get(r, 40.0) * ms), int(gelu.get(r, 1.5) * ms)
+                rows += [
+                    {"name": "aten::mm", "start_ns": t0, "dur_ns": a, "rank": r, "step": s, "external_id": 2 * s + 1},
+                    {"name": "aten::gelu", "start_ns": t0 + a, "dur_ns": b, "rank": r, "step": s, "external_id": 2 * s + 2},
+                ]  # fmt: skip
+                figures[(r, s)] = {"compute_ns": a + b, "launch_delay_ns": 0, "step_ns": 100 * ms}
+        return device_frame(host_events(rows)), figures
+
+    frame, figures = job({}, {2: 7.5})
+    found = findings.rank_findings(frame, figures, [[0, 1, 2, 3]], {}, {}, 100 * ms, host)
+    assert [(f.kind, f.culprit.ranks) for f in found] == [("operator_hotspot", [2])]
+    assert "gelu" in (found[0].culprit.operator or "")
+    frame, figures = job({2: 40.0 * 1.145}, {2: 1.5 * 1.145})
+    assert findings.rank_findings(frame, figures, [[0, 1, 2, 3]], {}, {}, 100 * ms, host) == []
