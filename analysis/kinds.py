@@ -138,6 +138,26 @@ def compute_reasons(d: Diagnosis, f: Finding, ranks: list[int], step: int | None
     return out
 
 
+HOT_REASON_WIDTH = 24  # an operator's name in a reason is cut to this many characters
+
+
+def hotspot_reasons(d: Diagnosis, f: Finding, ranks: list[int], step: int | None) -> dict[int, str]:
+    """Each rank's operator most above its peers' (the Diagnosis' operator imbalance, most extra time first) and by
+    how much: ``flash_bwd_dq_dk_dv… 5.96x``; a rank without one: its compute against its stage peers'."""
+    out = compute_reasons(d, f, ranks, step)
+    for r in ranks:
+        hot = max(
+            (o for o in d.operators if o.rank == r and o.ratio and o.excess_ns > 0),
+            key=lambda o: o.excess_ns,
+            default=None,
+        )
+        if hot is not None and hot.ratio:
+            name = hot.short_name
+            cut = name if len(name) <= HOT_REASON_WIDTH else name[: HOT_REASON_WIDTH - 1] + "…"
+            out[r] = f"{cut} {hot.ratio:.2f}x"
+    return out
+
+
 def launch_reasons(d: Diagnosis, f: Finding, ranks: list[int], step: int | None) -> dict[int, str]:
     """Each rank's launch delay in the step beyond its stage peers' median: ``host +3.1 ms late``."""
     out: dict[int, str] = {}
@@ -195,7 +215,9 @@ def device_headline(
 def hotspot_headline(
     d: Diagnosis, f: Finding, ranks: list[int], step: int | None, reasons: dict[int, str]
 ) -> str:
-    """``Rank 3 spends 1.42x its stage peers' compute, in aten::mm in step 5``."""
+    """``Rank 3 spends 1.42x its stage peers' compute, in aten::mm in step 5`` (its compute, whatever the reasons
+    name: the hot operator's own ratio)."""
+    reasons = compute_reasons(d, f, ranks, step)
     if not f.culprit.operator:
         return device_headline(d, f, ranks, step, reasons)
     who, spend, times = _spend(ranks, reasons)
@@ -320,7 +342,7 @@ KINDS: dict[Kind, KindEntry] = {
             "rank",
             "own_z",
             outlined=True,
-            reasons=compute_reasons,
+            reasons=hotspot_reasons,
             headline=hotspot_headline,
             extra_work=True,
             fault="operator_hotspot",

@@ -8,16 +8,18 @@ from typing import Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from paradiag.analysis.focus import standout_operators
 from paradiag.analysis.report import BreakdownJson
 from paradiag.app import store
 from paradiag.app.data import collectives
-from paradiag.app.data.common import read_events, step_span
+from paradiag.app.data.common import diagnosis, read_events, step_span
 from paradiag.app.data.mesh import mesh_of
 from paradiag.app.data.overview import report
 from paradiag.app.data.shapes import CollectiveTime, DetailBreakdown, DetailData, Durations
 from paradiag.job import Job
 
 TOP = 12
+HOT = 3  # operators that stand out from the peers', listed first
 DISTRIBUTION_PEERS = 7  # peers whose instances the duration distribution reads (each costs a Parquet read)
 BREAKDOWN: tuple[
     Literal["compute_ns", "comm_exposed_ns", "memory_exposed_ns", "sync_exposed_ns", "idle_ns"], ...
@@ -100,7 +102,10 @@ def _detail(job: Job, rank: int, step: int, operator: str | None) -> DetailData:
             mine[name] = total
         else:
             theirs.setdefault(name, []).append(total)
-    top = sorted(mine, key=mine.get, reverse=True)[:TOP]  # type: ignore[arg-type]
+    # The operators that stand out from the peers' first (the analysis' rule), most extra time first; then the
+    # rank's largest. The durations open on the first that stands out.
+    hot = [n for n in standout_operators(diagnosis(job), rank) if n in mine][:HOT]
+    top = [*hot, *(n for n in sorted(mine, key=mine.get, reverse=True) if n not in hot)][:TOP]  # type: ignore[arg-type]
     operator = operator if operator in mine else (top[0] if top else None)
     return {
         "rank": rank,
@@ -111,6 +116,7 @@ def _detail(job: Job, rank: int, step: int, operator: str | None) -> DetailData:
                 "name": n,
                 "rank_ms": mine[n] / 1e6,
                 "peer_ms": statistics.median(theirs[n]) / 1e6 if theirs.get(n) else None,
+                "standout": n in hot,
             }
             for n in top
         ],

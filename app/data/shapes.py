@@ -216,6 +216,9 @@ class OperatorTime(TypedDict):
     name: str
     rank_ms: float
     peer_ms: float | None  # the median over the stage peers that ran it
+    standout: (
+        bool  # it stands out from the peers' (``paradiag.analysis.focus.standout_operators``): listed first
+    )
 
 
 class DetailBreakdown(TypedDict):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from paradiag.app import palette
-from paradiag.app.data.shapes import DetailData
+from paradiag.app.data.shapes import DetailData, OperatorTime
 from paradiag.app.figures.common import base_figure, empty_figure, short_name
 
 PEER = "#9aa5b1"
@@ -22,8 +22,13 @@ def operators_figure(data: DetailData) -> go.Figure:
     ops = data["operators"]
     if not ops:
         return empty_figure("no device work for this rank in this step", height=300)
-    names = [short_name(o["name"]) for o in ops][::-1]
-    fig = base_figure(title=f"top operators: rank {data['rank']} vs peers", height=60 + 22 * len(ops))
+    # The operators that stand out from the peers' come first, marked ▲ with how many times the peers' time.
+    names = [_standout_label(o) if o.get("standout") else short_name(o["name"]) for o in ops][::-1]
+    hot = sum(bool(o.get("standout")) for o in ops)
+    title = f"top operators: rank {data['rank']} vs peers" + (
+        f" (▲ {hot} far above the peers' first)" if hot else ""
+    )
+    fig = base_figure(title=title, height=60 + 22 * len(ops))
     full = [o["name"] for o in ops][::-1]
     fig.add_trace(
         go.Bar(
@@ -50,6 +55,12 @@ def operators_figure(data: DetailData) -> go.Figure:
     fig.update_layout(barmode="group", margin={"l": 230}, bargap=0.25)
     fig.update_xaxes(title="time in step (ms)", tickformat=".3~f")
     return fig
+
+
+def _standout_label(o: OperatorTime) -> str:
+    """``▲ flash_bwd_dq_dk_dv_loop_seqk_parall… 5.96x``: an operator that stands out, with its ratio to the peers'."""
+    ratio = f" {o['rank_ms'] / o['peer_ms']:.2f}x" if o["peer_ms"] else ""
+    return f"▲ {short_name(o['name'], 44 - len(ratio))}{ratio}"
 
 
 def breakdown_figure(data: DetailData) -> go.Figure:
