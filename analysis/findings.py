@@ -537,8 +537,14 @@ def rank_findings(
         if "compute_ns" in parts and "hooks_ns" in parts:
             # One cause seen twice: a rank slower at its work is slower in its autograd frames too, by about as
             # much; frames held far beyond that (a comm hook that sleeps, the work after it running cold) are it.
+            # Work run cold is slower alike in every operator: a few operators far slower than the rest (a
+            # hotspot) are a cause of their own, beside the frames held.
             held = _beyond_peers(parts["hooks_ns"]) > HOOK_DOMINANCE * _beyond_peers(parts["compute_ns"])
-            del parts["compute_ns" if held else "hooks_ns"]
+            if not (
+                held
+                and classify_compute(frame, rank, peers, ep_of, is_moe, host_ranks)[0] == "operator_hotspot"
+            ):
+                del parts["compute_ns" if held else "hooks_ns"]
         both = rank in host_ranks and "compute_ns" in parts
         chosen = list(parts) if both else [max(parts, key=lambda p: sum(e["excess_ns"] for e in parts[p]))]
         for part in chosen:

@@ -81,3 +81,15 @@ def test_a_cpu_rank_below_the_hosts_noise_band_is_a_hotspot_only_where_a_few_ope
     assert "gelu" in (found[0].culprit.operator or "")
     frame, figures = job({2: 40.0 * 1.145}, {2: 1.5 * 1.145})
     assert findings.rank_findings(frame, figures, [[0, 1, 2, 3]], {}, {}, 100 * ms, host) == []
+    # The hot rank also held in its autograd frames, far beyond its compute's excess (a real DDP job on a busy
+    # host: 0.05, 5.8 and 41 ms in AccumulateGrad against its peers' 0.03): both are reported. Frames held far
+    # beyond a rank's compute once meant its compute ran cold after them, slower alike in every operator; a GELU
+    # 10x as long is no cold cache.
+    frame, figures = job({}, {2: 15.0})
+    for (r, s), fig in figures.items():
+        fig["hooks_ns"] = int((0.05, 5.8, 41.0)[s] * ms) if r == 2 else int(0.03 * ms)
+    found = findings.rank_findings(frame, figures, [[0, 1, 2, 3]], {}, {}, 100 * ms, host)
+    assert sorted((f.kind, tuple(f.culprit.ranks)) for f in found) == [
+        ("host_stall", (2,)),
+        ("operator_hotspot", (2,)),
+    ]
