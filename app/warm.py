@@ -33,6 +33,8 @@ from paradiag.app.data.marey import marey_data
 from paradiag.app.data.mesh import mesh_of
 from paradiag.app.data.overview import DEFAULT_METRIC, opening_step, overview
 from paradiag.app.views.detail.live import detail_rank
+from paradiag.app.views.flow.live import FLOW_COLOR, render_flow
+from paradiag.app.views.marey.live import render_marey
 from paradiag.app.views.overview.static import rows_of
 from paradiag.app.views.timeline.live import view_data
 from paradiag.app.views.timeline.static import shown_ranks
@@ -88,6 +90,8 @@ def warm(app: Dash, token: str) -> threading.Thread:
         if first is not None:
             for view in step_views(job, first):
                 view()
+            for view in step_figures(token, first):
+                view()
     views = threading.Thread(target=warm_views, args=(app, token), name="paradiag-warm-views", daemon=True)
     views.start()
     return views
@@ -103,7 +107,7 @@ def warm_views(app: Dash, token: str) -> None:
             return
         steps = [first, *(s for s in steps_of(job) if s != first)]
         for step in steps[1:]:
-            for view in step_views(job, step):
+            for view in [*step_views(job, step), *step_figures(token, step)]:
                 requests.wait_quiet()
                 view()
         rows = [row["ranks"] for row in rows_of(job, DEFAULT_METRIC, None)]
@@ -122,6 +126,17 @@ def step_views(job: Job, step: int) -> list[Callable[[], object]]:
         partial(flow_data, job, step),
         partial(flow_p2p, job, step),
         *rank_views(job, None, step),
+    ]
+
+
+def step_figures(token: str, step: int) -> list[Callable[[], object]]:
+    """Marey's graph and the flow graph of the whole ``step`` as a page that turns to it draws them (nothing
+    selected, nothing zoomed or opened; ``paradiag.app.views.drawn_once`` keeps them): their building took the
+    server's threads one after the other on a step change."""
+    sel = {"job": token, "step": step, "window": None, "op": None, "stage": None, "at": None}
+    return [
+        partial(render_marey, sel, [], []),
+        partial(render_flow, sel, FLOW_COLOR, []),
     ]
 
 

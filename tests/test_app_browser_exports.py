@@ -4,6 +4,7 @@ save files, and the timeline's event search lists matches whose link selects the
 from __future__ import annotations
 
 import csv
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,12 +58,16 @@ def test_exports_hover_text_and_event_search(duo: Any, tmp_path: Path) -> None:
 
     duo.find_element("#detail-csv").click()
     rows = list(csv.reader(_saved(tmp_path, ".csv").read_text().splitlines()))
-    assert rows[0] == ["rank", "step", "operator", "rank_ms", "peer_median_ms"] and len(rows) > 1
+    assert (
+        rows[0] == ["rank", "step", "operator", "rank_ms", "peer_median_ms", "stands_out"] and len(rows) > 1
+    )
     drawn = duo.driver.execute_script(
         "return Array.from(document.querySelector('#detail-operators .js-plotly-plot')._fullData.find(t => t.orientation === 'h').y)"
     )
     short = [short_name(r[2], 500) for r in rows[1:]]  # the bars' operators, by the names the bars show
-    assert drawn and all(any(s.startswith(name.rstrip("…")) for s in short) for name in drawn)
+    # (an operator that stands out from the peers' is drawn "▲ name 5.99x")
+    names = [re.sub(r" [0-9.]+x$", "", name.removeprefix("▲ ")).rstrip("…") for name in drawn]
+    assert drawn and all(any(s.startswith(name) for s in short) for name in names)
 
     png = duo.driver.find_element("css selector", "[data-pd-image='marey'][data-format='png']")
     duo.driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", png)

@@ -145,19 +145,21 @@ def marey_table(job: Job, sel: Selection) -> Table:
 
 
 def detail_table(job: Job, sel: Selection) -> Table:
-    """The detail's top operators of the rank against the median of its stage peers (ms in the step)."""
+    """The detail's top operators of the rank against the median of its stage peers (ms in the step), and whether
+    each stands out from the peers' (listed first)."""
     step = _step(job, sel)
     rank = (sel.ranks or focus(job)["ranks"] or list(job.rank_ids))[0]
     if step is None:
         return ["rank"], []
     data = detail_data(job, rank, step, sel.op)
-    return ["rank", "step", "operator", "rank_ms", "peer_median_ms"], [
+    return ["rank", "step", "operator", "rank_ms", "peer_median_ms", "stands_out"], [
         [
             rank,
             step,
             o["name"],
             round(o["rank_ms"], 6),
             None if o["peer_ms"] is None else round(o["peer_ms"], 6),
+            o["standout"],
         ]
         for o in data["operators"]
     ]

@@ -21,18 +21,41 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from paradiag.app.data.common import Kept
 
 if TYPE_CHECKING:
     from paradiag.app.views.live import VIEW_FIELDS as VIEW_FIELDS
     from paradiag.app.views.live import VIEWS as VIEWS
     from paradiag.job import Job
 
+T = TypeVar("T")
+
 # In the page's order (the snapshot's too).
 NAMES: tuple[str, ...] = ("overview", "timeline", "marey", "detail", "comm", "compare", "flow")
 
 # A view's static render: (title, content) sections, each content a figure, an HTML string or (HTML, figure).
 StaticRender = Callable[["Job", dict[str, Any]], list[tuple[str, Any]]]
+
+
+DRAWN = (
+    24  # whole-step figures a worker keeps (each view's, per step and setting: a few MB in all at 1024 ranks)
+)
+_drawn: Kept | None = None
+
+
+def drawn_once(key: tuple[Any, ...], build: Callable[[], T]) -> T:
+    """A view's figure of a whole step, built once per worker and ``key`` (the job's scope and token, the step,
+    the view's settings; never a zoom window or a selection, which are endless) and kept for the last DRAWN keys.
+    A step change asks for 4-6 such figures at once, whose building the server's threads did one after the
+    other (the interpreter's lock): Marey's took 280 ms of a 256-rank step change. ``paradiag.app.warm`` builds
+    every step's in the background. The figure is shared: a caller never changes it (a ``Patch`` changes the
+    browser's copy)."""
+    global _drawn
+    if _drawn is None:
+        _drawn = Kept(DRAWN)
+    return _drawn.get(key, build)
 
 
 def part(name: str, which: str) -> Any:

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import plotly.graph_objects as go
 from dash import Dash, Output, Patch, dcc, html, no_update
 
-from paradiag.app import boundary, coerce, context, ids
+from paradiag.app import boundary, coerce, context, ids, store
 from paradiag.app.boundary import In, St
 from paradiag.app.data.flow import flow_p2p, flow_view
 from paradiag.app.figures.flow import flow_figure, ring
 from paradiag.app.layouts.common import graph
 from paradiag.app.layouts.common import panel as panel_of
 from paradiag.app.selection import view_store
+from paradiag.app.views import drawn_once
 
 FIELDS = {"flow": ("job", "step", "op", "stage", "at")}
 
@@ -21,6 +23,7 @@ FIELDS = {"flow": ("job", "step", "op", "stage", "at")}
 EXPORTS = (ids.FLOW, True)
 HALF = False
 REPEATS = "repeats"  # the flow's expand value that opens every repeated block
+FLOW_COLOR = "imbalance"  # what the nodes are coloured by on a new page
 
 
 def render_flow(
@@ -42,7 +45,11 @@ def render_flow(
     options = [{"label": " expand every repeated block", "value": REPEATS}] + [
         {"label": f" stage {k.partition(':')[0]} block {k.partition(':')[2]}", "value": k} for k in opened
     ]
-    fig = flow_figure(data, color_by, flow_p2p(job, sel["step"]), selected)
+
+    def build() -> go.Figure:
+        return flow_figure(data, color_by, flow_p2p(job, sel["step"]), selected)
+
+    fig = drawn_once(("flow", store.scope(job), *map(repr, key)), build) if selected is None else build()
     return fig, options, {"key": key, "traces": len(fig.data)}
 
 
@@ -67,7 +74,7 @@ def panel() -> html.Section:
                         {"label": " imbalance", "value": "imbalance"},
                         {"label": " measured time", "value": "time"},
                     ],
-                    value="imbalance",
+                    value=FLOW_COLOR,
                     inline=True,
                 ),
                 dcc.Checklist(
@@ -87,7 +94,7 @@ def panel() -> html.Section:
 
 def register(app: Dash) -> None:
     sel = boundary.selection
-    flow_colors = boundary.one_of(("imbalance", "time"), "imbalance")
+    flow_colors = boundary.one_of(("imbalance", "time"), FLOW_COLOR)
     boundary.callback(
         app,
         Output(ids.FLOW, "figure"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import plotly.graph_objects as go
 from dash import Dash, Input, Output, Patch, dcc, html, no_update
 
 from paradiag.app import boundary, context, ids, store
@@ -19,6 +20,7 @@ from paradiag.app.figures.marey import OPERATORS, highlight, marey_figure
 from paradiag.app.layouts.common import graph
 from paradiag.app.layouts.common import panel as panel_of
 from paradiag.app.selection import view_store
+from paradiag.app.views import drawn_once
 from paradiag.job import Job
 
 # The selection's fields this view is drawn from (its store, ``view_store("marey")``).
@@ -97,10 +99,15 @@ def render_marey(
         patch = Patch()
         patch["layout"]["shapes"][drawn["shapes"] - 1] = highlight(data, selected)
         return patch, no_update, no_update
-    path = critical_path(job, sel["step"], window) if with_path else None
-    fig = marey_figure(
-        data, selected=selected, uirevision=f"{sel['job']}|{sel['step']}|{','.join(key[3])}", path=path
-    )
+
+    def build() -> go.Figure:
+        path = critical_path(job, sel["step"], window) if with_path else None
+        return marey_figure(
+            data, selected=selected, uirevision=f"{sel['job']}|{sel['step']}|{','.join(key[3])}", path=path
+        )
+
+    whole_step = window is None and selected is None
+    fig = drawn_once(("marey", store.scope(job), *map(repr, key)), build) if whole_step else build()
     return fig, data["expandable"], {"key": key, "traces": len(fig.data), "shapes": len(fig.layout.shapes)}
 
 
