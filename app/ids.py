@@ -49,6 +49,9 @@ DETAIL_OPERATORS = "detail-operators"
 DETAIL_BREAKDOWN = "detail-breakdown"
 DETAIL_DISTRIBUTION = "detail-distribution"
 DETAIL_COLLECTIVES = "detail-collectives"
+DETAIL_DRAWN = (
+    "detail-drawn"  # the rank and step the detail shows (so a new operator redraws its durations alone)
+)
 
 MAREY = "marey"
 MAREY_BACK = "marey-back"

@@ -276,9 +276,14 @@ def test_heatmap_click_selects_rank_and_step_and_views_follow(sel: Selection) ->
     peers = info.split("longest: ")[1].split(" · ")[0].split(", ")
     assert {"4", "5", "7"} <= set(peers) and peers[-1] == "5"  # its stage peers; the slow rank 5 waits least
     assert {r for t in fig.data if t.hoveron == "points" for r in t.y} >= {0}
-    title, operators, _breakdown, _distribution, coll = render_detail(new.view("detail"))
+    title, operators, _breakdown, _distribution, coll, drawn = render_detail(new.view("detail"))
     assert title.startswith("rank 6, step 2")
     assert len(operators.data) == 2 and len(coll.data) == 2
+    # Another operator of the same rank and step: its durations alone are redrawn.
+    other = operators.data[1].customdata[0]
+    again = render_detail({**new.view("detail"), "op": other}, drawn)
+    assert [x is no_update for x in again] == [True, True, True, False, True, True]
+    assert again[3].layout.title.text and render_detail(new.view("detail"), {})[5] == drawn
 
 
 def test_finding_click_selects_the_culprit(sel: Selection) -> None:

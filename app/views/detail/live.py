@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from dash import Dash, Output, html, no_update
+from dash import Dash, Output, dcc, html, no_update
 
 from paradiag.app import boundary, context, ids
-from paradiag.app.boundary import In
+from paradiag.app.boundary import In, St
 from paradiag.app.data.detail import detail_data
 from paradiag.app.data.mesh import mesh_of
 from paradiag.app.data.overview import focus
@@ -30,13 +30,19 @@ def detail_rank(job: Job, ranks: list[int] | None) -> int:
     return (ranks or focus(job)["ranks"] or mesh_of(job).ranks)[0]
 
 
-def render_detail(view: dict[str, Any] | None) -> tuple[Any, ...]:
+def render_detail(view: dict[str, Any] | None, drawn: dict[str, Any] | None = None) -> tuple[Any, ...]:
+    """The title and the four figures, and what they show (``drawn``): when only the selected operator changed
+    (a click on Marey's graph, the flow or an operator), the durations alone; the rank's operators, breakdown
+    and collectives stay as drawn."""
     sel = Selection.from_store(view)
     if not sel.job or sel.step is None:
-        return (no_update,) * 5
+        return (no_update,) * 6
     job = context.job(sel.job)
     rank = detail_rank(job, sel.ranks)
     data = detail_data(job, rank, sel.step, sel.op)
+    key = [sel.job, sel.step, rank]
+    if drawn and drawn.get("key") == key:
+        return no_update, no_update, no_update, fig.distribution_figure(data), no_update, no_update
     peers = data["peers"]
     title = (
         f"rank {rank}, step {sel.step}, against stage peers {', '.join(map(str, peers[:12])) or '(none)'}"
@@ -48,6 +54,7 @@ def render_detail(view: dict[str, Any] | None) -> tuple[Any, ...]:
         fig.breakdown_figure(data),
         fig.distribution_figure(data),
         fig.collectives_figure(data),
+        {"key": key, "traces": 1},
     )
 
 
@@ -55,6 +62,7 @@ def panel() -> html.Section:
     return panel_of(
         "Device detail",
         html.Div(id=ids.DETAIL_TITLE, className="pd-help"),
+        dcc.Store(id=ids.DETAIL_DRAWN, data={}),
         html.Div(
             className="pd-detail-grid",
             children=[
@@ -79,6 +87,8 @@ def register(app: Dash) -> None:
         Output(ids.DETAIL_BREAKDOWN, "figure"),
         Output(ids.DETAIL_DISTRIBUTION, "figure"),
         Output(ids.DETAIL_COLLECTIVES, "figure"),
+        Output(ids.DETAIL_DRAWN, "data"),
         In(view_store("detail"), "data", boundary.selection),
+        St(ids.DETAIL_DRAWN, "data", boundary.drawn),
         prevent_initial_call=True,
     )(render_detail)
