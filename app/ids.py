@@ -65,6 +65,9 @@ MAREY_DRAWN = (
 FLOW = "flow"
 FLOW_COLOR = "flow-color"
 FLOW_EXPAND = "flow-expand"
+TIMELINE_DRAWN = (
+    "timeline-drawn"  # what the timeline shows (so a selection that changes none of it redraws nothing)
+)
 FLOW_DRAWN = "flow-drawn"  # what the flow figure shows (so a new selected node patches its ring alone)
 
 COMM_MATRIX = "comm-matrix"

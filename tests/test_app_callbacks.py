@@ -81,9 +81,13 @@ def test_opening_a_job_opens_on_its_top_finding(sel: Selection) -> None:
     assert min(z[culprit_rows[0]]) > 3.5 and all(
         abs(v) < 3.5 for k, row in z.items() if "rank 5 " not in k for v in row
     )
-    fig, info, _ = render_timeline(sel.view("timeline"))
+    fig, info, _, drawn = render_timeline(sel.view("timeline"))
     assert info.startswith("ranks 5 (blamed by a finding)")
     assert fig.layout.yaxis.ticktext[0].startswith("<b>r5 compute")
+    # The finding clicked, its rank selected: the timeline shows the same; it is not redrawn, only its line says so.
+    again = render_timeline(sel.but(ranks=[5]).view("timeline"), None, None, drawn)
+    assert again[0] is no_update and again[2] is no_update and again[1].startswith("ranks 5 (selected)")
+    assert render_timeline(sel.but(ranks=[4]).view("timeline"), None, None, drawn)[0] is not no_update
     assert render_detail(sel.view("detail"))[0].startswith("rank 5, step 1")
 
 
@@ -271,7 +275,7 @@ def test_heatmap_click_selects_rank_and_step_and_views_follow(sel: Selection) ->
         palette.CULPRIT,
         palette.HIGHLIGHT,
     ]  # only the outline moves
-    fig, info, _ = render_timeline(new.view("timeline"))
+    fig, info, _, _ = render_timeline(new.view("timeline"))
     assert info.startswith("ranks 6 (selected) · then the ranks that wait for them longest: ")
     peers = info.split("longest: ")[1].split(" · ")[0].split(", ")
     assert {"4", "5", "7"} <= set(peers) and peers[-1] == "5"  # its stage peers; the slow rank 5 waits least

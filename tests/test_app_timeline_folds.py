@@ -188,7 +188,7 @@ def test_a_click_on_a_folded_row_opens_it_and_the_state_survives_a_step_change(
     from paradiag.app.views.timeline.live import open_fold, render_timeline
 
     sel = select(None, None, None, "?job=served")
-    _, info, folds = render_timeline(sel.view("timeline"), [], [])
+    _, info, folds, _ = render_timeline(sel.view("timeline"), [], [])
     assert info.startswith(f"ranks {CULPRIT} (blamed by a finding)") and "folded" in info
     y = next(i for i, key in enumerate(folds) if key)
     expand, options = open_fold({"points": [{"y": y, "x": 1.0}]}, folds, [], [])
@@ -199,7 +199,7 @@ def test_a_click_on_a_folded_row_opens_it_and_the_state_survives_a_step_change(
     )  # the culprit's own row
     other = next(s for s in steps_of(context.job("served")) if s != sel.step)
     for step in (sel.step, other):
-        _, _, opened = render_timeline(sel.but(step=step).view("timeline"), expand, ["path"])
+        _, _, opened, _ = render_timeline(sel.but(step=step).view("timeline"), expand, ["path"])
         assert folds[y] not in opened and any(key.startswith(folds[y] + ".") for key in opened)
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import plotly.graph_objects as go
 from dash import Dash, Input, Output, dcc, html, no_update
 
 from paradiag.app import boundary, coerce, context, ids, store
@@ -95,21 +94,41 @@ def view_data(
 
 
 def render_timeline(
-    view: dict[str, Any] | None, expand: list[str] | None = None, path: list[str] | None = None
-) -> tuple[go.Figure, str, list[str]] | tuple[Any, Any, Any]:
+    view: dict[str, Any] | None,
+    expand: list[str] | None = None,
+    path: list[str] | None = None,
+    drawn: dict[str, Any] | None = None,
+) -> tuple[Any, Any, Any, Any]:
+    """The figure, the line above it, the folded rows a click opens, and what is drawn (``drawn``): a selection
+    that changes none of what the figure shows (the top finding's ranks clicked where the page opened on them, a
+    cell of a rank already first) redraws nothing and says only who chose the ranks."""
     sel = Selection.from_store(view)
     if not sel.job:
-        return no_update, no_update, no_update
+        return no_update, no_update, no_update, no_update
     job = context.job(sel.job)
     ranks = shown_ranks(job, sel.ranks, sel.step)
-    data = view_data(job, ranks, sel.view("timeline"), expand, bool(path))
     chosen = [r for r in ranks if r in set(sel.ranks or focus(job)["ranks"])]
+    timeline = sel.view("timeline")
+    key = [
+        sel.job,
+        sel.step,
+        timeline.get("window"),
+        timeline.get("collective"),
+        ranks,
+        chosen,
+        sorted(expand or []),
+        bool(path),
+    ]
+    data = view_data(job, ranks, timeline, expand, bool(path))
+    info = _info(data, ranks, chosen, "selected" if sel.ranks else "blamed by a finding")
+    if drawn and drawn.get("key") == key:
+        return no_update, info, no_update, no_update
     fig = timeline_figure(data, uirevision=f"{sel.job}|{sel.step}|{','.join(map(str, ranks))}", marked=chosen)
     openable = [
         row["fold"] if row["rank"] is None and not row["fold"].endswith(".rest") else ""
         for row in data["rows"]
     ]
-    return fig, _info(data, ranks, chosen, "selected" if sel.ranks else "blamed by a finding"), openable
+    return fig, info, openable, {"key": key, "traces": len(fig.data)}
 
 
 def _info(data: TimelineData, ranks: list[int], chosen: list[int], who: str) -> str:
@@ -196,6 +215,7 @@ def panel() -> html.Section:
         # The folded rows opened: a click on a folded row (▸) adds one, unticking folds it back; kept across steps.
         dcc.Checklist(id=ids.TIMELINE_EXPAND, options=[], value=[], inline=True, className="pd-unfolded"),
         dcc.Store(id=ids.TIMELINE_FOLDS, data=[]),
+        dcc.Store(id=ids.TIMELINE_DRAWN, data={}),
         dcc.Store(id=ids.TIMELINE_ZOOM),
         dcc.Store(id=ids.TIMELINE_CLICK),
         html.Div(id=ids.TIMELINE_INFO, className="pd-help"),
@@ -211,9 +231,11 @@ def register(app: Dash) -> None:
         Output(ids.TIMELINE, "figure"),
         Output(ids.TIMELINE_INFO, "children"),
         Output(ids.TIMELINE_FOLDS, "data"),
+        Output(ids.TIMELINE_DRAWN, "data"),
         In(view_store("timeline"), "data", boundary.selection),
         In(ids.TIMELINE_EXPAND, "value", boundary.texts),
         In(ids.TIMELINE_PATH, "value", boundary.texts),
+        St(ids.TIMELINE_DRAWN, "data", boundary.drawn),
         prevent_initial_call=True,
     )(render_timeline)
     boundary.clientside(
