@@ -940,18 +940,25 @@ def stage_evidence(
         if layers
         else ""
     )
+    # Other stages heavy too (a stage given extra layers beside a last stage the LM head makes heavier still):
+    # named, heaviest first, so that the split below reads as the fix of both.
+    also = "".join(
+        f"; stage {s['stage']} too: {s['compute_per_micro_batch_ns'] / 1e6:.2f} ms"
+        for s in sorted(metrics["stages"], key=lambda s: -s["compute_per_micro_batch_ns"])
+        if s["stage"] != stage and s["compute_per_micro_batch_ns"] >= STAGE_IMBALANCE * mean
+    )
     if estimate_kept and layers and list(layers["now"]) == list(layers["balanced"]):
         # The layers cannot be handed out more evenly (17 on 4 stages: one stage holds 5): the work of a layer
         # would have to be split (an estimate of the heuristic's, ``balanced_step_ns``).
         return (
             f"stage {stage} computes {row['compute_per_micro_batch_ns'] / 1e6:.2f} ms per micro-batch vs "
-            f"{mean / 1e6:.2f} ms on average (imbalance {metrics['imbalance']:.2f}); no split of whole layers does "
+            f"{mean / 1e6:.2f} ms on average (imbalance {metrics['imbalance']:.2f}{also}); no split of whole layers does "
             f"better (layers per stage {'/'.join(map(str, layers['now']))}): splitting the work evenly would take "
             f"the step from {metrics['step_time_ns'] / 1e6:.1f} to {balanced_step_ns / 1e6:.1f} ms"
         )
     return (
         f"stage {stage} computes {row['compute_per_micro_batch_ns'] / 1e6:.2f} ms per micro-batch vs {mean / 1e6:.2f} ms "
-        f"on average (imbalance {metrics['imbalance']:.2f}); a balanced split{split} would take the step from "
+        f"on average (imbalance {metrics['imbalance']:.2f}{also}); a balanced split{split} would take the step from "
         f"{metrics['step_time_ns'] / 1e6:.1f} to {balanced_step_ns / 1e6:.1f} ms"
     )
 

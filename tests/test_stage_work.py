@@ -113,3 +113,15 @@ def test_a_stage_whose_layers_no_whole_layer_split_evens_out_says_so() -> None:
     )
     assert "no split of whole layers does better (layers per stage 4/5/4/4)" in stuck
     assert stuck.endswith("from 100.0 to 96.0 ms")
+
+
+def test_a_second_heavy_stage_is_named_beside_the_heaviest() -> None:
+    """A stage given extra layers beside a last stage that the LM head makes heavier still (a simulated 256-rank CPU
+    job: 3.36 and 4.08 ms per micro-batch against 1.98 on average): the finding blames the heaviest, and its
+    evidence names the other, so that the split it proposes reads as the fix of both. Stages near the average are
+    not named."""
+    metrics = _metrics([0.85, 1.7, 3.4, 4.1])
+    evidence = findings.stage_evidence(metrics, 90 * MS)
+    assert evidence.startswith("stage 3 computes 4.10 ms") and "; stage 2 too: 3.40 ms)" in evidence
+    assert "stage 1 too" not in evidence and "stage 0 too" not in evidence
+    assert "too:" not in findings.stage_evidence(_metrics([2.24, 2.0, 2.0, 2.0]), 90 * MS)
