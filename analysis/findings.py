@@ -20,11 +20,13 @@ them (:func:`rank_excess`).
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -521,8 +523,10 @@ def rank_findings(
     raw = []
     for rank, parts in by_rank.items():
         peers = next(p for p in peer_sets if rank in p)
+        # The rank's compute classified once (it reads the rank's and its peers' operators), when first needed.
+        classified = functools.cache(partial(classify_compute, frame, rank, peers, ep_of, is_moe, host_ranks))
         weak = [e for e in parts.get("compute_ns", []) if e.get("weak")]
-        if weak and classify_compute(frame, rank, peers, ep_of, is_moe, host_ranks)[0] != "operator_hotspot":
+        if weak and classified()[0] != "operator_hotspot":
             parts["compute_ns"] = [e for e in parts["compute_ns"] if not e.get("weak")]
             if not parts["compute_ns"]:
                 del parts["compute_ns"]
@@ -540,10 +544,7 @@ def rank_findings(
             # Work run cold is slower alike in every operator: a few operators far slower than the rest (a
             # hotspot) are a cause of their own, beside the frames held.
             held = _beyond_peers(parts["hooks_ns"]) > HOOK_DOMINANCE * _beyond_peers(parts["compute_ns"])
-            if not (
-                held
-                and classify_compute(frame, rank, peers, ep_of, is_moe, host_ranks)[0] == "operator_hotspot"
-            ):
+            if not (held and classified()[0] == "operator_hotspot"):
                 del parts["compute_ns" if held else "hooks_ns"]
         both = rank in host_ranks and "compute_ns" in parts
         chosen = list(parts) if both else [max(parts, key=lambda p: sum(e["excess_ns"] for e in parts[p]))]
@@ -553,7 +554,7 @@ def rank_findings(
             elif part in HOST_PARTS:
                 kind, operator = "host_stall", None
             else:
-                kind, operator = classify_compute(frame, rank, peers, ep_of, is_moe, host_ranks)
+                kind, operator = classified()
             raw.append(
                 {"rank": rank, "kind": kind, "operator": operator, "rows": parts[part], "peers": peers}
             )

@@ -132,24 +132,6 @@ def stands_apart(own_z: Sequence[float | None], single: bool) -> bool:
     )
 
 
-STANDOUT_RATIO = 1.2  # an operator a rank runs this many times its peers' median ...
-
-
-def standout_operators(d: Diagnosis, rank: int) -> list[str]:
-    """The operators whose time on ``rank`` stands out from its peers' (the Diagnosis' operator imbalance: this
-    rank is the one responsible, OUTLIER_DEVIATIONS robust deviations and STANDOUT_RATIO x its peers' median),
-    most extra time first: what a view of the rank's operators shows first (the device detail, the snapshot)."""
-    hot = [
-        o
-        for o in d.operators
-        if o.rank == rank
-        and o.excess_ns > 0
-        and o.z >= OUTLIER_DEVIATIONS
-        and (o.ratio or 0) >= STANDOUT_RATIO
-    ]
-    return [o.operator for o in sorted(hot, key=lambda o: -o.excess_ns)]
-
-
 def figures(d: Diagnosis, ranks: Sequence[int], steps: Sequence[int]) -> dict[str, np.ndarray]:
     """The focus metrics, ranks x steps: ``own_z`` (compute and launch delay, the time a rank spends before its
     peers can go on, against its stage), ``compute_job_pct`` and ``transfer_job_pct`` (exposed communication

@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, cast, get_args
 
 from paradiag.analysis.edit import BALANCED, COMPARABLE, PEER_MEDIAN, REMOVE, Edit
+from paradiag.analysis.frame import OUTLIER_DEVIATIONS
 
 if TYPE_CHECKING:  # the Diagnosis names its findings' kinds from here
-    from paradiag.analysis.diagnosis_types import Diagnosis, Finding
+    from paradiag.analysis.diagnosis_types import Diagnosis, Finding, OperatorImbalance
 
 Kind = Literal[
     "slow_device",
@@ -139,22 +140,34 @@ def compute_reasons(d: Diagnosis, f: Finding, ranks: list[int], step: int | None
 
 
 HOT_REASON_WIDTH = 24  # an operator's name in a reason is cut to this many characters
+STANDOUT_RATIO = 1.2  # an operator a rank runs this many times its peers' median ...
+
+
+def standout_operators(d: Diagnosis, rank: int) -> list[OperatorImbalance]:
+    """The operators whose time on ``rank`` stands out from its peers' (the Diagnosis' operator imbalance: this
+    rank is the one responsible, OUTLIER_DEVIATIONS robust deviations and STANDOUT_RATIO x its peers' median),
+    most extra time first: a hotspot's reason, and what the device detail lists first."""
+    hot = [
+        o
+        for o in d.operators
+        if o.rank == rank
+        and o.excess_ns > 0
+        and o.z >= OUTLIER_DEVIATIONS
+        and (o.ratio or 0) >= STANDOUT_RATIO
+    ]
+    return sorted(hot, key=lambda o: -o.excess_ns)
 
 
 def hotspot_reasons(d: Diagnosis, f: Finding, ranks: list[int], step: int | None) -> dict[int, str]:
-    """Each rank's operator most above its peers' (the Diagnosis' operator imbalance, most extra time first) and by
-    how much: ``flash_bwd_dq_dk_dv… 5.96x``; a rank without one: its compute against its stage peers'."""
+    """Each rank's operator most above its peers' (:func:`standout_operators`) and by how much:
+    ``flash_bwd_dq_dk_dv… 5.96x``; a rank without one: its compute against its stage peers'."""
     out = compute_reasons(d, f, ranks, step)
     for r in ranks:
-        hot = max(
-            (o for o in d.operators if o.rank == r and o.ratio and o.excess_ns > 0),
-            key=lambda o: o.excess_ns,
-            default=None,
-        )
-        if hot is not None and hot.ratio:
-            name = hot.short_name
+        hot = standout_operators(d, r)
+        if hot and hot[0].ratio:
+            name = hot[0].short_name
             cut = name if len(name) <= HOT_REASON_WIDTH else name[: HOT_REASON_WIDTH - 1] + "…"
-            out[r] = f"{cut} {hot.ratio:.2f}x"
+            out[r] = f"{cut} {hot[0].ratio:.2f}x"
     return out
 
 

@@ -39,6 +39,9 @@ EVENT_MATCHES = (
     "event-matches"  # what it found: links to each match (its rank selected, the window around it)
 )
 TIMELINE_EXPAND = "timeline-expand"  # the folded rows opened (a stage, then a mesh group)
+TIMELINE_DRAWN = (
+    "timeline-drawn"  # what the timeline shows (so a selection that changes none of it redraws nothing)
+)
 TIMELINE_FOLDS = "timeline-folds"  # which fold each drawn row belongs to (so a click on a row opens it)
 TIMELINE_PATH = "timeline-path"
 TIMELINE_FOLD_ALL = "timeline-fold-all"
@@ -65,9 +68,6 @@ MAREY_DRAWN = (
 FLOW = "flow"
 FLOW_COLOR = "flow-color"
 FLOW_EXPAND = "flow-expand"
-TIMELINE_DRAWN = (
-    "timeline-drawn"  # what the timeline shows (so a selection that changes none of it redraws nothing)
-)
 FLOW_DRAWN = "flow-drawn"  # what the flow figure shows (so a new selected node patches its ring alone)
 
 COMM_MATRIX = "comm-matrix"

@@ -8,7 +8,7 @@ from typing import Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from paradiag.analysis.focus import standout_operators
+from paradiag.analysis.kinds import standout_operators
 from paradiag.analysis.report import BreakdownJson
 from paradiag.app import store
 from paradiag.app.data import collectives
@@ -104,7 +104,7 @@ def _detail(job: Job, rank: int, step: int, operator: str | None) -> DetailData:
             theirs.setdefault(name, []).append(total)
     # The operators that stand out from the peers' first (the analysis' rule), most extra time first; then the
     # rank's largest. The durations open on the first that stands out.
-    hot = [n for n in standout_operators(diagnosis(job), rank) if n in mine][:HOT]
+    hot = [o.operator for o in standout_operators(diagnosis(job), rank) if o.operator in mine][:HOT]
     top = [*hot, *(n for n in sorted(mine, key=mine.get, reverse=True) if n not in hot)][:TOP]  # type: ignore[arg-type]
     operator = operator if operator in mine else (top[0] if top else None)
     return {

@@ -217,7 +217,7 @@ class OperatorTime(TypedDict):
     rank_ms: float
     peer_ms: float | None  # the median over the stage peers that ran it
     standout: (
-        bool  # it stands out from the peers' (``paradiag.analysis.focus.standout_operators``): listed first
+        bool  # it stands out from the peers' (``paradiag.analysis.kinds.standout_operators``): listed first
     )
 
 

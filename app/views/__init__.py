@@ -42,7 +42,7 @@ StaticRender = Callable[["Job", dict[str, Any]], list[tuple[str, Any]]]
 DRAWN = (
     24  # whole-step figures a worker keeps (each view's, per step and setting: a few MB in all at 1024 ranks)
 )
-_drawn: Kept | None = None
+_drawn = Kept(DRAWN)
 
 
 def drawn_once(key: tuple[Any, ...], build: Callable[[], T]) -> T:
@@ -52,9 +52,6 @@ def drawn_once(key: tuple[Any, ...], build: Callable[[], T]) -> T:
     other (the interpreter's lock): Marey's took 280 ms of a 256-rank step change. ``paradiag.app.warm`` builds
     every step's in the background. The figure is shared: a caller never changes it (a ``Patch`` changes the
     browser's copy)."""
-    global _drawn
-    if _drawn is None:
-        _drawn = Kept(DRAWN)
     return _drawn.get(key, build)
 
 
