@@ -22,13 +22,10 @@ def operators_figure(data: DetailData) -> go.Figure:
     ops = data["operators"]
     if not ops:
         return empty_figure("no device work for this rank in this step", height=300)
-    # The operators that stand out from the peers' come first, marked ▲ with how many times the peers' time.
+    # The operators that stand out from the peers' come first, marked ▲ with how many times the peers' time (the
+    # title stays short: a longer one ran into the legend of the half-width panel).
     names = [_standout_label(o) if o.get("standout") else short_name(o["name"]) for o in ops][::-1]
-    hot = sum(bool(o.get("standout")) for o in ops)
-    title = f"top operators: rank {data['rank']} vs peers" + (
-        f" (▲ {hot} far above the peers' first)" if hot else ""
-    )
-    fig = base_figure(title=title, height=60 + 22 * len(ops))
+    fig = base_figure(title=f"top operators: rank {data['rank']} vs peers", height=60 + 22 * len(ops))
     full = [o["name"] for o in ops][::-1]
     fig.add_trace(
         go.Bar(
