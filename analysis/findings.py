@@ -41,6 +41,7 @@ from paradiag.analysis.operators import (
     concentration,
     operator_time,
     rank_operator_excess,
+    rank_speeds,
     short_name,
     typical_durations,
 )
@@ -67,6 +68,12 @@ HOOK_DOMINANCE = (
 )
 MERGE_SHARE = 0.5  # culprits of one kind are named together when each has half the worst one's excess
 OUTLIER_RATIO = 2.0  # one exceptional step: twice the largest excess any other peer shows in any step
+# A rank's compute that stands CLEAR_MARGIN x further from its peers' than any of them strays from the others, in
+# every step, is its own work, however cheap: it needs only CLEAR_IMPACT_PCT of the step and MIN_RATIO (not
+# MIN_RATIO_HOST) on CPU ranks. (Real gloo jobs on 2 cores: the ranks of clean jobs and the innocent ranks of
+# faulty ones stray at most 2.6x as far; a faulty rank of a step dominated by gloo stood 4-8x as far at 1-2 %.)
+CLEAR_MARGIN = 4.0
+CLEAR_IMPACT_PCT = 1.0
 STAGE_IMBALANCE = 1.15  # max / mean compute per micro-batch across stages
 # ... and, on CPU ranks, the heaviest stage MIN_RATIO_HOST x the median of the others (as a rank against its peers:
 # past the noise band of CPU ranks' compute)
@@ -271,6 +278,32 @@ def _noise(
     )
 
 
+def _clear(
+    figures: Mapping[tuple[int, int], Mapping[str, int]],
+    peers: list[int],
+    steps: list[int],
+    part: str,
+    rank: int,
+) -> bool:
+    """``rank``'s ``part`` stands out from its peers' beyond any doubt: in every step at least MIN_RATIO x their
+    median and CLEAR_MARGIN x further above it than any other peer strays from the rest in any step (at least two
+    other peers, to tell how far they stray)."""
+    others = [r for r in peers if r != rank]
+    if len(others) < 2:
+        return False
+    strays = [abs(e) for per in _excess(figures, others, steps, part).values() for e in per.values()]
+    own = _excess(figures, peers, steps, part).get(rank, {})
+    if not strays or len(own) < len(steps):
+        return False
+    largest = max(strays)
+    return all(
+        e >= CLEAR_MARGIN * largest
+        and figures[(rank, s)][part] >= MIN_RATIO * (figures[(rank, s)][part] - e)
+        and e > 0
+        for s, e in own.items()
+    )
+
+
 def rank_excess(
     figures: Mapping[tuple[int, int], Mapping[str, int]],
     peer_sets: list[list[int]],
@@ -285,14 +318,16 @@ def rank_excess(
     excess counts only against the job's own noise floor (:func:`_noise`, from the other peers), and only if it
     is consistent or exceptional. *Consistent*: the rank is above its peers in (nearly) every profiled step
     (PERSISTENT_SHARE), by a median over the steps of at least PERSISTENT_MADS noise spreads; every step of it
-    counts. *Exceptional*: one step (a stall, once) that stands NOISE_MADS spreads above the peers and
-    OUTLIER_RATIO x above the largest excess any other peer shows in any step. Either way the excess must also
-    be MIN_IMPACT_PCT of the step and MIN_RATIO x the peers' time. ``compute_scale``: the clock's time per ns of
-    ``compute_ns`` (CPU ranks count compute at typical durations, a busy host runs it slower: the floor is the
-    step's share at that speed; the impact stays the typical excess over the clock's step, a lower bound), and the
-    compute of ``host_ranks`` (CPU ranks) must be MIN_RATIO_HOST x its peers' (below, a row is ``weak``:
-    :func:`rank_findings` keeps it only where a few operators carry it, a hotspot). A CPU rank's time in its wrappers'
-    own code (``hooks_ns``: its hooks) counts only where consistent: once, it is the scheduler's."""
+    counts. *Exceptional*: one
+    step (a stall, once) that stands NOISE_MADS spreads above the peers and OUTLIER_RATIO x above the largest
+    excess any other peer shows in any step. Either way the excess must also be MIN_IMPACT_PCT of the step (a
+    compute beyond doubt, :func:`_clear`: CLEAR_IMPACT_PCT, a row marked ``clear``) and MIN_RATIO x the peers'
+    time. ``compute_scale``: the clock's time per ns of ``compute_ns`` (CPU ranks count compute at typical
+    durations, a busy host runs it slower: the floor is the step's share at that speed), and the compute of
+    ``host_ranks`` (CPU ranks) must be MIN_RATIO_HOST x its peers' (below, a row is ``weak``:
+    :func:`rank_findings` keeps it only where a few operators carry it, a hotspot, or where it is clear and the
+    rank's calls run at its peers' pace, more work). A CPU rank's time in its wrappers' own code (``hooks_ns``:
+    its hooks) counts only where consistent: once, it is the scheduler's."""
     out = []
     steps = sorted({s for _, s in figures})
     alone = [p[0] for p in peer_sets if len(p) == 1]
@@ -310,17 +345,19 @@ def rank_excess(
             against = alone if part == "launch_delay_ns" and len(peers) == 1 and len(alone) >= 2 else peers
             excess = {r: e for r, e in _excess(figures, against, steps, part).items() if r in peers}
             for rank, per_step in excess.items():
+                clear = part == "compute_ns" and _clear(figures, against, steps, part, rank)
+                least = CLEAR_IMPACT_PCT / 100 * step_ns / compute_scale if clear else floor
                 spread, outside = _noise(figures, against, steps, part, rank, peer_sets)
                 values = list(per_step.values())
                 persistent = sum(e > 0 for e in values) >= PERSISTENT_SHARE * len(
                     values
-                ) and statistics.median(values) >= max(floor, PERSISTENT_MADS * spread)
+                ) and statistics.median(values) >= max(least, PERSISTENT_MADS * spread)
                 if part in ("idle_ns", "hooks_ns") and not persistent:
                     continue  # the scheduler holds a thread inside a wrapper as often as between operators
                 for step, e in per_step.items():
                     value = figures[(rank, step)][part]
                     ref = value - e
-                    if e <= 0 or value < MIN_RATIO * ref or e < floor:
+                    if e <= 0 or value < MIN_RATIO * ref or e < least:
                         continue
                     # CPU compute below MIN_RATIO_HOST x: a hotspot's only (rank_findings keeps it if it is one)
                     weak = part == "compute_ns" and rank in host_ranks and value < MIN_RATIO_HOST * ref
@@ -337,6 +374,7 @@ def rank_excess(
                                 "value_ns": value,
                                 "peer_ns": ref,
                                 **({"weak": True} if weak else {}),
+                                **({"clear": True} if clear else {}),
                             }
                         )
     return out
@@ -513,7 +551,8 @@ def rank_findings(
     compute_scale: float = 1.0,
 ) -> list[Finding]:
     """Culprit ranks: host_stall when the extra own time is the host starting the device late, else a compute
-    kind (``host_ranks``: CPU ranks, :func:`classify_compute`; ``compute_scale``: :func:`rank_excess`)."""
+    kind (``host_ranks``: CPU ranks, :func:`classify_compute`; ``compute_scale``: :func:`rank_excess`, and a CPU
+    rank's compute excess is weighed at the clock's pace in its impact: :func:`_merge_ranks`)."""
     excess = rank_excess(figures, peer_sets, step_ns, compute_scale, host_ranks)
     steps_total = len({s for _, s in figures}) or 1
     by_rank: dict[int, dict[str, list[dict[str, Any]]]] = {}
@@ -526,7 +565,11 @@ def rank_findings(
         # The rank's compute classified once (it reads the rank's and its peers' operators), when first needed.
         classified = functools.cache(partial(classify_compute, frame, rank, peers, ep_of, is_moe, host_ranks))
         weak = [e for e in parts.get("compute_ns", []) if e.get("weak")]
-        if weak and classified()[0] != "operator_hotspot":
+        if (
+            weak
+            and classified()[0] != "operator_hotspot"
+            and not _more_work(frame, rank, peers, weak, host_ranks)
+        ):
             parts["compute_ns"] = [e for e in parts["compute_ns"] if not e.get("weak")]
             if not parts["compute_ns"]:
                 del parts["compute_ns"]
@@ -558,7 +601,23 @@ def rank_findings(
             raw.append(
                 {"rank": rank, "kind": kind, "operator": operator, "rows": parts[part], "peers": peers}
             )
-    return _merge_ranks(_expert(raw, peer_sets, ep_of, is_moe), waits, steps_total, step_ns, host_ranks)
+    return _merge_ranks(
+        _expert(raw, peer_sets, ep_of, is_moe), waits, steps_total, step_ns, host_ranks, compute_scale
+    )
+
+
+def _more_work(
+    frame: Frame, rank: int, peers: list[int], rows: list[dict[str, Any]], host_ranks: frozenset[int]
+) -> bool:
+    """A CPU rank's compute under MIN_RATIO_HOST x its peers' that is its own work: ``rows`` stand out beyond any
+    doubt (``clear``: :func:`_clear`) and its calls run at its peers' pace, less than half its excess told by its
+    operators running slower alike (:func:`operators.rank_speeds`): extra calls (layers, a larger batch's
+    activations) leave its median operator as fast as theirs, a busier core slows every operator."""
+    if not all(e.get("clear") for e in rows):
+        return False
+    ratio = min(e["value_ns"] / e["peer_ns"] for e in rows if e["peer_ns"] > 0)
+    speed = rank_speeds(frame, [peers], host_ranks).get(rank)
+    return speed is not None and speed - 1 < (ratio - 1) / 2
 
 
 def _beyond_peers(rows: list[dict[str, Any]]) -> float:
@@ -701,9 +760,7 @@ LATE_SENDER_RATIO = 2.0  # a late sender idles before its sends twice as long as
 LATE_SENDER_QUANTILE = 0.25  # ... in three of every four of its sends to one neighbour ...
 LATE_SENDER_WINDOWS = 3  # ... over at least this many sends to it per profiled step ...
 LATE_SENDER_ALIKE = 0.5  # ... holes alike: the lower quartile at least half the median ...
-LATE_SENDER_SHARE = (
-    0.5  # ... in one hole that is most of the time between its previous communication and the send
-)
+LATE_SENDER_SHARE = 0.5  # ... in one hole that is most of the time between its previous communication and the send, or a share  # of that time LATE_SENDER_RATIO x every other sender's (its compute before the send is long: the hole stands out)
 
 
 def late_senders(
@@ -718,7 +775,10 @@ def late_senders(
     neighbour: in the window from its previous communication (a receive completing, a send posted) to the send,
     its longest stretch without compute is, in three of every four of those sends (LATE_SENDER_QUANTILE),
     LATE_SENDER_RATIO x what every other sender's is in three of four of its sends to any one neighbour, and
-    most of the window (LATE_SENDER_SHARE), over at least LATE_SENDER_WINDOWS sends to that neighbour per step.
+    most of the window (LATE_SENDER_SHARE) or LATE_SENDER_RATIO x the share any other sender's longest hole is
+    of its windows (a stage computing 8 ms before each send, then sleeping 5 ms: 38 % of the window, 2 % on the
+    other sender; a slower rank's holes grow with its work, their share does not), over at least
+    LATE_SENDER_WINDOWS sends to that neighbour per step.
     Its next stage waits for data the rank had ready. A host that holds a send back (a sleep, a lock, a busy host
     thread) leaves one hole before every such send; the Python between a stage's operators leaves many short
     ones, more on a stage with more glue (the last one, which computes the loss before each backward send: its
@@ -779,12 +839,16 @@ def late_senders(
     out = []
     for rank in sorted({r for r, _ in held}):
         others = [v[0] for (r, _), v in held.items() if r != rank]
+        shares = [v[1] for (r, _), v in held.items() if r != rank]
         if rank in named or not others:  # two stages: the other one is all there is to compare with
             continue
         late = [
             (peer, idle, share, sends)
             for (r, peer), (idle, share, sends, judged) in held.items()
-            if r == rank and judged and idle >= LATE_SENDER_RATIO * max(others) and share >= LATE_SENDER_SHARE
+            if r == rank
+            and judged
+            and idle >= LATE_SENDER_RATIO * max(others)
+            and (share >= LATE_SENDER_SHARE or share >= LATE_SENDER_RATIO * max(shares))
         ]
         if not late:
             continue
@@ -827,7 +891,12 @@ def _merge_ranks(
     steps_total: int,
     step_ns: float,
     host_ranks: frozenset[int] = frozenset(),
+    compute_scale: float = 1.0,
 ) -> list[Finding]:
+    """The culprit ranks' rows made findings, one per kind and operator (a rank far behind the others its own),
+    each with its impact: the excess over the profiled steps per step. A CPU rank's compute, counted at typical
+    durations, is weighed at the clock's pace (``compute_scale``: the job's clock compute per typical ns), as the
+    step it is a share of."""
     merged: dict[tuple[str, str | None], list[dict[str, Any]]] = {}
     observable = any(w.get("wait_ns") for w in waits.values())
     for r in raw:
@@ -862,6 +931,8 @@ def _merge_ranks(
         on_host = set(ranks) <= host_ranks
         bounded = observable and not on_host
         extra = sum(per_step.values())
+        if on_host and all(row["part"] == "compute_ns" for row in rows):
+            extra = round(extra * compute_scale)
         delay = min(extra, caused) if bounded else extra
         impact = 100 * delay / steps_total / step_ns
         # The job absorbed it, or (a CPU rank's stall or one-off excess: its clock is the scheduler's, which holds
@@ -1013,11 +1084,20 @@ def ranked(findings: list[Finding], by_replay: bool = False) -> list[Finding]:
     replayed = by_replay and all(f.what_if is not None and "saving_pct" in f.what_if for f in performance)
 
     def cost(f: Finding) -> float:
-        if replayed and f.what_if is not None:
+        if replayed and f.what_if is not None and not _moved_nothing(f.what_if):
             return max(float(f.what_if["saving_pct"]), 0.0)
         return f.impact_pct
 
     return sorted(findings, key=lambda f: (-cost(f), f.kind))
+
+
+def _moved_nothing(what_if: Mapping[str, Any]) -> bool:
+    """A replay of stages balanced in which no whole layer moved (every split does worse): what it saves is not
+    the split's (it evens out the stages' replicas too: a slow rank of the stage's), so it does not rank the
+    finding; the finding's own estimate does (a dp2 x pp2 job's 1.4x rank 0 and its LM-head stage 1.17x the
+    other: both replays saved 17 ms a step, the stage's by evening out rank 0)."""
+    layers = what_if.get("layers")
+    return layers is not None and list(layers["now"]) == list(layers["balanced"])
 
 
 def _slow_units(

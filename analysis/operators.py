@@ -89,8 +89,19 @@ def host_speeds(
     with a core per rank, a rank slower at every operator is a slower device; and only where at least two ranks of
     the job run SHARED_SLOWER x slower than their peers (the ranks on the busier cores): a lone rank slower at every
     operator than all the others is a slow rank, whatever slows it."""
+    if stretch < SHARED_STRETCH:
+        return {}
+    out = {r: max(v, 1.0) for r, v in rank_speeds(frame, peer_sets, host_ranks).items()}
+    # A lone rank slower at everything than the whole job is a slow rank, whatever slows it.
+    return out if sum(v >= SHARED_SLOWER for v in out.values()) >= 2 else {}
+
+
+def rank_speeds(frame: Frame, peer_sets: list[list[int]], host_ranks: frozenset[int]) -> dict[int, float]:
+    """Per CPU rank (``host_ranks``) with peers, how long its calls of its frequent operators run against its
+    peers' calls of the same ones: the median over those operators of its median typical call / the peers' (1: as
+    fast; 1.3: every operator 30 % slower; a rank that does more calls or a few costlier ones stays near 1)."""
     ranks = np.array(sorted(host_ranks), dtype=np.int64)
-    if not len(ranks) or stretch < SHARED_STRETCH:
+    if not len(ranks):
         return {}
     typical = typical_durations(frame, ranks)
     idx = np.flatnonzero(
@@ -135,9 +146,8 @@ def host_speeds(
         for i, rank in enumerate(mine):
             row = ratio[i][np.isfinite(ratio[i])]
             if len(row) >= SPEED_MIN_OPERATORS:
-                out[rank] = max(float(np.median(row)), 1.0)
-    # A lone rank slower at everything than the whole job is a slow rank, whatever slows it.
-    return out if sum(v >= SHARED_SLOWER for v in out.values()) >= 2 else {}
+                out[rank] = float(np.median(row))
+    return out
 
 
 def _leave_one_out_median(values: np.ndarray) -> np.ndarray:

@@ -18,7 +18,8 @@ track per thread), which the whole analysis then measures as it measures a GPU:
   the host share (on a clean FSDP2 job two of eight ranks' copies ran 3x their peers' in every step).
 * **communication**: each gloo annotation, linked to the ``c10d::*`` operator that enqueued it (the earliest
   one not yet linked, of the same collective, started before it: gloo runs a group's work first in, first out;
-  the annotations' External ids are the runloop thread's own). The link gives the step (the enqueue's), the
+  the annotations' External ids are the runloop thread's own); a send that gloo annotates at the end of its
+  ``c10d::send`` begins at the ``c10d::send`` (:func:`_began`). The link gives the step (the enqueue's), the
   group, and for send/recv the peer: ``Concrete Inputs`` holds the peer's index *in the group*, mapped to a
   global rank through the group's members. Sizes come from ``Input Dims`` and ``Input type``.
 
@@ -148,7 +149,7 @@ def host_lanes(
             np.full(n_comm, schema.KINDS.index(schema.COMMUNICATION)),
         ]
     ).astype(np.int8)
-    lane_start = np.concatenate([pieces[0], start[comm["rows"]]]).astype(np.int64)
+    lane_start = np.concatenate([pieces[0], _began(comm, start, end, track)]).astype(np.int64)
     lane_end = np.concatenate([pieces[1], end[comm["rows"]]]).astype(np.int64)
     n = n_pieces + n_comm
     lanes = schema.build(
@@ -388,6 +389,23 @@ def _communication(
         )
         out["enqueue"].append(link)
     return out
+
+
+def _began(comm: dict[str, list[Any]], start: np.ndarray, end: np.ndarray, track: np.ndarray) -> np.ndarray:
+    """When each gloo record began: its annotation's start, or, for a send or receive that gloo ran inside its
+    enqueue on the calling thread (the annotation starts within the ``c10d::`` operator, on its thread), the
+    enqueue's. The host asked for the transfer then: a ``c10d::send`` that blocks 3.8 ms before its
+    ``gloo:send`` starts (gloo holding the pair for an earlier send) is time spent sending, not a host late to
+    send. A receive annotated when it is waited on, after the enqueue ended, begins at its annotation."""
+    rows = np.asarray(comm["rows"], np.int64)
+    link = np.asarray(comm["enqueue"], np.int64)
+    began = start[rows].copy() if len(rows) else np.zeros(0, np.int64)
+    p2p = np.isin(np.asarray(comm["collective"], dtype=object), list(schema.P2P_COLLECTIVES))
+    ok = p2p & (link >= 0)
+    safe = np.where(ok, link, 0)
+    inside = ok & (track[safe] == track[rows]) & (start[safe] <= began) & (began <= end[safe])
+    began[inside] = start[safe[inside]]
+    return began
 
 
 def _collective(pattern: re.Pattern[str], name: str) -> str | None:

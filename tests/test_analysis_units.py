@@ -433,8 +433,16 @@ def test_rank_excess_leave_one_out() -> None:
     }
     rows = findings.rank_excess(figures, [[0, 1, 2]], 1000)
     assert rows == [
-        {"rank": 2, "step": 0, "part": "compute_ns", "excess_ns": 95, "value_ns": 600, "peer_ns": 505}
-    ]
+        {
+            "rank": 2,
+            "step": 0,
+            "part": "compute_ns",
+            "excess_ns": 95,
+            "value_ns": 600,
+            "peer_ns": 505,
+            "clear": True,
+        }
+    ]  # 19x further from its peers than they stray from each other: beyond doubt
 
 
 def test_stage_and_clock_findings() -> None:

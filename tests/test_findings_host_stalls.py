@@ -231,10 +231,49 @@ def test_a_cpu_rank_running_every_operator_slower_at_the_same_calls_is_weighed_a
     )
 
 
-def _pipeline(gaps_ms: dict[int, float], pieces: dict[int, int] | None = None) -> tuple[Any, pa.Table]:
-    """pp4, one CPU rank per stage, 3 steps of 4 micro-batches: each rank's receive completes, it computes 2 ms,
-    idles ``gaps_ms[rank]``, then sends to the next stage; a rank of ``pieces`` computes its 2 ms in that many
-    operators and idles its time in as many holes, one after each (the Python between operators)."""
+def _call_figures(
+    rows: list[dict[str, Any]], noise: dict[int, float]
+) -> dict[tuple[int, int], dict[str, int]]:
+    """Each rank's compute per step from its calls, stretched by its ``noise`` (how far a clean rank strays)."""
+    out: dict[tuple[int, int], dict[str, int]] = {}
+    for row in rows:
+        fig = out.setdefault(
+            (row["rank"], row["step"]), {"compute_ns": 0, "launch_delay_ns": 0, "hooks_ns": 0}
+        )
+        fig["compute_ns"] += int(row["dur_ns"] * noise.get(row["rank"], 1.0))
+    return out
+
+
+def test_a_cpu_rank_doing_more_work_beyond_doubt_is_a_culprit_under_the_hosts_noise_band() -> None:
+    """8 CPU ranks in a step dominated by communication (800 ms, 84 ms of compute). Rank 4 makes 3 extra matmul
+    calls per micro-batch (1.14x its peers' compute, 1.5 % of the step) while its peers stray within 1 % of each
+    other: beyond doubt, at its peers' pace per call, a culprit (real: a dp x tp rank with extra matmuls 1.15x,
+    a DDP rank with a 1.6x batch 1.5x in a 65 ms gloo step, both 1.8-2.4 % of it). The same 1.14x with every call
+    slower alike (a busier core), or among peers that stray 8 %, is not."""
+    host = frozenset(range(8))
+    noise = {0: 1.0, 1: 1.01, 2: 0.995, 3: 1.005, 5: 0.99, 6: 1.0, 7: 1.008}
+
+    def found(rank4: list[dict[str, Any]], spread: float = 1.0) -> list[tuple[str, list[int]]]:
+        rows = [row for r in range(8) if r != 4 for row in _calls(r)] + rank4
+        figures = _call_figures(rows, {r: 1 + (v - 1) * spread for r, v in noise.items()})
+        frame = device_frame(host_events(rows))
+        got = findings.rank_findings(frame, figures, [list(range(8))], {}, {}, 800 * MS, host)
+        return [(f.kind, f.culprit.ranks) for f in got]
+
+    (hit,) = found(_calls(4, extra_mm=3))
+    assert hit[1] == [4] and hit[0] in ("slow_device", "operator_hotspot")
+    assert found(_calls(4, slower=1.14)) == []
+    assert found(_calls(4, extra_mm=3), spread=8.0) == []
+
+
+def _pipeline(
+    gaps_ms: dict[int, float],
+    pieces: dict[int, int] | None = None,
+    compute_ms: dict[int, float] | None = None,
+) -> tuple[Any, pa.Table]:
+    """pp4, one CPU rank per stage, 3 steps of 4 micro-batches: each rank's receive completes, it computes 2 ms
+    (``compute_ms``), idles ``gaps_ms[rank]``, then sends to the next stage; a rank of ``pieces`` computes in that
+    many operators and idles its time in as many holes, one after each (the Python between operators)."""
     rows: list[dict[str, Any]] = []
     p2p: dict[str, list[int]] = {"src": [], "dst": [], "step": [], "send_start_ns": [], "recv_end_ns": []}
     arrive = {
@@ -242,17 +281,18 @@ def _pipeline(gaps_ms: dict[int, float], pieces: dict[int, int] | None = None) -
     }
     for (r, s, k), t in arrive.items():
         n = (pieces or {}).get(r, 1)
+        work = int((compute_ms or {}).get(r, 2.0) * MS)
         if n == 1:
-            rows.append({"rank": r, "name": "aten::mm", "start_ns": t, "dur_ns": 2 * MS, "step": s})
+            rows.append({"rank": r, "name": "aten::mm", "start_ns": t, "dur_ns": work, "step": s})
         else:
-            each, hole = 2 * MS // n, int(gaps_ms[r] * MS) // n
+            each, hole = work // n, int(gaps_ms[r] * MS) // n
             rows += [
                 {"rank": r, "name": "aten::mm", "start_ns": t + i * (each + hole), "dur_ns": each, "step": s}
                 for i in range(n)
             ]
         for key, v in zip(
             p2p,
-            (r, (r + 1) % 4, s, t + 2 * MS + int(gaps_ms[r] * MS), arrive[((r + 1) % 4, s, k)]),
+            (r, (r + 1) % 4, s, t + work + int(gaps_ms[r] * MS), arrive[((r + 1) % 4, s, k)]),
             strict=True,
         ):
             p2p[key].append(v)
@@ -275,6 +315,24 @@ def test_a_lone_pipeline_rank_idling_before_each_of_its_sends_is_a_late_sender()
     assert findings.late_senders(*_pipeline({0: 0.2, 1: 0.5, 2: 0.3, 3: 0.2}), set(), host, 100 * MS, 3) == []
     assert findings.late_senders(frame, p2p, {1}, host, 100 * MS, 3) == []
     assert findings.late_senders(*_pipeline({0: 0.2, 1: 8.0, 2: 5.0, 3: 0.2}), set(), host, 100 * MS, 3) == []
+
+
+def test_a_late_senders_hole_is_most_of_its_window_or_a_larger_share_of_it_than_any_others() -> None:
+    """A stage whose heavier compute leaves its hole a smaller share of the window is a late sender as long as
+    that share stands out too (pipe_1f1b_slow_link_s13: a 5.2 ms hole, 38 % of its windows, 2 % on the other
+    sender). A slower rank's holes grow with its work: twice as long, the same share of a window twice as long
+    (a 1.6x rank of a pp4 GPipe job: 1.1 ms holes, 15 % of its windows, 10 % on the others), and a rank of a
+    small job that idles 50 us where its neighbour idles 25 us between operators of as little: neither."""
+    host = frozenset(range(4))
+    found = findings.late_senders(
+        *_pipeline({0: 0.2, 1: 5.0, 2: 0.2, 3: 0.2}, compute_ms={1: 8.0}), set(), host, 100 * MS, 3
+    )
+    assert [(f.kind, f.culprit.ranks) for f in found] == [("host_stall", [1])]
+    assert "(38 % of the time)" in found[0].evidence
+    slower = _pipeline({0: 0.2, 1: 0.8, 2: 0.3, 3: 0.2}, compute_ms={1: 5.0})
+    assert findings.late_senders(*slower, set(), host, 100 * MS, 3) == []
+    small = _pipeline({0: 0.025, 1: 0.05, 2: 0.025, 3: 0.025}, compute_ms={0: 0.4, 1: 1.0, 2: 0.4, 3: 0.4})
+    assert findings.late_senders(*small, set(), host, 1 * MS, 3) == []
 
 
 def _both_ways(
@@ -450,4 +508,24 @@ def test_findings_of_a_cpu_job_are_ordered_by_their_replays_when_every_one_has_o
     assert [f.kind for f in findings.ranked([stage, unreplayed], by_replay=True)] == [
         "stage_imbalance",
         "host_stall",
+    ]
+    # mesh_dp_pp_slow_rank_s14 (real, dp2 x pp2): rank 0 runs every operator 1.4x; the LM-head stage 1.17x the
+    # other. No split of whole layers does better, yet the stages' replay saved 17.0 ms a step, evening out rank
+    # 0 with its replica; rank 0's own replay 16.4 ms. A replay that moved no layer does not rank its finding.
+    even = replace(
+        findings.finding("stage_imbalance", findings.blamed([1, 3], stage=1), [], 4.2, "stage 1 heavier"),
+        what_if={"saving_pct": 34.9, "saving_ms": 17.0, "layers": {"now": [2, 2], "balanced": [2, 2]}},
+    )
+    slow = replace(
+        findings.finding("slow_device", findings.blamed([0]), [2, 3, 4], 14.9, "rank 0 slower"),
+        what_if={"saving_pct": 33.6, "saving_ms": 16.4},
+    )
+    assert [f.kind for f in findings.ranked([even, slow], by_replay=True)] == [
+        "slow_device",
+        "stage_imbalance",
+    ]
+    moved = replace(even, what_if={**even.what_if, "layers": {"now": [3, 1], "balanced": [2, 2]}})
+    assert [f.kind for f in findings.ranked([moved, slow], by_replay=True)] == [
+        "stage_imbalance",
+        "slow_device",
     ]

@@ -136,6 +136,33 @@ def test_gloo_annotations_are_communication_with_group_global_peer_and_bytes(tmp
     assert comm[1]["track"] == RUNLOOP and comm[1]["dur_ns"] == 400_000
 
 
+def test_a_send_that_blocks_in_its_enqueue_begins_when_the_host_asked_for_it(tmp_path: Path) -> None:
+    """gloo records a synchronous send's gloo:send at the very end of its c10d::send (every send of the real jobs),
+    and c10d::send blocks for ms on a busy host (3.8 ms for 12 KB): the send began when the host called it, not
+    when the annotation did (it was read as a host idling 2.8 ms before each send: a late sender, in a clean job).
+    A receive annotated when it is waited on, long after its enqueue returned, begins at its annotation."""
+    dims = {"Input type": ["TensorList"], "Input Dims": [[[64]]]}
+    gloo = {"Input type": ["float"], "Input Dims": [[64]]}
+    peer = {"Concrete Inputs": ["", "", "1", "0"], **dims}
+    events = [
+        _op("ProfilerStep#1", 0, 20000, cat="user_annotation"),
+        _op("aten::mm", 10, 300),
+        _op("c10d::send", 320, 3800, args=peer),
+        _op("gloo:send", 4112, 900, cat="user_annotation", args=gloo),
+        _op("c10d::recv_", 5100, 30, args=peer),
+        _op("aten::mm", 5200, 300),
+        _op("gloo:recv", 6000, 400, cat="user_annotation", args=gloo),
+    ]
+    path = tmp_path / "rank0.pt.trace.json"
+    path.write_text(json.dumps(_trace(0, GROUPS[:1], events)))
+    ev = kineto.parse(path).events
+    comm = ev.filter(pc.equal(ev.column("kind").cast("string"), "communication")).sort_by("start_ns")
+    assert [(c["collective"], c["start_ns"], c["start_ns"] + c["dur_ns"]) for c in comm.to_pylist()] == [
+        ("send", 320_000, 5_012_000),
+        ("recv", 6_000_000, 6_400_000),
+    ]
+
+
 def test_a_collective_takes_the_step_of_its_enqueue(tmp_path: Path) -> None:
     """An asynchronous all-reduce enqueued at the end of a step runs into the next one: it is the first step's."""
     events = [
