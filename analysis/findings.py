@@ -616,7 +616,7 @@ def _more_work(
     if not all(e.get("clear") for e in rows):
         return False
     ratio = min(e["value_ns"] / e["peer_ns"] for e in rows if e["peer_ns"] > 0)
-    speed = rank_speeds(frame, [peers], host_ranks).get(rank)
+    speed = rank_speeds(frame, [peers], host_ranks & frozenset(peers)).get(rank)
     return speed is not None and speed - 1 < (ratio - 1) / 2
 
 
