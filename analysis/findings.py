@@ -238,6 +238,49 @@ def _excess(
     return out
 
 
+def _median_without(s: np.ndarray, gone: list[np.ndarray]) -> np.ndarray:
+    """The median of the sorted values ``s`` with the positions ``gone`` (arrays of one shape, each position
+    distinct from the others of its cell, in increasing order across the list) left out, per cell."""
+    m = len(s) - len(gone)
+    ends = []
+    for k in ((m - 1) // 2, m // 2):
+        idx = np.full(gone[0].shape, k, np.int64)
+        for g in gone:
+            idx = idx + (idx >= g)
+        ends.append(s[idx])
+    return (ends[0] + ends[1]) / 2
+
+
+def _strays(
+    figures: Mapping[tuple[int, int], Mapping[str, int]], peers: list[int], steps: list[int], part: str
+) -> dict[int, list[float]]:
+    """Per rank of ``peers``, the excesses its other peers show against each other (each against the median of
+    the rest of them, ``rank`` left out) in every step: :func:`_excess` of the peers without ``rank``, for every
+    rank at once. A median without two values is read off the sorted values (the order statistics shift past the
+    two left out), so a stage of 128 ranks costs 128 x 128 subtractions a step, not 128 x 128 medians."""
+    out: dict[int, list[float]] = {r: [] for r in peers}
+    for step in steps:
+        present = [r for r in peers if part in figures.get((r, step), ())]
+        n = len(present)
+        if n < 2:
+            continue
+        v = np.array([figures[(r, step)][part] for r in present], np.float64)
+        order = np.argsort(v, kind="stable")
+        s, pos = v[order], np.empty(n, np.int64)
+        pos[order] = np.arange(n)
+        if n >= 3:  # a rank of the step: each other one against the rest without both
+            lo, hi = np.minimum.outer(pos, pos), np.maximum.outer(pos, pos)
+            excess = v[None, :] - _median_without(s, [lo, hi])
+            for i, r in enumerate(present):
+                out[r].extend(np.delete(excess[i], i).tolist())
+        absent = [r for r in peers if r not in set(present)]
+        if absent:  # a rank without a figure in the step: the others' plain leave-one-out excesses
+            alone = (v - _median_without(s, [pos])).tolist()
+            for r in absent:
+                out[r].extend(alone)
+    return out
+
+
 def _noise(
     figures: Mapping[tuple[int, int], Mapping[str, int]],
     peers: list[int],
@@ -245,6 +288,7 @@ def _noise(
     part: str,
     rank: int,
     elsewhere: Sequence[list[int]] = (),
+    strays: Sequence[float] | None = None,
 ) -> tuple[float, dict[int, tuple[float, float]]]:
     """The job's own noise floor for ``rank``'s excess: its spread over the steps, and per step (spread, largest
     excess) outside that step's cell of ``rank``. The noise is the excesses the *other* peers show against each
@@ -255,7 +299,11 @@ def _noise(
     no spread even where its replicas differ by a fifth); without other peer sets, ``rank``'s own excess in the
     other steps (its spread and the largest of its magnitudes)."""
     others = [r for r in peers if r != rank]
-    cells = [e for per in _excess(figures, others, steps, part).values() for e in per.values()]
+    cells = (
+        list(strays)
+        if strays is not None
+        else [e for per in _excess(figures, others, steps, part).values() for e in per.values()]
+    )
     if not cells:
         cells = [
             e
@@ -280,22 +328,20 @@ def _noise(
 
 def _clear(
     figures: Mapping[tuple[int, int], Mapping[str, int]],
-    peers: list[int],
+    own: Mapping[int, float],
+    strays: Sequence[float],
+    others: int,
     steps: list[int],
     part: str,
     rank: int,
 ) -> bool:
-    """``rank``'s ``part`` stands out from its peers' beyond any doubt: in every step at least MIN_RATIO x their
-    median and CLEAR_MARGIN x further above it than any other peer strays from the rest in any step (at least two
-    other peers, to tell how far they stray)."""
-    others = [r for r in peers if r != rank]
-    if len(others) < 2:
+    """``rank``'s ``part`` stands out from its peers' beyond any doubt: in every step (``own``: its excess over
+    their median per step) at least MIN_RATIO x their median and CLEAR_MARGIN x further above it than any other
+    peer strays from the rest in any step (``strays``: :func:`_strays`; at least two ``others``, to tell how far
+    they stray)."""
+    if others < 2 or not strays or len(own) < len(steps):
         return False
-    strays = [abs(e) for per in _excess(figures, others, steps, part).values() for e in per.values()]
-    own = _excess(figures, peers, steps, part).get(rank, {})
-    if not strays or len(own) < len(steps):
-        return False
-    largest = max(strays)
+    largest = max(abs(e) for e in strays)
     return all(
         e >= CLEAR_MARGIN * largest
         and figures[(rank, s)][part] >= MIN_RATIO * (figures[(rank, s)][part] - e)
@@ -344,10 +390,13 @@ def rank_excess(
             # its own other steps give the noise, _noise).
             against = alone if part == "launch_delay_ns" and len(peers) == 1 and len(alone) >= 2 else peers
             excess = {r: e for r, e in _excess(figures, against, steps, part).items() if r in peers}
+            strays = _strays(figures, against, steps, part) if excess else {}
             for rank, per_step in excess.items():
-                clear = part == "compute_ns" and _clear(figures, against, steps, part, rank)
+                clear = part == "compute_ns" and _clear(
+                    figures, per_step, strays[rank], len(against) - 1, steps, part, rank
+                )
                 least = CLEAR_IMPACT_PCT / 100 * step_ns / compute_scale if clear else floor
-                spread, outside = _noise(figures, against, steps, part, rank, peer_sets)
+                spread, outside = _noise(figures, against, steps, part, rank, peer_sets, strays[rank])
                 values = list(per_step.values())
                 persistent = sum(e > 0 for e in values) >= PERSISTENT_SHARE * len(
                     values

@@ -600,3 +600,30 @@ def test_find_rows_joins_on_every_column() -> None:
     assert find_rows(keys, query).tolist() == [1, -1, 3, 2, 0, -1, 3]
     assert find_rows(keys[:0], query).tolist() == [-1] * len(query)
     assert find_rows(keys, query[:0]).tolist() == []
+
+
+def test_strays_are_each_ranks_others_leave_one_out_excesses() -> None:
+    """findings._strays (every rank at once, medians without two values read off the sorted ones) gives what
+    _excess of the peers without that rank gives, ties, missing figures and peer sets of 1 to 9 included."""
+    rng = np.random.default_rng(7)
+    for trial in range(200):
+        n = int(rng.integers(1, 10))
+        peers = list(range(n))
+        steps = [0, 1, 2]
+        figures = {
+            (r, s): {
+                "compute_ns": int(rng.choice([100, 200, 300]) if trial % 3 == 0 else rng.integers(0, 10**9))
+            }
+            for r in peers
+            for s in steps
+            if rng.random() > 0.15
+        }
+        got = findings._strays(figures, peers, steps, "compute_ns")
+        for r in peers:
+            others = [p for p in peers if p != r]
+            want = [
+                e
+                for per in findings._excess(figures, others, steps, "compute_ns").values()
+                for e in per.values()
+            ]
+            assert sorted(got[r]) == sorted(float(e) for e in want), (trial, r)  # exact: ints and halves
