@@ -273,7 +273,8 @@ def _strays(
             excess = v[None, :] - _median_without(s, [lo, hi])
             for i, r in enumerate(present):
                 out[r].extend(np.delete(excess[i], i).tolist())
-        absent = [r for r in peers if r not in set(present)]
+        there = set(present)
+        absent = [r for r in peers if r not in there]
         if absent:  # a rank without a figure in the step: the others' plain leave-one-out excesses
             alone = (v - _median_without(s, [pos])).tolist()
             for r in absent:
@@ -287,23 +288,20 @@ def _noise(
     steps: list[int],
     part: str,
     rank: int,
+    strays: Sequence[float],
     elsewhere: Sequence[list[int]] = (),
-    strays: Sequence[float] | None = None,
 ) -> tuple[float, dict[int, tuple[float, float]]]:
     """The job's own noise floor for ``rank``'s excess: its spread over the steps, and per step (spread, largest
     excess) outside that step's cell of ``rank``. The noise is the excesses the *other* peers show against each
-    other, ``rank`` left out: how far ranks without its fault stray from their peers, in any step. With one other
+    other, ``rank`` left out (``strays``: :func:`_strays`): how far ranks without its fault stray from their
+    peers, in any step. With one other
     peer there is nobody to compare it with: the excesses the ranks of the job's other peer sets (``elsewhere``:
     a dp x pp job's other stages) show against each other stand in, how far replicas stray from each other in
     this job (a CPU rank's compute counted at typical durations is the same in every step, so its own steps show
     no spread even where its replicas differ by a fifth); without other peer sets, ``rank``'s own excess in the
     other steps (its spread and the largest of its magnitudes)."""
     others = [r for r in peers if r != rank]
-    cells = (
-        list(strays)
-        if strays is not None
-        else [e for per in _excess(figures, others, steps, part).values() for e in per.values()]
-    )
+    cells = list(strays)  # the other peers' excesses against each other (_strays)
     if not cells:
         cells = [
             e
@@ -364,9 +362,8 @@ def rank_excess(
     excess counts only against the job's own noise floor (:func:`_noise`, from the other peers), and only if it
     is consistent or exceptional. *Consistent*: the rank is above its peers in (nearly) every profiled step
     (PERSISTENT_SHARE), by a median over the steps of at least PERSISTENT_MADS noise spreads; every step of it
-    counts. *Exceptional*: one
-    step (a stall, once) that stands NOISE_MADS spreads above the peers and OUTLIER_RATIO x above the largest
-    excess any other peer shows in any step. Either way the excess must also be MIN_IMPACT_PCT of the step (a
+    counts. *Exceptional*: one step (a stall, once) that stands NOISE_MADS spreads above the peers and
+    OUTLIER_RATIO x above the largest excess any other peer shows in any step. Either way the excess must also be MIN_IMPACT_PCT of the step (a
     compute beyond doubt, :func:`_clear`: CLEAR_IMPACT_PCT, a row marked ``clear``) and MIN_RATIO x the peers'
     time. ``compute_scale``: the clock's time per ns of ``compute_ns`` (CPU ranks count compute at typical
     durations, a busy host runs it slower: the floor is the step's share at that speed), and the compute of
@@ -396,7 +393,7 @@ def rank_excess(
                     figures, per_step, strays[rank], len(against) - 1, steps, part, rank
                 )
                 least = CLEAR_IMPACT_PCT / 100 * step_ns / compute_scale if clear else floor
-                spread, outside = _noise(figures, against, steps, part, rank, peer_sets, strays[rank])
+                spread, outside = _noise(figures, against, steps, part, rank, strays[rank], peer_sets)
                 values = list(per_step.values())
                 persistent = sum(e > 0 for e in values) >= PERSISTENT_SHARE * len(
                     values
@@ -809,7 +806,9 @@ LATE_SENDER_RATIO = 2.0  # a late sender idles before its sends twice as long as
 LATE_SENDER_QUANTILE = 0.25  # ... in three of every four of its sends to one neighbour ...
 LATE_SENDER_WINDOWS = 3  # ... over at least this many sends to it per profiled step ...
 LATE_SENDER_ALIKE = 0.5  # ... holes alike: the lower quartile at least half the median ...
-LATE_SENDER_SHARE = 0.5  # ... in one hole that is most of the time between its previous communication and the send, or a share  # of that time LATE_SENDER_RATIO x every other sender's (its compute before the send is long: the hole stands out)
+# ... in one hole that is most of the time between its previous communication and the send, or a share of that
+# time LATE_SENDER_RATIO x every other sender's (its compute before the send is long: the hole stands out)
+LATE_SENDER_SHARE = 0.5
 
 
 def late_senders(

@@ -399,8 +399,8 @@ def _began(comm: dict[str, list[Any]], start: np.ndarray, end: np.ndarray, track
     send. A receive annotated when it is waited on, after the enqueue ended, begins at its annotation."""
     rows = np.asarray(comm["rows"], np.int64)
     link = np.asarray(comm["enqueue"], np.int64)
-    began = start[rows].copy() if len(rows) else np.zeros(0, np.int64)
-    p2p = np.isin(np.asarray(comm["collective"], dtype=object), list(schema.P2P_COLLECTIVES))
+    began = start[rows]  # a copy (fancy indexing)
+    p2p = np.array([c in schema.P2P_COLLECTIVES for c in comm["collective"]], bool)
     ok = p2p & (link >= 0)
     safe = np.where(ok, link, 0)
     inside = ok & (track[safe] == track[rows]) & (start[safe] <= began) & (began <= end[safe])
