@@ -12,7 +12,7 @@ from dash import Dash
 from flask import Flask, g, jsonify, request, send_file
 from werkzeug.middleware.proxy_fix import ProxyFix
 
-from paradiag.app import boundary, context, plotly_bundle, warm
+from paradiag.app import boundary, context, plotly_bundle, turns, warm
 from paradiag.app.auth import AuthStore, harden, setup_login
 from paradiag.app.config import Config, private_dir
 from paradiag.app.layouts import shell
@@ -60,6 +60,7 @@ def create_app(config: Config | None = None) -> Dash:
     server.before_request(boundary.check_request(app))  # after sign-in's check: a stranger is answered 401
     # The page request fixes the browser's anonymous id, so its callbacks and uploads all see the same user.
     server.before_request(_fix_user)
+    turns.install(server)  # callbacks one at a time, the top of the page first (after the checks above)
     with server.app_context():  # Dash builds the layout once here to validate it; it reads this config
         app.layout = shell.layout
     register(app)

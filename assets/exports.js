@@ -15,6 +15,9 @@
     const gd = document.querySelector("#" + graph + " .js-plotly-plot");
     if (!gd || !gd._fullLayout) { return; }
     const format = button.getAttribute("data-format") || "svg";
-    window.Plotly.downloadImage(gd, {format: format, filename: fileName(graph), width: gd._fullLayout.width, height: gd._fullLayout.height, scale: format === "png" ? 2 : 1});
+    const kept = window.__pdDrawKept ? window.__pdDrawKept(gd) : Promise.resolve(gd);  // a figure not drawn yet: first
+    Promise.resolve(kept).then(function () {
+      window.Plotly.downloadImage(gd, {format: format, filename: fileName(graph), width: gd._fullLayout.width, height: gd._fullLayout.height, scale: format === "png" ? 2 : 1});
+    });
   });
 })();

@@ -16,6 +16,16 @@
 
    Not drawn again as it is: see ``unchanged``.
 
+   Not drawn out of sight: a new figure for a graph already plotted whose box is out of the window (more than
+   SIGHT_MARGIN_PX beyond it: the device detail, the communication matrix and the flow graph under Marey's graph,
+   on most screens) is kept, not drawn, and drawn when the box comes into sight or when the page is idle (no
+   callback in flight, nothing being drawn, the browser idle: requestIdleCallback), whichever comes first. A step
+   change asks for 4-6 figures at once, and the browser draws them one after the other on its one main thread:
+   the views in sight waited behind the ones below the fold (a 256-rank step change: ~130 ms of the device detail's
+   and the flow graph's drawing ahead of the heatmap and the timeline). Only the newest figure of a graph is kept;
+   a graph never plotted is plotted at once (dcc.Graph binds its events after its first plot). An export, a theme
+   switch or a test draws what is kept first (window.__pdDrawKept).
+
    Hover text sent once per name: a trace whose meta holds pdText (paradiag.app.figures.common.shared_text: each
    part's distinct strings, and per point each part's index) gets its per-point text written here, before plotly
    reads it (a Marey graph's band and row names, repeated on every hover point, were a third of its bytes).
@@ -26,9 +36,70 @@
    own, which no call here begins). */
 (function () {
   const PENDING = "pending";
+  const SIGHT_MARGIN_PX = 200;
   let plotly;
-  const plots = {inFlight: 0, drawn: {}, painted: {}};
+  const plots = {inFlight: 0, drawn: {}, painted: {}, kept: {}, keptNow: 0};
   window.__pdPlots = plots;
+
+  // Out of sight: each plotted graph's div is watched; inSight is false only once the observer has said so.
+  const kept = new Set();  // divs holding a figure not drawn yet (el._pdKept: [this, arguments])
+  const sight = typeof IntersectionObserver === "function" ? new IntersectionObserver(function (entries) {
+    entries.forEach(function (entry) {
+      entry.target._pdInSight = entry.isIntersecting;
+      if (entry.isIntersecting) { drawKept(entry.target); }
+    });
+  }, {rootMargin: SIGHT_MARGIN_PX + "px 0px"}) : null;
+  function watch(el) {
+    if (sight && el && !el._pdWatched) { el._pdWatched = true; sight.observe(el); }
+  }
+  function graphId(el) {
+    const host = el && el.parentElement && el.parentElement.closest("[id]");
+    return (host && host.id) || (el && el.id) || "?";
+  }
+  function drawKept(el) {
+    const args = el._pdKept;
+    if (!args) { return Promise.resolve(el); }
+    delete el._pdKept;
+    kept.delete(el);
+    plots.keptNow = kept.size;
+    el._pdNow = true;
+    try { return plotly.react.apply(args[0], args[1]); } finally { delete el._pdNow; }
+  }
+  window.__pdDrawKept = function (el) {
+    if (el) { return drawKept(el); }
+    return Promise.all(Array.from(kept).map(drawKept));
+  };
+  // Idle: no Dash callback in flight (its loading marks), nothing being drawn, and the browser says it is idle.
+  let idleAsked = false;
+  function busy() {
+    const state = window.store && window.store.getState && window.store.getState();
+    const calls = (state && state.callbacks) || {};
+    const waiting = ["requested", "prioritized", "blocked", "executing", "watched", "executed"].some(function (k) {
+      return Array.isArray(calls[k]) && calls[k].length > 0;
+    });
+    return waiting || plots.inFlight > 0 || document.querySelector('[data-dash-is-loading="true"]') !== null;
+  }
+  function askIdle() {
+    if (idleAsked || !kept.size) { return; }
+    idleAsked = true;
+    const later = window.requestIdleCallback || function (f) { return setTimeout(f, 50); };
+    later(function () {
+      idleAsked = false;
+      if (!kept.size) { return; }
+      if (busy()) { setTimeout(askIdle, 50); return; }
+      const el = kept.values().next().value;  // one per idle moment, the first kept first
+      const drawn = drawKept(el);
+      if (drawn && typeof drawn.then === "function") { drawn.then(askIdle, askIdle); } else { askIdle(); }
+    }, {timeout: 1000});
+  }
+  function keep(el, self, args) {
+    el._pdKept = [self, Array.prototype.slice.call(args)];
+    kept.add(el);
+    plots.keptNow = kept.size;
+    plots.kept[graphId(el)] = (plots.kept[graphId(el)] || 0) + 1;
+    askIdle();
+    return Promise.resolve(el);
+  }
 
   // The dark theme (assets/ux.js sets data-theme on <html>): a figure's layout is drawn with dark paper, plot and
   // grid colours; the data keep their colours (a kind or category has one colour everywhere). The server's layout is
@@ -48,14 +119,13 @@
   }
   window.__pdRetheme = function () {
     document.querySelectorAll(".js-plotly-plot").forEach(function (gd) {
-      if (gd._fullLayout && plotly) { plotly.react(gd, gd.data, gd._pdLayout || gd.layout); }
+      if (gd._fullLayout && plotly && !gd._pdKept) { plotly.react(gd, gd.data, gd._pdLayout || gd.layout); }  // a kept figure is themed when drawn
     });
   };
 
   function counted(el, promise) {
     if (!promise || typeof promise.then !== "function") { return promise; }
-    const host = el && el.parentElement && el.parentElement.closest("[id]");
-    const id = (host && host.id) || (el && el.id) || "?";
+    const id = graphId(el);
     plots.inFlight += 1;
     const done = function () {
       plots.inFlight -= 1;
@@ -87,6 +157,39 @@
     });
   }
 
+  // Only shapes changed (a selection's outline or ring patched alone): drawn by relayouting those shapes, not by
+  // Plotly.react, which takes an edited shape for a change that needs the whole figure computed again (its path
+  // may move an autorange): 85-90 ms for Marey's outline at 256 ranks, 3-5 ms as a relayout of the one shape.
+  // The new shapes when the data are the ones plotted last and every other layout key is as
+  // plotted last (``last``, ``now``: the layouts key by key as JSON); else null.
+  function shapeEdits(el, figure, last, now) {
+    if (!el._fullLayout || !last || figure.data !== el._pdData || !("shapes" in now) || !("shapes" in last)) { return null; }
+    const keys = Object.keys(now);
+    if (keys.length !== Object.keys(last).length || !keys.every(function (k) { return k === "shapes" || now[k] === last[k]; })) { return null; }
+    const shapes = figure.layout.shapes;
+    const before = JSON.parse(last.shapes);
+    if (!Array.isArray(shapes) || !Array.isArray(before) || shapes.length !== before.length) { return null; }
+    const changed = shapes.some(function (shape, i) { return JSON.stringify(shape) !== JSON.stringify(before[i]); });
+    return changed ? shapes : null;
+  }
+
+  // The relayout is ours, not the user's: its plotly_relayout event is not passed on (dcc.Graph would report it as
+  // the graph's relayoutData, a zoom store's input); plotly_afterplot is told once it is drawn, as for a plot.
+  function relayoutQuietly(el, shapes) {
+    const emit = el.emit;
+    el.emit = function (name) {
+      if (name === "plotly_relayout" || name === "plotly_relayouting") { return undefined; }
+      return emit.apply(this, arguments);
+    };
+    const restore = function () { el.emit = emit; };
+    // The whole list at once: an edit of a shape's attributes ("shapes[3].path") makes plotly compute the figure
+    // again (~100 ms), and an object at "shapes[3]" is a new shape inserted there, not this one replaced.
+    let out;
+    try { out = plotly.relayout(el, {shapes: JSON.parse(JSON.stringify(shapes))}); } catch (err) { restore(); throw err; }
+    return Promise.resolve(out).then(function (v) { restore(); emit.call(el, "plotly_afterplot"); return v; },
+      function (err) { restore(); throw err; });
+  }
+
   // An axis written back: as plotted last but for its range (and autorange, type), which is the one on screen.
   function sameAxis(axis, plotted, live) {
     if (!axis || !plotted || !live || !Array.isArray(axis.range) || !Array.isArray(live.range)) { return false; }
@@ -97,6 +200,52 @@
     };
     const near = function (a, b) { return Math.abs(Number(a) - Number(b)) <= 1e-9 * Math.max(1, Math.abs(Number(b))); };
     return rest(axis) === rest(plotted) && near(axis.range[0], live.range[0]) && near(axis.range[1], live.range[1]);
+  }
+
+  // Decoded once: the server sends numeric arrays as base64 specs ({dtype, bdata, shape}), which plotly decodes
+  // into a new typed array on every Plotly.react, so it took every trace for changed and computed and drew the
+  // whole graph again even when only a shape or one trace had changed (Marey's selected-instance outline, a Patch:
+  // ~100 ms at 256 ranks). Each spec is replaced in the figure by its typed array (as plotly decodes it: 1-D, or a
+  // list of row views for 2-D), once: a patched figure keeps its other traces' objects, and plotly finds them
+  // unchanged.
+  const TYPED = {u1c: Uint8ClampedArray, i1: Int8Array, u1: Uint8Array, i2: Int16Array, u2: Uint16Array,
+    i4: Int32Array, u4: Uint32Array, f4: Float32Array, f8: Float64Array, uint8c: Uint8ClampedArray,
+    int8: Int8Array, uint8: Uint8Array, int16: Int16Array, uint16: Uint16Array, int32: Int32Array,
+    uint32: Uint32Array, float32: Float32Array, float64: Float64Array};
+  function isSpec(v) {
+    return v && typeof v === "object" && !Array.isArray(v) && typeof v.dtype === "string" && TYPED[v.dtype] &&
+      (typeof v.bdata === "string" || v.bdata instanceof ArrayBuffer);
+  }
+  function decodeSpec(v) {
+    let buffer = v.bdata;
+    if (typeof buffer === "string") {
+      const bytes = atob(buffer);
+      const out = new Uint8Array(bytes.length);
+      for (let i = 0; i < bytes.length; i++) { out[i] = bytes.charCodeAt(i); }
+      buffer = out.buffer;
+    }
+    const Type = TYPED[v.dtype];
+    const shape = v.shape === undefined ? [buffer.byteLength / Type.BYTES_PER_ELEMENT] : String(v.shape).split(",").map(Number);
+    if (shape.length === 1) { return new Type(buffer); }
+    if (shape.length !== 2) { return v; }  // plotly's own decoding handles the rest
+    const rows = new Array(shape[0]);
+    for (let r = 0; r < shape[0]; r++) { rows[r] = new Type(buffer, r * shape[1] * Type.BYTES_PER_ELEMENT, shape[1]); }
+    return rows;
+  }
+  function decodeIn(obj, depth) {
+    Object.keys(obj).forEach(function (key) {
+      const v = obj[key];
+      if (!v || typeof v !== "object" || ArrayBuffer.isView(v) || Array.isArray(v) || key === "meta") { return; }
+      if (isSpec(v)) { obj[key] = decodeSpec(v); } else if (depth < 3) { decodeIn(v, depth + 1); }
+    });
+  }
+  function decodeArrays(figure) {
+    ((figure && figure.data) || []).forEach(function (trace) {
+      if (trace && typeof trace === "object" && !trace._pdDecoded) {
+        decodeIn(trace, 0);
+        try { Object.defineProperty(trace, "_pdDecoded", {value: true, enumerable: false}); } catch (e) { /* frozen: decoded again next time */ }
+      }
+    });
   }
 
   const SHARED_TEXT = "pdText";
@@ -131,11 +280,18 @@
     P.react = function (gd, figure) {
       const el = typeof gd === "string" ? document.getElementById(gd) : gd;
       const layout = (figure && figure.layout) || arguments[2];
+      if (el && el._fullLayout && el._pdInSight === false && !el._pdNow && !el._pdHeld) { return keep(el, this, arguments); }
+      if (el && el._pdKept && !el._pdNow) { delete el._pdKept; kept.delete(el); plots.keptNow = kept.size; }  // a newer figure, drawn now
+      watch(el);
+      decodeArrays(figure && figure.data ? figure : {data: figure});
       expandTexts(figure && figure.data ? figure : {data: figure});
       if (el && figure && figure.layout) {
+        const last = el._pdLast;
         const same = unchanged(el, figure);
+        const shapes = same ? null : shapeEdits(el, figure, last, el._pdLast);
         el._pdData = figure.data;
         if (same) { el._pdLayout = layout; return Promise.resolve(el); }
+        if (shapes) { el._pdLayout = layout; return counted(el, relayoutQuietly(el, shapes)); }
       }
       if (el && layout && layout.meta !== PENDING) {
         el._pdLayout = layout;
@@ -161,7 +317,7 @@
       const el = typeof gd === "string" ? document.getElementById(gd) : gd;
       const full = el && el._fullLayout;
       const fits = full && Math.round(full.width) === el.clientWidth && Math.round(full.height) === el.clientHeight;
-      return el && (el._pdHeld || fits) ? Promise.resolve(el) : counted(el, resize.apply(this, arguments));
+      return el && (el._pdHeld || el._pdKept || fits) ? Promise.resolve(el) : counted(el, resize.apply(this, arguments));
     };
   }
 

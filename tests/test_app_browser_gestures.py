@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_app_support import drawn, fresh_app, settle, severe_logs, wait_plot
+from tests.test_app_support import click_data_point, drawn, fresh_app, settle, severe_logs, wait_plot
 
 pytestmark = [
     pytest.mark.browser,
@@ -149,4 +149,65 @@ def test_zooms_redraw_the_window_views_once_and_are_heard_every_time(duo: Any) -
         "timeline": 1,
         "marey": 1,
     }
+    assert severe_logs(duo) == []
+
+
+def flow_drawn_for(duo: Any) -> str | None:
+    """The step of the flow graph on screen (its ``uirevision``: ``flow|<step>``), None before its first plot."""
+    return duo.driver.execute_script(
+        "const gd = document.querySelector('#flow .js-plotly-plot'); return gd && gd._fullLayout ? gd._fullLayout.uirevision : null"
+    )
+
+
+def test_a_graph_out_of_sight_is_drawn_once_the_page_is_idle_and_an_outline_recomputes_nothing(
+    duo: Any,
+) -> None:
+    duo.driver.set_window_size(1600, 900)  # the flow graph, at the page's foot, out of sight
+    try:
+        duo.driver.get(f"{duo.server_url}/?job=sample:{SAMPLE}&step=0")
+        for g in ("flow", "marey", "heatmap", "steps"):
+            wait_plot(duo, g)
+        settle(duo)
+        duo.driver.execute_script("window.scrollTo(0, 0)")
+        assert until(
+            lambda: duo.driver.execute_script(
+                "return document.querySelector('#flow .js-plotly-plot')._pdInSight === false"
+            )
+        )
+        assert flow_drawn_for(duo) == "flow|0"
+        before, kept = drawn(duo, "flow"), duo.driver.execute_script("return window.__pdPlots.kept.flow || 0")
+        # Another step from the step chart, at the page's top: the flow graph's new figure is kept while the views
+        # in sight are drawn, then drawn once the page is idle (settle waits for it), once, without a scroll.
+        x, y = duo.driver.execute_script(
+            "const t = document.querySelector('#steps .js-plotly-plot')._fullData.find(d => d.x && d.x.length > 1); return [t.x[1], t.y[1]];"
+        )
+        click_data_point(duo, "steps", x, y)
+        assert until(lambda: "step=1" in duo.driver.execute_script("return window.location.search"))
+        settle(duo)
+        assert duo.driver.execute_script("return window.__pdPlots.kept.flow || 0") == kept + 1
+        assert flow_drawn_for(duo) == "flow|1"
+        assert drawn(duo, "flow") == before + 1
+        # A click on a Marey band outlines it with a Patch of one shape: plotly computes none of the figure's
+        # traces again (their typed arrays are decoded once, so it finds them unchanged), it only draws the shape.
+        duo.driver.execute_script(
+            "const gd = document.querySelector('#marey .js-plotly-plot'); gd.scrollIntoView({block: 'center'}); window.__pdCalc = gd.calcdata;"
+        )
+        bx, by = duo.driver.execute_script(
+            """const gd = document.querySelector('#marey .js-plotly-plot');
+            const t = gd._fullData.find(d => d.hoveron === 'points' && d.name === 'compute' && d.x.length > 0);
+            return [t.x[0], t.y[0]];"""
+        )
+        click_data_point(duo, "marey", bx, by)
+        assert until(lambda: "op=" in duo.driver.execute_script("return window.location.search"))
+        settle(duo)
+        outline, kept_calc = duo.driver.execute_script(
+            """const gd = document.querySelector('#marey .js-plotly-plot');
+            const s = gd.layout.shapes[gd.layout.shapes.length - 1];
+            return [s.visible === false ? '' : s.path, gd.calcdata === window.__pdCalc];"""
+        )
+        assert outline and outline != "M0,0", outline  # the clicked band outlined ...
+        assert kept_calc  # ... and nothing computed again
+        assert painted(duo)["marey"] == drawn(duo, "marey")  # its redraw told as one (plotly_afterplot)
+    finally:
+        duo.driver.set_window_size(1600, 2400)
     assert severe_logs(duo) == []

@@ -66,13 +66,14 @@ def fresh_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 
 # The page's own signals of work in progress: Dash's callbacks not yet answered (its store, as dash.testing reads
-# it), components marked loading, and plots begun and not finished (assets/plots.js, window.__pdPlots).
+# it), components marked loading, plots begun and not finished and figures kept out of sight, not drawn yet
+# (assets/plots.js, window.__pdPlots).
 BUSY = """const s = window.store && window.store.getState();
 if (!s || !window.__pdPlots) { return -1; }
 const c = s.callbacks || {};
 let n = 0;
 for (const k of Object.keys(c)) { if (k !== 'stored' && k !== 'completed' && Array.isArray(c[k])) { n += c[k].length; } }
-return n + document.querySelectorAll('[data-dash-is-loading="true"]').length + window.__pdPlots.inFlight;"""
+return n + document.querySelectorAll('[data-dash-is-loading="true"]').length + window.__pdPlots.inFlight + (window.__pdPlots.keptNow || 0);"""
 
 
 def settle(duo: Any, timeout: float = 90, polls: int = 3) -> None:

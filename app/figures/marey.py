@@ -566,5 +566,13 @@ def highlight(data: MareyData, selected: tuple[Any, ...] | None) -> dict[str, An
         for j, y in enumerate(ys):
             parts.append(_rects(starts[:, j], ends[:, j], y, half=HALF * 1.3, closed=True))
     outline = _joined(parts)
-    drawn = polylines(outline["x"], outline["y"], {"color": palette.HIGHLIGHT, "width": 2.5}, HIGHLIGHT_NAME)
+    # Not in the legend (the panel's help line says what the outline is): plotly computes a figure again when a
+    # shape of its legend changes (80-130 ms of a click), and draws a shape that is not in it alone (3-8 ms).
+    drawn = polylines(
+        outline["x"],
+        outline["y"],
+        {"color": palette.HIGHLIGHT, "width": 2.5},
+        HIGHLIGHT_NAME,
+        showlegend=False,
+    )
     return drawn or {"type": "path", "path": "M0,0", "name": HIGHLIGHT_NAME, "visible": False}

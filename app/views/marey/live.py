@@ -138,7 +138,8 @@ def panel() -> html.Section:
         dcc.Store(id=ids.MAREY_DRAWN, data={}),
         graph(ids.MAREY),
         class_name="pd-marey",
-        help_text="stages top to bottom, time across; drag to zoom, double-click to zoom out",
+        help_text="stages top to bottom, time across; drag to zoom, double-click to zoom out; click a band: "
+        "that instance outlined in black",
     )
 
 
