@@ -206,6 +206,11 @@ def test_a_graph_out_of_sight_is_drawn_once_the_page_is_idle_and_an_outline_reco
             return [s.visible === false ? '' : s.path, gd.calcdata === window.__pdCalc];"""
         )
         assert outline and outline != "M0,0", outline  # the clicked band outlined ...
+        drawn_outline = duo.driver.execute_script(
+            """const paths = [...document.querySelectorAll('#marey .shapelayer path')];
+            return paths.filter(p => p.style.strokeWidth === '2.5px' && p.getAttribute('d').length > 20).length;"""
+        )
+        assert drawn_outline == 1  # ... on screen
         assert kept_calc  # ... and nothing computed again
         assert painted(duo)["marey"] == drawn(duo, "marey")  # its redraw told as one (plotly_afterplot)
     finally:
