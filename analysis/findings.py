@@ -39,6 +39,7 @@ from paradiag.analysis.frame import MAD_TO_SIGMA, Frame, robust_spread
 from paradiag.analysis.operators import (
     call_counts,
     concentration,
+    extra_calls,
     operator_time,
     rank_operator_excess,
     rank_speeds,
@@ -1116,6 +1117,8 @@ def above_host_noise(found: list[Finding]) -> list[Finding]:
     costs no time, stays."""
 
     def floor(f: Finding) -> float:
+        if counted(f):  # counted, not timed: no scheduler makes calls
+            return EXTRA_IMPACT_PCT
         return MIN_IMPACT_PCT if f.kind == "slow_link" and f.what_if is not None else HOST_NOISE_PCT
 
     return [f for f in found if kinds.of(f.kind).informative or f.impact_pct >= floor(f)]
@@ -1346,12 +1349,74 @@ class Evidence:
     participation: pa.Table | None = None  # each member's arrival at each collective instance
 
 
+EXTRA_IMPACT_PCT = 0.25  # extra calls (counted, not timed) must cost this share of the step
+COUNTED = "(its calls counted, not timed)"  # ends the evidence of a finding of extra calls
+
+
+def extra_call_findings(
+    frame: Frame,
+    peer_sets: list[list[int]],
+    host_ranks: frozenset[int],
+    step_ns: float,
+    compute_scale: float,
+    named: set[int],
+) -> list[Finding]:
+    """Ranks that call operators their replicas all call equally often more often than them, in every profiled
+    step (:func:`operators.extra_calls`): a difference of work between replicas that counting shows beyond doubt
+    where timing cannot (on a shared host a rank's extra 0.2 ms of matmuls strays less than its peers' compute
+    does). An ``operator_hotspot`` finding names the rank and the operator whose extra calls cost most; its impact
+    is those calls' time per step (the median step; at the clock's pace on CPU ranks, ``compute_scale``), and it
+    must be EXTRA_IMPACT_PCT of the step, not the timing noise's floors (:func:`counted`). Not for ranks that
+    another finding of their own time names already (``named``)."""
+    out = []
+    for rank, extra in extra_calls(frame, peer_sets, host_ranks).items():
+        per_step = extra["per_step"]
+        if rank in named or not per_step or step_ns <= 0:
+            continue
+        impact = (
+            100
+            * statistics.median(per_step.values())
+            * (compute_scale if rank in host_ranks else 1.0)
+            / step_ns
+        )
+        if impact < EXTRA_IMPACT_PCT:
+            continue
+        top, more = extra["operators"][0], len(extra["operators"]) - 1
+        name = frame.names[top["name"]]
+        peers = len(next(p for p in peer_sets if rank in p)) - 1
+        evidence = (
+            f"rank {rank} calls {short_name(name)} {top['calls']} times a step, each of its {peers} "
+            f"peer{'s' if peers > 1 else ''} {top['peer_calls']}"
+            + (f", and {more} more operator{'s' if more > 1 else ''} more often than they do" if more else "")
+            + f": {statistics.median(per_step.values()) / 1e6:.2f} ms more work a step {COUNTED}"
+        )
+        out.append(
+            finding(
+                "operator_hotspot",
+                blamed([rank], operator=name),
+                sorted(per_step),
+                impact,
+                evidence,
+                step=max(per_step, key=lambda s: per_step[s]),
+            )
+        )
+    return out
+
+
+def counted(f: Finding) -> bool:
+    """A finding of extra calls (:func:`extra_call_findings`), whose evidence is counted, not timed."""
+    return f.evidence.endswith(COUNTED)
+
+
 def _rank_detector(e: Evidence) -> list[Finding]:
-    """Culprit ranks by their own time, then (not those) ranks that hold their peers back from outside it: late
-    arrivers of a data-parallel job, late senders of a pipeline."""
+    """Culprit ranks by their own time, then (not those) ranks that call operators more often than their
+    replicas, then (none of those) ranks that hold their peers back from outside it: late arrivers of a
+    data-parallel job, late senders of a pipeline."""
     found = rank_findings(
         e.frame, e.figures, e.peer_sets, e.ep_of, e.waits, e.step_ns, e.host_ranks, e.compute_scale
     )
+    named = {r for f in found for r in f.culprit.ranks}
+    found += extra_call_findings(e.frame, e.peer_sets, e.host_ranks, e.step_ns, e.compute_scale, named)
     named = {r for f in found for r in f.culprit.ranks}
     if e.pp == e.tp == 1:
         holes = arrival_holes(e.frame, e.participation, e.host_ranks) if e.participation is not None else None

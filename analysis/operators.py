@@ -275,3 +275,76 @@ def call_counts(frame: Frame) -> dict[tuple[int, int], float]:
     for r, n, c in zip(rank[first].tolist(), name[first].tolist(), per_step.tolist(), strict=True):
         out.setdefault((r, n), []).append(c)
     return {k: float(np.median(v)) for k, v in out.items()}
+
+
+def extra_calls(
+    frame: Frame, peer_sets: list[list[int]], host_ranks: frozenset[int]
+) -> dict[int, dict[str, Any]]:
+    """Per rank that calls some operators more often than its peers in every profiled step, where its peers call
+    each of those operators equally often (every other peer the same number of times, step by step): ``per_step``,
+    the time its calls beyond theirs take (ns, at its own typical durations on ``host_ranks``,
+    :func:`typical_durations`), and ``operators``: per such operator (its code in ``frame.names``) its calls and
+    each peer's in the step it differs most, and its extra calls' time per step (ns, median over the steps), most
+    first.
+
+    Replicas run one program: the data-parallel ranks of a stage (and a tensor-parallel group's shards) call each
+    operator as often as each other in a step. A rank that calls some more (extra layers, an extra loss, a metric
+    computed on it alone) does more work by construction, whatever the clock says: on a shared host its compute
+    time strays as far as its peers' do, its call counts do not. Operators whose counts differ among the other
+    peers too (Python's own calls, allocator and view operators that vary from step to step) tell nothing and are
+    left out; so is a peer set of one. With one other peer, an operator counts only where both call it as often in
+    every step (a steady program). A rank that calls any of those operators less than they do in some step has
+    another program, not more work (a kernel of its own in place of theirs: another algorithm for the same work)."""
+    comp = np.flatnonzero((frame.kind == frame.code("kinds", "compute")) & (frame.step >= 0))
+    if not len(comp) or not any(len(p) >= 2 for p in peer_sets):
+        return {}
+    host = np.array(sorted(host_ranks), dtype=np.int64)
+    typical = typical_durations(frame, host) if len(host) else (frame.end - frame.start).astype(np.float64)
+    call = np.where(frame.call[comp] >= 0, frame.call[comp], -2 - np.arange(len(comp)))
+    order, firsts = group_bounds(call, frame.name[comp], frame.rank[comp])
+    per_call = np.add.reduceat(typical[comp][order].astype(np.float64), firsts)
+    head = comp[order[firsts]]
+    ranks, rank_at = np.unique(frame.rank[head], return_inverse=True)
+    steps, step_at = np.unique(frame.step[head], return_inverse=True)
+    names, name_at = np.unique(frame.name[head], return_inverse=True)
+    shape = (len(ranks), len(steps), len(names))
+    flat = np.ravel_multi_index((rank_at, step_at, name_at), shape)
+    counts = np.bincount(flat, minlength=int(np.prod(shape))).reshape(shape)
+    time = np.bincount(flat, weights=per_call, minlength=int(np.prod(shape))).reshape(shape)
+    row = {int(r): i for i, r in enumerate(ranks.tolist())}
+    out: dict[int, dict[str, Any]] = {}
+    for peers in peer_sets:
+        mine = [row[p] for p in peers if p in row]
+        if len(mine) < 2:
+            continue
+        sub = counts[mine]  # peer x step x operator
+        ordered = np.sort(sub, axis=0)
+        for i, r in enumerate(mine):
+            own = sub[i]
+            # The other peers' least and most calls: the order statistics past this rank's own count.
+            low = np.where(own == ordered[0], ordered[1], ordered[0])
+            high = np.where(own == ordered[-1], ordered[-2], ordered[-1])
+            alike = low == high
+            if len(mine) == 2:
+                alike &= (own == own[:1]).all(axis=0) & (low == low[:1]).all(axis=0)
+            extra = (alike & (own > low)).all(axis=0)  # per operator: more calls than the others, every step
+            if not extra.any() or (alike & (own < low)).any():
+                continue
+            cost = time[r] * np.where(own > 0, (own - low) / np.maximum(own, 1), 0.0)  # step x operator
+            ops = sorted(np.flatnonzero(extra).tolist(), key=lambda j: -float(np.median(cost[:, j])))
+            out[int(ranks[r])] = {
+                "per_step": {
+                    int(s): float(t)
+                    for s, t in zip(steps.tolist(), cost[:, extra].sum(axis=1).tolist(), strict=True)
+                },
+                "operators": [
+                    {
+                        "name": int(names[j]),
+                        "calls": int(own[np.argmax(own[:, j] - low[:, j]), j]),
+                        "peer_calls": int(low[np.argmax(own[:, j] - low[:, j]), j]),
+                        "ns": float(np.median(cost[:, j])),
+                    }
+                    for j in ops
+                ],
+            }
+    return out
