@@ -6,7 +6,8 @@ lock, so each was answered only when nearly all were (a 256-rank step change: ev
 sent, for 200 ms of the server's CPU), and the browser, which draws the figures one after the other, sat idle
 until then and drew them all at the end. Run one at a time, each is answered as soon as it is done and the browser
 draws it while the server computes the next: the views a user sees first (the page's top: summary, findings, step
-chart, heatmap, timeline) go first, the ones below the fold last (`PAGE_ORDER`).
+chart, heatmap, timeline) go first, the ones below the fold last (`PAGE_ORDER`), and a callback whose graphs are
+all out of the browser's window (the request names them: `SIGHT_HEADER`) after every other.
 
 A callback waits for its turn at most `MAX_WAIT_S`, then runs beside the one that holds it: a slow callback (a
 step read cold, the compare panel's first comparison) delays the others by that much at most, never serializes
@@ -46,15 +47,48 @@ PAGE_ORDER: tuple[str, ...] = (
     ids.FLOW,
 )
 _RANK = {name: i for i, name in enumerate(PAGE_ORDER)}
+# The graphs a callback may draw (a panel's id, as the browser names it).
+_GRAPHS = frozenset(
+    {
+        ids.STEPS,
+        ids.HEATMAP,
+        ids.TIMELINE,
+        ids.MAREY,
+        ids.DETAIL_OPERATORS,
+        ids.DETAIL_BREAKDOWN,
+        ids.DETAIL_DISTRIBUTION,
+        ids.DETAIL_COLLECTIVES,
+        ids.COMM_MATRIX,
+        ids.COMPARE_RANKS,
+        ids.COMPARE_OPERATORS,
+        ids.FLOW,
+    }
+)
 
 
-def place(output: Any) -> int:
+SIGHT_HEADER = (
+    "X-Paradiag-Out-Of-Sight"  # the graphs out of the browser's window (assets/plots.js), by panel id
+)
+MAX_SIGHT_NAMES = 32
+
+
+def place(output: Any, out_of_sight: frozenset[str] = frozenset()) -> int:
     """A callback's place in the page's order, from its ``output`` ("heatmap.figure",
-    "..timeline.figure...timeline-info.children.."): its earliest output's."""
+    "..timeline.figure...timeline-info.children.."): its earliest output's; after every other view's when each
+    graph it draws is ``out_of_sight`` (the browser keeps such a figure and draws it when idle: a user scrolled to
+    the communication matrix waits for it, not for the heatmap above)."""
     if not isinstance(output, str):
         return len(PAGE_ORDER)
-    names = (part.split(".", 1)[0] for part in output.replace("...", "..").split(".."))
-    return min((_RANK.get(name, len(PAGE_ORDER)) for name in names if name), default=len(PAGE_ORDER))
+    names = {part.split(".", 1)[0] for part in output.replace("...", "..").split("..")} - {""}
+    first = min((_RANK.get(name, len(PAGE_ORDER)) for name in names), default=len(PAGE_ORDER))
+    drawn = {name for name in names if name in _GRAPHS}
+    return first + len(PAGE_ORDER) + 1 if drawn and drawn <= out_of_sight else first
+
+
+def out_of_sight(header: str | None) -> frozenset[str]:
+    """The graph ids the browser named out of sight (SIGHT_HEADER), the page's own ids only."""
+    names = (header or "").split(",")[:MAX_SIGHT_NAMES]
+    return frozenset(n.strip() for n in names if n.strip() in _GRAPHS)
 
 
 class Turns:
@@ -102,7 +136,8 @@ def install(server: Flask, turns: Turns | None = None) -> Turns:
     def take_turn() -> None:
         if request.path.endswith(CALLBACK_PATH):
             body = request.get_json(silent=True)
-            g.turn_held = turns.enter(place(body.get("output") if isinstance(body, dict) else None))
+            output = body.get("output") if isinstance(body, dict) else None
+            g.turn_held = turns.enter(place(output, out_of_sight(request.headers.get(SIGHT_HEADER))))
 
     @server.teardown_request
     def give_turn(_exc: BaseException | None) -> None:

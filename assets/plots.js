@@ -65,6 +65,26 @@
     el._pdNow = true;
     try { return plotly.react.apply(args[0], args[1]); } finally { delete el._pdNow; }
   }
+  // The server answers the graphs in sight first (paradiag.app.turns): each callback request names the graphs out
+  // of sight now (SIGHT_HEADER), those the observer has seen outside the window, by their panel's id.
+  const SIGHT_HEADER = "X-Paradiag-Out-Of-Sight";
+  function outOfSight() {
+    return Array.prototype.filter.call(document.querySelectorAll(".js-plotly-plot"), function (gd) {
+      return gd._pdInSight === false;
+    }).map(graphId).join(",");
+  }
+  const realFetch = window.fetch;
+  window.fetch = function (url, opts) {
+    if (String(url).indexOf("_dash-update-component") >= 0 && opts) {
+      const away = outOfSight();
+      if (away) {
+        const headers = Object.assign({}, opts.headers || {});
+        headers[SIGHT_HEADER] = away;
+        opts = Object.assign({}, opts, {headers: headers});
+      }
+    }
+    return realFetch.call(this, url, opts);
+  };
   window.__pdDrawKept = function (el) {
     if (el) { return drawKept(el); }
     return Promise.all(Array.from(kept).map(drawKept));

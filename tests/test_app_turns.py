@@ -8,7 +8,7 @@ import time
 from flask import Flask
 
 from paradiag.app import ids
-from paradiag.app.turns import CALLBACK_PATH, PAGE_ORDER, Turns, install, place
+from paradiag.app.turns import CALLBACK_PATH, PAGE_ORDER, SIGHT_HEADER, Turns, install, out_of_sight, place
 
 
 def test_a_callbacks_place_is_its_first_outputs_place_on_the_page() -> None:
@@ -23,6 +23,22 @@ def test_a_callbacks_place_is_its_first_outputs_place_on_the_page() -> None:
     # Anything else after them all, and a malformed output is no error.
     assert place("upload-state.data") == len(PAGE_ORDER)
     assert place(None) == place(42) == place("") == len(PAGE_ORDER)
+
+
+def test_a_callback_whose_graphs_are_all_out_of_sight_goes_after_every_other() -> None:
+    away = out_of_sight("heatmap,steps,flow,no-such-graph")
+    assert away == {"heatmap", "steps", "flow"}  # the page's own graph ids only
+    assert (
+        place("heatmap.figure", away)
+        > place("..flow.figure...flow-drawn.data..")
+        > place("marey.figure", away)
+    )
+    assert place("..selection.data...url.search..", away) == PAGE_ORDER.index(ids.URL)  # no graph: its place
+    # The device detail draws four graphs: out of sight only when all four are.
+    detail = "..detail-title.children...detail-operators.figure...detail-breakdown.figure.."
+    assert place(detail, out_of_sight("detail-breakdown")) == place(detail)
+    assert place(detail, out_of_sight("detail-breakdown,detail-operators")) > place("flow.figure")
+    assert out_of_sight(None) == out_of_sight("") == frozenset()
 
 
 def _queue(turns: Turns, places: list[int], served: list[int]) -> list[threading.Thread]:
@@ -87,10 +103,22 @@ def test_the_servers_callbacks_take_and_give_back_turns_and_other_requests_do_no
 
     client = server.test_client()
     assert client.post(CALLBACK_PATH, json={"output": "heatmap.figure"}).status_code == 200
+    assert (
+        client.post(
+            CALLBACK_PATH, json={"output": "heatmap.figure"}, headers={SIGHT_HEADER: "heatmap," + "x" * 5000}
+        ).status_code
+        == 200
+    )
     assert client.get("/page").status_code == 200
     assert client.post(CALLBACK_PATH, data="not json", content_type="application/json").status_code == 200
     server.config["fail"] = True
     server.testing = False
     assert client.post(CALLBACK_PATH, json={"output": "flow.figure"}).status_code == 500
-    assert seen == [True, False, True, True]  # each callback held the turn while it ran, the page did not
+    assert seen == [
+        True,
+        True,
+        False,
+        True,
+        True,
+    ]  # each callback held the turn while it ran, the page did not
     assert turns._held is False  # given back after each, a failing one too
