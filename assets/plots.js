@@ -108,7 +108,15 @@
       if (!kept.size) { return; }
       if (busy()) { setTimeout(askIdle, 50); return; }
       const el = kept.values().next().value;  // one per idle moment, the first kept first
-      const drawn = drawKept(el);
+      if (!el.isConnected) {  // its graph left the page (another job opened): nothing to draw
+        delete el._pdKept;
+        kept.delete(el);
+        plots.keptNow = kept.size;
+        askIdle();
+        return;
+      }
+      let drawn;
+      try { drawn = drawKept(el); } catch (err) { drawn = null; console.error(err); }
       if (drawn && typeof drawn.then === "function") { drawn.then(askIdle, askIdle); } else { askIdle(); }
     }, {timeout: 1000});
   }
