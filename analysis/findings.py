@@ -1373,12 +1373,8 @@ def extra_call_findings(
         per_step = extra["per_step"]
         if rank in named or not per_step or step_ns <= 0:
             continue
-        impact = (
-            100
-            * statistics.median(per_step.values())
-            * (compute_scale if rank in host_ranks else 1.0)
-            / step_ns
-        )
+        work_ns = statistics.median(per_step.values())
+        impact = 100 * work_ns * (compute_scale if rank in host_ranks else 1.0) / step_ns
         if impact < EXTRA_IMPACT_PCT:
             continue
         top, more = extra["operators"][0], len(extra["operators"]) - 1
@@ -1388,7 +1384,7 @@ def extra_call_findings(
             f"rank {rank} calls {short_name(name)} {top['calls']} times a step, each of its {peers} "
             f"peer{'s' if peers > 1 else ''} {top['peer_calls']}"
             + (f", and {more} more operator{'s' if more > 1 else ''} more often than they do" if more else "")
-            + f": {statistics.median(per_step.values()) / 1e6:.2f} ms more work a step {COUNTED}"
+            + f": {work_ns / 1e6:.2f} ms more work a step {COUNTED}"
         )
         out.append(
             finding(

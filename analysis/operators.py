@@ -331,20 +331,22 @@ def extra_calls(
             if not extra.any() or (alike & (own < low)).any():
                 continue
             cost = time[r] * np.where(own > 0, (own - low) / np.maximum(own, 1), 0.0)  # step x operator
-            ops = sorted(np.flatnonzero(extra).tolist(), key=lambda j: -float(np.median(cost[:, j])))
+            operators = []
+            for j in np.flatnonzero(extra).tolist():
+                widest = int(np.argmax(own[:, j] - low[:, j]))  # the step it differs most in
+                operators.append(
+                    {
+                        "name": int(names[j]),
+                        "calls": int(own[widest, j]),
+                        "peer_calls": int(low[widest, j]),
+                        "ns": float(np.median(cost[:, j])),
+                    }
+                )
             out[int(ranks[r])] = {
                 "per_step": {
                     int(s): float(t)
                     for s, t in zip(steps.tolist(), cost[:, extra].sum(axis=1).tolist(), strict=True)
                 },
-                "operators": [
-                    {
-                        "name": int(names[j]),
-                        "calls": int(own[np.argmax(own[:, j] - low[:, j]), j]),
-                        "peer_calls": int(low[np.argmax(own[:, j] - low[:, j]), j]),
-                        "ns": float(np.median(cost[:, j])),
-                    }
-                    for j in ops
-                ],
+                "operators": sorted(operators, key=lambda o: -o["ns"]),
             }
     return out

@@ -436,7 +436,9 @@ def first_paint_cpu(driver: Any, timeout: float = 300.0) -> float:
     return 1000 * next((m["value"] for m in metrics if m["name"] == "ThreadTime"), float("nan"))
 
 
-def visit(url: str, name: str, shots: Path, verbose: bool, server: int) -> list[Row]:
+def visit(
+    url: str, name: str, shots: Path, verbose: bool, server: int, click_ms: float = CLICK_MS
+) -> list[Row]:
     """One visit in a fresh browser: the first page, then each gesture (with the CPU time it cost the browser and
     the server)."""
     driver = browser()
@@ -514,7 +516,7 @@ def visit(url: str, name: str, shots: Path, verbose: bool, server: int) -> list[
                     max([state["lastDone"], *in_sight]) - t0,
                     state["calls"],
                     state["bytes"],
-                    CLICK_MS,
+                    click_ms,
                 )
             )
             rows.append((f"    {label}: every view redrawn (out of sight: when idle)", last, 0, 0, 0.0))
@@ -541,12 +543,15 @@ def visit(url: str, name: str, shots: Path, verbose: bool, server: int) -> list[
         driver.quit()
 
 
-def measure(job: Path, cache: Path, shots: Path, repeat: int, verbose: bool) -> list[Row]:
+def measure(
+    job: Path, cache: Path, shots: Path, repeat: int, verbose: bool, click_ms: float = CLICK_MS
+) -> list[Row]:
     """``repeat`` visits on one server: each measure's median (the notes are the last visit's)."""
     proc, port, warm_s = start_server(job, cache)
     try:
         visits = [
-            visit(f"http://127.0.0.1:{port}/", job.name, shots, verbose, proc.pid) for _ in range(repeat)
+            visit(f"http://127.0.0.1:{port}/", job.name, shots, verbose, proc.pid, click_ms)
+            for _ in range(repeat)
         ]
     finally:
         proc.terminate()
@@ -590,23 +595,21 @@ def main() -> None:
         "busy): the budgets become the loaded machine's (1.5 s per gesture)",
     )
     args = parser.parse_args()
-    global CLICK_MS
     hogs = [
         subprocess.Popen([sys.executable, "-c", "while True: pass"], stdout=subprocess.DEVNULL)
         for _ in range(args.hog)
     ]
     if hogs:
-        CLICK_MS = BUSY_CLICK_MS
         print(f"{len(hogs)} CPU hogs beside it (budget per gesture {BUSY_CLICK_MS:.0f} ms)")
     try:
-        run(args)
+        run(args, BUSY_CLICK_MS if hogs else CLICK_MS)
     finally:
         for hog in hogs:
             hog.kill()
 
 
-def run(args: argparse.Namespace) -> None:
-    """Measure each job of ``args``, printing its rows."""
+def run(args: argparse.Namespace, click_ms: float) -> None:
+    """Measure each job of ``args``, printing its rows (``click_ms``: the budget per gesture)."""
     args.shots.mkdir(parents=True, exist_ok=True)
     cache = args.cache or Path(tempfile.mkdtemp(prefix="paradiag-browser-"))
     for job in args.job:
@@ -614,7 +617,7 @@ def run(args: argparse.Namespace) -> None:
         print(
             f"  {'measure (median of ' + str(args.repeat) + ' visits [each])':52s} {'ms':>9s} {'calls':>6s} {'KB':>8s}  budget"
         )
-        rows = measure(job, cache, args.shots, args.repeat, args.verbose)
+        rows = measure(job, cache, args.shots, args.repeat, args.verbose, click_ms)
         for label, ms, calls, nbytes, budget in rows:
             if ms != ms:  # a note line (NaN): which view came when
                 print(f"  {label}")
