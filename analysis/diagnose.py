@@ -99,7 +99,8 @@ def stored_or_computed(job: Job) -> Diagnosis:
 RANK_TABLES = ("breakdowns", "operator_totals", "communication", "step_figures", "passes")
 ON_OWN_CLOCK = {"communication": ("start", "end"), "passes": ("start_ns", "end_ns")}
 # What the reduce still reads of the events: the critical path, the operator figures and the what-if replay
-# (whose communication columns come from the per-rank records; the correlation ids give each kernel's launch).
+# (whose communication columns come from the per-rank records; the correlation ids give each kernel's launch;
+# ``bytes`` the sizes of a host lane's operator inputs, which ``findings.larger_input_findings`` compares).
 WORK_COLUMNS = (
     "rank",
     "device",
@@ -113,6 +114,7 @@ WORK_COLUMNS = (
     "correlation",
     "external_id",
     "collective",
+    "bytes",
 )
 
 
@@ -190,13 +192,13 @@ def read_frame(job: Job) -> Frame:
 
 def work_frame(frame: Frame) -> Frame:
     """What :func:`read_frame` gets of a rank's events, from the map's ``device_frame`` of them: the same but
-    for the communication columns, which the reduce fills in from the records (:func:`add_communication`)."""
+    for the communication columns, which the reduce fills in from the records (:func:`add_communication`; the
+    bytes of other rows, a host lane's operator inputs, stay)."""
     n = len(frame)
     return dataclasses.replace(
         frame,
         group=np.full(n, -1, np.int32),
         peer=np.full(n, -1, np.int32),
-        bytes=np.full(n, -1, np.int64),
         seq=np.full(n, -1, np.int32),
         groups=[],
     )

@@ -25,7 +25,7 @@ import math
 import statistics
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -40,6 +40,7 @@ from paradiag.analysis.operators import (
     call_counts,
     concentration,
     extra_calls,
+    larger_inputs,
     operator_time,
     rank_operator_excess,
     rank_speeds,
@@ -506,11 +507,30 @@ def far_slower(
         and (names is None or is_operator(names[n]))
         and (only is None or n in only)
     ]
-    # ... and HOT_RATIO x as slow as the rest: a rank (or stage) with twice the work of every kind is no hotspot
-    hot = [n for n in hot if ratio(n) >= HOT_RATIO * max(rest_ratio(hot), 1.0)]
+    # ... and HOT_RATIO x as slow as the rest, and as the rank's typical operator (the median ratio, weighted by the
+    # peers' time): a rank (or stage) with twice the work of every kind is no hotspot, nor is a rank slower in every
+    # operator whose slowest few (on a shared host they scatter 1.4-4x) would leave a rest that looks normal
+    typical = _typical_ratio(excess, own)
+    hot = [n for n in hot if ratio(n) >= HOT_RATIO * max(rest_ratio(hot), typical, 1.0)]
     if sum(excess[n] for n in hot) < HOT_SHARE * total or rest_ratio(hot) > rest_limit:
         return []
     return sorted(hot, key=lambda n: -excess[n])
+
+
+def _typical_ratio(excess: Mapping[int, float], own: Mapping[int, float]) -> float:
+    """The median of the operators' ratios (own time / peers' time), each weighted by the peers' time."""
+    pairs = sorted(
+        (own[n] / (own[n] - excess.get(n, 0.0)), own[n] - excess.get(n, 0.0))
+        for n in own
+        if own[n] - excess.get(n, 0.0) > 0
+    )
+    total = sum(w for _, w in pairs)
+    acc = 0.0
+    for r, w in pairs:
+        acc += w
+        if acc >= total / 2:
+            return r
+    return 1.0
 
 
 def stage_hotspots(
@@ -1370,13 +1390,12 @@ def extra_call_findings(
     another finding of their own time names already (``named``)."""
     out = []
     for rank, extra in extra_calls(frame, peer_sets, host_ranks).items():
-        per_step = extra["per_step"]
-        if rank in named or not per_step or step_ns <= 0:
+        counted_work = _counted_work(
+            extra["per_step"], rank in named, rank in host_ranks, step_ns, compute_scale
+        )
+        if counted_work is None:
             continue
-        work_ns = statistics.median(per_step.values())
-        impact = 100 * work_ns * (compute_scale if rank in host_ranks else 1.0) / step_ns
-        if impact < EXTRA_IMPACT_PCT:
-            continue
+        work_ns, impact = counted_work
         top, more = extra["operators"][0], len(extra["operators"]) - 1
         name = frame.names[top["name"]]
         peers = len(next(p for p in peer_sets if rank in p)) - 1
@@ -1387,32 +1406,118 @@ def extra_call_findings(
             + f": {work_ns / 1e6:.2f} ms more work a step {COUNTED}"
         )
         out.append(
-            finding(
-                "operator_hotspot",
-                blamed([rank], operator=name),
-                sorted(per_step),
-                impact,
-                evidence,
-                step=max(per_step, key=lambda s: per_step[s]),
+            _work_finding(
+                "operator_hotspot", blamed([rank], operator=name), extra["per_step"], impact, evidence
             )
         )
     return out
 
 
+def _counted_work(
+    per_step: dict[int, float], named: bool, on_host: bool, step_ns: float, compute_scale: float
+) -> tuple[float, float] | None:
+    """A rank's counted extra work (``per_step``: ns by step) as (its median step's ns, its impact in % of the
+    step, at the clock's pace on a CPU rank: ``on_host``), or None where another finding names the rank already
+    (``named``) or it is under EXTRA_IMPACT_PCT."""
+    if named or not per_step or step_ns <= 0:
+        return None
+    work_ns = statistics.median(per_step.values())
+    impact = 100 * work_ns * (compute_scale if on_host else 1.0) / step_ns
+    return None if impact < EXTRA_IMPACT_PCT else (work_ns, impact)
+
+
+def _work_finding(
+    kind: str, culprit: Culprit, per_step: dict[int, float], impact: float, evidence: str
+) -> Finding:
+    """A finding of counted extra work over the steps of ``per_step``, citing the step it costs most in."""
+    return finding(
+        kind, culprit, sorted(per_step), impact, evidence, step=max(per_step, key=lambda s: per_step[s])
+    )
+
+
+SIZED = "(its inputs' sizes counted, not timed)"  # ends the evidence of a finding of larger inputs
+
+
+def larger_input_findings(
+    larger: dict[int, dict[str, Any]],
+    frame: Frame,
+    peer_sets: list[list[int]],
+    host_ranks: frozenset[int],
+    step_ns: float,
+    compute_scale: float,
+    named: set[int],
+) -> list[Finding]:
+    """Ranks whose operators work on more data than their replicas' in every profiled step, the same calls on
+    larger inputs (``larger``: :func:`operators.larger_inputs`; a bigger local batch, longer sequences, an uneven
+    split): more work by construction, which their inputs' sizes show where their time does not. A ``slow_device``
+    finding names the rank; its impact is a lower bound of that work's time per step (the median step; at the
+    clock's pace on CPU ranks), which must be EXTRA_IMPACT_PCT of the step (:func:`counted`). Not for ranks that
+    another finding names already (``named``: :func:`more_data` adds the cause to a timed one)."""
+    out = []
+    for rank, sized in larger.items():
+        counted_work = _counted_work(
+            sized["per_step"], rank in named, rank in host_ranks, step_ns, compute_scale
+        )
+        if counted_work is None:
+            continue
+        work_ns, impact = counted_work
+        peers = len(next(p for p in peer_sets if rank in p)) - 1
+        evidence = (
+            f"rank {rank}'s operators work on more data than its {peers} peer{'s' if peers > 1 else ''}' in every "
+            f"step, the same calls on larger inputs: {_larger(sized, frame)}: at least {work_ns / 1e6:.2f} ms more "
+            f"work a step {SIZED}"
+        )
+        out.append(_work_finding("slow_device", blamed([rank]), sized["per_step"], impact, evidence))
+    return out
+
+
+def _larger(sized: dict[str, Any], frame: Frame) -> str:
+    """The operator whose inputs grew most, how many more did, and what it means."""
+    ops = sized["operators"]
+    top = max(ops, key=lambda o: o["ratio"])
+    return (
+        f"{short_name(frame.names[top['name']])} {top['ratio']:.2f}x their input bytes"
+        + (f", {len(ops) - 1} more operator{'s' if len(ops) > 2 else ''} larger" if len(ops) > 1 else "")
+        + ", none smaller (a bigger batch or longer sequences, not a slower device)"
+    )
+
+
+def more_data(found: list[Finding], larger: dict[int, dict[str, Any]], frame: Frame) -> list[Finding]:
+    """The timed ``slow_device`` findings of one rank whose operators take larger inputs than its replicas'
+    (``larger``: :func:`operators.larger_inputs`), their evidence completed with that cause: the rank is slow
+    because it has more data, which a faster device would not cure."""
+    return [
+        replace(
+            f,
+            evidence=f"{f.evidence}; its operators work on more data than its peers': {_larger(larger[r], frame)}",
+        )
+        if f.kind == "slow_device" and len(f.culprit.ranks) == 1 and (r := f.culprit.ranks[0]) in larger
+        else f
+        for f in found
+    ]
+
+
 def counted(f: Finding) -> bool:
-    """A finding of extra calls (:func:`extra_call_findings`), whose evidence is counted, not timed."""
-    return f.evidence.endswith(COUNTED)
+    """A finding of extra calls or larger inputs (:func:`extra_call_findings`, :func:`larger_input_findings`),
+    whose evidence is counted, not timed."""
+    return f.evidence.endswith((COUNTED, SIZED))
 
 
 def _rank_detector(e: Evidence) -> list[Finding]:
     """Culprit ranks by their own time, then (not those) ranks that call operators more often than their
-    replicas, then (none of those) ranks that hold their peers back from outside it: late arrivers of a
+    replicas, then ranks whose operators take larger inputs than theirs, then (none of those) ranks that hold their peers back from outside it: late arrivers of a
     data-parallel job, late senders of a pipeline."""
     found = rank_findings(
         e.frame, e.figures, e.peer_sets, e.ep_of, e.waits, e.step_ns, e.host_ranks, e.compute_scale
     )
     named = {r for f in found for r in f.culprit.ranks}
     found += extra_call_findings(e.frame, e.peer_sets, e.host_ranks, e.step_ns, e.compute_scale, named)
+    named = {r for f in found for r in f.culprit.ranks}
+    larger = larger_inputs(e.frame, e.peer_sets, e.host_ranks)
+    found = more_data(found, larger, e.frame)
+    found += larger_input_findings(
+        larger, e.frame, e.peer_sets, e.host_ranks, e.step_ns, e.compute_scale, named
+    )
     named = {r for f in found for r in f.culprit.ranks}
     if e.pp == e.tp == 1:
         holes = arrival_holes(e.frame, e.participation, e.host_ranks) if e.participation is not None else None

@@ -10,6 +10,7 @@ are less noisy than single instances).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -277,6 +278,62 @@ def call_counts(frame: Frame) -> dict[tuple[int, int], float]:
     return {k: float(np.median(v)) for k, v in out.items()}
 
 
+def _per_step_calls(frame: Frame, host_ranks: frozenset[int]) -> dict[str, np.ndarray] | None:
+    """The compute calls of ``frame`` summed per (rank, step, operator): ``counts`` (calls), ``time`` (their time,
+    at their rank's typical durations on ``host_ranks``, :func:`typical_durations`) and ``bytes`` (their inputs'
+    bytes, -1 where a call's are unknown), each indexed [rank, step, operator] by ``ranks``, ``steps``, ``names``
+    (name codes). A call is one ``call`` id (the pieces of one host-lane operator call), or one row where it has
+    none. None without compute rows in a step."""
+    comp = np.flatnonzero((frame.kind == frame.code("kinds", "compute")) & (frame.step >= 0))
+    if not len(comp):
+        return None
+    host = np.array(sorted(host_ranks), dtype=np.int64)
+    typical = typical_durations(frame, host) if len(host) else (frame.end - frame.start).astype(np.float64)
+    call = np.where(frame.call[comp] >= 0, frame.call[comp], -2 - np.arange(len(comp)))
+    order, firsts = group_bounds(call, frame.name[comp], frame.rank[comp])
+    per_call = np.add.reduceat(typical[comp][order].astype(np.float64), firsts)
+    head = comp[order[firsts]]
+    ranks, rank_at = np.unique(frame.rank[head], return_inverse=True)
+    steps, step_at = np.unique(frame.step[head], return_inverse=True)
+    names, name_at = np.unique(frame.name[head], return_inverse=True)
+    shape = (len(ranks), len(steps), len(names))
+    flat = np.ravel_multi_index((rank_at, step_at, name_at), shape)
+    size = int(np.prod(shape))
+    sized = frame.bytes[head] > 0
+    unknown = np.bincount(flat[~sized], minlength=size).reshape(shape) > 0
+    return {
+        "ranks": ranks,
+        "steps": steps,
+        "names": names,
+        "counts": np.bincount(flat, minlength=size).reshape(shape),
+        "time": np.bincount(flat, weights=per_call, minlength=size).reshape(shape),
+        "bytes": np.where(
+            unknown,
+            -1.0,
+            np.bincount(
+                flat[sized], weights=frame.bytes[head][sized].astype(np.float64), minlength=size
+            ).reshape(shape),
+        ),
+    }
+
+
+def _peer_rows(peer_sets: list[list[int]], ranks: np.ndarray) -> Iterator[list[int]]:
+    """Per peer set of at least two ranks that have calls, their rows in ``ranks``."""
+    row = {int(r): i for i, r in enumerate(ranks.tolist())}
+    for peers in peer_sets:
+        mine = [row[p] for p in peers if p in row]
+        if len(mine) >= 2:
+            yield mine
+
+
+def _others(own: np.ndarray, ordered: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The other peers' least and most of a figure (``ordered``: peer x ..., sorted over the peers): the order
+    statistics past this peer's own value ``own``."""
+    low = np.where(own == ordered[0], ordered[1], ordered[0])
+    high = np.where(own == ordered[-1], ordered[-2], ordered[-1])
+    return low, high
+
+
 def extra_calls(
     frame: Frame, peer_sets: list[list[int]], host_ranks: frozenset[int]
 ) -> dict[int, dict[str, Any]]:
@@ -295,35 +352,19 @@ def extra_calls(
     left out; so is a peer set of one. With one other peer, an operator counts only where both call it as often in
     every step (a steady program). A rank that calls any of those operators less than they do in some step has
     another program, not more work (a kernel of its own in place of theirs: another algorithm for the same work)."""
-    comp = np.flatnonzero((frame.kind == frame.code("kinds", "compute")) & (frame.step >= 0))
-    if not len(comp) or not any(len(p) >= 2 for p in peer_sets):
+    if not any(len(p) >= 2 for p in peer_sets):
         return {}
-    host = np.array(sorted(host_ranks), dtype=np.int64)
-    typical = typical_durations(frame, host) if len(host) else (frame.end - frame.start).astype(np.float64)
-    call = np.where(frame.call[comp] >= 0, frame.call[comp], -2 - np.arange(len(comp)))
-    order, firsts = group_bounds(call, frame.name[comp], frame.rank[comp])
-    per_call = np.add.reduceat(typical[comp][order].astype(np.float64), firsts)
-    head = comp[order[firsts]]
-    ranks, rank_at = np.unique(frame.rank[head], return_inverse=True)
-    steps, step_at = np.unique(frame.step[head], return_inverse=True)
-    names, name_at = np.unique(frame.name[head], return_inverse=True)
-    shape = (len(ranks), len(steps), len(names))
-    flat = np.ravel_multi_index((rank_at, step_at, name_at), shape)
-    counts = np.bincount(flat, minlength=int(np.prod(shape))).reshape(shape)
-    time = np.bincount(flat, weights=per_call, minlength=int(np.prod(shape))).reshape(shape)
-    row = {int(r): i for i, r in enumerate(ranks.tolist())}
+    calls = _per_step_calls(frame, host_ranks)
+    if calls is None:
+        return {}
+    ranks, steps, names, counts, time = (calls[k] for k in ("ranks", "steps", "names", "counts", "time"))
     out: dict[int, dict[str, Any]] = {}
-    for peers in peer_sets:
-        mine = [row[p] for p in peers if p in row]
-        if len(mine) < 2:
-            continue
+    for mine in _peer_rows(peer_sets, ranks):
         sub = counts[mine]  # peer x step x operator
         ordered = np.sort(sub, axis=0)
         for i, r in enumerate(mine):
             own = sub[i]
-            # The other peers' least and most calls: the order statistics past this rank's own count.
-            low = np.where(own == ordered[0], ordered[1], ordered[0])
-            high = np.where(own == ordered[-1], ordered[-2], ordered[-1])
+            low, high = _others(own, ordered)  # the other peers' least and most calls
             alike = low == high
             if len(mine) == 2:
                 alike &= (own == own[:1]).all(axis=0) & (low == low[:1]).all(axis=0)
@@ -342,11 +383,76 @@ def extra_calls(
                         "ns": float(np.median(cost[:, j])),
                     }
                 )
-            out[int(ranks[r])] = {
-                "per_step": {
-                    int(s): float(t)
-                    for s, t in zip(steps.tolist(), cost[:, extra].sum(axis=1).tolist(), strict=True)
-                },
-                "operators": sorted(operators, key=lambda o: -o["ns"]),
-            }
+            out[int(ranks[r])] = _rank_work(steps, cost[:, extra], operators)
+    return out
+
+
+def _rank_work(steps: np.ndarray, cost: np.ndarray, operators: list[dict[str, Any]]) -> dict[str, Any]:
+    """A rank's extra work: ``per_step`` (step -> the ``cost`` of its operators, step x operator, summed) and its
+    ``operators``, most costly first."""
+    return {
+        "per_step": {
+            int(s): float(t) for s, t in zip(steps.tolist(), cost.sum(axis=1).tolist(), strict=True)
+        },
+        "operators": sorted(operators, key=lambda o: -o["ns"]),
+    }
+
+
+def larger_inputs(
+    frame: Frame, peer_sets: list[list[int]], host_ranks: frozenset[int]
+) -> dict[int, dict[str, Any]]:
+    """Per rank whose operators work on more data than its peers' in every profiled step: the same calls (every
+    peer calls each of those operators as often, step by step) on larger inputs (their bytes, ``record_shapes``:
+    ``frame.bytes`` of host-lane compute), where the other peers' inputs are alike. ``per_step``: a lower bound of
+    the time that data costs (ns): per operator its time (at its typical durations on ``host_ranks``) times the
+    share of its inputs beyond the peers' (1 - theirs / its own; a matmul's work grows with the product of its
+    sizes, its inputs' bytes with their sum); ``operators``: per larger operator its ``ratio`` of input bytes to
+    the peers' (in the step it differs most) and its time beyond theirs (ns, median over the steps), most first.
+
+    Replicas run one program on data of one size: a rank whose batch, sequences or tensors are larger (an uneven
+    data split, a longer padding, a bigger local batch) does more work by construction, which on a shared host its
+    time does not show beyond its peers' scatter. Operators whose inputs differ among the other peers (a bucket
+    filled unevenly, sequences of varying length) tell nothing and are left out; a rank with any smaller one has
+    another data split, not more data. With one other peer, an operator counts only where both its calls and both
+    sizes are the same in every step (a steady program)."""
+    if not any(len(p) >= 2 for p in peer_sets):
+        return {}
+    calls = _per_step_calls(frame, host_ranks)
+    if calls is None:
+        return {}
+    ranks, steps, names, counts, time, size = (
+        calls[k] for k in ("ranks", "steps", "names", "counts", "time", "bytes")
+    )
+    out: dict[int, dict[str, Any]] = {}
+    for mine in _peer_rows(peer_sets, ranks):
+        n = counts[mine]  # peer x step x operator
+        b = size[mine]
+        # The operators every peer calls as often in every step, each call's inputs sized.
+        same = (n == n[:1]).all(axis=0).all(axis=0) & (n[0] > 0).all(axis=0) & (b > 0).all(axis=0).all(axis=0)
+        if not same.any():
+            continue
+        ordered = np.sort(b, axis=0)
+        for i, r in enumerate(mine):
+            own = b[i]
+            low, high = _others(own, ordered)
+            alike = low == high
+            if len(mine) == 2:
+                alike &= (own == own[:1]).all(axis=0) & (low == low[:1]).all(axis=0)
+            alike &= same
+            larger = (alike & (own > low)).all(axis=0)
+            if not larger.any() or (alike & (own < low)).any():
+                continue
+            share = np.where(own > 0, 1.0 - low / np.maximum(own, 1.0), 0.0)
+            cost = time[r] * share  # step x operator
+            operators = []
+            for j in np.flatnonzero(larger).tolist():
+                widest = int(np.argmax(share[:, j]))
+                operators.append(
+                    {
+                        "name": int(names[j]),
+                        "ratio": float(own[widest, j] / low[widest, j]),
+                        "ns": float(np.median(cost[:, j])),
+                    }
+                )
+            out[int(ranks[r])] = _rank_work(steps, cost[:, larger], operators)
     return out

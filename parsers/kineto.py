@@ -207,6 +207,13 @@ def _events_table(
     track = np.where(on_device & ~np.isnan(stream_arg), stream_arg, tid)
     track = np.clip(np.nan_to_num(track, nan=-1), -(2**31), 2**31 - 1).astype(np.int64)
     correlation = columns.take("correlation").fill_null(-1).to_numpy(zero_copy_only=False)
+    operand_bytes = _launched_sizes(
+        columns.take("operand_bytes"),
+        on_device & (kind_codes == schema.KINDS.index(schema.COMPUTE)),
+        on_device,
+        external_id,
+        correlation,
+    )
     table = schema.build(
         schema.EVENTS,
         {
@@ -226,6 +233,7 @@ def _events_table(
                 n,
                 names,
                 track,
+                operand_bytes,
                 _described_elsewhere(
                     columns,
                     comm,
@@ -247,6 +255,42 @@ def _events_table(
     )
     dropped = int((~valid).sum())
     return (table.filter(pa.array(valid)) if dropped else table), dropped, np.flatnonzero(valid)
+
+
+def _lookup(keys: np.ndarray, values: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each of ``wanted``, whether ``keys`` holds it and the value beside it (the first, where several)."""
+    if not len(keys):
+        return np.zeros(len(wanted), dtype=bool), np.zeros(len(wanted), values.dtype)
+    order = np.argsort(keys, kind="stable")
+    keys, values = keys[order], values[order]
+    at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
+    return keys[at] == wanted, values[at]
+
+
+def _launched_sizes(
+    sizes: pa.Array,
+    kernels: np.ndarray,
+    on_device: np.ndarray,
+    external_id: np.ndarray,
+    correlation: np.ndarray,
+) -> pa.Array:
+    """``sizes`` (a host operator's input bytes per row) given to the device kernels (``kernels`` by row) that the
+    operator launched: a kernel works on its operator's tensors. The operator is the one whose External id the
+    kernel's launch (the host runtime call of the same correlation id) carries, else the kernel's own External id
+    (older traces give the kernel its correlation id there)."""
+    values = sizes.fill_null(-1).to_numpy(zero_copy_only=False)
+    has = (values >= 0) & (external_id >= 0) & ~on_device
+    want = np.flatnonzero(kernels & (external_id >= 0))
+    if not has.any() or not len(want):
+        return sizes
+    op = external_id[want]
+    launch = ~on_device & (correlation >= 0) & (external_id >= 0)
+    found, via_launch = _lookup(correlation[launch], external_id[launch], correlation[want])
+    op = np.where(found & (correlation[want] >= 0), via_launch, op)
+    hit, size = _lookup(external_id[has], values[has], op)
+    values = values.copy()
+    values[want[hit]] = size[hit]
+    return pa.array(values, mask=values < 0)
 
 
 def _kept_rows(by_row: dict[int, Any], kept: np.ndarray) -> dict[int, Any]:
@@ -299,12 +343,18 @@ def _described_elsewhere(
 
 
 def _comm_columns(
-    comm: Communication, n: int, names: pa.DictionaryArray, track: np.ndarray, enclosing: dict[int, CommMeta]
+    comm: Communication,
+    n: int,
+    names: pa.DictionaryArray,
+    track: np.ndarray,
+    operand_bytes: pa.Array,
+    enclosing: dict[int, CommMeta],
 ) -> dict[str, Any]:
     """Collective, group, ranks, peer and bytes: from the event's own args, else from the record_param_comms call
     with the same External id, else from the host collective operator it was launched in (``enclosing``), else
     from the kernel name; without a process group the kernel's stream stands in for the group (NCCL runs one
-    communicator per stream). Built sparsely: most rows are not collectives."""
+    communicator per stream). Built sparsely: most rows are not collectives. A host operator that is no
+    collective's gets the bytes of its tensor inputs (``operand_bytes``, from ``record_shapes``) instead."""
     meta = dict(comm.meta)
     for row, ext in comm.pending:
         if ext in comm.host_meta:
@@ -336,6 +386,8 @@ def _comm_columns(
         dense[index[known]] = [values[key][i] for i in known]
         present[index[known]] = False
         out[key] = pa.array(dense, mask=present)
+    if len(operand_bytes) == n and operand_bytes.null_count < n:
+        out["bytes"] = pc.coalesce(out["bytes"], operand_bytes)
     return out
 
 

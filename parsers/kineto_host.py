@@ -173,7 +173,14 @@ def host_lanes(
             "group": [None] * n_pieces + comm["group"],
             "group_ranks": [None] * n_pieces + comm["group_ranks"],
             "peer": pa.array([None] * n_pieces + comm["peer"], pa.int32()),
-            "bytes": pa.array([None] * n_pieces + comm["bytes"], pa.int64()),
+            # A compute slice's bytes: its operator's tensor inputs (the parser's operand bytes), the same on
+            # every slice of one call.
+            "bytes": pa.concat_arrays(
+                [
+                    table.column("bytes").combine_chunks().take(pa.array(pieces[2], pa.int64())),
+                    pa.array(comm["bytes"], pa.int64()),
+                ]
+            ),
         },
         n,
     )
@@ -204,7 +211,7 @@ def _compute_pieces(
     in_flight = merge(start[gloo], end[gloo])
     for tid in np.unique(track[ops]).tolist():
         mine = ops[track[ops] == tid]
-        s, e, owner = _self_time(mine, start, end, is_enqueue, parent)
+        s, e, owner = _self_time(mine, start, end, is_enqueue, parent, is_wrapper)
         g = gloo[track[gloo] == tid]
         if len(g):
             s, e, owner = _subtract(s, e, owner, start[g], end[g], start, end)
@@ -221,22 +228,33 @@ def _self_time(
     end: np.ndarray,
     excluded: np.ndarray,
     parent: np.ndarray | None = None,
+    is_wrapper: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The self-time pieces of nested operators on one thread: each instant belongs to the innermost operator
     running then. An operator that overlaps its parent's end is cut there; ``excluded`` operators and everything
-    inside them yield no piece. ``parent`` (by row), where given, gets each operator's enclosing one."""
+    inside them yield no piece. ``parent`` (by row), where given, gets each operator's enclosing one.
+
+    A wrapper (``is_wrapper`` by row) running inside a dispatcher operator is that operator's work, and its pieces
+    are the operator's: a tensor subclass or dispatch mode (DTensor's ``PythonSubclass``, a
+    ``PythonDispatchMode``: sharding propagation, a quantized or instrumented kernel) runs the operator's call in
+    Python, and its time is the call's, not glue between calls, until the call waits for communication (an
+    ``excluded`` operator inside it: DTensor's loss enqueues an all-reduce and blocks in a functional wait): the
+    wrapper's time after that is the thread resuming from the wait and handling its result, not compute (as a
+    wrapper's after a wait outside operators is: :func:`_without_waits`). Pieces of a wrapper inside an operator
+    are that operator's, never cut by work in flight on other threads."""
     order = rows[np.lexsort((-end[rows], start[rows]))]
     out_s: list[int] = []
     out_e: list[int] = []
     out_o: list[int] = []
-    stack: list[tuple[int, int, bool]] = []  # (row, end, excluded)
+    stack: list[tuple[int, int, bool, int]] = []  # (row, end, excluded, the row its pieces belong to)
+    waited: set[int] = set()  # the operators whose call has waited for communication inside it
     cursor = 0
 
-    def emit(top: tuple[int, int, bool], until: int) -> None:
-        if not top[2] and until > cursor:
+    def emit(top: tuple[int, int, bool, int], until: int) -> None:
+        if not top[2] and until > cursor and not (top[3] != top[0] and top[3] in waited):
             out_s.append(cursor)
             out_e.append(until)
-            out_o.append(top[0])
+            out_o.append(top[3])
 
     for row in order.tolist():
         s, e = int(start[row]), int(end[row])
@@ -249,7 +267,12 @@ def _self_time(
             e = min(e, stack[-1][1])
             if parent is not None:
                 parent[row] = stack[-1][0]
-        stack.append((row, e, bool(excluded[row]) or (bool(stack) and stack[-1][2])))
+        owner = row
+        if is_wrapper is not None and stack and is_wrapper[row] and not is_wrapper[stack[-1][3]]:
+            owner = stack[-1][3]
+        if excluded[row]:
+            waited.update(entry[3] for entry in stack)
+        stack.append((row, e, bool(excluded[row]) or (bool(stack) and stack[-1][2]), owner))
         cursor = s
     while stack:
         top = stack.pop()
@@ -271,8 +294,9 @@ def _without_waits(
     for each reduce-scatter inside ``RegisterPostBackwardFunctionBackward``, for each all-gather inside the
     autograd node that needs it), or Python glue; not computing. A dispatcher operator's own time (``aten::mm``
     while DDP all-reduces a bucket on the runloop thread, or a pipeline stage's ``isend`` transfers) is compute,
-    in flight or not. The wrapper's piece is waiting from the in-flight work's start to the piece's end: a thread
-    blocked in a wait resumes when the scheduler runs it, after the work completed."""
+    in flight or not, and so is a wrapper's inside one (its pieces are the operator's: :func:`_self_time`). The
+    wrapper's piece is waiting from the in-flight work's start to the piece's end: a thread blocked in a wait
+    resumes when the scheduler runs it, after the work completed."""
     lo, hi = in_flight
     gap = is_wrapper[owner]
     if not len(lo) or not gap.any():

@@ -54,9 +54,18 @@ class FaultSpec:
 
 FAULTS: dict[str, FaultSpec] = {
     "slow_device": FaultSpec(
-        {"ranks": ("ranks", None), "factor": ("float", 1.5), "steps": ("steps", None)},
-        "slow_device:ranks=5,factor=1.3[,steps=1-2]",
-        lambda mesh, rng, rank, step: f"slow_device:ranks={rank},factor={rng.choice([1.3, 1.4, 1.5])}",
+        {
+            "ranks": ("ranks", None),
+            "factor": ("float", 1.5),
+            "steps": ("steps", None),
+            "inputs": ("int", None),
+        },
+        "slow_device:ranks=5,factor=1.3[,steps=1-2][,inputs=1]",
+        # Odd ranks drawn get more data (inputs=1: a bigger local batch) rather than a slower device.
+        lambda mesh, rng, rank, step: (
+            f"slow_device:ranks={rank},factor={rng.choice([1.3, 1.4, 1.5])}"
+            + (",inputs=1" if rank % 2 else "")
+        ),
     ),
     "slow_link": FaultSpec(
         {

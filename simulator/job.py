@@ -97,6 +97,15 @@ class Job:
                 factor *= float(f.params["factor"])
         return factor
 
+    def input_factor(self, rank: int, step: int) -> float:
+        """How much more data than its peers the rank works on (``slow_device`` with ``inputs=1``: a bigger local
+        batch, its operators' inputs ``factor`` x larger, as their time is)."""
+        factor = 1.0
+        for f in self.faults("slow_device"):
+            if f.params.get("inputs") and rank in f.params["ranks"] and in_steps(f, step):
+                factor *= float(f.params["factor"])
+        return factor
+
     def hotspots(self, rank: int, step: int) -> list[tuple[str, float]]:
         return [
             (str(f.params["operator"]), float(f.params["factor"]))

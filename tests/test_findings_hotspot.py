@@ -42,6 +42,42 @@ def test_a_uniformly_slower_device_or_twice_the_layers_is_no_hotspot() -> None:
         assert far_slower(excess, own, HOTSPOT_REST_HOST) == [], factor
 
 
+def test_a_rank_slower_in_every_operator_whose_ratios_scatter_is_no_hotspot() -> None:
+    """A real dp2 x tp4 CPU rank slowed in every operator (``mesh_dp_tp_slow_rank_s14``, ms per step, own vs its
+    peers'): its GEMMs 1.35-2.0x, its other operators scattered 2.2-4x on a shared host, DTensor's wrappers
+    1.1-1.4x. Its slowest few, set aside, leave a rest near its peers' pace, but they run less than twice its
+    typical operator (the weighted median ratio, 2.0): a slower rank, not a hotspot of ``t + view + ...``."""
+    times = {
+        "aten::mm": (1.124, 0.561),
+        "aten::t": (0.619, 0.233),
+        "aten::addmm": (0.579, 0.428),
+        "aten::view": (0.415, 0.104),
+        "_FromTorchTensor": (0.393, 0.349),
+        "aten::gelu_backward": (0.36, 0.151),
+        "aten::mse_loss_backward": (0.347, 0.134),
+        "_ToTorchTensorBackward": (0.33, 0.232),
+        "NestedRedistribute": (0.266, 0.242),
+        "aten::sum": (0.249, 0.095),
+        "aten::gelu": (0.238, 0.109),
+        "aten::detach": (0.213, 0.09),
+        "aten::div_": (0.179, 0.049),
+        "aten::mse_loss": (0.149, 0.123),
+        "aten::add_": (0.148, 0.046),
+        "aten::ones_like": (0.117, 0.002),
+        "aten::randn": (0.104, 0.002),
+        "aten::normal_": (0.082, 0.082),
+        "aten::slice": (0.064, 0.008),
+    }
+    names = list(times)
+    own = {i: times[n][0] for i, n in enumerate(names)}
+    excess, own = _split(own, {i: times[n][1] for i, n in enumerate(names)})
+    assert far_slower(excess, own, HOTSPOT_REST_HOST, names) == []
+    # The same rank with a GELU 24x its peers' has a hotspot all the same.
+    gelu = names.index("aten::gelu")
+    own[gelu], excess[gelu] = 2.6, 2.6 - times["aten::gelu"][1]
+    assert far_slower(excess, own, HOTSPOT_REST_HOST, names)[0] == gelu
+
+
 def test_on_cpu_ranks_only_dispatcher_operators_can_be_hot() -> None:
     """A dispatch mode's glue (PythonDispatchMode, absent on the peers) carries most of a slowed rank's extra time."""
     names = ["aten::mm", "aten::addmm", "PythonDispatchMode"]

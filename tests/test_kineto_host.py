@@ -301,6 +301,65 @@ def test_a_wrapper_waiting_for_in_flight_gloo_work_is_not_computing(tmp_path: Pa
     assert _compute_by_name(events_out, "memory") == {"aten::copy_": 5_000}
 
 
+def test_a_dispatch_mode_inside_an_operator_is_that_operators_work_while_gloo_is_in_flight(
+    tmp_path: Path,
+) -> None:
+    """A tensor subclass or dispatch mode runs an operator's call in Python: ``aten::mm`` holds a
+    ``PythonDispatchMode`` (or DTensor's ``PythonSubclass``) that holds the inner ``aten::mm``, and the mode's own
+    time (a slower device emulated, sharding propagation) is the outer call's work. While a pipeline's isend is in
+    flight, a wrapper's own time is otherwise taken for a blocked wait: inside a dispatcher operator it is not."""
+    events = [
+        _op("ProfilerStep#1", 0, 2000, cat="user_annotation"),
+        _op(
+            "c10d::send",
+            10,
+            10,
+            args={
+                "Concrete Inputs": ["", "", "1", "0"],
+                "Input type": ["TensorList"],
+                "Input Dims": [[[64]]],
+            },
+        ),
+        _op(
+            "gloo:send", 18, 1500, cat="user_annotation", args={"Input type": ["float"], "Input Dims": [[64]]}
+        ),
+        _op("aten::mm", 100, 700, args={"External id": 1}),  # in flight throughout
+        _op("PythonDispatchMode", 110, 680, args={"External id": 2}),
+        _op("aten::mm", 120, 200, args={"External id": 3}),  # then the mode keeps the core busy 470 us more
+        _op(
+            "Wrapper", 900, 300, args={"External id": 4}
+        ),  # a wrapper outside any operator: waiting, as before
+        # DTensor's loss: its subclass enqueues an all-reduce and blocks until it is done (no event for the wait).
+        _op("aten::mse_loss", 1600, 1000, args={"External id": 5}),
+        _op("PythonSubclass", 1610, 980, args={"External id": 6}),
+        _op("aten::mse_loss", 1620, 80, args={"External id": 7}),
+        _op(
+            "c10d::allreduce_",
+            1710,
+            10,
+            args={
+                "Concrete Inputs": ["", "", "", "", "False", "-1"],
+                "Input type": ["TensorList"],
+                "Input Dims": [[[1]]],
+            },
+        ),
+        _op(
+            "gloo:all_reduce",
+            1725,
+            800,
+            tid=RUNLOOP,
+            cat="user_annotation",
+            args={"Input type": ["float"], "Input Dims": [[1]]},
+        ),
+    ]
+    path = tmp_path / "rank0.pt.trace.json"
+    path.write_text(json.dumps(_trace(0, GROUPS[:1], events)))
+    by_name = _compute_by_name(kineto.parse(path).events)
+    # The loss: its inner call (80 us), the outer call's own 10 + 10 us and the subclass's own 10 + 10 us before
+    # the enqueue; from the enqueue on the call waits for its all-reduce, and the subclass's time is no compute.
+    assert by_name == {"aten::mm": 700_000, "aten::mse_loss": 120_000}
+
+
 def test_a_compute_slice_names_its_callers_external_id(tmp_path: Path) -> None:
     """The caller of each piece is the operator it runs inside, by External id (its correlation)."""
     events = [

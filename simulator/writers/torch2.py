@@ -125,7 +125,9 @@ class Torch2Writer:
         self.state[rank] = _RankFile(self, rank, window)
 
     def write_step(self, rank: int, step: int, records: list[Record]) -> None:
-        self.state[rank].step(records)
+        state = self.state[rank]
+        state.inputs = self.job.input_factor(rank, step)
+        state.step(records)
 
     def finish(self, rank: int) -> Path:
         return self.state.pop(rank).finish()
@@ -157,6 +159,9 @@ class _RankFile:
         self.start: float | None = None
         self.end = 0.0
         self.thread = self.pid
+        self.inputs = (
+            1.0  # the step's input factor (Job.input_factor): the leading dim of each op's first input
+        )
         self.autograd = self.pid + 11
         groups = [g for g in self.job.mesh.groups_of(rank) if g.role in COMM_ROLES]
         self.gloo = {
@@ -322,6 +327,8 @@ class _RankFile:
 
     def _op_inputs(self, op: Any) -> str:
         dims = _dims(op.shape)
+        if self.inputs != 1.0 and dims and dims[0]:  # more data: the tokens (batch, elements) scaled
+            dims[0][0] = max(1, round(dims[0][0] * self.inputs))
         dtype = INPUT_TYPE["BFloat16"]
         return self._inputs([""] * len(dims), [dtype] * len(dims), dims, [_strides(d) for d in dims])
 
