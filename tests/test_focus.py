@@ -216,3 +216,17 @@ def test_the_snapshot_shows_the_ranks_and_the_metric_the_app_shows(jobs: dict[st
     ranks = shown_ranks(job, None, step)
     assert f"Timeline of step {step} (ranks {', '.join(map(str, ranks))}" in page
     assert f.caption.split(":")[0] in page and METRICS[f.metric] in page
+
+
+def test_the_step_chart_gives_a_cpu_jobs_counted_estimate_beside_the_replay() -> None:
+    """A CPU job's extra work keeps its own estimate (the replay runs the clock's durations, which a shared host
+    scatters): the chart says both, not "saves 0%" alone under a finding of 0.64 %."""
+    from paradiag.app.figures.steps import summary
+
+    focus = {"what": "slow device", "predicted_ms": 58.0, "saving_pct": 0.0, "estimate_pct": 0.64, "step": 2}
+    lo, hi = np.array([58.0, 58.1]), np.array([60.0, 60.1])
+    text = summary([2, 3], np.array([58.8, 58.9]), lo, hi, focus)  # type: ignore[arg-type]
+    assert "without slow device (replay): 58.0 ms (saves 0% of the step)" in text
+    assert "<br>its own estimate: ~0.64% of the step" in text
+    plain = {**focus, "estimate_pct": None}
+    assert "estimate" not in summary([2, 3], np.array([58.8, 58.9]), lo, hi, plain)  # type: ignore[arg-type]

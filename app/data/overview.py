@@ -73,14 +73,18 @@ def metric_of(job: Job, metric: str) -> str:
 
 def steps_focus(job: Job) -> StepsFocus:
     """What the step chart says of the top finding: ``{"what", "predicted_ms" (the replay's step time without its
-    cause, None without a replay), "saving_pct" (what that saves of the measured step), "step"}``."""
+    cause, None without a replay), "saving_pct" (what that saves of the measured step), "estimate_pct" (the
+    finding's impact where it is not the replay's: the estimate a CPU job's extra work keeps), "step"}``."""
     f = focus_of(job)
     top = rules.top_finding(diagnosis(job))
     replay = (top.what_if or {}) if top is not None else {}
+    saving = replay.get("saving_pct")
+    kept = top is not None and saving is not None and abs(top.impact_pct - max(float(saving), 0.0)) >= 0.05
     return {
         "what": (f.kind or "the cause").replace("_", " "),
         "predicted_ms": replay.get("predicted_step_ms"),
-        "saving_pct": replay.get("saving_pct"),
+        "saving_pct": saving,
+        "estimate_pct": top.impact_pct if kept and top is not None else None,
         "step": f.step,
     }
 

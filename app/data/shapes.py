@@ -450,6 +450,8 @@ class StepsFocus(TypedDict):
     what: str  # the finding in a few words
     predicted_ms: float | None  # the replay's step time without its cause (None without a replay)
     saving_pct: float | None  # what that saves of the measured step
+    # the finding's own estimate where it stands over the replay's (counted work on CPU ranks), else None
+    estimate_pct: float | None
     step: int | None  # the step it cites
 
 

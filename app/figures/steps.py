@@ -123,7 +123,9 @@ def steps_figure(
             "font": {"size": 10},
         },
     )
-    add_caption(fig, summary(steps, median, lo, hi, focus), 50)
+    caption = summary(steps, median, lo, hi, focus)
+    fig.update_layout(margin={"t": 44 + 15 * max(caption.count("<br>") - 1, 0)})  # two lines fit the margin
+    add_caption(fig, caption, 50)
     return fig
 
 
@@ -157,6 +159,10 @@ def summary(
         saves = f" (saves {saving:.0f}% of the step)" if saving is not None else ""
         what = focus.get("what", "the top finding") if focus else "the top finding"
         text += f"<br>without {what} (replay): {predicted:.1f} ms{saves}"
+        # A CPU job keeps a finding's own estimate where the replay of the clock's durations cannot tell it.
+        estimate = focus.get("estimate_pct") if focus else None
+        if estimate is not None:
+            text += f"<br>its own estimate: ~{estimate:.2f}% of the step"
     return text
 
 
