@@ -178,39 +178,48 @@ def test_the_parser_gives_each_host_operator_and_its_compute_slices_the_bytes_of
         assert sorted(rows.column("bytes").to_pylist()) == [32 * 256 * 4, 32 * 256 * 4, 48 * 256 * 4]
 
 
-def _simulated(tmp_path: Path, factor: float) -> list[Any]:
-    """A simulated dp4 CPU job shaped as PyTorch 2.x records it, rank 1 working on ``factor`` x the data."""
-    out = tmp_path / f"job{factor}"
+def _simulated(tmp_path: Path, spec: str, device: str = "cpu", hidden: int = 256) -> list[Any]:
+    """A simulated dp4 job shaped as PyTorch 2.x records it, with the fault ``spec``."""
+    out = tmp_path / f"job-{device}-{spec.replace(':', '-').replace(',', '-')}"
     simulate(
         SimConfig(
             output=out,
-            device="cpu",
+            device=device,
             shape="torch2",
             dp=4,
             tp=1,
             pp=1,
             seed=5,
-            faults=(parse_fault(f"slow_device:ranks=1,factor={factor},inputs=1"),),
+            faults=(parse_fault(spec),),
             layers=4,
-            hidden=256,
+            hidden=hidden,
             heads=16,
-            seq_len=128,
+            seq_len=128 if device == "cpu" else 1024,
             vocab=1024,
             steps=3,
             microbatches=2,
         )
     )
-    return paradiag.open(out, cache_dir=tmp_path / f"cache{factor}").diagnosis().findings
+    return paradiag.open(out, cache_dir=out.with_name(out.name + ".cache")).diagnosis().findings
 
 
 def test_a_simulated_replica_with_more_data_is_named_by_its_inputs_or_its_time_with_the_cause(
     tmp_path: Path,
 ) -> None:
     # 5 % more data: its time hardly shows, its inputs do.
-    [small] = _simulated(tmp_path, 1.05)
+    [small] = _simulated(tmp_path, "slow_device:ranks=1,factor=1.05,inputs=1")
     assert (small.kind, small.culprit.ranks) == ("slow_device", [1]) and findings.counted(small)
     assert "1.05x their input bytes" in small.evidence
     # 50 % more: its time shows, and the finding says why.
-    top = _simulated(tmp_path, 1.5)[0]
+    top = _simulated(tmp_path, "slow_device:ranks=1,factor=1.5,inputs=1")[0]
     assert (top.kind, top.culprit.ranks) == ("slow_device", [1]) and not findings.counted(top)
     assert "its operators work on more data than its peers'" in top.evidence
+
+
+def test_on_gpus_a_slow_rank_with_more_data_says_so_and_a_slower_device_does_not(tmp_path: Path) -> None:
+    """GPU kernels take their launching operator's input bytes: a timed slow rank is told apart from a slower GPU."""
+    [data] = _simulated(tmp_path, "slow_device:ranks=1,factor=1.5,inputs=1", "h100", 2048)
+    [device] = _simulated(tmp_path, "slow_device:ranks=1,factor=1.5", "h100", 2048)
+    assert (data.kind, data.culprit.ranks) == (device.kind, device.culprit.ranks) == ("slow_device", [1])
+    assert "work on more data than its peers'" in data.evidence
+    assert "more data" not in device.evidence
