@@ -864,14 +864,19 @@ def late_senders(
     median); a rank that waits for what a slower neighbour sends it waits as long as that neighbour makes it
     (a stage beside a slow one: holes of 0.2-20 ms before its sends, lower quartile 1.9 ms, median 6.4 ms).
     A pipeline of two stages has one other sender, and is weighed against it (a first stage sleeping 5 ms before
-    each send: 5.33 ms in three of four, at most 0.20 ms on the last stage). The impact: that hole per send times
-    those sends per step, over the step.
+    each send: 5.33 ms in three of four, at most 0.20 ms on the last stage). A hole holds the neighbour back only
+    as long as the neighbour's receives wait (their median duration bounds it): under
+    ``torch.distributed.pipelining`` a stage is blocked until the next one takes its previous data, so the stage
+    before a sleeping one idles as long before its sends (pp8 1F1B: 9.7 ms against the sleeper's 10.2 ms) while
+    the sleeper's receives of its data take 0.25 ms and the sleeper's neighbour waits 10 ms for each of its own.
+    The impact: that hole per send times those sends per step, over the step.
     ``named``: ranks already blamed for their own time."""
     if not len(p2p) or not host_ranks or not step_ns:
         return []
-    t = p2p.select(["src", "dst", "step", "send_start_ns", "recv_end_ns"]).to_pydict()
+    t = p2p.select(["src", "dst", "step", "send_start_ns", "recv_start_ns", "recv_end_ns"]).to_pydict()
     src, dst, step = (np.asarray(t[k], np.int64) for k in ("src", "dst", "step"))
     send, recv_end = np.asarray(t["send_start_ns"], np.int64), np.asarray(t["recv_end_ns"], np.int64)
+    waited = recv_end - np.asarray(t["recv_start_ns"], np.int64)  # how long each send's receive lasted
     compute = frame.kind == frame.code("kinds", "compute")
     # (rank, neighbour) -> its hole and share in three of four sends, the sends, whether they can be judged (enough
     # of them, holes alike)
@@ -883,9 +888,13 @@ def late_senders(
         mark_t = np.concatenate([send[mine], recv_end[dst == rank]])
         mark_s = np.concatenate([step[mine], step[dst == rank]])
         mark_to = np.concatenate([dst[mine], np.full(int((dst == rank).sum()), -1)])
+        mark_wait = np.concatenate(
+            [waited[mine], np.zeros(int((dst == rank).sum()), np.int64)]
+        )  # sends' only
         is_send = np.arange(len(mark_t)) < mine.sum()
         order = np.lexsort((mark_t, mark_s))
         mark_t, mark_s, mark_to, is_send = mark_t[order], mark_s[order], mark_to[order], is_send[order]
+        mark_wait = mark_wait[order]
         opens = np.concatenate([[False], (mark_s[1:] == mark_s[:-1]) & (mark_t[:-1] < mark_t[1:])])
         keep = is_send & opens
         if not keep.any():
@@ -893,11 +902,14 @@ def late_senders(
         at, prev, to = mark_t[keep], mark_t[np.flatnonzero(keep) - 1], mark_to[keep]
         rows = (frame.rank == rank) & compute
         hole = longest_gap_within(frame.start[rows], frame.end[rows], prev, at)
+        received = mark_wait[keep]
         share = hole / np.maximum(at - prev, 1)
         steps_sent = max(len(set(step[mine].tolist())), 1)
         for peer in sorted(set(to.tolist())):
             sent = to == peer
-            low = float(np.quantile(hole[sent], LATE_SENDER_QUANTILE))
+            # A sender holds its neighbour back only as long as the neighbour's receives wait for it: a stage
+            # blocked until a late neighbour takes its previous data (pipelining waits on its sends) holds nobody.
+            low = min(float(np.quantile(hole[sent], LATE_SENDER_QUANTILE)), float(np.median(received[sent])))
             held[(rank, peer)] = (
                 low,
                 float(np.quantile(share[sent], LATE_SENDER_QUANTILE)),

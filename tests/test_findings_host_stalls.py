@@ -270,12 +270,21 @@ def _pipeline(
     gaps_ms: dict[int, float],
     pieces: dict[int, int] | None = None,
     compute_ms: dict[int, float] | None = None,
+    received_ms: dict[int, float] | None = None,
 ) -> tuple[Any, pa.Table]:
     """pp4, one CPU rank per stage, 3 steps of 4 micro-batches: each rank's receive completes, it computes 2 ms
     (``compute_ms``), idles ``gaps_ms[rank]``, then sends to the next stage; a rank of ``pieces`` computes in that
-    many operators and idles its time in as many holes, one after each (the Python between operators)."""
+    many operators and idles its time in as many holes, one after each (the Python between operators). The receive
+    of a rank's sends lasts ``received_ms[rank]`` (default 20 ms: its receiver waited for it)."""
     rows: list[dict[str, Any]] = []
-    p2p: dict[str, list[int]] = {"src": [], "dst": [], "step": [], "send_start_ns": [], "recv_end_ns": []}
+    p2p: dict[str, list[int]] = {
+        "src": [],
+        "dst": [],
+        "step": [],
+        "send_start_ns": [],
+        "recv_end_ns": [],
+        "recv_start_ns": [],
+    }
     arrive = {
         (r, s, k): s * 100 * MS + k * 20 * MS + r * MS for r in range(4) for s in range(3) for k in range(4)
     }
@@ -290,9 +299,17 @@ def _pipeline(
                 {"rank": r, "name": "aten::mm", "start_ns": t + i * (each + hole), "dur_ns": each, "step": s}
                 for i in range(n)
             ]
+        end = arrive[((r + 1) % 4, s, k)]
         for key, v in zip(
             p2p,
-            (r, (r + 1) % 4, s, t + work + int(gaps_ms[r] * MS), arrive[((r + 1) % 4, s, k)]),
+            (
+                r,
+                (r + 1) % 4,
+                s,
+                t + work + int(gaps_ms[r] * MS),
+                end,
+                end - int((received_ms or {}).get(r, 20.0) * MS),
+            ),
             strict=True,
         ):
             p2p[key].append(v)
@@ -311,6 +328,11 @@ def test_a_lone_pipeline_rank_idling_before_each_of_its_sends_is_a_late_sender()
         findings.late_senders(*_pipeline({0: 0.2, 1: 8.0, 2: 0.3, 3: 0.2}, {1: 16}), set(), host, 100 * MS, 3)
         == []
     )
+    # Its neighbour's receives that do not wait for its sends (the next stage posts them late, pipelining's sender
+    # blocked until its previous data is taken: pp8 1F1B, the stage before a sleeping one idles as long before its
+    # sends, while its receiver's take 0.1-0.3 ms): it holds nobody back, and the sleeper is the late sender.
+    held = _pipeline({0: 8.0, 1: 8.0, 2: 0.3, 3: 0.2}, received_ms={0: 0.2})
+    assert [f.culprit.ranks for f in findings.late_senders(*held, set(), host, 100 * MS, 3)] == [[1]]
     # Alike senders, a rank already blamed for its own time, or another sender nearly as idle: none.
     assert findings.late_senders(*_pipeline({0: 0.2, 1: 0.5, 2: 0.3, 3: 0.2}), set(), host, 100 * MS, 3) == []
     assert findings.late_senders(frame, p2p, {1}, host, 100 * MS, 3) == []
@@ -344,7 +366,14 @@ def _both_ways(
     last stage: none), then computes 2 ms, idles ``backward_ms`` and sends backward (the first stage: none); a
     receive completes 1 ms after its send."""
     rows: list[dict[str, Any]] = []
-    p2p: dict[str, list[int]] = {"src": [], "dst": [], "step": [], "send_start_ns": [], "recv_end_ns": []}
+    p2p: dict[str, list[int]] = {
+        "src": [],
+        "dst": [],
+        "step": [],
+        "send_start_ns": [],
+        "recv_end_ns": [],
+        "recv_start_ns": [],
+    }
     for s in range(3):
         t = s * 200 * MS
         for _ in range(4):
@@ -352,14 +381,14 @@ def _both_ways(
                 rows.append({"rank": r, "name": "aten::mm", "start_ns": t, "dur_ns": 2 * MS, "step": s})
                 sent = t + 2 * MS + int(forward_ms.get(r, 0.2) * MS)
                 if r < stages - 1:
-                    for key, v in zip(p2p, (r, r + 1, s, sent, sent + MS), strict=True):
+                    for key, v in zip(p2p, (r, r + 1, s, sent, sent + MS, sent - 20 * MS), strict=True):
                         p2p[key].append(v)
                 rows.append(
                     {"rank": r, "name": "aten::mm", "start_ns": sent + 1, "dur_ns": 2 * MS, "step": s}
                 )
                 if r > 0:
                     back = sent + 1 + 2 * MS + int(backward_ms * MS)
-                    for key, v in zip(p2p, (r, r - 1, s, back, back + MS), strict=True):
+                    for key, v in zip(p2p, (r, r - 1, s, back, back + MS, back - 20 * MS), strict=True):
                         p2p[key].append(v)
                 if r == 1:
                     again = back + MS + MS // 10  # the first stage's next micro-batch
