@@ -266,6 +266,11 @@ def test_a_cpu_rank_doing_more_work_beyond_doubt_is_a_culprit_under_the_hosts_no
     assert found(_calls(4, extra_mm=3), spread=8.0) == []
 
 
+def _p2p_columns() -> dict[str, list[int]]:
+    """The send/receive pairs' columns that ``late_senders`` reads, empty."""
+    return {k: [] for k in ("src", "dst", "step", "send_start_ns", "recv_end_ns", "recv_start_ns")}
+
+
 def _pipeline(
     gaps_ms: dict[int, float],
     pieces: dict[int, int] | None = None,
@@ -277,14 +282,7 @@ def _pipeline(
     many operators and idles its time in as many holes, one after each (the Python between operators). The receive
     of a rank's sends lasts ``received_ms[rank]`` (default 20 ms: its receiver waited for it)."""
     rows: list[dict[str, Any]] = []
-    p2p: dict[str, list[int]] = {
-        "src": [],
-        "dst": [],
-        "step": [],
-        "send_start_ns": [],
-        "recv_end_ns": [],
-        "recv_start_ns": [],
-    }
+    p2p = _p2p_columns()
     arrive = {
         (r, s, k): s * 100 * MS + k * 20 * MS + r * MS for r in range(4) for s in range(3) for k in range(4)
     }
@@ -366,14 +364,7 @@ def _both_ways(
     last stage: none), then computes 2 ms, idles ``backward_ms`` and sends backward (the first stage: none); a
     receive completes 1 ms after its send."""
     rows: list[dict[str, Any]] = []
-    p2p: dict[str, list[int]] = {
-        "src": [],
-        "dst": [],
-        "step": [],
-        "send_start_ns": [],
-        "recv_end_ns": [],
-        "recv_start_ns": [],
-    }
+    p2p = _p2p_columns()
     for s in range(3):
         t = s * 200 * MS
         for _ in range(4):

@@ -36,6 +36,31 @@ def _trace(rank: int, groups: list[dict[str, Any]], events: list[dict[str, Any]]
     }
 
 
+def _all_reduce(at: float, run_at: float, run_us: float, elements: int = 64) -> list[dict[str, Any]]:
+    """An all-reduce enqueued on the main thread at ``at`` (``c10d::allreduce_``, 10 us) and run by gloo's
+    runloop thread from ``run_at`` for ``run_us``."""
+    return [
+        _op(
+            "c10d::allreduce_",
+            at,
+            10,
+            args={
+                "Concrete Inputs": ["", "", "", "", "False", "-1"],
+                "Input type": ["TensorList"],
+                "Input Dims": [[[elements]]],
+            },
+        ),
+        _op(
+            "gloo:all_reduce",
+            run_at,
+            run_us,
+            tid=RUNLOOP,
+            cat="user_annotation",
+            args={"Input type": ["float"], "Input Dims": [[elements]]},
+        ),
+    ]
+
+
 GROUPS = [
     {"pg_name": "0", "pg_desc": "default_pg", "ranks": [0, 1, 2, 3]},
     {"pg_name": "1", "pg_desc": "mesh_dp", "ranks": [1, 3]},
@@ -270,24 +295,7 @@ def test_a_wrapper_waiting_for_in_flight_gloo_work_is_not_computing(tmp_path: Pa
             args={"Input type": ["float"], "Input Dims": [[64]]},
         ),
         _op("aten::copy_", 1000, 5, args={"External id": 3}),
-        _op(
-            "c10d::allreduce_",
-            1100,
-            10,
-            args={
-                "Concrete Inputs": ["", "", "", "", "False", "-1"],
-                "Input type": ["TensorList"],
-                "Input Dims": [[[64]]],
-            },
-        ),
-        _op(
-            "gloo:all_reduce",
-            1115,
-            600,
-            tid=RUNLOOP,
-            cat="user_annotation",
-            args={"Input type": ["float"], "Input Dims": [[64]]},
-        ),
+        *_all_reduce(1100, 1115, 600),
         _op("aten::mm", 1200, 300, args={"External id": 4}),  # compute while the all-reduce is in flight
     ]
     path = tmp_path / "rank0.pt.trace.json"
@@ -333,24 +341,7 @@ def test_a_dispatch_mode_inside_an_operator_is_that_operators_work_while_gloo_is
         _op("aten::mse_loss", 1600, 1000, args={"External id": 5}),
         _op("PythonSubclass", 1610, 980, args={"External id": 6}),
         _op("aten::mse_loss", 1620, 80, args={"External id": 7}),
-        _op(
-            "c10d::allreduce_",
-            1710,
-            10,
-            args={
-                "Concrete Inputs": ["", "", "", "", "False", "-1"],
-                "Input type": ["TensorList"],
-                "Input Dims": [[[1]]],
-            },
-        ),
-        _op(
-            "gloo:all_reduce",
-            1725,
-            800,
-            tid=RUNLOOP,
-            cat="user_annotation",
-            args={"Input type": ["float"], "Input Dims": [[1]]},
-        ),
+        *_all_reduce(1710, 1725, 800, elements=1),
     ]
     path = tmp_path / "rank0.pt.trace.json"
     path.write_text(json.dumps(_trace(0, GROUPS[:1], events)))
