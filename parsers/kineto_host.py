@@ -18,7 +18,8 @@ track per thread), which the whole analysis then measures as it measures a GPU:
   the host share (on a clean FSDP2 job two of eight ranks' copies ran 3x their peers' in every step).
 * **communication**: each gloo annotation, linked to the ``c10d::*`` operator that enqueued it (the earliest
   one not yet linked, of the same collective, started before it: gloo runs a group's work first in, first out;
-  the annotations' External ids are the runloop thread's own); a send that gloo annotates at the end of its
+  the annotations' External ids are the runloop thread's own; an operator re-entered under a dispatch mode is
+  one enqueue, its outermost: :func:`_outermost`); a send that gloo annotates at the end of its
   ``c10d::send`` begins at the ``c10d::send`` (:func:`_began`). The link gives the step (the enqueue's), the
   group, and for send/recv the peer: ``Concrete Inputs`` holds the peer's index *in the group*, mapped to a
   global rank through the group's members. Sizes come from ``Input Dims`` and ``Input type``.
@@ -130,7 +131,7 @@ def host_lanes(
     )
     comm = _communication(
         np.flatnonzero(is_gloo),
-        np.flatnonzero(is_enqueue),
+        _outermost(np.flatnonzero(is_enqueue), is_enqueue, parent),
         codes,
         words,
         start,
@@ -185,6 +186,20 @@ def host_lanes(
         n,
     )
     return lanes, np.concatenate([np.full(n_pieces, -1, np.int64), np.array(comm["enqueue"], dtype=np.int64)])
+
+
+def _outermost(rows: np.ndarray, is_enqueue: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """The enqueues of ``rows`` that no other enqueue encloses (``parent``: each operator's caller). A dispatch
+    mode or tensor subclass re-enters the operator it handles: ``c10d::send`` > ``PythonDispatchMode`` >
+    ``c10d::send`` is one send, and gloo runs it once; linked first in, first out, the inner one would take the
+    next send's annotation."""
+    keep = np.ones(len(rows), dtype=bool)
+    for i, row in enumerate(rows.tolist()):
+        up = int(parent[row])
+        while up >= 0 and keep[i]:
+            keep[i] = not is_enqueue[up]
+            up = int(parent[up])
+    return rows[keep]
 
 
 def callers(owner: np.ndarray, parent: np.ndarray, external: np.ndarray) -> np.ndarray:

@@ -188,6 +188,31 @@ def test_a_send_that_blocks_in_its_enqueue_begins_when_the_host_asked_for_it(tmp
     ]
 
 
+def test_a_send_re_entered_under_a_dispatch_mode_is_one_send(tmp_path: Path) -> None:
+    """A dispatch mode re-enters the operator it handles: ``c10d::send`` > ``PythonDispatchMode`` > ``c10d::send``
+    is one send, which gloo annotates once. Linked first in, first out, the inner enqueue took the next send's
+    annotation, whose send then began when its annotation did (0.3-0.6 ms of blocked send read as a host idling
+    before it: a late sender, over a slowed stage)."""
+    peer = {"Concrete Inputs": ["", "", "1", "0"], "Input type": ["TensorList"], "Input Dims": [[[64]]]}
+    gloo = {"Input type": ["float"], "Input Dims": [[64]]}
+    events = [_op("ProfilerStep#1", 0, 20000, cat="user_annotation")]
+    for at in (100, 1500):
+        events += [
+            _op("c10d::send", at, 300, args=peer),
+            _op("PythonDispatchMode", at + 1, 298),
+            _op("c10d::send", at + 10, 280, args=peer),
+            _op("gloo:send", at + 280, 500, cat="user_annotation", args=gloo),
+        ]
+    path = tmp_path / "rank0.pt.trace.json"
+    path.write_text(json.dumps(_trace(0, GROUPS[:1], events)))
+    ev = kineto.parse(path).events
+    comm = ev.filter(pc.equal(ev.column("kind").cast("string"), "communication")).sort_by("start_ns")
+    assert [(c["collective"], c["start_ns"]) for c in comm.to_pylist()] == [
+        ("send", 100_000),
+        ("send", 1_500_000),
+    ]
+
+
 def test_a_collective_takes_the_step_of_its_enqueue(tmp_path: Path) -> None:
     """An asynchronous all-reduce enqueued at the end of a step runs into the next one: it is the first step's."""
     events = [
