@@ -1167,8 +1167,11 @@ def ranked(findings: list[Finding], by_replay: bool = False) -> list[Finding]:
     replayed = by_replay and all(f.what_if is not None and "saving_pct" in f.what_if for f in performance)
 
     def cost(f: Finding) -> float:
-        if replayed and f.what_if is not None and not _moved_nothing(f.what_if):
-            return max(float(f.what_if["saving_pct"]), 0.0)
+        if replayed and f.what_if is not None:
+            saving = max(float(f.what_if["saving_pct"]), 0.0)
+            # A replay that moved no layer ranks its finding by the finding's own estimate, at most: no split does
+            # better, and what the replay saves is the stage's replicas evened out, or nothing at all.
+            return min(f.impact_pct, saving) if _moved_nothing(f.what_if) else saving
         return f.impact_pct
 
     return sorted(findings, key=lambda f: (-cost(f), f.kind))
@@ -1177,8 +1180,9 @@ def ranked(findings: list[Finding], by_replay: bool = False) -> list[Finding]:
 def _moved_nothing(what_if: Mapping[str, Any]) -> bool:
     """A replay of stages balanced in which no whole layer moved (every split does worse): what it saves is not
     the split's (it evens out the stages' replicas too: a slow rank of the stage's), so it does not rank the
-    finding; the finding's own estimate does (a dp2 x pp2 job's 1.4x rank 0 and its LM-head stage 1.17x the
-    other: both replays saved 17 ms a step, the stage's by evening out rank 0)."""
+    finding beyond the finding's own estimate (a dp2 x pp2 job's 1.4x rank 0 and its LM-head stage 1.17x the
+    other: both replays saved 17 ms a step, the stage's by evening out rank 0), and a replay that saves nothing
+    ranks it at nothing (that job's sends linked right: the stages' replay 0, rank 0's 2.9 %)."""
     layers = what_if.get("layers")
     return layers is not None and list(layers["now"]) == list(layers["balanced"])
 

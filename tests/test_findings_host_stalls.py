@@ -549,3 +549,12 @@ def test_findings_of_a_cpu_job_are_ordered_by_their_replays_when_every_one_has_o
         "stage_imbalance",
         "slow_device",
     ]
+    # The same job with its sends linked right (each re-entered c10d::send one enqueue): the stages' replay saves
+    # nothing, rank 0's only 2.9 % (its gloo on cores its spinning shares, which no replay models). A replay that
+    # moved no layer ranks its finding by its own estimate at most: the split does nothing, the slow rank something.
+    idle = replace(even, what_if={**even.what_if, "saving_pct": 0.0, "saving_ms": 0.0})
+    weak = replace(slow, impact_pct=22.5, what_if={"saving_pct": 2.9, "saving_ms": 1.4})
+    assert [f.kind for f in findings.ranked([idle, weak], by_replay=True)] == [
+        "slow_device",
+        "stage_imbalance",
+    ]
