@@ -888,9 +888,8 @@ def late_senders(
         mark_t = np.concatenate([send[mine], recv_end[dst == rank]])
         mark_s = np.concatenate([step[mine], step[dst == rank]])
         mark_to = np.concatenate([dst[mine], np.full(int((dst == rank).sum()), -1)])
-        mark_wait = np.concatenate(
-            [waited[mine], np.zeros(int((dst == rank).sum()), np.int64)]
-        )  # sends' only
+        # how long the neighbour's receive of each send lasted (none for the rank's own receives)
+        mark_wait = np.concatenate([waited[mine], np.zeros(int((dst == rank).sum()), np.int64)])
         is_send = np.arange(len(mark_t)) < mine.sum()
         order = np.lexsort((mark_t, mark_s))
         mark_t, mark_s, mark_to, is_send = mark_t[order], mark_s[order], mark_to[order], is_send[order]

@@ -207,12 +207,37 @@ def _events_table(
     track = np.where(on_device & ~np.isnan(stream_arg), stream_arg, tid)
     track = np.clip(np.nan_to_num(track, nan=-1), -(2**31), 2**31 - 1).astype(np.int64)
     correlation = columns.take("correlation").fill_null(-1).to_numpy(zero_copy_only=False)
-    operand_bytes = _launched_sizes(
-        columns.take("operand_bytes"),
-        on_device & (kind_codes == schema.KINDS.index(schema.COMPUTE)),
-        on_device,
-        external_id,
-        correlation,
+    comm_columns = _comm_columns(
+        comm,
+        n,
+        names,
+        track,
+        _described_elsewhere(
+            columns,
+            comm,
+            names,
+            on_device,
+            correlation,
+            external_id,
+            ts,
+            dur,
+            tid,
+            track,
+            device,
+            groups,
+            rank,
+        ),
+    )
+    # A row that is no collective's: its operator's input bytes (a host operator's, a kernel's launching one's).
+    comm_columns["bytes"] = pc.coalesce(
+        comm_columns["bytes"],
+        _launched_sizes(
+            columns.take("operand_bytes"),
+            on_device & (kind_codes == schema.KINDS.index(schema.COMPUTE)),
+            on_device,
+            external_id,
+            correlation,
+        ),
     )
     table = schema.build(
         schema.EVENTS,
@@ -228,28 +253,7 @@ def _events_table(
             "step": np.full(n, -1, dtype=np.int32),
             "correlation": _clip32(correlation),
             "external_id": _clip32(external_id),
-            **_comm_columns(
-                comm,
-                n,
-                names,
-                track,
-                operand_bytes,
-                _described_elsewhere(
-                    columns,
-                    comm,
-                    names,
-                    on_device,
-                    correlation,
-                    external_id,
-                    ts,
-                    dur,
-                    tid,
-                    track,
-                    device,
-                    groups,
-                    rank,
-                ),
-            ),
+            **comm_columns,
         },
         n,
     )
@@ -347,14 +351,12 @@ def _comm_columns(
     n: int,
     names: pa.DictionaryArray,
     track: np.ndarray,
-    operand_bytes: pa.Array,
     enclosing: dict[int, CommMeta],
 ) -> dict[str, Any]:
     """Collective, group, ranks, peer and bytes: from the event's own args, else from the record_param_comms call
     with the same External id, else from the host collective operator it was launched in (``enclosing``), else
     from the kernel name; without a process group the kernel's stream stands in for the group (NCCL runs one
-    communicator per stream). Built sparsely: most rows are not collectives. A host operator that is no
-    collective's gets the bytes of its tensor inputs (``operand_bytes``, from ``record_shapes``) instead."""
+    communicator per stream). Built sparsely: most rows are not collectives."""
     meta = dict(comm.meta)
     for row, ext in comm.pending:
         if ext in comm.host_meta:
@@ -386,8 +388,6 @@ def _comm_columns(
         dense[index[known]] = [values[key][i] for i in known]
         present[index[known]] = False
         out[key] = pa.array(dense, mask=present)
-    if len(operand_bytes) == n and operand_bytes.null_count < n:
-        out["bytes"] = pc.coalesce(out["bytes"], operand_bytes)
     return out
 
 

@@ -8,6 +8,7 @@ Memory therefore holds the columns plus one slice, never the whole text, and no 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import attrgetter, is_not
@@ -395,30 +396,43 @@ def sizes_work(name: str | None) -> bool:
     )
 
 
-def operand_bytes(op: OperatorInputs) -> int | None:
-    """The bytes of an operator's tensor inputs (tensors and tensor lists; scalars and None count nothing), from
-    ``Input Dims`` and ``Input type``: the size of the data it works on, which grows with the batch, the sequence,
-    the layer's width. None where no input is a tensor or the size is out of range."""
-    total = 0
-    for i, dims in enumerate(op.dims):
-        if not isinstance(dims, list) or not dims:
-            continue
-        dtype = op.types[i] if i < len(op.types) and isinstance(op.types[i], str) else ""
-        size = DTYPE_BYTES.get(
-            dtype.lower(), 4 if dtype in ("TensorList", "Tensor", "GenericList") or not dtype else 0
-        )
-        total += _elements(dims) * size
-    return total if 0 < total <= INT64_MAX else None
-
-
-def _elements(dims: list[Any]) -> int:
-    """Elements of a shape ``[a, b]``, or of every shape of a tensor list ``[[a, b], [c]]``."""
+def numel(dims: Any, lists: Callable[[list[int]], int] = max) -> int:
+    """Elements of a shape ``[a, b]``; of a tensor list ``[[a, b], [c]]``, ``lists`` of its shapes' (the largest,
+    or ``sum``: all of them). 0 for a scalar (``[]``) or anything else."""
+    if not isinstance(dims, list) or not dims:
+        return 0
     if all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
         n = 1
         for d in dims:
             n *= max(d, 0)
         return n
-    return sum(_elements(d) for d in dims if isinstance(d, list))
+    parts = [numel(d, lists) for d in dims]
+    return int(lists(parts)) if parts else 0
+
+
+def _itemsize(op: OperatorInputs, i: int) -> int:
+    """The bytes of one element of input ``i`` (its ``Input type``; 4 for an untyped tensor or tensor list, 0 for
+    a scalar's type)."""
+    dtype = op.types[i] if i < len(op.types) and isinstance(op.types[i], str) else ""
+    return DTYPE_BYTES.get(
+        dtype.lower(), 4 if dtype in ("TensorList", "Tensor", "GenericList") or not dtype else 0
+    )
+
+
+def tensor_bytes(op: OperatorInputs | None) -> int | None:
+    """The largest tensor (or tensor list, by its largest shape) among an operator's inputs, in bytes."""
+    if op is None:
+        return None
+    best = max((numel(dims) * _itemsize(op, i) for i, dims in enumerate(op.dims)), default=0)
+    return best if 0 < best <= INT64_MAX else None
+
+
+def operand_bytes(op: OperatorInputs) -> int | None:
+    """The bytes of an operator's tensor inputs (tensors and tensor lists; scalars and None count nothing), from
+    ``Input Dims`` and ``Input type``: the size of the data it works on, which grows with the batch, the sequence,
+    the layer's width. None where no input is a tensor or the size is out of range."""
+    total = sum(numel(dims, sum) * _itemsize(op, i) for i, dims in enumerate(op.dims))
+    return total if 0 < total <= INT64_MAX else None
 
 
 @dataclass

@@ -33,7 +33,6 @@ created (gloo starts the same number of threads for each), which is the order of
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any
 
@@ -43,7 +42,7 @@ import pyarrow as pa
 from paradiag import schema
 from paradiag.intervals import merge
 from paradiag.parsers.base import Group, group_role, normalize_collective, ranks_key
-from paradiag.parsers.kineto_decode import DTYPE_BYTES, INT64_MAX, OperatorInputs, int_or_none
+from paradiag.parsers.kineto_decode import OperatorInputs, int_or_none, tensor_bytes
 
 GLOO_ANNOTATION = re.compile(r"^gloo:([A-Za-z_]+)$")
 HOST_COLLECTIVE = re.compile(
@@ -357,27 +356,6 @@ def _subtract(
         pieces = kept
     out = ([p[i] for p in pieces] for i in range(3))
     return tuple(np.array(v, np.int64) for v in out)  # type: ignore[return-value]
-
-
-def tensor_bytes(op: OperatorInputs | None) -> int | None:
-    """The largest tensor (or tensor list) among an operator's inputs, in bytes, from its dims and type."""
-    if op is None:
-        return None
-    best = 0
-    for i, dims in enumerate(op.dims):
-        dtype = op.types[i] if i < len(op.types) and isinstance(op.types[i], str) else ""
-        size = DTYPE_BYTES.get(dtype.lower(), 4 if dtype in ("TensorList", "Tensor") or not dtype else 0)
-        best = max(best, _numel(dims) * size)
-    return best if 0 < best <= INT64_MAX else None
-
-
-def _numel(dims: Any) -> int:
-    """Elements of a shape ``[a, b]``, or of the largest shape of a tensor list ``[[a, b], [c]]``."""
-    if not isinstance(dims, list) or not dims:
-        return 0
-    if all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
-        return math.prod(max(d, 0) for d in dims)
-    return max((_numel(d) for d in dims), default=0)
 
 
 def _communication(

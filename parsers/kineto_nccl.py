@@ -40,7 +40,14 @@ from paradiag.parsers.base import (
     normalize_collective,
     ranks_key,
 )
-from paradiag.parsers.kineto_decode import DTYPE_BYTES, INT64_MAX, CommMeta, OperatorInputs, int_or_none
+from paradiag.parsers.kineto_decode import (
+    DTYPE_BYTES,
+    INT64_MAX,
+    CommMeta,
+    OperatorInputs,
+    int_or_none,
+    numel,
+)
 
 # nccl:all_reduce, nccl:_all_gather_base, nccl:send 0->1, nccl:recv 1<-0
 NCCL_ANNOTATION = re.compile(r"^nccl:_*([A-Za-z_]+?)(?:_base)?_*(?:\s+(\d+)\s*(->|<-)\s*(\d+))?\s*$")
@@ -192,21 +199,9 @@ def _describe(link: _Links, rows: Rows, inputs: dict[int, OperatorInputs]) -> _K
     return k
 
 
-def _numel(dims: object) -> int:
-    """Elements of a shape ``[a, b]``, or of the largest shape of a tensor list ``[[a, b], [c]]``."""
-    if not isinstance(dims, list) or not dims:
-        return 0
-    if all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
-        out = 1
-        for d in dims:
-            out *= max(int(d), 0)
-        return out
-    return max((_numel(d) for d in dims), default=0)
-
-
 def _bytes(ops: list[OperatorInputs]) -> int | None:
     """The largest tensor among the inputs, in the first concrete element type they name (None if none does)."""
-    elements = max((_numel(d) for op in ops for d in op.dims), default=0)
+    elements = max((numel(d) for op in ops for d in op.dims), default=0)
     size = next(
         (
             DTYPE_BYTES[t.lower()]
@@ -225,7 +220,7 @@ def _ratio(op: OperatorInputs, collective: str) -> int | None:
     """The group size an all-gather's (output, input) or a reduce-scatter's (output, input) shapes imply."""
     if len(op.dims) < 2:
         return None
-    out, inp = _numel(op.dims[0]), _numel(op.dims[1])
+    out, inp = numel(op.dims[0]), numel(op.dims[1])
     big, small = (out, inp) if collective == "all_gather" else (inp, out)
     if small <= 0 or big % small or big // small < 2:
         return None
