@@ -99,6 +99,37 @@ def test_a_heavy_first_stage_hidden_in_time_is_found_by_its_work_and_noise_is_no
     assert findings.stage_findings(heavy_first, on_host=True, work=[1.0, 1.0, 1.3, 1.0]) == []
 
 
+def _replica_metrics(per_micro_batch_ms: list[float], replicas: int) -> dict[str, Any]:
+    rows = [
+        {
+            "stage": s,
+            "ranks": [s + len(per_micro_batch_ms) * d for d in range(replicas)],
+            "compute_per_micro_batch_ns": int(v * MS),
+            "bubble_ratio": 0.3,
+        }
+        for s, v in enumerate(per_micro_batch_ms)
+    ]
+    return stages._stage_summary(rows, micro_batches=8, virtual=1, step_time_ns=50 * MS, compute_scale=1.0)
+
+
+def test_a_stage_heavier_in_time_only_is_one_slow_rank_standing_apart_or_the_hosts_cores() -> None:
+    """A real clean pp4 isend job on 2 cores: stages 1 and 2 took 1.47 and 1.53 ms a micro-batch, stages 0 and 3
+    1.12 and 1.08, at the same work (stage 0: no input gradient); a real clean dp4 x pp2 job: the last stage's
+    replicas 1.36x the first's at 1.12x its work (its loss, its input gradients, its cores' share). Neither is a
+    stage's doing; one rank 1.3x slower than every other stage is (a pipeline's lone slow rank)."""
+    two_slow = _metrics([1.118, 1.472, 1.534, 1.08])
+    assert findings.stage_findings(two_slow, on_host=True, work=[5.01, 5.38, 5.38, 5.38]) == []
+    assert findings.stage_findings(two_slow) != []  # GPU ranks: their time is their work
+    last = _replica_metrics([0.878, 1.197], replicas=4)
+    assert findings.stage_findings(last, on_host=True, work=[5.58, 6.24]) == []
+    # the same stage with 1.4x the others' calls (more layers) is the split's
+    (f,) = findings.stage_findings(last, on_host=True, work=[5.0, 7.0])
+    assert f.culprit.stage == 1
+    lone = _metrics([1.3, 1.45, 1.9, 1.2])  # 1.31x the runner-up at the same work
+    (f,) = findings.stage_findings(lone, on_host=True, work=[1.0, 1.0, 1.0, 1.0])
+    assert (f.kind, f.culprit.stage) == ("stage_imbalance", 2)
+
+
 def test_a_stage_whose_layers_no_whole_layer_split_evens_out_says_so() -> None:
     """17 layers on 4 stages (a real interleaved job, one stage of 1.5x the blocks): the replay moves no layer,
     so the evidence says why its saving is none while the estimate of an even split of the work stands."""
