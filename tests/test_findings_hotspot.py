@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from paradiag.analysis import findings
 from paradiag.analysis.findings import HOTSPOT_REST, HOTSPOT_REST_HOST, far_slower
 from paradiag.analysis.frame import device_frame
@@ -120,12 +122,11 @@ def test_a_cpu_rank_below_the_hosts_noise_band_is_a_hotspot_only_where_a_few_ope
     # The hot rank also held in its autograd frames, far beyond its compute's excess (a real DDP job on a busy
     # host: 0.05, 5.8 and 41 ms in AccumulateGrad against its peers' 0.03): both are reported. Frames held far
     # beyond a rank's compute once meant its compute ran cold after them, slower alike in every operator; a GELU
-    # 10x as long is no cold cache.
+    # 10x as long is no cold cache. The hold costs its typical step (5.8 ms, the median), not its mean with the
+    # scheduler's 41 ms in it (15.6 ms, above the hotspot's 13.5): the hotspot comes first.
     frame, figures = job({}, {2: 15.0})
     for (r, s), fig in figures.items():
         fig["hooks_ns"] = int((0.05, 5.8, 41.0)[s] * ms) if r == 2 else int(0.03 * ms)
     found = findings.rank_findings(frame, figures, [[0, 1, 2, 3]], {}, {}, 100 * ms, host)
-    assert sorted((f.kind, tuple(f.culprit.ranks)) for f in found) == [
-        ("host_stall", (2,)),
-        ("operator_hotspot", (2,)),
-    ]
+    assert [f.kind for f in findings.ranked(found)] == ["operator_hotspot", "host_stall"]
+    assert next(f for f in found if f.kind == "host_stall").impact_pct == pytest.approx(5.77, abs=0.01)
