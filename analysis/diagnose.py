@@ -137,7 +137,9 @@ def rank_tables(
         "operator_totals": _operator_totals(frame),
         "communication": comm.communication_records(frame),
         "step_figures": findings.step_figures(frame, steps, host_lanes),
-        "passes": stages.rank_pass_table(frame, events if host_lanes else None),
+        "passes": stages.rank_pass_table(
+            frame, events if host_lanes else None, stages.annotated_schedule(events)
+        ),
     }
 
 
@@ -286,7 +288,9 @@ def diagnose(job: Job) -> Diagnosis:
     passes = stages.number_passes(rank_passes, layout.stage_of, virtual, layout.size["pp"])
     host_ranks = job.cpu_ranks()
     stretch = _host_stretch(per_rank["breakdowns"], figures, host_ranks)
-    metrics = stages.stage_metrics(passes, layout.stages, virtual, step_ns, stretch)
+    metrics = stages.stage_metrics(
+        passes, layout.stages, virtual, step_ns, stretch, stages.annotated_micro_batches(rank_passes)
+    )
     if metrics:
         metrics["schedule"] = stages.schedule_kind(passes, layout.size["pp"], virtual)
     frame = read_frame(job)

@@ -160,11 +160,22 @@ def rank_passes(
             }
         )
     if spent is not None:
-        largest: dict[str, int] = {}
-        for one in out:
-            largest[one["direction"]] = max(largest.get(one["direction"], 0), one["compute_ns"])
-        out = [one for one in out if one["compute_ns"] >= MINOR_PASS * largest[one["direction"]]]
+        typical = {
+            d: _weighted_median([one["compute_ns"] for one in out if one["direction"] == d])
+            for d in {one["direction"] for one in out}
+        }
+        out = [one for one in out if one["compute_ns"] >= MINOR_PASS * typical[one["direction"]]]
     return out
+
+
+def _weighted_median(values: list[int]) -> float:
+    """The value at which half the sum of ``values`` is reached, smallest first: a typical pass by the compute it
+    holds. Not the largest pass: a zero-bubble schedule defers its weight-gradient passes to the step's end, where
+    several run back to back with no send between them, one "pass" of 2-5x a micro-batch's, and a pass a third of
+    that lump is a whole micro-batch's input gradient, no minor work."""
+    ordered = np.sort(np.asarray(values, dtype=np.float64))
+    at = int(np.searchsorted(np.cumsum(ordered), ordered.sum() / 2))
+    return float(ordered[min(at, len(ordered) - 1)])
 
 
 def chunk_and_micro_batch(k: int, stages: int, virtual: int, backward: bool) -> tuple[int, int]:
@@ -180,12 +191,34 @@ def chunk_and_micro_batch(k: int, stages: int, virtual: int, backward: bool) -> 
 PASS_COLUMNS = ("direction", "start_ns", "end_ns", "compute_ns")
 
 
-def rank_pass_table(frame: Frame, events: pa.Table | None = None) -> pa.Table:
+# torch.distributed.pipelining's multi-stage schedules (interleaved 1F1B, zero-bubble, V-shaped ones) name each
+# action of a rank in a record_function: "PP:{stage}F{micro-batch}" for a forward (I/W: input/weight gradients).
+PIPELINING_FORWARD = re.compile(r"^PP:(\d+)F(\d+)$")
+
+
+def annotated_schedule(events: pa.Table) -> tuple[int, int] | None:
+    """Model chunks and micro-batches of one rank as its schedule names them: the distinct stages and micro-batches
+    of its ``PP:{stage}F{mb}`` annotations (:data:`PIPELINING_FORWARD`), where it holds two chunks or more; None
+    without them. A V-shaped schedule (ScheduleZBVZeroBubble: rank r holds stages r and 2p - 1 - r) feeds rank 0's
+    second chunk from rank 1 straight into its loss and backward, and a zero-bubble one splits each backward in
+    two: their passes cannot be counted as :func:`model_chunks` and :func:`stage_metrics` count them."""
+    names = events.column("name")
+    unique = pc.unique(names.combine_chunks().dictionary if pa.types.is_dictionary(names.type) else names)
+    found = [m for n in unique.to_pylist() if n and (m := PIPELINING_FORWARD.match(n))]
+    chunks = {int(m.group(1)) for m in found}
+    return (len(chunks), len({int(m.group(2)) for m in found})) if len(chunks) >= 2 else None
+
+
+def rank_pass_table(
+    frame: Frame, events: pa.Table | None = None, schedule: tuple[int, int] | None = None
+) -> pa.Table:
     """The per-rank part of the passes table: one rank's passes (``frame``: its events), step by step in time
     order (step, direction, start, end, compute), and on each row the model chunks its first step shows
     (:func:`model_chunks`). ``events``: the rank's events where it is a CPU rank (host lanes): its operators'
     direction is that of the autograd node they run in (:func:`inside_backward`), and compute counts them at
-    their typical durations (``operators.typical_durations``), as the findings do."""
+    their typical durations (``operators.typical_durations``), as the findings do. ``schedule``: the model chunks
+    and micro-batches the schedule's annotations name (:func:`annotated_schedule`), where they do (the
+    ``micro_batches`` column; 0 elsewhere)."""
     host_lanes = events is not None
     classes = row_classes(
         frame, name_classes(frame.names), inside_backward(frame, events) if events is not None else None
@@ -200,9 +233,9 @@ def rank_pass_table(frame: Frame, events: pa.Table | None = None) -> pa.Table:
     table = pa.table(
         rows, schema=pa.schema([(k, pa.string() if k == "direction" else pa.int64()) for k in rows])
     )
-    return table.append_column(
-        "chunks", pa.array(np.full(table.num_rows, model_chunks(frame, classes, durations), np.int64))
-    )
+    chunks, micro = schedule or (model_chunks(frame, classes, durations), 0)
+    table = table.append_column("chunks", pa.array(np.full(table.num_rows, chunks, np.int64)))
+    return table.append_column("micro_batches", pa.array(np.full(table.num_rows, micro, np.int64)))
 
 
 def number_passes(passes: pa.Table, stage_of: dict[int, int], virtual: int, stages: int) -> pa.Table:
@@ -285,15 +318,29 @@ def schedule_kind(passes: pa.Table, stages: int, virtual: int) -> str:
     return "gpipe" if gpipe else "1f1b"
 
 
+def annotated_micro_batches(passes: pa.Table) -> int:
+    """The micro-batches the schedule's annotations name (:func:`rank_pass_table`'s ``micro_batches``; the
+    most any rank names), 0 where none does."""
+    if "micro_batches" not in passes.column_names or not passes.num_rows:
+        return 0
+    return int(pc.max(passes.column("micro_batches")).as_py() or 0)
+
+
 def stage_metrics(
-    passes: pa.Table, stages: list[list[int]], virtual: int, step_time_ns: float, compute_scale: float = 1.0
+    passes: pa.Table,
+    stages: list[list[int]],
+    virtual: int,
+    step_time_ns: float,
+    compute_scale: float = 1.0,
+    micro_batches: int = 0,
 ) -> dict[str, Any]:
     """Per stage: compute per micro-batch (median over steps, the least loaded of its ranks, so that one slow rank
     does not make its stage look heavy), the measured bubble; imbalance = max / mean; the bottleneck stage; the
     step time a balanced split would give, estimating the pipeline as (m + (p - 1) / v) slots of the slowest
     stage's per-micro-batch time. ``compute_scale``: the clock's time per ns of the passes' compute (CPU ranks
     count it at typical durations while a busy host runs it slower, ``diagnose._host_stretch``; 1 elsewhere): the
-    time a balanced split saves on the clock's step is the saving in compute at that speed."""
+    time a balanced split saves on the clock's step is the saving in compute at that speed. ``micro_batches``:
+    as the schedule's annotations name them (:func:`annotated_micro_batches`), else counted from the passes."""
     cols = passes.to_pydict()
     per_rank_step: dict[tuple[int, int], list[int]] = {}
     spans: dict[tuple[int, int], list[int]] = {}
@@ -315,7 +362,7 @@ def stage_metrics(
     if not per_rank_step or len(stages) < 2:
         return {}  # no pipeline: nothing to report (the report's ``pipeline`` is null)
     passes_per_step = statistics.median(forward_count.values())
-    micro_batches = max(1, round(passes_per_step / max(virtual, 1)))
+    micro_batches = micro_batches or max(1, round(passes_per_step / max(virtual, 1)))
     out_stages = []
     for s, ranks in enumerate(stages):
         per_rank = []

@@ -9,7 +9,7 @@ each run, analysed by paradiag and judged against the fault it holds.
     .venv/bin/python benchmarks/real_jobs.py --make-only --keep /work/realtraces --only core   # just make traces
 
 Every fault kind (slow_rank, host_stall, heavy_stage, slow_collective, slow_link, hotspot) runs on several APIs
-(DDP, FSDP2, pipelining GPipe/1F1B/interleaved, hand-written isend/irecv, DeviceMesh dp x pp and dp x tp), each
+(DDP, FSDP2, pipelining GPipe/1F1B/interleaved/zero-bubble (interleaved and V), hand-written isend/irecv, DeviceMesh dp x pp and dp x tp), each
 with 2 seeds, plus clean jobs; a seed draws the culprit rank, the strength, the model size, the micro-batches, the
 world size (2, 4 or 8) and the profiler set-up (tensorboard_trace_handler with worker_name=rank{R} or its default
 name, repeat=2, paradiag.torch). The job program and the expected diagnosis: tests/realjobs.
@@ -67,6 +67,13 @@ CASES: list[tuple[str, str]] = [
     ("pipe_1f1b", "hotspot"),
     ("pipe_interleaved", "none"),
     ("pipe_interleaved", "heavy_stage"),
+    # zero-bubble schedules: each backward split into its input and weight gradients, the weight ones deferred
+    ("pipe_zb", "none"),
+    ("pipe_zb", "heavy_stage"),
+    ("pipe_zb", "slow_rank"),
+    ("pipe_zbv", "none"),
+    ("pipe_zbv", "heavy_stage"),
+    ("pipe_zbv", "host_stall"),
     ("isend", "none"),
     ("isend", "heavy_stage"),
     ("isend", "slow_link"),
@@ -228,7 +235,11 @@ CORE: list[JobSpec] = [
 def matrix_spec(api: str, fault: str, seed: int) -> JobSpec:
     """One job of the matrix: what the seed draws, within what the API and fault allow."""
     rng = random.Random(f"{api}/{fault}/{seed}")
-    world = rng.choice([2, 4, 4, 4, 8]) if api in ("ddp", "fsdp2", "isend", "pipe_1f1b") else 4
+    world = (
+        rng.choice([2, 4, 4, 4, 8])
+        if api in ("ddp", "fsdp2", "isend", "pipe_1f1b", "pipe_zb", "pipe_zbv")
+        else 4
+    )
     if api.startswith("mesh_"):
         world = rng.choice([4, 4, 8])
     if fault in ("heavy_stage", "slow_link") and world == 2 and api == "isend":
@@ -236,7 +247,12 @@ def matrix_spec(api: str, fault: str, seed: int) -> JobSpec:
     dp = 2 if world == 4 else rng.choice([2, 4]) if world == 8 else 1
     hidden = rng.choice([256, 384, 512]) if world <= 4 else 256
     micro = world if api == "pipe_interleaved" else rng.choice([4, 8])
-    if api in ("pipe_1f1b", "mesh_dp_pp"):  # Schedule1F1B needs at least one micro-batch per stage
+    if api in (
+        "pipe_1f1b",
+        "mesh_dp_pp",
+        "pipe_zb",
+        "pipe_zbv",
+    ):  # 1F1B-like: a micro-batch per stage at least
         micro = max(micro, world // dp if api.startswith("mesh_") else world)
     batch = micro * rng.choice([8, 16]) if api in ("ddp", "fsdp2", "mesh_dp_tp") else micro * 8
     if api in ("ddp", "fsdp2", "mesh_dp_tp"):
@@ -307,7 +323,7 @@ distributedInfo); `repeat 2` = two profiler cycles, two files per rank (the faul
 last window); `paradiag` = paradiag.torch.profile -> `rank{{R}}.window{{W}}.pt.trace.json` + `paradiag_run.json`.
 Schedule: wait 1, warmup 1, active 3 (per cycle); host_stall's "active step N" counts from 0 in the last window.
 Layouts: ddp/fsdp2 are dp over every rank (fsdp2 through a 1-D DeviceMesh "dp"); pipe_*/isend one stage per rank
-(stage = rank; interleaved: ranks hold stages r and r + W); DeviceMesh jobs are init_device_mesh("cpu", (dp, X),
+(stage = rank; interleaved and zb: ranks hold stages r and r + W; zbv: r and 2W - 1 - r); DeviceMesh jobs are init_device_mesh("cpu", (dp, X),
 ("dp", "pp"|"tp")), ranks row-major: with dp2 x pp2, mesh [[0, 1], [2, 3]], pp stage s = ranks {{s, s + 2}}, dp
 groups [0, 2] and [1, 3]. Gradients of mesh_dp_pp stages: DDP over the dp group (or fully_shard when dp_wrap is
 fsdp); mesh_dp_tp: one flat all_reduce over dp after backward. Other folders here without a sidecar (quick_ddp)

@@ -97,6 +97,44 @@ def test_operators_inside_backward_nodes_are_backward_work(tmp_path: Path) -> No
     assert [p["compute_ns"] for p in passes if p["direction"] == "backward"] == [620_000, 620_000]
 
 
+def test_a_zero_bubble_stages_deferred_weight_gradients_leave_its_input_gradient_passes_whole(
+    tmp_path: Path,
+) -> None:
+    """A middle stage of a zero-bubble schedule (ScheduleInterleavedZeroBubble, ScheduleZBVZeroBubble): per
+    micro-batch a forward and an input-gradient pass between sends, and the weight-gradient passes deferred to the
+    step's end, back to back with no send between them: one "pass" of 4x the others. The input-gradient passes are
+    whole micro-batches' work, not minor work beside that lump; the data preparation is."""
+    p2p = {"Concrete Inputs": ["", "", "1", "0"], "Input type": ["TensorList"], "Input Dims": [[[64]]]}
+    gloo = {"Input type": ["float"], "Input Dims": [[64]]}
+
+    def transfer(kind: str, t: float) -> list[dict[str, Any]]:
+        op = "c10d::recv_" if kind == "recv" else "c10d::send"
+        return [_op(op, t, 10, args=p2p), _op(f"gloo:{kind}", t + 5, 50, cat="user_annotation", args=gloo)]
+
+    def gradient(t: float) -> list[dict[str, Any]]:
+        return [
+            _op("autograd::engine::evaluate_function: MmBackward0", t, 320),
+            _op("MmBackward0", t + 5, 310),
+            _op("aten::mm", t + 10, 300),
+        ]
+
+    events = [_op("ProfilerStep#1", 0, 40_000, cat="user_annotation"), _op("aten::randn", 5, 20)]
+    t = 100
+    for _ in range(4):
+        events += [*transfer("recv", t), _op("aten::addmm", t + 100, 300), *transfer("send", t + 450)]
+        events += [*transfer("recv", t + 600), *gradient(t + 700), *transfer("send", t + 1100)]
+        t += 1400
+    for _ in range(4):  # the deferred weight gradients
+        events += gradient(t)
+        t += 400
+    events_table = _events(tmp_path, events)
+    frame = device_frame(events_table)
+    passes = stages.rank_pass_table(frame, events_table).to_pylist()
+    backward = [p["compute_ns"] for p in passes if p["direction"] == "backward"]
+    assert backward == [320_000] * 4 + [4 * 320_000]
+    assert [p["compute_ns"] for p in passes if p["direction"] == "forward"] == [300_000] * 4  # no randn
+
+
 def test_calls_of_one_operator_under_different_callers_keep_their_own_typical_durations(
     tmp_path: Path,
 ) -> None:
@@ -120,3 +158,20 @@ def test_calls_of_one_operator_under_different_callers_keep_their_own_typical_du
     # 4 inner calls at 500 us + 4 outer calls' own 30 us: 5 us before and after the dispatch mode, and the mode's
     # own 10 + 10 us, which run inside the outer call and are its work (kineto_host._self_time)
     assert np.isclose(typical[mm].sum(), 4 * 500_000 + 4 * 30_000)
+
+
+def test_the_chunks_and_micro_batches_a_pipelining_schedule_names(tmp_path: Path) -> None:
+    """torch.distributed.pipelining's multi-stage schedules annotate every action "PP:{stage}{action}{mb}": rank
+    0 of a V schedule over 4 ranks holds stages 0 and 7; single-stage schedules and other names say nothing."""
+    events = [_op("ProfilerStep#1", 0, 10_000, cat="user_annotation")]
+    t = 10
+    for stage in (0, 7):
+        for mb in range(3):
+            for action in ("F", "I", "W", "SEND_F", "RECV_B"):
+                events.append(_op(f"PP:{stage}{action}{mb}", t, 5, cat="user_annotation"))
+                t += 10
+    assert stages.annotated_schedule(_events(tmp_path, events)) == (2, 3)
+    one = [e for e in events if not e["name"].startswith("PP:7")] + [
+        _op("Forward 0", 900, 5, cat="user_annotation")
+    ]
+    assert stages.annotated_schedule(_events(tmp_path, one)) is None

@@ -88,6 +88,20 @@ JOBS = {
         micro_batches=4,
         stall_step=1,
     ),
+    # a zero-bubble V schedule (rank r holds stages r and 7 - r; weight gradients deferred): rank 3's first stage
+    # holds 1.5x the blocks
+    "zbv_heavy": JobSpec(
+        "pipe_zbv_heavy_stage",
+        "pipe_zbv",
+        "heavy_stage",
+        rank=3,
+        strength=0.5,
+        blocks=4,
+        hidden=384,
+        batch=64,
+        micro_batches=8,
+        profiler="paradiag",
+    ),
 }
 
 Made = tuple[JobSpec, Path, dict[str, Any]]
@@ -350,3 +364,23 @@ def test_a_rank_held_in_its_ddp_comm_hook_is_a_host_stall_naming_the_autograd_no
     assert found and found[0]["kind"] == "host_stall" and found[0]["culprit"]["ranks"] == [1], found
     assert "AccumulateGrad" in found[0]["culprit"].get("operator", ""), found[0]
     _no_other_culprit(report, [1])
+
+
+def test_a_zero_bubble_v_pipelines_heavy_stage_is_named_by_its_whole_passes(
+    real_job: Callable[[str], Made],
+) -> None:
+    """ScheduleZBVZeroBubble splits each backward into its input and weight gradients and runs the weight ones
+    back to back at the step's end: the passes between sends are whole micro-batches' work beside that lump, so
+    every rank's passes hold its compute and the heavy rank is the bottleneck (a filter of passes by the largest
+    one once dropped the middle stages' input gradients and named stage 1). Rank 0 runs its second chunk (the last
+    stage) straight into its loss and backward: its chunks are read off the schedule's annotations."""
+    spec, _folder, report = real_job("zbv_heavy")
+    assert not _errors(report)
+    pipe = report["metrics"]["pipeline"]
+    assert pipe["num_stages"] == 4 and pipe["bottleneck_stage"] == 3, pipe
+    # two stages a rank and the micro-batches as its schedule's PP:{stage}F{mb} annotations name them
+    assert (pipe["virtual_stages"], pipe["micro_batches"]) == (2, spec.micro_batches), pipe
+    ok, lay = layout_read(spec, report)
+    assert ok, lay
+    named = [f["culprit"]["stage"] for f in report["findings"] if f["kind"] == "stage_imbalance"]
+    assert set(named) <= {3}, report["findings"]
