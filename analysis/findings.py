@@ -42,6 +42,7 @@ from paradiag.analysis.operators import (
     extra_calls,
     larger_inputs,
     operator_time,
+    per_step_calls,
     rank_operator_excess,
     rank_speeds,
     short_name,
@@ -1407,6 +1408,7 @@ COUNTED = "(its calls counted, not timed)"  # ends the evidence of a finding of 
 
 
 def extra_call_findings(
+    extra: dict[int, dict[str, Any]],
     frame: Frame,
     peer_sets: list[list[int]],
     host_ranks: frozenset[int],
@@ -1415,21 +1417,21 @@ def extra_call_findings(
     named: set[int],
 ) -> list[Finding]:
     """Ranks that call operators their replicas all call equally often more often than them, in every profiled
-    step (:func:`operators.extra_calls`): a difference of work between replicas that counting shows beyond doubt
+    step (``extra``: :func:`operators.extra_calls`): a difference of work between replicas that counting shows beyond doubt
     where timing cannot (on a shared host a rank's extra 0.2 ms of matmuls strays less than its peers' compute
     does). An ``operator_hotspot`` finding names the rank and the operator whose extra calls cost most; its impact
     is those calls' time per step (the median step; at the clock's pace on CPU ranks, ``compute_scale``), and it
     must be EXTRA_IMPACT_PCT of the step, not the timing noise's floors (:func:`counted`). Not for ranks that
     another finding of their own time names already (``named``)."""
     out = []
-    for rank, extra in extra_calls(frame, peer_sets, host_ranks).items():
+    for rank, calls in extra.items():
         counted_work = _counted_work(
-            extra["per_step"], rank in named, rank in host_ranks, step_ns, compute_scale
+            calls["per_step"], rank in named, rank in host_ranks, step_ns, compute_scale
         )
         if counted_work is None:
             continue
         work_ns, impact = counted_work
-        top, more = extra["operators"][0], len(extra["operators"]) - 1
+        top, more = calls["operators"][0], len(calls["operators"]) - 1
         name = frame.names[top["name"]]
         peers = len(next(p for p in peer_sets if rank in p)) - 1
         evidence = (
@@ -1440,7 +1442,7 @@ def extra_call_findings(
         )
         out.append(
             _work_finding(
-                "operator_hotspot", blamed([rank], operator=name), extra["per_step"], impact, evidence
+                "operator_hotspot", blamed([rank], operator=name), calls["per_step"], impact, evidence
             )
         )
     return out
@@ -1544,9 +1546,13 @@ def _rank_detector(e: Evidence) -> list[Finding]:
         e.frame, e.figures, e.peer_sets, e.ep_of, e.waits, e.step_ns, e.host_ranks, e.compute_scale
     )
     named = {r for f in found for r in f.culprit.ranks}
-    found += extra_call_findings(e.frame, e.peer_sets, e.host_ranks, e.step_ns, e.compute_scale, named)
+    # Calls and input sizes per (rank, step, operator), once for both counts (typical durations of every call)
+    calls = per_step_calls(e.frame, e.host_ranks) if any(len(p) >= 2 for p in e.peer_sets) else None
+    found += extra_call_findings(
+        extra_calls(calls, e.peer_sets), e.frame, e.peer_sets, e.host_ranks, e.step_ns, e.compute_scale, named
+    )
     named = {r for f in found for r in f.culprit.ranks}
-    larger = larger_inputs(e.frame, e.peer_sets, e.host_ranks)
+    larger = larger_inputs(calls, e.peer_sets)
     found = more_data(found, larger, e.frame)
     found += larger_input_findings(
         larger, e.frame, e.peer_sets, e.host_ranks, e.step_ns, e.compute_scale, named

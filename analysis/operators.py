@@ -278,12 +278,13 @@ def call_counts(frame: Frame) -> dict[tuple[int, int], float]:
     return {k: float(np.median(v)) for k, v in out.items()}
 
 
-def _per_step_calls(frame: Frame, host_ranks: frozenset[int]) -> dict[str, np.ndarray] | None:
+def per_step_calls(frame: Frame, host_ranks: frozenset[int]) -> dict[str, np.ndarray] | None:
     """The compute calls of ``frame`` summed per (rank, step, operator): ``counts`` (calls), ``time`` (their time,
     at their rank's typical durations on ``host_ranks``, :func:`typical_durations`) and ``bytes`` (their inputs'
     bytes, -1 where a call's are unknown), each indexed [rank, step, operator] by ``ranks``, ``steps``, ``names``
     (name codes). A call is one ``call`` id (the pieces of one host-lane operator call), or one row where it has
-    none. None without compute rows in a step."""
+    none. None without compute rows in a step. Computed once per job: :func:`extra_calls` and
+    :func:`larger_inputs` both read it."""
     comp = np.flatnonzero((frame.kind == frame.code("kinds", "compute")) & (frame.step >= 0))
     if not len(comp):
         return None
@@ -334,13 +335,11 @@ def _others(own: np.ndarray, ordered: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return low, high
 
 
-def extra_calls(
-    frame: Frame, peer_sets: list[list[int]], host_ranks: frozenset[int]
-) -> dict[int, dict[str, Any]]:
-    """Per rank that calls some operators more often than its peers in every profiled step, where its peers call
-    each of those operators equally often (every other peer the same number of times, step by step): ``per_step``,
-    the time its calls beyond theirs take (ns, at its own typical durations on ``host_ranks``,
-    :func:`typical_durations`), and ``operators``: per such operator (its code in ``frame.names``) its calls and
+def extra_calls(calls: dict[str, np.ndarray] | None, peer_sets: list[list[int]]) -> dict[int, dict[str, Any]]:
+    """Per rank that calls some operators more often than its peers in every profiled step (``calls``:
+    :func:`per_step_calls` of the job's frame), where its peers call each of those operators equally often (every
+    other peer the same number of times, step by step): ``per_step``, the time its calls beyond theirs take (ns, at
+    its own typical durations on CPU ranks), and ``operators``: per such operator (its code in ``frame.names``) its calls and
     each peer's in the step it differs most, and its extra calls' time per step (ns, median over the steps), most
     first.
 
@@ -352,9 +351,6 @@ def extra_calls(
     left out; so is a peer set of one. With one other peer, an operator counts only where both call it as often in
     every step (a steady program). A rank that calls any of those operators less than they do in some step has
     another program, not more work (a kernel of its own in place of theirs: another algorithm for the same work)."""
-    if not any(len(p) >= 2 for p in peer_sets):
-        return {}
-    calls = _per_step_calls(frame, host_ranks)
     if calls is None:
         return {}
     ranks, steps, names, counts, time = (calls[k] for k in ("ranks", "steps", "names", "counts", "time"))
@@ -399,12 +395,13 @@ def _rank_work(steps: np.ndarray, cost: np.ndarray, operators: list[dict[str, An
 
 
 def larger_inputs(
-    frame: Frame, peer_sets: list[list[int]], host_ranks: frozenset[int]
+    calls: dict[str, np.ndarray] | None, peer_sets: list[list[int]]
 ) -> dict[int, dict[str, Any]]:
-    """Per rank whose operators work on more data than its peers' in every profiled step: the same calls (every
-    peer calls each of those operators as often, step by step) on larger inputs (their bytes, ``record_shapes``:
-    ``frame.bytes`` of host-lane compute), where the other peers' inputs are alike. ``per_step``: a lower bound of
-    the time that data costs (ns): per operator its time (at its typical durations on ``host_ranks``) times the
+    """Per rank whose operators work on more data than its peers' in every profiled step (``calls``:
+    :func:`per_step_calls` of the job's frame): the same calls (every peer calls each of those operators as often,
+    step by step) on larger inputs (their bytes, ``record_shapes``: ``frame.bytes`` of host-lane compute), where the
+    other peers' inputs are alike. ``per_step``: a lower bound of the time that data costs (ns): per operator its
+    time (at its typical durations on CPU ranks) times the
     share of its inputs beyond the peers' (1 - theirs / its own; a matmul's work grows with the product of its
     sizes, its inputs' bytes with their sum); ``operators``: per larger operator its ``ratio`` of input bytes to
     the peers' (in the step it differs most) and its time beyond theirs (ns, median over the steps), most first.
@@ -415,9 +412,6 @@ def larger_inputs(
     filled unevenly, sequences of varying length) tell nothing and are left out; a rank with any smaller one has
     another data split, not more data. With one other peer, an operator counts only where both its calls and both
     sizes are the same in every step (a steady program)."""
-    if not any(len(p) >= 2 for p in peer_sets):
-        return {}
-    calls = _per_step_calls(frame, host_ranks)
     if calls is None:
         return {}
     ranks, steps, names, counts, time, size = (

@@ -10,11 +10,16 @@ from typing import Any
 from paradiag.analysis import findings
 from paradiag.analysis.diagnosis_types import Culprit, Finding
 from paradiag.analysis.frame import device_frame
-from paradiag.analysis.operators import extra_calls
+from paradiag.analysis.operators import extra_calls, per_step_calls
 from tests.helpers import host_events
 
 MS = 1_000_000
 US = 1_000
+
+
+def _extra(frame: Any, peers: list[list[int]], host: frozenset[int]) -> dict[int, dict[str, Any]]:
+    """extra_calls of the frame's calls per (rank, step, operator), as the rank detector counts them."""
+    return extra_calls(per_step_calls(frame, host), peers)
 
 
 def _calls(plan: dict[int, dict[str, list[int]]], dur_us: int = 100) -> list[dict[str, Any]]:
@@ -46,7 +51,7 @@ def test_a_rank_calling_operators_more_often_than_its_alike_peers_every_step_doe
     plan[2] = {**same, "aten::mm": [24, 24, 24], "aten::view": [9, 7, 7]}  # 4 extra matmuls a step
     plan[3] = {**same, "aten::view": [6, 8, 9]}  # views vary on every rank: no evidence either way
     frame = _frame(plan)
-    found = extra_calls(frame, [[0, 1, 2, 3]], frozenset(range(4)))
+    found = _extra(frame, [[0, 1, 2, 3]], frozenset(range(4)))
     assert set(found) == {2}
     top = found[2]["operators"][0]
     assert frame.names[top["name"]] == "aten::mm" and (top["calls"], top["peer_calls"]) == (24, 20)
@@ -63,16 +68,16 @@ def test_extra_calls_in_only_some_steps_or_with_an_operator_called_less_are_no_e
         "aten::mm": [24, 24, 24],
         "aten::add": [8, 8, 8],
     }  # more of one, less of another: another program
-    assert extra_calls(_frame(plan), [[0, 1, 2, 3]], frozenset(range(4))) == {}
+    assert _extra(_frame(plan), [[0, 1, 2, 3]], frozenset(range(4))) == {}
     # Alone in its stage: nobody to count against.
-    assert extra_calls(_frame({0: {"aten::mm": [24, 24]}}), [[0]], frozenset({0})) == {}
+    assert _extra(_frame({0: {"aten::mm": [24, 24]}}), [[0]], frozenset({0})) == {}
 
 
 def test_two_replicas_count_only_where_both_call_an_operator_alike_in_every_step() -> None:
     steady = {0: {"aten::mm": [20, 20, 20]}, 1: {"aten::mm": [23, 23, 23]}}
-    assert set(extra_calls(_frame(steady), [[0, 1]], frozenset({0, 1}))) == {1}
+    assert set(_extra(_frame(steady), [[0, 1]], frozenset({0, 1}))) == {1}
     wobbly = {0: {"aten::mm": [20, 21, 20]}, 1: {"aten::mm": [23, 23, 24]}}
-    assert extra_calls(_frame(wobbly), [[0, 1]], frozenset({0, 1})) == {}
+    assert _extra(_frame(wobbly), [[0, 1]], frozenset({0, 1})) == {}
 
 
 def test_extra_calls_are_a_finding_down_to_their_own_floor_and_not_for_a_rank_already_named() -> None:
@@ -81,18 +86,19 @@ def test_extra_calls_are_a_finding_down_to_their_own_floor_and_not_for_a_rank_al
     plan[1] = {**same, "aten::mm": [30, 30, 30]}  # 10 extra calls of 0.1 ms: 1 ms a step
     frame = _frame(plan)
     peers, host = [[0, 1, 2, 3]], frozenset(range(4))
+    extra = _extra(frame, peers, host)
     # A 200 ms step: 0.5 % of it, under the 1 % timing floor of CPU jobs, over EXTRA_IMPACT_PCT.
-    [f] = findings.extra_call_findings(frame, peers, host, 200 * MS, 1.0, named=set())
+    [f] = findings.extra_call_findings(extra, frame, peers, host, 200 * MS, 1.0, named=set())
     assert (f.kind, f.culprit.ranks, f.culprit.operator) == ("operator_hotspot", [1], "aten::mm")
     assert abs(f.impact_pct - 0.5) < 0.01 and findings.counted(f)
     assert "calls mm 30 times a step, each of its 3 peers 20" in f.evidence
     assert findings.above_host_noise([f]) == [f]  # counted, not timed: the scheduler's floor does not apply
     # On a busy host the calls' typical time is weighed at the clock's pace (x compute_scale).
-    [slow] = findings.extra_call_findings(frame, peers, host, 200 * MS, 2.0, named=set())
+    [slow] = findings.extra_call_findings(extra, frame, peers, host, 200 * MS, 2.0, named=set())
     assert abs(slow.impact_pct - 1.0) < 0.01
     # Too little of the step, or a rank another finding names already: nothing.
-    assert findings.extra_call_findings(frame, peers, host, 1000 * MS, 1.0, named=set()) == []
-    assert findings.extra_call_findings(frame, peers, host, 200 * MS, 1.0, named={1}) == []
+    assert findings.extra_call_findings(extra, frame, peers, host, 1000 * MS, 1.0, named=set()) == []
+    assert findings.extra_call_findings(extra, frame, peers, host, 200 * MS, 1.0, named={1}) == []
     # A timed finding of that size stays under the CPU jobs' floor.
     timed = Finding(
         kind="operator_hotspot",

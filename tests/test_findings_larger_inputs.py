@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 import paradiag
 from paradiag.analysis import findings
 from paradiag.analysis.frame import device_frame
-from paradiag.analysis.operators import larger_inputs
+from paradiag.analysis.operators import larger_inputs, per_step_calls
 from paradiag.parsers import kineto
 from paradiag.parsers.kineto_decode import OperatorInputs, operand_bytes
 from paradiag.simulator import SimConfig, parse_fault, simulate
@@ -22,6 +22,11 @@ from tests.helpers import host_events
 
 MS = 1_000_000
 US = 1_000
+
+
+def _larger(frame: Any, peers: list[list[int]], host: frozenset[int]) -> dict[int, dict[str, Any]]:
+    """larger_inputs of the frame's calls per (rank, step, operator), as the rank detector counts them."""
+    return larger_inputs(per_step_calls(frame, host), peers)
 
 
 def _rows(plan: dict[int, dict[str, list[int]]], calls: int = 5) -> list[dict[str, Any]]:
@@ -60,7 +65,7 @@ def test_a_replica_working_on_more_data_every_step_is_named_with_a_lower_bound_o
         "aten::add_": [500, 500, 500],
     }
     frame = _frame(plan)
-    found = larger_inputs(frame, [[0, 1, 2, 3]], frozenset(range(4)))
+    found = _larger(frame, [[0, 1, 2, 3]], frozenset(range(4)))
     assert set(found) == {3}
     ops = {frame.names[o["name"]]: o for o in found[3]["operators"]}
     assert set(ops) == {"aten::mm", "aten::gelu"}  # the in-place update's inputs are alike: not counted
@@ -82,7 +87,7 @@ def test_a_replica_working_on_more_data_every_step_is_named_with_a_lower_bound_o
 def _findings(frame: Any, step_ns: float, named: set[int]) -> list[Any]:
     peers, host = [[0, 1, 2, 3]], frozenset(range(4))
     return findings.larger_input_findings(
-        larger_inputs(frame, peers, host), frame, peers, host, step_ns, 1.0, named
+        _larger(frame, peers, host), frame, peers, host, step_ns, 1.0, named
     )
 
 
@@ -94,14 +99,14 @@ def test_sizes_that_vary_among_peers_in_some_steps_or_a_smaller_operator_are_no_
         "aten::mm": [4600, 4600, 4600],
         "aten::add_": [400, 400, 400],
     }  # one larger, one smaller
-    assert larger_inputs(_frame(plan), [[0, 1, 2, 3]], frozenset(range(4))) == {}
+    assert _larger(_frame(plan), [[0, 1, 2, 3]], frozenset(range(4))) == {}
     # Sequences of varying length: every rank's sizes differ from step to step and from each other.
     varying = {r: {"aten::gelu": [1000 + 37 * r * (s + 1) for s in range(3)]} for r in range(4)}
-    assert larger_inputs(_frame(varying), [[0, 1, 2, 3]], frozenset(range(4))) == {}
+    assert _larger(_frame(varying), [[0, 1, 2, 3]], frozenset(range(4))) == {}
     # Alone in its stage: nothing to compare with; calls not sized (-1): nothing either.
-    assert larger_inputs(_frame({0: {"aten::gelu": [1600, 1600]}}), [[0]], frozenset({0})) == {}
+    assert _larger(_frame({0: {"aten::gelu": [1600, 1600]}}), [[0]], frozenset({0})) == {}
     unsized = {r: {"aten::gelu": [-1, -1, -1]} for r in range(4)}
-    assert larger_inputs(_frame(unsized), [[0, 1, 2, 3]], frozenset(range(4))) == {}
+    assert _larger(_frame(unsized), [[0, 1, 2, 3]], frozenset(range(4))) == {}
 
 
 def test_a_replica_calling_an_operator_more_often_is_for_the_extra_calls_rule_not_this_one() -> None:
@@ -110,7 +115,7 @@ def test_a_replica_calling_an_operator_more_often_is_for_the_extra_calls_rule_no
         {2: {**SAME, "aten::gelu": [1600, 1600, 1600]}}, calls=7
     )
     # Rank 2 calls gelu 7 times a step, its peers 5: its calls' sizes are not compared (extra_calls counts them).
-    assert larger_inputs(device_frame(host_events(rows)), [[0, 1, 2, 3]], frozenset(range(4))) == {}
+    assert _larger(device_frame(host_events(rows)), [[0, 1, 2, 3]], frozenset(range(4))) == {}
 
 
 def test_an_operators_input_bytes_are_its_tensors_and_tensor_lists_not_its_scalars() -> None:
