@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 
 from paradiag.analysis import kinds
 from paradiag.analysis.diagnosis_types import Culprit, Finding
-from paradiag.analysis.frame import MAD_TO_SIGMA, Frame, robust_spread
+from paradiag.analysis.frame import MAD_TO_SIGMA, Frame, robust_spread, weighted_median
 from paradiag.analysis.operators import (
     call_counts,
     concentration,
@@ -520,18 +520,9 @@ def far_slower(
 
 def _typical_ratio(excess: Mapping[int, float], own: Mapping[int, float]) -> float:
     """The median of the operators' ratios (own time / peers' time), each weighted by the peers' time."""
-    pairs = sorted(
-        (own[n] / (own[n] - excess.get(n, 0.0)), own[n] - excess.get(n, 0.0))
-        for n in own
-        if own[n] - excess.get(n, 0.0) > 0
-    )
-    total = sum(w for _, w in pairs)
-    acc = 0.0
-    for r, w in pairs:
-        acc += w
-        if acc >= total / 2:
-            return r
-    return 1.0
+    peers = {n: own[n] - excess.get(n, 0.0) for n in own}
+    ratios = [(own[n] / t, t) for n, t in peers.items() if t > 0]
+    return weighted_median([r for r, _ in ratios], [t for _, t in ratios]) or 1.0
 
 
 def stage_hotspots(

@@ -407,6 +407,18 @@ def robust_spread(values: np.ndarray) -> float:
     return MAD_TO_SIGMA * float(np.median(np.abs(values - np.median(values)))) if len(values) else 0.0
 
 
+def weighted_median(values: Any, weights: Any) -> float | None:
+    """The value at which half the total weight is reached, smallest value first (None without values): a median
+    where each value counts as much as its weight (a pass by the compute it holds, an operator by its time)."""
+    values, weights = np.asarray(values, dtype=np.float64), np.asarray(weights, dtype=np.float64)
+    if not len(values):
+        return None
+    order = np.argsort(values, kind="stable")
+    cumulative = np.cumsum(weights[order])
+    at = int(np.searchsorted(cumulative, cumulative[-1] / 2))
+    return float(values[order][min(at, len(values) - 1)])
+
+
 def find_rows(keys: np.ndarray, query: np.ndarray) -> np.ndarray:
     """For each row of ``query`` (m x k integers), the index of the equal row of ``keys`` (n x k, rows distinct),
     -1 where there is none: a join on several integer columns by one sort, without a Python tuple per row."""

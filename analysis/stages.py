@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from paradiag.analysis.frame import Frame
+from paradiag.analysis.frame import Frame, weighted_median
 from paradiag.analysis.operators import call_counts, operator_time, typical_durations
 from paradiag.intervals import union_length
 
@@ -160,22 +160,16 @@ def rank_passes(
             }
         )
     if spent is not None:
-        typical = {
-            d: _weighted_median([one["compute_ns"] for one in out if one["direction"] == d])
-            for d in {one["direction"] for one in out}
-        }
+        # A typical pass of each direction: the median by the compute each holds. Not the largest pass: a
+        # zero-bubble schedule defers its weight-gradient passes to the step's end, where several run back to back
+        # with no send between them, one "pass" of 2-5x a micro-batch's, and a pass a third of that lump is a whole
+        # micro-batch's input gradient, no minor work.
+        typical: dict[str, float] = {}
+        for d in {one["direction"] for one in out}:
+            mine = [one["compute_ns"] for one in out if one["direction"] == d]
+            typical[d] = weighted_median(mine, mine) or 0.0
         out = [one for one in out if one["compute_ns"] >= MINOR_PASS * typical[one["direction"]]]
     return out
-
-
-def _weighted_median(values: list[int]) -> float:
-    """The value at which half the sum of ``values`` is reached, smallest first: a typical pass by the compute it
-    holds. Not the largest pass: a zero-bubble schedule defers its weight-gradient passes to the step's end, where
-    several run back to back with no send between them, one "pass" of 2-5x a micro-batch's, and a pass a third of
-    that lump is a whole micro-batch's input gradient, no minor work."""
-    ordered = np.sort(np.asarray(values, dtype=np.float64))
-    at = int(np.searchsorted(np.cumsum(ordered), ordered.sum() / 2))
-    return float(ordered[min(at, len(ordered) - 1)])
 
 
 def chunk_and_micro_batch(k: int, stages: int, virtual: int, backward: bool) -> tuple[int, int]:

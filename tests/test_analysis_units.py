@@ -12,7 +12,7 @@ import pytest
 from paradiag import align, schema
 from paradiag.analysis import comm, findings, stages
 from paradiag.analysis.cluster_csv import read_cluster_step_trace_time, slow_rank
-from paradiag.analysis.frame import concat, device_frame, find_rows, robust_z, table_frame
+from paradiag.analysis.frame import concat, device_frame, find_rows, robust_z, table_frame, weighted_median
 from paradiag.analysis.layout import parallel_layout, role_from_description
 from paradiag.analysis.operators import concentration, operator_imbalance, short_name
 
@@ -394,6 +394,16 @@ def test_send_recv_peers_inferred_without_rank(tmp_path: Any, schedule: str, pp:
 
 
 # ---- operators ----
+
+
+def test_weighted_median_counts_each_value_by_its_weight() -> None:
+    # eight passes of 1.8 ms and a lump of 10.2 ms: by their own compute the typical pass is 1.8 ms, while four
+    # beside it hold less than half the compute
+    passes = [1.8] * 8 + [10.2]
+    assert weighted_median(passes, passes) == 1.8
+    assert weighted_median(passes[4:], passes[4:]) == 10.2
+    assert weighted_median([1.0, 3.0, 2.0], [1.0, 1.0, 5.0]) == 2.0
+    assert weighted_median([], []) is None
 
 
 def test_robust_z_and_short_name() -> None:
