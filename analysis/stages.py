@@ -196,9 +196,10 @@ def annotated_schedule(events: pa.Table) -> tuple[int, int] | None:
     without them. A V-shaped schedule (ScheduleZBVZeroBubble: rank r holds stages r and 2p - 1 - r) feeds rank 0's
     second chunk from rank 1 straight into its loss and backward, and a zero-bubble one splits each backward in
     two: their passes cannot be counted as :func:`model_chunks` and :func:`stage_metrics` count them."""
-    names = events.column("name")
-    unique = pc.unique(names.combine_chunks().dictionary if pa.types.is_dictionary(names.type) else names)
-    found = [m for n in unique.to_pylist() if n and (m := PIPELINING_FORWARD.match(n))]
+    # the names the rank's rows hold (a dictionary may hold more: rows filtered out, a window of several)
+    found = [
+        m for n in pc.unique(events.column("name")).to_pylist() if n and (m := PIPELINING_FORWARD.match(n))
+    ]
     chunks = {int(m.group(1)) for m in found}
     return (len(chunks), len({int(m.group(2)) for m in found})) if len(chunks) >= 2 else None
 
