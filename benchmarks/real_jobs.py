@@ -232,14 +232,26 @@ CORE: list[JobSpec] = [
 ]
 
 
+ANY_WORLD = (
+    "ddp",
+    "fsdp2",
+    "isend",
+    "pipe_1f1b",
+    "pipe_zb",
+    "pipe_zbv",
+)  # 2, 4 or 8 ranks; the others 4 (or 4, 8)
+ONE_F_ONE_B = (
+    "pipe_1f1b",
+    "mesh_dp_pp",
+    "pipe_zb",
+    "pipe_zbv",
+)  # 1F1B-like: a micro-batch per stage at least
+
+
 def matrix_spec(api: str, fault: str, seed: int) -> JobSpec:
     """One job of the matrix: what the seed draws, within what the API and fault allow."""
     rng = random.Random(f"{api}/{fault}/{seed}")
-    world = (
-        rng.choice([2, 4, 4, 4, 8])
-        if api in ("ddp", "fsdp2", "isend", "pipe_1f1b", "pipe_zb", "pipe_zbv")
-        else 4
-    )
+    world = rng.choice([2, 4, 4, 4, 8]) if api in ANY_WORLD else 4
     if api.startswith("mesh_"):
         world = rng.choice([4, 4, 8])
     if fault in ("heavy_stage", "slow_link") and world == 2 and api == "isend":
@@ -247,12 +259,7 @@ def matrix_spec(api: str, fault: str, seed: int) -> JobSpec:
     dp = 2 if world == 4 else rng.choice([2, 4]) if world == 8 else 1
     hidden = rng.choice([256, 384, 512]) if world <= 4 else 256
     micro = world if api == "pipe_interleaved" else rng.choice([4, 8])
-    if api in (
-        "pipe_1f1b",
-        "mesh_dp_pp",
-        "pipe_zb",
-        "pipe_zbv",
-    ):  # 1F1B-like: a micro-batch per stage at least
+    if api in ONE_F_ONE_B:
         micro = max(micro, world // dp if api.startswith("mesh_") else world)
     batch = micro * rng.choice([8, 16]) if api in ("ddp", "fsdp2", "mesh_dp_tp") else micro * 8
     if api in ("ddp", "fsdp2", "mesh_dp_tp"):
