@@ -132,7 +132,13 @@ def _chunks(f: Frame, passes: pa.Table | None) -> np.ndarray:
 
 
 def _stream_predecessors(f: Frame) -> tuple[np.ndarray, np.ndarray]:
-    """Per event, the previous event of its stream (rank, track) and how far before its end it started (0 or less)."""
+    """Per event, the previous event of its stream (rank, track) and how far before its end it started (0 or less).
+
+    An event that started well before its predecessor ended (more than END_TOLERANCE_NS) did not wait for it: an
+    asynchronous send, receive or collective that a host lane records from its posting to its completion (a CPU
+    rank's isend waited on at the end of the step) is followed on its lane by work posted right after it. That
+    work has no stream predecessor; its anchor (the work that ended last before it started) releases it. Tied to
+    the predecessor's end, a replay would hold it for as long as the transfer waits for its peer."""
     order = np.lexsort(
         (np.arange(len(f)), f.track, f.rank)
     )  # rows are in start order: stable keeps it per stream
@@ -140,6 +146,8 @@ def _stream_predecessors(f: Frame) -> tuple[np.ndarray, np.ndarray]:
     same = (f.rank[order][1:] == f.rank[order][:-1]) & (f.track[order][1:] == f.track[order][:-1])
     pred[order[1:][same]] = order[:-1][same]
     lag = np.where(pred >= 0, np.minimum(f.start - f.end[np.maximum(pred, 0)], 0), 0)
+    overlapped = lag < -END_TOLERANCE_NS
+    pred[overlapped], lag[overlapped] = -1, 0
     return pred, lag
 
 

@@ -319,6 +319,35 @@ def test_a_send_that_ends_before_its_receive_begins_waited_for_the_receiver() ->
     )  # the send ends with it, and the sender's work after it
 
 
+def test_work_posted_after_an_asynchronous_send_does_not_wait_for_its_transfer() -> None:
+    """A CPU rank's lane records an isend from its posting to its completion, which the schedule waits on at the
+    end of the step (`gloo:send` 422-980 us), and goes on computing meanwhile (`c` from 425 us). Removing the host
+    stall before it (rank 1 idle 10-400 us) moves that work by the whole stall: it never waited for the transfer,
+    which waits for a receiver (rank 0 posts at 200 us) that the stall does not move. The replay once tied `c` to
+    the send's end, and so to the receiver: the stall's replay saved 222 us of 390 (a zero-bubble pipeline's host
+    stall came out as 0.06 ms of 40)."""
+    from paradiag.analysis.depgraph import build_graph
+    from paradiag.analysis.replay import Timing, replay
+
+    us = 1_000
+    frame = _frame([(r, track, kind, name, a * us, b * us, peer) for r, track, kind, name, a, b, peer in [
+        (0, 1, "compute", "a", 0, 200, -1), (0, 1, "communication", "recv", 200, 423, 1),
+        (0, 1, "compute", "b", 423, 523, -1),
+        (1, 1, "compute", "x", 0, 10, -1), (1, 1, "compute", "y", 400, 420, -1),
+        (1, 1, "communication", "send", 422, 980, 0), (1, 1, "compute", "c", 425, 620, -1),
+    ]])  # fmt: skip
+    steps = pa.table({"rank": [0, 1], "step": [0, 0], "start_ns": [0, 0], "end_ns": [523 * us, 980 * us]})
+    g = build_graph(frame, steps, comm.p2p_transfers(frame.take(slice(None))), {0: "h", 1: "h"})
+    t = Timing.of(g)
+    assert (replay(g, t) == g.end).all()  # without an edit, the traces as they are
+    y = int(np.flatnonzero((g.rank == 1) & (g.end == 420 * us))[0])
+    t.own("gap")[y] = 0  # the stall removed: y starts once x has ended
+    ends = (g.end - replay(g, t)) // us
+    moved = {(int(r), int(e) // us): int(m) for r, e, m in zip(g.rank, g.end, ends, strict=True)}
+    assert moved[(1, 420)] == 390 and moved[(1, 620)] == 390  # y, and c after the send
+    assert moved[(0, 423)] == 222 and moved[(0, 523)] == 222  # the receiver: its data from 222 earlier
+
+
 def test_a_replay_whose_dependencies_run_in_a_circle_says_so_and_ends() -> None:
     """Events that wait for each other in a circle (traces whose events are not in the order their work ran) make
     a replay that would never settle: it raises ReplayError (an EditError: the finding keeps its own estimate,
