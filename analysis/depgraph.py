@@ -73,11 +73,13 @@ def build_graph(
     p2p: pa.Table,
     host_of: Mapping[int, str | None],
     passes: pa.Table | None = None,
+    host_ranks: frozenset[int] = frozenset(),
 ) -> Graph:
     """The replay graph of ``frame``'s steps (``p2p``: the matched send/receive pairs; ``passes``: the pipeline
-    passes, whose model chunks ``stages=balanced`` moves layers within). ``frame`` is consumed: its rows are put in
-    the graph's order in place (``Frame.keep``) and the graph shares its arrays, so that a job's millions of events
-    are never held twice; pass a copy (``frame.take(slice(None))``) to keep using it."""
+    passes, whose model chunks ``stages=balanced`` moves layers within; ``host_ranks``: the ranks whose host is
+    their device, see :func:`_host_waits`). ``frame`` is consumed: its rows are put in the graph's order in place
+    (``Frame.keep``) and the graph shares its arrays, so that a job's millions of events are never held twice;
+    pass a copy (``frame.take(slice(None))``) to keep using it."""
     keep = (frame.step >= 0) & (frame.end >= frame.start)
     order = np.flatnonzero(keep)[np.lexsort((frame.rank[keep], frame.start[keep]))]
     del keep
@@ -87,10 +89,12 @@ def build_graph(
     )  # each array is dropped once the graph no longer reads it (at 1024 ranks 8-17 MB each)
     f.keep(order)
     n = len(f)
+    send, recv = _pairs(f, p2p)
+    received = _consumers(f, recv)  # where the host took the data in: at the receive's measured end
+    _host_waits(f, send, recv, host_ranks)
     pred, lag = _stream_predecessors(f)
     f.drop("track")
     anchor, gap = anchors(f)
-    send, recv = _pairs(f, p2p)
     instance, tail, floor, inst_key = _instances(f, send, recv, host_of)
     f.drop("collective", "group", "seq", "bytes")
     cols = steps.select(["rank", "step", "start_ns", "end_ns"]).to_pydict()
@@ -102,13 +106,70 @@ def build_graph(
     lasts = np.append(firsts[1:], n) - 1 if n else firsts
     last = {(int(f.rank[by_end[i]]), int(f.step[by_end[i]])): int(by_end[i]) for i in lasts.tolist()}
     del by_end, firsts, lasts
-    compute, received = f.kind == f.code("kinds", "compute"), _consumers(f, recv)
+    compute = f.kind == f.code("kinds", "compute")
     f.drop("kind", "launch")
     return Graph(
         rank=f.rank, step=f.step, name=f.name, compute=compute, start=f.start, end=f.end,
         pred=pred, lag=lag, anchor=anchor, received=received, chunk=_chunks(f, passes), gap=gap, instance=instance, tail=tail, floor=floor,
         copy=_copies(f, send, recv, floor), inst_key=inst_key, last=last, step_ns=step_ns,
     )  # fmt: skip
+
+
+def _host_waits(f: Frame, send: np.ndarray, recv: np.ndarray, host_ranks: frozenset[int]) -> None:
+    """On ranks whose host is their device, a send or receive ends where its data went across, not where the
+    host waited on it: ``f.end`` is moved back, in place, for the pairs whose event held work of its own rank.
+
+    gloo records an asynchronous send or receive (``isend``/``irecv``, a pipeline schedule's batches) from its
+    posting to the return of its ``wait()``: a receive whose data came at once lasts until its rank came to wait on
+    it (after computing another chunk's forward, say), a send until the step's end. Work of its own rank that
+    began after both sides were there and ended within the event says the rank was not blocked on it: its end was
+    the host's. It then ends the pair's typical transfer after both sides were there (the median over the job's
+    pairs whose events held no such work: blocked on, they end when the data came). The work after it is released
+    by the rank's own work (its anchor) and takes the data in from the receive (its consumer, found at the measured
+    end). Kept at the measured end, a replay held the wait's length fixed: a host stall removed from one rank of a
+    zero-bubble pipeline moved its neighbour's forward not at all."""
+    if not host_ranks or not len(send):
+        return
+    pairs = np.concatenate([send, recv])
+    on_host = np.isin(f.rank[pairs], np.fromiter(host_ranks, np.int64, len(host_ranks)))
+    if not on_host.any():
+        return
+    both = np.maximum(f.start[send], f.start[recv])
+    arrived = np.concatenate([both, both])
+    compute = np.flatnonzero(f.kind == f.code("kinds", "compute"))
+    held = np.zeros(len(pairs), bool)
+    rows = np.flatnonzero(on_host)
+    if len(compute):
+        # Per member: does a compute event of its rank lie within (its last arrival, its end)? Events of a rank in
+        # order of start; the one ending first among those starting after the arrival decides.
+        key = f.rank[compute].astype(np.int64)
+        order = np.lexsort((f.start[compute], key))
+        c, ranks = compute[order], key[order]
+        base = int(min(f.start.min(), arrived.min()))
+        span = int(max(f.end.max(), f.start.max())) - base + 1
+        starts = ranks * span + (f.start[c] - base)
+        # The earliest end among the rank's compute events from each position on (suffix minimum per rank).
+        ends = f.end[c].astype(np.int64)
+        suffix = ends.copy()
+        _, firsts = np.unique(ranks, return_index=True)
+        for lo, hi in zip(firsts.tolist(), np.append(firsts[1:], len(c)).tolist(), strict=True):
+            suffix[lo:hi] = np.minimum.accumulate(ends[lo:hi][::-1])[::-1]
+        member = pairs[rows]
+        q = f.rank[member].astype(np.int64) * span + (arrived[rows] - base)
+        pos = np.searchsorted(starts, q, side="left")
+        inside = pos < len(c)
+        at = np.minimum(pos, len(c) - 1)
+        inside &= (ranks[at] == f.rank[member]) & (suffix[at] <= f.end[member])
+        held[rows] = inside
+    if not held.any():
+        return
+    tail = f.end[pairs] - arrived
+    blocked = on_host & ~held
+    if not blocked.any():
+        return
+    transfer = int(np.median(np.maximum(tail[blocked], 0)))
+    moved = held & (tail > transfer)
+    f.end[pairs[moved]] = arrived[moved] + transfer
 
 
 def _chunks(f: Frame, passes: pa.Table | None) -> np.ndarray:

@@ -320,7 +320,7 @@ def diagnose(job: Job) -> Diagnosis:
     path = critical_path(frame, participation, p2p, job.steps)
     if any(kinds.finding_edits(f) for f in found):  # the graph costs seconds at 1024 ranks: only for a replay
         # The replay comes last: its graph takes the frame's arrays over (the events are not held twice).
-        graph = whatif.build_graph(frame, job.steps, p2p, host_of, passes)
+        graph = whatif.build_graph(frame, job.steps, p2p, host_of, passes, host_ranks)
         del frame
         found = whatif.replay_findings(
             found, graph, whatif.peers_of(layout.stage_of, figures, metrics, host_ranks), host_ranks

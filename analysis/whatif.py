@@ -335,6 +335,7 @@ def job_graph(job: Job, d: Diagnosis) -> tuple[Graph, Peers]:
     comm.infer_peers(frame, members, d.layout.stage_of)
     host_of = job.by_rank("host")
     metrics = d.stage_metrics.as_json() if d.stage_metrics else None
-    return build_graph(frame, job.steps, d.p2p, host_of, d.passes), peers_of(
-        d.layout.stage_of, d.figures(), metrics, job.cpu_ranks()
+    host_ranks = job.cpu_ranks()
+    return build_graph(frame, job.steps, d.p2p, host_of, d.passes, host_ranks), peers_of(
+        d.layout.stage_of, d.figures(), metrics, host_ranks
     )
