@@ -348,6 +348,37 @@ def test_work_posted_after_an_asynchronous_send_does_not_wait_for_its_transfer()
     assert moved[(0, 423)] == 222 and moved[(0, 523)] == 222  # the receiver: its data from 222 earlier
 
 
+def test_a_receive_waited_on_late_ended_where_its_host_came_to_it_not_where_its_data_came() -> None:
+    """gloo records an irecv until its wait() returns. Rank 1 posts two receives (5, 6 us), waits on the second's
+    data (sent at 421, after rank 0's stall 10-400), computes `c`, and only then waits on the first (ends 524),
+    whose data was there since 8. Removing the stall moves `c` by 390, and `d` after the first receive too: it
+    waited for its host, not for a transfer. The replay once held the first receive's 516 us after its data as
+    a transfer and `d` did not move (a zero-bubble pipeline's host stall replayed as 0.06 ms of 40)."""
+    from paradiag.analysis.depgraph import build_graph
+    from paradiag.analysis.replay import Timing, replay
+
+    us = 1_000
+    frame = _frame([(r, track, kind, name, a * us, b * us, peer) for r, track, kind, name, a, b, peer in [
+        (0, 1, "compute", "x", 0, 10, -1), (0, 1, "communication", "send", 8, 990, 1),
+        (0, 1, "compute", "y", 400, 420, -1), (0, 1, "communication", "send", 421, 990, 1),
+        (0, 1, "compute", "z", 430, 500, -1),
+        (1, 1, "communication", "recv", 5, 524, 0), (1, 1, "communication", "recv", 6, 422, 0),
+        (1, 1, "compute", "c", 423, 523, -1), (1, 1, "compute", "d", 525, 625, -1),
+    ]])  # fmt: skip
+    steps = pa.table({"rank": [0, 1], "step": [0, 0], "start_ns": [0, 0], "end_ns": [990 * us, 625 * us]})
+    p2p = comm.p2p_transfers(frame.take(slice(None)))
+    g = build_graph(frame, steps, p2p, {0: "h", 1: "h"}, host_ranks=frozenset({0, 1}))
+    t = Timing.of(g)
+    assert (replay(g, t) == g.end).all()  # without an edit, the graph's own times
+    y = int(np.flatnonzero((g.rank == 0) & (g.end == 420 * us))[0])
+    t.own("gap")[y] = 0  # the stall removed
+    ends = (g.end - replay(g, t)) // us
+    moved = {(int(r), int(e) // us): int(m) for r, e, m in zip(g.rank, g.end, ends, strict=True)}
+    assert moved[(1, 523)] == 390 and moved[(1, 625)] == 390  # c, and d after the receive waited on late
+    # The receive itself ends 1 us (the job's transfer when blocked on) after its data came, in the graph.
+    assert (1, 9) in moved
+
+
 def test_a_replay_whose_dependencies_run_in_a_circle_says_so_and_ends() -> None:
     """Events that wait for each other in a circle (traces whose events are not in the order their work ran) make
     a replay that would never settle: it raises ReplayError (an EditError: the finding keeps its own estimate,
