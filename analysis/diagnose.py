@@ -137,9 +137,7 @@ def rank_tables(
         "operator_totals": _operator_totals(frame),
         "communication": comm.communication_records(frame),
         "step_figures": findings.step_figures(frame, steps, host_lanes),
-        "passes": stages.rank_pass_table(
-            frame, events if host_lanes else None, stages.annotated_schedule(events)
-        ),
+        "passes": stages.rank_pass_table(frame, events, host_lanes),
     }
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 import statistics
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -127,12 +128,19 @@ MINOR_PASS = 0.3
 
 
 def rank_passes(
-    frame: Frame, step: int, classes: np.ndarray, durations: np.ndarray | None = None
+    frame: Frame,
+    step: int,
+    classes: np.ndarray,
+    durations: np.ndarray | None = None,
+    actions: Actions | None = None,
 ) -> list[dict[str, Any]]:
     """The passes of one rank (``frame``: its events) in one step, in time order: direction, start, end, compute
     time (the union of its compute, or the sum of ``durations``, one per row of ``frame``, where given: a CPU
-    rank's typical durations, ``operators.typical_durations``; its minor passes, MINOR_PASS, are then left out).
-    ``classes``: per row (:func:`row_classes`)."""
+    rank's typical durations, ``operators.typical_durations``; its minor passes, MINOR_PASS, are then left out),
+    and the stage and micro-batch the schedule names it by (-1 for none). ``classes``: per row
+    (:func:`row_classes`). Where the schedule names its actions (``actions``: :func:`annotated_actions`), each
+    action is a pass, its direction its kind's (F forward; B, I, W backward) and its work what was launched during
+    it; else passes are cut at the sends and receives and where the kernels' classes turn (:func:`split_passes`)."""
     mine = frame.step == step
     compute = mine & (frame.kind == frame.code("kinds", "compute"))
     compute &= classes != 2
@@ -144,11 +152,26 @@ def rank_passes(
     # Launch order is program order; a receive posted early (the host ahead of the device) starts before kernels
     # launched ahead of it, and its start would cut their pass.
     by = frame.launch if (frame.launch[compute | p2p] >= 0).all() else frame.start
-    segment = np.searchsorted(np.sort(by[p2p]), by[compute], side="right")
-    pass_id, backward = split_passes(row_class, segment)
+    at = by[compute]
+    named = actions.during(at) if actions is not None else None
+    if named is not None and (named >= 0).any():
+        # Work outside every action (the optimizer, gradient syncs) is in no pass.
+        pass_id = np.searchsorted(np.unique(named[named >= 0]), named)
+        pass_id[named < 0] = -1
+        backward = actions.backward[np.unique(named[named >= 0])]
+    else:
+        named = None
+        segment = np.searchsorted(np.sort(by[p2p]), at, side="right")
+        pass_id, backward = split_passes(row_class, segment)
     out: list[dict[str, Any]] = []
     for p in range(len(backward)):
         rows = pass_id == p
+        action = int(named[rows][0]) if named is not None else -1
+        stage, micro_batch = (
+            (int(actions.stage[action]), int(actions.micro_batch[action]))
+            if actions is not None and action >= 0
+            else (-1, -1)
+        )
         out.append(
             {
                 "direction": "backward" if backward[p] else "forward",
@@ -157,9 +180,11 @@ def rank_passes(
                 "compute_ns": union_length(starts[rows], ends[rows])
                 if spent is None
                 else round(spent[rows].sum()),
+                "action_stage": stage,
+                "action_micro_batch": micro_batch,
             }
         )
-    if spent is not None:
+    if spent is not None and named is None:
         # A typical pass of each direction: the median by the compute each holds. Not the largest pass: a
         # zero-bubble schedule defers its weight-gradient passes to the step's end, where several run back to back
         # with no send between them, one "pass" of 2-5x a micro-batch's, and a pass a third of that lump is a whole
@@ -183,11 +208,54 @@ def chunk_and_micro_batch(k: int, stages: int, virtual: int, backward: bool) -> 
 
 
 PASS_COLUMNS = ("direction", "start_ns", "end_ns", "compute_ns")
+ACTION_COLUMNS = ("action_stage", "action_micro_batch")  # the schedule's names for a pass (-1: none)
 
 
 # torch.distributed.pipelining's multi-stage schedules (interleaved 1F1B, zero-bubble, V-shaped ones) name each
-# action of a rank in a record_function: "PP:{stage}F{micro-batch}" for a forward (I/W: input/weight gradients).
+# action of a rank in a record_function: "PP:{stage}F{micro-batch}" for a forward, B for a whole backward, I and W
+# for its input and weight gradients (a zero-bubble schedule's halves).
 PIPELINING_FORWARD = re.compile(r"^PP:(\d+)F(\d+)$")
+PIPELINING_COMPUTE = re.compile(r"^PP:(\d+)([FBIW])(\d+)$")
+
+
+@dataclass(frozen=True)
+class Actions:
+    """A rank's compute actions as its pipeline schedule names them (:func:`annotated_actions`), in order of start:
+    where each began and ended (the host's clock, as a kernel's launch), its stage and its micro-batch."""
+
+    start: np.ndarray
+    end: np.ndarray
+    stage: np.ndarray
+    micro_batch: np.ndarray
+    backward: np.ndarray  # bool: B, I or W
+
+    def during(self, t: np.ndarray) -> np.ndarray:
+        """Per time, the action under way then (its index), -1 for none."""
+        i = np.searchsorted(self.start, t, side="right") - 1
+        inside = (i >= 0) & (t <= self.end[np.maximum(i, 0)])
+        return np.where(inside, i, -1)
+
+
+def annotated_actions(events: pa.Table) -> Actions | None:
+    """The compute actions a pipeline schedule names on one rank's host (:data:`PIPELINING_COMPUTE`): each pass's
+    stage (so its model chunk) and micro-batch, as the schedule ran them. A V-shaped schedule (rank r holds stages r
+    and 2p - 1 - r) runs its chunks in an order no counting of passes can tell (:func:`chunk_and_micro_batch` is
+    Megatron's interleaved order); the names tell it. None without them (single-stage schedules name none)."""
+    names = events.column("name")
+    found = [n for n in pc.unique(names).to_pylist() if n and PIPELINING_COMPUTE.match(n)]
+    if not found:
+        return None
+    mine = events.filter(
+        pc.is_in(names.cast(pa.string()) if pa.types.is_dictionary(names.type) else names, pa.array(found))
+    )
+    start = mine.column("start_ns").to_numpy(zero_copy_only=False).astype(np.int64)
+    end = start + mine.column("dur_ns").to_numpy(zero_copy_only=False).astype(np.int64)
+    parsed = [PIPELINING_COMPUTE.match(n) for n in mine.column("name").cast(pa.string()).to_pylist()]
+    stage = np.array([int(m.group(1)) for m in parsed if m], np.int64)
+    kind = np.array([m.group(2) for m in parsed if m])
+    micro_batch = np.array([int(m.group(3)) for m in parsed if m], np.int64)
+    order = np.argsort(start, kind="stable")
+    return Actions(start[order], end[order], stage[order], micro_batch[order], kind[order] != "F")
 
 
 def annotated_schedule(events: pa.Table) -> tuple[int, int] | None:
@@ -204,26 +272,28 @@ def annotated_schedule(events: pa.Table) -> tuple[int, int] | None:
     return (len(chunks), len({int(m.group(2)) for m in found})) if len(chunks) >= 2 else None
 
 
-def rank_pass_table(
-    frame: Frame, events: pa.Table | None = None, schedule: tuple[int, int] | None = None
-) -> pa.Table:
-    """The per-rank part of the passes table: one rank's passes (``frame``: its events), step by step in time
-    order (step, direction, start, end, compute), and on each row the model chunks its first step shows
-    (:func:`model_chunks`). ``events``: the rank's events where it is a CPU rank (host lanes): its operators'
-    direction is that of the autograd node they run in (:func:`inside_backward`), and compute counts them at
-    their typical durations (``operators.typical_durations``), as the findings do. ``schedule``: the model chunks
-    and micro-batches the schedule's annotations name (:func:`annotated_schedule`), where they do (the
-    ``micro_batches`` column; 0 elsewhere)."""
-    host_lanes = events is not None
+def rank_pass_table(frame: Frame, events: pa.Table | None = None, host_lanes: bool = True) -> pa.Table:
+    """The per-rank part of the passes table: one rank's passes (``frame``: its device events), step by step in
+    time order (step, direction, start, end, compute, and the schedule's stage and micro-batch where its actions
+    are named: :data:`ACTION_COLUMNS`), and on each row the model chunks its first step shows
+    (:func:`model_chunks`) and the micro-batches the schedule's annotations name (``micro_batches``, 0 where none
+    do). ``events``: all the rank's events (its host's annotations). ``host_lanes``: a CPU rank, whose
+    operators' direction is that of the autograd node they run in (:func:`inside_backward`) and whose compute
+    counts them at their typical durations (``operators.typical_durations``), as the findings do."""
+    host_lanes = host_lanes and events is not None
     classes = row_classes(
-        frame, name_classes(frame.names), inside_backward(frame, events) if events is not None else None
+        frame,
+        name_classes(frame.names),
+        inside_backward(frame, events) if host_lanes and events is not None else None,
     )
     durations = typical_durations(frame) if host_lanes else None
-    rows: dict[str, list[Any]] = {k: [] for k in ("step", *PASS_COLUMNS)}
+    named = annotated_actions(events) if events is not None else None
+    schedule = annotated_schedule(events) if events is not None else None
+    rows: dict[str, list[Any]] = {k: [] for k in ("step", *PASS_COLUMNS, *ACTION_COLUMNS)}
     for step in np.unique(frame.step[frame.step >= 0]).tolist():
-        for p in rank_passes(frame, step, classes, durations):
+        for p in rank_passes(frame, step, classes, durations, named):
             rows["step"].append(step)
-            for key in PASS_COLUMNS:
+            for key in (*PASS_COLUMNS, *ACTION_COLUMNS):
                 rows[key].append(p[key])
     table = pa.table(
         rows, schema=pa.schema([(k, pa.string() if k == "direction" else pa.int64()) for k in rows])
@@ -236,16 +306,28 @@ def rank_pass_table(
 def number_passes(passes: pa.Table, stage_of: dict[int, int], virtual: int, stages: int) -> pa.Table:
     """Every pass of every rank and step (rank, stage, step, micro_batch, chunk, direction, start, end, compute):
     the passes of :func:`rank_pass_table` (a ``rank`` column added, ranks in order) with each rank's stage and each
-    pass's micro-batch and model chunk, which need the job's stages and virtual stages."""
+    pass's micro-batch and model chunk, which need the job's stages and virtual stages: as the schedule names them
+    where it does (:data:`ACTION_COLUMNS`: the chunk is the place of the action's stage among the rank's), else
+    counted in Megatron's interleaved order (:func:`chunk_and_micro_batch`)."""
+    named = all(k in passes.column_names for k in ACTION_COLUMNS)
     cols = passes.select(["rank", "step", *PASS_COLUMNS]).to_pydict()
+    action_stage = passes.column("action_stage").to_pylist() if named else [-1] * passes.num_rows
+    action_mb = passes.column("action_micro_batch").to_pylist() if named else [-1] * passes.num_rows
+    own: dict[int, list[int]] = {}  # per rank, the stages its actions name, in order
+    for rank, stage in zip(cols["rank"], action_stage, strict=True):
+        if stage >= 0:
+            own.setdefault(rank, []).append(stage)
+    chunks_of = {rank: sorted(set(named_stages)) for rank, named_stages in own.items()}
     rows: dict[str, list[Any]] = {
         k: [] for k in ("rank", "stage", "step", "micro_batch", "chunk", *PASS_COLUMNS)
     }
     counters: dict[tuple[int, int, str], int] = {}
-    for rank, step, direction, *times in zip(*cols.values(), strict=True):
+    for i, (rank, step, direction, *times) in enumerate(zip(*cols.values(), strict=True)):
         k = counters.get((rank, step, direction), 0)
         counters[(rank, step, direction)] = k + 1
         chunk, mb = chunk_and_micro_batch(k, stages, virtual, direction == "backward")
+        if action_stage[i] >= 0:
+            chunk, mb = chunks_of[rank].index(action_stage[i]), action_mb[i]
         for key, value in zip(
             rows, (rank, stage_of.get(rank, 0), step, mb, chunk, direction, *times), strict=True
         ):

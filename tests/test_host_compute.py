@@ -136,6 +136,56 @@ def test_a_zero_bubble_stages_deferred_weight_gradients_leave_its_input_gradient
     assert [p["compute_ns"] for p in passes if p["direction"] == "forward"] == [300_000] * 4  # no randn
 
 
+def test_a_schedule_that_names_its_actions_has_a_pass_per_action_numbered_as_named(tmp_path: Path) -> None:
+    """Rank 0 of a V-shaped zero-bubble schedule (ScheduleZBVZeroBubble, pp2: stages 0 and 3) names every action
+    `PP:{stage}{F|I|W}{micro-batch}`. Its last stage's forward runs straight into the loss and its input and weight
+    gradients with no send between them, and its two chunks alternate in no order a count of passes can tell. Each
+    named action is a pass of its direction, numbered by its stage's place among the rank's (chunk) and its
+    micro-batch; the optimizer, in no action, is in no pass."""
+    p2p = {"Concrete Inputs": ["", "", "1", "0"], "Input type": ["TensorList"], "Input Dims": [[[64]]]}
+    gloo = {"Input type": ["float"], "Input Dims": [[64]]}
+
+    def action(name: str, t: float, backward: bool) -> list[dict[str, Any]]:
+        work = (
+            [
+                _op("autograd::engine::evaluate_function: MmBackward0", t + 5, 210),
+                _op("aten::mm", t + 10, 200),
+            ]
+            if backward
+            else [_op("aten::addmm", t + 5, 200)]
+        )
+        return [_op(f"PP:{name}", t, 230, cat="user_annotation"), *work]
+
+    order = ["0F0", "0F1", "3F0", "3I0", "3W0", "3F1", "3I1", "3W1", "0W0", "0W1"]
+    events = [_op("ProfilerStep#1", 0, 10_000, cat="user_annotation")]
+    t = 100
+    for name in order:
+        events += action(name, t, name[1] != "F")
+        if name in ("0F1", "3I1"):  # to the next rank, and back from it
+            events += [
+                _op("c10d::send", t + 240, 10, args=p2p),
+                _op("gloo:send", t + 245, 20, cat="user_annotation", args=gloo),
+            ]
+        t += 300
+    events.append(_op("aten::add_", t + 100, 50))  # the optimizer
+    events_table = _events(tmp_path, events)
+    frame = device_frame(events_table)
+    table = stages.rank_pass_table(frame, events_table)
+    passes = table.to_pylist()
+    assert [(p["action_stage"], p["action_micro_batch"]) for p in passes] == [
+        (int(n[0]), int(n[2])) for n in order
+    ]
+    assert [p["direction"] for p in passes] == ["backward" if n[1] != "F" else "forward" for n in order]
+    assert [p["compute_ns"] for p in passes] == [200_000 if n[1] == "F" else 210_000 for n in order]
+    numbered = stages.number_passes(table.append_column("rank", pa.array([0] * table.num_rows)), {0: 0}, 2, 2)
+    assert [
+        (c, m)
+        for c, m in zip(
+            numbered.column("chunk").to_pylist(), numbered.column("micro_batch").to_pylist(), strict=True
+        )
+    ] == [(0 if n[0] == "0" else 1, int(n[2])) for n in order]
+
+
 def test_calls_of_one_operator_under_different_callers_keep_their_own_typical_durations(
     tmp_path: Path,
 ) -> None:
