@@ -154,11 +154,11 @@ def rank_passes(
     by = frame.launch if (frame.launch[compute | p2p] >= 0).all() else frame.start
     at = by[compute]
     named = actions.during(at) if actions is not None else None
-    if named is not None and (named >= 0).any():
+    if actions is not None and named is not None and (named >= 0).any():
         # Work outside every action (the optimizer, gradient syncs) is in no pass.
-        pass_id = np.searchsorted(np.unique(named[named >= 0]), named)
-        pass_id[named < 0] = -1
-        backward = actions.backward[np.unique(named[named >= 0])]
+        ran = np.unique(named[named >= 0])
+        pass_id = np.where(named >= 0, np.searchsorted(ran, named), -1)
+        backward = actions.backward[ran]
     else:
         named = None
         segment = np.searchsorted(np.sort(by[p2p]), at, side="right")
