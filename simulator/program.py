@@ -148,27 +148,38 @@ def llm(job: Job, rank: int, step: int) -> list[Instr]:
         g = c * pp + stage
         chunks[g] = _chunk(job, d, g, rank, step)
         total_params += sum(chunks[g][2])
+    # torch.distributed.pipelining's multi-stage schedules name each action on the host: "PP:{stage}F{mb}" (B: a
+    # whole backward), around its compute (its receive and send are actions of their own).
+    named = cfg.torch2 and cfg.virtual_stages > 1
     for phase, mb, c in schedule.order(cfg.schedule, pp, stage, m, cfg.virtual_stages):
         g = c * pp + stage
         forward, backward_layers, params, units = chunks[g]
         if phase == "F":
             if g > 0:
                 prog += [("R", mesh.stage_rank(rank, (g - 1) % pp), act, (0, mb, g)), ("Y", "pp")]
+            if named:
+                prog.append(("A", f"PP:{g}F{mb}"))
             if fsdp:
                 prog += _fsdp_pass(units, params[::-1], cfg.dp, False)
             else:
                 prog += _kernels(forward)
+            if named:
+                prog.append(("Z",))
             if g < last:
                 prog.append(("S", mesh.stage_rank(rank, (g + 1) % pp), act, (0, mb, g + 1)))
         else:
             if g < last:
                 prog += [("R", mesh.stage_rank(rank, (g + 1) % pp), act, (1, mb, g)), ("Y", "pp")]
+            if named:
+                prog.append(("A", f"PP:{g}B{mb}"))
             if fsdp:
                 prog += _backward(job, _fsdp_pass(backward_layers, params, cfg.dp, mb == m - 1))
             else:
                 prog += _backward(
                     job, _backward_with_buckets(backward_layers, params, cfg.dp > 1 and mb == m - 1)
                 )
+            if named:
+                prog.append(("Z",))
             if g > 0:
                 prog.append(("S", mesh.stage_rank(rank, (g - 1) % pp), act, (1, mb, g - 1)))
     if cfg.dp > 1:

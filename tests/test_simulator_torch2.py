@@ -473,3 +473,40 @@ def test_gpu_traces_have_the_structure_of_a_real_nccl_trace(gpu_job: Path) -> No
         )  # older PyTorch: no collective args
     for key in set(sim["args"]) & set(real["args"]):
         assert sim["args"][key] == real["args"][key], key
+
+
+@pytest.mark.parametrize("device", ["cpu", "h100"])
+def test_a_multi_stage_schedule_names_its_actions_and_its_passes_are_numbered_by_them(
+    tmp_path: Path, device: str
+) -> None:
+    """torch.distributed.pipelining's multi-stage schedules (interleaved 1F1B here) name each action on the host:
+    `PP:{stage}F{mb}` around a forward's compute, `PP:{stage}B{mb}` around a backward's. The simulator writes them
+    so on a torch2 interleaved job (CPU: around the operators; GPU: around the launches), and the analysis takes
+    each named action for a pass: its model chunk the place of its stage on the rank, its micro-batch the one
+    named."""
+    import paradiag
+
+    out = tmp_path / device
+    pp, chunks = 2, 2
+    simulate(
+        SimConfig(
+            output=out,
+            device=device,
+            shape="torch2",
+            pp=pp,
+            schedule="interleaved",
+            virtual_stages=chunks,
+            seed=5,
+            **{**MODEL, "microbatches": 4},
+        )
+    )
+    trace = _latest(out)[1]
+    named = {e["name"] for e in _events(trace, cat="user_annotation") if e["name"].startswith("PP:")}
+    assert named == {f"PP:{s}{d}{m}" for s in (1, 3) for d in "FB" for m in range(4)}
+    passes = paradiag.open(out).diagnosis().passes.to_pylist()
+    mine = [p for p in passes if p["rank"] == 1]
+    steps = {p["step"] for p in mine}
+    assert len(mine) == len(steps) * 2 * chunks * 4  # a pass per action
+    for step in steps:
+        seen = {(p["direction"], p["chunk"], p["micro_batch"]) for p in mine if p["step"] == step}
+        assert seen == {(d, c, m) for d in ("forward", "backward") for c in range(chunks) for m in range(4)}
