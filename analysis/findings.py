@@ -77,6 +77,12 @@ OUTLIER_RATIO = 2.0  # one exceptional step: twice the largest excess any other 
 # faulty ones stray at most 2.6x as far; a faulty rank of a step dominated by gloo stood 4-8x as far at 1-2 %.)
 CLEAR_MARGIN = 4.0
 CLEAR_IMPACT_PCT = 1.0
+# A CPU rank's host held back for less than this (at a step's start, before each send) is its scheduler's: on a
+# host whose cores its ranks and their gloo threads share, a runnable thread waits out the others' time slices
+# (Linux CFS: 0.75 ms x (1 + log2 cores) at least each, several runnable per core). The real jobs' clean twins on
+# 2 cores hold 1.0-2.2 ms so, which a replay that lets the rest of the pipeline move prices at 2.2-2.8 % of a step;
+# a host stall the program makes (a sleep, a lock, a slow hook) held 4.0 ms and more in every faulty job.
+HOST_HOLD_NS = 3_000_000
 STAGE_IMBALANCE = 1.15  # max / mean compute per micro-batch across stages
 # ... and, on CPU ranks, the heaviest stage MIN_RATIO_HOST x the median of the others (as a rank against its peers:
 # past the noise band of CPU ranks' compute)
@@ -373,7 +379,8 @@ def rank_excess(
     ``host_ranks`` (CPU ranks) must be MIN_RATIO_HOST x its peers' (below, a row is ``weak``:
     :func:`rank_findings` keeps it only where a few operators carry it, a hotspot, or where it is clear and the
     rank's calls run at its peers' pace, more work). A CPU rank's time in its wrappers' own code (``hooks_ns``:
-    its hooks) counts only where consistent: once, it is the scheduler's."""
+    its hooks) counts only where consistent: once, it is the scheduler's; its launch delay only from HOST_HOLD_NS
+    on (shorter, the scheduler's hold)."""
     out = []
     steps = sorted({s for _, s in figures})
     alone = [p[0] for p in peer_sets if len(p) == 1]
@@ -408,6 +415,8 @@ def rank_excess(
                     ref = value - e
                     if e <= 0 or value < MIN_RATIO * ref or e < least:
                         continue
+                    if part == "launch_delay_ns" and rank in host_ranks and e < HOST_HOLD_NS:
+                        continue  # the scheduler's hold
                     # CPU compute below MIN_RATIO_HOST x: a hotspot's only (rank_findings keeps it if it is one)
                     weak = part == "compute_ns" and rank in host_ranks and value < MIN_RATIO_HOST * ref
                     noise, largest = outside.get(step, (spread, 0.0))
@@ -861,7 +870,8 @@ def late_senders(
     ``torch.distributed.pipelining`` a stage is blocked until the next one takes its previous data, so the stage
     before a sleeping one idles as long before its sends (pp8 1F1B: 9.7 ms against the sleeper's 10.2 ms) while
     the sleeper's receives of its data take 0.25 ms and the sleeper's neighbour waits 10 ms for each of its own.
-    The impact: that hole per send times those sends per step, over the step.
+    The impact: that hole per send times those sends per step, over the step. A hole under HOST_HOLD_NS is the
+    scheduler's (a clean pp4 job's first stage: 1.01 ms before three of four sends, 2.8 % of its step replayed).
     ``named``: ranks already blamed for their own time."""
     if not len(p2p) or not host_ranks or not step_ns:
         return []
@@ -919,7 +929,7 @@ def late_senders(
             for (r, peer), (idle, share, sends, judged) in held.items()
             if r == rank
             and judged
-            and idle >= LATE_SENDER_RATIO * max(others)
+            and idle >= max(LATE_SENDER_RATIO * max(others), HOST_HOLD_NS)
             and (share >= LATE_SENDER_SHARE or share >= LATE_SENDER_RATIO * max(shares))
         ]
         if not late:
