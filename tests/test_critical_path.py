@@ -287,6 +287,38 @@ def test_a_receive_that_ends_before_its_send_begins_still_waits_for_it() -> None
     }
 
 
+def _timed_graph(
+    rows: list[tuple[int, int, str, str, int, int, int]],
+    us: int,
+    step_ends: tuple[int, int],
+    host_ranks: frozenset[int] = frozenset(),
+) -> tuple[Any, Any]:
+    """The replay graph of two ranks' step 0 from (rank, track, kind, name, start, end, peer) rows in units of
+    ``us`` ns, and its timing, checked to give the traces back without an edit."""
+    from paradiag.analysis.depgraph import build_graph
+    from paradiag.analysis.replay import Timing, replay
+
+    frame = _frame(
+        [(r, track, kind, name, a * us, b * us, peer) for r, track, kind, name, a, b, peer in rows]
+    )
+    steps = pa.table(
+        {"rank": [0, 1], "step": [0, 0], "start_ns": [0, 0], "end_ns": [e * us for e in step_ends]}
+    )
+    p2p = comm.p2p_transfers(frame.take(slice(None)))
+    g = build_graph(frame, steps, p2p, {0: "h", 1: "h"}, host_ranks=host_ranks)
+    t = Timing.of(g)
+    assert (replay(g, t) == g.end).all()  # without an edit, the graph's own times
+    return g, t
+
+
+def _moves(g: Any, t: Any, us: int) -> dict[tuple[int, int], int]:
+    """(rank, measured end) -> how much earlier the replay ends the event, in units of ``us`` ns."""
+    from paradiag.analysis.replay import replay
+
+    ends = (g.end - replay(g, t)) // us
+    return {(int(r), int(e) // us): int(m) for r, e, m in zip(g.rank, g.end, ends, strict=True)}
+
+
 def test_a_send_that_ends_before_its_receive_begins_waited_for_the_receiver() -> None:
     """gloo's receive annotation begins when the receiver waits on it, after the batch that posted it: a send that
     waited for its receiver can end (31) before the receive's event begins (32). It waited for the receiver all the
@@ -294,25 +326,17 @@ def test_a_send_that_ends_before_its_receive_begins_waited_for_the_receiver() ->
     it too (the replay once kept such a send's measured length, the wait included, and the sender never moved).
     Most sends posted before their receive end after it began (the job's sends are not eager: the second pair);
     how long one takes alone is the job's send that found its receive there (the third pair: 1)."""
-    from paradiag.analysis.depgraph import build_graph
-    from paradiag.analysis.replay import Timing, replay
-
     us = 10_000  # times in units of 10 us: above the tolerance of a trace's rounding
-    frame = _frame([(r, track, kind, name, a * us, b * us, peer) for r, track, kind, name, a, b, peer in [
+    g, t = _timed_graph([
         (0, 3, "communication", "send", 5, 31, 1), (0, 1, "compute", "c", 31, 40, -1), (0, 3, "communication", "send", 41, 52, 1),
         (0, 3, "communication", "send", 60, 61, 1),
         (1, 1, "compute", "b", 0, 30, -1), (1, 3, "communication", "recv", 32, 34, 0), (1, 1, "compute", "d", 34, 44, -1),
         (1, 3, "communication", "recv", 45, 53, 0), (1, 3, "communication", "recv", 58, 62, 0),
-    ]])  # fmt: skip
-    steps = pa.table({"rank": [0, 1], "step": [0, 0], "start_ns": [0, 0], "end_ns": [61 * us, 62 * us]})
-    g = build_graph(frame, steps, comm.p2p_transfers(frame.take(slice(None))), {0: "h", 1: "h"})
-    t = Timing.of(g)
-    assert (replay(g, t) == g.end).all()  # without an edit, the traces as they are
+    ], us, (61, 62))  # fmt: skip
     b = int(np.flatnonzero((g.rank == 1) & (g.end == 30 * us))[0])
     t.dur = t.dur.copy()
     t.dur[b] -= 20 * us
-    ends = (g.end - replay(g, t)) // us
-    moved = {(int(r), int(e) // us): int(m) for r, e, m in zip(g.rank, g.end, ends, strict=True)}
+    moved = _moves(g, t, us)
     assert moved[(1, 34)] == 20  # the receive, posted 20 earlier
     assert (
         moved[(0, 31)] == 20 and moved[(0, 40)] == 20
@@ -326,24 +350,16 @@ def test_work_posted_after_an_asynchronous_send_does_not_wait_for_its_transfer()
     which waits for a receiver (rank 0 posts at 200 us) that the stall does not move. The replay once tied `c` to
     the send's end, and so to the receiver: the stall's replay saved 222 us of 390 (a zero-bubble pipeline's host
     stall came out as 0.06 ms of 40)."""
-    from paradiag.analysis.depgraph import build_graph
-    from paradiag.analysis.replay import Timing, replay
-
     us = 1_000
-    frame = _frame([(r, track, kind, name, a * us, b * us, peer) for r, track, kind, name, a, b, peer in [
+    g, t = _timed_graph([
         (0, 1, "compute", "a", 0, 200, -1), (0, 1, "communication", "recv", 200, 423, 1),
         (0, 1, "compute", "b", 423, 523, -1),
         (1, 1, "compute", "x", 0, 10, -1), (1, 1, "compute", "y", 400, 420, -1),
         (1, 1, "communication", "send", 422, 980, 0), (1, 1, "compute", "c", 425, 620, -1),
-    ]])  # fmt: skip
-    steps = pa.table({"rank": [0, 1], "step": [0, 0], "start_ns": [0, 0], "end_ns": [523 * us, 980 * us]})
-    g = build_graph(frame, steps, comm.p2p_transfers(frame.take(slice(None))), {0: "h", 1: "h"})
-    t = Timing.of(g)
-    assert (replay(g, t) == g.end).all()  # without an edit, the traces as they are
+    ], us, (523, 980))  # fmt: skip
     y = int(np.flatnonzero((g.rank == 1) & (g.end == 420 * us))[0])
     t.own("gap")[y] = 0  # the stall removed: y starts once x has ended
-    ends = (g.end - replay(g, t)) // us
-    moved = {(int(r), int(e) // us): int(m) for r, e, m in zip(g.rank, g.end, ends, strict=True)}
+    moved = _moves(g, t, us)
     assert moved[(1, 420)] == 390 and moved[(1, 620)] == 390  # y, and c after the send
     assert moved[(0, 423)] == 222 and moved[(0, 523)] == 222  # the receiver: its data from 222 earlier
 
@@ -354,26 +370,17 @@ def test_a_receive_waited_on_late_ended_where_its_host_came_to_it_not_where_its_
     whose data was there since 8. Removing the stall moves `c` by 390, and `d` after the first receive too: it
     waited for its host, not for a transfer. The replay once held the first receive's 516 us after its data as
     a transfer and `d` did not move (a zero-bubble pipeline's host stall replayed as 0.06 ms of 40)."""
-    from paradiag.analysis.depgraph import build_graph
-    from paradiag.analysis.replay import Timing, replay
-
     us = 1_000
-    frame = _frame([(r, track, kind, name, a * us, b * us, peer) for r, track, kind, name, a, b, peer in [
+    g, t = _timed_graph([
         (0, 1, "compute", "x", 0, 10, -1), (0, 1, "communication", "send", 8, 990, 1),
         (0, 1, "compute", "y", 400, 420, -1), (0, 1, "communication", "send", 421, 990, 1),
         (0, 1, "compute", "z", 430, 500, -1),
         (1, 1, "communication", "recv", 5, 524, 0), (1, 1, "communication", "recv", 6, 422, 0),
         (1, 1, "compute", "c", 423, 523, -1), (1, 1, "compute", "d", 525, 625, -1),
-    ]])  # fmt: skip
-    steps = pa.table({"rank": [0, 1], "step": [0, 0], "start_ns": [0, 0], "end_ns": [990 * us, 625 * us]})
-    p2p = comm.p2p_transfers(frame.take(slice(None)))
-    g = build_graph(frame, steps, p2p, {0: "h", 1: "h"}, host_ranks=frozenset({0, 1}))
-    t = Timing.of(g)
-    assert (replay(g, t) == g.end).all()  # without an edit, the graph's own times
+    ], us, (990, 625), host_ranks=frozenset({0, 1}))  # fmt: skip
     y = int(np.flatnonzero((g.rank == 0) & (g.end == 420 * us))[0])
     t.own("gap")[y] = 0  # the stall removed
-    ends = (g.end - replay(g, t)) // us
-    moved = {(int(r), int(e) // us): int(m) for r, e, m in zip(g.rank, g.end, ends, strict=True)}
+    moved = _moves(g, t, us)
     assert moved[(1, 523)] == 390 and moved[(1, 625)] == 390  # c, and d after the receive waited on late
     # The receive itself ends 1 us (the job's transfer when blocked on) after its data came, in the graph.
     assert (1, 9) in moved
