@@ -1046,26 +1046,33 @@ def _merge_ranks(
 
 
 def stage_findings(
-    metrics: Mapping[str, Any], on_host: bool = False, work: Sequence[float] = ()
+    metrics: Mapping[str, Any], on_host: bool = False, work: Sequence[float] = (), compute_scale: float = 1.0
 ) -> list[Finding]:
     """stage_imbalance when the heaviest stage computes STAGE_IMBALANCE x the mean per micro-batch (and, with
-    ``on_host``, CPU ranks: MIN_RATIO_HOST x the median of the other stages), or, with ``on_host``, when it is the
-    heaviest in ``work`` too (per stage, calls at job-wide prices: ``stages.stage_work``) by MIN_RATIO_HOST x the
+    ``on_host``, CPU ranks: MIN_RATIO_HOST x the median of the other stages), or, with ``on_host``, when a stage is
+    the heaviest in ``work`` (per stage, calls at job-wide prices: ``stages.stage_work``) by MIN_RATIO_HOST x the
     median of the others': more calls of the same operators (more layers) are no scheduler's noise, while the
     stage's time may be the others' give or take 20 % (the first stage does no input gradient, the last the loss,
     and a rank on a busier core runs slower), which hides a stage of 1.5x the layers at the pipeline's first stage
-    (1.12-1.19x the others' time, measured on real dp x pp and interleaved jobs). On CPU ranks with ``work``, a
-    stage heavier in time only is one slow rank's: a stage of one rank, STAGE_IMBALANCE x every other stage."""
+    (1.12-1.19x the others' time, measured on real dp x pp and interleaved jobs), or entirely: the busiest rank of a
+    host takes more of its shared cores (a V schedule's rank 0 with 1.2x the work computed 3.09 ms per micro-batch
+    against 3.06-3.16 ms). Such a stage costs, at the others' pace, what its extra work takes in every slot of the
+    pipeline (:func:`_work_saving`), when that is more than its time shows. On CPU ranks with ``work``, a stage
+    heavier in time only is one slow rank's: a stage of one rank, STAGE_IMBALANCE x every other stage.
+    ``compute_scale``: the clock's time per ns of the passes' compute (``stages.stage_metrics``)."""
     if not metrics or metrics.get("num_stages", 1) < 2:
         return []
     per = {s["stage"]: s["compute_per_micro_batch_ns"] for s in metrics["stages"]}
     worst = metrics["bottleneck_stage"]
+    heavy = worst
+    if on_host and len(work) == len(per) and work:
+        heavy = list(per)[max(range(len(work)), key=lambda i: work[i])]
+    in_work = on_host and _heaviest_in_work(heavy, list(per), work)
     by_time = (metrics.get("imbalance") or 0) >= STAGE_IMBALANCE
-    in_work = on_host and _heaviest_in_work(worst, list(per), work)
     if on_host:
         others = [v for s, v in per.items() if s != worst]
         by_time = by_time and bool(others) and per[worst] >= MIN_RATIO_HOST * statistics.median(others)
-        if by_time and work and not in_work:
+        if by_time and work and not (in_work and heavy == worst):
             # Heavier in time at the others' work: its ranks run slower, its layers are no more. That is a stage's
             # only where it is one slow rank (a stage's time is its least loaded rank's: a slow replica does not
             # make it heavy), and a slow rank stands apart from every other stage; two stages alike slower (a
@@ -1076,14 +1083,52 @@ def stage_findings(
             by_time = len(row["ranks"]) == 1 and per[worst] >= STAGE_IMBALANCE * max(others)
     if not by_time and not in_work:
         return []
+    stage = heavy if in_work else worst
     step = metrics["step_time_ns"]
-    impact = 100 * (step - metrics["balanced_step_time_ns"]) / step if step else 0.0
+    timed = 100 * (step - metrics["balanced_step_time_ns"]) / step if step and stage == worst else 0.0
+    counted = 100 * _work_saving(metrics, work, compute_scale) / step if step and in_work else 0.0
+    impact = max(timed, counted)
     if impact < MIN_IMPACT_PCT:
         return []
-    stage = metrics["bottleneck_stage"]
     row = next(s for s in metrics["stages"] if s["stage"] == stage)
-    evidence = stage_evidence(metrics, metrics["balanced_step_time_ns"])
+    if counted > timed:
+        evidence = work_evidence(metrics, stage, work, step - _work_saving(metrics, work, compute_scale))
+    else:
+        evidence = stage_evidence(metrics, metrics["balanced_step_time_ns"])
     return [finding("stage_imbalance", blamed(row["ranks"], stage=stage), [], impact, evidence)]
+
+
+def _work_saving(metrics: Mapping[str, Any], work: Sequence[float], compute_scale: float = 1.0) -> float:
+    """What a balanced split saves (ns a step) if the stages' time per micro-batch followed their ``work``: the
+    pipeline's slots (m + (p - 1) / v, as ``stages.stage_metrics``'s estimate) of the heaviest stage's extra work
+    over the mean, at the stages' mean time per micro-batch."""
+    times = [s["compute_per_micro_batch_ns"] for s in metrics["stages"]]
+    mean_work = statistics.fmean(work) if work else 0.0
+    if not times or not mean_work:
+        return 0.0
+    slots = metrics["micro_batches"] + (len(times) - 1) / max(metrics.get("virtual_stages") or 1, 1)
+    return slots * statistics.fmean(times) * (max(work) / mean_work - 1) * compute_scale
+
+
+def work_evidence(
+    metrics: Mapping[str, Any], stage: int, work: Sequence[float], balanced_step_ns: float
+) -> str:
+    """The stage_imbalance evidence of a stage heavier in work than its time shows (:func:`stage_findings`)."""
+    stages = [s["stage"] for s in metrics["stages"]]
+    mine = work[stages.index(stage)]
+    others = statistics.median(w for s, w in zip(stages, work, strict=True) if s != stage)
+    row = next(s for s in metrics["stages"] if s["stage"] == stage)
+    mean = statistics.fmean(s["compute_per_micro_batch_ns"] for s in metrics["stages"])
+    return (
+        f"stage {stage} does {mine / others:.2f}x the work of the other stages (their operators' calls at one "
+        f"price), though it computes {row['compute_per_micro_batch_ns'] / 1e6:.2f} ms per micro-batch vs "
+        f"{mean / 1e6:.2f} ms on average (its ranks took more of the shared cores); at the others' pace a balanced "
+        f"split would take the step from {metrics['step_time_ns'] / 1e6:.1f} to {balanced_step_ns / 1e6:.1f} ms "
+        f"{WORKED}"
+    )
+
+
+WORKED = "(its work counted, not timed)"  # ends the evidence of a stage heavier in work than in time
 
 
 def _heaviest_in_work(stage: int, stages: list[int], work: Sequence[float]) -> bool:
@@ -1534,9 +1579,9 @@ def more_data(found: list[Finding], larger: dict[int, dict[str, Any]], frame: Fr
 
 
 def counted(f: Finding) -> bool:
-    """A finding of extra calls or larger inputs (:func:`extra_call_findings`, :func:`larger_input_findings`),
-    whose evidence is counted, not timed."""
-    return f.evidence.endswith((COUNTED, SIZED))
+    """A finding of extra calls or larger inputs (:func:`extra_call_findings`, :func:`larger_input_findings`) or of
+    a stage heavier in work than in time (:func:`stage_findings`), whose evidence is counted, not timed."""
+    return f.evidence.endswith((COUNTED, SIZED, WORKED))
 
 
 def _rank_detector(e: Evidence) -> list[Finding]:
@@ -1579,7 +1624,9 @@ def _rank_detector(e: Evidence) -> list[Finding]:
 
 def _stage_detector(e: Evidence) -> list[Finding]:
     work = stage_work(e.frame, e.stages, e.host_ranks) if e.on_host and len(e.stages) > 1 else []
-    return stage_hotspots(stage_findings(e.stage_metrics, e.on_host, work), e.frame, e.stages, e.host_ranks)
+    return stage_hotspots(
+        stage_findings(e.stage_metrics, e.on_host, work, e.compute_scale), e.frame, e.stages, e.host_ranks
+    )
 
 
 def _link_detector(e: Evidence) -> list[Finding]:

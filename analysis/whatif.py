@@ -295,7 +295,7 @@ def replay_findings(
 
 
 def _replayed(f: Finding, g: Graph, peers: Peers, host_ranks: frozenset[int]) -> Finding:
-    from paradiag.analysis.findings import severity, stage_evidence
+    from paradiag.analysis.findings import counted, severity, stage_evidence
 
     edits = finding_edits(f)
     if not edits or not len(g):
@@ -307,7 +307,7 @@ def _replayed(f: Finding, g: Graph, peers: Peers, host_ranks: frozenset[int]) ->
     replayed = result.as_json()
     if kinds.of(f.kind).extra_work and host_ranks and set(f.culprit.ranks) <= host_ranks:
         layers = replayed.get("layers")
-        if layers and layers["now"] == layers["balanced"] and peers.stage_metrics:
+        if layers and layers["now"] == layers["balanced"] and peers.stage_metrics and not counted(f):
             # the replay moved no layer (none would do better): say so beside the estimate kept
             metrics = peers.stage_metrics
             return replace(
