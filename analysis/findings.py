@@ -77,7 +77,7 @@ OUTLIER_RATIO = 2.0  # one exceptional step: twice the largest excess any other 
 # faulty ones stray at most 2.6x as far; a faulty rank of a step dominated by gloo stood 4-8x as far at 1-2 %.)
 CLEAR_MARGIN = 4.0
 CLEAR_IMPACT_PCT = 1.0
-# A CPU rank's host held back for less than this (at a step's start, before each send) is its scheduler's: on a
+# A CPU rank's host held back for less than this (at a step's start, in a hook, before each send) is its scheduler's: on a
 # host whose cores its ranks and their gloo threads share, a runnable thread waits out the others' time slices
 # (Linux CFS: 0.75 ms x (1 + log2 cores) at least each, several runnable per core). The real jobs' clean twins on
 # 2 cores hold 1.0-2.2 ms so, which a replay that lets the rest of the pipeline move prices at 2.2-2.8 % of a step;
@@ -379,8 +379,8 @@ def rank_excess(
     ``host_ranks`` (CPU ranks) must be MIN_RATIO_HOST x its peers' (below, a row is ``weak``:
     :func:`rank_findings` keeps it only where a few operators carry it, a hotspot, or where it is clear and the
     rank's calls run at its peers' pace, more work). A CPU rank's time in its wrappers' own code (``hooks_ns``:
-    its hooks) counts only where consistent: once, it is the scheduler's; its launch delay only from HOST_HOLD_NS
-    on (shorter, the scheduler's hold)."""
+    its hooks) counts only where consistent: once, it is the scheduler's; its launch delay and its hooks' time
+    only from HOST_HOLD_NS on (shorter, the scheduler's hold)."""
     out = []
     steps = sorted({s for _, s in figures})
     alone = [p[0] for p in peer_sets if len(p) == 1]
@@ -415,8 +415,8 @@ def rank_excess(
                     ref = value - e
                     if e <= 0 or value < MIN_RATIO * ref or e < least:
                         continue
-                    if part == "launch_delay_ns" and rank in host_ranks and e < HOST_HOLD_NS:
-                        continue  # the scheduler's hold
+                    if part != "compute_ns" and rank in host_ranks and e < HOST_HOLD_NS:
+                        continue  # the scheduler's hold (at the step's start, inside a hook)
                     # CPU compute below MIN_RATIO_HOST x: a hotspot's only (rank_findings keeps it if it is one)
                     weak = part == "compute_ns" and rank in host_ranks and value < MIN_RATIO_HOST * ref
                     noise, largest = outside.get(step, (spread, 0.0))

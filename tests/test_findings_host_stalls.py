@@ -285,6 +285,25 @@ def test_a_cpu_ranks_hold_shorter_than_the_schedulers_is_no_stall_at_a_steps_sta
     assert late_start(2.16) == []
     assert [(r["rank"], r["step"]) for r in late_start(4.0)] == [(2, 1)]
     assert [(r["rank"], r["step"]) for r in late_start(40.0)] == [(2, 1)]
+
+    # in its hooks, every step (a real FSDP2 rank: 1.94 ms over its peers in AddmmBackward0's, ranked above another
+    # rank's 90 ms stall at a step's start): the scheduler's too; a comm hook sleeping 5 ms is not
+    def hooks(extra_ms: float) -> list[Any]:
+        figures = {
+            (r, step): {
+                "compute_ns": 40 * MS,
+                "launch_delay_ns": 20_000,
+                "idle_ns": 2 * MS,
+                "hooks_ns": int((0.75 + (extra_ms if r == 2 else 0.01 * r)) * MS),
+                "step_ns": 60 * MS,
+            }
+            for r in range(4)
+            for step in range(3)
+        }
+        return findings.rank_excess(figures, [[0, 1, 2, 3]], 60 * MS, host_ranks=host)
+
+    assert hooks(1.94) == []
+    assert {(r["rank"], r["part"]) for r in hooks(5.0)} == {(2, "hooks_ns")}
     held = findings.late_senders(*_pipeline({0: 1.01, 1: 0.3, 2: 0.4, 3: 0.2}), set(), host, 30 * MS, 3)
     assert held == []
     found = findings.late_senders(*_pipeline({0: 4.0, 1: 0.3, 2: 0.4, 3: 0.2}), set(), host, 30 * MS, 3)
