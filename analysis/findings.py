@@ -1085,14 +1085,15 @@ def stage_findings(
         return []
     stage = heavy if in_work else worst
     step = metrics["step_time_ns"]
+    saved = _work_saving(metrics, work, compute_scale) if in_work else 0.0
     timed = 100 * (step - metrics["balanced_step_time_ns"]) / step if step and stage == worst else 0.0
-    counted = 100 * _work_saving(metrics, work, compute_scale) / step if step and in_work else 0.0
+    counted = 100 * saved / step if step else 0.0
     impact = max(timed, counted)
     if impact < MIN_IMPACT_PCT:
         return []
     row = next(s for s in metrics["stages"] if s["stage"] == stage)
     if counted > timed:
-        evidence = work_evidence(metrics, stage, work, step - _work_saving(metrics, work, compute_scale))
+        evidence = work_evidence(metrics, stage, work, step - saved)
     else:
         evidence = stage_evidence(metrics, metrics["balanced_step_time_ns"])
     return [finding("stage_imbalance", blamed(row["ranks"], stage=stage), [], impact, evidence)]

@@ -214,7 +214,6 @@ ACTION_COLUMNS = ("action_stage", "action_micro_batch")  # the schedule's names 
 # torch.distributed.pipelining's multi-stage schedules (interleaved 1F1B, zero-bubble, V-shaped ones) name each
 # action of a rank in a record_function: "PP:{stage}F{micro-batch}" for a forward, B for a whole backward, I and W
 # for its input and weight gradients (a zero-bubble schedule's halves).
-PIPELINING_FORWARD = re.compile(r"^PP:(\d+)F(\d+)$")
 PIPELINING_COMPUTE = re.compile(r"^PP:(\d+)([FBIW])(\d+)$")
 
 
@@ -237,8 +236,9 @@ class Actions:
 
 
 def annotated_actions(events: pa.Table) -> Actions | None:
-    """The compute actions a pipeline schedule names on one rank's host (:data:`PIPELINING_COMPUTE`): each pass's
-    stage (so its model chunk) and micro-batch, as the schedule ran them. A V-shaped schedule (rank r holds stages r
+    """The compute actions a pipeline schedule names on one rank's host (:data:`PIPELINING_COMPUTE`; the names its
+    rows hold, not a dictionary's, which keeps those of rows filtered out): each pass's stage (so its model chunk)
+    and micro-batch, as the schedule ran them. A V-shaped schedule (rank r holds stages r
     and 2p - 1 - r) runs its chunks in an order no counting of passes can tell (:func:`chunk_and_micro_batch` is
     Megatron's interleaved order); the names tell it. None without them (single-stage schedules name none)."""
     names = events.column("name")
@@ -258,18 +258,17 @@ def annotated_actions(events: pa.Table) -> Actions | None:
     return Actions(start[order], end[order], stage[order], micro_batch[order], kind[order] != "F")
 
 
-def annotated_schedule(events: pa.Table) -> tuple[int, int] | None:
+def annotated_schedule(actions: Actions | None) -> tuple[int, int] | None:
     """Model chunks and micro-batches of one rank as its schedule names them: the distinct stages and micro-batches
-    of its ``PP:{stage}F{mb}`` annotations (:data:`PIPELINING_FORWARD`), where it holds two chunks or more; None
+    of its forward actions (``actions``: :func:`annotated_actions`), where it holds two chunks or more; None
     without them. A V-shaped schedule (ScheduleZBVZeroBubble: rank r holds stages r and 2p - 1 - r) feeds rank 0's
     second chunk from rank 1 straight into its loss and backward, and a zero-bubble one splits each backward in
     two: their passes cannot be counted as :func:`model_chunks` and :func:`stage_metrics` count them."""
-    # the names the rank's rows hold (a dictionary may hold more: rows filtered out, a window of several)
-    found = [
-        m for n in pc.unique(events.column("name")).to_pylist() if n and (m := PIPELINING_FORWARD.match(n))
-    ]
-    chunks = {int(m.group(1)) for m in found}
-    return (len(chunks), len({int(m.group(2)) for m in found})) if len(chunks) >= 2 else None
+    if actions is None:
+        return None
+    forward = ~actions.backward
+    chunks = len(np.unique(actions.stage[forward]))
+    return (chunks, len(np.unique(actions.micro_batch[forward]))) if chunks >= 2 else None
 
 
 def rank_pass_table(frame: Frame, events: pa.Table | None = None, host_lanes: bool = True) -> pa.Table:
@@ -288,7 +287,7 @@ def rank_pass_table(frame: Frame, events: pa.Table | None = None, host_lanes: bo
     )
     durations = typical_durations(frame) if host_lanes else None
     named = annotated_actions(events) if events is not None else None
-    schedule = annotated_schedule(events) if events is not None else None
+    schedule = annotated_schedule(named)
     rows: dict[str, list[Any]] = {k: [] for k in ("step", *PASS_COLUMNS, *ACTION_COLUMNS)}
     for step in np.unique(frame.step[frame.step >= 0]).tolist():
         for p in rank_passes(frame, step, classes, durations, named):

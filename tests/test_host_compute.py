@@ -221,12 +221,12 @@ def test_the_chunks_and_micro_batches_a_pipelining_schedule_names(tmp_path: Path
             for action in ("F", "I", "W", "SEND_F", "RECV_B"):
                 events.append(_op(f"PP:{stage}{action}{mb}", t, 5, cat="user_annotation"))
                 t += 10
-    assert stages.annotated_schedule(_events(tmp_path, events)) == (2, 3)
+    assert stages.annotated_schedule(stages.annotated_actions(_events(tmp_path, events))) == (2, 3)
     one = [e for e in events if not e["name"].startswith("PP:7")] + [
         _op("Forward 0", 900, 5, cat="user_annotation")
     ]
-    assert stages.annotated_schedule(_events(tmp_path, one)) is None
+    assert stages.annotated_schedule(stages.annotated_actions(_events(tmp_path, one))) is None
     # rows of the other chunk filtered out: their names may stay in the column's dictionary, and do not count
     both = _events(tmp_path, events)
     first = both.filter(pc.invert(pc.starts_with(pc.cast(both.column("name"), pa.string()), "PP:7")))
-    assert stages.annotated_schedule(first) is None
+    assert stages.annotated_schedule(stages.annotated_actions(first)) is None
