@@ -153,7 +153,7 @@ def rank_passes(
     # launched ahead of it, and its start would cut their pass.
     by = frame.launch if (frame.launch[compute | p2p] >= 0).all() else frame.start
     at = by[compute]
-    named = actions.during(at) if actions is not None else None
+    named = actions.split_overlaps(actions.during(at), at, row_class) if actions is not None else None
     if actions is not None and named is not None and (named >= 0).any():
         # Work outside every action (the optimizer, gradient syncs) is in no pass.
         ran = np.unique(named[named >= 0])
@@ -213,36 +213,81 @@ ACTION_COLUMNS = ("action_stage", "action_micro_batch")  # the schedule's names 
 
 # torch.distributed.pipelining's multi-stage schedules (interleaved 1F1B, zero-bubble, V-shaped ones) name each
 # action of a rank in a record_function: "PP:{stage}F{micro-batch}" for a forward, B for a whole backward, I and W
-# for its input and weight gradients (a zero-bubble schedule's halves).
+# for its input and weight gradients (a zero-bubble schedule's halves). DualPipeV runs a forward and a backward of
+# its two stages as one action, "PP:(0F7;7B3)OVERLAP_F_B": its sub-actions one after the other, unmarked within.
 PIPELINING_COMPUTE = re.compile(r"^PP:(\d+)([FBIW])(\d+)$")
+PIPELINING_OVERLAP = re.compile(r"^PP:\(((?:\d+[FBIW]\d+;?)+)\)OVERLAP_F_B$")
+_SUB_ACTION = re.compile(r"(\d+)([FBIW])(\d+)")
 
 
 @dataclass(frozen=True)
 class Actions:
     """A rank's compute actions as its pipeline schedule names them (:func:`annotated_actions`), in order of start:
-    where each began and ended (the host's clock, as a kernel's launch), its stage and its micro-batch."""
+    where each began and ended (the host's clock, as a kernel's launch), its stage and its micro-batch. The
+    sub-actions of one overlapped action share its span and its ``group`` (each other action has a group of its
+    own), in the order they ran."""
 
     start: np.ndarray
     end: np.ndarray
     stage: np.ndarray
     micro_batch: np.ndarray
     backward: np.ndarray  # bool: B, I or W
+    group: np.ndarray
 
     def during(self, t: np.ndarray) -> np.ndarray:
-        """Per time, the action under way then (its index), -1 for none."""
-        i = np.searchsorted(self.start, t, side="right") - 1
-        inside = (i >= 0) & (t <= self.end[np.maximum(i, 0)])
-        return np.where(inside, i, -1)
+        """Per time, the action under way then (its index; an overlapped action's first sub-action), -1 for
+        none."""
+        first = np.flatnonzero(np.r_[True, self.group[1:] != self.group[:-1]])
+        i = np.searchsorted(self.start[first], t, side="right") - 1
+        inside = (i >= 0) & (t <= self.end[first[np.maximum(i, 0)]])
+        return np.where(inside, first[np.maximum(i, 0)], -1)
+
+    def split_overlaps(self, named: np.ndarray, at: np.ndarray, classes: np.ndarray) -> np.ndarray:
+        """``named`` (:meth:`during` of rows started ``at``, of ``classes``: :func:`row_classes`) with each row of an
+        overlapped action given the sub-action it ran in: they ran in order, and a sub-action of the other direction
+        than the one before it starts at the first row of its direction after that one began (a backward at the
+        first row inside a backward operator). Rows before any such turn stay with the first sub-action."""
+        out = named.copy()
+        sizes = np.bincount(self.group)
+        for first in np.unique(named[named >= 0]).tolist():
+            if sizes[self.group[first]] < 2:
+                continue
+            rows = np.flatnonzero(named == first)
+            rows = rows[np.argsort(at[rows], kind="stable")]
+            cls, begin = classes[rows], 0
+            for sub in range(first + 1, first + int(sizes[self.group[first]])):
+                if self.backward[sub] == self.backward[sub - 1]:
+                    continue  # no turn of direction tells where it began: its rows stay with the one before
+                wanted = 1 if self.backward[sub] else -1
+                turn = np.flatnonzero(cls[begin:] == wanted)
+                if not len(turn):
+                    break
+                begin += int(turn[0])
+                out[rows[begin:]] = sub
+        return out
+
+
+def _parse_actions(name: str) -> list[tuple[int, str, int]]:
+    """The (stage, kind, micro-batch) of a schedule's compute action, or of each sub-action of an overlapped one;
+    [] for any other name."""
+    one = PIPELINING_COMPUTE.match(name)
+    if one:
+        return [(int(one.group(1)), one.group(2), int(one.group(3)))]
+    both = PIPELINING_OVERLAP.match(name)
+    if both:
+        return [(int(a), k, int(m)) for a, k, m in _SUB_ACTION.findall(both.group(1))]
+    return []
 
 
 def annotated_actions(events: pa.Table) -> Actions | None:
-    """The compute actions a pipeline schedule names on one rank's host (:data:`PIPELINING_COMPUTE`; the names its
-    rows hold, not a dictionary's, which keeps those of rows filtered out): each pass's stage (so its model chunk)
-    and micro-batch, as the schedule ran them. A V-shaped schedule (rank r holds stages r
-    and 2p - 1 - r) runs its chunks in an order no counting of passes can tell (:func:`chunk_and_micro_batch` is
-    Megatron's interleaved order); the names tell it. None without them (single-stage schedules name none)."""
+    """The compute actions a pipeline schedule names on one rank's host (:data:`PIPELINING_COMPUTE`, the sub-actions
+    of :data:`PIPELINING_OVERLAP`; the names its rows hold, not a dictionary's, which keeps those of rows filtered
+    out): each pass's stage (so its model chunk) and micro-batch, as the schedule ran them. A V-shaped schedule
+    (rank r holds stages r and 2p - 1 - r) runs its chunks in an order no counting of passes can tell
+    (:func:`chunk_and_micro_batch` is Megatron's interleaved order); the names tell it. None without them
+    (single-stage schedules name none)."""
     names = events.column("name")
-    found = [n for n in pc.unique(names).to_pylist() if n and PIPELINING_COMPUTE.match(n)]
+    found = [n for n in pc.unique(names).to_pylist() if n and _parse_actions(n)]
     if not found:
         return None
     mine = events.filter(
@@ -250,12 +295,19 @@ def annotated_actions(events: pa.Table) -> Actions | None:
     )
     start = mine.column("start_ns").to_numpy(zero_copy_only=False).astype(np.int64)
     end = start + mine.column("dur_ns").to_numpy(zero_copy_only=False).astype(np.int64)
-    parsed = [PIPELINING_COMPUTE.match(n) for n in mine.column("name").cast(pa.string()).to_pylist()]
-    stage = np.array([int(m.group(1)) for m in parsed if m], np.int64)
-    kind = np.array([m.group(2) for m in parsed if m])
-    micro_batch = np.array([int(m.group(3)) for m in parsed if m], np.int64)
+    parsed = [_parse_actions(n) for n in mine.column("name").cast(pa.string()).to_pylist()]
     order = np.argsort(start, kind="stable")
-    return Actions(start[order], end[order], stage[order], micro_batch[order], kind[order] != "F")
+    rows = [(int(i), sub) for i in order for sub in parsed[i]]
+    index = np.array([i for i, _ in rows], np.int64)
+    kind = np.array([sub[1] for _, sub in rows])
+    return Actions(
+        start[index],
+        end[index],
+        np.array([sub[0] for _, sub in rows], np.int64),
+        np.array([sub[2] for _, sub in rows], np.int64),
+        kind != "F",
+        np.cumsum(np.r_[True, index[1:] != index[:-1]]) - 1,
+    )
 
 
 def annotated_schedule(actions: Actions | None) -> tuple[int, int] | None:

@@ -9,8 +9,8 @@ each run, analysed by paradiag and judged against the fault it holds.
     .venv/bin/python benchmarks/real_jobs.py --make-only --keep /work/realtraces --only core   # just make traces
 
 Every fault kind (slow_rank, host_stall, heavy_stage, slow_collective, slow_link, hotspot) runs on several APIs
-(DDP, FSDP2, pipelining GPipe/1F1B/interleaved/zero-bubble (interleaved and V), hand-written isend/irecv, DeviceMesh dp x pp and dp x tp), each
-with 2 seeds, plus clean jobs; a seed draws the culprit rank, the strength, the model size, the micro-batches, the
+(DDP, FSDP2, pipelining GPipe/1F1B/interleaved/looped BFS/zero-bubble (interleaved and V)/DualPipeV, hand-written
+isend/irecv, DeviceMesh dp x pp and dp x tp), each with 2 seeds, plus clean jobs; a seed draws the culprit rank, the strength, the model size, the micro-batches, the
 world size (2, 4 or 8) and the profiler set-up (tensorboard_trace_handler with worker_name=rank{R} or its default
 name, repeat=2, paradiag.torch). The job program and the expected diagnosis: tests/realjobs.
 
@@ -74,6 +74,13 @@ CASES: list[tuple[str, str]] = [
     ("pipe_zbv", "none"),
     ("pipe_zbv", "heavy_stage"),
     ("pipe_zbv", "host_stall"),
+    # looped BFS (every forward of a stage, then its backwards) and DualPipeV (a forward and a backward as one action)
+    ("pipe_bfs", "none"),
+    ("pipe_bfs", "heavy_stage"),
+    ("pipe_bfs", "host_stall"),
+    ("pipe_dualpipev", "none"),
+    ("pipe_dualpipev", "heavy_stage"),
+    ("pipe_dualpipev", "slow_rank"),
     ("isend", "none"),
     ("isend", "heavy_stage"),
     ("isend", "slow_link"),
@@ -239,6 +246,8 @@ ANY_WORLD = (
     "pipe_1f1b",
     "pipe_zb",
     "pipe_zbv",
+    "pipe_bfs",
+    "pipe_dualpipev",
 )  # 2, 4 or 8 ranks; the others 4 (or 4, 8)
 ONE_F_ONE_B = (
     "pipe_1f1b",
@@ -261,6 +270,8 @@ def matrix_spec(api: str, fault: str, seed: int) -> JobSpec:
     micro = world if api == "pipe_interleaved" else rng.choice([4, 8])
     if api in ONE_F_ONE_B:
         micro = max(micro, world // dp if api.startswith("mesh_") else world)
+    if api == "pipe_dualpipev":  # a micro-batch per stage at least, two stages per rank
+        micro = max(micro, 2 * world)
     batch = micro * rng.choice([8, 16]) if api in ("ddp", "fsdp2", "mesh_dp_tp") else micro * 8
     if api in ("ddp", "fsdp2", "mesh_dp_tp"):
         batch = rng.choice([32, 64])

@@ -186,6 +186,53 @@ def test_a_schedule_that_names_its_actions_has_a_pass_per_action_numbered_as_nam
     ] == [(0 if n[0] == "0" else 1, int(n[2])) for n in order]
 
 
+def test_an_overlapped_action_is_a_pass_per_sub_action_split_where_its_backward_begins(
+    tmp_path: Path,
+) -> None:
+    """DualPipeV (ScheduleDualPipeV) runs a forward of one stage and a backward of the other as one action,
+    `PP:(0F2;3B0)OVERLAP_F_B`, its sub-actions one after the other with nothing marking where the backward begins.
+    Each sub-action is a pass: the forward's work up to the first operator inside a backward node, the backward's
+    from there on (its own autograd nodes' ATen calls, forward-named, included)."""
+
+    def forward(t: float) -> list[dict[str, Any]]:
+        return [_op("aten::addmm", t, 200), _op("aten::gelu", t + 210, 30)]
+
+    def backward(t: float) -> list[dict[str, Any]]:
+        return [
+            _op("autograd::engine::evaluate_function: MmBackward0", t, 210),
+            _op("aten::mm", t + 10, 200),
+            _op("autograd::engine::evaluate_function: GeluBackward0", t + 220, 40),
+            _op("aten::gelu_backward", t + 225, 30),
+        ]
+
+    events = [_op("ProfilerStep#1", 0, 10_000, cat="user_annotation")]
+    events += [_op("PP:0F0", 100, 250, cat="user_annotation"), *forward(105)]
+    events += [_op("PP:(0F1;3B0)OVERLAP_F_B", 400, 600, cat="user_annotation"), *forward(405), *backward(700)]
+    events += [
+        _op("PP:(3F1;0B0)OVERLAP_F_B", 1100, 600, cat="user_annotation"),
+        *forward(1105),
+        *backward(1400),
+    ]
+    events += [_op("PP:3B1", 1800, 300, cat="user_annotation"), *backward(1805)]
+    events_table = _events(tmp_path, events)
+    actions = stages.annotated_actions(events_table)
+    assert actions is not None
+    assert actions.group.tolist() == [0, 1, 1, 2, 2, 3]  # the overlapped actions' sub-actions share a group
+    assert stages.annotated_schedule(actions) == (2, 2)
+    passes = stages.rank_pass_table(device_frame(events_table), events_table).to_pylist()
+    assert [(p["direction"][0], p["action_stage"], p["action_micro_batch"]) for p in passes] == [
+        ("f", 0, 0),
+        ("f", 0, 1),
+        ("b", 3, 0),
+        ("f", 3, 1),
+        ("b", 0, 0),
+        ("b", 3, 1),
+    ]
+    # a forward's work is its addmm and gelu; a backward's its nodes' own time, mm and gelu_backward
+    assert [p["compute_ns"] for p in passes] == [230_000, 230_000, 250_000, 230_000, 250_000, 250_000]
+    assert [(p["start_ns"], p["end_ns"]) for p in passes][1:3] == [(405_000, 645_000), (700_000, 960_000)]
+
+
 def test_calls_of_one_operator_under_different_callers_keep_their_own_typical_durations(
     tmp_path: Path,
 ) -> None:

@@ -41,7 +41,16 @@ from typing import Any
 JOB = Path(__file__).resolve().parent / "job.py"
 REPO = JOB.parents[2]
 DEFAULT_PYTHON = Path.home() / ".cache" / "paradiag-peers" / "torch" / "bin" / "python"
-PIPELINES = ("pipe_gpipe", "pipe_1f1b", "pipe_interleaved", "pipe_zb", "pipe_zbv", "isend")
+PIPELINES = (
+    "pipe_gpipe",
+    "pipe_1f1b",
+    "pipe_interleaved",
+    "pipe_zb",
+    "pipe_zbv",
+    "pipe_bfs",
+    "pipe_dualpipev",
+    "isend",
+)
 MESH_APIS = ("mesh_dp_pp", "mesh_dp_tp")
 SIDECAR = ".job.json"
 

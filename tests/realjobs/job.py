@@ -8,9 +8,9 @@ Run by torchrun (tests/realjobs/__init__.py: make_job), one process per rank, gl
 The model is a stack of blocks (Linear h->2h, GELU, Linear 2h->h). APIs:
   ddp          DistributedDataParallel over every rank (an optional comm hook)
   fsdp2        fully_shard per block and on the root, over init_device_mesh("cpu", (W,), ("dp",))
-  pipe_gpipe, pipe_1f1b, pipe_interleaved, pipe_zb, pipe_zbv
-               torch.distributed.pipelining: one PipelineStage per rank (interleaved, zb: two, virtual stages,
-               r and r + W; zbv: two in a V, r and 2W - 1 - r)
+  pipe_gpipe, pipe_1f1b, pipe_interleaved, pipe_zb, pipe_zbv, pipe_bfs, pipe_dualpipev
+               torch.distributed.pipelining: one PipelineStage per rank (interleaved, zb, bfs (looped BFS): two,
+               virtual stages, r and r + W; zbv, dualpipev: two in a V, r and 2W - 1 - r)
   isend        a hand-written GPipe: forward every micro-batch with dist.isend/irecv, then backward in reverse
   mesh_dp_pp   init_device_mesh("cpu", (dp, pp), ("dp", "pp")): Schedule1F1B over the pp dimension, each stage
                wrapped in DDP (or fully_shard, --dp-wrap fsdp) over the dp dimension
@@ -46,8 +46,11 @@ PIPE_SCHEDULES = {
     "pipe_interleaved": "ScheduleInterleaved1F1B",
     "pipe_zb": "ScheduleInterleavedZeroBubble",  # backward split in input and weight gradients
     "pipe_zbv": "ScheduleZBVZeroBubble",  # ... and its two stages per rank placed in a V: r and 2W - 1 - r
+    "pipe_bfs": "ScheduleLoopedBFS",  # two looped stages per rank (r, r + W), every forward of a stage then its backwards
+    "pipe_dualpipev": "ScheduleDualPipeV",  # DeepSeek's DualPipe in a V: a forward and a backward run as one action
 }
-VIRTUAL = {"pipe_interleaved": 2, "pipe_zb": 2, "pipe_zbv": 2}
+VIRTUAL = {"pipe_interleaved": 2, "pipe_zb": 2, "pipe_zbv": 2, "pipe_bfs": 2, "pipe_dualpipev": 2}
+V_SHAPED = ("pipe_zbv", "pipe_dualpipev")
 
 
 def options(argv: list[str] | None = None) -> argparse.Namespace:
@@ -318,7 +321,7 @@ def run_pipeline(args: argparse.Namespace, rank: int, world: int) -> None:
     virtual = VIRTUAL.get(args.api, 1)
     num_stages = num_ranks * virtual
     stage_ids = [pp_rank + v * num_ranks for v in range(virtual)]
-    if args.api == "pipe_zbv":
+    if args.api in V_SHAPED:
         stage_ids = [pp_rank, num_stages - 1 - pp_rank]
     stages = []
     modules = []
