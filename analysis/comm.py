@@ -427,3 +427,108 @@ def comm_matrix(
         }
         for (a, b), v in sorted(acc.items())
     ]
+
+
+# The columns of a pair (p2p_transfers) saying where each side's event stopped being about the transfer
+# (with_deliveries): its measured end, but on a CPU rank whose host waited on it late, where the data went across.
+DELIVERED = ("send_done_ns", "recv_done_ns")
+
+
+def pair_rows(f: Frame, p2p: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """Per pair of ``p2p`` (:func:`p2p_transfers`), the row of ``f`` of its send and of its receive, found by
+    rank and start among the sends and among the receives (a batch posts a send and a receive of one rank at
+    once; -1 where ``f`` does not hold it)."""
+    none = np.full(p2p.num_rows, -1, np.int64)
+    if not len(f) or not p2p.num_rows:
+        return none, none.copy()
+    base = int(f.start.min())
+    span = int(f.start.max()) - base + 1
+
+    def find(kind: str, rank: str, start: str) -> np.ndarray:
+        code = f.code("collectives", kind)
+        rows = np.flatnonzero(f.collective == code) if code >= 0 else np.zeros(0, np.int64)
+        if not len(rows):
+            return none.copy()
+        keys = f.rank[rows].astype(np.int64) * span + (f.start[rows] - base)
+        order = np.argsort(keys, kind="stable")
+        sorted_keys = keys[order]
+        q = np.asarray(p2p.column(rank).to_numpy(), np.int64) * span + (
+            np.asarray(p2p.column(start).to_numpy(), np.int64) - base
+        )
+        pos = np.clip(np.searchsorted(sorted_keys, q), 0, len(sorted_keys) - 1)
+        return np.where(sorted_keys[pos] == q, rows[order[pos]], -1)
+
+    return find("send", "src", "send_start_ns"), find("recv", "dst", "recv_start_ns")
+
+
+def host_deliveries(
+    f: Frame, send: np.ndarray, recv: np.ndarray, host_ranks: frozenset[int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ends of matched send and receive events (rows of ``f``, pair by pair) where their data went across:
+    their measured ends, but on ranks whose host is their device (``host_ranks``) earlier for the pairs whose event
+    held work of its own rank.
+
+    gloo records an asynchronous send or receive (``isend``/``irecv``, a pipeline schedule's batches) from its
+    posting to the return of its ``wait()``: a receive whose data came at once lasts until its rank came to wait on
+    it (after computing another chunk's forward, say), a send until the step's end. Work of its own rank (of a
+    profiled step) that began after both sides were there and ended within the event says the rank was not blocked
+    on it: its end was the host's. It then ends the pair's typical transfer after both sides were there (the median
+    over the job's pairs whose events held no such work: blocked on, they end when the data came). The replay
+    (``depgraph``) times the pair so (kept at the measured end, it held the wait's length fixed: a host stall removed
+    from one rank of a zero-bubble pipeline moved its neighbour's forward not at all), and Marey's graph draws it so
+    (drawn to the measured end, a ZBV job's sends covered every rank's compute)."""
+    send_end, recv_end = f.end[send].astype(np.int64), f.end[recv].astype(np.int64)
+    if not host_ranks or not len(send):
+        return send_end, recv_end
+    pairs = np.concatenate([send, recv])
+    on_host = np.isin(f.rank[pairs], np.fromiter(host_ranks, np.int64, len(host_ranks)))
+    if not on_host.any():
+        return send_end, recv_end
+    both = np.maximum(f.start[send], f.start[recv])
+    arrived = np.concatenate([both, both])
+    compute = np.flatnonzero((f.kind == f.code("kinds", "compute")) & (f.step >= 0) & (f.end >= f.start))
+    held = np.zeros(len(pairs), bool)
+    rows = np.flatnonzero(on_host)
+    if len(compute):
+        # Per member: does a compute event of its rank lie within (its last arrival, its end)? Events of a rank in
+        # order of start; the one ending first among those starting after the arrival decides.
+        key = f.rank[compute].astype(np.int64)
+        order = np.lexsort((f.start[compute], key))
+        c, ranks = compute[order], key[order]
+        base = int(min(f.start.min(), arrived.min()))
+        span = int(max(f.end.max(), f.start.max())) - base + 1
+        starts = ranks * span + (f.start[c] - base)
+        # The earliest end among the rank's compute events from each position on (suffix minimum per rank).
+        ends = f.end[c].astype(np.int64)
+        suffix = ends.copy()
+        _, firsts = np.unique(ranks, return_index=True)
+        for lo, hi in zip(firsts.tolist(), np.append(firsts[1:], len(c)).tolist(), strict=True):
+            suffix[lo:hi] = np.minimum.accumulate(ends[lo:hi][::-1])[::-1]
+        member = pairs[rows]
+        q = f.rank[member].astype(np.int64) * span + (arrived[rows] - base)
+        pos = np.searchsorted(starts, q, side="left")
+        inside = pos < len(c)
+        at = np.minimum(pos, len(c) - 1)
+        inside &= (ranks[at] == f.rank[member]) & (suffix[at] <= f.end[member])
+        held[rows] = inside
+    tail = f.end[pairs] - arrived
+    blocked = on_host & ~held
+    if not held.any() or not blocked.any():
+        return send_end, recv_end
+    transfer = int(np.median(np.maximum(tail[blocked], 0)))
+    ends = np.concatenate([send_end, recv_end])
+    moved = held & (tail > transfer)
+    ends[moved] = arrived[moved] + transfer
+    return ends[: len(send)], ends[len(send) :]
+
+
+def with_deliveries(p2p: pa.Table, f: Frame, host_ranks: frozenset[int]) -> pa.Table:
+    """``p2p`` (:func:`p2p_transfers`) with :data:`DELIVERED`: each side's end as :func:`host_deliveries` gives it
+    (``f``: the job's events, communication included), the measured one for pairs ``f`` does not hold."""
+    send, recv = pair_rows(f, p2p)
+    ok = (send >= 0) & (recv >= 0)
+    done = [np.asarray(p2p.column(c).to_numpy(), np.int64).copy() for c in ("send_end_ns", "recv_end_ns")]
+    done[0][ok], done[1][ok] = host_deliveries(f, send[ok], recv[ok], host_ranks)
+    for name, values in zip(DELIVERED, done, strict=True):
+        p2p = p2p.append_column(name, pa.array(values, pa.int64()))
+    return p2p

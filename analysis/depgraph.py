@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from paradiag.analysis import comm
 from paradiag.analysis.frame import Frame, group_bounds
 
 P2P = ("send", "recv", "send_recv")
@@ -77,7 +78,7 @@ def build_graph(
 ) -> Graph:
     """The replay graph of ``frame``'s steps (``p2p``: the matched send/receive pairs; ``passes``: the pipeline
     passes, whose model chunks ``stages=balanced`` moves layers within; ``host_ranks``: the ranks whose host is
-    their device, see :func:`_host_waits`). ``frame`` is consumed: its rows are put in the graph's order in place
+    their device, see :func:`paradiag.analysis.comm.host_deliveries`). ``frame`` is consumed: its rows are put in the graph's order in place
     (``Frame.keep``) and the graph shares its arrays, so that a job's millions of events are never held twice;
     pass a copy (``frame.take(slice(None))``) to keep using it."""
     keep = (frame.step >= 0) & (frame.end >= frame.start)
@@ -89,9 +90,18 @@ def build_graph(
     )  # each array is dropped once the graph no longer reads it (at 1024 ranks 8-17 MB each)
     f.keep(order)
     n = len(f)
-    send, recv = _pairs(f, p2p)
+    send, recv = comm.pair_rows(f, p2p)
+    ok = (send >= 0) & (recv >= 0)
+    send, recv = send[ok], recv[ok]
     received = _consumers(f, recv)  # where the host took the data in: at the receive's measured end
-    _host_waits(f, send, recv, host_ranks)
+    # On a CPU rank a send or receive ends where its data went across, not where its host waited on it
+    # (comm.host_deliveries; the diagnosis' pairs carry it)
+    if comm.DELIVERED[0] in p2p.column_names:
+        f.end[send], f.end[recv] = (
+            np.asarray(p2p.column(c).to_numpy(), np.int64)[ok] for c in comm.DELIVERED
+        )
+    else:
+        f.end[send], f.end[recv] = comm.host_deliveries(f, send, recv, host_ranks)
     pred, lag = _stream_predecessors(f)
     f.drop("track")
     anchor, gap = anchors(f)
@@ -113,63 +123,6 @@ def build_graph(
         pred=pred, lag=lag, anchor=anchor, received=received, chunk=_chunks(f, passes), gap=gap, instance=instance, tail=tail, floor=floor,
         copy=_copies(f, send, recv, floor), inst_key=inst_key, last=last, step_ns=step_ns,
     )  # fmt: skip
-
-
-def _host_waits(f: Frame, send: np.ndarray, recv: np.ndarray, host_ranks: frozenset[int]) -> None:
-    """On ranks whose host is their device, a send or receive ends where its data went across, not where the
-    host waited on it: ``f.end`` is moved back, in place, for the pairs whose event held work of its own rank.
-
-    gloo records an asynchronous send or receive (``isend``/``irecv``, a pipeline schedule's batches) from its
-    posting to the return of its ``wait()``: a receive whose data came at once lasts until its rank came to wait on
-    it (after computing another chunk's forward, say), a send until the step's end. Work of its own rank that
-    began after both sides were there and ended within the event says the rank was not blocked on it: its end was
-    the host's. It then ends the pair's typical transfer after both sides were there (the median over the job's
-    pairs whose events held no such work: blocked on, they end when the data came). The work after it is released
-    by the rank's own work (its anchor) and takes the data in from the receive (its consumer, found at the measured
-    end). Kept at the measured end, a replay held the wait's length fixed: a host stall removed from one rank of a
-    zero-bubble pipeline moved its neighbour's forward not at all."""
-    if not host_ranks or not len(send):
-        return
-    pairs = np.concatenate([send, recv])
-    on_host = np.isin(f.rank[pairs], np.fromiter(host_ranks, np.int64, len(host_ranks)))
-    if not on_host.any():
-        return
-    both = np.maximum(f.start[send], f.start[recv])
-    arrived = np.concatenate([both, both])
-    compute = np.flatnonzero(f.kind == f.code("kinds", "compute"))
-    held = np.zeros(len(pairs), bool)
-    rows = np.flatnonzero(on_host)
-    if len(compute):
-        # Per member: does a compute event of its rank lie within (its last arrival, its end)? Events of a rank in
-        # order of start; the one ending first among those starting after the arrival decides.
-        key = f.rank[compute].astype(np.int64)
-        order = np.lexsort((f.start[compute], key))
-        c, ranks = compute[order], key[order]
-        base = int(min(f.start.min(), arrived.min()))
-        span = int(max(f.end.max(), f.start.max())) - base + 1
-        starts = ranks * span + (f.start[c] - base)
-        # The earliest end among the rank's compute events from each position on (suffix minimum per rank).
-        ends = f.end[c].astype(np.int64)
-        suffix = ends.copy()
-        _, firsts = np.unique(ranks, return_index=True)
-        for lo, hi in zip(firsts.tolist(), np.append(firsts[1:], len(c)).tolist(), strict=True):
-            suffix[lo:hi] = np.minimum.accumulate(ends[lo:hi][::-1])[::-1]
-        member = pairs[rows]
-        q = f.rank[member].astype(np.int64) * span + (arrived[rows] - base)
-        pos = np.searchsorted(starts, q, side="left")
-        inside = pos < len(c)
-        at = np.minimum(pos, len(c) - 1)
-        inside &= (ranks[at] == f.rank[member]) & (suffix[at] <= f.end[member])
-        held[rows] = inside
-    if not held.any():
-        return
-    tail = f.end[pairs] - arrived
-    blocked = on_host & ~held
-    if not blocked.any():
-        return
-    transfer = int(np.median(np.maximum(tail[blocked], 0)))
-    moved = held & (tail > transfer)
-    f.end[pairs[moved]] = arrived[moved] + transfer
 
 
 def _chunks(f: Frame, passes: pa.Table | None) -> np.ndarray:
@@ -484,26 +437,3 @@ def _host_codes(rank: np.ndarray, host_of: Mapping[int, str | None]) -> np.ndarr
         if 0 <= r < len(table) - 1 and h is not None:
             table[r] = code[h]
     return table[np.clip(rank, 0, len(table) - 1)]
-
-
-def _pairs(f: Frame, p2p: pa.Table) -> tuple[np.ndarray, np.ndarray]:
-    """The events of each matched send/receive pair (send rows, receive rows), found by rank and start."""
-    comm = np.flatnonzero(np.isin(f.collective, f.codes("collectives", ("send", "recv"))))
-    if not len(comm) or not p2p.num_rows:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    base = int(f.start.min())
-    span = int(f.start.max()) - base + 1
-    keys = f.rank[comm].astype(np.int64) * span + (f.start[comm] - base)
-    order = np.argsort(keys, kind="stable")
-    sorted_keys = keys[order]
-
-    def find(rank: str, start: str) -> np.ndarray:
-        q = np.asarray(p2p.column(rank).to_numpy(), np.int64) * span + (
-            np.asarray(p2p.column(start).to_numpy(), np.int64) - base
-        )
-        pos = np.clip(np.searchsorted(sorted_keys, q), 0, len(sorted_keys) - 1)
-        return np.where(sorted_keys[pos] == q, comm[order[pos]], -1)
-
-    send, recv = find("src", "send_start_ns"), find("dst", "recv_start_ns")
-    ok = (send >= 0) & (recv >= 0)
-    return send[ok], recv[ok]

@@ -293,6 +293,7 @@ def diagnose(job: Job) -> Diagnosis:
         metrics["schedule"] = stages.schedule_kind(passes, layout.size["pp"], virtual)
     frame = read_frame(job)
     add_communication(frame, records)
+    p2p = comm.with_deliveries(p2p, frame, host_ranks)
     del records  # the frame holds them now (the peak comes later: the critical path, the replay)
     peers = peer_sets(layout)
     steps_total = len({s for _, s in figures}) or 1

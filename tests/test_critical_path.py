@@ -386,6 +386,39 @@ def test_a_receive_waited_on_late_ended_where_its_host_came_to_it_not_where_its_
     assert (1, 9) in moved
 
 
+def test_the_pairs_say_where_a_cpu_ranks_send_or_receive_waited_on_late_delivered_its_data() -> None:
+    """What the replay times, the diagnosis' pairs carry for the views (``comm.DELIVERED``): the first receive of
+    the test above, waited on at 524 us with its data there since 8, delivered at 9 (both there at 8, and the job's
+    blocked transfer, 1 us); its send, waited on at the step's end (990) while rank 0 computed, at 9 too. The
+    second pair: rank 1 blocked on it, delivered where it ended (422); its send, posted at 421 and held by rank 0's
+    `z`, at 422. A GPU rank's pairs keep their measured ends; a batch's send and receive posted at once on one rank
+    are told apart."""
+    us = 1_000
+    rows = [
+        (0, 1, "compute", "x", 0, 10, -1), (0, 1, "communication", "send", 8, 990, 1),
+        (0, 1, "compute", "y", 400, 420, -1), (0, 1, "communication", "send", 421, 990, 1),
+        (0, 1, "compute", "z", 430, 500, -1),
+        (1, 1, "communication", "recv", 5, 524, 0), (1, 1, "communication", "recv", 6, 422, 0),
+        (1, 1, "compute", "c", 423, 523, -1), (1, 1, "compute", "d", 525, 625, -1),
+    ]  # fmt: skip
+    frame = _frame([(r, k, kind, n, a * us, b * us, p) for r, k, kind, n, a, b, p in rows])
+    p2p = comm.p2p_transfers(frame)
+    on_cpu = comm.with_deliveries(p2p, frame, frozenset({0, 1})).sort_by("send_start_ns").to_pydict()
+    assert [v // us for v in on_cpu["send_done_ns"]] == [9, 422]
+    assert [v // us for v in on_cpu["recv_done_ns"]] == [9, 422]
+    on_gpu = comm.with_deliveries(p2p, frame, frozenset()).sort_by("send_start_ns").to_pydict()
+    assert on_gpu["send_done_ns"] == on_gpu["send_end_ns"] and on_gpu["recv_done_ns"] == on_gpu["recv_end_ns"]
+    # rank 1 posts a send to rank 0 as it posts the first receive (a batch): each side finds its own event
+    both = _frame([*[(r, k, kind, n, a * us, b * us, p) for r, k, kind, n, a, b, p in rows],
+                   (1, 1, "communication", "send", 5 * us, 7 * us, 0), (0, 1, "communication", "recv", 6 * us, 7 * us, 1)])  # fmt: skip
+    pairs = comm.p2p_transfers(both)
+    send, recv = comm.pair_rows(both, pairs)
+    assert (both.collective[send] == both.code("collectives", "send")).all()
+    assert (both.collective[recv] == both.code("collectives", "recv")).all()
+    found = zip(both.rank[send].tolist(), (both.start[send] // us).tolist(), strict=True)
+    assert sorted(found) == [(0, 8), (0, 421), (1, 5)]
+
+
 def test_a_replay_whose_dependencies_run_in_a_circle_says_so_and_ends() -> None:
     """Events that wait for each other in a circle (traces whose events are not in the order their work ran) make
     a replay that would never settle: it raises ReplayError (an EditError: the finding keeps its own estimate,

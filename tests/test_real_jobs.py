@@ -384,3 +384,30 @@ def test_a_zero_bubble_v_pipelines_heavy_stage_is_named_by_its_whole_passes(
     assert ok, lay
     named = [f["culprit"]["stage"] for f in report["findings"] if f["kind"] == "stage_imbalance"]
     assert set(named) <= {3}, report["findings"]
+
+
+def test_marey_draws_a_zero_bubble_v_pipelines_sends_until_their_data_went_across(
+    real_job: Callable[[str], Made], tmp_path: Path
+) -> None:
+    """A schedule's isend is recorded from its posting to its wait(), at the step's end: Marey's graph drew each
+    send over all the compute its rank did meanwhile (a ZBV job's rows read send and receive, no compute). It draws
+    a send or receive until its data went across (the diagnosis' pairs, ``comm.DELIVERED``): no send band lasts half
+    a step, and the bands of every rank show its compute."""
+    from paradiag.app.data.marey import marey_data
+
+    _spec, folder, _report = real_job("zbv_heavy")
+    job = paradiag.open(folder, cache_dir=tmp_path)
+    p2p = job.diagnosis().p2p.to_pydict()
+    sent = list(zip(p2p["send_end_ns"], p2p["send_done_ns"], strict=True))
+    assert all(done <= end for end, done in sent)
+    assert sum(done < end for end, done in sent) >= len(sent) // 2  # most sends waited on late
+    step = job.diagnosis().rank_steps.column("step").to_pylist()[-1]
+    data = marey_data(job, step, None)
+    step_ms = job.diagnosis().step_time_ns / 1e6
+    for stage in data["stages"]:
+        spans = [
+            (max(e) - min(s), c)
+            for s, e, c in zip(stage["start"], stage["end"], stage["category"], strict=True)
+        ]
+        assert max(d for d, c in spans if c == "send") < step_ms / 2, stage["stage"]
+        assert sum(d for d, c in spans if c == "compute") > 0.1 * step_ms, stage["stage"]

@@ -18,7 +18,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from paradiag.analysis import comm
 from paradiag.analysis import marey as model
+from paradiag.analysis.frame import find_rows
 from paradiag.app import palette, store
 from paradiag.app.data.common import diagnosis, origin_ns, read_events
 from paradiag.app.data.mesh import mesh_of
@@ -129,7 +131,7 @@ def _stage_bands(job: Job, step: int, stage: int, ranks: list[int]) -> dict[str,
         "rank": events.column("rank").to_numpy(),
         "name": names.indices.to_numpy(zero_copy_only=False),
         "start": events.column("start_ns").to_numpy(),
-        "end": events.column("start_ns").to_numpy() + events.column("dur_ns").to_numpy(),
+        "end": _delivered(job, step, events),
     }
     out = _stage_table(
         arrays, names.dictionary.to_pylist(), events.select(["kind", "collective"]), ranks, stage
@@ -137,6 +139,39 @@ def _stage_bands(job: Job, step: int, stage: int, ranks: list[int]) -> dict[str,
     out["all_ranks"] = mesh_of(job).ranks_of_stage(stage)
     _label_passes(job, step, [out])
     return out
+
+
+def _delivered(job: Job, step: int, events: pa.Table) -> np.ndarray:
+    """The events' ends, a send's or receive's where its data went across as the analysis found it
+    (``comm.DELIVERED``: on a CPU rank, not where its host waited on it late: drawn to the measured end, a ZBV job's
+    sends, waited on at the step's end, covered every rank's compute)."""
+    start = events.column("start_ns").to_numpy()
+    end = start + events.column("dur_ns").to_numpy()
+    p2p = diagnosis(job).p2p
+    if comm.DELIVERED[0] not in p2p.column_names or not events.num_rows:
+        return end
+    pairs = p2p.filter(pc.equal(p2p.column("step"), step))
+    side = pc.fill_null(events.column("collective").cast(pa.string()), "")
+    direction = np.where(
+        pc.equal(side, "send").to_numpy(zero_copy_only=False),
+        0,
+        np.where(pc.equal(side, "recv").to_numpy(zero_copy_only=False), 1, -1),
+    )
+
+    def keys(rank: str, at: str, d: int) -> np.ndarray:
+        n = pairs.num_rows
+        return np.stack(
+            [pairs.column(rank).to_numpy(), pairs.column(at).to_numpy(), np.full(n, d)], axis=1
+        ).astype(np.int64)
+
+    known = np.concatenate([keys("src", "send_start_ns", 0), keys("dst", "recv_start_ns", 1)])
+    done = np.concatenate([pairs.column(c).to_numpy() for c in comm.DELIVERED]).astype(np.int64)
+    known, first = np.unique(known, axis=0, return_index=True)
+    query = np.stack([events.column("rank").to_numpy(), start, direction], axis=1).astype(np.int64)
+    found = find_rows(known, query)
+    hit = (found >= 0) & (direction >= 0)
+    end[hit] = np.minimum(end[hit], done[first[found[hit]]])
+    return end
 
 
 def _label_passes(job: Job, step: int, stages: list[dict[str, Any]]) -> None:
@@ -462,7 +497,8 @@ def _bubbles(st: dict[str, Any], lo: int, hi: int, t0: int, min_ns: float) -> li
 
 def _p2p(job: Job, step: int, t0: int, heads: list[int] | None) -> list[P2PPair]:
     """The step's send/recv pairs the analysis matched (``Diagnosis.p2p``): sender, receiver, send start,
-    receive end, the receiver's wait (until the send started, at most the receive's length)."""
+    receive end (where its data came: ``comm.DELIVERED``), the receiver's wait (until the send started, at most the
+    receive's length)."""
     table = diagnosis(job).p2p
     keep = pc.equal(table.column("step"), step)
     if heads is not None:
@@ -471,9 +507,16 @@ def _p2p(job: Job, step: int, t0: int, heads: list[int] | None) -> list[P2PPair]
             keep, pc.or_(pc.is_in(table.column("src"), chosen), pc.is_in(table.column("dst"), chosen))
         )
     pairs = table.filter(keep)
+    ends = comm.DELIVERED[1] if comm.DELIVERED[1] in pairs.column_names else "recv_end_ns"  # data there
     col = {
-        k: pairs.column(k).to_numpy().astype(np.int64)
-        for k in ("src", "dst", "send_start_ns", "recv_start_ns", "recv_end_ns")
+        k: pairs.column(c).to_numpy().astype(np.int64)
+        for k, c in (
+            ("src", "src"),
+            ("dst", "dst"),
+            ("send_start_ns", "send_start_ns"),
+            ("recv_start_ns", "recv_start_ns"),
+            ("recv_end_ns", ends),
+        )
     }
     wait = np.minimum(
         np.maximum(0, col["send_start_ns"] - col["recv_start_ns"]), col["recv_end_ns"] - col["recv_start_ns"]
