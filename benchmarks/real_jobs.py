@@ -318,6 +318,19 @@ def matrix(seeds: tuple[int, ...] = (0, 1)) -> list[JobSpec]:
     return [matrix_spec(api, fault, seed) for api, fault in CASES for seed in seeds]
 
 
+# Profiler options users set otherwise than the matrix (record_shapes on, with_stack off): --variant
+VARIANTS: dict[str, dict[str, bool]] = {
+    "noshapes": {"shapes": False},
+    "stack": {"stack": True},
+    "plain": {"shapes": False, "stack": True},
+}
+
+
+def variant(spec: JobSpec, name: str) -> JobSpec:
+    """``spec`` profiled with the options of VARIANTS[name], named after them."""
+    return dataclasses.replace(spec, name=f"{spec.name}_{name}", **VARIANTS[name])
+
+
 def select(specs: list[JobSpec], only: str | None) -> list[JobSpec]:
     if not only:
         return specs
@@ -437,8 +450,16 @@ def main() -> int:
         action="store_true",
         help="run each faulty job's twin too (its spec without the fault) and weigh each fault by what it cost",
     )
+    parser.add_argument(
+        "--variant",
+        choices=sorted(VARIANTS),
+        help="the profiler set as users vary it: noshapes (record_shapes off, torch.profiler's default), stack "
+        "(with_stack on), plain (both); the jobs' names end with it",
+    )
     args = parser.parse_args()
     specs = select(matrix(tuple(int(s) for s in args.seeds.split(","))), args.only)
+    if args.variant:
+        specs = [variant(s, args.variant) for s in specs]
     if args.twins:
         specs += [twin(s) for s in specs if s.fault != "none"]
     if args.list:

@@ -53,6 +53,8 @@ PIPELINES = (
 )
 MESH_APIS = ("mesh_dp_pp", "mesh_dp_tp")
 SIDECAR = ".job.json"
+# JobSpec fields added after jobs were kept: a sidecar without them was made with these values
+LATER_FIELDS: dict[str, Any] = {"shapes": True, "stack": False}
 
 
 # Allocators that keep a freed block for the next call of the same size (see the module's docstring), first found
@@ -132,6 +134,9 @@ class JobSpec:
     active: int = 3
     repeat: int = 1
     stall_step: int = 1
+    # the profiler's options users vary: operand shapes off (torch.profiler's default), Python stacks on
+    shapes: bool = True
+    stack: bool = False
 
     def argv(self, out: Path) -> list[str]:
         args = [
@@ -171,6 +176,8 @@ class JobSpec:
             str(self.repeat),
             "--stall-step",
             str(self.stall_step),
+            *([] if self.shapes else ["--no-shapes"]),
+            *(["--with-stack"] if self.stack else []),
             "--out",
             str(out),
         ]
@@ -330,7 +337,8 @@ def make_job(spec: JobSpec, out_dir: Path | str, *, timeout_s: float = 600, reus
     }
     if reuse and sidecar.exists() and folder.is_dir():
         try:
-            if json.loads(sidecar.read_text()).get("spec") == record["spec"]:
+            saved = {**LATER_FIELDS, **json.loads(sidecar.read_text()).get("spec", {})}
+            if saved == record["spec"]:
                 return folder
         except (OSError, ValueError):
             pass

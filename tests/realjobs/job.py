@@ -74,6 +74,8 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dp-wrap", choices=["ddp", "fsdp"], default="ddp")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--profiler", choices=["named", "default", "paradiag"], default="named")
+    p.add_argument("--no-shapes", action="store_true", help="record_shapes=False (torch.profiler's default)")
+    p.add_argument("--with-stack", action="store_true", help="with_stack=True: Python frames around the ops")
     p.add_argument("--wait", type=int, default=1)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--active", type=int, default=3)
@@ -187,7 +189,14 @@ def make_profiler(args: argparse.Namespace, rank: int, mesh: object = None):
         import paradiag.torch
 
         return paradiag.torch.profile(
-            out, mesh=mesh, wait=args.wait, warmup=args.warmup, active=args.active, repeat=args.repeat
+            out,
+            mesh=mesh,
+            wait=args.wait,
+            warmup=args.warmup,
+            active=args.active,
+            repeat=args.repeat,
+            record_shapes=not args.no_shapes,
+            with_stack=args.with_stack,
         )
     from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
@@ -198,7 +207,8 @@ def make_profiler(args: argparse.Namespace, rank: int, mesh: object = None):
     )
     return profile(
         activities=[ProfilerActivity.CPU],
-        record_shapes=True,
+        record_shapes=not args.no_shapes,
+        with_stack=args.with_stack,
         on_trace_ready=handler,
         schedule=schedule(wait=args.wait, warmup=args.warmup, active=args.active, repeat=args.repeat),
     )
