@@ -9,7 +9,7 @@ each run, analysed by paradiag and judged against the fault it holds.
     .venv/bin/python benchmarks/real_jobs.py --make-only --keep /work/realtraces --only core   # just make traces
 
 Every fault kind (slow_rank, host_stall, heavy_stage, slow_collective, slow_link, hotspot) runs on several APIs
-(DDP, FSDP2, pipelining GPipe/1F1B/interleaved/looped BFS/zero-bubble (interleaved and V)/DualPipeV, hand-written
+(DDP, FSDP1, FSDP2, pipelining GPipe/1F1B/interleaved/looped BFS/zero-bubble (interleaved and V)/DualPipeV, hand-written
 isend/irecv, DeviceMesh dp x pp and dp x tp), each with 2 seeds, plus clean jobs; a seed draws the culprit rank, the strength, the model size, the micro-batches, the
 world size (2, 4 or 8) and the profiler set-up (tensorboard_trace_handler with worker_name=rank{R} or its default
 name, repeat=2, paradiag.torch). The job program and the expected diagnosis: tests/realjobs.
@@ -53,6 +53,10 @@ CASES: list[tuple[str, str]] = [
     ("ddp", "host_stall"),
     ("ddp", "slow_collective"),
     ("ddp", "hotspot"),
+    # FSDP1 (FullyShardedDataParallel, a flat parameter per wrapped module)
+    ("fsdp1", "none"),
+    ("fsdp1", "slow_rank"),
+    ("fsdp1", "host_stall"),
     ("fsdp2", "none"),
     ("fsdp2", "slow_rank"),
     ("fsdp2", "host_stall"),
@@ -239,8 +243,10 @@ CORE: list[JobSpec] = [
 ]
 
 
+DATA_PARALLEL = ("ddp", "fsdp1", "fsdp2")
 ANY_WORLD = (
     "ddp",
+    "fsdp1",
     "fsdp2",
     "isend",
     "pipe_1f1b",
@@ -272,8 +278,8 @@ def matrix_spec(api: str, fault: str, seed: int) -> JobSpec:
         micro = max(micro, world // dp if api.startswith("mesh_") else world)
     if api == "pipe_dualpipev":  # a micro-batch per stage at least, two stages per rank
         micro = max(micro, 2 * world)
-    batch = micro * rng.choice([8, 16]) if api in ("ddp", "fsdp2", "mesh_dp_tp") else micro * 8
-    if api in ("ddp", "fsdp2", "mesh_dp_tp"):
+    batch = micro * rng.choice([8, 16]) if api in (*DATA_PARALLEL, "mesh_dp_tp") else micro * 8
+    if api in (*DATA_PARALLEL, "mesh_dp_tp"):
         batch = rng.choice([32, 64])
     rank = rng.randrange(world)
     if (
@@ -291,7 +297,7 @@ def matrix_spec(api: str, fault: str, seed: int) -> JobSpec:
     }[fault]
     blocks = 2 if fault != "heavy_stage" or strength >= 1.0 else 2 * rng.choice([1, 2])
     profiler, repeat = PROFILERS[(seed + len(api) + len(fault)) % len(PROFILERS)]
-    slow_mode = "slowdown" if seed % 2 == 0 else "batch" if api in ("ddp", "fsdp2") else "extra"
+    slow_mode = "slowdown" if seed % 2 == 0 else "batch" if api in DATA_PARALLEL else "extra"
     dp_wrap = "fsdp" if api == "mesh_dp_pp" and seed % 2 else "ddp"
     return JobSpec(
         f"{api}_{fault}_s{seed}",

@@ -188,7 +188,7 @@ class JobSpec:
     def layout(self) -> dict[str, Any]:
         """dp/tp/pp of the job and its stages (global ranks per pipeline stage; one stage when no pipeline)."""
         w = self.world
-        if self.api in ("ddp", "fsdp2"):
+        if self.api in ("ddp", "fsdp1", "fsdp2"):
             return {"dp": w, "tp": 1, "pp": 1, "stages": [list(range(w))]}
         if self.api in PIPELINES:
             return {"dp": 1, "tp": 1, "pp": w, "stages": [[r] for r in range(w)]}

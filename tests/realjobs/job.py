@@ -7,6 +7,7 @@ Run by torchrun (tests/realjobs/__init__.py: make_job), one process per rank, gl
 
 The model is a stack of blocks (Linear h->2h, GELU, Linear 2h->h). APIs:
   ddp          DistributedDataParallel over every rank (an optional comm hook)
+  fsdp1        FullyShardedDataParallel (FSDP1): a flat parameter per block and one for the root
   fsdp2        fully_shard per block and on the root, over init_device_mesh("cpu", (W,), ("dp",))
   pipe_gpipe, pipe_1f1b, pipe_interleaved, pipe_zb, pipe_zbv, pipe_bfs, pipe_dualpipev
                torch.distributed.pipelining: one PipelineStage per rank (interleaved, zb, bfs (looped BFS): two,
@@ -56,7 +57,9 @@ V_SHAPED = ("pipe_zbv", "pipe_dualpipev")
 def options(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
-        "--api", required=True, choices=["ddp", "fsdp2", *PIPE_SCHEDULES, "isend", "mesh_dp_pp", "mesh_dp_tp"]
+        "--api",
+        required=True,
+        choices=["ddp", "fsdp1", "fsdp2", *PIPE_SCHEDULES, "isend", "mesh_dp_pp", "mesh_dp_tp"],
     )
     p.add_argument(
         "--fault",
@@ -285,6 +288,18 @@ def run_data_parallel(args: argparse.Namespace, rank: int, world: int) -> None:
                 return dist.all_reduce(tensor, async_op=True).get_future().then(lambda fut: fut.value()[0])
 
             wrapped.register_comm_hook(None, hook)
+    elif args.api == "fsdp1":
+        from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
+        from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+        # FSDP1: a flat parameter per block (the policy wraps each block) and one for the root
+        wrapped = FullyShardedDataParallel(
+            model,
+            auto_wrap_policy=ModuleWrapPolicy({nn.Sequential}),
+            sharding_strategy=ShardingStrategy.FULL_SHARD,
+            device_id=torch.device("cpu"),
+            use_orig_params=True,
+        )
     else:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
@@ -472,7 +487,7 @@ def main(argv: list[str] | None = None) -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     try:
-        if args.api in ("ddp", "fsdp2"):
+        if args.api in ("ddp", "fsdp1", "fsdp2"):
             run_data_parallel(args, rank, world)
         elif args.api == "isend":
             run_isend(args, rank, world)
