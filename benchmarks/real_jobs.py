@@ -9,11 +9,12 @@ each run, analysed by paradiag and judged against the fault it holds.
     .venv/bin/python benchmarks/real_jobs.py --make-only --keep /work/realtraces --only core   # just make traces
 
 Every fault kind (slow_rank, host_stall, heavy_stage, slow_collective, slow_link, hotspot) runs on several APIs
-(DDP, FSDP1, FSDP2, pipelining GPipe/1F1B/interleaved/looped BFS/zero-bubble (interleaved and V)/DualPipeV, hand-
-written isend/irecv, DeviceMesh dp x pp and dp x tp), each with 2 seeds, plus clean jobs; a seed draws the culprit
-rank, the strength, the model size, the micro-batches, the world size (2, 4 or 8) and the profiler set-up
+(DDP, FSDP1, FSDP2, pipelining GPipe/1F1B/interleaved/looped BFS/zero-bubble (interleaved and V)/DualPipeV,
+hand-written isend/irecv, DeviceMesh dp x pp and dp x tp), each with 2 seeds, plus clean jobs; a seed draws the
+culprit rank, the strength, the model size, the micro-batches, the world size (2, 4 or 8) and the profiler set-up
 (tensorboard_trace_handler with worker_name=rank{R} or its default name, repeat=2, paradiag.torch). The job program
-and the expected diagnosis: tests/realjobs.
+and the expected diagnosis: tests/realjobs. --variant profiles every job with the options users vary (record_shapes
+off, with_stack on).
 
 Printed per job: expected vs the top finding, the layout read; then the hit rates: top finding right on faulty
 jobs, no finding on clean jobs, layout (dp/tp/pp) read on the DeviceMesh jobs. Needs the torch venv
