@@ -32,6 +32,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -327,10 +328,11 @@ def matrix(seeds: tuple[int, ...] = (0, 1)) -> list[JobSpec]:
 
 
 # Profiler options users set otherwise than the matrix (record_shapes on, with_stack off): --variant
-VARIANTS: dict[str, dict[str, bool]] = {
+VARIANTS: dict[str, dict[str, Any]] = {
     "noshapes": {"shapes": False},
     "stack": {"stack": True},
     "plain": {"shapes": False, "stack": True},
+    "attention": {"model": "attention"},  # transformer blocks (the dp x tp jobs keep the MLP)
 }
 
 
@@ -461,8 +463,8 @@ def main() -> int:
     parser.add_argument(
         "--variant",
         choices=sorted(VARIANTS),
-        help="the profiler set as users vary it: noshapes (record_shapes off, torch.profiler's default), stack "
-        "(with_stack on), plain (both); the jobs' names end with it",
+        help="the jobs made as users vary them: noshapes (record_shapes off, torch.profiler's default), stack "
+        "(with_stack on), plain (both), attention (transformer blocks); the jobs' names end with it",
     )
     args = parser.parse_args()
     specs = select(matrix(tuple(int(s) for s in args.seeds.split(","))), args.only)

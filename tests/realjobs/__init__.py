@@ -54,7 +54,7 @@ PIPELINES = (
 MESH_APIS = ("mesh_dp_pp", "mesh_dp_tp")
 SIDECAR = ".job.json"
 # JobSpec fields added after jobs were kept: a sidecar without them was made with these values
-LATER_FIELDS: dict[str, Any] = {"shapes": True, "stack": False}
+LATER_FIELDS: dict[str, Any] = {"shapes": True, "stack": False, "model": "mlp"}
 
 
 # Allocators that keep a freed block for the next call of the same size (see the module's docstring), first found
@@ -137,6 +137,7 @@ class JobSpec:
     # the profiler's options users vary: operand shapes off (torch.profiler's default), Python stacks on
     shapes: bool = True
     stack: bool = False
+    model: str = "mlp"  # or "attention": transformer blocks (job.py's --model)
 
     def argv(self, out: Path) -> list[str]:
         args = [
@@ -178,6 +179,7 @@ class JobSpec:
             str(self.stall_step),
             *([] if self.shapes else ["--no-shapes"]),
             *(["--with-stack"] if self.stack else []),
+            *(["--model", self.model] if self.model != "mlp" else []),
             "--out",
             str(out),
         ]

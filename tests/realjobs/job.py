@@ -77,6 +77,12 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dp-wrap", choices=["ddp", "fsdp"], default="ddp")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--profiler", choices=["named", "default", "paradiag"], default="named")
+    p.add_argument(
+        "--model",
+        choices=["mlp", "attention"],
+        default="mlp",
+        help="the block: Linear-GELU-Linear, or a transformer block (self-attention, LayerNorm, MLP); dp x tp: mlp",
+    )
     p.add_argument("--no-shapes", action="store_true", help="record_shapes=False (torch.profiler's default)")
     p.add_argument("--with-stack", action="store_true", help="with_stack=True: Python frames around the ops")
     p.add_argument("--wait", type=int, default=1)
@@ -90,8 +96,38 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def block(hidden: int) -> nn.Sequential:
+SEQUENCE = 4  # tokens per sample of the attention model
+HEADS = 4
+
+
+class AttentionBlock(nn.Module):
+    """A pre-norm transformer block: self-attention (torch's MultiheadAttention) and an MLP (Linear, GELU,
+    Linear), each around a residual."""
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
+        self.attn = nn.MultiheadAttention(hidden, HEADS, batch_first=True)
+        self.mlp = nn.Sequential(nn.Linear(hidden, 2 * hidden), nn.GELU(), nn.Linear(2 * hidden, hidden))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.norm1(x)
+        x = x + self.attn(h, h, h, need_weights=False)[0]
+        return x + self.mlp(self.norm2(x))
+
+
+MODEL = "mlp"  # --model: the block every job stacks
+
+
+def block(hidden: int) -> nn.Module:
+    if MODEL == "attention":
+        return AttentionBlock(hidden)
     return nn.Sequential(nn.Linear(hidden, 2 * hidden), nn.GELU(), nn.Linear(2 * hidden, hidden))
+
+
+def sample_shape(args: argparse.Namespace, rows: int) -> tuple[int, ...]:
+    """A batch's shape: rows of hidden features, or rows of SEQUENCE tokens for the attention model."""
+    return (rows, SEQUENCE, args.hidden) if args.model == "attention" else (rows, args.hidden)
 
 
 HOT_ELEMENTS = 1 << 16  # a hot call computes at least `factor` x this many elements
@@ -231,7 +267,7 @@ def batch_for(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(args.seed * 100003 + step * 101 + who)
     n = rows or args.batch
-    return torch.randn(n, args.hidden, generator=g), torch.randn(n, args.hidden, generator=g)
+    return torch.randn(*sample_shape(args, n), generator=g), torch.randn(*sample_shape(args, n), generator=g)
 
 
 def loss_fn(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -418,7 +454,7 @@ def run_isend(args: argparse.Namespace, rank: int, world: int) -> None:
             if rank == 0:
                 inp = x[mb * rows : (mb + 1) * rows].clone()
             else:
-                inp = torch.empty(rows, args.hidden)
+                inp = torch.empty(*sample_shape(args, rows))
                 dist.irecv(inp, src=rank - 1).wait()
             inp.requires_grad_(rank > 0)
             out = module(inp)
@@ -432,7 +468,7 @@ def run_isend(args: argparse.Namespace, rank: int, world: int) -> None:
             if rank == world - 1:
                 loss_fn(outputs[mb], y[mb * rows : (mb + 1) * rows]).backward()
             else:
-                grad = torch.empty(rows, args.hidden)
+                grad = torch.empty(*sample_shape(args, rows))
                 dist.irecv(grad, src=rank + 1).wait()
                 outputs[mb].backward(grad)
             if rank > 0:
@@ -483,6 +519,10 @@ def run_tensor_parallel(args: argparse.Namespace, rank: int, world: int) -> None
 
 def main(argv: list[str] | None = None) -> None:
     args = options(argv)
+    global MODEL
+    if args.api == "mesh_dp_tp":  # the tensor-parallel plan names the MLP's layers
+        args.model = "mlp"
+    MODEL = args.model
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
