@@ -141,6 +141,9 @@ def _stage_bands(job: Job, step: int, stage: int, ranks: list[int]) -> dict[str,
     return out
 
 
+MEASURED = ("send_end_ns", "recv_end_ns")
+
+
 def _delivered(job: Job, step: int, events: pa.Table) -> np.ndarray:
     """The events' ends, a send's or receive's where its data went across as the analysis found it
     (``comm.DELIVERED``: on a CPU rank, not where its host waited on it late: drawn to the measured end, a ZBV job's
@@ -151,6 +154,9 @@ def _delivered(job: Job, step: int, events: pa.Table) -> np.ndarray:
     if comm.DELIVERED[0] not in p2p.column_names or not events.num_rows:
         return end
     pairs = p2p.filter(pc.equal(p2p.column("step"), step))
+    early = [pc.less(pairs.column(d), pairs.column(m)) for d, m in zip(comm.DELIVERED, MEASURED, strict=True)]
+    if not any(pc.any(e).as_py() for e in early):  # a GPU job's: every pair ends where it was measured
+        return end
     side = pc.fill_null(events.column("collective").cast(pa.string()), "")
     direction = np.where(
         pc.equal(side, "send").to_numpy(zero_copy_only=False),
