@@ -156,15 +156,18 @@ def add_hotspot(model: nn.Module, factor: int) -> None:
 
 
 def add_extra_work(model: nn.Module, strength: float) -> None:
-    """Before every Linear's forward, an extra matmul sized to `strength` x the layer's forward + backward flops
-    (a rank that does more work per step: a slower device, a noisy neighbour)."""
+    """Before every Linear's and attention's forward, an extra matmul sized to `strength` x the layer's forward +
+    backward flops of its projections (a rank that does more work per step: a slower device, a noisy neighbour)."""
     buffers: dict[int, torch.Tensor] = {}
 
     def hook(module: nn.Module, args: tuple[torch.Tensor, ...]) -> None:
         x = args[0]
         rows = x.shape[0] if x.dim() == 2 else int(torch.tensor(x.shape[:-1]).prod())
-        weight = module.weight
-        out_features = weight.to_local().shape[0] if hasattr(weight, "to_local") else weight.shape[0]
+        if isinstance(module, nn.MultiheadAttention):  # its projections: 3h (queries, keys, values) and h out
+            out_features = 4 * module.embed_dim
+        else:
+            weight = module.weight
+            out_features = weight.to_local().shape[0] if hasattr(weight, "to_local") else weight.shape[0]
         in_features = x.shape[-1]
         k = max(1, round(strength * 3 * rows * out_features / in_features))
         key = in_features
@@ -175,7 +178,8 @@ def add_extra_work(model: nn.Module, strength: float) -> None:
             torch.mm(buffers[key][:k], buffers[-key])
 
     for module in model.modules():
-        if isinstance(module, nn.Linear):
+        # MultiheadAttention computes with its projections' weights, not by calling them (their hooks never run)
+        if isinstance(module, nn.Linear | nn.MultiheadAttention):
             module.register_forward_pre_hook(hook)
 
 
