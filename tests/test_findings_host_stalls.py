@@ -528,7 +528,9 @@ def test_a_cpu_ranks_hooks_held_past_its_peers_once_and_barely_otherwise_are_no_
         for r, h in hooks.items():
             table = findings.step_figures(device_frame(host_events(_hooked(r, h))), spans, host_lanes=True)
             figures.update({(r, row["step"]): row for row in table.to_pylist()})
-        return {(r["rank"], r["part"]) for r in findings.rank_excess(figures, peers, 100 * MS, host_ranks=host)}
+        return {
+            (r["rank"], r["part"]) for r in findings.rank_excess(figures, peers, 100 * MS, host_ranks=host)
+        }
 
     assert excess([1.2, 34.3, 11.5]) == set()
     assert excess([5.5, 5.5, 5.5]) == {(1, "hooks_ns")}
