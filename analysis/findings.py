@@ -405,11 +405,7 @@ def rank_excess(
                 least = CLEAR_IMPACT_PCT / 100 * step_ns / compute_scale if clear else floor
                 spread, outside = _noise(figures, against, steps, part, rank, strays[rank], peer_sets)
                 values = list(per_step.values())
-                # A CPU rank's host held beyond its peers' in a step counts toward a habit only past the
-                # scheduler's hold: a rank of 8 on 2 cores held 33.8 ms once in its FSDP hooks, 11 ms once more and
-                # 0.7 ms in the third step, three steps "above its peers".
-                above = HOST_HOLD_NS if part != "compute_ns" and rank in host_ranks else 0.0
-                persistent = sum(e > above for e in values) >= PERSISTENT_SHARE * len(
+                persistent = sum(e > 0 for e in values) >= PERSISTENT_SHARE * len(
                     values
                 ) and statistics.median(values) >= max(least, PERSISTENT_MADS * spread)
                 if part in ("idle_ns", "hooks_ns") and not persistent:

@@ -45,6 +45,7 @@ from paradiag.parsers.base import Group, group_role, normalize_collective, ranks
 from paradiag.parsers.kineto_decode import OperatorInputs, int_or_none, tensor_bytes
 
 GLOO_ANNOTATION = re.compile(r"^gloo:([A-Za-z_]+)$")
+P2P_WORK = ("send", "recv")  # gloo's point-to-point work, on the calling thread
 HOST_COLLECTIVE = re.compile(
     r"^c10d::_*([A-Za-z_]+?)_*$"
 )  # c10d::allreduce_, c10d::_allgather_base_, c10d::recv_
@@ -107,6 +108,10 @@ def host_lanes(
     gloo_of_word = {i: GLOO_ANNOTATION.match(w) for i, w in enumerate(words)}
     enqueue_word = {i: HOST_COLLECTIVE.match(w) for i, w in enumerate(words)}
     is_gloo = host & np.isin(codes, [i for i, m in gloo_of_word.items() if m])
+    # gloo's collectives (not its send/recv, which run on the calling thread) run on its runloop threads
+    is_gloo_collective = host & np.isin(
+        codes, [i for i, m in gloo_of_word.items() if m and m.group(1) not in P2P_WORK]
+    )
     is_enqueue = host & is_op & np.isin(codes, [i for i, m in enqueue_word.items() if m])
     start = table.column("start_ns").to_numpy()
     end = start + table.column("dur_ns").to_numpy()
@@ -122,6 +127,7 @@ def host_lanes(
         np.flatnonzero(host & is_op),
         is_enqueue | is_functional,
         np.flatnonzero(is_gloo),
+        np.flatnonzero(is_gloo_collective),
         start,
         end,
         track,
@@ -212,6 +218,7 @@ def _compute_pieces(
     ops: np.ndarray,
     is_enqueue: np.ndarray,
     gloo: np.ndarray,
+    collectives: np.ndarray,
     start: np.ndarray,
     end: np.ndarray,
     track: np.ndarray,
@@ -219,8 +226,15 @@ def _compute_pieces(
     parent: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(start, end, operator row) of the operators' self time, thread by thread, less enqueues, the gloo work
-    an operator waits in, and the time wrappers (``is_wrapper`` by row) spend while the rank's collectives are in
-    flight (:func:`_without_waits`). ``parent`` is filled with each operator's caller (:func:`_self_time`)."""
+    an operator waits in, the operators gloo runs inside a collective (``collectives``: rows of gloo's collective
+    annotations, on its runloop threads: its copies in and out of the buffers it sends, its reductions), and the
+    time wrappers (``is_wrapper`` by row) spend while the rank's collectives are in flight
+    (:func:`_without_waits`). ``parent`` is filled with each operator's caller (:func:`_self_time`).
+
+    The operators inside a collective are the collective's work, as a communication kernel's own copies are: kept
+    as the rank's, they were work of their own in the replay, released by the rank's work before the collective
+    began (a FSDP1 all-gather's copies into its flat parameter, at its end, 56 ms after it started waiting for a
+    stalled peer), and the stall's replay left the next all-gather, behind them on the runloop thread, in place."""
     parts: list[tuple[np.ndarray, ...]] = []
     in_flight = merge(start[gloo], end[gloo])
     for tid in np.unique(track[ops]).tolist():
@@ -229,6 +243,9 @@ def _compute_pieces(
         g = gloo[track[gloo] == tid]
         if len(g):
             s, e, owner = _subtract(s, e, owner, start[g], end[g], start, end)
+        c = collectives[track[collectives] == tid]
+        if len(c):
+            s, e, owner = _subtract(s, e, owner, start[c], end[c], start, end, enclosed=False)
         s, e, owner = _without_waits(s, e, owner, is_wrapper, in_flight)
         parts.append((s, e, owner))
     if not parts:
@@ -336,17 +353,18 @@ def _subtract(
     cut_e: np.ndarray,
     op_start: np.ndarray,
     op_end: np.ndarray,
+    enclosed: bool = True,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The pieces [s, e) (with their owner rows) less the intervals [cut_s, cut_e) (a piece cut in
     the middle becomes two) that their owner operator (``op_start``/``op_end`` by row) encloses: an operator that
     waits for a synchronous gloo transfer inside it. An asynchronous one (``isend``: its ``gloo:send`` lasts on the
     calling thread until the transfer completes, while the thread runs on) does not stop the operators that start
-    after it."""
+    after it. ``enclosed=False``: every piece within an interval is cut, whatever its operator's span."""
     pieces = list(zip(s.tolist(), e.tolist(), owner.tolist(), strict=True))
     for a, b in zip(cut_s.tolist(), cut_e.tolist(), strict=True):
         kept: list[tuple[int, int, int]] = []
         for ps, pe, po in pieces:
-            if pe <= a or ps >= b or op_start[po] > a or op_end[po] < b:
+            if pe <= a or ps >= b or (enclosed and (op_start[po] > a or op_end[po] < b)):
                 kept.append((ps, pe, po))
                 continue
             if ps < a:

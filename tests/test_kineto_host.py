@@ -292,6 +292,26 @@ def test_an_isend_lasting_on_the_thread_keeps_the_compute_that_runs_meanwhile(tm
     }
 
 
+def test_the_operators_gloo_runs_inside_a_collective_are_the_collectives(tmp_path: Path) -> None:
+    """gloo's runloop thread copies an all-gather's result into its output tensors (FSDP1's flat parameter) before
+    the collective's annotation ends: that is the collective's work, not the rank's compute or memory (kept, the
+    replay made it work of its own, released by the rank's work before the collective, and a stall removed from a
+    peer left the next collective behind it in place). The same copy on the main thread is the rank's."""
+    events = [
+        _op("ProfilerStep#1", 0, 2000, cat="user_annotation"),
+        *_all_reduce(10, 20, 500),
+        _op("aten::select", 480, 5, tid=RUNLOOP),  # inside the collective's annotation, on its thread
+        _op("aten::copy_", 486, 30, tid=RUNLOOP),
+        _op("aten::copy_", 600, 40),  # the rank's own, on its main thread
+        _op("aten::mm", 700, 200),
+    ]
+    path = tmp_path / "rank0.pt.trace.json"
+    path.write_text(json.dumps(_trace(0, GROUPS[:1], events)))
+    ev = kineto.parse(path).events
+    assert _compute_by_name(ev) == {"aten::mm": 200_000}
+    assert _compute_by_name(ev, "memory") == {"aten::copy_": 40_000}
+
+
 def test_a_wrapper_waiting_for_in_flight_gloo_work_is_not_computing(tmp_path: Path) -> None:
     """FSDP2's post-backward: RegisterPostBackwardFunctionBackward (a wrapper, no dispatcher operator) enqueues a
     reduce-scatter and blocks in Work.wait() until the runloop thread's gloo:all_reduce is done, and a little after
