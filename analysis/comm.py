@@ -525,10 +525,11 @@ def host_deliveries(
 def with_deliveries(p2p: pa.Table, f: Frame, host_ranks: frozenset[int]) -> pa.Table:
     """``p2p`` (:func:`p2p_transfers`) with :data:`DELIVERED`: each side's end as :func:`host_deliveries` gives it
     (``f``: the job's events, communication included), the measured one for pairs ``f`` does not hold."""
-    send, recv = pair_rows(f, p2p)
-    ok = (send >= 0) & (recv >= 0)
     done = [np.asarray(p2p.column(c).to_numpy(), np.int64).copy() for c in ("send_end_ns", "recv_end_ns")]
-    done[0][ok], done[1][ok] = host_deliveries(f, send[ok], recv[ok], host_ranks)
+    if host_ranks:  # a GPU rank's pairs end where measured: no lookup
+        send, recv = pair_rows(f, p2p)
+        ok = (send >= 0) & (recv >= 0)
+        done[0][ok], done[1][ok] = host_deliveries(f, send[ok], recv[ok], host_ranks)
     for name, values in zip(DELIVERED, done, strict=True):
         p2p = p2p.append_column(name, pa.array(values, pa.int64()))
     return p2p

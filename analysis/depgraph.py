@@ -78,9 +78,9 @@ def build_graph(
 ) -> Graph:
     """The replay graph of ``frame``'s steps (``p2p``: the matched send/receive pairs; ``passes``: the pipeline
     passes, whose model chunks ``stages=balanced`` moves layers within; ``host_ranks``: the ranks whose host is
-    their device, see :func:`paradiag.analysis.comm.host_deliveries`). ``frame`` is consumed: its rows are put in the graph's order in place
-    (``Frame.keep``) and the graph shares its arrays, so that a job's millions of events are never held twice;
-    pass a copy (``frame.take(slice(None))``) to keep using it."""
+    their device, see :func:`paradiag.analysis.comm.host_deliveries`). ``frame`` is consumed: its rows are put in
+    the graph's order in place (``Frame.keep``) and the graph shares its arrays, so that a job's millions of events
+    are never held twice; pass a copy (``frame.take(slice(None))``) to keep using it."""
     keep = (frame.step >= 0) & (frame.end >= frame.start)
     order = np.flatnonzero(keep)[np.lexsort((frame.rank[keep], frame.start[keep]))]
     del keep

@@ -77,11 +77,12 @@ OUTLIER_RATIO = 2.0  # one exceptional step: twice the largest excess any other 
 # faulty ones stray at most 2.6x as far; a faulty rank of a step dominated by gloo stood 4-8x as far at 1-2 %.)
 CLEAR_MARGIN = 4.0
 CLEAR_IMPACT_PCT = 1.0
-# A CPU rank's host held back for less than this (at a step's start, in a hook, before each send) is its scheduler's: on a
-# host whose cores its ranks and their gloo threads share, a runnable thread waits out the others' time slices
-# (Linux CFS: 0.75 ms x (1 + log2 cores) at least each, several runnable per core). The real jobs' clean twins on
-# 2 cores hold 1.0-2.2 ms so, which a replay that lets the rest of the pipeline move prices at 2.2-2.8 % of a step;
-# a host stall the program makes (a sleep, a lock, a slow hook) held 4.0 ms and more in every faulty job.
+# A CPU rank's host held back for less than this (at a step's start, in a hook, before each send) is its
+# scheduler's: on a host whose cores its ranks and their gloo threads share, a runnable thread waits out the
+# others' time slices (Linux CFS: 0.75 ms x (1 + log2 cores) at least each, several runnable per core). The real
+# jobs' clean twins on 2 cores hold 1.0-2.2 ms so, which a replay that lets the rest of the pipeline move prices at
+# 2.2-2.8 % of a step; a host stall the program makes (a sleep, a lock, a slow hook) held 4.0 ms and more in every
+# faulty job.
 HOST_HOLD_NS = 3_000_000
 STAGE_IMBALANCE = 1.15  # max / mean compute per micro-batch across stages
 # ... and, on CPU ranks, the heaviest stage MIN_RATIO_HOST x the median of the others (as a rank against its peers:

@@ -247,11 +247,12 @@ class Actions:
         overlapped action given the sub-action it ran in: they ran in order, and a sub-action of the other direction
         than the one before it starts at the first row of its direction after that one began (a backward at the
         first row inside a backward operator). Rows before any such turn stay with the first sub-action."""
-        out = named.copy()
         sizes = np.bincount(self.group)
-        for first in np.unique(named[named >= 0]).tolist():
-            if sizes[self.group[first]] < 2:
-                continue
+        overlapped = np.flatnonzero(sizes[self.group] >= 2)
+        if not len(overlapped):  # every schedule but DualPipeV's
+            return named
+        out = named.copy()
+        for first in np.intersect1d(np.unique(named[named >= 0]), overlapped).tolist():
             rows = np.flatnonzero(named == first)
             rows = rows[np.argsort(at[rows], kind="stable")]
             cls, begin = classes[rows], 0

@@ -13,8 +13,8 @@ Every fault kind (slow_rank, host_stall, heavy_stage, slow_collective, slow_link
 hand-written isend/irecv, DeviceMesh dp x pp and dp x tp), each with 2 seeds, plus clean jobs; a seed draws the
 culprit rank, the strength, the model size, the micro-batches, the world size (2, 4 or 8) and the profiler set-up
 (tensorboard_trace_handler with worker_name=rank{R} or its default name, repeat=2, paradiag.torch). The job program
-and the expected diagnosis: tests/realjobs. --variant profiles every job with the options users vary (record_shapes
-off, with_stack on).
+and the expected diagnosis: tests/realjobs. --variant makes every job as users vary them (record_shapes off,
+with_stack on, transformer blocks).
 
 Printed per job: expected vs the top finding, the layout read; then the hit rates: top finding right on faulty
 jobs, no finding on clean jobs, layout (dp/tp/pp) read on the DeviceMesh jobs. Needs the torch venv
@@ -38,6 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tests.realjobs import (  # noqa: E402
+    DATA_PARALLEL,
     MESH_APIS,
     JobFailed,
     JobSpec,
@@ -246,7 +247,6 @@ CORE: list[JobSpec] = [
 ]
 
 
-DATA_PARALLEL = ("ddp", "fsdp1", "fsdp2")
 ANY_WORLD = (
     "ddp",
     "fsdp1",
@@ -327,7 +327,7 @@ def matrix(seeds: tuple[int, ...] = (0, 1)) -> list[JobSpec]:
     return [matrix_spec(api, fault, seed) for api, fault in CASES for seed in seeds]
 
 
-# Profiler options users set otherwise than the matrix (record_shapes on, with_stack off): --variant
+# Jobs made as users make them otherwise than the matrix (record_shapes on, with_stack off, MLP blocks): --variant
 VARIANTS: dict[str, dict[str, Any]] = {
     "noshapes": {"shapes": False},
     "stack": {"stack": True},
@@ -337,7 +337,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
 
 
 def variant(spec: JobSpec, name: str) -> JobSpec:
-    """``spec`` profiled with the options of VARIANTS[name], named after them."""
+    """``spec`` made with the options of VARIANTS[name], named after them."""
     return dataclasses.replace(spec, name=f"{spec.name}_{name}", **VARIANTS[name])
 
 

@@ -141,42 +141,43 @@ def _stage_bands(job: Job, step: int, stage: int, ranks: list[int]) -> dict[str,
     return out
 
 
-MEASURED = ("send_end_ns", "recv_end_ns")
-
-
 def _delivered(job: Job, step: int, events: pa.Table) -> np.ndarray:
     """The events' ends, a send's or receive's where its data went across as the analysis found it
     (``comm.DELIVERED``: on a CPU rank, not where its host waited on it late: drawn to the measured end, a ZBV job's
-    sends, waited on at the step's end, covered every rank's compute)."""
+    sends, waited on at the step's end, covered every rank's compute). Only the sides that ended early are looked
+    up (none on a GPU job)."""
     start = events.column("start_ns").to_numpy()
     end = start + events.column("dur_ns").to_numpy()
     p2p = diagnosis(job).p2p
     if comm.DELIVERED[0] not in p2p.column_names or not events.num_rows:
         return end
     pairs = p2p.filter(pc.equal(p2p.column("step"), step))
-    early = [pc.less(pairs.column(d), pairs.column(m)) for d, m in zip(comm.DELIVERED, MEASURED, strict=True)]
-    if not any(pc.any(e).as_py() for e in early):  # a GPU job's: every pair ends where it was measured
+    keys, done = [], []
+    for side, (rank, at, measured, delivered) in enumerate(
+        (
+            ("src", "send_start_ns", "send_end_ns", comm.DELIVERED[0]),
+            ("dst", "recv_start_ns", "recv_end_ns", comm.DELIVERED[1]),
+        )
+    ):
+        early = pairs.filter(pc.less(pairs.column(delivered), pairs.column(measured)))
+        keys.append(
+            np.stack(
+                [early.column(rank).to_numpy(), early.column(at).to_numpy(), np.full(early.num_rows, side)],
+                axis=1,
+            )
+        )
+        done.append(early.column(delivered).to_numpy())
+    known, ends = np.concatenate(keys).astype(np.int64), np.concatenate(done).astype(np.int64)
+    if not len(known):
         return end
-    side = pc.fill_null(events.column("collective").cast(pa.string()), "")
-    direction = np.where(
-        pc.equal(side, "send").to_numpy(zero_copy_only=False),
-        0,
-        np.where(pc.equal(side, "recv").to_numpy(zero_copy_only=False), 1, -1),
-    )
-
-    def keys(rank: str, at: str, d: int) -> np.ndarray:
-        n = pairs.num_rows
-        return np.stack(
-            [pairs.column(rank).to_numpy(), pairs.column(at).to_numpy(), np.full(n, d)], axis=1
-        ).astype(np.int64)
-
-    known = np.concatenate([keys("src", "send_start_ns", 0), keys("dst", "recv_start_ns", 1)])
-    done = np.concatenate([pairs.column(c).to_numpy() for c in comm.DELIVERED]).astype(np.int64)
     known, first = np.unique(known, axis=0, return_index=True)
-    query = np.stack([events.column("rank").to_numpy(), start, direction], axis=1).astype(np.int64)
-    found = find_rows(known, query)
+    side = pc.fill_null(events.column("collective").cast(pa.string()), "").to_numpy(zero_copy_only=False)
+    direction = np.select([side == "send", side == "recv"], [0, 1], -1)
+    found = find_rows(
+        known, np.stack([events.column("rank").to_numpy(), start, direction], axis=1).astype(np.int64)
+    )
     hit = (found >= 0) & (direction >= 0)
-    end[hit] = np.minimum(end[hit], done[first[found[hit]]])
+    end[hit] = np.minimum(end[hit], ends[first[found[hit]]])
     return end
 
 

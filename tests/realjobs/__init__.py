@@ -52,9 +52,10 @@ PIPELINES = (
     "isend",
 )
 MESH_APIS = ("mesh_dp_pp", "mesh_dp_tp")
+DATA_PARALLEL = ("ddp", "fsdp1", "fsdp2")
 SIDECAR = ".job.json"
-# JobSpec fields added after jobs were kept: a sidecar without them was made with these values
-LATER_FIELDS: dict[str, Any] = {"shapes": True, "stack": False, "model": "mlp"}
+# JobSpec fields added after jobs were kept: a sidecar without them was made with their defaults
+LATER_FIELDS = ("shapes", "stack", "model")
 
 
 # Allocators that keep a freed block for the next call of the same size (see the module's docstring), first found
@@ -190,7 +191,7 @@ class JobSpec:
     def layout(self) -> dict[str, Any]:
         """dp/tp/pp of the job and its stages (global ranks per pipeline stage; one stage when no pipeline)."""
         w = self.world
-        if self.api in ("ddp", "fsdp1", "fsdp2"):
+        if self.api in DATA_PARALLEL:
             return {"dp": w, "tp": 1, "pp": 1, "stages": [list(range(w))]}
         if self.api in PIPELINES:
             return {"dp": 1, "tp": 1, "pp": w, "stages": [[r] for r in range(w)]}
@@ -339,7 +340,8 @@ def make_job(spec: JobSpec, out_dir: Path | str, *, timeout_s: float = 600, reus
     }
     if reuse and sidecar.exists() and folder.is_dir():
         try:
-            saved = {**LATER_FIELDS, **json.loads(sidecar.read_text()).get("spec", {})}
+            later = {f.name: f.default for f in dataclasses.fields(JobSpec) if f.name in LATER_FIELDS}
+            saved = {**later, **json.loads(sidecar.read_text()).get("spec", {})}
             if saved == record["spec"]:
                 return folder
         except (OSError, ValueError):
@@ -481,6 +483,7 @@ def analyze(
 
 
 __all__ = [
+    "DATA_PARALLEL",
     "MESH_APIS",
     "PIPELINES",
     "JobFailed",

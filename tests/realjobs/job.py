@@ -47,7 +47,7 @@ PIPE_SCHEDULES = {
     "pipe_interleaved": "ScheduleInterleaved1F1B",
     "pipe_zb": "ScheduleInterleavedZeroBubble",  # backward split in input and weight gradients
     "pipe_zbv": "ScheduleZBVZeroBubble",  # ... and its two stages per rank placed in a V: r and 2W - 1 - r
-    "pipe_bfs": "ScheduleLoopedBFS",  # two looped stages per rank (r, r + W), every forward of a stage then its backwards
+    "pipe_bfs": "ScheduleLoopedBFS",  # two looped stages a rank (r, r + W): a stage's forwards, then its backwards
     "pipe_dualpipev": "ScheduleDualPipeV",  # DeepSeek's DualPipe in a V: a forward and a backward run as one action
 }
 VIRTUAL = {"pipe_interleaved": 2, "pipe_zb": 2, "pipe_zbv": 2, "pipe_bfs": 2, "pipe_dualpipev": 2}
