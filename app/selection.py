@@ -118,6 +118,9 @@ def _ranks(value: Any) -> list[int] | None:
 
 
 START = "?start"  # the start page's address on a server that serves a job (plain "/" opens the served job)
+# The key of a double-click's zoom out (a graph's zoom store) under which comes what its first click changed, as it
+# was before: that click took effect at once (assets/marey_clicks.js), the zoom out takes it back.
+UNDO = "paradiag.undo"
 
 
 def wants_start(search: str | None) -> bool:

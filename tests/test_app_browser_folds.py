@@ -19,6 +19,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:HTTPResponse.getheader:DeprecationWarning"),
 ]
 TICKS = "return document.querySelector('#timeline .js-plotly-plot').layout.yaxis.ticktext"
+CHECKED = "return Array.from(document.querySelectorAll('#timeline-expand input:checked')).map(i => i.value)"
 
 
 @pytest.fixture(scope="module")
@@ -70,9 +71,7 @@ def test_a_folded_row_opens_on_a_click_stays_open_across_steps_and_folds_back(du
     click_data_point(duo, "timeline", point[0], point[1])  # a bar of the folded row
     opened = wait_for(duo, TICKS, lambda t: any(x.startswith(f"▸ {key}.dp") for x in t))
     assert not any(x.startswith(f"▸ {key} ") for x in opened) and opened[0].startswith(f"<b>r{CULPRIT} ")
-    assert duo.driver.execute_script(
-        "return Array.from(document.querySelectorAll('#timeline-expand input:checked')).map(i => i.value)"
-    ) == [key]
+    assert duo.driver.execute_script(CHECKED) == [key]
     screenshot(duo, "timeline_fold_opened", "timeline")
 
     search = duo.driver.execute_script("return window.location.search")
@@ -92,6 +91,21 @@ def test_a_folded_row_opens_on_a_click_stays_open_across_steps_and_folds_back(du
 
     duo.find_element("#timeline-fold-all").click()
     wait_for(duo, TICKS, lambda t: any(x.startswith(f"▸ {key} ") for x in t))
+    # A double-click on the folded row zooms out and leaves it folded: its first click opened the fold at once,
+    # the zoom out folded it back.
+    settle(duo)
+    row = next(i for i, t in enumerate(duo.driver.execute_script(TICKS)) if t.startswith(f"▸ {key} "))
+    point = duo.driver.execute_script(
+        """const gd = document.querySelector('#timeline .js-plotly-plot');
+        const t = gd._fullData.find(t => t.name === 'compute folded');
+        const i = Array.from(t.y).indexOf(arguments[0]);
+        return [t.x[i], t.y[i]];""",
+        row,
+    )
+    click_data_point(duo, "timeline", point[0], point[1], double=True)
+    settle(duo)
+    assert any(x.startswith(f"▸ {key} ") for x in duo.driver.execute_script(TICKS))
+    assert duo.driver.execute_script(CHECKED) == []
     assert severe_logs(duo) == []
 
 

@@ -1,5 +1,5 @@
-"""Marey's graph in real headless Chromium: a double-click only resets the zoom (its clicks select nothing), a
-single click still selects one instance, and the "critical path" toggle draws the step's path."""
+"""Marey's graph in real headless Chromium: a single click selects one instance at once, a double-click only resets
+the zoom (what its first click selected is taken back), and the "critical path" toggle draws the step's path."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import re
 import time
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import parse_qs
 
 import pytest
 
-from paradiag.app.views.marey.live import CLICK_DELAY_MS
 from tests.test_app_support import click_data_point, fresh_app, screenshot, settle, severe_logs, wait_plot
 
 pytestmark = [
@@ -39,23 +39,48 @@ def until(check: Any, timeout: float = 20) -> bool:
     return False
 
 
-def gemm_bar(duo: Any) -> tuple[float, float]:
-    """Data coordinates of a gemm bar's hover point in view."""
+def bar(duo: Any, gemm: bool = True) -> tuple[float, float]:
+    """Data coordinates of a gemm bar's hover point in view (``gemm=False``: another operator's)."""
     x, y = duo.driver.execute_script(
         """const gd = document.querySelector('#marey .js-plotly-plot');
         const [lo, hi] = gd._fullLayout.xaxis.range;
         for (const t of gd._fullData.filter(d => d.hoveron === 'points' && d.name === 'compute')) {
             const names = gd.layout.meta.operators;  // a point's operator is its index there
-            const i = [...t.customdata.keys()].find(k => names[t.customdata[k][0]].includes('gemm') && t.x[k] > lo && t.x[k] < hi);
+            const i = [...t.customdata.keys()].find(k => names[t.customdata[k][0]].includes('gemm') === arguments[0] && t.x[k] > lo && t.x[k] < hi);
             if (i !== undefined) { return [t.x[i], t.y[i]]; }
-        }"""
+        }""",
+        gemm,
     )
     return float(x), float(y)
 
 
+def picked(duo: Any) -> dict[str, list[str]]:
+    """The selected instance in the page's address: its operator, stage and time."""
+    query = parse_qs(search(duo).lstrip("?"))
+    return {k: query[k] for k in ("op", "stage", "at") if k in query}
+
+
+def zoomed(duo: Any) -> bool:
+    """Whether the page's address holds a window (``t``)."""
+    return "t" in parse_qs(search(duo).lstrip("?"))
+
+
+def zoom_in(duo: Any) -> None:
+    """Marey's graph zoomed to the middle of the step, every view drawn for it."""
+    duo.driver.execute_script(
+        """const gd = document.querySelector('#marey .js-plotly-plot'); gd.scrollIntoView({block: 'center'});
+        const [a, b] = gd._fullLayout.xaxis.range;
+        Plotly.relayout(gd, {'xaxis.range[0]': a + (b - a) * 0.3, 'xaxis.range[1]': a + (b - a) * 0.6});"""
+    )
+    assert until(lambda: zoomed(duo)), search(duo)  # zoomed: the window is in the link
+    # The zoomed window's figures drawn: a plot landing between the double-click's two clicks (a busy page draws
+    # for longer than plotly's 300 ms double-click delay) made them two single clicks, and the zoom stayed.
+    settle(duo)
+
+
 def pointer(duo: Any, x: float, y: float, gesture: str) -> None:
-    """The mouse moved to data coordinates (x, y) of Marey's graph, then ``gesture``: "double_click" or "pause"
-    (hover only)."""
+    """The mouse moved to data coordinates (x, y) of Marey's graph, then ``gesture``: "double_click",
+    "slow_double_click" or "pause" (hover only)."""
     from selenium.webdriver.common.action_chains import ActionChains
 
     pos = duo.driver.execute_script(
@@ -67,7 +92,12 @@ def pointer(duo: Any, x: float, y: float, gesture: str) -> None:
     )
     actions = ActionChains(duo.driver)
     actions.w3c_actions.pointer_action.move_to_location(int(pos[0]), int(pos[1]))
-    getattr(actions.w3c_actions.pointer_action, gesture)()
+    if gesture == "slow_double_click":  # 300 ms apart: the first click's answer lands between the two presses
+        actions.w3c_actions.pointer_action.click()
+        actions.w3c_actions.pointer_action.pause(0.3)
+        actions.w3c_actions.pointer_action.click()
+    else:
+        getattr(actions.w3c_actions.pointer_action, gesture)()
     actions.perform()
 
 
@@ -75,29 +105,22 @@ def test_double_click_resets_the_zoom_and_selects_nothing_a_click_selects(duo: A
     duo.driver.get(f"{duo.server_url}/?job=sample:{SAMPLE}&step=1")
     wait_plot(duo, "marey")
     settle(duo)  # every view drawn: nothing redraws the graph under the zoom
-    duo.driver.execute_script(
-        """const gd = document.querySelector('#marey .js-plotly-plot'); gd.scrollIntoView({block: 'center'});
-        const [a, b] = gd._fullLayout.xaxis.range;
-        Plotly.relayout(gd, {'xaxis.range[0]': a + (b - a) * 0.3, 'xaxis.range[1]': a + (b - a) * 0.6});"""
-    )
-    assert until(lambda: "t=" in search(duo)), search(duo)  # zoomed: the window is in the link
-    # The zoomed window's figures drawn: a plot landing between the double-click's two clicks (a busy page draws
-    # for longer than plotly's 300 ms double-click delay) made them two single clicks, and the zoom stayed.
-    settle(duo)
-    pointer(duo, *gemm_bar(duo), "double_click")
-    assert until(lambda: "t=" not in search(duo)), search(duo)  # the zoom was reset ...
-    # ... and nothing was selected: the first click's deferral has run out and every answer is in.
-    assert until(
-        lambda: (
-            duo.driver.execute_script("return Date.now() - window.__pdMareyClicks.pressAt")
-            > CLICK_DELAY_MS + 100
-        )
-    )
-    settle(duo)
-    assert "op=" not in search(duo), search(duo)
-    click_data_point(duo, "marey", *gemm_bar(duo))
+    zoom_in(duo)
+    pointer(duo, *bar(duo), "double_click")
+    assert until(lambda: not zoomed(duo)), search(duo)  # the zoom was reset ...
+    settle(duo)  # ... and, every answer in, nothing is selected: its first click's selection was taken back
+    assert picked(duo) == {}, search(duo)
+    click_data_point(duo, "marey", *bar(duo))
     assert until(lambda: "op=" in search(duo)), search(duo)  # a single click selects the instance
     assert "gemm" in search(duo).lower()
+    settle(duo)
+    chosen = picked(duo)
+    # A double-click on another operator's band while one is selected: zoomed out, the one selected before it kept.
+    zoom_in(duo)
+    pointer(duo, *bar(duo, gemm=False), "slow_double_click")
+    assert until(lambda: not zoomed(duo)), search(duo)
+    settle(duo)
+    assert picked(duo) == chosen, (search(duo), chosen)
     assert severe_logs(duo) == []
 
 

@@ -439,3 +439,40 @@ def test_picking_a_baseline_compares_and_names_the_culprit(sel: Selection) -> No
     assert select((ids.BASELINE_PICKER, "value"), "", new, "").base is None
     other = render_compare(new.but(base="sample:gpu_resnet50_dp_host_stall").view("compare"))[0]
     assert "cannot compare" in str(other) and "8 ranks (DP8)" in str(other)  # another pipeline depth: refused
+
+
+def test_a_double_clicks_zoom_out_takes_back_what_its_first_click_selected(sel: Selection) -> None:
+    """A click on Marey's graph selects at once; the zoom out of a double-click carries what was selected before
+    its first click (assets/marey_clicks.js) and puts it back, also when the browser merged the click and the zoom
+    into one request (applied in the order they happened)."""
+    from dash._callback_context import context_value
+    from dash._utils import AttributeDict
+
+    from paradiag.app.callbacks.selection import READS, _triggers, select
+    from paradiag.app.selection import UNDO
+
+    chosen = sel.but(op="gemm", stage=1, at=12.5, window=[11.0, 13.0])
+    clicked = select((ids.MAREY_CLICK, "data"), {"points": [{"customdata": ["ln", 2, 12.0]}]}, chosen, "")
+    assert (clicked.op, clicked.stage, clicked.at) == ("ln", 2, 12.0)
+    before = {"op": "gemm", "stage": 1, "at": 12.5}
+    out = select((ids.MAREY_ZOOM, "data"), {"xaxis.autorange": True, UNDO: before}, clicked, "")
+    assert (out.op, out.stage, out.at, out.window) == ("gemm", 1, 12.5, None)
+    nothing = {"op": None, "stage": None, "at": None}
+    out = select((ids.MAREY_ZOOM, "data"), {"xaxis.autorange": True, UNDO: nothing}, clicked, "")
+    assert (out.op, out.stage, out.at) == (None, None, None)
+    # The timeline's folds are no selection field: its zoom out leaves the selection's instance as it is.
+    out = select((ids.TIMELINE_ZOOM, "data"), {"xaxis.autorange": True, UNDO: {"unfolded": []}}, clicked, "")
+    assert out.op == "ln" and out.window is None
+    # Merged: the zoom listed first, the click first in time.
+    shown = dict.fromkeys(READS)
+    shown[(ids.MAREY_ZOOM, "data")] = {"xaxis.autorange": True, "paradiag.at": 2000.0}
+    shown[(ids.MAREY_CLICK, "data")] = {"points": [], "paradiag.at": 1000.0}
+    fired = [
+        {"prop_id": f"{ids.MAREY_ZOOM}.data", "value": 1},
+        {"prop_id": f"{ids.MAREY_CLICK}.data", "value": 1},
+    ]
+    token = context_value.set(AttributeDict(triggered_inputs=fired))
+    try:
+        assert _triggers(shown) == [(ids.MAREY_CLICK, "data"), (ids.MAREY_ZOOM, "data")]
+    finally:
+        context_value.reset(token)

@@ -122,8 +122,9 @@ def wait_plot(duo: Any, graph_id: str, timeout: float = 30, min_points: int = 1)
     raise AssertionError(f"{graph_id} never showed data: {state}")
 
 
-def click_data_point(duo: Any, graph_id: str, x: float, y: float) -> None:
-    """A real mouse click where data coordinates (x, y) are drawn in the plot ``graph_id``."""
+def click_data_point(duo: Any, graph_id: str, x: float, y: float, double: bool = False) -> None:
+    """A real mouse click (``double``: a double-click) where data coordinates (x, y) are drawn in the plot
+    ``graph_id``."""
     from selenium.webdriver.common.action_chains import ActionChains
 
     pos = duo.driver.execute_script(
@@ -138,7 +139,10 @@ def click_data_point(duo: Any, graph_id: str, x: float, y: float) -> None:
     )
     actions = ActionChains(duo.driver)
     actions.w3c_actions.pointer_action.move_to_location(int(pos[0]), int(pos[1]))
-    actions.w3c_actions.pointer_action.click()
+    if double:
+        actions.w3c_actions.pointer_action.double_click()
+    else:
+        actions.w3c_actions.pointer_action.click()
     actions.perform()
 
 

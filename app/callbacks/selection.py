@@ -18,7 +18,7 @@ from paradiag.app.data.comm import link_instances
 from paradiag.app.data.common import steps_of
 from paradiag.app.data.findings import findings_of
 from paradiag.app.data.overview import DEFAULT_METRIC, METRICS, cited_step, opening_step, overview
-from paradiag.app.selection import START, Selection, view_store, wants_start
+from paradiag.app.selection import START, UNDO, Selection, view_store, wants_start
 from paradiag.app.views import VIEW_FIELDS
 from paradiag.app.views.compare.live import baseline_options
 from paradiag.app.views.overview.live import toggle_group
@@ -82,7 +82,8 @@ ZOOMS = ((ids.TIMELINE_ZOOM, "data"), (ids.MAREY_ZOOM, "data"))
 # the graph's relayoutData cleared: dcc.Graph reports no relayout equal to the last one it reported, so without
 # it the same drag again (after "back" or another step) or a second double-click reached nobody.
 # A zoom-out (autorange) within a second of the last one is the same double-click told twice: by plotly and by the
-# browser's dblclick (assets/marey_clicks.js), and is dropped.
+# browser's dblclick (assets/marey_clicks.js), and is dropped. A zoom-out carries what the first click of its
+# double-click changed, as it was (``UNDO``; assets/marey_clicks.js passes a click on at once).
 FORWARD_ZOOM = """
 function(relayout) {
     const none = window.dash_clientside.no_update;
@@ -90,13 +91,16 @@ function(relayout) {
     const graph = window.dash_clientside.callback_context.triggered_id;
     const last = (window.__pdZoomOut = window.__pdZoomOut || {});
     const now = Date.now();
+    const extra = {"paradiag.at": now};
     if (relayout["xaxis.autorange"] === true) {
         if (now - (last[graph] || 0) < 1000) { return [none, null]; }
         last[graph] = now;
+        const undo = window.__pdTakeUndo ? window.__pdTakeUndo(graph) : null;
+        if (undo) { extra["UNDO"] = undo; }
     }
-    return [Object.assign({}, relayout, {"paradiag.at": now}), null];
+    return [Object.assign({}, relayout, extra), null];
 }
-"""
+""".replace("UNDO", UNDO)
 
 
 def select(trigger: Any, value: Any, sel: Selection | None, search: str | None) -> Selection:
@@ -161,8 +165,18 @@ def _timeline_zoom(sel: Selection, relayout: dict[str, Any]) -> Selection:
         window = coerce.window([relayout["xaxis.range[0]"], relayout["xaxis.range[1]"]])
         return sel.but(window=window) if window else sel
     if relayout.get("xaxis.autorange") is True:
-        return sel.but(window=None)
+        return _undo(sel.but(window=None), coerce.mapping(relayout.get(UNDO)))
     return sel
+
+
+def _undo(sel: Selection, before: dict[str, Any] | None) -> Selection:
+    """A double-click's zoom out: the instance Marey's graph had selected before the double-click's first click
+    (which selected at once) selected again; ``before`` is what that click's graph held then (Marey's view store,
+    the timeline's folds: no selection field, nothing to put back)."""
+    if not before or "op" not in before:
+        return sel
+    op = coerce.text(before.get("op")) or None
+    return sel.but(op=op, stage=coerce.integer(before.get("stage"), 0), at=coerce.number(before.get("at")))
 
 
 def _marey_click(sel: Selection, click: dict[str, Any]) -> Selection:
@@ -352,21 +366,30 @@ def register(app: Dash) -> None:
         # A callback that sets the href (an upload that finished) may reach us before the search is updated.
         href = boundary.query_of_href(values[1])
         search = "?" + href if href else values[0]
-        trigger = _trigger()
-        if isinstance(trigger, dict) and not any(finding_clicks or []):
-            return reply()  # finding buttons appearing, not clicked
+        triggers = [
+            t for t in _triggers(shown) if not isinstance(t, dict) or any(finding_clicks or [])
+        ]  # not the finding buttons appearing, unclicked
+        if not triggers:
+            return reply()
         old = Selection.from_store(stored) if stored else None
-        if trigger == (ids.MAREY_BACK, "n_clicks"):
-            new = _back(old or Selection(), stack or [])
-        else:
-            new = select(trigger, shown.get(trigger) if isinstance(trigger, tuple) else None, old, search)
+        new, stack_now = old, list(stack or [])
+        for trigger in triggers:
+            last = new
+            if trigger == (ids.MAREY_BACK, "n_clicks"):
+                new = _back(last or Selection(), stack_now)
+            else:
+                new = select(
+                    trigger, shown.get(trigger) if isinstance(trigger, tuple) else None, last, search
+                )
+            stack_now = zoom_stack(trigger, last, new, stack_now)
+        assert new is not None
         unfold = (
             toggle_group(shown[(ids.HEATMAP, "clickData")], unfolded, unfold_options, stored, metric)
-            if trigger == (ids.HEATMAP, "clickData")
+            if (ids.HEATMAP, "clickData") in triggers
             else (no_update, no_update)
         )
         banner = (
-            True if trigger in (None, *URL_TRIGGERS) else no_update
+            True if any(t in (None, *URL_TRIGGERS) for t in triggers) else no_update
         )  # a new address clears the last one's banner
         if new == old:
             return reply(unfolded=unfold[0], unfold_options=unfold[1], notice_hidden=banner)
@@ -377,7 +400,7 @@ def register(app: Dash) -> None:
             search=_changed(address(new), search or ""),
             step=_changed(new.step, shown[(ids.STEP_PICKER, "value")]),
             step_options=step_options(new) if new_job else no_update,
-            zoom_stack=zoom_stack(trigger, old, new, stack),
+            zoom_stack=stack_now,
             base=_changed(new.base or "", shown[(ids.BASELINE_PICKER, "value")] or ""),
             base_options=baseline_options(new.to_store()) if new_job else no_update,
             ranks=_changed(new.ranks or [], shown[(ids.TIMELINE_RANKS, "value")] or []),
@@ -416,11 +439,23 @@ def reply(views: list[Any] | None = None, **values: Any) -> tuple[Any, ...]:
     return (*[values.get(name, no_update) for name in OUTPUTS], *(views or [no_update] * len(VIEW_FIELDS)))
 
 
-def _trigger() -> Any:
-    """(component id, property) of what fired, a finding button's id, or None on the first call."""
+def _triggers(shown: dict[tuple[str, str], Any]) -> list[Any]:
+    """What fired: (component id, property) pairs and finding buttons' ids, in the order they happened; [None] on
+    the first call. The browser merges requests for this callback that wait together into one (a click and the
+    zoom out of the same double-click, passed on at once: assets/marey_clicks.js), so several can come at once;
+    those that say when they came (``paradiag.at``: the graphs' clicks and zooms) are applied in that order, after
+    the others."""
     if not ctx.triggered_id:
-        return None
-    if isinstance(ctx.triggered_id, dict):
-        return ctx.triggered_id
-    prop = ctx.triggered[0]["prop_id"].rsplit(".", 1)[-1]
-    return (ctx.triggered_id, prop)
+        return [None]
+    fired: list[Any] = []
+    for prop_id, cid in ctx.triggered_prop_ids.items():
+        trigger = cid if isinstance(cid, dict) else (cid, str(prop_id).rsplit(".", 1)[-1])
+        if trigger not in fired:
+            fired.append(trigger)
+
+    def when(trigger: Any) -> float:
+        value = shown.get(trigger) if isinstance(trigger, tuple) else None
+        at = coerce.number((value or {}).get("paradiag.at"), 0, 1e15) if isinstance(value, dict) else None
+        return at or 0.0
+
+    return sorted(fired, key=when)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import plotly.graph_objects as go
-from dash import Dash, Input, Output, Patch, dcc, html, no_update
+from dash import Dash, Input, Output, Patch, State, dcc, html, no_update
 
 from paradiag.app import boundary, context, ids, store
 from paradiag.app.boundary import In, St
@@ -30,15 +30,14 @@ FIELDS = {"marey": ("job", "step", "window", "op", "stage", "at")}
 EXPORTS = (ids.MAREY, True)
 HALF = False
 
-# A double-click resets the zoom; plotly reports its first click as a click too. A click reaches the selection
-# only when the graph was neither pressed again nor double-clicked within plotly's double-click delay (300 ms) and
-# a margin of its press (assets/marey_clicks.js writes it into its store then).
-CLICK_DELAY_MS = 350
+# A double-click resets the zoom; plotly reports its first click as a click too. A click selects at once; the zoom
+# out of a double-click puts back the instance selected before its first click (assets/marey_clicks.js keeps it,
+# the reducer's zoom puts it back: paradiag.app.callbacks.selection.UNDO).
 # The click passed on names its operator (a hover point's customdata holds the operator's index in the figure's
 # list of names: paradiag.app.figures.marey.OPERATORS).
-DEFER_CLICK = (
+PASS_CLICK = (
     """
-function(click) {
+function(click, view) {
     // The point's customdata is a row of a typed array, which dcc.Graph leaves out of clickData: read from the
     // figure as it is now, the operator named from the figure's list of names.
     const gd = document.querySelector('#MAREY .js-plotly-plot');
@@ -51,10 +50,11 @@ function(click) {
         custom[0] = names[custom[0]];
         return Object.assign({}, p, {customdata: custom});
     });
-    return window.__pdPassClick("MAREY", Object.assign({}, click, {points: points}), "STORE", DELAY);
+    const was = view || {};
+    const before = {op: was.op || null, stage: was.stage ?? null, at: was.at ?? null};
+    return window.__pdPassClick("MAREY", Object.assign({}, click, {points: points}), "STORE", before);
 }
-""".replace("DELAY", str(CLICK_DELAY_MS))
-    .replace("STORE", ids.MAREY_CLICK)
+""".replace("STORE", ids.MAREY_CLICK)
     .replace("MAREY", ids.MAREY)
     .replace("OPERATORS", OPERATORS)
 )
@@ -146,9 +146,10 @@ def panel() -> html.Section:
 def register(app: Dash) -> None:
     boundary.clientside(
         app,
-        DEFER_CLICK,
+        PASS_CLICK,
         Output(ids.MAREY_CLICK, "data"),
         Input(ids.MAREY, "clickData"),
+        State(view_store("marey"), "data"),
         prevent_initial_call=True,
     )
     sel = boundary.selection

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from dash import Dash, Input, Output, dcc, html, no_update
+from dash import Dash, Input, Output, State, dcc, html, no_update
 
 from paradiag.app import boundary, coerce, context, ids, store
 from paradiag.app.boundary import In, St
@@ -22,7 +22,7 @@ from paradiag.app.figures.common import short_name
 from paradiag.app.figures.timeline import timeline_figure
 from paradiag.app.layouts.common import graph
 from paradiag.app.layouts.common import panel as panel_of
-from paradiag.app.selection import Selection, view_store
+from paradiag.app.selection import UNDO, Selection, view_store
 from paradiag.app.views.timeline.static import rows_of, shown_ranks
 from paradiag.job import Job
 
@@ -38,20 +38,26 @@ PIXELS = 800
 # 8 ranks holds ~12k intervals, 1.5 MB with their names: a zoom (drag, wheel, W) shows single kernels.
 MAX_INTERVALS = 5000
 MAX_OPERATORS = 400
-# A double-click zooms out; plotly reports its clicks as clicks too, which opened the fold under the mouse. A click
-# opens a fold only when the graph was neither pressed again nor double-clicked within this long of its press
-# (plotly's double-click delay, 300 ms, and a margin), as on Marey's graph: assets/marey_clicks.js, which writes
-# the click into its store once that time has passed.
-CLICK_DELAY_MS = 350
-DEFER_CLICK = (
-    """
-function(click) {
-    return window.__pdPassClick("GRAPH", click, "STORE", DELAY);
+# A double-click zooms out; plotly reports its first click as a click too, which opens the fold under the mouse at
+# once (assets/marey_clicks.js): the zoom out of a double-click folds back what its first click opened
+# (``FOLD_BACK``: the folds opened before it, carried by the zoom as ``UNDO``), as on Marey's graph.
+PASS_CLICK = """
+function(click, unfolded) {
+    return window.__pdPassClick("GRAPH", click, "STORE", {unfolded: unfolded || []});
 }
-""".replace("DELAY", str(CLICK_DELAY_MS))
-    .replace("GRAPH", ids.TIMELINE)
-    .replace("STORE", ids.TIMELINE_CLICK)
-)
+""".replace("GRAPH", ids.TIMELINE).replace("STORE", ids.TIMELINE_CLICK)
+
+# A double-click's zoom out: the folds opened before its first click, when that click opened one (in the browser:
+# every zoom passes here, and only a double-click's first click has anything to take back).
+FOLD_BACK = """
+function(zoom, expanded) {
+    const before = zoom && zoom["UNDO"];
+    const unfolded = before && Array.isArray(before.unfolded) ? before.unfolded : null;
+    const now = expanded || [];
+    const same = unfolded && unfolded.length === now.length && unfolded.every((v, i) => v === now[i]);
+    return unfolded && !same ? unfolded : window.dash_clientside.no_update;
+}
+""".replace("UNDO", UNDO)
 
 
 def window_ns(job: Job, sel: dict[str, Any], ranks: list[int] | None) -> tuple[int, int]:
@@ -240,9 +246,10 @@ def register(app: Dash) -> None:
     )(render_timeline)
     boundary.clientside(
         app,
-        DEFER_CLICK,
+        PASS_CLICK,
         Output(ids.TIMELINE_CLICK, "data"),
         Input(ids.TIMELINE, "clickData"),
+        State(ids.TIMELINE_EXPAND, "value"),
         prevent_initial_call=True,
     )
     boundary.callback(
@@ -255,6 +262,14 @@ def register(app: Dash) -> None:
         St(ids.TIMELINE_EXPAND, "options", boundary.options),
         prevent_initial_call=True,
     )(open_fold)
+    boundary.clientside(
+        app,
+        FOLD_BACK,
+        Output(ids.TIMELINE_EXPAND, "value", allow_duplicate=True),
+        Input(ids.TIMELINE_ZOOM, "data"),
+        State(ids.TIMELINE_EXPAND, "value"),
+        prevent_initial_call=True,
+    )
     boundary.callback(
         app,
         Output(ids.TIMELINE_EXPAND, "value", allow_duplicate=True),
