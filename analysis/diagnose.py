@@ -325,8 +325,7 @@ def diagnose(job: Job) -> Diagnosis:
             found, graph, whatif.peers_of(layout.stage_of, figures, metrics, host_ranks), host_ranks
         )
         del graph
-    if on_host:
-        found = findings.above_host_noise(found)
+    found = findings.above_host_noise(found) if on_host else findings.rebalancing_pays(found)
     return Diagnosis(
         version=analysis_version(),
         layout=layout,

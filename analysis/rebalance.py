@@ -1,9 +1,10 @@
-"""``stages=balanced``: the pipeline's layers moved, whole, to the split that minimises the slowest stage
-(:func:`layer_split`), and the replay's timings scaled as the layers moved take their work with them
+"""``stages=balanced``: the pipeline's layers moved, whole, to the split whose replay takes the least time
+(:func:`best_split`, from the split that minimises the slowest stage: :func:`layer_split`), and the replay's timings scaled as the layers moved take their work with them
 (:func:`balance`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,14 +31,15 @@ class LayerSplit:
     kernels: np.ndarray  # (stage index, place, kernel name)
 
 
-def layer_split(g: Graph, peers: Peers) -> LayerSplit:
+def layer_split(g: Graph, peers: Peers, balanced: Sequence[int] | None = None) -> LayerSplit:
     """Count each stage's layers by the kernel that runs once per layer per micro-batch (of the names every stage
     runs at least once per micro-batch and not equally often, the one run the fewest times: attention, say), take a
     layer's compute as the median over the stages of their per-name-shared compute per layer (a stage's own kernels,
     such as the embedding or the loss, are fixed work), and hand out the layers one at a time to the stage that
     would then be least loaded (each stage keeps one per model chunk). A stage's layers are spread evenly over its
     model chunks (the first ones take the remainder), as Megatron's interleaved schedule lays them out: where the
-    passes tell the chunks apart, each chunk's kernels are scaled by its own new layers over old."""
+    passes tell the chunks apart, each chunk's kernels are scaled by its own new layers over old. ``balanced``:
+    that split instead (a candidate of :func:`best_split`)."""
     runs, time = _per_micro_batch(g, peers)  # (stage index, place, name)
     stage_runs = runs.sum(axis=1)
     common = (stage_runs > 0).all(axis=0)
@@ -56,22 +58,26 @@ def layer_split(g: Graph, peers: Peers) -> LayerSplit:
     # A name run q times per layer (q: the fewest whole times per layer any stage runs it) is layer work for q of
     # every k runs on a stage (the LM head's matmul among the layers' is the rest); the other names are fixed work.
     q = np.where(common, np.floor(stage_runs / now[:, None]).min(axis=0), 0)
-    share = np.minimum(q * now[:, None] / np.maximum(stage_runs, 1e-12), 1)
+    tau = _layer_run_ns(stage_runs, time.sum(axis=1), q, now)
+    share = _layer_share(stage_runs, time.sum(axis=1), q, now, tau)
     layer_work = (time.sum(axis=1) * share).sum(axis=1)
     per_layer_ns = layer_work / now
     fixed = time.sum(axis=(1, 2)) - layer_work
-    balanced = [max(peers.virtual, 1)] * len(now)
-    for _ in range(int(now.sum()) - sum(balanced)):
-        i = min(range(len(now)), key=lambda k: (fixed[k] + (balanced[k] + 1) * per_layer_ns[k], k))
-        balanced[i] += 1
-    factor, shares = _place_factors(runs, now, np.array(balanced), marker, q, share)
-    per_step = _parameter_factors(time.sum(axis=1), stage_runs, now, np.array(balanced))
+    if balanced is None:
+        layers = [max(peers.virtual, 1)] * len(now)
+        for _ in range(int(now.sum()) - sum(layers)):
+            i = min(range(len(now)), key=lambda k: (fixed[k] + (layers[k] + 1) * per_layer_ns[k], k))
+            layers[i] += 1
+    else:
+        layers = [int(n) for n in balanced]
+    factor, shares = _place_factors(runs, time, now, np.array(layers), marker, q, share, tau)
+    per_step = _parameter_factors(time.sum(axis=1), stage_runs, now, np.array(layers))
     kernels = np.where(
         np.isnan(per_step)[:, None, :], 1 + (factor[:, :, None] - 1) * shares, per_step[:, None, :]
     )
     return LayerSplit(
         tuple(now.tolist()),
-        tuple(balanced),
+        tuple(layers),
         float(np.median(per_layer_ns)),
         tuple(fixed.tolist()),
         factor,
@@ -113,8 +119,39 @@ def _per_micro_batch(g: Graph, peers: Peers) -> tuple[np.ndarray, np.ndarray]:
     return runs, time
 
 
+def _layer_run_ns(runs: np.ndarray, time: np.ndarray, q: np.ndarray, layers: np.ndarray) -> np.ndarray:
+    """Per name, what one of its layer runs takes: the median, over the stages where every run of it is a layer's
+    (``q`` runs per layer, as many as its ``layers`` make), of its time per run; NaN where no stage is so."""
+    pure = (q > 0) & (runs > 0) & (np.abs(runs - q * layers[:, None]) < 1e-9)
+    per_run = np.where(pure, time / np.maximum(runs, 1e-12), np.nan)
+    out = np.full(runs.shape[1], np.nan)
+    some = pure.any(axis=0)
+    out[some] = np.nanmedian(per_run[:, some], axis=0)
+    return out
+
+
+def _layer_share(
+    runs: np.ndarray, time: np.ndarray, q: np.ndarray, layers: np.ndarray, tau: np.ndarray
+) -> np.ndarray:
+    """Per stage (or stage and chunk) and name, the layers' part of its time: all of it where every run is a
+    layer's; else its layer runs (``q`` per layer) at what a layer run takes on the stages that run only those
+    (``tau``), by their length, not their number (a last stage's 10 matmuls, 8 of its one layer's and 2
+    vocabulary-wide of the LM head's, were 0.8 layer work by count and 0.63 by time); by number where no stage
+    tells a layer run's length."""
+    count = np.minimum(q * layers[..., None] / np.maximum(runs, 1e-12), 1)
+    timed = np.divide(q * layers[..., None] * tau, time, out=count.copy(), where=(time > 0) & ~np.isnan(tau))
+    return np.where(count >= 1, 1.0, np.minimum(timed, 1.0))
+
+
 def _place_factors(
-    runs: np.ndarray, now: np.ndarray, balanced: np.ndarray, marker: int, q: np.ndarray, share: np.ndarray
+    runs: np.ndarray,
+    time: np.ndarray,
+    now: np.ndarray,
+    balanced: np.ndarray,
+    marker: int,
+    q: np.ndarray,
+    share: np.ndarray,
+    tau: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per stage and place, new layers over old, and per stage, place and name the layer part of the kernels'
     time. Outside the passes, or where the passes do not count each chunk's layers (every chunk has one at least,
@@ -128,7 +165,7 @@ def _place_factors(
         return factor, shares
     chunk_new = balanced[:, None] // v + (np.arange(v)[None, :] < balanced[:, None] % v)
     factor[:, 1:] = chunk_new / chunk_now
-    shares[:, 1:, :] = np.minimum(q * chunk_now[:, :, None] / np.maximum(runs[:, 1:, :], 1e-12), 1)
+    shares[:, 1:, :] = _layer_share(runs[:, 1:, :], time[:, 1:, :], q, chunk_now, tau)
     return factor, shares
 
 
@@ -177,13 +214,72 @@ def _gradient_factors(g: Graph, peers: Peers, split: LayerSplit, si: np.ndarray)
 
 
 def balance(g: Graph, t: Timing, peers: Peers, steps: np.ndarray) -> LayerSplit:
-    """Whole layers moved as :func:`layer_split` says: each stage's layer work (the layer part of the kernels of
+    """Whole layers moved as :func:`best_split` says: each stage's layer work (the layer part of the kernels of
     names every stage runs), the host gaps between its kernels and its collectives' transfers (a layer moved takes
     its launches and its tensor-parallel traffic with it) scaled by the factor of its stage and model chunk; the
     work of each step that follows the parameters (the optimizer, the gradients' all-reduce) as they do. Sends and
     receives carry one activation whatever the split, and the gap after one is a pass boundary, the gap before a
     step's first kernel the step boundary: they stay."""
-    split = layer_split(g, peers)
+    split = best_split(g, peers, steps)
+    _move_layers(g, t, peers, steps, split)
+    return split
+
+
+# The layer split of least slowest stage is no pipeline's best: with few micro-batches a step is mostly fill and
+# drain, and the last stage (the LM head's) runs each micro-batch's forward and backward back to back on the
+# critical path. A PanGu pipeline of 4/2/1/1 layers, 4 micro-batches, "balanced" to 2/2/2/2 (each stage 0.55 to
+# 0.73 ms a micro-batch) replayed at 6.0 ms against 5.7 profiled, and at 5.3 with 3/2/2/1. So the split is
+# searched on the replay itself, from that one: each round moves one layer to or from the first or the last stage
+# or between the stages next to each other, and keeps the best replayed step, while REPLAY_BUDGET events' worth of
+# replays last (a 256-rank pipeline, 530 k events: 0.2 s a replay).
+REPLAY_BUDGET = 12_000_000
+SEARCH_ROUNDS = 3
+
+
+def best_split(g: Graph, peers: Peers, steps: np.ndarray) -> LayerSplit:
+    """The whole-layer split whose replay (``steps`` edited) ends the profiled steps first: :func:`layer_split`'s,
+    bettered by single-layer moves on the replay while the budget lasts; the profiled split where nothing
+    replays faster."""
+    from paradiag.analysis.replay import job_saving, replay
+
+    first = layer_split(g, peers)
+    now = list(first.now)
+    least = max(peers.virtual, 1)
+    evaluations = max(REPLAY_BUDGET // max(len(g), 1), 2)
+    cache: dict[tuple[int, ...], tuple[float, LayerSplit]] = {}
+
+    def cost(split: Sequence[int]) -> float:
+        key = tuple(split)
+        if key not in cache:
+            candidate = first if key == first.balanced else layer_split(g, peers, key)
+            t = Timing.of(g)
+            if key != tuple(now):
+                _move_layers(g, t, peers, steps, candidate)
+            cache[key] = (-job_saving(g, replay(g, t)), candidate)  # the what-if's saving, as it counts it
+        return cache[key][0]
+
+    best = min((tuple(now), first.balanced), key=cost)
+    p = len(now)
+    moves = [
+        (i, j) for i in range(p) for j in range(p) if i != j and (abs(i - j) == 1 or {0, p - 1} & {i, j})
+    ]
+    for _ in range(SEARCH_ROUNDS):
+        start = best
+        for i, j in moves:
+            if len(cache) >= evaluations:
+                break
+            if start[i] > least:
+                moved = list(start)
+                moved[i] -= 1
+                moved[j] += 1
+                best = min(best, tuple(moved), key=cost)
+        if best == start:
+            break
+    return cache[best][1]
+
+
+def _move_layers(g: Graph, t: Timing, peers: Peers, steps: np.ndarray, split: LayerSplit) -> None:
+    """``t`` changed as ``split`` moves the layers (:func:`balance`)."""
     si = _stage_index(g, peers)
     v = split.factor.shape[1] - 1
     place = np.where((g.chunk >= 0) & (g.chunk < v), g.chunk + 1, 0)
@@ -198,4 +294,3 @@ def balance(g: Graph, t: Timing, peers: Peers, steps: np.ndarray) -> LayerSplit:
     gradients = _gradient_factors(g, peers, split, si)
     f = np.where(np.isnan(gradients), f, gradients)
     t.own("tail")[collective] = np.rint(t.tail[collective] * f[collective]).astype(np.int64)
-    return split

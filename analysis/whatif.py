@@ -38,7 +38,7 @@ from paradiag.analysis.edit import (
 )
 from paradiag.analysis.frame import group_bounds
 from paradiag.analysis.rebalance import LayerSplit, balance, layer_split
-from paradiag.analysis.replay import Timing, replay, replay_error, step_times
+from paradiag.analysis.replay import Timing, job_saving, replay, replay_error, step_times
 
 if TYPE_CHECKING:
     from paradiag.analysis.diagnosis_types import Diagnosis, Finding
@@ -53,9 +53,10 @@ __all__ = [
 
 @dataclass(frozen=True)
 class WhatIf:
-    """The replayed steps with ``edits`` applied: the predicted median step time and the saving per step (the
-    mean over the profiled steps of what each step saves), against the measured ``step_ns``; ``per_step``: per
-    step, the measured and the predicted step time (medians over the ranks)."""
+    """The replayed steps with ``edits`` applied: the predicted median step time (over the ranks' steps) and the
+    saving per step (how much sooner the profiled steps end, over their number: ``replay.job_saving``), against
+    the measured ``step_ns``; ``per_step``: per step, the measured and the predicted step time (medians over the
+    ranks)."""
 
     edits: tuple[str, ...]
     step_ns: float
@@ -84,11 +85,12 @@ def what_if(g: Graph, peers: Peers, edits: Sequence[Edit]) -> WhatIf:
     """Replay ``g`` with ``edits`` (an :class:`EditError` when one names a rank, link or step the job lacks)."""
     t = Timing.of(g)
     splits = [split for e in edits if (split := apply(g, t, peers, e)) is not None]
+    ends = replay(g, t)
     measured = step_times(g, g.end)
-    predicted = step_times(g, replay(g, t))
+    predicted = step_times(g, ends)
     if not measured:
         raise EditError("the job has no step with device work to replay")
-    saving = statistics.fmean(measured[k] - predicted[k] for k in measured)
+    saving = job_saving(g, ends)
     by_step: dict[int, list[tuple[float, float]]] = {}
     for (rank, step), ns in measured.items():
         by_step.setdefault(step, []).append((ns, predicted[(rank, step)]))

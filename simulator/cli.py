@@ -65,14 +65,18 @@ def _parse_faults(values: tuple[str, ...]) -> tuple[faults.Fault, ...]:
     help="Expert-parallel size (divides --dp; makes every 2nd layer MoE).",
 )
 @click.option(
-    "--schedule", type=click.Choice(SCHEDULES), default="1f1b", show_default=True, help="Pipeline schedule."
+    "--schedule",
+    type=click.Choice(SCHEDULES),
+    default="1f1b",
+    show_default=True,
+    help="Pipeline schedule (zb, zbv: zero-bubble, the backward split into inputs' and weights' gradients).",
 )
 @click.option(
     "--virtual-stages",
     type=click.IntRange(min=1),
     default=1,
     show_default=True,
-    help="Model chunks per device (interleaved schedule only).",
+    help="Model chunks per device (interleaved and zb schedules; zbv: 2).",
 )
 @click.option(
     "--microbatches",

@@ -10,7 +10,10 @@ from paradiag.simulator.devices import DEVICES_PER_NODE
 from paradiag.simulator.faults import Fault
 
 MODELS = ("llm", "resnet50")
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
+# Zero-bubble schedules split each backward into the inputs' and the weights' gradients: "zb" looped (ZB-H1 with
+# one chunk a stage, torch's ScheduleInterleavedZeroBubble with several), "zbv" V-shaped (two chunks a stage: torch's
+# ScheduleZBVZeroBubble). ``paradiag.simulator.schedule``.
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb", "zbv")
 FORMATS = ("kineto", "ascend")
 SHAPES = (
     "megatron",
@@ -189,9 +192,20 @@ def validate(cfg: SimConfig) -> None:
             f"{cfg.num_experts} experts cannot be split over --ep {cfg.ep} ranks",
         )
     _check(
-        cfg.schedule != "gpipe" or cfg.virtual_stages == 1, "--virtual-stages needs --schedule interleaved"
+        cfg.schedule != "gpipe" or cfg.virtual_stages == 1,
+        "--virtual-stages needs --schedule interleaved, zb or zbv",
     )
-    _check(cfg.schedule != "1f1b" or cfg.virtual_stages == 1, "--virtual-stages needs --schedule interleaved")
+    _check(
+        cfg.schedule != "1f1b" or cfg.virtual_stages == 1,
+        "--virtual-stages needs --schedule interleaved, zb or zbv",
+    )
+    if cfg.schedule in ("zb", "zbv"):
+        _check(cfg.pp > 1, f"--schedule {cfg.schedule} needs --pp > 1")
+        _check(cfg.model == "llm", f"--schedule {cfg.schedule} needs --model llm")
+    _check(
+        cfg.schedule != "zbv" or cfg.virtual_stages == 2,
+        "--schedule zbv needs --virtual-stages 2 (each stage holds two chunks of the V)",
+    )
     if cfg.schedule == "interleaved":
         _check(
             cfg.pp > 1 and cfg.virtual_stages > 1,

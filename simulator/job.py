@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from paradiag.simulator import devices
+from paradiag.simulator import devices, schedule
 from paradiag.simulator.config import ConfigError, SimConfig
 from paradiag.simulator.faults import Fault, in_steps
 from paradiag.simulator.mesh import Mesh
@@ -62,7 +62,7 @@ class Job:
         counts = [0] * (cfg.pp * v)
         for s, n in enumerate(per_stage):
             for c in range(v):
-                counts[c * cfg.pp + s] = n // v + (1 if c < n % v else 0)
+                counts[schedule.chunk_of(cfg.schedule, cfg.pp, s, c)] = n // v + (1 if c < n % v else 0)
         chunks, start = [], 0
         for n in counts:
             chunks.append(list(range(start, start + n)))

@@ -91,6 +91,17 @@ def _chunk(
     return forward, backward_layers, params, units
 
 
+def _gradients(layers: list[list[Item]], weights: bool) -> list[list[Item]]:
+    """A zero-bubble schedule's half of each layer's backward: the weights' gradient kernels (``weights``), else
+    the rest (the inputs' gradients and the layer's collectives)."""
+    return [
+        [i for i in items if isinstance(i, Op) and i.family.endswith("_wgrad")]
+        if weights
+        else [i for i in items if not (isinstance(i, Op) and i.family.endswith("_wgrad"))]
+        for items in layers
+    ]
+
+
 def _backward_with_buckets(
     layers: list[list[Item]], params: list[int], reduce: bool, bucket: int = BUCKET_PARAMS
 ) -> list[Instr]:
@@ -145,43 +156,47 @@ def llm(job: Job, rank: int, step: int) -> list[Instr]:
     fsdp = cfg.torch2 and cfg.dp_mode == "fsdp" and cfg.dp > 1
     total_params = 0
     for c in range(cfg.virtual_stages):
-        g = c * pp + stage
+        g = schedule.chunk_of(cfg.schedule, pp, stage, c)
         chunks[g] = _chunk(job, d, g, rank, step)
         total_params += sum(chunks[g][2])
-    # torch.distributed.pipelining's multi-stage schedules name each action on the host: "PP:{stage}F{mb}" (B: a
-    # whole backward), around its compute (its receive and send are actions of their own).
-    named = cfg.torch2 and cfg.virtual_stages > 1
+    # torch.distributed.pipelining's multi-stage schedules (several chunks a stage, or the zero-bubble ones) name
+    # each action on the host: "PP:{stage}F{mb}" (B: a whole backward; I and W: its inputs' and its weights'
+    # gradients), around its compute (its receive and send are actions of their own).
+    named = cfg.torch2 and (cfg.virtual_stages > 1 or cfg.schedule in schedule.ZERO_BUBBLE)
+
+    def peer(g: int) -> int | None:
+        """The rank that holds chunk ``g`` in this pipeline; None where it is this rank (a V's turn)."""
+        there = schedule.holder(cfg.schedule, pp, g)
+        return None if there == stage else mesh.stage_rank(rank, there)
+
     for phase, mb, c in schedule.order(cfg.schedule, pp, stage, m, cfg.virtual_stages):
-        g = c * pp + stage
+        g = schedule.chunk_of(cfg.schedule, pp, stage, c)
         forward, backward_layers, params, units = chunks[g]
+        source = peer(g - 1) if phase == "F" and g > 0 else peer(g + 1) if phase != "F" and g < last else None
+        if source is not None and phase != "W":
+            prog += [("R", source, act, (int(phase != "F"), mb, g)), ("Y", "pp")]
+        if named:
+            prog.append(("A", f"PP:{g}{phase}{mb}"))
+        reduce = cfg.dp > 1 and mb == m - 1 and phase in "BW"
         if phase == "F":
-            if g > 0:
-                prog += [("R", mesh.stage_rank(rank, (g - 1) % pp), act, (0, mb, g)), ("Y", "pp")]
-            if named:
-                prog.append(("A", f"PP:{g}F{mb}"))
-            if fsdp:
-                prog += _fsdp_pass(units, params[::-1], cfg.dp, False)
-            else:
-                prog += _kernels(forward)
-            if named:
-                prog.append(("Z",))
-            if g < last:
-                prog.append(("S", mesh.stage_rank(rank, (g + 1) % pp), act, (0, mb, g + 1)))
+            prog += _fsdp_pass(units, params[::-1], cfg.dp, False) if fsdp else _kernels(forward)
         else:
-            if g < last:
-                prog += [("R", mesh.stage_rank(rank, (g + 1) % pp), act, (1, mb, g)), ("Y", "pp")]
-            if named:
-                prog.append(("A", f"PP:{g}B{mb}"))
-            if fsdp:
-                prog += _backward(job, _fsdp_pass(backward_layers, params, cfg.dp, mb == m - 1))
-            else:
-                prog += _backward(
-                    job, _backward_with_buckets(backward_layers, params, cfg.dp > 1 and mb == m - 1)
-                )
-            if named:
-                prog.append(("Z",))
-            if g > 0:
-                prog.append(("S", mesh.stage_rank(rank, (g - 1) % pp), act, (1, mb, g - 1)))
+            layers = {"B": backward_layers, "I": _gradients(backward_layers, False)}.get(
+                phase, _gradients(backward_layers, True)
+            )
+            prog += _backward(
+                job,
+                _fsdp_pass(layers, params, cfg.dp, reduce)
+                if fsdp
+                else _backward_with_buckets(layers, params, reduce),
+            )
+        if named:
+            prog.append(("Z",))
+        target = (
+            peer(g + 1) if phase == "F" and g < last else peer(g - 1) if phase in "BI" and g > 0 else None
+        )
+        if target is not None:
+            prog.append(("S", target, act, (int(phase != "F"), mb, g + 1 if phase == "F" else g - 1)))
     if cfg.dp > 1:
         prog.append(("W", "dp"))
     return [*prog, *_optimizer(total_params), ("Y", None)]
