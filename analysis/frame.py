@@ -80,8 +80,7 @@ class Frame:
     is the event's External id (-1 if none): on host lanes (a CPU rank, ``parsers.kineto_host``) the operator call
     a self-time piece belongs to, so that the pieces of one call are counted as one; ``work`` there the kind of
     work of that call, a checksum of its caller's name (the parser gives a host-lane piece its caller's External
-    id as correlation) and of its operand bytes where the trace has them: calls of one name, caller and input
-    size do the same kind of work; -1 elsewhere."""
+    id as correlation): calls of one name and caller do the same kind of work; -1 elsewhere."""
 
     rank: np.ndarray
     track: np.ndarray
@@ -176,39 +175,18 @@ def _ints(column: pa.ChunkedArray, dtype: type = np.int64) -> np.ndarray:
 
 
 def _callers(
-    events: pa.Table,
-    name: np.ndarray,
-    names: list[str],
-    kind: np.ndarray,
-    kinds: list[str],
-    rows: np.ndarray,
-    nbytes: np.ndarray,
+    events: pa.Table, name: np.ndarray, names: list[str], kind: np.ndarray, kinds: list[str], rows: np.ndarray
 ) -> np.ndarray:
     """For the events at ``rows``, where they are host-lane operator pieces (a host operator's category on a
-    device row), their kind of work: a checksum of the name of the operator that called them (their correlation
-    is its External id) and of their call's operand bytes (``nbytes``, by row of ``rows``; where the trace has the
-    shapes: ``record_shapes``). Calls of one name whose inputs differ in size do different work: an MLP's two
-    matmuls under one ``aten::linear``, a transformer's projections and its head (a quarter of a rank's ``aten::mm``
-    calls 92 us, the others 264-353 us: the typical call of their mix flipped from one size to the next between
-    two replicas, and one read 1.37x the other's compute). -1 elsewhere, and at the top without shapes."""
+    device row), a checksum of the name of the operator that called them (their correlation is its External id);
+    -1 elsewhere and at the top."""
     category, categories = _codes(events.column("category"))
     on_lane = np.isin(category[rows], [i for i, c in enumerate(categories) if c in HOST_OPERATOR_CATEGORIES])
     if not on_lane.any():
         return np.full(len(rows), -1, np.int32)
     caller = _host_operator(events, name, kind, kinds, rows, _ints(events.column("correlation")))
-    sized = np.where(nbytes >= 0, nbytes, -1)
-    pairs, inverse = np.unique(np.stack([caller.astype(np.int64), sized]), axis=1, return_inverse=True)
-    sums = np.array(
-        [
-            -1
-            if c < 0 and b < 0
-            else zlib.crc32((names[c] if c >= 0 else "").encode() + (f"|{b}".encode() if b >= 0 else b""))
-            & 0x7FFFFFFF
-            for c, b in pairs.T.tolist()
-        ],
-        np.int64,
-    )
-    return np.where(on_lane, sums[inverse.reshape(-1)], -1).astype(np.int32)
+    sums = np.array([zlib.crc32(n.encode()) & 0x7FFFFFFF for n in names] + [-1], np.int64)
+    return np.where(on_lane, sums[caller], -1).astype(np.int32)
 
 
 def _host_operator(
@@ -306,7 +284,7 @@ def device_frame(events: pa.Table) -> Frame:
         bytes=ints("bytes", np.int64),
         seq=ints("seq", np.int32),
         call=ints("external_id", np.int64),
-        work=_callers(events, name, names, kind, kinds, idx, ints("bytes", np.int64))
+        work=_callers(events, name, names, kind, kinds, idx)
         if "correlation" in events.column_names
         else np.full(len(idx), -1, np.int32),
         kinds=kinds,

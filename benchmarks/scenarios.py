@@ -1,12 +1,13 @@
 """Benchmark: the scenario matrix at scale, with the confusion table.
 
-    python benchmarks/scenarios.py [--plan 256|1024|torch2|torch2_1024|all] [--mesh NAME ...] [--kind KIND ...] [--seeds N] [--job DIR ...]
+    python benchmarks/scenarios.py [--plan 256|1024|torch2|torch2_1024|zero_bubble|all] [--mesh NAME ...] [--kind KIND ...] [--seeds N] [--job DIR ...]
 
 Simulates jobs of 256 ranks (DP8 x TP4 x PP8, 16 micro-batches; send/recv with and without their peer) and, with
 ``--plan 1024`` or ``all``, 1024 ranks (DP16 x TP8 x PP8), one fault of each kind per seed plus fault-free ones,
 ``--plan torch2`` (256 ranks) and ``torch2_1024`` simulate the same faults in jobs shaped as real PyTorch 2.x jobs
 record them (``--shape torch2``: a CPU job over gloo with two profiler windows and an older fault-free rerun in the
-folder, a GPU job with FSDP2 over ``mesh_dp_shard`` and the run manifest; issue 22). The harness
+folder, a GPU job with FSDP2 over ``mesh_dp_shard`` and the run manifest; issue 22); ``zero_bubble`` the same
+faults in zero-bubble pipelines (a V-shaped GPU job, a looped CPU job: ``--schedule zbv`` / ``zb``). The harness
 diagnoses each and scores it against its ground truth exactly as tests/test_analysis_scenarios.py does (inherent
 conditions such as an LM-head-heavy last stage are expected, not false). ``--job`` scores existing simulated
 folders (with their ground_truth.json) instead. Prints one line per job, the confusion table (injected kind x top
@@ -103,6 +104,28 @@ MESHES: dict[str, dict[str, Any]] = {
         "vocab": 8192,
         "windows": 2,
     },
+    # zero-bubble pipelines (issue 22: schedules made otherwise): a V-shaped one on GPUs, a looped one on CPUs
+    "gpu256_zbv": {
+        "dp": 8,
+        "tp": 4,
+        "pp": 8,
+        "schedule": "zbv",
+        "virtual_stages": 2,
+        "layers": 32,
+        "shape": "torch2",
+        "vocab": 8192,
+    },
+    "cpu256_zb": {
+        "dp": 8,
+        "tp": 4,
+        "pp": 8,
+        "schedule": "zb",
+        "device": "cpu",
+        "shape": "torch2",
+        "hidden": 512,
+        "seq_len": 512,
+        "vocab": 8192,
+    },
 }
 KINDS = ("slow_device", "host_stall", "operator_hotspot", "stage_imbalance", "slow_link", "none")
 PLANS = {
@@ -110,6 +133,7 @@ PLANS = {
     "1024": ("gpu1024",),
     "torch2": ("cpu256_torch2", "gpu256_torch2"),
     "torch2_1024": ("cpu1024_torch2", "gpu1024_torch2"),
+    "zero_bubble": ("gpu256_zbv", "cpu256_zb"),
     "all": (
         "gpu256",
         "gpu256_nopeer",
@@ -118,6 +142,8 @@ PLANS = {
         "gpu256_torch2",
         "cpu1024_torch2",
         "gpu1024_torch2",
+        "gpu256_zbv",
+        "cpu256_zb",
     ),
 }
 

@@ -510,3 +510,60 @@ def test_a_multi_stage_schedule_names_its_actions_and_its_passes_are_numbered_by
     for step in steps:
         seen = {(p["direction"], p["chunk"], p["micro_batch"]) for p in mine if p["step"] == step}
         assert seen == {(d, c, m) for d in ("forward", "backward") for c in range(chunks) for m in range(4)}
+
+
+@pytest.mark.parametrize(("schedule", "chunks"), [("zb", 1), ("zb", 2), ("zbv", 2)])
+def test_zero_bubble_schedules_split_each_backward_and_run_every_pass_once(
+    tmp_path: Path, schedule: str, chunks: int
+) -> None:
+    """A zero-bubble schedule runs each micro-batch's backward as two actions: `I` (the inputs' gradients, which
+    the previous stage waits for) and `W` (the weights', put off into the pipeline's bubbles). Every stage runs
+    each of its chunks' F, I and W once per micro-batch, an I after its F, a W after its I; the V-shaped schedule
+    holds chunks s and 2 pp - 1 - s on stage s (its last stage hands its data on to itself: no send, no receive
+    there). The simulated CPU job names each action as torch.distributed.pipelining does and the analysis takes
+    each for a pass of its direction."""
+    import paradiag
+    from paradiag.simulator import schedule as pipeline
+
+    pp, m = 4, 4
+    orders = pipeline.zero_bubble(schedule, pp, m, chunks)
+    for order in orders:
+        assert sorted(order) == sorted((p, mb, c) for p in "FIW" for mb in range(m) for c in range(chunks))
+        at = {task: i for i, task in enumerate(order)}
+        assert all(
+            at[("F", mb, c)] < at[("I", mb, c)] < at[("W", mb, c)] for mb in range(m) for c in range(chunks)
+        )
+    held = {s: {pipeline.chunk_of(schedule, pp, s, c) for c in range(chunks)} for s in range(pp)}
+    if schedule == "zbv":
+        assert held == {0: {0, 7}, 1: {1, 6}, 2: {2, 5}, 3: {3, 4}}
+    else:
+        assert held == {s: {s + pp * c for c in range(chunks)} for s in range(pp)}
+    out = tmp_path / f"{schedule}{chunks}"
+    simulate(
+        SimConfig(
+            output=out,
+            device="cpu",
+            shape="torch2",
+            pp=pp,
+            schedule=schedule,
+            virtual_stages=chunks,
+            seed=5,
+            **{**MODEL, "layers": 8, "microbatches": m},
+        )
+    )
+    traces = _latest(out)
+    for rank, trace in traces.items():
+        named = {e["name"] for e in _events(trace, cat="user_annotation") if e["name"].startswith("PP:")}
+        assert named == {f"PP:{g}{p}{mb}" for g in held[rank] for p in "FIW" for mb in range(m)}
+        receives = _events(trace, name="c10d::recv_")
+        # Every chunk receives activations unless it is the model's first (or follows on its own stage), and
+        # gradients unless it is the model's last (or precedes on its own stage).
+        first = [g for g in held[rank] if g > 0 and pipeline.holder(schedule, pp, g - 1) != rank]
+        last = [g for g in held[rank] if g < pp * chunks - 1 and pipeline.holder(schedule, pp, g + 1) != rank]
+        assert len(receives) == 2 * m * (len(first) + len(last)), rank  # two profiled steps
+    passes = paradiag.open(out).diagnosis().passes.to_pylist()
+    for rank in traces:
+        mine = [p for p in passes if p["rank"] == rank and p["step"] == 1]
+        assert sorted((p["direction"], p["chunk"], p["micro_batch"]) for p in mine) == sorted(
+            (d, c, mb) for d in ("forward", "backward", "backward") for c in range(chunks) for mb in range(m)
+        )
