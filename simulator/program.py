@@ -173,8 +173,14 @@ def llm(job: Job, rank: int, step: int) -> list[Instr]:
         g = schedule.chunk_of(cfg.schedule, pp, stage, c)
         forward, backward_layers, params, units = chunks[g]
         source = peer(g - 1) if phase == "F" and g > 0 else peer(g + 1) if phase != "F" and g < last else None
+        # A multi-stage schedule's sends and receives are actions of their own: "PP:{stage}RECV_F{mb}" around the
+        # c10d call that posts a receive (its wait is the compute action's), "PP:{stage}SEND_B{mb}" a send's.
+        direction = "F" if phase == "F" else "B"
         if source is not None and phase != "W":
-            prog += [("R", source, act, (int(phase != "F"), mb, g)), ("Y", "pp")]
+            recv: list[Instr] = [("R", source, act, (int(phase != "F"), mb, g))]
+            if named:
+                recv = [("A", f"PP:{g}RECV_{direction}{mb}"), *recv, ("Z",)]
+            prog += [*recv, ("Y", "pp")]
         if named:
             prog.append(("A", f"PP:{g}{phase}{mb}"))
         reduce = cfg.dp > 1 and mb == m - 1 and phase in "BW"
@@ -196,7 +202,12 @@ def llm(job: Job, rank: int, step: int) -> list[Instr]:
             peer(g + 1) if phase == "F" and g < last else peer(g - 1) if phase in "BI" and g > 0 else None
         )
         if target is not None:
-            prog.append(("S", target, act, (int(phase != "F"), mb, g + 1 if phase == "F" else g - 1)))
+            send: list[Instr] = [
+                ("S", target, act, (int(phase != "F"), mb, g + 1 if phase == "F" else g - 1))
+            ]
+            if named:
+                send = [("A", f"PP:{g}SEND_{direction}{mb}"), *send, ("Z",)]
+            prog += send
     if cfg.dp > 1:
         prog.append(("W", "dp"))
     return [*prog, *_optimizer(total_params), ("Y", None)]

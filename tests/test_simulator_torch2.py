@@ -475,12 +475,30 @@ def test_gpu_traces_have_the_structure_of_a_real_nccl_trace(gpu_job: Path) -> No
         assert sim["args"][key] == real["args"][key], key
 
 
+def _transfers(schedule: str, pp: int, chunks: int, stage: int, m: int) -> set[str]:
+    """The send and receive actions a multi-stage schedule names on ``stage``: a chunk receives activations from
+    the chunk before it and gradients from the one after it, and sends them on, where that chunk is on another
+    stage."""
+    from paradiag.simulator.schedule import chunk_of, holder
+
+    out, last = set(), pp * chunks - 1
+    for c in range(chunks):
+        g = chunk_of(schedule, pp, stage, c)
+        before = g > 0 and holder(schedule, pp, g - 1) != stage
+        after = g < last and holder(schedule, pp, g + 1) != stage
+        for mb in range(m):
+            out |= {f"PP:{g}RECV_F{mb}", f"PP:{g}SEND_B{mb}"} if before else set()
+            out |= {f"PP:{g}SEND_F{mb}", f"PP:{g}RECV_B{mb}"} if after else set()
+    return out
+
+
 @pytest.mark.parametrize("device", ["cpu", "h100"])
 def test_a_multi_stage_schedule_names_its_actions_and_its_passes_are_numbered_by_them(
     tmp_path: Path, device: str
 ) -> None:
     """torch.distributed.pipelining's multi-stage schedules (interleaved 1F1B here) name each action on the host:
-    `PP:{stage}F{mb}` around a forward's compute, `PP:{stage}B{mb}` around a backward's. The simulator writes them
+    `PP:{stage}F{mb}` around a forward's compute, `PP:{stage}B{mb}` around a backward's, `PP:{stage}RECV_F{mb}`
+    and `PP:{stage}SEND_B{mb}` (...) around its receives and sends. The simulator writes them
     so on a torch2 interleaved job (CPU: around the operators; GPU: around the launches), and the analysis takes
     each named action for a pass: its model chunk the place of its stage on the rank, its micro-batch the one
     named."""
@@ -502,7 +520,8 @@ def test_a_multi_stage_schedule_names_its_actions_and_its_passes_are_numbered_by
     )
     trace = _latest(out)[1]
     named = {e["name"] for e in _events(trace, cat="user_annotation") if e["name"].startswith("PP:")}
-    assert named == {f"PP:{s}{d}{m}" for s in (1, 3) for d in "FB" for m in range(4)}
+    compute = {f"PP:{s}{d}{m}" for s in (1, 3) for d in "FB" for m in range(4)}
+    assert named == compute | _transfers("interleaved", pp, chunks, 1, 4)
     passes = paradiag.open(out).diagnosis().passes.to_pylist()
     mine = [p for p in passes if p["rank"] == 1]
     steps = {p["step"] for p in mine}
@@ -554,7 +573,15 @@ def test_zero_bubble_schedules_split_each_backward_and_run_every_pass_once(
     traces = _latest(out)
     for rank, trace in traces.items():
         named = {e["name"] for e in _events(trace, cat="user_annotation") if e["name"].startswith("PP:")}
-        assert named == {f"PP:{g}{p}{mb}" for g in held[rank] for p in "FIW" for mb in range(m)}
+        compute = {f"PP:{g}{p}{mb}" for g in held[rank] for p in "FIW" for mb in range(m)}
+        assert named == compute | _transfers(schedule, pp, chunks, rank, m)
+        # gloo records each isend until the schedule waits on it, at the step's end
+        steps = [
+            (e["ts"], e["ts"] + e["dur"]) for e in _events(trace) if e["name"].startswith("ProfilerStep#")
+        ]
+        for send in _events(trace, name="gloo:send"):
+            end = next(b for a, b in steps if a <= send["ts"] <= b)
+            assert send["ts"] + send["dur"] == pytest.approx(end, abs=100)
         receives = _events(trace, name="c10d::recv_")
         # Every chunk receives activations unless it is the model's first (or follows on its own stage), and
         # gradients unless it is the model's last (or precedes on its own stage).
