@@ -325,7 +325,8 @@ def diagnose(job: Job) -> Diagnosis:
             found, graph, whatif.peers_of(layout.stage_of, figures, metrics, host_ranks), host_ranks
         )
         del graph
-    found = findings.above_host_noise(found) if on_host else findings.rebalancing_pays(found)
+    if on_host:
+        found = findings.above_host_noise(found)
     return Diagnosis(
         version=analysis_version(),
         layout=layout,

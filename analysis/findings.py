@@ -1222,24 +1222,6 @@ def above_host_noise(found: list[Finding]) -> list[Finding]:
     return [f for f in found if kinds.of(f.kind).informative or f.impact_pct >= floor(f)]
 
 
-def rebalancing_pays(found: list[Finding]) -> list[Finding]:
-    """The findings, less a stage imbalance whose replay (its layers moved where they balance the stages best,
-    the steps replayed on the job's dependency graph) saves less than MIN_IMPACT_PCT. The stage figures' estimate
-    (``stages.stage_metrics``) reads a pipeline as 1F1B's slots; a V-shaped schedule puts the embedding and the
-    LM head on its first stage, which computes 1.27x the mean per micro-batch, while its zero-bubble order fills
-    the other stages' wait with weights' gradients: its replay saved nothing (-0.3 ms of a 58 ms step)."""
-    return [
-        f
-        for f in found
-        if not (
-            f.kind == "stage_imbalance"
-            and f.what_if is not None
-            and "saving_pct" in f.what_if
-            and f.what_if["saving_pct"] < MIN_IMPACT_PCT
-        )
-    ]
-
-
 def ranked(findings: list[Finding], by_replay: bool = False) -> list[Finding]:
     """Largest impact first; clock skew (impact 0) after the performance findings. ``by_replay`` (a job of CPU
     ranks only): where every performance finding was replayed, by what its replay saves. There a finding of extra

@@ -237,10 +237,12 @@ SEARCH_ROUNDS = 3
 
 
 def best_split(g: Graph, peers: Peers, steps: np.ndarray) -> LayerSplit:
-    """The whole-layer split whose replay (``steps`` edited) ends the profiled steps first: :func:`layer_split`'s,
-    bettered by single-layer moves on the replay while the budget lasts; the profiled split where nothing
-    replays faster."""
-    from paradiag.analysis.replay import job_saving, replay
+    """The whole-layer split whose replay (``steps`` edited) takes the least time over the ranks' steps the
+    what-if counts a split's saving over (``whatif.steady``): :func:`layer_split`'s, bettered by single-layer moves on the replay while the
+    budget lasts; the profiled split where nothing replays faster."""
+    from paradiag.analysis.edit import Edit
+    from paradiag.analysis.replay import replay, step_times
+    from paradiag.analysis.whatif import steady
 
     first = layer_split(g, peers)
     now = list(first.now)
@@ -255,7 +257,9 @@ def best_split(g: Graph, peers: Peers, steps: np.ndarray) -> LayerSplit:
             t = Timing.of(g)
             if key != tuple(now):
                 _move_layers(g, t, peers, steps, candidate)
-            cache[key] = (-job_saving(g, replay(g, t)), candidate)  # the what-if's saving, as it counts it
+            times = step_times(g, replay(g, t))
+            counted = [times[k] for k in steady(times, [Edit("stages", value="balanced")])]
+            cache[key] = (float(np.mean(counted)) if counted else 0.0, candidate)  # as the what-if counts it
         return cache[key][0]
 
     best = min((tuple(now), first.balanced), key=cost)

@@ -255,20 +255,6 @@ def step_times(g: Graph, ends: np.ndarray) -> dict[tuple[int, int], float]:
     }
 
 
-def job_saving(g: Graph, ends: np.ndarray) -> float:
-    """What the replay (``ends``) saves per profiled step: how much earlier the job's profiled steps end (the last
-    step's last device work on any rank), over the number of steps. The job's time, not a mean of its ranks' step
-    spans: in a pipeline a later stage's first step starts late and ends early, and its spans moved apart from the
-    job's (a PanGu pipeline's layers split 3/2/2/1 instead of 4/2/1/1 ended 0.22 ms sooner a step on every stage
-    in the second step, its later stages' first-step spans 0.3-0.4 ms longer: their mean saved nothing)."""
-    final = max((step for _, step in g.last), default=0)
-    last = np.array([i for (_, step), i in g.last.items() if step == final], np.int64)
-    if not len(last):
-        return 0.0
-    steps = len({step for _, step in g.last})
-    return float(g.end[last].max() - ends[last].max()) / steps
-
-
 def replay_error(g: Graph) -> tuple[int, float]:
     """The replay without edits against the traces: the largest event end error (ns) and the largest step time
     error (a fraction of the step)."""
