@@ -575,13 +575,6 @@ def test_zero_bubble_schedules_split_each_backward_and_run_every_pass_once(
         named = {e["name"] for e in _events(trace, cat="user_annotation") if e["name"].startswith("PP:")}
         compute = {f"PP:{g}{p}{mb}" for g in held[rank] for p in "FIW" for mb in range(m)}
         assert named == compute | _transfers(schedule, pp, chunks, rank, m)
-        # gloo records each isend until the schedule waits on it, at the step's end
-        steps = [
-            (e["ts"], e["ts"] + e["dur"]) for e in _events(trace) if e["name"].startswith("ProfilerStep#")
-        ]
-        for send in _events(trace, name="gloo:send"):
-            end = next(b for a, b in steps if a <= send["ts"] <= b)
-            assert send["ts"] + send["dur"] == pytest.approx(end, abs=100)
         receives = _events(trace, name="c10d::recv_")
         # Every chunk receives activations unless it is the model's first (or follows on its own stage), and
         # gradients unless it is the model's last (or precedes on its own stage).

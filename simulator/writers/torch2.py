@@ -29,7 +29,6 @@ from typing import Any, ClassVar
 from paradiag.simulator import collectives, kernels
 from paradiag.simulator.engine import COMPUTE, DTYPE_BYTES, Record, mix
 from paradiag.simulator.job import Job
-from paradiag.simulator.schedule import ZERO_BUBBLE
 from paradiag.simulator.writers.common import EPOCH_NS, STREAM_IDS, escape, fmt, gzip_file, host_name, pid
 from paradiag.simulator.writers.kineto import CBID, KERNEL_EXTRA, comm_args, device_lines
 
@@ -170,9 +169,6 @@ class _RankFile:
             for i, g in enumerate(groups)
         }
         self.gloo_count: dict[int, int] = {}
-        cfg = self.job.cfg
-        self.multi_stage = cfg.virtual_stages > 1 or cfg.schedule in ZERO_BUBBLE
-        self.step_end = 0.0
         self.lines: list[str] = []
         self.written = False
         with open(self.part, "w") as f:
@@ -323,8 +319,6 @@ class _RankFile:
         return f'"Concrete Inputs": {_js(concrete)}, "Input type": {_js(types)}, "Input Strides": {_js(strides)}, "Input Dims": {_js(dims)}, '
 
     def _annotation(self, rec: Record) -> None:
-        if rec[0] == "P":
-            self.step_end = rec[2] + rec[3]  # the step's records follow it
         ext = self._id()
         self._x("user_annotation", rec[1], self.pid, rec[2], rec[3], self._host_args(ext))
 
@@ -567,12 +561,6 @@ class _RankFile:
         start, dur = rec[6], rec[7]
         if self._handed_on(rec, name):
             start, dur = start + dur - HANDED_ON_US, 2 * HANDED_ON_US + 0.05 * dur
-        if name == "send" and self.multi_stage:
-            # torch.distributed.pipelining's multi-stage schedules wait on their sends at the step's end: gloo
-            # records an isend from its posting to that wait's return (a real ZBV rank's first send: 109 ms of a
-            # 118 ms step; one handed on inside a 3.3 ms c10d::send too), while the rank goes on posting and
-            # computing.
-            dur = max(dur, self.step_end - start - 30.0)
         if name in ("send", "recv"):
             ann = self._id()
             self._x("user_annotation", label, self.pid, start, dur, self._host_args(ann, ann_inputs))
