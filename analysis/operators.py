@@ -28,20 +28,12 @@ def short_name(name: str) -> str:
 TYPICAL_QUANTILE = (
     0.25  # of an operator's calls on one rank: what a call takes when the scheduler lets it run
 )
-# ... as the mean of the calls from this far below it up to it (in rank): an operator whose calls do several kinds
-# of work (one caller's matmuls on inputs of four sizes, a quarter each) has its quantile on the edge between two
-# kinds, and one call more on a replica (257 against 256) moved it from a 95 us call to a 240 us one: that rank's
-# compute read 1.37x its replica's. The band's mean moves by a call's worth; it reaches no call above the quantile
-# (a band either side of it took in the calls the scheduler stretched on a busy rank: three clean FSDP2 jobs of the
-# real-job matrix got a slow device).
-TYPICAL_BAND = 0.1
 
 
 def typical_durations(frame: Frame, ranks: np.ndarray | None = None) -> np.ndarray:
     """Per row of ``frame``, its duration, or for the compute rows of ``ranks`` (host lanes: a CPU rank's operators
     run as long as the scheduler lets them) its share of the typical duration of its operator's calls on its rank:
-    the TYPICAL_QUANTILE of the self times of that rank's calls of the same name (the mean of those from
-    TYPICAL_BAND below it up to it, in rank; a call: the rows of one name and
+    the TYPICAL_QUANTILE of the self times of that rank's calls of the same name (a call: the rows of one name and
     ``call``, the self-time pieces of one operator call), spread over the call's rows in proportion to their
     lengths. Preemption lengthens some calls of an operator, not all (a call of a few 100 us mostly runs inside one
     time slice), so the low quantile is what the work takes, and a rank's compute counted so (its calls x their
@@ -69,8 +61,7 @@ def typical_durations(frame: Frame, ranks: np.ndarray | None = None) -> np.ndarr
     typical = np.zeros(len(head))
     for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
         members = c_order[a:b]  # the calls of one (rank, name), shortest first
-        lo = int((TYPICAL_QUANTILE - TYPICAL_BAND) * (b - a - 1))
-        typical[members] = self_time[members[lo : int(TYPICAL_QUANTILE * (b - a - 1)) + 1]].mean()
+        typical[members] = self_time[members[int(TYPICAL_QUANTILE * (b - a - 1))]]
     share = np.divide(dur[idx], self_time[calls], out=np.zeros(len(idx)), where=self_time[calls] > 0)
     out[idx] = typical[calls] * share
     return out
