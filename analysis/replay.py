@@ -255,6 +255,15 @@ def step_times(g: Graph, ends: np.ndarray) -> dict[tuple[int, int], float]:
     }
 
 
+def after_first_step(keys: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The (rank, step) keys of the steps after the first profiled one (all of them where there is one step): a
+    pipeline's later stages start their first profiled step late and end it early (a step's span on a rank runs
+    from the end of its previous one, which the profile does not have), so that step's span is no measure of a
+    change that every step shares (``whatif.steady``)."""
+    first = min((step for _, step in keys), default=0)
+    return [k for k in keys if k[1] != first] or keys
+
+
 def replay_error(g: Graph) -> tuple[int, float]:
     """The replay without edits against the traces: the largest event end error (ns) and the largest step time
     error (a fraction of the step)."""

@@ -38,7 +38,7 @@ from paradiag.analysis.edit import (
 )
 from paradiag.analysis.frame import group_bounds
 from paradiag.analysis.rebalance import LayerSplit, balance, layer_split
-from paradiag.analysis.replay import Timing, replay, replay_error, step_times
+from paradiag.analysis.replay import Timing, after_first_step, replay, replay_error, step_times
 
 if TYPE_CHECKING:
     from paradiag.analysis.diagnosis_types import Diagnosis, Finding
@@ -108,16 +108,11 @@ def what_if(g: Graph, peers: Peers, edits: Sequence[Edit]) -> WhatIf:
 
 def steady(steps: dict[tuple[int, int], float], edits: Sequence[Edit]) -> list[tuple[int, int]]:
     """The (rank, step) keys a saving is counted over: every one, but a split of the layers (which changes every
-    step alike) is counted over the steps after the first profiled one. A pipeline's later stages start their
-    first profiled step late and end it early (a step's span on a rank runs from the end of its previous one, which
-    the profile does not have), so their first step's span moves apart from the job's: a PanGu pipeline whose
-    layers moved from 4/2/1/1 to 3/2/2/1 ran its second step 0.22 ms faster on every stage while the later stages'
-    first-step spans grew 0.3-0.4 ms, and the mean over all of them "saved" nothing."""
+    step alike) is counted over the steps after the first profiled one (``replay.after_first_step``): a PanGu
+    pipeline whose layers moved from 4/2/1/1 to 3/2/2/1 ran its second step 0.22 ms faster on every stage while
+    the later stages' first-step spans grew 0.3-0.4 ms, and the mean over all of them "saved" nothing."""
     keys = list(steps)
-    if not any(e.target == "stages" for e in edits):
-        return keys
-    first = min(step for _, step in keys)
-    return [k for k in keys if k[1] != first] or keys
+    return after_first_step(keys) if any(e.target == "stages" for e in edits) else keys
 
 
 def apply(g: Graph, t: Timing, peers: Peers, e: Edit) -> LayerSplit | None:

@@ -95,9 +95,7 @@ def _gradients(layers: list[list[Item]], weights: bool) -> list[list[Item]]:
     """A zero-bubble schedule's half of each layer's backward: the weights' gradient kernels (``weights``), else
     the rest (the inputs' gradients and the layer's collectives)."""
     return [
-        [i for i in items if isinstance(i, Op) and i.family.endswith("_wgrad")]
-        if weights
-        else [i for i in items if not (isinstance(i, Op) and i.family.endswith("_wgrad"))]
+        [i for i in items if (isinstance(i, Op) and i.family.endswith("_wgrad")) == weights]
         for items in layers
     ]
 
@@ -187,9 +185,7 @@ def llm(job: Job, rank: int, step: int) -> list[Instr]:
         if phase == "F":
             prog += _fsdp_pass(units, params[::-1], cfg.dp, False) if fsdp else _kernels(forward)
         else:
-            layers = {"B": backward_layers, "I": _gradients(backward_layers, False)}.get(
-                phase, _gradients(backward_layers, True)
-            )
+            layers = backward_layers if phase == "B" else _gradients(backward_layers, phase == "W")
             prog += _backward(
                 job,
                 _fsdp_pass(layers, params, cfg.dp, reduce)

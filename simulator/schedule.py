@@ -88,10 +88,10 @@ def zero_bubble(schedule: str, stages: int, microbatches: int, chunks: int) -> t
     two chunks), from a list schedule in unit time: at each tick each stage runs, of what its data allow, an "I"
     first (the previous stage waits for it), else an "F" while its forwards in flight and its weights' gradients
     put off are each under the cap (deepest chunk first), else a "W" (a bubble filled, or the oldest put off),
-    else nothing: the last stage runs each "W" right after its "I", the first puts off the most (ZB-H1). Each stage runs a chunk's passes of one kind in
-    micro-batch order. An order so made never deadlocks: every receive's send comes earlier in the unit-time run."""
+    else nothing: the last stage runs each "W" right after its "I", the first puts off the most (ZB-H1). Each
+    stage runs a chunk's passes of one kind in micro-batch order. An order so made never deadlocks: every
+    receive's send comes earlier in the unit-time run."""
     total = stages * chunks
-    place = [holder(schedule, stages, g) for g in range(total)]
     done: dict[tuple[str, int, int], int] = {}  # (phase, micro-batch, global chunk) -> tick it ended
     nxt = {(p, g): 0 for p in "FI" for g in range(total)}  # next micro-batch of each kind per chunk
     orders: list[list[Task]] = [[] for _ in range(stages)]
@@ -100,7 +100,8 @@ def zero_bubble(schedule: str, stages: int, microbatches: int, chunks: int) -> t
         deque() for _ in range(stages)
     ]  # weights' gradients, oldest first
     caps = [_in_flight_cap(schedule, stages, s, chunks) for s in range(stages)]
-    mine = [[g for g in range(total) if place[g] == s] for s in range(stages)]
+    mine = [[chunk_of(schedule, stages, s, c) for c in range(chunks)] for s in range(stages)]
+    local = {g: c for held in mine for c, g in enumerate(held)}  # a chunk's place on its stage
     left, tick = 3 * total * microbatches, 0
 
     def ended(key: tuple[str, int, int]) -> bool:
@@ -136,7 +137,7 @@ def zero_bubble(schedule: str, stages: int, microbatches: int, chunks: int) -> t
             in_flight[s] += {"F": 1, "I": -1, "W": 0}[phase]
             if phase == "I":
                 put_off[s].append((mb, g))
-            orders[s].append((phase, mb, mine[s].index(g) if schedule not in V_SHAPED else int(g >= stages)))
+            orders[s].append((phase, mb, local[g]))
             left -= 1
         tick += 1
     return tuple(tuple(o) for o in orders)

@@ -382,7 +382,8 @@ def register(app: Dash) -> None:
                     trigger, shown.get(trigger) if isinstance(trigger, tuple) else None, last, search
                 )
             stack_now = zoom_stack(trigger, last, new, stack_now)
-        assert new is not None
+        if new is None:  # no trigger made one (never: the first call's is the URL's)
+            return reply()
         unfold = (
             toggle_group(shown[(ids.HEATMAP, "clickData")], unfolded, unfold_options, stored, metric)
             if (ids.HEATMAP, "clickData") in triggers

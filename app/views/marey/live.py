@@ -32,7 +32,7 @@ HALF = False
 
 # A double-click resets the zoom; plotly reports its first click as a click too. A click selects at once; the zoom
 # out of a double-click puts back the instance selected before its first click (assets/marey_clicks.js keeps it,
-# the reducer's zoom puts it back: paradiag.app.callbacks.selection.UNDO).
+# the reducer's zoom puts it back: paradiag.app.selection.UNDO).
 # The click passed on names its operator (a hover point's customdata holds the operator's index in the figure's
 # list of names: paradiag.app.figures.marey.OPERATORS).
 PASS_CLICK = (
