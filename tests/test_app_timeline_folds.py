@@ -265,3 +265,18 @@ def test_a_fold_whose_ranks_share_no_operator_keeps_its_row() -> None:
     )
     handle = next(t for t in fig.data if t.name == "open a fold")
     assert fig.layout.yaxis.ticktext[0].startswith("▸ s0 ×5") and "no operator in common" in handle.text[0]
+
+
+def test_a_double_clicks_zoom_out_folds_back_what_its_first_click_opened() -> None:
+    """The zoom out carries the folds opened before the double-click's first click (``paradiag.undo``); only a
+    change is written, and a zoom without it changes nothing."""
+    from dash import no_update
+
+    from paradiag.app.selection import UNDO
+    from paradiag.app.views.timeline.live import fold_back
+
+    zoom = {"xaxis.autorange": True, UNDO: {"unfolded": ["s1"]}}
+    assert fold_back(zoom, ["s1", "s2"]) == ["s1"]
+    assert fold_back(zoom, ["s1"]) is no_update
+    assert fold_back({"xaxis.autorange": True}, ["s1", "s2"]) is no_update
+    assert fold_back({UNDO: {"op": "gemm"}}, ["s2"]) is no_update  # Marey's undo: no folds in it

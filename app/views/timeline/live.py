@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from dash import Dash, Input, Output, State, dcc, html, no_update
+from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
 from paradiag.app import boundary, coerce, context, ids, store
 from paradiag.app.boundary import In, St
@@ -40,24 +40,13 @@ MAX_INTERVALS = 5000
 MAX_OPERATORS = 400
 # A double-click zooms out; plotly reports its first click as a click too, which opens the fold under the mouse at
 # once (assets/marey_clicks.js): the zoom out of a double-click folds back what its first click opened
-# (``FOLD_BACK``: the folds opened before it, carried by the zoom as ``UNDO``), as on Marey's graph.
+# (``fold_back``: the folds opened before it, carried by the zoom as ``UNDO``; one callback with the click's,
+# so that the browser drops the click's answer when it comes after the zoom out's), as on Marey's graph.
 PASS_CLICK = """
 function(click, unfolded) {
     return window.__pdPassClick("GRAPH", click, "STORE", {unfolded: unfolded || []});
 }
 """.replace("GRAPH", ids.TIMELINE).replace("STORE", ids.TIMELINE_CLICK)
-
-# A double-click's zoom out: the folds opened before its first click, when that click opened one (in the browser:
-# every zoom passes here, and only a double-click's first click has anything to take back).
-FOLD_BACK = """
-function(zoom, expanded) {
-    const before = zoom && zoom["UNDO"];
-    const unfolded = before && Array.isArray(before.unfolded) ? before.unfolded : null;
-    const now = expanded || [];
-    const same = unfolded && unfolded.length === now.length && unfolded.every((v, i) => v === now[i]);
-    return unfolded && !same ? unfolded : window.dash_clientside.no_update;
-}
-""".replace("UNDO", UNDO)
 
 
 def window_ns(job: Job, sel: dict[str, Any], ranks: list[int] | None) -> tuple[int, int]:
@@ -173,6 +162,26 @@ def open_fold(
     )
 
 
+def fold_back(zoom: dict[str, Any] | None, expanded: list[str] | None) -> Any:
+    """A double-click's zoom out: the folds opened before its first click, where that click opened one."""
+    before = coerce.mapping((zoom or {}).get(UNDO)) or {}
+    unfolded = coerce.texts(before.get("unfolded"))
+    return unfolded if unfolded is not None and unfolded != (expanded or []) else no_update
+
+
+def click_or_zoom(
+    click: dict[str, Any] | None,
+    zoom: dict[str, Any] | None,
+    folds: list[str] | None,
+    expanded: list[str] | None,
+    known: list[Any] | None,
+) -> tuple[Any, Any]:
+    """The folds after a click (``open_fold``) or a zoom (``fold_back``)."""
+    if ctx.triggered_id == ids.TIMELINE_ZOOM:
+        return fold_back(zoom, expanded), no_update
+    return open_fold(click, folds, expanded, known)
+
+
 def operator_names(view: dict[str, Any] | None) -> Any:
     """The operator search's choices: the job's operators, most device time first."""
     sel = Selection.from_store(view)
@@ -257,19 +266,12 @@ def register(app: Dash) -> None:
         Output(ids.TIMELINE_EXPAND, "value"),
         Output(ids.TIMELINE_EXPAND, "options"),
         In(ids.TIMELINE_CLICK, "data", boundary.event),
+        In(ids.TIMELINE_ZOOM, "data", boundary.event),
         St(ids.TIMELINE_FOLDS, "data", boundary.texts),
         St(ids.TIMELINE_EXPAND, "value", boundary.texts),
         St(ids.TIMELINE_EXPAND, "options", boundary.options),
         prevent_initial_call=True,
-    )(open_fold)
-    boundary.clientside(
-        app,
-        FOLD_BACK,
-        Output(ids.TIMELINE_EXPAND, "value", allow_duplicate=True),
-        Input(ids.TIMELINE_ZOOM, "data"),
-        State(ids.TIMELINE_EXPAND, "value"),
-        prevent_initial_call=True,
-    )
+    )(click_or_zoom)
     boundary.callback(
         app,
         Output(ids.TIMELINE_EXPAND, "value", allow_duplicate=True),
