@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
-from dash import Dash, Input, State
+from dash import Dash, Input, State, ctx
 from flask import Response, jsonify, request
 
 from paradiag.app import coerce
@@ -208,6 +208,28 @@ def counts(value: Any) -> list[int | None] | None:
 def ignored(_value: Any) -> None:
     """An input whose change is all that matters (its value is not read)."""
     return None
+
+
+def fired(values: dict[tuple[str, str], Any]) -> list[Any]:
+    """What fired this call: (component id, property) pairs (pattern ids as they are), in the order they happened;
+    [None] on the first call. The browser merges the requests for one callback that wait together into one (a
+    graph's click and the zoom out of the same double-click, both passed on at once: assets/marey_clicks.js), so
+    several can come at once; those whose value ``values`` says when it came (``paradiag.at``: the graphs' clicks
+    and zooms) are put in that order, after the others."""
+    if not ctx.triggered_id:
+        return [None]
+    out: list[Any] = []
+    for prop_id, cid in ctx.triggered_prop_ids.items():
+        trigger = cid if isinstance(cid, dict) else (cid, str(prop_id).rsplit(".", 1)[-1])
+        if trigger not in out:
+            out.append(trigger)
+
+    def when(trigger: Any) -> float:
+        value = values.get(trigger) if isinstance(trigger, tuple) else None
+        at = coerce.number(value.get("paradiag.at"), 0, 1e15) if isinstance(value, dict) else None
+        return at or 0.0
+
+    return sorted(out, key=when)
 
 
 def _scalar(value: Any) -> bool:

@@ -20,7 +20,7 @@
 // relayoutData; the zoom forwarder drops a second zoom-out following within a second (plotly's or the browser's
 // telling of the same double-click: FORWARD_ZOOM).
 (function () {
-    const DOUBLE_MS = 400;  // two presses this close are a double-click (desktops default to 400-500 ms)
+    const DOUBLE_MS = 500;  // two presses this close are a double-click (desktops default to 400-500 ms; Chrome 500)
     const NEAR_PX = 8;
     const graphs = {};
     for (const id of ['marey', 'timeline']) {
@@ -69,7 +69,9 @@
         const passed = times && times.passed;
         if (!passed) { return null; }
         times.passed = null;
-        const doubled = times.pressAt - times.lastPressAt < DOUBLE_MS;
+        // A double-click told by its presses (here or by the browser's dblclick, whose interval may differ from
+        // DOUBLE_MS) or by plotly (its presses' handlers within 300 ms).
+        const doubled = times.resetAt === times.pressAt || times.pressAt - times.lastPressAt < DOUBLE_MS;
         return doubled && passed.pressed >= times.lastPressAt ? passed.before : null;
     };
 })();

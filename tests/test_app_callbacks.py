@@ -448,7 +448,8 @@ def test_a_double_clicks_zoom_out_takes_back_what_its_first_click_selected(sel: 
     from dash._callback_context import context_value
     from dash._utils import AttributeDict
 
-    from paradiag.app.callbacks.selection import READS, _triggers, select
+    from paradiag.app.boundary import fired
+    from paradiag.app.callbacks.selection import READS, select
     from paradiag.app.selection import UNDO
 
     chosen = sel.but(op="gemm", stage=1, at=12.5, window=[11.0, 13.0])
@@ -467,12 +468,12 @@ def test_a_double_clicks_zoom_out_takes_back_what_its_first_click_selected(sel: 
     shown = dict.fromkeys(READS)
     shown[(ids.MAREY_ZOOM, "data")] = {"xaxis.autorange": True, "paradiag.at": 2000.0}
     shown[(ids.MAREY_CLICK, "data")] = {"points": [], "paradiag.at": 1000.0}
-    fired = [
+    triggered = [
         {"prop_id": f"{ids.MAREY_ZOOM}.data", "value": 1},
         {"prop_id": f"{ids.MAREY_CLICK}.data", "value": 1},
     ]
-    token = context_value.set(AttributeDict(triggered_inputs=fired))
+    token = context_value.set(AttributeDict(triggered_inputs=triggered))
     try:
-        assert _triggers(shown) == [(ids.MAREY_CLICK, "data"), (ids.MAREY_ZOOM, "data")]
+        assert fired(shown) == [(ids.MAREY_CLICK, "data"), (ids.MAREY_ZOOM, "data")]
     finally:
         context_value.reset(token)

@@ -280,3 +280,36 @@ def test_a_double_clicks_zoom_out_folds_back_what_its_first_click_opened() -> No
     assert fold_back(zoom, ["s1"]) is no_update
     assert fold_back({"xaxis.autorange": True}, ["s1", "s2"]) is no_update
     assert fold_back({UNDO: {"op": "gemm"}}, ["s2"]) is no_update  # Marey's undo: no folds in it
+
+
+def test_a_click_and_its_double_clicks_zoom_out_merged_into_one_request_open_nothing() -> None:
+    """Where the browser merges a click on a folded row and the zoom out of the same double-click into one request
+    (on a busy machine the click waits while the zoom comes), both are applied in the order they happened: the fold
+    the click opens is folded back, whichever the request lists first; a click alone opens it."""
+    from dash import no_update
+    from dash._callback_context import context_value
+    from dash._utils import AttributeDict
+
+    from paradiag.app import ids
+    from paradiag.app.selection import UNDO
+    from paradiag.app.views.timeline.live import click_or_zoom
+
+    click = {"points": [{"y": 1, "x": 2.0}], "paradiag.at": 1000.0}
+    zoom = {"xaxis.autorange": True, UNDO: {"unfolded": []}, "paradiag.at": 1200.0}
+    folds = ["", "s1"]
+
+    def fire(*names: str) -> tuple[object, object]:
+        token = context_value.set(
+            AttributeDict(triggered_inputs=[{"prop_id": f"{n}.data", "value": 1} for n in names])
+        )
+        try:
+            return click_or_zoom(click, zoom, folds, [], [])
+        finally:
+            context_value.reset(token)
+
+    assert fire(ids.TIMELINE_ZOOM, ids.TIMELINE_CLICK) == (no_update, no_update)
+    assert fire(ids.TIMELINE_CLICK, ids.TIMELINE_ZOOM) == (no_update, no_update)
+    assert fire(ids.TIMELINE_CLICK) == (["s1"], [{"label": " s1", "value": "s1"}])
+    # A zoom out that came first (another double-click's) and a later click: the click's fold opens.
+    zoom["paradiag.at"] = 500.0
+    assert fire(ids.TIMELINE_CLICK, ids.TIMELINE_ZOOM)[0] == ["s1"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dash import ALL, Dash, Input, Output, ctx, no_update
+from dash import ALL, Dash, Input, Output, no_update
 
 from paradiag.app import boundary, coerce, context, ids
 from paradiag.app.boundary import In, St
@@ -367,7 +367,7 @@ def register(app: Dash) -> None:
         href = boundary.query_of_href(values[1])
         search = "?" + href if href else values[0]
         triggers = [
-            t for t in _triggers(shown) if not isinstance(t, dict) or any(finding_clicks or [])
+            t for t in boundary.fired(shown) if not isinstance(t, dict) or any(finding_clicks or [])
         ]  # not the finding buttons appearing, unclicked
         if not triggers:
             return reply()
@@ -438,25 +438,3 @@ def reply(views: list[Any] | None = None, **values: Any) -> tuple[Any, ...]:
     if unknown:
         raise ValueError(f"the reducer has no output {sorted(unknown)}")
     return (*[values.get(name, no_update) for name in OUTPUTS], *(views or [no_update] * len(VIEW_FIELDS)))
-
-
-def _triggers(shown: dict[tuple[str, str], Any]) -> list[Any]:
-    """What fired: (component id, property) pairs and finding buttons' ids, in the order they happened; [None] on
-    the first call. The browser merges requests for this callback that wait together into one (a click and the
-    zoom out of the same double-click, passed on at once: assets/marey_clicks.js), so several can come at once;
-    those that say when they came (``paradiag.at``: the graphs' clicks and zooms) are applied in that order, after
-    the others."""
-    if not ctx.triggered_id:
-        return [None]
-    fired: list[Any] = []
-    for prop_id, cid in ctx.triggered_prop_ids.items():
-        trigger = cid if isinstance(cid, dict) else (cid, str(prop_id).rsplit(".", 1)[-1])
-        if trigger not in fired:
-            fired.append(trigger)
-
-    def when(trigger: Any) -> float:
-        value = shown.get(trigger) if isinstance(trigger, tuple) else None
-        at = coerce.number((value or {}).get("paradiag.at"), 0, 1e15) if isinstance(value, dict) else None
-        return at or 0.0
-
-    return sorted(fired, key=when)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
+from dash import Dash, Input, Output, State, dcc, html, no_update
 
 from paradiag.app import boundary, coerce, context, ids, store
 from paradiag.app.boundary import In, St
@@ -176,10 +176,19 @@ def click_or_zoom(
     expanded: list[str] | None,
     known: list[Any] | None,
 ) -> tuple[Any, Any]:
-    """The folds after a click (``open_fold``) or a zoom (``fold_back``)."""
-    if ctx.triggered_id == ids.TIMELINE_ZOOM:
-        return fold_back(zoom, expanded), no_update
-    return open_fold(click, folds, expanded, known)
+    """The folds after a click (``open_fold``) or a zoom (``fold_back``); after both, in the order they happened,
+    where the browser merged a click and its double-click's zoom out into one request."""
+    value, options = expanded or [], known or []
+    for trigger in boundary.fired({(ids.TIMELINE_CLICK, "data"): click, (ids.TIMELINE_ZOOM, "data"): zoom}):
+        if trigger == (ids.TIMELINE_ZOOM, "data"):
+            back = fold_back(zoom, value)
+            value = value if back is no_update else back
+        elif trigger == (ids.TIMELINE_CLICK, "data"):
+            opened, more = open_fold(click, folds, value, options)
+            value, options = (value, options) if opened is no_update else (opened, more)
+    if value == (expanded or []):
+        return no_update, no_update
+    return value, options if options != (known or []) else no_update
 
 
 def operator_names(view: dict[str, Any] | None) -> Any:
