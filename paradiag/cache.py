@@ -42,7 +42,7 @@ from paradiag.discover import Source, discover, file_hash
 
 CACHE_FORMAT = "paradiag.cache/1"
 PARSER_VERSION = (
-    14  # bump when a parser (or the cache's layout) changes what is written: every cache is then rebuilt
+    15  # bump when a parser (or the cache's layout) changes what is written: every cache is then rebuilt
 )
 MANIFEST = "manifest.json"
 

@@ -128,6 +128,32 @@ def test_cpu_ops_become_compute_lanes_counted_by_self_time(tmp_path: Path) -> No
     assert ev.filter(pc.less(ev.column("device"), 0)).num_rows == 8
 
 
+def test_an_operator_running_past_the_one_it_began_in_is_the_threads_next_call(tmp_path: Path) -> None:
+    """A thread's calls nest; an operator that begins inside another and ends well after it (a writer that held a
+    send over the next call) is the thread's next call, not one inside it: the send is taken to have ended where
+    it began, and the call keeps its work and its own callee (was: counted inside the enqueue, no piece at all).
+    An overrun of rounding (0.5 us) is still a nested call, cut at its caller's end."""
+    tensors: dict[str, Any] = {"Concrete Inputs": ["", "", "0", "0"], "Input type": ["TensorList"]}
+    events = [
+        _op("ProfilerStep#5", 0, 1000, cat="user_annotation"),
+        _op("c10d::send", 100, 200, args=tensors),
+        _op("autograd::engine::evaluate_function: MmBackward0", 150, 300, args={"External id": 7}),
+        _op("aten::mm", 151, 290, args={"External id": 8}),
+        _op("aten::linear", 500, 100),
+        _op("aten::addmm", 550, 50.5),
+    ]
+    path = tmp_path / "rank1.pt.trace.json"
+    path.write_text(json.dumps(_trace(1, GROUPS, events)))
+    ev = kineto.parse(path).events
+    compute = ev.filter(pc.equal(ev.column("kind").cast("string"), "compute")).to_pylist()
+    by_name: dict[str, int] = {}
+    for row in compute:
+        by_name[row["name"]] = by_name.get(row["name"], 0) + row["dur_ns"]
+    assert by_name["aten::mm"] == 290_000 and by_name["aten::addmm"] == 50_000, by_name
+    mm = next(r for r in compute if r["name"] == "aten::mm")
+    assert mm["correlation"] == 7  # its caller: the autograd node, not the send
+
+
 def test_gloo_annotations_are_communication_with_group_global_peer_and_bytes(tmp_path: Path) -> None:
     ev = _rank1(tmp_path).events
     comm = (

@@ -64,6 +64,25 @@ def _events(trace: dict[str, Any], name: str | None = None, cat: str | None = No
     ]
 
 
+def _overlaps(trace: dict[str, Any]) -> list[tuple[str, str]]:
+    """Pairs of host ops of one thread that overlap without one holding the other (a thread's ops nest in real
+    traces: a RecordFunction ends before its caller's does and before the thread's next op begins)."""
+    threads: dict[Any, list[tuple[int, int, str]]] = {}
+    for e in _events(trace, cat="cpu_op"):
+        start = round(e["ts"] * 1000)
+        threads.setdefault(e["tid"], []).append((start, start + round(e["dur"] * 1000), e["name"]))
+    out = []
+    for ops in threads.values():
+        held: list[tuple[int, int, str]] = []
+        for op in sorted(ops, key=lambda o: (o[0], -o[1])):
+            while held and held[-1][1] <= op[0]:
+                held.pop()
+            if held and op[1] > held[-1][1]:
+                out.append((held[-1][2], op[2]))
+            held.append(op)
+    return out
+
+
 @pytest.fixture(scope="module")
 def cpu_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("torch2") / "cpu"
@@ -218,6 +237,7 @@ def test_some_sends_are_recorded_after_their_data_left(cpu_job: Path, tmp_path: 
     assert sends and all(inside)
     long = [b - a for a, b in enqueues if b - a > 100]
     assert 0 < len(long) < len(enqueues), (len(long), len(enqueues))
+    assert _overlaps(trace) == []  # a send held over the transfer returns before the thread's next op
     job = paradiag.open(cpu_job, tmp_path / "cache")
     pairs = job.diagnosis().p2p.to_pydict()
     assert not any(r < s for r, s in zip(pairs["recv_end_ns"], pairs["send_start_ns"], strict=True))
@@ -567,7 +587,13 @@ def test_zero_bubble_schedules_split_each_backward_and_run_every_pass_once(
             schedule=schedule,
             virtual_stages=chunks,
             seed=5,
-            **{**MODEL, "layers": 8, "microbatches": m},
+            **{
+                **MODEL,
+                "layers": 8,
+                "microbatches": m,
+                "hidden": 512,
+                "seq_len": 512,
+            },  # sends as long as a W
         )
     )
     traces = _latest(out)
@@ -581,6 +607,7 @@ def test_zero_bubble_schedules_split_each_backward_and_run_every_pass_once(
         first = [g for g in held[rank] if g > 0 and pipeline.holder(schedule, pp, g - 1) != rank]
         last = [g for g in held[rank] if g < pp * chunks - 1 and pipeline.holder(schedule, pp, g + 1) != rank]
         assert len(receives) == 2 * m * (len(first) + len(last)), rank  # two profiled steps
+        assert _overlaps(trace) == [], rank  # no send held over the weight gradients that follow it
     passes = paradiag.open(out).diagnosis().passes.to_pylist()
     for rank in traces:
         mine = [p for p in passes if p["rank"] == rank and p["step"] == 1]

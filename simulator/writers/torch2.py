@@ -22,6 +22,8 @@ What differs from the megatron shape (:mod:`kineto`), as PyTorch 2.13 records it
 
 from __future__ import annotations
 
+import bisect
+import math
 import os
 from pathlib import Path
 from typing import Any, ClassVar
@@ -261,6 +263,10 @@ class _RankFile:
             self.start = first[2] + self.shift
         self.end = max(self.end, first[2] + first[3] + self.shift)
         self.lines = []
+        # Where each host op on the main thread must have returned: the start of the next thing the thread does
+        # (a CPU rank: every record but a thread switch), or the step's end.
+        self.starts = sorted(rec[2] for rec in records if rec[0] != "T") if self.cpu else []
+        self.step_end = max((rec[2] + rec[3] for rec in records if rec[0] == "P"), default=math.inf)
         for rec in records:
             self.handlers[rec[0]](self, rec)
         with open(self.part, "a") as f:
@@ -591,8 +597,17 @@ class _RankFile:
 
     def _handed_on(self, rec: Record, name: str) -> bool:
         """Whether this CPU send's gloo:send is recorded after c10d::send passed its data on (HANDED_ON_SHARE of
-        them, drawn from the rank and the transfer's start: the same job is written the same way every time)."""
-        return self.cpu and name == "send" and mix(self.rank, round(rec[6] * 1000)) > 1 - 2 * HANDED_ON_SHARE
+        them, drawn from the rank and the transfer's start: the same job is written the same way every time), where
+        the transfer ends before the main thread's next op or annotation begins: c10d::send then holds the thread
+        until it returns, and a thread's ops nest (one lengthened over the next op's start made the parser drop
+        that op's call or give it another caller: a zero-bubble CPU job's weight-gradient matmuls)."""
+        if not (
+            self.cpu and name == "send" and mix(self.rank, round(rec[6] * 1000)) > 1 - 2 * HANDED_ON_SHARE
+        ):
+            return False
+        later = bisect.bisect_right(self.starts, rec[2])
+        nxt = self.starts[later] if later < len(self.starts) else math.inf
+        return bool(rec[6] + rec[7] <= min(nxt, self.step_end))
 
     handlers: ClassVar[dict[str, Any]] = {
         "P": _annotation,
