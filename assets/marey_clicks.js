@@ -27,6 +27,7 @@
         graphs[id] = {pressAt: 0, lastPressAt: 0, resetAt: 0, x: 0, y: 0, passed: null};
     }
     window.__pdClicks = graphs;
+    window.__pdDoubleMs = DOUBLE_MS;
     window.__pdMareyClicks = graphs.marey;
     const host = e => e.target && e.target.closest && e.target.closest('#marey, #timeline');
     const onPlot = e => e.target.classList && e.target.classList.contains('nsewdrag');  // not a legend or the modebar
