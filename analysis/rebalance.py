@@ -262,9 +262,8 @@ def best_split(g: Graph, peers: Peers, steps: np.ndarray) -> LayerSplit:
                 _move_layers(g, t, peers, steps, candidate)
                 ends = replay(g, t)
             times = step_times(g, ends)
-            counted = [
-                times[k] for k in after_first_step(list(times))
-            ]  # as the what-if counts a split's saving
+            # As the what-if counts a split's saving.
+            counted = [times[k] for k in after_first_step(list(times))]
             cache[key] = (float(np.mean(counted)) if counted else 0.0, candidate)
         return cache[key][0]
 
