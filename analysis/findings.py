@@ -24,7 +24,7 @@ import functools
 import math
 import statistics
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
@@ -1047,7 +1047,11 @@ def _merge_ranks(
 
 
 def stage_findings(
-    metrics: Mapping[str, Any], on_host: bool = False, work: Sequence[float] = (), compute_scale: float = 1.0
+    metrics: Mapping[str, Any],
+    on_host: bool = False,
+    work: Sequence[float] = (),
+    compute_scale: float = 1.0,
+    held: Collection[int] = (),
 ) -> list[Finding]:
     """stage_imbalance when the heaviest stage computes STAGE_IMBALANCE x the mean per micro-batch (and, with
     ``on_host``, CPU ranks: MIN_RATIO_HOST x the median of the other stages), or, with ``on_host``, when a stage is
@@ -1060,7 +1064,11 @@ def stage_findings(
     against 3.06-3.16 ms). Such a stage costs, at the others' pace, what its extra work takes in every slot of the
     pipeline (:func:`_work_saving`), when that is more than its time shows. On CPU ranks with ``work``, a stage
     heavier in time only is one slow rank's: a stage of one rank, STAGE_IMBALANCE x every other stage.
-    ``compute_scale``: the clock's time per ns of the passes' compute (``stages.stage_metrics``)."""
+    ``compute_scale``: the clock's time per ns of the passes' compute (``stages.stage_metrics``). ``held``: ranks
+    whose host held their sends back (:func:`late_senders`), whose slower time alone is not a stage's: on a host
+    of fewer cores than ranks, a rank that idles before each send computes while its neighbours, no longer waiting,
+    compute too (a pp4 job on 2 cores whose rank 1 sleeps 10 ms before each send: its micro-batches 1.34-1.43x
+    the other stages' at the same work, on three runs of one hour)."""
     if not metrics or metrics.get("num_stages", 1) < 2:
         return []
     per = {s["stage"]: s["compute_per_micro_batch_ns"] for s in metrics["stages"]}
@@ -1081,7 +1089,11 @@ def stage_findings(
             # all slower (the last, whose loss and input gradients its core's share stretches to 1.36x the first),
             # are the host's cores.
             row = next(s for s in metrics["stages"] if s["stage"] == worst)
-            by_time = len(row["ranks"]) == 1 and per[worst] >= STAGE_IMBALANCE * max(others)
+            by_time = (
+                len(row["ranks"]) == 1
+                and row["ranks"][0] not in held
+                and per[worst] >= STAGE_IMBALANCE * max(others)
+            )
     if not by_time and not in_work:
         return []
     stage = heavy if in_work else worst
@@ -1586,7 +1598,7 @@ def counted(f: Finding) -> bool:
     return f.evidence.endswith((COUNTED, SIZED, WORKED))
 
 
-def _rank_detector(e: Evidence) -> list[Finding]:
+def _rank_detector(e: Evidence, _before: Sequence[Finding]) -> list[Finding]:
     """Culprit ranks by their own time, then (not those) ranks that call operators more often than their
     replicas, then ranks whose operators take larger inputs than theirs, then (none of those) ranks that hold their peers back from outside it: late arrivers of a
     data-parallel job, late senders of a pipeline."""
@@ -1624,26 +1636,31 @@ def _rank_detector(e: Evidence) -> list[Finding]:
     return found
 
 
-def _stage_detector(e: Evidence) -> list[Finding]:
+def _stage_detector(e: Evidence, before: Sequence[Finding]) -> list[Finding]:
     work = stage_work(e.frame, e.stages, e.host_ranks) if e.on_host and len(e.stages) > 1 else []
+    held = {r for f in before if f.kind == "host_stall" for r in f.culprit.ranks}
     return stage_hotspots(
-        stage_findings(e.stage_metrics, e.on_host, work, e.compute_scale), e.frame, e.stages, e.host_ranks
+        stage_findings(e.stage_metrics, e.on_host, work, e.compute_scale, held),
+        e.frame,
+        e.stages,
+        e.host_ranks,
     )
 
 
-def _link_detector(e: Evidence) -> list[Finding]:
+def _link_detector(e: Evidence, _before: Sequence[Finding]) -> list[Finding]:
     return link_findings(
         e.instances, e.p2p, e.members, e.host_of, e.step_ns, e.steps_total, e.links, between_hosts=e.on_host
     )
 
 
-def _clock_detector(e: Evidence) -> list[Finding]:
+def _clock_detector(e: Evidence, _before: Sequence[Finding]) -> list[Finding]:
     return clock_findings(e.ranks)
 
 
-# The detectors, in the order their findings are listed (``ranked`` orders them later), and whether each needs the
-# job's step time (work measured against the step): a new kind's detector is added here.
-DETECTORS: tuple[tuple[Callable[[Evidence], list[Finding]], bool], ...] = (
+# The detectors, in the order they run and their findings are listed (``ranked`` orders them later; each is given
+# the findings of those before it), and whether each needs the job's step time (work measured against the step): a
+# new kind's detector is added here.
+DETECTORS: tuple[tuple[Callable[[Evidence, Sequence[Finding]], list[Finding]], bool], ...] = (
     (_rank_detector, True),
     (_stage_detector, True),
     (_link_detector, True),
@@ -1653,4 +1670,8 @@ DETECTORS: tuple[tuple[Callable[[Evidence], list[Finding]], bool], ...] = (
 
 def detect(e: Evidence) -> list[Finding]:
     """Every detector's findings (those that need a step time only where the job has one)."""
-    return [f for detector, timed in DETECTORS if e.step_ns > 0 or not timed for f in detector(e)]
+    found: list[Finding] = []
+    for detector, timed in DETECTORS:
+        if e.step_ns > 0 or not timed:
+            found += detector(e, found)
+    return found

@@ -136,6 +136,20 @@ def test_a_stage_heavier_in_time_only_is_one_slow_rank_standing_apart_or_the_hos
     assert (f.kind, f.culprit.stage) == ("stage_imbalance", 2)
 
 
+def test_a_lone_stage_slower_in_time_whose_host_held_its_sends_back_is_not_a_stage() -> None:
+    """A real pp4 isend job on 2 cores whose rank 1 sleeps 10 ms before each send: its micro-batches took 1.86 ms
+    against 1.10-1.30 ms on the other stages, at the same work (it computes while its neighbours, no longer waiting
+    for it, compute too). Its host stall is named (``late_senders``); its slower time is not a stage's. Its work
+    heavier is (a split's, whoever holds its sends)."""
+    late = _metrics([1.104, 1.857, 1.301, 1.272])
+    (f,) = findings.stage_findings(late, on_host=True, work=[1.0, 1.0, 1.0, 1.0])
+    assert f.culprit.stage == 1  # no stall named: a lone slow rank
+    assert findings.stage_findings(late, on_host=True, work=[1.0, 1.0, 1.0, 1.0], held={1}) == []
+    assert findings.stage_findings(late, on_host=True, work=[1.0, 1.0, 1.0, 1.0], held={2}) != []
+    (f,) = findings.stage_findings(late, on_host=True, work=[1.0, 1.5, 1.0, 1.0], held={1})
+    assert f.culprit.stage == 1
+
+
 def test_a_stage_whose_layers_no_whole_layer_split_evens_out_says_so() -> None:
     """17 layers on 4 stages (a real interleaved job, one stage of 1.5x the blocks): the replay moves no layer,
     so the evidence says why its saving is none while the estimate of an even split of the work stands."""
