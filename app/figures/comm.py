@@ -42,8 +42,10 @@ def comm_figure(view: CommView, metric: CommMetric, selected: list[int] | None =
             **scale,
         )
     )
-    fig.update_xaxes(title=f"receiver (dst) · figures from {view['source']}", type="category")
-    fig.update_yaxes(title="sender (src)", type="category", autorange="reversed")
+    fig.update_layout(
+        xaxis={"title": f"receiver (dst) · figures from {view['source']}", "type": "category"},
+        yaxis={"title": "sender (src)", "type": "category", "autorange": "reversed"},
+    )
     if (
         selected
         and len(selected) == 2

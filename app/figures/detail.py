@@ -49,8 +49,12 @@ def operators_figure(data: DetailData) -> go.Figure:
             hovertemplate="%{customdata}<br>%{x:.3f} ms<extra>this rank</extra>",
         )
     )
-    fig.update_layout(barmode="group", margin={"l": 230}, bargap=0.25)
-    fig.update_xaxes(title="time in step (ms)", tickformat=".3~f")
+    fig.update_layout(
+        barmode="group",
+        margin={"l": 230},
+        bargap=0.25,
+        xaxis={"title": "time in step (ms)", "tickformat": ".3~f"},
+    )
     return fig
 
 
@@ -82,8 +86,8 @@ def breakdown_figure(data: DetailData) -> go.Figure:
         barmode="stack",
         margin={"l": 90},
         legend={"orientation": "v", "y": 1, "yanchor": "top", "x": 1.02, "xanchor": "left"},
+        xaxis={"title": "ms"},
     )
-    fig.update_xaxes(title="ms")
     return fig
 
 
@@ -112,8 +116,7 @@ def distribution_figure(data: DetailData) -> go.Figure:
             hovertemplate="%{x:.3f} ms<extra>this rank</extra>",
         )
     )
-    fig.update_xaxes(title="ms", tickformat=".3~f")
-    fig.update_layout(showlegend=False, margin={"l": 70})
+    fig.update_layout(showlegend=False, margin={"l": 70}, xaxis={"title": "ms", "tickformat": ".3~f"})
     return fig
 
 
@@ -143,6 +146,5 @@ def collectives_figure(data: DetailData) -> go.Figure:
             hovertemplate="%{x:.3f} ms<extra>transfer</extra>",
         )
     )
-    fig.update_layout(barmode="stack", margin={"l": 120})
-    fig.update_xaxes(title="ms")
+    fig.update_layout(barmode="stack", margin={"l": 120}, xaxis={"title": "ms"})
     return fig

@@ -127,20 +127,24 @@ def flow_figure(
     if data.get("strategy"):
         _strategy_legend(fig, data["strategy"])
     fig.add_trace(ring(data, selected))
-    fig.update_yaxes(
-        tickvals=[st["stage"] for st in data["stages"]],
-        ticktext=[_stage_tick(st, data) for st in data["stages"]],
-        autorange="reversed",
-        range=None,
-        zeroline=False,
-        showgrid=False,
+    fig.update_layout(
+        yaxis={
+            "tickvals": [st["stage"] for st in data["stages"]],
+            "ticktext": [_stage_tick(st, data) for st in data["stages"]],
+            "autorange": "reversed",
+            "range": None,
+            "zeroline": False,
+            "showgrid": False,
+        },
+        xaxis={
+            "title": "execution order (repeated layers and micro-batches collapsed; click a ▪ block to open it)",
+            "showgrid": False,
+            "zeroline": False,
+        },
+        margin={"l": 90},
+        hovermode="closest",
+        legend={"x": 0, "xanchor": "left"},
     )
-    fig.update_xaxes(
-        title="execution order (repeated layers and micro-batches collapsed; click a ▪ block to open it)",
-        showgrid=False,
-        zeroline=False,
-    )
-    fig.update_layout(margin={"l": 90}, hovermode="closest", legend={"x": 0, "xanchor": "left"})
     return fig
 
 

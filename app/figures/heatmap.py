@@ -72,19 +72,20 @@ def heatmap_figure(
             **scale,
         )
     )
-    fig.update_yaxes(
-        tickvals=list(range(len(rows))),
-        ticktext=[row_label(r) for r in rows],
-        autorange="reversed",
-        showgrid=False,
-    )
-    fig.update_xaxes(title="step", type="category", showgrid=False)
     # Room above the cells for the modebar (and the caption), so that it never covers the top rows.
     # The labels' room, from their text (a blamed row's carries its reason), so that the caption starts at the
     # figure's left edge.
     left = min(max(110, 20 + 7 * max(len(re.sub("<[^>]+>", "", row_label(r))) for r in rows)), 320)
     fig.update_layout(
-        margin={"l": left, "t": 30 + 16 * lines, "r": 10}, shapes=heatmap_shapes(rows, steps, selected)
+        margin={"l": left, "t": 30 + 16 * lines, "r": 10},
+        shapes=heatmap_shapes(rows, steps, selected),
+        yaxis={
+            "tickvals": list(range(len(rows))),
+            "ticktext": [row_label(r) for r in rows],
+            "autorange": "reversed",
+            "showgrid": False,
+        },
+        xaxis={"title": "step", "type": "category", "showgrid": False},
     )
     if caption:
         add_caption(fig, caption, left - 8)

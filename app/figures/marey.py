@@ -78,19 +78,21 @@ def marey_figure(
     _anomalies(fig, shapes, data, row_y)
     if path is not None:
         fig.add_trace(critical_path_trace(path, rank_y))
-    fig.update_layout(shapes=[*fig.layout.shapes, *shapes, highlight(data, selected)])
-    fig.update_yaxes(
-        tickvals=[t[0] for t in ticks],
-        ticktext=[t[1] for t in ticks],
-        autorange="reversed",
-        showgrid=False,
-        zeroline=False,
-        fixedrange=True,
-    )
-    fig.update_xaxes(
-        title=f"time since job start (ms) · step {data['step']}", range=data["window_ms"], showgrid=True
-    )
     fig.update_layout(
+        shapes=[*fig.layout.shapes, *shapes, highlight(data, selected)],
+        yaxis={
+            "tickvals": [t[0] for t in ticks],
+            "ticktext": [t[1] for t in ticks],
+            "autorange": "reversed",
+            "showgrid": False,
+            "zeroline": False,
+            "fixedrange": True,
+        },
+        xaxis={
+            "title": f"time since job start (ms) · step {data['step']}",
+            "range": data["window_ms"],
+            "showgrid": True,
+        },
         dragmode="zoom",
         hovermode="closest",
         margin={"l": 90, "t": 40},

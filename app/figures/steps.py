@@ -100,19 +100,28 @@ def steps_figure(
                 hovertemplate=f"without {what}: %{{y:.2f}} ms<extra>replay</extra>",
             )
         )
-    fig.update_layout(shapes=step_marker(steps, selected))
-    fig.update_xaxes(
-        title=None,
-        tickprefix="step ",
-        tickmode="array",
-        tickvals=steps,
-        range=[min(steps) - 0.5, max(steps) + 0.5],
-    )
-    fig.update_yaxes(title="ms", range=y_range([lo, hi, np.array([predicted or np.nan])]), fixedrange=True)
+    caption = summary(steps, median, lo, hi, focus)
     fig.update_layout(
+        shapes=step_marker(steps, selected),
+        xaxis={
+            "title": None,
+            "tickprefix": "step ",
+            "tickmode": "array",
+            "tickvals": steps,
+            "range": [min(steps) - 0.5, max(steps) + 0.5],
+        },
+        yaxis={
+            "title": "ms",
+            "range": y_range([lo, hi, np.array([predicted or np.nan])]),
+            "fixedrange": True,
+        },
         dragmode="select",
         selectdirection="h",
-        margin={"t": 44, "b": 30, "r": 10},
+        margin={
+            "t": 44 + 15 * max(caption.count("<br>") - 1, 0),
+            "b": 30,
+            "r": 10,
+        },  # two lines fit the margin
         hovermode="x unified",
         legend={
             "orientation": "h",
@@ -123,8 +132,6 @@ def steps_figure(
             "font": {"size": 10},
         },
     )
-    caption = summary(steps, median, lo, hi, focus)
-    fig.update_layout(margin={"t": 44 + 15 * max(caption.count("<br>") - 1, 0)})  # two lines fit the margin
     add_caption(fig, caption, 50)
     return fig
 

@@ -309,22 +309,6 @@ def _axes(
     on_path: dict[int, list[int]],
     bars: list[dict[str, Any]],
 ) -> None:
-    fig.update_yaxes(
-        tickvals=list(range(len(rows))),
-        ticktext=[_label(r, r["rank"] in marked, on_path.get(i)) for i, r in enumerate(rows)],
-        range=[len(rows) - 0.5, -0.5],
-        showgrid=False,
-        zeroline=False,
-        fixedrange=True,
-    )
-    # The time axis on top: a tall timeline's bottom is screens down, and its unit is read first.
-    fig.update_xaxes(
-        title={"text": "time since job start (ms)", "standoff": 4},
-        side="top",
-        range=window,
-        showgrid=True,
-        zeroline=False,
-    )
     # Separators between blocks of rows (a rank's streams, a fold's lanes) as the y axis' minor grid lines, and the
     # shading of the marked ranks' and the folds' rows as one rectangle per run of neighbouring blocks of one colour:
     # plotly draws each shape on its own (path, clip, style) at every redraw and zoom, and 31 shapes of a 256-rank
@@ -357,20 +341,36 @@ def _axes(
         }
         for a, b, color in runs
     ]
-    fig.update_yaxes(
-        minor={
-            "tickmode": "array",
-            "tickvals": [i - 0.5 for i in starts[1:]],
-            "showgrid": True,
-            "gridcolor": SEPARATOR,
-            "gridwidth": 1,
-            "ticks": "",
-        }
-    )
     # The legend on the left: the modebar takes the top right corner.
     # The legend above the axis: LEGEND_PX above the plotting area, in its fraction of the area's height.
     area = max(1, (fig.layout.height or 400) - TOP_PX - BOTTOM_PX)
+    # One update of the layout: each of plotly's updates of a figure's layout goes through its relayout path, which
+    # splits every key path (four updates here cost more than the rest of the figure).
     fig.update_layout(
+        yaxis={
+            "tickvals": list(range(len(rows))),
+            "ticktext": [_label(r, r["rank"] in marked, on_path.get(i)) for i, r in enumerate(rows)],
+            "range": [len(rows) - 0.5, -0.5],
+            "showgrid": False,
+            "zeroline": False,
+            "fixedrange": True,
+            "minor": {
+                "tickmode": "array",
+                "tickvals": [i - 0.5 for i in starts[1:]],
+                "showgrid": True,
+                "gridcolor": SEPARATOR,
+                "gridwidth": 1,
+                "ticks": "",
+            },
+        },
+        # The time axis on top: a tall timeline's bottom is screens down, and its unit is read first.
+        xaxis={
+            "title": {"text": "time since job start (ms)", "standoff": 4},
+            "side": "top",
+            "range": window,
+            "showgrid": True,
+            "zeroline": False,
+        },
         margin={"l": 120, "t": TOP_PX, "b": BOTTOM_PX},
         dragmode="zoom",
         hovermode="closest",
