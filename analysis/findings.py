@@ -1076,7 +1076,7 @@ def stage_findings(
     heavy = worst
     if on_host and len(work) == len(per) and work:
         heavy = list(per)[max(range(len(work)), key=lambda i: work[i])]
-    in_work = on_host and _heaviest_in_work(heavy, list(per), work)
+    in_work = on_host and _heaviest_in_work(heavy, list(per), work, metrics.get("virtual_stages") or 1)
     by_time = (metrics.get("imbalance") or 0) >= STAGE_IMBALANCE
     if on_host:
         others = [v for s, v in per.items() if s != worst]
@@ -1145,13 +1145,19 @@ def work_evidence(
 WORKED = "(its work counted, not timed)"  # ends the evidence of a stage heavier in work than in time
 
 
-def _heaviest_in_work(stage: int, stages: list[int], work: Sequence[float]) -> bool:
-    """``stage`` (of ``stages``, in the order of ``work``) does MIN_RATIO_HOST x the median of the others' work."""
+def _heaviest_in_work(stage: int, stages: list[int], work: Sequence[float], virtual: int = 1) -> bool:
+    """``stage`` (of ``stages``, in the order of ``work``) does MIN_RATIO_HOST x the median of the others' work, or,
+    where each rank holds ``virtual`` model chunks (interleaved, V and looped schedules: ``stages`` are ranks), the
+    share of that excess one chunk makes: a chunk of 1.5x the blocks beside its rank's other chunk is 1.25x that
+    rank's work at most (a real zero-bubble V job, 2 blocks a chunk, one of 3: 1.198x the others, which were alike
+    to the call), and a chunk's own structure (the last stage's head and loss, 1.13x a clean pipeline's other
+    stages) is as diluted (a clean V job's rank 0, the first and last chunks: 0.957x the others)."""
     if len(work) != len(stages) or len(work) < 2:
         return False
     mine = work[stages.index(stage)]
     others = [w for s, w in zip(stages, work, strict=True) if s != stage]
-    return mine >= MIN_RATIO_HOST * statistics.median(others) and mine == max(work)
+    ratio = 1 + (MIN_RATIO_HOST - 1) / max(int(virtual), 1)
+    return mine >= ratio * statistics.median(others) and mine == max(work)
 
 
 def stage_evidence(

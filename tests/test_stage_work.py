@@ -136,6 +136,25 @@ def test_a_stage_heavier_in_time_only_is_one_slow_rank_standing_apart_or_the_hos
     assert (f.kind, f.culprit.stage) == ("stage_imbalance", 2)
 
 
+def test_a_heavy_chunk_of_a_rank_that_holds_two_is_found_by_the_share_of_its_rank_s_work() -> None:
+    """A real zero-bubble V job on 2 cores (rank r holds stages r and 7 - r, 2 blocks each, stage 0 of 3): rank 0 did
+    1.198x the others' work (alike to the call), 3.94 ms a micro-batch against 3.49-3.67: its first chunk's 1.5x
+    is half its rank's work. The same rank ratio without chunks is within a stage's own structure."""
+    rows = [
+        {"stage": s, "ranks": [s], "compute_per_micro_batch_ns": int(v * MS), "bubble_ratio": 0.5}
+        for s, v in enumerate([3.943, 3.492, 3.673, 3.614])
+    ]
+    v_job = stages._stage_summary(rows, micro_batches=4, virtual=2, step_time_ns=89.9 * MS, compute_scale=2.0)
+    work = [17284626.0, 14426544.0, 14426544.0, 14426544.0]
+    (f,) = findings.stage_findings(v_job, on_host=True, work=work, compute_scale=2.0)
+    assert (f.culprit.stage, f.culprit.ranks) == (0, [0]) and findings.counted(f)
+    plain = stages._stage_summary(rows, micro_batches=4, virtual=1, step_time_ns=89.9 * MS, compute_scale=2.0)
+    assert findings.stage_findings(plain, on_host=True, work=work, compute_scale=2.0) == []
+    # a clean V job: rank 0 (the first and the last chunk) 0.957x the others
+    clean = [26213992.0, 27401532.0, 27401532.0, 27401532.0]
+    assert findings.stage_findings(v_job, on_host=True, work=clean, compute_scale=2.0) == []
+
+
 def test_a_lone_stage_slower_in_time_whose_host_held_its_sends_back_is_not_a_stage() -> None:
     """A real pp4 isend job on 2 cores whose rank 1 sleeps 10 ms before each send: its micro-batches took 1.86 ms
     against 1.10-1.30 ms on the other stages, at the same work (it computes while its neighbours, no longer waiting
