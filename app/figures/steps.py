@@ -101,6 +101,7 @@ def steps_figure(
             )
         )
     caption = summary(steps, median, lo, hi, focus)
+    top = 44 + 15 * max(caption.count("<br>") - 1, 0)  # two lines fit the margin
     fig.update_layout(
         shapes=step_marker(steps, selected),
         xaxis={
@@ -117,11 +118,7 @@ def steps_figure(
         },
         dragmode="select",
         selectdirection="h",
-        margin={
-            "t": 44 + 15 * max(caption.count("<br>") - 1, 0),
-            "b": 30,
-            "r": 10,
-        },  # two lines fit the margin
+        margin={"t": top, "b": 30, "r": 10},
         hovermode="x unified",
         legend={
             "orientation": "h",
