@@ -126,8 +126,8 @@ def settle() -> None:
     """What the warm-up left alive (the job, its aggregates, the figures kept) set aside from the collector: a
     full collection walks every object alive, and one came with every step change (a request's decoded views
     outlive two younger collections), 74 ms of its 170 ms on the server of a 256-rank job; 6 ms once set aside.
-    What is set aside is never collected as a cycle: a kept figure dropped later stays in memory (a few at most,
-    ``paradiag.app.views.DRAWN`` bounds what is kept)."""
+    What is set aside is never collected as a cycle: a kept figure dropped later stays in memory (at most the
+    figures kept at each of the two settles, ``paradiag.app.views.DRAWN`` each)."""
     gc.collect()
     gc.freeze()
 
