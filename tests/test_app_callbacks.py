@@ -155,7 +155,7 @@ def test_a_change_reaches_only_the_views_it_concerns(sel: Selection) -> None:
         name
         for name, v in zip(VIEW_FIELDS, view_updates(linked, linked.but(ranks=[6])), strict=True)
         if v is not no_update
-    } >= {"comm"}  # its members are outlined
+    } >= {"comm-link"}  # its members are outlined
     assert updated(select((ids.OP_SEARCH, "value"), "gemm", sel, "")) == {"detail", "marey", "flow"}
     assert updated(
         select((ids.TIMELINE_ZOOM, "data"), {"xaxis.range[0]": 1.0, "xaxis.range[1]": 2.0}, sel, "")
@@ -372,7 +372,7 @@ def _compute_points(fig: Any) -> list[Any]:
 
 def test_comm_click_selects_the_slowest_instance_on_the_link(sel: Selection) -> None:
     from paradiag.app.callbacks.selection import select
-    from paradiag.app.views.comm.live import comm_instances, render_comm
+    from paradiag.app.views.comm.live import comm_instances, mark_comm, render_comm
 
     fig = render_comm(sel.view("comm"), "bandwidth")
     assert fig.data[0].type == "heatmap"
@@ -380,6 +380,16 @@ def test_comm_click_selects_the_slowest_instance_on_the_link(sel: Selection) -> 
     new = select((ids.COMM_MATRIX, "clickData"), click, sel, "")
     assert new.ranks == [0, 1] and new.collective and new.window
     assert "link 0 → 1" in str(comm_instances(click, sel.to_store()))
+    outline = mark_comm(new.view("comm-link"), "bandwidth").to_plotly_json()["operations"]
+    assert [op["location"] for op in outline] == [["layout", "shapes"]]  # the cells are not sent again
+    full = render_comm(new.view("comm"), "bandwidth", None, new.view("comm-link")).to_plotly_json()["layout"]
+    assert outline[0]["params"]["value"] == full["shapes"] and len(full["shapes"]) == 1
+    assert (
+        mark_comm(sel.but(ranks=[0, 1]).view("comm-link"), "bandwidth").to_plotly_json()["operations"][0][
+            "params"
+        ]["value"]
+        == []
+    )  # ranks without a collective: no link outlined
     from paradiag.app.views.timeline.live import render_timeline
 
     fig, *_ = render_timeline(new.view("timeline"))

@@ -72,6 +72,7 @@ def test_every_view_is_one_unit() -> None:
         "marey",
         "detail",
         "comm",
+        "comm-link",
         "compare",
         "flow",
     }
@@ -121,6 +122,7 @@ def test_each_store_feeds_only_its_views_graphs(app: Any) -> None:
         "flow": {ids.FLOW},
         "detail": {ids.DETAIL_OPERATORS},
         "comm": {ids.COMM_MATRIX},
+        "comm-link": {ids.COMM_MATRIX},
         "compare": {ids.COMPARE_RANKS},
     }
     for store, drawn in expected.items():

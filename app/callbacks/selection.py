@@ -294,7 +294,7 @@ def rank_options(sel: Selection) -> list[dict[str, Any]]:
 
 # Fields a view draws only while another one is set: the matrix outlines the selected ranks only as the members of
 # the selected collective, so a click on other ranks leaves it as it is (it is not sent nor redrawn again).
-ONLY_WITH: dict[str, dict[str, str]] = {"comm": {"ranks": "collective"}}
+ONLY_WITH: dict[str, dict[str, str]] = {"comm-link": {"ranks": "collective"}}
 
 
 # Views that draw one rank of the selected ones: the device detail is about the first (``detail_rank``), so a click

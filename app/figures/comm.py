@@ -46,20 +46,30 @@ def comm_figure(view: CommView, metric: CommMetric, selected: list[int] | None =
         xaxis={"title": f"receiver (dst) · figures from {view['source']}", "type": "category"},
         yaxis={"title": "sender (src)", "type": "category", "autorange": "reversed"},
     )
-    if (
+    fig.update_layout(shapes=comm_shapes(view, selected))
+    return fig
+
+
+def comm_shapes(view: CommView, selected: list[int] | None) -> list[dict[str, object]]:
+    """The outline of link ``selected`` (src, dst ranks) where the matrix shows it (by rank), else none: the
+    figure's shapes, which a click on another link replaces alone."""
+    rows, cols = [g["label"] for g in view["src"]], [g["label"] for g in view["dst"]]
+    if not (
         selected
         and len(selected) == 2
         and view["level"] == "rank"
         and str(selected[0]) in rows
         and str(selected[1]) in cols
     ):
-        i, j = rows.index(str(selected[0])), cols.index(str(selected[1]))
-        fig.add_shape(
-            type="rect",
-            x0=j - 0.5,
-            x1=j + 0.5,
-            y0=i - 0.5,
-            y1=i + 0.5,
-            line={"color": palette.HIGHLIGHT, "width": 3},
-        )
-    return fig
+        return []
+    i, j = rows.index(str(selected[0])), cols.index(str(selected[1]))
+    return [
+        {
+            "type": "rect",
+            "x0": j - 0.5,
+            "x1": j + 0.5,
+            "y0": i - 0.5,
+            "y1": i + 0.5,
+            "line": {"color": palette.HIGHLIGHT, "width": 3},
+        }
+    ]

@@ -7,19 +7,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from dash import Dash, Output, ctx, dcc, html, no_update
+from dash import Dash, Output, Patch, ctx, dcc, html, no_update
 
 from paradiag.app import boundary, coerce, context, ids
 from paradiag.app.boundary import In, St
 from paradiag.app.data.comm import METRICS, block_at, link_instances, metric_named, view
-from paradiag.app.figures.comm import comm_figure
+from paradiag.app.figures.comm import comm_figure, comm_shapes
 from paradiag.app.layouts.common import graph
 from paradiag.app.layouts.common import panel as panel_of
 from paradiag.app.selection import view_store
 
-# The matrix outlines the selected ranks only as the members of the selected collective (the reducer blanks
-# ``ranks`` in its store while no collective is selected: a click on other ranks leaves it as it is).
-FIELDS = {"comm": ("job", "ranks", "collective")}
+# The matrix is built for a job ("comm": and its metric and opened block); it outlines the selected ranks only as
+# the members of the selected collective ("comm-link": the reducer blanks ``ranks`` in it while no collective is
+# selected, so a click on other ranks leaves it as it is), and a new link moves the outline alone (a ``Patch``).
+FIELDS = {"comm": ("job",), "comm-link": ("job", "ranks", "collective")}
 
 # Its place on the job page: the graph its export bar exports, with its table, half a row or not.
 EXPORTS = (ids.COMM_MATRIX, True)
@@ -32,13 +33,43 @@ def _drilled(drill: dict[str, Any] | None, job: str) -> dict[str, Any]:
     return path[-1] if path and (drill or {}).get("job") == job else {}
 
 
-def render_comm(sel: dict[str, Any] | None, metric: str, drill: dict[str, Any] | None = None) -> Any:
+def _shown(job: str, drill: dict[str, Any] | None) -> Any:
+    opened = _drilled(drill, job)
+    return view(context.job(job), opened.get("src"), opened.get("dst"))
+
+
+def _outlined(link: dict[str, Any] | None) -> list[int] | None:
+    return (link or {}).get("ranks") if (link or {}).get("collective") else None
+
+
+def render_comm(
+    sel: dict[str, Any] | None,
+    metric: str,
+    drill: dict[str, Any] | None = None,
+    link: dict[str, Any] | None = None,
+) -> Any:
     if not sel or not sel.get("job"):
         return no_update
-    opened = _drilled(drill, sel["job"])
-    data = view(context.job(sel["job"]), opened.get("src"), opened.get("dst"))
-    selected = sel.get("ranks") if sel.get("collective") else None
-    return comm_figure(data, metric_named(metric), selected)
+    return comm_figure(_shown(sel["job"], drill), metric_named(metric), _outlined(link))
+
+
+def mark_comm(link: dict[str, Any] | None, metric: str, drill: dict[str, Any] | None = None) -> Any:
+    """Only the outline follows a new link: the shapes are replaced, the cells are not sent again."""
+    shown = _shown(link["job"], drill) if link and link.get("job") else None
+    if not shown or not any(v is not None for row in shown["cells"][metric_named(metric)] for v in row):
+        return no_update  # nothing drawn yet, or the figure that says there is no matrix
+    patch = Patch()
+    patch["layout"]["shapes"] = comm_shapes(shown, _outlined(link))
+    return patch
+
+
+def comm(
+    sel: dict[str, Any] | None, metric: str, drill: dict[str, Any] | None, link: dict[str, Any] | None
+) -> Any:
+    """The matrix's callback: the whole figure, or only its outline when the selected link alone changed."""
+    if ctx.triggered_id == view_store("comm-link") and len(ctx.triggered) == 1:
+        return mark_comm(link, metric, drill)
+    return render_comm(sel, metric, drill, link)
 
 
 def drill_comm(
@@ -131,8 +162,9 @@ def register(app: Dash) -> None:
         In(view_store("comm"), "data", sel),
         In(ids.COMM_METRIC, "value", comm_metric),
         In(ids.COMM_DRILL, "data", boundary.drill),
+        In(view_store("comm-link"), "data", sel),
         prevent_initial_call=True,
-    )(render_comm)
+    )(comm)
     boundary.callback(
         app,
         Output(ids.COMM_DRILL, "data"),
