@@ -310,7 +310,7 @@ def diagnose(job: Job) -> Diagnosis:
         host_ranks=host_ranks, compute_scale=stretch, stage_metrics=metrics, on_host=on_host, pp=layout.size["pp"], tp=layout.size["tp"],
         stages=layout.stages, instances=instances, p2p=p2p, members=members, host_of=host_of, steps_total=steps_total,
         links=job.extra("links") if step_ns > 0 else None, ranks=job.ranks, clock_compute=_clock_compute(per_rank["breakdowns"], host_ranks),
-        participation=participation,
+        participation=participation, passes=passes,
     )  # fmt: skip
     found = findings.detect(evidence)
     del evidence

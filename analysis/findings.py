@@ -48,7 +48,7 @@ from paradiag.analysis.operators import (
     short_name,
     typical_durations,
 )
-from paradiag.analysis.stages import stage_work
+from paradiag.analysis.stages import recomputed, stage_work
 from paradiag.intervals import covered_within, longest_gap_within, union_length
 from paradiag.parsers.kineto_host import is_operator
 
@@ -99,6 +99,12 @@ HOTSPOT_REST = 1.05  # the rest of a hotspot rank's operators run within 5 % of 
 HOTSPOT_REST_HOST = math.inf
 HOT_RATIO = 2.0  # a hot operator runs at least twice its peers' time ...
 HOT_SHARE = 0.5  # ... and the hot operators carry most of the rank's extra time
+HOT_FEW = (
+    4  # ... the most extra time first, this many of them at most carry that share: a few operators. A rank
+)
+# whose every operator runs ~2x and whose many small ones run 8-40x (a slower device under a dispatch layer that
+# costs per call: the optimizer's foreach calls broken into one call per tensor, views, transposes) had 21 hot
+# operators, none above 8 % of its extra time: a slower rank, not a hotspot.
 CLOCK_SKEW_NS = 100_000
 
 
@@ -489,7 +495,7 @@ def far_slower(
     rest: set[int] | None = None,
 ) -> list[int]:
     """The operators (name codes, most extra time first) of a hotspot told by ratios: each runs HOT_RATIO x its
-    peers' time or more, together they carry HOT_SHARE of the rank's extra time, and the others run within
+    peers' time or more, the first HOT_FEW of them carry HOT_SHARE of the rank's extra time, and the others run within
     ``rest_limit`` x of the peers' (the bulk of the work at normal speed: not a slower device, which slows
     every operator alike). A hotspot may be the largest part of the rank's time (a GELU made 24x as big, with
     its backward and the reduction of its gradient); [] when it is not one. ``names`` (the codes' names), on CPU
@@ -522,10 +528,13 @@ def far_slower(
     # peers' time): a rank (or stage) with twice the work of every kind is no hotspot, nor is a rank slower in every
     # operator whose slowest few (on a shared host they scatter 1.4-4x) would leave a rest that looks normal
     typical = _typical_ratio(excess, own)
-    hot = [n for n in hot if ratio(n) >= HOT_RATIO * max(rest_ratio(hot), typical, 1.0)]
-    if sum(excess[n] for n in hot) < HOT_SHARE * total or rest_ratio(hot) > rest_limit:
+    hot = sorted(
+        (n for n in hot if ratio(n) >= HOT_RATIO * max(rest_ratio(hot), typical, 1.0)),
+        key=lambda n: -excess[n],
+    )
+    if sum(excess[n] for n in hot[:HOT_FEW]) < HOT_SHARE * total or rest_ratio(hot) > rest_limit:
         return []
-    return sorted(hot, key=lambda n: -excess[n])
+    return hot
 
 
 def _typical_ratio(excess: Mapping[int, float], own: Mapping[int, float]) -> float:
@@ -1441,7 +1450,7 @@ class Evidence:
     per-(rank, step) ``figures`` and ``waits``, the ``peer_sets`` (each stage's ranks) and ``ep_of`` (rank -> expert
     index), the median ``step_ns``, the CPU ranks (``host_ranks``, ``compute_scale``, ``on_host``: every rank one),
     the ``stage_metrics`` and ``stages``, the collective ``instances``, the matched ``p2p`` pairs, the groups'
-    ``members``, ``host_of`` each rank, ``steps_total``, the Ascend per-link traffic (``links``), the ranks table, the CPU ranks' ``clock_compute`` and the collectives' ``participation``."""
+    ``members``, ``host_of`` each rank, ``steps_total``, the Ascend per-link traffic (``links``), the ranks table, the CPU ranks' ``clock_compute``, the collectives' ``participation`` and the pipeline's ``passes``."""
 
     frame: Frame
     figures: Mapping[tuple[int, int], Mapping[str, int]]
@@ -1467,6 +1476,7 @@ class Evidence:
         None  # CPU ranks' compute on the clock, per (rank, step)
     )
     participation: pa.Table | None = None  # each member's arrival at each collective instance
+    passes: pa.Table | None = None  # the pipeline's passes (``stages.number_passes``)
 
 
 EXTRA_IMPACT_PCT = 0.25  # extra calls (counted, not timed) must cost this share of the step
@@ -1643,7 +1653,11 @@ def _rank_detector(e: Evidence, _before: Sequence[Finding]) -> list[Finding]:
 
 
 def _stage_detector(e: Evidence, before: Sequence[Finding]) -> list[Finding]:
-    work = stage_work(e.frame, e.stages, e.host_ranks) if e.on_host and len(e.stages) > 1 else []
+    work = (
+        stage_work(e.frame, e.stages, e.host_ranks, recomputed(e.frame, e.passes))
+        if e.on_host and len(e.stages) > 1
+        else []
+    )
     held = {r for f in before if f.kind == "host_stall" for r in f.culprit.ranks}
     return stage_hotspots(
         stage_findings(e.stage_metrics, e.on_host, work, e.compute_scale, held),

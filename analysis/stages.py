@@ -548,17 +548,56 @@ def _stage_summary(
     }
 
 
-def stage_work(frame: Frame, stages: list[list[int]], host_ranks: frozenset[int]) -> list[float]:
+def _within(at: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Whether each instant of ``at`` lies inside one of the spans ``start``-``end`` (in any order)."""
+    if not len(start):
+        return np.zeros(len(at), bool)
+    order = np.argsort(start, kind="stable")
+    s, e = start[order], np.maximum.accumulate(end[order])
+    i = np.searchsorted(s, at, side="right") - 1
+    return (i >= 0) & (at < e[np.maximum(i, 0)])
+
+
+def recomputed(frame: Frame, passes: pa.Table | None) -> np.ndarray:
+    """Per row of ``frame``, whether it is a forward call made again inside a backward pass: a call of a name and
+    caller (``frame.work``) that the rank's forward passes make, inside one of its backward passes (``passes``:
+    :func:`number_passes`'s). That is activation checkpointing's recomputation: how often a layer's forward runs
+    again is the schedule's and the checkpointing policy's, not the layer's (a zero-bubble schedule's ranks
+    recomputed 3 or 4 times a micro-batch, its input and weight gradients apart), so stage work leaves it out."""
+    out = np.zeros(len(frame), bool)
+    if passes is None or not passes.num_rows or not len(frame):
+        return out
+    mid = (frame.start + frame.end) // 2
+    pair = (frame.name.astype(np.int64) << 32) | (frame.work.astype(np.int64) & 0xFFFFFFFF)
+    p_rank = passes.column("rank").to_numpy()
+    backward = np.asarray(passes.column("direction").to_pylist()) == "backward"
+    p_start, p_end = passes.column("start_ns").to_numpy(), passes.column("end_ns").to_numpy()
+    for rank in np.unique(p_rank).tolist():
+        rows = np.flatnonzero(frame.rank == rank)
+        if not len(rows):
+            continue
+        mine = p_rank == rank
+        back = _within(mid[rows], p_start[mine & backward], p_end[mine & backward])
+        fore = _within(mid[rows], p_start[mine & ~backward], p_end[mine & ~backward])
+        if back.any() and fore.any():
+            out[rows] = back & np.isin(pair[rows], pair[rows][fore])
+    return out
+
+
+def stage_work(
+    frame: Frame, stages: list[list[int]], host_ranks: frozenset[int], skip: np.ndarray | None = None
+) -> list[float]:
     """Per stage, the work its ranks do per step, counted in calls, not time: each operator's calls (per step,
     ``operators.call_counts``) priced at one job-wide price, the median over the ranks of its typical call
     (``operators.typical_durations`` on ``host_ranks``; the median call elsewhere), of the operators that every
     stage calls; a stage's work is the median of its ranks'. A stage that holds more layers makes more calls of
     the same operators, so its work is more whatever its cores did; a rank slower at some operators (a busier core,
     an allocator's page faults on large outputs, a hot operator) makes the same calls and does the same work.
-    Operators are told apart by their caller too. [] when a stage has no compute."""
+    Operators are told apart by their caller too. ``skip``: rows not counted (:func:`recomputed`'s). [] when a
+    stage has no compute."""
     ranks = sorted({r for stage in stages for r in stage})
     host = np.array([r for r in ranks if r in host_ranks], dtype=np.int64)
-    mine = frame.take(np.isin(frame.rank, ranks))
+    mine = frame.take(np.isin(frame.rank, ranks) & (True if skip is None else ~skip))
     typical = typical_durations(mine, host) if len(host) else None
     # An operator is counted per caller (the frame's ``work``): a call re-entered under a dispatch mode (an op
     # called by itself) is a caller no other stage has, not a second call of the layer's work.

@@ -14,7 +14,8 @@ hand-written isend/irecv, DeviceMesh dp x pp and dp x tp), each with 2 seeds, pl
 culprit rank, the strength, the model size, the micro-batches, the world size (2, 4 or 8) and the profiler set-up
 (tensorboard_trace_handler with worker_name=rank{R} or its default name, repeat=2, paradiag.torch). The job program
 and the expected diagnosis: tests/realjobs. --variant makes every job as users vary them (record_shapes off,
-with_stack on, transformer blocks).
+with_stack on, transformer blocks, a large-model recipe: checkpointing, bf16 autocast, AdamW, clipping,
+accumulation).
 
 Printed per job: expected vs the top finding, the layout read; then the hit rates: top finding right on faulty
 jobs, no finding on clean jobs, layout (dp/tp/pp) read on the DeviceMesh jobs. Needs the torch venv
@@ -333,6 +334,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "stack": {"stack": True},
     "plain": {"shapes": False, "stack": True},
     "attention": {"model": "attention"},  # transformer blocks (the dp x tp jobs keep the MLP)
+    "usual": {"recipe": "usual"},  # checkpointing, bf16 autocast, AdamW, clipping, accumulation (job.py)
 }
 
 

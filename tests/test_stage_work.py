@@ -195,3 +195,83 @@ def test_a_second_heavy_stage_is_named_beside_the_heaviest() -> None:
     assert evidence.startswith("stage 3 computes 4.10 ms") and "; stage 2 too: 3.40 ms)" in evidence
     assert "stage 1 too" not in evidence and "stage 0 too" not in evidence
     assert "too:" not in findings.stage_evidence(_metrics([2.24, 2.0, 2.0, 2.0]), 90 * MS)
+
+
+def _checkpointed_rank(
+    tmp_path: Path, rank: int, layers: int, recomputes: int
+) -> tuple[pa.Table, list[dict]]:
+    """One step of a CPU stage under activation checkpointing: a forward pass (per layer aten::linear > aten::mm
+    twice, aten::gelu), then a backward pass that runs the forward's calls again ``recomputes`` times (inside
+    autograd's nodes, as the checkpoint's unpack hook does) beside its own (per layer MmBackward0 > aten::mm
+    twice, aten::gelu_backward); and its passes (``stages.number_passes``'s columns that ``recomputed`` reads)."""
+    events: list[dict[str, Any]] = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 7, "ts": 0, "dur": 900_000}]  # fmt: skip
+    t, ext = 10.0, 1
+
+    def call(outer: str, inner: str | None, dur: float) -> None:
+        nonlocal t, ext
+        events.append({"ph": "X", "cat": "cpu_op", "name": outer, "pid": 1, "tid": 7, "ts": t, "dur": dur + 20, "args": {"External id": ext}})  # fmt: skip
+        if inner:
+            events.append({"ph": "X", "cat": "cpu_op", "name": inner, "pid": 1, "tid": 7, "ts": t + 10, "dur": dur, "args": {"External id": ext + 1}})  # fmt: skip
+        t, ext = t + dur + 40, ext + 2
+
+    def forward() -> None:
+        for _ in range(layers):
+            call("aten::linear", "aten::mm", 100.0)
+            call("aten::linear", "aten::mm", 100.0)
+            call("aten::gelu", None, 50.0)
+
+    forward()
+    middle = t
+    for _ in range(recomputes):
+        forward()
+    for _ in range(layers):
+        call("MmBackward0", "aten::mm", 200.0)
+        call("MmBackward0", "aten::mm", 200.0)
+        call("aten::gelu_backward", None, 50.0)
+    path = tmp_path / f"ckpt{rank}.pt.trace.json"
+    info = {"backend": "gloo", "rank": rank, "world_size": 4, "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "ranks": [0, 1, 2, 3]}]}  # fmt: skip
+    path.write_text(json.dumps({"distributedInfo": info, "traceEvents": events}))
+    table = kineto.parse(path).events
+    table = table.set_column(
+        table.schema.get_field_index("rank"),
+        "rank",
+        pa.array([rank] * len(table), table.schema.field("rank").type),
+    )
+    start = min(table.column("start_ns").to_pylist())  # the parser's clock: the step starts at 0 us
+    spans = [("forward", 10.0, middle), ("backward", middle, t)]
+    return table, [
+        {
+            "rank": rank,
+            "direction": d,
+            "start_ns": start + round((a - 0) * 1000),
+            "end_ns": start + round(b * 1000),
+        }
+        for d, a, b in spans
+    ]
+
+
+def test_a_forward_computed_again_in_the_backward_is_not_a_stage_s_work(tmp_path: Path) -> None:
+    """Activation checkpointing runs a layer's forward again in the backward, as often as the schedule's backward
+    is split (a zero-bubble job's ranks: 3 or 4 forwards a micro-batch): stage work counts each call once, so a
+    stage of more layers is the heavier one however often each stage recomputed, and equal stages stay equal."""
+    layers, recomputes = [3, 2, 2, 2], [1, 2, 1, 2]
+    built = [_checkpointed_rank(tmp_path, r, layers[r], recomputes[r]) for r in range(4)]
+    frame = concat([device_frame(t) for t, _ in built])
+    passes = pa.Table.from_pylist([p for _, ps in built for p in ps])
+    again = stages.recomputed(frame, passes)
+    names = [frame.names[int(n)] for n in frame.name[again]]
+    assert set(names) == {
+        "aten::linear",
+        "aten::mm",
+        "aten::gelu",
+    }  # the forward's calls; the gradients' mm not
+    calls = set(
+        zip(frame.rank[again].tolist(), frame.call[again].tolist(), strict=True)
+    )  # a call's pieces: one
+    assert len(calls) == 5 * sum(n * k for n, k in zip(layers, recomputes, strict=True))
+    counted = stages.stage_work(frame, STAGES, frozenset(range(4)), again)
+    assert counted[0] == pytest.approx(1.5 * counted[2])
+    assert counted[1] == pytest.approx(counted[2]) == pytest.approx(counted[3])
+    # counted with its recomputation, stage 1 would look heavier than stage 2
+    timed = stages.stage_work(frame, STAGES, frozenset(range(4)))
+    assert timed[1] > 1.2 * timed[2]

@@ -55,7 +55,7 @@ MESH_APIS = ("mesh_dp_pp", "mesh_dp_tp")
 DATA_PARALLEL = ("ddp", "fsdp1", "fsdp2")
 SIDECAR = ".job.json"
 # JobSpec fields added after jobs were kept: a sidecar without them was made with their defaults
-LATER_FIELDS = ("shapes", "stack", "model")
+LATER_FIELDS = ("shapes", "stack", "model", "recipe")
 
 
 # Allocators that keep a freed block for the next call of the same size (see the module's docstring), first found
@@ -139,6 +139,7 @@ class JobSpec:
     shapes: bool = True
     stack: bool = False
     model: str = "mlp"  # or "attention": transformer blocks (job.py's --model)
+    recipe: str = "plain"  # or "usual": checkpointing, bf16 autocast, AdamW, clipping, accumulation (job.py)
 
     def argv(self, out: Path) -> list[str]:
         args = [
@@ -181,6 +182,7 @@ class JobSpec:
             *([] if self.shapes else ["--no-shapes"]),
             *(["--with-stack"] if self.stack else []),
             *(["--model", self.model] if self.model != "mlp" else []),
+            *(["--recipe", self.recipe] if self.recipe != "plain" else []),
             "--out",
             str(out),
         ]

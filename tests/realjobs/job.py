@@ -25,6 +25,10 @@ Faults (on --rank; pipeline faults on the stage that rank holds):
   rank computes --strength x the elements in one call).
 Profilers: named (tensorboard_trace_handler with worker_name=rank{R}), default (default worker_name), paradiag
 (paradiag.torch.profile); --repeat N gives N windows per rank.
+Training as large-model recipes do (--recipe usual): every block under activation checkpointing (non-reentrant:
+its forward computed again in the backward), forwards under bf16 autocast, AdamW (foreach) with gradient clipping
+(FSDP2's norm is an all_reduce of its shards'), and, on the data-parallel APIs, two accumulation micro-steps per
+step with the gradients' sync skipped in the first (DDP/FSDP1 no_sync, FSDP2 set_requires_gradient_sync).
 Nothing but what the profiler writes goes into --out.
 """
 
@@ -83,6 +87,12 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
         default="mlp",
         help="the block: Linear-GELU-Linear, or a transformer block (self-attention, LayerNorm, MLP); dp x tp: mlp",
     )
+    p.add_argument(
+        "--recipe",
+        choices=["plain", "usual"],
+        default="plain",
+        help="plain: SGD, fp32, no checkpointing; usual: checkpointing, bf16 autocast, AdamW, clipping, accumulation",
+    )
     p.add_argument("--no-shapes", action="store_true", help="record_shapes=False (torch.profiler's default)")
     p.add_argument("--with-stack", action="store_true", help="with_stack=True: Python frames around the ops")
     p.add_argument("--wait", type=int, default=1)
@@ -117,12 +127,49 @@ class AttentionBlock(nn.Module):
 
 
 MODEL = "mlp"  # --model: the block every job stacks
+USUAL = False  # --recipe usual
 
 
-def block(hidden: int) -> nn.Module:
-    if MODEL == "attention":
-        return AttentionBlock(hidden)
-    return nn.Sequential(nn.Linear(hidden, 2 * hidden), nn.GELU(), nn.Linear(2 * hidden, hidden))
+class Checkpointed(nn.Module):
+    """A block under activation checkpointing: its activations are dropped after the forward and computed again
+    in the backward (non-reentrant, as torchtitan and FSDP2 recipes use)."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.utils.checkpoint import checkpoint
+
+        return checkpoint(self.inner, x, use_reentrant=False)
+
+
+def block(hidden: int, wrap: bool = True) -> nn.Module:
+    inner = (
+        AttentionBlock(hidden)
+        if MODEL == "attention"
+        else nn.Sequential(nn.Linear(hidden, 2 * hidden), nn.GELU(), nn.Linear(2 * hidden, hidden))
+    )
+    return Checkpointed(inner) if USUAL and wrap else inner
+
+
+def autocast():
+    """The forward's precision: bf16 autocast under the usual recipe, else nothing."""
+    import contextlib
+
+    return torch.autocast("cpu", dtype=torch.bfloat16) if USUAL else contextlib.nullcontext()
+
+
+def optimizer(params) -> torch.optim.Optimizer:
+    if USUAL:
+        return torch.optim.AdamW(params, lr=1e-3, foreach=True)
+    return torch.optim.SGD(params, lr=0.01)
+
+
+def clip(params) -> None:
+    """The usual recipe clips the gradients' global norm (on DTensor parameters, a collective)."""
+    if USUAL:
+        torch.nn.utils.clip_grad_norm_(list(params), 1.0, foreach=True)
 
 
 def sample_shape(args: argparse.Namespace, rows: int) -> tuple[int, ...]:
@@ -348,14 +395,32 @@ def run_data_parallel(args: argparse.Namespace, rank: int, world: int) -> None:
         for layer in model:
             fully_shard(layer, mesh=mesh)
         wrapped = fully_shard(model, mesh=mesh)
-    opt = torch.optim.SGD(wrapped.parameters(), lr=0.01)
+    opt = optimizer(wrapped.parameters())
     rows = args.batch
     if args.fault == "slow_rank" and args.slow_mode == "batch" and rank == args.rank:
         rows = round(args.batch * (1 + args.strength))
+    micro = 2 if USUAL else 1  # accumulation micro-steps; the gradients are synchronised in the last only
+
+    def sync(last: bool):
+        import contextlib
+
+        if args.api == "fsdp2":
+            wrapped.set_requires_gradient_sync(last)
+            return contextlib.nullcontext()
+        return contextlib.nullcontext() if last else wrapped.no_sync()
 
     def step_fn(step: int) -> None:
-        x, y = batch_for(args, step, rank, rows)
-        loss_fn(wrapped(x), y).backward()
+        for k in range(micro):
+            x, y = batch_for(args, step * micro + k, rank, max(1, rows // micro))
+            with sync(k == micro - 1):
+                with autocast():
+                    loss = loss_fn(wrapped(x), y)
+                loss.backward()
+        if USUAL:
+            if args.api == "fsdp1":
+                wrapped.clip_grad_norm_(1.0)
+            else:
+                clip(wrapped.parameters())
         opt.step()
         opt.zero_grad()
 
@@ -415,7 +480,7 @@ def run_pipeline(args: argparse.Namespace, rank: int, world: int) -> None:
         schedule = schedule_cls(stages, n_microbatches=args.micro_batches, loss_fn=loss_fn)
     else:
         schedule = schedule_cls(stages[0], n_microbatches=args.micro_batches, loss_fn=loss_fn)
-    opt = torch.optim.SGD([p for m in modules for p in m.parameters()], lr=0.01)
+    opt = optimizer([p for m in modules for p in m.parameters()])
     first = 0 in stage_ids
     last = num_stages - 1 in stage_ids
     delay = args.strength / 1000 if args.fault == "slow_link" and rank == args.rank else 0.0
@@ -425,14 +490,16 @@ def run_pipeline(args: argparse.Namespace, rank: int, world: int) -> None:
 
     def step_fn(step: int) -> None:
         x, y = batch_for(args, step, dp_rank)
-        if first and last:
-            schedule.step(x, target=y)
-        elif first:
-            schedule.step(x)
-        elif last:
-            schedule.step(target=y, losses=[])
-        else:
-            schedule.step()
+        with autocast():
+            if first and last:
+                schedule.step(x, target=y)
+            elif first:
+                schedule.step(x)
+            elif last:
+                schedule.step(target=y, losses=[])
+            else:
+                schedule.step()
+        clip(p for m in modules for p in m.parameters())
         opt.step()
         opt.zero_grad()
 
@@ -446,7 +513,7 @@ def run_isend(args: argparse.Namespace, rank: int, world: int) -> None:
     n = stage_blocks(args, rank, world, args.rank if args.fault == "heavy_stage" else None)
     module = nn.Sequential(*[block(args.hidden) for _ in range(n)])
     inject(args, module, rank)
-    opt = torch.optim.SGD(module.parameters(), lr=0.01)
+    opt = optimizer(module.parameters())
     m = args.micro_batches
     rows = args.batch // m
     delay = args.strength / 1000 if args.fault == "slow_link" and rank == args.rank else 0.0
@@ -461,7 +528,8 @@ def run_isend(args: argparse.Namespace, rank: int, world: int) -> None:
                 inp = torch.empty(*sample_shape(args, rows))
                 dist.irecv(inp, src=rank - 1).wait()
             inp.requires_grad_(rank > 0)
-            out = module(inp)
+            with autocast():
+                out = module(inp).float()  # sent and received as fp32
             if rank < world - 1:
                 if delay:
                     time.sleep(delay)
@@ -481,6 +549,7 @@ def run_isend(args: argparse.Namespace, rank: int, world: int) -> None:
                 sends.append(dist.isend(inputs[mb].grad, dst=rank - 1))
         for work in sends:
             work.wait()
+        clip(module.parameters())
         opt.step()
         opt.zero_grad()
 
@@ -493,20 +562,25 @@ def run_tensor_parallel(args: argparse.Namespace, rank: int, world: int) -> None
 
     mesh = init_device_mesh("cpu", (args.dp, world // args.dp), mesh_dim_names=("dp", "tp"))
     torch.manual_seed(args.seed)
-    model = nn.Sequential(*[block(args.hidden) for _ in range(args.blocks)])
+    model = nn.Sequential(*[block(args.hidden, wrap=False) for _ in range(args.blocks)])
     plan = {}
     for i in range(args.blocks):
         plan[f"{i}.0"] = ColwiseParallel()
         plan[f"{i}.2"] = RowwiseParallel()
     model = parallelize_module(model, mesh["tp"], plan)
+    if USUAL:  # checkpointed once parallelised (the plan names the blocks' own layers)
+        for i in range(args.blocks):
+            model[i] = Checkpointed(model[i])
     inject(args, model, rank)
     dp_group = mesh.get_group("dp")
     dp_rank = mesh.get_local_rank("dp")
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    opt = optimizer(model.parameters())
 
     def step_fn(step: int) -> None:
         x, y = batch_for(args, step, dp_rank)
-        loss_fn(model(x), y).backward()
+        with autocast():
+            loss = loss_fn(model(x), y)
+        loss.backward()
         local = [p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad for p in model.parameters()]
         flat = torch.cat([g.reshape(-1) for g in local])
         dist.all_reduce(flat, group=dp_group)
@@ -515,6 +589,7 @@ def run_tensor_parallel(args: argparse.Namespace, rank: int, world: int) -> None
         for g in local:
             g.copy_(flat[offset : offset + g.numel()].view_as(g))
             offset += g.numel()
+        clip(model.parameters())
         opt.step()
         opt.zero_grad()
 
@@ -527,6 +602,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.api == "mesh_dp_tp":  # the tensor-parallel plan names the MLP's layers
         args.model = "mlp"
     MODEL = args.model
+    global USUAL
+    USUAL = args.recipe == "usual"
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
