@@ -335,6 +335,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "plain": {"shapes": False, "stack": True},
     "attention": {"model": "attention"},  # transformer blocks (the dp x tp jobs keep the MLP)
     "usual": {"recipe": "usual"},  # checkpointing, bf16 autocast, AdamW, clipping, accumulation (job.py)
+    "llm": {"recipe": "usual", "model": "attention"},  # that recipe on transformer blocks
 }
 
 

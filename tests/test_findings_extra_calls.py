@@ -73,6 +73,17 @@ def test_extra_calls_in_only_some_steps_or_with_an_operator_called_less_are_no_e
     assert _extra(_frame({0: {"aten::mm": [24, 24]}}), [[0]], frozenset({0})) == {}
 
 
+def test_a_wrapper_whose_calls_fall_either_side_of_a_step_boundary_hides_no_extra_work() -> None:
+    """A real dp2 x tp2 rank with extra matmuls (``mesh_dp_tp_slow_rank_s51_usual``): DTensor's
+    ``_FromTorchTensor`` ran 12, 11, 11 times in its steps and 12, 12, 11 in its peers': it called it less in step 1,
+    which its peers call as often as one another there but not in every step. That is a count that moves, not
+    another program: its 16 extra matmuls a step are extra work."""
+    same = {"aten::mm": [15, 15, 15], "aten::add": [10, 10, 10], "_FromTorchTensor": [12, 12, 11]}
+    plan = {r: dict(same) for r in range(4)}
+    plan[1] = {**same, "aten::mm": [31, 31, 31], "_FromTorchTensor": [12, 11, 11]}
+    assert set(_extra(_frame(plan), [[0, 1, 2, 3]], frozenset(range(4)))) == {1}
+
+
 def test_two_replicas_count_only_where_both_call_an_operator_alike_in_every_step() -> None:
     steady = {0: {"aten::mm": [20, 20, 20]}, 1: {"aten::mm": [23, 23, 23]}}
     assert set(_extra(_frame(steady), [[0, 1]], frozenset({0, 1}))) == {1}
