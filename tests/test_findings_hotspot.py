@@ -17,6 +17,15 @@ def _split(own: dict[int, float], peer: dict[int, float]) -> tuple[dict[int, flo
     return {n: own[n] - peer[n] for n in own}, own
 
 
+def _named(times: dict[str, tuple[float, float]]) -> tuple[list[str], dict[int, float], dict[int, float]]:
+    """Names, extra time and own time per name code, from ``times``: name -> (own time, the peers' time)."""
+    names = list(times)
+    excess, own = _split(
+        {i: times[n][0] for i, n in enumerate(names)}, {i: times[n][1] for i, n in enumerate(names)}
+    )
+    return names, excess, own
+
+
 PEER = {0: 6.0, 1: 4.0, 2: 0.3, 3: 0.4, 4: 0.05, 5: 1.0}  # mm, addmm, gelu, gelu_backward, fill_, copy_ (ms)
 
 
@@ -69,9 +78,7 @@ def test_a_slower_rank_whose_many_small_operators_run_far_slower_is_no_hotspot()
         "aten::gelu": (300.0, 150.0),
         "aten::gelu_backward": (320.0, 160.0),
     }
-    names = list(times)
-    own = {i: times[n][0] for i, n in enumerate(names)}
-    excess, own = _split(own, {i: times[n][1] for i, n in enumerate(names)})
+    names, excess, own = _named(times)
     assert len([n for n in excess if own[n] / (own[n] - excess[n]) >= 4]) >= 10
     assert far_slower(excess, own, HOTSPOT_REST_HOST, names) == []
     gelu = names.index("aten::gelu")
@@ -105,9 +112,7 @@ def test_a_rank_slower_in_every_operator_whose_ratios_scatter_is_no_hotspot() ->
         "aten::normal_": (0.082, 0.082),
         "aten::slice": (0.064, 0.008),
     }
-    names = list(times)
-    own = {i: times[n][0] for i, n in enumerate(names)}
-    excess, own = _split(own, {i: times[n][1] for i, n in enumerate(names)})
+    names, excess, own = _named(times)
     assert far_slower(excess, own, HOTSPOT_REST_HOST, names) == []
     # The same rank with a GELU 24x its peers' has a hotspot all the same.
     gelu = names.index("aten::gelu")

@@ -105,6 +105,14 @@ def test_a_heavy_first_stage_hidden_in_time_is_found_by_its_work_and_noise_is_no
     assert findings.stage_findings(heavy_first, on_host=True, work=[1.0, 1.0, 1.13, 1.0]) == []
 
 
+def _lone_rows(per_micro_batch_ms: list[float]) -> list[dict[str, Any]]:
+    """Stages of one rank each, computing ``per_micro_batch_ms``."""
+    return [
+        {"stage": s, "ranks": [s], "compute_per_micro_batch_ns": int(v * MS), "bubble_ratio": 0.5}
+        for s, v in enumerate(per_micro_batch_ms)
+    ]
+
+
 def _replica_metrics(per_micro_batch_ms: list[float], replicas: int) -> dict[str, Any]:
     rows = [
         {
@@ -140,10 +148,7 @@ def test_a_heavy_chunk_of_a_rank_that_holds_two_is_found_by_the_share_of_its_ran
     """A real zero-bubble V job on 2 cores (rank r holds stages r and 7 - r, 2 blocks each, stage 0 of 3): rank 0 did
     1.198x the others' work (alike to the call), 3.94 ms a micro-batch against 3.49-3.67: its first chunk's 1.5x
     is half its rank's work. The same rank ratio without chunks is within a stage's own structure."""
-    rows = [
-        {"stage": s, "ranks": [s], "compute_per_micro_batch_ns": int(v * MS), "bubble_ratio": 0.5}
-        for s, v in enumerate([3.943, 3.492, 3.673, 3.614])
-    ]
+    rows = _lone_rows([3.943, 3.492, 3.673, 3.614])
     v_job = stages._stage_summary(rows, micro_batches=4, virtual=2, step_time_ns=89.9 * MS, compute_scale=2.0)
     work = [17284626.0, 14426544.0, 14426544.0, 14426544.0]
     (f,) = findings.stage_findings(v_job, on_host=True, work=work, compute_scale=2.0)
@@ -160,10 +165,7 @@ def test_a_lone_stage_far_slower_in_time_is_named_beside_a_stage_just_heavier_in
     matmuls (forward hooks: a caller no other stage has, no work counted) took 4.83 ms a micro-batch against
     2.41-2.80 on the other stages, while the last stage did 1.10x the others' work, just at its rule's bar and worth
     a fraction of a percent. The stage that costs more is named."""
-    rows = [
-        {"stage": s, "ranks": [s], "compute_per_micro_batch_ns": int(v * MS), "bubble_ratio": 0.5}
-        for s, v in enumerate([2.411, 4.825, 2.748, 2.797])
-    ]
+    rows = _lone_rows([2.411, 4.825, 2.748, 2.797])
     job = stages._stage_summary(rows, micro_batches=4, virtual=2, step_time_ns=132.2 * MS, compute_scale=2.3)
     work = [7979483.5, 7566399.5, 8779999.5, 8789583.5]
     (f,) = findings.stage_findings(job, on_host=True, work=work, compute_scale=2.3)
