@@ -21,7 +21,7 @@ from typing import Any, cast
 import pytest
 
 import paradiag
-from tests.realjobs import JobSpec, analyze, layout_read, make_job, unavailable
+from tests.realjobs import JobSpec, analyze, judge, layout_read, make_job, unavailable
 
 pytestmark = pytest.mark.slow
 
@@ -101,6 +101,21 @@ JOBS = {
         batch=64,
         micro_batches=8,
         profiler="paradiag",
+    ),
+    # the same schedule as large models train: every block checkpointed (its forward computed again in the
+    # backward, as often as the schedule splits it: 3 or 4 forwards a micro-batch, rank by rank), bf16 autocast,
+    # AdamW and clipping; rank 2's first chunk holds twice the blocks
+    "zbv_usual": JobSpec(
+        "pipe_zbv_heavy_usual",
+        "pipe_zbv",
+        "heavy_stage",
+        rank=2,
+        strength=1.0,
+        hidden=256,
+        batch=64,
+        micro_batches=8,
+        profiler="paradiag",
+        recipe="usual",
     ),
 }
 
@@ -384,6 +399,18 @@ def test_a_zero_bubble_v_pipelines_heavy_stage_is_named_by_its_whole_passes(
     assert ok, lay
     named = [f["culprit"]["stage"] for f in report["findings"] if f["kind"] == "stage_imbalance"]
     assert set(named) <= {3}, report["findings"]
+
+
+def test_a_heavy_chunk_is_named_under_checkpointing_autocast_and_adamw(
+    real_job: Callable[[str], Made],
+) -> None:
+    """A large-model recipe on the zero-bubble V schedule: each rank's recomputed forwards (how often the
+    schedule's split backward runs them again differs by rank) are set aside from the stages' work, and the heavy
+    chunk's rank is the stage named."""
+    spec, _folder, report = real_job("zbv_usual")
+    assert not _errors(report)
+    ok, why = judge(spec, report)
+    assert ok, why
 
 
 def test_marey_draws_a_zero_bubble_v_pipelines_sends_until_their_data_went_across(
