@@ -99,12 +99,11 @@ HOTSPOT_REST = 1.05  # the rest of a hotspot rank's operators run within 5 % of 
 HOTSPOT_REST_HOST = math.inf
 HOT_RATIO = 2.0  # a hot operator runs at least twice its peers' time ...
 HOT_SHARE = 0.5  # ... and the hot operators carry most of the rank's extra time
-HOT_FEW = (
-    4  # ... the most extra time first, this many of them at most carry that share: a few operators. A rank
-)
-# whose every operator runs ~2x and whose many small ones run 8-40x (a slower device under a dispatch layer that
-# costs per call: the optimizer's foreach calls broken into one call per tensor, views, transposes) had 21 hot
-# operators, none above 8 % of its extra time: a slower rank, not a hotspot.
+# ... and the first HOT_FEW of them (most extra time first) carry that share: a few operators. A rank whose every
+# operator runs ~2x and whose many small ones run 8-40x (a slower device under a dispatch layer that costs per
+# call: the optimizer's foreach calls broken into one call per tensor, views, transposes) had 21 hot operators,
+# none above 8 % of its extra time: a slower rank, not a hotspot.
+HOT_FEW = 4
 CLOCK_SKEW_NS = 100_000
 
 

@@ -45,8 +45,8 @@ def comm_figure(view: CommView, metric: CommMetric, selected: list[int] | None =
     fig.update_layout(
         xaxis={"title": f"receiver (dst) · figures from {view['source']}", "type": "category"},
         yaxis={"title": "sender (src)", "type": "category", "autorange": "reversed"},
+        shapes=comm_shapes(view, selected),
     )
-    fig.update_layout(shapes=comm_shapes(view, selected))
     return fig
 
 
