@@ -1122,8 +1122,9 @@ def stage_findings(
     candidates = [heavy] if in_work else []
     if by_time and worst not in candidates:
         candidates.append(worst)
-    stage = max(candidates, key=lambda c: max(cost(c)[:2]))
-    timed, counted, saved = cost(stage)
+    costs = {c: cost(c) for c in candidates}
+    stage = max(candidates, key=lambda c: max(costs[c][:2]))
+    timed, counted, saved = costs[stage]
     impact = max(timed, counted)
     if impact < MIN_IMPACT_PCT:
         return []

@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from paradiag.analysis.frame import Frame, weighted_median
+from paradiag.analysis.frame import Frame, group_bounds, weighted_median
 from paradiag.analysis.operators import call_counts, operator_time, typical_durations
 from paradiag.intervals import union_length
 
@@ -579,10 +579,13 @@ def recomputed(frame: Frame, passes: pa.Table | None) -> np.ndarray:
     if forwards.min() < 0.5 * forwards.max():
         return out
     p_start, p_end = passes.column("start_ns").to_numpy(), passes.column("end_ns").to_numpy()
+    order, firsts = group_bounds(frame.rank)  # each rank's rows once (a mask per rank: ranks x rows)
+    ends = np.append(firsts[1:], len(order))
+    bounds = {r: (a, b) for r, a, b in zip(frame.rank[order[firsts]].tolist(), firsts, ends, strict=True)}
     for rank in np.unique(p_rank).tolist():
-        rows = np.flatnonzero(frame.rank == rank)
-        if not len(rows):
+        if rank not in bounds:
             continue
+        rows = order[slice(*bounds[rank])]
         mine = p_rank == rank
         back = _within(mid[rows], p_start[mine & backward], p_end[mine & backward])
         fore = _within(mid[rows], p_start[mine & ~backward], p_end[mine & ~backward])

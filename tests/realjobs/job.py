@@ -35,6 +35,7 @@ Nothing but what the profiler writes goes into --out.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -155,8 +156,6 @@ def block(hidden: int, wrap: bool = True) -> nn.Module:
 
 def autocast():
     """The forward's precision: bf16 autocast under the usual recipe, else nothing."""
-    import contextlib
-
     return torch.autocast("cpu", dtype=torch.bfloat16) if USUAL else contextlib.nullcontext()
 
 
@@ -402,8 +401,6 @@ def run_data_parallel(args: argparse.Namespace, rank: int, world: int) -> None:
     micro = 2 if USUAL else 1  # accumulation micro-steps; the gradients are synchronised in the last only
 
     def sync(last: bool):
-        import contextlib
-
         if args.api == "fsdp2":
             wrapped.set_requires_gradient_sync(last)
             return contextlib.nullcontext()
