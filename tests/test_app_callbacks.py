@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -334,8 +335,16 @@ def test_marey_click_selects_operator_and_flow_rings_it(sel: Selection) -> None:
     assert [op["location"] for op in ring_patch] == [["data", flow_drawn["traces"] - 1]] and len(
         ring_patch[0]["params"]["value"]["x"]
     ) == len(rings.x)
-    outline = render_marey(new.view("marey"), ["devices"])[0].layout.shapes[-1]
+    selected_marey = render_marey(new.view("marey"), ["devices"])[0]
+    outline = selected_marey.layout.shapes[-1]
     assert outline.name == "selected operator" and outline.path.count("M") > 0
+    # the step's figure, built once, outlined on a copy: it stays unmarked, the rest is the same drawing
+    step_marey = render_marey(sel.but(op=None, stage=None, at=None).view("marey"), ["devices"])[0]
+    assert step_marey.layout.shapes[-1].path != outline.path
+    assert json.loads(step_marey.to_json())["data"] == json.loads(selected_marey.to_json())["data"]
+    step_flow = render_flow(sel.but(op=None, stage=None, at=None).view("flow"), "time", [])[0]
+    assert len(step_flow.data[-1].x or ()) == 0
+    assert json.loads(step_flow.to_json())["data"][:-1] == json.loads(flow.to_json())["data"][:-1]
     patch, _, _ = render_marey(
         new.view("marey"), ["devices"], [], drawn
     )  # the same drawing: only the outline is sent

@@ -396,3 +396,24 @@ def test_a_large_stage_reads_the_devices_that_can_differ_and_draws_the_others_wi
     assert sorted(r for rs in singles for r in rs) == sorted(
         r for r in mesh.ranks_of_stage(stage) if mesh.dp[r] == group
     )  # an opened group reads its devices
+
+
+def test_marey_rectangles_of_one_height_less_than_a_pixel_apart_are_one_polygon() -> None:
+    from paradiag.app.figures.marey import _merged
+
+    a, b = np.array([0.0, 1.0, 1.005, 5.0, 0.0, np.nan]), np.array([1.0, 1.004, 2.0, 6.0, 3.0, 1.0])
+    y0, y1 = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0]), np.array([1.0, 1.0, 1.0, 1.0, 2.0, 1.0])
+    x0, x1, lo, hi = _merged(a, b, y0, y1, pixel=0.01)
+    # one row's touching bars merge; a gap wider than the pixel stays; a taller bar (another slice) stays apart;
+    # a bar with no start (not on this row) is dropped
+    assert sorted(zip(x0, x1, lo, hi, strict=True)) == [
+        (0.0, 2.0, 0.0, 1.0),
+        (0.0, 3.0, 0.0, 2.0),
+        (5.0, 6.0, 0.0, 1.0),
+    ]
+    nested = _merged(np.array([0.0, 0.5, 3.0]), np.array([4.0, 1.0, 3.5]), 0.0, 1.0, pixel=0.01)
+    assert [list(v) for v in nested[:2]] == [
+        [0.0],
+        [4.0],
+    ]  # a bar inside a longer one ends where the longer ends
+    assert len(_merged(a, b, y0, y1, pixel=0.0)[0]) == len(a)  # no pixel: as they are

@@ -26,6 +26,9 @@ if TYPE_CHECKING:  # the view data's shapes (the figure reads them, the data lay
     from paradiag.app.data.shapes import MareyData, MareyStage, MareyTimes, PathPiece
 
 HALF = 0.32  # half the height of a row
+PIXELS = (
+    2000  # a window's width in pixels, at most (what is narrower than window / PIXELS is less than a pixel)
+)
 STAGE_GAP = 0.7  # extra space between stages
 ANOMALY = "#c62828"
 # The operators' names, once per figure (layout.meta[OPERATORS]): a hover point's customdata holds its operator's
@@ -196,7 +199,7 @@ def _spread(fig: go.Figure, data: MareyData, row_y: list[list[float]]) -> None:
     """Behind each band of a folded row: from its devices' earliest start to their latest end (where that is
     wider than the bar by a pixel or more)."""
     parts = []
-    pixel = (data["window_ms"][1] - data["window_ms"][0]) / 2000
+    pixel = _pixel(data)
     for st, ys in zip(data["stages"], row_y, strict=True):
         if not len(st["start"]):
             continue
@@ -204,7 +207,10 @@ def _spread(fig: go.Figure, data: MareyData, row_y: list[list[float]]) -> None:
         wider = (hi - lo) - (_arrays(st, "end") - _arrays(st, "start")) > pixel
         for j, (row, y) in enumerate(zip(st["rows"], ys, strict=True)):
             if len(row["ranks"]) > 1 and wider[:, j].any():
-                parts.append(_rects(lo[wider[:, j], j], hi[wider[:, j], j], y, half=HALF * 1.15))
+                a, b, y0, y1 = _merged(
+                    lo[wider[:, j], j], hi[wider[:, j], j], y - HALF * 1.15, y + HALF * 1.15, pixel
+                )
+                parts.append(_boxes(a, b, y0, y1))
     _filled(fig, parts, "rgba(120,144,156,0.3)", "spread over the row's devices")
 
 
@@ -234,7 +240,7 @@ def _bars(fig: go.Figure, data: MareyData, row_y: list[list[float]]) -> list[str
         if len(st["start"]):
             for cat, part in _stage_bars(st, ys, ops).items():
                 parts.setdefault(cat, []).append(part)
-            for cat, box in _stacked(st, ys).items():
+            for cat, box in _stacked(st, ys, _pixel(data)).items():
                 boxes.setdefault(cat, []).append(box)
     step = HOVER_STEP * (data["window_ms"][1] - data["window_ms"][0])
     for cat in dict.fromkeys([*boxes, *parts]):
@@ -247,10 +253,11 @@ def _bars(fig: go.Figure, data: MareyData, row_y: list[list[float]]) -> list[str
     return list(ops)
 
 
-def _stacked(st: MareyStage, ys: list[float]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def _stacked(st: MareyStage, ys: list[float], pixel: float = 0.0) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per category, the slices of a stage's bars it holds (x, y of NaN-separated closed polygons): a band's
     categories stacked top to bottom in one order for every band (compute first: its share compares across
-    stages at a glance), each as high as its share of the band's time."""
+    stages at a glance), each as high as its share of the band's time. Slices of one height on one row less than
+    ``pixel`` apart are one polygon (:func:`_merged`)."""
     starts, ends = _arrays(st, "start"), _arrays(st, "end")
     y = np.asarray(ys, dtype=np.float64)
     mixes = st.get("shares") or [[[c, 1.0]] for c in st["category"]]
@@ -271,8 +278,48 @@ def _stacked(st: MareyStage, ys: list[float]) -> dict[str, tuple[np.ndarray, np.
         idx = np.asarray(band)
         y0 = y[None, :] - HALF + 2 * HALF * np.asarray(lows)[:, None]  # band x row
         y1 = y0 + 2 * HALF * np.asarray(shares)[:, None]
-        out[cat] = _boxes(starts[idx].ravel(), ends[idx].ravel(), y0.ravel(), y1.ravel())
+        out[cat] = _boxes(*_merged(starts[idx].ravel(), ends[idx].ravel(), y0.ravel(), y1.ravel(), pixel))
     return out
+
+
+def _pixel(data: MareyData) -> float:
+    """Less than a pixel of the graph's window (ms): the server draws a zoom again (the graph has no wheel zoom)."""
+    return (data["window_ms"][1] - data["window_ms"][0]) / PIXELS
+
+
+def _merged(
+    a: np.ndarray, b: np.ndarray, y0: np.ndarray, y1: np.ndarray, pixel: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Rectangles [a, b] x [y0, y1] with those of the same [y0, y1] that touch, overlap or stand less than
+    ``pixel`` apart made one: what the screen shows as one bar is one polygon (a 256-rank step's compute bars,
+    band after band on each row: 1,350 polygons that plotly clips, paths and fills one by one, 9 bars drawn)."""
+    n = len(a)
+    if n < 2 or pixel <= 0:
+        return a, b, y0, y1
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    y0 = np.broadcast_to(np.asarray(y0, dtype=np.float64), (n,))
+    y1 = np.broadcast_to(np.asarray(y1, dtype=np.float64), (n,))
+    keep = (
+        np.isfinite(a) & np.isfinite(b) & np.isfinite(y0) & np.isfinite(y1)
+    )  # a band not on a row: nothing drawn
+    a, b, y0, y1 = a[keep], b[keep], y0[keep], y1[keep]
+    n = len(a)
+    if not n:
+        return a, b, y0, y1
+    order = np.lexsort((a, y1, y0))
+    a, b, y0, y1 = a[order], b[order], y0[order], y1[order]
+    reach = (
+        b.copy()
+    )  # per rectangle, the right end of the run of its row it ends (a running max within a row)
+    row = np.r_[True, (y0[1:] != y0[:-1]) | (y1[1:] != y1[:-1])]
+    starts = np.flatnonzero(row)
+    for s, e in zip(starts, [*starts[1:], n], strict=True):
+        reach[s:e] = np.maximum.accumulate(b[s:e])
+    new = row.copy()
+    new[1:] |= a[1:] > reach[:-1] + pixel
+    first = np.flatnonzero(new)
+    last = np.r_[first[1:] - 1, n - 1]
+    return a[first], reach[last], y0[first], y1[first]
 
 
 def _boxes(a: np.ndarray, b: np.ndarray, y0: np.ndarray, y1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

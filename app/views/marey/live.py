@@ -60,17 +60,16 @@ function(click, view) {
 )
 
 
-# The last windows drawn, per process: a click on a zoomed graph (which patches its outline alone) and a zoom back
-# to a window just seen need their bands again, 50-130 ms to merge at 256 ranks (the whole step is memoised in the
-# store; a window, one of endless many, is not). Read only: the figure builders copy what they draw.
+# The last steps and windows drawn, per process: a click on a zoomed graph (which patches its outline alone) and a
+# zoom back to a window just seen need their bands again, 50-130 ms to merge at 256 ranks (a window, one of endless
+# many, is not in the store); a whole step is memoised in the store, but read back from it (16 ms at 256 ranks) by
+# every callback that outlines an instance in it. Read only: the figure builders copy what they draw.
 RECENT_WINDOWS = 8
 _recent = Kept(RECENT_WINDOWS)
 
 
 def windowed(job: Job, step: int, window: tuple[int, int] | None, expand: list[str]) -> MareyData:
-    """``marey_data`` for a window, from the last ones drawn when it is one of them."""
-    if window is None:
-        return marey_data(job, step, None, expand=expand)
+    """``marey_data`` for a window (None: the whole step), from the last ones drawn when it is one of them."""
     key = (store.scope(job), step, window, tuple(sorted(expand)))
     return _recent.get(key, lambda: marey_data(job, step, window, expand=expand))
 
@@ -100,14 +99,21 @@ def render_marey(
         patch["layout"]["shapes"][drawn["shapes"] - 1] = highlight(data, selected)
         return patch, no_update, no_update
 
-    def build() -> go.Figure:
+    def build(outlined: tuple[Any, ...] | None = None) -> go.Figure:
         path = critical_path(job, sel["step"], window) if with_path else None
         return marey_figure(
-            data, selected=selected, uirevision=f"{sel['job']}|{sel['step']}|{','.join(key[3])}", path=path
+            data, selected=outlined, uirevision=f"{sel['job']}|{sel['step']}|{','.join(key[3])}", path=path
         )
 
-    whole_step = window is None and selected is None
-    fig = drawn_once(("marey", store.scope(job), *map(repr, key)), build) if whole_step else build()
+    if (
+        window is None
+    ):  # the step's figure, built once (``drawn_once``); an instance selected: its copy outlines it
+        fig = drawn_once(("marey", store.scope(job), *map(repr, key)), build)
+        if selected is not None:
+            fig = go.Figure(fig)
+            fig.layout.shapes = (*fig.layout.shapes[:-1], highlight(data, selected))
+    else:
+        fig = build(selected)
     return fig, data["expandable"], {"key": key, "traces": len(fig.data), "shapes": len(fig.layout.shapes)}
 
 
