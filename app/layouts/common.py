@@ -27,12 +27,16 @@ def panel(title: str, *children: Any, class_name: str = "", help_text: str = "")
     )
 
 
-def graph(graph_id: str, modebar: bool = True, scroll_zoom: bool = False) -> dcc.Loading:
+def graph(graph_id: str, modebar: bool = True, scroll_zoom: bool = False) -> dcc.Graph:
+    """A graph of the job page. Not wrapped in ``dcc.Loading``: Dash's renderer told each of the page's 12 loading
+    wrappers of every change to its store (a step change: ~60 of them), and each went through the whole page's
+    layout hashes (~50 ms of a 256-rank step change's 450 ms in the browser). A graph being redrawn fades instead
+    (assets/style.css: Dash marks its element ``data-dash-is-loading`` while its callback runs)."""
     config = {
         **(GRAPH_CONFIG if modebar else {**GRAPH_CONFIG, "displayModeBar": False}),
         "scrollZoom": scroll_zoom,
     }
-    return dcc.Loading(dcc.Graph(id=graph_id, config=config, figure=PENDING), type="dot", delay_show=400)  # type: ignore[arg-type]
+    return dcc.Graph(id=graph_id, config=config, figure=PENDING)  # type: ignore[arg-type]
 
 
 def csv_button(view: str) -> str:
