@@ -48,12 +48,9 @@ TIMELINE_FOLD_ALL = "timeline-fold-all"
 OP_SEARCH = "op-search"
 
 DETAIL_TITLE = "detail-title"
-DETAIL_OPERATORS = "detail-operators"
-DETAIL_BREAKDOWN = "detail-breakdown"
-DETAIL_DISTRIBUTION = "detail-distribution"
-DETAIL_COLLECTIVES = "detail-collectives"
+DETAIL = "detail-graph"  # its four graphs as one figure (figures.detail.detail_figure)
 DETAIL_DRAWN = (
-    "detail-drawn"  # the rank and step the detail shows (so a new operator redraws its durations alone)
+    "detail-drawn"  # the rank, step and operator the detail shows (the same again: nothing redrawn)
 )
 
 MAREY = "marey"

@@ -38,7 +38,7 @@ from typing import Any
 from paradiag.app import palette
 
 REPO = Path(__file__).resolve().parents[1]
-GRAPHS = ("steps", "heatmap", "timeline", "marey", "flow", "comm-matrix", "detail-operators")
+GRAPHS = ("steps", "heatmap", "timeline", "marey", "flow", "comm-matrix", "detail-graph")
 # The issue-23 budgets on a quiet machine (a loaded one: 1.5 s per gesture).
 FIRST_PAINT_MS, CLICK_MS, BUSY_CLICK_MS = 1500.0, 500.0, 1500.0
 GESTURE_TIMEOUT_S = 60.0

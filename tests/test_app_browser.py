@@ -57,9 +57,7 @@ def test_every_view_renders(duo: Any) -> None:
         "heatmap",
         "timeline",
         "marey",
-        "detail-operators",
-        "detail-breakdown",
-        "detail-collectives",
+        "detail-graph",
         "comm-matrix",
         "flow",
     ):

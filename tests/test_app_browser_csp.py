@@ -22,9 +22,7 @@ VIEWS = (
     "steps",
     "timeline",
     "marey",
-    "detail-operators",
-    "detail-breakdown",
-    "detail-collectives",
+    "detail-graph",
     "comm-matrix",
     "flow",
 )

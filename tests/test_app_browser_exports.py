@@ -44,7 +44,7 @@ def test_exports_hover_text_and_event_search(duo: Any, tmp_path: Path) -> None:
         "Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(tmp_path)}
     )
     duo.driver.get(duo.server_url + f"/?job=sample:{SAMPLE}")
-    for graph in ("timeline", "marey", "detail-operators"):
+    for graph in ("timeline", "marey", "detail-graph"):
         wait_plot(duo, graph)
     settle(duo)
     # the Marey points' text, sent as names and indices, is written out per point before plotly draws
@@ -62,7 +62,7 @@ def test_exports_hover_text_and_event_search(duo: Any, tmp_path: Path) -> None:
         rows[0] == ["rank", "step", "operator", "rank_ms", "peer_median_ms", "stands_out"] and len(rows) > 1
     )
     drawn = duo.driver.execute_script(
-        "return Array.from(document.querySelector('#detail-operators .js-plotly-plot')._fullData.find(t => t.orientation === 'h').y)"
+        "return Array.from(document.querySelector('#detail-graph .js-plotly-plot')._fullData.find(t => t.orientation === 'h').y)"
     )
     short = [short_name(r[2], 500) for r in rows[1:]]  # the bars' operators, by the names the bars show
     # (an operator that stands out from the peers' is drawn "▲ name 5.99x")

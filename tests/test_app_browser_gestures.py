@@ -18,7 +18,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:HTTPResponse.getheader:DeprecationWarning"),
 ]
 SAMPLE = "gpu_llm_slow_rank"
-GRAPHS = ("steps", "heatmap", "timeline", "marey", "flow", "comm-matrix", "detail-operators")
+GRAPHS = ("steps", "heatmap", "timeline", "marey", "flow", "comm-matrix", "detail-graph")
 
 
 @pytest.fixture(scope="module")

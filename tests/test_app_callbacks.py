@@ -281,14 +281,22 @@ def test_heatmap_click_selects_rank_and_step_and_views_follow(sel: Selection) ->
     peers = info.split("longest: ")[1].split(" · ")[0].split(", ")
     assert {"4", "5", "7"} <= set(peers) and peers[-1] == "5"  # its stage peers; the slow rank 5 waits least
     assert {r for t in fig.data if t.hoveron == "points" for r in t.y} >= {0}
-    title, operators, _breakdown, _distribution, coll, drawn = render_detail(new.view("detail"))
+    title, detail, drawn = render_detail(new.view("detail"))
     assert title.startswith("rank 6, step 2")
-    assert len(operators.data) == 2 and len(coll.data) == 2
-    # Another operator of the same rank and step: its durations alone are redrawn.
-    other = operators.data[1].customdata[0]
+    cells = {(t.xaxis, t.yaxis): t for t in detail.data}
+    operators = [t for t in detail.data if t.xaxis == "x"]
+    collectives = [t for t in detail.data if t.xaxis == "x4"]
+    assert (
+        len(operators) == 2 and len(collectives) == 2 and len(cells) >= 3
+    )  # its four graphs in one figure's cells
+    # stacked cells' bars lie on one another: a collective's transfer starts where its wait ends
+    wait, transfer = collectives
+    assert list(transfer.base) == [float(v) for v in wait.x]
+    # The same rank, step and operator: nothing is redrawn; another operator: the figure with its durations
+    assert render_detail(new.view("detail"), drawn) == (no_update,) * 3
+    other = operators[1].customdata[0]
     again = render_detail({**new.view("detail"), "op": other}, drawn)
-    assert [x is no_update for x in again] == [True, True, True, False, True, True]
-    assert again[3].layout.title.text and render_detail(new.view("detail"), {})[5] == drawn
+    assert any(t.type == "box" for t in again[1].data) and "durations of" in again[1].layout.xaxis3.title.text
 
 
 def test_finding_click_selects_the_culprit(sel: Selection) -> None:

@@ -111,7 +111,7 @@ def test_every_panel_offers_its_exports_and_the_modebar_saves_svg(app_ctx: Any) 
     ids = {getattr(c, "id", None) for c in parts}
     assert all(csv_button(view) in ids for view in TABLES)
     images = {(getattr(c, "data-pd-image", None), getattr(c, "data-format", None)) for c in parts}
-    for graph in ("heatmap", "timeline", "marey", "detail-operators", "comm-matrix", "compare-ranks", "flow"):
+    for graph in ("heatmap", "timeline", "marey", "detail-graph", "comm-matrix", "compare-ranks", "flow"):
         assert {(graph, "svg"), (graph, "png")} <= images and graph in ids
     assert GRAPH_CONFIG["toImageButtonOptions"]["format"] == "svg"
 

@@ -35,9 +35,9 @@ def test_a_callback_whose_graphs_are_all_out_of_sight_goes_after_every_other() -
     )
     assert place("..selection.data...url.search..", away) == PAGE_ORDER.index(ids.URL)  # no graph: its place
     # The device detail draws four graphs: out of sight only when all four are.
-    detail = "..detail-title.children...detail-operators.figure...detail-breakdown.figure.."
-    assert place(detail, out_of_sight("detail-breakdown")) == place(detail)
-    assert place(detail, out_of_sight("detail-breakdown,detail-operators")) > place("flow.figure")
+    detail = "..detail-title.children...detail-graph.figure...detail-drawn.data.."
+    assert place(detail, out_of_sight("marey")) == place(detail)
+    assert place(detail, out_of_sight("detail-graph")) > place("flow.figure")
     assert out_of_sight(None) == out_of_sight("") == frozenset()
 
 

@@ -89,11 +89,11 @@ def test_the_job_page_places_every_view_in_order_half_width_panels_in_pairs() ->
     placed = [
         ("row" if getattr(c, "className", "") == "pd-row" else "whole", graphs(c)) for c in job_page.panels()
     ]
-    main = ("heatmap", "timeline", "marey", "detail-operators", "comm-matrix", "compare-ranks", "flow")
+    main = ("heatmap", "timeline", "marey", "detail-graph", "comm-matrix", "compare-ranks", "flow")
     assert [(kind, [g for g in gs if g in main]) for kind, gs in placed] == [
         ("row", ["heatmap", "timeline"]),
         ("whole", ["marey"]),
-        ("row", ["detail-operators", "comm-matrix"]),
+        ("row", ["detail-graph", "comm-matrix"]),
         ("whole", ["compare-ranks"]),
         ("whole", ["flow"]),
     ]
@@ -109,7 +109,7 @@ def test_each_store_feeds_only_its_views_graphs(app: Any) -> None:
         ids.MAREY,
         ids.FLOW,
         ids.COMM_MATRIX,
-        ids.DETAIL_OPERATORS,
+        ids.DETAIL,
         ids.COMPARE_RANKS,
     }
     expected = {
@@ -120,7 +120,7 @@ def test_each_store_feeds_only_its_views_graphs(app: Any) -> None:
         "search": set(),
         "marey": {ids.MAREY},
         "flow": {ids.FLOW},
-        "detail": {ids.DETAIL_OPERATORS},
+        "detail": {ids.DETAIL},
         "comm": {ids.COMM_MATRIX},
         "comm-link": {ids.COMM_MATRIX},
         "compare": {ids.COMPARE_RANKS},
@@ -163,7 +163,7 @@ def test_a_gesture_redraws_the_graphs_whose_fields_it_changed(app: Any) -> None:
                 ids.MAREY,
                 ids.FLOW,
                 ids.COMM_MATRIX,
-                ids.DETAIL_OPERATORS,
+                ids.DETAIL,
                 ids.COMPARE_RANKS,
             }
 
@@ -178,12 +178,12 @@ def test_a_gesture_redraws_the_graphs_whose_fields_it_changed(app: Any) -> None:
         assert redrawn((ids.MAREY_CLICK, "data"), {"points": [{"customdata": ["gemm", 1, 11.0]}]}) == {
             ids.MAREY,
             ids.FLOW,
-            ids.DETAIL_OPERATORS,
+            ids.DETAIL,
         }
         assert redrawn((ids.HEATMAP, "clickData"), {"points": [{"x": "1", "y": 5, "customdata": "6"}]}) == {
             ids.HEATMAP,
             ids.TIMELINE,
-            ids.DETAIL_OPERATORS,
+            ids.DETAIL,
         }  # the same step: the step chart's marker stays
         assert redrawn((ids.HEATMAP, "clickData"), {"points": [{"x": "0", "y": 5, "customdata": "6"}]}) == {
             ids.HEATMAP,
@@ -191,7 +191,7 @@ def test_a_gesture_redraws_the_graphs_whose_fields_it_changed(app: Any) -> None:
             ids.TIMELINE,
             ids.MAREY,
             ids.FLOW,
-            ids.DETAIL_OPERATORS,
+            ids.DETAIL,
         }  # another step: every view of the step
         other = 2 if sel.step != 2 else 0
         assert redrawn((ids.STEPS, "clickData"), {"points": [{"x": other}]}) == {
@@ -200,6 +200,6 @@ def test_a_gesture_redraws_the_graphs_whose_fields_it_changed(app: Any) -> None:
             ids.TIMELINE,
             ids.MAREY,
             ids.FLOW,
-            ids.DETAIL_OPERATORS,
+            ids.DETAIL,
         }
         assert redrawn((ids.BASELINE_PICKER, "value"), "sample:gpu_llm_fault_free") == {ids.COMPARE_RANKS}

@@ -21,7 +21,7 @@ from paradiag.job import Job
 FIELDS = {"detail": ("job", "step", "ranks", "op")}
 
 # Its place on the job page: the graph its export bar exports, with its table, half a row or not.
-EXPORTS = (ids.DETAIL_OPERATORS, True)
+EXPORTS = (ids.DETAIL, True)
 HALF = True
 
 
@@ -31,31 +31,23 @@ def detail_rank(job: Job, ranks: list[int] | None) -> int:
 
 
 def render_detail(view: dict[str, Any] | None, drawn: dict[str, Any] | None = None) -> tuple[Any, ...]:
-    """The title and the four figures, and what they show (``drawn``): when only the selected operator changed
-    (a click on Marey's graph, the flow or an operator), the durations alone; the rank's operators, breakdown
-    and collectives stay as drawn."""
+    """The title and the figure (its four graphs as one), and what they show (``drawn``): the rank, the step and
+    the operator whose durations are shown; a selection that changes none of these redraws nothing."""
     sel = Selection.from_store(view)
     if not sel.job or sel.step is None:
-        return (no_update,) * 6
+        return (no_update,) * 3
     job = context.job(sel.job)
     rank = detail_rank(job, sel.ranks)
-    data = detail_data(job, rank, sel.step, sel.op)
-    key = [sel.job, sel.step, rank]
+    key = [sel.job, sel.step, rank, sel.op]
     if drawn and drawn.get("key") == key:
-        return no_update, no_update, no_update, fig.distribution_figure(data), no_update, no_update
+        return (no_update,) * 3
+    data = detail_data(job, rank, sel.step, sel.op)
     peers = data["peers"]
     title = (
         f"rank {rank}, step {sel.step}, against stage peers {', '.join(map(str, peers[:12])) or '(none)'}"
         + (f" and {len(peers) - 12} more" if len(peers) > 12 else "")
     )
-    return (
-        title,
-        fig.operators_figure(data),
-        fig.breakdown_figure(data),
-        fig.distribution_figure(data),
-        fig.collectives_figure(data),
-        {"key": key, "traces": 1},
-    )
+    return title, fig.detail_figure(data), {"key": key}
 
 
 def panel() -> html.Section:
@@ -63,18 +55,7 @@ def panel() -> html.Section:
         "Device detail",
         html.Div(id=ids.DETAIL_TITLE, className="pd-help"),
         dcc.Store(id=ids.DETAIL_DRAWN, data={}),
-        html.Div(
-            className="pd-detail-grid",
-            children=[
-                graph(g, modebar=False)
-                for g in (
-                    ids.DETAIL_OPERATORS,
-                    ids.DETAIL_BREAKDOWN,
-                    ids.DETAIL_DISTRIBUTION,
-                    ids.DETAIL_COLLECTIVES,
-                )
-            ],
-        ),
+        graph(ids.DETAIL, modebar=False),
         class_name="pd-detail",
     )
 
@@ -83,10 +64,7 @@ def register(app: Dash) -> None:
     boundary.callback(
         app,
         Output(ids.DETAIL_TITLE, "children"),
-        Output(ids.DETAIL_OPERATORS, "figure"),
-        Output(ids.DETAIL_BREAKDOWN, "figure"),
-        Output(ids.DETAIL_DISTRIBUTION, "figure"),
-        Output(ids.DETAIL_COLLECTIVES, "figure"),
+        Output(ids.DETAIL, "figure"),
         Output(ids.DETAIL_DRAWN, "data"),
         In(view_store("detail"), "data", boundary.selection),
         St(ids.DETAIL_DRAWN, "data", boundary.drawn),
