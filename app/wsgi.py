@@ -9,6 +9,7 @@ and timing, jobs, uploads, sign-in, callback failures with their traceback) writ
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 
@@ -30,3 +31,9 @@ def _logging() -> None:
 _logging()
 app = create_app()
 server = app.server
+# What importing and creating the app left alive (Dash, plotly's validators, the layouts: ~130,000 objects) set
+# aside from the collector, in each worker (or, with --preload, in the master before it forks): every full
+# collection walked them all, 30-60 ms on this machine, and a step change's callbacks bring one about. `paradiag
+# serve` does the same after it has warmed its job (paradiag.app.warm.settle).
+gc.collect()
+gc.freeze()

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -102,3 +105,18 @@ def test_a_failed_parse_leaves_its_story_in_the_server_log_only(server: tuple[st
     assert (
         f"upload {upload_id}: {log.parent}" in log.read_text()
     )  # the operator sees the whole message, paths too
+
+
+def test_a_worker_sets_the_apps_own_objects_aside_from_the_collector(tmp_path: Path) -> None:
+    """A worker imports the WSGI module: what that leaves alive is frozen, so no full collection walks it again."""
+    probe = "import gc, paradiag.app.wsgi; print(gc.get_freeze_count(), len(gc.get_objects()))"
+    env = {
+        **os.environ,
+        "PARADIAG_CACHE_DIR": str(tmp_path / "c"),
+        "PARADIAG_APP_CACHE_DIR": str(tmp_path / "a"),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", probe], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    frozen, tracked = map(int, out.stdout.split())
+    assert frozen > 50_000 and tracked < frozen / 10, out.stderr[-2000:]
