@@ -163,11 +163,11 @@ _PARTS = {
     "distribution": distribution_figure,
     "collectives": collectives_figure,
 }
-LEGEND = "breakdown"  # the cell whose traces the legend lists (above the figure); the others' keys are in their titles
+# The cell whose traces the legend lists (above the figure); the others' keys are in their titles.
+LEGEND = "breakdown"
 ROW_GAP_PX, TOP_PX, BOTTOM_PX = 96, 30, 58
-COLUMN_GAP = (
-    0.05  # between the two columns, a fraction of the plot's width (each column's names lie outside it)
-)
+# Between the two columns, a fraction of the plot's width (each column's names lie outside it).
+COLUMN_GAP = 0.05
 
 
 def detail_figure(data: DetailData) -> go.Figure:

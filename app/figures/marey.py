@@ -26,9 +26,8 @@ if TYPE_CHECKING:  # the view data's shapes (the figure reads them, the data lay
     from paradiag.app.data.shapes import MareyData, MareyStage, MareyTimes, PathPiece
 
 HALF = 0.32  # half the height of a row
-PIXELS = (
-    2000  # a window's width in pixels, at most (what is narrower than window / PIXELS is less than a pixel)
-)
+# A window's width in pixels, at most: what is narrower than window / PIXELS is less than a pixel on any screen.
+PIXELS = 2000
 STAGE_GAP = 0.7  # extra space between stages
 ANOMALY = "#c62828"
 # The operators' names, once per figure (layout.meta[OPERATORS]): a hover point's customdata holds its operator's

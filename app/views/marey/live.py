@@ -105,9 +105,8 @@ def render_marey(
             data, selected=outlined, uirevision=f"{sel['job']}|{sel['step']}|{','.join(key[3])}", path=path
         )
 
-    if (
-        window is None
-    ):  # the step's figure, built once (``drawn_once``); an instance selected: its copy outlines it
+    # the step's figure, built once (``drawn_once``); an instance selected: its copy outlines it (the last shape)
+    if window is None:
         fig = drawn_once(("marey", store.scope(job), *map(repr, key)), build)
         if selected is not None:
             fig = go.Figure(fig)
