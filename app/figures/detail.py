@@ -156,12 +156,11 @@ def collectives_figure(data: DetailData) -> go.Figure:
 # plot's fixed work four times over on every step change (its axes, its layout measured; Dash's renderer told of four
 # figures). Put together from the four graphs' own figures as plain data (built with plotly's subplot helpers and
 # checked again attribute by attribute, it took 44 ms of the server's time against their 13).
-CELLS = (("operators", 1, 1), ("breakdown", 1, 2), ("distribution", 2, 1), ("collectives", 2, 2))
-_PARTS = {
-    "operators": operators_figure,
-    "breakdown": breakdown_figure,
-    "distribution": distribution_figure,
-    "collectives": collectives_figure,
+CELLS = {  # each cell's graph: its builder, row and column
+    "operators": (operators_figure, 1, 1),
+    "breakdown": (breakdown_figure, 1, 2),
+    "distribution": (distribution_figure, 2, 1),
+    "collectives": (collectives_figure, 2, 2),
 }
 # The cell whose traces the legend lists (above the figure); the others' keys are in their titles.
 LEGEND = "breakdown"
@@ -176,7 +175,7 @@ def detail_figure(data: DetailData) -> go.Figure:
     titled under its axis, with the key to its colours (the breakdown's: the legend above); the left column's
     names on its left, the right column's on its right. A stacked graph's bars are laid on one another (``base``):
     the figure's bars are grouped side by side."""
-    parts = {name: _PARTS[name](data).to_plotly_json() for name, _, _ in CELLS}
+    parts = {name: build(data).to_plotly_json() for name, (build, _, _) in CELLS.items()}
     heights = [
         max(_plot_px(parts["operators"]), _plot_px(parts["breakdown"])),
         max(_plot_px(parts["distribution"]), _plot_px(parts["collectives"])),
@@ -193,7 +192,7 @@ def detail_figure(data: DetailData) -> go.Figure:
     rows = {1: [1 - heights[0] / plot, 1.0], 2: [0.0, heights[1] / plot]}
     cols = {1: [0.0, (1 - COLUMN_GAP) / 2], 2: [(1 + COLUMN_GAP) / 2, 1.0]}
     traces: list[dict[str, Any]] = []
-    for name, row, col in CELLS:
+    for name, (_, row, col) in CELLS.items():
         n = "" if (row, col) == (1, 1) else str((row - 1) * 2 + col)
         x_axis, y_axis = _cell(name, parts[name], f"x{n}", f"y{n}", traces, layout["annotations"])
         layout[f"xaxis{n}"] = {**x_axis, "domain": cols[col], "anchor": f"y{n}"}

@@ -240,7 +240,7 @@ def _bars(fig: go.Figure, data: MareyData, row_y: list[list[float]]) -> list[str
         if len(st["start"]):
             for cat, part in _stage_bars(st, ys, ops).items():
                 parts.setdefault(cat, []).append(part)
-            for cat, box in _stacked(st, ys, _pixel(data)).items():
+            for cat, box in _stacked(st, ys).items():
                 boxes.setdefault(cat, []).append(box)
     step = HOVER_STEP * (data["window_ms"][1] - data["window_ms"][0])
     for cat in dict.fromkeys([*boxes, *parts]):
@@ -253,11 +253,12 @@ def _bars(fig: go.Figure, data: MareyData, row_y: list[list[float]]) -> list[str
     return list(ops)
 
 
-def _stacked(st: MareyStage, ys: list[float], pixel: float = 0.0) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def _stacked(st: MareyStage, ys: list[float]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per category, the slices of a stage's bars it holds (x, y of NaN-separated closed polygons): a band's
     categories stacked top to bottom in one order for every band (compute first: its share compares across
-    stages at a glance), each as high as its share of the band's time. Slices of one height on one row less than
-    ``pixel`` apart are one polygon (:func:`_merged`)."""
+    stages at a glance), each as high as its share of the band's time. Not merged per pixel as the spreads are
+    (:func:`_merged`): a band's slices are as high as its shares, which neighbours seldom have alike (none merged on
+    three 256-rank jobs, for 3.5 ms a build)."""
     starts, ends = _arrays(st, "start"), _arrays(st, "end")
     y = np.asarray(ys, dtype=np.float64)
     mixes = st.get("shares") or [[[c, 1.0]] for c in st["category"]]
@@ -278,7 +279,7 @@ def _stacked(st: MareyStage, ys: list[float], pixel: float = 0.0) -> dict[str, t
         idx = np.asarray(band)
         y0 = y[None, :] - HALF + 2 * HALF * np.asarray(lows)[:, None]  # band x row
         y1 = y0 + 2 * HALF * np.asarray(shares)[:, None]
-        out[cat] = _boxes(*_merged(starts[idx].ravel(), ends[idx].ravel(), y0.ravel(), y1.ravel(), pixel))
+        out[cat] = _boxes(starts[idx].ravel(), ends[idx].ravel(), y0.ravel(), y1.ravel())
     return out
 
 
