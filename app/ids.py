@@ -71,6 +71,7 @@ COMM_MATRIX = "comm-matrix"
 COMM_METRIC = "comm-metric"
 COMM_INSTANCES = "comm-instances"
 COMM_DRILL = "comm-drill"  # the blocks of the matrix opened, per job
+COMM_BLOCK = "comm-block"  # a click on a block of the matrix (not on a link between two ranks), passed on in the browser
 COMM_UP = "comm-up"
 
 BASELINE_PICKER = "baseline-picker"

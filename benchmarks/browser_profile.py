@@ -61,9 +61,30 @@ def summary(profile: dict[str, Any], top: int = 25) -> list[str]:
             chains[" <- ".join([frame["functionName"], *callers])] += ms
     lines = [f"  sampled {sum(own.values()):.0f} ms"]
     lines += [f"  {ms:8.1f}  {name}" for name, ms in own.most_common(top)]
+    lines.append("  inclusive (a function's time with what it called):")
+    lines += [f"  {ms:8.1f}  {name}" for name, ms in inclusive(profile).most_common(top)]
     lines.append("  by file: " + ", ".join(f"{f} {ms:.0f}" for f, ms in files.most_common(8)))
     lines += [f"  caller {ms:7.1f}  {chain}" for chain, ms in chains.most_common(8)]
     return lines
+
+
+def inclusive(profile: dict[str, Any]) -> collections.Counter[str]:
+    """Each function's time with what it called (a sample counted once per function on its stack; the idle and
+    the profiler's own frames left out)."""
+    nodes = {n["id"]: n for n in profile["nodes"]}
+    parent = {c: n["id"] for n in profile["nodes"] for c in n.get("children", [])}
+    total: collections.Counter[str] = collections.Counter()
+    for sample, delta in zip(profile["samples"][1:], profile["timeDeltas"][1:], strict=True):
+        if nodes[sample]["callFrame"]["functionName"] in ("(idle)", "(program)", "(root)"):
+            continue
+        seen, at = set(), sample
+        while at in nodes:
+            name = where(nodes[at]["callFrame"])
+            if name not in seen and nodes[at]["callFrame"]["functionName"] != "(root)":
+                seen.add(name)
+                total[name] += delta / 1000
+            at = parent.get(at, -1)
+    return total
 
 
 def profile(job: Path, cache: Path, gestures: list[str]) -> None:

@@ -240,8 +240,16 @@ def _blocks(
     }, hover
 
 
-def link_instances(job: Job, src: int, dst: int, top: int = 10) -> list[LinkInstance]:
-    """The collective instances both ranks took part in (for send/recv: between them), slowest transfer first."""
+LINK_TOP = 10  # a link's instances listed at most
+
+
+def link_instances(job: Job, src: int, dst: int, top: int = LINK_TOP) -> list[LinkInstance]:
+    """The collective instances both ranks took part in (for send/recv: between them), slowest transfer first:
+    computed once per link (a click on it selects the slowest and lists the others)."""
+    return store.memo("comm-link", job, (src, dst), lambda: _link_instances(job, src, dst))[:top]
+
+
+def _link_instances(job: Job, src: int, dst: int) -> list[LinkInstance]:
     table = collectives.instances(job)
     if table.num_rows == 0:
         return []
@@ -267,7 +275,7 @@ def link_instances(job: Job, src: int, dst: int, top: int = 10) -> list[LinkInst
             ("bytes", "max"),
         ]
     )
-    grouped = grouped.sort_by([("transfer_ns_max", "descending")]).slice(0, top)
+    grouped = grouped.sort_by([("transfer_ns_max", "descending")]).slice(0, LINK_TOP)
     t0 = origin_ns(job)
     out: list[LinkInstance] = []
     for r in grouped.to_pylist():

@@ -46,6 +46,9 @@ def comm_figure(view: CommView, metric: CommMetric, selected: list[int] | None =
         xaxis={"title": f"receiver (dst) · figures from {view['source']}", "type": "category"},
         yaxis={"title": "sender (src)", "type": "category", "autorange": "reversed"},
         shapes=comm_shapes(view, selected),
+        meta={
+            "level": view["level"]
+        },  # read in the browser: a click on a block opens it, one on a link does not
     )
     return fig
 

@@ -5,9 +5,10 @@ render."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from dash import Dash, Output, Patch, ctx, dcc, html, no_update
+from dash import Dash, Input, Output, Patch, State, ctx, dcc, html, no_update
 
 from paradiag.app import boundary, coerce, context, ids
 from paradiag.app.boundary import In, St
@@ -25,6 +26,18 @@ FIELDS = {"comm": ("job",), "comm-link": ("job", "ranks", "collective")}
 # Its place on the job page: the graph its export bar exports, with its table, half a row or not.
 EXPORTS = (ids.COMM_MATRIX, True)
 HALF = True
+
+
+# A click on the matrix reaches the drill only when it is on a block (stage or node) the matrix can open, decided in
+# the browser from the level the figure was drawn at: a click on a link between two ranks sends one request fewer,
+# and the matrix's own redraw (its outline) does not wait for a drill that changes nothing.
+BLOCK_CLICK = """
+function(click, figure) {
+    const level = ((figure || {}).layout || {}).meta;
+    if (!click || !level || level.level === "rank") { return window.dash_clientside.no_update; }
+    return click;
+}
+"""
 
 
 def _drilled(drill: dict[str, Any] | None, job: str) -> dict[str, Any]:
@@ -93,40 +106,39 @@ def drill_comm(
     return {"job": sel["job"], "path": [*path, block]} if block else no_update
 
 
+def _cell(value: Any) -> str:
+    """Text as it is in Markdown (a table cell or a line): the marks dcc.Markdown's parser reads as markup escaped
+    (its own list: a backslash before another mark is shown), so that no name from a trace is read as markup."""
+    text = str(value).replace("&", "&amp;").replace("<", "&lt;")  # no HTML tag read either
+    return re.sub(r"([\\`*{}\[\]()#+\-.!_>~|])", r"\\\1", text)
+
+
 def comm_instances(click: dict[str, Any] | None, sel: dict[str, Any] | None) -> Any:
+    """The link's instances as one Markdown table (one component: every Dash component in the page costs each of
+    the browser's store updates, and 80 cells as components were a third of the page's)."""
     point = coerce.first_point(click)
     if not point or not sel or not sel.get("job"):
         return no_update
     src, dst = coerce.integer(point.get("y"), 0), coerce.integer(point.get("x"), 0)
     if src is None or dst is None:
-        return html.P(
-            f"{str(point.get('y'))[:80]} → {str(point.get('x'))[:80]} opened: click a link between two ranks for its instances",
-            className="pd-help",
+        return _cell(
+            f"{str(point.get('y'))[:80]} → {str(point.get('x'))[:80]} opened: click a link between two ranks for its instances"
         )
     rows = link_instances(context.job(sel["job"]), src, dst)
     if not rows:
-        return html.P(f"no collective instance shared by ranks {src} and {dst}", className="pd-help")
-    head = html.Tr([html.Th(h) for h in ("collective", "group", "step", "transfer ms", "wait ms", "MB")])
-    body = [
-        html.Tr(
-            [
-                html.Td(r["collective"]),
-                html.Td(r["group"][:12]),
-                html.Td(r["step"]),
-                html.Td(f"{r['transfer_ms']:.3f}"),
-                html.Td(f"{r['wait_ms']:.3f}"),
-                html.Td(f"{(r['bytes'] or 0) / 1e6:.1f}"),
-            ]
-        )
+        return _cell(f"no collective instance shared by ranks {src} and {dst}")
+    lines = [
+        _cell(f"link {src} → {dst}: slowest instances first (the slowest is selected in the timeline)"),
+        "",
+        "| collective | group | step | transfer ms | wait ms | MB |",
+        "|---|---|--:|--:|--:|--:|",
+    ]
+    lines += [
+        f"| {_cell(r['collective'])} | {_cell(r['group'][:12])} | {r['step']} | {r['transfer_ms']:.3f} | "
+        f"{r['wait_ms']:.3f} | {(r['bytes'] or 0) / 1e6:.1f} |"
         for r in rows
     ]
-    return [
-        html.P(
-            f"link {src} → {dst}: slowest instances first (the slowest is selected in the timeline)",
-            className="pd-help",
-        ),
-        html.Table([head, *body]),
-    ]
+    return "\n".join(lines)
 
 
 def panel() -> html.Section:
@@ -147,8 +159,9 @@ def panel() -> html.Section:
             ],
         ),
         dcc.Store(id=ids.COMM_DRILL, data={}),
+        dcc.Store(id=ids.COMM_BLOCK),
         graph(ids.COMM_MATRIX),
-        html.Div(id=ids.COMM_INSTANCES, className="pd-instances"),
+        dcc.Markdown(id=ids.COMM_INSTANCES, className="pd-instances"),
         class_name="pd-comm",
     )
 
@@ -165,10 +178,18 @@ def register(app: Dash) -> None:
         In(view_store("comm-link"), "data", sel),
         prevent_initial_call=True,
     )(comm)
+    boundary.clientside(
+        app,
+        BLOCK_CLICK,
+        Output(ids.COMM_BLOCK, "data"),
+        Input(ids.COMM_MATRIX, "clickData"),
+        State(ids.COMM_MATRIX, "figure"),
+        prevent_initial_call=True,
+    )
     boundary.callback(
         app,
         Output(ids.COMM_DRILL, "data"),
-        In(ids.COMM_MATRIX, "clickData", boundary.event),
+        In(ids.COMM_BLOCK, "data", boundary.event),
         In(ids.COMM_UP, "n_clicks", boundary.count),
         St(ids.COMM_DRILL, "data", boundary.drill),
         St(ids.SELECTION, "data", sel),
