@@ -267,6 +267,11 @@ def test_matrix_aggregates_above_its_size_and_opens_a_block(monkeypatch: pytest.
     opened = comm.view(job, block["src"], block["dst"])
     assert opened["level"] == "rank" and [g["label"] for g in opened["src"]] == [str(r) for r in s0]
     assert comm.block_at(opened, str(s0[0]), opened["dst"][0]["label"]) is None  # ranks: a click is a link
+    from paradiag.app.figures.comm import comm_figure
+
+    # the browser passes a click on to the drill by the level the figure says it was drawn at
+    assert comm_figure(top, "bytes").layout.meta == {"level": "stage"}
+    assert comm_figure(opened, "bytes").layout.meta == {"level": "rank"}
 
 
 # ---- the execution-flow graph ----

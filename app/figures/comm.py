@@ -46,9 +46,8 @@ def comm_figure(view: CommView, metric: CommMetric, selected: list[int] | None =
         xaxis={"title": f"receiver (dst) · figures from {view['source']}", "type": "category"},
         yaxis={"title": "sender (src)", "type": "category", "autorange": "reversed"},
         shapes=comm_shapes(view, selected),
-        meta={
-            "level": view["level"]
-        },  # read in the browser: a click on a block opens it, one on a link does not
+        # read in the browser (views/comm/live.BLOCK_CLICK): a click on a block opens it, one on a link does not
+        meta={"level": view["level"]},
     )
     return fig
 
