@@ -396,7 +396,7 @@ def test_comm_click_selects_the_slowest_instance_on_the_link(sel: Selection) -> 
     click = {"points": [{"x": "1", "y": "0"}]}
     new = select((ids.COMM_MATRIX, "clickData"), click, sel, "")
     assert new.ranks == [0, 1] and new.collective and new.window
-    table = comm_instances(click, sel.to_store()).children  # one Markdown: a line, then a row per instance
+    table = comm_instances(click, sel.to_store())  # one Markdown text: a line, then a row per instance
     assert table.startswith("link 0 → 1:") and table.count("\n| ") >= 3  # the head and 1+ instances
     outline = mark_comm(new.view("comm-link"), "bandwidth").to_plotly_json()["operations"]
     assert [op["location"] for op in outline] == [["layout", "shapes"]]  # the cells are not sent again

@@ -115,19 +115,18 @@ def _cell(value: Any) -> str:
 
 def comm_instances(click: dict[str, Any] | None, sel: dict[str, Any] | None) -> Any:
     """The link's instances as one Markdown table (one component: every Dash component in the page costs each of
-    the browser's store updates, and 80 cells as components were a third of the page's), or a line why none."""
+    the browser's store updates, and 80 cells as components were a third of the page's)."""
     point = coerce.first_point(click)
     if not point or not sel or not sel.get("job"):
         return no_update
     src, dst = coerce.integer(point.get("y"), 0), coerce.integer(point.get("x"), 0)
     if src is None or dst is None:
-        return html.P(
-            f"{str(point.get('y'))[:80]} → {str(point.get('x'))[:80]} opened: click a link between two ranks for its instances",
-            className="pd-help",
+        return _cell(
+            f"{str(point.get('y'))[:80]} → {str(point.get('x'))[:80]} opened: click a link between two ranks for its instances"
         )
     rows = link_instances(context.job(sel["job"]), src, dst)
     if not rows:
-        return html.P(f"no collective instance shared by ranks {src} and {dst}", className="pd-help")
+        return _cell(f"no collective instance shared by ranks {src} and {dst}")
     lines = [
         _cell(f"link {src} → {dst}: slowest instances first (the slowest is selected in the timeline)"),
         "",
@@ -139,7 +138,7 @@ def comm_instances(click: dict[str, Any] | None, sel: dict[str, Any] | None) -> 
         f"{r['wait_ms']:.3f} | {(r['bytes'] or 0) / 1e6:.1f} |"
         for r in rows
     ]
-    return dcc.Markdown("\n".join(lines))
+    return "\n".join(lines)
 
 
 def panel() -> html.Section:
@@ -162,9 +161,7 @@ def panel() -> html.Section:
         dcc.Store(id=ids.COMM_DRILL, data={}),
         dcc.Store(id=ids.COMM_BLOCK),
         graph(ids.COMM_MATRIX),
-        # The link's table (one dcc.Markdown) comes with the first link clicked: its script (325 KB) is not read
-        # before a page needs it.
-        html.Div(id=ids.COMM_INSTANCES, className="pd-instances"),
+        dcc.Markdown(id=ids.COMM_INSTANCES, className="pd-instances"),
         class_name="pd-comm",
     )
 
