@@ -17,8 +17,8 @@ settle (``(idle)``); what a gesture costs the user is ``browser.py``'s figure, n
 from __future__ import annotations
 
 import argparse
-import os
 import collections
+import os
 import shutil
 import sys
 import tempfile
@@ -40,7 +40,9 @@ def where(frame: dict[str, Any]) -> str:
     return f"{frame['functionName'] or '(anonymous)'} {url}:{frame['lineNumber']}"
 
 
-def summary(profile: dict[str, Any], top: int = int(os.environ.get("PARADIAG_PROFILE_TOP", "25"))) -> list[str]:
+def summary(
+    profile: dict[str, Any], top: int = int(os.environ.get("PARADIAG_PROFILE_TOP", "25"))
+) -> list[str]:
     """The lines printed for one profile: self time per function, per file, and the callers of TRACED."""
     nodes = {n["id"]: n for n in profile["nodes"]}
     parent = {c: n["id"] for n in profile["nodes"] for c in n.get("children", [])}
