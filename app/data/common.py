@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
 
 import pyarrow as pa
@@ -73,6 +73,15 @@ def origin_ns(job: Job) -> int:
     """The job's time zero: the earliest step start (x axes show ms since then)."""
     value = pc.min(job.steps.column("start_ns")).as_py()
     return int(value) if value is not None else 0
+
+
+def clock_window(job: Job, window: Sequence[float] | None) -> tuple[int, int] | None:
+    """A selection's window (ms since the job's time zero, as the x axes show it) on the trace's clock (ns); None
+    for none (the whole step)."""
+    if not window:
+        return None
+    t0 = origin_ns(job)
+    return t0 + int(window[0] * 1e6), t0 + int(window[1] * 1e6)
 
 
 def steps_of(job: Job) -> list[int]:

@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 
 from paradiag.app.data import overview as overview_data
 from paradiag.app.data.comm import matrix
-from paradiag.app.data.common import diagnosis, origin_ns, read_events, step_span
+from paradiag.app.data.common import clock_window, diagnosis, origin_ns, read_events, step_span
 from paradiag.app.data.detail import detail_data
 from paradiag.app.data.flow import flow_view
 from paradiag.app.data.marey import marey_data
@@ -54,11 +54,7 @@ def timeline_table(job: Job, sel: Selection) -> Table:
     timeline names it), kind, name, start (ms since the job's first step) and duration (µs)."""
     step = _step(job, sel)
     ranks = overview_data.shown_ranks(job, sel.ranks, step, LIMITS)
-    if sel.window:
-        t0 = origin_ns(job)
-        lo, hi = t0 + int(sel.window[0] * 1e6), t0 + int(sel.window[1] * 1e6)
-    else:
-        lo, hi = step_span(job, step if step is not None else 0, ranks)
+    lo, hi = clock_window(job, sel.window) or step_span(job, step if step is not None else 0, ranks)
     events = read_events(
         job,
         ranks=ranks,
@@ -110,11 +106,7 @@ def marey_table(job: Job, sel: Selection) -> Table:
     step = _step(job, sel)
     if step is None:
         return ["stage"], []
-    window = None
-    if sel.window:
-        t0 = origin_ns(job)
-        window = (t0 + int(sel.window[0] * 1e6), t0 + int(sel.window[1] * 1e6))
-    data = marey_data(job, step, window)
+    data = marey_data(job, step, clock_window(job, sel.window))
     rows: list[list[Any]] = []
     for st in data["stages"]:
         for i, (label, cat) in enumerate(zip(st["label"], st["category"], strict=True)):

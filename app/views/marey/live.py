@@ -13,7 +13,7 @@ from dash import Dash, Input, Output, Patch, State, dcc, html, no_update
 
 from paradiag.app import boundary, context, ids, store
 from paradiag.app.boundary import In, St
-from paradiag.app.data.common import Kept, origin_ns
+from paradiag.app.data.common import Kept, clock_window
 from paradiag.app.data.marey import EXPAND_KEY, critical_path, marey_data
 from paradiag.app.data.shapes import MareyData
 from paradiag.app.figures.marey import OPERATORS, highlight, marey_figure
@@ -86,10 +86,7 @@ def render_marey(
     if not sel or not sel.get("job") or sel.get("step") is None:
         return no_update, no_update, no_update
     job = context.job(sel["job"])
-    window = None
-    if sel.get("window"):
-        t0 = origin_ns(job)
-        window = (t0 + int(sel["window"][0] * 1e6), t0 + int(sel["window"][1] * 1e6))
+    window = clock_window(job, sel.get("window"))
     data = windowed(job, sel["step"], window, expand or [])
     selected = (sel["op"], sel.get("stage"), sel.get("at")) if sel.get("op") else None
     with_path = "path" in (toggles or [])

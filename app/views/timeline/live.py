@@ -13,7 +13,7 @@ from dash import Dash, Input, Output, State, dcc, html, no_update
 
 from paradiag.app import boundary, coerce, context, ids, store
 from paradiag.app.boundary import In, St
-from paradiag.app.data.common import origin_ns, step_span
+from paradiag.app.data.common import clock_window, step_span
 from paradiag.app.data.detail import operator_totals
 from paradiag.app.data.overview import focus, opening_step
 from paradiag.app.data.shapes import TimelineData
@@ -51,11 +51,8 @@ function(click, unfolded) {
 
 def window_ns(job: Job, sel: dict[str, Any], ranks: list[int] | None) -> tuple[int, int]:
     """The selected window, else the step's span over ``ranks`` (None: over all ranks)."""
-    if sel.get("window"):
-        t0 = origin_ns(job)
-        a, b = sel["window"]
-        return t0 + int(a * 1e6), t0 + int(b * 1e6)
-    return step_span(job, sel["step"], ranks) if sel.get("step") is not None else step_span(job, 0, ranks)
+    step = sel["step"] if sel.get("step") is not None else 0
+    return clock_window(job, sel.get("window")) or step_span(job, step, ranks)
 
 
 def instance_of(collective: str | None) -> int | None:
