@@ -142,6 +142,7 @@ def run(job: Path) -> list[tuple[str, float, int]]:
             ("flow-expand", "value"): [],
             ("comm-metric", "value"): "slowness",
             ("comm-drill", "data"): {},
+            ("comm-block", "data"): None,
             ("url", "search"): "",
             ("url", "pathname"): "/",
             ("marey-zoom-stack", "data"): [],
@@ -235,12 +236,12 @@ def pipeline_views(b: Browser, app: Any, reducer: str) -> None:
         b.call("click a marey band", reducer, [("marey-click", "data")])
         b.call("marey (one instance outlined)", key_for(app, "marey.figure"), [("selection", "data")])
         b.call("flow (its node ringed)", key_for(app, "flow.figure"), [("selection", "data")])
-    matrix = b.props[("comm-matrix", "figure")]["data"][0]
-    cells = [(v, i, j) for i, row in enumerate(matrix["z"]) for j, v in enumerate(row) if v is not None]
-    _, i, j = max(cells) if cells else (0, 0, 0)  # the hottest block, as a user would
-    b.props[("comm-matrix", "clickData")] = {"points": [{"x": matrix["x"][j], "y": matrix["y"][i]}]}
-    b.call("click a matrix block", key_for(app, "comm-drill.data"), [("comm-matrix", "clickData")])
+    b.props[("comm-matrix", "clickData")] = hottest_cell(b)  # the hottest block, as a user would
+    # the browser passes a click on a block on to the drill (views/comm/live.BLOCK_CLICK), a click on a link not
+    b.props[("comm-block", "data")] = b.props[("comm-matrix", "clickData")]
+    b.call("click a matrix block", key_for(app, "comm-drill.data"), [("comm-block", "data")])
     b.call("matrix (block opened)", key_for(app, "comm-matrix.figure"), [("comm-drill", "data")])
+    b.props[("comm-matrix", "clickData")] = hottest_cell(b)  # in the block opened: its hottest link
     b.call("click a link", reducer, [("comm-matrix", "clickData")])
     b.call("link instances", key_for(app, "comm-instances.children"), [("comm-matrix", "clickData")])
     b.props[("comm-up", "n_clicks")] = 1
@@ -252,6 +253,14 @@ def pipeline_views(b: Browser, app: Any, reducer: str) -> None:
         b.props[("flow", "clickData")] = {"points": [{"customdata": block}]}
         b.call("click a flow block", key_for(app, "flow-expand.value"), [("flow", "clickData")])
         b.call("flow (block opened)", key_for(app, "flow.figure"), [("flow-expand", "value")])
+
+
+def hottest_cell(b: Browser) -> dict[str, Any]:
+    """A click on the communication matrix's hottest cell as it is drawn now (a block, or a link between ranks)."""
+    matrix = b.props[("comm-matrix", "figure")]["data"][0]
+    cells = [(v, i, j) for i, row in enumerate(matrix["z"]) for j, v in enumerate(row) if v is not None]
+    _, i, j = max(cells) if cells else (0, 0, 0)
+    return {"points": [{"x": matrix["x"][j], "y": matrix["y"][i]}]}
 
 
 def cold_step(b: Browser, app: Any, reducer: str) -> None:

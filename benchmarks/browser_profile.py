@@ -1,6 +1,6 @@
 """Benchmark companion: where the browser's main thread spends a gesture, as a JavaScript CPU profile.
 
-    python benchmarks/browser_profile.py --job /work/jobs/stage256 [--cache DIR] [--plotly FILE] "step chart" ...
+    python benchmarks/browser_profile.py --job /work/jobs/stage256 [--cache DIR] [--plotly FILE] [--top N] "step chart" ...
 
 It serves the job as ``benchmarks/browser.py`` does, opens it in headless Chromium, waits for every view, then
 for each named gesture (``browser.py``'s, e.g. "heatmap cell", "finding", "step chart", "timeline W key",
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import os
 import shutil
 import sys
 import tempfile
@@ -40,9 +39,7 @@ def where(frame: dict[str, Any]) -> str:
     return f"{frame['functionName'] or '(anonymous)'} {url}:{frame['lineNumber']}"
 
 
-def summary(
-    profile: dict[str, Any], top: int = int(os.environ.get("PARADIAG_PROFILE_TOP", "25"))
-) -> list[str]:
+def summary(profile: dict[str, Any], top: int = 25) -> list[str]:
     """The lines printed for one profile: self time per function, per file, and the callers of TRACED."""
     nodes = {n["id"]: n for n in profile["nodes"]}
     parent = {c: n["id"] for n in profile["nodes"] for c in n.get("children", [])}
@@ -90,7 +87,7 @@ def inclusive(profile: dict[str, Any]) -> collections.Counter[str]:
     return total
 
 
-def profile(job: Path, cache: Path, gestures: list[str]) -> None:
+def profile(job: Path, cache: Path, gestures: list[str], top: int = 25) -> None:
     proc, port, _ = bench.start_server(job, cache)
     driver = None
     try:
@@ -109,7 +106,7 @@ def profile(job: Path, cache: Path, gestures: list[str]) -> None:
             known[name][1]()
             bench.settle(driver, since)
             print(f"\n{name}")
-            print("\n".join(summary(driver.execute_cdp_cmd("Profiler.stop", {})["profile"])))
+            print("\n".join(summary(driver.execute_cdp_cmd("Profiler.stop", {})["profile"], top)))
     finally:
         if driver is not None:
             driver.quit()
@@ -123,6 +120,7 @@ def main() -> None:
     parser.add_argument("--job", type=Path, required=True, help="a job folder")
     parser.add_argument("--cache", type=Path, help="where the parsed job goes (default: a temporary folder)")
     parser.add_argument("--plotly", type=Path, help="an unminified plotly.js of the installed version")
+    parser.add_argument("--top", type=int, default=25, help="rows per list (self time, inclusive time)")
     parser.add_argument("gestures", nargs="+", help="gestures of benchmarks/browser.py, by label")
     args = parser.parse_args()
     cache = args.cache or Path(tempfile.mkdtemp(prefix="paradiag-profile-"))
@@ -134,7 +132,7 @@ def main() -> None:
         shutil.copy2(bundle, kept)
         shutil.copy2(args.plotly, bundle)
     try:
-        profile(args.job, cache, args.gestures)
+        profile(args.job, cache, args.gestures, args.top)
     finally:
         if kept and bundle:
             shutil.move(kept, bundle)

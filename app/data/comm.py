@@ -244,8 +244,9 @@ LINK_TOP = 10  # a link's instances listed at most
 
 
 def link_instances(job: Job, src: int, dst: int, top: int = LINK_TOP) -> list[LinkInstance]:
-    """The collective instances both ranks took part in (for send/recv: between them), slowest transfer first:
-    computed once per link (a click on it selects the slowest and lists the others)."""
+    """The collective instances both ranks took part in (for send/recv: between them), slowest transfer first,
+    ``top`` of them (LINK_TOP at most): computed once per link (a click on it selects the slowest and lists the
+    others)."""
     return store.memo("comm-link", job, (src, dst), lambda: _link_instances(job, src, dst))[:top]
 
 
