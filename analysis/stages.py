@@ -600,7 +600,8 @@ def stage_work(
     """Per stage, the work its ranks do per step, counted in calls, not time: each operator's calls (per step,
     ``operators.call_counts``) priced at one job-wide price, the median over the ranks of its typical call
     (``operators.typical_durations`` on ``host_ranks``; the median call elsewhere), of the operators that every
-    stage calls; a stage's work is the median of its ranks'. A stage that holds more layers makes more calls of
+    stage calls (and of those called from the top on some stage, from inside another operator on the others);
+    a stage's work is the median of its ranks'. A stage that holds more layers makes more calls of
     the same operators, so its work is more whatever its cores did; a rank slower at some operators (a busier core,
     an allocator's page faults on large outputs, a hot operator) makes the same calls and does the same work.
     Operators are told apart by their caller too. ``skip``: rows not counted (:func:`recomputed`'s). [] when a
@@ -612,7 +613,10 @@ def stage_work(
     # An operator is counted per caller (the frame's ``work``): a call re-entered under a dispatch mode (an op
     # called by itself) is a caller no other stage has, not a second call of the layer's work.
     pair = (mine.name.astype(np.int64) << 32) | (mine.work.astype(np.int64) & 0xFFFFFFFF)
-    mine.name = np.unique(pair, return_inverse=True)[1].reshape(-1).astype(mine.name.dtype)
+    pairs, inverse = np.unique(pair, return_inverse=True)
+    base_name = (pairs >> 32).astype(np.int64)  # per pair code, its operator's name code
+    top_level = (pairs & 0xFFFFFFFF) == 0xFFFFFFFF  # called by no operator (work -1)
+    mine.name = inverse.reshape(-1).astype(mine.name.dtype)
     times = operator_time(mine, typical)
     counts = call_counts(mine)
     per_call: dict[int, list[float]] = {}
@@ -624,6 +628,13 @@ def stage_work(
     # work no split of the layers moves.
     callers = [{n for (r, n), c in counts.items() if c > 0 and r in stage} for stage in stages]
     common = set.intersection(*callers) if callers else set()
+    # ... and a stage's calls of such an operator from the top, where its layers call it from inside another
+    # (matmuls of a forward hook beside its layers' ``linear``): more of the same work, which the stage does in
+    # every micro-batch, not a stage's own kind of work as a loss or an embedding is.
+    shared = (
+        set.intersection(*({int(base_name[n]) for n in stage} for stage in callers)) if callers else set()
+    )
+    common |= {n for stage in callers for n in stage if top_level[n] and int(base_name[n]) in shared}
     price = {name: float(np.median(v)) for name, v in per_call.items() if name in common}
     work: dict[int, float] = {}
     for (rank, name), calls in counts.items():

@@ -77,6 +77,17 @@ def test_a_stage_of_more_layers_does_more_work_a_slower_operator_none(tmp_path: 
     assert work[0] == pytest.approx(work[1]) and work[3] == pytest.approx(work[1])
 
 
+def test_a_stage_s_extra_calls_of_its_layers_operators_from_the_top_are_its_work(tmp_path: Path) -> None:
+    # stage 1 also runs 4 matmuls of its own from the top (a forward hook's, beside its layers' aten::linear >
+    # aten::mm), stage 3 its loss: the hook's matmuls are more of the work every stage does, the loss is not
+    own = {1: ["aten::mm"] * 4, 3: ["aten::mse_loss"] * 3}
+    tables = [_rank_events(tmp_path, r, 2, 100, own.get(r, [])) for r in range(4)]
+    work = stages.stage_work(concat([device_frame(t) for t in tables]), STAGES, frozenset(range(4)))
+    assert work[0] == pytest.approx(work[2]) and work[3] == pytest.approx(work[2])
+    # the hook's 4 calls of 220 us (the events' own time) besides the layers' work
+    assert work[1] == pytest.approx(work[2] + 4 * 220_000)
+
+
 def _metrics(per_micro_batch_ms: list[float]) -> dict[str, Any]:
     rows = [
         {"stage": s, "ranks": [s], "compute_per_micro_batch_ns": int(v * MS), "bubble_ratio": 0.3}
