@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any, cast
 
 import numpy as np
@@ -37,6 +38,9 @@ TEMPLATE = go.layout.Template(
 )
 
 
+TEMPLATE_JSON = TEMPLATE.to_plotly_json()
+
+
 def add_caption(fig: go.Figure, text: str, left_px: int) -> None:
     """A caption in the figure's top margin, its lines growing upwards from the plot area, from the figure's left
     edge (``left_px``: the left margin). An annotation, not the title: a title of several lines anchored at its
@@ -58,21 +62,39 @@ def add_caption(fig: go.Figure, text: str, left_px: int) -> None:
     )
 
 
+def base_layout(title: str = "", uirevision: Any = None, height: int | None = None) -> dict[str, Any]:
+    """The layout every figure starts from, as plotly's JSON has it (unset entries left out)."""
+    layout = {
+        "template": TEMPLATE_JSON,
+        "font": FONT,
+        "title": {"text": title, "x": 0.01, "font": {"size": 13}} if title else None,
+        "margin": {"l": 60, "r": 16, "t": 32 if title else 8, "b": 36},
+        "uirevision": uirevision,
+        "height": height,
+        "hoverlabel": {"font": {"size": 11}},
+        "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 1, "xanchor": "right"},
+    }
+    return copy.deepcopy({k: v for k, v in layout.items() if v is not None})
+
+
 def base_figure(title: str = "", uirevision: Any = None, height: int | None = None) -> go.Figure:
     # The layout given to the constructor: validated once, a third of what ``update_layout`` on a new figure costs
     # (plotly's relayout path splits every key path: ~8 ms a figure, and a step change builds about seven)
-    return go.Figure(
-        layout={
-            "template": TEMPLATE,
-            "font": FONT,
-            "title": {"text": title, "x": 0.01, "font": {"size": 13}} if title else None,
-            "margin": {"l": 60, "r": 16, "t": 32 if title else 8, "b": 36},
-            "uirevision": uirevision,
-            "height": height,
-            "hoverlabel": {"font": {"size": 11}},
-            "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 1, "xanchor": "right"},
-        }
-    )
+    return go.Figure(layout=base_layout(title, uirevision, height))
+
+
+def scatter(**props: Any) -> dict[str, Any]:
+    """A scatter trace as plotly's JSON has it, for :func:`assembled` (``props`` as ``go.Scatter`` takes them,
+    nested as dicts: ``marker={"color": ...}``, not ``marker_color``)."""
+    return {"type": "scatter", **{k: v for k, v in props.items() if v is not None}}
+
+
+def assembled(traces: list[dict[str, Any]], layout: dict[str, Any]) -> go.Figure:
+    """A figure of ``traces`` and ``layout`` (plotly's JSON: :func:`scatter`, :func:`base_layout`) built without
+    plotly checking each value: a checked figure runs a validator per property of every trace, then copies each
+    trace again as it is added (a 256-rank Marey graph: ~15 of its ~45 ms, every redraw). The builders that use it
+    are checked against plotly's schema by their tests (``tests/test_figures_unchecked.py``)."""
+    return go.Figure({"data": traces, "layout": layout}, _validate=False)
 
 
 def empty_figure(message: str, height: int | None = None) -> go.Figure:
@@ -176,7 +198,7 @@ def add_filled(
 
 
 def add_polylines(
-    fig: go.Figure,
+    fig: go.Figure | list[dict[str, Any]],
     x: Any,
     y: Any,
     line: dict[str, Any],
@@ -187,26 +209,30 @@ def add_polylines(
     """``polylines`` added to ``fig``'s shapes (to ``shapes`` when given, which the builder sets at once: setting
     a figure's shapes validates each again, 10 ms per bar shape of a 256-rank timeline), with its legend entry: a
     line (a path shape's own legend symbol is a hexagon), in the shape's legend group, so a click on it hides and
-    shows the lines."""
+    shows the lines. ``fig``: a figure, or the traces of one being built (:func:`assembled`; ``shapes`` given)."""
     drawn = polylines(x, y, line, name, showlegend=False, legendgroup=name, **shape)
     if drawn is None:
+        return
+    key = scatter(
+        x=[None],
+        y=[None],
+        mode="lines",
+        line=line,
+        opacity=shape.get("opacity"),
+        name=name,
+        legendgroup=name,
+        hoverinfo="skip",
+    )
+    if isinstance(fig, list):
+        assert shapes is not None, "a figure being built takes its shapes at once"
+        shapes.append(drawn)
+        fig.append(key)
         return
     if shapes is not None:
         shapes.append(drawn)
     else:
         fig.update_layout(shapes=[*fig.layout.shapes, drawn])
-    fig.add_trace(
-        go.Scatter(
-            x=[None],
-            y=[None],
-            mode="lines",
-            line=line,
-            opacity=shape.get("opacity"),
-            name=name,
-            legendgroup=name,
-            hoverinfo="skip",
-        )
-    )
+    fig.add_trace(key)
 
 
 def polylines(

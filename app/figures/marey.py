@@ -14,10 +14,12 @@ import plotly.graph_objects as go
 from paradiag.app import palette
 from paradiag.app.figures.common import (
     add_polylines,
-    base_figure,
+    assembled,
+    base_layout,
     compact,
     empty_figure,
     polylines,
+    scatter,
     shared_text,
     short_name,
 )
@@ -70,19 +72,22 @@ def marey_figure(
     if not data["stages"] or not any(len(st["start"]) for st in data["stages"]):
         return empty_figure("no device work in this step", height=300)
     row_y, rank_y, ticks = rows_of(data)
-    fig = base_figure(uirevision=uirevision, height=int(120 + 26 * (ticks[-1][0] + 1)))
-    shapes: list[dict[str, Any]] = []  # set at once (setting a figure's shapes validates each again)
-    _bubbles(fig, data, row_y)
-    _spread(fig, data, row_y)
-    _connectors(fig, data, row_y)
-    operators = _bars(fig, data, row_y)
-    _p2p(fig, shapes, data, rank_y)
-    notes = _anomalies(fig, shapes, data, row_y)
+    traces: list[dict[str, Any]] = []  # the figure is built once, unchecked (``common.assembled``)
+    shapes: list[dict[str, Any]] = []
+    _bubbles(traces, data, row_y)
+    _spread(traces, data, row_y)
+    _connectors(traces, data, row_y)
+    operators = _bars(traces, data, row_y)
+    _p2p(traces, shapes, data, rank_y)
+    notes = _anomalies(traces, shapes, data, row_y)
     if path is not None:
-        fig.add_trace(critical_path_trace(path, rank_y))
-    fig.update_layout(
-        shapes=[*fig.layout.shapes, *shapes, highlight(data, selected)],
-        annotations=[*fig.layout.annotations, *notes],
+        traces.append(critical_path_trace(path, rank_y))
+    layout = base_layout(uirevision=uirevision, height=int(120 + 26 * (ticks[-1][0] + 1)))
+    layout["margin"].update({"l": 90, "t": 40})
+    layout["legend"].update({"font": {"size": 10}, "y": 1.0, "yanchor": "bottom"})
+    layout.update(
+        shapes=[*shapes, highlight(data, selected)],
+        **({"annotations": notes} if notes else {}),
         yaxis={
             "tickvals": [t[0] for t in ticks],
             "ticktext": [t[1] for t in ticks],
@@ -92,17 +97,15 @@ def marey_figure(
             "fixedrange": True,
         },
         xaxis={
-            "title": f"time since job start (ms) · step {data['step']}",
+            "title": {"text": f"time since job start (ms) · step {data['step']}"},
             "range": data["window_ms"],
             "showgrid": True,
         },
         dragmode="zoom",
         hovermode="closest",
-        margin={"l": 90, "t": 40},
-        legend={"font": {"size": 10}, "y": 1.0, "yanchor": "bottom"},
         meta={OPERATORS: operators},
     )
-    return fig
+    return assembled(traces, layout)
 
 
 def _arrays(st: MareyStage, key: MareyTimes) -> np.ndarray:
@@ -120,7 +123,7 @@ def _joined(parts: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, np.ndarray]
 
 
 def _filled(
-    fig: go.Figure,
+    traces: list[dict[str, Any]],
     parts: list[tuple[np.ndarray, np.ndarray]],
     color: str,
     name: str,
@@ -133,8 +136,8 @@ def _filled(
     the page, a Marey graph drawn from shapes cost the browser more (256 ranks, headless Chromium: 1,270 against
     1,000-1,180 ms of CPU per zoom), though a lone plot of it took less."""
     if parts:
-        fig.add_trace(
-            go.Scatter(
+        traces.append(
+            scatter(
                 **_joined(parts),
                 fill="toself",
                 mode="none",
@@ -174,7 +177,7 @@ def _trapezoids(starts: np.ndarray, ends: np.ndarray, ys: list[float]) -> tuple[
     return (np.concatenate(xs), np.concatenate(yv)) if xs else (np.array([]), np.array([]))
 
 
-def _bubbles(fig: go.Figure, data: MareyData, row_y: list[list[float]]) -> None:
+def _bubbles(traces: list[dict[str, Any]], data: MareyData, row_y: list[list[float]]) -> None:
     parts = []
     for st, ys in zip(data["stages"], row_y, strict=True):
         for y, gaps in zip(ys, st["bubbles"], strict=True):
@@ -182,8 +185,8 @@ def _bubbles(fig: go.Figure, data: MareyData, row_y: list[list[float]]) -> None:
                 span = np.asarray(gaps, dtype=np.float64)
                 parts.append(_rects(span[:, 0], span[:, 1], y, half=HALF * 1.25))
     if parts:
-        fig.add_trace(
-            go.Scatter(
+        traces.append(
+            scatter(
                 **_joined(parts),
                 fill="toself",
                 mode="none",
@@ -195,7 +198,7 @@ def _bubbles(fig: go.Figure, data: MareyData, row_y: list[list[float]]) -> None:
         )
 
 
-def _spread(fig: go.Figure, data: MareyData, row_y: list[list[float]]) -> None:
+def _spread(traces: list[dict[str, Any]], data: MareyData, row_y: list[list[float]]) -> None:
     """Behind each band of a folded row: from its devices' earliest start to their latest end (where that is
     wider than the bar by a pixel or more)."""
     parts = []
@@ -211,10 +214,10 @@ def _spread(fig: go.Figure, data: MareyData, row_y: list[list[float]]) -> None:
                     lo[wider[:, j], j], hi[wider[:, j], j], y - HALF * 1.15, y + HALF * 1.15, pixel
                 )
                 parts.append(_boxes(a, b, y0, y1))
-    _filled(fig, parts, "rgba(120,144,156,0.3)", "spread over the row's devices")
+    _filled(traces, parts, "rgba(120,144,156,0.3)", "spread over the row's devices")
 
 
-def _connectors(fig: go.Figure, data: MareyData, row_y: list[list[float]]) -> None:
+def _connectors(traces: list[dict[str, Any]], data: MareyData, row_y: list[list[float]]) -> None:
     polys: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
     for st, ys in zip(data["stages"], row_y, strict=True):
         if len(ys) < 2 or not len(st["start"]):
@@ -225,10 +228,10 @@ def _connectors(fig: go.Figure, data: MareyData, row_y: list[list[float]]) -> No
             polys.setdefault(cat, []).append(_trapezoids(starts[cats == cat], ends[cats == cat], ys))
     for cat, parts in polys.items():
         color = palette.CATEGORY.get(cat, "#888")
-        _filled(fig, parts, color, f"{cat} (row to row)", legendgroup=cat, showlegend=False, opacity=0.35)
+        _filled(traces, parts, color, f"{cat} (row to row)", legendgroup=cat, showlegend=False, opacity=0.35)
 
 
-def _bars(fig: go.Figure, data: MareyData, row_y: list[list[float]]) -> list[str]:
+def _bars(traces: list[dict[str, Any]], data: MareyData, row_y: list[list[float]]) -> list[str]:
     """Per category, its bars as one filled path (NaN-separated polygons: one SVG node, where a ``go.Bar``
     draws a path per bar and a 256-rank graph took 0.4-0.5 s to redraw) and undrawn points carrying their hover
     and click (:func:`_hover_points`). A band merged from neighbours of several categories is drawn stacked: each
@@ -246,10 +249,10 @@ def _bars(fig: go.Figure, data: MareyData, row_y: list[list[float]]) -> list[str
     for cat in dict.fromkeys([*boxes, *parts]):
         color = palette.CATEGORY.get(cat, "#888")
         if cat in boxes:
-            _filled(fig, boxes[cat], color, cat, opacity=0.85)
+            _filled(traces, boxes[cat], color, cat, opacity=0.85)
         if cat in parts:
             bar = {k: np.concatenate([c[k] for c in parts[cat]]) for k in parts[cat][0]}
-            _hover_points(fig, cat, color, bar, step, data["window_ms"])
+            _hover_points(traces, cat, color, bar, step, data["window_ms"])
     return list(ops)
 
 
@@ -371,7 +374,12 @@ def _stage_bars(st: MareyStage, ys: list[float], ops: dict[str, int]) -> dict[st
 
 
 def _hover_points(
-    fig: go.Figure, cat: str, color: str, bar: dict[str, np.ndarray], step: float, window: list[float]
+    traces: list[dict[str, Any]],
+    cat: str,
+    color: str,
+    bar: dict[str, np.ndarray],
+    step: float,
+    window: list[float],
 ) -> None:
     """Undrawn points (``mode="none"``: no SVG node each) that carry the bars' hover and click: plotly answers
     the point nearest the mouse, so a bar has one at its middle or, when longer than ``step``, evenly spaced
@@ -401,7 +409,7 @@ def _hover_points(
         for merged in (False, True):
             keep = (bar["many"][which] == many) & (bar["merged"][which] == merged)
             if keep.any():
-                fig.add_trace(
+                traces.append(
                     _point_trace(
                         cat, color, x[keep], {k: v[which[keep]] for k, v in bar.items()}, many, merged
                     )
@@ -410,7 +418,7 @@ def _hover_points(
 
 def _point_trace(
     cat: str, color: str, x: np.ndarray, bar: dict[str, np.ndarray], many: bool, merged: bool
-) -> go.Scatter:
+) -> dict[str, Any]:
     columns = [
         bar["op"],
         bar["stage"],
@@ -424,7 +432,7 @@ def _point_trace(
         columns += [bar["lo"].round(2), bar["hi"].round(2)]
         spread = " (devices %{customdata[6]:.2f}–%{customdata[7]:.2f})"
     slowest = "longest single operator" if merged else "slowest device"
-    return go.Scatter(
+    return scatter(
         x=compact(x),
         y=bar["y"],
         mode="none",
@@ -456,7 +464,9 @@ def _pass_text(label: str) -> str:
     )
 
 
-def _p2p(fig: go.Figure, shapes: list[dict[str, Any]], data: MareyData, rank_y: dict[int, float]) -> None:
+def _p2p(
+    traces: list[dict[str, Any]], shapes: list[dict[str, Any]], data: MareyData, rank_y: dict[int, float]
+) -> None:
     lx: list[Any] = []
     ly: list[Any] = []
     wx: list[Any] = []
@@ -470,12 +480,12 @@ def _p2p(fig: go.Figure, shapes: list[dict[str, Any]], data: MareyData, rank_y: 
                 wy += [rank_y[p["dst"]], rank_y[p["dst"]], None]
     # One path each (``polylines``): a line trace drew every send/recv pair as an SVG node of its own.
     pairs = {"color": "#37474f", "width": 1}
-    add_polylines(fig, lx, ly, pairs, "send → recv (micro-batch)", shapes=shapes, opacity=0.6)
-    add_polylines(fig, wx, wy, {"color": palette.WAIT, "width": 4}, "receiver waiting", shapes=shapes)
+    add_polylines(traces, lx, ly, pairs, "send → recv (micro-batch)", shapes=shapes, opacity=0.6)
+    add_polylines(traces, wx, wy, {"color": palette.WAIT, "width": 4}, "receiver waiting", shapes=shapes)
 
 
 def _anomalies(
-    fig: go.Figure, shapes: list[dict[str, Any]], data: MareyData, row_y: list[list[float]]
+    traces: list[dict[str, Any]], shapes: list[dict[str, Any]], data: MareyData, row_y: list[list[float]]
 ) -> list[dict[str, Any]]:
     """The paper's anomaly marks: a red mark at the left of each row holding an anomalous device, and a red
     outline around the row; the top finding (``data["focus"]``) marked in its own terms, its reason written on the
@@ -534,8 +544,8 @@ def _anomalies(
                     }
                 )
     if ys:
-        fig.add_trace(
-            go.Scatter(
+        traces.append(
+            scatter(
                 x=[x0] * len(ys),
                 y=ys,
                 mode="markers",
@@ -566,7 +576,7 @@ def _note(y: float, text: str) -> dict[str, Any]:
     }
 
 
-def critical_path_trace(path: list[PathPiece], rank_y: dict[int, float]) -> go.Scatter:
+def critical_path_trace(path: list[PathPiece], rank_y: dict[int, float]) -> dict[str, Any]:
     """The critical path as one thick line: along the row of each rank it passes for as long as it stays there,
     jumping to the next rank where that rank released it; the hover names kind, rank, operator and duration."""
     xs: list[float] = []
@@ -581,7 +591,7 @@ def critical_path_trace(path: list[PathPiece], rank_y: dict[int, float]) -> go.S
         xs += [p["start_ms"], p["end_ms"]]
         ys += [rank_y[p["rank"]]] * 2
         text += [hover, hover]
-    return go.Scatter(
+    return scatter(
         x=compact(np.array(xs, dtype=np.float64)),
         y=np.array(ys, dtype=np.float32),
         mode="lines",

@@ -1,0 +1,55 @@
+"""Figures built without plotly's checks (``app.figures.common.assembled``: Marey's graph) are what the checked
+figure would be: every property one plotly knows, each value already in the form its validator would give it
+(a title as ``{"text": ...}``, no empty lists), so the browser gets the same JSON either way."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import plotly.graph_objects as go
+import pytest
+
+import paradiag
+from paradiag.app.data import marey
+from paradiag.app.data.common import slowest_step
+from paradiag.app.figures.common import assembled, scatter
+from paradiag.app.figures.marey import OPERATORS, marey_figure
+
+
+def _checked(fig: go.Figure) -> dict[str, Any]:
+    """The figure's JSON as plotly gives it once every property has gone through its validator (which raises on
+    a property plotly does not know or a value it does not take)."""
+    return json.loads(go.Figure(fig.to_plotly_json()).to_json())
+
+
+@pytest.mark.parametrize(
+    "job_name, small_job",
+    [
+        ("sample_traces/gpu_llm_slow_rank", 16),  # a device a row, a slow rank marked
+        ("sample_traces/gpu_llm_slow_rank", 2),  # folded, as a large job's
+        ("sample_traces/npu_pangu_pipeline_stage_imbalance", 16),  # a pipeline: send/recv lines, bubbles
+    ],
+)
+def test_marey_built_unchecked_is_the_checked_figure(
+    monkeypatch: pytest.MonkeyPatch, job_name: str, small_job: int
+) -> None:
+    monkeypatch.setattr(marey, "SMALL_JOB", small_job)
+    job = paradiag.open(job_name)
+    step = slowest_step(job)
+    assert step is not None
+    data = marey.marey_data(job, step, None)
+    plain = marey_figure(data)
+    operator = plain.layout.meta[OPERATORS][0]  # every instance of the first operator outlined
+    for fig in (
+        plain,
+        marey_figure(data, selected=(operator, None, None), path=marey.critical_path(job, step)),
+    ):
+        assert len(fig.data) > 3 and fig.layout.shapes[-1].name == "selected operator"
+        assert json.loads(fig.to_json()) == _checked(fig)
+
+
+def test_an_unchecked_property_plotly_does_not_know_is_caught_by_the_check() -> None:
+    fig = assembled([scatter(x=[1, 2], y=[3, 4], colour="red")], {"title": {"text": "t"}})
+    with pytest.raises(ValueError, match="colour"):
+        _checked(fig)
