@@ -600,8 +600,8 @@ def stage_work(
     """Per stage, the work its ranks do per step, counted in calls, not time: each operator's calls (per step,
     ``operators.call_counts``) priced at one job-wide price, the median over the ranks of its typical call
     (``operators.typical_durations`` on ``host_ranks``; the median call elsewhere), of the operators that every
-    stage calls (and of those called from the top on some stage, from inside another operator on the others);
-    a stage's work is the median of its ranks'. A stage that holds more layers makes more calls of
+    stage calls (by operator and caller; and a stage's calls from the top of an operator that every stage calls,
+    whatever from); a stage's work is the median of its ranks'. A stage that holds more layers makes more calls of
     the same operators, so its work is more whatever its cores did; a rank slower at some operators (a busier core,
     an allocator's page faults on large outputs, a hot operator) makes the same calls and does the same work.
     Operators are told apart by their caller too. ``skip``: rows not counted (:func:`recomputed`'s). [] when a
@@ -628,9 +628,10 @@ def stage_work(
     # work no split of the layers moves.
     callers = [{n for (r, n), c in counts.items() if c > 0 and r in stage} for stage in stages]
     common = set.intersection(*callers) if callers else set()
-    # ... and a stage's calls of such an operator from the top, where its layers call it from inside another
-    # (matmuls of a forward hook beside its layers' ``linear``): more of the same work, which the stage does in
-    # every micro-batch, not a stage's own kind of work as a loss or an embedding is.
+    # ... and a stage's calls from the top of an operator every stage calls, from whatever caller (the matmuls of
+    # a forward hook, where the layers' ``aten::mm`` is called by ``linear`` or ``AddmmBackward0``): more of the
+    # work every stage does, not a stage's own kind of work as a loss or an embedding (which no other stage calls)
+    # is; a call re-entered under a dispatch mode has an operator for its caller and stays out.
     shared = (
         set.intersection(*({int(base_name[n]) for n in stage} for stage in callers)) if callers else set()
     )
