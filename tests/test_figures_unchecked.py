@@ -1,4 +1,4 @@
-"""Figures built without plotly's checks (``app.figures.common.assembled``: Marey's graph) are what the checked
+"""Figures built without plotly's checks (``app.figures.common.assembled``: Marey's graph, the timeline) are what the checked
 figure would be: every property one plotly knows, each value already in the form its validator would give it
 (a title as ``{"text": ...}``, no empty lists), so the browser gets the same JSON either way."""
 
@@ -11,10 +11,13 @@ import plotly.graph_objects as go
 import pytest
 
 import paradiag
-from paradiag.app.data import marey
-from paradiag.app.data.common import slowest_step
+from paradiag.app.data import marey, timeline_fold
+from paradiag.app.data.common import slowest_step, step_span
+from paradiag.app.data.timeline import timeline_data
 from paradiag.app.figures.common import assembled, scatter
 from paradiag.app.figures.marey import OPERATORS, marey_figure
+from paradiag.app.figures.timeline import timeline_figure
+from paradiag.app.views.timeline.static import rows_of, shown_ranks
 
 
 def _checked(fig: go.Figure) -> dict[str, Any]:
@@ -47,6 +50,38 @@ def test_marey_built_unchecked_is_the_checked_figure(
     ):
         assert len(fig.data) > 3 and fig.layout.shapes[-1].name == "selected operator"
         assert json.loads(fig.to_json()) == _checked(fig)
+
+
+@pytest.mark.parametrize(
+    "job_name, small_job",
+    [
+        ("sample_traces/gpu_llm_slow_rank", 8),  # every rank its rows, a slow rank marked
+        ("sample_traces/gpu_llm_slow_rank", 2),  # folded, as a large job's
+        ("sample_traces/npu_pangu_pipeline_stage_imbalance", 8),  # a pipeline: send/recv
+    ],
+)
+def test_timeline_built_unchecked_is_the_checked_figure(
+    monkeypatch: pytest.MonkeyPatch, job_name: str, small_job: int
+) -> None:
+    monkeypatch.setattr(timeline_fold, "SMALL_JOB", small_job)
+    job = paradiag.open(job_name)
+    step = slowest_step(job)
+    assert step is not None
+    ranks = shown_ranks(job, None, step)
+    entries = rows_of(job, ranks, None)
+    assert any(isinstance(e, dict) for e in entries) == (small_job < 8)
+    lo, hi = step_span(job, step, None)
+    drawn = set()
+    for window, extra in (
+        ((lo, hi), {"path": True, "instance": 3}),  # the critical path, a collective selected
+        ((lo, lo + (hi - lo) // 20), {"path": True}),  # zoomed in: single intervals, their hover names
+        ((lo, hi), {"max_primitives": 100}),  # merged to screen resolution, its note above the graph
+    ):
+        data = timeline_data(job, entries, window, pixels=800, step=step, **extra)  # type: ignore[arg-type]
+        fig = timeline_figure(data, uirevision="u", marked=ranks[:1])
+        drawn |= {t.name for t in fig.data}
+        assert json.loads(fig.to_json()) == _checked(fig)
+    assert {"critical path", "collective instance", "selected collective"} <= drawn
 
 
 def test_an_unchecked_property_plotly_does_not_know_is_caught_by_the_check() -> None:

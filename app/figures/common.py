@@ -149,7 +149,7 @@ def boxes_path(x0: Any, x1: Any, y0: Any, y1: Any) -> str:
 
 
 def add_filled(
-    fig: go.Figure,
+    traces: list[dict[str, Any]],
     shapes: list[dict[str, Any]],
     path: str,
     color: str,
@@ -160,7 +160,8 @@ def add_filled(
 ) -> None:
     """Filled rectangles (``boxes_path``) as one layout shape between the grid and the traces,
     appended to ``shapes`` (the builder sets the figure's shapes once: plotly validates every shape again each
-    time they are set), with a legend entry (a square in ``color``) added to ``fig`` in its legend group: a click
+    time they are set), with a legend entry (a square in ``color``) appended to ``traces`` (a figure being built: :func:`assembled`) in its
+    legend group: a click
     on it hides and shows them. A shape, not a trace filled ``toself``: plotly computes, clips and styles every
     point of a trace on each draw, and a 256-rank timeline's or Marey graph's bars took half of its drawing time
     that way; a shape's path is only scaled to pixels (the timeline; a Marey graph's bars, drawn so, cost the
@@ -183,12 +184,13 @@ def add_filled(
     }
     shapes.append(shape | ({"opacity": opacity} if opacity is not None else {}))
     if showlegend:
-        fig.add_trace(
-            go.Scatter(
+        marker = {"symbol": "square", "size": 10, "color": color, "opacity": opacity}
+        traces.append(
+            scatter(
                 x=[None],
                 y=[None],
                 mode="markers",
-                marker={"symbol": "square", "size": 10, "color": color, "opacity": opacity},
+                marker={k: v for k, v in marker.items() if v is not None},
                 name=name,
                 legendgroup=group,
                 hoverinfo="skip",

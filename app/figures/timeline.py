@@ -23,12 +23,16 @@ from paradiag.app.data.shapes import (
 from paradiag.app.figures.common import (
     add_filled,
     add_polylines,
-    base_figure,
+    assembled,
+    base_layout,
     boxes_path,
     compact,
     empty_figure,
+    scatter,
     shared_text,
 )
+
+Traces = list[dict[str, Any]]  # the figure's traces as plotly's JSON has them, built once (``common.assembled``)
 
 ROW_PX = 22
 SEPARATOR = "#999"  # the line between two ranks' (or folds') rows
@@ -50,55 +54,58 @@ def timeline_figure(data: TimelineData, uirevision: Any = None, marked: list[int
         return empty_figure("no device events for these ranks in this window", height=220)
     height = TOP_PX + BOTTOM_PX + 20 + ROW_PX * len(rows)
     width = max(3.0, min(16.0, ROW_PX * 0.7))
-    fig = base_figure(uirevision=uirevision, height=height)
+    traces: Traces = []  # the figure is built once, unchecked (``common.assembled``)
     shapes: list[dict[str, Any]] = []  # the bars, in drawing order
     path = data.get("path")
     if path and path["x0"]:  # under the intervals: what lies on the path gets a thick outline
-        _bars(fig, shapes, path, palette.CRITICAL_PATH, width + 7, "critical path", legendgroup="path")
+        _bars(traces, shapes, path, palette.CRITICAL_PATH, width + 7, "critical path", legendgroup="path")
     for kind, spans in data.get("folded", {}).items():
-        _add_folded(fig, shapes, kind, spans, width, legend=kind not in data["kinds"])
+        _add_folded(traces, shapes, kind, spans, width, legend=kind not in data["kinds"])
     for kind, seg in data["kinds"].items():
-        _add_intervals(fig, shapes, kind, seg, palette.KIND[kind], width)
+        _add_intervals(traces, shapes, kind, seg, palette.KIND[kind], width)
     waits = data["waits"]
     if waits["x0"]:
-        _add_intervals(fig, shapes, "wait", waits, palette.WAIT, width * 0.45)
+        _add_intervals(traces, shapes, "wait", waits, palette.WAIT, width * 0.45)
     selected = data.get("selected")
     if selected and selected["x0"]:
-        _selected(fig, shapes, selected, width)
+        _selected(traces, shapes, selected, width)
     if path:
-        _path_hover(fig, path, width)
-    _handles(fig, rows, data["window_ms"][0])
+        _path_hover(traces, path, width)
+    _handles(traces, rows, data["window_ms"][0])
     if data["links"]:  # one path for all (a line trace drew each instance as an SVG node of its own)
         line = {"color": "rgba(60,60,60,0.45)", "width": 1}
-        add_polylines(fig, *_polylines(data["links"]), line, "collective instance", shapes=shapes)
-    _axes(fig, rows, data["window_ms"], set(marked or []), path.get("ranks", {}) if path else {}, shapes)
+        add_polylines(traces, *_polylines(data["links"]), line, "collective instance", shapes=shapes)
+    layout = base_layout(uirevision=uirevision, height=height)
+    _axes(layout, rows, data["window_ms"], set(marked or []), path.get("ranks", {}) if path else {}, shapes)
     if data.get("aggregated"):
-        fig.add_annotation(
-            text=f"{data['num_events']:,} events merged to screen resolution: zoom in for single kernels",
-            xref="paper",
-            yref="paper",
-            x=1,
-            y=1.0,
-            yanchor="bottom",
-            xanchor="right",
-            yshift=LEGEND_PX + 4,
-            showarrow=False,
-            font={"size": 10, "color": "#666"},
-        )
-    return fig
+        layout["annotations"] = [
+            {
+                "text": f"{data['num_events']:,} events merged to screen resolution: zoom in for single kernels",
+                "xref": "paper",
+                "yref": "paper",
+                "x": 1,
+                "y": 1.0,
+                "yanchor": "bottom",
+                "xanchor": "right",
+                "yshift": LEGEND_PX + 4,
+                "showarrow": False,
+                "font": {"size": 10, "color": "#666"},
+            }
+        ]
+    return assembled(traces, layout)
 
 
 def _add_folded(
-    fig: go.Figure, shapes: list[dict[str, Any]], kind: str, seg: FoldedIntervals, width: float, legend: bool
+    traces: Traces, shapes: list[dict[str, Any]], kind: str, seg: FoldedIntervals, width: float, legend: bool
 ) -> None:
     """A fold's instances of one kind: from the earliest start to the latest end over its ranks, light, and the
     median span over it; the hover names the operator and the slowest rank."""
     color = palette.KIND[kind]
     spread: Bars = {"x0": seg["lo"], "x1": seg["hi"], "row": seg["row"]}
-    _bars(fig, shapes, spread, _light(color), width, f"{kind} spread", legendgroup=kind, showlegend=False)
-    _bars(fig, shapes, seg, color, width * 0.5, kind, legendgroup=kind, showlegend=legend)
+    _bars(traces, shapes, spread, _light(color), width, f"{kind} spread", legendgroup=kind, showlegend=False)
+    _bars(traces, shapes, seg, color, width * 0.5, kind, legendgroup=kind, showlegend=legend)
     _hover_points(
-        fig,
+        traces,
         seg,
         color,
         kind,
@@ -114,15 +121,15 @@ def _add_folded(
     )
 
 
-def _handles(fig: go.Figure, rows: list[TimelineRow], x: float) -> None:
+def _handles(traces: Traces, rows: list[TimelineRow], x: float) -> None:
     """A ▸ at the start of each folded row, beside its label: a click on it (or on any of the row's bars) opens
     the fold."""
     folded = [i for i, r in enumerate(rows) if r["rank"] is None]
     if not folded:
         return
     text = np.array([_handle_text(rows[i]) for i in folded], dtype=object)
-    fig.add_trace(
-        go.Scatter(
+    traces.append(
+        scatter(
             x=np.full(len(folded), x, dtype=np.float64),
             y=np.asarray(folded, dtype=np.int16),
             mode="markers",
@@ -151,7 +158,7 @@ def _light(color: str) -> str:
     return f"rgba({r},{g},{b},0.3)"
 
 
-def _path_hover(fig: go.Figure, path: PathSegments, width: float) -> None:
+def _path_hover(traces: Traces, path: PathSegments, width: float) -> None:
     """The path's hover (kind, rank, operator, duration) and its edges: a line from the rank waited for to the
     rank that waited, at the moment it was released."""
     edges = path["edges"]
@@ -159,8 +166,8 @@ def _path_hover(fig: go.Figure, path: PathSegments, width: float) -> None:
         n = len(edges["x"])
         xs = np.column_stack([edges["x"], edges["x"], np.full(n, np.nan)]).ravel()
         ys = np.column_stack([edges["y0"], edges["y1"], np.full(n, np.nan)]).ravel()
-        fig.add_trace(
-            go.Scatter(
+        traces.append(
+            scatter(
                 x=compact(xs),
                 y=ys.astype(np.float32),
                 mode="lines",
@@ -171,8 +178,8 @@ def _path_hover(fig: go.Figure, path: PathSegments, width: float) -> None:
                 showlegend=False,
             )
         )
-        fig.add_trace(
-            go.Scatter(
+        traces.append(
+            scatter(
                 x=compact(edges["x"]),
                 y=(np.asarray(edges["y0"], dtype=np.float32) + np.asarray(edges["y1"], dtype=np.float32)) / 2,
                 mode="none",
@@ -187,7 +194,7 @@ def _path_hover(fig: go.Figure, path: PathSegments, width: float) -> None:
         )
     if path["x0"]:
         _hover_points(
-            fig,
+            traces,
             path,
             palette.CRITICAL_PATH,
             "path",
@@ -199,19 +206,19 @@ def _path_hover(fig: go.Figure, path: PathSegments, width: float) -> None:
 
 
 def _add_intervals(
-    fig: go.Figure,
+    traces: Traces,
     shapes: list[dict[str, Any]],
     name: str,
     seg: Intervals | MergedIntervals | Waits,
     color: str,
     width: float,
 ) -> None:
-    _bars(fig, shapes, seg, color, width, name)
-    _hover_points(fig, seg, color, name, name, **_hover(name, seg))
+    _bars(traces, shapes, seg, color, width, name)
+    _hover_points(traces, seg, color, name, name, **_hover(name, seg))
 
 
 def _bars(
-    fig: go.Figure,
+    traces: Traces,
     shapes: list[dict[str, Any]],
     seg: Bars,
     color: str,
@@ -224,17 +231,17 @@ def _bars(
     does not zoom), all in one filled path (``add_filled``)."""
     row, half = np.asarray(seg["row"], dtype=np.float64), px / 2 / ROW_PX
     path = boxes_path(seg["x0"], seg["x1"], row - half, row + half)
-    add_filled(fig, shapes, path, color, name, legendgroup=legendgroup, showlegend=showlegend)
+    add_filled(traces, shapes, path, color, name, legendgroup=legendgroup, showlegend=showlegend)
 
 
-def _hover_points(fig: go.Figure, seg: Bars, color: str, group: str, name: str, **hover: Any) -> None:
+def _hover_points(traces: Traces, seg: Bars, color: str, group: str, name: str, **hover: Any) -> None:
     """Points at the middles of ``seg``'s intervals (x0, x1, row) that carry their hover and click (the filled bars
     drawing the intervals do not answer the mouse: one path holds them all). Drawn as nothing (``mode="none"``), not as transparent
     markers: each marker is an SVG node (2,670 of the 6,721 nodes of a 64-rank timeline), built and styled on
     every redraw; plotly finds the nearest point to hover or click either way."""
     mid = (np.asarray(seg["x0"], dtype=np.float64) + np.asarray(seg["x1"], dtype=np.float64)) / 2
-    fig.add_trace(
-        go.Scatter(
+    traces.append(
+        scatter(
             x=compact(mid),
             y=np.asarray(seg["row"], dtype=np.int16),
             mode="none",
@@ -273,12 +280,12 @@ def _hover(name: str, seg: Intervals | MergedIntervals | Waits) -> dict[str, Any
     }
 
 
-def _selected(fig: go.Figure, shapes: list[dict[str, Any]], members: Bars, width: float) -> None:
+def _selected(traces: Traces, shapes: list[dict[str, Any]], members: Bars, width: float) -> None:
     """The selected collective instance: its members outlined, joined at their starts."""
-    _bars(fig, shapes, members, palette.HIGHLIGHT, width * 0.35, "selected collective")
+    _bars(traces, shapes, members, palette.HIGHLIGHT, width * 0.35, "selected collective")
     order = sorted(range(len(members["row"])), key=lambda i: members["row"][i])
-    fig.add_trace(
-        go.Scatter(
+    traces.append(
+        scatter(
             x=[members["x0"][i] for i in order],
             y=[members["row"][i] for i in order],
             mode="lines+markers",
@@ -302,7 +309,7 @@ def _polylines(links: list[CollectiveLink]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _axes(
-    fig: go.Figure,
+    layout: dict[str, Any],
     rows: list[TimelineRow],
     window: list[float],
     marked: set[int],
@@ -343,10 +350,10 @@ def _axes(
     ]
     # The legend on the left: the modebar takes the top right corner.
     # The legend above the axis: LEGEND_PX above the plotting area, in its fraction of the area's height.
-    area = max(1, (fig.layout.height or 400) - TOP_PX - BOTTOM_PX)
-    # One update of the layout: each of plotly's updates of a figure's layout goes through its relayout path, which
-    # splits every key path (four updates here cost more than the rest of the figure).
-    fig.update_layout(
+    area = max(1, layout.get("height", 400) - TOP_PX - BOTTOM_PX)
+    layout["margin"].update({"l": 120, "t": TOP_PX, "b": BOTTOM_PX})
+    layout["legend"].update({"x": 0, "xanchor": "left", "y": 1 + LEGEND_PX / area, "yanchor": "bottom"})
+    layout.update(
         yaxis={
             "tickvals": list(range(len(rows))),
             "ticktext": [_label(r, r["rank"] in marked, on_path.get(i)) for i, r in enumerate(rows)],
@@ -371,11 +378,9 @@ def _axes(
             "showgrid": True,
             "zeroline": False,
         },
-        margin={"l": 120, "t": TOP_PX, "b": BOTTOM_PX},
         dragmode="zoom",
         hovermode="closest",
         shapes=[*bands, *bars],
-        legend={"x": 0, "xanchor": "left", "y": 1 + LEGEND_PX / area, "yanchor": "bottom"},
     )
 
 
