@@ -65,7 +65,7 @@ def layer_split(g: Graph, peers: Peers, balanced: Sequence[int] | None = None) -
     per_layer_ns = layer_work / now
     fixed = time.sum(axis=(1, 2)) - layer_work
     if balanced is None:
-        layers = [max(peers.virtual, 1)] * len(now)
+        layers = [least_layers(peers, now)] * len(now)
         for _ in range(int(now.sum()) - sum(layers)):
             i = min(range(len(now)), key=lambda k: (fixed[k] + (layers[k] + 1) * per_layer_ns[k], k))
             layers[i] += 1
@@ -84,6 +84,13 @@ def layer_split(g: Graph, peers: Peers, balanced: Sequence[int] | None = None) -
         factor,
         kernels,
     )
+
+
+def least_layers(peers: Peers, now: Sequence[int]) -> int:
+    """The layers a stage keeps in any split: one per model chunk, but no more than the fewest a stage has now (a
+    zero-bubble pp2 job of two blocks and two chunks a rank counted one layer a stage: a floor of two a stage made
+    its "balanced" split four layers, 2/2, and replayed it 77 % slower)."""
+    return max(1, min(max(peers.virtual, 1), int(min(now))))
 
 
 ALIKE = 0.02  # two names split their runs alike when each stage's share of them differs by at most this
@@ -264,7 +271,7 @@ def best_split(g: Graph, peers: Peers, steps: np.ndarray) -> LayerSplit:
         # split searched on it found 5.6 % in a 1F1B job's LM-head stage and ranked it above the job's slow link.
         return first
     now = list(first.now)
-    least = max(peers.virtual, 1)
+    least = least_layers(peers, first.now)
     evaluations = max(REPLAY_BUDGET // max(len(g), 1), 2)
     cache: dict[tuple[int, ...], tuple[float, LayerSplit]] = {}
 

@@ -462,6 +462,30 @@ def test_on_cpu_ranks_a_finding_must_cost_more_than_the_schedulers_noise() -> No
     assert findings.above_host_noise([stall, stage, link, skew]) == [stage, skew]
 
 
+def test_on_cpu_ranks_a_stall_its_peers_absorbed_is_kept_and_says_so() -> None:
+    """A host stall replayed to less than the host's noise stays (its detector's bars keep the scheduler's holds
+    out; on a host its ranks share, the others ran while it slept: ddp_host_stall_s55_stack, rank 6's 40 ms before
+    its step's first work on 2 cores of 8 ranks, replayed away, saved 0.0 %), its impact its replay's, and says so."""
+    evidence = "rank 6: first device work after 40.28 ms vs 0.08 ms on peers in step 2 (+40.20 ms)"
+    replayed = {
+        "predicted_step_ms": 81.5,
+        "saving_ms": 0.0,
+        "saving_pct": 0.0,
+        "edits": ["rank=6:host=remove:steps=2"],
+    }
+    stall = replace(
+        findings.finding("host_stall", findings.blamed([6]), [2], 0.0, evidence), what_if=replayed
+    )
+    slow = replace(
+        findings.finding("slow_device", findings.blamed([3]), [2], 0.5, "a rank"), what_if=replayed
+    )
+    [kept] = findings.above_host_noise([stall, slow])
+    assert (kept.kind, kept.culprit.ranks, kept.impact_pct, kept.severity) == ("host_stall", [6], 0.0, "low")
+    assert kept.evidence.startswith(evidence) and "only 0.00 % shorter" in kept.evidence
+    costly = replace(stall, impact_pct=4.2, what_if={**replayed, "saving_pct": 4.2})
+    assert findings.above_host_noise([costly]) == [costly]  # above the noise: as it was
+
+
 ACCUMULATE = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
 
 

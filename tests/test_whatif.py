@@ -306,3 +306,18 @@ def test_the_layers_are_counted_by_a_name_that_splits_its_runs_as_most_names_do(
     alike = [names[i] for i in _alike(stage_runs, np.arange(len(names)))]
     assert "aten::detach_" not in alike and {"aten::gelu_backward", "aten::gelu", "aten::view"} <= set(alike)
     assert min(alike, key=lambda n: sum(runs[n])) == "aten::gelu_backward"
+
+
+def test_a_split_keeps_the_layers_the_model_has_when_it_has_fewer_than_chunks() -> None:
+    """Each stage keeps a layer per model chunk in any split, but never more layers than the stages hold now: a
+    zero-bubble pp2 job of two blocks and two chunks a rank counted one layer a stage, and a floor of two a stage
+    made its "balanced" split 2/2, four layers, replayed 77 % slower (``pipe_zb_none_s52_llm``)."""
+    from paradiag.analysis.edit import Peers
+    from paradiag.analysis.rebalance import least_layers
+
+    def peers(virtual: int) -> Peers:
+        return Peers({0: 0, 1: 1}, {0: [0], 1: [1]}, {}, {0: 1, 1: 1}, virtual=virtual)
+
+    assert least_layers(peers(2), (1, 1)) == 1
+    assert least_layers(peers(2), (15, 18)) == 2  # a layer per chunk where the stages hold them
+    assert least_layers(peers(1), (3, 5)) == 1
