@@ -32,7 +32,8 @@ from paradiag.app.figures.common import (
     shared_text,
 )
 
-Traces = list[dict[str, Any]]  # the figure's traces as plotly's JSON has them, built once (``common.assembled``)
+# The figure's traces as plotly's JSON has them, built once (``common.assembled``).
+Traces = list[dict[str, Any]]
 
 ROW_PX = 22
 SEPARATOR = "#999"  # the line between two ranks' (or folds') rows
