@@ -18,6 +18,7 @@ from paradiag.app.figures.common import assembled, scatter
 from paradiag.app.figures.marey import OPERATORS, marey_figure
 from paradiag.app.figures.timeline import timeline_figure
 from paradiag.app.views.timeline.static import rows_of, shown_ranks
+from paradiag.job import Job
 
 
 def _checked(fig: go.Figure) -> dict[str, Any]:
@@ -26,21 +27,28 @@ def _checked(fig: go.Figure) -> dict[str, Any]:
     return json.loads(go.Figure(fig.to_plotly_json()).to_json())
 
 
-@pytest.mark.parametrize(
-    "job_name, small_job",
-    [
-        ("sample_traces/gpu_llm_slow_rank", 16),  # a device a row, a slow rank marked
-        ("sample_traces/gpu_llm_slow_rank", 2),  # folded, as a large job's
-        ("sample_traces/npu_pangu_pipeline_stage_imbalance", 16),  # a pipeline: send/recv lines, bubbles
-    ],
-)
-def test_marey_built_unchecked_is_the_checked_figure(
-    monkeypatch: pytest.MonkeyPatch, job_name: str, small_job: int
-) -> None:
-    monkeypatch.setattr(marey, "SMALL_JOB", small_job)
+# The jobs each builder is checked on: (job, its ranks folded as a large job's).
+JOBS = [
+    ("sample_traces/gpu_llm_slow_rank", False),  # a device a row, a slow rank marked
+    ("sample_traces/gpu_llm_slow_rank", True),  # folded, as a large job's
+    ("sample_traces/npu_pangu_pipeline_stage_imbalance", False),  # a pipeline: send/recv lines, bubbles
+]
+
+
+def _opened(monkeypatch: pytest.MonkeyPatch, view: Any, job_name: str, folded: bool) -> tuple[Job, int]:
+    """The job and its slowest step, the ``view`` module's ranks folded beyond 2 ranks (else 16)."""
+    monkeypatch.setattr(view, "SMALL_JOB", 2 if folded else 16)
     job = paradiag.open(job_name)
     step = slowest_step(job)
     assert step is not None
+    return job, step
+
+
+@pytest.mark.parametrize("job_name, folded", JOBS)
+def test_marey_built_unchecked_is_the_checked_figure(
+    monkeypatch: pytest.MonkeyPatch, job_name: str, folded: bool
+) -> None:
+    job, step = _opened(monkeypatch, marey, job_name, folded)
     data = marey.marey_data(job, step, None)
     plain = marey_figure(data)
     operator = plain.layout.meta[OPERATORS][0]  # every instance of the first operator outlined
@@ -52,24 +60,14 @@ def test_marey_built_unchecked_is_the_checked_figure(
         assert json.loads(fig.to_json()) == _checked(fig)
 
 
-@pytest.mark.parametrize(
-    "job_name, small_job",
-    [
-        ("sample_traces/gpu_llm_slow_rank", 8),  # every rank its rows, a slow rank marked
-        ("sample_traces/gpu_llm_slow_rank", 2),  # folded, as a large job's
-        ("sample_traces/npu_pangu_pipeline_stage_imbalance", 8),  # a pipeline: send/recv
-    ],
-)
+@pytest.mark.parametrize("job_name, folded", JOBS)
 def test_timeline_built_unchecked_is_the_checked_figure(
-    monkeypatch: pytest.MonkeyPatch, job_name: str, small_job: int
+    monkeypatch: pytest.MonkeyPatch, job_name: str, folded: bool
 ) -> None:
-    monkeypatch.setattr(timeline_fold, "SMALL_JOB", small_job)
-    job = paradiag.open(job_name)
-    step = slowest_step(job)
-    assert step is not None
+    job, step = _opened(monkeypatch, timeline_fold, job_name, folded)
     ranks = shown_ranks(job, None, step)
     entries = rows_of(job, ranks, None)
-    assert any(isinstance(e, dict) for e in entries) == (small_job < 8)
+    assert any(isinstance(e, dict) for e in entries) == folded
     lo, hi = step_span(job, step, None)
     drawn = set()
     for window, extra in (
