@@ -1269,10 +1269,10 @@ def above_host_noise(found: list[Finding]) -> list[Finding]:
 
 
 def absorbed_stall(f: Finding) -> Finding:
-    """A host stall on CPU ranks whose replay saves less than the host's noise, kept and said so. Its detector's
+    """A host stall on CPU ranks whose replay saves less than the host's noise, kept and said so. Its detectors'
     bars (:func:`rank_excess`: far beyond its peers and beyond the rank's own other steps, at least HOST_HOLD_NS;
-    the late arrivers' and held sends' rules likewise) are not met by the scheduler's holds (no host stall at all in
-    135 clean real jobs before the replay), and where a host runs more ranks than it has cores, the others ran on
+    the late arrivers' and the held sends' own) keep the scheduler's holds out (no host stall at all in 135 clean
+    real jobs before the replay), and where a host runs more ranks than it has cores, the others ran on
     the core it left while it slept: a dp8 rank's 40 ms before its step's first work on 2 cores, replayed away,
     saves 0.0 % (the others were still computing), where with a core or a device per rank it holds up every peer.
     Its impact stays its replay's: what it cost this run."""

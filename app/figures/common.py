@@ -158,14 +158,14 @@ def add_filled(
     showlegend: bool = True,
     opacity: float | None = None,
 ) -> None:
-    """Filled rectangles (``boxes_path``) as one layout shape between the grid and the traces,
-    appended to ``shapes`` (the builder sets the figure's shapes once: plotly validates every shape again each
-    time they are set), with a legend entry (a square in ``color``) appended to ``traces`` (a figure being built: :func:`assembled`) in its
-    legend group: a click
-    on it hides and shows them. A shape, not a trace filled ``toself``: plotly computes, clips and styles every
-    point of a trace on each draw, and a 256-rank timeline's or Marey graph's bars took half of its drawing time
-    that way; a shape's path is only scaled to pixels (the timeline; a Marey graph's bars, drawn so, cost the
-    page more: ``paradiag.app.figures.marey._filled``). The bars' hover and click come from their points' traces (drawn as nothing)."""
+    """Filled rectangles (``boxes_path``) as one layout shape between the grid and the traces, appended to
+    ``shapes`` (the builder sets the figure's shapes once), with a legend entry (a square in ``color``) appended to
+    ``traces`` (a figure being built: :func:`assembled`) in its legend group: a click on it hides and shows them.
+    A shape, not a trace filled ``toself``: plotly computes, clips and styles every point of a trace on each draw,
+    and a 256-rank timeline's or Marey graph's bars took half of its drawing time that way; a shape's path is only
+    scaled to pixels (the timeline; a Marey graph's bars, drawn so, cost the page more:
+    ``paradiag.app.figures.marey._filled``). The bars' hover and click come from their points' traces (drawn as
+    nothing)."""
     if not path:
         return
     group = legendgroup or name
