@@ -39,6 +39,8 @@ TEMPLATE = go.layout.Template(
 
 
 TEMPLATE_JSON = TEMPLATE.to_plotly_json()
+# A figure's traces as plotly's JSON has them, while it is built (:func:`assembled` makes the figure once).
+Traces = list[dict[str, Any]]
 
 
 def add_caption(fig: go.Figure, text: str, left_px: int) -> None:
@@ -89,7 +91,7 @@ def scatter(**props: Any) -> dict[str, Any]:
     return {"type": "scatter", **{k: v for k, v in props.items() if v is not None}}
 
 
-def assembled(traces: list[dict[str, Any]], layout: dict[str, Any]) -> go.Figure:
+def assembled(traces: Traces, layout: dict[str, Any]) -> go.Figure:
     """A figure of ``traces`` and ``layout`` (plotly's JSON: :func:`scatter`, :func:`base_layout`) built without
     plotly checking each value: a checked figure runs a validator per property of every trace, then copies each
     trace again as it is added (a 256-rank Marey graph: ~15 of its ~45 ms, every redraw). The builders that use it
@@ -149,7 +151,7 @@ def boxes_path(x0: Any, x1: Any, y0: Any, y1: Any) -> str:
 
 
 def add_filled(
-    traces: list[dict[str, Any]],
+    traces: Traces,
     shapes: list[dict[str, Any]],
     path: str,
     color: str,
@@ -200,7 +202,7 @@ def add_filled(
 
 
 def add_polylines(
-    fig: go.Figure | list[dict[str, Any]],
+    fig: go.Figure | Traces,
     x: Any,
     y: Any,
     line: dict[str, Any],

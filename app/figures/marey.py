@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 
 from paradiag.app import palette
 from paradiag.app.figures.common import (
+    Traces,
     add_polylines,
     assembled,
     base_layout,
@@ -72,7 +73,7 @@ def marey_figure(
     if not data["stages"] or not any(len(st["start"]) for st in data["stages"]):
         return empty_figure("no device work in this step", height=300)
     row_y, rank_y, ticks = rows_of(data)
-    traces: list[dict[str, Any]] = []  # the figure is built once, unchecked (``common.assembled``)
+    traces: Traces = []  # the figure is built once, unchecked (``common.assembled``)
     shapes: list[dict[str, Any]] = []
     _bubbles(traces, data, row_y)
     _spread(traces, data, row_y)
@@ -123,7 +124,7 @@ def _joined(parts: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, np.ndarray]
 
 
 def _filled(
-    traces: list[dict[str, Any]],
+    traces: Traces,
     parts: list[tuple[np.ndarray, np.ndarray]],
     color: str,
     name: str,
@@ -177,7 +178,7 @@ def _trapezoids(starts: np.ndarray, ends: np.ndarray, ys: list[float]) -> tuple[
     return (np.concatenate(xs), np.concatenate(yv)) if xs else (np.array([]), np.array([]))
 
 
-def _bubbles(traces: list[dict[str, Any]], data: MareyData, row_y: list[list[float]]) -> None:
+def _bubbles(traces: Traces, data: MareyData, row_y: list[list[float]]) -> None:
     parts = []
     for st, ys in zip(data["stages"], row_y, strict=True):
         for y, gaps in zip(ys, st["bubbles"], strict=True):
@@ -198,7 +199,7 @@ def _bubbles(traces: list[dict[str, Any]], data: MareyData, row_y: list[list[flo
         )
 
 
-def _spread(traces: list[dict[str, Any]], data: MareyData, row_y: list[list[float]]) -> None:
+def _spread(traces: Traces, data: MareyData, row_y: list[list[float]]) -> None:
     """Behind each band of a folded row: from its devices' earliest start to their latest end (where that is
     wider than the bar by a pixel or more)."""
     parts = []
@@ -217,7 +218,7 @@ def _spread(traces: list[dict[str, Any]], data: MareyData, row_y: list[list[floa
     _filled(traces, parts, "rgba(120,144,156,0.3)", "spread over the row's devices")
 
 
-def _connectors(traces: list[dict[str, Any]], data: MareyData, row_y: list[list[float]]) -> None:
+def _connectors(traces: Traces, data: MareyData, row_y: list[list[float]]) -> None:
     polys: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
     for st, ys in zip(data["stages"], row_y, strict=True):
         if len(ys) < 2 or not len(st["start"]):
@@ -231,7 +232,7 @@ def _connectors(traces: list[dict[str, Any]], data: MareyData, row_y: list[list[
         _filled(traces, parts, color, f"{cat} (row to row)", legendgroup=cat, showlegend=False, opacity=0.35)
 
 
-def _bars(traces: list[dict[str, Any]], data: MareyData, row_y: list[list[float]]) -> list[str]:
+def _bars(traces: Traces, data: MareyData, row_y: list[list[float]]) -> list[str]:
     """Per category, its bars as one filled path (NaN-separated polygons: one SVG node, where a ``go.Bar``
     draws a path per bar and a 256-rank graph took 0.4-0.5 s to redraw) and undrawn points carrying their hover
     and click (:func:`_hover_points`). A band merged from neighbours of several categories is drawn stacked: each
@@ -374,7 +375,7 @@ def _stage_bars(st: MareyStage, ys: list[float], ops: dict[str, int]) -> dict[st
 
 
 def _hover_points(
-    traces: list[dict[str, Any]],
+    traces: Traces,
     cat: str,
     color: str,
     bar: dict[str, np.ndarray],
@@ -464,9 +465,7 @@ def _pass_text(label: str) -> str:
     )
 
 
-def _p2p(
-    traces: list[dict[str, Any]], shapes: list[dict[str, Any]], data: MareyData, rank_y: dict[int, float]
-) -> None:
+def _p2p(traces: Traces, shapes: list[dict[str, Any]], data: MareyData, rank_y: dict[int, float]) -> None:
     lx: list[Any] = []
     ly: list[Any] = []
     wx: list[Any] = []
@@ -485,7 +484,7 @@ def _p2p(
 
 
 def _anomalies(
-    traces: list[dict[str, Any]], shapes: list[dict[str, Any]], data: MareyData, row_y: list[list[float]]
+    traces: Traces, shapes: list[dict[str, Any]], data: MareyData, row_y: list[list[float]]
 ) -> list[dict[str, Any]]:
     """The paper's anomaly marks: a red mark at the left of each row holding an anomalous device, and a red
     outline around the row; the top finding (``data["focus"]``) marked in its own terms, its reason written on the

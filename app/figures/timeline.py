@@ -21,6 +21,7 @@ from paradiag.app.data.shapes import (
     Waits,
 )
 from paradiag.app.figures.common import (
+    Traces,
     add_filled,
     add_polylines,
     assembled,
@@ -31,9 +32,6 @@ from paradiag.app.figures.common import (
     scatter,
     shared_text,
 )
-
-# The figure's traces as plotly's JSON has them, built once (``common.assembled``).
-Traces = list[dict[str, Any]]
 
 ROW_PX = 22
 SEPARATOR = "#999"  # the line between two ranks' (or folds') rows
